@@ -1,0 +1,46 @@
+# Every target that runs code depends on `install`, which builds .venv once
+# (and again whenever pyproject.toml changes).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install serve test test-all test-slow test-vllm bench-overhead bench-engine bench-litellm conformance clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+serve: install
+	$(VENV)/bin/switchyard serve $(ARGS)
+
+test: install
+	$(PY) -m pytest -q -x --durations=15 $(ARGS)
+
+test-slow: install
+	$(PY) -m pytest -q -m slow $(ARGS)
+
+# A real vLLM CPU server in its own environment (see docs/adapters.md).
+test-vllm: install
+	bash scripts/install-vllm.sh
+	$(PY) -m pytest -q -m vllm $(ARGS)
+
+bench-overhead: install
+	$(PY) -m bench.overhead $(ARGS)
+
+bench-engine: install
+	$(PY) -m bench.engine_bench $(ARGS)
+
+bench-litellm: install
+	bash scripts/install-litellm.sh
+	$(PY) -m bench.litellm_compare $(ARGS)
+
+conformance: install
+	$(PY) -m conformance.ci_matrix $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache reports

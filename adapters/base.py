@@ -1,0 +1,224 @@
+"""The canonical contract between the gateway and every runtime adapter.
+
+The gateway turns an OpenAI request into one `GenerationRequest`; an adapter turns
+it into its runtime's wire format and decodes the runtime's answer back into the
+events below. The gateway's encoder is the only code that writes OpenAI JSON.
+
+Cancellation rule: `Adapter.generate` returns an async iterator. Closing it
+(`aclose()`) or cancelling the task that iterates it must abort the work upstream
+(close the HTTP connection, call the runtime's abort endpoint where one exists,
+or abort the engine's sequence) and release everything the adapter holds.
+"""
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Literal, Union
+
+from adapters.errors import GatewayError
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+FINISH_REASONS: frozenset[str] = frozenset({"stop", "length", "tool_calls", "content_filter"})
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """Sampling and stopping. `None` means "the runtime's default"."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[int, float] | None = None
+    seed: int | None = None
+    n: int = 1
+    stop: list[str] = field(default_factory=list)
+    stop_token_ids: list[int] = field(default_factory=list)
+    max_tokens: int | None = None
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    logprobs: bool = False
+    top_logprobs: int = 0
+
+
+@dataclass(slots=True)
+class GenerationRequest:
+    """One generation, runtime-neutral.
+
+    `kind` tells chat (`messages`) from legacy completions (`prompt`, a string or
+    a list of token ids). `model` is the name the tenant sent; the adapter maps it
+    to its backend's served model. `extra` carries request fields the gateway does
+    not interpret, passed through to runtimes that understand them.
+    """
+
+    request_id: str
+    model: str
+    kind: Literal["chat", "completion"] = "chat"
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | list[int] | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    response_format: dict[str, Any] | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stream: bool = False
+    include_usage: bool = False
+    echo: bool = False
+    tenant: str | None = None
+    deadline: float | None = None  # time.monotonic() after which the work is useless
+    priority: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ---- events an adapter yields ------------------------------------------------
+
+
+@dataclass(slots=True)
+class TopLogprob:
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    """The chosen token's log probability and the `top` alternatives."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+    top: list[TopLogprob] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class TextDelta:
+    """New text for choice `index`; `logprobs` covers the tokens behind `text`."""
+
+    index: int
+    text: str
+    logprobs: list[TokenLogprob] | None = None
+
+
+@dataclass(slots=True)
+class LogprobsDelta:
+    """Log probabilities for tokens that produced no visible text (held back,
+    e.g. by stop-string matching). The encoder sends them with empty content."""
+
+    index: int
+    logprobs: list[TokenLogprob]
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """A piece of tool call `tool_index` of choice `index`.
+
+    Adapters may repeat `id`/`name` on later pieces (some runtimes do); the encoder
+    sends them once. `arguments` is always a JSON text fragment.
+    """
+
+    index: int
+    tool_index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class Finish:
+    index: int
+    reason: FinishReason
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token counts for the whole request (all choices)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(slots=True)
+class ErrorEvent:
+    """A failure the runtime reported inside a stream it had already started."""
+
+    error: GatewayError
+
+
+Event = Union[TextDelta, LogprobsDelta, ToolCallDelta, Finish, Usage, ErrorEvent]
+
+
+# ---- what an adapter declares and reports -----------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What the runtime does natively. The gateway emulates or rejects the rest."""
+
+    tools: bool = True
+    parallel_tool_calls: bool = True
+    n: bool = True  # n > 1 in one request
+    logprobs: bool = True
+    structured_output: bool = True
+    cached_tokens: bool = False  # reports prompt_tokens_details.cached_tokens
+    usage_in_stream: bool = True  # can report usage at the end of a stream
+    explicit_abort: bool = False  # has an abort call beyond closing the connection
+    completions: bool = True  # legacy /v1/completions
+
+
+@dataclass(slots=True)
+class LoadSnapshot:
+    """A runtime's load, normalized. `None` fields are unknown for this runtime."""
+
+    waiting: int | None = None
+    running: int | None = None
+    kv_usage: float | None = None  # 0..1
+    prefix_hit_rate: float | None = None  # 0..1
+    read_at: float = field(default_factory=time.time)
+
+
+@dataclass(slots=True)
+class Health:
+    ok: bool
+    detail: str = ""
+    checked_at: float = field(default_factory=time.time)
+
+
+class Adapter(ABC):
+    """One backend. Instances are long-lived and shared by concurrent requests."""
+
+    capabilities: Capabilities = Capabilities()
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @abstractmethod
+    def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        """Stream canonical events for `request`.
+
+        Raises `GatewayError` for failures; a failure raised before the first
+        event may be retried elsewhere when `retryable` is set. Closing or
+        cancelling the iterator aborts the upstream work (see module docstring).
+        Every choice ends with exactly one `Finish`; `Usage` comes last when the
+        runtime knows it.
+        """
+
+    @abstractmethod
+    async def health(self) -> Health: ...
+
+    async def load(self) -> LoadSnapshot:
+        return LoadSnapshot()
+
+    @abstractmethod
+    async def models(self) -> list[str]: ...
+
+    async def aclose(self) -> None:
+        return None
