@@ -1,0 +1,236 @@
+"""The gateway's config: one YAML file, validated by pydantic.
+
+The shape is DESIGN.md's example; platform teams swap a runtime by changing one
+backend's `adapter` and `url`. Environment overrides: SWITCHYARD_HOST,
+SWITCHYARD_PORT, SWITCHYARD_REDIS_URL, SWITCHYARD_AUTH_MODE, SWITCHYARD_LOG_LEVEL.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ADAPTER_KINDS = ("openai", "vllm", "sglang", "trtllm", "tgi", "native")
+ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity")
+
+
+class _Strict(BaseModel):
+    # A typo in a platform team's config must fail loudly, not be ignored.
+    model_config = ConfigDict(extra="forbid")
+
+
+class ListenConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+
+
+class ApiKeyEntry(_Strict):
+    sha256: str
+    tenant: str
+    name: str | None = None
+    models: list[str] | None = None  # narrows the tenant's models for this key
+    tier: int | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, v: str) -> str:
+        v = v.lower()
+        if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+            raise ValueError("must be the 64-character hex SHA-256 digest of the key (see `switchyard keys create`)")
+        return v
+
+
+class JwtConfig(_Strict):
+    issuer: str
+    audience: str | list[str]
+    jwks_file: str | None = None
+    jwks_url: str | None = None
+    hs256_secret_file: str | None = None
+    algorithms: list[Literal["RS256", "ES256", "EdDSA", "HS256"]] = Field(default_factory=lambda: ["RS256"])
+    tenant_claim: str = "tenant"
+    models_claim: str = "models"
+    tier_claim: str = "tier"
+    leeway_s: float = 30.0
+    jwks_cache_s: float = 300.0
+
+    @model_validator(mode="after")
+    def _key_source(self) -> "JwtConfig":
+        asym = [a for a in self.algorithms if a != "HS256"]
+        if asym and not (self.jwks_file or self.jwks_url):
+            raise ValueError(f"algorithms {asym} need jwks_file or jwks_url")
+        if "HS256" in self.algorithms and not self.hs256_secret_file:
+            raise ValueError("HS256 needs hs256_secret_file")
+        return self
+
+
+class AuthConfig(_Strict):
+    mode: Literal["none", "keys", "jwt", "keys+jwt"] = "none"
+    api_keys: list[ApiKeyEntry] = Field(default_factory=list)
+    api_keys_file: str | None = None  # a mounted secret: YAML list of ApiKeyEntry
+    jwt: JwtConfig | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "AuthConfig":
+        if "jwt" in self.mode and self.jwt is None:
+            raise ValueError(f"auth.mode {self.mode!r} needs an auth.jwt section")
+        if "keys" in self.mode and not (self.api_keys or self.api_keys_file):
+            raise ValueError(f"auth.mode {self.mode!r} needs auth.api_keys or auth.api_keys_file")
+        return self
+
+
+class QuotaStoreConfig(_Strict):
+    kind: Literal["memory", "redis"] = "memory"
+    url: str = "redis://127.0.0.1:6379/0"
+    on_unavailable: Literal["fail_open", "fail_closed"] = "fail_open"
+    key_prefix: str = "switchyard"
+    lease_ttl_s: float = Field(30.0, gt=0)
+
+
+class TenantConfig(_Strict):
+    requests_per_minute: int | None = Field(None, ge=0)
+    tokens_per_minute: int | None = Field(None, ge=0)
+    max_concurrent: int | None = Field(None, ge=0)
+    tier: int = 1
+    models: list[str] = Field(default_factory=lambda: ["*"])
+    max_tokens_cap: int | None = Field(None, ge=1)  # reservation when a request sends no max_tokens
+
+
+class AdmissionConfig(_Strict):
+    max_queue: int = Field(256, ge=0)
+    max_queue_wait_s: float = Field(30.0, gt=0)
+    full_status: Literal[429, 503] = 429
+
+
+class BackendConfig(_Strict):
+    name: str
+    adapter: Literal["openai", "vllm", "sglang", "trtllm", "tgi", "native"]
+    url: str | None = None
+    served_model: str | None = None
+    model_path: str | None = None  # native engine: a HF directory or "builtin:tiny"
+    weight: float = Field(1.0, gt=0)
+    max_inflight: int | None = Field(None, ge=1)
+    timeout_s: float = Field(600.0, gt=0)
+    connect_timeout_s: float = Field(5.0, gt=0)
+    max_connections: int = Field(256, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)  # adapter-specific knobs
+
+    @model_validator(mode="after")
+    def _where(self) -> "BackendConfig":
+        if self.adapter == "native":
+            if not self.model_path:
+                raise ValueError(f"backend {self.name!r}: adapter native needs model_path (a directory or builtin:tiny)")
+        elif not self.url:
+            raise ValueError(f"backend {self.name!r}: adapter {self.adapter} needs url")
+        return self
+
+
+class ModelConfig(_Strict):
+    routing: Literal["round_robin", "weighted", "least_loaded", "prefix_affinity"] = "round_robin"
+    fallback: list[str] = Field(default_factory=list)
+    backends: list[BackendConfig] = Field(min_length=1)
+    owned_by: str = "switchyard"
+    max_retries: int = Field(1, ge=0)
+
+
+class LimitsConfig(_Strict):
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+
+
+class GatewayConfig(_Strict):
+    listen: ListenConfig = Field(default_factory=ListenConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    quota_store: QuotaStoreConfig = Field(default_factory=QuotaStoreConfig)
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    access_log: bool = True
+    log_level: str = "info"
+
+    @model_validator(mode="after")
+    def _cross_refs(self) -> "GatewayConfig":
+        names: dict[str, str] = {}
+        for model_name, model in self.models.items():
+            for fb in model.fallback:
+                if fb not in self.models:
+                    raise ValueError(f"models.{model_name}.fallback names {fb!r}, which is not a configured model")
+                if fb == model_name:
+                    raise ValueError(f"models.{model_name}.fallback names itself")
+            for b in model.backends:
+                if b.name in names and names[b.name] != model_name:
+                    continue  # the same backend may serve several model names
+                names[b.name] = model_name
+        for key in self.auth.api_keys:
+            if self.tenants and key.tenant not in self.tenants:
+                raise ValueError(f"auth.api_keys: tenant {key.tenant!r} is not in tenants")
+        return self
+
+
+class ConfigError(Exception):
+    """A config a person must fix; the message says where and what."""
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"  {where}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "config") -> GatewayConfig:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping, not {type(data).__name__}")
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source} is not valid:\n{_format_validation_error(exc)}") from None
+
+
+def load_config(path: str | os.PathLike[str] | None, env: dict[str, str] | None = None) -> GatewayConfig:
+    """Read and validate a config file, then apply environment overrides."""
+    env = dict(os.environ) if env is None else env
+    data: Any = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {p}: {exc.strerror}") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p} is not valid YAML: {exc}") from None
+    data = apply_env_overrides(data if isinstance(data, dict) else data, env)
+    return parse_config(data, str(path) if path else "config")
+
+
+def apply_env_overrides(data: Any, env: dict[str, str]) -> Any:
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    listen = dict(data.get("listen") or {})
+    if "SWITCHYARD_HOST" in env:
+        listen["host"] = env["SWITCHYARD_HOST"]
+    if "SWITCHYARD_PORT" in env:
+        listen["port"] = env["SWITCHYARD_PORT"]
+    if listen:
+        data["listen"] = listen
+    if "SWITCHYARD_REDIS_URL" in env:
+        store = dict(data.get("quota_store") or {})
+        store["url"] = env["SWITCHYARD_REDIS_URL"]
+        store.setdefault("kind", "redis")
+        data["quota_store"] = store
+    if "SWITCHYARD_AUTH_MODE" in env:
+        auth = dict(data.get("auth") or {})
+        auth["mode"] = env["SWITCHYARD_AUTH_MODE"]
+        data["auth"] = auth
+    if "SWITCHYARD_LOG_LEVEL" in env:
+        data["log_level"] = env["SWITCHYARD_LOG_LEVEL"]
+    return data
