@@ -1,0 +1,177 @@
+"""The generic adapter for any OpenAI-compatible upstream.
+
+One pooled aiohttp session per backend. Streams always ask the upstream for
+usage (the gateway needs it for quotas) and the gateway strips it unless the
+client asked. Closing the event iterator closes the upstream connection, which
+is how OpenAI-compatible servers learn that the client went away.
+
+Runtime adapters subclass this and override the `_`-prefixed hooks.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator
+
+import aiohttp
+import orjson
+
+from adapters import openai_wire as wire
+from adapters.base import (
+    Adapter,
+    Capabilities,
+    ErrorEvent,
+    Event,
+    Finish,
+    GenerationRequest,
+    Health,
+)
+from adapters.errors import GatewayError, upstream_unavailable
+
+
+class OpenAIAdapter(Adapter):
+    capabilities = Capabilities(tools=True, parallel_tool_calls=True, n=True, logprobs=True,
+                                structured_output=True, cached_tokens=True, usage_in_stream=True,
+                                explicit_abort=False, completions=True)
+    # Path under `base_url`; runtime adapters whose url is the server root use "/v1".
+    api_prefix = ""
+
+    def __init__(self, name: str, url: str, served_model: str | None = None, *, timeout_s: float = 600.0,
+                 connect_timeout_s: float = 5.0, max_connections: int = 256, options: dict | None = None) -> None:
+        super().__init__(name)
+        self.base_url = url.rstrip("/")
+        self.served_model = served_model
+        self.options = options or {}
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=timeout_s)
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+
+    # ---- connection pool ---------------------------------------------------
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300,
+                                             enable_cleanup_closed=True)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
+                                                  json_serialize=lambda o: orjson.dumps(o).decode(),
+                                                  auto_decompress=False)
+        return self._session
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _url(self, path: str) -> str:
+        return f"{self.base_url}{self.api_prefix}{path}"
+
+    # ---- hooks for runtime adapters ------------------------------------------
+
+    def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
+        return wire.build_body(request, self.served_model, stream=stream)
+
+    def _error(self, status: int, body: bytes) -> GatewayError:
+        return wire.error_from_body(status, body, self.name)
+
+    def _decode_chunk(self, payload: dict, chat: bool) -> list[Event]:
+        return wire.decode_chunk(payload, chat, self.name)
+
+    def _decode_response(self, payload: dict, chat: bool) -> list[Event]:
+        return wire.decode_response(payload, chat, self.name)
+
+    async def _on_abort(self, request: GenerationRequest) -> None:
+        """Called when the client went away before the upstream finished."""
+
+    # ---- generation ----------------------------------------------------------
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        chat = request.kind == "chat"
+        path = "/chat/completions" if chat else "/completions"
+        body = self._build_body(request, request.stream)
+        headers = {"content-type": "application/json", "x-request-id": request.request_id}
+        data = orjson.dumps(body)
+        resp: aiohttp.ClientResponse | None = None
+        completed = False
+        try:
+            try:
+                resp = await self.session.post(self._url(path), data=data, headers=headers)
+            except (aiohttp.ClientConnectionError, OSError, asyncio.TimeoutError) as exc:
+                raise upstream_unavailable(self.name, str(exc) or type(exc).__name__) from None
+            if resp.status >= 400:
+                raise self._error(resp.status, await resp.read())
+            if request.stream:
+                async for event in self._stream_events(resp, chat):
+                    yield event
+            else:
+                try:
+                    payload = orjson.loads(await resp.read())
+                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                    raise upstream_unavailable(self.name, f"connection lost: {exc}") from None
+                except orjson.JSONDecodeError:
+                    raise GatewayError(502, f"Backend {self.name} sent a response that is not JSON",
+                                       code="upstream_error") from None
+                if isinstance(payload, dict) and payload.get("error"):
+                    raise self._error(502, orjson.dumps(payload))
+                for event in self._decode_response(payload, chat):
+                    yield event
+            completed = True
+        finally:
+            if resp is not None:
+                if completed:
+                    resp.release()
+                else:
+                    # Not finished: drop the connection so the runtime stops working.
+                    resp.close()
+                    await self._on_abort(request)
+
+    async def _stream_events(self, resp: aiohttp.ClientResponse, chat: bool) -> AsyncIterator[Event]:
+        saw_done = False
+        open_choices: set[int] = set()
+        finished: set[int] = set()
+        try:
+            async for data in wire.iter_sse_data(resp.content):
+                if data.startswith(b"[DONE]"):
+                    saw_done = True
+                    break
+                try:
+                    payload = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    yield ErrorEvent(GatewayError(502, f"Backend {self.name} sent a stream event that is not JSON",
+                                                  code="upstream_error"))
+                    return
+                if not isinstance(payload, dict):
+                    continue
+                if payload.get("error"):
+                    yield ErrorEvent(self._error(500, data))
+                    return
+                for event in self._decode_chunk(payload, chat):
+                    if isinstance(event, Finish):
+                        finished.add(event.index)
+                    elif hasattr(event, "index"):
+                        open_choices.add(event.index)  # type: ignore[union-attr]
+                    yield event
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+            yield ErrorEvent(GatewayError(502, f"Backend {self.name} cut the stream: {exc or type(exc).__name__}",
+                                          code="upstream_error"))
+            return
+        except GatewayError as exc:
+            yield ErrorEvent(exc)
+            return
+        if not saw_done and (not finished or not open_choices <= finished):
+            # The data is incomplete: the client must not mistake it for a full answer.
+            yield ErrorEvent(GatewayError(502, f"Backend {self.name} ended the stream before it was complete",
+                                          code="upstream_error"))
+
+    # ---- health, load, models ------------------------------------------------
+
+    async def health(self) -> Health:
+        try:
+            async with self.session.get(self._url("/models"), timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                return Health(resp.status == 200, f"HTTP {resp.status}")
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            return Health(False, str(exc) or type(exc).__name__)
+
+    async def models(self) -> list[str]:
+        async with self.session.get(self._url("/models"), timeout=aiohttp.ClientTimeout(total=5)) as resp:
+            payload = orjson.loads(await resp.read())
+        return [m["id"] for m in payload.get("data", []) if isinstance(m, dict) and "id" in m]

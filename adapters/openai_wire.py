@@ -1,0 +1,261 @@
+"""The OpenAI wire dialect as the runtimes speak it: request bodies out, events in.
+
+Shared by the generic `openai` adapter and the runtime adapters that speak an
+OpenAI-compatible dialect with quirks (they override pieces, see `OpenAIAdapter`).
+Decoding is lenient about what runtimes add and strict about what the gateway
+promises: every finish reason is mapped into the OpenAI enum here.
+"""
+from __future__ import annotations
+
+from typing import Any, AsyncIterator
+
+import orjson
+
+from adapters.base import (
+    Event,
+    Finish,
+    GenerationRequest,
+    TextDelta,
+    TokenLogprob,
+    ToolCallDelta,
+    TopLogprob,
+    Usage,
+)
+from adapters.errors import GatewayError
+
+# Finish reasons some runtimes send, mapped into the OpenAI enum. An abort or an
+# engine error is not a finish: the caller turns those into an error event.
+FINISH_MAP = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "content_filter": "content_filter",
+    "function_call": "tool_calls",
+    "eos_token": "stop",
+    "stop_sequence": "stop",
+    "repetition": "stop",
+    "": "stop",
+}
+FAILED_FINISH = {"abort", "error", "cancelled"}
+
+
+def normalize_finish(reason: Any, backend: str) -> str:
+    if reason is None:
+        raise ValueError("no finish reason")
+    r = str(reason)
+    if r in FAILED_FINISH:
+        raise GatewayError(502, f"Backend {backend} ended the generation with finish_reason {r!r}",
+                           code="upstream_error")
+    return FINISH_MAP.get(r, "stop")
+
+
+def build_body(req: GenerationRequest, served_model: str | None, *, stream: bool) -> dict[str, Any]:
+    """The OpenAI request body for `req` (extras passed through, unset fields omitted)."""
+    s = req.sampling
+    body: dict[str, Any] = dict(req.extra)
+    body["model"] = served_model or req.model
+    if req.kind == "chat":
+        body["messages"] = req.messages
+        if req.tools:
+            body["tools"] = req.tools
+            body["parallel_tool_calls"] = req.parallel_tool_calls
+        if req.tool_choice is not None:
+            body["tool_choice"] = req.tool_choice
+        if s.logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = s.top_logprobs
+    else:
+        body["prompt"] = req.prompt
+        if s.logprobs:
+            body["logprobs"] = s.top_logprobs
+        if req.echo:
+            body["echo"] = True
+    if req.response_format is not None:
+        body["response_format"] = req.response_format
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed",
+                 "top_k", "min_p", "repetition_penalty"):
+        value = getattr(s, name)
+        if value is not None:
+            body[name] = value
+    if s.logit_bias:
+        body["logit_bias"] = {str(k): v for k, v in s.logit_bias.items()}
+    if s.n != 1:
+        body["n"] = s.n
+    if s.stop:
+        body["stop"] = list(s.stop)
+    if s.stop_token_ids:
+        body["stop_token_ids"] = list(s.stop_token_ids)
+    if s.max_tokens is not None:
+        body["max_tokens"] = s.max_tokens
+    if s.min_tokens:
+        body["min_tokens"] = s.min_tokens
+    if s.ignore_eos:
+        body["ignore_eos"] = True
+    body["stream"] = stream
+    if stream:
+        # Always ask for usage: the gateway reconciles quotas with it and strips
+        # it from the client's stream unless the client asked.
+        body["stream_options"] = {"include_usage": True}
+    else:
+        body.pop("stream_options", None)
+    return body
+
+
+def decode_chat_logprobs(lp: Any) -> list[TokenLogprob] | None:
+    if not isinstance(lp, dict) or not isinstance(lp.get("content"), list):
+        return None
+    out = []
+    for item in lp["content"]:
+        top = [TopLogprob(t.get("token", ""), float(t.get("logprob", -9999.0)), t.get("bytes"))
+               for t in item.get("top_logprobs") or []]
+        out.append(TokenLogprob(item.get("token", ""), float(item.get("logprob", -9999.0)), item.get("bytes"), top))
+    return out
+
+
+def decode_completion_logprobs(lp: Any) -> list[TokenLogprob] | None:
+    if not isinstance(lp, dict) or not isinstance(lp.get("tokens"), list):
+        return None
+    tokens = lp["tokens"]
+    values = lp.get("token_logprobs") or [None] * len(tokens)
+    tops = lp.get("top_logprobs") or [None] * len(tokens)
+    out = []
+    for tok, val, top in zip(tokens, values, tops):
+        alts = [TopLogprob(t, float(v)) for t, v in (top or {}).items()]
+        out.append(TokenLogprob(tok, float(val) if val is not None else -9999.0, None, alts))
+    return out
+
+
+def decode_usage(u: Any) -> Usage | None:
+    if not isinstance(u, dict):
+        return None
+    details = u.get("prompt_tokens_details") or {}
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    try:
+        return Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
+                     int(cached) if cached is not None else None)
+    except (TypeError, ValueError):
+        return None
+
+
+def decode_tool_calls(index: int, calls: Any, whole: bool) -> list[ToolCallDelta]:
+    """Tool calls of one choice. `whole` for a non-streamed message (no `index` needed)."""
+    out = []
+    for pos, call in enumerate(calls or []):
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") or {}
+        args = fn.get("arguments")
+        if args is None:
+            args = ""
+        elif not isinstance(args, str):
+            args = orjson.dumps(args).decode()  # some runtimes send an object
+        tool_index = pos if whole else int(call.get("index", pos) or 0)
+        out.append(ToolCallDelta(index=index, tool_index=tool_index, id=call.get("id") or None,
+                                 name=fn.get("name") or None, arguments=args))
+    return out
+
+
+def decode_response(payload: dict, chat: bool, backend: str) -> list[Event]:
+    """A non-streamed response as the events a stream of it would have given."""
+    events: list[Event] = []
+    for pos, choice in enumerate(payload.get("choices") or []):
+        index = int(choice.get("index", pos))
+        if chat:
+            msg = choice.get("message") or {}
+            calls = decode_tool_calls(index, msg.get("tool_calls"), whole=True)
+            content = msg.get("content")
+            if content:
+                events.append(TextDelta(index, content, decode_chat_logprobs(choice.get("logprobs"))))
+            events.extend(calls)
+            reason = normalize_finish(choice.get("finish_reason") or "stop", backend)
+            if calls and reason == "stop":
+                reason = "tool_calls"
+        else:
+            text = choice.get("text") or ""
+            if text:
+                events.append(TextDelta(index, text, decode_completion_logprobs(choice.get("logprobs"))))
+            reason = normalize_finish(choice.get("finish_reason") or "stop", backend)
+        events.append(Finish(index, reason))  # type: ignore[arg-type]
+    usage = decode_usage(payload.get("usage"))
+    if usage is not None:
+        events.append(usage)
+    return events
+
+
+def decode_chunk(payload: dict, chat: bool, backend: str) -> list[Event]:
+    """One streamed chunk as events (role-only and empty deltas give none)."""
+    events: list[Event] = []
+    for pos, choice in enumerate(payload.get("choices") or []):
+        index = int(choice.get("index", pos))
+        if chat:
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            logprobs = decode_chat_logprobs(choice.get("logprobs"))
+            if content or logprobs:
+                events.append(TextDelta(index, content or "", logprobs))
+            events.extend(decode_tool_calls(index, delta.get("tool_calls"), whole=False))
+        else:
+            text = choice.get("text")
+            logprobs = decode_completion_logprobs(choice.get("logprobs"))
+            if text or logprobs:
+                events.append(TextDelta(index, text or "", logprobs))
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            events.append(Finish(index, normalize_finish(reason, backend)))  # type: ignore[arg-type]
+    usage = decode_usage(payload.get("usage"))
+    if usage is not None:
+        events.append(usage)
+    return events
+
+
+def error_from_body(status: int, body: bytes, backend: str) -> GatewayError:
+    """An upstream error response as a GatewayError with the client-facing status.
+
+    4xx are the client's mistake and keep their status and message; 5xx become
+    502/503 (retryable when the upstream said it is unavailable)."""
+    message, etype, code, param = None, None, None, None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = None
+    if isinstance(data, dict):
+        err = data.get("error", data)
+        if isinstance(err, dict):
+            message = err.get("message") or err.get("detail")
+            etype = err.get("type")
+            code = err.get("code")
+            param = err.get("param")
+        elif isinstance(err, str):
+            message = err
+        if message is None and isinstance(data.get("detail"), str):
+            message = data["detail"]
+    if message is None:
+        message = body[:300].decode(errors="replace") or f"HTTP {status}"
+    code = str(code) if code is not None and not isinstance(code, int) else None
+    if 400 <= status < 500 and status not in (408, 429):
+        return GatewayError(status, str(message), type=etype if isinstance(etype, str) else None,
+                            code=code, param=param if isinstance(param, str) else None)
+    if status == 429:
+        return GatewayError(429, f"Backend {backend} is overloaded: {message}", code="upstream_overloaded",
+                            retryable=True)
+    retryable = status in (502, 503, 504, 408)
+    return GatewayError(503 if retryable else 502, f"Backend {backend} failed with HTTP {status}: {message}",
+                        code="upstream_error", retryable=retryable)
+
+
+async def iter_sse_data(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The `data` of each server-sent event (multi-line data joined by newlines)."""
+    data: list[bytes] = []
+    async for raw in lines:
+        line = raw.rstrip(b"\r\n")
+        if not line:
+            if data:
+                yield b"\n".join(data)
+                data = []
+            continue
+        if line.startswith(b"data:"):
+            value = line[5:]
+            data.append(value[1:] if value.startswith(b" ") else value)
+        # comments (":") and other fields (event/id/retry) carry nothing for us
+    if data:
+        yield b"\n".join(data)
