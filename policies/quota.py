@@ -1,0 +1,180 @@
+"""Quota decisions shared by both stores: requests per minute, tokens per minute
+and concurrent requests, per tenant and per API key.
+
+Semantics (identical in `quota_memory` and `quota_redis`, tested against both):
+
+* Rates use a sliding window of `window_ms` cut into buckets of `bucket_ms`
+  (60 one-second buckets by default). The used amount is the sum of the buckets
+  still inside the window, so at any moment the admitted requests (and reserved
+  tokens) of the last minute never exceed the limit: no fixed-window burst at the
+  boundary, and no token-bucket refill that lets 2x through in one minute.
+* Tokens are *reserved* at admission (prompt estimate + max_tokens or a cap) in
+  the same atomic step as every check, then reconciled with the real usage on
+  release: the unused part is given back to the bucket it was taken from (while
+  that bucket is still in the window); usage beyond the reservation is charged
+  to the current bucket. This closes the check-then-charge race (LiteLLM #18730).
+* Concurrency is a set of leases with an expiry. The holder refreshes its leases
+  (heartbeat); a crashed replica stops refreshing, so its leases expire within
+  the TTL instead of leaking slots for good (LiteLLM #27955).
+* Every check reads the store's clock (Redis `TIME` for the Redis store), so
+  replicas with skewed clocks still agree.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+WINDOW_MS = 60_000
+BUCKET_MS = 1_000
+UNLIMITED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeLimits:
+    """One scope whose limits a request must satisfy: the tenant, or one API key.
+
+    `name` is unique within the tenant ("t" for the tenant itself, "k:<id>" for a
+    key). A limit of `UNLIMITED` (-1) is not checked; 0 admits nothing.
+    """
+
+    name: str
+    requests_per_window: int = UNLIMITED
+    tokens_per_window: int = UNLIMITED
+    max_concurrent: int = UNLIMITED
+
+
+@dataclass(slots=True)
+class ScopeState:
+    """What one scope looks like after a decision: the source of x-ratelimit-*."""
+
+    scope: str
+    requests_limit: int
+    requests_remaining: int
+    requests_reset_ms: int
+    tokens_limit: int
+    tokens_remaining: int
+    tokens_reset_ms: int
+    concurrent: int
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What admission took; `release` gives back what was not used."""
+
+    tenant: str
+    scopes: tuple[ScopeLimits, ...]
+    lease_id: str
+    bucket: int  # index of the bucket the request and its tokens were counted in
+    tokens: int
+    states: list[ScopeState] = field(default_factory=list)
+    store: str = ""  # which store holds it ("memory", "redis", "local-fallback")
+
+
+class QuotaExceeded(Exception):
+    """A limit would be exceeded. `retry_after_s` is None when waiting cannot help
+    (a single request larger than the whole token limit)."""
+
+    def __init__(self, scope: str, limit: str, retry_after_s: float | None, states: list[ScopeState],
+                 requested: int = 1, limit_value: int = 0) -> None:
+        super().__init__(f"{scope}: {limit} limit reached")
+        self.scope = scope
+        self.limit = limit  # "requests" | "tokens" | "concurrency"
+        self.retry_after_s = retry_after_s
+        self.states = states
+        self.requested = requested
+        self.limit_value = limit_value
+
+
+class QuotaStoreUnavailable(Exception):
+    """The shared store cannot be reached; the caller applies the fail policy."""
+
+
+class QuotaStore(Protocol):
+    kind: str
+
+    async def reserve(self, tenant: str, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str,
+                      lease_ttl_ms: int) -> Reservation:
+        """Check every limit of every scope and take the request, the tokens and a
+        lease atomically; raise QuotaExceeded and take nothing if any would break."""
+        ...
+
+    async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:
+        """Reconcile tokens (reserved -> used), drop the lease; `refund_request`
+        also uncounts the request (it was rejected after the quota step)."""
+        ...
+
+    async def heartbeat(self, reservations: list[Reservation], lease_ttl_ms: int) -> None:
+        """Push the expiry of live leases forward."""
+        ...
+
+    async def concurrent(self, tenant: str, scope: str) -> int:
+        """Live (unexpired) leases of one scope: for tests and metrics."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def time_until_fits(buckets: list[tuple[int, int]], used: int, need: int, limit: int, now_ms: int,
+                    window_ms: int, bucket_ms: int) -> int | None:
+    """Milliseconds until enough old buckets leave the window for `need` to fit.
+
+    `buckets` are (index, amount) pairs inside the window. None when `need` alone
+    exceeds the limit, so no wait helps.
+    """
+    if need > limit:
+        return None
+    excess = used + need - limit
+    if excess <= 0:
+        return 0
+    freed = 0
+    nbuckets = window_ms // bucket_ms
+    for index, amount in sorted(buckets):
+        freed += amount
+        if freed >= excess:
+            return max(0, (index + nbuckets) * bucket_ms - now_ms)
+    return window_ms  # reconciliation debt beyond the window's content: a full window clears it
+
+
+def next_release_ms(buckets: list[tuple[int, int]], now_ms: int, window_ms: int, bucket_ms: int) -> int:
+    """Milliseconds until the oldest counted bucket leaves the window (0 if none)."""
+    counted = [index for index, amount in buckets if amount > 0]
+    if not counted:
+        return 0
+    return max(0, (min(counted) + window_ms // bucket_ms) * bucket_ms - now_ms)
+
+
+def format_reset(ms: int) -> str:
+    """OpenAI's reset format: "1s", "6m0s", "20ms"."""
+    if ms <= 0:
+        return "0s"
+    if ms < 1000:
+        return f"{ms}ms"
+    seconds = math.ceil(ms / 1000)
+    if seconds < 60:
+        return f"{seconds}s"
+    return f"{seconds // 60}m{seconds % 60}s"
+
+
+def ratelimit_headers(states: list[ScopeState]) -> dict[str, str]:
+    """x-ratelimit-* for the tightest scope of each kind (the one a client hits first)."""
+    headers: dict[str, str] = {}
+    req = [s for s in states if s.requests_limit >= 0]
+    if req:
+        tight = min(req, key=lambda s: s.requests_remaining)
+        headers["x-ratelimit-limit-requests"] = str(tight.requests_limit)
+        headers["x-ratelimit-remaining-requests"] = str(max(0, tight.requests_remaining))
+        headers["x-ratelimit-reset-requests"] = format_reset(tight.requests_reset_ms)
+    tok = [s for s in states if s.tokens_limit >= 0]
+    if tok:
+        tight = min(tok, key=lambda s: s.tokens_remaining)
+        headers["x-ratelimit-limit-tokens"] = str(tight.tokens_limit)
+        headers["x-ratelimit-remaining-tokens"] = str(max(0, tight.tokens_remaining))
+        headers["x-ratelimit-reset-tokens"] = format_reset(tight.tokens_reset_ms)
+    return headers
+
+
+def reservation_tokens(prompt_tokens_estimate: int, max_tokens: int | None, n: int, cap: int) -> int:
+    """Tokens to reserve: the prompt once plus every choice's completion budget."""
+    completion = max_tokens if max_tokens is not None else cap
+    return max(0, prompt_tokens_estimate) + max(0, completion) * max(1, n)

@@ -1,0 +1,269 @@
+"""The Redis quota store: the same semantics as `quota_memory`, shared by every
+gateway replica. Each decision is one Lua script, so the check and the charge
+cannot be interleaved by another replica. All keys of one tenant share the hash
+tag `{<prefix>:<tenant>}`, so each script touches one Redis Cluster slot.
+
+Layout per tenant and scope ("t" = the tenant, "k:<id>" = an API key):
+  {p:tenant}:<scope>:rpm    HASH bucket index -> requests
+  {p:tenant}:<scope>:tpm    HASH bucket index -> tokens
+  {p:tenant}:<scope>:lease  ZSET lease id -> expiry (ms, Redis clock)
+"""
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from policies.quota import (
+    BUCKET_MS,
+    WINDOW_MS,
+    QuotaExceeded,
+    QuotaStoreUnavailable,
+    Reservation,
+    ScopeLimits,
+    ScopeState,
+)
+
+# KEYS: per scope, rpm, tpm, lease (3 * nscopes keys).
+# ARGV: window_ms, bucket_ms, lease_id, lease_ttl_ms, tokens, then per scope
+#       rpm_limit, tpm_limit, conc_limit (-1 = unlimited).
+# Returns {ok, failed_scope_index, failed_limit, retry_ms, bucket, per-scope
+#          rpm_used, rpm_reset_ms, tpm_used, tpm_reset_ms, concurrent}.
+# retry_ms = -1 when no wait can help.
+RESERVE_LUA = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[1])
+local bucket_ms = tonumber(ARGV[2])
+local lease_id = ARGV[3]
+local ttl = tonumber(ARGV[4])
+local tokens = tonumber(ARGV[5])
+local nb = window / bucket_ms
+local current = math.floor(now / bucket_ms)
+local oldest = current - nb + 1
+local nscopes = #KEYS / 3
+
+local function read_window(key)
+  local flat = redis.call('HGETALL', key)
+  local used, items, stale = 0, {}, {}
+  for i = 1, #flat, 2 do
+    local b, v = tonumber(flat[i]), tonumber(flat[i + 1])
+    if b < oldest then stale[#stale + 1] = flat[i]
+    else used = used + v; items[#items + 1] = {b, v} end
+  end
+  if #stale > 0 then redis.call('HDEL', key, unpack(stale)) end
+  table.sort(items, function(a, b) return a[1] < b[1] end)
+  return used, items
+end
+
+local function wait_until_fits(items, used, need, limit)
+  if need > limit then return -1 end
+  local excess = used + need - limit
+  if excess <= 0 then return 0 end
+  local freed = 0
+  for _, it in ipairs(items) do
+    freed = freed + it[2]
+    if freed >= excess then return math.max(0, (it[1] + nb) * bucket_ms - now) end
+  end
+  return window
+end
+
+local function next_release(items)
+  for _, it in ipairs(items) do
+    if it[2] > 0 then return math.max(0, (it[1] + nb) * bucket_ms - now) end
+  end
+  return 0
+end
+
+local out = {1, 0, '', 0, current}
+local states = {}
+for s = 1, nscopes do
+  local rk, tk, lk = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
+  local base = 5 + 3 * (s - 1)
+  local rpm_limit, tpm_limit, conc_limit = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+  local rused, ritems = read_window(rk)
+  local tused, titems = read_window(tk)
+  redis.call('ZREMRANGEBYSCORE', lk, '-inf', now)
+  local conc = redis.call('ZCARD', lk)
+  if out[1] == 1 then
+    if rpm_limit >= 0 and rused + 1 > rpm_limit then
+      out = {0, s, 'requests', wait_until_fits(ritems, rused, 1, rpm_limit), current}
+    elseif tpm_limit >= 0 and tused + tokens > tpm_limit then
+      out = {0, s, 'tokens', wait_until_fits(titems, tused, tokens, tpm_limit), current}
+    elseif conc_limit >= 0 and conc >= conc_limit then
+      local w = 1000
+      if conc_limit == 0 then w = -1 end
+      out = {0, s, 'concurrency', w, current}
+    end
+  end
+  states[s] = {rused, next_release(ritems), tused, next_release(titems), conc}
+end
+
+if out[1] == 1 then
+  local into_bucket = window - now % bucket_ms
+  for s = 1, nscopes do
+    local rk, tk, lk = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
+    redis.call('HINCRBY', rk, current, 1)
+    redis.call('PEXPIRE', rk, window + bucket_ms)
+    redis.call('HINCRBY', tk, current, tokens)
+    redis.call('PEXPIRE', tk, window + bucket_ms)
+    redis.call('ZADD', lk, now + ttl, lease_id)
+    redis.call('PEXPIRE', lk, ttl * 2)
+    local st = states[s]
+    st[1] = st[1] + 1; st[3] = st[3] + tokens; st[5] = st[5] + 1
+    if st[2] == 0 then st[2] = into_bucket end
+    if st[4] == 0 and tokens > 0 then st[4] = into_bucket end
+  end
+end
+for s = 1, nscopes do
+  for _, v in ipairs(states[s]) do out[#out + 1] = v end
+end
+return out
+"""
+
+# KEYS: per scope, rpm, tpm, lease. ARGV: window_ms, bucket_ms, lease_id, bucket,
+# delta_tokens (used - reserved), refund_request (0/1).
+RELEASE_LUA = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window, bucket_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+local lease_id, bucket = ARGV[3], ARGV[4]
+local delta, refund = tonumber(ARGV[5]), ARGV[6] == '1'
+local current = math.floor(now / bucket_ms)
+local in_window = tonumber(bucket) >= current - window / bucket_ms + 1
+for s = 1, #KEYS / 3 do
+  local rk, tk, lk = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
+  if delta < 0 and in_window then
+    local have = tonumber(redis.call('HGET', tk, bucket) or '0')
+    if have > 0 then redis.call('HINCRBY', tk, bucket, math.max(delta, -have)) end
+  elseif delta > 0 then
+    redis.call('HINCRBY', tk, current, delta)
+    redis.call('PEXPIRE', tk, window + bucket_ms)
+  end
+  if refund and in_window then
+    local have = tonumber(redis.call('HGET', rk, bucket) or '0')
+    if have > 0 then redis.call('HINCRBY', rk, bucket, -1) end
+  end
+  redis.call('ZREM', lk, lease_id)
+end
+return 1
+"""
+
+# KEYS: lease zsets. ARGV: lease_ttl_ms, then one lease id per key.
+HEARTBEAT_LUA = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[1])
+for i = 1, #KEYS do
+  redis.call('ZADD', KEYS[i], 'XX', now + ttl, ARGV[i + 1])
+  redis.call('PEXPIRE', KEYS[i], ttl * 2)
+end
+return 1
+"""
+
+# KEYS: one lease zset. Returns live leases.
+COUNT_LUA = r"""
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZCARD', KEYS[1])
+"""
+
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def _tag(text: str) -> str:
+    # Braces would end the hash tag early and split one tenant across slots.
+    return text.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+class RedisQuotaStore:
+    kind = "redis"
+
+    def __init__(self, url: str, *, key_prefix: str = "switchyard", window_ms: int = WINDOW_MS,
+                 bucket_ms: int = BUCKET_MS, timeout_s: float = 0.5) -> None:
+        if window_ms % bucket_ms:
+            raise ValueError("window_ms must be a multiple of bucket_ms")
+        self.window_ms = window_ms
+        self.bucket_ms = bucket_ms
+        self.prefix = key_prefix
+        # A short timeout: a hung Redis must turn into the fail policy quickly,
+        # not into requests that hang with it.
+        self.client = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+                                              retry_on_timeout=False)
+        self._reserve = self.client.register_script(RESERVE_LUA)
+        self._release = self.client.register_script(RELEASE_LUA)
+        self._heartbeat = self.client.register_script(HEARTBEAT_LUA)
+        self._count = self.client.register_script(COUNT_LUA)
+
+    def _keys(self, tenant: str, scope: str) -> list[str]:
+        base = f"{{{_tag(self.prefix)}:{_tag(tenant)}}}:{scope}"
+        return [f"{base}:rpm", f"{base}:tpm", f"{base}:lease"]
+
+    async def ping(self) -> None:
+        try:
+            await self.client.ping()
+        except _UNAVAILABLE as exc:
+            raise QuotaStoreUnavailable(str(exc)) from exc
+
+    async def reserve(self, tenant: str, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str,
+                      lease_ttl_ms: int) -> Reservation:
+        keys: list[str] = []
+        args: list[int | str] = [self.window_ms, self.bucket_ms, lease_id, lease_ttl_ms, tokens]
+        for scope in scopes:
+            keys += self._keys(tenant, scope.name)
+            args += [scope.requests_per_window, scope.tokens_per_window, scope.max_concurrent]
+        try:
+            out = await self._reserve(keys=keys, args=args)
+        except _UNAVAILABLE as exc:
+            raise QuotaStoreUnavailable(str(exc)) from exc
+        ok, failed_index, failed_limit, retry_ms, bucket = out[:5]
+        states = []
+        for i, scope in enumerate(scopes):
+            rused, rreset, tused, treset, conc = (int(v) for v in out[5 + 5 * i: 10 + 5 * i])
+            states.append(ScopeState(scope.name, scope.requests_per_window, scope.requests_per_window - rused,
+                                     rreset, scope.tokens_per_window, scope.tokens_per_window - tused, treset,
+                                     conc))
+        if not ok:
+            scope = scopes[int(failed_index) - 1]
+            limit = failed_limit.decode() if isinstance(failed_limit, bytes) else str(failed_limit)
+            requested = tokens if limit == "tokens" else 1
+            value = {"requests": scope.requests_per_window, "tokens": scope.tokens_per_window,
+                     "concurrency": scope.max_concurrent}[limit]
+            wait = None if int(retry_ms) < 0 else int(retry_ms) / 1000
+            raise QuotaExceeded(scope.name, limit, wait, states, requested, value)
+        return Reservation(tenant, scopes, lease_id, int(bucket), tokens, states, self.kind)
+
+    async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:
+        keys: list[str] = []
+        for scope in reservation.scopes:
+            keys += self._keys(reservation.tenant, scope.name)
+        args = [self.window_ms, self.bucket_ms, reservation.lease_id, reservation.bucket,
+                used_tokens - reservation.tokens, 1 if refund_request else 0]
+        try:
+            await self._release(keys=keys, args=args)
+        except _UNAVAILABLE as exc:
+            raise QuotaStoreUnavailable(str(exc)) from exc
+
+    async def heartbeat(self, reservations: list[Reservation], lease_ttl_ms: int) -> None:
+        # One script per tenant: a script's keys must share one Cluster slot.
+        by_tenant: dict[str, tuple[list[str], list[str]]] = {}
+        for r in reservations:
+            keys, ids = by_tenant.setdefault(r.tenant, ([], []))
+            for scope in r.scopes:
+                keys.append(self._keys(r.tenant, scope.name)[2])
+                ids.append(r.lease_id)
+        try:
+            for keys, ids in by_tenant.values():
+                await self._heartbeat(keys=keys, args=[lease_ttl_ms, *ids])
+        except _UNAVAILABLE as exc:
+            raise QuotaStoreUnavailable(str(exc)) from exc
+
+    async def concurrent(self, tenant: str, scope: str) -> int:
+        try:
+            return int(await self._count(keys=[self._keys(tenant, scope)[2]]))
+        except _UNAVAILABLE as exc:
+            raise QuotaStoreUnavailable(str(exc)) from exc
+
+    async def aclose(self) -> None:
+        await self.client.aclose()

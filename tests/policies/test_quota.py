@@ -1,0 +1,229 @@
+"""The quota stores' shared semantics, run against the memory store and a real
+Redis (one test body, both stores)."""
+from __future__ import annotations
+
+import asyncio
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from policies.quota import (
+    UNLIMITED,
+    QuotaExceeded,
+    ScopeLimits,
+    format_reset,
+    ratelimit_headers,
+    reservation_tokens,
+)
+from policies.quota_memory import MemoryQuotaStore
+from policies.quota_redis import RedisQuotaStore
+
+WINDOW_MS = 1000
+BUCKET_MS = 100
+TTL_MS = 10_000
+
+StoreFactory = Callable[[], object]
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def make_store(request, redis_server) -> AsyncIterator[StoreFactory]:
+    """Builds stores sharing one state: for Redis, several clients (as several
+    replicas would be); for memory, the same instance."""
+    made: list = []
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    memory = MemoryQuotaStore(window_ms=WINDOW_MS, bucket_ms=BUCKET_MS)
+
+    def factory():
+        if request.param == "memory":
+            return memory
+        store = RedisQuotaStore(redis_server.url, key_prefix=prefix, window_ms=WINDOW_MS, bucket_ms=BUCKET_MS)
+        made.append(store)
+        return store
+
+    yield factory
+    for store in made:
+        await store.aclose()
+
+
+def lid() -> str:
+    return uuid.uuid4().hex
+
+
+async def test_requests_limit_rejects_the_next_and_says_when_to_retry(make_store):
+    store = make_store()
+    scopes = (ScopeLimits("t", requests_per_window=5),)
+    for _ in range(5):
+        await store.reserve("acme", scopes, 0, lid(), TTL_MS)
+    with pytest.raises(QuotaExceeded) as exc:
+        await store.reserve("acme", scopes, 0, lid(), TTL_MS)
+    assert exc.value.limit == "requests"
+    assert 0 < exc.value.retry_after_s <= WINDOW_MS / 1000
+    assert exc.value.states[0].requests_remaining == 0
+
+
+async def test_window_slides_and_retry_after_is_honest(make_store):
+    store = make_store()
+    scopes = (ScopeLimits("t", requests_per_window=3),)
+    for _ in range(3):
+        await store.reserve("acme", scopes, 0, lid(), TTL_MS)
+    with pytest.raises(QuotaExceeded) as exc:
+        await store.reserve("acme", scopes, 0, lid(), TTL_MS)
+    await asyncio.sleep(exc.value.retry_after_s + 0.02)
+    await store.reserve("acme", scopes, 0, lid(), TTL_MS)
+
+
+async def test_tokens_are_reserved_then_reconciled_down_to_real_usage(make_store):
+    store = make_store()
+    scopes = (ScopeLimits("t", tokens_per_window=1000),)
+    r = await store.reserve("acme", scopes, 600, lid(), TTL_MS)
+    with pytest.raises(QuotaExceeded) as exc:
+        await store.reserve("acme", scopes, 500, lid(), TTL_MS)
+    assert exc.value.limit == "tokens"
+    await store.release(r, used_tokens=100)
+    r2 = await store.reserve("acme", scopes, 900, lid(), TTL_MS)
+    assert r2.states[0].tokens_remaining == 0
+
+
+async def test_usage_beyond_the_reservation_is_charged(make_store):
+    store = make_store()
+    scopes = (ScopeLimits("t", tokens_per_window=1000),)
+    r = await store.reserve("acme", scopes, 100, lid(), TTL_MS)
+    await store.release(r, used_tokens=700)
+    with pytest.raises(QuotaExceeded):
+        await store.reserve("acme", scopes, 301, lid(), TTL_MS)
+    r2 = await store.reserve("acme", scopes, 300, lid(), TTL_MS)
+    assert r2.states[0].tokens_remaining == 0
+
+
+async def test_a_request_larger_than_the_whole_limit_gets_no_retry_after(make_store):
+    store = make_store()
+    with pytest.raises(QuotaExceeded) as exc:
+        await store.reserve("acme", (ScopeLimits("t", tokens_per_window=100),), 101, lid(), TTL_MS)
+    assert exc.value.retry_after_s is None
+
+
+async def test_concurrency_lease_is_freed_by_release(make_store):
+    store = make_store()
+    scopes = (ScopeLimits("t", max_concurrent=2),)
+    a = await store.reserve("acme", scopes, 0, lid(), TTL_MS)
+    await store.reserve("acme", scopes, 0, lid(), TTL_MS)
+    with pytest.raises(QuotaExceeded) as exc:
+        await store.reserve("acme", scopes, 0, lid(), TTL_MS)
+    assert exc.value.limit == "concurrency"
+    await store.release(a, used_tokens=0)
+    assert await store.concurrent("acme", "t") == 1
+    await store.reserve("acme", scopes, 0, lid(), TTL_MS)
+
+
+async def test_unreleased_lease_expires_after_ttl_unless_refreshed(make_store):
+    store = make_store()
+    scopes = (ScopeLimits("t", max_concurrent=2),)
+    kept = await store.reserve("acme", scopes, 0, lid(), 300)
+    await store.reserve("acme", scopes, 0, lid(), 300)  # its holder "crashes"
+    for _ in range(3):
+        await asyncio.sleep(0.15)
+        await store.heartbeat([kept], 300)
+    assert await store.concurrent("acme", "t") == 1
+
+
+async def test_a_key_scope_rejection_takes_nothing_from_the_tenant(make_store):
+    store = make_store()
+    tenant = ScopeLimits("t", requests_per_window=10, tokens_per_window=1000)
+    key = ScopeLimits("k:a", requests_per_window=1)
+    await store.reserve("acme", (tenant, key), 10, lid(), TTL_MS)
+    with pytest.raises(QuotaExceeded) as exc:
+        await store.reserve("acme", (tenant, key), 10, lid(), TTL_MS)
+    assert exc.value.scope == "k:a"
+    other_key = ScopeLimits("k:b", requests_per_window=5)
+    r = await store.reserve("acme", (tenant, other_key), 10, lid(), TTL_MS)
+    assert r.states[0].requests_remaining == 8
+    assert r.states[0].tokens_remaining == 980
+
+
+async def test_refund_request_uncounts_it(make_store):
+    store = make_store()
+    scopes = (ScopeLimits("t", requests_per_window=1, tokens_per_window=100),)
+    r = await store.reserve("acme", scopes, 50, lid(), TTL_MS)
+    await store.release(r, used_tokens=0, refund_request=True)
+    r2 = await store.reserve("acme", scopes, 100, lid(), TTL_MS)
+    assert r2.states[0].requests_remaining == 0
+
+
+async def test_tenants_do_not_share_limits(make_store):
+    store = make_store()
+    scopes = (ScopeLimits("t", requests_per_window=1),)
+    await store.reserve("acme", scopes, 0, lid(), TTL_MS)
+    await store.reserve("globex", scopes, 0, lid(), TTL_MS)
+
+
+async def test_concurrent_reservations_from_many_clients_never_overshoot(make_store):
+    stores = [make_store() for _ in range(3)]  # three "replicas"
+    scopes = (ScopeLimits("t", requests_per_window=37, tokens_per_window=5000, max_concurrent=UNLIMITED),)
+
+    async def one(i: int) -> int:
+        try:
+            r = await stores[i % 3].reserve("acme", scopes, 97, lid(), TTL_MS)
+            return r.tokens
+        except QuotaExceeded:
+            return 0
+
+    taken = await asyncio.gather(*(one(i) for i in range(200)))
+    admitted = [t for t in taken if t]
+    # 5000 // 97 = 51 > 37: the request limit binds, exactly.
+    assert len(admitted) == 37
+    assert sum(admitted) <= 5000
+
+
+async def test_concurrent_token_reservations_stop_exactly_at_the_limit(make_store):
+    stores = [make_store() for _ in range(3)]
+    scopes = (ScopeLimits("t", tokens_per_window=1000),)
+    results = await asyncio.gather(*(stores[i % 3].reserve("acme", scopes, 30, lid(), TTL_MS)
+                                     for i in range(100)), return_exceptions=True)
+    admitted = [r for r in results if not isinstance(r, Exception)]
+    assert len(admitted) == 1000 // 30
+    assert all(isinstance(r, QuotaExceeded) for r in results if isinstance(r, Exception))
+
+
+def test_headers_report_the_tightest_scope():
+    from policies.quota import ScopeState
+    states = [ScopeState("t", 100, 40, 2000, 1000, 900, 1500, 1),
+              ScopeState("k:a", 50, 3, 59_000, UNLIMITED, 0, 0, 1)]
+    h = ratelimit_headers(states)
+    assert h["x-ratelimit-limit-requests"] == "50"
+    assert h["x-ratelimit-remaining-requests"] == "3"
+    assert h["x-ratelimit-reset-requests"] == "59s"
+    assert h["x-ratelimit-limit-tokens"] == "1000"
+    assert h["x-ratelimit-remaining-tokens"] == "900"
+    assert h["x-ratelimit-reset-tokens"] == "2s"
+
+
+def test_reset_format_matches_openai():
+    assert format_reset(20) == "20ms"
+    assert format_reset(1000) == "1s"
+    assert format_reset(360_000) == "6m0s"
+    assert format_reset(0) == "0s"
+
+
+def test_reservation_counts_every_choice():
+    assert reservation_tokens(10, 100, 3, cap=50) == 310
+    assert reservation_tokens(10, None, 1, cap=50) == 60
+
+
+async def test_redis_keys_of_one_tenant_share_one_cluster_slot(redis_server):
+    store = RedisQuotaStore(redis_server.url, key_prefix="p")
+    keys = store._keys("ac{me}", "t") + store._keys("ac{me}", "k:x")
+    tags = {re.match(r"^\{([^}]*)\}", k).group(1) for k in keys}
+    assert tags == {"p:ac%7Bme%7D"}
+    await store.aclose()
+
+
+async def test_redis_down_raises_unavailable(fresh_redis_server):
+    from policies.quota import QuotaStoreUnavailable
+    store = RedisQuotaStore(fresh_redis_server.url, key_prefix="p", timeout_s=0.3)
+    await store.reserve("acme", (ScopeLimits("t"),), 1, lid(), TTL_MS)
+    fresh_redis_server.stop()
+    with pytest.raises(QuotaStoreUnavailable):
+        await store.reserve("acme", (ScopeLimits("t"),), 1, lid(), TTL_MS)
+    await store.aclose()
