@@ -1,0 +1,209 @@
+"""Backpressure: a bounded queue per model, with priority bands and fairness
+between tenants inside a band, dispatching only while the model's backends
+have capacity.
+
+* Bands: a higher `tier` is served first (strict priority between bands).
+* Fairness: inside a band, tenants take turns (round robin over tenants that
+  have someone waiting), so a tenant flooding the queue gets one dispatch per
+  turn like everyone else instead of the whole backend.
+* Capacity: `capacity(model)` returns how many requests the model's backends
+  can hold (the sum of their max in-flight, lowered by the router when a
+  runtime reports saturation), or None for unbounded. A request is dispatched
+  when fewer than that many are in flight from this gateway.
+* A full queue answers 429 or 503 with Retry-After estimated from the recent
+  drain rate; a request that waited past its deadline gets 503; a request whose
+  client left is removed at once (its slot goes to the next one).
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+from adapters.errors import GatewayError
+
+CapacityFn = Callable[[str], "int | None"]
+ClientGone = Callable[[], Awaitable[bool]]
+
+
+class ClientGoneWhileQueued(Exception):
+    """The client left while its request waited; nothing was dispatched."""
+
+
+@dataclass(eq=False)
+class _Waiter:
+    tenant: str
+    tier: int
+    future: asyncio.Future[None]
+    enqueued_at: float
+
+
+@dataclass
+class _Band:
+    # tenant -> its FIFO; `turns` is the round-robin order of tenants with waiters.
+    queues: dict[str, deque[_Waiter]] = field(default_factory=dict)
+    turns: deque[str] = field(default_factory=deque)
+
+
+@dataclass
+class _ModelQueue:
+    in_flight: int = 0
+    waiting: int = 0
+    bands: dict[int, _Band] = field(default_factory=dict)
+    done_times: deque[float] = field(default_factory=lambda: deque(maxlen=64))
+
+
+@dataclass(eq=False)
+class Slot:
+    """A dispatched request's place in its model's in-flight count."""
+
+    model: str
+    waited_s: float
+    released: bool = False
+
+
+class AdmissionQueue:
+    def __init__(self, *, max_queue: int, max_wait_s: float, full_status: int = 429,
+                 capacity: CapacityFn | None = None, poll_s: float = 0.05) -> None:
+        self.max_queue = max_queue
+        self.max_wait_s = max_wait_s
+        self.full_status = full_status
+        self.capacity: CapacityFn = capacity or (lambda model: None)
+        # How often a waiter re-checks its client and the capacity (which may
+        # rise without a release, when a runtime stops reporting saturation).
+        self.poll_s = poll_s
+        self._models: dict[str, _ModelQueue] = {}
+
+    def set_capacity_provider(self, capacity: CapacityFn) -> None:
+        self.capacity = capacity
+
+    def _has_room(self, model: str, q: _ModelQueue) -> bool:
+        cap = self.capacity(model)
+        return cap is None or q.in_flight < cap
+
+    def in_flight(self, model: str) -> int:
+        q = self._models.get(model)
+        return q.in_flight if q else 0
+
+    def waiting(self, model: str) -> int:
+        q = self._models.get(model)
+        return q.waiting if q else 0
+
+    def drain_retry_after(self, model: str) -> float:
+        """Seconds until the queue ahead of a newcomer should have drained."""
+        q = self._models.get(model)
+        if q is None or not q.done_times:
+            return min(self.max_wait_s, 1.0)
+        # Counting up to now keeps a long-idle backend from looking fast.
+        span = time.monotonic() - q.done_times[0]
+        rate = len(q.done_times) / max(span, 1e-3)
+        return max(1.0, min(self.max_wait_s, (q.waiting + 1) / rate))
+
+    async def enter(self, model: str, tenant: str, tier: int, *, deadline: float | None = None,
+                    client_gone: ClientGone | None = None) -> Slot:
+        """Wait for a dispatch slot. `deadline` is a time.monotonic() value."""
+        q = self._models.setdefault(model, _ModelQueue())
+        start = time.monotonic()
+        if q.waiting == 0 and self._has_room(model, q):
+            q.in_flight += 1
+            return Slot(model, 0.0)
+        if q.waiting >= self.max_queue:
+            raise GatewayError(self.full_status,
+                               f"The queue for model `{model}` is full ({self.max_queue} waiting); retry later.",
+                               code="queue_full", retry_after=self.drain_retry_after(model))
+        limit = start + self.max_wait_s
+        if deadline is not None:
+            limit = min(limit, deadline)
+        waiter = _Waiter(tenant, tier, asyncio.get_running_loop().create_future(), start)
+        self._push(q, waiter)
+        try:
+            while True:
+                self._dispatch(model, q)
+                remaining = limit - time.monotonic()
+                if waiter.future.done():
+                    return Slot(model, time.monotonic() - start)
+                if remaining <= 0:
+                    raise GatewayError(503, f"The request waited {time.monotonic() - start:.1f}s in the queue for "
+                                            f"model `{model}` and passed its deadline.", code="queue_timeout",
+                                       retry_after=self.drain_retry_after(model))
+                try:
+                    await asyncio.wait_for(asyncio.shield(waiter.future), min(self.poll_s, remaining))
+                except asyncio.TimeoutError:
+                    pass
+                if not waiter.future.done() and client_gone is not None and await client_gone():
+                    raise ClientGoneWhileQueued()
+        except BaseException:
+            if waiter.future.done():
+                # Dispatched while we were leaving: hand the slot to the next one.
+                q.in_flight -= 1
+                self._dispatch(model, q)
+            else:
+                waiter.future.cancel()
+                self._remove(q, waiter)
+            raise
+
+    def release(self, slot: Slot) -> None:
+        """Idempotent: free the slot and dispatch whoever is next."""
+        if slot.released:
+            return
+        slot.released = True
+        q = self._models[slot.model]
+        q.in_flight -= 1
+        # Completions are the drain rate while a queue exists.
+        q.done_times.append(time.monotonic())
+        self._dispatch(slot.model, q)
+
+    def kick(self, model: str | None = None) -> None:
+        """Re-check capacity now (the router calls this when a backend frees up)."""
+        for name in [model] if model else list(self._models):
+            if name in self._models:
+                self._dispatch(name, self._models[name])
+
+    # ---- queue structure -------------------------------------------------
+
+    def _push(self, q: _ModelQueue, w: _Waiter) -> None:
+        band = q.bands.setdefault(w.tier, _Band())
+        fifo = band.queues.get(w.tenant)
+        if fifo is None:
+            fifo = band.queues[w.tenant] = deque()
+            band.turns.append(w.tenant)
+        fifo.append(w)
+        q.waiting += 1
+
+    def _remove(self, q: _ModelQueue, w: _Waiter) -> None:
+        band = q.bands.get(w.tier)
+        fifo = band.queues.get(w.tenant) if band else None
+        if fifo is None or w not in fifo:
+            return
+        fifo.remove(w)
+        q.waiting -= 1
+        if not fifo:
+            del band.queues[w.tenant]
+            band.turns.remove(w.tenant)
+
+    def _pop_next(self, q: _ModelQueue) -> _Waiter | None:
+        for tier in sorted(q.bands, reverse=True):
+            band = q.bands[tier]
+            while band.turns:
+                tenant = band.turns.popleft()
+                fifo = band.queues[tenant]
+                w = fifo.popleft()
+                q.waiting -= 1
+                if fifo:
+                    band.turns.append(tenant)  # back of the line: the next tenant goes first
+                else:
+                    del band.queues[tenant]
+                return w
+        return None
+
+    def _dispatch(self, model: str, q: _ModelQueue) -> None:
+        while q.waiting and self._has_room(model, q):
+            w = self._pop_next(q)
+            if w is None:
+                return
+            if w.future.done():  # cancelled while queued; already counted out
+                continue
+            q.in_flight += 1
+            w.future.set_result(None)

@@ -1,0 +1,166 @@
+"""The admission queue: capacity gating, priority bands, fairness between
+tenants, bounds, deadlines and clients that leave."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from adapters.errors import GatewayError
+from policies.admission import AdmissionQueue, ClientGoneWhileQueued
+
+
+def queue(cap: int | None, **kw) -> AdmissionQueue:
+    kw.setdefault("max_queue", 100)
+    kw.setdefault("max_wait_s", 5.0)
+    return AdmissionQueue(capacity=lambda model: cap, poll_s=0.01, **kw)
+
+
+async def test_unbounded_capacity_dispatches_at_once():
+    q = queue(None)
+    slots = [await q.enter("m", "a", 1) for _ in range(50)]
+    assert q.in_flight("m") == 50
+    for s in slots:
+        q.release(s)
+        q.release(s)  # idempotent
+    assert q.in_flight("m") == 0
+
+
+async def test_capacity_gates_dispatch_until_a_release():
+    q = queue(1)
+    first = await q.enter("m", "a", 1)
+    second = asyncio.create_task(q.enter("m", "a", 1))
+    await asyncio.sleep(0.05)
+    assert not second.done() and q.waiting("m") == 1
+    q.release(first)
+    slot = await asyncio.wait_for(second, 1)
+    assert q.in_flight("m") == 1 and q.waiting("m") == 0
+    q.release(slot)
+
+
+async def _order_of(q: AdmissionQueue, entries: list[tuple[str, int]]) -> list[str]:
+    """Enqueue entries behind one held slot, then release one at a time and
+    record which tenant got each slot."""
+    blocker = await q.enter("m", "blocker", 1)
+    order: list[str] = []
+
+    async def one(tenant: str, tier: int) -> None:
+        slot = await q.enter("m", tenant, tier)
+        order.append(tenant)
+        await asyncio.sleep(0)
+        q.release(slot)
+
+    tasks = []
+    for tenant, tier in entries:
+        tasks.append(asyncio.create_task(one(tenant, tier)))
+        await asyncio.sleep(0)  # enqueue in this order
+    await asyncio.sleep(0.02)
+    q.release(blocker)
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    return order
+
+
+async def test_a_flooding_tenant_takes_turns_with_a_quiet_one():
+    order = await _order_of(queue(1), [("flood", 1)] * 10 + [("quiet", 1)])
+    assert order.index("quiet") == 1  # served right after flood's first, not after all ten
+
+
+async def test_higher_tier_band_is_served_first():
+    order = await _order_of(queue(1), [("low", 1)] * 3 + [("high", 2)] * 2)
+    assert order[:2] == ["high", "high"]
+
+
+async def test_full_queue_is_rejected_with_retry_after():
+    q = queue(1, max_queue=2, full_status=503)
+    held = await q.enter("m", "a", 1)
+    waiting = [asyncio.create_task(q.enter("m", "a", 1)) for _ in range(2)]
+    await asyncio.sleep(0.02)
+    with pytest.raises(GatewayError) as exc:
+        await q.enter("m", "b", 1)
+    assert exc.value.status == 503 and exc.value.code == "queue_full"
+    assert exc.value.retry_after and exc.value.retry_after >= 1
+    q.release(held)
+    for t in waiting:
+        q.release(await t)
+
+
+async def test_waiting_past_the_deadline_is_503_and_leaves_no_trace():
+    q = queue(1, max_wait_s=0.1)
+    held = await q.enter("m", "a", 1)
+    t0 = time.monotonic()
+    with pytest.raises(GatewayError) as exc:
+        await q.enter("m", "a", 1)
+    assert exc.value.status == 503 and exc.value.code == "queue_timeout"
+    assert 0.09 <= time.monotonic() - t0 < 1
+    assert q.waiting("m") == 0
+    q.release(held)
+    assert q.in_flight("m") == 0
+
+
+async def test_request_deadline_shorter_than_queue_wait_wins():
+    q = queue(1, max_wait_s=10)
+    held = await q.enter("m", "a", 1)
+    with pytest.raises(GatewayError):
+        await q.enter("m", "a", 1, deadline=time.monotonic() + 0.05)
+    q.release(held)
+
+
+async def test_a_client_that_leaves_is_dropped_at_once():
+    q = queue(1)
+    held = await q.enter("m", "a", 1)
+    gone = asyncio.Event()
+
+    async def client_gone() -> bool:
+        return gone.is_set()
+
+    task = asyncio.create_task(q.enter("m", "a", 1, client_gone=client_gone))
+    await asyncio.sleep(0.03)
+    assert q.waiting("m") == 1
+    gone.set()
+    with pytest.raises(ClientGoneWhileQueued):
+        await asyncio.wait_for(task, 0.5)
+    assert q.waiting("m") == 0
+    q.release(held)
+    assert q.in_flight("m") == 0
+
+
+async def test_cancelling_a_queued_task_removes_it():
+    q = queue(1)
+    held = await q.enter("m", "a", 1)
+    task = asyncio.create_task(q.enter("m", "a", 1))
+    await asyncio.sleep(0.02)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert q.waiting("m") == 0
+    q.release(held)
+    assert q.in_flight("m") == 0
+
+
+async def test_capacity_that_rises_without_a_release_dispatches_waiters():
+    cap = {"m": 0}  # saturated runtime
+    q = AdmissionQueue(max_queue=10, max_wait_s=5, capacity=lambda m: cap[m], poll_s=0.01)
+    task = asyncio.create_task(q.enter("m", "a", 1))
+    await asyncio.sleep(0.03)
+    assert not task.done()
+    cap["m"] = 1
+    q.release(await asyncio.wait_for(task, 1))
+
+
+async def test_retry_after_follows_the_drain_rate():
+    q = queue(1, max_queue=50, max_wait_s=100)
+    for _ in range(10):  # ten completions in about 0.1 s: ~100/s
+        q.release(await q.enter("m", "a", 1))
+        await asyncio.sleep(0.01)
+    held = await q.enter("m", "a", 1)
+    waiting = [asyncio.create_task(q.enter("m", "a", 1)) for _ in range(20)]
+    await asyncio.sleep(0.01)
+    fast = q.drain_retry_after("m")
+    await asyncio.sleep(0.5)  # nothing completes: the estimated rate falls
+    slow = q.drain_retry_after("m")
+    assert slow > fast
+    for t in waiting:
+        t.cancel()
+    await asyncio.gather(*waiting, return_exceptions=True)
+    q.release(held)
