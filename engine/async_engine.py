@@ -1,0 +1,136 @@
+"""Serve an LLMEngine to asyncio code: the step loop runs in a background thread.
+
+Every engine call happens under one lock, so requests can be added and aborted from the
+event loop while the thread steps. Each step's outputs go back to the loop in one
+`call_soon_threadsafe` and are routed to per-request asyncio queues."""
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import AsyncIterator
+
+from engine.llm_engine import EngineStats, LLMEngine, TokenOutput
+from engine.metrics import EngineMetrics
+from engine.sampling_params import SamplingParams
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine, registry=None) -> None:
+        self.engine = engine
+        self.metrics = EngineMetrics(registry) if registry is not None else None
+        self._lock = threading.Lock()
+        self._wakeup = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._error: BaseException | None = None
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="switchyard-engine", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        engine = self.engine
+        while not self._stopping:
+            with self._lock:
+                busy = engine.has_unfinished_requests()
+                if busy:
+                    try:
+                        outputs = engine.step()
+                    except BaseException as exc:  # surface engine failures to every stream
+                        self._fail_all(exc)
+                        continue
+                    if self.metrics is not None:
+                        self.metrics.observe(engine.stats())
+                    self._deliver(outputs)
+                else:
+                    self._wakeup.clear()
+            if not busy:
+                self._wakeup.wait(0.5)
+
+    def _deliver(self, outputs: list[TokenOutput]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, TokenOutput]]] = {}
+        for out in outputs:
+            entry = self._streams.get(out.request_id)
+            if entry is not None:
+                by_loop.setdefault(entry[0], []).append((entry[1], out))
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:
+                pass  # that event loop is closed; its consumers are gone
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for request_id, (loop, queue) in list(self._streams.items()):
+            self.engine.abort_request(request_id)
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, exc)
+            except RuntimeError:
+                pass
+
+    async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                       priority: int = 0) -> AsyncIterator[TokenOutput]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        with self._lock:
+            if request_id in self._streams:
+                raise ValueError(f"request id {request_id!r} is already streaming")
+            self.engine.add_request(request_id, prompt_token_ids, params, priority)
+            self._streams[request_id] = (loop, queue)
+        self._ensure_thread()
+        self._wakeup.set()
+        remaining = params.n
+        try:
+            while remaining:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if item.finished:
+                    remaining -= 1
+                yield item
+        finally:
+            with self._lock:
+                self._streams.pop(request_id, None)
+                if remaining:
+                    self.engine.abort_request(request_id)
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request from outside its consumer; its stream ends with finish_reason "abort"."""
+        with self._lock:
+            req = self.engine.requests.get(request_id)
+            unfinished = [s.index for s in req.seqs if not s.is_finished] if req else []
+            n = req.params.n if req else 0
+            self.engine.abort_request(request_id)
+            entry = self._streams.get(request_id)
+        if entry is None:
+            return
+        loop, queue = entry
+        # Choices not forked yet have no Sequence; close them too.
+        indices = sorted(set(unfinished) | set(range(len(req.seqs) if req else 0, n)))
+        outs = [TokenOutput(request_id, i, [], None, True, "abort", 0, 0) for i in indices]
+        try:
+            loop.call_soon_threadsafe(_put_all, [(queue, o) for o in outs])
+        except RuntimeError:
+            pass
+
+    def stats(self) -> EngineStats:
+        with self._lock:
+            return self.engine.stats()
+
+    async def shutdown(self) -> None:
+        self._stopping = True
+        self._wakeup.set()
+        thread = self._thread
+        if thread is not None:
+            await asyncio.to_thread(thread.join, 5.0)
+        self._thread = None
+        self._stopping = False
+        with self._lock:
+            for request_id in list(self.engine.requests):
+                self.engine.abort_request(request_id)
+
+
+def _put_all(items: list[tuple[asyncio.Queue, TokenOutput]]) -> None:
+    for queue, out in items:
+        queue.put_nowait(out)

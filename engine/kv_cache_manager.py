@@ -1,0 +1,133 @@
+"""Block tables and automatic prefix caching on top of the block pool.
+
+Full blocks are identified by a chain hash: hash(parent block's hash, block tokens). A
+lookup also compares the tokens stored with the block, so a hash collision can only cost
+a cache miss, never wrong KV. The cache hit is capped so that at least one prompt token is
+always computed (its logits are needed to sample)."""
+from __future__ import annotations
+
+from engine.block_pool import Block, BlockPool
+from engine.sequence import Sequence
+
+_ROOT_HASH = hash(("switchyard-kv-root",))
+
+
+class KVCacheManager:
+    def __init__(self, pool: BlockPool, block_size: int, enable_prefix_caching: bool = True) -> None:
+        self.pool = pool
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+
+    # ---- hashing -------------------------------------------------------------------
+
+    def _extend_hashes(self, seq: Sequence, num_full_blocks: int) -> None:
+        hashes = seq.block_hashes
+        bs = self.block_size
+        parent = hashes[-1] if hashes else _ROOT_HASH
+        tokens = seq.token_ids
+        for i in range(len(hashes), num_full_blocks):
+            parent = hash((parent, tuple(tokens[i * bs:(i + 1) * bs])))
+            hashes.append(parent)
+
+    # ---- prefix-cache lookup -------------------------------------------------------
+
+    def get_computed_blocks(self, seq: Sequence) -> list[Block]:
+        """Longest run of cached full blocks matching the sequence's leading tokens."""
+        if not self.enable_prefix_caching or seq.num_computed_tokens:
+            return []
+        bs = self.block_size
+        max_blocks = (seq.num_tokens - 1) // bs  # leave at least one token to compute
+        if max_blocks == 0:
+            return []
+        self._extend_hashes(seq, max_blocks)
+        hits: list[Block] = []
+        tokens = seq.token_ids
+        for i in range(max_blocks):
+            block = self.pool.lookup(seq.block_hashes[i], tuple(tokens[i * bs:(i + 1) * bs]))
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    # ---- allocation ----------------------------------------------------------------
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, computed_blocks: list[Block] | None = None) -> bool:
+        """Make room for `num_new_tokens` more tokens (after any `computed_blocks` hits).
+        Returns False, changing nothing, when the pool cannot supply the blocks: the
+        scheduler's signal to preempt or to stop admitting."""
+        computed_blocks = computed_blocks or []
+        bs = self.block_size
+        num_computed = seq.num_computed_tokens + len(computed_blocks) * bs
+        blocks_needed = -(-(num_computed + num_new_tokens) // bs)
+        num_new_blocks = blocks_needed - len(seq.blocks) - len(computed_blocks)
+        # A hit on a cached *free* block takes it out of the free list, so it no longer
+        # counts as allocatable.
+        revived = sum(1 for b in computed_blocks if b.ref_count == 0)
+        if num_new_blocks > self.pool.num_free_blocks - revived:
+            return False
+        for block in computed_blocks:
+            self.pool.touch(block)
+            seq.blocks.append(block)
+            seq.block_ids.append(block.block_id)
+        if computed_blocks:
+            seq.num_computed_tokens = num_computed
+            seq.num_published_blocks = len(seq.blocks)
+        for _ in range(num_new_blocks):
+            block = self.pool.allocate()
+            seq.blocks.append(block)
+            seq.block_ids.append(block.block_id)
+        return True
+
+    def cache_full_blocks(self, seq: Sequence) -> None:
+        """Publish blocks that became full of computed tokens (prompt and output alike)."""
+        if not self.enable_prefix_caching:
+            return
+        bs = self.block_size
+        num_full = seq.num_computed_tokens // bs
+        if num_full <= seq.num_published_blocks:
+            return
+        self._extend_hashes(seq, num_full)
+        tokens = seq.token_ids
+        for i in range(seq.num_published_blocks, num_full):
+            self.pool.cache(seq.blocks[i], seq.block_hashes[i], tuple(tokens[i * bs:(i + 1) * bs]))
+        seq.num_published_blocks = num_full
+
+    def fork(self, parent: Sequence, child: Sequence) -> tuple[int, int] | None | bool:
+        """Share the parent's computed blocks with a new choice of the same prompt.
+
+        Full blocks are shared by reference count; a partially filled last block is
+        copied (the child will write its own tokens there). Returns the (src, dst) block
+        pair to copy, None when nothing must be copied, or False when the pool had no
+        block for the copy (the caller then recomputes the child from the prefix cache)."""
+        bs = self.block_size
+        num_full = parent.num_computed_tokens // bs
+        partial = parent.num_computed_tokens % bs != 0
+        if partial and self.pool.num_free_blocks < 1:
+            return False
+        for block in parent.blocks[:num_full]:
+            self.pool.touch(block)
+            child.blocks.append(block)
+            child.block_ids.append(block.block_id)
+        child.block_hashes = list(parent.block_hashes[:num_full])
+        child.num_published_blocks = min(parent.num_published_blocks, num_full)
+        child.num_computed_tokens = parent.num_computed_tokens
+        if not partial:
+            return None
+        block = self.pool.allocate()
+        child.blocks.append(block)
+        child.block_ids.append(block.block_id)
+        return parent.block_ids[num_full], block.block_id
+
+    def free(self, seq: Sequence) -> None:
+        """Release the sequence's blocks, tail first, so a chain's tail is evicted before its
+        head. Hashes stay on the blocks: a preempted sequence resumes from the cache."""
+        for block in reversed(seq.blocks):
+            self.pool.free(block)
+        seq.blocks = []
+        seq.block_ids = []
+        seq.num_published_blocks = 0
+        seq.num_computed_tokens = 0
+
+    @property
+    def usage(self) -> float:
+        return 1.0 - self.pool.num_free_blocks / self.pool.num_blocks

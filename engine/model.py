@@ -1,0 +1,183 @@
+"""Llama-family decoder (Llama, Qwen2, Mistral) over a paged KV cache.
+
+Numerics follow transformers' implementation step for step (RMSNorm in fp32, RoPE
+tables computed in fp32, residual adds in the model dtype), so greedy decoding matches
+it token for token. Projections are fused (q|k|v and gate|up) to halve the kernel calls.
+All sequences of a step run as one batch: the attention gathers each sequence's keys and
+values from the paged cache through precomputed index tensors and makes a single
+`scaled_dot_product_attention` call with a mask (see AttentionMetadata)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from engine.config import ModelConfig
+
+
+@dataclass
+class AttentionMetadata:
+    """Index tensors for one step, built once and shared by all layers.
+
+    Tokens of the step are flattened to T rows. Attention runs on a [B, max_q] padded
+    query layout: `q_dest` maps each flat row to its padded slot (None when every
+    sequence has exactly one new token, the pure-decode case)."""
+    slot_mapping: torch.Tensor        # [T] cache slot each new token's K/V is written to
+    gather_index: torch.Tensor        # [B, max_ctx] cache slots of each sequence's context
+    mask: torch.Tensor                # [B, 1, max_q, max_ctx] True = may attend
+    q_dest: torch.Tensor | None       # [T] row in the padded [B*max_q] layout
+    batch_size: int
+    max_q: int
+    cos: torch.Tensor                 # [T, 1, head_dim]
+    sin: torch.Tensor
+
+
+def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
+    dim = cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    scaling = cfg.rope_scaling
+    if scaling is None:
+        return inv_freq
+    factor = float(scaling["factor"])
+    if scaling["rope_type"] == "linear":
+        return inv_freq / factor
+    # llama3: keep high frequencies, divide low ones by `factor`, interpolate in between.
+    low_ff = float(scaling["low_freq_factor"])
+    high_ff = float(scaling["high_freq_factor"])
+    old_len = scaling["original_max_position_embeddings"]
+    low_wavelen = old_len / low_ff
+    high_wavelen = old_len / high_ff
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low_ff) / (high_ff - low_ff)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    is_medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+def rope_tables(cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = rope_inv_freq(cfg)
+    freqs = torch.arange(max_len, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(device=device, dtype=dtype), emb.sin().to(device=device, dtype=dtype)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class LayerWeights:
+    __slots__ = ("input_norm", "qkv", "qkv_bias", "o", "o_bias", "post_norm", "gate_up", "down")
+
+    def __init__(self, input_norm, qkv, qkv_bias, o, o_bias, post_norm, gate_up, down) -> None:
+        self.input_norm = input_norm
+        self.qkv = qkv
+        self.qkv_bias = qkv_bias
+        self.o = o
+        self.o_bias = o_bias
+        self.post_norm = post_norm
+        self.gate_up = gate_up
+        self.down = down
+
+
+class LlamaModel:
+    def __init__(self, cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.dtype, device: torch.device) -> None:
+        if cfg.hidden_act not in ("silu", "swish"):
+            raise ValueError(f"unsupported hidden_act {cfg.hidden_act!r}")
+        self.cfg = cfg
+        self.num_heads = cfg.num_attention_heads
+        self.num_kv_heads = cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.eps = cfg.rms_norm_eps
+
+        def take(name: str) -> torch.Tensor:
+            return state[name].to(device=device, dtype=dtype)
+
+        def maybe(name: str) -> torch.Tensor | None:
+            return take(name) if name in state else None
+
+        self.embed = take("model.embed_tokens.weight")
+        self.norm = take("model.norm.weight")
+        if cfg.tie_word_embeddings or "lm_head.weight" not in state:
+            self.lm_head = self.embed
+        else:
+            self.lm_head = take("lm_head.weight")
+        self.layers: list[LayerWeights] = []
+        for i in range(cfg.num_hidden_layers):
+            p = f"model.layers.{i}."
+            a = p + "self_attn."
+            qkv = torch.cat([take(a + "q_proj.weight"), take(a + "k_proj.weight"), take(a + "v_proj.weight")])
+            biases = [maybe(a + n + ".bias") for n in ("q_proj", "k_proj", "v_proj")]
+            if any(b is not None for b in biases):
+                sizes = (self.q_size, self.kv_size, self.kv_size)
+                qkv_bias = torch.cat([b if b is not None else torch.zeros(s, dtype=dtype, device=device)
+                                      for b, s in zip(biases, sizes)])
+            else:
+                qkv_bias = None
+            m = p + "mlp."
+            self.layers.append(LayerWeights(
+                input_norm=take(p + "input_layernorm.weight"),
+                qkv=qkv.contiguous(),
+                qkv_bias=qkv_bias,
+                o=take(a + "o_proj.weight"),
+                o_bias=maybe(a + "o_proj.bias"),
+                post_norm=take(p + "post_attention_layernorm.weight"),
+                gate_up=torch.cat([take(m + "gate_proj.weight"), take(m + "up_proj.weight")]).contiguous(),
+                down=take(m + "down_proj.weight"),
+            ))
+
+    def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata,
+                kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """Hidden states (before the final norm) for every token of the step: [T, hidden]."""
+        h = F.embedding(input_ids, self.embed)
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
+            residual = h
+            x = rms_norm(h, layer.input_norm, self.eps)
+            x = self._attention(x, layer, meta, k_cache, v_cache)
+            h = residual + x
+            residual = h
+            x = rms_norm(h, layer.post_norm, self.eps)
+            gate, up = F.linear(x, layer.gate_up).chunk(2, dim=-1)
+            h = residual + F.linear(F.silu(gate) * up, layer.down)
+        return h
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(rms_norm(hidden, self.norm, self.eps), self.lm_head)
+
+    def _attention(self, x: torch.Tensor, layer: LayerWeights, meta: AttentionMetadata,
+                   k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        T = x.shape[0]
+        qkv = F.linear(x, layer.qkv, layer.qkv_bias)
+        q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
+        q = apply_rope(q.view(T, self.num_heads, self.head_dim), meta.cos, meta.sin)
+        k = apply_rope(k.view(T, self.num_kv_heads, self.head_dim), meta.cos, meta.sin)
+        k_cache.index_copy_(0, meta.slot_mapping, k)
+        v_cache.index_copy_(0, meta.slot_mapping, v.view(T, self.num_kv_heads, self.head_dim))
+        B, max_q = meta.batch_size, meta.max_q
+        keys = k_cache[meta.gather_index].transpose(1, 2)      # [B, Hkv, max_ctx, D]
+        values = v_cache[meta.gather_index].transpose(1, 2)
+        if meta.q_dest is None:
+            queries = q.view(B, 1, self.num_heads, self.head_dim)
+        else:
+            queries = q.new_zeros(B * max_q, self.num_heads, self.head_dim)
+            queries[meta.q_dest] = q
+            queries = queries.view(B, max_q, self.num_heads, self.head_dim)
+        out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys, values, attn_mask=meta.mask,
+                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        out = out.transpose(1, 2).reshape(B * max_q, self.q_size)
+        if meta.q_dest is not None:
+            out = out[meta.q_dest]
+        return F.linear(out, layer.o, layer.o_bias)

@@ -1,0 +1,137 @@
+"""Owns the model weights and the paged KV tensors; turns a scheduled batch into logits."""
+from __future__ import annotations
+
+import torch
+
+from engine.config import EngineConfig, ModelConfig
+from engine.model import AttentionMetadata, LlamaModel, rope_tables
+from engine.sequence import Sequence
+from engine.weights import load_state_dict
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+DEFAULT_KV_CACHE_BYTES = 128 * 1024 * 1024
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"unsupported dtype {name!r}; use one of {sorted(DTYPES)}") from None
+
+
+class ModelRunner:
+    def __init__(self, model_cfg: ModelConfig, cfg: EngineConfig, max_model_len: int) -> None:
+        self.model_cfg = model_cfg
+        self.dtype = parse_dtype(cfg.dtype)
+        self.device = torch.device(cfg.device)
+        self.block_size = cfg.block_size
+        self.model = LlamaModel(model_cfg, load_state_dict(cfg.model_dir), self.dtype, self.device)
+        self.cos, self.sin = rope_tables(model_cfg, max_model_len, self.dtype, self.device)
+        self.num_blocks = self._num_blocks(cfg, max_model_len)
+        slots = self.num_blocks * self.block_size
+        shape = (slots, model_cfg.num_key_value_heads, model_cfg.head_dim)
+        # Zeroed, not empty: padded gathers read slots that were never written, and a NaN
+        # there would survive the attention mask (0 * NaN).
+        self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
+                           torch.zeros(shape, dtype=self.dtype, device=self.device))
+                          for _ in range(model_cfg.num_hidden_layers)]
+
+    def _num_blocks(self, cfg: EngineConfig, max_model_len: int) -> int:
+        if cfg.num_blocks is not None:
+            return cfg.num_blocks
+        m = self.model_cfg
+        bytes_per_block = (2 * m.num_hidden_layers * self.block_size * m.num_key_value_heads * m.head_dim
+                           * torch.empty((), dtype=self.dtype).element_size())
+        budget = cfg.kv_cache_bytes
+        if budget is None:
+            # Enough for every running sequence at full length, capped so the default does
+            # not grab a lot of memory for a large model.
+            wanted = cfg.max_num_seqs * -(-max_model_len // self.block_size) * bytes_per_block
+            budget = min(wanted, DEFAULT_KV_CACHE_BYTES)
+        num = budget // bytes_per_block
+        if num < 1:
+            raise ValueError(f"kv_cache_bytes={budget} is smaller than one block ({bytes_per_block} bytes)")
+        return int(num)
+
+    def copy_block(self, src: int, dst: int) -> None:
+        bs = self.block_size
+        for k_cache, v_cache in self.kv_caches:
+            k_cache[dst * bs:(dst + 1) * bs] = k_cache[src * bs:(src + 1) * bs]
+            v_cache[dst * bs:(dst + 1) * bs] = v_cache[src * bs:(src + 1) * bs]
+
+    @torch.inference_mode()
+    def execute(self, scheduled: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[Sequence]]:
+        """Run one forward pass. Returns fp32 logits for the sequences whose last known
+        token was computed this step (those get a new token), and those sequences."""
+        input_ids: list[int] = []
+        q_lens: list[int] = []
+        starts: list[int] = []
+        tables: list[list[int]] = []
+        sample_rows: list[int] = []
+        sampled: list[Sequence] = []
+        end = 0
+        max_q = 1
+        max_ctx = 0
+        max_blocks = 0
+        for seq, n in scheduled:
+            s = seq.num_computed_tokens
+            if n == 1:
+                input_ids.append(seq.token_ids[s])
+            else:
+                input_ids.extend(seq.token_ids[s:s + n])
+                if n > max_q:
+                    max_q = n
+            end += n
+            q_lens.append(n)
+            starts.append(s)
+            tables.append(seq.block_ids)
+            if s + n > max_ctx:
+                max_ctx = s + n
+            if len(seq.block_ids) > max_blocks:
+                max_blocks = len(seq.block_ids)
+            if s + n == seq.num_tokens:
+                sample_rows.append(end - 1)
+                sampled.append(seq)
+        meta = self._metadata(q_lens, starts, tables, max_q, max_ctx, max_blocks, len(input_ids))
+        ids = torch.tensor(input_ids, dtype=torch.long).to(self.device, non_blocking=True)
+        hidden = self.model.forward(ids, meta, self.kv_caches)
+        if not sampled:
+            return torch.empty(0, self.model_cfg.vocab_size), sampled
+        rows = torch.tensor(sample_rows, dtype=torch.long).to(self.device, non_blocking=True)
+        logits = self.model.logits(hidden.index_select(0, rows))
+        return logits.float(), sampled
+
+    def _metadata(self, q_lens: list[int], starts: list[int], tables: list[list[int]], max_q: int,
+                  max_ctx: int, max_blocks: int, num_tokens: int) -> AttentionMetadata:
+        bs = self.block_size
+        B = len(q_lens)
+        table = torch.tensor([t + [0] * (max_blocks - len(t)) for t in tables], dtype=torch.long)
+        starts_t = torch.tensor(starts, dtype=torch.long)
+        if max_q == 1:
+            positions = starts_t
+            seq_idx = torch.arange(B)
+            q_dest = None
+        else:
+            q_lens_t = torch.tensor(q_lens, dtype=torch.long)
+            seq_idx = torch.repeat_interleave(torch.arange(B), q_lens_t, output_size=num_tokens)
+            first = torch.cumsum(q_lens_t, 0) - q_lens_t
+            offsets = torch.arange(num_tokens) - first[seq_idx]
+            positions = starts_t[seq_idx] + offsets
+            q_dest = seq_idx * max_q + offsets
+        slot_mapping = table[seq_idx, positions // bs] * bs + positions % bs
+        kpos = torch.arange(max_ctx)
+        gather_index = table[:, kpos // bs] * bs + kpos % bs
+        qpos = starts_t[:, None] + torch.arange(max_q)[None, :]
+        mask = (kpos[None, None, :] <= qpos[:, :, None]).unsqueeze(1)
+        dev = self.device
+        return AttentionMetadata(
+            slot_mapping=slot_mapping.to(dev, non_blocking=True),
+            gather_index=gather_index.to(dev, non_blocking=True),
+            mask=mask.to(dev, non_blocking=True),
+            q_dest=None if q_dest is None else q_dest.to(dev, non_blocking=True),
+            batch_size=B,
+            max_q=max_q,
+            cos=self.cos[positions.to(dev)].unsqueeze(1),
+            sin=self.sin[positions.to(dev)].unsqueeze(1),
+        )
