@@ -33,6 +33,10 @@ class ApiKeyEntry(_Strict):
     name: str | None = None
     models: list[str] | None = None  # narrows the tenant's models for this key
     tier: int | None = None
+    # Per-key limits, checked together with the tenant's (None = only the tenant's apply).
+    requests_per_minute: int | None = Field(None, ge=0)
+    tokens_per_minute: int | None = Field(None, ge=0)
+    max_concurrent: int | None = Field(None, ge=0)
 
     @field_validator("sha256")
     @classmethod

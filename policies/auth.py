@@ -1,0 +1,361 @@
+"""Who is calling: API keys (stored only as SHA-256 digests) and JWTs (PyJWT,
+per-issuer algorithm allow-list, keys from a JWKS file or URL), mapped to a
+`Principal`: the tenant, the models it may use, and its priority tier.
+
+Failures are 401 with OpenAI's envelope and a `WWW-Authenticate` header
+(RFC 6750). The messages never echo a full key or token.
+"""
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import jwt
+import yaml
+
+from adapters.errors import GatewayError
+
+log = logging.getLogger("switchyard.auth")
+
+KEY_PREFIX = "sk-sy-"
+ANONYMOUS_TENANT = "anonymous"
+REALM = "switchyard"
+
+# The key type each algorithm must be verified with. Checking it ourselves (not
+# only trusting the library) is what stops algorithm confusion: an RS256 public
+# key can never be fed to HS256 as a shared secret, and `none` is never allowed.
+ALG_KEY_TYPES = {"RS256": "RSA", "ES256": "EC", "EdDSA": "OKP", "HS256": "oct"}
+
+
+@dataclass(slots=True)
+class Principal:
+    tenant: str
+    key_id: str | None
+    models: list[str]  # fnmatch patterns; "*" is every model
+    tier: int
+    claims: dict[str, Any] = field(default_factory=dict)
+    # Per-key limits (None = only the tenant's apply).
+    key_requests_per_minute: int | None = None
+    key_tokens_per_minute: int | None = None
+    key_max_concurrent: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    sha256: str
+    tenant: str
+    name: str | None = None
+    models: list[str] | None = None
+    tier: int | None = None
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent: int | None = None
+
+    @property
+    def key_id(self) -> str:
+        return self.name or self.sha256[:12]
+
+
+@dataclass(frozen=True, slots=True)
+class TenantRecord:
+    models: list[str]
+    tier: int
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def generate_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def model_allowed(patterns: list[str], model: str) -> bool:
+    return any(fnmatch.fnmatchcase(model, p) for p in patterns)
+
+
+def unauthorized(message: str, *, error: str | None = "invalid_token", code: str = "invalid_api_key") -> GatewayError:
+    challenge = f'Bearer realm="{REALM}"'
+    if error:
+        # The description is ours, never the client's text; quotes would break the header.
+        challenge += f', error="{error}", error_description="{message.replace(chr(34), chr(39))}"'
+    return GatewayError(401, message, code=code, headers={"WWW-Authenticate": challenge})
+
+
+def _mask(secret: str) -> str:
+    return f"{secret[:6]}***{secret[-4:]}" if len(secret) > 14 else "***"
+
+
+class ApiKeyTable:
+    """Digest -> key record, from the config and an optional mounted file that
+    is re-read when it changes (secret rotation without a restart)."""
+
+    def __init__(self, entries: list[KeyRecord], file: str | None, known_tenants: set[str] | None,
+                 recheck_s: float = 1.0) -> None:
+        self._static = {e.sha256: e for e in entries}
+        self._file = file
+        self._known_tenants = known_tenants
+        self._recheck_s = recheck_s
+        self._file_entries: dict[str, KeyRecord] = {}
+        self._file_mtime: float | None = None
+        self._checked_at = 0.0
+
+    def load_file(self) -> None:
+        if not self._file:
+            return
+        try:
+            mtime = os.stat(self._file).st_mtime
+        except OSError as exc:
+            log.error("api_keys_file %s unreadable: %s", self._file, exc)
+            return
+        if mtime == self._file_mtime:
+            return
+        with open(self._file) as f:
+            data = yaml.safe_load(f) or []
+        if isinstance(data, dict):
+            data = data.get("api_keys", [])
+        entries: dict[str, KeyRecord] = {}
+        for raw in data:
+            record = key_record(raw)
+            if self._known_tenants is not None and record.tenant not in self._known_tenants:
+                log.error("api_keys_file %s: key %s names unknown tenant %r; ignored", self._file,
+                          record.key_id, record.tenant)
+                continue
+            entries[record.sha256] = record
+        self._file_entries = entries
+        self._file_mtime = mtime
+
+    def lookup(self, key: str) -> KeyRecord | None:
+        now = time.monotonic()
+        if self._file and now - self._checked_at >= self._recheck_s:
+            self._checked_at = now
+            self.load_file()
+        digest = hash_key(key)
+        # The lookup is by digest, so timing can only reveal digest bytes, which
+        # say nothing usable about the key; the final compare is constant time anyway.
+        record = self._static.get(digest) or self._file_entries.get(digest)
+        if record is None or not hmac.compare_digest(record.sha256, digest):
+            return None
+        return record
+
+
+def key_record(raw: Any) -> KeyRecord:
+    """Build a record from a config entry (pydantic model) or a file's mapping."""
+    data = raw.model_dump() if hasattr(raw, "model_dump") else dict(raw)
+    digest = str(data["sha256"]).lower()
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError("sha256 must be a 64-character hex digest")
+    return KeyRecord(sha256=digest, tenant=str(data["tenant"]), name=data.get("name"), models=data.get("models"),
+                     tier=data.get("tier"), requests_per_minute=data.get("requests_per_minute"),
+                     tokens_per_minute=data.get("tokens_per_minute"), max_concurrent=data.get("max_concurrent"))
+
+
+class JwksKeys:
+    """The issuer's public keys by `kid`, cached for `cache_s`; an unknown kid
+    triggers one early refresh (rate-limited), which is how rotation is seen."""
+
+    def __init__(self, *, file: str | None, url: str | None, cache_s: float, min_refresh_s: float = 5.0,
+                 fetch_timeout_s: float = 5.0) -> None:
+        self.file = file
+        self.url = url
+        self.cache_s = cache_s
+        self.min_refresh_s = min_refresh_s
+        self.fetch_timeout_s = fetch_timeout_s
+        self._keys: dict[str | None, jwt.PyJWK] = {}
+        self._loaded_at = float("-inf")
+        self._file_mtime: float | None = None
+        self._lock = asyncio.Lock()
+
+    async def _read(self) -> dict[str, Any]:
+        if self.file:
+            self._file_mtime = os.stat(self.file).st_mtime
+            with open(self.file) as f:
+                return json.load(f)
+        import aiohttp  # only JWKS-by-URL deployments need it at run time
+
+        timeout = aiohttp.ClientTimeout(total=self.fetch_timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with session.get(self.url) as resp:
+                resp.raise_for_status()
+                return await resp.json(content_type=None)
+
+    async def refresh(self) -> None:
+        async with self._lock:
+            try:
+                document = await self._read()
+            except Exception as exc:  # keep serving with the keys we have
+                log.error("JWKS refresh from %s failed: %s", self.file or self.url, exc)
+                self._loaded_at = time.monotonic()
+                return
+            keys: dict[str | None, jwt.PyJWK] = {}
+            for jwk in document.get("keys", []):
+                if jwk.get("use", "sig") != "sig":
+                    continue
+                try:
+                    keys[jwk.get("kid")] = jwt.PyJWK(jwk)
+                except jwt.PyJWTError as exc:
+                    log.error("JWKS key %s skipped: %s", jwk.get("kid"), exc)
+            self._keys = keys
+            self._loaded_at = time.monotonic()
+
+    def _file_changed(self) -> bool:
+        if not self.file:
+            return False
+        try:
+            return os.stat(self.file).st_mtime != self._file_mtime
+        except OSError:
+            return False
+
+    async def get(self, kid: str | None) -> jwt.PyJWK | None:
+        age = time.monotonic() - self._loaded_at
+        if age >= self.cache_s or self._file_changed():
+            await self.refresh()
+        key = self._pick(kid)
+        if key is None and time.monotonic() - self._loaded_at >= self.min_refresh_s:
+            await self.refresh()
+            key = self._pick(kid)
+        return key
+
+    def _pick(self, kid: str | None) -> jwt.PyJWK | None:
+        if kid is not None:
+            return self._keys.get(kid)
+        # A token without kid is only unambiguous when the set has one key.
+        return next(iter(self._keys.values())) if len(self._keys) == 1 else None
+
+
+class JwtVerifier:
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+        self.algorithms = list(cfg.algorithms)
+        self.jwks = (JwksKeys(file=cfg.jwks_file, url=cfg.jwks_url, cache_s=cfg.jwks_cache_s)
+                     if (cfg.jwks_file or cfg.jwks_url) else None)
+        self._hs_secret: bytes | None = None
+        if cfg.hs256_secret_file:
+            with open(cfg.hs256_secret_file, "rb") as f:
+                self._hs_secret = f.read().strip()
+
+    async def start(self) -> None:
+        if self.jwks is not None:
+            await self.jwks.refresh()
+
+    async def verify(self, token: str) -> dict[str, Any]:
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError:
+            raise unauthorized("The bearer token is not a valid JWT.", code="invalid_token") from None
+        alg = header.get("alg")
+        if alg not in self.algorithms:
+            raise unauthorized(f"JWT algorithm {alg!r} is not allowed for this issuer.", code="invalid_token")
+        key: Any
+        if alg == "HS256":
+            key = self._hs_secret
+        else:
+            jwk = await self.jwks.get(header.get("kid")) if self.jwks else None
+            if jwk is None:
+                raise unauthorized("The JWT's signing key (kid) is not known.", code="invalid_token")
+            # PyJWK takes the algorithm from the JWK's "alg" or infers it from kty/crv.
+            if jwk.key_type != ALG_KEY_TYPES[alg] or jwk.algorithm_name != alg:
+                raise unauthorized(f"The JWT's key does not match algorithm {alg}.", code="invalid_token")
+            key = jwk.key
+        try:
+            return jwt.decode(token, key, algorithms=[alg], audience=self.cfg.audience, issuer=self.cfg.issuer,
+                              leeway=self.cfg.leeway_s, options={"require": ["exp", "iss", "aud"]})
+        except jwt.ExpiredSignatureError:
+            raise unauthorized("The JWT has expired.", code="invalid_token") from None
+        except jwt.ImmatureSignatureError:
+            raise unauthorized("The JWT is not valid yet (nbf).", code="invalid_token") from None
+        except jwt.InvalidAudienceError:
+            raise unauthorized("The JWT's audience is not this gateway.", code="invalid_token") from None
+        except jwt.InvalidIssuerError:
+            raise unauthorized("The JWT's issuer is not trusted.", code="invalid_token") from None
+        except jwt.PyJWTError as exc:
+            raise unauthorized(f"The JWT was rejected: {type(exc).__name__}.", code="invalid_token") from None
+
+
+def _looks_like_jwt(token: str) -> bool:
+    return token.count(".") == 2 and token.startswith("eyJ")
+
+
+class Authenticator:
+    def __init__(self, auth_cfg: Any, tenants: Mapping[str, TenantRecord]) -> None:
+        self.mode: str = auth_cfg.mode
+        self.tenants = dict(tenants)
+        known = set(self.tenants) if self.tenants else None
+        self.keys = ApiKeyTable([key_record(e) for e in auth_cfg.api_keys], auth_cfg.api_keys_file, known)
+        self.jwt = JwtVerifier(auth_cfg.jwt) if auth_cfg.jwt is not None and "jwt" in self.mode else None
+
+    async def start(self) -> None:
+        self.keys.load_file()
+        if self.jwt is not None:
+            await self.jwt.start()
+
+    def _tenant(self, name: str) -> TenantRecord:
+        if not self.tenants:
+            return TenantRecord(models=["*"], tier=1)
+        record = self.tenants.get(name)
+        if record is None:
+            raise GatewayError(403, f"Tenant {name!r} is not configured on this gateway.", code="unknown_tenant")
+        return record
+
+    async def authenticate(self, headers: Mapping[str, str]) -> Principal:
+        if self.mode == "none":
+            tenant = self.tenants.get(ANONYMOUS_TENANT, TenantRecord(models=["*"], tier=1))
+            return Principal(ANONYMOUS_TENANT, None, list(tenant.models), tenant.tier)
+        credential = _credential(headers)
+        if credential is None:
+            raise unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer <key>' "
+                               "or in the 'api-key' header.", error=None)
+        if self.jwt is not None and (self.mode == "jwt" or _looks_like_jwt(credential)):
+            return self._from_claims(await self.jwt.verify(credential))
+        if "keys" not in self.mode:
+            raise unauthorized("The bearer token is not a valid JWT.", code="invalid_token")
+        record = self.keys.lookup(credential)
+        if record is None:
+            raise unauthorized(f"Incorrect API key provided: {_mask(credential)}.")
+        tenant = self._tenant(record.tenant)
+        return Principal(record.tenant, record.key_id, list(record.models or tenant.models),
+                         record.tier if record.tier is not None else tenant.tier,
+                         key_requests_per_minute=record.requests_per_minute,
+                         key_tokens_per_minute=record.tokens_per_minute, key_max_concurrent=record.max_concurrent)
+
+    def _from_claims(self, claims: dict[str, Any]) -> Principal:
+        cfg = self.jwt.cfg
+        name = claims.get(cfg.tenant_claim)
+        if not isinstance(name, str) or not name:
+            raise unauthorized(f"The JWT has no {cfg.tenant_claim!r} claim naming a tenant.", code="invalid_token")
+        tenant = self._tenant(name)
+        models = claims.get(cfg.models_claim)
+        if isinstance(models, str):
+            models = models.split()
+        if not (isinstance(models, list) and all(isinstance(m, str) for m in models)):
+            models = list(tenant.models)
+        tier = claims.get(cfg.tier_claim)
+        if not isinstance(tier, int) or isinstance(tier, bool):
+            tier = tenant.tier
+        return Principal(name, None, models, tier, claims)
+
+    def may_use(self, principal: Principal, model: str) -> bool:
+        if not model_allowed(principal.models, model):
+            return False
+        # A key's or token's list narrows the tenant's, never widens it.
+        tenant = self.tenants.get(principal.tenant)
+        return tenant is None or model_allowed(tenant.models, model)
+
+
+def _credential(headers: Mapping[str, str]) -> str | None:
+    auth = headers.get("authorization")
+    if auth:
+        scheme, _, value = auth.strip().partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    api_key = headers.get("api-key")
+    return api_key.strip() if api_key and api_key.strip() else None

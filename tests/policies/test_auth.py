@@ -1,0 +1,272 @@
+"""API keys and JWTs: what is accepted, what is refused, and how a caller is
+mapped to a tenant, its models and its tier."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from adapters.errors import GatewayError
+from gateway.config import AuthConfig
+from policies.auth import Authenticator, TenantRecord, generate_key, hash_key
+
+ISS = "https://idp.test"
+AUD = "switchyard"
+TENANTS = {"acme": TenantRecord(models=["llama-*", "tiny"], tier=1),
+           "globex": TenantRecord(models=["*"], tier=2)}
+
+
+class Issuer:
+    """A test identity provider: signing keys and the JWKS file it publishes."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.jwks_path = tmp / "jwks.json"
+        self.rsa = {"r1": rsa.generate_private_key(public_exponent=65537, key_size=2048)}
+        self.ec = ec.generate_private_key(ec.SECP256R1())
+        self.ed = ed25519.Ed25519PrivateKey.generate()
+        self.publish()
+
+    def publish(self) -> None:
+        keys = []
+        for kid, k in self.rsa.items():
+            keys.append({**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(k.public_key())), "kid": kid})
+        keys.append({**json.loads(jwt.algorithms.ECAlgorithm.to_jwk(self.ec.public_key())), "kid": "e1"})
+        keys.append({**json.loads(jwt.algorithms.OKPAlgorithm.to_jwk(self.ed.public_key())), "kid": "d1"})
+        self.jwks_path.write_text(json.dumps({"keys": keys}))
+        # mtime granularity can hide a rewrite within the same tick
+        st = self.jwks_path.stat()
+        os.utime(self.jwks_path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+    def claims(self, **over) -> dict:
+        now = int(time.time())
+        base = {"iss": ISS, "aud": AUD, "exp": now + 300, "iat": now, "tenant": "acme", "sub": "u1"}
+        base.update(over)
+        return {k: v for k, v in base.items() if v is not None}
+
+    def token(self, alg: str = "RS256", kid: str = "r1", **over) -> str:
+        key = {"RS256": self.rsa.get(kid), "ES256": self.ec, "EdDSA": self.ed}[alg]
+        return jwt.encode(self.claims(**over), key, algorithm=alg, headers={"kid": kid})
+
+
+@pytest.fixture
+def issuer(tmp_path) -> Issuer:
+    return Issuer(tmp_path)
+
+
+def jwt_auth(issuer: Issuer, tmp_path: Path, algorithms=("RS256", "ES256", "EdDSA"), secret: bytes | None = None,
+             mode: str = "jwt") -> Authenticator:
+    jwt_cfg = {"issuer": ISS, "audience": AUD, "jwks_file": str(issuer.jwks_path), "algorithms": list(algorithms),
+               "leeway_s": 30}
+    if secret is not None:
+        (tmp_path / "hs").write_bytes(secret)
+        jwt_cfg["hs256_secret_file"] = str(tmp_path / "hs")
+    cfg = {"mode": mode, "jwt": jwt_cfg}
+    if "keys" in mode:
+        cfg["api_keys"] = [{"sha256": hash_key("sk-sy-known"), "tenant": "acme"}]
+    return Authenticator(AuthConfig.model_validate(cfg), TENANTS)
+
+
+async def rejected(auth: Authenticator, token: str) -> GatewayError:
+    with pytest.raises(GatewayError) as exc:
+        await auth.authenticate({"authorization": f"Bearer {token}"})
+    assert exc.value.status == 401
+    assert exc.value.headers["WWW-Authenticate"].startswith('Bearer realm="switchyard"')
+    assert 'error="invalid_token"' in exc.value.headers["WWW-Authenticate"]
+    return exc.value
+
+
+# ---- API keys ---------------------------------------------------------------
+
+
+def keys_auth(tmp_path: Path | None = None, file_entries: list | None = None) -> Authenticator:
+    cfg = {"mode": "keys", "api_keys": [
+        {"sha256": hash_key("sk-sy-acme"), "tenant": "acme", "name": "ci"},
+        {"sha256": hash_key("sk-sy-narrow"), "tenant": "acme", "models": ["tiny"], "tier": 3,
+         "requests_per_minute": 5}]}
+    if file_entries is not None:
+        path = tmp_path / "keys.yaml"
+        import yaml
+        path.write_text(yaml.safe_dump(file_entries))
+        cfg["api_keys_file"] = str(path)
+    return Authenticator(AuthConfig.model_validate(cfg), TENANTS)
+
+
+async def test_key_in_bearer_or_api_key_header_maps_to_tenant():
+    auth = keys_auth()
+    p = await auth.authenticate({"authorization": "Bearer sk-sy-acme"})
+    assert (p.tenant, p.key_id, p.tier) == ("acme", "ci", 1)
+    p2 = await auth.authenticate({"api-key": "sk-sy-acme"})
+    assert p2.tenant == "acme"
+
+
+async def test_wrong_key_is_401_with_challenge_and_no_echo():
+    auth = keys_auth()
+    with pytest.raises(GatewayError) as exc:
+        await auth.authenticate({"authorization": "Bearer sk-sy-wrong-but-long-key-value"})
+    e = exc.value
+    assert e.status == 401 and e.code == "invalid_api_key"
+    assert "sk-sy-wrong-but-long-key-value" not in e.message
+    assert 'error="invalid_token"' in e.headers["WWW-Authenticate"]
+
+
+async def test_missing_credentials_is_401_without_error_attribute():
+    with pytest.raises(GatewayError) as exc:
+        await keys_auth().authenticate({})
+    assert exc.value.status == 401
+    assert exc.value.headers["WWW-Authenticate"] == 'Bearer realm="switchyard"'
+
+
+async def test_key_narrows_models_and_carries_its_limits():
+    auth = keys_auth()
+    p = await auth.authenticate({"api-key": "sk-sy-narrow"})
+    assert p.tier == 3 and p.key_requests_per_minute == 5
+    assert auth.may_use(p, "tiny") and not auth.may_use(p, "llama-3-8b")
+    wide = await auth.authenticate({"api-key": "sk-sy-acme"})
+    assert auth.may_use(wide, "llama-3-8b") and not auth.may_use(wide, "gpt-4")
+
+
+async def test_mounted_key_file_is_read_and_reread_when_rotated(tmp_path):
+    auth = keys_auth(tmp_path, [{"sha256": hash_key("sk-sy-file-1"), "tenant": "globex"}])
+    auth.keys._recheck_s = 0
+    await auth.start()
+    assert (await auth.authenticate({"api-key": "sk-sy-file-1"})).tenant == "globex"
+    path = tmp_path / "keys.yaml"
+    import yaml
+    path.write_text(yaml.safe_dump([{"sha256": hash_key("sk-sy-file-2"), "tenant": "globex"}]))
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert (await auth.authenticate({"api-key": "sk-sy-file-2"})).tenant == "globex"
+    with pytest.raises(GatewayError):
+        await auth.authenticate({"api-key": "sk-sy-file-1"})
+
+
+async def test_generated_keys_are_unique_and_hash_to_hex():
+    a, b = generate_key(), generate_key()
+    assert a != b and a.startswith("sk-sy-") and len(a) > 40
+    assert len(hash_key(a)) == 64
+
+
+async def test_mode_none_is_anonymous_with_every_model():
+    auth = Authenticator(AuthConfig.model_validate({"mode": "none"}), {})
+    p = await auth.authenticate({})
+    assert p.tenant == "anonymous" and auth.may_use(p, "anything")
+
+
+# ---- JWT --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alg,kid", [("RS256", "r1"), ("ES256", "e1"), ("EdDSA", "d1")])
+async def test_valid_tokens_of_each_allowed_algorithm(issuer, tmp_path, alg, kid):
+    auth = jwt_auth(issuer, tmp_path)
+    await auth.start()
+    p = await auth.authenticate({"authorization": f"Bearer {issuer.token(alg, kid, tier=2, models=['tiny'])}"})
+    assert (p.tenant, p.tier, p.models) == ("acme", 2, ["tiny"])
+    assert p.claims["sub"] == "u1"
+    assert auth.may_use(p, "tiny") and not auth.may_use(p, "llama-3")
+
+
+async def test_expired_token(issuer, tmp_path):
+    auth = jwt_auth(issuer, tmp_path)
+    e = await rejected(auth, issuer.token(exp=int(time.time()) - 120))
+    assert "expired" in e.message
+
+
+async def test_expiry_within_leeway_is_accepted(issuer, tmp_path):
+    auth = jwt_auth(issuer, tmp_path)
+    p = await auth.authenticate({"authorization": f"Bearer {issuer.token(exp=int(time.time()) - 10)}"})
+    assert p.tenant == "acme"
+
+
+async def test_not_yet_valid_token(issuer, tmp_path):
+    await rejected(jwt_auth(issuer, tmp_path), issuer.token(nbf=int(time.time()) + 600))
+
+
+async def test_wrong_audience(issuer, tmp_path):
+    e = await rejected(jwt_auth(issuer, tmp_path), issuer.token(aud="someone-else"))
+    assert "audience" in e.message
+
+
+async def test_wrong_issuer(issuer, tmp_path):
+    e = await rejected(jwt_auth(issuer, tmp_path), issuer.token(iss="https://evil.test"))
+    assert "issuer" in e.message
+
+
+async def test_token_without_exp_is_refused(issuer, tmp_path):
+    await rejected(jwt_auth(issuer, tmp_path), issuer.token(exp=None))
+
+
+async def test_alg_none_is_refused(issuer, tmp_path):
+    unsigned = jwt.encode(issuer.claims(), None, algorithm="none")
+    e = await rejected(jwt_auth(issuer, tmp_path), unsigned)
+    assert "not allowed" in e.message
+
+
+async def test_hs256_signed_with_the_rsa_public_key_is_refused(issuer, tmp_path):
+    pem = issuer.rsa["r1"].public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo)
+    # Forge by hand: PyJWT itself refuses to HMAC with a PEM key.
+    import base64, hashlib, hmac as hm
+    def b64(b: bytes) -> str:
+        return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+    head = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "r1"}).encode())
+    body = b64(json.dumps(issuer.claims()).encode())
+    sig = b64(hm.new(pem, f"{head}.{body}".encode(), hashlib.sha256).digest())
+    forged = f"{head}.{body}.{sig}"
+    # RS256-only issuer: HS256 is not on the allow-list.
+    await rejected(jwt_auth(issuer, tmp_path), forged)
+    # An issuer that also allows HS256 verifies with its own secret, never the public key.
+    both = jwt_auth(issuer, tmp_path, algorithms=("RS256", "HS256"), secret=b"a-real-shared-secret-of-32-bytes!")
+    await rejected(both, forged)
+    good = jwt.encode(issuer.claims(), b"a-real-shared-secret-of-32-bytes!", algorithm="HS256")
+    assert (await both.authenticate({"authorization": f"Bearer {good}"})).tenant == "acme"
+
+
+async def test_rs256_header_on_an_ec_key_is_refused(issuer, tmp_path):
+    token = jwt.encode(issuer.claims(), issuer.ec, algorithm="ES256", headers={"kid": "e1"})
+    head, body, sig = token.split(".")
+    import base64
+    swapped = base64.urlsafe_b64encode(json.dumps({"alg": "RS256", "kid": "e1"}).encode()).rstrip(b"=").decode()
+    await rejected(jwt_auth(issuer, tmp_path), f"{swapped}.{body}.{sig}")
+
+
+async def test_unknown_kid(issuer, tmp_path):
+    auth = jwt_auth(issuer, tmp_path)
+    await auth.start()
+    issuer.rsa["r9"] = rsa.generate_private_key(public_exponent=65537, key_size=2048)  # never published
+    e = await rejected(auth, issuer.token(kid="r9"))
+    assert "kid" in e.message
+
+
+async def test_rotated_key_is_picked_up_and_the_retired_one_refused(issuer, tmp_path):
+    auth = jwt_auth(issuer, tmp_path)
+    await auth.start()
+    old = issuer.token(kid="r1")
+    assert (await auth.authenticate({"authorization": f"Bearer {old}"})).tenant == "acme"
+    issuer.rsa = {"r2": rsa.generate_private_key(public_exponent=65537, key_size=2048)}
+    issuer.publish()
+    assert (await auth.authenticate({"authorization": f"Bearer {issuer.token(kid='r2')}"})).tenant == "acme"
+    await rejected(auth, old)
+
+
+async def test_tampered_signature(issuer, tmp_path):
+    head, body, sig = issuer.token().split(".")
+    await rejected(jwt_auth(issuer, tmp_path), f"{head}.{body}.{sig[:-4]}AAAA")
+
+
+async def test_unknown_tenant_claim_is_403(issuer, tmp_path):
+    with pytest.raises(GatewayError) as exc:
+        await jwt_auth(issuer, tmp_path).authenticate({"authorization": f"Bearer {issuer.token(tenant='initech')}"})
+    assert exc.value.status == 403
+
+
+async def test_keys_and_jwt_mode_accepts_both(issuer, tmp_path):
+    auth = jwt_auth(issuer, tmp_path, mode="keys+jwt")
+    assert (await auth.authenticate({"authorization": "Bearer sk-sy-known"})).tenant == "acme"
+    p = await auth.authenticate({"authorization": f"Bearer {issuer.token(tenant='globex')}"})
+    assert p.tenant == "globex" and p.tier == 2
