@@ -1,0 +1,94 @@
+"""Stop strings: matched across any split of the text, never leaked, excluded from output."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.stop import StopStringMatcher
+
+
+def run(stops: list[str], chunks: list[str]) -> tuple[list[str], bool]:
+    matcher = StopStringMatcher(stops)
+    out, stopped = [], False
+    for chunk in chunks:
+        text, stopped = matcher.feed(chunk)
+        out.append(text)
+        if stopped:
+            break
+    if not stopped:
+        out.append(matcher.flush())
+    return out, stopped
+
+
+def all_splits(text: str) -> list[list[str]]:
+    """Every way to cut `text` into two or three pieces."""
+    cuts = []
+    for i in range(len(text) + 1):
+        for j in range(i, len(text) + 1):
+            cuts.append([text[:i], text[i:j], text[j:]])
+    return cuts
+
+
+@pytest.mark.parametrize("chunks", all_splits("Hello wor<END>ld"))
+def test_stop_string_across_every_boundary(chunks: list[str]) -> None:
+    out, stopped = run(["<END>"], chunks)
+    assert stopped
+    assert "".join(out) == "Hello wor"
+
+
+@pytest.mark.parametrize("chunks", all_splits("a <EN b <E"))
+def test_partial_stop_is_held_then_released(chunks: list[str]) -> None:
+    out, stopped = run(["<END>"], chunks)
+    assert not stopped
+    assert "".join(out) == "a <EN b <E"
+    # Nothing that could start "<END>" is shown before it is known not to.
+    shown = ""
+    for piece in out[:-1]:
+        shown += piece
+        assert not shown.endswith(("<", "<E", "<EN", "<END"))
+
+
+def test_earliest_of_several_stops_wins() -> None:
+    out, stopped = run(["world", "lo w"], ["Hel", "lo world"])
+    assert stopped and "".join(out) == "Hel"
+
+
+def test_stop_at_the_very_start() -> None:
+    out, stopped = run(["Hi"], ["H", "i there"])
+    assert stopped and "".join(out) == ""
+
+
+def test_no_stops_passes_through() -> None:
+    matcher = StopStringMatcher([])
+    assert matcher.feed("abc") == ("abc", False)
+    assert matcher.flush() == ""
+
+
+def test_after_a_match_input_is_ignored() -> None:
+    matcher = StopStringMatcher(["x"])
+    assert matcher.feed("axb") == ("a", True)
+    assert matcher.matched == "x"
+    assert matcher.feed("more") == ("", True)
+    assert matcher.flush() == ""
+
+
+def test_overlapping_prefixes() -> None:
+    # "aab" must be found although "aa" looked like a start of "aab" one character early.
+    out, stopped = run(["aab"], ["a", "a", "a", "b", "c"])
+    assert stopped and "".join(out) == "a"
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet="ab<>E", max_size=30), stops=st.lists(st.text(alphabet="ab<>E", min_size=1,
+                                                                            max_size=4), min_size=1, max_size=4),
+       cuts=st.lists(st.integers(min_value=0, max_value=30), max_size=6))
+def test_streaming_equals_one_shot(text: str, stops: list[str], cuts: list[int]) -> None:
+    bounds = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})
+    chunks = [text[a:b] for a, b in zip(bounds, bounds[1:])]
+    out, stopped = run(stops, chunks)
+    positions = [text.find(s) for s in stops if s in text]
+    if positions:
+        assert stopped and "".join(out) == text[: min(positions)]
+    else:
+        assert not stopped and "".join(out) == text

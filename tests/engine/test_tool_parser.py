@@ -1,0 +1,170 @@
+"""The hermes tool-call parser on scripted streams, split at every possible boundary."""
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from engine.detokenizer import IncrementalDetokenizer
+from engine.make_tiny import make_tiny
+from engine.tokenizer import TextTokenizer
+from engine.tool_parser import ContentPiece, HermesToolParser, ParsedPiece, ToolCallPiece
+
+TOOLS = {"get_weather", "now", "search"}
+
+ONE_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}\n</tool_call>'
+TWO_CALLS = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa\\"ris </x>"}}\n'
+             '</tool_call>\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>\n')
+REORDERED = '<tool_call>{"arguments": {"q": "kv"}, "name": "search"}</tool_call>'
+
+
+def ids_counter():
+    counter = itertools.count()
+    return lambda: f"call_{next(counter)}"
+
+
+def parse(chunks: list[str], tool_names: set[str] | None = TOOLS) -> list[ParsedPiece]:
+    parser = HermesToolParser(tool_names, new_id=ids_counter())
+    out: list[ParsedPiece] = []
+    for chunk in chunks:
+        out += parser.feed(chunk)
+    out += parser.finish()
+    return out
+
+
+def summary(pieces: list[ParsedPiece]) -> tuple[str, list[dict]]:
+    """(all content, calls as {id, name, arguments}) with the stream's invariants checked on the way."""
+    content = ""
+    calls: list[dict] = []
+    for piece in pieces:
+        if isinstance(piece, ContentPiece):
+            content += piece.text
+            continue
+        assert isinstance(piece, ToolCallPiece)
+        if piece.name is not None:
+            assert piece.tool_index == len(calls), "tool indices are dense and in order"
+            assert piece.id and piece.arguments == ""
+            calls.append({"id": piece.id, "name": piece.name, "arguments": ""})
+        else:
+            assert piece.id is None, "the id is sent only once"
+            assert piece.tool_index == len(calls) - 1, "arguments belong to the latest call"
+            calls[-1]["arguments"] += piece.arguments
+    return content, calls
+
+
+def splits(text: str) -> list[list[str]]:
+    """Every cut of `text` into two pieces, and every cut into three pieces around the tags."""
+    out = [[text[:i], text[i:]] for i in range(len(text) + 1)]
+    for i in range(0, len(text) + 1, 3):
+        for j in range(i, len(text) + 1, 5):
+            out.append([text[:i], text[i:j], text[j:]])
+    return out
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory: pytest.TempPathFactory) -> TextTokenizer:
+    return TextTokenizer(make_tiny(tmp_path_factory.mktemp("tp") / "tiny"))
+
+
+def test_one_call() -> None:
+    content, calls = summary(parse([ONE_CALL]))
+    assert content == ""
+    assert calls == [{"id": "call_0", "name": "get_weather", "arguments": '{"city": "Paris", "days": [1, 2]}'}]
+
+
+@pytest.mark.parametrize("text", [ONE_CALL, TWO_CALLS, REORDERED])
+def test_every_two_and_three_way_split_gives_the_same_result(text: str) -> None:
+    expected = summary(parse([text]))
+    for chunks in splits(text):
+        assert summary(parse(chunks)) == expected, chunks
+
+
+def test_character_by_character() -> None:
+    assert summary(parse(list(TWO_CALLS))) == summary(parse([TWO_CALLS]))
+
+
+def test_two_calls_content_and_indices() -> None:
+    content, calls = summary(parse(list(TWO_CALLS)))
+    assert content == "Let me check.\n"  # the newlines between and after calls are layout
+    assert [c["name"] for c in calls] == ["get_weather", "now"]
+    assert json.loads(calls[0]["arguments"]) == {"city": 'Pa"ris </x>'}
+    assert calls[1]["arguments"] == "{}"
+
+
+def test_scripted_token_stream_through_the_detokenizer(tok: TextTokenizer) -> None:
+    # The tokens a model would emit, one at a time, as the native adapter feeds them.
+    ids = tok.encode(TWO_CALLS + "<|im_end|>")
+    detok = IncrementalDetokenizer(tok)
+    parser = HermesToolParser(TOOLS, new_id=ids_counter())
+    pieces: list[ParsedPiece] = []
+    for token_id in ids:
+        pieces += parser.feed(detok.add([token_id]))
+    pieces += parser.feed(detok.flush()) + parser.finish()
+    assert summary(pieces) == summary(parse([TWO_CALLS]))
+
+
+def test_arguments_stream_before_the_call_closes() -> None:
+    parser = HermesToolParser(TOOLS, new_id=ids_counter())
+    first = parser.feed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa')
+    assert first[0] == ToolCallPiece(0, id="call_0", name="get_weather")
+    assert "".join(p.arguments for p in first[1:]) == '{"city": "Pa'
+    second = parser.feed('ris"}}\n</tool')
+    # The closing brace of the outer object and the partial tag are not arguments.
+    assert "".join(p.arguments for p in second) == 'ris"}'
+    assert parser.feed("_call>") == []
+    assert parser.num_calls == parser.num_closed_calls == 1
+
+
+def test_possible_start_tag_is_held_back() -> None:
+    parser = HermesToolParser(TOOLS)
+    assert parser.feed("Hello <tool") == [ContentPiece("Hello ")]
+    assert parser.feed("box>") == [ContentPiece("<toolbox>")]  # not a tag after all
+    assert parser.finish() == []
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>{"name": 5, "arguments": {}}</tool_call>',  # name not a string
+    "<tool_call>not json</tool_call>",
+    '<tool_call>{"arguments": {}}</tool_call>',  # no name
+    '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',  # not one of the request's tools
+    '<tool_call>{"arguments": {}, "name": "rm_rf"}</tool_call>',
+    "<tool_call>{\"name\": \"get_wea",  # the text ended inside the header
+])
+def test_malformed_calls_fall_back_to_content(text: str) -> None:
+    for chunks in splits(text):
+        content, calls = summary(parse(["before ", *chunks, " after"]))
+        assert calls == []
+        assert content == "before " + text + " after"
+
+
+def test_a_call_announced_then_broken_stays_a_call() -> None:
+    # Once id and name went out they cannot be taken back (vLLM's hermes parser alike).
+    content, calls = summary(parse(['<tool_call>{"name": "now", "arguments": </tool_call>tail']))
+    assert calls == [{"id": "call_0", "name": "now", "arguments": ""}]
+    assert content == "tail"
+
+
+def test_unknown_names_are_accepted_without_a_tool_list() -> None:
+    _, calls = summary(parse(['<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>'], tool_names=None))
+    assert [c["name"] for c in calls] == ["rm_rf"]
+
+
+def test_reordered_keys_are_parsed_when_the_call_closes() -> None:
+    pieces = parse([REORDERED])
+    content, calls = summary(pieces)
+    assert content == "" and calls[0]["name"] == "search"
+    assert json.loads(calls[0]["arguments"]) == {"q": "kv"}
+
+
+def test_call_without_closing_tag_keeps_streamed_arguments() -> None:
+    # A model may end (EOS or max_tokens) right after the JSON; what was parsed stands.
+    content, calls = summary(parse(['<tool_call>\n{"name": "now", "arguments": {"tz": "UTC"}}']))
+    assert content == "" and calls == [{"id": "call_0", "name": "now", "arguments": '{"tz": "UTC"}'}]
+
+
+def test_plain_text_passes_through() -> None:
+    text = "No tools here: a < b and {\"json\": true} </tool_call>"
+    for chunks in splits(text):
+        assert summary(parse(chunks)) == (text, [])
