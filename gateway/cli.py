@@ -10,12 +10,12 @@ import sys
 # sets `func` on them. Imported lazily per module so that a missing optional
 # extra (torch for the engine) only breaks the commands that need it.
 SUBCOMMAND_MODULES = [
-    "gateway.commands",
     "engine.cli",
     "simulators.cli",
     "conformance.cli",
     "bench.cli",
     "policies.cli",
+    "gateway.commands",  # last: it adds to the engine's and simulators' groups
 ]
 
 
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name and exc.name.split(".")[0] in module_name.split(".")[0]:
+            if exc.name == module_name:
                 continue  # that area has no commands yet
             raise
         module.register(sub)

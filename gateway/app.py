@@ -1,0 +1,286 @@
+"""App assembly: the OpenAI routes, health, readiness and metrics.
+
+Routes are plain Starlette routes on the FastAPI app (no per-request pydantic
+model or dependency injection): the request path is parse -> auth -> quota and
+admission -> dispatch -> encode, and each step is a function call.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from adapters.base import GenerationRequest
+from adapters.errors import GatewayError, model_not_found
+from gateway.backends import BackendSet
+from gateway.config import GatewayConfig
+from gateway.dispatch import Dispatcher
+from gateway.generation import Generation, RequestContext
+from gateway.metrics import GatewayMetrics, access_logger, log_access
+from gateway.requests import parse_chat, parse_completion, parse_json_body
+
+log = logging.getLogger("switchyard.gateway")
+
+
+def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers)
+
+
+def error_response(err: GatewayError, request_id: str | None = None) -> Response:
+    headers = dict(err.headers)
+    if request_id:
+        headers["x-request-id"] = request_id
+    if err.retry_after is not None:
+        headers["retry-after"] = str(max(1, int(err.retry_after + 0.999)))
+    return json_response(err.to_dict(), err.status, headers)
+
+
+def estimate_prompt_tokens(req: GenerationRequest) -> int:
+    """A cheap upper-leaning estimate for quota reservation (reconciled later):
+    about four characters per token, plus a few tokens of template per message."""
+    if req.messages is not None:
+        chars = 0
+        for m in req.messages:
+            c = m.get("content")
+            chars += len(c) if isinstance(c, str) else len(orjson.dumps(c)) if c is not None else 0
+            if m.get("tool_calls"):
+                chars += len(orjson.dumps(m["tool_calls"]))
+        if req.tools:
+            chars += len(orjson.dumps(req.tools))
+        return chars // 4 + 4 * len(req.messages) + 1
+    if isinstance(req.prompt, list):
+        return len(req.prompt)
+    return len(req.prompt or "") // 4 + 1
+
+
+class Gateway:
+    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics or GatewayMetrics()
+        self.backends = BackendSet(config, registry=self.metrics.registry)
+        self.dispatcher = Dispatcher(self.backends)
+        self.protection = _make_protection(config, self.metrics)
+        self.access_log = access_logger() if config.access_log else None
+        self.started_at = int(time.time())
+
+    async def startup(self) -> None:
+        if self.protection is not None:
+            await self.protection.start()
+            if hasattr(self.protection, "set_capacity_provider"):
+                self.protection.set_capacity_provider(self._capacity)
+        await self.backends.start()
+
+    async def shutdown(self) -> None:
+        await self.backends.aclose()
+        if self.protection is not None:
+            await self.protection.aclose()
+
+    def _capacity(self, model: str) -> int | None:
+        pool = self.backends.pools.get(model)
+        return pool.capacity() if pool else None
+
+    # ---- OpenAI routes ---------------------------------------------------------------
+
+    async def chat(self, request: Request) -> Response:
+        return await self._generate(request, chat=True)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=False)
+
+    async def _generate(self, request: Request, chat: bool) -> Response:
+        ctx = RequestContext(request_id=request.headers.get("x-request-id") or uuid.uuid4().hex,
+                             started=time.perf_counter(), chat=chat)
+        try:
+            raw = await self._read_body(request)
+            body = parse_json_body(raw)
+            reqs = [parse_chat(body, ctx.request_id)] if chat else parse_completion(body, ctx.request_id)
+            ctx.model = reqs[0].model
+            principal = None
+            if self.protection is not None:
+                principal = await self.protection.authenticate(_headers(request))
+                ctx.tenant = principal.tenant
+                for r in reqs:
+                    r.tenant = principal.tenant
+                    r.priority = getattr(principal, "tier", 0)
+            if self.dispatcher.pool(ctx.model) is None:
+                raise model_not_found(ctx.model)
+            if principal is not None and not self.protection.may_use(principal, ctx.model):
+                raise GatewayError(403, f"Your key may not use the model `{ctx.model}`.", param="model",
+                                   code="model_not_allowed")
+            if self.protection is not None:
+                queued_at = time.perf_counter()
+                estimate = sum(estimate_prompt_tokens(r) for r in reqs)
+                ctx.ticket = await self.protection.admit(principal, ctx.model, reqs[0], estimate,
+                                                         request.is_disconnected)
+                ctx.queue_wait = time.perf_counter() - queued_at
+        except GatewayError as err:
+            return self._fail(ctx, err)
+        except ClientDisconnect:
+            return self._fail(ctx, GatewayError(499, "client closed the request", code="client_closed"))
+        return Generation(self, ctx, reqs)
+
+    def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
+        self.finish_record(ctx, err.status, None, error=err.message)
+        return error_response(err, ctx.request_id)
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.config.limits.max_body_bytes
+        declared = request.headers.get("content-length")
+        too_big = GatewayError(413, f"The request body is larger than this gateway accepts ({limit} bytes).",
+                               code="request_too_large")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_big
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def list_models(self, request: Request) -> Response:
+        try:
+            allowed = await self._allowed_models(request)
+        except GatewayError as err:
+            return error_response(err)
+        return json_response({"object": "list", "data": [self._model_card(m) for m in allowed]})
+
+    async def get_model(self, request: Request) -> Response:
+        model_id = request.path_params["model_id"]
+        try:
+            allowed = await self._allowed_models(request)
+            if model_id not in allowed:
+                raise model_not_found(model_id)
+        except GatewayError as err:
+            return error_response(err)
+        return json_response(self._model_card(model_id))
+
+    async def _allowed_models(self, request: Request) -> list[str]:
+        names = list(self.backends.pools)
+        if self.protection is None:
+            return names
+        principal = await self.protection.authenticate(_headers(request))
+        return [m for m in names if self.protection.may_use(principal, m)]
+
+    def _model_card(self, name: str) -> dict:
+        owned_by = self.backends.pools[name].config.owned_by
+        return {"id": name, "object": "model", "created": self.started_at, "owned_by": owned_by}
+
+    # ---- operations --------------------------------------------------------------------
+
+    async def healthz(self, request: Request) -> Response:
+        return json_response({"status": "ok"})
+
+    async def readyz(self, request: Request) -> Response:
+        ready = self.backends.ready()
+        ok = bool(ready) and all(ready.values())
+        detail = {name: [{"backend": b.name, "healthy": b.health.ok, "detail": b.health.detail}
+                         for b in pool.backends] for name, pool in self.backends.pools.items()}
+        return json_response({"status": "ready" if ok else "not_ready", "models": detail}, 200 if ok else 503)
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        for b in self.backends.backends.values():
+            self.metrics.backend_healthy.labels(b.name).set(1 if b.health.ok else 0)
+            self.metrics.backend_inflight.labels(b.name).set(b.inflight)
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # ---- bookkeeping shared with Generation ---------------------------------------------
+
+    def finish_record(self, ctx: RequestContext, status: int, usage, *, backend: str | None = None,
+                      error: str | None = None, cancelled_phase: str | None = None) -> None:
+        elapsed = time.perf_counter() - ctx.started
+        model = ctx.model or "-"
+        known_model = model in self.backends.pools
+        mlabel = model if known_model else "-"
+        self.metrics.requests.labels(mlabel, backend or "-", str(status)).inc()
+        if known_model:
+            self.metrics.e2e.labels(mlabel).observe(elapsed)
+            if ctx.upstream_wait or backend:
+                self.metrics.overhead.labels(mlabel).observe(max(0.0, elapsed - ctx.upstream_wait - ctx.queue_wait))
+            if usage is not None:
+                self.metrics.prompt_tokens.labels(mlabel).inc(usage.prompt_tokens)
+                self.metrics.completion_tokens.labels(mlabel).inc(usage.completion_tokens)
+        if cancelled_phase:
+            self.metrics.cancelled.labels(cancelled_phase).inc()
+        if self.access_log is not None:
+            record = {"ts": round(time.time(), 3), "request_id": ctx.request_id, "tenant": ctx.tenant,
+                      "model": ctx.model, "backend": backend, "status": status,
+                      "latency_ms": round(elapsed * 1000, 3), "stream": ctx.stream}
+            if usage is not None:
+                record["prompt_tokens"] = usage.prompt_tokens
+                record["completion_tokens"] = usage.completion_tokens
+            if ctx.ttft is not None:
+                record["ttft_ms"] = round(ctx.ttft * 1000, 3)
+            if error:
+                record["error"] = error
+            if cancelled_phase:
+                record["cancelled_phase"] = cancelled_phase
+            log_access(self.access_log, record)
+
+
+def _headers(request: Request) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
+
+
+def _make_protection(config: GatewayConfig, metrics: GatewayMetrics):
+    """Auth, quotas and admission, when this build has them (gateway/protection.py)."""
+    try:
+        from gateway.protection import Protection
+    except ModuleNotFoundError as exc:
+        if exc.name != "gateway.protection":
+            raise
+        if config.auth.mode != "none" or config.tenants:
+            raise RuntimeError("this config needs auth or quotas, which this build does not include") from exc
+        return None
+    return Protection.from_config(config, metrics.registry)
+
+
+def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None) -> FastAPI:
+    gw = Gateway(config, metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await gw.startup()
+        try:
+            yield
+        finally:
+            await gw.shutdown()
+
+    app = FastAPI(title="Switchyard", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.state.gateway = gw
+    app.add_route("/v1/chat/completions", gw.chat, methods=["POST"])
+    app.add_route("/v1/completions", gw.completions, methods=["POST"])
+    app.add_route("/v1/models", gw.list_models, methods=["GET"])
+    app.add_route("/v1/models/{model_id:path}", gw.get_model, methods=["GET"])
+    app.add_route("/healthz", gw.healthz, methods=["GET"])
+    app.add_route("/readyz", gw.readyz, methods=["GET"])
+    app.add_route("/metrics", gw.metrics_endpoint, methods=["GET"])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            err = GatewayError(404, f"No route {request.method} {request.url.path}. This gateway serves "
+                                    "/v1/chat/completions, /v1/completions and /v1/models.", code="not_found")
+        elif exc.status_code == 405:
+            err = GatewayError(405, f"Method {request.method} is not allowed on {request.url.path}.",
+                               code="method_not_allowed")
+        else:
+            err = GatewayError(exc.status_code, str(exc.detail))
+        return error_response(err)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s", request.url.path)
+        return error_response(GatewayError(500, "The gateway hit an internal error; it has been logged.",
+                                           code="internal_error"))
+
+    return app

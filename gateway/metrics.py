@@ -1,0 +1,61 @@
+"""Prometheus metrics and the structured access log.
+
+The gateway keeps its own registry (not the process-global one) so that several
+apps in one test process do not collide, and so that the native engine's metrics
+can be registered beside the gateway's.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+import orjson
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+
+class GatewayMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("switchyard_requests_total", "Requests by model, backend and HTTP status.",
+                                ["model", "backend", "status"], registry=r)
+        self.e2e = Histogram("switchyard_request_duration_seconds", "End-to-end request latency.",
+                             ["model"], buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("switchyard_time_to_first_token_seconds",
+                              "Time from request arrival to the first content-bearing event.",
+                              ["model", "backend"], buckets=LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("switchyard_inter_token_latency_seconds", "Gaps between content events in a stream.",
+                             ["model"], buckets=ITL_BUCKETS, registry=r)
+        self.prompt_tokens = Counter("switchyard_prompt_tokens_total", "Prompt tokens.", ["model"], registry=r)
+        self.completion_tokens = Counter("switchyard_completion_tokens_total", "Completion tokens.", ["model"],
+                                         registry=r)
+        self.inflight = Gauge("switchyard_inflight_requests", "Requests being served now.", ["model"], registry=r)
+        self.overhead = Histogram("switchyard_gateway_overhead_seconds",
+                                  "Time spent in the gateway itself per request, upstream waits excluded.",
+                                  ["model"], buckets=OVERHEAD_BUCKETS, registry=r)
+        self.cancelled = Counter("switchyard_client_cancellations_total",
+                                 "Requests whose client went away, by the phase it happened in.", ["phase"],
+                                 registry=r)
+        self.backend_healthy = Gauge("switchyard_backend_healthy", "1 when the backend's last health check passed.",
+                                     ["backend"], registry=r)
+        self.backend_inflight = Gauge("switchyard_backend_inflight", "Requests in flight per backend.",
+                                      ["backend"], registry=r)
+
+
+def access_logger() -> logging.Logger:
+    log = logging.getLogger("switchyard.access")
+    if not log.handlers:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+        log.setLevel(logging.INFO)
+    return log
+
+
+def log_access(log: logging.Logger, record: dict) -> None:
+    log.info(orjson.dumps(record).decode())

@@ -1,0 +1,352 @@
+"""OpenAI request bodies -> `GenerationRequest`, with the spec's validation rules.
+
+Every rule answers 400 with the offending `param` named. Fields the gateway does
+not interpret are kept in `extra` and passed to runtimes that understand them
+(OpenAI says unknown fields are ignored; benchmark clients send `ignore_eos`,
+`min_tokens`, `continuous_usage_stats`, ...).
+
+`max_tokens` precedence: `max_completion_tokens` wins when both are sent (it is
+the current name; `max_tokens` is deprecated for chat).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from adapters.base import GenerationRequest, SamplingParams
+from adapters.errors import GatewayError, invalid_request
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+# Chat fields the gateway reads; everything else goes to `extra`.
+CHAT_FIELDS = {
+    "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format", "temperature",
+    "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
+    "seed", "n", "stop", "stop_token_ids", "max_tokens", "max_completion_tokens", "min_tokens", "ignore_eos",
+    "logprobs", "top_logprobs", "stream", "stream_options", "user", "priority", "functions", "function_call",
+    "store", "metadata", "service_tier",
+}
+COMPLETION_FIELDS = (CHAT_FIELDS - {"messages", "tools", "tool_choice", "parallel_tool_calls",
+                                    "max_completion_tokens", "top_logprobs"}) | {"prompt", "echo", "best_of", "suffix"}
+
+
+def parse_json_body(raw: bytes) -> dict[str, Any]:
+    if not raw:
+        raise invalid_request("The request body is empty; send a JSON object.")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_request(f"We could not parse the JSON body of your request ({exc}). "
+                              "Send a valid JSON object.") from None
+    if not isinstance(body, dict):
+        raise invalid_request(f"The request body must be a JSON object, not {type(body).__name__}.")
+    return body
+
+
+# ---- small typed readers -------------------------------------------------------
+
+
+def _number(body: dict, name: str, lo: float, hi: float) -> float | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise invalid_request(f"'{name}' must be a number, not {type(v).__name__}.", param=name)
+    if not lo <= v <= hi:
+        raise invalid_request(f"'{name}' must be between {lo:g} and {hi:g}; got {v}.", param=name)
+    return float(v)
+
+
+def _int(body: dict, name: str, lo: int, hi: int, *, what: str = "an integer") -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        else:
+            raise invalid_request(f"'{name}' must be {what}, not {type(v).__name__}.", param=name)
+    if not lo <= v <= hi:
+        raise invalid_request(f"'{name}' must be between {lo} and {hi}; got {v}.", param=name)
+    return v
+
+
+def _bool(body: dict, name: str) -> bool | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, bool):
+        raise invalid_request(f"'{name}' must be a boolean, not {type(v).__name__}.", param=name)
+    return v
+
+
+def _model(body: dict) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid_request("'model' is required and must be a non-empty string.", param="model")
+    return model
+
+
+def _stop(body: dict) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop] if stop else []
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise invalid_request("'stop' must be a string or an array of strings.", param="stop")
+    if len(stop) > 4:
+        raise invalid_request(f"'stop' may hold at most 4 sequences; got {len(stop)}.", param="stop")
+    return [s for s in stop if s]
+
+
+def _logit_bias(body: dict) -> dict[int, float] | None:
+    lb = body.get("logit_bias")
+    if lb is None:
+        return None
+    if not isinstance(lb, dict):
+        raise invalid_request("'logit_bias' must be an object mapping token ids to biases.", param="logit_bias")
+    out: dict[int, float] = {}
+    for k, v in lb.items():
+        try:
+            token = int(k)
+        except ValueError:
+            raise invalid_request(f"'logit_bias' keys must be token ids (integers as strings); got {k!r}.",
+                                  param="logit_bias") from None
+        if token < 0:
+            raise invalid_request(f"'logit_bias' has a negative token id {token}.", param="logit_bias")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not -100 <= v <= 100:
+            raise invalid_request(f"'logit_bias' values must be numbers between -100 and 100; got {v!r} for {k}.",
+                                  param="logit_bias")
+        out[token] = float(v)
+    return out
+
+
+def _int_list(body: dict, name: str) -> list[int]:
+    v = body.get(name)
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in v):
+        raise invalid_request(f"'{name}' must be an array of non-negative token ids.", param=name)
+    return v
+
+
+def _stream(body: dict) -> tuple[bool, bool]:
+    stream = bool(_bool(body, "stream"))
+    options = body.get("stream_options")
+    include_usage = False
+    if options is not None:
+        if not stream:
+            raise invalid_request("'stream_options' is only allowed when 'stream' is true.", param="stream_options")
+        if not isinstance(options, dict):
+            raise invalid_request("'stream_options' must be an object.", param="stream_options")
+        iu = options.get("include_usage")
+        if iu is not None and not isinstance(iu, bool):
+            raise invalid_request("'stream_options.include_usage' must be a boolean.",
+                                  param="stream_options.include_usage")
+        include_usage = bool(iu)
+    return stream, include_usage
+
+
+def _sampling(body: dict, *, max_tokens: int | None) -> SamplingParams:
+    return SamplingParams(
+        temperature=_number(body, "temperature", 0, 2),
+        top_p=_number(body, "top_p", 0, 1),
+        top_k=_int(body, "top_k", -1, 1 << 31),
+        min_p=_number(body, "min_p", 0, 1),
+        presence_penalty=_number(body, "presence_penalty", -2, 2),
+        frequency_penalty=_number(body, "frequency_penalty", -2, 2),
+        repetition_penalty=_number(body, "repetition_penalty", 0.01, 10),
+        logit_bias=_logit_bias(body),
+        seed=_int(body, "seed", INT64_MIN, INT64_MAX),
+        n=_int(body, "n", 1, 128) or 1,
+        stop=_stop(body),
+        stop_token_ids=_int_list(body, "stop_token_ids"),
+        max_tokens=max_tokens,
+        min_tokens=_int(body, "min_tokens", 0, 1 << 31) or 0,
+        ignore_eos=bool(_bool(body, "ignore_eos")),
+    )
+
+
+def _extra(body: dict, known: set[str]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in known}
+
+
+# ---- chat ------------------------------------------------------------------------
+
+
+def _messages(body: dict) -> list[dict[str, Any]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid_request("'messages' is required and must be a non-empty array.", param="messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise invalid_request(f"'messages[{i}]' must be an object.", param=f"messages[{i}]")
+        role = m.get("role")
+        if role not in ROLES:
+            raise invalid_request(f"'messages[{i}].role' must be one of {sorted(ROLES)}; got {role!r}.",
+                                  param=f"messages[{i}].role")
+        content = m.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise invalid_request(f"'messages[{i}].content' must be a string or an array of content parts.",
+                                  param=f"messages[{i}].content")
+        if content is None and role in ("user", "system", "developer") :
+            raise invalid_request(f"'messages[{i}].content' is required for role {role!r}.",
+                                  param=f"messages[{i}].content")
+        if role == "tool" and not isinstance(m.get("tool_call_id"), str):
+            raise invalid_request(f"'messages[{i}].tool_call_id' is required for role 'tool'.",
+                                  param=f"messages[{i}].tool_call_id")
+        calls = m.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise invalid_request(f"'messages[{i}].tool_calls' must be an array.", param=f"messages[{i}].tool_calls")
+    return messages
+
+
+def _tools(body: dict) -> list[dict[str, Any]] | None:
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise invalid_request("'tools' must be an array of tool definitions.", param="tools")
+    for i, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
+            raise invalid_request(f"'tools[{i}]' must be {{\"type\": \"function\", \"function\": {{...}}}}.",
+                                  param=f"tools[{i}]")
+        name = fn.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise invalid_request(f"'tools[{i}].function.name' must be 1-64 letters, digits, '_' or '-'; got {name!r}.",
+                                  param=f"tools[{i}].function.name")
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise invalid_request(f"'tools[{i}].function.parameters' must be a JSON Schema object.",
+                                  param=f"tools[{i}].function.parameters")
+    return tools or None
+
+
+def _tool_choice(body: dict, tools: list[dict] | None) -> str | dict | None:
+    tc = body.get("tool_choice")
+    if tc is None:
+        return None
+    if not tools:
+        raise invalid_request("'tool_choice' is only allowed when 'tools' are specified.", param="tool_choice")
+    if isinstance(tc, str):
+        if tc not in ("none", "auto", "required"):
+            raise invalid_request(f"'tool_choice' must be 'none', 'auto', 'required' or a named function; got {tc!r}.",
+                                  param="tool_choice")
+        return tc
+    if isinstance(tc, dict) and tc.get("type") == "function" and isinstance(tc.get("function"), dict):
+        name = tc["function"].get("name")
+        names = {t["function"]["name"] for t in tools}
+        if name not in names:
+            raise invalid_request(f"'tool_choice' names function {name!r}, which is not in 'tools' "
+                                  f"({', '.join(sorted(names))}).", param="tool_choice")
+        return tc
+    raise invalid_request("'tool_choice' must be 'none', 'auto', 'required' or "
+                          "{\"type\": \"function\", \"function\": {\"name\": ...}}.", param="tool_choice")
+
+
+def _response_format(body: dict) -> dict[str, Any] | None:
+    rf = body.get("response_format")
+    if rf is None:
+        return None
+    if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
+        raise invalid_request("'response_format.type' must be 'text', 'json_object' or 'json_schema'.",
+                              param="response_format")
+    if rf["type"] == "text":
+        return None
+    if rf["type"] == "json_schema":
+        js = rf.get("json_schema")
+        if not isinstance(js, dict) or not isinstance(js.get("name"), str):
+            raise invalid_request("'response_format.json_schema' must be an object with a 'name'.",
+                                  param="response_format.json_schema")
+        if "schema" in js and not isinstance(js["schema"], dict):
+            raise invalid_request("'response_format.json_schema.schema' must be a JSON Schema object.",
+                                  param="response_format.json_schema.schema")
+    return rf
+
+
+def parse_chat(body: dict[str, Any], request_id: str) -> GenerationRequest:
+    model = _model(body)
+    messages = _messages(body)
+    tools = _tools(body)
+    tool_choice = _tool_choice(body, tools)
+    max_tokens = _int(body, "max_completion_tokens", 1, 1 << 31)
+    if max_tokens is None:
+        max_tokens = _int(body, "max_tokens", 1, 1 << 31)
+    else:
+        _int(body, "max_tokens", 1, 1 << 31)  # still validated
+    sampling = _sampling(body, max_tokens=max_tokens)
+    logprobs = bool(_bool(body, "logprobs"))
+    top_logprobs = _int(body, "top_logprobs", 0, 20)
+    if top_logprobs is not None and not logprobs:
+        raise invalid_request("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
+    sampling.logprobs = logprobs
+    sampling.top_logprobs = top_logprobs or 0
+    stream, include_usage = _stream(body)
+    parallel = _bool(body, "parallel_tool_calls")
+    return GenerationRequest(
+        request_id=request_id, model=model, kind="chat", messages=messages, tools=tools,
+        tool_choice=tool_choice, parallel_tool_calls=True if parallel is None else parallel,
+        response_format=_response_format(body), sampling=sampling, stream=stream,
+        include_usage=include_usage, extra=_extra(body, CHAT_FIELDS),
+    )
+
+
+# ---- legacy completions ---------------------------------------------------------------
+
+
+def split_prompts(body: dict[str, Any]) -> list[str | list[int]]:
+    """The prompts of a completions request: one per choice group."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return [prompt]
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt):
+            return list(prompt)
+        if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
+            return [prompt]
+        if all(isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p)
+               for p in prompt):
+            return list(prompt)
+    raise invalid_request("'prompt' is required: a string, an array of strings, an array of token ids, "
+                          "or an array of token-id arrays, and not empty.", param="prompt")
+
+
+def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRequest]:
+    """One request per prompt; the gateway merges their choices in order."""
+    model = _model(body)
+    prompts = split_prompts(body)
+    max_tokens = _int(body, "max_tokens", 1, 1 << 31)
+    if "max_tokens" not in body:
+        max_tokens = 16  # the legacy API's documented default
+    logprobs_k = _int(body, "logprobs", 0, 5)
+    echo = bool(_bool(body, "echo"))
+    stream, include_usage = _stream(body)
+    n = _int(body, "n", 1, 128) or 1
+    best_of = _int(body, "best_of", 1, 128)
+    if best_of is not None and best_of != n and best_of != 1:
+        raise GatewayError(400, "'best_of' other than 1 or n is not supported by this gateway.", param="best_of",
+                           code="unsupported_parameter")
+    if body.get("suffix"):
+        raise GatewayError(400, "'suffix' (insertion) is not supported by this gateway.", param="suffix",
+                           code="unsupported_parameter")
+    if echo and stream:
+        raise GatewayError(400, "'echo' is not supported together with 'stream'.", param="echo",
+                           code="unsupported_parameter")
+    extra = _extra(body, COMPLETION_FIELDS)
+    requests = []
+    for i, prompt in enumerate(prompts):
+        sampling = _sampling(body, max_tokens=max_tokens)
+        sampling.logprobs = logprobs_k is not None
+        sampling.top_logprobs = logprobs_k or 0
+        requests.append(GenerationRequest(
+            request_id=request_id if len(prompts) == 1 else f"{request_id}-{i}", model=model, kind="completion",
+            prompt=prompt, sampling=sampling, stream=stream, include_usage=include_usage, echo=echo,
+            extra=dict(extra),
+        ))
+    return requests
