@@ -1,0 +1,34 @@
+"""Shared fixtures: real processes on loopback (see tests/procs.py)."""
+from __future__ import annotations
+
+import pytest
+
+from tests.procs import openai_backend_config, start_gateway, start_redis, start_upstream
+
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("procs")
+
+
+@pytest.fixture(scope="module")
+def upstream(module_tmp):
+    """The fast scriptable OpenAI upstream (simulators/openai_upstream.py)."""
+    p = start_upstream(module_tmp)
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(module_tmp, upstream):
+    """A gateway process in front of `upstream`, model name "m", no auth."""
+    p = start_gateway(module_tmp, openai_backend_config(upstream))
+    yield p
+    p.stop()
+
+
+@pytest.fixture()
+def redis_server(tmp_path):
+    p = start_redis(tmp_path)
+    yield p
+    p.stop()
