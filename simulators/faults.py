@@ -1,0 +1,102 @@
+"""Per-request fault injection and overrides.
+
+A request picks its faults with a marker anywhere in its prompt text (any message
+content, or the completion prompt), because a gateway forwards prompts verbatim
+but may drop fields it does not know:
+
+    [[sim:error_after=3]]            in-stream error after 3 content chunks
+    [[sim:cut_after=2]]              close the TCP connection after 2 chunks, no [DONE]
+    [[sim:no_done]]                  finish the stream normally but omit the terminator
+    [[sim:status=503]]               answer this HTTP status before any work, runtime's error shape
+    [[sim:overloaded]]               the runtime's own overload answer (queue full / 429)
+    [[sim:tool_call]]                answer with a tool call (needs `tools` in the request)
+    [[sim:output_tokens=5]]          override the synthetic output length
+    [[sim:prompt_tokens=5000]]       pretend the prompt has this many tokens
+    [[sim:ttft_ms=200,itl_ms=5]]     override timing for this request
+    [[sim:finish=abort]]             end with this engine finish reason (abort, repetition)
+
+Several keys can share one marker, separated by commas or spaces. The same keys
+can be sent as a JSON object in the body field `sim_fault` (every simulator,
+TRT-LLM included, accepts that one field), or set for every request with the CLI
+flag `--fault "error_after=3"`. Request values win over the CLI default.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+MARKER = re.compile(r"\[\[sim:([^\]]*)\]\]")
+MAGIC_FIELD = "sim_fault"
+
+_INT_KEYS = ("error_after", "cut_after", "status", "output_tokens", "prompt_tokens")
+_FLOAT_KEYS = ("ttft_ms", "itl_ms")
+_FLAG_KEYS = ("no_done", "overloaded", "tool_call")
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    error_after: int | None = None
+    cut_after: int | None = None
+    no_done: bool = False
+    status: int | None = None
+    overloaded: bool = False
+    tool_call: bool = False
+    output_tokens: int | None = None
+    prompt_tokens: int | None = None
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    finish: str | None = None
+
+    @property
+    def any_stream_fault(self) -> bool:
+        return self.error_after is not None or self.cut_after is not None or self.no_done
+
+
+NO_FAULTS = Faults()
+
+
+def parse_spec(spec: str) -> dict[str, Any]:
+    """`"error_after=3, no_done"` -> `{"error_after": 3, "no_done": True}`."""
+    values: dict[str, Any] = {}
+    for item in re.split(r"[,\s]+", spec.strip()):
+        if not item:
+            continue
+        key, _, raw = item.partition("=")
+        values.update(_coerce(key.strip(), raw.strip() if raw else None))
+    return values
+
+
+def _coerce(key: str, raw: Any) -> dict[str, Any]:
+    try:
+        if key in _INT_KEYS:
+            return {key: int(raw)}
+        if key in _FLOAT_KEYS:
+            return {key: float(raw)}
+        if key in _FLAG_KEYS:
+            return {key: raw in (None, True, "1", "true", "yes") or raw is True}
+        if key == "finish" and raw:
+            return {key: str(raw)}
+    except (TypeError, ValueError):
+        pass
+    return {}  # unknown or malformed keys are ignored: a stray marker must not break a request
+
+
+def merge(base: Faults, values: dict[str, Any]) -> Faults:
+    return replace(base, **values) if values else base
+
+
+def faults_for(default: Faults, texts: list[str], body: dict[str, Any]) -> Faults:
+    """The faults of one request: CLI default, then prompt markers, then the body field."""
+    values: dict[str, Any] = {}
+    for text in texts:
+        if "[[sim:" in text:
+            for match in MARKER.finditer(text):
+                values.update(parse_spec(match.group(1)))
+    magic = body.get(MAGIC_FIELD)
+    if isinstance(magic, dict):
+        for key, raw in magic.items():
+            values.update(_coerce(str(key), raw))
+    elif isinstance(magic, str):
+        values.update(parse_spec(magic))
+    return merge(default, values)

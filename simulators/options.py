@@ -1,0 +1,118 @@
+"""Command-line options shared by every simulator, and the per-runtime extras.
+
+One `SimOptions` instance configures one simulator process. Flags that exist on
+the real runtime keep the runtime's meaning (for example `--enable-prompt-tokens-details`
+on vLLM, `--enable-cache-report` on SGLang); flags that only steer the double
+(token source timing, faults, startup delay) are the same for all four.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+KINDS = ("vllm", "sglang", "trtllm", "tgi")
+
+# Ports each runtime listens on by default (RUNTIMES.md 1.1, 2.1, 3.1, 4.1).
+DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000, "tgi": 3000}
+
+
+@dataclass
+class SimOptions:
+    kind: str
+    host: str = "127.0.0.1"
+    port: int = 0
+    model_name: str = "sim-model"
+    source: str = "synthetic"  # synthetic | engine
+    model_dir: str | None = None
+    ttft_ms: float = 0.0
+    itl_ms: float = 0.0
+    output_tokens: int = 16
+    max_model_len: int = 4096
+    startup_delay: float = 0.0
+    seed: int = 0
+    fault: str | None = None  # the same syntax as the prompt marker, applied to every request
+    # vLLM
+    enable_auto_tool_choice: bool = False
+    tool_call_parser: str | None = None
+    enable_prompt_tokens_details: bool = False
+    enable_force_include_usage: bool = False
+    max_num_queued_reqs: int | None = None
+    # SGLang
+    enable_metrics: bool = False
+    enable_cache_report: bool = False
+    warmup_delay: float = 0.0
+    health_latency: float = 1.0
+    disconnect_abort_delay: float | None = None  # None: the runtime's own default
+    max_queued_requests: int | None = None
+    stream_response_default_include_usage: bool = False
+    # TRT-LLM
+    max_num_tokens: int | None = None
+    return_perf_metrics: bool = False
+    # TGI
+    tgi_version: str = "3.3"
+    max_concurrent_requests: int = 128
+    max_stop_sequences: int = 4
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tool_parser_enabled(self) -> bool:
+        return bool(self.tool_call_parser)
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORTS[kind])
+    parser.add_argument("--model-name", "--served-model-name", dest="model_name", default="sim-model",
+                        help="served model name (TGI: the model_id)")
+    parser.add_argument("--source", choices=("synthetic", "engine"), default="synthetic")
+    parser.add_argument("--model-dir", default=None, help="model directory for --source engine")
+    parser.add_argument("--ttft-ms", type=float, default=0.0, help="synthetic: time to first token")
+    parser.add_argument("--itl-ms", type=float, default=0.0, help="synthetic: inter-token latency")
+    parser.add_argument("--output-tokens", type=int, default=16,
+                        help="synthetic: tokens generated before EOS (max_tokens still caps it)")
+    parser.add_argument("--max-model-len", type=int, default=4096, help="context window in tokens")
+    parser.add_argument("--startup-delay", type=float, default=0.0,
+                        help="seconds of 'model loading' during which connections are refused")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic text")
+    parser.add_argument("--fault", default=None,
+                        help="fault applied to every request, marker syntax without brackets, "
+                             "e.g. 'error_after=3' (see simulators/README.md)")
+    if kind == "vllm":
+        parser.add_argument("--enable-auto-tool-choice", action="store_true")
+        parser.add_argument("--tool-call-parser", default=None)
+        parser.add_argument("--enable-prompt-tokens-details", action="store_true")
+        parser.add_argument("--enable-force-include-usage", action="store_true")
+        parser.add_argument("--max-num-queued-reqs", type=int, default=None)
+    elif kind == "sglang":
+        parser.add_argument("--tool-call-parser", default=None)
+        parser.add_argument("--enable-metrics", action="store_true")
+        parser.add_argument("--enable-cache-report", action="store_true")
+        parser.add_argument("--warmup-delay", type=float, default=0.0,
+                            help="seconds after binding during which /health answers 503")
+        parser.add_argument("--health-latency", type=float, default=1.0,
+                            help="seconds /health takes once ready (SGLang polls its probe once a second)")
+        parser.add_argument("--disconnect-abort-delay", type=float, default=None,
+                            help="seconds between a client disconnect and the abort (SGLang: 2)")
+        parser.add_argument("--max-queued-requests", type=int, default=None)
+        parser.add_argument("--stream-response-default-include-usage", action="store_true")
+    elif kind == "trtllm":
+        parser.add_argument("--tool-parser", "--tool_parser", dest="tool_call_parser", default=None)
+        parser.add_argument("--max-num-tokens", "--max_num_tokens", dest="max_num_tokens", type=int,
+                            default=None, help="prompt-length limit (default: --max-model-len)")
+        parser.add_argument("--return-perf-metrics", "--return_perf_metrics", dest="return_perf_metrics",
+                            action="store_true", help="mount /prometheus/metrics")
+        parser.add_argument("--disconnect-abort-delay", type=float, default=None,
+                            help="poll period of the disconnect check (TRT-LLM: 1 s)")
+    elif kind == "tgi":
+        parser.add_argument("--tgi-version", choices=("3.1", "3.3"), default="3.3",
+                            help="3.1 reproduces the pre-3.2 tool-call shapes")
+        parser.add_argument("--max-concurrent-requests", type=int, default=128)
+        parser.add_argument("--max-stop-sequences", type=int, default=4)
+
+
+def options_from_args(kind: str, args: argparse.Namespace) -> SimOptions:
+    known = {f.name for f in fields(SimOptions)}
+    values = {k: v for k, v in vars(args).items() if k in known}
+    values["kind"] = kind
+    return SimOptions(**values)

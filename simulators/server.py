@@ -1,0 +1,300 @@
+"""The machinery every runtime double shares: the aiohttp app, startup phases,
+request bookkeeping, disconnect handling, SSE framing and the `/_sim/*` routes.
+
+A runtime module subclasses `Simulator`, adds its own routes and writes its own
+wire shapes; everything here is runtime-neutral.
+
+Why aiohttp: it is light per request (no validation layer), it exposes the
+transport (to cut a connection mid-stream on purpose), and with
+`handler_cancellation=True` a client disconnect cancels the handler at once, which
+is how the doubles notice aborts.
+"""
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import orjson
+from aiohttp import web
+
+from simulators.faults import Faults, faults_for, parse_spec, merge, NO_FAULTS
+from simulators.options import SimOptions
+from simulators.prefix_cache import PrefixCache
+from simulators.promtext import Histogram
+from simulators.recorder import Recorder
+from simulators.request import SimRequest
+from simulators.tokens import Generation, SyntheticSource
+
+READY_LINE = "SIMULATOR READY"
+JSON_TYPE = "application/json"
+
+
+def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), content_type=JSON_TYPE, headers=headers)
+
+
+def frame(payload: Any) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+DONE_FRAME = b"data: [DONE]\n\n"
+
+
+class ClientGone(Exception):
+    """The client closed the connection while we were writing."""
+
+
+class SSEStream:
+    """Writes SSE frames. Unpaced generations (no TTFT/ITL) are written in one
+    go at the end, paced ones frame by frame, which is what makes the synthetic
+    source cheap enough for load tests while slow streams still trickle."""
+
+    def __init__(self, request: web.Request, paced: bool, headers: dict[str, str] | None = None) -> None:
+        self.request = request
+        self.paced = paced
+        self.response = web.StreamResponse(status=200, headers={
+            "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", **(headers or {})})
+        self.buffer: list[bytes] = []
+        self.prepared = False
+
+    async def start(self) -> None:
+        await self.response.prepare(self.request)
+        self.prepared = True
+
+    async def send(self, data: bytes) -> None:
+        self.buffer.append(data)
+        if self.paced:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if not self.buffer:
+            return
+        if not self.prepared:
+            await self.start()
+        data = b"".join(self.buffer)
+        self.buffer.clear()
+        try:
+            await self.response.write(data)
+        except (ConnectionResetError, ConnectionError) as exc:
+            raise ClientGone() from exc
+
+    async def finish(self) -> web.StreamResponse:
+        await self.flush()
+        if not self.prepared:
+            await self.start()
+        try:
+            await self.response.write_eof()
+        except (ConnectionResetError, ConnectionError) as exc:
+            raise ClientGone() from exc
+        return self.response
+
+    async def cut(self) -> web.StreamResponse:
+        """Close the TCP connection without finishing the HTTP body: the client sees
+        a truncated chunked response and no [DONE]."""
+        await self.flush()
+        transport = self.request.transport
+        if transport is not None:
+            transport.close()
+        return self.response
+
+
+class Simulator:
+    """Shared state of one simulator process."""
+
+    kind = "base"
+    # Seconds between a client disconnect and the runtime noticing it (RUNTIMES.md 6).
+    default_disconnect_abort_delay = 0.0
+
+    def __init__(self, opts: SimOptions, source: Any | None = None) -> None:
+        self.opts = opts
+        self.recorder = Recorder(self.kind)
+        self.source = source or SyntheticSource(seed=opts.seed, output_tokens=opts.output_tokens,
+                                                max_model_len=opts.max_model_len, ttft_ms=opts.ttft_ms,
+                                                itl_ms=opts.itl_ms)
+        self.synthetic = self.source if isinstance(self.source, SyntheticSource) else SyntheticSource(
+            seed=opts.seed, output_tokens=opts.output_tokens, max_model_len=opts.max_model_len,
+            ttft_ms=opts.ttft_ms, itl_ms=opts.itl_ms)
+        self.default_faults = merge(NO_FAULTS, parse_spec(opts.fault)) if opts.fault else NO_FAULTS
+        self.prefix_cache = PrefixCache()
+        self.generations: dict[str, Generation] = {}
+        self.live_prompt_tokens: dict[str, int] = {}
+        self.ttft_hist = Histogram()
+        self.itl_hist = Histogram()
+        self.e2e_hist = Histogram()
+        self.created_at = time.time()
+        self.ready_at: float | None = None
+        delay = opts.disconnect_abort_delay
+        self.disconnect_abort_delay = self.default_disconnect_abort_delay if delay is None else delay
+        self._bg_tasks: set[asyncio.Task[Any]] = set()
+
+    # ---- app ---------------------------------------------------------------
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_get("/_sim/stats", self._stats)
+        app.router.add_post("/_sim/reset", self._reset)
+        self.add_routes(app.router)
+        return app
+
+    def add_routes(self, router: web.UrlDispatcher) -> None:
+        raise NotImplementedError
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        snap = self.recorder.snapshot()
+        snap["source"] = getattr(self.source, "name", "synthetic")
+        snap["prefix_cache"] = {"queries": self.prefix_cache.queries, "hits": self.prefix_cache.hits}
+        return json_response(200, snap)
+
+    async def _reset(self, request: web.Request) -> web.Response:
+        self.recorder.reset()
+        return json_response(200, {"reset": True})
+
+    # ---- request helpers ---------------------------------------------------
+
+    async def read_body(self, request: web.Request) -> tuple[Any, str | None]:
+        """(parsed JSON, None) or (None, why it is not JSON)."""
+        raw = await request.read()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            self.recorder.received(request.path, raw.decode("utf-8", "replace"), _interesting_headers(request))
+            return None, str(exc)
+        self.recorder.received(request.path, body, _interesting_headers(request))
+        return body, None
+
+    def faults(self, texts: list[str], body: dict[str, Any]) -> Faults:
+        return faults_for(self.default_faults, texts, body)
+
+    def cached_tokens(self, sim: SimRequest) -> int:
+        return self.prefix_cache.lookup_and_insert(sim.prompt_words)
+
+    def start_generation(self, sim: SimRequest, path: str, fixed: list[str] | None = None) -> Generation:
+        gen = self.synthetic.generate_fixed(sim, fixed) if fixed is not None else self.source.generate(sim)
+        self.generations[sim.request_id] = gen
+        self.recorder.started(sim.request_id, path)
+        return gen
+
+    def paced(self, sim: SimRequest) -> bool:
+        """Whether tokens arrive over time (then frames are flushed one by one)."""
+        if getattr(self.source, "name", "") != "synthetic":
+            return True
+        f = sim.faults
+        ttft = f.ttft_ms if f.ttft_ms is not None else self.opts.ttft_ms
+        itl = f.itl_ms if f.itl_ms is not None else self.opts.itl_ms
+        return ttft > 0 or itl > 0
+
+    def end_generation(self, sim: SimRequest, finish: str | None, completion_tokens: int, started: float,
+                       first_token_at: float | None) -> None:
+        self.generations.pop(sim.request_id, None)
+        now = time.monotonic()
+        if first_token_at is not None:
+            self.ttft_hist.observe(first_token_at - started)
+            if completion_tokens > 1:
+                self.itl_hist.observe((now - first_token_at) / (completion_tokens - 1))
+        self.e2e_hist.observe(now - started)
+        self.recorder.finished(sim.request_id, finish=finish, prompt_tokens=sim.prompt_tokens,
+                               completion_tokens=completion_tokens)
+
+    def fail_generation(self, sim: SimRequest) -> None:
+        self.generations.pop(sim.request_id, None)
+        self.recorder.failed_request(sim.request_id)
+
+    @contextmanager
+    def watch_disconnect(self, sim: SimRequest) -> Iterator[None]:
+        """Turn a client disconnect (handler cancelled, or a failed write) into a
+        recorded abort, after this runtime's detection delay."""
+        try:
+            yield
+        except (asyncio.CancelledError, ClientGone, ConnectionResetError):
+            self.on_disconnect(sim.request_id)
+            raise
+
+    def on_disconnect(self, request_id: str) -> None:
+        gen = self.generations.pop(request_id, None)
+        if gen is not None:
+            gen.abort()
+        if request_id not in self.recorder.live:
+            return
+        delay = self.disconnect_delay_for(request_id)
+        if delay <= 0:
+            self.recorder.abort(request_id, "disconnect")
+        else:
+            asyncio.get_running_loop().call_later(delay, self._late_abort, request_id)
+
+    def disconnect_delay_for(self, request_id: str) -> float:
+        return self.disconnect_abort_delay
+
+    def _late_abort(self, request_id: str) -> None:
+        if request_id in self.recorder.live:
+            self.recorder.abort(request_id, "disconnect")
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._bg_tasks.add(task)
+        task.add_done_callback(self._bg_tasks.discard)
+
+    # ---- lifecycle hooks ---------------------------------------------------
+
+    async def load(self) -> None:
+        """Runs before the port is bound (model loading: connections refused)."""
+        loader = getattr(self.source, "load", None)
+        if loader is not None:
+            await loader()
+
+    async def on_bound(self) -> None:
+        """Runs right after the port is bound."""
+        self.ready_at = time.monotonic()
+
+    @property
+    def in_flight(self) -> int:
+        return self.recorder.in_flight
+
+
+def _interesting_headers(request: web.Request) -> dict[str, str]:
+    keep = ("x-request-id", "authorization", "content-type", "user-agent")
+    return {k: v for k, v in request.headers.items() if k.lower() in keep}
+
+
+async def serve(sim: Simulator) -> None:
+    """Load (connections refused meanwhile), bind, then serve until SIGTERM/SIGINT."""
+    opts = sim.opts
+    if opts.startup_delay > 0:
+        await asyncio.sleep(opts.startup_delay)
+    await sim.load()
+    runner = web.AppRunner(sim.make_app(), handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, opts.host, opts.port, backlog=4096, reuse_address=True)
+    await site.start()
+    port = opts.port
+    server = getattr(site, "_server", None)
+    if server is not None and server.sockets:
+        port = server.sockets[0].getsockname()[1]
+    await sim.on_bound()
+    print(f"{READY_LINE} {sim.kind} http://{opts.host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):
+            pass
+    await stop.wait()
+    await runner.cleanup()
+
+
+def run_forever(sim: Simulator) -> int:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a gateway dependency
+        asyncio.run(serve(sim))
+    else:
+        if sys.version_info >= (3, 12):
+            uvloop.run(serve(sim))
+        else:
+            uvloop.install()
+            asyncio.run(serve(sim))
+    return 0

@@ -1,0 +1,393 @@
+"""A wire-faithful vLLM 0.33 `vllm serve` double (RUNTIMES.md sections 1 and 6).
+
+Reproduced: connections refused while loading, then `/health` 200 with an empty
+body; `/ping`, `/version`, `/load`, `/v1/models` (`owned_by: "vllm"`,
+`max_model_len`); Prometheus `/metrics` with `vllm:*` names and
+`model_name`/`engine` labels; nested errors with an integer `code`; 404 on an
+unknown model; `max_tokens` silently clamped to the context; the role chunk with
+`"content":""` and `prompt_token_ids`/`prompt_text` nulls; `finish_reason` on the
+last content chunk with `stop_reason`; the usage chunk with `choices: []` and keys
+ordered `prompt_tokens, total_tokens, completion_tokens`; `data: [DONE]` even after
+an in-stream error; `chatcmpl-<16 hex>` ids (or the `X-Request-Id` header);
+hermes-style tool-call deltas with `chatcmpl-tool-<16 hex>` ids, `finish_reason`
+`"stop"` for a named tool choice; `abort`/`repetition` finish reasons; tool choice
+`auto` refused without `--enable-auto-tool-choice --tool-call-parser`.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from aiohttp import web
+
+from simulators.driver import Outcome, StreamEnded, collect, pump
+from simulators.promtext import Exposition
+from simulators.request import SimRequest, from_openai_body, texts_of
+from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
+from simulators.tokens import Token
+from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
+
+VERSION = "0.33.0"
+
+
+def error_body(message: str, type_: str, code: int, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def error(status: int, message: str, type_: str = "BadRequestError", param: str | None = None) -> web.Response:
+    return json_response(status, error_body(message, type_, status, param))
+
+
+def finish_of(finish: str | None, tool_called: bool, named: bool) -> tuple[str | None, Any]:
+    """(finish_reason, stop_reason) the way vLLM reports an engine finish."""
+    if finish in ("eos",):
+        if tool_called:
+            return ("stop" if named else "tool_calls"), None
+        return "stop", None
+    if finish == "stop_sequence":
+        return "stop", None
+    return finish, None
+
+
+class VllmSimulator(Simulator):
+    kind = "vllm"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fingerprint = f"vllm-{VERSION}-{os.urandom(4).hex()}"
+        self.labels = {"model_name": self.opts.model_name, "engine": "0"}
+
+    def add_routes(self, router: web.UrlDispatcher) -> None:
+        router.add_post("/v1/chat/completions", self.chat)
+        router.add_post("/v1/completions", self.completions)
+        router.add_get("/v1/models", self.models)
+        router.add_get("/health", self.health)
+        router.add_route("*", "/ping", self.health)
+        router.add_get("/version", self.version)
+        router.add_get("/load", self.load_endpoint)
+        router.add_get("/metrics", self.metrics)
+        router.add_post("/tokenize", self.tokenize)
+
+    # ---- small endpoints -----------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return json_response(200, {"version": VERSION})
+
+    async def load_endpoint(self, request: web.Request) -> web.Response:
+        return json_response(200, {"server_load": self.in_flight})
+
+    async def models(self, request: web.Request) -> web.Response:
+        name = self.opts.model_name
+        card = {"id": name, "object": "model", "created": int(self.created_at), "owned_by": "vllm",
+                "root": self.opts.model_dir or name, "parent": None, "max_model_len": self.opts.max_model_len,
+                "permission": [{"id": f"modelperm-{os.urandom(8).hex()}", "object": "model_permission",
+                                "created": int(self.created_at), "allow_create_engine": False,
+                                "allow_sampling": True, "allow_logprobs": True, "allow_search_indices": False,
+                                "allow_view": True, "allow_fine_tuning": False, "organization": "*",
+                                "group": None, "is_blocking": False}]}
+        return json_response(200, {"object": "list", "data": [card]})
+
+    async def tokenize(self, request: web.Request) -> web.Response:
+        body, bad = await self.read_body(request)
+        if bad is not None or not isinstance(body, dict):
+            return error(400, f"JSON decode error: {bad}", "Bad Request")
+        kind = "chat" if "messages" in body else "completion"
+        sim = from_openai_body(body, kind, "tokenize", self.faults([], {}))
+        return json_response(200, {"count": sim.prompt_tokens, "max_model_len": self.opts.max_model_len,
+                                   "tokens": list(range(100, 100 + sim.prompt_tokens)), "token_strs": None})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        ex = Exposition(self.labels)
+        live = self.recorder.in_flight
+        ex.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", live)
+        ex.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", 0)
+        ex.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.kv_usage())
+        ex.counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                   self.prefix_cache.queries)
+        ex.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                   self.prefix_cache.hits)
+        ex.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", self.recorder.prompt_tokens_total)
+        ex.counter("vllm:generation_tokens", "Number of generation tokens processed.",
+                   self.recorder.generation_tokens_total)
+        ex.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", 0)
+        ex.counter("vllm:request_success", "Count of successfully processed requests.",
+                   {(("finished_reason", r),): float(self.recorder.finish_reasons.get(r, 0))
+                    for r in ("stop", "length", "abort", "repetition")})
+        ex.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                     self.ttft_hist)
+        ex.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                     self.itl_hist)
+        ex.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                     self.e2e_hist)
+        return web.Response(status=200, body=ex.text().encode(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    def kv_usage(self) -> float:
+        capacity = self.opts.max_model_len * 16
+        live_tokens = sum(self.live_prompt_tokens.values())
+        return min(1.0, live_tokens / capacity) if capacity else 0.0
+
+    # ---- generation ----------------------------------------------------------
+
+    def _request_id(self, request: web.Request, body: dict[str, Any], prefix: str) -> str:
+        base = request.headers.get("X-Request-Id") or body.get("request_id") or os.urandom(8).hex()
+        return f"{prefix}{base}"
+
+    def _validate_common(self, request: web.Request, body: Any, kind: str) -> web.Response | None:
+        if not isinstance(body, dict):
+            return error(400, "1 validation error:\n  {'type': 'model_attributes_type', 'loc': ('body',), "
+                              "'msg': 'Input should be a valid dictionary or object to extract fields from'}",
+                         "Bad Request")
+        field_name = "messages" if kind == "chat" else "prompt"
+        value = body.get(field_name)
+        if value is None or (kind == "chat" and not isinstance(value, list)):
+            return error(400, f"1 validation error:\n  {{'type': 'missing', 'loc': ('body', '{field_name}'), "
+                              f"'msg': 'Field required'}}", "Bad Request", field_name)
+        model = body.get("model")
+        if model is not None and model != self.opts.model_name:
+            return error(404, f"The model `{model}` does not exist. Valid aliases: {self.opts.model_name}.",
+                         "NotFoundError", "model")
+        if body.get("stream_options") is not None and not body.get("stream"):
+            return error(400, "Stream options can only be defined when `stream=True`.")
+        return None
+
+    def _validate_tools(self, body: dict[str, Any]) -> web.Response | None:
+        tools = body.get("tools")
+        choice = body.get("tool_choice")
+        if tools is not None and (not isinstance(tools, list) or not tools):
+            return error(400, "1 validation error:\n  Value error, `tools` must not be an empty list "
+                              "when specified.", "Bad Request", "tools")
+        if choice is not None and choice != "none" and not tools:
+            return error(400, "When using `tool_choice`, `tools` must be set.")
+        if tools:
+            name = named_choice(choice)
+            if name is not None and name not in tool_names(tools):
+                return error(400, f"Tool '{name}' has not been passed in `tools`.")
+            effective = "auto" if choice is None else choice
+            if effective == "auto" and not (self.opts.enable_auto_tool_choice and self.opts.tool_call_parser):
+                return error(400, '"auto" tool choice requires --enable-auto-tool-choice and '
+                                  '--tool-call-parser to be set')
+            if (effective == "required" or name is not None) and not self.opts.tool_call_parser:
+                label = effective if name is None else "named"
+                return error(400, f'tool_choice="{label}" requires --tool-call-parser to be set')
+        return None
+
+    def _context_check(self, sim: SimRequest) -> web.Response | None:
+        limit = self.opts.max_model_len
+        if sim.prompt_tokens >= limit:
+            return error(400, f"This model's maximum context length is {limit} tokens. However, your prompt "
+                              f"contains {sim.prompt_tokens} input tokens, which exceeds this limit even "
+                              f"without any output tokens. Please reduce the length of the input prompt.",
+                         param="input_tokens")
+        # 0.33 clamps an oversized max_tokens to what is left instead of failing.
+        room = limit - sim.prompt_tokens
+        sim.max_tokens = room if sim.max_tokens is None else min(sim.max_tokens, room)
+        return None
+
+    def _fault_response(self, sim: SimRequest) -> web.Response | None:
+        f = sim.faults
+        if f.overloaded:
+            return error(503, "The engine is currently busy and cannot accept new requests. Please try "
+                              "again later or on a different instance.", "Service Unavailable")
+        if f.status is not None and f.status >= 400:
+            kind = {500: "InternalServerError", 503: "ServiceUnavailableError", 501: "NotImplementedError",
+                    404: "NotFoundError"}.get(f.status, "BadRequestError")
+            return error(f.status, f"Simulated failure with status {f.status}", kind)
+        return None
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completion")
+
+    async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+        if request.content_type != "application/json":
+            return error(400, "Unsupported Media Type: Only 'application/json' is allowed")
+        body, bad = await self.read_body(request)
+        if bad is not None:
+            return error(400, f"JSON decode error: {bad}", "Bad Request")
+        problem = self._validate_common(request, body, kind)
+        if problem is None and kind == "chat":
+            problem = self._validate_tools(body)
+        if problem is not None:
+            return problem
+        rid = self._request_id(request, body, "chatcmpl-" if kind == "chat" else "cmpl-")
+        sim = from_openai_body(body, kind, rid, self.faults(texts_of(body, kind), body))
+        problem = self._fault_response(sim) or self._context_check(sim)
+        if problem is not None:
+            return problem
+        plan = None
+        if kind == "chat":
+            plan = plan_tool_call(body.get("tools"), body.get("tool_choice"), sim.faults.tool_call)
+        cached = self.cached_tokens(sim)
+        gen = self.start_generation(sim, request.path, fragments(plan.arguments_json) if plan else None)
+        self.live_prompt_tokens[rid] = sim.prompt_tokens
+        outcome = Outcome(n=max(1, sim.n))
+        named = named_choice(body.get("tool_choice")) is not None
+        try:
+            with self.watch_disconnect(sim):
+                if body.get("stream"):
+                    return await self._stream(request, body, kind, sim, gen, outcome, plan, named, cached)
+                await collect(gen, outcome)
+                if sim.faults.error_after is not None:
+                    self.fail_generation(sim)
+                    return error(500, "Simulated engine failure", "InternalServerError")
+                if sim.faults.cut_after is not None:
+                    self.fail_generation(sim)
+                    if request.transport is not None:
+                        request.transport.close()
+                    return web.Response(status=500)
+                self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
+                                    outcome.first_token_at)
+                return json_response(200, self._full_response(kind, body, sim, outcome, plan, named, cached))
+        finally:
+            self.live_prompt_tokens.pop(rid, None)
+
+    # ---- non-streaming bodies --------------------------------------------------
+
+    def _usage(self, sim: SimRequest, completion: int, cached: int, drop_none: bool) -> dict[str, Any]:
+        usage: dict[str, Any] = {"prompt_tokens": sim.prompt_tokens, "total_tokens": sim.prompt_tokens + completion,
+                                 "completion_tokens": completion}
+        details = {"cached_tokens": cached} if self.opts.enable_prompt_tokens_details else None
+        if details is not None or not drop_none:
+            usage["prompt_tokens_details"] = details
+        if not drop_none:
+            usage["completion_tokens_details"] = None
+        return usage
+
+    def _full_response(self, kind: str, body: dict[str, Any], sim: SimRequest, outcome: Outcome,
+                       plan: ToolCallPlan | None, named: bool, cached: int) -> dict[str, Any]:
+        created = int(time.time())
+        choices = []
+        for i in range(outcome.n):
+            reason, stop_reason = finish_of(outcome.finish[i], plan is not None, named)
+            if outcome.finish[i] == "stop_sequence":
+                stop_reason = outcome.matched[i]
+            if kind == "chat":
+                message: dict[str, Any] = {"role": "assistant", "content": outcome.text(i), "refusal": None,
+                                           "annotations": None, "audio": None, "function_call": None}
+                if plan is not None:
+                    message["content"] = None
+                    message["tool_calls"] = [{"id": f"chatcmpl-tool-{os.urandom(8).hex()}", "type": "function",
+                                              "function": {"name": plan.name, "arguments": outcome.text(i)}}]
+                message["reasoning"] = None
+                choices.append({"index": i, "message": message, "logprobs": None, "finish_reason": reason,
+                                "stop_reason": stop_reason, "token_ids": None, "routed_experts": None,
+                                "weight_versions": None})
+            else:
+                choices.append({"index": i, "text": outcome.text(i), "logprobs": None, "finish_reason": reason,
+                                "stop_reason": stop_reason, "token_ids": None, "prompt_logprobs": None,
+                                "prompt_token_ids": None})
+        usage = self._usage(sim, outcome.completion_tokens, cached, drop_none=False)
+        if kind == "chat":
+            return {"id": sim.request_id, "object": "chat.completion", "created": created,
+                    "model": self.opts.model_name, "choices": choices, "service_tier": None,
+                    "system_fingerprint": self.fingerprint, "usage": usage, "prompt_logprobs": None,
+                    "prompt_token_ids": None, "prompt_text": None, "kv_transfer_params": None,
+                    "ec_transfer_params": None, "metrics": None}
+        return {"id": sim.request_id, "object": "text_completion", "created": created,
+                "model": self.opts.model_name, "choices": choices, "service_tier": None,
+                "system_fingerprint": self.fingerprint, "usage": usage, "kv_transfer_params": None}
+
+    # ---- streaming -------------------------------------------------------------
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], kind: str, sim: SimRequest, gen: Any,
+                      outcome: Outcome, plan: ToolCallPlan | None, named: bool, cached: int) -> web.StreamResponse:
+        opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+        include_usage = bool(opts.get("include_usage")) or self.opts.enable_force_include_usage
+        continuous = include_usage and (bool(opts.get("continuous_usage_stats"))
+                                        or self.opts.enable_force_include_usage)
+        created = int(time.time())
+        obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+        head = {"id": sim.request_id, "object": obj, "created": created, "model": self.opts.model_name}
+        stream = SSEStream(request, self.paced(sim))
+        counts = [0] * outcome.n
+        tool_started = [False] * outcome.n
+
+        def running_usage(i: int) -> dict[str, Any]:
+            done = sum(counts)
+            return {"prompt_tokens": sim.prompt_tokens, "total_tokens": sim.prompt_tokens + done,
+                    "completion_tokens": done}
+
+        if kind == "chat":
+            for i in range(outcome.n):
+                chunk = {**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
+                                              "logprobs": None, "finish_reason": None}],
+                         "prompt_token_ids": None, "prompt_text": None}
+                if continuous:
+                    chunk["usage"] = running_usage(i)
+                await stream.send(frame(chunk))
+
+        def emit(token: Token) -> list[bytes]:
+            i = token.index
+            if token.finish != "abort":
+                counts[i] += 1
+            out: list[bytes] = []
+            if kind == "chat" and plan is not None and not tool_started[i]:
+                tool_started[i] = True
+                out.append(frame({**head, "choices": [{"index": i, "delta": {"tool_calls": [
+                    {"id": f"chatcmpl-tool-{os.urandom(8).hex()}", "type": "function", "index": 0,
+                     "function": {"name": plan.name}}]}, "logprobs": None, "finish_reason": None,
+                    "token_ids": None}], "kv_transfer_params": None}))
+            if token.finish is None:
+                if kind == "chat":
+                    if plan is not None:
+                        delta: dict[str, Any] = {"tool_calls": [{"index": 0, "function": {"arguments": token.text}}]}
+                    else:
+                        delta = {"content": token.text}
+                    choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": None, "token_ids": None}
+                else:
+                    choice = {"index": i, "text": token.text, "logprobs": None, "finish_reason": None,
+                              "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
+                chunk = {**head, "choices": [choice]}
+                if kind == "chat":
+                    chunk["kv_transfer_params"] = None
+                if continuous:
+                    chunk["usage"] = running_usage(i)
+                out.append(frame(chunk))
+                return out
+            reason, stop_reason = finish_of(token.finish, plan is not None, named)
+            if token.finish == "stop_sequence":
+                stop_reason = token.matched
+            if kind == "chat":
+                delta = {} if plan is not None and not token.text else {"content": token.text}
+                choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": reason,
+                          "stop_reason": stop_reason, "token_ids": None, "weight_versions": None}
+            else:
+                choice = {"index": i, "text": token.text, "logprobs": None, "finish_reason": reason,
+                          "stop_reason": stop_reason, "prompt_token_ids": None, "token_ids": None,
+                          "weight_versions": None}
+            chunk = {**head, "choices": [choice]}
+            if not include_usage:
+                chunk["system_fingerprint"] = self.fingerprint
+            if kind == "chat":
+                chunk["kv_transfer_params"] = None
+            if continuous:
+                chunk["usage"] = running_usage(i)
+            out.append(frame(chunk))
+            return out
+
+        async def fail(s: SSEStream) -> None:
+            await s.send(frame(error_body("Simulated engine failure", "InternalServerError", 500)))
+            await s.send(DONE_FRAME)
+            await s.finish()
+
+        try:
+            await pump(sim, gen, stream, emit, fail, outcome)
+        except StreamEnded:
+            self.fail_generation(sim)
+            return stream.response
+        if include_usage:
+            await stream.send(frame({**head, "choices": [],
+                                     "usage": self._usage(sim, outcome.completion_tokens, cached, drop_none=True),
+                                     "system_fingerprint": self.fingerprint}))
+        if not sim.faults.no_done:
+            await stream.send(DONE_FRAME)
+        self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
+                            outcome.first_token_at)
+        return await stream.finish()
