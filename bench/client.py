@@ -35,7 +35,7 @@ class ClientConfig:
         return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
 
 
-class _StreamState:
+class StreamState:
     __slots__ = ("done", "error", "text", "keep_text")
 
     def __init__(self, keep_text: bool) -> None:
@@ -45,7 +45,7 @@ class _StreamState:
         self.keep_text = keep_text
 
 
-def _absorb(obj: Any, rec: RequestRecord, state: _StreamState) -> bool:
+def _absorb(obj: Any, rec: RequestRecord, state: StreamState) -> bool:
     """Fold one parsed chunk (or body) into the record; True if it carried content."""
     if not isinstance(obj, dict):
         return False
@@ -124,7 +124,7 @@ class Client:
         assert self._session is not None, "use `async with Client(...)`"
         data = self.body(messages, rec.max_tokens)
         headers = self._headers_for(rec.tenant)
-        state = _StreamState(keep_text)
+        state = StreamState(keep_text)
         timeout = self.config.timeout_s
         cancelling = cancel_after_s is not None and cancel_after_s < timeout
         limit = cancel_after_s if cancelling else timeout
@@ -142,7 +142,7 @@ class Client:
                         _fail(rec, "http_status", _error_text(raw, resp.status))
                         return ""
                     if self.config.stream:
-                        await _read_stream(resp, rec, state, start)
+                        await _read_stream(resp, SseDecoder(rec, state), start)
                     else:
                         raw = await resp.read()
                         now = time.perf_counter() - start
@@ -170,20 +170,29 @@ class Client:
             rec.end_s = time.perf_counter() - start
             _fail(rec, "connection", f"{type(exc).__name__}: {exc}")
             return ""
-        if state.error is not None:
-            _fail(rec, "stream_error", state.error)
-        elif not state.done:
-            _fail(rec, "cut_stream", "stream ended without data: [DONE]" if self.config.stream
-                  else "body is not a chat completion")
+        settle(rec, state, self.config.stream)
         return "".join(state.text)
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord, state: _StreamState, start: float) -> None:
-    buf = b""
+async def _read_stream(resp: aiohttp.ClientResponse, decoder: "SseDecoder", start: float) -> None:
     async for piece in resp.content.iter_any():
-        now = time.perf_counter() - start
-        buf += piece
-        *lines, buf = buf.split(b"\n")
+        decoder.feed(piece, time.perf_counter() - start)
+
+
+class SseDecoder:
+    """Splits an SSE byte stream into `data:` events and folds each into the record,
+    timestamping content chunks with the time their bytes were read."""
+
+    __slots__ = ("rec", "state", "_buf")
+
+    def __init__(self, rec: RequestRecord, state: StreamState) -> None:
+        self.rec = rec
+        self.state = state
+        self._buf = b""
+
+    def feed(self, piece: bytes, now: float) -> None:
+        *lines, self._buf = (self._buf + piece).split(b"\n")
+        rec, state = self.rec, self.state
         for line in lines:
             if not line.startswith(b"data:"):
                 continue  # blank separators, ":" comments, event:/id: fields
@@ -199,6 +208,15 @@ async def _read_stream(resp: aiohttp.ClientResponse, rec: RequestRecord, state: 
                 continue
             if _absorb(obj, rec, state):
                 rec.chunk_times.append(now)
+
+
+def settle(rec: RequestRecord, state: StreamState, stream: bool) -> None:
+    """Judge a request whose HTTP exchange ended normally (status 200, no exception):
+    an error event fails it even after content; a missing [DONE] is a cut stream."""
+    if state.error is not None:
+        _fail(rec, "stream_error", state.error)
+    elif not state.done:
+        _fail(rec, "cut_stream", "stream ended without data: [DONE]" if stream else "body is not a chat completion")
 
 
 def _fail(rec: RequestRecord, kind: str, message: str) -> None:
