@@ -83,6 +83,9 @@ class AdmissionQueue:
         cap = self.capacity(model)
         return cap is None or q.in_flight < cap
 
+    def models(self) -> list[str]:
+        return list(self._models)
+
     def in_flight(self, model: str) -> int:
         q = self._models.get(model)
         return q.in_flight if q else 0

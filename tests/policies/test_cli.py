@@ -17,8 +17,13 @@ def test_keys_create_prints_a_key_and_its_digest():
 
 
 def test_keys_create_text_form_has_a_config_entry(capsys):
-    from gateway.cli import main
-    assert main(["keys", "create", "--tenant", "acme", "--name", "ci"]) == 0
+    import argparse
+
+    from policies.cli import register
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["keys", "create", "--tenant", "acme", "--name", "ci"])
+    assert args.func(args) == 0
     lines = capsys.readouterr().out.splitlines()
     key = lines[0].split()[-1]
     digest = lines[1].split()[-1]

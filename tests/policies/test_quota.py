@@ -28,7 +28,7 @@ StoreFactory = Callable[[], object]
 
 
 @pytest.fixture(params=["memory", "redis"])
-async def make_store(request, redis_server) -> AsyncIterator[StoreFactory]:
+async def make_store(request, shared_redis) -> AsyncIterator[StoreFactory]:
     """Builds stores sharing one state: for Redis, several clients (as several
     replicas would be); for memory, the same instance."""
     made: list = []
@@ -38,7 +38,7 @@ async def make_store(request, redis_server) -> AsyncIterator[StoreFactory]:
     def factory():
         if request.param == "memory":
             return memory
-        store = RedisQuotaStore(redis_server.url, key_prefix=prefix, window_ms=WINDOW_MS, bucket_ms=BUCKET_MS)
+        store = RedisQuotaStore(shared_redis.url, key_prefix=prefix, window_ms=WINDOW_MS, bucket_ms=BUCKET_MS)
         made.append(store)
         return store
 
@@ -211,19 +211,19 @@ def test_reservation_counts_every_choice():
     assert reservation_tokens(10, None, 1, cap=50) == 60
 
 
-async def test_redis_keys_of_one_tenant_share_one_cluster_slot(redis_server):
-    store = RedisQuotaStore(redis_server.url, key_prefix="p")
+async def test_redis_keys_of_one_tenant_share_one_cluster_slot(shared_redis):
+    store = RedisQuotaStore(shared_redis.url, key_prefix="p")
     keys = store._keys("ac{me}", "t") + store._keys("ac{me}", "k:x")
     tags = {re.match(r"^\{([^}]*)\}", k).group(1) for k in keys}
     assert tags == {"p:ac%7Bme%7D"}
     await store.aclose()
 
 
-async def test_redis_down_raises_unavailable(fresh_redis_server):
+async def test_redis_down_raises_unavailable(private_redis):
     from policies.quota import QuotaStoreUnavailable
-    store = RedisQuotaStore(fresh_redis_server.url, key_prefix="p", timeout_s=0.3)
+    store = RedisQuotaStore(private_redis.url, key_prefix="p", timeout_s=0.3)
     await store.reserve("acme", (ScopeLimits("t"),), 1, lid(), TTL_MS)
-    fresh_redis_server.stop()
+    private_redis.stop()
     with pytest.raises(QuotaStoreUnavailable):
         await store.reserve("acme", (ScopeLimits("t"),), 1, lid(), TTL_MS)
     await store.aclose()
