@@ -1,0 +1,84 @@
+"""What the four runtime adapters (vLLM, SGLang, TRT-LLM, TGI) share.
+
+Each runtime speaks an OpenAI-compatible dialect with quirks, so each adapter is
+an `OpenAIAdapter` whose url is the server root (`http://host:8000`, the API under
+`/v1`) plus:
+
+- errors of the runtime's shapes decoded by `runtime_errors`, with the runtime's
+  context-length message recognised (`context_pattern`) and a per-runtime status
+  rule (`_classify`);
+- every request's events passed through `EventRepair` (tool-call ids, finish
+  reasons, missing finishes, usage last);
+- readiness from the runtime's `/health` (connections are refused while any of
+  them loads its model) and a helper to read load endpoints with a time stamp.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import AsyncIterator
+
+import aiohttp
+
+from adapters.base import Event, GenerationRequest, Health
+from adapters.errors import GatewayError, invalid_request
+from adapters.openai import OpenAIAdapter
+from adapters.runtime_errors import ParsedError, runtime_error
+from adapters.runtime_stream import EventRepair, repaired
+
+
+class RuntimeAdapter(OpenAIAdapter):
+    api_prefix = "/v1"
+    runtime = "runtime"  # the name users know, used in error messages
+    context_pattern: re.Pattern[str] | None = None
+    health_path = "/health"
+    health_timeout_s = 5.0
+
+    # ---- errors ------------------------------------------------------------
+
+    def _classify(self, status: int, parsed: ParsedError) -> int | None:
+        """A status to use instead of the generic rule for this runtime's error."""
+        return None
+
+    def _error(self, status: int, body: bytes) -> GatewayError:
+        return runtime_error(status, body, backend=self.name, runtime=self.runtime,
+                             context_pattern=self.context_pattern, classify=self._classify)
+
+    def _unsupported(self, feature: str, param: str | None = None) -> GatewayError:
+        return invalid_request(f"Backend {self.name} runs {self.runtime}, which does not support {feature}.",
+                               param=param, code="unsupported_by_backend")
+
+    # ---- generation ----------------------------------------------------------
+
+    def _repair(self, request: GenerationRequest) -> EventRepair:
+        return EventRepair(request)
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        # The body is built (and may be refused with a 400) inside the base
+        # generator, before any connection is made.
+        return repaired(super().generate(request), self._repair(request))
+
+    # ---- health and load -------------------------------------------------------
+
+    async def health(self) -> Health:
+        timeout = aiohttp.ClientTimeout(total=float(self.options.get("health_timeout_s", self.health_timeout_s)))
+        try:
+            async with self.session.get(f"{self.base_url}{self.health_path}", timeout=timeout) as resp:
+                body = (await resp.read())[:200].decode(errors="replace")
+                if resp.status == 200:
+                    return Health(True, "ready")
+                return Health(False, f"{self.runtime} /health answered HTTP {resp.status}"
+                                     + (f": {body}" if body else ""))
+        except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
+            # Every runtime binds its port only after loading the model.
+            return Health(False, f"not accepting connections (loading or down): {exc}")
+        except asyncio.TimeoutError:
+            return Health(False, f"{self.runtime} /health did not answer in time")
+        except (aiohttp.ClientError, OSError) as exc:
+            return Health(False, str(exc) or type(exc).__name__)
+
+    async def _get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
+        """GET a path under the server root; connection errors propagate."""
+        async with self.session.get(f"{self.base_url}{path}",
+                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            return resp.status, await resp.read()

@@ -1,0 +1,139 @@
+"""SGLang (`python -m sglang.launch_server`, OpenAI server under /v1), facts from
+RUNTIMES.md section 2.
+
+What differs from OpenAI and is handled here:
+- errors: flat `{"object": "error", message, type, param, code: int}`; in a stream
+  `data: {"error": {"object": "error", ...}}` then `[DONE]` (queue full there is
+  `type: "SERVICE_UNAVAILABLE"`, code 503; non-stream it is 503 with `type: "503"`).
+- context length: "The input (N tokens) is longer than the model's context length
+  (M tokens)." / "Requested token count exceeds the model's maximum context length
+  of M tokens ..." / "max_completion_tokens is too large".
+- `finish_reason` in a separate content-free chunk (the decoder does not care),
+  `matched_stop` and top-level `reasoning_tokens` ignored, `abort` an error.
+- tool-call argument pieces repeat `id: null, name: null, type` (EventRepair);
+  a forced named tool says `tool_calls` (EventRepair makes it `stop`).
+- cached tokens only with `--enable-cache-report` (option `cache_report: true`).
+- cancellation: closing the connection is noticed only by a 4 s poll (or 2 s
+  after the response), so the gateway also calls `POST /abort_request` with the
+  request id, which it sends as SGLang's `rid`.
+- `/health` runs a 1-token generation and answers after about 1 s (503 while
+  warming up): the health check waits for it.
+- load from `GET /v1/loads` (JSON, no flag needed), else Prometheus `/metrics`.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from typing import Any
+
+import aiohttp
+import orjson
+
+from adapters import prometheus_text as prom
+from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
+from adapters.runtime_adapter import RuntimeAdapter
+
+log = logging.getLogger(__name__)
+
+# srt/managers/tokenizer_manager.py (~l.1337-1376).
+CONTEXT = re.compile(r"longer than the model's context length|exceeds the model's maximum context length"
+                     r"|max_completion_tokens is too large", re.IGNORECASE)
+
+
+class SGLangAdapter(RuntimeAdapter):
+    runtime = "SGLang"
+    context_pattern = CONTEXT
+    # /health submits a 1-token generation and polls once a second; it gives up
+    # by itself after SGLANG_HEALTH_CHECK_TIMEOUT (20 s).
+    health_timeout_s = 25.0
+
+    def __init__(self, name: str, url: str, served_model: str | None = None, **kwargs: Any) -> None:
+        super().__init__(name, url, served_model, **kwargs)
+        self.capabilities = Capabilities(
+            tools=bool(self.options.get("tools", True)), parallel_tool_calls=True, n=True, logprobs=True,
+            structured_output=True, cached_tokens=bool(self.options.get("cache_report", False)),
+            usage_in_stream=True, explicit_abort=True, completions=True)
+        self._load_source: str = str(self.options.get("load_source", "auto"))  # auto | loads | metrics
+
+    def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
+        body = super()._build_body(request, stream)
+        # SGLang names the request after `rid`, so the abort call can name it too.
+        body["rid"] = request.request_id
+        return body
+
+    def _abort_rids(self, request: GenerationRequest) -> list[str]:
+        # With n > 1 SGLang runs one request per sample, named `{rid}_{i}`
+        # (io_struct.py `_normalize_rid`).
+        n = request.sampling.n
+        return [request.request_id] if n <= 1 else [f"{request.request_id}_{i}" for i in range(n)]
+
+    async def _on_abort(self, request: GenerationRequest) -> None:
+        timeout = aiohttp.ClientTimeout(total=2.0)
+        for rid in self._abort_rids(request):
+            try:
+                async with self.session.post(f"{self.base_url}/abort_request", data=orjson.dumps({"rid": rid}),
+                                             headers={"content-type": "application/json"},
+                                             timeout=timeout) as resp:
+                    await resp.read()
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+                # The closed connection still stops it, only later.
+                log.debug("SGLang abort of %s on %s failed: %s", rid, self.name, exc)
+
+    async def load(self) -> LoadSnapshot:
+        if self._load_source in ("auto", "loads"):
+            snapshot = await self._load_from_loads()
+            if snapshot is not None or self._load_source == "loads":
+                return snapshot or LoadSnapshot()
+        return await self._load_from_metrics()
+
+    async def _load_from_loads(self) -> LoadSnapshot | None:
+        """`GET /v1/loads`: one entry per DP rank (srt/entrypoints/v1_loads.py)."""
+        try:
+            status, raw = await self._get("/v1/loads?include=core")
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            return LoadSnapshot()
+        read_at = time.time()
+        if status == 404:
+            self._load_source = "metrics"  # an SGLang without /v1/loads
+            return None
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return LoadSnapshot(read_at=read_at)
+        return parse_loads(data, read_at)
+
+    async def _load_from_metrics(self) -> LoadSnapshot:
+        try:
+            status, raw = await self._get("/metrics")
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            return LoadSnapshot()
+        read_at = time.time()
+        if status != 200:
+            return LoadSnapshot(read_at=read_at)
+        samples = prom.parse(raw.decode(errors="replace"))
+        running = prom.total(samples, "sglang:num_running_reqs")
+        waiting = prom.total(samples, "sglang:num_queue_reqs")
+        return LoadSnapshot(waiting=None if waiting is None else int(waiting),
+                            running=None if running is None else int(running),
+                            kv_usage=prom.mean(samples, "sglang:token_usage"),
+                            prefix_hit_rate=prom.mean(samples, "sglang:cache_hit_rate"), read_at=read_at)
+
+
+def parse_loads(data: Any, read_at: float) -> LoadSnapshot:
+    """A `/v1/loads` report: requests summed over DP ranks, ratios averaged."""
+    loads = data.get("loads") if isinstance(data, dict) else None
+    if not isinstance(loads, list) or not loads:
+        return LoadSnapshot(read_at=read_at)
+
+    def ints(key: str) -> int | None:
+        values = [r.get(key) for r in loads if isinstance(r, dict) and isinstance(r.get(key), (int, float))]
+        return int(sum(values)) if values else None
+
+    def ratio(key: str) -> float | None:
+        values = [float(r[key]) for r in loads if isinstance(r, dict) and isinstance(r.get(key), (int, float))]
+        return sum(values) / len(values) if values else None
+
+    return LoadSnapshot(waiting=ints("num_waiting_reqs"), running=ints("num_running_reqs"),
+                        kv_usage=ratio("token_usage"), prefix_hit_rate=ratio("cache_hit_rate"), read_at=read_at)

@@ -1,0 +1,170 @@
+"""TensorRT-LLM (`trtllm-serve`, OpenAI server under /v1), facts from RUNTIMES.md
+section 3 and `tensorrt_llm/serve/openai_protocol.py`.
+
+What differs from OpenAI and is handled here:
+- every request model has `extra="forbid"`: a field TRT-LLM does not declare is a
+  400 (`parallel_tool_calls`, `store`, `metadata`, `service_tier`, ...). Bodies
+  are cut down to the declared fields; `parallel_tool_calls: false` is enforced by
+  dropping later calls (EventRepair) since older builds cannot even receive it.
+- errors: flat `{"object": "error", ..., "code": 400}` for almost everything,
+  generation failures included (made 502 here); validation errors as
+  `{"error": "<text>"}`; completions in-stream `{"error": {...}}` + `[DONE]`.
+- a chat stream that fails is cut without `[DONE]` (the base adapter makes that an
+  error event); the first frame has a trailing space (JSON tolerates it).
+- context length: "... should not exceed max_num_tokens (M)" (PyTorch backend) or
+  "... should not exceed max_seq_len (L)" (TensorRT backend).
+- stream ids `chatcmpl-<int>` and `model` echoes: the gateway writes its own.
+- a forced named tool finishes with `tool_calls` (EventRepair: `stop`).
+- `cached_tokens` always reported.
+- load: JSON `/metrics` is a destructive read (each read drains the iteration
+  stats), so one reader per server URL in this process, and the last snapshot is
+  kept when nothing new arrived; `metrics: prometheus` reads
+  `/prometheus/metrics` instead (needs `return_perf_metrics: true`), which is
+  the choice when several gateway replicas watch one server.
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+
+from adapters import prometheus_text as prom
+from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
+from adapters.runtime_adapter import RuntimeAdapter
+from adapters.runtime_errors import ParsedError
+
+# tensorrt_llm/llmapi/llm.py `_check_arguments`.
+CONTEXT = re.compile(r"should not exceed max_num_tokens|should not exceed max_seq_len", re.IGNORECASE)
+
+# Fields both request models declare (openai_protocol.py, sampling and extra params).
+_COMMON = {
+    "model", "frequency_penalty", "logit_bias", "max_tokens", "max_completion_tokens", "n", "presence_penalty",
+    "response_format", "seed", "stop", "stream", "stream_options", "temperature", "top_p", "user",
+    "best_of", "use_beam_search", "top_k", "top_p_min", "min_p", "repetition_penalty", "length_penalty",
+    "early_stopping", "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "min_tokens",
+    "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens", "lora_request",
+    "add_special_tokens", "cache_salt", "priority",
+}
+CHAT_FIELDS = _COMMON | {
+    "messages", "logprobs", "top_logprobs", "tools", "tool_choice", "reasoning_effort", "thinking_token_budget",
+    "add_generation_prompt", "documents", "chat_template", "chat_template_kwargs",
+}
+COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs", "echo", "suffix"}
+
+# Generation failures are raised as 400 BadRequestError by the server's catch-all.
+_BACKEND_FAULT = re.compile(r"Generation failed|internal error|CUDA|out of memory", re.IGNORECASE)
+
+
+@dataclass
+class _JsonMetricsReader:
+    """The one reader of one server's destructive JSON `/metrics`."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last: LoadSnapshot = field(default_factory=LoadSnapshot)
+    read_at: float = 0.0
+
+
+# Shared by every adapter instance pointing at the same server in this process
+# (keyed by event loop as well: an asyncio.Lock belongs to one loop).
+_JSON_READERS: dict[tuple[str, int], _JsonMetricsReader] = {}
+
+
+class TRTLLMAdapter(RuntimeAdapter):
+    runtime = "TensorRT-LLM"
+    context_pattern = CONTEXT
+
+    def __init__(self, name: str, url: str, served_model: str | None = None, **kwargs: Any) -> None:
+        super().__init__(name, url, served_model, **kwargs)
+        self.capabilities = Capabilities(
+            tools=bool(self.options.get("tools", True)), parallel_tool_calls=True, n=True, logprobs=True,
+            structured_output=True, cached_tokens=True, usage_in_stream=True, explicit_abort=False,
+            completions=True)
+        self._metrics = str(self.options.get("metrics", "json"))  # json | prometheus
+        # Reads closer together than this reuse the last snapshot, so that two
+        # callers do not split one server's iteration stats between them.
+        self._min_interval_s = float(self.options.get("metrics_min_interval_s", 0.5))
+
+    def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
+        body = super()._build_body(request, stream)
+        allowed = CHAT_FIELDS if request.kind == "chat" else COMPLETION_FIELDS
+        return {k: v for k, v in body.items() if k in allowed}
+
+    def _classify(self, status: int, parsed: ParsedError) -> int | None:
+        if status == 400 and (_BACKEND_FAULT.search(parsed.message) or parsed.type == "internal_error"):
+            return 502
+        return None
+
+    # ---- load --------------------------------------------------------------
+
+    async def load(self) -> LoadSnapshot:
+        if self._metrics == "prometheus":
+            return await self._load_prometheus()
+        key = (self.base_url, id(asyncio.get_running_loop()))
+        reader = _JSON_READERS.setdefault(key, _JsonMetricsReader())
+        async with reader.lock:
+            if time.time() - reader.read_at < self._min_interval_s:
+                return reader.last
+            try:
+                status, raw = await self._get("/metrics")
+            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+                return LoadSnapshot()
+            reader.read_at = time.time()
+            if status != 200:
+                return LoadSnapshot(read_at=reader.read_at)
+            try:
+                stats = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return LoadSnapshot(read_at=reader.read_at)
+            snapshot = parse_iteration_stats(stats, reader.read_at)
+            if snapshot is not None:
+                reader.last = snapshot
+            # Nothing new since the last read: the last snapshot, with its own time.
+            return reader.last
+
+    async def _load_prometheus(self) -> LoadSnapshot:
+        try:
+            status, raw = await self._get("/prometheus/metrics")
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            return LoadSnapshot()
+        read_at = time.time()
+        if status != 200:
+            return LoadSnapshot(read_at=read_at)
+        samples = prom.parse(raw.decode(errors="replace"))
+        running = prom.total(samples, "trtllm_num_requests_running")
+        waiting = prom.total(samples, "trtllm_num_requests_waiting")
+        return LoadSnapshot(waiting=None if waiting is None else int(waiting),
+                            running=None if running is None else int(running),
+                            kv_usage=prom.mean(samples, "trtllm_kv_cache_utilization"),
+                            prefix_hit_rate=prom.mean(samples, "trtllm_kv_cache_hit_rate"), read_at=read_at)
+
+
+def parse_iteration_stats(stats: Any, read_at: float) -> LoadSnapshot | None:
+    """The newest iteration-stats entry of a JSON `/metrics` read; None if empty."""
+    if not isinstance(stats, list):
+        return None
+    entries = [s for s in stats if isinstance(s, dict)]
+    if not entries:
+        return None
+    newest = max(entries, key=lambda s: s.get("iter", 0) if isinstance(s.get("iter"), (int, float)) else 0)
+
+    def count(key: str) -> int | None:
+        value = newest.get(key)
+        return int(value) if isinstance(value, (int, float)) else None
+
+    kv = newest.get("kvCacheStats") if isinstance(newest.get("kvCacheStats"), dict) else {}
+    kv_usage = None
+    used, total_blocks = kv.get("usedNumBlocks"), kv.get("maxNumBlocks")
+    if isinstance(used, (int, float)) and isinstance(total_blocks, (int, float)) and total_blocks > 0:
+        kv_usage = float(used) / float(total_blocks)
+    hit = kv.get("cacheHitRate")
+    if not isinstance(hit, (int, float)):
+        reused, missed = kv.get("reusedBlocks"), kv.get("missedBlocks")
+        hit = (reused / (reused + missed) if isinstance(reused, (int, float)) and isinstance(missed, (int, float))
+               and reused + missed > 0 else None)
+    return LoadSnapshot(waiting=count("numQueuedRequests"), running=count("numActiveRequests"), kv_usage=kv_usage,
+                        prefix_hit_rate=float(hit) if hit is not None else None, read_at=read_at)

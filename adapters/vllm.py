@@ -1,0 +1,109 @@
+"""vLLM (`vllm serve`, OpenAI server under /v1), facts from RUNTIMES.md section 1.
+
+What differs from OpenAI and is handled here:
+- errors: nested `{"error": {..., "code": <int>}}` (flat before 0.10.1), in-stream
+  `data: {"error": ...}` then `[DONE]`; `{"error": "Unauthorized"}` for a bad key.
+- context length: 400 "This model's maximum context length is N tokens ..." or
+  "Input length (X) exceeds model's maximum context length (Y)".
+- legacy `guided_*` fields are silently ignored since they were removed
+  (`serve/engine/protocol.py` `_REMOVED_GUIDED_FIELDS`): translated into
+  `structured_outputs` so the constraint still applies.
+- finish reasons `abort` (an error) and `repetition` (a stop) via `openai_wire`.
+- `prompt_tokens_details.cached_tokens` only with `--enable-prompt-tokens-details`
+  (option `prompt_tokens_details: true` declares it).
+- tools need `--enable-auto-tool-choice --tool-call-parser` (option `tools: false`
+  when the server runs without them, so the gateway answers 400 itself).
+- load from Prometheus `/metrics` (`vllm:*`).
+"""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Any
+
+import aiohttp
+
+from adapters import prometheus_text as prom
+from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
+from adapters.runtime_adapter import RuntimeAdapter
+
+# vllm/renderers/params.py and get_max_tokens (0.33; "However, you requested" in <= 0.10);
+# the engine's own input check says "... is longer than the maximum model length of N".
+CONTEXT = re.compile(r"maximum context length is \d+ tokens|exceeds model's maximum context length"
+                     r"|longer than the maximum model length", re.IGNORECASE)
+
+# Removed request fields (vLLM >= 0.11) -> keys of `structured_outputs`.
+GUIDED_TO_STRUCTURED = {
+    "guided_json": "json",
+    "guided_regex": "regex",
+    "guided_choice": "choice",
+    "guided_grammar": "grammar",
+    "guided_whitespace_pattern": "whitespace_pattern",
+}
+# Chose a decoding backend per request; vLLM v1 picks it per server.
+GUIDED_DROPPED = ("guided_decoding_backend",)
+
+
+def translate_guided(body: dict[str, Any]) -> None:
+    """Move legacy `guided_*` fields into `structured_outputs` (in place)."""
+    structured: dict[str, Any] = {}
+    for old, new in GUIDED_TO_STRUCTURED.items():
+        if old in body:
+            value = body.pop(old)
+            if value is not None:
+                structured[new] = value
+    for old in GUIDED_DROPPED:
+        body.pop(old, None)
+    if structured and "structured_outputs" not in body:
+        body["structured_outputs"] = structured
+
+
+class VLLMAdapter(RuntimeAdapter):
+    runtime = "vLLM"
+    context_pattern = CONTEXT
+
+    def __init__(self, name: str, url: str, served_model: str | None = None, **kwargs: Any) -> None:
+        super().__init__(name, url, served_model, **kwargs)
+        self.capabilities = Capabilities(
+            tools=bool(self.options.get("tools", True)), parallel_tool_calls=True, n=True, logprobs=True,
+            structured_output=True, cached_tokens=bool(self.options.get("prompt_tokens_details", False)),
+            usage_in_stream=True, explicit_abort=False, completions=True)
+        self._prefix_counters: tuple[float, float] | None = None
+
+    def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
+        body = super()._build_body(request, stream)
+        if not self.options.get("legacy_guided", False):  # a vLLM <= 0.10 still reads guided_*
+            translate_guided(body)
+        return body
+
+    async def load(self) -> LoadSnapshot:
+        try:
+            status, raw = await self._get("/metrics")
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            return LoadSnapshot()
+        read_at = time.time()
+        if status != 200:
+            return LoadSnapshot(read_at=read_at)
+        samples = prom.parse(raw.decode(errors="replace"))
+        running = prom.total(samples, "vllm:num_requests_running")
+        waiting = prom.total(samples, "vllm:num_requests_waiting")
+        kv = prom.mean(samples, "vllm:kv_cache_usage_perc")
+        if kv is None:
+            kv = prom.mean(samples, "vllm:gpu_cache_usage_perc")  # V0 name
+        return LoadSnapshot(waiting=None if waiting is None else int(waiting),
+                            running=None if running is None else int(running),
+                            kv_usage=kv, prefix_hit_rate=self._prefix_hit_rate(samples), read_at=read_at)
+
+    def _prefix_hit_rate(self, samples: list[prom.Sample]) -> float | None:
+        """Hits over queries (token counters) since the previous read, so the rate
+        follows the current traffic; otherwise (first read, no new queries, counters
+        reset by a restart) the totals since start."""
+        hits = prom.first_total(samples, "vllm:prefix_cache_hits_total", "vllm:prefix_cache_hits")
+        queries = prom.first_total(samples, "vllm:prefix_cache_queries_total", "vllm:prefix_cache_queries")
+        if hits is None or queries is None:
+            return prom.mean(samples, "vllm:gpu_prefix_cache_hit_rate")  # V0 gauge
+        previous, self._prefix_counters = self._prefix_counters, (hits, queries)
+        if previous is not None and queries > previous[1] and hits >= previous[0]:
+            return (hits - previous[0]) / (queries - previous[1])
+        return hits / queries if queries > 0 else None
