@@ -95,6 +95,8 @@ class LLMEngine:
         vocab = self.model_config.vocab_size
         if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= vocab:
             raise ValueError(f"prompt token ids must be in [0, {vocab})")
+        if params.logit_bias and any(not 0 <= t < vocab for t in params.logit_bias):
+            raise ValueError(f"logit_bias token ids must be in [0, {vocab})")
         total = len(prompt_token_ids) + params.max_tokens
         if total > self.max_model_len:
             raise ContextLengthError(
@@ -129,6 +131,7 @@ class LLMEngine:
 
     # ---- the step ------------------------------------------------------------------
 
+    @torch.inference_mode()
     def step(self) -> list[TokenOutput]:
         t0 = time.perf_counter()
         sched = self.scheduler.schedule()
