@@ -144,6 +144,8 @@ class StreamEncoder(_Base):
 
     def feed(self, event: Event) -> bytes:
         """The SSE bytes for one event (possibly empty, possibly several frames)."""
+        if self.closed:
+            return b""  # after the error event or [DONE], nothing may follow
         if isinstance(event, Usage):
             self.usage = event
             return b""

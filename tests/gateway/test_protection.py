@@ -1,0 +1,292 @@
+"""gateway/protection.py called directly, as the HTTP handlers call it: auth,
+admission, release in every cancellation phase, shared Redis state, and the
+fail policy when Redis goes away."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from adapters.base import GenerationRequest, SamplingParams, Usage
+from adapters.errors import GatewayError
+from gateway.config import ConfigError, parse_config
+from gateway.protection import CANCEL_PHASES, Protection
+from policies.auth import hash_key
+
+KEY_A = "sk-sy-tenant-a-key"
+KEY_B = "sk-sy-tenant-b-key"
+
+
+def config(store: dict | None = None, **tenant_a) -> dict:
+    return {
+        "auth": {"mode": "keys", "api_keys": [{"sha256": hash_key(KEY_A), "tenant": "a", "name": "ka"},
+                                              {"sha256": hash_key(KEY_B), "tenant": "b"}]},
+        "quota_store": store or {"kind": "memory"},
+        "tenants": {"a": {"models": ["m*"], **tenant_a}, "b": {"models": ["*"], "requests_per_minute": 1000}},
+        "admission": {"max_queue": 4, "max_queue_wait_s": 2},
+    }
+
+
+async def make(cfg: dict, **kw) -> Protection:
+    p = Protection(parse_config(cfg), CollectorRegistry(), **kw)
+    await p.start()
+    return p
+
+
+def request(max_tokens: int | None = 100, n: int = 1) -> GenerationRequest:
+    return GenerationRequest(request_id=uuid.uuid4().hex, model="m", messages=[{"role": "user", "content": "hi"}],
+                             sampling=SamplingParams(max_tokens=max_tokens, n=n))
+
+
+async def never_gone() -> bool:
+    return False
+
+
+def _sample(p: Protection, name: str, labels: dict) -> float:
+    for collector in (p.metrics.cancelled, p.metrics.decisions, p.metrics.store_unavailable,
+                      p.metrics.queue_rejected):
+        for fam in collector.collect():
+            for s in fam.samples:
+                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                    return s.value
+    return 0.0
+
+
+async def principal(p: Protection, key: str = KEY_A):
+    return await p.authenticate({"authorization": f"Bearer {key}"})
+
+
+async def test_admit_and_release_return_headers_and_leave_nothing_held():
+    p = await make(config(requests_per_minute=10, tokens_per_minute=10_000, max_concurrent=2))
+    who = await principal(p)
+    t = await p.admit(who, "m", request(), 20, never_gone)
+    assert t.headers["x-ratelimit-limit-requests"] == "10"
+    assert t.headers["x-ratelimit-remaining-requests"] == "9"
+    assert t.headers["x-ratelimit-remaining-tokens"] == str(10_000 - 120)
+    assert p.snapshot() == {"live_tickets": 1, "queued": 0, "in_flight": 1}
+    await t.release(Usage(prompt_tokens=20, completion_tokens=5))
+    await t.release(Usage(prompt_tokens=20, completion_tokens=5))  # idempotent
+    assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
+    assert await p.local.concurrent("a", "t") == 0
+    t2 = await p.admit(who, "m", request(), 20, never_gone)
+    # the first request's unused reservation came back: only its 25 real tokens count
+    assert t2.headers["x-ratelimit-remaining-tokens"] == str(10_000 - 25 - 120)
+    await t2.release(None)
+    await p.aclose()
+
+
+async def test_rpm_exhausted_is_429_with_retry_after_and_headers():
+    p = await make(config(requests_per_minute=2))
+    who = await principal(p)
+    for _ in range(2):
+        await (await p.admit(who, "m", request(), 1, never_gone)).release(None)
+    with pytest.raises(GatewayError) as exc:
+        await p.admit(who, "m", request(), 1, never_gone)
+    e = exc.value
+    assert e.status == 429 and e.code == "rate_limit_exceeded"
+    assert 0 < e.retry_after <= 60
+    assert e.headers["x-ratelimit-remaining-requests"] == "0"
+    await p.aclose()
+
+
+async def test_a_request_that_can_never_fit_says_so_without_retry_after():
+    p = await make(config(tokens_per_minute=500))
+    with pytest.raises(GatewayError) as exc:
+        await p.admit(await principal(p), "m", request(max_tokens=1000), 10, never_gone)
+    assert exc.value.status == 429 and exc.value.retry_after is None
+    assert "Request too large" in exc.value.message
+    await p.aclose()
+
+
+async def test_no_max_tokens_reserves_the_tenant_cap():
+    p = await make(config(tokens_per_minute=10_000, max_tokens_cap=300))
+    t = await p.admit(await principal(p), "m", request(max_tokens=None, n=2), 10, never_gone)
+    assert t.reservation.tokens == 10 + 2 * 300
+    await t.release(None)
+    await p.aclose()
+
+
+async def test_model_outside_the_tenant_list_is_403():
+    p = await make(config())
+    with pytest.raises(GatewayError) as exc:
+        await p.admit(await principal(p), "other", request(), 1, never_gone)
+    assert exc.value.status == 403
+    await p.aclose()
+
+
+async def test_tenant_without_limits_touches_no_store():
+    cfg = config()
+    cfg["tenants"]["b"] = {"models": ["*"]}
+    p = await make(cfg)
+    t = await p.admit(await principal(p, KEY_B), "m", request(), 1, never_gone)
+    assert t.reservation is None and t.headers == {}
+    await t.release(None)
+    await p.aclose()
+
+
+@pytest.mark.parametrize("phase", [ph for ph in CANCEL_PHASES if ph != "queued"])
+async def test_cancel_in_each_dispatched_phase_frees_everything_and_charges_partial_usage(phase):
+    p = await make(config(tokens_per_minute=10_000, max_concurrent=1))
+    who = await principal(p)
+    t = await p.admit(who, "m", request(max_tokens=500), 40, never_gone)
+    partial = Usage(prompt_tokens=40, completion_tokens=7) if phase == "mid_stream" else None
+    await t.release(partial, phase)
+    assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
+    assert await p.local.concurrent("a", "t") == 0
+    assert _sample(p, "switchyard_protection_cancelled_total", {"phase": phase}) == 1
+    expected = 47 if phase == "mid_stream" else 40  # partial usage, or the prompt it may have read
+    assert t.charged_tokens == expected
+    t2 = await p.admit(who, "m", request(max_tokens=0), 0, never_gone)
+    assert t2.headers["x-ratelimit-remaining-tokens"] == str(10_000 - expected)
+    await t2.release(None)
+    await p.aclose()
+
+
+async def test_client_leaving_while_queued_is_499_and_refunds_everything():
+    p = await make(config(tokens_per_minute=10_000, max_concurrent=5))
+    p.set_capacity_provider(lambda model: 1)
+    who = await principal(p)
+    holder = await p.admit(who, "m", request(), 10, never_gone)
+    gone = asyncio.Event()
+
+    async def client_gone() -> bool:
+        return gone.is_set()
+
+    task = asyncio.create_task(p.admit(who, "m", request(), 10, client_gone))
+    await asyncio.sleep(0.1)
+    assert p.snapshot()["queued"] == 1
+    assert await p.local.concurrent("a", "t") == 2  # the queued one holds its lease
+    gone.set()
+    with pytest.raises(GatewayError) as exc:
+        await asyncio.wait_for(task, 1)
+    assert exc.value.status == 499 and exc.value.code == "client_closed"
+    assert _sample(p, "switchyard_protection_cancelled_total", {"phase": "queued"}) == 1
+    await holder.release(Usage(10, 0))
+    assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
+    assert await p.local.concurrent("a", "t") == 0
+    await p.aclose()
+
+
+async def test_task_cancelled_while_queued_frees_its_lease():
+    p = await make(config(max_concurrent=5))
+    p.set_capacity_provider(lambda model: 1)
+    who = await principal(p)
+    holder = await p.admit(who, "m", request(), 10, never_gone)
+    task = asyncio.create_task(p.admit(who, "m", request(), 10, never_gone))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await p.local.concurrent("a", "t") == 1
+    await holder.release(None)
+    assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
+    await p.aclose()
+
+
+async def test_full_queue_refunds_the_request_it_turned_away():
+    cfg = config(requests_per_minute=100)
+    cfg["admission"] = {"max_queue": 0, "max_queue_wait_s": 1, "full_status": 503}
+    p = await make(cfg)
+    p.set_capacity_provider(lambda model: 1)
+    who = await principal(p)
+    holder = await p.admit(who, "m", request(), 1, never_gone)
+    with pytest.raises(GatewayError) as exc:
+        await p.admit(who, "m", request(), 1, never_gone)
+    assert exc.value.status == 503 and exc.value.retry_after >= 1
+    await holder.release(None)
+    t = await p.admit(who, "m", request(), 1, never_gone)
+    assert t.headers["x-ratelimit-remaining-requests"] == "98"  # the refused one did not count
+    await t.release(None)
+    await p.aclose()
+
+
+async def test_two_replicas_share_concurrency_through_redis(redis_server):
+    cfg = config({"kind": "redis", "url": redis_server.url}, max_concurrent=3)
+    a, b = await make(cfg), await make(cfg)
+    who = await principal(a)
+    held = [await a.admit(who, "m", request(), 1, never_gone), await b.admit(who, "m", request(), 1, never_gone),
+            await a.admit(who, "m", request(), 1, never_gone)]
+    with pytest.raises(GatewayError) as exc:
+        await b.admit(who, "m", request(), 1, never_gone)
+    assert exc.value.code == "concurrency_limit_exceeded"
+    await held[0].release(None)
+    held[0] = await b.admit(who, "m", request(), 1, never_gone)
+    for t in held:
+        await t.release(None)
+    assert await a.store.concurrent("a", "t") == 0
+    await a.aclose()
+    await b.aclose()
+
+
+async def test_leases_of_a_crashed_replica_expire_and_live_ones_are_kept(redis_server):
+    cfg = config({"kind": "redis", "url": redis_server.url, "lease_ttl_s": 0.6}, max_concurrent=2)
+    alive, doomed = await make(cfg), await make(cfg)
+    who = await principal(alive)
+    kept = await alive.admit(who, "m", request(), 1, never_gone)
+    await doomed.admit(who, "m", request(), 1, never_gone)
+    doomed._heartbeat_task.cancel()  # the replica dies: no release, no more heartbeats
+    t0 = time.monotonic()
+    while await alive.store.concurrent("a", "t") > 1:
+        assert time.monotonic() - t0 < 0.6 + 0.5, "the dead replica's lease outlived its TTL"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.8)  # beyond the TTL: the live ticket's heartbeat kept it
+    assert await alive.store.concurrent("a", "t") == 1
+    await kept.release(None)
+    await alive.aclose()
+    await doomed.store.aclose()
+
+
+async def test_redis_down_fail_open_uses_local_limits(redis_server):
+    p = await make(config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_open"},
+                          requests_per_minute=3))
+    who = await principal(p)
+    await (await p.admit(who, "m", request(), 1, never_gone)).release(None)
+    redis_server.stop()
+    admitted = 0
+    for _ in range(5):
+        try:
+            await (await p.admit(who, "m", request(), 1, never_gone)).release(None)
+            admitted += 1
+        except GatewayError as e:
+            assert e.status == 429
+    assert admitted == 3  # the local store enforces the same limit on its own
+    assert _sample(p, "switchyard_quota_store_unavailable_total", {"policy": "fail_open"}) >= 1
+    await p.aclose()
+
+
+async def test_redis_down_fail_closed_is_503(redis_server):
+    p = await make(config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_closed"},
+                          requests_per_minute=3))
+    who = await principal(p)
+    redis_server.stop()
+    with pytest.raises(GatewayError) as exc:
+        await p.admit(who, "m", request(), 1, never_gone)
+    assert exc.value.status == 503 and exc.value.code == "quota_store_unavailable"
+    assert exc.value.retry_after is not None
+    assert _sample(p, "switchyard_quota_store_unavailable_total", {"policy": "fail_closed"}) == 1
+    await p.aclose()
+
+
+async def test_auth_off_needs_saying_so_on_a_public_address():
+    with pytest.raises(ConfigError):
+        Protection.from_config(parse_config({"listen": {"host": "0.0.0.0"}}), CollectorRegistry())
+    Protection.from_config(parse_config({"listen": {"host": "0.0.0.0"}, "auth": {"mode": "none"}}),
+                           CollectorRegistry())
+    Protection.from_config(parse_config({}), CollectorRegistry())  # loopback default
+
+
+async def test_state_gauges_are_exported():
+    from prometheus_client import generate_latest
+    registry = CollectorRegistry()
+    p = Protection(parse_config(config(max_concurrent=4)), registry)
+    await p.start()
+    t = await p.admit(await principal(p), "m", request(), 1, never_gone)
+    text = generate_latest(registry).decode()
+    assert 'switchyard_admission_inflight{model="m"} 1.0' in text
+    assert "switchyard_live_tickets 1.0" in text
+    await t.release(None)
+    assert 'switchyard_admission_inflight{model="m"} 0.0' in generate_latest(registry).decode()
+    await p.aclose()
