@@ -167,8 +167,11 @@ class LlamaModel:
         k_cache.index_copy_(0, meta.slot_mapping, k)
         v_cache.index_copy_(0, meta.slot_mapping, v.view(T, self.num_kv_heads, self.head_dim))
         B, max_q = meta.batch_size, meta.max_q
-        keys = k_cache[meta.gather_index].transpose(1, 2)      # [B, Hkv, max_ctx, D]
-        values = v_cache[meta.gather_index].transpose(1, 2)
+        # index_select on the flat slot list is much cheaper than advanced indexing.
+        ctx_shape = (B, meta.gather_index.shape[1], self.num_kv_heads, self.head_dim)
+        flat = meta.gather_index.view(-1)
+        keys = k_cache.index_select(0, flat).view(ctx_shape).transpose(1, 2)      # [B, Hkv, max_ctx, D]
+        values = v_cache.index_select(0, flat).view(ctx_shape).transpose(1, 2)
         if meta.q_dest is None:
             queries = q.view(B, 1, self.num_heads, self.head_dim)
         else:
