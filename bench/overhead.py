@@ -1,0 +1,224 @@
+"""`make bench-overhead`: what the gateway adds over calling its upstream directly.
+
+One run starts a fast OpenAI-compatible upstream (16 chunks, no artificial delay)
+and one gateway worker in front of it, on free loopback ports, then measures the
+same scenarios directly and through the gateway, alternating rounds so that
+machine noise hits both alike:
+
+- latency at concurrency 1 (this harness, closed loop): non-streaming and
+  16-chunk streaming; added p50/p99 = gateway - direct;
+- requests/s at concurrency 16: with `wrk` when installed (a Python client would
+  compete with the gateway for the CPU), else with this harness; say which.
+
+Prints the figures, the ratios and the issue's targets; writes reports/overhead/.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import wrk
+from bench.client import Client, ClientConfig
+from bench.metrics import Slo, summarize
+from bench.procs import Server, free_port, python_module
+from bench.records import RequestRecord
+from bench.report import write_json, write_run
+from bench.runner import LoadPlan, Runner
+from bench.workloads import Session, Turn
+
+MODEL = "m"
+PROMPT = "Say hello to the benchmark."
+
+# The issue's targets for this 2-core machine.
+TARGET_ADDED_P50_MS_NONSTREAM = 0.5
+TARGET_RPS_C16 = 1500.0
+TARGET_ADDED_P50_MS_STREAM = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    stream: bool
+    concurrency: int
+
+
+LATENCY = (Scenario("non-streaming, concurrency 1", False, 1), Scenario("16-chunk streaming, concurrency 1", True, 1))
+THROUGHPUT = (Scenario("non-streaming, concurrency 16", False, 16),
+              Scenario("16-chunk streaming, concurrency 16", True, 16))
+
+
+def gateway_config(port: int, upstream: str, access_log: bool) -> str:
+    return (f"listen: {{host: 127.0.0.1, port: {port}}}\n"
+            "auth: {mode: none}\n"
+            "quota_store: {kind: memory}\n"
+            f"access_log: {'true' if access_log else 'false'}\n"
+            "log_level: warning\n"
+            "models:\n"
+            f"  {MODEL}:\n"
+            "    backends:\n"
+            f"      - {{name: upstream, adapter: openai, url: \"{upstream}/v1\", served_model: {MODEL}}}\n")
+
+
+def sessions(n: int) -> list[Session]:
+    return [Session([Turn(PROMPT, 16, 5)]) for _ in range(n)]
+
+
+async def closed_loop(base: str, stream: bool, concurrency: int, n: int) -> list[RequestRecord]:
+    async with Client(ClientConfig(base_url=base, model=MODEL, stream=stream, timeout_s=30)) as client:
+        return await Runner(client, LoadPlan(sessions(n), concurrency=concurrency)).run()
+
+
+def body(stream: bool) -> bytes:
+    return Client(ClientConfig(base_url="http://unused", model=MODEL, stream=stream)).body(
+        [{"role": "user", "content": PROMPT}], 16)
+
+
+def _p(summary: dict[str, Any], key: str, p: str) -> float:
+    return summary[key][p]
+
+
+def measure_latency(targets: dict[str, str], sc: Scenario, n: int, rounds: int, out: Path) -> dict[str, Any]:
+    pooled: dict[str, list[RequestRecord]] = {t: [] for t in targets}
+    for _ in range(rounds):
+        for name, base in targets.items():
+            pooled[name] += asyncio.run(closed_loop(base, sc.stream, 1, n // rounds))
+    result: dict[str, Any] = {"scenario": sc.name, "client": "switchyard bench (aiohttp)", "requests": n}
+    for name, recs in pooled.items():
+        s = summarize(recs, Slo())
+        write_run(out / f"{_slug(sc)}-{name}", {"scenario": sc.name, "target": name, "base_url": targets[name]},
+                  s, recs, with_plots=False)
+        result[name] = {"e2e_p50_ms": _p(s, "e2e_ms", "p50"), "e2e_p99_ms": _p(s, "e2e_ms", "p99"),
+                        "ttft_p50_ms": _p(s, "ttft_ms", "p50"), "failed": s["requests"]["failed"]}
+    d, g = result["direct"], result["gateway"]
+    result["added_p50_ms"] = g["e2e_p50_ms"] - d["e2e_p50_ms"]
+    result["added_p99_ms"] = g["e2e_p99_ms"] - d["e2e_p99_ms"]
+    result["ratio_p50"] = g["e2e_p50_ms"] / d["e2e_p50_ms"]
+    return result
+
+
+def measure_throughput(targets: dict[str, str], sc: Scenario, duration_s: float, use_wrk: bool,
+                       out: Path) -> dict[str, Any]:
+    result: dict[str, Any] = {"scenario": sc.name,
+                              "client": "wrk -t1" if use_wrk else "switchyard bench (aiohttp)"}
+    for name, base in targets.items():
+        if use_wrk:
+            r = wrk.run(base + "/v1/chat/completions", body(sc.stream), sc.concurrency, duration_s)
+            result[name] = {"requests_per_s": r.requests_per_s, "p50_ms": r.latency_ms.get("p50"),
+                            "p99_ms": r.latency_ms.get("p99"), "failed": r.errors}
+        else:
+            # Roughly duration_s worth of requests at 1,500/s, at least a few hundred.
+            n = max(400, int(duration_s * 1500))
+            recs = asyncio.run(closed_loop(base, sc.stream, sc.concurrency, n))
+            s = summarize(recs, Slo())
+            write_run(out / f"{_slug(sc)}-{name}", {"scenario": sc.name, "target": name, "base_url": base},
+                      s, recs, with_plots=False)
+            result[name] = {"requests_per_s": s["throughput"]["requests_per_s"],
+                            "p50_ms": _p(s, "e2e_ms", "p50"), "p99_ms": _p(s, "e2e_ms", "p99"),
+                            "failed": s["requests"]["failed"]}
+    result["ratio"] = result["gateway"]["requests_per_s"] / result["direct"]["requests_per_s"]
+    return result
+
+
+def _slug(sc: Scenario) -> str:
+    return ("stream" if sc.stream else "nonstream") + f"-c{sc.concurrency}"
+
+
+def verdicts(latency: list[dict[str, Any]], throughput: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    nonstream, stream = latency
+    return [
+        {"target": f"added p50 <= {TARGET_ADDED_P50_MS_NONSTREAM} ms, non-streaming, concurrency 1",
+         "measured": nonstream["added_p50_ms"], "met": nonstream["added_p50_ms"] <= TARGET_ADDED_P50_MS_NONSTREAM},
+        {"target": f">= {TARGET_RPS_C16:,.0f} requests/s through one gateway worker, concurrency 16",
+         "measured": throughput[0]["gateway"]["requests_per_s"],
+         "met": throughput[0]["gateway"]["requests_per_s"] >= TARGET_RPS_C16},
+        {"target": f"a 16-chunk stream adds <= {TARGET_ADDED_P50_MS_STREAM} ms (p50, concurrency 1)",
+         "measured": stream["added_p50_ms"], "met": stream["added_p50_ms"] <= TARGET_ADDED_P50_MS_STREAM},
+    ]
+
+
+def render(doc: dict[str, Any]) -> str:
+    lines = ["# Gateway overhead: direct upstream vs through one gateway worker", "",
+             f"Upstream: `{doc['upstream_cmd']}`; gateway: `{doc['gateway_cmd']}` (access log "
+             f"{'on' if doc['access_log'] else 'off'}). Added = gateway - direct on the same upstream, same run.", "",
+             "| latency, concurrency 1 | direct p50 ms | gateway p50 ms | added p50 ms | direct p99 ms | "
+             "gateway p99 ms | added p99 ms | gateway/direct p50 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in doc["latency"]:
+        d, g = r["direct"], r["gateway"]
+        lines.append(f"| {r['scenario']} | {d['e2e_p50_ms']:.3f} | {g['e2e_p50_ms']:.3f} | {r['added_p50_ms']:.3f} | "
+                     f"{d['e2e_p99_ms']:.3f} | {g['e2e_p99_ms']:.3f} | {r['added_p99_ms']:.3f} | {r['ratio_p50']:.2f} |")
+    lines += ["", "| throughput | client | direct req/s | gateway req/s | gateway/direct | gateway p50 ms | "
+              "gateway p99 ms | failed (d/g) |", "|---|---|---|---|---|---|---|---|"]
+    for r in doc["throughput"]:
+        d, g = r["direct"], r["gateway"]
+        lines.append(f"| {r['scenario']} | {r['client']} | {d['requests_per_s']:,.0f} | {g['requests_per_s']:,.0f} | "
+                     f"{r['ratio']:.2f} | {g['p50_ms'] or 0:.2f} | {g['p99_ms'] or 0:.2f} | {d['failed']}/{g['failed']} |")
+    lines += ["", "Targets (issue 2, item 10):", ""]
+    lines += [f"- {'MET ' if v['met'] else 'MISSED'} {v['target']}: measured {v['measured']:,.3f}" for v in doc["targets"]]
+    lines += ["", "For scale (issue 2): LiteLLM proxy on this machine against the same kind of upstream added about "
+              "8.5 ms p50 and served about 130 requests/s per worker.",
+              "Latency is e2e per request (to the last byte; [DONE] for streams), measured by this harness, whose "
+              "own client cost is the same on both paths.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.split("\n\n")[0])
+    p.add_argument("--requests", type=int, default=2000, help="requests per latency scenario and target")
+    p.add_argument("--rounds", type=int, default=2, help="alternate direct/gateway this many times")
+    p.add_argument("--duration-s", type=float, default=5.0, help="seconds per throughput scenario and target")
+    p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--no-wrk", action="store_true", help="use this harness for throughput even if wrk exists")
+    p.add_argument("--access-log", action="store_true", help="leave the gateway's access log on")
+    p.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    p.add_argument("--out", type=Path, default=Path("reports/overhead"))
+    args = p.parse_args(argv)
+    use_wrk = wrk.available() and not args.no_wrk
+    if not use_wrk and not args.no_wrk:
+        print("wrk not found (apt-get install -y wrk): throughput measured with the Python harness, "
+              "which competes with the gateway for CPU", file=sys.stderr)
+    args.out.mkdir(parents=True, exist_ok=True)
+    up_port, gw_port = free_port(), free_port()
+    upstream = f"http://127.0.0.1:{up_port}"
+    gateway = f"http://127.0.0.1:{gw_port}"
+    cfg = args.out / "gateway.yaml"
+    cfg.write_text(gateway_config(gw_port, upstream, args.access_log))
+    up_cmd = python_module("simulators.openai_upstream", "--port", str(up_port), "--chunks", "16",
+                           "--model-name", MODEL)
+    gw_cmd = python_module("gateway.cli", "serve", "--config", str(cfg))
+    with Server("upstream", up_cmd, upstream + "/health", args.out), \
+            Server("gateway", gw_cmd, gateway + "/healthz", args.out):
+        targets = {"direct": upstream, "gateway": gateway}
+        for base in targets.values():
+            for stream in (False, True):
+                asyncio.run(closed_loop(base, stream, 4, args.warmup))
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        latency = []
+        for sc in LATENCY:
+            latency.append(measure_latency(targets, sc, args.requests, args.rounds, args.out))
+            print(f"{sc.name}: added p50 {latency[-1]['added_p50_ms']:.3f} ms", file=sys.stderr)
+        throughput = []
+        for sc in THROUGHPUT:
+            throughput.append(measure_throughput(targets, sc, args.duration_s, use_wrk, args.out))
+            print(f"{sc.name}: gateway {throughput[-1]['gateway']['requests_per_s']:,.0f} req/s", file=sys.stderr)
+    doc = {"kind": "switchyard.bench.overhead", "version": 1, "started": started,
+           "upstream_cmd": " ".join(up_cmd[1:]), "gateway_cmd": " ".join(gw_cmd[1:]), "access_log": args.access_log,
+           "latency": latency, "throughput": throughput, "targets": verdicts(latency, throughput)}
+    write_json(args.out / "overhead.json", doc)
+    text = render(doc)
+    (args.out / "overhead.md").write_text(text)
+    print(text)
+    failures = sum(r[t]["failed"] for r in (*latency, *throughput) for t in ("direct", "gateway"))
+    if failures:
+        print(f"{failures} requests failed during the measurement: see {args.out}", file=sys.stderr)
+        return 1
+    return 1 if args.strict and not all(v["met"] for v in doc["targets"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
