@@ -1,0 +1,60 @@
+"""Checklist 52: a client that goes away mid-stream must not cost the server."""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import httpx
+
+from conformance.check import CheckList
+from conformance.context import Context
+
+CHECKS = CheckList("cancellation")
+
+DROPPED_STREAMS = 3
+LONG_ANSWER_TOKENS = 512
+SETTLE_S = 10.0
+# Gauges of in-flight work across runtimes and our gateway; summed when several match.
+RUNNING_METRIC = re.compile(r"^(vllm:num_requests_running|sglang:num_running_reqs|switchyard_\w*in_?flight\w*)(\{[^}]*\})?\s+([0-9.eE+-]+)$")
+
+
+async def _drop_streams(ctx: Context) -> None:
+    body = ctx.chat_body(max_tokens=LONG_ANSWER_TOKENS, stream=True, ignore_eos=True)
+    for _ in range(DROPPED_STREAMS):
+        ex = await ctx.http.stream_then_drop("/chat/completions", body, read_chunks=1)
+        if ex.status != 200:
+            raise ctx.fail("could not start a stream to cancel", expected="HTTP 200", seen=f"HTTP {ex.status}", exchange=ex)
+
+
+async def _running(metrics_url: str) -> float | None:
+    async with httpx.AsyncClient(timeout=10) as client:
+        text = (await client.get(metrics_url)).text
+    values = [float(m.group(3)) for line in text.splitlines() if (m := RUNNING_METRIC.match(line))]
+    return sum(values) if values else None
+
+
+@CHECKS.must("cancel.server_survives", "after clients drop streams mid-answer, the server answers the next request")
+async def survives(ctx: Context) -> None:
+    await _drop_streams(ctx)
+    ex = await ctx.chat(max_tokens=4)
+    ctx.ok_json(ex, "the request after three dropped streams")
+
+
+@CHECKS.should("cancel.frees_running", "dropped streams stop counting as running within 10 s (needs --metrics-url)")
+async def frees_running(ctx: Context) -> None:
+    url = ctx.target.metrics_url
+    if not url:
+        raise ctx.not_applicable("needs --metrics-url (a Prometheus endpoint with a running-requests gauge)")
+    before = await _running(url)
+    if before is None:
+        raise ctx.not_applicable(f"no running-requests gauge found at {url}")
+    await _drop_streams(ctx)
+    deadline = time.monotonic() + SETTLE_S
+    now = await _running(url)
+    while now is not None and now > before and time.monotonic() < deadline:
+        await asyncio.sleep(0.25)
+        now = await _running(url)
+    if now is None or now > before:
+        raise ctx.fail("dropped streams are still running", expected=f"running gauge back to {before} within {SETTLE_S:.0f} s",
+                       seen=f"{now}", where=url)

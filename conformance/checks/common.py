@@ -1,0 +1,128 @@
+"""Helpers shared by the check modules: memoized baselines and stream views."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from conformance.context import Context
+from conformance.http import Exchange
+from conformance.result import CheckFailed, Evidence
+
+
+async def greedy_chat(ctx: Context) -> tuple[Exchange, dict[str, Any]]:
+    """The reference non-stream answer (temperature 0, seeded), fetched once."""
+    if "greedy_chat" not in ctx.memo:
+        ex = await ctx.chat()
+        ctx.memo["greedy_chat"] = (ex, ctx.ok_json(ex, "baseline chat completion"))
+    return ctx.memo["greedy_chat"]
+
+
+async def greedy_chat_stream(ctx: Context) -> tuple[Exchange, list[dict[str, Any]]]:
+    """The same request streamed (no stream_options), fetched once."""
+    if "greedy_chat_stream" not in ctx.memo:
+        ex = await ctx.chat(stream=True)
+        ctx.memo["greedy_chat_stream"] = (ex, ctx.ok_stream(ex, "baseline chat stream"))
+    return ctx.memo["greedy_chat_stream"]
+
+
+async def greedy_completion(ctx: Context) -> tuple[Exchange, dict[str, Any]]:
+    if "greedy_completion" not in ctx.memo:
+        ex = await ctx.completion()
+        ctx.memo["greedy_completion"] = (ex, ctx.ok_json(ex, "baseline completion"))
+    return ctx.memo["greedy_completion"]
+
+
+@dataclass(slots=True)
+class ChoiceStream:
+    """Everything one choice index received over a stream."""
+
+    content: str = ""
+    roles: list[tuple[int, Any]] = field(default_factory=list)  # (chunk number, role value)
+    finishes: list[tuple[int, Any]] = field(default_factory=list)  # (chunk number, finish_reason)
+    chunk_numbers: list[int] = field(default_factory=list)
+    content_after_finish: list[int] = field(default_factory=list)
+    tool_deltas: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def by_choice(chunks: list[dict[str, Any]]) -> dict[int, ChoiceStream]:
+    """Group stream chunks by choice index (chunks with odd shapes are skipped
+    here; the shape checks report them)."""
+    out: dict[int, ChoiceStream] = {}
+    for n, chunk in enumerate(chunks):
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or not isinstance(choice.get("index"), int):
+                continue
+            cs = out.setdefault(choice["index"], ChoiceStream())
+            cs.chunk_numbers.append(n)
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            if "role" in delta:
+                cs.roles.append((n, delta["role"]))
+            text = delta.get("content")
+            if text is None:
+                text = choice.get("text")  # legacy completions
+            if isinstance(text, str) and text:
+                if cs.finishes:
+                    cs.content_after_finish.append(n)
+                cs.content += text
+            for call in delta.get("tool_calls") or []:
+                if isinstance(call, dict):
+                    cs.tool_deltas.append((n, call))
+            lp = choice.get("logprobs")
+            if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+                cs.logprobs.extend(x for x in lp["content"] if isinstance(x, dict))
+            if choice.get("finish_reason") is not None:
+                cs.finishes.append((n, choice["finish_reason"]))
+    return out
+
+
+def message_of(body: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    try:
+        msg = body["choices"][index]["message"]
+    except (KeyError, IndexError, TypeError):
+        raise CheckFailed(f"no choices[{index}].message", [Evidence(expected=f"choices[{index}].message",
+                                                                     seen=repr(body)[:300])]) from None
+    if not isinstance(msg, dict):
+        raise CheckFailed(f"choices[{index}].message is not an object",
+                          [Evidence(expected="an object", seen=repr(msg)[:300])])
+    return msg
+
+
+def choice_of(body: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    try:
+        choice = body["choices"][index]
+    except (KeyError, IndexError, TypeError):
+        raise CheckFailed(f"no choices[{index}]", [Evidence(expected=f"choices[{index}]",
+                                                            seen=repr(body)[:300])]) from None
+    return choice
+
+
+def usage_of(body: dict[str, Any], ex: Exchange) -> dict[str, int]:
+    usage = body.get("usage")
+    if not isinstance(usage, dict) or not all(isinstance(usage.get(k), int) for k in
+                                              ("prompt_tokens", "completion_tokens", "total_tokens")):
+        raise CheckFailed("usage missing or incomplete", [Evidence(
+            expected="usage {prompt_tokens, completion_tokens, total_tokens} as integers",
+            seen=repr(usage), where="usage", request=ex.request_summary())])
+    return usage
+
+
+def usage_chunks(chunks: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    return [(n, c) for n, c in enumerate(chunks) if c.get("usage") is not None]
+
+
+async def sdk_final_completion(ctx: Context, request: dict[str, Any]) -> Any:
+    """Stream `request` through the official client's `chat.completions.stream()`
+    helper and return `get_final_completion()`.
+
+    The helper refuses to *parse* a completion that ended by length (it raises
+    LengthFinishReasonError carrying the accumulated completion); a random model
+    nearly always ends by length, and accumulation, which is what is judged
+    here, has already happened, so the carried completion is used."""
+    try:
+        async with ctx.sdk.chat.completions.stream(**request) as stream:
+            return await stream.get_final_completion()
+    except openai.LengthFinishReasonError as exc:
+        return exc.completion

@@ -1,0 +1,95 @@
+"""Checklist 48-49: log probabilities, chat and legacy."""
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.check import CheckList
+from conformance.checks.common import by_choice, choice_of, usage_of
+from conformance.context import Context
+from conformance.http import Exchange
+from conformance.schema import chat_completion_issues
+
+CHECKS = CheckList("logprobs")
+
+LP_MAX_TOKENS = 4
+TOP = 2
+
+
+async def _chat_logprobs(ctx: Context) -> tuple[Exchange, dict[str, Any]]:
+    if "logprobs.chat" not in ctx.memo:
+        ex = await ctx.chat(logprobs=True, top_logprobs=TOP, max_tokens=LP_MAX_TOKENS)
+        ctx.memo["logprobs.chat"] = (ex, ctx.ok_json(ex))
+    return ctx.memo["logprobs.chat"]
+
+
+@CHECKS.must("logprobs.chat", "logprobs=true gives one entry per token with token, logprob ≤ 0, bytes, sorted top_logprobs")
+async def chat(ctx: Context) -> None:
+    ex, body = await _chat_logprobs(ctx)
+    issues = chat_completion_issues(body)
+    if issues:
+        raise ctx.field_issues("logprobs do not match ChatCompletionTokenLogprob", issues, ex, body)
+    lp = choice_of(body).get("logprobs")
+    content = lp.get("content") if isinstance(lp, dict) else None
+    if not isinstance(content, list) or not content:
+        raise ctx.fail("no logprobs", expected="choices[0].logprobs.content, a non-empty array", seen=repr(lp)[:300],
+                       where="choices[0].logprobs", exchange=ex)
+    usage = usage_of(body, ex)
+    if choice_of(body).get("finish_reason") == "length" and len(content) != usage["completion_tokens"]:
+        raise ctx.fail("one entry per generated token", expected=f"{usage['completion_tokens']} entries",
+                       seen=f"{len(content)}", where="choices[0].logprobs.content", exchange=ex)
+    for i, entry in enumerate(content):
+        tops = entry.get("top_logprobs")
+        where = f"choices[0].logprobs.content[{i}].top_logprobs"
+        if not isinstance(tops, list) or not 1 <= len(tops) <= TOP:
+            raise ctx.fail("top_logprobs length", expected=f"1..{TOP} entries", seen=repr(tops)[:300], where=where, exchange=ex)
+        values = [t.get("logprob") for t in tops]
+        if values != sorted(values, reverse=True):
+            raise ctx.fail("top_logprobs not sorted", expected="descending logprob", seen=str(values), where=where, exchange=ex)
+
+
+@CHECKS.should("logprobs.top_exact", "top_logprobs=k gives exactly k alternatives per token")
+async def top_exact(ctx: Context) -> None:
+    ex, body = await _chat_logprobs(ctx)
+    lp = choice_of(body).get("logprobs") or {}
+    for i, entry in enumerate(lp.get("content") or []):
+        if len(entry.get("top_logprobs") or []) != TOP:
+            raise ctx.fail("top_logprobs count", expected=f"{TOP}", seen=str(len(entry.get("top_logprobs") or [])),
+                           where=f"choices[0].logprobs.content[{i}].top_logprobs", exchange=ex)
+
+
+@CHECKS.should("logprobs.stream_matches", "streamed logprobs concatenate to the non-stream list (same tokens)")
+async def stream_matches(ctx: Context) -> None:
+    ex_n, body = await _chat_logprobs(ctx)
+    plain = [e.get("token") for e in (choice_of(body).get("logprobs") or {}).get("content") or []]
+    ex = await ctx.chat(logprobs=True, top_logprobs=TOP, max_tokens=LP_MAX_TOKENS, stream=True)
+    streams = by_choice(ctx.ok_stream(ex))
+    streamed = [e.get("token") for e in streams[0].logprobs] if 0 in streams else []
+    if streamed != plain:
+        raise ctx.fail("streamed logprob tokens differ", expected=repr(plain)[:300], seen=repr(streamed)[:300],
+                       where="choices[0].logprobs.content (concatenated)", exchange=ex)
+
+
+@CHECKS.must("logprobs.off_by_default", "without logprobs the streamed chunks carry no logprobs content")
+async def off_by_default(ctx: Context) -> None:
+    ex = await ctx.chat(stream=True)
+    streams = by_choice(ctx.ok_stream(ex))
+    if 0 in streams and streams[0].logprobs:
+        raise ctx.fail("logprobs without asking", expected="logprobs null or absent", seen=repr(streams[0].logprobs[:2])[:300],
+                       where="choices[0].logprobs", exchange=ex)
+
+
+@CHECKS.should("logprobs.completions", "legacy logprobs=2: tokens, token_logprobs, top_logprobs, text_offset of equal length")
+async def completions(ctx: Context) -> None:
+    ex = await ctx.completion(logprobs=TOP, max_tokens=LP_MAX_TOKENS)
+    body = ctx.ok_json(ex)
+    lp = choice_of(body).get("logprobs")
+    if not isinstance(lp, dict):
+        raise ctx.fail("no logprobs", expected="choices[0].logprobs object", seen=repr(lp)[:300], exchange=ex)
+    lengths = {k: len(lp.get(k) or []) for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+    if len(set(lengths.values())) != 1 or not lengths["tokens"]:
+        raise ctx.fail("logprobs arrays differ in length", expected="equal, non-zero lengths", seen=str(lengths),
+                       where="choices[0].logprobs", exchange=ex)
+    for i, top in enumerate(lp.get("top_logprobs") or []):
+        if not isinstance(top, dict) or not 1 <= len(top) <= TOP + 1:
+            raise ctx.fail("top_logprobs entry", expected=f"a dict of {TOP} or {TOP + 1} token: logprob", seen=repr(top)[:200],
+                           where=f"choices[0].logprobs.top_logprobs[{i}]", exchange=ex)

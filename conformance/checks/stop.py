@@ -1,0 +1,134 @@
+"""Checklist 42-44: stop sequences, including one that spans a token boundary.
+
+The model's text is gibberish, so stop strings are picked from its own greedy
+answer: a two-character piece whose first occurrence is at a known place. The
+stopped answer must then be exactly the text before that place.
+"""
+from __future__ import annotations
+
+from conformance.check import CheckList
+from conformance.checks.common import by_choice, choice_of, message_of, usage_of
+from conformance.context import Context
+from conformance.http import Exchange
+
+CHECKS = CheckList("stop")
+
+STOP_MAX_TOKENS = 32
+NEVER = "\u2603\u2604never"  # cannot appear in a tiny byte-level model's ASCII-heavy output by chance in 32 tokens
+
+
+def _printable(s: str) -> bool:
+    return all(32 < ord(ch) < 127 for ch in s)
+
+
+async def _baseline(ctx: Context) -> tuple[Exchange, str, list[str], str | None]:
+    """Greedy streamed answer: (exchange, full text, deltas, finish_reason)."""
+    if "stop.baseline" not in ctx.memo:
+        ex = await ctx.chat(max_tokens=STOP_MAX_TOKENS, stream=True)
+        chunks = ctx.ok_stream(ex)
+        deltas = []
+        finish = None
+        for chunk in chunks:
+            for choice in chunk.get("choices") or []:
+                text = (choice.get("delta") or {}).get("content")
+                if text:
+                    deltas.append(text)
+                finish = choice.get("finish_reason") or finish
+        ctx.memo["stop.baseline"] = (ex, "".join(deltas), deltas, finish)
+    return ctx.memo["stop.baseline"]
+
+
+def _within_token_stop(text: str) -> tuple[str, int] | None:
+    for k in range(2, len(text) - 1):
+        cand = text[k:k + 2]
+        if _printable(cand) and text.find(cand) == k:
+            return cand, k
+    return None
+
+
+def _cross_token_stop(deltas: list[str]) -> tuple[str, int] | None:
+    text = "".join(deltas)
+    pos = 0
+    for i in range(len(deltas) - 1):
+        pos += len(deltas[i])
+        if i == 0 or not deltas[i + 1]:
+            continue
+        cand = text[pos - 1:pos + 1]
+        if _printable(cand) and text.find(cand) == pos - 1:
+            return cand, pos - 1
+    return None
+
+
+async def _judge_stopped(ctx: Context, stop: object, prefix: str) -> None:
+    ex = await ctx.chat(max_tokens=STOP_MAX_TOKENS, stop=stop)
+    body = ctx.ok_json(ex)
+    content = message_of(body).get("content") or ""
+    finish = choice_of(body).get("finish_reason")
+    if content != prefix:
+        raise ctx.fail("stopped text is not the text before the stop sequence", expected=repr(prefix),
+                       seen=repr(content), where="choices[0].message.content", exchange=ex)
+    if finish != "stop":
+        raise ctx.fail("finish_reason after a stop sequence", expected="'stop'", seen=repr(finish),
+                       where="choices[0].finish_reason", exchange=ex)
+
+
+@CHECKS.must("stop.string", "stop as a string ends the answer before the sequence, finish_reason stop")
+async def stop_string(ctx: Context) -> None:
+    _, text, _, _ = await _baseline(ctx)
+    found = _within_token_stop(text)
+    if not found:
+        raise ctx.not_applicable(f"the greedy answer {text!r} has no usable stop candidate")
+    stop, k = found
+    await _judge_stopped(ctx, stop, text[:k])
+
+
+@CHECKS.must("stop.list", "stop as a list (≤4) ends the answer at the first sequence that matches")
+async def stop_list(ctx: Context) -> None:
+    _, text, _, _ = await _baseline(ctx)
+    found = _within_token_stop(text)
+    if not found:
+        raise ctx.not_applicable(f"the greedy answer {text!r} has no usable stop candidate")
+    stop, k = found
+    await _judge_stopped(ctx, [NEVER, stop, NEVER + "2"], text[:k])
+
+
+@CHECKS.must("stop.across_tokens", "a stop sequence spanning two tokens is caught and no part of it leaks into the stream")
+async def stop_across(ctx: Context) -> None:
+    _, text, deltas, _ = await _baseline(ctx)
+    found = _cross_token_stop(deltas)
+    if not found:
+        raise ctx.not_applicable(f"no two-character stop candidate spans a delta boundary in {deltas!r}")
+    stop, k = found
+    await _judge_stopped(ctx, stop, text[:k])
+    ex = await ctx.chat(max_tokens=STOP_MAX_TOKENS, stop=stop, stream=True)
+    streams = by_choice(ctx.ok_stream(ex))
+    got = streams[0].content if 0 in streams else ""
+    if got != text[:k]:
+        raise ctx.fail("the stream leaked part of the stop sequence (or lost text)", expected=repr(text[:k]),
+                       seen=repr(got), where="delta.content (concatenated)", offending={"stop": stop}, exchange=ex)
+    finishes = [f for _, f in streams[0].finishes] if 0 in streams else []
+    if finishes != ["stop"]:
+        raise ctx.fail("streamed finish_reason after a stop sequence", expected="['stop']", seen=str(finishes), exchange=ex)
+
+
+@CHECKS.must("stop.never_matches", "a stop sequence that never appears lets generation run to max_tokens (length)")
+async def stop_never(ctx: Context) -> None:
+    _, text, _, finish = await _baseline(ctx)
+    if finish != "length":
+        raise ctx.not_applicable(f"the greedy answer ended with {finish!r} before max_tokens")
+    ex = await ctx.chat(max_tokens=STOP_MAX_TOKENS, stop=[NEVER])
+    body = ctx.ok_json(ex)
+    usage = usage_of(body, ex)
+    if choice_of(body).get("finish_reason") != "length" or usage["completion_tokens"] != STOP_MAX_TOKENS:
+        raise ctx.fail("an unmatched stop changed the answer", expected=f"finish length after {STOP_MAX_TOKENS} tokens",
+                       seen=f"finish {choice_of(body).get('finish_reason')!r} after {usage['completion_tokens']}",
+                       exchange=ex)
+    if (message_of(body).get("content") or "") != text:
+        raise ctx.fail("an unmatched stop changed the text", expected=repr(text)[:300],
+                       seen=repr(message_of(body).get("content"))[:300], exchange=ex)
+
+
+@CHECKS.should("stop.too_many_400", "more than 4 stop sequences are refused with 400")
+async def stop_too_many(ctx: Context) -> None:
+    ex = await ctx.chat(stop=[f"{NEVER}{i}" for i in range(5)])
+    ctx.expect_client_error(ex, (400, 422), "5 stop sequences")

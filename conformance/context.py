@@ -1,0 +1,170 @@
+"""What a check runs against: the target, raw HTTP, the official client, and
+small helpers that turn a wrong answer into a failure with evidence."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import openai
+
+from conformance.http import Exchange, Http
+from conformance.result import CheckFailed, Evidence, NotApplicable
+from conformance.schema import FieldIssue, error_envelope_issues
+from conformance.target import Target
+
+# Deterministic by construction: greedy decoding plus a seed, so that two
+# identical requests must agree and no check depends on luck. The prompt is
+# plain ASCII; a random-weight model answers with gibberish, which every check
+# tolerates (they compare answers with each other, never with expected text).
+DEFAULT_PROMPT = "Tell me a short story about a quick brown fox."
+DEFAULT_MAX_TOKENS = 16
+SEED = 1234
+
+
+class Context:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.http = Http(target)
+        self._sdk: openai.AsyncOpenAI | None = None
+        self.memo: dict[str, Any] = {}  # answers shared between checks (e.g. the greedy baseline)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+        if self._sdk is not None:
+            await self._sdk.close()
+
+    # ---- the two clients ---------------------------------------------------
+
+    @property
+    def sdk(self) -> openai.AsyncOpenAI:
+        """The official client, validating every response and chunk with its
+        pydantic models, and never retrying (a retry would hide a failure)."""
+        if self._sdk is None:
+            self._sdk = openai.AsyncOpenAI(
+                base_url=self.target.base_url,
+                api_key=self.target.api_key or "sk-no-key",
+                max_retries=0,
+                timeout=self.target.timeout_s,
+                _strict_response_validation=True,
+                default_headers=self.target.extra_headers or None,
+            )
+        return self._sdk
+
+    def chat_body(self, **overrides: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.target.model,
+            "messages": [{"role": "user", "content": DEFAULT_PROMPT}],
+            "temperature": 0,
+            "seed": SEED,
+            "max_tokens": DEFAULT_MAX_TOKENS,
+        }
+        for key, value in overrides.items():
+            if value is _DROP:
+                body.pop(key, None)
+            else:
+                body[key] = copy.deepcopy(value)
+        return body
+
+    def completion_body(self, **overrides: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.target.model,
+            "prompt": DEFAULT_PROMPT,
+            "temperature": 0,
+            "seed": SEED,
+            "max_tokens": DEFAULT_MAX_TOKENS,
+        }
+        for key, value in overrides.items():
+            if value is _DROP:
+                body.pop(key, None)
+            else:
+                body[key] = copy.deepcopy(value)
+        return body
+
+    async def chat(self, **overrides: Any) -> Exchange:
+        return await self.http.post("/chat/completions", self.chat_body(**overrides))
+
+    async def completion(self, **overrides: Any) -> Exchange:
+        return await self.http.post("/completions", self.completion_body(**overrides))
+
+    # ---- verdict helpers ----------------------------------------------------
+
+    @staticmethod
+    def fail(message: str, *, expected: str, seen: str, where: str = "", offending: Any = None,
+             exchange: Exchange | None = None) -> CheckFailed:
+        return CheckFailed(message, [Evidence(expected=expected, seen=seen, where=where, offending=offending,
+                                              request=exchange.request_summary() if exchange else None)])
+
+    def ok_json(self, ex: Exchange, what: str = "response") -> dict[str, Any]:
+        """Require 200 with a JSON object body; return it."""
+        if ex.status != 200:
+            raise self.fail(f"{what}: HTTP {ex.status}", expected="HTTP 200", seen=f"HTTP {ex.status}",
+                            offending=_body_excerpt(ex), exchange=ex)
+        if not ex.content_type.startswith("application/json"):
+            raise self.fail(f"{what}: not JSON", expected="Content-Type: application/json",
+                            seen=f"Content-Type: {ex.content_type or '<none>'}", where="header content-type",
+                            offending=_body_excerpt(ex), exchange=ex)
+        body = ex.json()
+        if not isinstance(body, dict):
+            raise self.fail(f"{what}: body is not a JSON object", expected="a JSON object",
+                            seen=_body_excerpt(ex), exchange=ex)
+        return body
+
+    def ok_stream(self, ex: Exchange, what: str = "stream") -> list[dict[str, Any]]:
+        """Require 200 text/event-stream; return the JSON chunks (framing is
+        judged by its own check, so it is not enforced here)."""
+        if ex.status != 200:
+            raise self.fail(f"{what}: HTTP {ex.status}", expected="HTTP 200", seen=f"HTTP {ex.status}",
+                            offending=_body_excerpt(ex), exchange=ex)
+        if ex.sse is None:
+            raise self.fail(f"{what}: not an event stream", expected="Content-Type: text/event-stream",
+                            seen=f"Content-Type: {ex.content_type or '<none>'}", where="header content-type",
+                            offending=_body_excerpt(ex), exchange=ex)
+        return ex.sse.chunks
+
+    def field_issues(self, message: str, issues: list[FieldIssue], ex: Exchange, offending: Any) -> CheckFailed:
+        return CheckFailed(message, [
+            Evidence(expected=i.expected, seen=i.seen, where=i.path, offending=offending,
+                     request=ex.request_summary())
+            for i in issues[:10]
+        ])
+
+    def expect_client_error(self, ex: Exchange, allowed: tuple[int, ...] = (400,), what: str = "request") -> None:
+        """A bad request must be refused with a 4xx whose body carries an error
+        message the client can show (the envelope's exact shape is judged by
+        `errors.envelope`)."""
+        if ex.status not in allowed:
+            raise self.fail(f"{what}: HTTP {ex.status}", expected="HTTP " + " or ".join(map(str, allowed)),
+                            seen=f"HTTP {ex.status}", offending=_body_excerpt(ex), exchange=ex)
+        body = ex.json()
+        message = body.get("error", {}).get("message") if isinstance(body, dict) and isinstance(body.get("error"), dict) else None
+        if not isinstance(message, str) or not message:
+            raise self.fail(f"{what}: HTTP {ex.status} without an error message",
+                            expected='a body {"error": {"message": "..."}}', seen=_body_excerpt(ex), exchange=ex)
+
+    def envelope_issues(self, ex: Exchange) -> list[FieldIssue]:
+        issues = error_envelope_issues(ex.json())
+        if not ex.content_type.startswith("application/json"):
+            issues.append(FieldIssue("header content-type", "application/json", ex.content_type or "<none>"))
+        return issues
+
+    @staticmethod
+    def not_applicable(reason: str) -> NotApplicable:
+        return NotApplicable(reason)
+
+
+class _Drop:
+    def __repr__(self) -> str:
+        return "DROP"
+
+
+DROP: Any = _Drop()  # pass as an override to remove a default key from the body
+_DROP = DROP
+
+
+def _body_excerpt(ex: Exchange, limit: int = 600) -> str:
+    text = ex.raw.decode("utf-8", errors="replace")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def body_excerpt(ex: Exchange, limit: int = 600) -> str:
+    return _body_excerpt(ex, limit)

@@ -1,0 +1,339 @@
+"""Strict shape validators for OpenAI JSON bodies and stream chunks.
+
+Written from the spec facts (openai-openapi 2.3.0), not from the SDK's models,
+so this oracle is independent of the official client's. Each validator returns
+a list of `FieldIssue`s (empty when the object conforms); "key present" and
+"not null" are checked separately because the spec distinguishes a required
+nullable key (`content`, `refusal`, `logprobs`) from an optional one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+CHAT_FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter", "function_call")
+COMPLETION_FINISH_REASONS = ("stop", "length", "content_filter")
+DELTA_ROLES = ("developer", "system", "user", "assistant", "tool")
+
+
+@dataclass(slots=True)
+class FieldIssue:
+    path: str
+    expected: str
+    seen: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: expected {self.expected}, seen {self.seen}"
+
+
+def show(value: Any, limit: int = 120) -> str:
+    text = "<absent>" if value is _ABSENT else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_ABSENT = object()
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.issues: list[FieldIssue] = []
+
+    def bad(self, path: str, expected: str, seen: Any) -> None:
+        self.issues.append(FieldIssue(path, expected, show(seen)))
+
+    def get(self, obj: dict[str, Any], key: str) -> Any:
+        return obj.get(key, _ABSENT) if isinstance(obj, dict) else _ABSENT
+
+    def obj(self, value: Any, path: str, *, nullable: bool = False) -> bool:
+        if value is None and nullable:
+            return False
+        if not isinstance(value, dict):
+            self.bad(path, "an object" + (" or null" if nullable else ""), value)
+            return False
+        return True
+
+    def string(self, value: Any, path: str, *, nullable: bool = False, nonempty: bool = False) -> None:
+        if value is None and nullable:
+            return
+        if not isinstance(value, str):
+            self.bad(path, "a string" + (" or null" if nullable else ""), value)
+        elif nonempty and not value:
+            self.bad(path, "a non-empty string", value)
+
+    def integer(self, value: Any, path: str, *, minimum: int | None = None, nullable: bool = False) -> None:
+        if value is None and nullable:
+            return
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.bad(path, "an integer" + (" or null" if nullable else ""), value)
+        elif minimum is not None and value < minimum:
+            self.bad(path, f"an integer >= {minimum}", value)
+
+    def number(self, value: Any, path: str) -> None:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            self.bad(path, "a number", value)
+
+    def enum(self, value: Any, path: str, allowed: tuple[str, ...], *, nullable: bool = False) -> None:
+        if value is None and nullable:
+            return
+        if value not in allowed:
+            self.bad(path, "one of " + "|".join(allowed) + (" or null" if nullable else ""), value)
+
+    def present(self, obj: dict[str, Any], key: str, path: str) -> Any:
+        value = self.get(obj, key)
+        if value is _ABSENT:
+            self.bad(path, "a required key", _ABSENT)
+        return value
+
+
+def _usage(c: _Checker, usage: Any, path: str) -> None:
+    if not c.obj(usage, path):
+        return
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        c.integer(c.present(usage, key, f"{path}.{key}"), f"{path}.{key}", minimum=0)
+    for details in ("prompt_tokens_details", "completion_tokens_details"):
+        value = c.get(usage, details)
+        if value is _ABSENT or value is None:
+            continue
+        if c.obj(value, f"{path}.{details}"):
+            for k, v in value.items():
+                if v is not None and not isinstance(v, dict):
+                    c.integer(v, f"{path}.{details}.{k}", minimum=0)
+
+
+def usage_issues(usage: Any, path: str = "usage") -> list[FieldIssue]:
+    c = _Checker()
+    _usage(c, usage, path)
+    return c.issues
+
+
+def _envelope_head(c: _Checker, body: Any, object_name: str) -> list[Any]:
+    if not c.obj(body, "$"):
+        return []
+    c.string(c.present(body, "id", "id"), "id", nonempty=True)
+    obj = c.present(body, "object", "object")
+    if obj is not _ABSENT and obj != object_name:
+        c.bad("object", repr(object_name), obj)
+    c.integer(c.present(body, "created", "created"), "created", minimum=0)
+    c.string(c.present(body, "model", "model"), "model", nonempty=True)
+    choices = c.present(body, "choices", "choices")
+    if choices is _ABSENT:
+        return []
+    if not isinstance(choices, list):
+        c.bad("choices", "an array", choices)
+        return []
+    return choices
+
+
+def _tool_call(c: _Checker, call: Any, path: str) -> None:
+    if not c.obj(call, path):
+        return
+    c.string(c.present(call, "id", f"{path}.id"), f"{path}.id", nonempty=True)
+    type_ = c.present(call, "type", f"{path}.type")
+    if type_ is not _ABSENT and type_ != "function":
+        c.bad(f"{path}.type", "'function'", type_)
+    fn = c.present(call, "function", f"{path}.function")
+    if fn is not _ABSENT and c.obj(fn, f"{path}.function"):
+        c.string(c.present(fn, "name", f"{path}.function.name"), f"{path}.function.name", nonempty=True)
+        c.string(c.present(fn, "arguments", f"{path}.function.arguments"), f"{path}.function.arguments")
+
+
+def _token_logprob(c: _Checker, entry: Any, path: str, *, top: bool) -> None:
+    if not c.obj(entry, path):
+        return
+    c.string(c.present(entry, "token", f"{path}.token"), f"{path}.token")
+    lp = c.present(entry, "logprob", f"{path}.logprob")
+    if lp is not _ABSENT:
+        c.number(lp, f"{path}.logprob")
+        if isinstance(lp, (int, float)) and lp > 0:
+            c.bad(f"{path}.logprob", "a log probability <= 0", lp)
+    b = c.present(entry, "bytes", f"{path}.bytes")
+    if b is not _ABSENT and b is not None and not (isinstance(b, list) and all(isinstance(x, int) for x in b)):
+        c.bad(f"{path}.bytes", "an array of integers or null", b)
+    if top:
+        tops = c.present(entry, "top_logprobs", f"{path}.top_logprobs")
+        if tops is not _ABSENT:
+            if not isinstance(tops, list):
+                c.bad(f"{path}.top_logprobs", "an array", tops)
+            else:
+                for j, t in enumerate(tops):
+                    _token_logprob(c, t, f"{path}.top_logprobs[{j}]", top=False)
+
+
+def _chat_logprobs(c: _Checker, logprobs: Any, path: str) -> None:
+    if logprobs is None or logprobs is _ABSENT:
+        return
+    if not c.obj(logprobs, path):
+        return
+    content = c.get(logprobs, "content")
+    if content is _ABSENT or content is None:
+        return
+    if not isinstance(content, list):
+        c.bad(f"{path}.content", "an array or null", content)
+        return
+    for i, entry in enumerate(content):
+        _token_logprob(c, entry, f"{path}.content[{i}]", top=True)
+
+
+def chat_completion_issues(body: Any) -> list[FieldIssue]:
+    """`CreateChatCompletionResponse` (non-stream)."""
+    c = _Checker()
+    for i, choice in enumerate(_envelope_head(c, body, "chat.completion")):
+        p = f"choices[{i}]"
+        if not c.obj(choice, p):
+            continue
+        c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
+        c.enum(c.present(choice, "finish_reason", f"{p}.finish_reason"), f"{p}.finish_reason", CHAT_FINISH_REASONS)
+        _chat_logprobs(c, c.present(choice, "logprobs", f"{p}.logprobs"), f"{p}.logprobs")
+        message = c.present(choice, "message", f"{p}.message")
+        if message is _ABSENT or not c.obj(message, f"{p}.message"):
+            continue
+        m = f"{p}.message"
+        role = c.present(message, "role", f"{m}.role")
+        if role is not _ABSENT and role != "assistant":
+            c.bad(f"{m}.role", "'assistant'", role)
+        content = c.present(message, "content", f"{m}.content")
+        if content is not _ABSENT:
+            c.string(content, f"{m}.content", nullable=True)
+        refusal = c.present(message, "refusal", f"{m}.refusal")
+        if refusal is not _ABSENT:
+            c.string(refusal, f"{m}.refusal", nullable=True)
+        calls = c.get(message, "tool_calls")
+        if calls is not _ABSENT and calls is not None:
+            if not isinstance(calls, list):
+                c.bad(f"{m}.tool_calls", "an array", calls)
+            else:
+                for j, call in enumerate(calls):
+                    _tool_call(c, call, f"{m}.tool_calls[{j}]")
+    if isinstance(body, dict) and c.get(body, "usage") not in (_ABSENT, None):
+        _usage(c, body["usage"], "usage")
+    return c.issues
+
+
+def _tool_call_chunk(c: _Checker, call: Any, path: str) -> None:
+    if not c.obj(call, path):
+        return
+    c.integer(c.present(call, "index", f"{path}.index"), f"{path}.index", minimum=0)
+    # Optional keys, but not nullable in the spec: a `null` id or name is a deviation.
+    for key in ("id",):
+        value = c.get(call, key)
+        if value is not _ABSENT:
+            c.string(value, f"{path}.{key}", nonempty=True)
+    type_ = c.get(call, "type")
+    if type_ is not _ABSENT and type_ != "function":
+        c.bad(f"{path}.type", "'function'", type_)
+    fn = c.get(call, "function")
+    if fn is not _ABSENT and c.obj(fn, f"{path}.function"):
+        for key in ("name", "arguments"):
+            value = c.get(fn, key)
+            if value is not _ABSENT:
+                c.string(value, f"{path}.function.{key}")
+
+
+def chat_chunk_issues(chunk: Any) -> list[FieldIssue]:
+    """`CreateChatCompletionStreamResponse` (one SSE payload)."""
+    c = _Checker()
+    for i, choice in enumerate(_envelope_head(c, chunk, "chat.completion.chunk")):
+        p = f"choices[{i}]"
+        if not c.obj(choice, p):
+            continue
+        c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
+        c.enum(c.present(choice, "finish_reason", f"{p}.finish_reason"), f"{p}.finish_reason",
+               CHAT_FINISH_REASONS, nullable=True)
+        _chat_logprobs(c, c.get(choice, "logprobs"), f"{p}.logprobs")
+        delta = c.present(choice, "delta", f"{p}.delta")
+        if delta is _ABSENT or not c.obj(delta, f"{p}.delta"):
+            continue
+        d = f"{p}.delta"
+        role = c.get(delta, "role")
+        if role is not _ABSENT:
+            c.enum(role, f"{d}.role", DELTA_ROLES)
+        for key in ("content", "refusal"):
+            value = c.get(delta, key)
+            if value is not _ABSENT:
+                c.string(value, f"{d}.{key}", nullable=True)
+        calls = c.get(delta, "tool_calls")
+        if calls is not _ABSENT and calls is not None:
+            if not isinstance(calls, list):
+                c.bad(f"{d}.tool_calls", "an array", calls)
+            else:
+                for j, call in enumerate(calls):
+                    _tool_call_chunk(c, call, f"{d}.tool_calls[{j}]")
+    if isinstance(chunk, dict):
+        usage = c.get(chunk, "usage")
+        if usage not in (_ABSENT, None):
+            _usage(c, usage, "usage")
+    return c.issues
+
+
+def completion_issues(body: Any, *, stream: bool) -> list[FieldIssue]:
+    """`CreateCompletionResponse` (legacy); stream chunks share the shape but
+    `finish_reason` is null until the last chunk."""
+    c = _Checker()
+    for i, choice in enumerate(_envelope_head(c, body, "text_completion")):
+        p = f"choices[{i}]"
+        if not c.obj(choice, p):
+            continue
+        c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
+        c.string(c.present(choice, "text", f"{p}.text"), f"{p}.text")
+        c.enum(c.present(choice, "finish_reason", f"{p}.finish_reason"), f"{p}.finish_reason",
+               COMPLETION_FINISH_REASONS, nullable=stream)
+        lp = c.present(choice, "logprobs", f"{p}.logprobs")
+        if lp not in (_ABSENT, None) and c.obj(lp, f"{p}.logprobs"):
+            for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
+                value = c.get(lp, key)
+                if value is not _ABSENT and value is not None and not isinstance(value, list):
+                    c.bad(f"{p}.logprobs.{key}", "an array", value)
+    if isinstance(body, dict) and c.get(body, "usage") not in (_ABSENT, None):
+        _usage(c, body["usage"], "usage")
+    return c.issues
+
+
+def model_issues(model: Any, path: str = "$") -> list[FieldIssue]:
+    c = _Checker()
+    if c.obj(model, path):
+        c.string(c.present(model, "id", f"{path}.id"), f"{path}.id", nonempty=True)
+        obj = c.present(model, "object", f"{path}.object")
+        if obj is not _ABSENT and obj != "model":
+            c.bad(f"{path}.object", "'model'", obj)
+        c.integer(c.present(model, "created", f"{path}.created"), f"{path}.created", minimum=0)
+        c.string(c.present(model, "owned_by", f"{path}.owned_by"), f"{path}.owned_by")
+    return c.issues
+
+
+def model_list_issues(body: Any) -> list[FieldIssue]:
+    c = _Checker()
+    if not c.obj(body, "$"):
+        return c.issues
+    obj = c.present(body, "object", "object")
+    if obj is not _ABSENT and obj != "list":
+        c.bad("object", "'list'", obj)
+    data = c.present(body, "data", "data")
+    if data is _ABSENT:
+        return c.issues
+    if not isinstance(data, list):
+        c.bad("data", "an array", data)
+        return c.issues
+    if not data:
+        c.bad("data", "at least one model", data)
+    issues = c.issues
+    for i, model in enumerate(data):
+        issues.extend(model_issues(model, f"data[{i}]"))
+    return issues
+
+
+def error_envelope_issues(body: Any) -> list[FieldIssue]:
+    """`{"error": {"message": str, "type": str, "param": str|null, "code": str|null}}`:
+    all four keys required; `param` and `code` may be null."""
+    c = _Checker()
+    if not c.obj(body, "$"):
+        return c.issues
+    err = c.present(body, "error", "error")
+    if err is _ABSENT or not c.obj(err, "error"):
+        return c.issues
+    c.string(c.present(err, "message", "error.message"), "error.message", nonempty=True)
+    c.string(c.present(err, "type", "error.type"), "error.type")
+    for key in ("param", "code"):
+        value = c.present(err, key, f"error.{key}")
+        if value is not _ABSENT:
+            c.string(value, f"error.{key}", nullable=True)
+    return c.issues

@@ -1,0 +1,41 @@
+"""Who is being judged: a base URL, a model, credentials, and the optional
+gateway knowledge that the `gateway` profile needs (a key without access, a
+rate-limited key, an overloadable model)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def normalize_base_url(url: str) -> str:
+    """Accept `http://host:port` or `http://host:port/v1` (what the official
+    client wants) and return the latter, without a trailing slash."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+@dataclass(slots=True)
+class Target:
+    base_url: str
+    model: str
+    name: str = ""  # a label for reports, e.g. "gateway/vllm" or "vllm (direct)"
+    api_key: str | None = None
+    bad_api_key: str | None = None
+    forbidden_model: str | None = None  # a model this api_key may not use (403)
+    rate_limited_key: str | None = None  # a key whose tenant has a small requests-per-minute limit (429)
+    overload_model: str | None = None  # a model whose queue is small enough to overflow (503)
+    metrics_url: str | None = None  # Prometheus text endpoint to watch running requests after a cancel
+    timeout_s: float = 60.0
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.base_url = normalize_base_url(self.base_url)
+        if not self.name:
+            self.name = self.base_url
+
+    def describe(self) -> dict[str, Any]:
+        """For reports: everything except secrets."""
+        d = asdict(self)
+        for key in ("api_key", "bad_api_key", "rate_limited_key"):
+            d[key] = "<set>" if d[key] else None
+        return d
