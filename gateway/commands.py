@@ -1,5 +1,5 @@
-"""The gateway's own subcommands: `serve`, `config check`, `engine serve` and
-`simulate openai` (the last two hang under the engine's and simulators' groups)."""
+"""The gateway's own subcommands: `serve`, `config check` and `engine serve`
+(the last hangs under the engine's group)."""
 from __future__ import annotations
 
 import argparse
@@ -62,12 +62,6 @@ def cmd_engine_serve(args: argparse.Namespace) -> int:
     return serve_config(config, args.host, args.port)
 
 
-def cmd_simulate_openai(args: argparse.Namespace) -> int:
-    from simulators.openai_upstream import run
-
-    return run(args)
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run the gateway (no --config: the native engine on the built-in tiny model)")
     p.add_argument("--config", help="YAML config file")
@@ -89,12 +83,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--port", type=int, default=None)
     e.set_defaults(func=cmd_engine_serve)
 
-    sim_sub = _group(sub, "simulate", "SIMULATE_SUBPARSERS", "simulators.cli", "runtime simulators")
-    from simulators.openai_upstream import add_arguments
-
-    s = sim_sub.add_parser("openai", help="a fast, scriptable OpenAI-compatible upstream")
-    add_arguments(s)
-    s.set_defaults(func=cmd_simulate_openai)
 
 
 def _group(sub, name: str, attr: str, module_name: str, help_text: str):

@@ -291,6 +291,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--itl-ms", type=float, default=0.0)
 
 
+def add_simulate_parser(sub) -> None:
+    """`switchyard simulate openai` (picked up by simulators/cli.py)."""
+    p = sub.add_parser("openai", help="a fast, scriptable OpenAI-compatible upstream")
+    add_arguments(p)
+    p.set_defaults(func=run)
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 

@@ -1,0 +1,93 @@
+"""A client that leaves frees everything, upstream included, in every phase."""
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+import pytest
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def stats(upstream) -> dict:
+    return httpx.get(upstream.url + "/_sim/stats").json()
+
+
+def wait_for(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    return predicate()
+
+
+def metric(gateway, name: str, **labels) -> float:
+    text = httpx.get(gateway.url + "/metrics").text
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and line.split(" ")[0] != name:
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.fixture(autouse=True)
+def reset(upstream):
+    httpx.post(upstream.url + "/_sim/reset")
+
+
+def test_disconnect_mid_stream_aborts_upstream(gateway, upstream):
+    before = metric(gateway, "switchyard_client_cancellations_total", phase="mid_stream")
+    body = {"model": "m", "messages": MSG, "stream": True, "sim": {"chunks": 200, "itl_ms": 20}}
+    with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, timeout=10) as r:
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(3)]
+        assert any(line.startswith("data: ") for line in got)
+    # the client closed the connection: the upstream must see its request end early
+    s = wait_for(lambda: (st := stats(upstream))["aborted"] == 1 and st["inflight"] == 0 and st)
+    assert s and s["completed"] == 0
+    assert wait_for(lambda: metric(gateway, "switchyard_client_cancellations_total", phase="mid_stream") == before + 1)
+    assert wait_for(lambda: metric(gateway, "switchyard_inflight_requests", model="m") == 0)
+    assert metric(gateway, "switchyard_backend_inflight", backend="up") == 0
+
+
+def test_disconnect_while_waiting_for_first_byte(gateway, upstream):
+    body = {"model": "m", "messages": MSG, "stream": True, "sim": {"ttft_ms": 3000}}
+    with pytest.raises(httpx.ReadTimeout):
+        with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, timeout=0.5) as r:
+            r.read()
+    s = wait_for(lambda: (st := stats(upstream))["aborted"] == 1 and st)
+    assert s and s["completed"] == 0
+    assert wait_for(lambda: metric(gateway, "switchyard_client_cancellations_total", phase="upstream_headers") >= 1)
+
+
+def test_disconnect_mid_request_non_streaming(gateway, upstream):
+    body = {"model": "m", "messages": MSG, "sim": {"ttft_ms": 3000}}
+    started = time.monotonic()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=0.5)
+    s = wait_for(lambda: (st := stats(upstream))["aborted"] == 1 and st)
+    assert s and s["completed"] == 0
+    assert time.monotonic() - started < 2.5  # well before the upstream would have answered
+    assert wait_for(lambda: metric(gateway, "switchyard_inflight_requests", model="m") == 0)
+
+
+def test_access_log_is_json_with_request_fields(gateway):
+    httpx.post(gateway.url + "/v1/chat/completions", json={"model": "m", "messages": MSG, "max_tokens": 2},
+               headers={"x-request-id": "log-me-1"})
+    import json
+
+    def find():
+        for line in gateway.log().splitlines():
+            if "log-me-1" in line and line.startswith("{"):
+                return json.loads(line)
+        return None
+
+    rec = wait_for(find)
+    assert rec["request_id"] == "log-me-1" and rec["model"] == "m" and rec["backend"] == "up"
+    assert rec["status"] == 200 and rec["completion_tokens"] == 2 and rec["latency_ms"] > 0
+    assert re.match(r"^\d+\.\d+$", str(rec["ts"]))

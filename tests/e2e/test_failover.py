@@ -1,0 +1,52 @@
+"""Failover before the first byte: a dead backend is skipped, a fallback model serves."""
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.procs import free_port, start_gateway
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def failover_gateway(module_tmp, upstream):
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    config = {"models": {
+        "m": {"routing": "round_robin", "backends": [
+            {"name": "dead", "adapter": "openai", "url": dead},
+            {"name": "live", "adapter": "openai", "url": upstream.url + "/v1", "served_model": "m"}]},
+        "only-dead": {"fallback": ["m"], "max_retries": 0, "backends": [
+            {"name": "dead2", "adapter": "openai", "url": dead}]},
+        "all-dead": {"max_retries": 1, "backends": [{"name": "dead3", "adapter": "openai", "url": dead}]},
+    }}
+    p = start_gateway(module_tmp, config)
+    yield p
+    p.stop()
+
+
+def test_dead_backend_is_skipped(failover_gateway):
+    for _ in range(4):  # round robin would pick the dead one half of the time
+        r = httpx.post(failover_gateway.url + "/v1/chat/completions",
+                       json={"model": "m", "messages": MSG, "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        assert r.json()["model"] == "m"
+
+
+def test_fallback_model_serves_and_keeps_requested_name(failover_gateway):
+    r = httpx.post(failover_gateway.url + "/v1/chat/completions",
+                   json={"model": "only-dead", "messages": MSG, "max_tokens": 2, "stream": True})
+    assert r.status_code == 200
+    assert '"model":"only-dead"' in r.text and r.text.rstrip().endswith("data: [DONE]")
+
+
+def test_all_dead_is_503_with_error_envelope(failover_gateway):
+    r = httpx.post(failover_gateway.url + "/v1/chat/completions", json={"model": "all-dead", "messages": MSG})
+    assert r.status_code == 503
+    assert r.json()["error"]["code"] == "backend_unavailable"
+
+
+def test_readyz_reports_unhealthy_model(failover_gateway):
+    r = httpx.get(failover_gateway.url + "/readyz")
+    assert r.status_code == 503
+    assert r.json()["status"] == "not_ready"
