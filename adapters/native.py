@@ -1,0 +1,333 @@
+"""The `native` adapter: the in-process paged-KV engine behind the canonical contract.
+
+Text work happens here, around a token-level engine: chat messages (with tools)
+are rendered by the model's chat template and tokenized; each choice's generated
+tokens go through an incremental detokenizer, then stop-string matching (text
+that may begin a stop string is held back; a match ends the choice with "stop"),
+then, when the request has tools, the hermes tool-call parser.
+"""
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from adapters.base import (
+    Adapter,
+    Capabilities,
+    Event,
+    Finish,
+    GenerationRequest,
+    Health,
+    LoadSnapshot,
+    LogprobsDelta,
+    SamplingParams,
+    TextDelta,
+    TokenLogprob,
+    ToolCallDelta,
+    TopLogprob,
+    Usage,
+)
+from adapters.errors import GatewayError, context_length_exceeded, invalid_request, upstream_failed
+from engine.builtin import BUILTIN_PREFIX, resolve_model_path
+from engine.chat_template import ChatTemplateError
+from engine.detokenizer import IncrementalDetokenizer
+from engine.stop import StopStringMatcher
+from engine.tokenizer import TextTokenizer
+from engine.tool_parser import ContentPiece, HermesToolParser, ParsedPiece, ToolCallPiece
+
+# The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
+from engine.sampling_params import SamplingParams as EngineSamplingParams
+
+
+class NativeAdapter(Adapter):
+    capabilities = Capabilities(
+        tools=True, parallel_tool_calls=True, n=True, logprobs=True, structured_output=False,
+        cached_tokens=True, usage_in_stream=True, explicit_abort=True, completions=True,
+    )
+
+    def __init__(self, name: str, model_path: str, *, served_name: str | None = None,
+                 engine_options: dict | None = None, registry: Any = None) -> None:
+        super().__init__(name)
+        self.model_path = model_path
+        self.served_name = served_name or _default_served_name(model_path)
+        self.engine_options = dict(engine_options or {})
+        self._registry = registry
+        self._start_lock = asyncio.Lock()
+        self._load_error: BaseException | None = None
+        self.tokenizer: TextTokenizer | None = None
+        self.async_engine: Any = None  # engine.async_engine.AsyncEngine once started
+
+    # ---- lifecycle ----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the model and start the engine (once; later calls return at once)."""
+        if self.async_engine is not None:
+            return
+        async with self._start_lock:
+            if self.async_engine is not None:
+                return
+            try:
+                self.tokenizer, self.async_engine = await asyncio.to_thread(self._build)
+                self._load_error = None
+            except Exception as exc:
+                self._load_error = exc
+                raise upstream_failed(self.name, f"the native engine could not load {self.model_path}: {exc}",
+                                      status=503) from exc
+
+    def _build(self) -> tuple[TextTokenizer, Any]:
+        from engine.async_engine import AsyncEngine
+        from engine.llm_engine import LLMEngine
+
+        model_dir = resolve_model_path(self.model_path)
+        tokenizer = TextTokenizer(model_dir)
+        try:
+            engine = LLMEngine(str(model_dir), **self.engine_options)
+        except TypeError as exc:
+            raise ValueError(f"bad engine_options {sorted(self.engine_options)}: {exc}") from exc
+        return tokenizer, AsyncEngine(engine, registry=self._registry)
+
+    async def aclose(self) -> None:
+        if self.async_engine is not None:
+            await self.async_engine.shutdown()
+
+    async def health(self) -> Health:
+        try:
+            await self.start()
+        except GatewayError as exc:
+            return Health(ok=False, detail=exc.message)
+        return Health(ok=True, detail=f"native engine serving {self.served_name}")
+
+    async def load(self) -> LoadSnapshot:
+        if self.async_engine is None:
+            return LoadSnapshot()
+        stats = self.async_engine.stats()
+        return LoadSnapshot(waiting=stats.waiting, running=stats.running, kv_usage=stats.kv_usage,
+                            prefix_hit_rate=stats.prefix_hit_rate)
+
+    async def models(self) -> list[str]:
+        return [self.served_name]
+
+    # ---- one request --------------------------------------------------------
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        await self.start()
+        assert self.tokenizer is not None
+        tok = self.tokenizer
+        engine = self.async_engine.engine
+        prompt_ids = self._prompt_ids(request)
+        params = self._engine_params(request, len(prompt_ids), engine.max_model_len)
+        sampling = request.sampling
+        parse_tools = bool(request.tools) and request.tool_choice != "none"
+        tool_names = {_tool_name(t) for t in request.tools or []} - {None} if parse_tools else None
+        choices = [
+            _Choice(i, tok, sampling.stop, params.stop_token_ids, engine.eos_token_ids,
+                    HermesToolParser(tool_names) if parse_tools else None, request.parallel_tool_calls)
+            for i in range(params.n)
+        ]
+
+        if request.echo and request.kind == "completion":
+            echo = tok.decode(prompt_ids, skip_special_tokens=False)
+            for choice in choices:
+                yield TextDelta(choice.index, echo)
+
+        engine_id = f"{request.request_id}-{uuid.uuid4().hex[:8]}"
+        stream = self.async_engine.generate(engine_id, prompt_ids, params, request.priority)
+        outputs = _engine_errors(stream, self.name)
+        cached_tokens = 0
+        try:
+            async for out in outputs:
+                choice = choices[out.index]
+                if choice.done:
+                    continue  # a stop string already ended this choice; its extra tokens are dropped
+                cached_tokens = max(cached_tokens, out.num_cached_tokens)
+                for event in choice.step(out, sampling.logprobs):
+                    yield event
+                if all(c.done for c in choices):
+                    break  # leaving the loop closes the stream, which aborts what still runs
+        finally:
+            await outputs.aclose()
+            await stream.aclose()
+        yield Usage(prompt_tokens=len(prompt_ids), completion_tokens=sum(c.num_tokens for c in choices),
+                    cached_tokens=cached_tokens)
+
+    def _prompt_ids(self, request: GenerationRequest) -> list[int]:
+        tok = self.tokenizer
+        assert tok is not None
+        if request.kind == "chat":
+            if not request.messages:
+                raise invalid_request("messages must be a non-empty list", param="messages")
+            try:
+                text = tok.apply_chat_template(request.messages, tools=request.tools or None,
+                                               add_generation_prompt=True)
+            except ChatTemplateError as exc:
+                raise invalid_request(str(exc), param="messages") from exc
+            ids = tok.encode(text, add_special_tokens=False)
+        elif isinstance(request.prompt, str):
+            ids = tok.encode(request.prompt, add_special_tokens=True)
+        elif isinstance(request.prompt, list) and all(isinstance(i, int) for i in request.prompt):
+            ids = list(request.prompt)
+            if any(i < 0 or i >= tok.vocab_size for i in ids):
+                raise invalid_request(f"prompt token ids must be in [0, {tok.vocab_size})", param="prompt")
+        else:
+            raise invalid_request("prompt must be a string or a list of token ids", param="prompt")
+        if not ids:
+            raise invalid_request("the prompt is empty", param="prompt" if request.kind == "completion" else "messages")
+        return ids
+
+    def _engine_params(self, request: GenerationRequest, prompt_len: int, max_model_len: int) -> EngineSamplingParams:
+        s: SamplingParams = request.sampling
+        if prompt_len >= max_model_len:
+            raise context_length_exceeded(
+                f"This model's maximum context length is {max_model_len} tokens. However, your messages resulted "
+                f"in {prompt_len} tokens. Please reduce the length of the messages.")
+        if request.echo and s.logprobs:
+            raise invalid_request("echo with logprobs (prompt logprobs) is not supported by the native engine",
+                                  param="echo")
+        max_tokens = s.max_tokens if s.max_tokens is not None else max_model_len - prompt_len
+        if prompt_len + max_tokens > max_model_len:
+            raise context_length_exceeded(
+                f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
+                f"Please reduce the length of the messages or completion.")
+        vocab = self.tokenizer.vocab_size if self.tokenizer else 0
+        for token_id in list(s.logit_bias or {}) + list(s.stop_token_ids):
+            if not 0 <= token_id < vocab:
+                raise invalid_request(f"token id {token_id} is outside the vocabulary [0, {vocab})",
+                                      param="logit_bias" if token_id in (s.logit_bias or {}) else "stop_token_ids")
+        params = EngineSamplingParams(
+            max_tokens=max_tokens,
+            temperature=1.0 if s.temperature is None else s.temperature,
+            top_p=1.0 if s.top_p is None else s.top_p,
+            top_k=0 if s.top_k is None or s.top_k < 0 else s.top_k,
+            min_p=s.min_p or 0.0,
+            presence_penalty=s.presence_penalty or 0.0,
+            frequency_penalty=s.frequency_penalty or 0.0,
+            repetition_penalty=1.0 if s.repetition_penalty is None else s.repetition_penalty,
+            logit_bias=dict(s.logit_bias) if s.logit_bias else None,
+            seed=s.seed,
+            n=s.n,
+            stop_token_ids=list(s.stop_token_ids),
+            ignore_eos=s.ignore_eos,
+            min_tokens=s.min_tokens,
+            logprobs=s.top_logprobs if s.logprobs else None,
+        )
+        try:
+            params.validate()
+        except ValueError as exc:
+            raise invalid_request(str(exc)) from exc
+        return params
+
+
+async def _engine_errors(stream: AsyncIterator[Any], backend: str) -> AsyncIterator[Any]:
+    """The engine's outputs, with its exceptions turned into gateway errors."""
+    from engine.llm_engine import ContextLengthError
+
+    try:
+        async for out in stream:
+            if out.finished and out.finish_reason == "abort":
+                raise upstream_failed(backend, "the engine aborted the request (shutting down?)", status=503)
+            yield out
+    except ContextLengthError as exc:
+        raise context_length_exceeded(str(exc)) from exc
+    except ValueError as exc:
+        raise invalid_request(str(exc)) from exc
+    except GatewayError:
+        raise
+    except Exception as exc:
+        raise upstream_failed(backend, f"engine failure: {exc}", status=500) from exc
+
+
+@dataclass
+class _Choice:
+    """One choice's way from token ids to events."""
+
+    index: int
+    tokenizer: TextTokenizer
+    stop: list[str]
+    stop_token_ids: list[int]
+    eos_token_ids: set[int]
+    tools: HermesToolParser | None
+    parallel_tool_calls: bool
+    num_tokens: int = 0
+    done: bool = False
+    detok: IncrementalDetokenizer = field(init=False)
+    matcher: StopStringMatcher = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.detok = IncrementalDetokenizer(self.tokenizer)
+        self.matcher = StopStringMatcher(self.stop)
+
+    def step(self, out: Any, want_logprobs: bool) -> list[Event]:
+        """Events for one engine output of this choice."""
+        self.num_tokens += len(out.token_ids)
+        text_ids = out.token_ids
+        if out.finished and out.finish_reason == "stop" and text_ids and (
+                text_ids[-1] in self.stop_token_ids or text_ids[-1] in self.eos_token_ids):
+            text_ids = text_ids[:-1]  # the token that stopped generation is not text (vLLM alike)
+        text = self.detok.add(text_ids)
+        if out.finished:
+            text += self.detok.flush()
+        visible, stopped = self.matcher.feed(text)
+        finishing = out.finished or stopped
+        if finishing and not stopped:
+            visible += self.matcher.flush()
+
+        events: list[Event] = []
+        reason = "stop" if stopped else out.finish_reason
+        if self.tools is None:
+            if visible:
+                events.append(TextDelta(self.index, visible))
+        else:
+            pieces = self.tools.feed(visible)
+            if not self.parallel_tool_calls and self.tools.num_closed_calls and not finishing:
+                # One call was asked for and it is complete: end the choice here.
+                finishing, reason = True, "stop"
+            if finishing:
+                pieces += self.tools.finish()
+            if not self.parallel_tool_calls:
+                pieces = [p for p in pieces if not (isinstance(p, ToolCallPiece) and p.tool_index > 0)]
+            events += [self._tool_event(piece) for piece in pieces]
+            if self.tools.num_closed_calls or (self.tools.num_calls and reason == "stop"):
+                reason = "tool_calls"
+
+        if want_logprobs and out.logprobs:
+            self._attach_logprobs(events, out)
+        if finishing:
+            self.done = True
+            events.append(Finish(self.index, reason if reason in ("stop", "length", "tool_calls") else "stop"))
+        return events
+
+    def _tool_event(self, piece: ParsedPiece) -> Event:
+        if isinstance(piece, ContentPiece):
+            return TextDelta(self.index, piece.text)
+        return ToolCallDelta(self.index, piece.tool_index, id=piece.id, name=piece.name, arguments=piece.arguments)
+
+    def _attach_logprobs(self, events: list[Event], out: Any) -> None:
+        tok = self.tokenizer
+        logprobs = []
+        for token_id, (chosen, top) in zip(out.token_ids, out.logprobs):
+            logprobs.append(TokenLogprob(
+                token=tok.token_text(token_id), logprob=chosen, bytes=list(tok.token_bytes(token_id)),
+                top=[TopLogprob(token=tok.token_text(t), logprob=lp, bytes=list(tok.token_bytes(t)))
+                     for t, lp in top],
+            ))
+        first_text = next((e for e in events if isinstance(e, TextDelta)), None)
+        if first_text is not None:
+            first_text.logprobs = logprobs
+        else:
+            events.insert(0, LogprobsDelta(self.index, logprobs))
+
+
+def _tool_name(tool: dict) -> str | None:
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _default_served_name(model_path: str) -> str:
+    if model_path.startswith(BUILTIN_PREFIX):
+        return model_path[len(BUILTIN_PREFIX):]
+    return Path(model_path).expanduser().resolve().name
