@@ -37,7 +37,8 @@ class RuntimeAdapter(OpenAIAdapter):
     # ---- errors ------------------------------------------------------------
 
     def _classify(self, status: int, parsed: ParsedError) -> int | None:
-        """A status to use instead of the generic rule for this runtime's error."""
+        """A status to use instead of the one the body or HTTP gave, before the generic
+        rule maps it (500 there means "the backend's fault", answered as 502)."""
         return None
 
     def _error(self, status: int, body: bytes) -> GatewayError:

@@ -61,11 +61,12 @@ CONTEXT = re.compile(r"`?inputs`? tokens \+ `?max_new_tokens`? must be <=|`?inpu
 # The pseudo-tools TGI adds for "auto": choosing one means "answer in text".
 TEXT_TOOLS = {"no_tool": "content", "notify_error": "error"}
 
+# Statuses as the generic rule reads them: 500 is the backend's fault (-> 502).
 _STATUS_BY_ERROR_TYPE = {
     "overloaded": 429,
-    "generation": 502,
-    "incomplete_generation": 502,
-    "stream_serialization_error": 502,
+    "generation": 500,
+    "incomplete_generation": 500,
+    "stream_serialization_error": 500,
     "validation": 400,
     "template_error": 400,
     "tool_error": 400,
@@ -142,13 +143,13 @@ class TGIAdapter(RuntimeAdapter):
         if parsed.type in _STATUS_BY_ERROR_TYPE:
             return _STATUS_BY_ERROR_TYPE[parsed.type]
         if status == 424:
-            return 502
+            return 500
         message = parsed.message.lower()
         # In a stream every error says 422; its message tells what happened.
         if "overloaded" in message:
             return 429
         if "incomplete generation" in message or "failed during generation" in message:
-            return 502
+            return 500
         return None
 
     # ---- decoding -------------------------------------------------------------

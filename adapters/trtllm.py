@@ -96,7 +96,7 @@ class TRTLLMAdapter(RuntimeAdapter):
 
     def _classify(self, status: int, parsed: ParsedError) -> int | None:
         if status == 400 and (_BACKEND_FAULT.search(parsed.message) or parsed.type == "internal_error"):
-            return 502
+            return 500  # the backend's fault: the generic rule makes it 502
         return None
 
     # ---- load --------------------------------------------------------------

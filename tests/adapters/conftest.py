@@ -1,0 +1,37 @@
+"""Fixtures for adapter tests: the byte-exact replay server as a real process."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.procs import Process, free_port
+
+
+class ReplayServer:
+    def __init__(self, process: Process) -> None:
+        self.process = process
+        self.url = process.url
+
+    def script(self, routes: dict[str, list[dict[str, Any]]]) -> None:
+        httpx.post(self.url + "/_replay/script", json={"routes": routes}, timeout=5).raise_for_status()
+
+    def recorded(self) -> dict[str, Any]:
+        return httpx.get(self.url + "/_replay/requests", timeout=5).json()
+
+    def bodies(self, path: str) -> list[Any]:
+        return [r["body"] for r in self.recorded()["requests"] if r["path"].split("?")[0] == path]
+
+
+@pytest.fixture(scope="session")
+def replay(tmp_path_factory) -> ReplayServer:
+    port = free_port()
+    tmp = tmp_path_factory.mktemp("replay")
+    p = Process([sys.executable, str(Path(__file__).with_name("replay_server.py")), "--port", str(port)],
+                f"http://127.0.0.1:{port}", tmp / "replay.log")
+    p.wait_ready("/_replay/requests", timeout=20)
+    yield ReplayServer(p)
+    p.stop()

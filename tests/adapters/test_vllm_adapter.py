@@ -1,0 +1,209 @@
+"""VLLMAdapter against recorded vLLM wire samples (RUNTIMES.md 1.3-1.10), replayed
+byte for byte by a real server process."""
+from __future__ import annotations
+
+import asyncio
+
+from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
+from adapters.errors import GatewayError
+from adapters.vllm import VLLMAdapter, translate_guided
+from tests.adapters.wire_samples import chat, collect, json_response, sse
+
+ID = "chatcmpl-0123456789abcdef"
+
+
+def chunk(delta: dict, finish=None, **extra) -> dict:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    if finish is not None:
+        choice.update(stop_reason=None, token_ids=None, weight_versions=None)
+    return {"id": ID, "object": "chat.completion.chunk", "created": 1700000000, "model": "tiny",
+            "choices": [choice], "kv_transfer_params": None, **extra}
+
+
+ROLE = {"id": ID, "object": "chat.completion.chunk", "created": 1700000000, "model": "tiny",
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                     "finish_reason": None}], "prompt_token_ids": None, "prompt_text": None}
+USAGE = {"id": ID, "object": "chat.completion.chunk", "created": 1700000000, "model": "tiny", "choices": [],
+         "usage": {"prompt_tokens": 12, "total_tokens": 15, "completion_tokens": 3}}
+
+NON_STREAM = {
+    "id": ID, "object": "chat.completion", "created": 1700000000, "model": "tiny",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi!", "refusal": None, "annotations": None,
+                                         "audio": None, "function_call": None, "reasoning": None},
+                 "logprobs": None, "finish_reason": "stop", "stop_reason": None, "token_ids": None,
+                 "routed_experts": None, "weight_versions": None}],
+    "service_tier": None, "system_fingerprint": "vllm-0.33.0-abcdef12",
+    "usage": {"prompt_tokens": 12, "total_tokens": 15, "completion_tokens": 3,
+              "prompt_tokens_details": {"cached_tokens": 8, "created_cache_tokens": 0, "multimodal_tokens": None},
+              "completion_tokens_details": None},
+    "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None, "kv_transfer_params": None,
+    "ec_transfer_params": None, "metrics": None}
+
+
+def adapter(replay, **options) -> VLLMAdapter:
+    return VLLMAdapter("vllm-a", replay.url, "tiny", options=options)
+
+
+async def test_stream_text_finish_and_usage(replay):
+    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
+        sse(ROLE), sse(chunk({"content": "Hi"}, token_ids=None)), sse(chunk({"content": "!"})),
+        sse(chunk({"content": ""}, "stop", system_fingerprint="vllm-0.33.0-x")), sse(USAGE), sse("[DONE]")]}]})
+    a = adapter(replay)
+    events = await collect(a, chat())
+    await a.aclose()
+    assert events == [TextDelta(0, "Hi"), TextDelta(0, "!"), Finish(0, "stop"), Usage(12, 3)]
+    body = replay.bodies("/v1/chat/completions")[0]
+    assert body["model"] == "tiny" and body["stream_options"] == {"include_usage": True}
+
+
+async def test_non_stream_with_cached_tokens(replay):
+    replay.script({"POST /v1/chat/completions": [json_response(200, NON_STREAM)]})
+    a = adapter(replay, prompt_tokens_details=True)
+    events = await collect(a, chat(stream=False))
+    await a.aclose()
+    assert events == [TextDelta(0, "Hi!"), Finish(0, "stop"), Usage(12, 3, 8)]
+    assert a.capabilities.cached_tokens and not adapter(replay).capabilities.cached_tokens
+
+
+async def test_tool_call_stream_hermes_shape(replay):
+    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
+        sse(ROLE),
+        sse(chunk({"tool_calls": [{"id": "chatcmpl-tool-0123456789abcdef", "type": "function", "index": 0,
+                                   "function": {"name": "get_weather"}}]})),
+        sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]})),
+        sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]})),
+        sse(chunk({"content": ""}, "tool_calls")), sse(USAGE), sse("[DONE]")]}]})
+    a = adapter(replay)
+    events = await collect(a, chat(tools=[{"type": "function", "function": {"name": "get_weather"}}]))
+    await a.aclose()
+    calls = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert calls[0].id == "chatcmpl-tool-0123456789abcdef" and calls[0].name == "get_weather"
+    assert "".join(c.arguments for c in calls) == '{"city": "Paris"}'
+    assert Finish(0, "tool_calls") in events
+
+
+async def test_in_stream_error_then_done(replay):
+    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
+        sse(ROLE), sse(chunk({"content": "Hi"})),
+        sse({"error": {"message": "engine failed", "type": "InternalServerError", "param": None, "code": 500}}),
+        sse("[DONE]")]}]})
+    a = adapter(replay)
+    events = await collect(a, chat())
+    await a.aclose()
+    assert events[0] == TextDelta(0, "Hi")
+    assert isinstance(events[-1], ErrorEvent) and events[-1].error.status == 502
+    assert not any(isinstance(e, Finish) for e in events)
+
+
+async def test_abort_finish_reason_is_an_error(replay):
+    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
+        sse(ROLE), sse(chunk({"content": "Hi"})), sse(chunk({"content": ""}, "abort")), sse("[DONE]")]}]})
+    a = adapter(replay)
+    events = await collect(a, chat())
+    await a.aclose()
+    assert isinstance(events[-1], ErrorEvent) and "abort" in events[-1].error.message
+
+
+async def test_repetition_finish_is_stop(replay):
+    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
+        sse(ROLE), sse(chunk({"content": "la la"}, "repetition")), sse("[DONE]")]}]})
+    a = adapter(replay)
+    events = await collect(a, chat())
+    await a.aclose()
+    assert events == [TextDelta(0, "la la"), Finish(0, "stop")]
+
+
+async def test_stream_cut_without_done_is_an_error_event(replay):
+    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
+        sse(ROLE), sse(chunk({"content": "Hi"}))], "cut": True}]})
+    a = adapter(replay)
+    events = await collect(a, chat())
+    await a.aclose()
+    assert events[0] == TextDelta(0, "Hi") and isinstance(events[-1], ErrorEvent)
+
+
+async def test_context_length_before_the_stream(replay):
+    replay.script({"POST /v1/chat/completions": [json_response(400, {"error": {
+        "message": "This model's maximum context length is 1024 tokens. However, your prompt contains 2000 input "
+                   "tokens, which exceeds this limit even without any output tokens.",
+        "type": "BadRequestError", "param": "input_tokens", "code": 400}})]})
+    a = adapter(replay)
+    try:
+        await collect(a, chat())
+        raise AssertionError("no error")
+    except GatewayError as exc:
+        assert (exc.status, exc.code) == (400, "context_length_exceeded")
+    finally:
+        await a.aclose()
+
+
+def test_guided_fields_move_to_structured_outputs():
+    body = {"guided_json": {"type": "object"}, "guided_decoding_backend": "xgrammar",
+            "guided_whitespace_pattern": " ", "temperature": 0}
+    translate_guided(body)
+    assert body == {"structured_outputs": {"json": {"type": "object"}, "whitespace_pattern": " "},
+                    "temperature": 0}
+
+
+async def test_guided_choice_reaches_the_wire_translated(replay):
+    replay.script({"POST /v1/chat/completions": [json_response(200, NON_STREAM)]})
+    a = adapter(replay)
+    await collect(a, chat(stream=False, extra={"guided_choice": ["yes", "no"]}))
+    legacy = adapter(replay, legacy_guided=True)
+    await collect(legacy, chat(stream=False, extra={"guided_choice": ["yes", "no"]}))
+    await a.aclose()
+    await legacy.aclose()
+    new, old = replay.bodies("/v1/chat/completions")
+    assert new["structured_outputs"] == {"choice": ["yes", "no"]} and "guided_choice" not in new
+    assert old["guided_choice"] == ["yes", "no"] and "structured_outputs" not in old
+
+
+METRICS = """\
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 4.0
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 9.0
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.42
+vllm:prefix_cache_queries_total{engine="0",model_name="tiny"} %s
+vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} %s
+"""
+
+
+async def test_load_from_prometheus_and_prefix_rate_between_reads(replay):
+    replay.script({"GET /metrics": [{"status": 200, "body": METRICS % (100, 25)},
+                                    {"status": 200, "body": METRICS % (200, 115)}]})
+    a = adapter(replay)
+    first = await a.load()
+    second = await a.load()
+    await a.aclose()
+    assert (first.running, first.waiting, first.kv_usage) == (4, 9, 0.42)
+    assert first.prefix_hit_rate == 0.25
+    assert second.prefix_hit_rate == 0.9  # (115-25)/(200-100): the traffic since the last read
+    assert second.read_at >= first.read_at > 0
+
+
+async def test_health_ready_dead_and_refused(replay):
+    replay.script({"GET /health": [{"status": 200, "body": ""}, {"status": 503, "body": ""}]})
+    a = adapter(replay)
+    assert (await a.health()).ok
+    assert not (await a.health()).ok
+    await a.aclose()
+    from tests.procs import free_port
+    down = VLLMAdapter("down", f"http://127.0.0.1:{free_port()}", "tiny")
+    h = await down.health()
+    await down.aclose()
+    assert not h.ok and "loading" in h.detail
+
+
+async def test_closing_the_stream_closes_the_connection(replay):
+    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "a"}))],
+                                                  "hold_ms": 3000}]})
+    a = adapter(replay)
+    gen = a.generate(chat(sampling=SamplingParams(max_tokens=5)))
+    assert await gen.__anext__() == TextDelta(0, "a")
+    await gen.aclose()
+    for _ in range(50):
+        if replay.recorded()["disconnects"] == 1:
+            break
+        await asyncio.sleep(0.05)
+    await a.aclose()
+    assert replay.recorded()["disconnects"] == 1
