@@ -94,8 +94,11 @@ class Context:
         return CheckFailed(message, [Evidence(expected=expected, seen=seen, where=where, offending=offending,
                                               request=exchange.request_summary() if exchange else None)])
 
-    def ok_json(self, ex: Exchange, what: str = "response") -> dict[str, Any]:
-        """Require 200 with a JSON object body; return it."""
+    def ok_json(self, ex: Exchange, what: str = "response", capability: str | None = None) -> dict[str, Any]:
+        """Require 200 with a JSON object body; return it. With `capability`
+        (tools, structured output), an explicit refusal is a skip, not a failure."""
+        if capability:
+            self.skip_if_unsupported(ex, capability)
         if ex.status != 200:
             raise self.fail(f"{what}: HTTP {ex.status}", expected="HTTP 200", seen=f"HTTP {ex.status}",
                             offending=_body_excerpt(ex), exchange=ex)
@@ -109,9 +112,11 @@ class Context:
                             seen=_body_excerpt(ex), exchange=ex)
         return body
 
-    def ok_stream(self, ex: Exchange, what: str = "stream") -> list[dict[str, Any]]:
+    def ok_stream(self, ex: Exchange, what: str = "stream", capability: str | None = None) -> list[dict[str, Any]]:
         """Require 200 text/event-stream; return the JSON chunks (framing is
         judged by its own check, so it is not enforced here)."""
+        if capability:
+            self.skip_if_unsupported(ex, capability)
         if ex.status != 200:
             raise self.fail(f"{what}: HTTP {ex.status}", expected="HTTP 200", seen=f"HTTP {ex.status}",
                             offending=_body_excerpt(ex), exchange=ex)
@@ -120,6 +125,19 @@ class Context:
                             seen=f"Content-Type: {ex.content_type or '<none>'}", where="header content-type",
                             offending=_body_excerpt(ex), exchange=ex)
         return ex.sse.chunks
+
+    def skip_if_unsupported(self, ex: Exchange, capability: str) -> None:
+        """A server may honestly refuse a feature its runtime lacks (DESIGN:
+        "or answers 400 with a clear message"). That is reported as a skip
+        naming the refusal: not a pass, and not a conformance failure."""
+        if ex.status not in (400, 501):
+            return
+        body = ex.json()
+        err = body.get("error") if isinstance(body, dict) else None
+        message = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else None
+        code = err.get("code") if isinstance(err, dict) else None
+        if refuses_feature(ex.status, str(message or ""), code):
+            raise NotApplicable(f"the server refuses {capability}: HTTP {ex.status} {str(message)[:200]!r}")
 
     def field_issues(self, message: str, issues: list[FieldIssue], ex: Exchange, offending: Any) -> CheckFailed:
         return CheckFailed(message, [
@@ -150,6 +168,15 @@ class Context:
     @staticmethod
     def not_applicable(reason: str) -> NotApplicable:
         return NotApplicable(reason)
+
+
+def refuses_feature(status: int, message: str, code: Any) -> bool:
+    """Whether an error says "this server cannot do that" rather than "your
+    request is wrong": our gateway's `unsupported_by_runtime`, HTTP 501, or a
+    runtime's own wording (vLLM: "... requires --tool-call-parser ...")."""
+    text = message.lower()
+    return (status in (400, 501) and
+            (code == "unsupported_by_runtime" or status == 501 or "not support" in text or "requires --" in text))
 
 
 class _Drop:

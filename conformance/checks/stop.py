@@ -18,7 +18,8 @@ NEVER = "\u2603\u2604never"  # cannot appear in a tiny byte-level model's ASCII-
 
 
 def _printable(s: str) -> bool:
-    return all(32 < ord(ch) < 127 for ch in s)
+    """Plain ASCII without whitespace at either end (some runtimes strip it)."""
+    return all(32 <= ord(ch) < 127 for ch in s) and s == s.strip()
 
 
 async def _baseline(ctx: Context) -> tuple[Exchange, str, list[str], str | None]:
@@ -47,15 +48,18 @@ def _within_token_stop(text: str) -> tuple[str, int] | None:
 
 
 def _cross_token_stop(deltas: list[str]) -> tuple[str, int] | None:
+    """The last character of one delta plus the start of the next (2 or 3
+    characters, so a space after the boundary can sit inside the sequence)."""
     text = "".join(deltas)
     pos = 0
     for i in range(len(deltas) - 1):
         pos += len(deltas[i])
-        if i == 0 or not deltas[i + 1]:
+        if i == 0:
             continue
-        cand = text[pos - 1:pos + 1]
-        if _printable(cand) and text.find(cand) == pos - 1:
-            return cand, pos - 1
+        for end in (pos + 1, pos + 2):
+            cand = text[pos - 1:end]
+            if len(cand) == end - pos + 1 and _printable(cand) and text.find(cand) == pos - 1:
+                return cand, pos - 1
     return None
 
 

@@ -24,7 +24,7 @@ STRUCTURED_MAX_TOKENS = 200
 async def json_schema(ctx: Context) -> None:
     ex = await ctx.chat(max_tokens=STRUCTURED_MAX_TOKENS, response_format={
         "type": "json_schema", "json_schema": {"name": "verdict", "schema": ENUM_SCHEMA, "strict": True}})
-    body = ctx.ok_json(ex)
+    body = ctx.ok_json(ex, capability="structured output")
     content = message_of(body).get("content")
     finish = choice_of(body).get("finish_reason")
     try:
@@ -42,7 +42,7 @@ async def json_schema(ctx: Context) -> None:
 async def json_object(ctx: Context) -> None:
     ex = await ctx.chat(max_tokens=STRUCTURED_MAX_TOKENS, response_format={"type": "json_object"},
                         messages=[{"role": "user", "content": "Answer in JSON: is the sky blue?"}])
-    body = ctx.ok_json(ex)
+    body = ctx.ok_json(ex, capability="structured output")
     content = message_of(body).get("content")
     finish = choice_of(body).get("finish_reason")
     if finish == "length":

@@ -8,7 +8,7 @@ import openai
 
 from conformance.check import CheckList
 from conformance.checks.common import sdk_final_completion, by_choice, choice_of, message_of
-from conformance.context import Context
+from conformance.context import Context, refuses_feature
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
 
@@ -50,7 +50,7 @@ async def tool_chat(ctx: Context, memo_key: str | None = None, **overrides: Any)
     if memo_key and memo_key in ctx.memo:
         return ctx.memo[memo_key]
     ex = await ctx.http.post("/chat/completions", tool_body(ctx, **overrides))
-    result = (ex, ctx.ok_json(ex))
+    result = (ex, ctx.ok_json(ex, capability="tools"))
     if memo_key:
         ctx.memo[memo_key] = result
     return result
@@ -198,7 +198,7 @@ def judge_tool_stream(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]]) 
 @CHECKS.must("tools.stream_required", "streamed tool calls (required) have dense indices, id/type/name once, a function in every delta")
 async def stream_required(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", tool_body(ctx, tool_choice="required", stream=True))
-    chunks = ctx.ok_stream(ex)
+    chunks = ctx.ok_stream(ex, capability="tools")
     calls = judge_tool_stream(ctx, ex, chunks)
     if not calls:
         raise ctx.fail("no streamed tool calls", expected="at least one tool-call delta", seen="none",
@@ -214,7 +214,7 @@ async def stream_matches(ctx: Context) -> None:
     ex_n, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
     plain = judge_tool_calls(ctx, ex_n, body, names={"get_weather"}, finish=("stop", "tool_calls"))
     ex = await ctx.http.post("/chat/completions", tool_body(ctx, tool_choice=NAMED, stream=True))
-    calls = judge_tool_stream(ctx, ex, ctx.ok_stream(ex))
+    calls = judge_tool_stream(ctx, ex, ctx.ok_stream(ex, capability="tools"))
     if len(calls) != len(plain) or any(calls[i]["arguments"] != plain[i]["function"]["arguments"] for i in calls):
         raise ctx.fail("streamed arguments differ from the non-stream ones",
                        expected=repr([c["function"]["arguments"] for c in plain])[:300],
@@ -228,6 +228,10 @@ async def sdk_final(ctx: Context) -> None:
         final = await sdk_final_completion(ctx, request)
     except openai.APIResponseValidationError as exc:
         raise ctx.fail("the official client rejects a chunk", expected="valid chunks", seen=str(exc)[:500]) from None
+    except openai.APIStatusError as exc:
+        if refuses_feature(exc.status_code, str(exc), getattr(exc, "code", None)):
+            raise ctx.not_applicable(f"the server refuses tools: {exc}"[:300]) from None
+        raise ctx.fail(f"HTTP {exc.status_code}", expected="HTTP 200", seen=str(exc)[:500]) from None
     except (openai.APIError, AssertionError, IndexError) as exc:
         raise ctx.fail("the official client's stream helper broke", expected="a clean stream",
                        seen=f"{type(exc).__name__}: {exc}"[:500]) from None
@@ -278,8 +282,9 @@ async def round_trip(ctx: Context) -> None:
             {"role": "tool", "tool_call_id": "call_conformance_1", "content": "Sunny, 21 C"},
         ]
         ex = await ctx.http.post("/chat/completions", tool_body(ctx, messages=messages, max_tokens=8))
+        ctx.skip_if_unsupported(ex, "tools")
         if ex.status != 200:
             raise CheckFailed(f"tool round trip refused (arguments {args!r})", [Evidence(
                 expected="HTTP 200", seen=f"HTTP {ex.status}: {ex.raw[:300].decode('utf-8', 'replace')}",
                 request=ex.request_summary())])
-        ctx.ok_json(ex)
+        ctx.ok_json(ex, capability="tools")

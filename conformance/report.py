@@ -1,0 +1,143 @@
+"""Write one run as JSON (the machine-readable record `diff` reads), Markdown
+(for a PR or a ticket) and one self-contained HTML page (inline CSS, no
+scripts, no external assets)."""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from conformance.result import CheckResult, Level, Status
+from conformance.runner import RunReport
+
+STATUS_MARK = {Status.PASS: "✅ pass", Status.FAIL: "❌ FAIL", Status.SKIP: "⏭ skip", Status.ERROR: "⚠ ERROR"}
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#1d2327;max-width:1200px}
+h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}
+table{border-collapse:collapse;width:100%;font-size:.9rem}
+th,td{border:1px solid #d0d7de;padding:.3rem .5rem;text-align:left;vertical-align:top}
+th{background:#f6f8fa}
+.pass{background:#e6ffec}.fail{background:#ffebe9}.skip{background:#f6f8fa;color:#57606a}.error{background:#fff8c5}
+.MUST{font-weight:600}
+pre{white-space:pre-wrap;word-break:break-all;background:#f6f8fa;padding:.5rem;font-size:.8rem;margin:.2rem 0}
+details summary{cursor:pointer}
+.summary td{text-align:center}
+"""
+
+
+def _json_text(value: Any, limit: int = 2000) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def write_json(report: RunReport, path: Path) -> None:
+    path.write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+
+
+def summary_line(report: RunReport) -> str:
+    c = report.counts()
+    return (f"MUST: {c['MUST']['pass']} pass, {c['MUST']['fail']} fail, {c['MUST']['error']} error, "
+            f"{c['MUST']['skip']} skip · SHOULD: {c['SHOULD']['pass']} pass, {c['SHOULD']['fail']} fail, "
+            f"{c['SHOULD']['error']} error, {c['SHOULD']['skip']} skip")
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: RunReport, title: str = "Conformance report") -> str:
+    t = report.target
+    lines = [
+        f"# {title}",
+        "",
+        f"- Target: `{t.get('name')}` — base URL `{t.get('base_url')}`, model `{t.get('model')}`",
+        f"- Profiles: {', '.join(report.profiles) or 'all'} · started {report.started} · {report.duration_s:.1f} s",
+        f"- Verdict: **{'FAIL' if report.must_failures else 'PASS'}** ({summary_line(report)})",
+        "",
+        "A skip is not a pass: it means the check could not run here (the reason says what it needs).",
+        "",
+        "| Status | Level | Check | Description | Message |",
+        "|---|---|---|---|---|",
+    ]
+    for r in report.results:
+        lines.append(f"| {STATUS_MARK[r.status]} | {r.level} | `{r.id}` | {_md_cell(r.description)} | {_md_cell(r.message)} |")
+    failing = [r for r in report.results if r.status in (Status.FAIL, Status.ERROR)]
+    if failing:
+        lines += ["", "## Evidence", ""]
+        for r in failing:
+            lines += [f"### `{r.id}` ({r.level}, {r.status})", "", r.message, ""]
+            for e in r.evidence:
+                lines += _md_evidence(e)
+    return "\n".join(lines) + "\n"
+
+
+def _md_evidence(e: dict[str, Any]) -> list[str]:
+    out = []
+    if e.get("where"):
+        out.append(f"- where: `{_md_cell(str(e['where']))}`")
+    out.append(f"- expected: {_md_cell(str(e.get('expected', '')))}")
+    out.append(f"- seen: {_md_cell(_json_text(e.get('seen', ''), 600))}")
+    if e.get("offending") is not None:
+        out += ["- offending:", "", "```json", _json_text(e["offending"], 1500), "```"]
+    if e.get("request"):
+        out += ["- request:", "", "```json", _json_text(e["request"], 1500), "```"]
+    out.append("")
+    return out
+
+
+def _html_evidence(e: dict[str, Any]) -> str:
+    parts = []
+    if e.get("where"):
+        parts.append(f"<div><b>where</b> <code>{html.escape(str(e['where']))}</code></div>")
+    parts.append(f"<div><b>expected</b> {html.escape(str(e.get('expected', '')))}</div>")
+    parts.append(f"<div><b>seen</b> <pre>{html.escape(_json_text(e.get('seen', ''), 1200))}</pre></div>")
+    if e.get("offending") is not None:
+        parts.append(f"<div><b>offending</b><pre>{html.escape(_json_text(e['offending']))}</pre></div>")
+    if e.get("request"):
+        parts.append(f"<div><b>request</b><pre>{html.escape(_json_text(e['request']))}</pre></div>")
+    return "".join(parts)
+
+
+def _html_row(r: CheckResult) -> str:
+    evidence = "".join(f"<details><summary>evidence {i + 1}</summary>{_html_evidence(e)}</details>"
+                       for i, e in enumerate(r.evidence))
+    return (f'<tr class="{r.status}"><td>{html.escape(STATUS_MARK[r.status])}</td>'
+            f'<td class="{r.level}">{r.level}</td><td><code>{html.escape(r.id)}</code></td>'
+            f"<td>{html.escape(r.area)}</td><td>{html.escape(r.description)}</td>"
+            f"<td>{html.escape(r.message)}{evidence}</td></tr>")
+
+
+def page(title: str, body: str) -> str:
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{CSS}</style></head><body>{body}</body></html>\n")
+
+
+def render_html(report: RunReport, title: str = "Conformance report") -> str:
+    t = report.target
+    c = report.counts()
+    verdict = "FAIL" if report.must_failures else "PASS"
+    summary = "".join(
+        f"<tr><th>{lv}</th>" + "".join(f'<td class="{s}">{c[str(lv)][str(s)]}</td>' for s in Status) + "</tr>"
+        for lv in Level)
+    body = (
+        f"<h1>{html.escape(title)}: {verdict}</h1>"
+        f"<p>Target <code>{html.escape(str(t.get('name')))}</code> — <code>{html.escape(str(t.get('base_url')))}</code>, "
+        f"model <code>{html.escape(str(t.get('model')))}</code>; profiles {html.escape(', '.join(report.profiles) or 'all')}; "
+        f"started {html.escape(report.started)}; {report.duration_s:.1f} s.</p>"
+        f'<table class="summary"><tr><th></th>' + "".join(f"<th>{s}</th>" for s in Status) + f"</tr>{summary}</table>"
+        "<p>A skip is not a pass: the check could not run here, and its message says what it needs.</p>"
+        "<h2>Checks</h2><table><tr><th>Status</th><th>Level</th><th>Check</th><th>Area</th><th>Description</th>"
+        "<th>Message and evidence</th></tr>" + "".join(_html_row(r) for r in report.results) + "</table>"
+    )
+    return page(title, body)
+
+
+def write_reports(report: RunReport, directory: Path, title: str = "Conformance report") -> dict[str, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = {"json": directory / "report.json", "md": directory / "report.md", "html": directory / "report.html"}
+    write_json(report, paths["json"])
+    paths["md"].write_text(render_markdown(report, title), encoding="utf-8")
+    paths["html"].write_text(render_html(report, title), encoding="utf-8")
+    return paths
