@@ -97,7 +97,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
         parser.add_argument("--max-queued-requests", type=int, default=None)
         parser.add_argument("--stream-response-default-include-usage", action="store_true")
     elif kind == "trtllm":
-        parser.add_argument("--tool-parser", "--tool_parser", dest="tool_call_parser", default=None)
+        parser.add_argument("--tool-parser", "--tool_parser", "--tool-call-parser", dest="tool_call_parser", default=None)
         parser.add_argument("--max-num-tokens", "--max_num_tokens", dest="max_num_tokens", type=int,
                             default=None, help="prompt-length limit (default: --max-model-len)")
         parser.add_argument("--return-perf-metrics", "--return_perf_metrics", dest="return_perf_metrics",

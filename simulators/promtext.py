@@ -49,13 +49,15 @@ class Exposition:
         self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge",
                        f"{name}{_labels({**self.labels, **(extra or {})})} {_num(value)}"]
 
-    def counter(self, name: str, help_text: str, values: dict[tuple[tuple[str, str], ...], float] | float) -> None:
-        """`name` without `_total`; samples get the suffix, as prometheus_client writes them."""
+    def counter(self, name: str, help_text: str, values: dict[tuple[tuple[str, str], ...], float] | float,
+                suffix: str = "_total") -> None:
+        """`name` without `_total`; samples get the suffix, as prometheus_client writes them
+        (TGI's Rust exporter writes counters without it: pass `suffix=""`)."""
         self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
         if not isinstance(values, dict):
             values = {(): values}
         for extra, value in values.items():
-            self.lines.append(f"{name}_total{_labels({**self.labels, **dict(extra)})} {_num(value)}")
+            self.lines.append(f"{name}{suffix}{_labels({**self.labels, **dict(extra)})} {_num(value)}")
 
     def histogram(self, name: str, help_text: str, hist: Histogram) -> None:
         self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]

@@ -256,7 +256,7 @@ class Simulator:
 
 def _interesting_headers(request: web.Request) -> dict[str, str]:
     keep = ("x-request-id", "authorization", "content-type", "user-agent")
-    return {k: v for k, v in request.headers.items() if k.lower() in keep}
+    return {str(k).lower(): v for k, v in request.headers.items() if k.lower() in keep}
 
 
 async def serve(sim: Simulator) -> None:

@@ -1,0 +1,501 @@
+"""A wire-faithful SGLang 0.5.23 `launch_server` double (RUNTIMES.md sections 2 and 6).
+
+Reproduced: connections refused while loading; after binding, `/health` and
+`/health_generate` answer 503 during warm-up (`--warmup-delay`), then 200 with an
+empty body after about one second (SGLang submits a probe generation and polls it
+once a second; `--health-latency`); `/ready`, `/model_info`, `/server_info`,
+`/v1/models`, JSON `/v1/loads`; Prometheus `/metrics` only with
+`--enable-metrics`; bare 32-hex ids (or the client's `rid`); `model` echoed,
+default `"default"`, never a 404; msgspec-style content chunks
+(`reasoning_content:null` first in `delta`, `matched_stop` always present, no
+`usage` key) with `finish_reason` in a separate content-free chunk; the usage chunk
+with a top-level `reasoning_tokens`; pydantic-style tool-call chunks with every
+null key (`"usage":null`, `id:null`, `name:null`, repeated `type`); tool output as
+raw text without `--tool-call-parser`; flat errors `{"object":"error",...}`;
+queue-full answers (503 `type:"503"`, or SSE `SERVICE_UNAVAILABLE` in a stream);
+`POST /abort_request` with `rid` (the stream ends with `finish_reason:"abort"`);
+a client disconnect is noticed only 2 s later; native `/generate` with cumulative
+streamed `text`.
+"""
+from __future__ import annotations
+
+import asyncio
+import datetime
+import os
+import time
+from typing import Any
+
+from aiohttp import web
+
+from simulators.driver import Outcome, StreamEnded, collect, pump
+from simulators.faults import NO_FAULTS
+from simulators.promtext import Exposition
+from simulators.request import SimRequest, from_openai_body, int_or_none, prompt_words_completion, stop_list, texts_of
+from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
+from simulators.tokens import Token
+from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
+
+VERSION = "0.5.23"
+_STATUS_NAMES = {400: "BAD_REQUEST", 404: "NOT_FOUND", 429: "TOO_MANY_REQUESTS", 500: "INTERNAL_SERVER_ERROR",
+                 503: "SERVICE_UNAVAILABLE"}
+
+
+def flat_error(message: str, type_: str, code: int) -> dict[str, Any]:
+    return {"object": "error", "message": message, "type": type_, "param": None, "code": code}
+
+
+def error(status: int, message: str, type_: str = "BadRequestError") -> web.Response:
+    return json_response(status, flat_error(message, type_, status))
+
+
+def openai_finish(finish: str | None, tool_called: bool) -> str | None:
+    if finish in ("eos", "stop_sequence"):
+        return "tool_calls" if tool_called else "stop"
+    return finish
+
+
+class SglangSimulator(Simulator):
+    kind = "sglang"
+    default_disconnect_abort_delay = 2.0  # create_abort_task sleeps 2 s before aborting
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.labels = {"model_name": self.opts.model_name, "engine_type": "unified", "tp_rank": "0",
+                       "pp_rank": "0", "moe_ep_rank": "0"}
+
+    def add_routes(self, router: web.UrlDispatcher) -> None:
+        router.add_post("/v1/chat/completions", self.chat)
+        router.add_post("/v1/completions", self.completions)
+        router.add_route("POST", "/generate", self.generate)
+        router.add_route("PUT", "/generate", self.generate)
+        router.add_post("/abort_request", self.abort_request)
+        router.add_get("/health", self.health)
+        router.add_get("/health_generate", self.health)
+        router.add_get("/ready", self.ready)
+        router.add_get("/model_info", self.model_info)
+        router.add_get("/get_model_info", self.model_info)
+        router.add_get("/server_info", self.server_info)
+        router.add_get("/get_server_info", self.server_info)
+        router.add_get("/v1/models", self.models)
+        router.add_get("/v1/models/{model}", self.model_card)
+        router.add_get("/v1/loads", self.loads)
+        router.add_route("*", "/flush_cache", self.flush_cache)
+        if self.opts.enable_metrics:
+            router.add_get("/metrics", self.metrics)
+
+    # ---- readiness -------------------------------------------------------------
+
+    @property
+    def warming_up(self) -> bool:
+        return self.ready_at is None or time.monotonic() - self.ready_at < self.opts.warmup_delay
+
+    async def health(self, request: web.Request) -> web.Response:
+        if self.warming_up:
+            return web.Response(status=503)
+        # The probe generation is polled once a second: never faster than that.
+        await asyncio.sleep(self.opts.health_latency)
+        return web.Response(status=200)
+
+    async def ready(self, request: web.Request) -> web.Response:
+        return web.Response(status=503 if self.warming_up else 200)
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        self.prefix_cache = type(self.prefix_cache)()
+        return web.Response(status=200, text="Cache flushed.\nPlease check backend logs for more details. "
+                                             "(When there are running or waiting requests, the operation "
+                                             "will not be performed.)\n")
+
+    # ---- info ------------------------------------------------------------------
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        return json_response(200, {"model_path": self.opts.model_dir or self.opts.model_name,
+                                   "served_model_name": self.opts.model_name,
+                                   "tokenizer_path": self.opts.model_dir or self.opts.model_name,
+                                   "is_generation": True, "preferred_sampling_params": None,
+                                   "weight_version": "default", "load_format": "auto",
+                                   "reasoning_parser": None, "tool_call_parser": self.opts.tool_call_parser})
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        return json_response(200, {"model_path": self.opts.model_dir or self.opts.model_name,
+                                   "served_model_name": self.opts.model_name, "port": request.url.port,
+                                   "context_length": self.opts.max_model_len,
+                                   "tool_call_parser": self.opts.tool_call_parser,
+                                   "enable_metrics": self.opts.enable_metrics,
+                                   "enable_cache_report": self.opts.enable_cache_report,
+                                   "internal_states": [{"last_gen_throughput": 0.0}], "version": VERSION})
+
+    def _card(self) -> dict[str, Any]:
+        return {"id": self.opts.model_name, "object": "model", "created": int(self.created_at), "owned_by": "sglang",
+                "root": self.opts.model_dir or self.opts.model_name, "parent": None,
+                "max_model_len": self.opts.max_model_len}
+
+    async def models(self, request: web.Request) -> web.Response:
+        return json_response(200, {"object": "list", "data": [self._card()]})
+
+    async def model_card(self, request: web.Request) -> web.Response:
+        name = request.match_info["model"]
+        if name != self.opts.model_name:
+            return error(404, f"The model '{name}' does not exist", "NotFoundError")
+        return json_response(200, self._card())
+
+    def _max_total_tokens(self) -> int:
+        return self.opts.max_model_len * 16
+
+    def _used_tokens(self) -> int:
+        return sum(self.live_prompt_tokens.values())
+
+    async def loads(self, request: web.Request) -> web.Response:
+        used = self._used_tokens()
+        total = self._max_total_tokens()
+        load = {"dp_rank": 0, "num_running_reqs": self.in_flight, "num_waiting_reqs": 0, "num_used_tokens": used,
+                "max_total_num_tokens": total, "token_usage": round(used / total, 4) if total else 0.0,
+                "gen_throughput": 0.0, "cache_hit_rate": round(self.prefix_cache.hit_rate, 4),
+                "utilization": round(min(1.0, used / total), 4) if total else 0.0}
+        return json_response(200, {"timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                                   "version": VERSION, "accelerator": "cpu", "num_accelerators": 1,
+                                   "loads": [load]})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        ex = Exposition(self.labels)
+        total = self._max_total_tokens()
+        used = self._used_tokens()
+        ex.gauge("sglang:num_running_reqs", "The number of running requests.", self.in_flight)
+        ex.gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", 0)
+        ex.gauge("sglang:token_usage", "The token usage.", used / total if total else 0.0)
+        ex.gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", self.prefix_cache.hit_rate)
+        ex.gauge("sglang:gen_throughput", "The generation throughput (token/s).", 0.0)
+        ex.gauge("sglang:num_used_tokens", "The number of used tokens.", used)
+        ex.gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", total)
+        ex.counter("sglang:prompt_tokens", "Number of prefill tokens processed.", self.recorder.prompt_tokens_total)
+        ex.counter("sglang:generation_tokens", "Number of generation tokens processed.",
+                   self.recorder.generation_tokens_total)
+        ex.counter("sglang:cached_tokens", "Number of cached prompt tokens.", self.prefix_cache.hits)
+        ex.counter("sglang:num_requests", "The number of processed requests.", self.recorder.completed)
+        ex.counter("sglang:num_aborted_requests", "Number of requests aborted.", self.recorder.aborted)
+        ex.histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                     self.ttft_hist)
+        ex.histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                     self.itl_hist)
+        ex.histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
+                     self.e2e_hist)
+        return web.Response(status=200, body=ex.text().encode(),
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    # ---- abort ------------------------------------------------------------------
+
+    async def abort_request(self, request: web.Request) -> web.Response:
+        body, _ = await self.read_body(request)
+        body = body if isinstance(body, dict) else {}
+        targets = list(self.generations) if body.get("abort_all") else [str(body.get("rid", ""))]
+        for rid in targets:
+            gen = self.generations.get(rid)
+            if gen is not None:
+                gen.abort()
+                self.recorder.abort(rid, "abort_request")
+        return web.Response(status=200)
+
+    # ---- validation ----------------------------------------------------------------
+
+    def _validate(self, body: Any, kind: str) -> web.Response | None:
+        if not isinstance(body, dict):
+            return error(400, "1 validation error for ChatCompletionRequest\n  Input should be a valid dictionary "
+                              "[type=model_type]", "Bad Request")
+        field_name = "messages" if kind == "chat" else "prompt"
+        if body.get(field_name) is None or (kind == "chat" and not isinstance(body[field_name], list)):
+            name = "ChatCompletionRequest" if kind == "chat" else "CompletionRequest"
+            return error(400, f"1 validation error for {name}\n{field_name}\n  Field required [type=missing]"
+                              f"[{{'type': 'missing', 'loc': ('body', '{field_name}'), 'msg': 'Field required'}}]",
+                         "Bad Request")
+        if kind == "chat":
+            tools = body.get("tools")
+            choice = body.get("tool_choice")
+            name = named_choice(choice)
+            if (choice == "required" or name is not None) and not tools:
+                return error(400, "Tools cannot be empty if tool choice is set to required.")
+            if name is not None and name not in tool_names(tools or []):
+                return error(400, f"Tool '{name}' not found in tools list.")
+        return None
+
+    def _context_message(self, sim: SimRequest) -> str | None:
+        limit = self.opts.max_model_len
+        if sim.prompt_tokens >= limit:
+            return (f"The input ({sim.prompt_tokens} tokens) is longer than the model's context "
+                    f"length ({limit} tokens).")
+        if sim.max_tokens is not None and sim.prompt_tokens + sim.max_tokens > limit:
+            total = sim.prompt_tokens + sim.max_tokens
+            return (f"Requested token count exceeds the model's maximum context length of {limit} "
+                    f"tokens. You requested a total of {total} tokens: {sim.prompt_tokens} tokens from "
+                    f"the input messages and {sim.max_tokens} tokens for the completion. Please reduce "
+                    f"the number of tokens in the input messages or the completion to fit within the limit.")
+        return None
+
+    def _queue_full(self) -> bool:
+        limit = self.opts.max_queued_requests
+        return limit is not None and self.in_flight >= limit
+
+    # ---- OpenAI endpoints ------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, "chat")
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._openai(request, "completion")
+
+    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
+        body, bad = await self.read_body(request)
+        if bad is not None:
+            return error(400, f"JSON decode error: {bad}", "Bad Request")
+        problem = self._validate(body, kind)
+        if problem is not None:
+            return problem
+        rid = str(body.get("rid") or os.urandom(16).hex())
+        sim = from_openai_body(body, kind, rid, self.faults(texts_of(body, kind), body))
+        faults = sim.faults
+        stream = bool(body.get("stream"))
+        if faults.status is not None and faults.status >= 400:
+            return error(faults.status, f"Simulated failure with status {faults.status}",
+                         _STATUS_NAMES.get(faults.status, "BadRequestError"))
+        overloaded = faults.overloaded or self._queue_full()
+        if overloaded and not stream:
+            return error(503, "The request queue is full.", "503")
+        too_long = self._context_message(sim)
+        if too_long is not None:
+            return error(400, too_long)
+        plan = plan_tool_call(body.get("tools"), body.get("tool_choice"), faults.tool_call) if kind == "chat" else None
+        parsed = plan is not None and bool(self.opts.tool_call_parser)
+        fixed = None
+        if plan is not None:
+            raw = plan.arguments_json if parsed else (
+                f'<tool_call>\n{{"name": "{plan.name}", "arguments": {plan.arguments_json}}}\n</tool_call>')
+            fixed = fragments(raw)
+        cached = self.cached_tokens(sim)
+        model = body.get("model") or "default"
+        if overloaded:
+            return await self._queue_full_stream(request, sim, model)
+        gen = self.start_generation(sim, request.path, fixed)
+        self.live_prompt_tokens[rid] = sim.prompt_tokens
+        outcome = Outcome(n=max(1, sim.n))
+        try:
+            with self.watch_disconnect(sim):
+                if stream:
+                    return await self._stream(request, body, kind, sim, gen, outcome, plan if parsed else None,
+                                              cached, model)
+                await collect(gen, outcome)
+                if faults.error_after is not None:
+                    self.fail_generation(sim)
+                    return error(500, "Internal server error: simulated engine failure", "InternalServerError")
+                if faults.cut_after is not None:
+                    self.fail_generation(sim)
+                    if request.transport is not None:
+                        request.transport.close()
+                    return web.Response(status=500)
+                self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
+                                    outcome.first_token_at)
+                return json_response(200, self._full(kind, sim, outcome, plan if parsed else None, cached, model))
+        finally:
+            self.live_prompt_tokens.pop(rid, None)
+
+    def _usage(self, sim: SimRequest, completion: int, cached: int) -> dict[str, Any]:
+        return {"prompt_tokens": sim.prompt_tokens, "total_tokens": sim.prompt_tokens + completion,
+                "completion_tokens": completion,
+                "prompt_tokens_details": {"cached_tokens": cached} if self.opts.enable_cache_report else None,
+                "reasoning_tokens": 0, "completion_tokens_details": None}
+
+    @staticmethod
+    def _matched(outcome: Outcome, i: int, plan: ToolCallPlan | None) -> Any:
+        if plan is not None or outcome.finish[i] not in ("eos", "stop_sequence"):
+            return None
+        return outcome.matched[i]
+
+    def _full(self, kind: str, sim: SimRequest, outcome: Outcome, plan: ToolCallPlan | None, cached: int,
+              model: str) -> dict[str, Any]:
+        choices = []
+        for i in range(outcome.n):
+            reason = openai_finish(outcome.finish[i], plan is not None)
+            if kind == "chat":
+                message: dict[str, Any] = {"role": "assistant", "content": outcome.text(i), "reasoning_content": None}
+                if plan is not None:
+                    message["content"] = ""
+                    message["tool_calls"] = [{"id": f"call_{os.urandom(12).hex()}", "index": 0, "type": "function",
+                                              "function": {"name": plan.name, "arguments": outcome.text(i)}}]
+                choices.append({"index": i, "message": message, "logprobs": None, "finish_reason": reason,
+                                "matched_stop": self._matched(outcome, i, plan)})
+            else:
+                choices.append({"index": i, "text": outcome.text(i), "logprobs": None, "finish_reason": reason,
+                                "matched_stop": self._matched(outcome, i, plan)})
+        return {"id": sim.request_id, "object": "chat.completion" if kind == "chat" else "text_completion",
+                "created": int(time.time()), "model": model, "choices": choices,
+                "usage": self._usage(sim, outcome.completion_tokens, cached),
+                "metadata": {"weight_version": "default"}}
+
+    async def _queue_full_stream(self, request: web.Request, sim: SimRequest, model: str) -> web.StreamResponse:
+        stream = SSEStream(request, paced=False)
+        await stream.send(frame({"error": flat_error("The request queue is full.", "SERVICE_UNAVAILABLE", 503)}))
+        await stream.send(DONE_FRAME)
+        return await stream.finish()
+
+    async def _stream(self, request: web.Request, body: dict[str, Any], kind: str, sim: SimRequest, gen: Any,
+                      outcome: Outcome, plan: ToolCallPlan | None, cached: int, model: str) -> web.StreamResponse:
+        opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
+        include_usage = bool(opts.get("include_usage")) or self.opts.stream_response_default_include_usage
+        continuous = bool(opts.get("continuous_usage_stats"))
+        created = int(time.time())
+        obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+        head = {"id": sim.request_id, "object": obj, "created": created, "model": model}
+        stream = SSEStream(request, self.paced(sim))
+        role_sent = [False] * outcome.n
+        tool_started = [False] * outcome.n
+        counts = [0] * outcome.n
+
+        def usage_now() -> dict[str, Any]:
+            done = sum(counts)
+            return {"prompt_tokens": sim.prompt_tokens, "total_tokens": sim.prompt_tokens + done,
+                    "completion_tokens": done}
+
+        def emit(token: Token) -> list[bytes]:
+            i = token.index
+            out: list[bytes] = []
+            if token.finish != "abort":
+                counts[i] += 1
+            if kind == "chat" and not role_sent[i]:
+                role_sent[i] = True
+                out.append(frame({**head, "choices": [{"index": i, "delta": {"reasoning_content": None,
+                                                                               "role": "assistant", "content": ""},
+                                                        "logprobs": None, "finish_reason": None,
+                                                        "matched_stop": None}]}))
+            if token.text:
+                if plan is not None:
+                    first = not tool_started[i]
+                    tool_started[i] = True
+                    call = ({"id": f"call_{os.urandom(12).hex()}", "index": 0, "type": "function",
+                             "function": {"name": plan.name, "arguments": ""}} if first else None)
+                    if call is not None:
+                        out.append(self._tool_chunk(head, i, call))
+                    out.append(self._tool_chunk(head, i, {"id": None, "index": 0, "type": "function",
+                                                          "function": {"name": None, "arguments": token.text}}))
+                else:
+                    if kind == "chat":
+                        choice = {"index": i, "delta": {"reasoning_content": None, "content": token.text},
+                                  "logprobs": None, "finish_reason": None, "matched_stop": None}
+                    else:
+                        choice = {"index": i, "text": token.text, "logprobs": None, "finish_reason": None,
+                                  "matched_stop": None}
+                    chunk: dict[str, Any] = {**head, "choices": [choice]}
+                    if continuous:
+                        chunk["usage"] = usage_now()
+                    out.append(frame(chunk))
+            if token.finish is not None:
+                # SGLang sends finish_reason in its own content-free chunk, after the loop.
+                reason = openai_finish(token.finish, plan is not None)
+                matched = None if plan is not None or token.finish not in ("eos", "stop_sequence") else token.matched
+                if kind == "chat":
+                    choice = {"index": i, "delta": {"reasoning_content": None}, "logprobs": None,
+                              "finish_reason": reason, "matched_stop": matched}
+                else:
+                    choice = {"index": i, "text": "", "logprobs": None, "finish_reason": reason,
+                              "matched_stop": matched}
+                out.append(frame({**head, "choices": [choice]}))
+            return out
+
+        async def fail(s: SSEStream) -> None:
+            await s.send(frame({"error": flat_error("Simulated engine failure", "BadRequestError", 400)}))
+            await s.send(DONE_FRAME)
+            await s.finish()
+
+        try:
+            await pump(sim, gen, stream, emit, fail, outcome)
+        except StreamEnded:
+            self.fail_generation(sim)
+            return stream.response
+        if include_usage:
+            await stream.send(frame({**head, "choices": [], "usage": self._usage(sim, outcome.completion_tokens,
+                                                                                  cached)}))
+        if not sim.faults.no_done:
+            await stream.send(DONE_FRAME)
+        self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
+                            outcome.first_token_at)
+        return await stream.finish()
+
+    @staticmethod
+    def _tool_chunk(head: dict[str, Any], index: int, call: dict[str, Any]) -> bytes:
+        """Tool-call chunks are pydantic-serialized: every null key is present."""
+        return frame({**head, "choices": [{"index": index, "delta": {"role": None, "content": None,
+                                                                      "reasoning_content": None,
+                                                                      "tool_calls": [call]},
+                                           "logprobs": None, "finish_reason": None, "matched_stop": None}],
+                      "usage": None})
+
+    # ---- native /generate ----------------------------------------------------------------
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        body, bad = await self.read_body(request)
+        if bad is not None or not isinstance(body, dict):
+            return json_response(400, {"error": {"message": f"JSON decode error: {bad}"}})
+        text = body.get("text")
+        ids = body.get("input_ids")
+        if text is None and ids is None:
+            return json_response(400, {"error": {"message": "Either text or input_ids should be provided."}})
+        params = body.get("sampling_params") if isinstance(body.get("sampling_params"), dict) else {}
+        words = prompt_words_completion(ids if ids is not None else text)
+        rid = str(body.get("rid") or os.urandom(16).hex())
+        faults = self.faults([text] if isinstance(text, str) else [], body) if text is not None else NO_FAULTS
+        sim = SimRequest(request_id=rid, kind="generate", prompt_words=words,
+                         prompt_text=text if isinstance(text, str) else " ".join(words),
+                         max_tokens=int_or_none(params.get("max_new_tokens")) or 128,
+                         ignore_eos=bool(params.get("ignore_eos", False)), stop=stop_list(params.get("stop")),
+                         seed=int_or_none(params.get("sampling_seed")), faults=faults)
+        too_long = self._context_message(sim)
+        if too_long is not None:
+            return json_response(400, {"error": {"message": too_long}})
+        cached = self.cached_tokens(sim)
+        gen = self.start_generation(sim, request.path)
+        self.live_prompt_tokens[rid] = sim.prompt_tokens
+        outcome = Outcome(n=1)
+
+        def meta(done: bool) -> dict[str, Any]:
+            finish: Any = None
+            if done:
+                f = outcome.finish[0]
+                if f == "length":
+                    finish = {"type": "length", "length": outcome.counts[0]}
+                elif f == "abort":
+                    finish = {"type": "abort", "message": "Abort before prefill"}
+                else:
+                    finish = {"type": "stop", "matched": outcome.matched[0]}
+            return {"id": rid, "finish_reason": finish, "prompt_tokens": sim.prompt_tokens,
+                    "completion_tokens": outcome.counts[0], "cached_tokens": cached, "reasoning_tokens": 0,
+                    "weight_version": "default", "e2e_latency": time.monotonic() - outcome.started}
+
+        try:
+            with self.watch_disconnect(sim):
+                if not body.get("stream"):
+                    await collect(gen, outcome)
+                    self.end_generation(sim, outcome.main_finish, outcome.counts[0], outcome.started,
+                                        outcome.first_token_at)
+                    return json_response(200, {"text": outcome.text(0), "output_ids": outcome.token_ids[0],
+                                               "meta_info": meta(True)})
+                stream = SSEStream(request, self.paced(sim))
+
+                def emit(token: Token) -> list[bytes]:
+                    # Default (non-incremental) streaming: text and output_ids are cumulative.
+                    return [frame({"text": outcome.text(0), "output_ids": list(outcome.token_ids[0]),
+                                   "meta_info": meta(token.finish is not None)})]
+
+                async def fail(s: SSEStream) -> None:
+                    await s.send(frame({"error": {"message": "Simulated engine failure", "type": "invalid_request_error",
+                                                  "code": 400, "retryable": False}}))
+                    await s.send(DONE_FRAME)
+                    await s.finish()
+
+                try:
+                    await pump(sim, gen, stream, emit, fail, outcome)
+                except StreamEnded:
+                    self.fail_generation(sim)
+                    return stream.response
+                if not faults.no_done:
+                    await stream.send(DONE_FRAME)
+                self.end_generation(sim, outcome.main_finish, outcome.counts[0], outcome.started,
+                                    outcome.first_token_at)
+                return await stream.finish()
+        finally:
+            self.live_prompt_tokens.pop(rid, None)
