@@ -18,18 +18,26 @@ from engine.config import ModelConfig
 
 
 @dataclass
-class AttentionMetadata:
-    """Index tensors for one step, built once and shared by all layers.
-
-    Tokens of the step are flattened to T rows. Attention runs on a [B, max_q] padded
-    query layout: `q_dest` maps each flat row to its padded slot (None when every
-    sequence has exactly one new token, the pure-decode case)."""
-    slot_mapping: torch.Tensor        # [T] cache slot each new token's K/V is written to
-    gather_index: torch.Tensor        # [B, max_ctx] cache slots of each sequence's context
-    mask: torch.Tensor                # [B, 1, max_q, max_ctx] True = may attend
-    q_dest: torch.Tensor | None       # [T] row in the padded [B*max_q] layout
+class AttentionGroup:
+    """Sequences attended together: `gather_index` lists each one's context slots in the
+    paged cache, queries sit in a [B, max_q] padded layout (`q_dest` maps the group's flat
+    token rows there; None when every sequence has one new token)."""
+    num_tokens: int
     batch_size: int
     max_q: int
+    gather_index: torch.Tensor        # [B, max_ctx]
+    mask: torch.Tensor                # [B, 1, max_q, max_ctx], True = may attend
+    q_dest: torch.Tensor | None       # [num_tokens]
+
+
+@dataclass
+class AttentionMetadata:
+    """Index tensors for one step, built once and shared by all layers. The step's tokens
+    are flattened to T rows: single-token sequences (decodes) first, then prefill chunks.
+    The two kinds attend in separate groups so a long prefill chunk does not pad every
+    decode's query to its length."""
+    slot_mapping: torch.Tensor        # [T] cache slot each new token's K/V is written to
+    groups: list[AttentionGroup]
     cos: torch.Tensor                 # [T, 1, head_dim]
     sin: torch.Tensor
 
@@ -166,21 +174,30 @@ class LlamaModel:
         k = apply_rope(k.view(T, self.num_kv_heads, self.head_dim), meta.cos, meta.sin)
         k_cache.index_copy_(0, meta.slot_mapping, k)
         v_cache.index_copy_(0, meta.slot_mapping, v.view(T, self.num_kv_heads, self.head_dim))
-        B, max_q = meta.batch_size, meta.max_q
+        outs = []
+        row = 0
+        for group in meta.groups:
+            outs.append(self._attend(q[row:row + group.num_tokens], group, k_cache, v_cache))
+            row += group.num_tokens
+        out = outs[0] if len(outs) == 1 else torch.cat(outs)
+        return F.linear(out, layer.o, layer.o_bias)
+
+    def _attend(self, q: torch.Tensor, g: AttentionGroup, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+        B, max_q = g.batch_size, g.max_q
         # index_select on the flat slot list is much cheaper than advanced indexing.
-        ctx_shape = (B, meta.gather_index.shape[1], self.num_kv_heads, self.head_dim)
-        flat = meta.gather_index.view(-1)
+        ctx_shape = (B, g.gather_index.shape[1], self.num_kv_heads, self.head_dim)
+        flat = g.gather_index.view(-1)
         keys = k_cache.index_select(0, flat).view(ctx_shape).transpose(1, 2)      # [B, Hkv, max_ctx, D]
         values = v_cache.index_select(0, flat).view(ctx_shape).transpose(1, 2)
-        if meta.q_dest is None:
+        if g.q_dest is None:
             queries = q.view(B, 1, self.num_heads, self.head_dim)
         else:
             queries = q.new_zeros(B * max_q, self.num_heads, self.head_dim)
-            queries[meta.q_dest] = q
+            queries[g.q_dest] = q
             queries = queries.view(B, max_q, self.num_heads, self.head_dim)
-        out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys, values, attn_mask=meta.mask,
+        out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys, values, attn_mask=g.mask,
                                              enable_gqa=self.num_heads != self.num_kv_heads)
         out = out.transpose(1, 2).reshape(B * max_q, self.q_size)
-        if meta.q_dest is not None:
-            out = out[meta.q_dest]
-        return F.linear(out, layer.o, layer.o_bias)
+        if g.q_dest is not None:
+            out = out[g.q_dest]
+        return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from engine.config import EngineConfig, ModelConfig
-from engine.model import AttentionMetadata, LlamaModel, rope_tables
+from engine.model import AttentionGroup, AttentionMetadata, LlamaModel, rope_tables
 from engine.sequence import Sequence
 from engine.weights import load_state_dict
 
@@ -64,36 +64,26 @@ class ModelRunner:
     def execute(self, scheduled: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[Sequence]]:
         """Run one forward pass. Returns fp32 logits for the sequences whose last known
         token was computed this step (those get a new token), and those sequences."""
+        decodes = [(seq, n) for seq, n in scheduled if n == 1]
+        if len(decodes) != len(scheduled):
+            ordered = decodes + [(seq, n) for seq, n in scheduled if n != 1]
+        else:
+            ordered = scheduled
         input_ids: list[int] = []
-        q_lens: list[int] = []
-        starts: list[int] = []
-        tables: list[list[int]] = []
         sample_rows: list[int] = []
         sampled: list[Sequence] = []
         end = 0
-        max_q = 1
-        max_ctx = 0
-        max_blocks = 0
-        for seq, n in scheduled:
+        for seq, n in ordered:
             s = seq.num_computed_tokens
             if n == 1:
                 input_ids.append(seq.token_ids[s])
             else:
                 input_ids.extend(seq.token_ids[s:s + n])
-                if n > max_q:
-                    max_q = n
             end += n
-            q_lens.append(n)
-            starts.append(s)
-            tables.append(seq.block_ids)
-            if s + n > max_ctx:
-                max_ctx = s + n
-            if len(seq.block_ids) > max_blocks:
-                max_blocks = len(seq.block_ids)
             if s + n == seq.num_tokens:
                 sample_rows.append(end - 1)
                 sampled.append(seq)
-        meta = self._metadata(q_lens, starts, tables, max_q, max_ctx, max_blocks, len(input_ids))
+        meta = self._metadata(ordered[:len(decodes)], ordered[len(decodes):])
         ids = torch.tensor(input_ids, dtype=torch.long).to(self.device, non_blocking=True)
         hidden = self.model.forward(ids, meta, self.kv_caches)
         if not sampled:
@@ -102,10 +92,35 @@ class ModelRunner:
         logits = self.model.logits(hidden.index_select(0, rows))
         return logits.float(), sampled
 
-    def _metadata(self, q_lens: list[int], starts: list[int], tables: list[list[int]], max_q: int,
-                  max_ctx: int, max_blocks: int, num_tokens: int) -> AttentionMetadata:
+    def _metadata(self, decodes: list[tuple[Sequence, int]], prefills: list[tuple[Sequence, int]]) -> AttentionMetadata:
+        groups: list[AttentionGroup] = []
+        positions: list[torch.Tensor] = []
+        slots: list[torch.Tensor] = []
+        for part in (decodes, prefills):
+            if part:
+                group, pos, slot = self._group(part)
+                groups.append(group)
+                positions.append(pos)
+                slots.append(slot)
+        pos = positions[0] if len(positions) == 1 else torch.cat(positions)
+        slot = slots[0] if len(slots) == 1 else torch.cat(slots)
+        dev = self.device
+        pos = pos.to(dev, non_blocking=True)
+        return AttentionMetadata(slot_mapping=slot.to(dev, non_blocking=True), groups=groups,
+                                 cos=self.cos[pos].unsqueeze(1), sin=self.sin[pos].unsqueeze(1))
+
+    def _group(self, part: list[tuple[Sequence, int]]) -> tuple[AttentionGroup, torch.Tensor, torch.Tensor]:
+        """Index tensors for one attention group (all built with a few torch ops, no
+        per-token Python)."""
         bs = self.block_size
-        B = len(q_lens)
+        B = len(part)
+        starts = [seq.num_computed_tokens for seq, _ in part]
+        q_lens = [n for _, n in part]
+        tables = [seq.block_ids for seq, _ in part]
+        max_blocks = max(len(t) for t in tables)
+        max_q = max(q_lens)
+        max_ctx = max(s + n for s, n in zip(starts, q_lens))
+        num_tokens = sum(q_lens)
         table = torch.tensor([t + [0] * (max_blocks - len(t)) for t in tables], dtype=torch.long)
         starts_t = torch.tensor(starts, dtype=torch.long)
         if max_q == 1:
@@ -125,13 +140,9 @@ class ModelRunner:
         qpos = starts_t[:, None] + torch.arange(max_q)[None, :]
         mask = (kpos[None, None, :] <= qpos[:, :, None]).unsqueeze(1)
         dev = self.device
-        return AttentionMetadata(
-            slot_mapping=slot_mapping.to(dev, non_blocking=True),
+        group = AttentionGroup(
+            num_tokens=num_tokens, batch_size=B, max_q=max_q,
             gather_index=gather_index.to(dev, non_blocking=True),
             mask=mask.to(dev, non_blocking=True),
-            q_dest=None if q_dest is None else q_dest.to(dev, non_blocking=True),
-            batch_size=B,
-            max_q=max_q,
-            cos=self.cos[positions.to(dev)].unsqueeze(1),
-            sin=self.sin[positions.to(dev)].unsqueeze(1),
-        )
+            q_dest=None if q_dest is None else q_dest.to(dev, non_blocking=True))
+        return group, positions, slot_mapping

@@ -1,0 +1,351 @@
+"""`make bench-engine`: the native engine against transformers generate() and a real vLLM.
+
+Workloads (one tiny model, built by engine.make_tiny; random token-id prompts of mixed
+lengths; 128 output tokens per request with EOS ignored):
+  * throughput at concurrency 1 and 32: output tokens / wall time of the whole batch of
+    requests (closed loop: a new request starts as soon as one finishes);
+      - native:        AsyncEngine in process, streaming every token;
+      - transformers:  generate() on static batches (batch 1, and left-padded batches of 32);
+      - vLLM:          a real vLLM CPU server (../shared/reference/VLLM_CPU.md) over
+                       /v1/completions with token-id prompts, streaming, when
+                       .venv-vllm is installed;
+  * shared prefix: a 1,000-token system prompt plus a short distinct suffix. Cold TTFT is
+    the first request of a never-seen system prompt, warm TTFT a later request with the
+    same system prompt (served from the prefix cache). TTFT = time from submitting the
+    request to its first output token, one request at a time.
+Results: a table on stdout and reports/engine/engine_bench.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from engine.async_engine import AsyncEngine
+from engine.llm_engine import LLMEngine
+from engine.sampling_params import SamplingParams
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+OUTPUT_TOKENS = 128
+SYSTEM_PROMPT_TOKENS = 1000
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model-dir", help="an existing model directory (default: build the tiny model)")
+    ap.add_argument("--requests-c1", type=int, default=6, help="requests in the concurrency-1 run")
+    ap.add_argument("--requests-c32", type=int, default=64, help="requests in the concurrency-32 run")
+    ap.add_argument("--min-prompt", type=int, default=32)
+    ap.add_argument("--max-prompt", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
+    ap.add_argument("--no-transformers", action="store_true")
+    ap.add_argument("--no-vllm", action="store_true")
+    ap.add_argument("--out", default=str(ROOT / "reports" / "engine"))
+    ap.add_argument("--seed", type=int, default=0)
+    return ap.parse_args(argv)
+
+
+def make_prompts(n: int, lo: int, hi: int, vocab: int, seed: int) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(lo, hi + 1, (n,), generator=g).tolist()
+    return [torch.randint(0, vocab, (length,), generator=g).tolist() for length in lengths]
+
+
+def greedy_ignore_eos() -> SamplingParams:
+    return SamplingParams(max_tokens=OUTPUT_TOKENS, temperature=0.0, ignore_eos=True)
+
+
+# ---- native ------------------------------------------------------------------------
+
+async def native_throughput(engine: AsyncEngine, prompts: list[list[int]], concurrency: int, tag: str) -> dict:
+    queue: asyncio.Queue = asyncio.Queue()
+    for i, p in enumerate(prompts):
+        queue.put_nowait((i, p))
+    ttfts: list[float] = []
+    tokens = 0
+
+    async def worker() -> None:
+        nonlocal tokens
+        while not queue.empty():
+            i, p = queue.get_nowait()
+            t0 = time.perf_counter()
+            first = True
+            async for out in engine.generate(f"{tag}-{i}", p, greedy_ignore_eos()):
+                if first and out.token_ids:
+                    ttfts.append(time.perf_counter() - t0)
+                    first = False
+                tokens += len(out.token_ids)
+
+    start = time.perf_counter()
+    await asyncio.gather(*[worker() for _ in range(concurrency)])
+    wall = time.perf_counter() - start
+    return {"output_tokens": tokens, "wall_s": wall, "tok_s": tokens / wall,
+            "ttft_p50_s": statistics.median(ttfts)}
+
+
+async def native_ttft(engine: AsyncEngine, prompt: list[int], rid: str) -> float:
+    t0 = time.perf_counter()
+    params = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
+    async for out in engine.generate(rid, prompt, params):
+        if out.token_ids:
+            return time.perf_counter() - t0
+    raise RuntimeError("no token")
+
+
+def shared_prefix_prompts(vocab: int, seed: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Cold: a fresh system prompt each; warm: one system prompt, distinct suffixes."""
+    g = torch.Generator().manual_seed(seed + 1)
+    def rand(n: int) -> list[int]:
+        return torch.randint(0, vocab, (n,), generator=g).tolist()
+    cold = [rand(SYSTEM_PROMPT_TOKENS) + rand(24) for _ in range(3)]
+    system = cold[-1][:SYSTEM_PROMPT_TOKENS]
+    warm = [system + rand(24) for _ in range(5)]
+    return cold, warm
+
+
+async def run_native(model_dir: str, c1: list[list[int]], c32: list[list[int]], vocab: int, seed: int) -> dict:
+    engine = AsyncEngine(LLMEngine(model_dir, max_num_seqs=64, max_num_batched_tokens=2048, max_model_len=2048))
+    # Warm-up: first-call allocations and kernel selection are not what we measure.
+    await native_throughput(engine, c1[:2], 2, "warmup")
+    result = {"c1": await native_throughput(engine, c1, 1, "c1"),
+              "c32": await native_throughput(engine, c32, 32, "c32")}
+    cold, warm = shared_prefix_prompts(vocab, seed)
+    cold_t = [await native_ttft(engine, p, f"cold-{i}") for i, p in enumerate(cold)]
+    warm_t = [await native_ttft(engine, p, f"warm-{i}") for i, p in enumerate(warm)]
+    result["prefix"] = {"cold_ttft_s": statistics.median(cold_t), "warm_ttft_s": statistics.median(warm_t),
+                        "cold_samples_s": cold_t, "warm_samples_s": warm_t}
+    stats = engine.stats()
+    result["engine"] = {"prefix_hit_rate": stats.prefix_hit_rate, "num_blocks": stats.num_blocks,
+                        "preemptions": stats.preemptions_total}
+    await engine.shutdown()
+    return result
+
+
+# ---- transformers ------------------------------------------------------------------
+
+def run_transformers(model_dir: str, c1: list[list[int]], c32: list[list[int]]) -> dict:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
+
+    def batch_generate(prompts: list[list[int]]) -> int:
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):   # left padding, as generate() expects for decoder-only models
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                                 max_new_tokens=OUTPUT_TOKENS, min_new_tokens=OUTPUT_TOKENS, pad_token_id=pad)
+        return (out.shape[1] - width) * len(prompts)
+
+    batch_generate(c1[:1])
+    result = {}
+    for name, prompts, size in (("c1", c1, 1), ("c32", c32, 32)):
+        start = time.perf_counter()
+        tokens = sum(batch_generate(prompts[i:i + size]) for i in range(0, len(prompts), size))
+        wall = time.perf_counter() - start
+        result[name] = {"output_tokens": tokens, "wall_s": wall, "tok_s": tokens / wall}
+    return result
+
+
+# ---- vLLM --------------------------------------------------------------------------
+
+def vllm_available() -> tuple[bool, str]:
+    if not VLLM_PYTHON.exists():
+        return False, f"{VLLM_PYTHON} does not exist (install it with scripts/install-vllm.sh)"
+    probe = subprocess.run([str(VLLM_PYTHON), "-c", "import vllm"], capture_output=True, timeout=120)
+    if probe.returncode != 0:
+        return False, "vllm does not import in .venv-vllm: " + probe.stderr.decode()[-300:]
+    return True, ""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def vllm_stream(session, url: str, prompt: list[int], max_tokens: int) -> tuple[int, float]:
+    payload = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+               "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    t0 = time.perf_counter()
+    ttft = None
+    tokens = 0
+    async with session.post(url + "/v1/completions", json=payload) as resp:
+        resp.raise_for_status()
+        async for raw in resp.content:
+            line = raw.decode().strip()
+            if not line.startswith("data:") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[5:])
+            if chunk.get("choices") and ttft is None:
+                ttft = time.perf_counter() - t0
+            if chunk.get("usage"):
+                tokens = chunk["usage"]["completion_tokens"]
+    return tokens, ttft or 0.0
+
+
+async def vllm_workloads(url: str, c1, c32, vocab: int, seed: int) -> dict:
+    import aiohttp
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600)) as session:
+        await vllm_stream(session, url, c1[0], 8)
+
+        async def throughput(prompts, concurrency):
+            queue = list(prompts)
+            total = 0
+            ttfts = []
+
+            async def worker():
+                nonlocal total
+                while queue:
+                    n, t = await vllm_stream(session, url, queue.pop(), OUTPUT_TOKENS)
+                    total += n
+                    ttfts.append(t)
+            start = time.perf_counter()
+            await asyncio.gather(*[worker() for _ in range(concurrency)])
+            wall = time.perf_counter() - start
+            return {"output_tokens": total, "wall_s": wall, "tok_s": total / wall,
+                    "ttft_p50_s": statistics.median(ttfts)}
+
+        result = {"c1": await throughput(c1, 1), "c32": await throughput(c32, 32)}
+        cold, warm = shared_prefix_prompts(vocab, seed)
+        cold_t = [(await vllm_stream(session, url, p, 1))[1] for p in cold]
+        warm_t = [(await vllm_stream(session, url, p, 1))[1] for p in warm]
+        result["prefix"] = {"cold_ttft_s": statistics.median(cold_t), "warm_ttft_s": statistics.median(warm_t)}
+        return result
+
+
+def run_vllm(model_dir: str, c1, c32, vocab: int, seed: int) -> dict:
+    port = free_port()
+    log = tempfile.NamedTemporaryFile(prefix="vllm-bench-", suffix=".log", delete=False)
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
+    proc = subprocess.Popen(
+        [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "2048",
+         "--dtype", "float32"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        import urllib.request
+        deadline = time.time() + 300
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {proc.returncode}; log: {log.name}")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise RuntimeError(f"vLLM not ready after 300 s; log: {log.name}")
+            time.sleep(1)
+        return asyncio.run(vllm_workloads(url, c1, c32, vocab, seed))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+# ---- report ------------------------------------------------------------------------
+
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+def render(results: dict) -> str:
+    native, hf, vllm = results["native"], results.get("transformers"), results.get("vllm")
+    lines = ["| workload | native tok/s | transformers tok/s | vLLM tok/s | native/transformers | native/vLLM |",
+             "|---|---|---|---|---|---|"]
+    for key, label in (("c1", "concurrency 1"), ("c32", "concurrency 32")):
+        n = native[key]["tok_s"]
+        h = hf[key]["tok_s"] if hf else None
+        v = vllm[key]["tok_s"] if vllm else None
+        lines.append(f"| {label} | {n:.0f} | {h:.0f} | " if h else f"| {label} | {n:.0f} | n/a | ")
+        lines[-1] += (f"{v:.0f} | " if v else "n/a | ") + f"{ratio(n, h)} | {ratio(n, v)} |"
+    p = native["prefix"]
+    lines += ["", "| shared prefix (1,000-token system prompt) | cold TTFT | warm TTFT | cold/warm |",
+              "|---|---|---|---|",
+              f"| native | {p['cold_ttft_s'] * 1000:.1f} ms | {p['warm_ttft_s'] * 1000:.1f} ms | "
+              f"{ratio(p['cold_ttft_s'], p['warm_ttft_s'])} |"]
+    if vllm:
+        q = vllm["prefix"]
+        lines.append(f"| vLLM | {q['cold_ttft_s'] * 1000:.1f} ms | {q['warm_ttft_s'] * 1000:.1f} ms | "
+                     f"{ratio(q['cold_ttft_s'], q['warm_ttft_s'])} |")
+    lines += ["", "Targets: native >= 5x transformers, >= 1.0x vLLM at concurrency 32, warm TTFT >= 5x lower than cold."]
+    for note in results["notes"]:
+        lines.append(f"- {note}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
+    notes: list[str] = []
+    model_dir = args.model_dir
+    tmp = None
+    if model_dir is None:
+        from engine.make_tiny import make_tiny
+        tmp = tempfile.mkdtemp(prefix="engine-bench-")
+        model_dir = str(make_tiny(Path(tmp) / "tiny"))
+    with open(Path(model_dir) / "config.json") as f:
+        cfg = json.load(f)
+    vocab = cfg["vocab_size"]
+    notes.append(f"model: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
+                 f"{cfg['num_attention_heads']} heads / {cfg['num_key_value_heads']} KV heads, vocab {vocab}, fp32")
+    notes.append(f"prompts: {args.min_prompt}-{args.max_prompt} random token ids, {OUTPUT_TOKENS} output tokens, "
+                 f"ignore_eos, greedy; c1 = {args.requests_c1} requests, c32 = {args.requests_c32} requests")
+    notes.append(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}")
+    c1 = make_prompts(args.requests_c1, args.min_prompt, args.max_prompt, vocab, args.seed)
+    c32 = make_prompts(args.requests_c32, args.min_prompt, args.max_prompt, vocab, args.seed + 7)
+
+    results: dict = {"command": "python -m bench.engine_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+                     "notes": notes}
+    print("native engine ...", flush=True)
+    results["native"] = asyncio.run(run_native(model_dir, c1, c32, vocab, args.seed))
+    if not args.no_transformers:
+        print("transformers generate() ...", flush=True)
+        results["transformers"] = run_transformers(model_dir, c1, c32)
+    if args.no_vllm:
+        notes.append("vLLM: skipped (--no-vllm)")
+    else:
+        ok, why = vllm_available()
+        if ok:
+            print("vLLM CPU server ...", flush=True)
+            try:
+                results["vllm"] = run_vllm(model_dir, c1, c32, vocab, args.seed)
+            except Exception as exc:  # report the failure, keep the other columns
+                notes.append(f"vLLM: failed: {exc}")
+        else:
+            notes.append(f"vLLM: skipped: {why}")
+    table = render(results)
+    print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "engine_bench.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "engine_bench.md").write_text(f"# Engine benchmark\n\nCommand: `{results['command']}`\n\n{table}\n")
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
