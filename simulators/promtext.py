@@ -53,7 +53,7 @@ class Exposition:
                 suffix: str = "_total") -> None:
         """`name` without `_total`; samples get the suffix, as prometheus_client writes them
         (TGI's Rust exporter writes counters without it: pass `suffix=""`)."""
-        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
+        self.lines += [f"# HELP {name}{suffix} {help_text}", f"# TYPE {name}{suffix} counter"]
         if not isinstance(values, dict):
             values = {(): values}
         for extra, value in values.items():
