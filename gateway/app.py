@@ -244,6 +244,33 @@ def _make_protection(config: GatewayConfig, metrics: GatewayMetrics):
     return Protection.from_config(config, metrics.registry)
 
 
+class HotPath:
+    """The ASGI entry point: the two generation routes go straight to their
+    handlers; everything else (models, health, metrics, 404s, lifespan) goes
+    through the FastAPI app. Skipping the framework's middleware layers on the
+    routes that carry the traffic is a measurable part of the per-request cost
+    (`make bench-overhead`)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        gw: Gateway = app.state.gateway
+        self.routes = {"/v1/chat/completions": gw.chat, "/v1/completions": gw.completions}
+
+    async def __call__(self, scope, receive, send) -> None:
+        handler = self.routes.get(scope.get("path")) if scope["type"] == "http" else None
+        if handler is None or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        try:
+            response = await handler(request)
+        except Exception:
+            log.exception("unhandled error on %s", scope["path"])
+            response = error_response(GatewayError(500, "The gateway hit an internal error; it has been logged.",
+                                                   code="internal_error"))
+        await response(scope, receive, send)
+
+
 def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None) -> FastAPI:
     gw = Gateway(config, metrics)
 

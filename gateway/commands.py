@@ -20,13 +20,13 @@ def embedded_config(model_path: str = "builtin:tiny", name: str = BUILTIN_MODEL)
 def serve_config(config: GatewayConfig, host: str | None, port: int | None, workers: int = 1) -> int:
     import uvicorn
 
-    from gateway.app import create_app
+    from gateway.app import HotPath, create_app
 
     if host:
         config.listen.host = host
     if port is not None:
         config.listen.port = port
-    app = create_app(config)
+    app = HotPath(create_app(config))
     uvicorn.run(app, host=config.listen.host, port=config.listen.port, log_level=config.log_level.lower(),
                 access_log=False, http="httptools", loop="uvloop", timeout_keep_alive=30)
     return 0
