@@ -83,6 +83,8 @@ def _p(summary: dict[str, Any], key: str, p: str) -> float:
 
 
 def measure_latency(targets: dict[str, str], sc: Scenario, n: int, rounds: int, out: Path) -> dict[str, Any]:
+    """e2e latency per target, closed loop at concurrency 1; every target but
+    "direct" also gets its added latency over "direct"."""
     pooled: dict[str, list[RequestRecord]] = {t: [] for t in targets}
     for _ in range(rounds):
         for name, base in targets.items():
@@ -94,10 +96,13 @@ def measure_latency(targets: dict[str, str], sc: Scenario, n: int, rounds: int, 
                   s, recs, with_plots=False)
         result[name] = {"e2e_p50_ms": _p(s, "e2e_ms", "p50"), "e2e_p99_ms": _p(s, "e2e_ms", "p99"),
                         "ttft_p50_ms": _p(s, "ttft_ms", "p50"), "failed": s["requests"]["failed"]}
-    d, g = result["direct"], result["gateway"]
-    result["added_p50_ms"] = g["e2e_p50_ms"] - d["e2e_p50_ms"]
-    result["added_p99_ms"] = g["e2e_p99_ms"] - d["e2e_p99_ms"]
-    result["ratio_p50"] = g["e2e_p50_ms"] / d["e2e_p50_ms"]
+    d = result["direct"]
+    for name in targets:
+        if name != "direct":
+            g = result[name]
+            g["added_p50_ms"] = g["e2e_p50_ms"] - d["e2e_p50_ms"]
+            g["added_p99_ms"] = g["e2e_p99_ms"] - d["e2e_p99_ms"]
+            g["ratio_p50"] = g["e2e_p50_ms"] / d["e2e_p50_ms"]
     return result
 
 
@@ -120,7 +125,9 @@ def measure_throughput(targets: dict[str, str], sc: Scenario, duration_s: float,
             result[name] = {"requests_per_s": s["throughput"]["requests_per_s"],
                             "p50_ms": _p(s, "e2e_ms", "p50"), "p99_ms": _p(s, "e2e_ms", "p99"),
                             "failed": s["requests"]["failed"]}
-    result["ratio"] = result["gateway"]["requests_per_s"] / result["direct"]["requests_per_s"]
+    for name in targets:
+        if name != "direct":
+            result[name]["ratio"] = result[name]["requests_per_s"] / result["direct"]["requests_per_s"]
     return result
 
 
@@ -132,88 +139,124 @@ def verdicts(latency: list[dict[str, Any]], throughput: list[dict[str, Any]]) ->
     nonstream, stream = latency
     return [
         {"target": f"added p50 <= {TARGET_ADDED_P50_MS_NONSTREAM} ms, non-streaming, concurrency 1",
-         "measured": nonstream["added_p50_ms"], "met": nonstream["added_p50_ms"] <= TARGET_ADDED_P50_MS_NONSTREAM},
+         "measured": nonstream["gateway"]["added_p50_ms"],
+         "met": nonstream["gateway"]["added_p50_ms"] <= TARGET_ADDED_P50_MS_NONSTREAM},
         {"target": f">= {TARGET_RPS_C16:,.0f} requests/s through one gateway worker, concurrency 16",
          "measured": throughput[0]["gateway"]["requests_per_s"],
          "met": throughput[0]["gateway"]["requests_per_s"] >= TARGET_RPS_C16},
         {"target": f"a 16-chunk stream adds <= {TARGET_ADDED_P50_MS_STREAM} ms (p50, concurrency 1)",
-         "measured": stream["added_p50_ms"], "met": stream["added_p50_ms"] <= TARGET_ADDED_P50_MS_STREAM},
+         "measured": stream["gateway"]["added_p50_ms"],
+         "met": stream["gateway"]["added_p50_ms"] <= TARGET_ADDED_P50_MS_STREAM},
     ]
+
+
+def tables(latency: list[dict[str, Any]], throughput: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """Markdown tables: latency per scenario and target (added over direct), then req/s."""
+    lines = ["| latency, concurrency 1 | target | p50 ms | p99 ms | added p50 ms | added p99 ms | x direct p50 |",
+             "|---|---|---|---|---|---|---|"]
+    for r in latency:
+        for name in names:
+            t = r[name]
+            added = (f"{t['added_p50_ms']:.3f} | {t['added_p99_ms']:.3f} | {t['ratio_p50']:.2f}"
+                     if name != "direct" else "- | - | 1.00")
+            lines.append(f"| {r['scenario']} | {name} | {t['e2e_p50_ms']:.3f} | {t['e2e_p99_ms']:.3f} | {added} |")
+    lines += ["", "| throughput | client | target | req/s | x direct | p50 ms | p99 ms | failed |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in throughput:
+        for name in names:
+            t = r[name]
+            lines.append(f"| {r['scenario']} | {r['client']} | {name} | {t['requests_per_s']:,.0f} | "
+                         f"{t.get('ratio', 1.0):.2f} | {t['p50_ms'] or 0:.2f} | {t['p99_ms'] or 0:.2f} | {t['failed']} |")
+    return lines
 
 
 def render(doc: dict[str, Any]) -> str:
     lines = ["# Gateway overhead: direct upstream vs through one gateway worker", "",
              f"Upstream: `{doc['upstream_cmd']}`; gateway: `{doc['gateway_cmd']}` (access log "
-             f"{'on' if doc['access_log'] else 'off'}). Added = gateway - direct on the same upstream, same run.", "",
-             "| latency, concurrency 1 | direct p50 ms | gateway p50 ms | added p50 ms | direct p99 ms | "
-             "gateway p99 ms | added p99 ms | gateway/direct p50 |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in doc["latency"]:
-        d, g = r["direct"], r["gateway"]
-        lines.append(f"| {r['scenario']} | {d['e2e_p50_ms']:.3f} | {g['e2e_p50_ms']:.3f} | {r['added_p50_ms']:.3f} | "
-                     f"{d['e2e_p99_ms']:.3f} | {g['e2e_p99_ms']:.3f} | {r['added_p99_ms']:.3f} | {r['ratio_p50']:.2f} |")
-    lines += ["", "| throughput | client | direct req/s | gateway req/s | gateway/direct | gateway p50 ms | "
-              "gateway p99 ms | failed (d/g) |", "|---|---|---|---|---|---|---|---|"]
-    for r in doc["throughput"]:
-        d, g = r["direct"], r["gateway"]
-        lines.append(f"| {r['scenario']} | {r['client']} | {d['requests_per_s']:,.0f} | {g['requests_per_s']:,.0f} | "
-                     f"{r['ratio']:.2f} | {g['p50_ms'] or 0:.2f} | {g['p99_ms'] or 0:.2f} | {d['failed']}/{g['failed']} |")
+             f"{'on' if doc['access_log'] else 'off'}). Added = gateway - direct on the same upstream, same run.", ""]
+    lines += tables(doc["latency"], doc["throughput"], ["direct", "gateway"])
     lines += ["", "Targets (issue 2, item 10):", ""]
     lines += [f"- {'MET ' if v['met'] else 'MISSED'} {v['target']}: measured {v['measured']:,.3f}" for v in doc["targets"]]
     lines += ["", "For scale (issue 2): LiteLLM proxy on this machine against the same kind of upstream added about "
-              "8.5 ms p50 and served about 130 requests/s per worker.",
+              "8.5 ms p50 and served about 130 requests/s per worker (`make bench-litellm` measures it here).",
               "Latency is e2e per request (to the last byte; [DONE] for streams), measured by this harness, whose "
               "own client cost is the same on both paths.", ""]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.split("\n\n")[0])
+def add_measure_arguments(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--requests", type=int, default=2000, help="requests per latency scenario and target")
-    p.add_argument("--rounds", type=int, default=2, help="alternate direct/gateway this many times")
+    p.add_argument("--rounds", type=int, default=2, help="alternate the targets this many times")
     p.add_argument("--duration-s", type=float, default=5.0, help="seconds per throughput scenario and target")
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--no-wrk", action="store_true", help="use this harness for throughput even if wrk exists")
     p.add_argument("--access-log", action="store_true", help="leave the gateway's access log on")
-    p.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
-    p.add_argument("--out", type=Path, default=Path("reports/overhead"))
-    args = p.parse_args(argv)
-    use_wrk = wrk.available() and not args.no_wrk
-    if not use_wrk and not args.no_wrk:
+    p.add_argument("--out", type=Path, default=Path(out))
+
+
+def use_wrk(args: argparse.Namespace) -> bool:
+    if args.no_wrk:
+        return False
+    if not wrk.available():
         print("wrk not found (apt-get install -y wrk): throughput measured with the Python harness, "
-              "which competes with the gateway for CPU", file=sys.stderr)
-    args.out.mkdir(parents=True, exist_ok=True)
+              "which competes with the servers for CPU", file=sys.stderr)
+        return False
+    return True
+
+
+def measure_all(targets: dict[str, str], args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Warm every target up, then the latency and throughput scenarios on each."""
+    with_wrk = use_wrk(args)
+    for base in targets.values():
+        for stream in (False, True):
+            asyncio.run(closed_loop(base, stream, 4, args.warmup))
+    latency = []
+    for sc in LATENCY:
+        latency.append(measure_latency(targets, sc, args.requests, args.rounds, args.out))
+        print(f"{sc.name}: " + ", ".join(f"{t} adds {latency[-1][t]['added_p50_ms']:.3f} ms p50"
+                                         for t in targets if t != "direct"), file=sys.stderr)
+    throughput = []
+    for sc in THROUGHPUT:
+        throughput.append(measure_throughput(targets, sc, args.duration_s, with_wrk, args.out))
+        print(f"{sc.name}: " + ", ".join(f"{t} {throughput[-1][t]['requests_per_s']:,.0f} req/s" for t in targets),
+              file=sys.stderr)
+    return latency, throughput
+
+
+def failed_requests(latency: list[dict[str, Any]], throughput: list[dict[str, Any]], names: list[str]) -> int:
+    return sum(r[t]["failed"] for r in (*latency, *throughput) for t in names)
+
+
+def start_upstream_and_gateway(out: Path, access_log: bool) -> tuple[Server, Server]:
     up_port, gw_port = free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}"
-    gateway = f"http://127.0.0.1:{gw_port}"
-    cfg = args.out / "gateway.yaml"
-    cfg.write_text(gateway_config(gw_port, upstream, args.access_log))
-    up_cmd = python_module("simulators.openai_upstream", "--port", str(up_port), "--chunks", "16",
-                           "--model-name", MODEL)
-    gw_cmd = python_module("gateway.cli", "serve", "--config", str(cfg))
-    with Server("upstream", up_cmd, upstream + "/health", args.out), \
-            Server("gateway", gw_cmd, gateway + "/healthz", args.out):
-        targets = {"direct": upstream, "gateway": gateway}
-        for base in targets.values():
-            for stream in (False, True):
-                asyncio.run(closed_loop(base, stream, 4, args.warmup))
-        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        latency = []
-        for sc in LATENCY:
-            latency.append(measure_latency(targets, sc, args.requests, args.rounds, args.out))
-            print(f"{sc.name}: added p50 {latency[-1]['added_p50_ms']:.3f} ms", file=sys.stderr)
-        throughput = []
-        for sc in THROUGHPUT:
-            throughput.append(measure_throughput(targets, sc, args.duration_s, use_wrk, args.out))
-            print(f"{sc.name}: gateway {throughput[-1]['gateway']['requests_per_s']:,.0f} req/s", file=sys.stderr)
+    cfg = out / "gateway.yaml"
+    cfg.write_text(gateway_config(gw_port, upstream, access_log))
+    up = Server("upstream", python_module("simulators.openai_upstream", "--port", str(up_port), "--chunks", "16",
+                                          "--model-name", MODEL), upstream + "/health", out)
+    gw = Server("gateway", python_module("gateway.cli", "serve", "--config", str(cfg)),
+                f"http://127.0.0.1:{gw_port}/healthz", out)
+    return up, gw
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.split("\n\n")[0])
+    add_measure_arguments(p, "reports/overhead")
+    p.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    up, gw = start_upstream_and_gateway(args.out, args.access_log)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with up, gw:
+        latency, throughput = measure_all({"direct": up.base_url, "gateway": gw.base_url}, args)
     doc = {"kind": "switchyard.bench.overhead", "version": 1, "started": started,
-           "upstream_cmd": " ".join(up_cmd[1:]), "gateway_cmd": " ".join(gw_cmd[1:]), "access_log": args.access_log,
+           "upstream_cmd": " ".join(up.argv[1:]), "gateway_cmd": " ".join(gw.argv[1:]), "access_log": args.access_log,
            "latency": latency, "throughput": throughput, "targets": verdicts(latency, throughput)}
     write_json(args.out / "overhead.json", doc)
     text = render(doc)
     (args.out / "overhead.md").write_text(text)
     print(text)
-    failures = sum(r[t]["failed"] for r in (*latency, *throughput) for t in ("direct", "gateway"))
+    failures = failed_requests(latency, throughput, ["direct", "gateway"])
     if failures:
         print(f"{failures} requests failed during the measurement: see {args.out}", file=sys.stderr)
         return 1

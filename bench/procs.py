@@ -47,6 +47,12 @@ class Server:
         self.env = env
         self.proc: subprocess.Popen | None = None
 
+    @property
+    def base_url(self) -> str:
+        """scheme://host:port of `ready_url`."""
+        scheme, _, rest = self.ready_url.partition("://")
+        return f"{scheme}://{rest.split('/', 1)[0]}"
+
     def __enter__(self) -> "Server":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("wb")

@@ -50,10 +50,10 @@ def test_overhead_run_writes_figures(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert [r["scenario"] for r in doc["latency"]] == ["non-streaming, concurrency 1", "16-chunk streaming, concurrency 1"]
     for r in doc["latency"]:
         assert r["direct"]["failed"] == r["gateway"]["failed"] == 0
-        assert r["gateway"]["e2e_p50_ms"] > 0 and r["added_p50_ms"] == pytest.approx(
+        assert r["gateway"]["e2e_p50_ms"] > 0 and r["gateway"]["added_p50_ms"] == pytest.approx(
             r["gateway"]["e2e_p50_ms"] - r["direct"]["e2e_p50_ms"])
     assert all(r["direct"]["requests_per_s"] > 0 and r["gateway"]["requests_per_s"] > 0 for r in doc["throughput"])
     assert len(doc["targets"]) == 3
     printed = capsys.readouterr().out
-    assert "added p50" in printed and "gateway/direct" in printed
+    assert "added p50" in printed and "| non-streaming, concurrency 1 | gateway |" in printed
     assert (out / "nonstream-c1-gateway" / "result.json").is_file()
