@@ -109,10 +109,19 @@ class EventRepair:
 
 async def repaired(events: AsyncIterator[Event], repair: EventRepair) -> AsyncIterator[Event]:
     """`events` through `repair`. Closing this iterator closes `events` (and so
-    the upstream connection) at once."""
+    the upstream connection) at once.
+
+    An error event that comes before anything else (TGI reports validation and
+    overload inside a 200 stream, SGLang a full queue) is raised instead: nothing
+    reached the client yet, so the gateway can still answer with the right HTTP
+    status, or fail over when the error is retryable."""
+    sent_any = False
     async with contextlib.aclosing(events) as inner:  # type: ignore[type-var]
         async for event in inner:
             for out in repair.feed(event):
+                if isinstance(out, ErrorEvent) and not sent_any:
+                    raise out.error
+                sent_any = True
                 yield out
     for out in repair.finish():
         yield out

@@ -56,6 +56,7 @@ class SGLangAdapter(RuntimeAdapter):
             structured_output=True, cached_tokens=bool(self.options.get("cache_report", False)),
             usage_in_stream=True, explicit_abort=True, completions=True)
         self._load_source: str = str(self.options.get("load_source", "auto"))  # auto | loads | metrics
+        self._abort_tasks: set[asyncio.Task[None]] = set()
 
     def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
         body = super()._build_body(request, stream)
@@ -70,8 +71,15 @@ class SGLangAdapter(RuntimeAdapter):
         return [request.request_id] if n <= 1 else [f"{request.request_id}_{i}" for i in range(n)]
 
     async def _on_abort(self, request: GenerationRequest) -> None:
+        # Sent from a task of its own: the caller is usually being cancelled (the
+        # client went away), and a cancelled scope would cancel the call too.
+        task = asyncio.get_running_loop().create_task(self._abort(self._abort_rids(request)))
+        self._abort_tasks.add(task)
+        task.add_done_callback(self._abort_tasks.discard)
+
+    async def _abort(self, rids: list[str]) -> None:
         timeout = aiohttp.ClientTimeout(total=2.0)
-        for rid in self._abort_rids(request):
+        for rid in rids:
             try:
                 async with self.session.post(f"{self.base_url}/abort_request", data=orjson.dumps({"rid": rid}),
                                              headers={"content-type": "application/json"},
@@ -80,6 +88,11 @@ class SGLangAdapter(RuntimeAdapter):
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                 # The closed connection still stops it, only later.
                 log.debug("SGLang abort of %s on %s failed: %s", rid, self.name, exc)
+
+    async def aclose(self) -> None:
+        if self._abort_tasks:
+            await asyncio.wait(set(self._abort_tasks), timeout=2.5)
+        await super().aclose()
 
     async def load(self) -> LoadSnapshot:
         if self._load_source in ("auto", "loads"):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
-from adapters.runtime_stream import EventRepair
+from adapters.runtime_stream import EventRepair, repaired
 
 
 def run(repair: EventRepair, events) -> list:
@@ -75,4 +75,24 @@ def test_missing_finish_is_made_up_before_usage_and_repeated_finish_dropped():
 def test_no_finish_is_made_up_after_an_error():
     err = ErrorEvent(GatewayError(502, "cut"))
     out = run(EventRepair(req()), [TextDelta(0, "a"), err])
+    assert out == [TextDelta(0, "a"), err]
+
+
+async def _events(*items):
+    for item in items:
+        yield item
+
+
+async def test_an_error_before_any_event_is_raised():
+    gen = repaired(_events(ErrorEvent(GatewayError(503, "queue full", retryable=True))), EventRepair(req()))
+    try:
+        await gen.__anext__()
+        raise AssertionError("not raised")
+    except GatewayError as exc:
+        assert exc.status == 503 and exc.retryable
+
+
+async def test_an_error_after_text_stays_an_event():
+    err = ErrorEvent(GatewayError(502, "cut"))
+    out = [e async for e in repaired(_events(TextDelta(0, "a"), err), EventRepair(req()))]
     assert out == [TextDelta(0, "a"), err]

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
+from adapters.errors import GatewayError
 from adapters.sglang import SGLangAdapter, parse_loads
 from tests.adapters.wire_samples import chat, collect, json_response, sse
 
@@ -83,14 +86,16 @@ async def test_named_tool_choice_finish_is_stop(replay):
     assert events == [ToolCallDelta(0, 0, "call_x", "f", "{}"), Finish(0, "stop"), Usage(5, 1)]
 
 
-async def test_queue_full_inside_a_200_stream(replay):
+async def test_queue_full_inside_a_200_stream_is_raised_before_any_event(replay):
+    # Nothing reached the client yet: raised, the gateway can fail over.
     replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
         sse({"error": {"object": "error", "message": "The request queue is full.", "type": "SERVICE_UNAVAILABLE",
                        "param": None, "code": 503}}), sse("[DONE]")]}]})
     a = adapter(replay)
-    events = await collect(a, chat())
+    with pytest.raises(GatewayError) as info:
+        await collect(a, chat())
     await a.aclose()
-    assert len(events) == 1 and isinstance(events[0], ErrorEvent) and events[0].error.status == 503
+    assert info.value.status == 503 and info.value.retryable
 
 
 async def test_abort_finish_is_an_error(replay):

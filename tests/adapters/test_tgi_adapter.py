@@ -153,9 +153,10 @@ async def test_unreadable_old_tool_stream_is_an_error(replay):
                                   "function": {"name": None, "arguments": "{\"function\": {\"_na"}}})),
         sse(chunk({"content": ""}, "length")), sse("[DONE]")]}]})
     a = adapter(replay)
-    events = await collect(a, chat(tools=TOOLS))
+    with pytest.raises(GatewayError) as info:  # nothing else came: raised, not an event
+        await collect(a, chat(tools=TOOLS))
     await a.aclose()
-    assert isinstance(events[-1], ErrorEvent) and events[-1].error.status == 502
+    assert info.value.status == 502
 
 
 @pytest.mark.parametrize("arguments", [{"city": "Paris"}, {"_name": "get_weather", "city": "Paris"},
@@ -191,14 +192,27 @@ async def test_completions_empty_finish_mid_stream_is_not_a_finish(replay):
 
 
 async def test_in_stream_validation_error_with_hardcoded_422(replay):
+    # TGI validates inside a 200 stream; before any event it is raised as a 400.
     replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
         sse({"error": {"message": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. "
                                   "Given: 4000 `inputs` tokens and 200 `max_new_tokens`",
                        "http_status_code": 422}}), sse("[DONE]")]}]})
     a = adapter(replay)
+    with pytest.raises(GatewayError) as info:
+        await collect(a, chat())
+    await a.aclose()
+    assert (info.value.status, info.value.code) == (400, "context_length_exceeded")
+
+
+async def test_in_stream_overload_after_text_is_an_error_event(replay):
+    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
+        sse(chunk({"content": "Hi"})), sse({"error": {"message": "Model is overloaded", "http_status_code": 422}}),
+        sse("[DONE]")]}]})
+    a = adapter(replay)
     events = await collect(a, chat())
     await a.aclose()
-    assert isinstance(events[0], ErrorEvent) and events[0].error.code == "context_length_exceeded"
+    assert events[0] == TextDelta(0, "Hi")
+    assert isinstance(events[-1], ErrorEvent) and events[-1].error.status == 429
 
 
 async def test_overloaded_429_before_the_stream(replay):
