@@ -1,0 +1,120 @@
+"""Startup phases, abort recording, the CLI, and a printed throughput figure."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import socket
+import time
+
+import httpx
+import pytest
+
+from simulators.cli import SIMULATE_SUBPARSERS, register
+from simulators.loadcheck import run as load_run
+from simulators.options import options_from_args
+from simulators.testing import start_simulator
+
+from tests.simulators.conftest import chat
+
+
+def _refused(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def _disconnect_mid_stream(url: str, path: str = "/v1/chat/completions", **body: object) -> None:
+    payload = chat("x [[sim:itl_ms=20]]", stream=True, max_tokens=60, ignore_eos=True, **body)
+    with httpx.Client(base_url=url, timeout=10) as c:
+        with c.stream("POST", path, json=payload) as r:
+            for line in r.iter_lines():
+                if '"content"' in line and '"content":""' not in line:
+                    break
+
+
+@pytest.mark.parametrize("kind,opts", [("vllm", {}), ("tgi", {}), ("sglang", {"disconnect_abort_delay": 0.4}),
+                                       ("trtllm", {"disconnect_abort_delay": 0.4})])
+def test_disconnect_mid_stream_is_recorded_as_abort(make_sim, kind: str, opts: dict) -> None:
+    sim = make_sim(kind, **opts)
+    _disconnect_mid_stream(sim.url)
+    closed = time.monotonic()
+    if opts:  # these runtimes notice a disconnect late: not yet recorded
+        assert sim.stats()["aborted"] == 0
+    while sim.stats()["aborted"] == 0 and time.monotonic() - closed < 3:
+        time.sleep(0.02)
+    stats = sim.stats()
+    assert stats["aborted"] == 1 and stats["aborts"][0]["how"] == "disconnect"
+    assert stats["in_flight"] == 0 and stats["completed"] == 0
+    assert stats["last_requests"][-1]["body"]["stream"] is True
+
+
+def test_non_stream_disconnect_is_recorded(make_sim) -> None:
+    sim = make_sim("vllm")
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(sim.url + "/v1/chat/completions", json=chat("x [[sim:ttft_ms=2000]]"), timeout=0.3)
+    deadline = time.monotonic() + 3
+    while sim.stats()["aborted"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert sim.stats()["aborts"][0]["how"] == "disconnect"
+
+
+def test_stats_count_concurrency_and_reset(make_sim) -> None:
+    sim = make_sim("vllm")
+
+    async def burst() -> None:
+        async with httpx.AsyncClient(base_url=sim.url, timeout=10) as c:
+            await asyncio.gather(*(c.post("/v1/chat/completions", json=chat("x [[sim:ttft_ms=150]]"))
+                                   for _ in range(5)))
+    asyncio.run(burst())
+    stats = sim.stats()
+    assert stats["completed"] == 5 and stats["max_in_flight"] == 5 and stats["in_flight"] == 0
+    sim.reset()
+    assert sim.stats()["completed"] == 0 and sim.stats()["last_requests"] == []
+
+
+def test_vllm_refuses_connections_while_loading() -> None:
+    with start_simulator("vllm", startup_delay=1.5, wait=False) as sim:
+        time.sleep(0.5)
+        assert _refused(sim.port)
+        sim.wait_ready(10)
+        r = httpx.get(sim.url + "/health")
+        assert r.status_code == 200 and r.content == b""
+
+
+def test_sglang_health_is_503_during_warmup() -> None:
+    with start_simulator("sglang", warmup_delay=1.0, health_latency=0.1) as sim:
+        assert httpx.get(sim.url + "/health").status_code == 503
+        assert httpx.get(sim.url + "/ready").status_code == 503
+        time.sleep(1.1)
+        assert httpx.get(sim.url + "/health").status_code == 200
+        assert httpx.get(sim.url + "/ready").status_code == 200
+
+
+def test_cli_registers_the_four_runtimes() -> None:
+    assert set(SIMULATE_SUBPARSERS) >= {"vllm", "sglang", "trtllm", "tgi"}
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["simulate", "tgi", "--port", "9", "--tgi-version", "3.1", "--ttft-ms", "5",
+                              "--fault", "no_done"])
+    opts = options_from_args(args.sim_kind, args)
+    assert (opts.kind, opts.port, opts.tgi_version, opts.ttft_ms, opts.fault) == ("tgi", 9, "3.1", 5.0, "no_done")
+    args = parser.parse_args(["simulate", "trtllm", "--tool_parser", "qwen3", "--return_perf_metrics"])
+    assert args.tool_call_parser == "qwen3" and args.return_perf_metrics
+    with pytest.raises(SystemExit):
+        parser.parse_args(["simulate", "vllm", "--tgi-version", "3.1"])
+
+
+def test_cli_fault_flag_applies_to_every_request(make_sim) -> None:
+    sim = make_sim("vllm", fault="no_done")
+    raw = httpx.post(sim.url + "/v1/chat/completions", json=chat(stream=True, max_tokens=2)).text
+    assert "[DONE]" not in raw and '"finish_reason":"length"' in raw
+
+
+def test_synthetic_throughput_is_printed(make_sim) -> None:
+    """Throughput depends on the machine: it is printed, never asserted."""
+    sim = make_sim("vllm")
+    for stream in (False, True):
+        result = asyncio.run(load_run(sim.url, 1000, 32, stream, 16))
+        assert result["statuses"] == {200: 1000}
+        print(f"\nvllm simulator, synthetic source, stream={stream}: {result['rps']} req/s "
+              f"(client and server on the same machine)")
