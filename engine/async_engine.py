@@ -1,12 +1,15 @@
 """Serve an LLMEngine to asyncio code: the step loop runs in a background thread.
 
 Every engine call happens under one lock, so requests can be added and aborted from the
-event loop while the thread steps. Each step's outputs go back to the loop in one
+event loop while the thread steps. A plain lock is not fair: the stepping thread would
+re-take it before a waiter wakes, so callers announce themselves (`_waiters`) and the
+thread yields the lock to them between steps. Each step's outputs go back to the loop in one
 `call_soon_threadsafe` and are routed to per-request asyncio queues."""
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import AsyncIterator
 
 from engine.llm_engine import EngineStats, LLMEngine, TokenOutput
@@ -23,7 +26,16 @@ class AsyncEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
-        self._error: BaseException | None = None
+        self._waiters = 0
+
+    def _call(self, fn, *args):
+        """Run an engine call from outside the stepping thread."""
+        self._waiters += 1
+        try:
+            with self._lock:
+                return fn(*args)
+        finally:
+            self._waiters -= 1
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
@@ -48,6 +60,8 @@ class AsyncEngine:
                     self._wakeup.clear()
             if not busy:
                 self._wakeup.wait(0.5)
+            elif self._waiters:
+                time.sleep(0.0002)
 
     def _deliver(self, outputs: list[TokenOutput]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, TokenOutput]]] = {}
@@ -73,11 +87,12 @@ class AsyncEngine:
                        priority: int = 0) -> AsyncIterator[TokenOutput]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
-        with self._lock:
+        def add() -> None:
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already streaming")
             self.engine.add_request(request_id, prompt_token_ids, params, priority)
             self._streams[request_id] = (loop, queue)
+        self._call(add)
         self._ensure_thread()
         self._wakeup.set()
         remaining = params.n
@@ -90,24 +105,26 @@ class AsyncEngine:
                     remaining -= 1
                 yield item
         finally:
-            with self._lock:
+            def close() -> None:
                 self._streams.pop(request_id, None)
                 if remaining:
                     self.engine.abort_request(request_id)
+            self._call(close)
 
     def abort(self, request_id: str) -> None:
         """Stop a request from outside its consumer; its stream ends with finish_reason "abort"."""
-        with self._lock:
+        def abort() -> tuple[list[int], tuple | None]:
             req = self.engine.requests.get(request_id)
-            unfinished = [s.index for s in req.seqs if not s.is_finished] if req else []
-            n = req.params.n if req else 0
+            indices: list[int] = []
+            if req is not None:
+                # Choices not forked yet have no Sequence; close them too.
+                indices = [s.index for s in req.seqs if not s.is_finished] + list(range(len(req.seqs), req.params.n))
             self.engine.abort_request(request_id)
-            entry = self._streams.get(request_id)
+            return indices, self._streams.get(request_id)
+        indices, entry = self._call(abort)
         if entry is None:
             return
         loop, queue = entry
-        # Choices not forked yet have no Sequence; close them too.
-        indices = sorted(set(unfinished) | set(range(len(req.seqs) if req else 0, n)))
         outs = [TokenOutput(request_id, i, [], None, True, "abort", 0, 0) for i in indices]
         try:
             loop.call_soon_threadsafe(_put_all, [(queue, o) for o in outs])
@@ -115,8 +132,7 @@ class AsyncEngine:
             pass
 
     def stats(self) -> EngineStats:
-        with self._lock:
-            return self.engine.stats()
+        return self._call(self.engine.stats)
 
     async def shutdown(self) -> None:
         self._stopping = True
@@ -126,9 +142,10 @@ class AsyncEngine:
             await asyncio.to_thread(thread.join, 5.0)
         self._thread = None
         self._stopping = False
-        with self._lock:
+        def abort_all() -> None:
             for request_id in list(self.engine.requests):
                 self.engine.abort_request(request_id)
+        self._call(abort_all)
 
 
 def _put_all(items: list[tuple[asyncio.Queue, TokenOutput]]) -> None:

@@ -19,14 +19,14 @@ from engine.config import ModelConfig
 
 @dataclass
 class AttentionGroup:
-    """Sequences attended together: `gather_index` lists each one's context slots in the
+    """Sequences attended together: `gather_index` lists each one's context blocks in the
     paged cache, queries sit in a [B, max_q] padded layout (`q_dest` maps the group's flat
     token rows there; None when every sequence has one new token)."""
     num_tokens: int
     batch_size: int
     max_q: int
-    gather_index: torch.Tensor        # [B, max_ctx]
-    mask: torch.Tensor                # [B, 1, max_q, max_ctx], True = may attend
+    gather_index: torch.Tensor        # [B, max_blocks] block ids of each sequence's context
+    mask: torch.Tensor                # [B, 1, max_q, max_blocks * block_size], True = may attend
     q_dest: torch.Tensor | None       # [num_tokens]
 
 
@@ -100,7 +100,8 @@ class LayerWeights:
 
 
 class LlamaModel:
-    def __init__(self, cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(self, cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.dtype, device: torch.device,
+                 block_size: int) -> None:
         if cfg.hidden_act not in ("silu", "swish"):
             raise ValueError(f"unsupported hidden_act {cfg.hidden_act!r}")
         self.cfg = cfg
@@ -110,6 +111,7 @@ class LlamaModel:
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.eps = cfg.rms_norm_eps
+        self.block_size = block_size
 
         def take(name: str) -> torch.Tensor:
             return state[name].to(device=device, dtype=dtype)
@@ -184,11 +186,13 @@ class LlamaModel:
 
     def _attend(self, q: torch.Tensor, g: AttentionGroup, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
         B, max_q = g.batch_size, g.max_q
-        # index_select on the flat slot list is much cheaper than advanced indexing.
-        ctx_shape = (B, g.gather_index.shape[1], self.num_kv_heads, self.head_dim)
+        # Gather whole blocks (one index per block, rows of block_size*Hkv*D values):
+        # far fewer index operations than gathering slot by slot.
+        block_numel = self.block_size * self.kv_size
+        ctx_shape = (B, g.gather_index.shape[1] * self.block_size, self.num_kv_heads, self.head_dim)
         flat = g.gather_index.view(-1)
-        keys = k_cache.index_select(0, flat).view(ctx_shape).transpose(1, 2)      # [B, Hkv, max_ctx, D]
-        values = v_cache.index_select(0, flat).view(ctx_shape).transpose(1, 2)
+        keys = k_cache.view(-1, block_numel).index_select(0, flat).view(ctx_shape).transpose(1, 2)
+        values = v_cache.view(-1, block_numel).index_select(0, flat).view(ctx_shape).transpose(1, 2)
         if g.q_dest is None:
             queries = q.view(B, 1, self.num_heads, self.head_dim)
         else:

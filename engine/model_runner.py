@@ -26,7 +26,7 @@ class ModelRunner:
         self.dtype = parse_dtype(cfg.dtype)
         self.device = torch.device(cfg.device)
         self.block_size = cfg.block_size
-        self.model = LlamaModel(model_cfg, load_state_dict(cfg.model_dir), self.dtype, self.device)
+        self.model = LlamaModel(model_cfg, load_state_dict(cfg.model_dir), self.dtype, self.device, cfg.block_size)
         self.cos, self.sin = rope_tables(model_cfg, max_model_len, self.dtype, self.device)
         self.num_blocks = self._num_blocks(cfg, max_model_len)
         slots = self.num_blocks * self.block_size
@@ -119,7 +119,6 @@ class ModelRunner:
         tables = [seq.block_ids for seq, _ in part]
         max_blocks = max(len(t) for t in tables)
         max_q = max(q_lens)
-        max_ctx = max(s + n for s, n in zip(starts, q_lens))
         num_tokens = sum(q_lens)
         table = torch.tensor([t + [0] * (max_blocks - len(t)) for t in tables], dtype=torch.long)
         starts_t = torch.tensor(starts, dtype=torch.long)
@@ -135,14 +134,13 @@ class ModelRunner:
             positions = starts_t[seq_idx] + offsets
             q_dest = seq_idx * max_q + offsets
         slot_mapping = table[seq_idx, positions // bs] * bs + positions % bs
-        kpos = torch.arange(max_ctx)
-        gather_index = table[:, kpos // bs] * bs + kpos % bs
+        kpos = torch.arange(max_blocks * bs)
         qpos = starts_t[:, None] + torch.arange(max_q)[None, :]
         mask = (kpos[None, None, :] <= qpos[:, :, None]).unsqueeze(1)
         dev = self.device
         group = AttentionGroup(
             num_tokens=num_tokens, batch_size=B, max_q=max_q,
-            gather_index=gather_index.to(dev, non_blocking=True),
+            gather_index=table.to(dev, non_blocking=True),
             mask=mask.to(dev, non_blocking=True),
             q_dest=None if q_dest is None else q_dest.to(dev, non_blocking=True))
         return group, positions, slot_mapping
