@@ -101,6 +101,9 @@ class Http:
         ex = Exchange("POST", path, body)
         async with self.client.stream("POST", path, content=encode_json(body), headers=self.headers()) as resp:
             ex.status, ex.headers = resp.status_code, {k.lower(): v for k, v in resp.headers.items()}
+            if resp.status_code != 200:
+                ex.raw = await resp.aread()
+                return self._record(ex)
             seen = 0
             async for piece in resp.aiter_raw():
                 ex.raw += piece

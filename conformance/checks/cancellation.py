@@ -16,15 +16,22 @@ DROPPED_STREAMS = 3
 LONG_ANSWER_TOKENS = 512
 SETTLE_S = 10.0
 # Gauges of in-flight work across runtimes and our gateway; summed when several match.
-RUNNING_METRIC = re.compile(r"^(vllm:num_requests_running|sglang:num_running_reqs|switchyard_\w*in_?flight\w*)(\{[^}]*\})?\s+([0-9.eE+-]+)$")
+RUNNING_METRIC = re.compile(r"^(vllm:num_requests_running|sglang:num_running_reqs|switchyard_inflight_requests)"
+                            r"(\{[^}]*\})?\s+([0-9.eE+-]+)$")
 
 
 async def _drop_streams(ctx: Context) -> None:
+    # ignore_eos keeps the answer running long enough to be cut; a server that
+    # refuses the extension is asked without it.
     body = ctx.chat_body(max_tokens=LONG_ANSWER_TOKENS, stream=True, ignore_eos=True)
     for _ in range(DROPPED_STREAMS):
         ex = await ctx.http.stream_then_drop("/chat/completions", body, read_chunks=1)
+        if ex.status == 400 and "ignore_eos" in body:
+            body.pop("ignore_eos")
+            ex = await ctx.http.stream_then_drop("/chat/completions", body, read_chunks=1)
         if ex.status != 200:
-            raise ctx.fail("could not start a stream to cancel", expected="HTTP 200", seen=f"HTTP {ex.status}", exchange=ex)
+            raise ctx.fail("could not start a stream to cancel", expected="HTTP 200", seen=f"HTTP {ex.status}",
+                           offending=ex.raw[:400].decode("utf-8", "replace"), exchange=ex)
 
 
 async def _running(metrics_url: str) -> float | None:

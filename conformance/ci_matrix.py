@@ -1,0 +1,153 @@
+"""`python -m conformance.ci_matrix` (what `make conformance` runs).
+
+Starts the four runtime simulators and a gateway (native engine plus one model
+per simulator, API keys, a rate-limited tenant, a model the main key may not
+use, a one-slot model that overflows), then:
+
+1. runs the suite through the gateway for every model: every MUST must pass;
+2. runs the gateway profile (401/403/429/503) once, on its own column;
+3. runs the suite directly against each simulator: those failures are the
+   runtime's own deviations, listed as expected, and never fail the build.
+
+Exit status 1 when any MUST check fails (or errors) through the gateway.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from conformance.catalog import select
+from conformance.matrix import MatrixReport, targets_from_config, write_matrix
+from conformance.procs import SWITCHYARD, ManagedProcess, free_port, start_gateway
+from conformance.runner import run_checks
+from conformance.target import Target
+
+SIM_MODEL = "sim-model"
+# Flags that switch on the runtime features the suite exercises (tool parsers).
+SIMULATOR_FLAGS: dict[str, list[str]] = {
+    "vllm": ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+    "sglang": ["--tool-call-parser", "qwen25", "--health-latency", "0"],
+    "trtllm": ["--tool_parser", "qwen3"],
+    "tgi": [],
+}
+# Structured output needs a grammar engine; the simulators emit synthetic text,
+# so the structured profile belongs to real runtimes (docs/conformance/).
+CI_PROFILES = ["core", "tools"]
+RATE_LIMIT_RPM = 3
+
+
+def _sha256(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def build_config(sim_urls: dict[str, str], port: int, keys: dict[str, str]) -> dict[str, Any]:
+    models: dict[str, Any] = {"native": {"backends": [{"name": "native", "adapter": "native", "model_path": "builtin:tiny"}]}}
+    for kind, url in sim_urls.items():
+        models[f"sim-{kind}"] = {"backends": [{"name": f"sim-{kind}", "adapter": kind, "url": url,
+                                               "served_model": SIM_MODEL}]}
+    # The main key may use every model but `restricted` (403), and `overload`
+    # has one slot and a two-deep queue, so a burst must be shed (503).
+    models["restricted"] = {"backends": [{"name": "native-restricted", "adapter": "native", "model_path": "builtin:tiny"}]}
+    models["overload"] = {"backends": [{"name": "native-overload", "adapter": "native", "model_path": "builtin:tiny",
+                                        "max_inflight": 1}]}
+    allowed = [m for m in models if m != "restricted"]
+    return {
+        "listen": {"host": "127.0.0.1", "port": port},
+        "auth": {"mode": "keys", "api_keys": [{"sha256": _sha256(keys["main"]), "tenant": "main"},
+                                              {"sha256": _sha256(keys["limited"]), "tenant": "limited"}]},
+        "quota_store": {"kind": "memory"},
+        "tenants": {"main": {"models": allowed},
+                    "limited": {"models": allowed, "requests_per_minute": RATE_LIMIT_RPM}},
+        "admission": {"max_queue": 2, "max_queue_wait_s": 10, "full_status": 503},
+        "models": models,
+    }
+
+
+def start_simulators(log_dir: Path) -> dict[str, ManagedProcess]:
+    procs: dict[str, ManagedProcess] = {}
+    for kind, flags in SIMULATOR_FLAGS.items():
+        port = free_port()
+        procs[kind] = ManagedProcess(f"sim-{kind}", [*SWITCHYARD, "simulate", kind, "--port", str(port),
+                                                     "--model-name", SIM_MODEL, *flags],
+                                     f"http://127.0.0.1:{port}", log_dir / f"sim-{kind}.log")
+    for p in procs.values():
+        p.wait_ready("/health", timeout_s=60)
+    return procs
+
+
+async def run_all(config: dict[str, Any], gateway_url: str, keys: dict[str, str], profiles: list[str],
+                  quiet: bool) -> MatrixReport:
+    def progress(target: Target, r: Any) -> None:
+        if not quiet:
+            print(f"[{target.name}] {r.status:5} {r.level:6} {r.id}"
+                  + (f" — {r.message[:140]}" if r.status != "pass" and r.message else ""), flush=True)
+
+    matrix = MatrixReport()
+    checks = select(profiles)
+    for target in targets_from_config(config, gateway_url, direct=True, api_key=keys["main"],
+                                      models=[m for m in config["models"] if m not in ("restricted", "overload")],
+                                      metrics_url=gateway_url + "/metrics"):
+        run = await run_checks(target, checks, profiles, progress=lambda r, t=target: progress(t, r))
+        matrix.runs.append((target, run))
+    policies = Target(base_url=gateway_url, model="native", name="gateway/policies", api_key=keys["main"],
+                      forbidden_model="restricted", rate_limited_key=keys["limited"], overload_model="overload",
+                      metrics_url=gateway_url + "/metrics")
+    run = await run_checks(policies, select(["gateway"]), ["gateway"], progress=lambda r: progress(policies, r))
+    matrix.runs.append((policies, run))
+    return matrix
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.ci_matrix", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--report", default="reports/conformance", help="output directory (default reports/conformance)")
+    parser.add_argument("--profile", action="append", help=f"profiles through the gateway (default {','.join(CI_PROFILES)})")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    profiles = [p for v in (args.profile or CI_PROFILES) for p in v.split(",")]
+    out = Path(args.report)
+    logs = out / "logs"
+    keys = {"main": "sk-ci-main-" + secrets.token_hex(12), "limited": "sk-ci-limited-" + secrets.token_hex(12)}
+    started = time.monotonic()
+    sims: dict[str, ManagedProcess] = {}
+    gateway = None
+    try:
+        sims = start_simulators(logs)
+        port = free_port()
+        config = build_config({k: p.url for k, p in sims.items()}, port, keys)
+        config_path = logs / "gateway.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        gateway = start_gateway(config_path, port, logs)
+        matrix = asyncio.run(run_all(config, gateway.url, keys, profiles, args.quiet))
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        for p in sims.values():
+            p.stop()
+    paths = write_matrix(matrix, out, "Conformance matrix (CI: gateway x native engine and four simulators)")
+    print(f"\nmatrix written in {time.monotonic() - started:.0f} s: " + ", ".join(str(p) for p in paths.values()))
+    direct = [(t.name, r) for t, run in matrix.runs if "(direct" in t.name for r in run.results
+              if r.status in ("fail", "error")]
+    if direct:
+        print(f"\nExpected runtime deviations (direct runs, normalized by the gateway): {len(direct)}")
+        for name, r in direct:
+            print(f"  {name}: [{r.level}] {r.id}: {r.message[:120]}")
+    failures = matrix.gateway_must_failures()
+    if failures:
+        print(f"\nFAIL: {len(failures)} MUST failure(s) through the gateway:", file=sys.stderr)
+        for name, r in failures:
+            print(f"  {name}: {r.id}: {r.message[:160]}", file=sys.stderr)
+        return 1
+    print("\nPASS: every MUST check passes through the gateway")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
