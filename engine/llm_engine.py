@@ -139,6 +139,7 @@ class LLMEngine:
         if not sched.scheduled:
             self._last_step_s = time.perf_counter() - t0
             return []
+        self._prefetch_grammar_masks(sched.scheduled)
         logits, sampled = self.runner.execute(sched.scheduled)
         kv = self.kv
         for seq, n in sched.scheduled:
@@ -157,6 +158,15 @@ class LLMEngine:
                     outputs.append(out)
         self._last_step_s = time.perf_counter() - t0
         return outputs
+
+    @staticmethod
+    def _prefetch_grammar_masks(scheduled: list[tuple[Sequence, int]]) -> None:
+        """Let a grammar hook start on this step's masks before the forward pass, so they are
+        computed while the model runs (engine/structured); the sampler then collects them."""
+        for seq, n in scheduled:
+            prefetch = getattr(seq.params.allowed_tokens_fn, "prefetch", None)
+            if prefetch is not None and seq.num_computed_tokens + n == seq.num_tokens:
+                prefetch(seq.output_token_ids)
 
     def _expand_forks(self, sampled: list[Sequence]) -> tuple[list[int] | None, list[Sequence]]:
         """A request with n > 1 runs its prompt once; when that prefill completes, the
