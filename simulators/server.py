@@ -26,7 +26,7 @@ from simulators.options import SimOptions
 from simulators.prefix_cache import PrefixCache
 from simulators.promtext import Histogram
 from simulators.recorder import Recorder
-from simulators.request import SimRequest
+from simulators.request import SimRequest, from_openai_body
 from simulators.tokens import Generation, SyntheticSource
 
 READY_LINE = "SIMULATOR READY"
@@ -169,6 +169,17 @@ class Simulator:
     def faults(self, texts: list[str], body: dict[str, Any]) -> Faults:
         return faults_for(self.default_faults, texts, body)
 
+    def sim_request(self, body: dict[str, Any], kind: str, request_id: str, faults: Faults) -> SimRequest:
+        """The request as the token source sees it (real tokens with the engine source)."""
+        sim = from_openai_body(body, kind, request_id, faults)
+        self.retokenize(sim, body.get("tools") if kind == "chat" else None)
+        return sim
+
+    def retokenize(self, sim: SimRequest, tools: Any = None) -> None:
+        tokenize = getattr(self.source, "tokenize", None)
+        if tokenize is not None and sim.faults.prompt_tokens is None:
+            tokenize(sim, tools)
+
     def cached_tokens(self, sim: SimRequest) -> int:
         return self.prefix_cache.lookup_and_insert(sim.prompt_words)
 
@@ -244,6 +255,9 @@ class Simulator:
         loader = getattr(self.source, "load", None)
         if loader is not None:
             await loader()
+            # A model's own context window wins over a larger --max-model-len.
+            self.opts.max_model_len = min(self.opts.max_model_len, getattr(self.source, "max_model_len",
+                                                                           self.opts.max_model_len))
 
     async def on_bound(self) -> None:
         """Runs right after the port is bound."""

@@ -30,7 +30,7 @@ from aiohttp import web
 from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.faults import NO_FAULTS
 from simulators.promtext import Exposition
-from simulators.request import SimRequest, from_openai_body, int_or_none, prompt_words_completion, stop_list, texts_of
+from simulators.request import SimRequest, int_or_none, prompt_words_completion, stop_list, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import Token
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
@@ -249,7 +249,7 @@ class SglangSimulator(Simulator):
         if problem is not None:
             return problem
         rid = str(body.get("rid") or os.urandom(16).hex())
-        sim = from_openai_body(body, kind, rid, self.faults(texts_of(body, kind), body))
+        sim = self.sim_request(body, kind, rid, self.faults(texts_of(body, kind), body))
         faults = sim.faults
         stream = bool(body.get("stream"))
         if faults.status is not None and faults.status >= 400:
@@ -444,6 +444,8 @@ class SglangSimulator(Simulator):
                          max_tokens=int_or_none(params.get("max_new_tokens")) or 128,
                          ignore_eos=bool(params.get("ignore_eos", False)), stop=stop_list(params.get("stop")),
                          seed=int_or_none(params.get("sampling_seed")), faults=faults)
+        if ids is None:
+            self.retokenize(sim)
         too_long = self._context_message(sim)
         if too_long is not None:
             return json_response(400, {"error": {"message": too_long}})

@@ -34,7 +34,7 @@ from aiohttp import web
 
 from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.promtext import Exposition, Histogram
-from simulators.request import SimRequest, from_openai_body, int_or_none, prompt_words_completion, texts_of
+from simulators.request import SimRequest, int_or_none, prompt_words_completion, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import EOS_TOKEN_ID, Token
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
@@ -83,13 +83,19 @@ class TgiSimulator(Simulator):
         self.legacy = self.opts.tgi_version == "3.1"
         self.version = VERSIONS[self.opts.tgi_version]
         self.fingerprint = f"{self.version}-native"
-        self.max_total_tokens = self.opts.max_model_len
-        self.max_input_tokens = self.opts.max_model_len - 1
         self.request_count = 0
         self.success = 0
         self.failures: dict[str, int] = {}
         self.input_length_hist = Histogram((1, 10, 50, 100, 500, 1000, 5000, 10000))
         self.generated_hist = Histogram((1, 10, 50, 100, 500, 1000, 5000))
+
+    @property
+    def max_total_tokens(self) -> int:
+        return self.opts.max_model_len
+
+    @property
+    def max_input_tokens(self) -> int:
+        return self.opts.max_model_len - 1
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
         router.add_post("/v1/chat/completions", self.chat)
@@ -244,7 +250,7 @@ class TgiSimulator(Simulator):
             return TgiError(422, "Tool error: Grammar and tools are mutually exclusive", "tool_error").response()
         model = body.get("model")
         model = model if isinstance(model, str) and model != "tgi" else self.opts.model_name
-        sim = from_openai_body(body, "chat", "", self.faults(texts_of(body, "chat"), body))
+        sim = self.sim_request(body, "chat", "", self.faults(texts_of(body, "chat"), body))
         sim.n = 1  # `n` is documented as UNUSED
         sim.request_id = f"tgi-{id(sim):x}-{self.request_count}"
         stream = bool(body.get("stream"))
@@ -389,7 +395,7 @@ class TgiSimulator(Simulator):
                                  f"{MAX_CLIENT_BATCH_SIZE}", "batch size exceeded").response()
         # One generation per prompt would interleave; the double serves the first prompt, which
         # is what single-prompt clients (the gateway) send.
-        sim = from_openai_body({**body, "prompt": prompts[0] if prompts else ""}, "completion", "",
+        sim = self.sim_request({**body, "prompt": prompts[0] if prompts else ""}, "completion", "",
                                self.faults(texts_of(body, "completion"), body))
         sim.n = 1
         sim.request_id = f"tgi-{id(sim):x}-{self.request_count}"
@@ -501,6 +507,7 @@ class TgiSimulator(Simulator):
                          prompt_text=inputs, max_tokens=int_or_none(params.get("max_new_tokens")),
                          stop=[s for s in (stop or []) if isinstance(s, str)], seed=int_or_none(params.get("seed")),
                          faults=self.faults([inputs], body))
+        self.retokenize(sim)
         details = bool(params.get("details"))
         try:
             if stream and (params.get("best_of") or 1) != 1:

@@ -37,7 +37,7 @@ from aiohttp import web
 from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.faults import MAGIC_FIELD
 from simulators.promtext import Exposition
-from simulators.request import SimRequest, from_openai_body, texts_of
+from simulators.request import SimRequest, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import Token
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call
@@ -268,7 +268,7 @@ class TrtllmSimulator(Simulator):
         stream = bool(body.get("stream"))
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         rid = f"{prefix}{next(self.executor_ids)}" if stream else f"{prefix}{os.urandom(16).hex()}"
-        sim = from_openai_body(body, kind, rid, self.faults(texts_of(body, kind), body))
+        sim = self.sim_request(body, kind, rid, self.faults(texts_of(body, kind), body))
         if sim.faults.status is not None and sim.faults.status >= 400:
             return flat_error(sim.faults.status, f"Simulated failure with status {sim.faults.status}")
         if sim.prompt_tokens > self.max_num_tokens:

@@ -23,7 +23,7 @@ from aiohttp import web
 
 from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.promtext import Exposition
-from simulators.request import SimRequest, from_openai_body, texts_of
+from simulators.request import SimRequest, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import Token
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
@@ -96,7 +96,7 @@ class VllmSimulator(Simulator):
         if bad is not None or not isinstance(body, dict):
             return error(400, f"JSON decode error: {bad}", "Bad Request")
         kind = "chat" if "messages" in body else "completion"
-        sim = from_openai_body(body, kind, "tokenize", self.faults([], {}))
+        sim = self.sim_request(body, kind, "tokenize", self.faults([], {}))
         return json_response(200, {"count": sim.prompt_tokens, "max_model_len": self.opts.max_model_len,
                                    "tokens": list(range(100, 100 + sim.prompt_tokens)), "token_strs": None})
 
@@ -217,7 +217,7 @@ class VllmSimulator(Simulator):
         if problem is not None:
             return problem
         rid = self._request_id(request, body, "chatcmpl-" if kind == "chat" else "cmpl-")
-        sim = from_openai_body(body, kind, rid, self.faults(texts_of(body, kind), body))
+        sim = self.sim_request(body, kind, rid, self.faults(texts_of(body, kind), body))
         problem = self._fault_response(sim) or self._context_check(sim)
         if problem is not None:
             return problem
