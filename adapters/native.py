@@ -83,6 +83,7 @@ class NativeAdapter(Adapter):
 
         model_dir = resolve_model_path(self.model_path)
         tokenizer = TextTokenizer(model_dir)
+        tokenizer.token_bytes(0)  # builds the per-token byte table here, off the event loop
         try:
             engine = LLMEngine(str(model_dir), **self.engine_options)
         except TypeError as exc:
@@ -118,7 +119,9 @@ class NativeAdapter(Adapter):
         tok = self.tokenizer
         engine = self.async_engine.engine
         prompt_ids = self._prompt_ids(request)
-        params = self._engine_params(request, len(prompt_ids), engine.max_model_len)
+        # A sequence can grow no longer than the model's context or the whole KV cache.
+        capacity = min(engine.max_model_len, engine.pool.num_blocks * engine.config.block_size)
+        params = self._engine_params(request, len(prompt_ids), capacity)
         sampling = request.sampling
         parse_tools = bool(request.tools) and request.tool_choice != "none"
         tool_names = {_tool_name(t) for t in request.tools or []} - {None} if parse_tools else None

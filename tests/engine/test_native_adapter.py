@@ -349,3 +349,14 @@ def test_scripted_stop_string_inside_multibyte_text(tok: TextTokenizer) -> None:
                         stop=["\U0001f600"], tools=False)
     assert texts(events)[0] == "caf\u00e9 "
     assert finishes(events) == {0: "stop"}
+
+
+async def test_default_max_tokens_fits_a_small_kv_cache(model_dir: Path) -> None:
+    small = NativeAdapter("small", str(model_dir), engine_options={"num_blocks": 6, "block_size": 16,
+                                                                  "max_model_len": MAX_MODEL_LEN})
+    try:
+        events = await collect(small, completion("hi", max_tokens=None, ignore_eos=True))
+        assert events[-1].prompt_tokens + events[-1].completion_tokens == 6 * 16
+        assert finishes(events) == {0: "length"}
+    finally:
+        await small.aclose()
