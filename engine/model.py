@@ -39,7 +39,7 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor        # [T] cache slot each new token's K/V is written to
     groups: list[AttentionGroup]
     cos: torch.Tensor                 # [T, 1, head_dim]
-    sin: torch.Tensor
+    sin: torch.Tensor                 # sign-folded, see rope_tables
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -67,9 +67,14 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
 
 def rope_tables(cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     inv_freq = rope_inv_freq(cfg)
+    """cos and a sign-folded sin: rotate_half(x) * sin == roll(x, half) * cat(-sin, sin),
+    which saves the negation kernel per call (negation is exact, so numerics are unchanged)."""
     freqs = torch.arange(max_len, dtype=torch.float32)[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(device=device, dtype=dtype), emb.sin().to(device=device, dtype=dtype)
+    sin = emb.sin()
+    half = sin.shape[-1] // 2
+    signed_sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+    return emb.cos().to(device=device, dtype=dtype), signed_sin.to(device=device, dtype=dtype)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -79,10 +84,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * h.to(dtype)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 class LayerWeights:
@@ -171,11 +174,13 @@ class LlamaModel:
                    k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
         T = x.shape[0]
         qkv = F.linear(x, layer.qkv, layer.qkv_bias)
-        q, k, v = qkv.split((self.q_size, self.kv_size, self.kv_size), dim=-1)
-        q = apply_rope(q.view(T, self.num_heads, self.head_dim), meta.cos, meta.sin)
-        k = apply_rope(k.view(T, self.num_kv_heads, self.head_dim), meta.cos, meta.sin)
+        # RoPE on q and k in one go (same positions, same tables).
+        qk = apply_rope(qkv[:, :self.q_size + self.kv_size].view(T, self.num_heads + self.num_kv_heads, self.head_dim),
+                        meta.cos, meta.sin)
+        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
+        v = qkv[:, self.q_size + self.kv_size:].view(T, self.num_kv_heads, self.head_dim)
         k_cache.index_copy_(0, meta.slot_mapping, k)
-        v_cache.index_copy_(0, meta.slot_mapping, v.view(T, self.num_kv_heads, self.head_dim))
+        v_cache.index_copy_(0, meta.slot_mapping, v)
         outs = []
         row = 0
         for group in meta.groups:
