@@ -17,8 +17,10 @@ What differs from OpenAI and is handled here:
 - a forced named tool finishes with `tool_calls` (EventRepair: `stop`).
 - `cached_tokens` always reported.
 - load: JSON `/metrics` is a destructive read (each read drains the iteration
-  stats), so one reader per server URL in this process, and the last snapshot is
-  kept when nothing new arrived; `metrics: prometheus` reads
+  stats), so one reader per server URL in this process (reads closer than
+  `metrics_min_interval_s` share one answer); an empty read after stats were
+  seen means no engine iteration ran, so nothing is running or waiting; stats
+  never seen means they are switched off (unknown). `metrics: prometheus` reads
   `/prometheus/metrics` instead (needs `return_perf_metrics: true`), which is
   the choice when several gateway replicas watch one server.
 """
@@ -67,6 +69,7 @@ class _JsonMetricsReader:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last: LoadSnapshot = field(default_factory=LoadSnapshot)
     read_at: float = 0.0
+    seen_stats: bool = False
 
 
 # Shared by every adapter instance pointing at the same server in this process
@@ -121,10 +124,18 @@ class TRTLLMAdapter(RuntimeAdapter):
             except orjson.JSONDecodeError:
                 return LoadSnapshot(read_at=reader.read_at)
             snapshot = parse_iteration_stats(stats, reader.read_at)
-            if snapshot is not None:
-                reader.last = snapshot
-            # Nothing new since the last read: the last snapshot, with its own time.
-            return reader.last
+            if snapshot is None and reader.seen_stats:
+                # No engine iteration since the last read: nothing ran or waited
+                # (a queued request makes the engine iterate within milliseconds).
+                snapshot = LoadSnapshot(waiting=0, running=0, kv_usage=reader.last.kv_usage,
+                                        prefix_hit_rate=reader.last.prefix_hit_rate, read_at=reader.read_at)
+            elif snapshot is None:
+                # Never any stats: iteration stats are off (`enable_iter_perf_stats`).
+                snapshot = LoadSnapshot(read_at=reader.read_at)
+            else:
+                reader.seen_stats = True
+            reader.last = snapshot
+            return snapshot
 
     async def _load_prometheus(self) -> LoadSnapshot:
         try:

@@ -43,11 +43,14 @@ class Stack:
 @pytest.fixture(scope="module", params=list(STACKS))
 def stack(request, module_tmp):
     adapter, flags, options = STACKS[request.param]
-    sim = start_simulator(adapter, model_name="tiny", output_tokens=6, itl_ms=1, max_model_len=1024, **flags)
+    # Both processes start at once: the gateway does not need the runtime to boot.
+    sim = start_simulator(adapter, wait=False, model_name="tiny", output_tokens=6, itl_ms=1, max_model_len=1024,
+                          **flags)
     config = {"models": {"m": {"backends": [{"name": f"{request.param}-1", "adapter": adapter, "url": sim.url,
                                              "served_model": "tiny", "options": options}]}}}
     try:
         gateway = start_gateway(module_tmp, config)
+        sim.wait_ready()
     except Exception:
         sim.stop()
         raise

@@ -141,7 +141,7 @@ def test_iteration_stats_newest_entry_wins():
     assert parse_iteration_stats([], 7.0) is None
 
 
-async def test_destructive_json_metrics_one_reader_and_last_snapshot_kept(replay):
+async def test_destructive_json_metrics_one_reader_then_idle(replay):
     replay.script({"GET /metrics": [{"status": 200, "body": orjson.dumps([stats(1, 3, 2, 25, 100, 0.5)]).decode()},
                                     {"status": 200, "body": "[]"}]})
     a = adapter(replay, metrics_min_interval_s=0.2)
@@ -149,12 +149,20 @@ async def test_destructive_json_metrics_one_reader_and_last_snapshot_kept(replay
     first, same = await asyncio.gather(a.load(), b.load())
     assert len(replay.recorded()["requests"]) == 1  # one read served both
     await asyncio.sleep(0.25)
-    drained = await a.load()  # the runtime had nothing new: keep what we knew, with its time
+    idle = await a.load()  # no engine iteration since: nothing runs; KV blocks stay as they were
     await a.aclose()
     await b.aclose()
-    assert (first.running, first.waiting, first.kv_usage) == (3, 2, 0.25)
+    assert (first.running, first.waiting, first.kv_usage, first.prefix_hit_rate) == (3, 2, 0.25, 0.5)
     assert same == first
-    assert drained == first and drained.read_at == first.read_at
+    assert (idle.running, idle.waiting, idle.kv_usage) == (0, 0, 0.25) and idle.read_at > first.read_at
+
+
+async def test_json_metrics_never_seen_is_unknown(replay):
+    replay.script({"GET /metrics": [{"status": 200, "body": "[]"}]})
+    a = adapter(replay)  # this test has its own event loop, so its own reader
+    snap = await a.load()
+    await a.aclose()
+    assert (snap.running, snap.waiting) == (None, None) and snap.read_at > 0
 
 
 async def test_prometheus_metrics_option(replay):
