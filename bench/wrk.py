@@ -66,6 +66,8 @@ def run(url: str, body: bytes, connections: int, duration_s: float, threads: int
         script = Path(f.name)
     try:
         out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration_s:g}s", "--latency",
+                              # wrk's own 2 s default would count a slow server's answers as errors.
+                              "--timeout", "30s",
                               "-s", str(script), url], capture_output=True, text=True, check=True,
                              timeout=duration_s + 30)
     finally:
