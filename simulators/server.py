@@ -279,7 +279,8 @@ async def serve(sim: Simulator) -> None:
     if opts.startup_delay > 0:
         await asyncio.sleep(opts.startup_delay)
     await sim.load()
-    runner = web.AppRunner(sim.make_app(), handler_cancellation=True, access_log=None)
+    # A short shutdown timeout: a simulator holds no state worth draining connections for.
+    runner = web.AppRunner(sim.make_app(), handler_cancellation=True, access_log=None, shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, opts.host, opts.port, backlog=4096, reuse_address=True)
     await site.start()

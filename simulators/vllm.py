@@ -190,7 +190,8 @@ class VllmSimulator(Simulator):
 
     def _fault_response(self, sim: SimRequest) -> web.Response | None:
         f = sim.faults
-        if f.overloaded:
+        limit = self.opts.max_num_queued_reqs
+        if f.overloaded or (limit is not None and self.in_flight >= limit):
             return error(503, "The engine is currently busy and cannot accept new requests. Please try "
                               "again later or on a different instance.", "Service Unavailable")
         if f.status is not None and f.status >= 400:

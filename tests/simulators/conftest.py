@@ -43,6 +43,9 @@ def make_sim() -> Iterator[Any]:
         return handle
 
     yield make
+    for handle in started:  # signal all first, then wait: they shut down in parallel
+        if handle.process.poll() is None:
+            handle.process.terminate()
     for handle in started:
         handle.stop()
 
