@@ -69,7 +69,7 @@ def run(url: str, body: bytes, connections: int, duration_s: float, threads: int
                               # wrk's own 2 s default would count a slow server's answers as errors.
                               "--timeout", "30s",
                               "-s", str(script), url], capture_output=True, text=True, check=True,
-                             timeout=duration_s + 30)
+                             timeout=duration_s + 60)
     finally:
         script.unlink(missing_ok=True)
     return parse(out.stdout)
