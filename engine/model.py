@@ -199,14 +199,17 @@ class LlamaModel:
         keys = k_cache.view(-1, block_numel).index_select(0, flat).view(ctx_shape).transpose(1, 2)
         values = v_cache.view(-1, block_numel).index_select(0, flat).view(ctx_shape).transpose(1, 2)
         if g.q_dest is None:
-            queries = q.view(B, 1, self.num_heads, self.head_dim)
-        else:
-            queries = q.new_zeros(B * max_q, self.num_heads, self.head_dim)
-            queries[g.q_dest] = q
-            queries = queries.view(B, max_q, self.num_heads, self.head_dim)
+            # Decodes: fold the query heads sharing a KV head into the query-length axis,
+            # so each KV head meets a small matrix instead of broadcast GQA.
+            group = self.num_heads // self.num_kv_heads
+            queries = q.reshape(B, self.num_kv_heads, group, self.head_dim)
+            out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=g.mask)
+            return out.reshape(B, self.q_size)
+        queries = q.new_zeros(B * max_q, self.num_heads, self.head_dim)
+        queries[g.q_dest] = q
+        queries = queries.view(B, max_q, self.num_heads, self.head_dim)
         out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys, values, attn_mask=g.mask,
                                              enable_gqa=self.num_heads != self.num_kv_heads)
         out = out.transpose(1, 2).reshape(B * max_q, self.q_size)
-        if g.q_dest is not None:
-            out = out[g.q_dest]
+        out = out[g.q_dest]
         return out
