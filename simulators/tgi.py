@@ -75,6 +75,21 @@ def finish_for_chat(finish: str | None) -> str | None:
     return _FINISH.get(finish or "", finish)
 
 
+def visible(token: Token) -> str:
+    """TGI's stop criterion matches the stop string at the end of the output and
+    keeps it: the text includes the stop sequence."""
+    if token.finish == "stop_sequence" and isinstance(token.matched, str):
+        return token.text + token.matched
+    return token.text
+
+
+def full_text(outcome: Outcome) -> str:
+    text = outcome.text(0)
+    if outcome.finish[0] == "stop_sequence" and isinstance(outcome.matched[0], str):
+        text += outcome.matched[0]
+    return text
+
+
 class TgiSimulator(Simulator):
     kind = "tgi"
 
@@ -312,7 +327,7 @@ class TgiSimulator(Simulator):
                 {"id": "0", "type": "function",
                  "function": {"description": None, "name": plan.name, "arguments": arguments}}]}
         else:
-            message = {"role": "assistant", "content": outcome.text(0)}
+            message = {"role": "assistant", "content": full_text(outcome)}
         return {"object": "chat.completion", "id": "", "created": created, "model": model,
                 "system_fingerprint": self.fingerprint,
                 "choices": [{"index": 0, "message": message, "logprobs": None,
@@ -352,7 +367,7 @@ class TgiSimulator(Simulator):
                 return out
             if plan is not None and not self.legacy:
                 return []  # after the call's JSON closes, TGI buffers again: no finish chunk
-            return [chunk({"role": "assistant", "content": token.text}, finish, legacy_usage)]
+            return [chunk({"role": "assistant", "content": visible(token)}, finish, legacy_usage)]
 
         async def fail(s: SSEStream) -> None:
             self._failure("generation")
@@ -430,7 +445,7 @@ class TgiSimulator(Simulator):
                     return json_response(200, {
                         "object": "text_completion", "id": "", "created": created, "model": model,
                         "system_fingerprint": self.fingerprint,
-                        "choices": [{"index": 0, "text": outcome.text(0), "logprobs": None,
+                        "choices": [{"index": 0, "text": full_text(outcome), "logprobs": None,
                                      "finish_reason": finish_for_chat(outcome.finish[0])}],
                         "usage": self._usage(sim, outcome.completion_tokens)})
                 s = SSEStream(request, self.paced(sim), headers={"X-Accel-Buffering": "no"})
@@ -438,12 +453,12 @@ class TgiSimulator(Simulator):
                 def emit(token: Token) -> list[bytes]:
                     if token.finish is None:
                         return [frame({"object": "text_completion", "id": "", "created": created,
-                                       "choices": [{"index": 0, "text": token.text, "logprobs": None,
+                                       "choices": [{"index": 0, "text": visible(token), "logprobs": None,
                                                     "finish_reason": ""}],
                                        "model": model, "system_fingerprint": self.fingerprint})]
                     return [frame({"object": "text_completion", "id": "", "created": created, "model": model,
                                    "system_fingerprint": self.fingerprint,
-                                   "choices": [{"index": 0, "text": token.text, "logprobs": None,
+                                   "choices": [{"index": 0, "text": visible(token), "logprobs": None,
                                                 "finish_reason": _FINISH.get(token.finish, token.finish)}],
                                    "usage": self._usage(sim, outcome.completion_tokens)})]
 
@@ -529,7 +544,7 @@ class TgiSimulator(Simulator):
 
         def token_json(token: Token) -> dict[str, Any]:
             special = token.token_id == EOS_TOKEN_ID
-            return {"id": token.token_id, "text": "</s>" if special else token.text, "logprob": -0.5,
+            return {"id": token.token_id, "text": "</s>" if special else visible(token), "logprob": -0.5,
                     "special": special}
 
         try:
@@ -543,7 +558,7 @@ class TgiSimulator(Simulator):
                                         "generation").response()
                     self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
                                         outcome.first_token_at)
-                    result: dict[str, Any] = {"generated_text": prefix + outcome.text(0)}
+                    result: dict[str, Any] = {"generated_text": prefix + full_text(outcome)}
                     if details:
                         result["details"] = {
                             "finish_reason": _FINISH.get(outcome.finish[0] or "", outcome.finish[0]),
@@ -561,7 +576,7 @@ class TgiSimulator(Simulator):
                     index[0] += 1
                     last = token.finish is not None
                     event: dict[str, Any] = {"index": index[0], "token": token_json(token),
-                                             "generated_text": prefix + outcome.text(0) if last else None,
+                                             "generated_text": prefix + full_text(outcome) if last else None,
                                              "details": None}
                     if last and details:
                         event["details"] = {"finish_reason": _FINISH.get(token.finish or "", token.finish),

@@ -48,6 +48,7 @@ def test_stop_sequence_leaks_and_completions_use_eos_token(sim) -> None:
     stop = text.split()[2]
     body = c.post("/v1/chat/completions", json=chat(max_tokens=6, stop=[stop])).json()
     assert body["choices"][0]["finish_reason"] == "stop_sequence"
+    assert body["choices"][0]["message"]["content"].endswith(stop)  # TGI keeps the stop sequence
     chunks = sse_json(c.post("/v1/completions", json={"prompt": "hello there", "stream": True}).text)
     assert [ch["choices"][0]["finish_reason"] for ch in chunks[:-1]] == [""] * (len(chunks) - 1)
     assert chunks[-1]["choices"][0]["finish_reason"] == "eos_token" and "usage" in chunks[-1]
