@@ -345,6 +345,7 @@ class SglangSimulator(Simulator):
         stream = SSEStream(request, self.paced(sim))
         role_sent = [False] * outcome.n
         tool_started = [False] * outcome.n
+        finish_chunks: list[bytes] = []
         counts = [0] * outcome.n
 
         def usage_now() -> dict[str, Any]:
@@ -385,16 +386,17 @@ class SglangSimulator(Simulator):
                         chunk["usage"] = usage_now()
                     out.append(frame(chunk))
             if token.finish is not None:
-                # SGLang sends finish_reason in its own content-free chunk, after the loop.
+                # SGLang sends each index's finish_reason in its own content-free chunk, after the
+                # generation loop has ended for every index.
                 reason = openai_finish(token.finish, plan is not None)
-                matched = None if plan is not None or token.finish not in ("eos", "stop_sequence") else token.matched
+                matched = token.matched if token.finish in ("eos", "stop_sequence") else None
                 if kind == "chat":
                     choice = {"index": i, "delta": {"reasoning_content": None}, "logprobs": None,
                               "finish_reason": reason, "matched_stop": matched}
                 else:
                     choice = {"index": i, "text": "", "logprobs": None, "finish_reason": reason,
                               "matched_stop": matched}
-                out.append(frame({**head, "choices": [choice]}))
+                finish_chunks.append(frame({**head, "choices": [choice]}))
             return out
 
         async def fail(s: SSEStream) -> None:
@@ -407,6 +409,8 @@ class SglangSimulator(Simulator):
         except StreamEnded:
             self.fail_generation(sim)
             return stream.response
+        for data in finish_chunks:
+            await stream.send(data)
         if include_usage:
             await stream.send(frame({**head, "choices": [], "usage": self._usage(sim, outcome.completion_tokens,
                                                                                   cached)}))

@@ -79,6 +79,15 @@ def test_tool_call_shapes_with_parser(sim) -> None:
     assert all(d["id"] is None and d["function"]["name"] is None and d["type"] == "function" for d in deltas)
     assert json.loads("".join(d["function"]["arguments"] for d in deltas)) == {"city": "sim"}
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    assert chunks[-1]["choices"][0]["matched_stop"] == 2  # the stream reports the EOS that ended it
+
+
+def test_finish_chunks_follow_all_content_for_n_choices(sim) -> None:
+    chunks = sse_json(client(sim).post("/v1/chat/completions", json=chat(stream=True, n=2, max_tokens=3)).text)
+    finishes = [i for i, ch in enumerate(chunks) if ch["choices"][0]["finish_reason"]]
+    contents = [i for i, ch in enumerate(chunks) if ch["choices"][0]["delta"].get("content")]
+    assert len(finishes) == 2 and min(finishes) > max(contents)
+    assert {chunks[i]["choices"][0]["index"] for i in finishes} == {0, 1}
 
 
 def test_without_parser_tool_output_is_raw_text(bare) -> None:
