@@ -181,16 +181,22 @@ class RedisQuotaStore:
     kind = "redis"
 
     def __init__(self, url: str, *, key_prefix: str = "switchyard", window_ms: int = WINDOW_MS,
-                 bucket_ms: int = BUCKET_MS, timeout_s: float = 0.5) -> None:
+                 bucket_ms: int = BUCKET_MS, timeout_s: float = 1.0, max_connections: int = 64,
+                 pool_wait_s: float = 2.0) -> None:
         if window_ms % bucket_ms:
             raise ValueError("window_ms must be a multiple of bucket_ms")
         self.window_ms = window_ms
         self.bucket_ms = bucket_ms
         self.prefix = key_prefix
         # A short timeout: a hung Redis must turn into the fail policy quickly,
-        # not into requests that hang with it.
-        self.client = aioredis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                              retry_on_timeout=False)
+        # not into requests that hang with it. A bounded pool that makes a burst
+        # wait for a connection: the default pool raises "Too many connections"
+        # instead, which would look like an outage and open the fail policy
+        # (per-replica limits) in exactly the burst the shared limits are for.
+        self._pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=pool_wait_s, socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s)
+        self.client = aioredis.Redis(connection_pool=self._pool)
         self._reserve = self.client.register_script(RESERVE_LUA)
         self._release = self.client.register_script(RELEASE_LUA)
         self._heartbeat = self.client.register_script(HEARTBEAT_LUA)
@@ -267,3 +273,4 @@ class RedisQuotaStore:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+        await self._pool.disconnect()
