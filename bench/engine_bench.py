@@ -243,7 +243,7 @@ def run_vllm(model_dir: str, c1, c32, vocab: int, seed: int) -> dict:
     url = f"http://127.0.0.1:{port}"
     try:
         import urllib.request
-        deadline = time.time() + 300
+        deadline = time.time() + 900
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"vLLM exited with {proc.returncode}; log: {log.name}")
@@ -254,7 +254,7 @@ def run_vllm(model_dir: str, c1, c32, vocab: int, seed: int) -> dict:
             except OSError:
                 pass
             if time.time() > deadline:
-                raise RuntimeError(f"vLLM not ready after 300 s; log: {log.name}")
+                raise RuntimeError(f"vLLM not ready after 900 s; log: {log.name}")
             time.sleep(1)
         return asyncio.run(vllm_workloads(url, c1, c32, vocab, seed))
     finally:
