@@ -144,15 +144,43 @@ class SglangSimulator(Simulator):
     def _used_tokens(self) -> int:
         return sum(self.live_prompt_tokens.values())
 
-    async def loads(self, request: web.Request) -> web.Response:
+    def _load_snapshot(self) -> dict[str, Any]:
+        """One DP rank's `LoadSnapshot` (`srt/managers/load_snapshot.py`): core keys, then sections."""
         used = self._used_tokens()
         total = self._max_total_tokens()
-        load = {"dp_rank": 0, "num_running_reqs": self.in_flight, "num_waiting_reqs": 0, "num_used_tokens": used,
-                "max_total_num_tokens": total, "token_usage": round(used / total, 4) if total else 0.0,
-                "gen_throughput": 0.0, "cache_hit_rate": round(self.prefix_cache.hit_rate, 4),
-                "utilization": round(min(1.0, used / total), 4) if total else 0.0}
+        return {"dp_rank": 0, "num_running_reqs": self.in_flight, "num_waiting_reqs": 0,
+                "num_waiting_uncached_tokens": 0, "num_used_tokens": used, "num_total_tokens": used,
+                "max_total_num_tokens": total, "max_running_requests": 4096,
+                "token_usage": round(used / total, 4) if total else 0.0, "gen_throughput": 0.0,
+                "cache_hit_rate": round(self.prefix_cache.hit_rate, 4),
+                "utilization": round(min(1.0, used / total), 4) if total else 0.0,
+                "memory": {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": total},
+                "queues": {"waiting": 0, "grammar": 0, "paused": 0, "retracted": 0}}
+
+    async def loads(self, request: web.Request) -> web.Response:
+        include = request.query.get("include")
+        wanted = {part.strip() for part in include.split(",")} if include else None
+        valid = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
+        if wanted is not None and not wanted <= valid:
+            return json_response(400, {"detail": f"Invalid include sections: {wanted - valid}. "
+                                                 f"Valid options: {sorted(valid)}"})
+        load = self._load_snapshot()
+        for section in ("memory", "queues"):
+            if wanted is not None and "all" not in wanted and section not in wanted:
+                load.pop(section)
+        if request.query.get("format") == "prometheus":
+            lines = []
+            for key, value in load.items():
+                if key == "dp_rank":
+                    continue
+                items = [(f"sglang_{key}_{k}", v) for k, v in value.items()] if isinstance(value, dict) \
+                    else [(f"sglang_{key}", value)]
+                for name, number in items:
+                    lines += [f"# TYPE {name} gauge", f'{name}{{dp_rank="0"}} {number}']
+            return web.Response(status=200, body=("\n".join(lines) + "\n").encode(),
+                                headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
         return json_response(200, {"timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                                   "version": VERSION, "accelerator": "cpu", "num_accelerators": 1,
+                                   "version": VERSION, "accelerator": None, "num_accelerators": 1,
                                    "loads": [load]})
 
     async def metrics(self, request: web.Request) -> web.Response:

@@ -158,7 +158,11 @@ def test_health_is_slow_and_loads_report(sim) -> None:
     loads = c.get("/v1/loads").json()
     assert set(loads) >= {"timestamp", "version", "loads"}
     assert set(loads["loads"][0]) >= {"dp_rank", "num_running_reqs", "num_waiting_reqs", "token_usage",
-                                      "cache_hit_rate"}
+                                      "cache_hit_rate", "memory", "queues"}
+    assert "memory" not in c.get("/v1/loads", params={"include": "core"}).json()["loads"][0]
+    assert c.get("/v1/loads", params={"include": "bogus"}).status_code == 400
+    prom = {f.name for f in text_string_to_metric_families(c.get("/v1/loads", params={"format": "prometheus"}).text)}
+    assert {"sglang_num_running_reqs", "sglang_memory_token_capacity", "sglang_queues_waiting"} <= prom
     families = {f.name for f in text_string_to_metric_families(c.get("/metrics").text)}
     assert {"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
             "sglang:cache_hit_rate"} <= families
