@@ -1,0 +1,1 @@
+"""Wire-faithful runtime simulators (vLLM, SGLang, TensorRT-LLM, TGI); see README.md."""
