@@ -42,12 +42,15 @@ class EngineMetrics:
         self.kv_usage.set(stats.kv_usage)
         self.prefix_hit_rate.set(stats.prefix_hit_rate)
         # Counters only move forward: add what changed since the last observation.
-        self.preemptions.inc(stats.preemptions_total - self._seen_preemptions)
-        self._seen_preemptions = stats.preemptions_total
-        self.prefix_queries.inc(stats.prefix_query_tokens - self._seen_queries)
-        self._seen_queries = stats.prefix_query_tokens
-        self.prefix_hits.inc(stats.prefix_hit_tokens - self._seen_hits)
-        self._seen_hits = stats.prefix_hit_tokens
+        if stats.preemptions_total > self._seen_preemptions:
+            self.preemptions.inc(stats.preemptions_total - self._seen_preemptions)
+            self._seen_preemptions = stats.preemptions_total
+        if stats.prefix_query_tokens > self._seen_queries:
+            self.prefix_queries.inc(stats.prefix_query_tokens - self._seen_queries)
+            self._seen_queries = stats.prefix_query_tokens
+        if stats.prefix_hit_tokens > self._seen_hits:
+            self.prefix_hits.inc(stats.prefix_hit_tokens - self._seen_hits)
+            self._seen_hits = stats.prefix_hit_tokens
         if stats.last_batch_tokens:
             self.step_time.observe(stats.last_step_s)
             self.batch_tokens.observe(stats.last_batch_tokens)

@@ -21,7 +21,8 @@ def test_gauges_and_counters_follow_stats():
                            prefix_hit_tokens=40, prefix_hit_rate=0.4, last_step_s=0.003, last_batch_tokens=17))
     metrics.observe(_stats(running=1, preemptions_total=4, prefix_query_tokens=150, prefix_hit_tokens=60,
                            last_step_s=0.001, last_batch_tokens=1))
-    metrics.observe(_stats(last_batch_tokens=0))   # an idle step records no timing
+    # an idle step records no timing
+    metrics.observe(_stats(preemptions_total=4, prefix_query_tokens=150, prefix_hit_tokens=60, last_batch_tokens=0))
     get = registry.get_sample_value
     assert get("switchyard_engine_running_sequences") == 0
     assert get("switchyard_engine_preemptions_total") == 4
