@@ -194,3 +194,25 @@ def test_cancellation_reaches_the_runtime(stack):
         # the request in POST /abort_request, with the rid it sent.
         bodies = {r["path"]: r["body"] for r in stats["last_requests"]}
         assert bodies["/abort_request"] == {"rid": bodies["/v1/chat/completions"]["rid"]}
+
+
+def test_openai_defaults_every_runtime_accepts(stack):
+    # TGI rejects top_p 1.0 (422), reads presence_penalty 0 as repetition 2.0 and
+    # wants `stop` as an array; OpenAI clients send all three.
+    resp = stack.client.chat.completions.create(model="m", messages=ask("defaults"), top_p=1.0, presence_penalty=0,
+                                                stop="zzz", max_tokens=4, temperature=0.7)
+    assert resp.choices[0].finish_reason in ("stop", "length")
+    body = stack.sim.stats()["last_requests"][-1]["body"]
+    if stack.kind.startswith("tgi"):
+        assert "top_p" not in body and "presence_penalty" not in body and body["stop"] == ["zzz"]
+
+
+def test_what_the_runtime_cannot_do_is_a_400_naming_it(stack):
+    if not stack.kind.startswith("tgi"):
+        resp = stack.client.chat.completions.create(model="m", messages=ask("penalty"), presence_penalty=0.5,
+                                                    max_tokens=3)
+        assert resp.choices[0].finish_reason in ("stop", "length")
+        return
+    with pytest.raises(openai.BadRequestError) as info:
+        stack.client.chat.completions.create(model="m", messages=ask("penalty"), presence_penalty=0.5)
+    assert "TGI" in info.value.message and info.value.param == "presence_penalty"
