@@ -27,6 +27,9 @@ class ModelConfig:
     hidden_act: str
     eos_token_ids: set[int] = field(default_factory=set)
     bos_token_id: int | None = None
+    # Attention window, when the model uses one. The engine attends to the full context,
+    # so it caps max_model_len here rather than silently diverge past the window.
+    sliding_window: int | None = None
 
     @classmethod
     def from_dir(cls, model_dir: str) -> "ModelConfig":
@@ -71,6 +74,8 @@ class ModelConfig:
             hidden_act=raw.get("hidden_act", "silu"),
             eos_token_ids=eos,
             bos_token_id=raw.get("bos_token_id"),
+            sliding_window=(raw.get("sliding_window")
+                            if model_type == "mistral" or raw.get("use_sliding_window") else None),
         )
 
 

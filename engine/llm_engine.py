@@ -72,7 +72,8 @@ class LLMEngine:
         self.model_config = ModelConfig.from_dir(model_dir)
         self.eos_token_ids: set[int] = set(self.model_config.eos_token_ids)
         self.max_model_len = min(max_model_len or self.model_config.max_position_embeddings,
-                                 self.model_config.max_position_embeddings)
+                                 self.model_config.max_position_embeddings,
+                                 self.model_config.sliding_window or self.model_config.max_position_embeddings)
         self.device = torch.device(device)
         self.runner = ModelRunner(self.model_config, self.config, self.max_model_len)
         self.pool = BlockPool(self.runner.num_blocks)
