@@ -11,8 +11,11 @@ have capacity.
   runtime reports saturation), or None for unbounded. A request is dispatched
   when fewer than that many are in flight from this gateway.
 * A full queue answers 429 or 503 with Retry-After estimated from the recent
-  drain rate; a request that waited past its deadline gets 503; a request whose
-  client left is removed at once (its slot goes to the next one).
+  drain rate, except that a tenant with few places pushes out the newest
+  request of the tenant holding the most (longest-queue drop), so fairness
+  covers the queue's space and not only its order.
+* A request that waited past its deadline gets 503; a request whose client
+  left is removed at once (its slot goes to the next one).
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ class _Waiter:
     tier: int
     future: asyncio.Future[None]
     enqueued_at: float
+    dispatched: bool = False
 
 
 @dataclass
@@ -113,9 +117,13 @@ class AdmissionQueue:
             q.in_flight += 1
             return Slot(model, 0.0)
         if q.waiting >= self.max_queue:
-            raise GatewayError(self.full_status,
-                               f"The queue for model `{model}` is full ({self.max_queue} waiting); retry later.",
-                               code="queue_full", retry_after=self.drain_retry_after(model))
+            victim = self._push_out_candidate(q, tenant, tier)
+            if victim is None:
+                raise self._full(model)
+            # Longest-queue drop: the tenant holding the most places gives one
+            # up, so a flood cannot fill the queue and lock everyone else out.
+            self._remove(q, victim)
+            victim.future.set_exception(self._full(model))
         limit = start + self.max_wait_s
         if deadline is not None:
             limit = min(limit, deadline)
@@ -126,26 +134,48 @@ class AdmissionQueue:
                 self._dispatch(model, q)
                 remaining = limit - time.monotonic()
                 if waiter.future.done():
-                    return Slot(model, time.monotonic() - start)
+                    if waiter.dispatched:
+                        return Slot(model, time.monotonic() - start)
+                    raise waiter.future.exception()  # pushed out by a tenant with fewer places
                 if remaining <= 0:
                     raise GatewayError(503, f"The request waited {time.monotonic() - start:.1f}s in the queue for "
                                             f"model `{model}` and passed its deadline.", code="queue_timeout",
                                        retry_after=self.drain_retry_after(model))
                 try:
                     await asyncio.wait_for(asyncio.shield(waiter.future), min(self.poll_s, remaining))
-                except asyncio.TimeoutError:
-                    pass
+                except (asyncio.TimeoutError, GatewayError):
+                    pass  # GatewayError: pushed out; raised at the top of the loop
                 if not waiter.future.done() and client_gone is not None and await client_gone():
                     raise ClientGoneWhileQueued()
         except BaseException:
-            if waiter.future.done():
+            if waiter.dispatched:
                 # Dispatched while we were leaving: hand the slot to the next one.
                 q.in_flight -= 1
                 self._dispatch(model, q)
-            else:
+            elif not waiter.future.done():
                 waiter.future.cancel()
                 self._remove(q, waiter)
             raise
+
+    def _full(self, model: str) -> GatewayError:
+        return GatewayError(self.full_status,
+                            f"The queue for model `{model}` is full ({self.max_queue} waiting); retry later.",
+                            code="queue_full", retry_after=self.drain_retry_after(model))
+
+    def _push_out_candidate(self, q: _ModelQueue, tenant: str, tier: int) -> _Waiter | None:
+        """The newest waiter of the tenant with the most places in bands not above
+        `tier`, if it holds at least two more than `tenant` does."""
+        mine = sum(len(b.queues.get(tenant, ())) for b in q.bands.values())
+        best: deque[_Waiter] | None = None
+        for band_tier in sorted(q.bands):
+            if band_tier > tier:
+                break
+            for fifo in q.bands[band_tier].queues.values():
+                if best is None or len(fifo) > len(best):
+                    best = fifo
+        if best is None or len(best) <= mine + 1:
+            return None
+        return best[-1]
 
     def release(self, slot: Slot) -> None:
         """Idempotent: free the slot and dispatch whoever is next."""
@@ -209,4 +239,5 @@ class AdmissionQueue:
             if w.future.done():  # cancelled while queued; already counted out
                 continue
             q.in_flight += 1
+            w.dispatched = True
             w.future.set_result(None)

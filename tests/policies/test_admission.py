@@ -77,7 +77,7 @@ async def test_full_queue_is_rejected_with_retry_after():
     waiting = [asyncio.create_task(q.enter("m", "a", 1)) for _ in range(2)]
     await asyncio.sleep(0.02)
     with pytest.raises(GatewayError) as exc:
-        await q.enter("m", "b", 1)
+        await q.enter("m", "a", 1)  # the same tenant: nobody to push out
     assert exc.value.status == 503 and exc.value.code == "queue_full"
     assert exc.value.retry_after and exc.value.retry_after >= 1
     q.release(held)
@@ -164,3 +164,40 @@ async def test_retry_after_follows_the_drain_rate():
         t.cancel()
     await asyncio.gather(*waiting, return_exceptions=True)
     q.release(held)
+
+
+async def test_a_flood_that_fills_the_queue_is_pushed_out_for_a_quiet_tenant():
+    q = queue(1, max_queue=4, full_status=429)
+    held = await q.enter("m", "flood", 1)
+    flood = [asyncio.create_task(q.enter("m", "flood", 1)) for _ in range(4)]
+    await asyncio.sleep(0.02)
+    quiet = [asyncio.create_task(q.enter("m", "quiet", 1)) for _ in range(2)]
+    await asyncio.sleep(0.02)
+    # Each quiet arrival pushed out the flood's newest: 2 places each now.
+    for pushed_out in flood[2:]:
+        with pytest.raises(GatewayError) as exc:
+            await pushed_out
+        assert exc.value.status == 429 and exc.value.code == "queue_full"
+    assert q.waiting("m") == 4
+    with pytest.raises(GatewayError):
+        await q.enter("m", "quiet", 1)  # 2 against 2: the queue is full for everyone
+    q.release(held)
+    pending = set(flood[:2] + quiet)
+    while pending:
+        done, pending = await asyncio.wait(pending, timeout=2, return_when=asyncio.FIRST_COMPLETED)
+        assert done, "a queued request was never dispatched"
+        for t in done:
+            q.release(t.result())
+    assert q.in_flight("m") == 0 and q.waiting("m") == 0
+
+
+async def test_a_lower_tier_never_pushes_out_a_higher_one():
+    q = queue(1, max_queue=2)
+    held = await q.enter("m", "vip", 2)
+    vips = [asyncio.create_task(q.enter("m", "vip", 2)) for _ in range(2)]
+    await asyncio.sleep(0.02)
+    with pytest.raises(GatewayError):
+        await q.enter("m", "low", 1)
+    q.release(held)
+    for t in vips:
+        q.release(await asyncio.wait_for(t, 1))
