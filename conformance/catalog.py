@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from conformance.check import Check
-from conformance.checks import (cancellation, chat_shape, errors, gateway, logprobs, max_tokens, models, n_choices,
-                                sampling, stop, streaming, structured, tools, usage)
+from conformance.checks import (cancellation, chat_shape, errors, faults, gateway, logprobs, max_tokens, models,
+                                n_choices, sampling, stop, streaming, structured, tools, usage)
 
 ALL_CHECKS: list[Check] = [
     *models.CHECKS,
@@ -20,6 +20,7 @@ ALL_CHECKS: list[Check] = [
     *errors.CHECKS,
     *cancellation.CHECKS,
     *gateway.CHECKS,
+    *faults.CHECKS,
 ]
 
 

@@ -92,10 +92,15 @@ async def run_all(config: dict[str, Any], gateway_url: str, keys: dict[str, str]
 
     matrix = MatrixReport()
     checks = select(profiles)
+    # The failure checks need the simulators' fault markers: simulator columns
+    # only, directly (the runtime's own failure shapes) and through the gateway.
+    fault_checks = [c for c in select(["gateway"], ["faults."]) if c not in checks]
     for target in targets_from_config(config, gateway_url, direct=True, api_key=keys["main"],
                                       models=[m for m in config["models"] if m not in ("restricted", "overload")],
                                       metrics_url=gateway_url + "/metrics"):
-        run = await run_checks(target, checks, profiles, progress=lambda r, t=target: progress(t, r))
+        target.sim_faults = "sim-" in target.name
+        run = await run_checks(target, checks + (fault_checks if target.sim_faults else []), profiles,
+                               progress=lambda r, t=target: progress(t, r))
         matrix.runs.append((target, run))
     policies = Target(base_url=gateway_url, model="native", name="gateway/policies", api_key=keys["main"],
                       forbidden_model="restricted", rate_limited_key=keys["limited"], overload_model="overload",

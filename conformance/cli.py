@@ -36,7 +36,7 @@ def _progress(prefix: str = "") -> Any:
 def _gateway_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"bad_api_key": args.bad_api_key, "forbidden_model": args.forbidden_model,
             "rate_limited_key": args.rate_limited_key, "overload_model": args.overload_model,
-            "metrics_url": args.metrics_url, "timeout_s": args.timeout}
+            "metrics_url": args.metrics_url, "sim_faults": args.sim_faults, "timeout_s": args.timeout}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -115,6 +115,8 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-limited-key", help="gateway: a key whose tenant allows only a few requests per minute (429)")
     p.add_argument("--overload-model", help="gateway: a model whose queue overflows under a burst (503)")
     p.add_argument("--metrics-url", help="Prometheus endpoint with a running-requests gauge (cancellation check)")
+    p.add_argument("--sim-faults", action="store_true",
+                   help="the server understands the simulators' [[sim:...]] fault markers (failure checks)")
     p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds")
     p.add_argument("--quiet", action="store_true", help="no per-check progress lines")
 

@@ -97,6 +97,7 @@ class Context:
     def ok_json(self, ex: Exchange, what: str = "response", capability: str | None = None) -> dict[str, Any]:
         """Require 200 with a JSON object body; return it. With `capability`
         (tools, structured output), an explicit refusal is a skip, not a failure."""
+        self.complete_body(ex, what)
         if capability:
             self.skip_if_unsupported(ex, capability)
         if ex.status != 200:
@@ -115,6 +116,7 @@ class Context:
     def ok_stream(self, ex: Exchange, what: str = "stream", capability: str | None = None) -> list[dict[str, Any]]:
         """Require 200 text/event-stream; return the JSON chunks (framing is
         judged by its own check, so it is not enforced here)."""
+        self.complete_body(ex, what)
         if capability:
             self.skip_if_unsupported(ex, capability)
         if ex.status != 200:
@@ -125,6 +127,11 @@ class Context:
                             seen=f"Content-Type: {ex.content_type or '<none>'}", where="header content-type",
                             offending=_body_excerpt(ex), exchange=ex)
         return ex.sse.chunks
+
+    def complete_body(self, ex: Exchange, what: str) -> None:
+        if ex.transport_error:
+            raise self.fail(f"{what}: the server closed the connection mid-body", expected="a complete HTTP body",
+                            seen=ex.transport_error, offending=_body_excerpt(ex), exchange=ex)
 
     def skip_if_unsupported(self, ex: Exchange, capability: str) -> None:
         """A server may honestly refuse a feature its runtime lacks (DESIGN:

