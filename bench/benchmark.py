@@ -31,6 +31,7 @@ class BenchOptions:
     rates: list[float] = field(default_factory=list)
     burstiness: float = 1.0
     concurrency: int | None = None  # closed loop; with a rate, a cap on the open loop
+    duration_s: float | None = None  # closed loop: stop starting sessions after this long
     trace: Path | None = None
     time_scale: float = 1.0
     # workload
@@ -97,7 +98,8 @@ def plan_for(o: BenchOptions, rate: float | None) -> LoadPlan:
     else:
         arrivals = None
     return LoadPlan(sessions=sessions, arrivals=arrivals, concurrency=o.concurrency,
-                    cancel_rate=o.cancel_rate, cancel_delay_s=o.cancel_delay_s, seed=o.seed)
+                    cancel_rate=o.cancel_rate, cancel_delay_s=o.cancel_delay_s, seed=o.seed,
+                    duration_s=o.duration_s if arrivals is None else None)
 
 
 def client_config(o: BenchOptions) -> ClientConfig:
@@ -128,7 +130,8 @@ def _mode(o: BenchOptions, rate: float | None) -> str:
         kind = "poisson" if o.burstiness == 1 else f"gamma (burstiness {o.burstiness:g})"
         cap = f", concurrency cap {o.concurrency}" if o.concurrency else ""
         return f"open loop, {kind} at {rate:g} req/s{cap}"
-    return f"closed loop, concurrency {o.concurrency}"
+    limit = f", for at most {o.duration_s:g} s" if o.duration_s else ""
+    return f"closed loop, concurrency {o.concurrency}{limit}"
 
 
 def meets_slo(summary: dict[str, Any], attainment: float) -> bool:

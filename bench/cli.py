@@ -61,6 +61,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--burstiness", type=float, default=1.0,
                    help="gamma shape of inter-arrival gaps: 1 Poisson, <1 burstier, >1 more regular")
     g.add_argument("--concurrency", type=int, help="closed loop; with --rate, a cap on in-flight requests")
+    g.add_argument("--duration-s", type=float, help="closed loop: stop starting requests after this long "
+                   "(--num-requests is then an upper bound)")
     g.add_argument("--trace", type=Path, help="replay a JSONL trace with 'timestamp' (s) or 'timestamp_ms'")
     g.add_argument("--time-scale", type=float, default=1.0, help="trace replay speed factor on gaps")
     w = p.add_argument_group("workload")
@@ -107,7 +109,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     out = args.out or Path("reports/bench") / time.strftime("%Y%m%d-%H%M%S")
     return BenchOptions(
         base_url=args.base_url, model=args.model, out_dir=out, rate=args.rate, rates=args.rates or [],
-        burstiness=args.burstiness, concurrency=args.concurrency, trace=args.trace, time_scale=args.time_scale,
+        burstiness=args.burstiness, concurrency=args.concurrency, duration_s=args.duration_s, trace=args.trace, time_scale=args.time_scale,
         num_requests=args.num_requests, input_tokens=args.input_tokens, output_tokens=args.output_tokens,
         range_ratio=args.range_ratio, prefixes=args.prefixes, suffixes_per_prefix=args.suffixes_per_prefix,
         prefix_tokens=args.prefix_tokens, turns=args.turns, think_time_s=args.think_time_ms / 1000.0,

@@ -68,9 +68,11 @@ def sessions(n: int) -> list[Session]:
     return [Session([Turn(PROMPT, 16, 5)]) for _ in range(n)]
 
 
-async def closed_loop(base: str, stream: bool, concurrency: int, n: int) -> list[RequestRecord]:
+async def closed_loop(base: str, stream: bool, concurrency: int, n: int,
+                      duration_s: float | None = None) -> list[RequestRecord]:
+    plan = LoadPlan(sessions(n), concurrency=concurrency, duration_s=duration_s)
     async with Client(ClientConfig(base_url=base, model=MODEL, stream=stream, timeout_s=30)) as client:
-        return await Runner(client, LoadPlan(sessions(n), concurrency=concurrency)).run()
+        return await Runner(client, plan).run()
 
 
 def body(stream: bool) -> bytes:
@@ -116,9 +118,9 @@ def measure_throughput(targets: dict[str, str], sc: Scenario, duration_s: float,
             result[name] = {"requests_per_s": r.requests_per_s, "p50_ms": r.latency_ms.get("p50"),
                             "p99_ms": r.latency_ms.get("p99"), "failed": r.errors}
         else:
-            # Roughly duration_s worth of requests at 1,500/s, at least a few hundred.
-            n = max(400, int(duration_s * 1500))
-            recs = asyncio.run(closed_loop(base, sc.stream, sc.concurrency, n))
+            # Up to duration_s of requests; more than this client can send in that time.
+            recs = asyncio.run(closed_loop(base, sc.stream, sc.concurrency, int(duration_s * 5000) + 100,
+                                           duration_s))
             s = summarize(recs, Slo())
             write_run(out / f"{_slug(sc)}-{name}", {"scenario": sc.name, "target": name, "base_url": base},
                       s, recs, with_plots=False)

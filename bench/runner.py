@@ -28,6 +28,8 @@ class LoadPlan:
     cancel_rate: float = 0.0  # fraction of requests the client abandons
     cancel_delay_s: float = 0.0  # ... this long after sending them
     seed: int = 0
+    duration_s: float | None = None  # closed loop: start no session after this long
+
 
     def __post_init__(self) -> None:
         if self.arrivals is None and not self.concurrency:
@@ -82,8 +84,12 @@ class Runner:
     async def _closed_loop(self, concurrency: int) -> None:
         queue = iter(enumerate(self.plan.sessions))
 
+        deadline = self._t0 + self.plan.duration_s if self.plan.duration_s else None
+
         async def worker() -> None:
             for sid, session in queue:  # a shared iterator: each session runs once
+                if deadline is not None and time.perf_counter() >= deadline:
+                    return
                 await self._session(sid, session, scheduled_s=None)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))

@@ -42,3 +42,9 @@ async def test_concurrency_cap_on_open_loop_shows_as_send_lag(slow_upstream: str
     records = await run(slow_upstream, LoadPlan(synthetic(3, 8, 2), arrivals=arrivals, concurrency=2))
     lags = sorted(r.sent_s - r.scheduled_s for r in records)
     assert lags[1] < 0.05 and lags[2] > 0.9
+
+
+async def test_closed_loop_duration_stops_starting_sessions(slow_upstream: str) -> None:
+    records = await run(slow_upstream, LoadPlan(synthetic(50, 8, 2), concurrency=2, duration_s=0.5))
+    # Two workers start at 0; after ~1 s both are past the deadline and stop.
+    assert len(records) == 2 and all(r.outcome == "ok" for r in records)
