@@ -44,7 +44,7 @@ from engine.sampling_params import SamplingParams as EngineSamplingParams
 
 class NativeAdapter(Adapter):
     capabilities = Capabilities(
-        tools=True, parallel_tool_calls=True, n=True, logprobs=True, structured_output=False,
+        tools=True, parallel_tool_calls=True, n=True, logprobs=True, structured_output=True,
         cached_tokens=True, usage_in_stream=True, explicit_abort=True, completions=True,
     )
 
@@ -122,6 +122,7 @@ class NativeAdapter(Adapter):
         # A sequence can grow no longer than the model's context or the whole KV cache.
         capacity = min(engine.max_model_len, engine.pool.num_blocks * engine.config.block_size)
         params = self._engine_params(request, len(prompt_ids), capacity)
+        params.allowed_tokens_fn = await self._grammar_mask(request, engine)
         sampling = request.sampling
         parse_tools = bool(request.tools) and request.tool_choice != "none"
         tool_names = {_tool_name(t) for t in request.tools or []} - {None} if parse_tools else None
@@ -155,6 +156,34 @@ class NativeAdapter(Adapter):
             await stream.aclose()
         yield Usage(prompt_tokens=len(prompt_ids), completion_tokens=sum(c.num_tokens for c in choices),
                     cached_tokens=cached_tokens)
+
+    # ---- structured output (helper "structured"; the logic lives in engine/structured/) ----
+
+    async def _grammar_mask(self, request: GenerationRequest, engine: Any) -> Any:
+        """The grammar mask for response_format / forced tool calls, or None for free text.
+        A schema the grammar engine cannot honour is a 400 here, before any generation."""
+        forced_tools = request.tool_choice == "required" or isinstance(request.tool_choice, dict)
+        wants_json = isinstance(request.response_format, dict) and request.response_format.get("type") != "text"
+        if not (forced_tools or wants_json):
+            return None
+        try:
+            from engine.structured import GrammarMask, SchemaError, grammar_tokenizer, plan_structured
+        except ImportError as exc:
+            raise invalid_request(f"structured output needs the grammar library: {exc}",
+                                  param="response_format" if wants_json else "tool_choice") from exc
+        vocab = engine.model_config.vocab_size
+
+        def plan() -> Any:  # compiling a large schema can take a while: off the event loop
+            return plan_structured(grammar_tokenizer(self.tokenizer, vocab, engine.eos_token_ids),
+                                   response_format=request.response_format, tools=request.tools,
+                                   tool_choice=request.tool_choice, parallel_tool_calls=request.parallel_tool_calls)
+        try:
+            structured = await asyncio.to_thread(plan)
+        except SchemaError as exc:
+            raise GatewayError(400, exc.message, param=exc.param, code="invalid_schema") from exc
+        return None if structured is None else GrammarMask(structured.matcher, vocab, engine.eos_token_ids)
+
+    # ---- end of structured output ----
 
     def _prompt_ids(self, request: GenerationRequest) -> list[int]:
         tok = self.tokenizer
