@@ -168,3 +168,10 @@ def test_plain_text_passes_through() -> None:
     text = "No tools here: a < b and {\"json\": true} </tool_call>"
     for chunks in splits(text):
         assert summary(parse(chunks)) == (text, [])
+
+
+def test_text_after_the_calls_keeps_only_its_own_leading_space() -> None:
+    # The newline between the two calls is layout and dropped; the one before "Done." stays with it.
+    content, calls = summary(parse(list(TWO_CALLS.rstrip("\n") + "\nDone.")))
+    assert len(calls) == 2
+    assert content == "Let me check.\n\nDone."
