@@ -1,0 +1,135 @@
+"""The grammar hook inside the engine and the adapter: prefetch before the forward
+pass, 400s before any generation, n>1, max_tokens cuts, completions."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import jsonschema
+import pytest
+
+from adapters.base import GenerationRequest, SamplingParams
+from adapters.errors import GatewayError
+from engine.llm_engine import LLMEngine
+from engine.sampling_params import SamplingParams as EngineParams
+from tests.engine.test_structured_adapter import adapter, collect, model_dir, tok  # noqa: F401 (fixtures)
+from tests.engine.test_structured_cases import MESSAGES, PERSON_SCHEMA, TOOLS
+
+PERSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON_SCHEMA}}
+
+
+class RecordingHook:
+    """An allowed_tokens_fn that records when it is asked for what, and bans nothing."""
+
+    def __init__(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self.events: list[tuple[str, tuple[int, ...]]] = []
+
+    def prefetch(self, output_ids: list[int]) -> None:
+        self.events.append(("prefetch", tuple(output_ids)))
+
+    def __call__(self, output_ids: list[int]):
+        self.events.append(("call", tuple(output_ids)))
+        return None
+
+
+def test_engine_prefetches_each_mask_before_the_forward_pass(model_dir, monkeypatch):  # noqa: F811
+    engine = LLMEngine(str(model_dir), num_blocks=64)
+    hook = RecordingHook(engine)
+    execute = engine.runner.execute
+
+    def recording_execute(scheduled):
+        hook.events.append(("forward", ()))
+        return execute(scheduled)
+
+    monkeypatch.setattr(engine.runner, "execute", recording_execute)
+    engine.add_request("r", [5, 6, 7, 8], EngineParams(max_tokens=4, temperature=0.0, ignore_eos=True,
+                                                        allowed_tokens_fn=hook))
+    outputs: list[int] = []
+    while engine.has_unfinished_requests():
+        outputs += [t for out in engine.step() for t in out.token_ids]
+    expected = []
+    for k in range(4):
+        done = tuple(outputs[:k])
+        expected += [("prefetch", done), ("forward", ()), ("call", done)]
+    assert hook.events == expected
+
+
+def test_bad_schema_is_a_400_before_any_generation(adapter, monkeypatch):  # noqa: F811
+    started: list[str] = []
+    original = adapter.async_engine.generate
+
+    def recording_generate(request_id, *args, **kwargs):
+        started.append(request_id)
+        return original(request_id, *args, **kwargs)
+
+    monkeypatch.setattr(adapter.async_engine, "generate", recording_generate)
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}}}
+    request = GenerationRequest("bad", "tiny", messages=MESSAGES, response_format=bad)
+    with pytest.raises(GatewayError) as info:
+        asyncio.run(collect(adapter, request))
+    err = info.value
+    assert (err.status, err.code, err.param) == (400, "invalid_schema", "response_format")
+    assert "uniqueItems" in err.message
+    tools = json.loads(json.dumps(TOOLS))
+    tools[0]["function"]["parameters"]["properties"]["unit"] = {"enum": []}
+    with pytest.raises(GatewayError) as info:
+        asyncio.run(collect(adapter, GenerationRequest("bad2", "tiny", messages=MESSAGES, tools=tools,
+                                                       tool_choice="required")))
+    assert (info.value.status, info.value.param) == (400, "tools[0].function.parameters")
+    assert started == []
+
+
+async def _choices(adapter, request):  # noqa: F811
+    """(content, finish_reason) per choice index, from the adapter's events."""
+    from adapters.base import Finish, TextDelta
+
+    texts: dict[int, str] = {}
+    finishes: dict[int, str] = {}
+    async for event in adapter.generate(request):
+        if isinstance(event, TextDelta):
+            texts[event.index] = texts.get(event.index, "") + event.text
+        elif isinstance(event, Finish):
+            finishes[event.index] = event.reason
+    return texts, finishes
+
+
+def test_every_choice_of_n_follows_the_schema(adapter):  # noqa: F811
+    request = GenerationRequest("n4", "tiny", messages=MESSAGES, response_format=PERSON_FORMAT,
+                                sampling=SamplingParams(n=4, temperature=1.0, seed=7, max_tokens=128))
+    texts, finishes = asyncio.run(_choices(adapter, request))
+    assert sorted(finishes) == [0, 1, 2, 3] and set(finishes.values()) == {"stop"}
+    values = [json.loads(texts[i]) for i in range(4)]
+    for value in values:
+        jsonschema.validate(value, PERSON_SCHEMA)
+    assert len({json.dumps(v) for v in values}) > 1, "n choices did not diverge"
+
+
+def test_length_only_when_max_tokens_cut_it(adapter):  # noqa: F811
+    cut = GenerationRequest("cut", "tiny", messages=MESSAGES, response_format=PERSON_FORMAT,
+                            sampling=SamplingParams(temperature=1.0, seed=1, max_tokens=5))
+    answer = asyncio.run(collect(adapter, cut))
+    assert answer.finish_reason == "length" and answer.completion_tokens == 5
+    assert answer.content and answer.content.startswith("{")
+    whole = GenerationRequest("whole", "tiny", messages=MESSAGES, response_format=PERSON_FORMAT,
+                              sampling=SamplingParams(temperature=1.0, seed=1, max_tokens=128))
+    answer = asyncio.run(collect(adapter, whole))
+    assert answer.finish_reason == "stop" and answer.completion_tokens < 128
+    jsonschema.validate(json.loads(answer.content), PERSON_SCHEMA)
+
+
+def test_completions_follow_the_schema_too(adapter):  # noqa: F811
+    request = GenerationRequest("c", "tiny", kind="completion", prompt="A person:", response_format=PERSON_FORMAT,
+                                sampling=SamplingParams(temperature=1.0, seed=3, max_tokens=128))
+    answer = asyncio.run(collect(adapter, request))
+    assert answer.finish_reason == "stop"
+    jsonschema.validate(json.loads(answer.content), PERSON_SCHEMA)
+
+
+def test_tool_choice_auto_and_none_stay_free_text(adapter):  # noqa: F811
+    for choice in ("auto", "none"):
+        request = GenerationRequest(f"free-{choice}", "tiny", messages=MESSAGES, tools=TOOLS, tool_choice=choice,
+                                    sampling=SamplingParams(temperature=0.0, max_tokens=8))
+        answer = asyncio.run(collect(adapter, request))
+        assert answer.finish_reason == "length" and not answer.tool_calls
+        assert not (answer.content or "").startswith("<tool_call>")
