@@ -104,6 +104,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_MUST_FAILED if d.new_must_failures else EXIT_OK
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    from conformance.catalog import select
+
+    for c in select(_profiles(args.profile) if args.profile else None):
+        print(f"{c.id:40} {c.level:6} {c.profile:10} {c.description}")
+    return EXIT_OK
+
+
 def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", help="the key to call with (gateway profile: a gateway with auth on)")
     p.add_argument("--profile", action="append", metavar="|".join(PROFILES),
@@ -140,6 +148,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     matrix.add_argument("--models", help="comma-separated subset of the configured model names")
     _add_target_options(matrix)
     matrix.set_defaults(func=cmd_matrix)
+
+    listing = sub.add_parser("list", help="list the checks: id, level, profile, description")
+    listing.add_argument("--profile", action="append", metavar="|".join(PROFILES))
+    listing.set_defaults(func=cmd_list)
 
     diff = sub.add_parser("diff", help="regressions and fixes between two reports; exits 1 on a new MUST failure")
     diff.add_argument("old", help="the earlier report.json or matrix.json")

@@ -21,7 +21,7 @@ import yaml
 
 from conformance.catalog import select
 from conformance.check import PROFILES
-from conformance.matrix import targets_from_config, write_matrix, MatrixReport
+from conformance.matrix import MatrixReport, targets_from_config, write_matrix
 from conformance.procs import ROOT, SWITCHYARD, ManagedProcess, free_port, start_gateway
 from conformance.runner import run_checks
 
@@ -69,17 +69,11 @@ async def run(config: dict, gateway_url: str, vllm_url: str, profiles: list[str]
     return matrix
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m conformance.real_vllm", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--report", default="docs/conformance/vllm-cpu", help="output directory")
-    parser.add_argument("--model-dir", default=None, help="a model directory (default: make-tiny into the report's work dir)")
-    parser.add_argument("--profile", action="append", help="profiles (default: core, tools, structured)")
-    args = parser.parse_args(argv)
-    profiles = [p for v in (args.profile or ["core,tools,structured"]) for p in v.split(",") if p in PROFILES]
-    out = Path(args.report)
+def run_real_vllm(out: Path, model_dir: Path | None, profiles: list[str]) -> MatrixReport:
+    """Build the model if needed, start vLLM and a gateway in front of it, run
+    the suite on both, stop them, and write the matrix into `out`."""
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"conformance-real-vllm-{os.getpid()}"
-    model_dir = build_model(Path(args.model_dir) if args.model_dir else work / "model")
-    started = time.monotonic()
+    model_dir = build_model(model_dir or work / "model")
     vllm = gateway = None
     try:
         vllm = start_vllm(model_dir, work)
@@ -98,8 +92,20 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("base_url", "metrics_url"):
             run_report.target[key] = "<loopback>"
         target.base_url = target.metrics_url = "<loopback>"
-    paths = write_matrix(matrix, out, "Conformance: real vLLM CPU (0.32.0), directly and through the gateway")
-    print(f"written in {time.monotonic() - started:.0f} s: " + ", ".join(str(p) for p in paths.values()))
+    write_matrix(matrix, out, "Conformance: real vLLM CPU (0.32.0), directly and through the gateway")
+    return matrix
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m conformance.real_vllm", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--report", default="docs/conformance/vllm-cpu", help="output directory")
+    parser.add_argument("--model-dir", default=None, help="a model directory (default: make-tiny into a temp dir)")
+    parser.add_argument("--profile", action="append", help="profiles (default: core, tools, structured)")
+    args = parser.parse_args(argv)
+    profiles = [p for v in (args.profile or ["core,tools,structured"]) for p in v.split(",") if p in PROFILES]
+    started = time.monotonic()
+    matrix = run_real_vllm(Path(args.report), Path(args.model_dir) if args.model_dir else None, profiles)
+    print(f"written to {args.report} in {time.monotonic() - started:.0f} s")
     failures = matrix.gateway_must_failures()
     for name, r in failures:
         print(f"MUST failure through the gateway: {name}: {r.id}: {r.message[:160]}", file=sys.stderr)
