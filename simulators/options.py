@@ -32,6 +32,8 @@ class SimOptions:
     startup_delay: float = 0.0
     seed: int = 0
     fault: str | None = None  # the same syntax as the prompt marker, applied to every request
+    max_num_seqs: int | None = None  # engine batch size; more requests wait in a queue
+    api_key: str | None = None
     # vLLM
     enable_auto_tool_choice: bool = False
     tool_call_parser: str | None = None
@@ -75,9 +77,13 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
     parser.add_argument("--startup-delay", type=float, default=0.0,
                         help="seconds of 'model loading' during which connections are refused")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic text")
+    parser.add_argument("--max-num-seqs", type=int, default=None,
+                        help="requests generated at once; more wait in the queue (and count as waiting)")
     parser.add_argument("--fault", default=None,
                         help="fault applied to every request, marker syntax without brackets, "
                              "e.g. 'error_after=3' (see simulators/README.md)")
+    if kind in ("vllm", "sglang", "tgi"):  # trtllm-serve has no API key option
+        parser.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY`")
     if kind == "vllm":
         parser.add_argument("--enable-auto-tool-choice", action="store_true")
         parser.add_argument("--tool-call-parser", default=None)

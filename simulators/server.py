@@ -130,11 +130,14 @@ class Simulator:
         delay = opts.disconnect_abort_delay
         self.disconnect_abort_delay = self.default_disconnect_abort_delay if delay is None else delay
         self._bg_tasks: set[asyncio.Task[Any]] = set()
+        self.waiting = 0
+        self.slots = asyncio.Semaphore(opts.max_num_seqs) if opts.max_num_seqs else None
 
     # ---- app ---------------------------------------------------------------
 
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        middlewares = [self._auth_middleware] if self.opts.api_key else []
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         app.router.add_get("/_sim/stats", self._stats)
         app.router.add_post("/_sim/reset", self._reset)
         self.add_routes(app.router)
@@ -142,6 +145,22 @@ class Simulator:
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
         raise NotImplementedError
+
+    # ---- API key -------------------------------------------------------------
+
+    def auth_required(self, path: str, method: str) -> bool:
+        """Which paths the runtime's API key guards."""
+        return not path.startswith("/_sim/")
+
+    def unauthorized(self) -> web.Response:
+        return json_response(401, {"error": "Unauthorized"})
+
+    @web.middleware
+    async def _auth_middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method != "OPTIONS" and self.auth_required(request.path, request.method):
+            if request.headers.get("Authorization") != f"Bearer {self.opts.api_key}":
+                return self.unauthorized()
+        return await handler(request)
 
     async def _stats(self, request: web.Request) -> web.Response:
         snap = self.recorder.snapshot()
@@ -185,6 +204,8 @@ class Simulator:
 
     def start_generation(self, sim: SimRequest, path: str, fixed: list[str] | None = None) -> Generation:
         gen = self.synthetic.generate_fixed(sim, fixed) if fixed is not None else self.source.generate(sim)
+        if self.slots is not None:
+            gen = QueuedGeneration(gen, self)
         self.generations[sim.request_id] = gen
         self.recorder.started(sim.request_id, path)
         return gen
@@ -265,7 +286,39 @@ class Simulator:
 
     @property
     def in_flight(self) -> int:
+        """Requests accepted and not finished: running plus waiting."""
         return self.recorder.in_flight
+
+    @property
+    def running(self) -> int:
+        return max(0, self.recorder.in_flight - self.waiting)
+
+
+class QueuedGeneration(Generation):
+    """A generation that first waits for one of `--max-num-seqs` batch slots, so
+    load beyond the batch shows up as waiting requests and as queueing delay."""
+
+    def __init__(self, inner: Generation, sim: Simulator) -> None:
+        self.inner = inner
+        self.sim = sim
+        self.prompt_tokens = inner.prompt_tokens
+
+    def abort(self) -> None:
+        self.inner.abort()
+
+    async def __aiter__(self) -> Any:  # type: ignore[override]
+        slots = self.sim.slots
+        assert slots is not None
+        self.sim.waiting += 1
+        try:
+            await slots.acquire()
+        finally:
+            self.sim.waiting -= 1
+        try:
+            async for token in self.inner:
+                yield token
+        finally:
+            slots.release()
 
 
 def _interesting_headers(request: web.Request) -> dict[str, str]:

@@ -83,6 +83,9 @@ class SglangSimulator(Simulator):
         if self.opts.enable_metrics:
             router.add_get("/metrics", self.metrics)
 
+    def auth_required(self, path: str, method: str) -> bool:
+        return not (path.startswith("/_sim/") or path in ("/health", "/health_generate", "/metrics"))
+
     # ---- readiness -------------------------------------------------------------
 
     @property
@@ -148,14 +151,14 @@ class SglangSimulator(Simulator):
         """One DP rank's `LoadSnapshot` (`srt/managers/load_snapshot.py`): core keys, then sections."""
         used = self._used_tokens()
         total = self._max_total_tokens()
-        return {"dp_rank": 0, "num_running_reqs": self.in_flight, "num_waiting_reqs": 0,
+        return {"dp_rank": 0, "num_running_reqs": self.running, "num_waiting_reqs": self.waiting,
                 "num_waiting_uncached_tokens": 0, "num_used_tokens": used, "num_total_tokens": used,
                 "max_total_num_tokens": total, "max_running_requests": 4096,
                 "token_usage": round(used / total, 4) if total else 0.0, "gen_throughput": 0.0,
                 "cache_hit_rate": round(self.prefix_cache.hit_rate, 4),
                 "utilization": round(min(1.0, used / total), 4) if total else 0.0,
                 "memory": {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": total},
-                "queues": {"waiting": 0, "grammar": 0, "paused": 0, "retracted": 0}}
+                "queues": {"waiting": self.waiting, "grammar": 0, "paused": 0, "retracted": 0}}
 
     async def loads(self, request: web.Request) -> web.Response:
         include = request.query.get("include")
@@ -187,8 +190,8 @@ class SglangSimulator(Simulator):
         ex = Exposition(self.labels)
         total = self._max_total_tokens()
         used = self._used_tokens()
-        ex.gauge("sglang:num_running_reqs", "The number of running requests.", self.in_flight)
-        ex.gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", 0)
+        ex.gauge("sglang:num_running_reqs", "The number of running requests.", self.running)
+        ex.gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", self.waiting)
         ex.gauge("sglang:token_usage", "The token usage.", used / total if total else 0.0)
         ex.gauge("sglang:cache_hit_rate", "The prefix cache hit rate.", self.prefix_cache.hit_rate)
         ex.gauge("sglang:gen_throughput", "The generation throughput (token/s).", 0.0)
@@ -259,7 +262,7 @@ class SglangSimulator(Simulator):
 
     def _queue_full(self) -> bool:
         limit = self.opts.max_queued_requests
-        return limit is not None and self.in_flight >= limit
+        return limit is not None and self.waiting >= limit
 
     # ---- OpenAI endpoints ------------------------------------------------------------
 

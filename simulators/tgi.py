@@ -126,6 +126,14 @@ class TgiSimulator(Simulator):
         router.add_get("/metrics", self.metrics)
         router.add_get("/v1/models", self.models)
 
+    def auth_required(self, path: str, method: str) -> bool:
+        if path == "/":
+            return method == "POST"  # `POST /` generates; `GET /` is the health check
+        return not (path.startswith("/_sim/") or path in ("/health", "/ping", "/metrics", "/info"))
+
+    def unauthorized(self) -> web.Response:
+        return web.Response(status=401)  # TGI answers a bad key with an empty body
+
     # ---- small endpoints ------------------------------------------------------------
 
     async def health(self, request: web.Request) -> web.Response:
@@ -159,8 +167,8 @@ class TgiSimulator(Simulator):
 
     async def metrics(self, request: web.Request) -> web.Response:
         ex = Exposition({})
-        ex.gauge("tgi_queue_size", "", 0)
-        ex.gauge("tgi_batch_current_size", "", self.in_flight)
+        ex.gauge("tgi_queue_size", "", self.waiting)
+        ex.gauge("tgi_batch_current_size", "", self.running)
         ex.gauge("tgi_batch_current_max_tokens", "", sum(self.live_prompt_tokens.values()))
         ex.gauge("tgi_batch_max_total_tokens", "", self.max_total_tokens * 16)
         ex.gauge("tgi_batch_next_size", "", 0)

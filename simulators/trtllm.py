@@ -144,7 +144,8 @@ class TrtllmSimulator(Simulator):
         used_blocks = min(max_blocks, sum(self.live_prompt_tokens.values()) // tokens_per_block)
         completed, self.completed_since_stat = self.completed_since_stat, 0
         return {"iter": self.iteration, "iterLatencyMS": max(self.opts.itl_ms, 0.1),
-                "numActiveRequests": self.in_flight, "numQueuedRequests": 0, "numCompletedRequests": completed,
+                "numActiveRequests": self.running, "numQueuedRequests": self.waiting,
+                "numCompletedRequests": completed,
                 "maxNumActiveRequests": 256, "gpuMemUsage": 0, "cpuMemUsage": 0, "pinnedMemUsage": 0,
                 "maxBatchSizeStatic": 256, "maxBatchSizeRuntime": 256, "maxNumTokensRuntime": self.max_num_tokens,
                 "kvCacheStats": {"maxNumBlocks": max_blocks, "freeNumBlocks": max_blocks - used_blocks,
@@ -154,8 +155,8 @@ class TrtllmSimulator(Simulator):
                                  "missedBlocks": (self.prefix_cache.queries - self.prefix_cache.hits)
                                  // tokens_per_block,
                                  "cacheHitRate": self.prefix_cache.hit_rate},
-                "inflightBatchingStats": {"numContextRequests": 0, "numGenRequests": self.in_flight,
-                                          "numPausedRequests": 0, "numScheduledRequests": self.in_flight,
+                "inflightBatchingStats": {"numContextRequests": 0, "numGenRequests": self.running,
+                                          "numPausedRequests": 0, "numScheduledRequests": self.running,
                                           "numCtxTokens": 0, "avgNumDecodedTokensPerIter": 1.0}}
 
     async def _iteration_ticker(self) -> None:
@@ -175,8 +176,8 @@ class TrtllmSimulator(Simulator):
         stat = self._stat()
         self.iteration -= 1  # a scrape is not an engine iteration
         kv = stat["kvCacheStats"]
-        ex.gauge("trtllm_num_requests_running", "Number of requests currently running.", self.in_flight)
-        ex.gauge("trtllm_num_requests_waiting", "Number of requests waiting.", 0)
+        ex.gauge("trtllm_num_requests_running", "Number of requests currently running.", self.running)
+        ex.gauge("trtllm_num_requests_waiting", "Number of requests waiting.", self.waiting)
         ex.gauge("trtllm_kv_cache_utilization", "KV cache utilization.",
                  kv["usedNumBlocks"] / kv["maxNumBlocks"] if kv["maxNumBlocks"] else 0.0)
         ex.gauge("trtllm_kv_cache_hit_rate", "KV cache hit rate.", kv["cacheHitRate"])

@@ -80,6 +80,9 @@ class VllmSimulator(Simulator):
     async def load_endpoint(self, request: web.Request) -> web.Response:
         return json_response(200, {"server_load": self.in_flight})
 
+    def auth_required(self, path: str, method: str) -> bool:
+        return path.startswith("/v1")  # vLLM's AuthenticationMiddleware guards /v1 routes only
+
     async def models(self, request: web.Request) -> web.Response:
         name = self.opts.model_name
         card = {"id": name, "object": "model", "created": int(self.created_at), "owned_by": "vllm",
@@ -102,9 +105,8 @@ class VllmSimulator(Simulator):
 
     async def metrics(self, request: web.Request) -> web.Response:
         ex = Exposition(self.labels)
-        live = self.recorder.in_flight
-        ex.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", live)
-        ex.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", 0)
+        ex.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", self.running)
+        ex.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", self.waiting)
         ex.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.kv_usage())
         ex.counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
                    self.prefix_cache.queries)
@@ -193,7 +195,7 @@ class VllmSimulator(Simulator):
     def _fault_response(self, sim: SimRequest) -> web.Response | None:
         f = sim.faults
         limit = self.opts.max_num_queued_reqs
-        if f.overloaded or (limit is not None and self.in_flight >= limit):
+        if f.overloaded or (limit is not None and self.waiting >= limit):
             return error(503, "The engine is currently busy and cannot accept new requests. Please try "
                               "again later or on a different instance.", "Service Unavailable")
         if f.status is not None and f.status >= 400:

@@ -118,3 +118,36 @@ def test_synthetic_throughput_is_printed(make_sim) -> None:
         assert result["statuses"] == {200: 400}
         print(f"\nvllm simulator, synthetic source, stream={stream}: {result['rps']} req/s "
               f"(client and server on the same machine)")
+
+
+def test_max_num_seqs_queues_requests_and_reports_them_waiting(make_sim) -> None:
+    sim = make_sim("vllm", max_num_seqs=1)
+
+    async def go() -> tuple[str, list[float]]:
+        async with httpx.AsyncClient(base_url=sim.url, timeout=10) as c:
+            started = time.monotonic()
+
+            async def one() -> float:
+                await c.post("/v1/chat/completions", json=chat("x [[sim:ttft_ms=300]]", max_tokens=1))
+                return time.monotonic() - started
+            tasks = [asyncio.create_task(one()) for _ in range(3)]
+            await asyncio.sleep(0.15)
+            metrics = (await c.get("/metrics")).text
+            return metrics, sorted(await asyncio.gather(*tasks))
+    metrics, done_at = asyncio.run(go())
+    waiting = next(line for line in metrics.splitlines() if line.startswith("vllm:num_requests_waiting{"))
+    running = next(line for line in metrics.splitlines() if line.startswith("vllm:num_requests_running{"))
+    assert waiting.endswith(" 2.0") and running.endswith(" 1.0")
+    assert done_at[-1] >= 0.85  # three 300 ms requests, one at a time
+
+
+@pytest.mark.parametrize("kind,status,body", [("vllm", 401, b'{"error":"Unauthorized"}'),
+                                              ("sglang", 401, b'{"error":"Unauthorized"}'),
+                                              ("tgi", 401, b"")])
+def test_api_key_rejections_have_each_runtime_shape(make_sim, kind: str, status: int, body: bytes) -> None:
+    sim = make_sim(kind, api_key="k1")
+    r = httpx.post(sim.url + "/v1/chat/completions", json=chat(max_tokens=1))
+    assert (r.status_code, r.content) == (status, body)
+    ok = httpx.post(sim.url + "/v1/chat/completions", json=chat(max_tokens=1), headers={"Authorization": "Bearer k1"})
+    assert ok.status_code == 200
+    assert httpx.get(sim.url + "/_sim/stats").status_code == 200
