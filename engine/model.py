@@ -26,7 +26,7 @@ class AttentionGroup:
     batch_size: int
     max_q: int
     gather_index: torch.Tensor        # [B, max_blocks] block ids of each sequence's context
-    mask: torch.Tensor                # [B, 1, max_q, max_blocks * block_size], True = may attend
+    mask: torch.Tensor                # [B, 1, max_q, max_blocks * block_size], 0 = may attend, -inf = not
     q_dest: torch.Tensor | None       # [num_tokens]
 
 

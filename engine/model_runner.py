@@ -136,7 +136,9 @@ class ModelRunner:
         slot_mapping = table[seq_idx, positions // bs] * bs + positions % bs
         kpos = torch.arange(max_blocks * bs)
         qpos = starts_t[:, None] + torch.arange(max_q)[None, :]
-        mask = (kpos[None, None, :] <= qpos[:, :, None]).unsqueeze(1)
+        # An additive float mask: a bool one is converted inside every SDPA call (4 per layer pair).
+        allowed = (kpos[None, None, :] <= qpos[:, :, None]).unsqueeze(1)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, float("-inf"))
         dev = self.device
         group = AttentionGroup(
             num_tokens=num_tokens, batch_size=B, max_q=max_q,
