@@ -86,18 +86,16 @@ Classifier = Callable[[int, ParsedError], "int | None"]
 
 
 def runtime_error(http_status: int, body: bytes | str | dict | None, *, backend: str, runtime: str,
-                  context_pattern: re.Pattern[str] | None = None, in_stream: bool = False,
+                  context_pattern: re.Pattern[str] | None = None,
                   classify: Classifier | None = None) -> GatewayError:
     """The gateway's error for a runtime's error response or in-stream error event.
 
-    `in_stream` errors arrive under HTTP 200, so the status comes from the body's
-    own code (or 500 when it has none). The base adapter reports in-stream errors
-    and error bodies under HTTP 200 as 500/502, so for those the body's own code
-    wins as well."""
+    In-stream errors arrive under HTTP 200 and the base adapter reports them (and
+    error bodies under HTTP 200) as 500/502: for those the body's own code wins."""
     parsed = parse_error_body(body)
     status = http_status
-    if in_stream or (parsed.code is not None and http_status in (200, 500, 502)):
-        status = parsed.code or 500
+    if parsed.code is not None and http_status in (200, 500, 502):
+        status = parsed.code
     if classify is not None:
         status = classify(status, parsed) or status
     message = parsed.message or f"HTTP {status}"
