@@ -8,8 +8,7 @@ on vLLM, `--enable-cache-report` on SGLang); flags that only steer the double
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, fields
 
 KINDS = ("vllm", "sglang", "trtllm", "tgi")
 
@@ -55,7 +54,6 @@ class SimOptions:
     tgi_version: str = "3.3"
     max_concurrent_requests: int = 128
     max_stop_sequences: int = 4
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tool_parser_enabled(self) -> bool:

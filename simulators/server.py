@@ -138,6 +138,7 @@ class Simulator:
     def make_app(self) -> web.Application:
         middlewares = [self._auth_middleware] if self.opts.api_key else []
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
+        app.on_response_prepare.append(self._count_status)
         app.router.add_get("/_sim/stats", self._stats)
         app.router.add_post("/_sim/reset", self._reset)
         self.add_routes(app.router)
@@ -161,6 +162,10 @@ class Simulator:
             if request.headers.get("Authorization") != f"Bearer {self.opts.api_key}":
                 return self.unauthorized()
         return await handler(request)
+
+    async def _count_status(self, request: web.Request, response: web.StreamResponse) -> None:
+        if not request.path.startswith("/_sim/"):
+            self.recorder.status(response.status)
 
     async def _stats(self, request: web.Request) -> web.Response:
         snap = self.recorder.snapshot()

@@ -39,14 +39,14 @@ def error(status: int, message: str, type_: str = "BadRequestError", param: str 
     return json_response(status, error_body(message, type_, status, param))
 
 
-def finish_of(finish: str | None, tool_called: bool, named: bool) -> tuple[str | None, Any]:
-    """(finish_reason, stop_reason) the way vLLM reports an engine finish."""
-    if finish in ("eos",):
-        if tool_called:
-            return ("stop" if named else "tool_calls"), None
-        return "stop", None
+def finish_of(finish: str | None, matched: Any, tool_called: bool, named: bool) -> tuple[str | None, Any]:
+    """(finish_reason, stop_reason) the way vLLM reports an engine finish: `stop_reason` is
+    the matched stop string, null for EOS; a natural stop after a tool call is `tool_calls`,
+    except for a named tool choice (`resolve_finish_reason`)."""
+    if finish == "eos":
+        return ("tool_calls" if tool_called and not named else "stop"), None
     if finish == "stop_sequence":
-        return "stop", None
+        return "stop", matched
     return finish, None
 
 
@@ -270,9 +270,7 @@ class VllmSimulator(Simulator):
         created = int(time.time())
         choices = []
         for i in range(outcome.n):
-            reason, stop_reason = finish_of(outcome.finish[i], plan is not None, named)
-            if outcome.finish[i] == "stop_sequence":
-                stop_reason = outcome.matched[i]
+            reason, stop_reason = finish_of(outcome.finish[i], outcome.matched[i], plan is not None, named)
             if kind == "chat":
                 message: dict[str, Any] = {"role": "assistant", "content": outcome.text(i), "refusal": None,
                                            "annotations": None, "audio": None, "function_call": None}
@@ -356,9 +354,7 @@ class VllmSimulator(Simulator):
                     chunk["usage"] = running_usage(i)
                 out.append(frame(chunk))
                 return out
-            reason, stop_reason = finish_of(token.finish, plan is not None, named)
-            if token.finish == "stop_sequence":
-                stop_reason = token.matched
+            reason, stop_reason = finish_of(token.finish, token.matched, plan is not None, named)
             if kind == "chat":
                 delta = {} if plan is not None and not token.text else {"content": token.text}
                 choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": reason,

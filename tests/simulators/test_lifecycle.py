@@ -68,6 +68,7 @@ def test_stats_count_concurrency_and_reset(make_sim) -> None:
     asyncio.run(burst())
     stats = sim.stats()
     assert stats["completed"] == 5 and stats["max_in_flight"] == 5 and stats["in_flight"] == 0
+    assert stats["statuses"] == {"200": 5}
     sim.reset()
     assert sim.stats()["completed"] == 0 and sim.stats()["last_requests"] == []
 

@@ -149,6 +149,15 @@ def test_stream_without_done_and_status_fault(sim) -> None:
     assert r.status_code == 503 and r.json()["error"]["code"] == 503
 
 
+def test_stop_string_is_the_stop_reason(sim) -> None:
+    c = client(sim)
+    text = c.post("/v1/chat/completions", json=chat(max_tokens=6)).json()["choices"][0]["message"]["content"]
+    stop = " " + text.split()[3]
+    choice = c.post("/v1/chat/completions", json=chat(max_tokens=6, stop=[stop])).json()["choices"][0]
+    assert (choice["finish_reason"], choice["stop_reason"]) == ("stop", stop)
+    assert not choice["message"]["content"].endswith(stop)
+
+
 def test_engine_finish_reasons_pass_through(sim) -> None:
     body = client(sim).post("/v1/chat/completions", json=chat("x [[sim:finish=repetition]]")).json()
     assert body["choices"][0]["finish_reason"] == "repetition"
