@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import llguidance
 
 from engine.structured.errors import SchemaError
+from engine.structured.locate import locate_failure
 
 _MAX_ERROR_CHARS = 400
 
@@ -41,11 +42,17 @@ def tool_calls_grammar(tools: list[ToolSpec], *, multiple: bool) -> str:
     return llguidance.LLMatcher.grammar_from_lark("\n".join(lines) + "\n")
 
 
-def check_schema_grammar(grammar: str, tokenizer: llguidance.LLTokenizer, *, what: str, param: str) -> None:
-    """SchemaError when the grammar engine cannot compile `grammar` (bad or unsupported schema)."""
+def check_json_schema(prepared_schema: dict, tokenizer: llguidance.LLTokenizer, *, what: str, param: str) -> str:
+    """The schema's grammar, or SchemaError saying what is wrong and where (bad or unsupported)."""
+    def error_of(schema: dict) -> str:
+        return llguidance.LLMatcher.validate_grammar(json_grammar(schema), tokenizer)
+
+    grammar = json_grammar(prepared_schema)
     error = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
     if error:
-        raise SchemaError(f"{what} is not supported: {_short(error)}", param)
+        where = locate_failure(prepared_schema, error_of)
+        raise SchemaError(f"{what} is not supported{' at ' + where if where else ''}: {_short(error)}", param)
+    return grammar
 
 
 def compile_grammar(grammar: str, tokenizer: llguidance.LLTokenizer, *, what: str,

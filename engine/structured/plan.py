@@ -7,7 +7,7 @@ from typing import Any, Literal
 import llguidance
 
 from engine.structured.errors import SchemaError
-from engine.structured.grammars import ToolSpec, check_schema_grammar, compile_grammar, json_grammar, tool_calls_grammar
+from engine.structured.grammars import ToolSpec, check_json_schema, compile_grammar, tool_calls_grammar
 from engine.structured.schemas import NO_PARAMETERS, prepare_schema
 
 
@@ -30,8 +30,8 @@ def plan_structured(tokenizer: llguidance.LLTokenizer, *, response_format: dict 
     if tool_choice == "required" or isinstance(tool_choice, dict):
         specs = _tool_specs(tools, tool_choice)
         for spec in specs:  # per tool first, so the error names the tool at fault
-            check_schema_grammar(json_grammar(spec.parameters), tokenizer,
-                                 what=f"the parameters schema of tool {spec.name!r}", param=spec.param)
+            check_json_schema(spec.parameters, tokenizer, what=f"the parameters schema of tool {spec.name!r}",
+                              param=spec.param)
         named = isinstance(tool_choice, dict)
         grammar = tool_calls_grammar(specs, multiple=not named and parallel_tool_calls is not False)
         return StructuredPlan("tool_calls", grammar,
@@ -58,7 +58,7 @@ def plan_structured(tokenizer: llguidance.LLTokenizer, *, response_format: dict 
     else:
         raise SchemaError(f"response_format type {kind!r} is not supported (use text, json_object or json_schema)",
                           "response_format")
-    grammar = json_grammar(schema)
+    grammar = check_json_schema(schema, tokenizer, what=what, param="response_format")
     return StructuredPlan("json", grammar, compile_grammar(grammar, tokenizer, what=what, param="response_format"))
 
 

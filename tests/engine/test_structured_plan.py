@@ -66,6 +66,21 @@ def test_bad_or_unsupported_schemas_are_named(lltok, schema, param, words):
         assert "'thing'" in info.value.message
 
 
+@pytest.mark.parametrize("schema,where", [
+    ({"type": "object", "properties": {"a/b": {"type": "array", "items": {
+        "type": "object", "properties": {"c": {"not": {"type": "string"}}}}}}}, "/properties/a~1b/items/properties/c"),
+    ({"type": "object", "properties": {"x": {"anyOf": [{"type": "string"}, {"type": "string", "pattern": "["}]}}},
+     "/properties/x/anyOf/1"),
+    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}, "$defs": {"n": {"type": "integer", "minimum": 3,
+                                                                                   "maximum": 1}}},
+     "/properties/a"),
+])
+def test_errors_point_at_the_failing_subschema(lltok, schema, where):
+    with pytest.raises(SchemaError) as info:
+        plan_structured(lltok, response_format=schema_format(schema))
+    assert f" at {where}: " in info.value.message
+
+
 def test_bad_tool_parameters_name_the_tool(lltok):
     tools = json.loads(json.dumps(TOOLS))
     tools[1]["function"]["parameters"]["properties"]["item"]["properties"]["qty"]["type"] = "int"
