@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -175,7 +176,10 @@ def tables(latency: list[dict[str, Any]], throughput: list[dict[str, Any]], name
 def render(doc: dict[str, Any]) -> str:
     lines = ["# Gateway overhead: direct upstream vs through one gateway worker", "",
              f"Upstream: `{doc['upstream_cmd']}`; gateway: `{doc['gateway_cmd']}` (access log "
-             f"{'on' if doc['access_log'] else 'off'}). Added = gateway - direct on the same upstream, same run.", ""]
+             f"{'on' if doc['access_log'] else 'off'}). Added = gateway - direct on the same upstream, same run.",
+             f"Machine: {doc['cpus']} CPUs, 1-minute load average {doc['load_average_1m'][0]:.1f} before and "
+             f"{doc['load_average_1m'][1]:.1f} after (above the CPU count, other work shared the machine and "
+             "the figures are noisy).", ""]
     lines += tables(doc["latency"], doc["throughput"], ["direct", "gateway"])
     lines += ["", "Targets (issue 2, item 10):", ""]
     lines += [f"- {'MET ' if v['met'] else 'MISSED'} {v['target']}: measured {v['measured']:,.3f}" for v in doc["targets"]]
@@ -249,9 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     up, gw = start_upstream_and_gateway(args.out, args.access_log)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    load_before = os.getloadavg()[0]
     with up, gw:
         latency, throughput = measure_all({"direct": up.base_url, "gateway": gw.base_url}, args)
     doc = {"kind": "switchyard.bench.overhead", "version": 1, "started": started,
+           "cpus": os.cpu_count(), "load_average_1m": [load_before, os.getloadavg()[0]],
            "upstream_cmd": " ".join(up.argv[1:]), "gateway_cmd": " ".join(gw.argv[1:]), "access_log": args.access_log,
            "latency": latency, "throughput": throughput, "targets": verdicts(latency, throughput)}
     write_json(args.out / "overhead.json", doc)
