@@ -104,6 +104,13 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         raise ValueError("choose an arrival process: --rate, --rates, --trace or --concurrency")
     if args.concurrency is not None and args.concurrency < 1:
         raise ValueError("--concurrency must be >= 1")
+    positive = {"--rate": args.rate, "--burstiness": args.burstiness, "--time-scale": args.time_scale,
+                "--duration-s": args.duration_s, "--timeout-s": args.timeout_s, "--num-requests": args.num_requests}
+    for flag, value in positive.items():
+        if value is not None and value <= 0:
+            raise ValueError(f"{flag} must be > 0 (got {value:g})")
+    if args.cancel_delay_ms < 0 or args.think_time_ms < 0:
+        raise ValueError("--cancel-delay-ms and --think-time-ms must be >= 0")
     if not 0.0 <= args.cancel_rate <= 1.0:
         raise ValueError("--cancel-rate must be within [0, 1]")
     out = args.out or Path("reports/bench") / time.strftime("%Y%m%d-%H%M%S")

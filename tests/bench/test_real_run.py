@@ -90,6 +90,9 @@ def test_cli_run_and_compare(upstream: str, tmp_path: Path, capsys: pytest.Captu
     (["--rate", "1", "--trace", "x.jsonl"], "choose one of"),
     ([], "choose an arrival process"),
     (["--concurrency", "1", "--cancel-rate", "2"], "cancel-rate"),
+    (["--rate", "0"], "--rate must be > 0"),
+    (["--rate", "1", "--burstiness", "-1"], "--burstiness must be > 0"),
+    (["--concurrency", "2", "--num-requests", "0"], "--num-requests must be > 0"),
 ])
 def test_cli_rejects_bad_arguments(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "run", "--base-url", "http://127.0.0.1:1", "--model", "m", *args]) == 2
