@@ -6,8 +6,10 @@ Decoding one chunk at a time cannot fix what only the whole stream shows
 - tool-call ids: TGI sends `"0"` (>= 3.2) or `""` (< 3.2) for every call, SGLang
   and TGI repeat `id`/`name` on argument pieces. Each call gets one id, unique, on
   its first piece; later pieces carry none.
-- finish reasons: TGI never says `tool_calls`; SGLang and TRT-LLM say `tool_calls`
-  for a forced (named) tool where OpenAI says `stop`; a finish may repeat.
+- finish reasons: a choice that made tool calls and stopped finishes `tool_calls`,
+  whatever `tool_choice` was (the gateway's one convention, its encoder's too):
+  TGI never says `tool_calls`, vLLM says `stop` for a forced named tool, SGLang
+  and TRT-LLM say `tool_calls`; a finish may repeat.
 - `parallel_tool_calls: false`: TRT-LLM and SGLang do not enforce it, so pieces of
   any call after the first are dropped.
 - a choice the runtime never finished (TGI after a streamed tool call) gets its
@@ -31,15 +33,10 @@ def is_placeholder_id(value: str | None) -> bool:
     return not value or value.isdigit()
 
 
-def names_a_function(tool_choice: object) -> bool:
-    return isinstance(tool_choice, dict) and isinstance(tool_choice.get("function"), dict)
-
-
 class EventRepair:
     """Feed it every event of one request in order; `finish()` at a clean end."""
 
     def __init__(self, request: GenerationRequest) -> None:
-        self.named_tool = names_a_function(request.tool_choice)
         self.single_tool = not request.parallel_tool_calls
         self.tool_ids: dict[tuple[int, int], str] = {}
         self.named: set[tuple[int, int]] = set()
@@ -91,8 +88,7 @@ class EventRepair:
 
     def _reason(self, index: int, reason: str) -> str:
         if index in self.with_tools and reason in ("stop", "tool_calls"):
-            # OpenAI: a forced (named) tool call finishes with "stop".
-            return "stop" if self.named_tool else "tool_calls"
+            return "tool_calls"
         if reason == "tool_calls":
             return "stop"  # the runtime claimed a tool call but sent none
         return reason

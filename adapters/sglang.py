@@ -10,8 +10,7 @@ What differs from OpenAI and is handled here:
   of M tokens ..." / "max_completion_tokens is too large".
 - `finish_reason` in a separate content-free chunk (the decoder does not care),
   `matched_stop` and top-level `reasoning_tokens` ignored, `abort` an error.
-- tool-call argument pieces repeat `id: null, name: null, type` (EventRepair);
-  a forced named tool says `tool_calls` (EventRepair makes it `stop`).
+- tool-call argument pieces repeat `id: null, name: null, type` (EventRepair).
 - cached tokens only with `--enable-cache-report` (option `cache_report: true`).
 - cancellation: closing the connection is noticed only by a 4 s poll (or 2 s
   after the response), so the gateway also calls `POST /abort_request` with the

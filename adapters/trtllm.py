@@ -14,7 +14,6 @@ What differs from OpenAI and is handled here:
 - context length: "... should not exceed max_num_tokens (M)" (PyTorch backend) or
   "... should not exceed max_seq_len (L)" (TensorRT backend).
 - stream ids `chatcmpl-<int>` and `model` echoes: the gateway writes its own.
-- a forced named tool finishes with `tool_calls` (EventRepair: `stop`).
 - `cached_tokens` always reported.
 - load: JSON `/metrics` is a destructive read (each read drains the iteration
   stats), so one reader per server URL in this process (reads closer than

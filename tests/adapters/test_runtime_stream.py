@@ -40,11 +40,11 @@ def test_runtime_ids_are_kept():
     assert out[0].id == "call_abc"
 
 
-def test_named_tool_choice_finishes_with_stop():
+def test_named_tool_choice_finishes_with_tool_calls_like_every_runtime():
+    # vLLM says "stop" for a forced named tool, the others "tool_calls": one convention.
     choice = {"type": "function", "function": {"name": "f"}}
-    out = run(EventRepair(req(tool_choice=choice)), [ToolCallDelta(0, 0, "call_1", "f", "{}"),
-                                                     Finish(0, "tool_calls")])
-    assert out[-1] == Finish(0, "stop")
+    out = run(EventRepair(req(tool_choice=choice)), [ToolCallDelta(0, 0, "call_1", "f", "{}"), Finish(0, "stop")])
+    assert out[-1] == Finish(0, "tool_calls")
 
 
 def test_tool_calls_claimed_without_a_call_is_stop():

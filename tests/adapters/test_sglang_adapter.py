@@ -70,7 +70,7 @@ async def test_tool_stream_with_repeated_null_id_and_name(replay):
     assert Finish(0, "tool_calls") in events
 
 
-async def test_named_tool_choice_finish_is_stop(replay):
+async def test_named_tool_choice_non_stream(replay):
     replay.script({"POST /v1/chat/completions": [json_response(200, {
         "id": RID, "object": "chat.completion", "created": 1, "model": "default",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "", "reasoning_content": None,
@@ -83,7 +83,7 @@ async def test_named_tool_choice_finish_is_stop(replay):
     events = await collect(a, chat(stream=False, tools=[{"type": "function", "function": {"name": "f"}}],
                                    tool_choice={"type": "function", "function": {"name": "f"}}))
     await a.aclose()
-    assert events == [ToolCallDelta(0, 0, "call_x", "f", "{}"), Finish(0, "stop"), Usage(5, 1)]
+    assert events == [ToolCallDelta(0, 0, "call_x", "f", "{}"), Finish(0, "tool_calls"), Usage(5, 1)]
 
 
 async def test_queue_full_inside_a_200_stream_is_raised_before_any_event(replay):

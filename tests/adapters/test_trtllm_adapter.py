@@ -83,7 +83,7 @@ async def test_repeated_type_on_argument_deltas(replay):
     await a.aclose()
     calls = [e for e in events if isinstance(e, ToolCallDelta)]
     assert [(c.id, c.name) for c in calls] == [("chatcmpl-tool-aa", "f"), (None, None)]
-    assert events[-1] == Finish(0, "stop")  # forced named tool: OpenAI says stop
+    assert events[-1] == Finish(0, "tool_calls")
 
 
 async def test_chat_failure_cuts_the_connection_without_done(replay):
