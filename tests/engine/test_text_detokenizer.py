@@ -65,3 +65,33 @@ def test_random_token_sequences_match_the_full_decode(tok: TextTokenizer, ids: l
     assert "".join(pieces) == tok.decode(ids)
     for piece in pieces:
         piece.encode("utf-8")  # each piece is whole characters (no lone surrogates)
+
+
+def _sentencepiece_style_dir(path: Path) -> Path:
+    """A Llama-2/Mistral-style tokenizer.json: Metaspace-like normalizer, <0xNN> byte fallback."""
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    for piece in ["\u2581", "h", "e", "l", "o", "\u00e9", "r", "d"]:
+        vocab[piece] = len(vocab)
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+    tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                           decoders.Strip(" ", 1, 0)])
+    tokenizer.add_special_tokens(["<s>", "</s>"])
+    path.mkdir()
+    tokenizer.save(str(path / "tokenizer.json"))
+    return path
+
+
+def test_byte_fallback_tokenizers_stream_whole_characters(tmp_path: Path) -> None:
+    tok = TextTokenizer(_sentencepiece_style_dir(tmp_path / "sp"))
+    text = "hello w\u00f6rld \U0001f600 h\u00e9llo"
+    ids = tok.encode(text)
+    assert tok.id_to_token(ids[7]).startswith("<0x")  # "w" and "ö" fall back to bytes
+    pieces = stream(tok, ids + [tok.token_to_id("</s>")])
+    assert not any("\ufffd" in p for p in pieces)
+    # A continuation keeps its leading space (the full decode strips the first one).
+    assert "".join(pieces) == " " + tok.decode(ids) == " " + text
