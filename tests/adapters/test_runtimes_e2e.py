@@ -219,3 +219,19 @@ def test_what_the_runtime_cannot_do_is_a_400_naming_it(stack):
     with pytest.raises(openai.BadRequestError) as info:
         stack.client.chat.completions.create(model="m", messages=ask("penalty"), presence_penalty=0.5)
     assert "TGI" in info.value.message and info.value.param == "presence_penalty"
+
+
+def test_overload_is_a_retryable_status(stack):
+    # vLLM (queue limits) and SGLang answer 503, TGI 429; TRT-LLM has no admission
+    # control and queues. Whatever the runtime's shape, the tenant gets 429 or 503.
+    for stream in (False, True):
+        try:
+            r = stack.client.chat.completions.create(model="m", messages=ask("busy [[sim:overloaded]]"),
+                                                     stream=stream, max_tokens=3)
+            if stream:
+                list(r)
+        except openai.APIStatusError as exc:
+            assert exc.status_code in (429, 503), exc
+            assert stack.kind != "trtllm"
+        else:
+            assert stack.kind == "trtllm"
