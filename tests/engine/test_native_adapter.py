@@ -82,11 +82,12 @@ def finishes(events: list) -> dict[int, str]:
 
 
 def assert_engine_idle(adapter: NativeAdapter) -> None:
+    stats = adapter.async_engine.stats()
+    assert (stats.running, stats.waiting) == (0, 0)
+    assert stats.num_free_blocks == stats.num_blocks  # nothing leaked
     engine = adapter.async_engine.engine
-    with adapter.async_engine._lock:
-        assert not engine.requests
-        engine.check_integrity()
-        assert engine.pool.num_free_blocks == engine.pool.num_blocks  # nothing leaked
+    assert not engine.requests
+    engine.check_integrity()  # safe: with no requests the step thread does not touch the engine
 
 
 async def test_greedy_is_deterministic_and_text_matches_tokens(adapter: NativeAdapter, tok: TextTokenizer) -> None:
@@ -215,6 +216,18 @@ async def test_cancelling_the_consumer_aborts(adapter: NativeAdapter) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    assert_engine_idle(adapter)
+
+
+async def test_an_engine_side_abort_ends_the_stream_with_an_error(adapter: NativeAdapter) -> None:
+    stream = adapter.generate(chat(max_tokens=200, ignore_eos=True))
+    await stream.__anext__()
+    (engine_id,) = adapter.async_engine.engine.requests
+    adapter.async_engine.abort(engine_id)
+    with pytest.raises(GatewayError) as info:
+        while True:
+            await stream.__anext__()
+    assert info.value.status == 503
     assert_engine_idle(adapter)
 
 
