@@ -20,7 +20,8 @@ DEFINITIONS: dict[str, str] = {
     "TTFT": "time from sending the request to the first content chunk (streaming); "
     "for a non-streaming request, to the end of the body (the client sees no token earlier)",
     "ITL": "every gap between consecutive content chunks of one request, pooled over requests "
-    "(a per-chunk figure: a chunk carrying several tokens is one gap)",
+    "(a per-chunk figure: a chunk carrying several tokens is one gap; chunks that arrive in one network read "
+    "share its timestamp, so their gap is 0)",
     "n (output tokens)": "usage.completion_tokens when the server reported it, else the number of content chunks; "
     "`output_tokens_source` says which",
     "TPOT": "(e2e - TTFT) / (n - 1), only for streaming requests with n > 1 (vLLM bench's TPOT, "
