@@ -56,7 +56,6 @@ class NativeAdapter(Adapter):
         self.engine_options = dict(engine_options or {})
         self._registry = registry
         self._start_lock = asyncio.Lock()
-        self._load_error: BaseException | None = None
         self.tokenizer: TextTokenizer | None = None
         self.async_engine: Any = None  # engine.async_engine.AsyncEngine once started
 
@@ -71,9 +70,7 @@ class NativeAdapter(Adapter):
                 return
             try:
                 self.tokenizer, self.async_engine = await asyncio.to_thread(self._build)
-                self._load_error = None
             except Exception as exc:
-                self._load_error = exc
                 raise upstream_failed(self.name, f"the native engine could not load {self.model_path}: {exc}",
                                       status=503) from exc
 
