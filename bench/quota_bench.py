@@ -1,0 +1,389 @@
+"""`python -m bench.quota_bench`: what tenancy protection costs, and whether
+fairness holds under overload. Three parts, each on real processes:
+
+1. In process: `Protection.admit` + `Ticket.release` per request, for a tenant
+   with no limits (no store call), with the memory store and with Redis (a real
+   redis-server). Sequential latency per check (p50/p99, microseconds) and
+   checks per second at 64 concurrent. This part imports gateway.protection,
+   unlike the rest of bench/ (which judges the gateway over HTTP only): the
+   quota check is too small to see through HTTP noise alone.
+2. Through the gateway: non-streaming latency at concurrency 1 through three
+   gateway processes in front of one fast upstream, identical but for the
+   tenant's limits (none, memory store, Redis store); rounds alternate so that
+   machine noise hits all three alike. Added = limited - unlimited.
+3. Fairness under overload: one gateway, backend capacity 2 in flight in front
+   of an upstream that takes 400 ms per answer (5 answers/s, so a fair share
+   is 2.5/s per tenant). The quiet tenant sends at half its share,
+   the flood tenant at 10x its share, open loop, from its own process (so its
+   load generator cannot delay the quiet tenant's timestamps). Reported: the
+   quiet tenant's success rate and p50/p99 latency, against the quiet tenant
+   alone.
+
+Prints the figures and writes reports/quota/quota_bench.md and .json.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+
+from bench.procs import Server, free_port, python_module
+from bench.report import write_json
+
+MODEL = "m"
+KEYS = {"quiet": "sk-sy-bench-quiet", "flood": "sk-sy-bench-flood", "free": "sk-sy-bench-free"}
+LIMITS = {"requests_per_minute": 10_000_000, "tokens_per_minute": 10_000_000_000, "max_concurrent": 100_000}
+
+
+# ---- processes -------------------------------------------------------------------
+
+
+class RedisServer:
+    def __init__(self, log_dir: Path) -> None:
+        self.port = free_port()
+        self.log_dir = log_dir
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def __enter__(self) -> "RedisServer":
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise SystemExit("redis-server is not installed; the Redis figures need a real one")
+        self.proc = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                                      "--appendonly", "no", "--dir", str(self.log_dir)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+def config(upstream: str, store: dict, tenants: dict, max_inflight: int | None = None,
+           admission: dict | None = None) -> dict:
+    backend: dict[str, Any] = {"name": "up", "adapter": "openai", "url": upstream + "/v1", "served_model": MODEL}
+    if max_inflight is not None:
+        backend["max_inflight"] = max_inflight
+    return {
+        "auth": {"mode": "keys", "api_keys": [{"sha256": hashlib.sha256(k.encode()).hexdigest(), "tenant": t}
+                                              for t, k in KEYS.items()]},
+        "quota_store": store,
+        "tenants": tenants,
+        "admission": admission or {"max_queue": 256, "max_queue_wait_s": 30},
+        "models": {MODEL: {"backends": [backend]}},
+        "access_log": False,
+        "log_level": "warning",
+    }
+
+
+def gateway(name: str, cfg: dict, out: Path) -> Server:
+    port = free_port()
+    cfg = {**cfg, "listen": {"host": "127.0.0.1", "port": port}}
+    path = out / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return Server(name, python_module("gateway.cli", "serve", "--config", str(path)),
+                  f"http://127.0.0.1:{port}/healthz", out)
+
+
+def upstream(name: str, out: Path, ttft_ms: float = 0.0) -> Server:
+    port = free_port()
+    return Server(name, python_module("gateway.cli", "simulate", "openai", "--port", str(port), "--chunks", "16",
+                                      "--ttft-ms", str(ttft_ms)), f"http://127.0.0.1:{port}/health", out)
+
+
+# ---- statistics -------------------------------------------------------------------
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+
+# ---- part 1: the check itself -------------------------------------------------------
+
+
+async def check_cost(store_cfg: dict, tenant: str, n: int, concurrency: int) -> dict[str, float]:
+    from adapters.base import GenerationRequest, SamplingParams
+    from gateway.config import parse_config
+    from gateway.protection import Protection
+    from prometheus_client import CollectorRegistry
+
+    tenants = {"quiet": dict(LIMITS), "flood": dict(LIMITS), "free": {}}
+    p = Protection(parse_config(config("http://127.0.0.1:1", store_cfg, tenants)), CollectorRegistry())
+    await p.start()
+    headers = {"authorization": f"Bearer {KEYS[tenant]}"}
+    principal = await p.authenticate(headers)
+    request = GenerationRequest(request_id="bench", model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                sampling=SamplingParams(max_tokens=16))
+
+    async def never_gone() -> bool:
+        return False
+
+    async def one() -> float:
+        t0 = time.perf_counter()
+        ticket = await p.admit(principal, MODEL, request, 8, never_gone)
+        await ticket.release(None)
+        return time.perf_counter() - t0
+
+    for _ in range(min(200, n)):  # warm the connection pool and the script cache
+        await one()
+    latencies = [await one() for _ in range(n)]
+    t0 = time.perf_counter()
+    done = 0
+
+    async def worker() -> None:
+        nonlocal done
+        while done < n:
+            done += 1
+            await one()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    await p.aclose()
+    return {"p50_us": pct(latencies, 50) * 1e6, "p99_us": pct(latencies, 99) * 1e6,
+            "mean_us": statistics.fmean(latencies) * 1e6, "checks_per_s": n / elapsed}
+
+
+# ---- HTTP helpers ---------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    status: int
+    latency_s: float
+
+
+@dataclass
+class Tally:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def ok(self) -> list[float]:
+        return [o.latency_s for o in self.outcomes if o.status == 200]
+
+    def summary(self) -> dict[str, Any]:
+        sent = len(self.outcomes)
+        ok = self.ok()
+        statuses: dict[str, int] = {}
+        for o in self.outcomes:
+            statuses[str(o.status)] = statuses.get(str(o.status), 0) + 1
+        return {"sent": sent, "ok": len(ok), "success_rate": len(ok) / sent if sent else float("nan"),
+                "p50_ms": pct(ok, 50) * 1000, "p99_ms": pct(ok, 99) * 1000, "statuses": statuses}
+
+
+BODY = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Say hello to the benchmark."}],
+                     "max_tokens": 16})
+
+
+async def post(session: aiohttp.ClientSession, url: str, tenant: str) -> Outcome:
+    t0 = time.perf_counter()
+    try:
+        async with session.post(url + "/v1/chat/completions", data=BODY,
+                                headers={"authorization": f"Bearer {KEYS[tenant]}",
+                                         "content-type": "application/json"}) as resp:
+            await resp.read()
+            return Outcome(resp.status, time.perf_counter() - t0)
+    except (aiohttp.ClientError, asyncio.TimeoutError):
+        return Outcome(0, time.perf_counter() - t0)
+
+
+# ---- part 2: through the gateway ------------------------------------------------------
+
+
+async def http_cost(targets: dict[str, str], n: int) -> dict[str, dict[str, float]]:
+    """Request by request across the targets in turn, so that a noisy moment on
+    this shared machine lands on all of them alike."""
+    lat: dict[str, list[float]] = {name: [] for name in targets}
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        for i in range(n + 50):
+            for name, url in targets.items():
+                o = await post(session, url, "free" if name == "no limits" else "quiet")
+                if o.status != 200:
+                    raise RuntimeError(f"{name}: HTTP {o.status}")
+                if i >= 50:  # the first 50 rounds warm connections and caches
+                    lat[name].append(o.latency_s)
+    return {name: {"p50_ms": pct(v, 50) * 1000, "p99_ms": pct(v, 99) * 1000, "n": len(v)}
+            for name, v in lat.items()}
+
+
+# ---- part 3: fairness under overload -----------------------------------------------------
+
+
+async def open_loop(session: aiohttp.ClientSession, url: str, tenant: str, rate: float, duration_s: float,
+                    tally: Tally) -> None:
+    tasks = []
+    start = time.perf_counter()
+    for i in range(int(rate * duration_s)):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(post(session, url, tenant)))
+    tally.outcomes.extend(await asyncio.gather(*tasks))
+
+
+def _flood_process(url: str, rate: float, duration_s: float, delay_s: float, results) -> None:
+    """The flood's load generator, in its own process: its thousands of answers
+    must not slow down the event loop that times the quiet tenant."""
+    async def go() -> None:
+        await asyncio.sleep(delay_s)
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60), connector=connector) as session:
+            tally = Tally()
+            await open_loop(session, url, "flood", rate, duration_s, tally)
+        results.send(tally.summary())
+
+    asyncio.run(go())
+
+
+async def fairness(url: str, duration_s: float, quiet_rate: float, flood_rate: float) -> dict[str, Any]:
+    import multiprocessing
+
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
+        alone = Tally()
+        await open_loop(session, url, "quiet", quiet_rate, duration_s, alone)
+        receiver, sender = multiprocessing.Pipe(duplex=False)
+        flood_proc = multiprocessing.get_context("spawn").Process(
+            target=_flood_process, args=(url, flood_rate, duration_s + 2, 0.0, sender))
+        flood_proc.start()
+        await asyncio.sleep(2)  # the flood fills the queue first
+        quiet = Tally()
+        await open_loop(session, url, "quiet", quiet_rate, duration_s, quiet)
+        flood = await asyncio.to_thread(receiver.recv)
+        flood_proc.join(10)
+    return {"quiet_alone": alone.summary(), "quiet_under_flood": quiet.summary(), "flood": flood}
+
+
+# ---- report -------------------------------------------------------------------------------
+
+
+def render(doc: dict[str, Any]) -> str:
+    lines = ["# Tenancy protection: cost and fairness", "",
+             f"Measured {doc['when']} on {doc['cpus']} CPU(s) with `{doc['command']}`.", "",
+             "## 1. The quota check in process (admit + release)", "",
+             "| store | p50 (µs) | p99 (µs) | checks/s at 64 concurrent |", "|---|---|---|---|"]
+    for name, r in doc["check_cost"].items():
+        lines.append(f"| {name} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['checks_per_s']:.0f} |")
+    lines += ["", "## 2. Through the gateway (non-streaming, concurrency 1)", "",
+              "| tenant limits | p50 (ms) | p99 (ms) | added p50 (ms) | added p99 (ms) |", "|---|---|---|---|---|"]
+    base = doc["http_cost"]["no limits"]
+    for name, r in doc["http_cost"].items():
+        lines.append(f"| {name} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['p50_ms'] - base['p50_ms']:+.3f} | "
+                     f"{r['p99_ms'] - base['p99_ms']:+.3f} |")
+    f = doc["fairness"]
+    lines += ["", "## 3. Fairness under overload", "",
+              f"Backend capacity {f['setup']['capacity']} in flight, {f['setup']['upstream_ttft_ms']:.0f} ms per "
+              f"answer (about {f['setup']['capacity_rps']:.0f} answers/s, fair share "
+              f"{f['setup']['capacity_rps'] / 2:.0f}/s each). Quiet tenant at {f['setup']['quiet_rps']:g}/s, "
+              f"flood at {f['setup']['flood_rps']:g}/s (10x its share; starts 2 s earlier to fill the queue, "
+              "from its own process), "
+              f"{f['setup']['duration_s']:g} s each, open loop. Queue: "
+              f"{f['setup']['max_queue']} places, {f['setup']['max_queue_wait_s']:g} s deadline.", "",
+              "| traffic | sent | success rate | p50 (ms) | p99 (ms) | statuses |", "|---|---|---|---|---|---|"]
+    for name in ("quiet_alone", "quiet_under_flood", "flood"):
+        r = f[name]
+        lines.append(f"| {name.replace('_', ' ')} | {r['sent']} | {r['success_rate']:.1%} | {r['p50_ms']:.0f} | "
+                     f"{r['p99_ms']:.0f} | {r['statuses']} |")
+    lines += ["", "Definitions: latency is from sending the request to reading the whole answer; success is "
+              "HTTP 200; p50/p99 are over successful requests (nearest rank). Added = limited - unlimited, "
+              "same rounds, alternating.", ""]
+    return "\n".join(lines)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="quota-bench-"))
+    doc: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
+                           "command": "python -m bench.quota_bench " + " ".join(args.argv)}
+    with RedisServer(logs) as redis:
+        redis_store = {"kind": "redis", "url": redis.url}
+        memory_store = {"kind": "memory"}
+        doc["check_cost"] = {
+            "no limits (no store call)": await check_cost(memory_store, "free", args.checks, 64),
+            "memory": await check_cost(memory_store, "quiet", args.checks, 64),
+            "redis": await check_cost(redis_store, "quiet", args.checks, 64),
+        }
+        for name, r in doc["check_cost"].items():
+            print(f"check  {name:28s} p50 {r['p50_us']:7.0f} µs  p99 {r['p99_us']:7.0f} µs  "
+                  f"{r['checks_per_s']:8.0f} checks/s")
+        tenants = {"quiet": dict(LIMITS), "flood": dict(LIMITS), "free": {}}
+        with upstream("upstream-fast", logs) as up:
+            with gateway("gw-memory", config(up.base_url, memory_store, tenants), logs) as gw_mem, \
+                 gateway("gw-redis", config(up.base_url, redis_store, tenants), logs) as gw_redis:
+                targets = {"no limits": gw_mem.base_url, "memory": gw_mem.base_url, "redis": gw_redis.base_url}
+                doc["http_cost"] = await http_cost(targets, args.http_requests)
+        base = doc["http_cost"]["no limits"]
+        for name, r in doc["http_cost"].items():
+            print(f"http   {name:28s} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
+                  f"added p50 {r['p50_ms'] - base['p50_ms']:+.3f} ms")
+    capacity, ttft_ms = 2, args.answer_ms
+    capacity_rps = capacity * 1000 / ttft_ms
+    setup = {"capacity": capacity, "upstream_ttft_ms": ttft_ms, "capacity_rps": capacity_rps,
+             "quiet_rps": capacity_rps / 2 / 2, "flood_rps": capacity_rps / 2 * 10, "duration_s": args.duration,
+             "max_queue": 32, "max_queue_wait_s": 5.0}
+    fair_tenants = {"quiet": {"tier": 1}, "flood": {"tier": 1}, "free": {}}
+    with upstream("upstream-slow", logs, ttft_ms=ttft_ms) as slow, \
+         gateway("gw-fair", config(slow.base_url, {"kind": "memory"}, fair_tenants, max_inflight=capacity,
+                                   admission={"max_queue": setup["max_queue"],
+                                              "max_queue_wait_s": setup["max_queue_wait_s"]}), logs) as gw:
+        doc["fairness"] = {"setup": setup, **await fairness(gw.base_url, args.duration, setup["quiet_rps"],
+                                                            setup["flood_rps"])}
+    for name in ("quiet_alone", "quiet_under_flood", "flood"):
+        r = doc["fairness"][name]
+        print(f"fair   {name:28s} success {r['success_rate']:.1%}  p50 {r['p50_ms']:.0f} ms  "
+              f"p99 {r['p99_ms']:.0f} ms  {r['statuses']}")
+    write_json(out / "quota_bench.json", doc)
+    (out / "quota_bench.md").write_text(render(doc))
+    print(f"wrote {out / 'quota_bench.md'}")
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    import sys
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog="python -m bench.quota_bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="reports/quota")
+    p.add_argument("--checks", type=int, default=3000, help="quota checks per store (part 1)")
+    p.add_argument("--http-requests", type=int, default=1000, help="requests per gateway variant (part 2)")
+    p.add_argument("--duration", type=float, default=20.0, help="seconds per fairness run (part 3)")
+    # Slow answers keep part 3 about fairness, not about the CPU: on a small
+    # shared machine a fast upstream makes the gateway's own CPU the bottleneck.
+    p.add_argument("--answer-ms", type=float, default=400.0, help="upstream time per answer in part 3")
+    args = p.parse_args(argv)
+    args.argv = argv
+    asyncio.run(run(args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
