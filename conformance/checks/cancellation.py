@@ -9,6 +9,7 @@ import httpx
 
 from conformance.check import CheckList
 from conformance.context import Context
+from conformance.http import encode_json
 
 CHECKS = CheckList("cancellation")
 
@@ -48,20 +49,44 @@ async def survives(ctx: Context) -> None:
     ctx.ok_json(ex, "the request after three dropped streams")
 
 
-@CHECKS.should("cancel.frees_running", "dropped streams stop counting as running within 10 s (needs --metrics-url)")
+@CHECKS.should("cancel.frees_running", "a dropped stream stops counting as running within 10 s (needs --metrics-url)")
 async def frees_running(ctx: Context) -> None:
     url = ctx.target.metrics_url
     if not url:
         raise ctx.not_applicable("needs --metrics-url (a Prometheus endpoint with a running-requests gauge)")
-    before = await _running(url)
-    if before is None:
+    if await _running(url) is None:
         raise ctx.not_applicable(f"no running-requests gauge found at {url}")
-    await _drop_streams(ctx)
+    # Earlier checks may have left aborted work winding down: start from a settled gauge.
+    baseline = await _settled(url)
+    body = ctx.chat_body(max_tokens=LONG_ANSWER_TOKENS, stream=True, ignore_eos=True)
+    async with ctx.http.client.stream("POST", "/chat/completions", content=encode_json(body),
+                                      headers=ctx.http.headers()) as resp:
+        if resp.status_code != 200:
+            raise ctx.not_applicable(f"could not start a long stream (HTTP {resp.status_code})")
+        async for _ in resp.aiter_raw():
+            break
+        during = await _running(url)
+    if during is None or during <= baseline:
+        raise ctx.not_applicable(f"the gauge did not count the open stream ({baseline} before, {during} during), "
+                                 "so its release cannot be judged")
     deadline = time.monotonic() + SETTLE_S
     now = await _running(url)
-    while now is not None and now > before and time.monotonic() < deadline:
+    while now is not None and now > baseline and time.monotonic() < deadline:
         await asyncio.sleep(0.25)
         now = await _running(url)
-    if now is None or now > before:
-        raise ctx.fail("dropped streams are still running", expected=f"running gauge back to {before} within {SETTLE_S:.0f} s",
-                       seen=f"{now}", where=url)
+    if now is None or now > baseline:
+        raise ctx.fail("the dropped stream is still running", expected=f"running gauge back to {baseline} within {SETTLE_S:.0f} s",
+                       seen=f"{now} (it was {during} while the stream was open)", where=url)
+
+
+async def _settled(url: str) -> float:
+    """The gauge once it stops falling (or after SETTLE_S)."""
+    deadline = time.monotonic() + SETTLE_S
+    value = await _running(url) or 0.0
+    while value > 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.25)
+        nxt = await _running(url) or 0.0
+        if nxt >= value:
+            break
+        value = nxt
+    return value
