@@ -94,3 +94,12 @@ def test_low_precision_runs_close_to_fp32(llama_dir, dtype):
     refs = [hf_greedy(model, p, 1)[0] for p in prompts]
     assert sum(a == b for a, b in zip(firsts, refs)) >= 3
     assert all(len(tokens_of(outs[str(i)][0])) == 4 for i in range(len(prompts)))
+
+
+def test_kv_budget_sizes_the_pool(llama_dir):
+    path, _ = llama_dir
+    # 2 layers * (K+V) * block 8 * 1 KV head * head_dim 32 * 4 bytes = 4096 bytes per block
+    engine = LLMEngine(path, block_size=8, kv_cache_bytes=4096 * 10 + 100)
+    assert engine.pool.num_blocks == 10
+    assert engine.runner.kv_caches[0][0].shape == (80, 1, 32)
+    assert len(engine.runner.kv_caches) == 2
