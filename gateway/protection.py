@@ -15,6 +15,7 @@ import ipaddress
 import logging
 import time
 import uuid
+import weakref
 from typing import Awaitable, Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -75,6 +76,9 @@ class _Metrics:
                                       "Requests the admission queue turned away.", ["model", "reason"], registry=r)
         self.queue_wait = Histogram("switchyard_admission_wait_seconds", "Time spent waiting in the queue.",
                                     ["model"], registry=r)
+        self.leaked = Counter("switchyard_protection_leaked_tickets_total",
+                              "Tickets collected without release (a bug; their resources were freed then).",
+                              registry=r)
         self.cancelled = Counter("switchyard_protection_cancelled_total",
                                  "Tickets released because the client went away, by phase "
                                  "(each one had its lease, reservation and queue slot freed).",
@@ -120,6 +124,10 @@ class Ticket:
         self.headers: dict[str, str] = ratelimit_headers(reservation.states) if reservation else {}
         self.released = False
         self.charged_tokens: int | None = None
+        # A safety net, not the protocol: a ticket dropped without release (a
+        # handler bug) still frees its queue slot and reservation when collected,
+        # instead of shrinking capacity and holding a lease forever.
+        self._finalizer = weakref.finalize(self, _release_leaked, protection, slot, reservation)
 
     @property
     def queue_wait_s(self) -> float:
@@ -142,6 +150,7 @@ class Ticket:
         if self.released:
             return
         self.released = True
+        self._finalizer.detach()
         p = self._protection
         # Local bookkeeping first and without awaiting: even if this task is
         # cancelled during the store call below, the slot and counters are free.
@@ -177,7 +186,7 @@ class Protection:
         adm = config.admission
         self.queue = AdmissionQueue(max_queue=adm.max_queue, max_wait_s=adm.max_queue_wait_s,
                                     full_status=adm.full_status)
-        self._live: set[Ticket] = set()
+        self._live: weakref.WeakSet[Ticket] = weakref.WeakSet()
         self._redis_down_until = 0.0
         self._heartbeat_task: asyncio.Task[None] | None = None
         self.metrics = _Metrics(registry, self)
@@ -338,6 +347,19 @@ class Protection:
         return {"live_tickets": len(self._live),
                 "queued": sum(self.queue.waiting(m) for m in models),
                 "in_flight": sum(self.queue.in_flight(m) for m in models)}
+
+
+def _release_leaked(protection: "Protection", slot: Slot | None, reservation: Reservation | None) -> None:
+    log.error("a ticket was dropped without release; freeing its slot and reservation now")
+    protection.metrics.leaked.inc()
+    if slot is not None:
+        protection.queue.release(slot)
+    if reservation is not None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop left (shutdown): the lease expires by its TTL
+        loop.create_task(protection._store_release(reservation, reservation.tokens))
 
 
 def _has_limits(*limits: int | None) -> bool:

@@ -25,10 +25,53 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable
 
+from adapters.base import LoadSnapshot
 from adapters.errors import GatewayError
 
 CapacityFn = Callable[[str], "int | None"]
 ClientGone = Callable[[], Awaitable[bool]]
+
+
+# GIE's saturation defaults: a runtime with 5 or more requests waiting, or its
+# KV cache 80% full, takes no new work. Older load readings are not trusted.
+SATURATION_WAITING = 5
+SATURATION_KV_USAGE = 0.8
+LOAD_MAX_AGE_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class BackendLoad:
+    """What the capacity provider knows about one backend of a model."""
+
+    max_inflight: int | None
+    inflight: int
+    load: LoadSnapshot | None = None
+
+
+def saturated(load: LoadSnapshot | None, now: float | None = None) -> bool:
+    """True when fresh load signals say the runtime is full. Unknown or stale
+    signals are not saturation: without them we fall back to max_inflight."""
+    if load is None:
+        return False
+    if (now if now is not None else time.time()) - load.read_at > LOAD_MAX_AGE_S:
+        return False
+    return ((load.waiting is not None and load.waiting >= SATURATION_WAITING)
+            or (load.kv_usage is not None and load.kv_usage >= SATURATION_KV_USAGE))
+
+
+def model_capacity(backends: list[BackendLoad], now: float | None = None) -> int | None:
+    """How many requests the model's backends can hold now: each backend's
+    max_inflight, except that a saturated one holds only what it already has
+    (so nothing new is dispatched to it until it drains). None = unbounded."""
+    total = 0
+    for b in backends:
+        if saturated(b.load, now):
+            total += b.inflight
+        elif b.max_inflight is None:
+            return None
+        else:
+            total += b.max_inflight
+    return total
 
 
 class ClientGoneWhileQueued(Exception):

@@ -47,7 +47,7 @@ async def never_gone() -> bool:
 
 def _sample(p: Protection, name: str, labels: dict) -> float:
     for collector in (p.metrics.cancelled, p.metrics.decisions, p.metrics.store_unavailable,
-                      p.metrics.queue_rejected):
+                      p.metrics.queue_rejected, p.metrics.leaked):
         for fam in collector.collect():
             for s in fam.samples:
                 if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
@@ -289,4 +289,21 @@ async def test_state_gauges_are_exported():
     assert "switchyard_live_tickets 1.0" in text
     await t.release(None)
     assert 'switchyard_admission_inflight{model="m"} 0.0' in generate_latest(registry).decode()
+    await p.aclose()
+
+
+async def test_a_ticket_dropped_without_release_frees_its_slot_and_lease():
+    import gc
+    p = await make(config(max_concurrent=1))
+    p.set_capacity_provider(lambda model: 1)
+    who = await principal(p)
+    await p.admit(who, "m", request(), 1, never_gone)  # the ticket is dropped on the floor
+    gc.collect()
+    await asyncio.sleep(0.05)
+    assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
+    assert await p.local.concurrent("a", "t") == 0
+    assert _sample(p, "switchyard_protection_leaked_tickets_total", {}) == 1
+    t = await asyncio.wait_for(p.admit(who, "m", request(), 1, never_gone), 1)
+    await t.release(None)
+    assert _sample(p, "switchyard_protection_leaked_tickets_total", {}) == 1  # a released one is not counted
     await p.aclose()

@@ -201,3 +201,23 @@ async def test_a_lower_tier_never_pushes_out_a_higher_one():
     q.release(held)
     for t in vips:
         q.release(await asyncio.wait_for(t, 1))
+
+
+def test_capacity_is_the_sum_of_max_inflight_when_nothing_is_saturated():
+    from adapters.base import LoadSnapshot
+    from policies.admission import BackendLoad, model_capacity
+    calm = LoadSnapshot(waiting=0, kv_usage=0.3)
+    assert model_capacity([BackendLoad(4, 1, calm), BackendLoad(8, 0, None)]) == 12
+    assert model_capacity([BackendLoad(4, 1, calm), BackendLoad(None, 0, None)]) is None
+
+
+def test_a_saturated_backend_takes_nothing_new():
+    from adapters.base import LoadSnapshot
+    from policies.admission import BackendLoad, model_capacity
+    full_kv = LoadSnapshot(waiting=0, kv_usage=0.85)
+    long_queue = LoadSnapshot(waiting=7, kv_usage=0.1)
+    assert model_capacity([BackendLoad(4, 3, full_kv), BackendLoad(8, 2, None)]) == 3 + 8
+    assert model_capacity([BackendLoad(None, 5, long_queue)]) == 5
+    stale = LoadSnapshot(waiting=50, kv_usage=0.99, read_at=time.time() - 60)
+    assert model_capacity([BackendLoad(4, 4, stale)]) == 4  # stale signals: fall back to max_inflight
+    assert model_capacity([BackendLoad(4, 0, stale)]) == 4
