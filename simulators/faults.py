@@ -70,9 +70,11 @@ def parse_spec(spec: str) -> dict[str, Any]:
 def _coerce(key: str, raw: Any) -> dict[str, Any]:
     try:
         if key in _INT_KEYS:
-            return {key: int(raw)}
+            number = int(raw)
+            return {key: number} if number >= 0 else {}
         if key in _FLOAT_KEYS:
-            return {key: float(raw)}
+            seconds = float(raw)
+            return {key: seconds} if seconds >= 0 else {}
         if key in _FLAG_KEYS:
             return {key: raw in (None, True, "1", "true", "yes") or raw is True}
         if key == "finish" and raw:

@@ -33,6 +33,7 @@ from simulators.promtext import Exposition
 from simulators.request import SimRequest, int_or_none, prompt_words_completion, stop_list, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import Token
+from simulators.validation import check_body, pydantic_text
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
 
 VERSION = "0.5.23"
@@ -236,6 +237,11 @@ class SglangSimulator(Simulator):
             name = "ChatCompletionRequest" if kind == "chat" else "CompletionRequest"
             return error(400, f"1 validation error for {name}\n{field_name}\n  Field required [type=missing]"
                               f"[{{'type': 'missing', 'loc': ('body', '{field_name}'), 'msg': 'Field required'}}]",
+                         "Bad Request")
+        problems = check_body(body, kind)
+        if problems:  # the validation handler: str(exc) + str(exc.errors())
+            model = "ChatCompletionRequest" if kind == "chat" else "CompletionRequest"
+            return error(400, pydantic_text(problems, model) + str([p.as_pydantic() for p in problems]),
                          "Bad Request")
         if kind == "chat":
             tools = body.get("tools")

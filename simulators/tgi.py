@@ -37,6 +37,7 @@ from simulators.promtext import Exposition, Histogram
 from simulators.request import SimRequest, int_or_none, prompt_words_completion, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import EOS_TOKEN_ID, Token
+from simulators.validation import check_body
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
 
 VERSIONS = {"3.3": "3.3.6-dev0", "3.1": "3.1.1"}
@@ -206,6 +207,8 @@ class TgiSimulator(Simulator):
         if len(sim.stop) > self.opts.max_stop_sequences:
             raise TgiError(422, f"Input validation error: `stop` supports up to {self.opts.max_stop_sequences} "
                                 f"stop sequences. Given: {len(sim.stop)}", "validation")
+        if max_new is not None and max_new < 1:
+            raise TgiError(422, "Input validation error: `max_new_tokens` must be strictly positive", "validation")
         n = sim.prompt_tokens
         if n >= self.max_input_tokens:
             raise TgiError(422, f"Input validation error: `inputs` must have less than {self.max_input_tokens} "
@@ -239,6 +242,10 @@ class TgiSimulator(Simulator):
         bias = body.get("logit_bias")
         if bias is not None and not isinstance(bias, list):
             return rejection("logit_bias: invalid type: map, expected a sequence at line 1 column 2")
+        for problem in check_body(body, kind):
+            if problem.kind != "greater_than_equal":  # ranges are validation.rs's job, as JSON 422s
+                return rejection(f"{problem.loc}: invalid type: {orjson.dumps(problem.value).decode()}, "
+                                 f"expected {problem.kind.removesuffix('_type')} at line 1 column 2")
         return None
 
     async def _read(self, request: web.Request) -> tuple[dict[str, Any] | None, web.Response | None]:

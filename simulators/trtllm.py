@@ -40,6 +40,7 @@ from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import Token
+from simulators.validation import check_body
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call
 
 VERSION = "1.3.0rc0"
@@ -235,6 +236,7 @@ class TrtllmSimulator(Simulator):
                 if name not in STREAM_OPTION_FIELDS:
                     problems.append({"type": "extra_forbidden", "loc": ("body", "stream_options", name),
                                      "msg": "Extra inputs are not permitted", "input": value})
+        problems += [p.as_pydantic() for p in check_body(body, kind)]
         if problems:
             return validation_error(problems)
         if options and not body.get("stream"):

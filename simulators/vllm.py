@@ -26,6 +26,7 @@ from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import Token
+from simulators.validation import check_body, pydantic_text
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
 
 VERSION = "0.33.0"
@@ -149,6 +150,9 @@ class VllmSimulator(Simulator):
         if value is None or (kind == "chat" and not isinstance(value, list)):
             return error(400, f"1 validation error:\n  {{'type': 'missing', 'loc': ('body', '{field_name}'), "
                               f"'msg': 'Field required'}}", "Bad Request", field_name)
+        problems = check_body(body, kind)
+        if problems:  # pydantic failures answer 400 with the dotted location as `param`
+            return error(400, pydantic_text(problems), "Bad Request", problems[0].loc)
         model = body.get("model")
         if model is not None and model != self.opts.model_name:
             return error(404, f"The model `{model}` does not exist. Valid aliases: {self.opts.model_name}.",

@@ -182,3 +182,11 @@ def test_native_generate_streams_cumulative_text(sim) -> None:
     texts = [e["text"] for e in sse_json(raw)]
     assert all(texts[i + 1].startswith(texts[i]) for i in range(len(texts) - 1))
     assert texts[-1] == body["text"]
+
+
+@pytest.mark.parametrize("bad", [{"messages": ["x"]}, {"max_tokens": "abc"}, {"n": 0}])
+def test_malformed_fields_get_flat_400(sim, bad) -> None:
+    r = client(sim).post("/v1/chat/completions", json={**chat(), **bad})
+    assert r.status_code == 400
+    body = r.json()
+    assert body["object"] == "error" and body["type"] == "Bad Request" and "validation error" in body["message"]

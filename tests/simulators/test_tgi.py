@@ -153,3 +153,14 @@ def test_info_models_health_metrics(sim) -> None:
     families = {f.name: f for f in text_string_to_metric_families(text)}
     assert {"tgi_queue_size", "tgi_batch_current_size", "tgi_request_count", "tgi_request_duration"} <= set(families)
     assert "tgi_request_success " in text  # counters without the _total suffix
+
+
+@pytest.mark.parametrize("bad", [{"messages": ["x"]}, {"max_tokens": "abc"}, {"temperature": "hot"}])
+def test_malformed_fields_get_plain_text_422(sim, bad) -> None:
+    r = client(sim).post("/v1/chat/completions", json={**chat(), **bad})
+    assert r.status_code == 422 and r.text.startswith("Failed to deserialize the JSON body")
+
+
+def test_zero_max_tokens_is_a_validation_error(sim) -> None:
+    r = client(sim).post("/v1/chat/completions", json=chat(max_tokens=0))
+    assert r.status_code == 422 and r.json()["error_type"] == "validation"

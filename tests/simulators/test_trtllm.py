@@ -130,3 +130,9 @@ def test_disconnect_is_noticed_by_a_one_second_poll(sim) -> None:
         time.sleep(0.05)
     assert sim.stats()["aborts"][0]["how"] == "disconnect"
     assert time.monotonic() - closed <= 1.5
+
+
+@pytest.mark.parametrize("bad", [{"messages": ["x"]}, {"max_tokens": "abc"}, {"n": 0}])
+def test_malformed_fields_get_string_error(sim, bad) -> None:
+    r = client(sim).post("/v1/chat/completions", json={**chat(), **bad})
+    assert r.status_code == 400 and isinstance(r.json()["error"], str)

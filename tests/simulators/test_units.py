@@ -29,6 +29,7 @@ def _run(gen: object) -> list:
 def test_marker_parsing_and_precedence() -> None:
     assert parse_spec("error_after=3, no_done") == {"error_after": 3, "no_done": True}
     assert parse_spec("ttft_ms=2.5 bogus=1 finish=abort") == {"ttft_ms": 2.5, "finish": "abort"}
+    assert parse_spec("error_after=-3, status=abc, itl_ms=-1") == {}
     default = Faults(error_after=9)
     faults = faults_for(default, ["hi [[sim:cut_after=2]] there"], {"sim_fault": {"status": 503}})
     assert (faults.error_after, faults.cut_after, faults.status) == (9, 2, 503)

@@ -208,3 +208,12 @@ def test_official_openai_client_reads_it(sim) -> None:
     pieces = [ch.choices[0].delta.content or "" for ch in api.chat.completions.create(
         model="sim-model", messages=[{"role": "user", "content": "hi"}], max_tokens=4, stream=True) if ch.choices]
     assert len("".join(pieces).split()) == 4
+
+
+@pytest.mark.parametrize("bad", [{"messages": ["x"]}, {"max_tokens": "abc"}, {"n": 0}, {"stop": 5},
+                                 {"stream_options": "x", "stream": True}, {"temperature": "hot"}])
+def test_malformed_fields_get_400_bad_request(sim, bad) -> None:
+    r = client(sim).post("/v1/chat/completions", json={**chat(), **bad})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["type"] == "Bad Request" and err["code"] == 400 and err["param"].split(".")[0] in bad
