@@ -17,6 +17,12 @@ from simulators.testing import start_simulator
 from tests.simulators.conftest import chat
 
 
+@pytest.fixture(scope="module")
+def plain_vllm(make_sim):
+    """One default vLLM simulator shared by the tests below; each resets it first."""
+    return make_sim("vllm")
+
+
 def _refused(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
@@ -34,8 +40,9 @@ def _disconnect_mid_stream(url: str, path: str = "/v1/chat/completions", **body:
 
 @pytest.mark.parametrize("kind,opts", [("vllm", {}), ("tgi", {}), ("sglang", {"disconnect_abort_delay": 0.4}),
                                        ("trtllm", {"disconnect_abort_delay": 0.4})])
-def test_disconnect_mid_stream_is_recorded_as_abort(make_sim, kind: str, opts: dict) -> None:
-    sim = make_sim(kind, **opts)
+def test_disconnect_mid_stream_is_recorded_as_abort(make_sim, plain_vllm, kind: str, opts: dict) -> None:
+    sim = plain_vllm if kind == "vllm" else make_sim(kind, **opts)
+    sim.reset()
     _disconnect_mid_stream(sim.url)
     closed = time.monotonic()
     if opts:  # these runtimes notice a disconnect late: not yet recorded
@@ -48,8 +55,9 @@ def test_disconnect_mid_stream_is_recorded_as_abort(make_sim, kind: str, opts: d
     assert stats["last_requests"][-1]["body"]["stream"] is True
 
 
-def test_non_stream_disconnect_is_recorded(make_sim) -> None:
-    sim = make_sim("vllm")
+def test_non_stream_disconnect_is_recorded(plain_vllm) -> None:
+    sim = plain_vllm
+    sim.reset()
     with pytest.raises(httpx.TimeoutException):
         httpx.post(sim.url + "/v1/chat/completions", json=chat("x [[sim:ttft_ms=2000]]"), timeout=0.3)
     deadline = time.monotonic() + 3
@@ -58,8 +66,9 @@ def test_non_stream_disconnect_is_recorded(make_sim) -> None:
     assert sim.stats()["aborts"][0]["how"] == "disconnect"
 
 
-def test_stats_count_concurrency_and_reset(make_sim) -> None:
-    sim = make_sim("vllm")
+def test_stats_count_concurrency_and_reset(plain_vllm) -> None:
+    sim = plain_vllm
+    sim.reset()
 
     async def burst() -> None:
         async with httpx.AsyncClient(base_url=sim.url, timeout=10) as c:
@@ -111,9 +120,9 @@ def test_cli_fault_flag_applies_to_every_request(make_sim) -> None:
     assert "[DONE]" not in raw and '"finish_reason":"length"' in raw
 
 
-def test_synthetic_throughput_is_printed(make_sim) -> None:
+def test_synthetic_throughput_is_printed(plain_vllm) -> None:
     """Throughput depends on the machine: it is printed, never asserted."""
-    sim = make_sim("vllm")
+    sim = plain_vllm
     for stream in (False, True):
         result = asyncio.run(load_run(sim.url, 400, 32, stream, 16))
         assert result["statuses"] == {200: 400}
