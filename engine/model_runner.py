@@ -65,10 +65,9 @@ class ModelRunner:
         """Run one forward pass. Returns fp32 logits for the sequences whose last known
         token was computed this step (those get a new token), and those sequences."""
         decodes = [(seq, n) for seq, n in scheduled if n == 1]
-        if len(decodes) != len(scheduled):
-            ordered = decodes + [(seq, n) for seq, n in scheduled if n != 1]
-        else:
-            ordered = scheduled
+        prefills = [(seq, n) for seq, n in scheduled if n != 1] if len(decodes) != len(scheduled) else []
+        decode_groups = split_by_context(decodes)
+        ordered = [item for group in decode_groups for item in group] + prefills
         input_ids: list[int] = []
         sample_rows: list[int] = []
         sampled: list[Sequence] = []
@@ -83,7 +82,7 @@ class ModelRunner:
             if s + n == seq.num_tokens:
                 sample_rows.append(end - 1)
                 sampled.append(seq)
-        meta = self._metadata(ordered[:len(decodes)], ordered[len(decodes):])
+        meta = self._metadata(decode_groups + ([prefills] if prefills else []))
         ids = torch.tensor(input_ids, dtype=torch.long).to(self.device, non_blocking=True)
         hidden = self.model.forward(ids, meta, self.kv_caches)
         if not sampled:
@@ -92,16 +91,15 @@ class ModelRunner:
         logits = self.model.logits(hidden.index_select(0, rows))
         return logits.float(), sampled
 
-    def _metadata(self, decodes: list[tuple[Sequence, int]], prefills: list[tuple[Sequence, int]]) -> AttentionMetadata:
+    def _metadata(self, parts: list[list[tuple[Sequence, int]]]) -> AttentionMetadata:
         groups: list[AttentionGroup] = []
         positions: list[torch.Tensor] = []
         slots: list[torch.Tensor] = []
-        for part in (decodes, prefills):
-            if part:
-                group, pos, slot = self._group(part)
-                groups.append(group)
-                positions.append(pos)
-                slots.append(slot)
+        for part in parts:
+            group, pos, slot = self._group(part)
+            groups.append(group)
+            positions.append(pos)
+            slots.append(slot)
         pos = positions[0] if len(positions) == 1 else torch.cat(positions)
         slot = slots[0] if len(slots) == 1 else torch.cat(slots)
         dev = self.device
@@ -146,3 +144,24 @@ class ModelRunner:
             mask=mask.to(dev, non_blocking=True),
             q_dest=None if q_dest is None else q_dest.to(dev, non_blocking=True))
         return group, positions, slot_mapping
+
+
+def split_by_context(decodes: list[tuple[Sequence, int]]) -> list[list[tuple[Sequence, int]]]:
+    """Decodes attend over contexts padded to the longest one in their group. When context
+    lengths are spread out, two groups (short and long contexts) gather and attend over
+    far less padding than one; a second group costs one more attention call, so split
+    only when it saves at least a quarter of the padded context."""
+    if len(decodes) < 8:
+        return [decodes] if decodes else []
+    ordered = sorted(decodes, key=lambda item: len(item[0].block_ids))
+    sizes = [len(seq.block_ids) for seq, _ in ordered]
+    n = len(sizes)
+    one_group = n * sizes[-1]
+    best_cost, best_split = one_group, n
+    for i in range(1, n):
+        cost = i * sizes[i - 1] + (n - i) * sizes[-1]
+        if cost < best_cost:
+            best_cost, best_split = cost, i
+    if best_cost > 0.75 * one_group:
+        return [decodes]
+    return [ordered[:best_split], ordered[best_split:]]

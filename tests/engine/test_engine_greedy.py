@@ -28,7 +28,24 @@ def _check(engine: LLMEngine, model, prompts: list[list[int]], prefix: str = "r"
 def test_llama_mixed_batch(llama_dir):
     path, model = llama_dir
     engine = LLMEngine(path, block_size=8)
-    _check(engine, model, random_prompts([1, 7, 8, 9, 30, 64], 384))
+    # 10 sequences with spread-out contexts: decodes attend in two groups (split_by_context)
+    _check(engine, model, random_prompts([1, 7, 8, 9, 30, 64, 3, 5, 150, 200], 384))
+
+
+def test_split_by_context_groups_short_and_long():
+    from engine.model_runner import split_by_context
+    from engine.sequence import Sequence
+
+    def seq(num_blocks):
+        s = Sequence("x", 0, [1], SamplingParams())
+        s.block_ids = list(range(num_blocks))
+        return (s, 1)
+    spread = [seq(n) for n in (1, 30, 2, 1, 2, 28, 1, 2, 1, 1)]
+    groups = split_by_context(spread)
+    assert [sorted(len(s.block_ids) for s, _ in g) for g in groups] == [[1, 1, 1, 1, 1, 2, 2, 2], [28, 30]]
+    even = [seq(n) for n in (10, 11, 10, 12, 11, 10, 12, 10)]
+    assert split_by_context(even) == [even]
+    assert split_by_context(spread[:5]) == [spread[:5]]
 
 
 def test_llama_chunked_prefill(llama_dir):
