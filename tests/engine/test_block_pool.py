@@ -157,3 +157,34 @@ def test_scheduler_random_workload_keeps_invariants(ops, num_blocks, block_size,
     assert not sched.has_unfinished()
     assert all(s.status is SequenceStatus.FINISHED for s in live.values()) or not live
     assert pool.num_free_blocks == num_blocks
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "step", "abort"]), st.integers(0, 1000)),
+                    min_size=1, max_size=25))
+def test_engine_random_adds_steps_aborts_leak_nothing(llama_dir, ops):
+    """The real engine (model included) under random arrivals, n > 1, aborts and a pool
+    small enough to preempt: integrity after every operation, every block back at the end."""
+    from engine.llm_engine import LLMEngine
+
+    engine = LLMEngine(llama_dir[0], block_size=4, num_blocks=20, max_num_batched_tokens=24, max_num_seqs=4)
+    live: list[str] = []
+    for i, (op, x) in enumerate(ops):
+        if op == "add":
+            prompt = [(x + j) % 7 + 3 for j in range(1 + x % 30)]   # small alphabet: shared prefixes
+            params = SamplingParams(max_tokens=1 + x % 12, n=1 + x % 3, temperature=(x % 2) * 0.8,
+                                    seed=x, ignore_eos=True)
+            engine.add_request(f"r{i}", prompt, params, priority=x % 2)
+            live.append(f"r{i}")
+        elif op == "step":
+            for _ in range(1 + x % 4):
+                engine.step()
+        elif live:
+            engine.abort_request(live.pop(x % len(live)))
+        engine.check_integrity()
+    while engine.has_unfinished_requests():
+        engine.step()
+        engine.check_integrity()
+    assert engine.pool.num_free_blocks == engine.pool.num_blocks
+    assert not engine.scheduler.running and not engine.scheduler.waiting
