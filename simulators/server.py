@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import orjson
 from aiohttp import web
@@ -331,8 +331,10 @@ def _interesting_headers(request: web.Request) -> dict[str, str]:
     return {str(k).lower(): v for k, v in request.headers.items() if k.lower() in keep}
 
 
-async def serve(sim: Simulator) -> None:
-    """Load (connections refused meanwhile), bind, then serve until SIGTERM/SIGINT."""
+async def serve(sim: Simulator, stop: asyncio.Event | None = None,
+                on_ready: Callable[[int], None] | None = None) -> None:
+    """Load (connections refused meanwhile), bind, then serve until `stop` is set
+    (by default: until SIGTERM/SIGINT)."""
     opts = sim.opts
     if opts.startup_delay > 0:
         await asyncio.sleep(opts.startup_delay)
@@ -347,16 +349,22 @@ async def serve(sim: Simulator) -> None:
     if server is not None and server.sockets:
         port = server.sockets[0].getsockname()[1]
     await sim.on_bound()
-    print(f"{READY_LINE} {sim.kind} http://{opts.host}:{port}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, stop.set)
-        except (NotImplementedError, RuntimeError):
-            pass
-    await stop.wait()
-    await runner.cleanup()
+    if on_ready is not None:
+        on_ready(port)
+    else:
+        print(f"{READY_LINE} {sim.kind} http://{opts.host}:{port}", flush=True)
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
 
 
 def run_forever(sim: Simulator) -> int:

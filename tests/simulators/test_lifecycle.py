@@ -161,3 +161,15 @@ def test_api_key_rejections_have_each_runtime_shape(make_sim, kind: str, status:
     ok = httpx.post(sim.url + "/v1/chat/completions", json=chat(max_tokens=1), headers={"Authorization": "Bearer k1"})
     assert ok.status_code == 200
     assert httpx.get(sim.url + "/_sim/stats").status_code == 200
+
+
+def test_in_process_simulator_serves_and_records() -> None:
+    from simulators.testing import start_in_process
+
+    with start_in_process("tgi", tgi_version="3.1") as sim:
+        body = httpx.post(sim.url + "/v1/chat/completions", json=chat(max_tokens=2)).json()
+        assert body["system_fingerprint"] == "3.1.1-native"
+        assert sim.stats()["completed"] == 1
+        assert sim.simulator.recorder.completed == 1  # the live Python object, not a copy
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(sim.url + "/health")
