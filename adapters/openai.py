@@ -1,6 +1,8 @@
 """The generic adapter for any OpenAI-compatible upstream.
 
-One pooled aiohttp session per backend. Streams always ask the upstream for
+Generation requests go through a keep-alive pool of the fast client
+(adapters/http_client.py; aiohttp for https upstreams); health and model
+listing use a pooled aiohttp session. Streams always ask the upstream for
 usage (the gateway needs it for quotas) and the gateway strips it unless the
 client asked. Closing the event iterator closes the upstream connection, which
 is how OpenAI-compatible servers learn that the client went away.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any, AsyncIterator
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -26,6 +29,7 @@ from adapters.base import (
     Health,
 )
 from adapters.errors import GatewayError, upstream_unavailable
+from adapters.http_client import ConnectError, ConnectionClosed, ConnectionPool, HTTPError, ReadTimeout
 
 
 class OpenAIAdapter(Adapter):
@@ -44,6 +48,10 @@ class OpenAIAdapter(Adapter):
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=timeout_s)
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        parts = urlsplit(self.base_url)
+        self._url_path = parts.path.rstrip("/") + self.api_prefix
+        self._pool = (ConnectionPool(self.base_url, limit=max_connections, connect_timeout=connect_timeout_s,
+                                     read_timeout=timeout_s) if parts.scheme == "http" else None)
 
     # ---- connection pool ---------------------------------------------------
 
@@ -58,6 +66,8 @@ class OpenAIAdapter(Adapter):
         return self._session
 
     async def aclose(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -84,34 +94,41 @@ class OpenAIAdapter(Adapter):
 
     # ---- generation ----------------------------------------------------------
 
+    async def _post(self, path: str, body: bytes, headers: dict[str, str]):
+        """POST on the hot path: the fast client for http, aiohttp for https."""
+        if self._pool is not None:
+            return await self._pool.request("POST", self._url_path + path, body, headers)
+        resp = await self.session.post(self._url(path), data=body, headers=headers)
+        return _AiohttpResponse(resp)
+
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
         chat = request.kind == "chat"
         path = "/chat/completions" if chat else "/completions"
-        body = self._build_body(request, request.stream)
-        headers = {"content-type": "application/json", "x-request-id": request.request_id}
-        data = orjson.dumps(body)
-        resp: aiohttp.ClientResponse | None = None
+        body = orjson.dumps(self._build_body(request, request.stream))
+        headers = {"Content-Type": "application/json", "X-Request-Id": request.request_id}
+        resp = None
         completed = False
         try:
             try:
-                resp = await self.session.post(self._url(path), data=data, headers=headers)
-            except (aiohttp.ClientConnectionError, OSError, asyncio.TimeoutError) as exc:
+                resp = await self._post(path, body, headers)
+            except (ConnectError, aiohttp.ClientConnectionError, OSError, asyncio.TimeoutError) as exc:
                 raise upstream_unavailable(self.name, str(exc) or type(exc).__name__) from None
+            except (ConnectionClosed, ReadTimeout) as exc:
+                raise upstream_unavailable(self.name, str(exc)) from None
             if resp.status >= 400:
-                raise self._error(resp.status, await resp.read())
+                raise self._error(resp.status, await self._read(resp))
             if request.stream:
                 async for event in self._stream_events(resp, chat):
                     yield event
             else:
+                raw = await self._read(resp)
                 try:
-                    payload = orjson.loads(await resp.read())
-                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                    raise upstream_unavailable(self.name, f"connection lost: {exc}") from None
+                    payload = orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     raise GatewayError(502, f"Backend {self.name} sent a response that is not JSON",
                                        code="upstream_error") from None
                 if isinstance(payload, dict) and payload.get("error"):
-                    raise self._error(502, orjson.dumps(payload))
+                    raise self._error(502, raw)
                 for event in self._decode_response(payload, chat):
                     yield event
             completed = True
@@ -124,12 +141,19 @@ class OpenAIAdapter(Adapter):
                     resp.close()
                     await self._on_abort(request)
 
-    async def _stream_events(self, resp: aiohttp.ClientResponse, chat: bool) -> AsyncIterator[Event]:
+    async def _read(self, resp) -> bytes:
+        try:
+            return await resp.read()
+        except (HTTPError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise GatewayError(502, f"Backend {self.name} cut the response: {exc or type(exc).__name__}",
+                               code="upstream_error") from None
+
+    async def _stream_events(self, resp, chat: bool) -> AsyncIterator[Event]:
         saw_done = False
         open_choices: set[int] = set()
         finished: set[int] = set()
         try:
-            async for data in wire.iter_sse_data(resp.content):
+            async for data in wire.iter_sse_data(resp.iter_lines()):
                 if data.startswith(b"[DONE]"):
                     saw_done = True
                     break
@@ -150,7 +174,7 @@ class OpenAIAdapter(Adapter):
                     elif hasattr(event, "index"):
                         open_choices.add(event.index)  # type: ignore[union-attr]
                     yield event
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
+        except (HTTPError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
             yield ErrorEvent(GatewayError(502, f"Backend {self.name} cut the stream: {exc or type(exc).__name__}",
                                           code="upstream_error"))
             return
@@ -175,3 +199,23 @@ class OpenAIAdapter(Adapter):
         async with self.session.get(self._url("/models"), timeout=aiohttp.ClientTimeout(total=5)) as resp:
             payload = orjson.loads(await resp.read())
         return [m["id"] for m in payload.get("data", []) if isinstance(m, dict) and "id" in m]
+
+
+class _AiohttpResponse:
+    """An aiohttp response behind the fast client's Response interface (https)."""
+
+    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+        self._resp = resp
+        self.status = resp.status
+
+    async def read(self) -> bytes:
+        return await self._resp.read()
+
+    def iter_lines(self):
+        return self._resp.content.__aiter__()
+
+    def release(self) -> None:
+        self._resp.release()
+
+    def close(self) -> None:
+        self._resp.close()

@@ -1,0 +1,135 @@
+"""The gateway's own HTTP/1.1 client against a real server process."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import httpx
+import orjson
+import pytest
+
+from adapters.http_client import ConnectError, ConnectionClosed, ConnectionPool, ReadTimeout
+from tests.procs import free_port
+
+MSG = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+H = {"Content-Type": "application/json"}
+
+
+def body(**kw) -> bytes:
+    return orjson.dumps({**MSG, **kw})
+
+
+async def test_json_request_and_keep_alive_reuse(upstream):
+    pool = ConnectionPool(upstream.url)
+    for _ in range(3):
+        r = await pool.request("POST", "/v1/chat/completions", body(max_tokens=2), H)
+        assert r.status == 200 and r.headers["content-type"] == "application/json"
+        assert orjson.loads(await r.read())["choices"][0]["message"]["content"] == "alpha bravo"
+        r.release()
+    assert len(pool._idle) == 1  # one connection, reused three times
+    pool.close()
+
+
+async def test_streamed_lines(upstream):
+    pool = ConnectionPool(upstream.url)
+    r = await pool.request("POST", "/v1/chat/completions", body(stream=True, max_tokens=3), H)
+    lines = [line async for line in r.iter_lines()]
+    r.release()
+    data = [line for line in lines if line.startswith(b"data: ")]
+    assert data[-1] == b"data: [DONE]\n"
+    assert all(line.endswith(b"\n") for line in lines)
+    pool.close()
+
+
+async def test_connect_refused():
+    pool = ConnectionPool(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(ConnectError):
+        await pool.request("POST", "/x", b"", H)
+
+
+async def test_close_mid_stream_reaches_the_server(upstream):
+    httpx.post(upstream.url + "/_sim/reset")
+    pool = ConnectionPool(upstream.url)
+    r = await pool.request("POST", "/v1/chat/completions", body(stream=True, sim={"chunks": 100, "itl_ms": 20}), H)
+    it = r.iter_lines()
+    await it.__anext__()
+    r.close()
+    for _ in range(100):
+        stats = httpx.get(upstream.url + "/_sim/stats").json()
+        if stats["aborted"] == 1:
+            break
+        await asyncio.sleep(0.05)
+    assert stats["aborted"] == 1 and stats["inflight"] == 0
+    assert pool._idle == []
+
+
+async def test_limit_bounds_concurrency_at_the_server(upstream):
+    httpx.post(upstream.url + "/_sim/reset")
+    pool = ConnectionPool(upstream.url, limit=2)
+
+    async def one():
+        r = await pool.request("POST", "/v1/chat/completions", body(sim={"ttft_ms": 50}), H)
+        await r.read()
+        r.release()
+
+    await asyncio.gather(*(one() for _ in range(8)))
+    stats = httpx.get(upstream.url + "/_sim/stats").json()
+    assert stats["completed"] == 8 and stats["max_inflight"] == 2
+    pool.close()
+
+
+
+
+async def test_read_timeout_and_cut_response():
+    loop = asyncio.get_running_loop()
+
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        mode = handle.mode
+        if mode == "slow":
+            await asyncio.sleep(2)
+        elif mode == "cut":
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+            await writer.drain()
+        writer.close()
+
+    handle.mode = "slow"
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = ConnectionPool(f"http://127.0.0.1:{port}", read_timeout=0.2)
+    t = time.monotonic()
+    with pytest.raises(ReadTimeout):
+        await pool.request("POST", "/", b"x", H)
+    assert time.monotonic() - t < 1.5
+    handle.mode = "cut"
+    r = await pool.request("POST", "/", b"x", H)
+    with pytest.raises(ConnectionClosed):
+        await r.read()
+    r.close()
+    server.close()
+    await server.wait_closed()
+    assert loop.is_running()
+
+
+async def test_stale_keep_alive_connection_is_retried_once():
+    served = []
+
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        served.append(1)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()  # the server drops every connection after one answer
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = ConnectionPool(f"http://127.0.0.1:{port}")
+    for _ in range(3):
+        r = await pool.request("POST", "/", b"x", H)
+        assert await r.read() == b"ok"
+        r.release()
+        await asyncio.sleep(0.05)
+    assert len(served) == 3
+    server.close()
+    await server.wait_closed()
