@@ -188,3 +188,33 @@ def test_abort_frees_everything(llama_dir):
     engine.check_integrity()
     assert not engine.has_unfinished_requests()
     assert engine.pool.num_free_blocks == engine.pool.num_blocks
+
+
+@pytest.mark.parametrize("kw,support", [
+    (dict(top_p=0.5), {0, 1}),
+    (dict(top_k=3), {0, 1, 2}),
+    (dict(min_p=0.6), {0, 1}),
+    (dict(), {0, 1, 2, 3}),
+])
+def test_truncation_support(kw, support):
+    from engine.sampler import Sampler
+    from engine.sequence import Sequence
+
+    probs = torch.tensor([0.4, 0.3, 0.2, 0.1])
+    logits = probs.log().repeat(400, 1)
+    seqs = [Sequence("t", 0, [1], SamplingParams(temperature=1.0, **kw)) for _ in range(400)]
+    sampler = Sampler(4, set(), torch.device("cpu"), seed=0)
+    seen = set(sampler(logits.clone(), seqs).token_ids)
+    assert seen == support
+
+
+def test_temperature_sampling_follows_the_distribution():
+    from engine.sampler import Sampler
+    from engine.sequence import Sequence
+
+    probs = torch.tensor([0.5, 0.3, 0.2])
+    n = 4000
+    seqs = [Sequence("t", 0, [1], SamplingParams(temperature=1.0)) for _ in range(n)]
+    tokens = Sampler(3, set(), torch.device("cpu"), seed=1)(probs.log().repeat(n, 1), seqs).token_ids
+    freq = torch.bincount(torch.tensor(tokens), minlength=3).float() / n
+    assert torch.allclose(freq, probs, atol=0.03)
