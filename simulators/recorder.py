@@ -69,6 +69,14 @@ class Recorder:
         self.aborted += 1
         self.aborts.append({"request_id": request_id, "how": how, "path": path, "at": time.time()})
 
+    def openai_finish_counts(self) -> dict[str, int]:
+        """Finished requests by OpenAI-style reason: EOS and stop strings both count as "stop"."""
+        counts: dict[str, int] = {"stop": 0, "length": 0, "abort": 0, "repetition": 0}
+        for reason, n in self.finish_reasons.items():
+            key = "stop" if reason in ("eos", "stop_sequence") else reason
+            counts[key] = counts.get(key, 0) + n
+        return counts
+
     def status(self, code: int) -> None:
         key = str(code)
         self.statuses[key] = self.statuses.get(key, 0) + 1

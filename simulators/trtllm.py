@@ -186,8 +186,7 @@ class TrtllmSimulator(Simulator):
         ex.gauge("trtllm_kv_cache_free_blocks", "Free KV cache blocks.", kv["freeNumBlocks"])
         ex.gauge("trtllm_kv_cache_max_blocks", "Max KV cache blocks.", kv["maxNumBlocks"])
         ex.counter("trtllm_request_success", "Count of successfully processed requests.",
-                   {(("finished_reason", r),): float(self.recorder.finish_reasons.get(k, 0))
-                    for r, k in (("stop", "eos"), ("length", "length"))})
+                   {(("finished_reason", r),): float(n) for r, n in self.recorder.openai_finish_counts().items()})
         ex.counter("trtllm_prompt_tokens", "Number of prefill tokens processed.", self.recorder.prompt_tokens_total)
         ex.counter("trtllm_generation_tokens", "Number of generation tokens processed.",
                    self.recorder.generation_tokens_total)

@@ -118,8 +118,7 @@ class VllmSimulator(Simulator):
                    self.recorder.generation_tokens_total)
         ex.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", 0)
         ex.counter("vllm:request_success", "Count of successfully processed requests.",
-                   {(("finished_reason", r),): float(self.recorder.finish_reasons.get(r, 0))
-                    for r in ("stop", "length", "abort", "repetition")})
+                   {(("finished_reason", r),): float(n) for r, n in self.recorder.openai_finish_counts().items()})
         ex.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                      self.ttft_hist)
         ex.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",

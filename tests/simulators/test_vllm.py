@@ -199,6 +199,8 @@ def test_health_version_models_metrics(sim) -> None:
     sample = families["vllm:num_requests_running"].samples[0]
     assert sample.labels == {"model_name": "sim-model", "engine": "0"}
     assert families["vllm:generation_tokens"].samples[0].value >= 2
+    success = {s.labels["finished_reason"]: s.value for s in families["vllm:request_success"].samples}
+    assert success["length"] >= 1 and set(success) >= {"stop", "length", "abort"}
 
 
 def test_official_openai_client_reads_it(sim) -> None:
