@@ -33,8 +33,8 @@ from simulators.promtext import Exposition
 from simulators.request import SimRequest, int_or_none, prompt_words_completion, stop_list, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import Token
-from simulators.validation import check_body, pydantic_text
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
+from simulators.validation import check_body, pydantic_text
 
 VERSION = "0.5.23"
 _STATUS_NAMES = {400: "BAD_REQUEST", 404: "NOT_FOUND", 429: "TOO_MANY_REQUESTS", 500: "INTERNAL_SERVER_ERROR",

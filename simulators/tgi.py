@@ -37,8 +37,8 @@ from simulators.promtext import Exposition, Histogram
 from simulators.request import SimRequest, int_or_none, prompt_words_completion, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import EOS_TOKEN_ID, Token
-from simulators.validation import check_body
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
+from simulators.validation import check_body
 
 VERSIONS = {"3.3": "3.3.6-dev0", "3.1": "3.1.1"}
 MAX_CLIENT_BATCH_SIZE = 4

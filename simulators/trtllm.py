@@ -40,8 +40,8 @@ from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import Token
+from simulators.toolcalls import ToolCallPlan, fragments, plan_tool_call
 from simulators.validation import check_body
-from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call
 
 VERSION = "1.3.0rc0"
 ITER_STATS_MAX = 1000

@@ -26,8 +26,8 @@ from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
 from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
 from simulators.tokens import Token
-from simulators.validation import check_body, pydantic_text
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
+from simulators.validation import check_body, pydantic_text
 
 VERSION = "0.33.0"
 
