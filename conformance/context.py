@@ -140,8 +140,8 @@ class Context:
         if ex.status not in (400, 501):
             return
         body = ex.json()
+        message = error_message(body)
         err = body.get("error") if isinstance(body, dict) else None
-        message = err.get("message") if isinstance(err, dict) else err if isinstance(err, str) else None
         code = err.get("code") if isinstance(err, dict) else None
         if refuses_feature(ex.status, str(message or ""), code):
             raise NotApplicable(f"the server refuses {capability}: HTTP {ex.status} {str(message)[:200]!r}")
@@ -154,17 +154,16 @@ class Context:
         ])
 
     def expect_client_error(self, ex: Exchange, allowed: tuple[int, ...] = (400,), what: str = "request") -> None:
-        """A bad request must be refused with a 4xx whose body carries an error
-        message the client can show (the envelope's exact shape is judged by
-        `errors.envelope`)."""
+        """A bad request must be refused with the right 4xx and a message the
+        client can show. Where the message sits (`error.message`, a string
+        `error`, or a flat top-level `message`) is judged once, by
+        `errors.envelope`, so one shape deviation does not fail every check."""
         if ex.status not in allowed:
             raise self.fail(f"{what}: HTTP {ex.status}", expected="HTTP " + " or ".join(map(str, allowed)),
                             seen=f"HTTP {ex.status}", offending=_body_excerpt(ex), exchange=ex)
-        body = ex.json()
-        message = body.get("error", {}).get("message") if isinstance(body, dict) and isinstance(body.get("error"), dict) else None
-        if not isinstance(message, str) or not message:
+        if not error_message(ex.json()):
             raise self.fail(f"{what}: HTTP {ex.status} without an error message",
-                            expected='a body {"error": {"message": "..."}}', seen=_body_excerpt(ex), exchange=ex)
+                            expected='a JSON body {"error": {"message": "..."}}', seen=_body_excerpt(ex), exchange=ex)
 
     def envelope_issues(self, ex: Exchange) -> list[FieldIssue]:
         issues = error_envelope_issues(ex.json())
@@ -175,6 +174,21 @@ class Context:
     @staticmethod
     def not_applicable(reason: str) -> NotApplicable:
         return NotApplicable(reason)
+
+
+def error_message(body: Any) -> str | None:
+    """The human-readable message of an error body in any of the shapes
+    runtimes use, or None."""
+    if not isinstance(body, dict):
+        return None
+    err = body.get("error")
+    if isinstance(err, dict) and isinstance(err.get("message"), str) and err["message"]:
+        return err["message"]
+    if isinstance(err, str) and err:
+        return err
+    if isinstance(body.get("message"), str) and body["message"]:
+        return body["message"]
+    return None
 
 
 def refuses_feature(status: int, message: str, code: Any) -> bool:

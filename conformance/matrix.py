@@ -58,6 +58,7 @@ def targets_from_config(config: dict[str, Any], gateway_url: str, *, direct: boo
                 seen.add(key)
                 root = backend["url"].rstrip("/").removesuffix("/v1")
                 targets.append(Target(base_url=backend["url"], model=served, metrics_url=root + "/metrics",
+                                      runtime=backend["adapter"],
                                       name=f"{backend.get('name', backend['adapter'])} (direct {backend['adapter']})"))
     return targets
 
