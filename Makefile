@@ -29,13 +29,18 @@ test-vllm: install
 	bash scripts/install-vllm.sh
 	$(PY) -m pytest -q -m vllm $(ARGS)
 
+# wrk drives the throughput scenarios (a Python client cannot reach 1,500 req/s here).
+WRK := command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+
 bench-overhead: install
+	$(WRK)
 	$(PY) -m bench.overhead $(ARGS)
 
 bench-engine: install
 	$(PY) -m bench.engine_bench $(ARGS)
 
 bench-litellm: install
+	$(WRK)
 	bash scripts/install-litellm.sh
 	$(PY) -m bench.litellm_compare $(ARGS)
 

@@ -32,3 +32,13 @@ def redis_server(tmp_path):
     p = start_redis(tmp_path)
     yield p
     p.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """One tiny random Llama (make-tiny) shared by the whole session."""
+    from engine.make_tiny import make_tiny
+
+    path = tmp_path_factory.mktemp("tiny") / "tiny"
+    make_tiny(path)
+    return path
