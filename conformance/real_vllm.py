@@ -46,7 +46,7 @@ def start_vllm(model_dir: Path, log_dir: Path) -> ManagedProcess:
                                 "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32",
                                 "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
                        f"http://127.0.0.1:{port}", log_dir / "vllm.log")
-    return p.wait_ready("/health", timeout_s=300)
+    return p.wait_ready("/health", timeout_s=900)  # start-up takes ~40 s idle, minutes on a loaded machine
 
 
 def gateway_config(vllm_url: str, port: int) -> dict:

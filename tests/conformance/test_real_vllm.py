@@ -9,7 +9,7 @@ import pytest
 
 from conformance.real_vllm import VLLM_PYTHON, run_real_vllm
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
 
 def test_real_vllm_directly_and_through_the_gateway(tmp_path: Path) -> None:
