@@ -93,3 +93,21 @@ async def completions(ctx: Context) -> None:
         if not isinstance(top, dict) or not 1 <= len(top) <= TOP + 1:
             raise ctx.fail("top_logprobs entry", expected=f"a dict of {TOP} or {TOP + 1} token: logprob", seen=repr(top)[:200],
                            where=f"choices[0].logprobs.top_logprobs[{i}]", exchange=ex)
+
+
+@CHECKS.should("logprobs.completions_echo", "legacy echo with logprobs returns the prompt first, its first token_logprob null")
+async def completions_echo(ctx: Context) -> None:
+    ex = await ctx.completion(echo=True, logprobs=1, max_tokens=2)
+    ctx.skip_if_unsupported(ex, "echo")
+    body = ctx.ok_json(ex)
+    choice = choice_of(body)
+    text = choice.get("text") or ""
+    if not text.startswith(ctx.completion_body()["prompt"]):
+        raise ctx.fail("echo did not return the prompt", expected="text starting with the prompt", seen=repr(text)[:200],
+                       where="choices[0].text", exchange=ex)
+    lp = choice.get("logprobs")
+    values = lp.get("token_logprobs") if isinstance(lp, dict) else None
+    if not isinstance(values, list) or not values or values[0] is not None:
+        raise ctx.fail("the first echoed token has no logprob to give", expected="token_logprobs[0] is null",
+                       seen=repr(values[:3] if isinstance(values, list) else values), where="choices[0].logprobs.token_logprobs",
+                       exchange=ex)

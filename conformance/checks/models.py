@@ -27,6 +27,17 @@ async def models_lists_target(ctx: Context) -> None:
                        seen=f"ids {ids}", where="data[].id", exchange=ex)
 
 
+@CHECKS.should("models.first_is_usable", "data[0].id (what benchmark clients pick by default) is accepted as a model")
+async def first_is_usable(ctx: Context) -> None:
+    listing = ctx.ok_json(await ctx.http.get("/models"), "GET /models")
+    data = listing.get("data") or []
+    first = data[0].get("id") if data and isinstance(data[0], dict) else None
+    if not isinstance(first, str):
+        raise ctx.fail("no first model", expected="data[0].id", seen=repr(data[:1])[:200])
+    ex = await ctx.chat(model=first, max_tokens=1)
+    ctx.ok_json(ex, f"a chat completion with model {first!r}")
+
+
 @CHECKS.should("models.retrieve", "GET /models/{id} returns the same model object as the list")
 async def models_retrieve(ctx: Context) -> None:
     listing = ctx.ok_json(await ctx.http.get("/models"), "GET /models")
