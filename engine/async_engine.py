@@ -132,7 +132,9 @@ class AsyncEngine:
             pass
 
     def stats(self) -> EngineStats:
-        return self._call(self.engine.stats)
+        # Lock-free on purpose: it only reads counters and lengths (atomic under the GIL),
+        # so a metrics scrape never waits behind a long prefill step.
+        return self.engine.stats()
 
     async def shutdown(self) -> None:
         self._stopping = True
