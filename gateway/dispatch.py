@@ -156,6 +156,12 @@ class Dispatcher:
             backend.inflight -= 1
             await agen.aclose()
             raise
+        if isinstance(first, ErrorEvent):
+            # Nothing reached the client yet: answer with the error's own status
+            # (or fail over when it is retryable) instead of a 200 stream.
+            backend.inflight -= 1
+            await agen.aclose()
+            raise first.error
         return Started(backend, _tracked(backend, agen, first))
 
 

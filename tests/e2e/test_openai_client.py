@@ -180,3 +180,10 @@ def test_health_ready_metrics(gateway, client):
                  "switchyard_inflight_requests", "switchyard_gateway_overhead_seconds"):
         assert name in text, name
     assert 'switchyard_requests_total{backend="up",model="m",status="200"}' in text
+
+
+def test_error_as_first_stream_event_gets_its_own_status(gateway):
+    # the upstream fails before any content: the client gets an HTTP error, not a 200 stream
+    r = httpx.post(gateway.url + "/v1/chat/completions",
+                   json={"model": "m", "messages": MSG, "stream": True, "sim": {"fail_after": 0}})
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_error"
