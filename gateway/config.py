@@ -75,11 +75,16 @@ class AuthConfig(_Strict):
     api_keys: list[ApiKeyEntry] = Field(default_factory=list)
     api_keys_file: str | None = None  # a mounted secret: YAML list of ApiKeyEntry
     jwt: JwtConfig | None = None
+    # More trusted issuers beside auth.jwt, each with its own algorithm allow-list and keys.
+    jwt_issuers: list[JwtConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _consistent(self) -> "AuthConfig":
         if "jwt" in self.mode and self.jwt is None:
             raise ValueError(f"auth.mode {self.mode!r} needs an auth.jwt section")
+        issuers = [j.issuer for j in ([self.jwt] if self.jwt else []) + self.jwt_issuers]
+        if len(set(issuers)) != len(issuers):
+            raise ValueError("auth.jwt and auth.jwt_issuers name the same issuer twice")
         if "keys" in self.mode and not (self.api_keys or self.api_keys_file):
             raise ValueError(f"auth.mode {self.mode!r} needs auth.api_keys or auth.api_keys_file")
         return self

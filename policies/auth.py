@@ -291,12 +291,17 @@ class Authenticator:
         self.tenants = dict(tenants)
         known = set(self.tenants) if self.tenants else None
         self.keys = ApiKeyTable([key_record(e) for e in auth_cfg.api_keys], auth_cfg.api_keys_file, known)
-        self.jwt = JwtVerifier(auth_cfg.jwt) if auth_cfg.jwt is not None and "jwt" in self.mode else None
+        # One verifier per trusted issuer: each has its own algorithms and keys,
+        # so one issuer's allow-list never lets another's tokens through.
+        self.issuers: dict[str, JwtVerifier] = {}
+        if "jwt" in self.mode:
+            for cfg in [auth_cfg.jwt, *auth_cfg.jwt_issuers]:
+                self.issuers[cfg.issuer] = JwtVerifier(cfg)
 
     async def start(self) -> None:
         self.keys.load_file()
-        if self.jwt is not None:
-            await self.jwt.start()
+        for verifier in self.issuers.values():
+            await verifier.start()
 
     def _tenant(self, name: str) -> TenantRecord:
         if not self.tenants:
@@ -314,8 +319,8 @@ class Authenticator:
         if credential is None:
             raise unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer <key>' "
                                "or in the 'api-key' header.", error=None)
-        if self.jwt is not None and (self.mode == "jwt" or _looks_like_jwt(credential)):
-            return self._from_claims(await self.jwt.verify(credential))
+        if self.issuers and (self.mode == "jwt" or _looks_like_jwt(credential)):
+            return await self._from_jwt(credential)
         if "keys" not in self.mode:
             raise unauthorized("The bearer token is not a valid JWT.", code="invalid_token")
         record = self.keys.lookup(credential)
@@ -327,8 +332,18 @@ class Authenticator:
                          key_requests_per_minute=record.requests_per_minute,
                          key_tokens_per_minute=record.tokens_per_minute, key_max_concurrent=record.max_concurrent)
 
-    def _from_claims(self, claims: dict[str, Any]) -> Principal:
-        cfg = self.jwt.cfg
+    async def _from_jwt(self, token: str) -> Principal:
+        try:
+            # Unverified, only to choose the issuer whose verifier checks everything.
+            issuer = jwt.decode(token, options={"verify_signature": False}).get("iss")
+        except jwt.PyJWTError:
+            raise unauthorized("The bearer token is not a valid JWT.", code="invalid_token") from None
+        verifier = self.issuers.get(issuer) if isinstance(issuer, str) else None
+        if verifier is None:
+            raise unauthorized("The JWT's issuer is not trusted.", code="invalid_token")
+        return self._from_claims(await verifier.verify(token), verifier.cfg)
+
+    def _from_claims(self, claims: dict[str, Any], cfg: Any) -> Principal:
         name = claims.get(cfg.tenant_claim)
         if not isinstance(name, str) or not name:
             raise unauthorized(f"The JWT has no {cfg.tenant_claim!r} claim naming a tenant.", code="invalid_token")

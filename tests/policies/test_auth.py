@@ -237,3 +237,55 @@ async def test_keys_and_jwt_mode_accepts_both(issuer, tmp_path):
     assert (await auth.authenticate({"authorization": "Bearer sk-sy-known"})).tenant == "acme"
     p = await auth.authenticate({"authorization": f"Bearer {issuer.token(tenant='globex')}"})
     assert p.tenant == "globex" and p.tier == 2
+
+
+async def test_each_issuer_has_its_own_allow_list(issuer, tmp_path):
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    other = Issuer(other_dir)
+    cfg = {"mode": "jwt",
+           "jwt": {"issuer": ISS, "audience": AUD, "jwks_file": str(issuer.jwks_path), "algorithms": ["RS256"]},
+           "jwt_issuers": [{"issuer": "https://other.test", "audience": AUD, "jwks_file": str(other.jwks_path),
+                            "algorithms": ["ES256"]}]}
+    auth = Authenticator(AuthConfig.model_validate(cfg), TENANTS)
+    await auth.start()
+    from_other = other.token("ES256", "e1", iss="https://other.test", tenant="globex")
+    assert (await auth.authenticate({"authorization": f"Bearer {from_other}"})).tenant == "globex"
+    # RS256 is allowed for the first issuer only, even with a key the second one publishes.
+    await rejected(auth, other.token("RS256", "r1", iss="https://other.test"))
+    await rejected(auth, issuer.token("ES256", "e1"))
+    e = await rejected(auth, issuer.token(iss="https://stranger.test"))
+    assert "issuer" in e.message
+
+
+async def test_jwks_from_a_url_is_cached_and_refetched_for_a_new_kid(issuer, tmp_path):
+    from aiohttp import web
+
+    fetches = []
+
+    async def jwks(request: web.Request) -> web.Response:
+        fetches.append(time.monotonic())
+        return web.Response(body=issuer.jwks_path.read_bytes(), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/jwks.json", jwks)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        cfg = {"mode": "jwt", "jwt": {"issuer": ISS, "audience": AUD, "algorithms": ["RS256"],
+                                      "jwks_url": f"http://127.0.0.1:{port}/jwks.json", "jwks_cache_s": 300}}
+        auth = Authenticator(AuthConfig.model_validate(cfg), TENANTS)
+        await auth.start()
+        for _ in range(3):
+            assert (await auth.authenticate({"authorization": f"Bearer {issuer.token()}"})).tenant == "acme"
+        assert len(fetches) == 1  # cached
+        auth.issuers[ISS].jwks.min_refresh_s = 0
+        issuer.rsa["r2"] = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        issuer.publish()
+        assert (await auth.authenticate({"authorization": f"Bearer {issuer.token(kid='r2')}"})).tenant == "acme"
+        assert len(fetches) == 2  # the unknown kid made it look again
+    finally:
+        await runner.cleanup()
