@@ -51,6 +51,8 @@ async def chat(ctx: Context) -> None:
 async def top_exact(ctx: Context) -> None:
     ex, body = await _chat_logprobs(ctx)
     lp = choice_of(body).get("logprobs") or {}
+    if not lp.get("content"):
+        raise ctx.fail("no logprobs to count", expected="choices[0].logprobs.content", seen=repr(lp)[:200], exchange=ex)
     for i, entry in enumerate(lp.get("content") or []):
         if len(entry.get("top_logprobs") or []) != TOP:
             raise ctx.fail("top_logprobs count", expected=f"{TOP}", seen=str(len(entry.get("top_logprobs") or [])),
@@ -61,6 +63,8 @@ async def top_exact(ctx: Context) -> None:
 async def stream_matches(ctx: Context) -> None:
     ex_n, body = await _chat_logprobs(ctx)
     plain = [e.get("token") for e in (choice_of(body).get("logprobs") or {}).get("content") or []]
+    if not plain:
+        raise ctx.not_applicable("the non-stream answer has no logprobs to compare with (logprobs.chat judges that)")
     ex = await ctx.chat(logprobs=True, top_logprobs=TOP, max_tokens=LP_MAX_TOKENS, stream=True)
     streams = by_choice(ctx.ok_stream(ex))
     streamed = [e.get("token") for e in streams[0].logprobs] if 0 in streams else []

@@ -155,6 +155,8 @@ async def no_usage_unless_asked(ctx: Context) -> None:
     off_ex = await ctx.chat(stream=True, stream_options={"include_usage": False})
     off = (off_ex, ctx.ok_stream(off_ex))
     for ex, chunks in (plain, off):
+        if not chunks:
+            raise ctx.fail("no chunks to judge", expected="a stream of chunks", seen="none", exchange=ex)
         for n, chunk in enumerate(chunks):
             if chunk.get("usage") is not None:
                 raise ctx.fail("usage sent without include_usage", expected="usage absent or null",

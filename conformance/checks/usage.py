@@ -94,6 +94,8 @@ async def n_aggregated(ctx: Context) -> None:
     ex2 = await ctx.chat(max_tokens=max_tokens, n=2, temperature=1.0)
     one = usage_of(ctx.ok_json(ex1), ex1)
     body = ctx.ok_json(ex2)
+    if len(body.get("choices") or []) != 2:
+        raise ctx.not_applicable(f"n=2 returned {len(body.get('choices') or [])} choice(s) (n.nonstream judges that)")
     two = usage_of(body, ex2)
     if two["prompt_tokens"] != one["prompt_tokens"]:
         raise ctx.fail("the prompt was not counted once", expected=f"prompt_tokens {one['prompt_tokens']} as with n=1",
