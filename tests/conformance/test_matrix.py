@@ -1,0 +1,75 @@
+"""Matrix assembly from a gateway config, its rendering, and how CI sorts the
+runtimes' direct deviations into expected, unlisted and no longer seen."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conformance.ci_matrix import build_config, load_expected, sort_deviations
+from conformance.matrix import MatrixReport, targets_from_config, write_matrix
+from conformance.result import CheckResult, Level, Status
+from conformance.runner import RunReport
+from conformance.target import Target
+
+CONFIG = {
+    "listen": {"host": "0.0.0.0", "port": 8080},
+    "models": {
+        "llama": {"backends": [
+            {"name": "vllm-a", "adapter": "vllm", "url": "http://vllm-a:8000", "served_model": "meta/llama"},
+            {"name": "sgl-b", "adapter": "sglang", "url": "http://sgl-b:30000/v1", "served_model": "meta/llama"}]},
+        "tiny": {"backends": [{"name": "local", "adapter": "native", "model_path": "builtin:tiny"},
+                              {"name": "vllm-a", "adapter": "vllm", "url": "http://vllm-a:8000", "served_model": "meta/llama"}]},
+    },
+}
+
+
+def result(cid: str, status: Status, level: Level = Level.MUST) -> CheckResult:
+    return CheckResult(cid, "a", level, f"check {cid}", status, "why" if status != Status.PASS else "", [], 0.0)
+
+
+def run(*results: CheckResult) -> RunReport:
+    return RunReport(target={}, profiles=["core"], started="t", duration_s=0.0, results=list(results))
+
+
+def test_targets_from_config() -> None:
+    targets = targets_from_config(CONFIG, "http://gw:8080", direct=True, api_key="k", forbidden_model="x")
+    assert [t.name for t in targets] == ["gateway/llama", "gateway/tiny", "vllm-a (direct vllm)", "sgl-b (direct sglang)"]
+    gw, direct = targets[0], targets[2]
+    assert (gw.base_url, gw.model, gw.api_key, gw.forbidden_model) == ("http://gw:8080/v1", "llama", "k", "x")
+    assert (direct.base_url, direct.model, direct.runtime, direct.api_key) == ("http://vllm-a:8000/v1", "meta/llama", "vllm", None)
+    assert targets[3].metrics_url == "http://sgl-b:30000/metrics"
+    assert len(targets_from_config(CONFIG, "http://gw:8080", direct=False)) == 2
+
+
+def test_matrix_rows_and_reports(tmp_path: Path) -> None:
+    m = MatrixReport()
+    m.runs.append((Target("http://gw", "llama", name="gateway/llama"), run(result("a.x", Status.PASS), result("b.y", Status.FAIL))))
+    m.runs.append((Target("http://v", "m", name="v (direct vllm)", runtime="vllm"),
+                   run(result("a.x", Status.FAIL), result("b.y", Status.SKIP))))
+    rows = {r["id"]: r["cells"] for r in m.rows()}
+    assert rows == {"a.x": {"gateway/llama": "pass", "v (direct vllm)": "fail"},
+                    "b.y": {"gateway/llama": "fail", "v (direct vllm)": "skip"}}
+    assert [(n, r.id) for n, r in m.gateway_must_failures()] == [("gateway/llama", "b.y")]  # direct failures never block
+    paths = write_matrix(m, tmp_path)
+    assert json.loads(paths["json"].read_text())["matrix"][0]["cells"]["v (direct vllm)"] == "fail"
+    assert "| `a.x` | MUST | ✅ pass | ❌ FAIL |" in paths["md"].read_text()
+    assert (tmp_path / "gateway_llama" / "report.html").exists()  # each target's own full report
+
+
+def test_direct_deviations_are_sorted_never_hidden() -> None:
+    m = MatrixReport()
+    m.runs.append((Target("http://v", "m", name="v (direct vllm)", runtime="vllm"),
+                   run(result("errors.envelope", Status.FAIL), result("stop.string", Status.FAIL),
+                       result("models.retrieve", Status.PASS), result("max_tokens.context_code", Status.SKIP))))
+    groups = sort_deviations(m, load_expected())["v (direct vllm)"]
+    assert [g.split(":")[0] for g in groups["expected"]] == ["errors.envelope"]
+    assert [g.split(":")[0] for g in groups["unexpected"]] == ["[MUST] stop.string"]
+    assert [g.split(":")[0] for g in groups["missing"]] == ["models.retrieve"]  # a skipped check is not "not seen"
+
+
+def test_ci_config_has_policies_to_exercise() -> None:
+    config = build_config({"vllm": "http://127.0.0.1:1"}, 9, {"main": "a", "limited": "b"})
+    assert "restricted" not in config["tenants"]["main"]["models"] and "restricted" in config["models"]
+    assert config["tenants"]["limited"]["requests_per_minute"] > 0
+    assert config["models"]["overload"]["backends"][0]["max_inflight"] == 1
+    assert config["models"]["sim-vllm"]["backends"][0]["adapter"] == "vllm"
