@@ -113,7 +113,7 @@ class Slot:
 
 class AdmissionQueue:
     def __init__(self, *, max_queue: int, max_wait_s: float, full_status: int = 429,
-                 capacity: CapacityFn | None = None, poll_s: float = 0.05) -> None:
+                 capacity: CapacityFn | None = None, poll_s: float = 0.1) -> None:
         self.max_queue = max_queue
         self.max_wait_s = max_wait_s
         self.full_status = full_status
