@@ -32,7 +32,8 @@ class Recorder:
         self.statuses: dict[str, int] = {}
         self.aborts: deque[dict[str, Any]] = deque(maxlen=ABORTS_KEPT)
         self.last_requests: deque[dict[str, Any]] = deque(maxlen=LAST_REQUESTS_KEPT)
-        self.live: dict[str, str] = {}  # request id -> path, for requests being generated
+        # request id -> (path, how many requests with that id are live: clients may reuse an id)
+        self.live: dict[str, tuple[str, int]] = {}
 
     def received(self, path: str, body: Any, headers: dict[str, str]) -> None:
         """Every request to a generation endpoint, valid or not."""
@@ -43,12 +44,25 @@ class Recorder:
         self.in_flight += 1
         if self.in_flight > self.max_in_flight:
             self.max_in_flight = self.in_flight
-        self.live[request_id] = path
+        _, count = self.live.get(request_id, (path, 0))
+        self.live[request_id] = (path, count + 1)
+
+    def _end(self, request_id: str) -> str | None:
+        """Take one live request with this id off the books; its path, or None if none was live."""
+        entry = self.live.get(request_id)
+        if entry is None:
+            return None
+        path, count = entry
+        if count > 1:
+            self.live[request_id] = (path, count - 1)
+        else:
+            del self.live[request_id]
+        self.in_flight -= 1
+        return path
 
     def finished(self, request_id: str, *, finish: str | None, prompt_tokens: int, completion_tokens: int) -> None:
-        if self.live.pop(request_id, None) is None:
+        if self._end(request_id) is None:
             return
-        self.in_flight -= 1
         self.completed += 1
         self.prompt_tokens_total += prompt_tokens
         self.generation_tokens_total += completion_tokens
@@ -56,16 +70,13 @@ class Recorder:
             self.finish_reasons[finish] = self.finish_reasons.get(finish, 0) + 1
 
     def failed_request(self, request_id: str) -> None:
-        if self.live.pop(request_id, None) is None:
+        if self._end(request_id) is None:
             return
-        self.in_flight -= 1
         self.failed += 1
 
     def abort(self, request_id: str, how: str) -> None:
         """`how`: "disconnect" (the client went away) or "abort_request" (explicit endpoint)."""
-        path = self.live.pop(request_id, None)
-        if path is not None:
-            self.in_flight -= 1
+        path = self._end(request_id)
         self.aborted += 1
         self.aborts.append({"request_id": request_id, "how": how, "path": path, "at": time.time()})
 

@@ -26,6 +26,7 @@ class SimRequest:
     temperature: float | None = None
     messages: list[dict[str, Any]] | None = None
     faults: Faults = NO_FAULTS
+    generation: Any = None  # the running Generation, once started
 
     @property
     def prompt_tokens(self) -> int:

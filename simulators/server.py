@@ -211,7 +211,8 @@ class Simulator:
         gen = self.synthetic.generate_fixed(sim, fixed) if fixed is not None else self.source.generate(sim)
         if self.slots is not None:
             gen = QueuedGeneration(gen, self)
-        self.generations[sim.request_id] = gen
+        sim.generation = gen
+        self.generations[sim.request_id] = gen  # by id, for abort endpoints (the latest wins)
         self.recorder.started(sim.request_id, path)
         return gen
 
@@ -224,9 +225,13 @@ class Simulator:
         itl = f.itl_ms if f.itl_ms is not None else self.opts.itl_ms
         return ttft > 0 or itl > 0
 
+    def _forget(self, sim: SimRequest) -> None:
+        if self.generations.get(sim.request_id) is sim.generation:
+            del self.generations[sim.request_id]
+
     def end_generation(self, sim: SimRequest, finish: str | None, completion_tokens: int, started: float,
                        first_token_at: float | None) -> None:
-        self.generations.pop(sim.request_id, None)
+        self._forget(sim)
         now = time.monotonic()
         if first_token_at is not None:
             self.ttft_hist.observe(first_token_at - started)
@@ -237,7 +242,7 @@ class Simulator:
                                completion_tokens=completion_tokens)
 
     def fail_generation(self, sim: SimRequest) -> None:
-        self.generations.pop(sim.request_id, None)
+        self._forget(sim)
         self.recorder.failed_request(sim.request_id)
 
     @contextmanager
@@ -247,13 +252,14 @@ class Simulator:
         try:
             yield
         except (asyncio.CancelledError, ClientGone, ConnectionResetError):
-            self.on_disconnect(sim.request_id)
+            self.on_disconnect(sim)
             raise
 
-    def on_disconnect(self, request_id: str) -> None:
-        gen = self.generations.pop(request_id, None)
-        if gen is not None:
-            gen.abort()
+    def on_disconnect(self, sim: SimRequest) -> None:
+        request_id = sim.request_id
+        if sim.generation is not None:
+            sim.generation.abort()
+            self._forget(sim)
         if request_id not in self.recorder.live:
             return
         delay = self.disconnect_delay_for(request_id)

@@ -192,10 +192,10 @@ class TgiSimulator(Simulator):
         self.input_length_hist.observe(sim.prompt_tokens)
         self.generated_hist.observe(completion_tokens)
 
-    def on_disconnect(self, request_id: str) -> None:
-        if request_id in self.recorder.live:
+    def on_disconnect(self, sim: SimRequest) -> None:
+        if sim.request_id in self.recorder.live:
             self._failure("dropped")
-        super().on_disconnect(request_id)
+        super().on_disconnect(sim)
 
     # ---- validation (validation.rs) ------------------------------------------------------
 

@@ -173,3 +173,24 @@ def test_in_process_simulator_serves_and_records() -> None:
         assert sim.simulator.recorder.completed == 1  # the live Python object, not a copy
     with pytest.raises(httpx.ConnectError):
         httpx.get(sim.url + "/health")
+
+
+def test_reused_request_ids_keep_the_books_straight(plain_vllm) -> None:
+    sim = plain_vllm
+    sim.reset()
+
+    async def go() -> None:
+        async with httpx.AsyncClient(base_url=sim.url, timeout=10) as c:
+            slow = asyncio.create_task(c.post("/v1/chat/completions", json=chat("x [[sim:ttft_ms=300]]"),
+                                              headers={"X-Request-Id": "same"}))
+            await asyncio.sleep(0.1)
+            with pytest.raises(httpx.TimeoutException):
+                await c.post("/v1/chat/completions", json=chat("x [[sim:ttft_ms=2000]]"),
+                             headers={"X-Request-Id": "same"}, timeout=0.2)
+            assert (await slow).status_code == 200  # the other request with that id was not aborted
+    asyncio.run(go())
+    deadline = time.monotonic() + 3
+    while sim.stats()["in_flight"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stats = sim.stats()
+    assert (stats["completed"], stats["aborted"], stats["in_flight"]) == (1, 1, 0)
