@@ -58,12 +58,18 @@ def render_markdown(report: RunReport, title: str = "Conformance report") -> str
         "",
         "A skip is not a pass: it means the check could not run here (the reason says what it needs).",
         "",
+    ]
+    failing = [r for r in report.results if r.status in (Status.FAIL, Status.ERROR)]
+    failing.sort(key=lambda r: r.level is not Level.MUST)
+    if failing:
+        lines += ["Failing:", ""] + [f"- {STATUS_MARK[r.status]} {r.level} `{r.id}`: {_md_cell(r.message)}" for r in failing]
+        lines.append("")
+    lines += [
         "| Status | Level | Check | Description | Message |",
         "|---|---|---|---|---|",
     ]
     for r in report.results:
         lines.append(f"| {STATUS_MARK[r.status]} | {r.level} | `{r.id}` | {_md_cell(r.description)} | {_md_cell(r.message)} |")
-    failing = [r for r in report.results if r.status in (Status.FAIL, Status.ERROR)]
     if failing:
         lines += ["", "## Evidence", ""]
         for r in failing:
