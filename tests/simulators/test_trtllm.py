@@ -136,3 +136,10 @@ def test_disconnect_is_noticed_by_a_one_second_poll(sim) -> None:
 def test_malformed_fields_get_string_error(sim, bad) -> None:
     r = client(sim).post("/v1/chat/completions", json={**chat(), **bad})
     assert r.status_code == 400 and isinstance(r.json()["error"], str)
+
+
+def test_continuous_usage_starts_at_zero_on_the_role_chunk(sim) -> None:
+    chunks = sse_json(client(sim).post("/v1/chat/completions", json=chat(
+        stream=True, max_tokens=2, stream_options={"continuous_usage_stats": True})).text)
+    assert chunks[0]["usage"]["completion_tokens"] == 0
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 2

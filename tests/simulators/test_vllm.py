@@ -219,3 +219,10 @@ def test_malformed_fields_get_400_bad_request(sim, bad) -> None:
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["type"] == "Bad Request" and err["code"] == 400 and err["param"].split(".")[0] in bad
+
+
+def test_continuous_usage_stats_put_usage_on_every_chunk(sim) -> None:
+    chunks = sse_json(client(sim).post("/v1/chat/completions", json=chat(
+        stream=True, max_tokens=3, stream_options={"include_usage": True, "continuous_usage_stats": True})).text)
+    assert all("usage" in ch for ch in chunks)
+    assert [ch["usage"]["completion_tokens"] for ch in chunks[1:-1]] == [1, 2, 3]
