@@ -307,3 +307,31 @@ async def test_a_ticket_dropped_without_release_frees_its_slot_and_lease():
     await t.release(None)
     assert _sample(p, "switchyard_protection_leaked_tickets_total", {}) == 1  # a released one is not counted
     await p.aclose()
+
+
+async def test_redis_coming_back_is_used_again(redis_server, tmp_path):
+    from gateway.protection import REDIS_RETRY_S
+    from tests.procs import Process
+    p = await make(config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_closed"},
+                          requests_per_minute=100))
+    who = await principal(p)
+    redis_server.stop()
+    with pytest.raises(GatewayError):
+        await p.admit(who, "m", request(), 1, never_gone)
+    port = redis_server.url.rsplit(":", 1)[1].split("/")[0]
+    revived = Process(["redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                       "--dir", str(tmp_path)], redis_server.url, tmp_path / "revived.log")
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            await asyncio.sleep(REDIS_RETRY_S)
+            try:
+                t = await p.admit(who, "m", request(), 1, never_gone)
+                break
+            except GatewayError as e:
+                assert e.code == "quota_store_unavailable" and time.monotonic() < deadline
+        assert t.reservation.store == "redis"
+        await t.release(None)
+    finally:
+        await p.aclose()
+        revived.stop()
