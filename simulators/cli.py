@@ -49,10 +49,8 @@ def _runtime_adder(kind: str) -> Callable[[Any], None]:
 SIMULATE_SUBPARSERS: dict[str, Callable[[Any], None]] = {kind: _runtime_adder(kind) for kind in KINDS}
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("simulate", help="run a wire-faithful runtime simulator",
-                                   description="Run a wire-faithful runtime simulator (see simulators/README.md).")
-    runtime = parser.add_subparsers(dest="sim_kind", required=True)
+def _adders() -> dict[str, Callable[[Any], None]]:
+    """`SIMULATE_SUBPARSERS`, plus the `openai` upstream's hook when that module has one."""
     try:
         upstream = importlib.import_module("simulators.openai_upstream")
     except ModuleNotFoundError:
@@ -60,14 +58,21 @@ def register(subparsers: Any) -> None:
     hook = getattr(upstream, "add_simulate_parser", None)
     if hook is not None and "openai" not in SIMULATE_SUBPARSERS:
         SIMULATE_SUBPARSERS["openai"] = hook
-    for add in SIMULATE_SUBPARSERS.values():
+    return SIMULATE_SUBPARSERS
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("simulate", help="run a wire-faithful runtime simulator",
+                                   description="Run a wire-faithful runtime simulator (see simulators/README.md).")
+    runtime = parser.add_subparsers(dest="sim_kind", required=True)
+    for add in _adders().values():
         add(runtime)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m simulators")
     sub = parser.add_subparsers(dest="sim_kind", required=True)
-    for add in SIMULATE_SUBPARSERS.values():
+    for add in _adders().values():
         add(sub)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
