@@ -163,11 +163,18 @@ class LLMEngine:
     @staticmethod
     def _prefetch_grammar_masks(scheduled: list[tuple[Sequence, int]]) -> None:
         """Let a grammar hook start on this step's masks before the forward pass, so they are
-        computed while the model runs (engine/structured); the sampler then collects them."""
+        computed while the model runs (engine/structured); the sampler then collects them.
+        A prefetch may return a starter, called once per step after every row was recorded,
+        so the whole batch's masks can be computed in one go."""
+        starters = set()
         for seq, n in scheduled:
             prefetch = getattr(seq.params.allowed_tokens_fn, "prefetch", None)
             if prefetch is not None and seq.num_computed_tokens + n == seq.num_tokens:
-                prefetch(seq.output_token_ids)
+                starter = prefetch(seq.output_token_ids)
+                if starter is not None:
+                    starters.add(starter)
+        for starter in starters:
+            starter()
 
     def _expand_forks(self, sampled: list[Sequence]) -> tuple[list[int] | None, list[Sequence]]:
         """A request with n > 1 runs its prompt once; when that prefill completes, the

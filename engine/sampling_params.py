@@ -27,7 +27,8 @@ class SamplingParams:
     logprobs: int | None = None       # None => off; k => chosen token's logprob + top-k alternatives
     # Grammar hook: output token ids so far -> bool mask over the vocabulary (True = allowed) or None.
     # If it also has `prefetch(output_ids)`, the engine calls that before the step's forward pass
-    # so the mask can be computed while the model runs (engine/structured/mask_provider.py).
+    # so the mask can be computed while the model runs; a callable it returns is called once per
+    # step after all rows were prefetched (engine/structured/mask_provider.py).
     allowed_tokens_fn: Callable[[list[int]], "torch.Tensor | None"] | None = None
 
     def validate(self) -> None:

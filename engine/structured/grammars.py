@@ -10,6 +10,8 @@ with calls joined by "\n" when more than one is allowed.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import llguidance
@@ -48,6 +50,8 @@ def check_json_schema(prepared_schema: dict, tokenizer: llguidance.LLTokenizer, 
         return llguidance.LLMatcher.validate_grammar(json_grammar(schema), tokenizer)
 
     grammar = json_grammar(prepared_schema)
+    if cached_grammar(grammar, tokenizer) is not None:
+        return grammar                      # compiled (so checked) before
     error = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
     if error:
         where = locate_failure(prepared_schema, error_of)
@@ -55,11 +59,38 @@ def check_json_schema(prepared_schema: dict, tokenizer: llguidance.LLTokenizer, 
     return grammar
 
 
+# Compiled start states by grammar text. Requests with the same schema or tools share
+# one: compiling is skipped, and so is the lexer warm-up, whose states llguidance keeps
+# with the compiled grammar (copies of a warm start state compute masks several times
+# faster; see docs/structured-output.md).
+_COMPILED_MAX = 256
+_compiled: OrderedDict[tuple[int, str], llguidance.LLMatcher] = OrderedDict()
+_compiled_lock = threading.Lock()
+
+
+def cached_grammar(grammar: str, tokenizer: llguidance.LLTokenizer) -> llguidance.LLMatcher | None:
+    """The compiled start state of `grammar`, if it was compiled before (never consume from it: copy)."""
+    key = (id(tokenizer), grammar)
+    with _compiled_lock:
+        matcher = _compiled.get(key)
+        if matcher is not None:
+            _compiled.move_to_end(key)
+        return matcher
+
+
 def compile_grammar(grammar: str, tokenizer: llguidance.LLTokenizer, *, what: str,
                     param: str) -> llguidance.LLMatcher:
+    """The compiled start state of `grammar` (shared: never consume from it, copy it)."""
+    matcher = cached_grammar(grammar, tokenizer)
+    if matcher is not None:
+        return matcher
     matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
     if matcher.is_error():
         raise SchemaError(f"{what} is not supported: {_short(matcher.get_error())}", param)
+    with _compiled_lock:
+        _compiled[(id(tokenizer), grammar)] = matcher
+        while len(_compiled) > _COMPILED_MAX:
+            _compiled.popitem(last=False)
     return matcher
 
 

@@ -1,46 +1,119 @@
 """`GrammarMask`: a request's `allowed_tokens_fn`, with masks computed ahead of need.
 
-The engine calls `prefetch(output_ids)` for every grammar row of a step *before* the
-forward pass; the mask is then computed by llguidance in a background thread (it drops
-the GIL) while the model runs, and the sampler's call `mask(output_ids)` just collects
-it. A row that was not prefetched (a freshly forked n>1 choice) computes its mask on
-the spot.
+Before each forward pass the engine calls `prefetch(output_ids)` for every grammar row
+of the step. That only records the row; then the engine calls the starter prefetch
+returned, once, which queues one job for a background worker: it advances every
+recorded row's grammar state by its newest token and computes all their masks in one
+llguidance call (parallel in Rust, without the GIL) while the model runs. The sampler's call `mask(output_ids)`
+collects the row's result. A row that was not prefetched (a freshly forked n>1 choice)
+computes its mask on the spot.
+
+One worker job per step, not per row: a hand-off between threads costs about as much
+as computing a small mask, so per-row jobs made the GIL ping-pong the main cost.
 
 One request's params (and so one GrammarMask) are shared by its n choices, which
-diverge after their first token. So the mask keeps one grammar matcher per line of
+diverge after their first token. So the mask keeps one grammar state per line of
 output ("track"): a call advances the track whose consumed tokens are a prefix of the
 given output, or starts a new one from a copy of the compiled start state.
 """
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
 
 import llguidance
 import numpy as np
 import torch
 
-# One worker for all requests: masks for a batch are computed back to back while the
-# forward pass (which has the CPU cores) runs; a second worker would only compete.
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _mask_executor() -> ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-mask")
-        return _executor
-
 
 class _Track:
-    __slots__ = ("matcher", "consumed", "pending")
+    __slots__ = ("matcher", "consumed", "to_consume", "pending")
 
     def __init__(self, matcher: llguidance.LLMatcher) -> None:
         self.matcher = matcher
-        self.consumed: list[int] = []
-        self.pending: Future[torch.Tensor] | None = None   # mask for the state after `consumed`
+        self.consumed: list[int] = []            # the output this track stands for
+        self.to_consume: list[int] = []          # tail of `consumed` the matcher has not seen yet
+        self.pending: Future[torch.Tensor] | None = None   # the mask after `consumed`, being computed
+
+
+class _StepBatcher:
+    """Collects a step's prefetched rows and computes their masks in one background job."""
+
+    def __init__(self, overlap: bool) -> None:
+        self.overlap = overlap
+        self._lock = threading.Lock()
+        self._rows: list[tuple[_Track, "GrammarMask", Future]] = []
+        self._queued = False
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-mask")
+        self._executor = llguidance.LLExecutor()
+
+    def add(self, track: _Track, owner: "GrammarMask") -> Future:
+        future: Future = Future()
+        with self._lock:
+            self._rows.append((track, owner, future))
+        return future
+
+    def start(self) -> None:
+        """Compute the masks of the rows recorded so far (the engine calls this once per step,
+        before the forward pass): in the background worker when `overlap` is on, else here."""
+        with self._lock:
+            if not self._rows or self._queued:
+                return
+            self._queued = True
+        if self.overlap:
+            self._worker.submit(self._drain)
+        else:
+            self._drain()
+
+    def _drain(self) -> None:
+        with self._lock:
+            rows, self._rows = self._rows, []
+            self._queued = False
+        if not rows:
+            return
+        try:
+            for track, owner, _ in rows:
+                owner._catch_up(track)
+            masks = compute_masks([track.matcher for track, _, _ in rows], rows[0][1].vocab_size, self._executor)
+            for (track, owner, future), mask in zip(rows, masks):
+                future.set_result(owner._stop_only if track.matcher.is_error() else mask)
+        except BaseException as exc:  # the sampler re-raises it in the engine thread
+            for _, _, future in rows:
+                if not future.done():
+                    future.set_exception(exc)
+
+
+def compute_masks(matchers: list[llguidance.LLMatcher], vocab_size: int,
+                  executor: llguidance.LLExecutor | None = None) -> torch.Tensor:
+    """Bool masks [len(matchers), vocab_size] (True = allowed), computed in one call."""
+    words = (vocab_size + 31) // 32
+    bits = np.zeros((len(matchers), words), dtype=np.int32)
+    if executor is not None:
+        executor.unsafe_compute_mask_ptr([(m, i) for i, m in enumerate(matchers)], bits.ctypes.data, words * 4,
+                                         len(matchers))
+    else:
+        for i, m in enumerate(matchers):
+            m.unsafe_compute_mask_ptr(bits[i].ctypes.data, words * 4)
+    allowed = np.unpackbits(bits.view(np.uint8), axis=1, bitorder="little")[:, :vocab_size]
+    return torch.from_numpy(allowed.view(np.bool_))
+
+
+# Whether masks are computed in a background thread while the model runs. It pays only
+# where a core is free for it (and the forward leaves the GIL alone long enough);
+# docs/structured-output.md has the measurements behind the default (off).
+OVERLAP_ENV = "SWITCHYARD_GRAMMAR_OVERLAP"
+_batcher: _StepBatcher | None = None
+_batcher_lock = threading.Lock()
+
+
+def _step_batcher() -> _StepBatcher:
+    global _batcher
+    with _batcher_lock:
+        if _batcher is None:
+            _batcher = _StepBatcher(os.environ.get(OVERLAP_ENV, "0") == "1")
+        return _batcher
 
 
 class GrammarMask:
@@ -54,45 +127,51 @@ class GrammarMask:
         self._tracks: list[_Track] = []
         self.errors: list[str] = []          # grammar errors met (a bug if ever non-empty)
 
-    def prefetch(self, output_ids: list[int]) -> None:
-        """Start computing the mask that follows `output_ids` (called before the forward pass)."""
-        track = self._advance(output_ids)
+    def prefetch(self, output_ids: list[int]) -> Callable[[], None]:
+        """Record that the mask after `output_ids` is wanted this step; the returned starter
+        (one for all requests) sends the step's rows to the worker."""
+        batcher = _step_batcher()
+        track = self._track_for(output_ids)
         if track.pending is None:
-            track.pending = _mask_executor().submit(self._compute, track.matcher)
+            track.pending = batcher.add(track, self)
+        return batcher.start
 
     def __call__(self, output_ids: list[int]) -> torch.Tensor:
-        track = self._advance(output_ids)
-        if track.pending is None:
-            return self._compute(track.matcher)
-        return track.pending.result()
+        track = self._track_for(output_ids)
+        if track.pending is not None:
+            if not track.pending.done():
+                _step_batcher().start()      # in case the engine did not (a direct caller)
+            return track.pending.result()
+        self._catch_up(track)
+        if track.matcher.is_error():
+            return self._stop_only
+        return compute_masks([track.matcher], self.vocab_size)[0]
 
     # ---- internals ----------------------------------------------------------------
 
-    def _advance(self, output_ids: list[int]) -> _Track:
-        """The track positioned exactly after `output_ids` (its pending mask kept if any)."""
+    def _track_for(self, output_ids: list[int]) -> _Track:
+        """The track standing for exactly `output_ids` (engine thread only)."""
         best: _Track | None = None
         for track in self._tracks:
             n = len(track.consumed)
-            if n <= len(output_ids) and output_ids[:n] == track.consumed and (best is None or n > len(best.consumed)):
+            if n <= len(output_ids) and (best is None or n > len(best.consumed)) and output_ids[:n] == track.consumed:
                 best = track
         if best is None:
             best = _Track(self._start.deep_copy())
             self._tracks.append(best)
-        new = output_ids[len(best.consumed):]
-        if new:
+        if len(output_ids) > len(best.consumed):
             if best.pending is not None:
-                best.pending.result()          # the worker may still be reading this matcher
+                if not best.pending.done():  # the worker may still be using this matcher
+                    _step_batcher().start()
+                    best.pending.result()
                 best.pending = None
-            if not best.matcher.consume_tokens(new):
-                self.errors.append(best.matcher.get_error())
+            best.to_consume += output_ids[len(best.consumed):]
             best.consumed = list(output_ids)
         return best
 
-    def _compute(self, matcher: llguidance.LLMatcher) -> torch.Tensor:
-        if matcher.is_error():
-            # Only a stop token is left to offer: ending the choice beats sampling from
-            # an all -inf row. Unreachable while the sampler honours our masks.
-            return self._stop_only
-        bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
-        allowed = np.unpackbits(bits, bitorder="little")[: self.vocab_size].view(np.bool_)
-        return torch.from_numpy(allowed)
+    def _catch_up(self, track: _Track) -> None:
+        """Feed the matcher the tokens it has not seen (worker or engine thread, never both)."""
+        if track.to_consume:
+            new, track.to_consume = track.to_consume, []
+            if not track.matcher.consume_tokens(new):
+                self.errors.append(track.matcher.get_error())

@@ -15,7 +15,7 @@ from engine.structured.schemas import NO_PARAMETERS, prepare_schema
 class StructuredPlan:
     kind: Literal["json", "tool_calls"]
     grammar: str
-    matcher: llguidance.LLMatcher       # compiled, in its start state (GrammarMask copies it)
+    matcher: llguidance.LLMatcher       # compiled start state, shared by requests: GrammarMask copies it
 
 
 def plan_structured(tokenizer: llguidance.LLTokenizer, *, response_format: dict | None = None,

@@ -21,38 +21,50 @@ PERSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schem
 class RecordingHook:
     """An allowed_tokens_fn that records when it is asked for what, and bans nothing."""
 
-    def __init__(self, engine: LLMEngine) -> None:
-        self.engine = engine
-        self.events: list[tuple[str, tuple[int, ...]]] = []
+    def __init__(self, name: str, events: list, starter) -> None:
+        self.name = name
+        self.events = events
+        self.starter = starter
 
-    def prefetch(self, output_ids: list[int]) -> None:
-        self.events.append(("prefetch", tuple(output_ids)))
+    def prefetch(self, output_ids: list[int]):
+        self.events.append(("prefetch", self.name, len(output_ids)))
+        return self.starter
 
     def __call__(self, output_ids: list[int]):
-        self.events.append(("call", tuple(output_ids)))
+        self.events.append(("call", self.name, len(output_ids)))
         return None
 
 
 def test_engine_prefetches_each_mask_before_the_forward_pass(model_dir, monkeypatch):  # noqa: F811
     engine = LLMEngine(str(model_dir), num_blocks=64)
-    hook = RecordingHook(engine)
+    events: list = []
     execute = engine.runner.execute
 
     def recording_execute(scheduled):
-        hook.events.append(("forward", ()))
+        events.append(("forward", None, None))
         return execute(scheduled)
 
     monkeypatch.setattr(engine.runner, "execute", recording_execute)
-    engine.add_request("r", [5, 6, 7, 8], EngineParams(max_tokens=4, temperature=0.0, ignore_eos=True,
-                                                        allowed_tokens_fn=hook))
-    outputs: list[int] = []
+    def starter() -> None:  # shared by both requests, as GrammarMask's is
+        events.append(("start", None, None))
+
+    a, b = RecordingHook("a", events, starter), RecordingHook("b", events, starter)
+    for name, hook in (("a", a), ("b", b)):
+        engine.add_request(name, [5, 6, 7, 8], EngineParams(max_tokens=3, temperature=0.0, ignore_eos=True,
+                                                            allowed_tokens_fn=hook))
     while engine.has_unfinished_requests():
-        outputs += [t for out in engine.step() for t in out.token_ids]
-    expected = []
-    for k in range(4):
-        done = tuple(outputs[:k])
-        expected += [("prefetch", done), ("forward", ()), ("call", done)]
-    assert hook.events == expected
+        engine.step()
+    steps: list[list] = [[]]
+    for event in events:
+        steps[-1].append(event)
+        if event[0] == "call" and sum(e[0] == "call" for e in steps[-1]) == 2:
+            steps.append([])
+    assert steps[-1] == [] and len(steps) == 4
+    for k, step in enumerate(steps[:3]):
+        prefetches = sorted(e for e in step[:2])
+        assert prefetches == [("prefetch", "a", k), ("prefetch", "b", k)]
+        assert step[2:4] == [("start", None, None), ("forward", None, None)]  # one start per step, then the model
+        assert sorted(step[4:]) == [("call", "a", k), ("call", "b", k)]
 
 
 def test_bad_schema_is_a_400_before_any_generation(adapter, monkeypatch):  # noqa: F811
