@@ -27,6 +27,7 @@ from typing import Any
 
 from aiohttp import web
 
+from simulators import logprobs
 from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.faults import NO_FAULTS
 from simulators.promtext import Exposition
@@ -328,7 +329,7 @@ class SglangSimulator(Simulator):
                     return web.Response(status=500)
                 self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
                                     outcome.first_token_at)
-                return json_response(200, self._full(kind, sim, outcome, plan if parsed else None, cached, model))
+                return json_response(200, self._full(kind, sim, outcome, plan if parsed else None, cached, model, body))
         finally:
             self.live_prompt_tokens.pop(rid, None)
 
@@ -345,7 +346,8 @@ class SglangSimulator(Simulator):
         return outcome.matched[i]
 
     def _full(self, kind: str, sim: SimRequest, outcome: Outcome, plan: ToolCallPlan | None, cached: int,
-              model: str) -> dict[str, Any]:
+              model: str, body: dict[str, Any]) -> dict[str, Any]:
+        want_logprobs, top_n = logprobs.requested(body)
         choices = []
         for i in range(outcome.n):
             reason = openai_finish(outcome.finish[i], plan is not None)
@@ -355,7 +357,9 @@ class SglangSimulator(Simulator):
                     message["content"] = ""
                     message["tool_calls"] = [{"id": f"call_{os.urandom(12).hex()}", "index": 0, "type": "function",
                                               "function": {"name": plan.name, "arguments": outcome.text(i)}}]
-                choices.append({"index": i, "message": message, "logprobs": None, "finish_reason": reason,
+                choices.append({"index": i, "message": message,
+                                "logprobs": logprobs.content(outcome.texts[i], outcome.token_ids[i], top_n, True)
+                                if want_logprobs else None, "finish_reason": reason,
                                 "matched_stop": self._matched(outcome, i, plan)})
             else:
                 choices.append({"index": i, "text": outcome.text(i), "logprobs": None, "finish_reason": reason,
@@ -383,6 +387,7 @@ class SglangSimulator(Simulator):
         role_sent = [False] * outcome.n
         tool_started = [False] * outcome.n
         finish_chunks: list[bytes] = []
+        want_logprobs, top_n = logprobs.requested(body)
         counts = [0] * outcome.n
 
         def usage_now() -> dict[str, Any]:
@@ -414,7 +419,8 @@ class SglangSimulator(Simulator):
                 else:
                     if kind == "chat":
                         choice = {"index": i, "delta": {"reasoning_content": None, "content": token.text},
-                                  "logprobs": None, "finish_reason": None, "matched_stop": None}
+                                  "logprobs": logprobs.content([token.text], [token.token_id], top_n, True)
+                                  if want_logprobs else None, "finish_reason": None, "matched_stop": None}
                     else:
                         choice = {"index": i, "text": token.text, "logprobs": None, "finish_reason": None,
                                   "matched_stop": None}

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from simulators import logprobs
 from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.promtext import Exposition, Histogram
 from simulators.request import SimRequest, int_or_none, prompt_words_completion, texts_of
@@ -315,7 +316,8 @@ class TgiSimulator(Simulator):
         try:
             with self.watch_disconnect(sim):
                 if stream:
-                    return await self._chat_stream(request, sim, gen, outcome, plan, model, created, include_usage)
+                    return await self._chat_stream(request, sim, gen, outcome, plan, model, created, include_usage,
+                                                   body)
                 await collect(gen, outcome)
                 if sim.faults.error_after is not None or sim.faults.cut_after is not None:
                     self.fail_generation(sim)
@@ -326,7 +328,7 @@ class TgiSimulator(Simulator):
                                     "generation").response()
                 self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
                                     outcome.first_token_at)
-                return json_response(200, self._chat_full(sim, outcome, plan, model, created))
+                return json_response(200, self._chat_full(sim, outcome, plan, model, created, body))
         finally:
             self.live_prompt_tokens.pop(sim.request_id, None)
 
@@ -335,7 +337,8 @@ class TgiSimulator(Simulator):
                 "total_tokens": sim.prompt_tokens + completion}
 
     def _chat_full(self, sim: SimRequest, outcome: Outcome, plan: ToolCallPlan | None, model: str,
-                   created: int) -> dict[str, Any]:
+                   created: int, body: dict[str, Any]) -> dict[str, Any]:
+        want_logprobs, top_n = logprobs.requested(body)
         if plan is not None:
             arguments: Any = plan.arguments if self.legacy else "{" + outcome.text(0)
             message: dict[str, Any] = {"role": "assistant", "tool_calls": [
@@ -345,20 +348,24 @@ class TgiSimulator(Simulator):
             message = {"role": "assistant", "content": full_text(outcome)}
         return {"object": "chat.completion", "id": "", "created": created, "model": model,
                 "system_fingerprint": self.fingerprint,
-                "choices": [{"index": 0, "message": message, "logprobs": None,
+                "choices": [{"index": 0, "message": message,
+                             "logprobs": logprobs.content(outcome.texts[0], outcome.token_ids[0], top_n, False)
+                             if want_logprobs and plan is None else None,
                              "finish_reason": finish_for_chat(outcome.finish[0])}],
                 "usage": self._usage(sim, outcome.completion_tokens)}
 
     async def _chat_stream(self, request: web.Request, sim: SimRequest, gen: Any, outcome: Outcome,
                            plan: ToolCallPlan | None, model: str, created: int,
-                           include_usage: bool) -> web.StreamResponse:
+                           include_usage: bool, body: dict[str, Any]) -> web.StreamResponse:
         head = {"object": "chat.completion.chunk", "id": "", "created": created, "model": model,
                 "system_fingerprint": self.fingerprint}
         stream = SSEStream(request, self.paced(sim), headers={"X-Accel-Buffering": "no"})
         first = [True]
+        want_logprobs, top_n = logprobs.requested(body)
 
-        def chunk(delta: dict[str, Any], finish: str | None, usage: Any = None) -> bytes:
-            return frame({**head, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+        def chunk(delta: dict[str, Any], finish: str | None, usage: Any = None, token: Token | None = None) -> bytes:
+            lp = logprobs.content([token.text], [token.token_id], top_n, False) if want_logprobs and token else None
+            return frame({**head, "choices": [{"index": 0, "delta": delta, "logprobs": lp,
                                                "finish_reason": finish}], "usage": usage})
 
         def emit(token: Token) -> list[bytes]:
@@ -382,7 +389,7 @@ class TgiSimulator(Simulator):
                 return out
             if plan is not None and not self.legacy:
                 return []  # after the call's JSON closes, TGI buffers again: no finish chunk
-            return [chunk({"role": "assistant", "content": visible(token)}, finish, legacy_usage)]
+            return [chunk({"role": "assistant", "content": visible(token)}, finish, legacy_usage, token)]
 
         async def fail(s: SSEStream) -> None:
             self._failure("generation")

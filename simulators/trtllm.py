@@ -34,6 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
+from simulators import logprobs
 from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.faults import MAGIC_FIELD
 from simulators.promtext import Exposition
@@ -317,6 +318,7 @@ class TrtllmSimulator(Simulator):
 
     def _full(self, kind: str, body: dict[str, Any], sim: SimRequest, outcome: Outcome, plan: ToolCallPlan | None,
               cached: int) -> dict[str, Any]:
+        want_logprobs, top_n = logprobs.requested(body)
         choices = []
         for i in range(outcome.n):
             reason = openai_finish(outcome.finish[i], plan is not None)
@@ -331,7 +333,9 @@ class TrtllmSimulator(Simulator):
                 choices.append({"index": i, "message": {"role": "assistant", "content": content,
                                                         "reasoning_content": "", "reasoning": None,
                                                         "tool_calls": calls},
-                                "logprobs": None, "finish_reason": reason, "stop_reason": stop_reason,
+                                "logprobs": logprobs.content(outcome.texts[i], outcome.token_ids[i], top_n, True)
+                                if want_logprobs and plan is None else None,
+                                "finish_reason": reason, "stop_reason": stop_reason,
                                 "mm_embedding_handle": None, "disaggregated_params": None,
                                 "avg_decoded_tokens_per_iter": None})
             else:
@@ -358,6 +362,7 @@ class TrtllmSimulator(Simulator):
         stream = SSEStream(request, self.paced(sim))
         counts = [0] * outcome.n
         tool_started = [False] * outcome.n
+        want_logprobs, top_n = logprobs.requested(body)
 
         def usage_now() -> dict[str, Any]:
             done = sum(counts)
@@ -391,6 +396,8 @@ class TrtllmSimulator(Simulator):
                     return out
                 delta = {"content": token.text, "reasoning_content": ""}
                 choice: dict[str, Any] = {"index": i, "delta": delta}
+                if want_logprobs and token.text:  # chunks drop nulls: the key appears only with values
+                    choice["logprobs"] = logprobs.content([token.text], [token.token_id], top_n, True)
             else:
                 choice = {"index": i, "text": token.text, "token_ids": None, "logprobs": None,
                           "finish_reason": None, "stop_reason": None, "avg_decoded_tokens_per_iter": None}

@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
+from simulators import logprobs
 from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
@@ -271,6 +272,7 @@ class VllmSimulator(Simulator):
     def _full_response(self, kind: str, body: dict[str, Any], sim: SimRequest, outcome: Outcome,
                        plan: ToolCallPlan | None, named: bool, cached: int) -> dict[str, Any]:
         created = int(time.time())
+        want_logprobs, top_n = logprobs.requested(body)
         choices = []
         for i in range(outcome.n):
             reason, stop_reason = finish_of(outcome.finish[i], outcome.matched[i], plan is not None, named)
@@ -282,7 +284,9 @@ class VllmSimulator(Simulator):
                     message["tool_calls"] = [{"id": f"chatcmpl-tool-{os.urandom(8).hex()}", "type": "function",
                                               "function": {"name": plan.name, "arguments": outcome.text(i)}}]
                 message["reasoning"] = None
-                choices.append({"index": i, "message": message, "logprobs": None, "finish_reason": reason,
+                choices.append({"index": i, "message": message,
+                                "logprobs": logprobs.content(outcome.texts[i], outcome.token_ids[i], top_n, True)
+                                if want_logprobs else None, "finish_reason": reason,
                                 "stop_reason": stop_reason, "token_ids": None, "routed_experts": None,
                                 "weight_versions": None})
             else:
@@ -314,6 +318,7 @@ class VllmSimulator(Simulator):
         stream = SSEStream(request, self.paced(sim))
         counts = [0] * outcome.n
         tool_started = [False] * outcome.n
+        want_logprobs, top_n = logprobs.requested(body)
 
         def running_usage(i: int) -> dict[str, Any]:
             done = sum(counts)
@@ -346,7 +351,9 @@ class VllmSimulator(Simulator):
                         delta: dict[str, Any] = {"tool_calls": [{"index": 0, "function": {"arguments": token.text}}]}
                     else:
                         delta = {"content": token.text}
-                    choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": None, "token_ids": None}
+                    choice = {"index": i, "delta": delta, "logprobs": logprobs.content(
+                        [token.text], [token.token_id], top_n, True) if want_logprobs and plan is None else None,
+                        "finish_reason": None, "token_ids": None}
                 else:
                     choice = {"index": i, "text": token.text, "logprobs": None, "finish_reason": None,
                               "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
@@ -360,7 +367,9 @@ class VllmSimulator(Simulator):
             reason, stop_reason = finish_of(token.finish, token.matched, plan is not None, named)
             if kind == "chat":
                 delta = {} if plan is not None and not token.text else {"content": token.text}
-                choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": reason,
+                choice = {"index": i, "delta": delta, "logprobs": logprobs.content(
+                    [token.text], [token.token_id], top_n, True) if want_logprobs and plan is None and token.text
+                    else None, "finish_reason": reason,
                           "stop_reason": stop_reason, "token_ids": None, "weight_versions": None}
             else:
                 choice = {"index": i, "text": token.text, "logprobs": None, "finish_reason": reason,

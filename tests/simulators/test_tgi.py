@@ -164,3 +164,18 @@ def test_malformed_fields_get_plain_text_422(sim, bad) -> None:
 def test_zero_max_tokens_is_a_validation_error(sim) -> None:
     r = client(sim).post("/v1/chat/completions", json=chat(max_tokens=0))
     assert r.status_code == 422 and r.json()["error_type"] == "validation"
+
+
+def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
+    c = client(sim)
+    body = c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, top_logprobs=2)).json()
+    entries = body["choices"][0]["logprobs"]["content"]
+    assert "".join(e["token"] for e in entries) == body["choices"][0]["message"]["content"]
+    assert all(len(e["top_logprobs"]) == 2 and e["logprob"] < 0 for e in entries)
+    assert all(("bytes" in e) is False for e in entries)
+    chunks = sse_json(c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, stream=True)).text)
+    streamed = [e for ch in chunks if ch.get("choices") and ch["choices"][0].get("logprobs")
+                for e in ch["choices"][0]["logprobs"]["content"]]
+    assert len(streamed) == 3
+    plain = c.post("/v1/chat/completions", json=chat(max_tokens=2)).json()
+    assert plain["choices"][0]["logprobs"] is None

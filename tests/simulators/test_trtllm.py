@@ -143,3 +143,18 @@ def test_continuous_usage_starts_at_zero_on_the_role_chunk(sim) -> None:
         stream=True, max_tokens=2, stream_options={"continuous_usage_stats": True})).text)
     assert chunks[0]["usage"]["completion_tokens"] == 0
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 2
+
+
+def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
+    c = client(sim)
+    body = c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, top_logprobs=2)).json()
+    entries = body["choices"][0]["logprobs"]["content"]
+    assert "".join(e["token"] for e in entries) == body["choices"][0]["message"]["content"]
+    assert all(len(e["top_logprobs"]) == 2 and e["logprob"] < 0 for e in entries)
+    assert all(("bytes" in e) is True for e in entries)
+    chunks = sse_json(c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, stream=True)).text)
+    streamed = [e for ch in chunks if ch.get("choices") and ch["choices"][0].get("logprobs")
+                for e in ch["choices"][0]["logprobs"]["content"]]
+    assert len(streamed) == 3
+    plain = c.post("/v1/chat/completions", json=chat(max_tokens=2)).json()
+    assert plain["choices"][0]["logprobs"] is None

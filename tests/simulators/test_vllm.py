@@ -226,3 +226,18 @@ def test_continuous_usage_stats_put_usage_on_every_chunk(sim) -> None:
         stream=True, max_tokens=3, stream_options={"include_usage": True, "continuous_usage_stats": True})).text)
     assert all("usage" in ch for ch in chunks)
     assert [ch["usage"]["completion_tokens"] for ch in chunks[1:-1]] == [1, 2, 3]
+
+
+def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
+    c = client(sim)
+    body = c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, top_logprobs=2)).json()
+    entries = body["choices"][0]["logprobs"]["content"]
+    assert "".join(e["token"] for e in entries) == body["choices"][0]["message"]["content"]
+    assert all(len(e["top_logprobs"]) == 2 and e["logprob"] < 0 for e in entries)
+    assert all(("bytes" in e) is True for e in entries)
+    chunks = sse_json(c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, stream=True)).text)
+    streamed = [e for ch in chunks if ch.get("choices") and ch["choices"][0].get("logprobs")
+                for e in ch["choices"][0]["logprobs"]["content"]]
+    assert len(streamed) == 3
+    plain = c.post("/v1/chat/completions", json=chat(max_tokens=2)).json()
+    assert plain["choices"][0]["logprobs"] is None

@@ -1,0 +1,38 @@
+"""Chat `logprobs` for the doubles. The values are synthetic (a fixed function of
+the token id, alternatives from the synthetic vocabulary); the shapes are each
+runtime's: `{"content":[{"token","logprob","bytes","top_logprobs":[...]}]}`, without
+`bytes` for TGI. Completions answer `logprobs: null`."""
+from __future__ import annotations
+
+from typing import Any
+
+from simulators.tokens import EOS_TOKEN_ID, VOCABULARY
+
+
+def requested(body: dict[str, Any]) -> tuple[bool, int]:
+    """(whether chat logprobs were asked for, how many alternatives per token)."""
+    top = body.get("top_logprobs")
+    return body.get("logprobs") is True, top if isinstance(top, int) and not isinstance(top, bool) and top > 0 else 0
+
+
+def _logprob(token_id: int) -> float:
+    return -round(0.05 + (token_id % 17) / 10, 4)
+
+
+def entry(text: str, token_id: int, top_n: int, with_bytes: bool) -> dict[str, Any]:
+    def item(token: str, logprob: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"token": token, "logprob": logprob}
+        if with_bytes:
+            out["bytes"] = list(token.encode())
+        return out
+
+    logprob = _logprob(token_id)
+    first = item(text, logprob)
+    alternatives = [item(" " + VOCABULARY[(token_id + k) % len(VOCABULARY)], round(logprob - 0.5 * k, 4))
+                    for k in range(1, top_n)]
+    return {**first, "top_logprobs": ([item(text, logprob)] + alternatives)[:top_n]}
+
+
+def content(texts: list[str], token_ids: list[int], top_n: int, with_bytes: bool) -> dict[str, Any]:
+    """A whole answer's logprobs; the EOS token is not listed (it has no text)."""
+    return {"content": [entry(t, i, top_n, with_bytes) for t, i in zip(texts, token_ids) if i != EOS_TOKEN_ID]}
