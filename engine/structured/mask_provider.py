@@ -1,12 +1,15 @@
 """`GrammarMask`: a request's `allowed_tokens_fn`, with masks computed ahead of need.
 
 Before each forward pass the engine calls `prefetch(output_ids)` for every grammar row
-of the step. That only records the row; then the engine calls the starter prefetch
-returned, once, which queues one job for a background worker: it advances every
-recorded row's grammar state by its newest token and computes all their masks in one
-llguidance call (parallel in Rust, without the GIL) while the model runs. The sampler's call `mask(output_ids)`
-collects the row's result. A row that was not prefetched (a freshly forked n>1 choice)
-computes its mask on the spot.
+of the step. That only records the row. The step's masks are then computed together:
+every recorded row's grammar state advanced by its newest token, all masks in one
+llguidance call (parallel in Rust, without the GIL). By default that happens when the
+sampler asks for the first of them, after the forward pass was launched (on a GPU it
+overlaps the model; on a CPU nothing can). With SWITCHYARD_GRAMMAR_OVERLAP=1 a
+background worker does it during the forward pass, started by the starter `prefetch`
+returns (the engine calls it once per step); that wins only where a core is idle. The
+sampler's call `mask(output_ids)` collects the row's result. A row that was not
+prefetched (a freshly forked n>1 choice) computes its mask on the spot.
 
 One worker job per step, not per row: a hand-off between threads costs about as much
 as computing a small mask, so per-row jobs made the GIL ping-pong the main cost.
@@ -56,16 +59,21 @@ class _StepBatcher:
         return future
 
     def start(self) -> None:
-        """Compute the masks of the rows recorded so far (the engine calls this once per step,
-        before the forward pass): in the background worker when `overlap` is on, else here."""
+        """Called by the engine once per step, before the forward pass: with `overlap` on, the
+        worker computes the recorded rows' masks while the model runs. Off, nothing happens
+        yet: the first mask the sampler asks for computes them all (`run_now`), which on a GPU
+        still overlaps the forward pass, whose kernels run asynchronously until sampling."""
+        if not self.overlap:
+            return
         with self._lock:
             if not self._rows or self._queued:
                 return
             self._queued = True
-        if self.overlap:
-            self._worker.submit(self._drain)
-        else:
-            self._drain()
+        self._worker.submit(self._drain)
+
+    def run_now(self) -> None:
+        """Compute, in this thread, the masks of rows no worker has taken yet."""
+        self._drain()
 
     def _drain(self) -> None:
         with self._lock:
@@ -140,7 +148,7 @@ class GrammarMask:
         track = self._track_for(output_ids)
         if track.pending is not None:
             if not track.pending.done():
-                _step_batcher().start()      # in case the engine did not (a direct caller)
+                _step_batcher().run_now()
             return track.pending.result()
         self._catch_up(track)
         if track.matcher.is_error():
@@ -162,7 +170,7 @@ class GrammarMask:
         if len(output_ids) > len(best.consumed):
             if best.pending is not None:
                 if not best.pending.done():  # the worker may still be using this matcher
-                    _step_batcher().start()
+                    _step_batcher().run_now()
                     best.pending.result()
                 best.pending = None
             best.to_consume += output_ids[len(best.consumed):]

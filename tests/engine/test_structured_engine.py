@@ -145,3 +145,23 @@ def test_tool_choice_auto_and_none_stay_free_text(adapter):  # noqa: F811
         answer = asyncio.run(collect(adapter, request))
         assert answer.finish_reason == "length" and not answer.tool_calls
         assert not (answer.content or "").startswith("<tool_call>")
+
+
+def test_background_overlap_gives_the_same_answers(adapter, monkeypatch):  # noqa: F811
+    """SWITCHYARD_GRAMMAR_OVERLAP=1 moves mask work to a worker thread; seeded answers must not change."""
+    from engine.structured import mask_provider
+
+    def answers() -> list:
+        async def run():
+            return await asyncio.gather(*(collect(adapter, GenerationRequest(
+                f"o{seed}", "tiny", messages=MESSAGES, response_format=PERSON_FORMAT,
+                sampling=SamplingParams(temperature=1.0, seed=seed, max_tokens=128))) for seed in range(6)))
+        return [a.content for a in asyncio.run(run())]
+
+    monkeypatch.setattr(mask_provider, "_batcher", mask_provider._StepBatcher(overlap=False))
+    inline = answers()
+    monkeypatch.setattr(mask_provider, "_batcher", mask_provider._StepBatcher(overlap=True))
+    overlapped = answers()
+    assert inline == overlapped
+    for content in inline:
+        jsonschema.validate(json.loads(content), PERSON_SCHEMA)
