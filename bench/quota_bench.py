@@ -224,8 +224,12 @@ async def http_cost(targets: dict[str, str], n: int) -> dict[str, dict[str, floa
     lat: dict[str, list[float]] = {name: [] for name in targets}
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(timeout=timeout) as session:
+        names = list(targets)
         for i in range(n + 50):
-            for name, url in targets.items():
+            # Rotate who goes first: the first request after another server's
+            # turn pays for waking its process up.
+            for name in names[i % len(names):] + names[:i % len(names)]:
+                url = targets[name]
                 o = await post(session, url, "free" if name == "no limits" else "quiet")
                 if o.status != 200:
                     raise RuntimeError(f"{name}: HTTP {o.status}")
@@ -288,7 +292,8 @@ async def fairness(url: str, duration_s: float, quiet_rate: float, flood_rate: f
 
 def render(doc: dict[str, Any]) -> str:
     lines = ["# Tenancy protection: cost and fairness", "",
-             f"Measured {doc['when']} on {doc['cpus']} CPU(s) with `{doc['command']}`.", "",
+             f"Measured {doc['when']} on {doc['cpus']} CPU(s) (load average {doc['load_average_at_start']:.1f} at "
+             f"the start: other work shared the machine) with `{doc['command'].strip()}`.", "",
              "## 1. The quota check in process (admit + release)", "",
              "| store | p50 (µs) | p99 (µs) | checks/s at 64 concurrent |", "|---|---|---|---|"]
     for name, r in doc["check_cost"].items():
@@ -324,7 +329,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="quota-bench-"))
     doc: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
-                           "command": "python -m bench.quota_bench " + " ".join(args.argv)}
+                           "command": "python -m bench.quota_bench " + " ".join(args.argv),
+                           "load_average_at_start": os.getloadavg()[0]}
     with RedisServer(logs) as redis:
         redis_store = {"kind": "redis", "url": redis.url}
         memory_store = {"kind": "memory"}
