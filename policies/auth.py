@@ -188,8 +188,12 @@ class JwksKeys:
                 resp.raise_for_status()
                 return await resp.json(content_type=None)
 
-    async def refresh(self) -> None:
+    async def refresh(self, seen: float | None = None) -> None:
+        """Reload the key set. `seen` is the load time the caller saw: when another
+        request reloaded meanwhile, one fetch serves both (no herd on the IdP)."""
         async with self._lock:
+            if seen is not None and self._loaded_at != seen:
+                return
             try:
                 document = await self._read()
             except Exception as exc:  # keep serving with the keys we have
@@ -216,12 +220,13 @@ class JwksKeys:
             return False
 
     async def get(self, kid: str | None) -> jwt.PyJWK | None:
-        age = time.monotonic() - self._loaded_at
-        if age >= self.cache_s or self._file_changed():
-            await self.refresh()
+        seen = self._loaded_at
+        if time.monotonic() - seen >= self.cache_s or self._file_changed():
+            await self.refresh(seen)
         key = self._pick(kid)
-        if key is None and time.monotonic() - self._loaded_at >= self.min_refresh_s:
-            await self.refresh()
+        seen = self._loaded_at
+        if key is None and time.monotonic() - seen >= self.min_refresh_s:
+            await self.refresh(seen)
             key = self._pick(kid)
         return key
 

@@ -289,3 +289,26 @@ async def test_jwks_from_a_url_is_cached_and_refetched_for_a_new_kid(issuer, tmp
         assert len(fetches) == 2  # the unknown kid made it look again
     finally:
         await runner.cleanup()
+
+
+async def test_concurrent_cache_misses_fetch_the_jwks_once(issuer, tmp_path):
+    import asyncio
+
+    auth = jwt_auth(issuer, tmp_path)
+    await auth.start()
+    keys = auth.issuers[ISS].jwks
+    reads = 0
+    real_read = keys._read
+
+    async def counting_read():
+        nonlocal reads
+        reads += 1
+        await asyncio.sleep(0.05)  # a slow IdP: everyone arrives while the first fetch runs
+        return await real_read()
+
+    keys._read = counting_read
+    keys.cache_s = 0  # every request finds the cache expired
+    token = issuer.token()
+    results = await asyncio.gather(*(auth.authenticate({"authorization": f"Bearer {token}"}) for _ in range(20)))
+    assert all(p.tenant == "acme" for p in results)
+    assert reads == 1
