@@ -335,3 +335,20 @@ async def test_redis_coming_back_is_used_again(redis_server, tmp_path):
     finally:
         await p.aclose()
         revived.stop()
+
+
+async def test_a_key_limit_applies_to_that_key_only():
+    cfg = config(requests_per_minute=100)
+    cfg["auth"]["api_keys"].append({"sha256": hash_key("sk-sy-narrow-key"), "tenant": "a", "name": "narrow",
+                                    "requests_per_minute": 1})
+    p = await make(cfg)
+    narrow = await p.authenticate({"api-key": "sk-sy-narrow-key"})
+    await (await p.admit(narrow, "m", request(), 1, never_gone)).release(None)
+    with pytest.raises(GatewayError) as exc:
+        await p.admit(narrow, "m", request(), 1, never_gone)
+    assert exc.value.status == 429 and "key narrow" in exc.value.message
+    assert exc.value.headers["x-ratelimit-limit-requests"] == "1"
+    t = await p.admit(await principal(p), "m", request(), 1, never_gone)  # the tenant's other key
+    assert t.headers["x-ratelimit-remaining-requests"] == "98"  # both requests counted for the tenant
+    await t.release(None)
+    await p.aclose()
