@@ -1,7 +1,7 @@
 """Chat `logprobs` for the doubles. The values are synthetic (a fixed function of
 the token id, alternatives from the synthetic vocabulary); the shapes are each
 runtime's: `{"content":[{"token","logprob","bytes","top_logprobs":[...]}]}`, without
-`bytes` for TGI. Completions answer `logprobs: null`."""
+`bytes` for TGI; legacy completions use the parallel lists of `completion()`."""
 from __future__ import annotations
 
 from typing import Any
@@ -36,3 +36,24 @@ def entry(text: str, token_id: int, top_n: int, with_bytes: bool) -> dict[str, A
 def content(texts: list[str], token_ids: list[int], top_n: int, with_bytes: bool) -> dict[str, Any]:
     """A whole answer's logprobs; the EOS token is not listed (it has no text)."""
     return {"content": [entry(t, i, top_n, with_bytes) for t, i in zip(texts, token_ids) if i != EOS_TOKEN_ID]}
+
+
+def completion_requested(body: dict[str, Any]) -> int | None:
+    """Legacy completions ask with an integer `logprobs` (alternatives per token); None: not asked."""
+    value = body.get("logprobs")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def completion(texts: list[str], token_ids: list[int], top_n: int, offset: int = 0) -> dict[str, Any]:
+    """The legacy completions shape: parallel lists, `top_logprobs` as token -> logprob maps."""
+    pairs = [(t, i) for t, i in zip(texts, token_ids) if i != EOS_TOKEN_ID]
+    offsets, at = [], offset
+    for text, _ in pairs:
+        offsets.append(at)
+        at += len(text)
+    tops = []
+    for text, token_id in pairs:
+        e = entry(text, token_id, max(top_n, 1), False)
+        tops.append({alt["token"]: alt["logprob"] for alt in e["top_logprobs"][:max(top_n, 1)]})
+    return {"text_offset": offsets, "token_logprobs": [_logprob(i) for _, i in pairs],
+            "tokens": [t for t, _ in pairs], "top_logprobs": tops}

@@ -348,6 +348,7 @@ class SglangSimulator(Simulator):
     def _full(self, kind: str, sim: SimRequest, outcome: Outcome, plan: ToolCallPlan | None, cached: int,
               model: str, body: dict[str, Any]) -> dict[str, Any]:
         want_logprobs, top_n = logprobs.requested(body)
+        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
         choices = []
         for i in range(outcome.n):
             reason = openai_finish(outcome.finish[i], plan is not None)
@@ -362,7 +363,9 @@ class SglangSimulator(Simulator):
                                 if want_logprobs else None, "finish_reason": reason,
                                 "matched_stop": self._matched(outcome, i, plan)})
             else:
-                choices.append({"index": i, "text": outcome.text(i), "logprobs": None, "finish_reason": reason,
+                choices.append({"index": i, "text": outcome.text(i), "logprobs": logprobs.completion(
+                    outcome.texts[i], outcome.token_ids[i], completion_top) if completion_top is not None else None,
+                                "finish_reason": reason,
                                 "matched_stop": self._matched(outcome, i, plan)})
         return {"id": sim.request_id, "object": "chat.completion" if kind == "chat" else "text_completion",
                 "created": int(time.time()), "model": model, "choices": choices,
@@ -388,6 +391,7 @@ class SglangSimulator(Simulator):
         tool_started = [False] * outcome.n
         finish_chunks: list[bytes] = []
         want_logprobs, top_n = logprobs.requested(body)
+        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
         counts = [0] * outcome.n
 
         def usage_now() -> dict[str, Any]:
@@ -422,7 +426,9 @@ class SglangSimulator(Simulator):
                                   "logprobs": logprobs.content([token.text], [token.token_id], top_n, True)
                                   if want_logprobs else None, "finish_reason": None, "matched_stop": None}
                     else:
-                        choice = {"index": i, "text": token.text, "logprobs": None, "finish_reason": None,
+                        choice = {"index": i, "text": token.text, "logprobs": logprobs.completion(
+                            [token.text], [token.token_id], completion_top) if completion_top is not None else None,
+                                  "finish_reason": None,
                                   "matched_stop": None}
                     chunk: dict[str, Any] = {**head, "choices": [choice]}
                     if continuous:

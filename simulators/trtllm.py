@@ -319,6 +319,7 @@ class TrtllmSimulator(Simulator):
     def _full(self, kind: str, body: dict[str, Any], sim: SimRequest, outcome: Outcome, plan: ToolCallPlan | None,
               cached: int) -> dict[str, Any]:
         want_logprobs, top_n = logprobs.requested(body)
+        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
         choices = []
         for i in range(outcome.n):
             reason = openai_finish(outcome.finish[i], plan is not None)
@@ -339,7 +340,9 @@ class TrtllmSimulator(Simulator):
                                 "mm_embedding_handle": None, "disaggregated_params": None,
                                 "avg_decoded_tokens_per_iter": None})
             else:
-                choices.append({"index": i, "text": outcome.text(i), "token_ids": None, "logprobs": None,
+                choices.append({"index": i, "text": outcome.text(i), "token_ids": None,
+                                "logprobs": logprobs.completion(outcome.texts[i], outcome.token_ids[i], completion_top)
+                                if completion_top is not None else None,
                                 "context_logits": None, "finish_reason": reason, "stop_reason": stop_reason,
                                 "disaggregated_params": None, "avg_decoded_tokens_per_iter": None})
         usage = self._usage(sim, outcome.completion_tokens, cached)
@@ -363,6 +366,7 @@ class TrtllmSimulator(Simulator):
         counts = [0] * outcome.n
         tool_started = [False] * outcome.n
         want_logprobs, top_n = logprobs.requested(body)
+        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
 
         def usage_now() -> dict[str, Any]:
             done = sum(counts)
@@ -399,7 +403,9 @@ class TrtllmSimulator(Simulator):
                 if want_logprobs and token.text:  # chunks drop nulls: the key appears only with values
                     choice["logprobs"] = logprobs.content([token.text], [token.token_id], top_n, True)
             else:
-                choice = {"index": i, "text": token.text, "token_ids": None, "logprobs": None,
+                choice = {"index": i, "text": token.text, "token_ids": None,
+                          "logprobs": logprobs.completion([token.text], [token.token_id], completion_top)
+                          if completion_top is not None else None,
                           "finish_reason": None, "stop_reason": None, "avg_decoded_tokens_per_iter": None}
             if reason is not None:
                 choice["finish_reason"] = reason

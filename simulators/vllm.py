@@ -273,6 +273,7 @@ class VllmSimulator(Simulator):
                        plan: ToolCallPlan | None, named: bool, cached: int) -> dict[str, Any]:
         created = int(time.time())
         want_logprobs, top_n = logprobs.requested(body)
+        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
         choices = []
         for i in range(outcome.n):
             reason, stop_reason = finish_of(outcome.finish[i], outcome.matched[i], plan is not None, named)
@@ -290,7 +291,9 @@ class VllmSimulator(Simulator):
                                 "stop_reason": stop_reason, "token_ids": None, "routed_experts": None,
                                 "weight_versions": None})
             else:
-                choices.append({"index": i, "text": outcome.text(i), "logprobs": None, "finish_reason": reason,
+                choices.append({"index": i, "text": outcome.text(i), "logprobs": logprobs.completion(
+                    outcome.texts[i], outcome.token_ids[i], completion_top) if completion_top is not None else None,
+                                "finish_reason": reason,
                                 "stop_reason": stop_reason, "token_ids": None, "prompt_logprobs": None,
                                 "prompt_token_ids": None})
         usage = self._usage(sim, outcome.completion_tokens, cached, drop_none=False)
@@ -319,6 +322,7 @@ class VllmSimulator(Simulator):
         counts = [0] * outcome.n
         tool_started = [False] * outcome.n
         want_logprobs, top_n = logprobs.requested(body)
+        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
 
         def running_usage(i: int) -> dict[str, Any]:
             done = sum(counts)
@@ -355,7 +359,9 @@ class VllmSimulator(Simulator):
                         [token.text], [token.token_id], top_n, True) if want_logprobs and plan is None else None,
                         "finish_reason": None, "token_ids": None}
                 else:
-                    choice = {"index": i, "text": token.text, "logprobs": None, "finish_reason": None,
+                    choice = {"index": i, "text": token.text, "logprobs": logprobs.completion(
+                        [token.text], [token.token_id], completion_top) if completion_top is not None else None,
+                              "finish_reason": None,
                               "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
                 chunk = {**head, "choices": [choice]}
                 if kind == "chat":
@@ -372,7 +378,9 @@ class VllmSimulator(Simulator):
                     else None, "finish_reason": reason,
                           "stop_reason": stop_reason, "token_ids": None, "weight_versions": None}
             else:
-                choice = {"index": i, "text": token.text, "logprobs": None, "finish_reason": reason,
+                choice = {"index": i, "text": token.text, "logprobs": logprobs.completion(
+                    [token.text], [token.token_id], completion_top) if completion_top is not None else None,
+                          "finish_reason": reason,
                           "stop_reason": stop_reason, "prompt_token_ids": None, "token_ids": None,
                           "weight_versions": None}
             chunk = {**head, "choices": [choice]}

@@ -205,3 +205,16 @@ def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
     assert len(streamed) == 3
     plain = c.post("/v1/chat/completions", json=chat(max_tokens=2)).json()
     assert plain["choices"][0]["logprobs"] is None
+
+
+def test_completion_logprobs_use_the_legacy_shape(sim) -> None:
+    c = client(sim)
+    body = c.post("/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3,
+                                           "logprobs": 2}).json()
+    lp = body["choices"][0]["logprobs"]
+    assert "".join(lp["tokens"]) == body["choices"][0]["text"]
+    assert len(lp["token_logprobs"]) == len(lp["text_offset"]) == 3 and all(len(t) == 2 for t in lp["top_logprobs"])
+    chunks = sse_json(c.post("/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3,
+                                                      "logprobs": 1, "stream": True}).text)
+    assert sum(len(ch["choices"][0]["logprobs"]["tokens"]) for ch in chunks
+               if ch.get("choices") and ch["choices"][0].get("logprobs")) == 3
