@@ -246,14 +246,17 @@ class Protection:
         return tuple(scopes)
 
     async def admit(self, principal: Principal, model: str, request: GenerationRequest, prompt_tokens_estimate: int,
-                    client_gone: ClientGone) -> Ticket:
+                    client_gone: ClientGone, *, choices: int | None = None) -> Ticket:
+        """`choices`: completions the request will produce in all (a legacy
+        completion with k prompts and n each makes k * n); default request.sampling.n."""
         if not self.may_use(principal, model):
             raise GatewayError(403, f"Your key may not use the model `{model}`.", param="model",
                                code="model_not_allowed")
         tenant_cfg: TenantConfig | None = self.config.tenants.get(principal.tenant)
         cap = (tenant_cfg.max_tokens_cap if tenant_cfg and tenant_cfg.max_tokens_cap
                else DEFAULT_COMPLETION_RESERVATION)
-        tokens = reservation_tokens(prompt_tokens_estimate, request.sampling.max_tokens, request.sampling.n, cap)
+        tokens = reservation_tokens(prompt_tokens_estimate, request.sampling.max_tokens,
+                                    choices if choices is not None else request.sampling.n, cap)
         scopes = self.scopes_for(principal)
         reservation = await self._reserve(principal, scopes, tokens) if scopes else None
         try:

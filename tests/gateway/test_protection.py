@@ -106,6 +106,9 @@ async def test_no_max_tokens_reserves_the_tenant_cap():
     t = await p.admit(await principal(p), "m", request(max_tokens=None, n=2), 10, never_gone)
     assert t.reservation.tokens == 10 + 2 * 300
     await t.release(None)
+    three_prompts = await p.admit(await principal(p), "m", request(max_tokens=50, n=2), 30, never_gone, choices=6)
+    assert three_prompts.reservation.tokens == 30 + 6 * 50
+    await three_prompts.release(None)
     await p.aclose()
 
 
