@@ -1,7 +1,7 @@
 """Structured output end to end: the official `openai` client -> gateway process ->
 native engine on the tiny model. Every mode, streaming and not; the client's
 `chat.completions.stream(...)` helper rebuilds every tool call; schema errors are
-OpenAI-shaped 400s. The default run sends 10 seeded requests per mode and way; the
+OpenAI-shaped 400s. The default run sends 6 seeded requests per mode and way; the
 slow tier sends the issue's 50."""
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def check_mode(gateway, tok, mode: Mode, count: int, streaming: bool) -> None:
 @pytest.mark.parametrize("streaming", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_every_mode_parses_and_validates(native_gateway, tok, mode, streaming):
-    check_mode(native_gateway, tok, mode, 10, streaming)
+    check_mode(native_gateway, tok, mode, 6, streaming)
 
 
 @pytest.mark.slow
