@@ -107,6 +107,22 @@ async def role_and_finish(ctx: Context) -> None:
     judge_roles_and_finishes(ctx, ex, chunks, 1)
 
 
+@CHECKS.should("stream.no_empty_chunks_before_content", "before the first text, at most the one role chunk (benchmarks time TTFT from the first chunk)")
+async def no_empty_chunks_before_content(ctx: Context) -> None:
+    ex, chunks = await greedy_chat_stream(ctx)
+    before = []
+    for n, chunk in enumerate(chunks):
+        deltas = [c.get("delta") or {} for c in chunk.get("choices") or [] if isinstance(c, dict)]
+        if any(d.get("content") or d.get("tool_calls") for d in deltas):
+            break
+        before.append(n)
+    if len(before) == len(chunks):
+        raise ctx.not_applicable("the greedy answer has no text to time")
+    if len(before) > 1:
+        raise ctx.fail("several empty chunks before the first text", expected="at most one (the role chunk)",
+                       seen=f"{len(before)} chunks", where=f"chunks {before}", offending=chunks[before[1]], exchange=ex)
+
+
 @CHECKS.must("stream.matches_nonstream", "concatenated delta.content equals the non-stream content (temperature 0)")
 async def matches_nonstream(ctx: Context) -> None:
     ex_s, chunks = await greedy_chat_stream(ctx)
