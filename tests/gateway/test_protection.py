@@ -355,3 +355,21 @@ async def test_a_key_limit_applies_to_that_key_only():
     assert t.headers["x-ratelimit-remaining-requests"] == "98"  # both requests counted for the tenant
     await t.release(None)
     await p.aclose()
+
+
+async def test_auth_off_from_the_environment_counts_as_explicit():
+    from gateway.config import load_config
+    cfg = load_config(None, env={"SWITCHYARD_HOST": "0.0.0.0", "SWITCHYARD_AUTH_MODE": "none"})
+    Protection.from_config(cfg, CollectorRegistry())
+    with pytest.raises(ConfigError):
+        Protection.from_config(load_config(None, env={"SWITCHYARD_HOST": "0.0.0.0"}), CollectorRegistry())
+
+
+async def test_without_auth_the_anonymous_tenant_limits_apply():
+    p = await make({"auth": {"mode": "none"}, "tenants": {"anonymous": {"requests_per_minute": 1}}})
+    who = await p.authenticate({})
+    await (await p.admit(who, "m", request(), 1, never_gone)).release(None)
+    with pytest.raises(GatewayError) as exc:
+        await p.admit(who, "m", request(), 1, never_gone)
+    assert exc.value.status == 429
+    await p.aclose()
