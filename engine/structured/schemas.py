@@ -44,7 +44,11 @@ def _close_objects(schema: Any) -> None:
     if not isinstance(schema, dict):
         return
     is_object = schema.get("type") == "object" or "properties" in schema
-    if is_object and "additionalProperties" not in schema and "patternProperties" not in schema:
+    listed = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    # A required key the properties do not list is an extra key the schema asks for: leave it open.
+    if (is_object and "additionalProperties" not in schema and "patternProperties" not in schema
+            and all(name in listed for name in required)):
         schema["additionalProperties"] = False
     for key in _SCHEMA_VALUED:
         _close_objects(schema.get(key))

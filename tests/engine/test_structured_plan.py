@@ -141,3 +141,17 @@ def test_diverging_choices_keep_their_own_grammar_state(tok, lltok):
     assert after_a and all(b"pha\"".startswith(t) for t in after_a)
     assert after_b and all(b"ta\"".startswith(t) for t in after_b)
     assert not mask.errors
+
+
+def test_objects_are_closed_unless_the_schema_asks_for_more(tok, lltok):
+    """Unlisted keys are not generated, except where the schema allows or requires them."""
+    def accepts(schema, text: str) -> bool:
+        plan = plan_structured(lltok, response_format=schema_format(schema))
+        matcher = plan.matcher.deep_copy()
+        return matcher.consume_tokens(tok.encode(text, add_special_tokens=False)) and matcher.is_accepting()
+
+    listed = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert accepts(listed, '{"a": 1}')
+    assert not accepts(listed, '{"a": 1, "b": 2}')
+    assert accepts({**listed, "additionalProperties": True}, '{"a": 1, "b": 2}')
+    assert accepts({**listed, "required": ["b"]}, '{"a": 1, "b": 2}')
