@@ -50,12 +50,18 @@ def check_json_schema(prepared_schema: dict, tokenizer: llguidance.LLTokenizer, 
         return llguidance.LLMatcher.validate_grammar(json_grammar(schema), tokenizer)
 
     grammar = json_grammar(prepared_schema)
-    if cached_grammar(grammar, tokenizer) is not None:
-        return grammar                      # compiled (so checked) before
+    key = (id(tokenizer), grammar)
+    with _compiled_lock:
+        if key in _checked or key in _compiled:
+            return grammar
     error = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
     if error:
         where = locate_failure(prepared_schema, error_of)
         raise SchemaError(f"{what} is not supported{' at ' + where if where else ''}: {_short(error)}", param)
+    with _compiled_lock:
+        _checked[key] = None
+        while len(_checked) > _COMPILED_MAX:
+            _checked.popitem(last=False)
     return grammar
 
 
@@ -65,6 +71,7 @@ def check_json_schema(prepared_schema: dict, tokenizer: llguidance.LLTokenizer, 
 # faster; see docs/structured-output.md).
 _COMPILED_MAX = 256
 _compiled: OrderedDict[tuple[int, str], llguidance.LLMatcher] = OrderedDict()
+_checked: OrderedDict[tuple[int, str], None] = OrderedDict()     # JSON grammars known to be valid
 _compiled_lock = threading.Lock()
 
 
