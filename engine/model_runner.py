@@ -146,22 +146,40 @@ class ModelRunner:
         return group, positions, slot_mapping
 
 
+# What one more attention group costs (its index tensors, gathers and SDPA call), in the
+# unit of the padding it saves: one sequence's block of context. Measured on CPU, where a
+# group's fixed cost is roughly the gather+attention cost of this many sequence-blocks.
+GROUP_COST_IN_BLOCKS = 32
+MAX_DECODE_GROUPS = 4
+
+
 def split_by_context(decodes: list[tuple[Sequence, int]]) -> list[list[tuple[Sequence, int]]]:
     """Decodes attend over contexts padded to the longest one in their group. When context
-    lengths are spread out, two groups (short and long contexts) gather and attend over
-    far less padding than one; a second group costs one more attention call, so split
-    only when it saves at least a quarter of the padded context."""
+    lengths are spread out, a few groups of similar lengths gather and attend over far less
+    padding than one. Candidates: the best single split point, and equal-count splits into
+    up to MAX_DECODE_GROUPS groups; the cheapest (padding + per-group cost) wins."""
     if len(decodes) < 8:
         return [decodes] if decodes else []
     ordered = sorted(decodes, key=lambda item: len(item[0].block_ids))
     sizes = [len(seq.block_ids) for seq, _ in ordered]
     n = len(sizes)
-    one_group = n * sizes[-1]
-    best_cost, best_split = one_group, n
-    for i in range(1, n):
-        cost = i * sizes[i - 1] + (n - i) * sizes[-1]
+    best_cost, best_bounds = n * sizes[-1], [n]
+    for i in range(1, n):   # the best two-way split
+        cost = i * sizes[i - 1] + (n - i) * sizes[-1] + GROUP_COST_IN_BLOCKS
         if cost < best_cost:
-            best_cost, best_split = cost, i
-    if best_cost > 0.75 * one_group:
+            best_cost, best_bounds = cost, [i, n]
+    for k in range(3, MAX_DECODE_GROUPS + 1):
+        bounds = [round(n * j / k) for j in range(1, k + 1)]
+        cost, start = GROUP_COST_IN_BLOCKS * (k - 1), 0
+        for end in bounds:
+            cost += (end - start) * sizes[end - 1]
+            start = end
+        if cost < best_cost:
+            best_cost, best_bounds = cost, bounds
+    if len(best_bounds) == 1:
         return [decodes]
-    return [ordered[:best_split], ordered[best_split:]]
+    groups, start = [], 0
+    for end in best_bounds:
+        groups.append(ordered[start:end])
+        start = end
+    return groups

@@ -32,6 +32,24 @@ def test_llama_mixed_batch(llama_dir):
     _check(engine, model, random_prompts([1, 7, 8, 9, 30, 64, 3, 5, 150, 200], 384))
 
 
+def test_llama_many_context_groups(llama_dir):
+    """Evenly spread contexts: decodes run in three or four attention groups."""
+    from engine.model_runner import split_by_context
+
+    path, model = llama_dir
+    engine = LLMEngine(path, block_size=4)
+    prompts = random_prompts(list(range(4, 244, 15)), 384, seed=30)
+    for i, p in enumerate(prompts):
+        engine.add_request(f"g{i}", p, GREEDY)
+    engine.step()   # all prefills; from here on every step is 16 decodes
+    running = [(s, 1) for s in engine.scheduler.running]
+    assert len(split_by_context(running)) >= 3
+    outs = run_to_completion(engine)
+    for i, p in enumerate(prompts):
+        assert outs[f"g{i}"][0][-1].finished
+        assert tokens_of(outs[f"g{i}"][0]) == hf_greedy(model, p, MAX_NEW)[1:], f"prompt {i} diverged"
+
+
 def test_split_by_context_groups_short_and_long():
     from engine.model_runner import split_by_context
     from engine.sequence import Sequence
@@ -46,6 +64,11 @@ def test_split_by_context_groups_short_and_long():
     even = [seq(n) for n in (10, 11, 10, 12, 11, 10, 12, 10)]
     assert split_by_context(even) == [even]
     assert split_by_context(spread[:5]) == [spread[:5]]
+    uniform = [seq(n) for n in range(2, 42)]   # evenly spread: several groups pay off
+    groups = split_by_context(uniform)
+    assert len(groups) >= 3 and sum(len(g) for g in groups) == 40
+    assert all(max(len(s.block_ids) for s, _ in a) <= min(len(s.block_ids) for s, _ in b)
+               for a, b in zip(groups, groups[1:]))
 
 
 def test_llama_chunked_prefill(llama_dir):
