@@ -29,6 +29,8 @@ TENANTS = {
     "cancel": {"max_concurrent": 10, "tokens_per_minute": 1_000_000},
     "outage": {"requests_per_minute": 1000},
     "calm": {"requests_per_minute": 10_000, "max_concurrent": 100},
+    "greedy": {"tier": 1},
+    "modest": {"tier": 1},
 }
 
 
@@ -253,6 +255,44 @@ async def test_redis_stopped_mid_run_fail_open_keeps_serving_and_fail_closed_ans
         for p in (open_gw, closed_gw, redis):
             if p is not None:
                 p.stop()
+
+
+# ---- fairness in the admission queue ---------------------------------------------
+
+
+async def test_a_flooding_tenant_does_not_starve_a_modest_one(fleet, gw):
+    """Model "q" takes one request at a time, 300 ms each. The greedy tenant keeps
+    30 requests queued; the modest one still gets each request served after at
+    most about one greedy turn, where a FIFO would make it wait for all 30 (9 s)."""
+    answer_s = 0.3
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as c:
+        stop = asyncio.Event()
+
+        async def greedy_client() -> None:
+            while not stop.is_set():
+                await c.post(gw.url + "/v1/chat/completions", json=body(model="q", ttft_ms=answer_s * 1000),
+                             headers=auth("greedy"))
+
+        flood = [asyncio.create_task(greedy_client()) for _ in range(30)]
+        try:
+            await wait_until(lambda: scrape(gw).get('switchyard_admission_queue_depth{model="q"}', 0) >= 25,
+                             timeout=10)
+            latencies = []
+            for _ in range(4):
+                t0 = time.monotonic()
+                r = await c.post(gw.url + "/v1/chat/completions", json=body(model="q", ttft_ms=answer_s * 1000),
+                                 headers=auth("modest"))
+                latencies.append(time.monotonic() - t0)
+                assert r.status_code == 200
+        finally:
+            stop.set()
+            for t in flood:  # the greedy clients hang up; their queued requests are dropped
+                t.cancel()
+            await asyncio.gather(*flood, return_exceptions=True)
+    # one request in flight + one greedy turn + its own answer, with room for a loaded machine
+    assert max(latencies) < 3 * answer_s + 1.5, latencies
+    await wait_until(lambda: idle(gw), timeout=10)
+    await wait_until(lambda: upstream_stats(fleet.slow_lane)["inflight"] == 0)  # nothing left to leak into the next test
 
 
 # ---- cancellation in every phase ------------------------------------------------
