@@ -292,7 +292,8 @@ async def test_a_flooding_tenant_does_not_starve_a_modest_one(fleet, gw):
     # one request in flight + one greedy turn + its own answer, with room for a loaded machine
     assert max(latencies) < 3 * answer_s + 1.5, latencies
     await wait_until(lambda: idle(gw), timeout=10)
-    await wait_until(lambda: upstream_stats(fleet.slow_lane)["inflight"] == 0)  # nothing left to leak into the next test
+    # nothing left in flight to leak into the next test's upstream counters
+    await wait_until(lambda: upstream_stats(fleet.slow_lane)["inflight"] == 0)
 
 
 # ---- cancellation in every phase ------------------------------------------------
