@@ -42,7 +42,7 @@ class _Track:
 
 
 class _StepBatcher:
-    """Collects a step's prefetched rows and computes their masks in one background job."""
+    """Collects a step's prefetched rows and computes all their masks in one go."""
 
     def __init__(self, overlap: bool) -> None:
         self.overlap = overlap
@@ -84,9 +84,13 @@ class _StepBatcher:
         try:
             for track, owner, _ in rows:
                 owner._catch_up(track)
-            masks = compute_masks([track.matcher for track, _, _ in rows], rows[0][1].vocab_size, self._executor)
-            for (track, owner, future), mask in zip(rows, masks):
-                future.set_result(owner._stop_only if track.matcher.is_error() else mask)
+            by_vocab: dict[int, list[tuple[_Track, GrammarMask, Future]]] = {}
+            for row in rows:  # engines of different models may share this process
+                by_vocab.setdefault(row[1].vocab_size, []).append(row)
+            for vocab_size, group in by_vocab.items():
+                masks = compute_masks([track.matcher for track, _, _ in group], vocab_size, self._executor)
+                for (track, owner, future), mask in zip(group, masks):
+                    future.set_result(owner._stop_only if track.matcher.is_error() else mask)
         except BaseException as exc:  # the sampler re-raises it in the engine thread
             for _, _, future in rows:
                 if not future.done():

@@ -155,3 +155,17 @@ def test_objects_are_closed_unless_the_schema_asks_for_more(tok, lltok):
     assert not accepts(listed, '{"a": 1, "b": 2}')
     assert accepts({**listed, "additionalProperties": True}, '{"a": 1, "b": 2}')
     assert accepts({**listed, "required": ["b"]}, '{"a": 1, "b": 2}')
+
+
+def test_masks_of_two_vocabularies_in_one_step(tok, lltok):
+    """Two engines (models) in one process share the step batcher; each row keeps its size."""
+    padded_lltok = grammar_tokenizer(tok, tok.vocab_size + 64, set(tok.eos_token_ids))  # padded logits rows
+    fmt = schema_format({"type": "boolean"})
+    small = GrammarMask(plan_structured(lltok, response_format=fmt).matcher, tok.vocab_size, set(tok.eos_token_ids))
+    padded = GrammarMask(plan_structured(padded_lltok, response_format=fmt).matcher, tok.vocab_size + 64,
+                         set(tok.eos_token_ids))
+    small.prefetch([])
+    padded.prefetch([])
+    a, b = small([]), padded([])
+    assert a.shape == (tok.vocab_size,) and b.shape == (tok.vocab_size + 64,)
+    assert torch.equal(a, b[: tok.vocab_size]) and not b[tok.vocab_size:].any()
