@@ -187,6 +187,10 @@ class Protection:
         self.queue = AdmissionQueue(max_queue=adm.max_queue, max_wait_s=adm.max_queue_wait_s,
                                     full_status=adm.full_status)
         self._live: weakref.WeakSet[Ticket] = weakref.WeakSet()
+        # Reservations of requests still in the queue, by lease id: their leases
+        # need the heartbeat too, or a wait longer than the TTL would free a
+        # concurrency slot the request still holds.
+        self._queued: dict[str, Reservation] = {}
         self._redis_down_until = 0.0
         self._heartbeat_task: asyncio.Task[None] | None = None
         self.metrics = _Metrics(registry, self)
@@ -259,6 +263,8 @@ class Protection:
                                     choices if choices is not None else request.sampling.n, cap)
         scopes = self.scopes_for(principal)
         reservation = await self._reserve(principal, scopes, tokens) if scopes else None
+        if reservation is not None:
+            self._queued[reservation.lease_id] = reservation
         try:
             slot = await self.queue.enter(model, principal.tenant, principal.tier, deadline=request.deadline,
                                           client_gone=client_gone)
@@ -276,6 +282,9 @@ class Protection:
                 await self._store_release(reservation, 0, refund_request=True)
                 err.headers.update(ratelimit_headers(reservation.states))
             raise
+        finally:
+            if reservation is not None:
+                self._queued.pop(reservation.lease_id, None)
         self.metrics.queue_wait.labels(model).observe(slot.waited_s)
         ticket = Ticket(self, principal, model, reservation, slot, prompt_tokens_estimate)
         self._live.add(ticket)
@@ -331,9 +340,9 @@ class Protection:
         while True:
             await asyncio.sleep(interval)
             by_store: dict[str, list[Reservation]] = {}
-            for ticket in list(self._live):
-                if ticket.reservation is not None:
-                    by_store.setdefault(ticket.reservation.store, []).append(ticket.reservation)
+            held = [t.reservation for t in list(self._live) if t.reservation is not None]
+            for reservation in held + list(self._queued.values()):
+                by_store.setdefault(reservation.store, []).append(reservation)
             for kind, reservations in by_store.items():
                 store = self.store if kind == self.store.kind else self.local
                 try:

@@ -373,3 +373,19 @@ async def test_without_auth_the_anonymous_tenant_limits_apply():
         await p.admit(who, "m", request(), 1, never_gone)
     assert exc.value.status == 429
     await p.aclose()
+
+
+async def test_a_lease_held_in_the_queue_outlives_the_ttl():
+    p = await make(config({"kind": "memory", "lease_ttl_s": 0.3}, max_concurrent=5))
+    p.set_capacity_provider(lambda model: 1)
+    who = await principal(p)
+    holder = await p.admit(who, "m", request(), 1, never_gone)
+    queued = asyncio.create_task(p.admit(who, "m", request(), 1, never_gone))
+    await asyncio.sleep(1.0)  # three TTLs in the queue
+    assert p.snapshot()["queued"] == 1
+    assert await p.local.concurrent("a", "t") == 2  # the queued request still holds its slot
+    await holder.release(None)
+    t = await asyncio.wait_for(queued, 1)
+    await t.release(None)
+    assert await p.local.concurrent("a", "t") == 0
+    await p.aclose()
