@@ -183,3 +183,32 @@ def test_schema_errors_are_openai_400s(native_gateway, fields, param, words):
     assert error["code"] == "invalid_schema" and error["param"] == param, error
     for word in words:
         assert word in error["message"], error
+
+
+@pytest.mark.xfail(strict=True, reason="gateway/requests.py parse_completion does not pass response_format "
+                                        "on (reported to the lead); remove this mark once it does")
+@pytest.mark.parametrize("streaming", [False, True], ids=["whole", "stream"])
+def test_completions_follow_the_schema(native_gateway, streaming):
+    """Legacy completions take response_format too (sent as an extra field: the client's
+    completions.create has no parameter for it). The adapter side is tested in
+    tests/engine/test_structured_engine.py."""
+    import jsonschema
+
+    from tests.engine.test_structured_cases import PERSON_SCHEMA
+
+    client = openai.OpenAI(base_url=native_gateway.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    body = {"response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON_SCHEMA}}}
+    for seed in range(2):
+        kwargs = dict(model="tiny", prompt="A person:", seed=seed, temperature=1.0, max_tokens=MAX_TOKENS,
+                      extra_body=body)
+        if streaming:
+            text, finish = "", None
+            for chunk in client.completions.create(**kwargs, stream=True):
+                for choice in chunk.choices:
+                    text += choice.text or ""
+                    finish = choice.finish_reason or finish
+        else:
+            r = client.completions.create(**kwargs)
+            text, finish = r.choices[0].text, r.choices[0].finish_reason
+        assert finish == "stop", (finish, text)
+        jsonschema.validate(json.loads(text), PERSON_SCHEMA)
