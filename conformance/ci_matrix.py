@@ -79,8 +79,13 @@ def start_simulators(log_dir: Path) -> dict[str, ManagedProcess]:
         procs[kind] = ManagedProcess(f"sim-{kind}", [*SWITCHYARD, "simulate", kind, "--port", str(port),
                                                      "--model-name", SIM_MODEL, *flags],
                                      f"http://127.0.0.1:{port}", log_dir / f"sim-{kind}.log")
-    for p in procs.values():
-        p.wait_ready("/health", timeout_s=60)
+    try:
+        for p in procs.values():
+            p.wait_ready("/health", timeout_s=60)
+    except Exception:
+        for p in procs.values():
+            p.stop()
+        raise
     return procs
 
 

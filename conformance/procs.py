@@ -34,23 +34,31 @@ class ManagedProcess:
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_ready(self, path: str, timeout_s: float = 120.0) -> "ManagedProcess":
+        """Poll `path` until 200. On failure the process is stopped before the
+        error is raised: the caller never got a handle to stop it with."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log tail:\n{self.log_tail()}")
+                tail = self.log_tail()
+                self.stop()
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log tail:\n{tail}")
             try:
                 if httpx.get(self.url + path, timeout=2.0).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise TimeoutError(f"{self.name} not ready after {timeout_s:.0f} s; log tail:\n{self.log_tail()}")
+        tail = self.log_tail()
+        self.stop()
+        raise TimeoutError(f"{self.name} not ready after {timeout_s:.0f} s; log tail:\n{tail}")
 
     def log_tail(self, chars: int = 3000) -> str:
         self._log.flush()
         return self.log_path.read_text(errors="replace")[-chars:]
 
     def stop(self) -> None:
+        if self._log.closed:
+            return
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
