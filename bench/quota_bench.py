@@ -307,8 +307,8 @@ def render(doc: dict[str, Any]) -> str:
     f = doc["fairness"]
     lines += ["", "## 3. Fairness under overload", "",
               f"Backend capacity {f['setup']['capacity']} in flight, {f['setup']['upstream_ttft_ms']:.0f} ms per "
-              f"answer (about {f['setup']['capacity_rps']:.0f} answers/s, fair share "
-              f"{f['setup']['capacity_rps'] / 2:.0f}/s each). Quiet tenant at {f['setup']['quiet_rps']:g}/s, "
+              f"answer ({f['setup']['capacity_rps']:g} answers/s, fair share "
+              f"{f['setup']['capacity_rps'] / 2:g}/s each). Quiet tenant at {f['setup']['quiet_rps']:g}/s, "
               f"flood at {f['setup']['flood_rps']:g}/s (10x its share; starts 2 s earlier to fill the queue, "
               "from its own process), "
               f"{f['setup']['duration_s']:g} s each, open loop. Queue: "
