@@ -11,6 +11,11 @@ from engine.structured.grammars import ToolSpec, check_json_schema, compile_gram
 from engine.structured.schemas import NO_PARAMETERS, prepare_schema
 
 
+# Keywords that decide a schema's type themselves; without any of them, and without
+# "type", a tool's parameters schema is taken to describe an object.
+_COMPOSED = {"type", "anyOf", "oneOf", "allOf", "$ref", "enum", "const", "not"}
+
+
 @dataclass
 class StructuredPlan:
     kind: Literal["json", "tool_calls"]
@@ -81,6 +86,8 @@ def _tool_specs(tools: list[dict] | None, tool_choice: Any) -> list[ToolSpec]:
             continue
         param = f"tools[{i}].function.parameters"
         raw = fn.get("parameters")
+        if isinstance(raw, dict) and not _COMPOSED.intersection(raw):
+            raw = {"type": "object", **raw}   # arguments are an object, whatever else the schema allows
         parameters = prepare_schema(NO_PARAMETERS if raw is None else raw, param=param)
         specs.append(ToolSpec(name, parameters, param))
     if not specs:

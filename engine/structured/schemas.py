@@ -22,8 +22,8 @@ _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 def prepare_schema(schema: Any, *, param: str) -> dict:
     """A copy of `schema` ready for compilation, or SchemaError naming `param`.
 
-    An object schema that does not say otherwise admits no properties beyond those it
-    lists (as OpenAI's strict mode requires, and as xgrammar's default strict mode
+    An object schema that lists its properties and does not say otherwise admits no
+    others (as OpenAI's strict mode requires, and as xgrammar's default strict mode
     does): every answer still validates against the schema as given, and a weak model
     cannot wander into an endless run of invented keys. Schemas that do want extra
     keys say so with `additionalProperties`.
@@ -43,8 +43,9 @@ def prepare_schema(schema: Any, *, param: str) -> dict:
 def _close_objects(schema: Any) -> None:
     if not isinstance(schema, dict):
         return
-    is_object = schema.get("type") == "object" or "properties" in schema
-    listed = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    # Only a schema that lists its keys is closed: `{"type": "object"}` alone means any object.
+    is_object = isinstance(schema.get("properties"), dict)
+    listed = schema.get("properties") if is_object else {}
     required = schema.get("required") if isinstance(schema.get("required"), list) else []
     # A required key the properties do not list is an extra key the schema asks for: leave it open.
     if (is_object and "additionalProperties" not in schema and "patternProperties" not in schema

@@ -169,3 +169,13 @@ def test_masks_of_two_vocabularies_in_one_step(tok, lltok):
     a, b = small([]), padded([])
     assert a.shape == (tok.vocab_size,) and b.shape == (tok.vocab_size + 64,)
     assert torch.equal(a, b[: tok.vocab_size]) and not b[tok.vocab_size:].any()
+
+
+def test_tool_arguments_are_an_object_even_when_the_schema_leaves_the_type_open(tok, lltok):
+    tools = [{"type": "function", "function": {"name": "anything", "parameters": {}}}]
+    plan = plan_structured(lltok, tools=tools, tool_choice="required")
+    head = '<tool_call>\n{"name": "anything", "arguments": '
+    for arguments, ok in (("5", False), ('"x"', False), ('{"k": [1]}', True)):
+        matcher = plan.matcher.deep_copy()
+        text = head + arguments + "}\n</tool_call>"
+        assert (matcher.consume_tokens(tok.encode(text, add_special_tokens=False)) and matcher.is_accepting()) == ok
