@@ -53,6 +53,7 @@ from adapters.errors import GatewayError
 from adapters.runtime_adapter import RuntimeAdapter
 from adapters.runtime_errors import ParsedError
 from adapters.runtime_stream import EventRepair, fresh_tool_call_id
+from adapters.stop_trim import StopTrimmer
 
 # router/src/validation.rs.
 CONTEXT = re.compile(r"`?inputs`? tokens \+ `?max_new_tokens`? must be <=|`?inputs`? must have less than \d+ tokens",
@@ -253,6 +254,22 @@ class TGIEventRepair(EventRepair):
         super().__init__(request)
         self.backend = backend
         self.unnamed: dict[tuple[int, int], list[str]] = {}
+        # TGI returns the matched stop sequence; OpenAI's text excludes it.
+        self.stops = list(request.sampling.stop)
+        self.trimmers: dict[int, StopTrimmer] = {}
+
+    def feed(self, event: Event) -> list[Event]:
+        if self.stops and isinstance(event, TextDelta):
+            trimmer = self.trimmers.setdefault(event.index, StopTrimmer(self.stops))
+            event.text = trimmer.feed(event.text)
+            if not event.text and not event.logprobs:
+                self.started.add(event.index)
+                return []
+        elif self.stops and isinstance(event, Finish) and event.index in self.trimmers:
+            rest = self.trimmers[event.index].flush()
+            if rest:
+                return super().feed(TextDelta(event.index, rest)) + super().feed(event)
+        return super().feed(event)
 
     def _tool_piece(self, piece: ToolCallDelta) -> list[Event]:
         key = (piece.index, piece.tool_index)

@@ -39,8 +39,11 @@ def error_response(err: GatewayError, request_id: str | None = None) -> Response
     headers = dict(err.headers)
     if request_id:
         headers["x-request-id"] = request_id
-    if err.retry_after is not None:
-        headers["retry-after"] = str(max(1, int(err.retry_after + 0.999)))
+    retry_after = err.retry_after
+    if retry_after is None and err.status in (429, 503):
+        retry_after = 1.0  # an upstream's overload carries no estimate of its own: a short, honest hint
+    if retry_after is not None:
+        headers["retry-after"] = str(max(1, int(retry_after + 0.999)))
     return json_response(err.to_dict(), err.status, headers)
 
 

@@ -103,21 +103,24 @@ class SyntheticGeneration(Generation):
         rng = random.Random(key)
         words = rng.choices(range(len(VOCABULARY)), k=count)
         tokens: list[Token] = []
-        text_so_far = ""
         word_count = count if by_length else count - 1  # the EOS token is the last one
-        for position in range(word_count):
-            word = VOCABULARY[words[position]]
-            text = word if position == 0 else " " + word
-            if request.stop:
-                candidate = text_so_far + text
-                hit = _first_stop(candidate, request.stop, len(text_so_far))
-                if hit is not None:
-                    cut, matched = hit
-                    tokens.append(Token(index, candidate[len(text_so_far):cut], _VOCAB_OFFSET + words[position],
-                                        finish="stop_sequence", matched=matched))
-                    return tokens
-                text_so_far = candidate
+        texts = [VOCABULARY[words[p]] if p == 0 else " " + VOCABULARY[words[p]] for p in range(word_count)]
+        hit = _first_stop("".join(texts), request.stop) if request.stop else None
+        start = 0
+        for position, text in enumerate(texts):
+            end = start + len(text)
+            if hit is not None and end >= hit[0] + len(hit[1]):
+                # This token completes the stop string: like the real runtimes, the
+                # output ends where the match begins, and text that could start the
+                # match was never released (tokens inside it carry no text).
+                cut, matched = hit
+                tokens.append(Token(index, text[:max(0, cut - start)], _VOCAB_OFFSET + words[position],
+                                    finish="stop_sequence", matched=matched))
+                return tokens
+            if hit is not None and end > hit[0]:
+                text = text[:max(0, hit[0] - start)]
             tokens.append(Token(index, text, _VOCAB_OFFSET + words[position]))
+            start = end
         if by_length:
             tokens[-1].finish = "length"
         else:
@@ -157,12 +160,13 @@ class SyntheticGeneration(Generation):
             step += 1
 
 
-def _first_stop(text: str, stops: list[str], search_from: int) -> tuple[int, str] | None:
+def _first_stop(text: str, stops: list[str]) -> tuple[int, str] | None:
+    """The earliest match of any stop string in `text`: (position, stop)."""
     best: tuple[int, str] | None = None
     for stop in stops:
         if not stop:
             continue
-        at = text.find(stop, max(0, search_from - len(stop) + 1))
+        at = text.find(stop)
         if at != -1 and (best is None or at < best[0]):
             best = (at, stop)
     return best
