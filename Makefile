@@ -18,8 +18,10 @@ $(STAMP): pyproject.toml
 serve: install
 	$(VENV)/bin/switchyard serve $(ARGS)
 
+# One torch thread per process: the engine shares 2 cores with the gateway and
+# runtime processes the tests start.
 test: install
-	$(PY) -m pytest -q -x --durations=15 $(ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -x --durations=15 $(ARGS)
 
 test-slow: install
 	$(PY) -m pytest -q -m slow $(ARGS)

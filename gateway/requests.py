@@ -339,6 +339,7 @@ def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRe
         raise GatewayError(400, "'echo' is not supported together with 'stream'.", param="echo",
                            code="unsupported_parameter")
     extra = _extra(body, COMPLETION_FIELDS)
+    response_format = _response_format(body)
     requests = []
     for i, prompt in enumerate(prompts):
         sampling = _sampling(body, max_tokens=max_tokens)
@@ -347,6 +348,6 @@ def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRe
         requests.append(GenerationRequest(
             request_id=request_id if len(prompts) == 1 else f"{request_id}-{i}", model=model, kind="completion",
             prompt=prompt, sampling=sampling, stream=stream, include_usage=include_usage, echo=echo,
-            extra=dict(extra),
+            response_format=response_format, extra=dict(extra),
         ))
     return requests

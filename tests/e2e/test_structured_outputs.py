@@ -185,8 +185,6 @@ def test_schema_errors_are_openai_400s(native_gateway, fields, param, words):
         assert word in error["message"], error
 
 
-@pytest.mark.xfail(strict=True, reason="gateway/requests.py parse_completion does not pass response_format "
-                                        "on (reported to the lead); remove this mark once it does")
 @pytest.mark.parametrize("streaming", [False, True], ids=["whole", "stream"])
 def test_completions_follow_the_schema(native_gateway, streaming):
     """Legacy completions take response_format too (sent as an extra field: the client's

@@ -107,3 +107,9 @@ def test_completions_prompts_defaults_and_batches():
     bad(lambda: parse_completion({"model": "m", "prompt": []}, "r"), "prompt")
     bad(lambda: parse_completion({"model": "m", "prompt": "x", "logprobs": 6}, "r"), "logprobs")
     bad(lambda: parse_completion({"model": "m", "prompt": "x", "suffix": "y"}, "r"), "suffix")
+
+
+def test_completions_carry_response_format():
+    rf = {"type": "json_object"}
+    (r,) = parse_completion({"model": "m", "prompt": "x", "response_format": rf}, "rid")
+    assert r.response_format == rf
