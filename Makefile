@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test test-all test-slow test-vllm bench-overhead bench-engine bench-litellm conformance clean
+.PHONY: install serve test test-slow test-vllm bench-overhead bench-engine bench-litellm bench-quota conformance conformance-vllm clean
 
 install: $(STAMP)
 
@@ -46,8 +46,16 @@ bench-litellm: install
 	bash scripts/install-litellm.sh
 	$(PY) -m bench.litellm_compare $(ARGS)
 
+bench-quota: install
+	$(PY) -m bench.quota_bench $(ARGS)
+
 conformance: install
 	$(PY) -m conformance.ci_matrix $(ARGS)
+
+# The conformance suite against a real vLLM CPU server, directly and through the gateway.
+conformance-vllm: install
+	bash scripts/install-vllm.sh
+	$(PY) -m conformance.real_vllm $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache reports

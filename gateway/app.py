@@ -123,7 +123,8 @@ class Gateway:
                 queued_at = time.perf_counter()
                 estimate = sum(estimate_prompt_tokens(r) for r in reqs)
                 ctx.ticket = await self.protection.admit(principal, ctx.model, reqs[0], estimate,
-                                                         request.is_disconnected)
+                                                         request.is_disconnected,
+                                                         choices=sum(r.sampling.n for r in reqs))
                 ctx.queue_wait = time.perf_counter() - queued_at
         except GatewayError as err:
             return self._fail(ctx, err)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from adapters.base import Adapter, Health, LoadSnapshot
 from gateway.config import BackendConfig, GatewayConfig, ModelConfig
+from policies.admission import BackendLoad, model_capacity
 from policies.routing import BackendView, make_policy
 
 log = logging.getLogger("switchyard.backends")
@@ -72,8 +73,10 @@ class ModelPool:
     policy: object
 
     def capacity(self) -> int | None:
-        caps = [b.config.max_inflight for b in self.backends]
-        return None if any(c is None for c in caps) else sum(caps)  # type: ignore[arg-type]
+        """Requests the pool can take now (None: unbounded): max_inflight per
+        backend, but a runtime whose fresh load signals say it is saturated
+        takes nothing new until it drains (policies/admission.py)."""
+        return model_capacity([BackendLoad(b.config.max_inflight, b.inflight, b.load) for b in self.backends])
 
 
 class BackendSet:

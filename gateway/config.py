@@ -141,7 +141,8 @@ class ModelConfig(_Strict):
     fallback: list[str] = Field(default_factory=list)
     backends: list[BackendConfig] = Field(min_length=1)
     owned_by: str = "switchyard"
-    max_retries: int = Field(1, ge=0)
+    max_retries: int = Field(1, ge=0)  # extra rounds over the backends when all failed before the first byte
+    retry_backoff_s: float = Field(0.05, ge=0)  # before round k: retry_backoff_s * 2**(k-1)
 
 
 class LimitsConfig(_Strict):

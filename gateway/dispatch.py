@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import logging
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 from adapters.base import Capabilities, ErrorEvent, Event, GenerationRequest, Usage
 from adapters.errors import GatewayError
@@ -49,18 +49,19 @@ class Started:
 
 
 class Dispatcher:
-    def __init__(self, backends: BackendSet, retry_backoff_s: float = 0.05) -> None:
+    def __init__(self, backends: BackendSet) -> None:
         self.backends = backends
-        self.retry_backoff_s = retry_backoff_s
-        self.on_phase = None  # set by the app: called with "retry_backoff" while waiting to retry
 
     def pool(self, model: str) -> ModelPool | None:
         return self.backends.pools.get(model)
 
-    async def open(self, model: str, requests: list[GenerationRequest]) -> tuple[str, AsyncIterator[Event]]:
+    async def open(self, model: str, requests: list[GenerationRequest],
+                   on_phase: Callable[[str], None] | None = None) -> tuple[str, AsyncIterator[Event]]:
         """Start every sub-request; returns the backend name(s) and the merged events.
 
-        Raises GatewayError when nothing could start; the client has seen nothing then."""
+        `on_phase` hears "retry_backoff" while a retry round waits and "upstream"
+        when it ends. Raises GatewayError when nothing could start; the client
+        has seen nothing then."""
         offset = 0
         plan = []
         for req in requests:
@@ -69,7 +70,7 @@ class Dispatcher:
         starts: list[tuple[int, Started]] = []
         try:
             for off, req in plan:
-                for sub_off, started in await self._start(model, req):
+                for sub_off, started in await self._start(model, req, on_phase):
                     starts.append((off + sub_off, started))
         except BaseException:
             await asyncio.gather(*(s.events.aclose() for _, s in starts), return_exceptions=True)
@@ -81,7 +82,8 @@ class Dispatcher:
         same_prompt = len(requests) == 1
         return names, merge(subs, prompt_counted_once=same_prompt)
 
-    async def _start(self, model: str, req: GenerationRequest) -> list[tuple[int, Started]]:
+    async def _start(self, model: str, req: GenerationRequest,
+                     on_phase: Callable[[str], None] | None) -> list[tuple[int, Started]]:
         pool = self.pool(model)
         if pool is None:
             raise GatewayError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
@@ -90,9 +92,11 @@ class Dispatcher:
         rounds = pool.config.max_retries + 1
         for attempt in range(rounds):
             if attempt:
-                if self.on_phase:
-                    self.on_phase(req.request_id, "retry_backoff")
-                await asyncio.sleep(self.retry_backoff_s * (2 ** (attempt - 1)))
+                if on_phase:
+                    on_phase("retry_backoff")
+                await asyncio.sleep(pool.config.retry_backoff_s * (2 ** (attempt - 1)))
+                if on_phase:
+                    on_phase("upstream")
             for p in pools:
                 candidates, why_not = self._candidates(p, req)
                 if not candidates and why_not and p is pool and len(pools) == 1:

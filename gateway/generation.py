@@ -110,9 +110,14 @@ class Generation:
         prompt = sum(estimate_prompt_tokens(r) for r in self.requests)
         return Usage(prompt, self.completion_tokens_seen)
 
+    def _set_phase(self, phase: str) -> None:
+        if phase == "upstream":
+            phase = "upstream_headers" if self.first.stream else "non_streaming"
+        self.ctx.phase = phase
+
     async def _open(self):
         try:
-            self.backend, events = await self.gw.dispatcher.open(self.ctx.model, self.requests)
+            self.backend, events = await self.gw.dispatcher.open(self.ctx.model, self.requests, self._set_phase)
         except GatewayError as err:
             return None, err
         return events, None
@@ -153,7 +158,7 @@ class Generation:
         gauge = self.gw.metrics.inflight.labels(self.ctx.model)
         gauge.inc()
         try:
-            self.ctx.phase = "upstream_headers"
+            self._set_phase("upstream")
             events, err = await self._open()
             if err is not None:
                 await self._send_error(send, err)

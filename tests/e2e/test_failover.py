@@ -1,6 +1,8 @@
 """Failover before the first byte: a dead backend is skipped, a fallback model serves."""
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -19,6 +21,8 @@ def failover_gateway(module_tmp, upstream):
         "only-dead": {"fallback": ["m"], "max_retries": 0, "backends": [
             {"name": "dead2", "adapter": "openai", "url": dead}]},
         "all-dead": {"max_retries": 1, "backends": [{"name": "dead3", "adapter": "openai", "url": dead}]},
+        "slow-retry": {"max_retries": 2, "retry_backoff_s": 5, "backends": [
+            {"name": "dead4", "adapter": "openai", "url": dead}]},
     }}
     p = start_gateway(module_tmp, config)
     yield p
@@ -50,3 +54,20 @@ def test_readyz_reports_unhealthy_model(failover_gateway):
     r = httpx.get(failover_gateway.url + "/readyz")
     assert r.status_code == 503
     assert r.json()["status"] == "not_ready"
+
+
+def test_client_leaving_during_retry_backoff_is_counted_in_that_phase(failover_gateway):
+    def cancelled() -> float:
+        text = httpx.get(failover_gateway.url + "/metrics").text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("switchyard_client_cancellations_total{") and 'phase="retry_backoff"' in line)
+
+    before = cancelled()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(failover_gateway.url + "/v1/chat/completions", json={"model": "slow-retry", "messages": MSG},
+                   timeout=0.5)
+    for _ in range(60):
+        if cancelled() == before + 1:
+            break
+        time.sleep(0.05)
+    assert cancelled() == before + 1
