@@ -72,11 +72,12 @@ def test_repetition_penalties_change_greedy_output(engine):
     base = tokens_of(_generate(engine, PROMPT, SamplingParams(max_tokens=30, temperature=0, ignore_eos=True), "b")[0])
     freq = tokens_of(_generate(engine, PROMPT, SamplingParams(max_tokens=30, temperature=0, ignore_eos=True,
                                                               frequency_penalty=2.0, presence_penalty=2.0), "f")[0])
-    assert len(set(freq)) >= len(set(base))
-    assert freq != base or len(set(base)) == 30
+    assert len(set(base)) < 30            # plain greedy repeats itself on this model...
+    assert len(set(freq)) == 30           # ...a strong frequency/presence penalty does not
     rep = tokens_of(_generate(engine, PROMPT, SamplingParams(max_tokens=30, temperature=0, ignore_eos=True,
                                                              repetition_penalty=100.0), "r")[0])
-    assert not set(rep) & set(PROMPT) or len(set(rep)) == 30   # a huge penalty avoids seen tokens
+    assert not set(rep) & set(PROMPT)     # a huge repetition penalty avoids every seen token
+    assert len(set(rep)) == 30
 
 
 def test_logprobs_match_independent_log_softmax(engine, llama_dir):
