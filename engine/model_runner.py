@@ -66,8 +66,8 @@ class ModelRunner:
         token was computed this step (those get a new token), and those sequences."""
         decodes = [(seq, n) for seq, n in scheduled if n == 1]
         prefills = [(seq, n) for seq, n in scheduled if n != 1] if len(decodes) != len(scheduled) else []
-        decode_groups = split_by_context(decodes)
-        ordered = [item for group in decode_groups for item in group] + prefills
+        groups = split_by_context(decodes) + split_prefills(prefills)
+        ordered = [item for group in groups for item in group]
         input_ids: list[int] = []
         sample_rows: list[int] = []
         sampled: list[Sequence] = []
@@ -82,7 +82,7 @@ class ModelRunner:
             if s + n == seq.num_tokens:
                 sample_rows.append(end - 1)
                 sampled.append(seq)
-        meta = self._metadata(decode_groups + ([prefills] if prefills else []))
+        meta = self._metadata(groups)
         ids = torch.tensor(input_ids, dtype=torch.long).to(self.device, non_blocking=True)
         hidden = self.model.forward(ids, meta, self.kv_caches)
         if not sampled:
@@ -147,37 +147,51 @@ class ModelRunner:
 
 
 # What one more attention group costs (its index tensors, gathers and SDPA call), in the
-# unit of the padding it saves: one sequence's block of context. Measured on CPU, where a
-# group's fixed cost is roughly the gather+attention cost of this many sequence-blocks.
-GROUP_COST_IN_BLOCKS = 32
-MAX_DECODE_GROUPS = 4
+# unit of the padding it saves. For decodes the unit is one sequence's block of context;
+# for prefill chunks, one padded query token (its attention row is much dearer).
+DECODE_GROUP_COST_IN_BLOCKS = 32
+PREFILL_GROUP_COST_IN_TOKENS = 64
+MAX_GROUPS = 4
 
 
 def split_by_context(decodes: list[tuple[Sequence, int]]) -> list[list[tuple[Sequence, int]]]:
-    """Decodes attend over contexts padded to the longest one in their group. When context
-    lengths are spread out, a few groups of similar lengths gather and attend over far less
-    padding than one. Candidates: the best single split point, and equal-count splits into
-    up to MAX_DECODE_GROUPS groups; the cheapest (padding + per-group cost) wins."""
+    """Decodes attend over contexts padded to the longest one in their group; group them
+    by context length (in blocks) when that saves enough padding."""
     if len(decodes) < 8:
         return [decodes] if decodes else []
-    ordered = sorted(decodes, key=lambda item: len(item[0].block_ids))
-    sizes = [len(seq.block_ids) for seq, _ in ordered]
+    return split_padded(decodes, lambda item: len(item[0].block_ids), DECODE_GROUP_COST_IN_BLOCKS)
+
+
+def split_prefills(prefills: list[tuple[Sequence, int]]) -> list[list[tuple[Sequence, int]]]:
+    """Prefill chunks pad their queries to the longest chunk in the group (and attend over
+    a square-ish padded mask); group them by chunk length when that saves enough."""
+    if len(prefills) < 2:
+        return [prefills] if prefills else []
+    return split_padded(prefills, lambda item: item[1], PREFILL_GROUP_COST_IN_TOKENS)
+
+
+def split_padded(items: list, size_of, group_cost: int) -> list[list]:
+    """Partition items into at most MAX_GROUPS groups of similar size, minimising the
+    padded total (group length x largest size in the group) plus `group_cost` per extra
+    group. Candidates: the best single split point and equal-count splits, all O(n)."""
+    ordered = sorted(items, key=size_of)
+    sizes = [size_of(item) for item in ordered]
     n = len(sizes)
     best_cost, best_bounds = n * sizes[-1], [n]
     for i in range(1, n):   # the best two-way split
-        cost = i * sizes[i - 1] + (n - i) * sizes[-1] + GROUP_COST_IN_BLOCKS
+        cost = i * sizes[i - 1] + (n - i) * sizes[-1] + group_cost
         if cost < best_cost:
             best_cost, best_bounds = cost, [i, n]
-    for k in range(3, MAX_DECODE_GROUPS + 1):
+    for k in range(3, min(MAX_GROUPS, n) + 1):
         bounds = [round(n * j / k) for j in range(1, k + 1)]
-        cost, start = GROUP_COST_IN_BLOCKS * (k - 1), 0
+        cost, start = group_cost * (k - 1), 0
         for end in bounds:
             cost += (end - start) * sizes[end - 1]
             start = end
         if cost < best_cost:
             best_cost, best_bounds = cost, bounds
     if len(best_bounds) == 1:
-        return [decodes]
+        return [items]
     groups, start = [], 0
     for end in best_bounds:
         groups.append(ordered[start:end])

@@ -28,7 +28,7 @@ def _check(engine: LLMEngine, model, prompts: list[list[int]], prefix: str = "r"
 def test_llama_mixed_batch(llama_dir):
     path, model = llama_dir
     engine = LLMEngine(path, block_size=8)
-    # 10 sequences with spread-out contexts: decodes attend in two groups (split_by_context)
+    # 10 sequences with spread-out lengths: prefills and then decodes attend in several groups
     _check(engine, model, random_prompts([1, 7, 8, 9, 30, 64, 3, 5, 150, 200], 384))
 
 
@@ -64,6 +64,9 @@ def test_split_by_context_groups_short_and_long():
     even = [seq(n) for n in (10, 11, 10, 12, 11, 10, 12, 10)]
     assert split_by_context(even) == [even]
     assert split_by_context(spread[:5]) == [spread[:5]]
+    from engine.model_runner import split_prefills
+    chunks = [(spread[0][0], n) for n in (5, 400, 8, 380, 6)]
+    assert [sorted(n for _, n in g) for g in split_prefills(chunks)] == [[5, 6, 8], [380, 400]]
     uniform = [seq(n) for n in range(2, 42)]   # evenly spread: several groups pay off
     groups = split_by_context(uniform)
     assert len(groups) >= 3 and sum(len(g) for g in groups) == 40
