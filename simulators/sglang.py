@@ -224,6 +224,9 @@ class SglangSimulator(Simulator):
             gen = self.generations.get(rid)
             if gen is not None:
                 gen.abort()
+            # A request whose client already left is still live in SGLang until its
+            # 2 s disconnect check runs; an explicit abort before that is what ends it.
+            if gen is not None or rid in self.recorder.live:
                 self.recorder.abort(rid, "abort_request")
         return web.Response(status=200)
 

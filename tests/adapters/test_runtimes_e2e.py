@@ -197,6 +197,8 @@ def test_cancellation_reaches_the_runtime(stack):
         # the request in POST /abort_request, with the rid it sent.
         bodies = {r["path"]: r["body"] for r in stats["last_requests"]}
         assert bodies["/abort_request"] == {"rid": bodies["/v1/chat/completions"]["rid"]}
+        # and it is that call, well before SGLang's own 2 s disconnect check, that ended it
+        assert [a["how"] for a in stats["aborts"]] == ["abort_request"]
 
 
 def test_openai_defaults_every_runtime_accepts(stack):
