@@ -50,12 +50,12 @@ class AsyncEngine:
                 if busy:
                     try:
                         outputs = engine.step()
-                    except BaseException as exc:  # surface engine failures to every stream
+                        if self.metrics is not None:
+                            self.metrics.observe(engine.stats())
+                        self._deliver(outputs)
+                    except Exception as exc:  # a dead loop would hang every stream: fail them instead
                         self._fail_all(exc)
                         continue
-                    if self.metrics is not None:
-                        self.metrics.observe(engine.stats())
-                    self._deliver(outputs)
                 else:
                     self._wakeup.clear()
             if not busy:

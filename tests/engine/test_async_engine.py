@@ -89,3 +89,20 @@ async def test_external_abort_ends_stream(async_engine):
     assert reasons == ["abort", "abort"]
     assert not async_engine.engine.has_unfinished_requests()
     await async_engine.shutdown()
+
+
+async def test_engine_failure_reaches_every_stream(async_engine):
+    def broken(output_ids):
+        raise RuntimeError("grammar exploded")
+
+    ok = SamplingParams(max_tokens=50, ignore_eos=True)
+    bad = SamplingParams(max_tokens=50, ignore_eos=True, allowed_tokens_fn=broken)
+    prompt = random_prompts([6], 384, seed=23)[0]
+    results = await asyncio.gather(_collect(async_engine, "ok", prompt, ok),
+                                   _collect(async_engine, "bad", prompt, bad), return_exceptions=True)
+    assert all(isinstance(r, RuntimeError) for r in results)
+    assert not async_engine.engine.has_unfinished_requests()
+    # the loop survives: a new request still completes
+    tokens, last = await _collect(async_engine, "after", prompt, SamplingParams(max_tokens=3, ignore_eos=True))
+    assert len(tokens) == 3 and last.finish_reason == "length"
+    await async_engine.shutdown()
