@@ -28,7 +28,8 @@ def serve_config(config: GatewayConfig, host: str | None, port: int | None, work
         config.listen.port = port
     app = HotPath(create_app(config))
     uvicorn.run(app, host=config.listen.host, port=config.listen.port, log_level=config.log_level.lower(),
-                access_log=False, http="httptools", loop="uvloop", timeout_keep_alive=30)
+                access_log=False, http="httptools", loop="uvloop", timeout_keep_alive=30,
+                proxy_headers=False, server_header=False)
     return 0
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gateway.app import Gateway
 
 CONTENT_EVENTS = (TextDelta, ToolCallDelta)
+WATCH_AFTER_S = 0.02
 
 
 @dataclass
@@ -81,10 +82,21 @@ class Generation:
                         task.cancel()  # type: ignore[union-attr]
                     return
 
-        watcher = asyncio.create_task(watch())
+        watchers: list[asyncio.Task] = []
+
+        def start_watching() -> None:
+            if not state["done"]:
+                watchers.append(asyncio.create_task(watch()))
+
+        # Most answers are over before a client could notice a delay; the watcher
+        # task (the only per-request task) starts only once a request has lasted
+        # WATCH_AFTER_S, so a disconnect is seen at most that much later.
+        timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watching)
         cancelled_phase = None
+        clean = False
         try:
             await self._run(send)
+            clean = True
         except asyncio.CancelledError:
             if not state["gone"]:
                 raise  # the server is shutting down, not the client leaving
@@ -94,10 +106,13 @@ class Generation:
             self.error = "client disconnected"
         finally:
             state["done"] = True
-            watcher.cancel()
+            timer.cancel()
+            for w in watchers:
+                w.cancel()
             usage = self.usage or self._estimated_usage()
             if self.ctx.ticket is not None:
-                await asyncio.shield(self.ctx.ticket.release(usage, cancelled_phase))
+                release = self.ctx.ticket.release(usage, cancelled_phase)
+                await (release if clean else asyncio.shield(release))
             self.gw.finish_record(self.ctx, self.status, usage, backend=self.backend, error=self.error,
                                   cancelled_phase=cancelled_phase)
 
@@ -146,16 +161,18 @@ class Generation:
             now = time.perf_counter()
             if self.ctx.ttft is None:
                 self.ctx.ttft = now - self.ctx.started
-                self.gw.metrics.ttft.labels(self.ctx.model, self.backend or "-").observe(self.ctx.ttft)
+                m = self.gw.metrics
+                m.child(m.ttft, self.ctx.model, self.backend or "-").observe(self.ctx.ttft)
             elif self._last_content is not None:
-                self.gw.metrics.itl.labels(self.ctx.model).observe(now - self._last_content)
+                m = self.gw.metrics
+                m.child(m.itl, self.ctx.model).observe(now - self._last_content)
             self._last_content = now
         elif isinstance(event, Usage):
             self.usage = event
 
     async def _run(self, send) -> None:
         self._last_content: float | None = None
-        gauge = self.gw.metrics.inflight.labels(self.ctx.model)
+        gauge = self.gw.metrics.child(self.gw.metrics.inflight, self.ctx.model)
         gauge.inc()
         try:
             self._set_phase("upstream")

@@ -44,6 +44,16 @@ class GatewayMetrics:
                                      ["backend"], registry=r)
         self.backend_inflight = Gauge("switchyard_backend_inflight", "Requests in flight per backend.",
                                       ["backend"], registry=r)
+        self._children: dict[tuple, object] = {}
+
+    def child(self, metric, *labels: str):
+        """`metric.labels(*labels)`, cached: the lookup costs more than the update
+        on the request path, and the label sets are few (models x backends x status)."""
+        key = (id(metric), labels)
+        c = self._children.get(key)
+        if c is None:
+            c = self._children[key] = metric.labels(*labels)
+        return c
 
 
 def access_logger() -> logging.Logger:
