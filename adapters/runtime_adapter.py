@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from typing import AsyncIterator
 
 import aiohttp
 
-from adapters.base import Event, GenerationRequest, Health
+from adapters import prometheus_text as prom
+from adapters.base import Event, GenerationRequest, Health, LoadSnapshot
 from adapters.errors import GatewayError, invalid_request
 from adapters.openai import OpenAIAdapter
 from adapters.runtime_errors import ParsedError, runtime_error
@@ -83,3 +85,24 @@ class RuntimeAdapter(OpenAIAdapter):
         async with self.session.get(f"{self.base_url}{path}",
                                     timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             return resp.status, await resp.read()
+
+    async def _scrape(self, path: str) -> tuple[list[prom.Sample] | None, float | None]:
+        """A Prometheus text endpoint's samples and when they were read; (None,
+        None) when unreachable, (None, read_at) when it answered an error."""
+        try:
+            status, raw = await self._get(path)
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            return None, None
+        read_at = time.time()
+        if status != 200:
+            return None, read_at
+        return prom.parse(raw.decode(errors="replace")), read_at
+
+
+def gauge_snapshot(samples: list[prom.Sample], read_at: float, running: str, waiting: str,
+                   kv_usage: float | None, prefix_hit_rate: float | None) -> LoadSnapshot:
+    """A LoadSnapshot from a runtime's running/waiting gauges (summed over engines)."""
+    r = prom.total(samples, running)
+    w = prom.total(samples, waiting)
+    return LoadSnapshot(waiting=None if w is None else int(w), running=None if r is None else int(r),
+                        kv_usage=kv_usage, prefix_hit_rate=prefix_hit_rate, read_at=read_at)

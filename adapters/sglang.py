@@ -32,7 +32,7 @@ import orjson
 
 from adapters import prometheus_text as prom
 from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
-from adapters.runtime_adapter import RuntimeAdapter
+from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -117,20 +117,11 @@ class SGLangAdapter(RuntimeAdapter):
         return parse_loads(data, read_at)
 
     async def _load_from_metrics(self) -> LoadSnapshot:
-        try:
-            status, raw = await self._get("/metrics")
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
-            return LoadSnapshot()
-        read_at = time.time()
-        if status != 200:
-            return LoadSnapshot(read_at=read_at)
-        samples = prom.parse(raw.decode(errors="replace"))
-        running = prom.total(samples, "sglang:num_running_reqs")
-        waiting = prom.total(samples, "sglang:num_queue_reqs")
-        return LoadSnapshot(waiting=None if waiting is None else int(waiting),
-                            running=None if running is None else int(running),
-                            kv_usage=prom.mean(samples, "sglang:token_usage"),
-                            prefix_hit_rate=prom.mean(samples, "sglang:cache_hit_rate"), read_at=read_at)
+        samples, read_at = await self._scrape("/metrics")
+        if samples is None:
+            return LoadSnapshot() if read_at is None else LoadSnapshot(read_at=read_at)
+        return gauge_snapshot(samples, read_at, "sglang:num_running_reqs", "sglang:num_queue_reqs",
+                              prom.mean(samples, "sglang:token_usage"), prom.mean(samples, "sglang:cache_hit_rate"))
 
 
 def parse_loads(data: Any, read_at: float) -> LoadSnapshot:

@@ -36,7 +36,7 @@ import orjson
 
 from adapters import prometheus_text as prom
 from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
-from adapters.runtime_adapter import RuntimeAdapter
+from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
 from adapters.runtime_errors import ParsedError
 
 # tensorrt_llm/llmapi/llm.py `_check_arguments`.
@@ -137,20 +137,12 @@ class TRTLLMAdapter(RuntimeAdapter):
             return snapshot
 
     async def _load_prometheus(self) -> LoadSnapshot:
-        try:
-            status, raw = await self._get("/prometheus/metrics")
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
-            return LoadSnapshot()
-        read_at = time.time()
-        if status != 200:
-            return LoadSnapshot(read_at=read_at)
-        samples = prom.parse(raw.decode(errors="replace"))
-        running = prom.total(samples, "trtllm_num_requests_running")
-        waiting = prom.total(samples, "trtllm_num_requests_waiting")
-        return LoadSnapshot(waiting=None if waiting is None else int(waiting),
-                            running=None if running is None else int(running),
-                            kv_usage=prom.mean(samples, "trtllm_kv_cache_utilization"),
-                            prefix_hit_rate=prom.mean(samples, "trtllm_kv_cache_hit_rate"), read_at=read_at)
+        samples, read_at = await self._scrape("/prometheus/metrics")
+        if samples is None:
+            return LoadSnapshot() if read_at is None else LoadSnapshot(read_at=read_at)
+        return gauge_snapshot(samples, read_at, "trtllm_num_requests_running", "trtllm_num_requests_waiting",
+                              prom.mean(samples, "trtllm_kv_cache_utilization"),
+                              prom.mean(samples, "trtllm_kv_cache_hit_rate"))
 
 
 def parse_iteration_stats(stats: Any, read_at: float) -> LoadSnapshot | None:

@@ -17,16 +17,12 @@ What differs from OpenAI and is handled here:
 """
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 from typing import Any
-
-import aiohttp
 
 from adapters import prometheus_text as prom
 from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
-from adapters.runtime_adapter import RuntimeAdapter
+from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
 
 # vllm/renderers/params.py and get_max_tokens (0.33; "However, you requested" in <= 0.10);
 # the engine's own input check says "... is longer than the maximum model length of N".
@@ -78,22 +74,14 @@ class VLLMAdapter(RuntimeAdapter):
         return body
 
     async def load(self) -> LoadSnapshot:
-        try:
-            status, raw = await self._get("/metrics")
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
-            return LoadSnapshot()
-        read_at = time.time()
-        if status != 200:
-            return LoadSnapshot(read_at=read_at)
-        samples = prom.parse(raw.decode(errors="replace"))
-        running = prom.total(samples, "vllm:num_requests_running")
-        waiting = prom.total(samples, "vllm:num_requests_waiting")
+        samples, read_at = await self._scrape("/metrics")
+        if samples is None:
+            return LoadSnapshot() if read_at is None else LoadSnapshot(read_at=read_at)
         kv = prom.mean(samples, "vllm:kv_cache_usage_perc")
         if kv is None:
             kv = prom.mean(samples, "vllm:gpu_cache_usage_perc")  # V0 name
-        return LoadSnapshot(waiting=None if waiting is None else int(waiting),
-                            running=None if running is None else int(running),
-                            kv_usage=kv, prefix_hit_rate=self._prefix_hit_rate(samples), read_at=read_at)
+        return gauge_snapshot(samples, read_at, "vllm:num_requests_running", "vllm:num_requests_waiting",
+                              kv, self._prefix_hit_rate(samples))
 
     def _prefix_hit_rate(self, samples: list[prom.Sample]) -> float | None:
         """Hits over queries (token counters) since the previous read, so the rate

@@ -10,7 +10,6 @@ streams read line by line, with each client's cost relative to the fastest.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import time
 
 import aiohttp

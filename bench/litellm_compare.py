@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from bench.overhead import (MODEL, add_measure_arguments, failed_requests, measure_all, start_upstream_and_gateway,

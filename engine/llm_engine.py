@@ -13,7 +13,7 @@ from engine.model_runner import ModelRunner
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
-from engine.sequence import Sequence, SequenceStatus
+from engine.sequence import Sequence
 
 
 class ContextLengthError(ValueError):
