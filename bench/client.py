@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import orjson
@@ -28,11 +28,13 @@ class ClientConfig:
     api_keys: dict[str, str] = field(default_factory=dict)  # tenant -> key
     ignore_eos: bool = False
     extra_body: dict[str, Any] = field(default_factory=dict)
+    endpoint: Literal["chat", "completions"] = "chat"  # completions: `messages` is sent as the prompt
 
     @property
     def url(self) -> str:
         base = self.base_url.rstrip("/")
-        return base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+        path = "/chat/completions" if self.endpoint == "chat" else "/completions"
+        return base + (path if base.endswith("/v1") else "/v1" + path)
 
 
 class StreamState:
@@ -108,7 +110,8 @@ class Client:
         return h
 
     def body(self, messages: list[dict[str, Any]], max_tokens: int | None) -> bytes:
-        body: dict[str, Any] = {"model": self.config.model, "messages": messages, "stream": self.config.stream}
+        key = "messages" if self.config.endpoint == "chat" else "prompt"
+        body: dict[str, Any] = {"model": self.config.model, key: messages, "stream": self.config.stream}
         if self.config.stream:
             body["stream_options"] = {"include_usage": True}
         if max_tokens is not None:

@@ -33,6 +33,9 @@ from pathlib import Path
 
 import torch
 
+from bench.client import Client, ClientConfig
+from bench.metrics import request_metrics
+from bench.records import RequestRecord
 from engine.async_engine import AsyncEngine
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
@@ -188,24 +191,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def vllm_stream(session, url: str, prompt: list[int], max_tokens: int) -> tuple[int, float]:
-    payload = {"model": "tiny", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-               "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
-    t0 = time.perf_counter()
-    ttft = None
-    tokens = 0
-    async with session.post(url + "/v1/completions", json=payload) as resp:
-        resp.raise_for_status()
-        async for raw in resp.content:
-            line = raw.decode().strip()
-            if not line.startswith("data:") or line == "data: [DONE]":
-                continue
-            chunk = json.loads(line[5:])
-            if chunk.get("choices") and ttft is None:
-                ttft = time.perf_counter() - t0
-            if chunk.get("usage"):
-                tokens = chunk["usage"]["completion_tokens"]
-    return tokens, ttft or 0.0
+async def vllm_stream(client: Client, prompt: list[int], max_tokens: int) -> tuple[int, float]:
+    """One streamed completion through the load-test harness's client, so vLLM's
+    TTFT and token counts follow bench/metrics.py's definitions."""
+    rec = RequestRecord(index=0, tenant="default", session=0, turn=0, stream=True, sent_s=0.0,
+                        max_tokens=max_tokens)
+    await client.send(rec, prompt, time.perf_counter())  # type: ignore[arg-type]
+    m = request_metrics(rec)
+    if m is None:
+        raise RuntimeError(f"vLLM request failed: {rec.failure_kind}: {rec.error}")
+    return m.output_tokens, m.ttft_s or 0.0
 
 
 class VllmServer:
@@ -246,7 +241,7 @@ class VllmServer:
             self.proc.kill()
 
 
-async def vllm_throughput(session, url: str, prompts: list[list[int]], concurrency: int) -> dict:
+async def vllm_throughput(client: Client, prompts: list[list[int]], concurrency: int) -> dict:
     queue = list(prompts)[::-1]
     total = 0
     ttfts: list[float] = []
@@ -254,7 +249,7 @@ async def vllm_throughput(session, url: str, prompts: list[list[int]], concurren
     async def worker() -> None:
         nonlocal total
         while queue:
-            n, t = await vllm_stream(session, url, queue.pop(), OUTPUT_TOKENS)
+            n, t = await vllm_stream(client, queue.pop(), OUTPUT_TOKENS)
             total += n
             ttfts.append(t)
 
@@ -276,15 +271,17 @@ def best(samples: list[dict]) -> dict:
 async def run_native_and_vllm(model_dir: str, args, vocab: int, vllm_url: str | None) -> dict:
     """Native and vLLM take turns on the same prompts, round by round, so both see the same
     machine; each round uses fresh prompts (no prefix-cache help from an earlier round)."""
-    import aiohttp
-
     llm = LLMEngine(model_dir, max_num_seqs=64, max_num_batched_tokens=2048, max_model_len=2048)
     engine = AsyncEngine(llm)
-    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=900)) if vllm_url else None
+    vllm_client = None
+    if vllm_url:
+        vllm_client = Client(ClientConfig(base_url=vllm_url, model="tiny", endpoint="completions", timeout_s=900,
+                                      ignore_eos=True, extra_body={"temperature": 0.0}))
+        await vllm_client.__aenter__()
     warm_prompts = make_prompts(2, args.min_prompt, args.max_prompt, vocab, args.seed + 999)
     await native_throughput(engine, warm_prompts, 2, "warmup")   # first-call allocations are not measured
-    if session:
-        await vllm_stream(session, vllm_url, warm_prompts[0], 8)
+    if vllm_client:
+        await vllm_stream(vllm_client, warm_prompts[0], 8)
     native: dict = {"c1": [], "c32": []}
     vllm: dict = {"c1": [], "c32": []}
     try:
@@ -292,19 +289,19 @@ async def run_native_and_vllm(model_dir: str, args, vocab: int, vllm_url: str | 
             for key, n, concurrency in (("c1", args.requests_c1, 1), ("c32", args.requests_c32, 32)):
                 prompts = make_prompts(n, args.min_prompt, args.max_prompt, vocab, args.seed + 100 * r + concurrency)
                 native[key].append(await native_throughput(engine, prompts, concurrency, f"{key}-{r}"))
-                if session:
-                    vllm[key].append(await vllm_throughput(session, vllm_url, prompts, concurrency))
+                if vllm_client:
+                    vllm[key].append(await vllm_throughput(vllm_client, prompts, concurrency))
         result = {"native": {k: best(v) for k, v in native.items()}}
-        if session:
+        if vllm_client:
             result["vllm"] = {k: best(v) for k, v in vllm.items()}
         cold, warm = shared_prefix_prompts(vocab, args.seed)
         cold_t = [await native_ttft(engine, p, f"cold-{i}") for i, p in enumerate(cold)]
         warm_t = [await native_ttft(engine, p, f"warm-{i}") for i, p in enumerate(warm)]
         result["native"]["prefix"] = {"cold_ttft_s": statistics.median(cold_t), "warm_ttft_s": statistics.median(warm_t),
                                       "cold_samples_s": cold_t, "warm_samples_s": warm_t}
-        if session:
-            cold_v = [(await vllm_stream(session, vllm_url, p, 1))[1] for p in cold]
-            warm_v = [(await vllm_stream(session, vllm_url, p, 1))[1] for p in warm]
+        if vllm_client:
+            cold_v = [(await vllm_stream(vllm_client, p, 1))[1] for p in cold]
+            warm_v = [(await vllm_stream(vllm_client, p, 1))[1] for p in warm]
             result["vllm"]["prefix"] = {"cold_ttft_s": statistics.median(cold_v),
                                         "warm_ttft_s": statistics.median(warm_v),
                                         "cold_samples_s": cold_v, "warm_samples_s": warm_v}
@@ -317,8 +314,8 @@ async def run_native_and_vllm(model_dir: str, args, vocab: int, vllm_url: str | 
         return result
     finally:
         await engine.shutdown()
-        if session:
-            await session.close()
+        if vllm_client:
+            await vllm_client.__aexit__(None, None, None)
 
 
 # ---- report ------------------------------------------------------------------------

@@ -113,13 +113,32 @@ def test_legacy_guided_choice_still_constrains(client):
     assert resp.choices[0].message.content in ("yes", "no")
 
 
-def _running(url: str) -> float:
+def _metric(url: str, name: str, label: str = "") -> float:
     text = httpx.get(url + "/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("vllm:num_requests_running"))
+               if line.startswith(name) and label in line)
+
+
+def _running(url: str) -> float:
+    return _metric(url, "vllm:num_requests_running")
+
+
+def _generated(url: str) -> float:
+    return _metric(url, "vllm:generation_tokens_total")
+
+
+def _wait(predicate, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
 
 
 def test_cancellation_frees_the_engine(client, vllm_server):
+    assert _wait(lambda: _running(vllm_server.url) == 0, 20)
+    generated_before = _generated(vllm_server.url)
     stream = client.chat.completions.create(model="m", messages=ask("tell a long story"), max_tokens=900,
                                             stream=True, extra_body={"ignore_eos": True})
     seen = 0
@@ -127,13 +146,13 @@ def test_cancellation_frees_the_engine(client, vllm_server):
         if chunk.choices and chunk.choices[0].delta.content:
             seen += 1
             if seen == 3:
-                assert _running(vllm_server.url) >= 1
                 break
     stream.close()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and _running(vllm_server.url) > 0:
-        time.sleep(0.2)
-    assert _running(vllm_server.url) == 0
+    assert _wait(lambda: _running(vllm_server.url) == 0, 20)
+    # The engine stopped well short of the 900 tokens it was asked for: the
+    # gateway's closed connection reached it and it aborted the request.
+    generated = _generated(vllm_server.url) - generated_before
+    assert 3 <= generated < 900, generated
 
 
 def test_load_and_health_from_the_real_server(vllm_server):
