@@ -86,10 +86,12 @@ class TopLogprob:
 
 @dataclass(slots=True)
 class TokenLogprob:
-    """The chosen token's log probability and the `top` alternatives."""
+    """The chosen token's log probability and the `top` alternatives. `logprob`
+    is None only for an echoed first prompt token, which has no probability
+    (legacy completions send `null` there; chat never has such a token)."""
 
     token: str
-    logprob: float
+    logprob: float | None
     bytes: list[int] | None = None
     top: list[TopLogprob] = field(default_factory=list)
 

@@ -121,7 +121,7 @@ def decode_completion_logprobs(lp: Any) -> list[TokenLogprob] | None:
     out = []
     for tok, val, top in zip(tokens, values, tops):
         alts = [TopLogprob(t, float(v)) for t, v in (top or {}).items()]
-        out.append(TokenLogprob(tok, float(val) if val is not None else -9999.0, None, alts))
+        out.append(TokenLogprob(tok, float(val) if val is not None else None, None, alts))
     return out
 
 

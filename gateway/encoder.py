@@ -59,7 +59,8 @@ def usage_dict(usage: Usage) -> dict[str, Any]:
 
 
 def chat_logprobs(items: list[TokenLogprob]) -> list[dict[str, Any]]:
-    return [{"token": t.token, "logprob": t.logprob, "bytes": t.bytes,
+    # Chat's logprob is a required number: -9999.0 is the spec's "very unlikely".
+    return [{"token": t.token, "logprob": -9999.0 if t.logprob is None else t.logprob, "bytes": t.bytes,
              "top_logprobs": [{"token": a.token, "logprob": a.logprob, "bytes": a.bytes} for a in t.top]}
             for t in items]
 

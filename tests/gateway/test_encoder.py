@@ -186,3 +186,11 @@ def test_whole_response_raises_on_error_event():
     b = ResponseBuilder("id1", 5, "m")
     with pytest.raises(GatewayError):
         b.feed(ErrorEvent(GatewayError(502, "x")))
+
+
+def test_echoed_first_token_logprob_is_null_in_completions_only():
+    from gateway.encoder import chat_logprobs, completion_logprobs
+
+    items = [TokenLogprob("Hi", None), TokenLogprob(" there", -0.5)]
+    assert completion_logprobs(items, 0)[0]["token_logprobs"] == [None, -0.5]
+    assert [t["logprob"] for t in chat_logprobs(items)] == [-9999.0, -0.5]
