@@ -200,6 +200,23 @@ class TgiSimulator(Simulator):
 
     # ---- validation (validation.rs) ------------------------------------------------------
 
+    async def _admit_or_refuse(self, sim: SimRequest, body: dict, request: web.Request,
+                               stream: bool) -> web.StreamResponse | None:
+        """Queue admission and parameter validation; TGI's refusal (JSON, or an
+        error event then [DONE] on a stream) when either fails, else None."""
+        try:
+            self._admit(sim)
+            self._validate_parameters(sim, body.get("top_p"), body.get("temperature"), sim.max_tokens)
+        except TgiError as err:
+            self._failure(err.error_type)
+            if not stream:
+                return err.response()
+            s = SSEStream(request, paced=False)
+            await s.send(err.openai_event())
+            await s.send(DONE_FRAME)
+            return await s.finish()
+        return None
+
     def _validate_parameters(self, sim: SimRequest, top_p: Any, temperature: Any, max_new: int | None) -> None:
         if top_p is not None and not (isinstance(top_p, (int, float)) and 0.0 < top_p < 1.0):
             raise TgiError(422, "Input validation error: `top_p` must be > 0.0 and < 1.0", "validation")
@@ -293,17 +310,9 @@ class TgiSimulator(Simulator):
             # The model picked `no_tool`: TGI re-runs the whole generation without tools.
             base = sim.faults.ttft_ms if sim.faults.ttft_ms is not None else self.opts.ttft_ms
             sim.faults = dataclasses.replace(sim.faults, ttft_ms=2 * base)
-        try:
-            self._admit(sim)
-            self._validate_parameters(sim, body.get("top_p"), body.get("temperature"), sim.max_tokens)
-        except TgiError as err:
-            self._failure(err.error_type)
-            if not stream:
-                return err.response()
-            s = SSEStream(request, paced=False)
-            await s.send(err.openai_event())
-            await s.send(DONE_FRAME)
-            return await s.finish()
+        refused = await self._admit_or_refuse(sim, body, request, stream)
+        if refused is not None:
+            return refused
         fixed = None
         if plan is not None:
             raw = (f'{{"function": {{"_name": "{plan.name}", {plan.arguments_json[1:]}}}'
@@ -437,17 +446,9 @@ class TgiSimulator(Simulator):
         sim.n = 1
         sim.request_id = f"tgi-{id(sim):x}-{self.request_count}"
         stream = bool(body.get("stream"))
-        try:
-            self._admit(sim)
-            self._validate_parameters(sim, body.get("top_p"), body.get("temperature"), sim.max_tokens)
-        except TgiError as err:
-            self._failure(err.error_type)
-            if not stream:
-                return err.response()
-            s = SSEStream(request, paced=False)
-            await s.send(err.openai_event())
-            await s.send(DONE_FRAME)
-            return await s.finish()
+        refused = await self._admit_or_refuse(sim, body, request, stream)
+        if refused is not None:
+            return refused
         gen = self.start_generation(sim, request.path)
         self.live_prompt_tokens[sim.request_id] = sim.prompt_tokens
         outcome = Outcome(n=1)
