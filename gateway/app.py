@@ -11,23 +11,21 @@ import itertools
 import logging
 import os
 import time
-from typing import Any
 
-import orjson
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from adapters.base import GenerationRequest
 from adapters.errors import GatewayError, model_not_found
 from gateway.backends import BackendSet
 from gateway.config import GatewayConfig
 from gateway.dispatch import Dispatcher
 from gateway.generation import Generation, RequestContext
 from gateway.metrics import GatewayMetrics, access_logger, log_access
-from gateway.requests import parse_chat, parse_completion, parse_json_body
+from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
+from gateway.responses import error_response, json_response
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -39,40 +37,6 @@ _id_counter = itertools.count()
 
 def new_request_id() -> str:
     return f"{_ID_PREFIX}{next(_id_counter):010x}"
-
-
-def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers)
-
-
-def error_response(err: GatewayError, request_id: str | None = None) -> Response:
-    headers = dict(err.headers)
-    if request_id:
-        headers["x-request-id"] = request_id
-    retry_after = err.retry_after
-    if retry_after is None and err.status in (429, 503):
-        retry_after = 1.0  # an upstream's overload carries no estimate of its own: a short, honest hint
-    if retry_after is not None:
-        headers["retry-after"] = str(max(1, int(retry_after + 0.999)))
-    return json_response(err.to_dict(), err.status, headers)
-
-
-def estimate_prompt_tokens(req: GenerationRequest) -> int:
-    """A cheap upper-leaning estimate for quota reservation (reconciled later):
-    about four characters per token, plus a few tokens of template per message."""
-    if req.messages is not None:
-        chars = 0
-        for m in req.messages:
-            c = m.get("content")
-            chars += len(c) if isinstance(c, str) else len(orjson.dumps(c)) if c is not None else 0
-            if m.get("tool_calls"):
-                chars += len(orjson.dumps(m["tool_calls"]))
-        if req.tools:
-            chars += len(orjson.dumps(req.tools))
-        return chars // 4 + 4 * len(req.messages) + 1
-    if isinstance(req.prompt, list):
-        return len(req.prompt)
-    return len(req.prompt or "") // 4 + 1
 
 
 class Gateway:

@@ -19,6 +19,8 @@ import orjson
 from adapters.base import ErrorEvent, GenerationRequest, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
 from gateway.encoder import ResponseBuilder, StreamEncoder
+from gateway.requests import estimate_prompt_tokens
+from gateway.responses import error_response
 
 if TYPE_CHECKING:
     from gateway.app import Gateway
@@ -120,8 +122,6 @@ class Generation:
         """When the runtime gave no usage (cut stream, cancelled): what we saw."""
         if self.backend is None and self.completion_tokens_seen == 0:
             return None
-        from gateway.app import estimate_prompt_tokens
-
         prompt = sum(estimate_prompt_tokens(r) for r in self.requests)
         return Usage(prompt, self.completion_tokens_seen)
 
@@ -138,8 +138,6 @@ class Generation:
         return events, None
 
     async def _send_error(self, send, err: GatewayError) -> None:
-        from gateway.app import error_response
-
         self.status = err.status
         self.error = err.message
         resp = error_response(err, self.ctx.request_id)

@@ -351,3 +351,21 @@ def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRe
             response_format=response_format, extra=dict(extra),
         ))
     return requests
+
+
+def estimate_prompt_tokens(req: GenerationRequest) -> int:
+    """A cheap upper-leaning estimate for quota reservation (reconciled later):
+    about four characters per token, plus a few tokens of template per message."""
+    if req.messages is not None:
+        chars = 0
+        for m in req.messages:
+            c = m.get("content")
+            chars += len(c) if isinstance(c, str) else len(orjson.dumps(c)) if c is not None else 0
+            if m.get("tool_calls"):
+                chars += len(orjson.dumps(m["tool_calls"]))
+        if req.tools:
+            chars += len(orjson.dumps(req.tools))
+        return chars // 4 + 4 * len(req.messages) + 1
+    if isinstance(req.prompt, list):
+        return len(req.prompt)
+    return len(req.prompt or "") // 4 + 1
