@@ -9,12 +9,14 @@ Cancellation rule: `Adapter.generate` returns an async iterator. Closing it
 (close the HTTP connection, call the runtime's abort endpoint where one exists,
 or abort the engine's sequence) and release everything the adapter holds.
 """
+
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Literal, Union
+from typing import Any, Literal
 
 from adapters.errors import GatewayError
 
@@ -155,7 +157,7 @@ class ErrorEvent:
     error: GatewayError
 
 
-Event = Union[TextDelta, LogprobsDelta, ToolCallDelta, Finish, Usage, ErrorEvent]
+Event = TextDelta | LogprobsDelta | ToolCallDelta | Finish | Usage | ErrorEvent
 
 
 # ---- what an adapter declares and reports -----------------------------------

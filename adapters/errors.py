@@ -1,6 +1,7 @@
 """One error type for the whole request path: an OpenAI error code, an HTTP status
 and a message a user can act on. Adapters raise it, policies raise it, the gateway
 encodes it once (JSON envelope, or an SSE error event after the first byte)."""
+
 from __future__ import annotations
 
 
@@ -64,13 +65,16 @@ def context_length_exceeded(message: str) -> GatewayError:
 
 
 def model_not_found(model: str) -> GatewayError:
-    return GatewayError(404, f"The model `{model}` does not exist or you do not have access to it.",
-                        param="model", code="model_not_found")
+    return GatewayError(
+        404,
+        f"The model `{model}` does not exist or you do not have access to it.",
+        param="model",
+        code="model_not_found",
+    )
 
 
 def upstream_unavailable(backend: str, detail: str) -> GatewayError:
-    return GatewayError(503, f"Backend {backend} is unavailable: {detail}", code="backend_unavailable",
-                        retryable=True)
+    return GatewayError(503, f"Backend {backend} is unavailable: {detail}", code="backend_unavailable", retryable=True)
 
 
 def upstream_failed(backend: str, detail: str, status: int = 502) -> GatewayError:

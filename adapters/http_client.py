@@ -12,6 +12,7 @@ the cold paths (health, metrics, abort calls).
 Closing a response that has not been read to its end closes its connection,
 which is how the runtime learns that the client went away.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -41,7 +42,7 @@ class ConnectionClosed(HTTPError):
 
 
 class _Connection(asyncio.Protocol):
-    def __init__(self, pool: "ConnectionPool") -> None:
+    def __init__(self, pool: ConnectionPool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
@@ -80,8 +81,7 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         self.closed = True
         if not self.message_done and self.error is None:
-            self.error = ConnectionClosed("the server closed the connection"
-                                          + (f": {exc}" if exc else ""))
+            self.error = ConnectionClosed("the server closed the connection" + (f": {exc}" if exc else ""))
         self._wake()
 
     # ---- httptools callbacks -------------------------------------------------------
@@ -144,7 +144,7 @@ class Response:
     """One upstream response. Read it with `read()` or `iter_lines()`; then
     `release()` (fully read: the connection is reused) or `close()`."""
 
-    def __init__(self, conn: _Connection, pool: "ConnectionPool") -> None:
+    def __init__(self, conn: _Connection, pool: ConnectionPool) -> None:
         self._conn = conn
         self._pool = pool
         self.status = conn.status
@@ -188,7 +188,7 @@ class Response:
                 nl = data.find(b"\n", start)
                 if nl < 0:
                     break
-                yield data[start:nl + 1]
+                yield data[start : nl + 1]
                 start = nl + 1
             tail = data[start:]
         if tail:
@@ -207,8 +207,9 @@ class Response:
 class ConnectionPool:
     """Keep-alive connections to one host:port, at most `limit` at a time."""
 
-    def __init__(self, url: str, *, limit: int = 256, connect_timeout: float = 5.0,
-                 read_timeout: float | None = 600.0) -> None:
+    def __init__(
+        self, url: str, *, limit: int = 256, connect_timeout: float = 5.0, read_timeout: float | None = 600.0
+    ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http":
             raise ValueError(f"the fast client speaks plain http only, not {parts.scheme!r}")
@@ -223,8 +224,13 @@ class ConnectionPool:
 
     async def request(self, method: str, path: str, body: bytes, headers: dict[str, str] | None = None) -> Response:
         """Send a request and return once the response's headers arrived."""
-        head = [f"{method} {path} HTTP/1.1\r\nHost: ".encode(), self.host_header,
-                b"\r\nContent-Length: ", str(len(body)).encode(), b"\r\n"]
+        head = [
+            f"{method} {path} HTTP/1.1\r\nHost: ".encode(),
+            self.host_header,
+            b"\r\nContent-Length: ",
+            str(len(body)).encode(),
+            b"\r\n",
+        ]
         for k, v in (headers or {}).items():
             head.append(f"{k}: {v}\r\n".encode("latin-1"))
         head.append(b"\r\n")
@@ -267,12 +273,13 @@ class ConnectionPool:
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(self), self.host, self.port),
-                timeout=self.connect_timeout)
-        except asyncio.TimeoutError:
+                loop.create_connection(lambda: _Connection(self), self.host, self.port), timeout=self.connect_timeout
+            )
+        except TimeoutError:
             self._slots.release()
-            raise ConnectError(f"connect to {self.host}:{self.port} timed out after {self.connect_timeout:g} s") \
-                from None
+            raise ConnectError(
+                f"connect to {self.host}:{self.port} timed out after {self.connect_timeout:g} s"
+            ) from None
         except OSError as exc:
             self._slots.release()
             raise ConnectError(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}") from None

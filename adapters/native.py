@@ -6,13 +6,15 @@ tokens go through an incremental detokenizer, then stop-string matching (text
 that may begin a stop string is held back; a match ends the choice with "stop"),
 then, when the request has tools, the hermes tool-call parser.
 """
+
 from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from adapters.base import (
     Adapter,
@@ -34,22 +36,36 @@ from adapters.errors import GatewayError, context_length_exceeded, invalid_reque
 from engine.builtin import BUILTIN_PREFIX, resolve_model_path
 from engine.chat_template import ChatTemplateError
 from engine.detokenizer import IncrementalDetokenizer
+
+# The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
+from engine.sampling_params import SamplingParams as EngineSamplingParams
 from engine.stop import StopStringMatcher
 from engine.tokenizer import TextTokenizer
 from engine.tool_parser import ContentPiece, HermesToolParser, ParsedPiece, ToolCallPiece
 
-# The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
-from engine.sampling_params import SamplingParams as EngineSamplingParams
-
 
 class NativeAdapter(Adapter):
     capabilities = Capabilities(
-        tools=True, parallel_tool_calls=True, n=True, logprobs=True, structured_output=True,
-        cached_tokens=True, usage_in_stream=True, explicit_abort=True, completions=True,
+        tools=True,
+        parallel_tool_calls=True,
+        n=True,
+        logprobs=True,
+        structured_output=True,
+        cached_tokens=True,
+        usage_in_stream=True,
+        explicit_abort=True,
+        completions=True,
     )
 
-    def __init__(self, name: str, model_path: str, *, served_name: str | None = None,
-                 engine_options: dict | None = None, registry: Any = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        model_path: str,
+        *,
+        served_name: str | None = None,
+        engine_options: dict | None = None,
+        registry: Any = None,
+    ) -> None:
         super().__init__(name)
         self.model_path = model_path
         self.served_name = served_name or _default_served_name(model_path)
@@ -71,8 +87,9 @@ class NativeAdapter(Adapter):
             try:
                 self.tokenizer, self.async_engine = await asyncio.to_thread(self._build)
             except Exception as exc:
-                raise upstream_failed(self.name, f"the native engine could not load {self.model_path}: {exc}",
-                                      status=503) from exc
+                raise upstream_failed(
+                    self.name, f"the native engine could not load {self.model_path}: {exc}", status=503
+                ) from exc
 
     def _build(self) -> tuple[TextTokenizer, Any]:
         from engine.async_engine import AsyncEngine
@@ -102,8 +119,9 @@ class NativeAdapter(Adapter):
         if self.async_engine is None:
             return LoadSnapshot()
         stats = self.async_engine.stats()
-        return LoadSnapshot(waiting=stats.waiting, running=stats.running, kv_usage=stats.kv_usage,
-                            prefix_hit_rate=stats.prefix_hit_rate)
+        return LoadSnapshot(
+            waiting=stats.waiting, running=stats.running, kv_usage=stats.kv_usage, prefix_hit_rate=stats.prefix_hit_rate
+        )
 
     async def models(self) -> list[str]:
         return [self.served_name]
@@ -124,8 +142,15 @@ class NativeAdapter(Adapter):
         parse_tools = bool(request.tools) and request.tool_choice != "none"
         tool_names = {_tool_name(t) for t in request.tools or []} - {None} if parse_tools else None
         choices = [
-            _Choice(i, tok, sampling.stop, params.stop_token_ids, engine.eos_token_ids,
-                    HermesToolParser(tool_names) if parse_tools else None, request.parallel_tool_calls)
+            _Choice(
+                i,
+                tok,
+                sampling.stop,
+                params.stop_token_ids,
+                engine.eos_token_ids,
+                HermesToolParser(tool_names) if parse_tools else None,
+                request.parallel_tool_calls,
+            )
             for i in range(params.n)
         ]
 
@@ -151,8 +176,11 @@ class NativeAdapter(Adapter):
         finally:
             await outputs.aclose()
             await stream.aclose()
-        yield Usage(prompt_tokens=len(prompt_ids), completion_tokens=sum(c.num_tokens for c in choices),
-                    cached_tokens=cached_tokens)
+        yield Usage(
+            prompt_tokens=len(prompt_ids),
+            completion_tokens=sum(c.num_tokens for c in choices),
+            cached_tokens=cached_tokens,
+        )
 
     # ---- structured output (helper "structured"; the logic lives in engine/structured/) ----
 
@@ -166,14 +194,21 @@ class NativeAdapter(Adapter):
         try:
             from engine.structured import GrammarMask, SchemaError, grammar_tokenizer, plan_structured
         except ImportError as exc:
-            raise invalid_request(f"structured output needs the grammar library: {exc}",
-                                  param="response_format" if wants_json else "tool_choice") from exc
+            raise invalid_request(
+                f"structured output needs the grammar library: {exc}",
+                param="response_format" if wants_json else "tool_choice",
+            ) from exc
         vocab = engine.model_config.vocab_size
 
         def plan() -> Any:  # compiling a large schema can take a while: off the event loop
-            return plan_structured(grammar_tokenizer(self.tokenizer, vocab, engine.eos_token_ids),
-                                   response_format=request.response_format, tools=request.tools,
-                                   tool_choice=request.tool_choice, parallel_tool_calls=request.parallel_tool_calls)
+            return plan_structured(
+                grammar_tokenizer(self.tokenizer, vocab, engine.eos_token_ids),
+                response_format=request.response_format,
+                tools=request.tools,
+                tool_choice=request.tool_choice,
+                parallel_tool_calls=request.parallel_tool_calls,
+            )
+
         try:
             structured = await asyncio.to_thread(plan)
         except SchemaError as exc:
@@ -189,8 +224,9 @@ class NativeAdapter(Adapter):
             if not request.messages:
                 raise invalid_request("messages must be a non-empty list", param="messages")
             try:
-                text = tok.apply_chat_template(request.messages, tools=request.tools or None,
-                                               add_generation_prompt=True)
+                text = tok.apply_chat_template(
+                    request.messages, tools=request.tools or None, add_generation_prompt=True
+                )
             except ChatTemplateError as exc:
                 raise invalid_request(str(exc), param="messages") from exc
             ids = tok.encode(text, add_special_tokens=False)
@@ -211,21 +247,26 @@ class NativeAdapter(Adapter):
         if prompt_len >= max_model_len:
             raise context_length_exceeded(
                 f"This model's maximum context length is {max_model_len} tokens. However, your messages resulted "
-                f"in {prompt_len} tokens. Please reduce the length of the messages.")
+                f"in {prompt_len} tokens. Please reduce the length of the messages."
+            )
         if request.echo and s.logprobs:
-            raise invalid_request("echo with logprobs (prompt logprobs) is not supported by the native engine",
-                                  param="echo")
+            raise invalid_request(
+                "echo with logprobs (prompt logprobs) is not supported by the native engine", param="echo"
+            )
         max_tokens = s.max_tokens if s.max_tokens is not None else max_model_len - prompt_len
         if prompt_len + max_tokens > max_model_len:
             raise context_length_exceeded(
                 f"This model's maximum context length is {max_model_len} tokens. However, you requested "
                 f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
-                f"Please reduce the length of the messages or completion.")
+                f"Please reduce the length of the messages or completion."
+            )
         vocab = self.tokenizer.vocab_size if self.tokenizer else 0
         for token_id in list(s.logit_bias or {}) + list(s.stop_token_ids):
             if not 0 <= token_id < vocab:
-                raise invalid_request(f"token id {token_id} is outside the vocabulary [0, {vocab})",
-                                      param="logit_bias" if token_id in (s.logit_bias or {}) else "stop_token_ids")
+                raise invalid_request(
+                    f"token id {token_id} is outside the vocabulary [0, {vocab})",
+                    param="logit_bias" if token_id in (s.logit_bias or {}) else "stop_token_ids",
+                )
         params = EngineSamplingParams(
             max_tokens=max_tokens,
             temperature=1.0 if s.temperature is None else s.temperature,
@@ -293,8 +334,12 @@ class _Choice:
         """Events for one engine output of this choice."""
         self.num_tokens += len(out.token_ids)
         text_ids = out.token_ids
-        if out.finished and out.finish_reason == "stop" and text_ids and (
-                text_ids[-1] in self.stop_token_ids or text_ids[-1] in self.eos_token_ids):
+        if (
+            out.finished
+            and out.finish_reason == "stop"
+            and text_ids
+            and (text_ids[-1] in self.stop_token_ids or text_ids[-1] in self.eos_token_ids)
+        ):
             text_ids = text_ids[:-1]  # the token that stopped generation is not text (vLLM alike)
         text = self.detok.add(text_ids)
         if out.finished:
@@ -338,11 +383,16 @@ class _Choice:
         tok = self.tokenizer
         logprobs = []
         for token_id, (chosen, top) in zip(out.token_ids, out.logprobs):
-            logprobs.append(TokenLogprob(
-                token=tok.token_text(token_id), logprob=chosen, bytes=list(tok.token_bytes(token_id)),
-                top=[TopLogprob(token=tok.token_text(t), logprob=lp, bytes=list(tok.token_bytes(t)))
-                     for t, lp in top],
-            ))
+            logprobs.append(
+                TokenLogprob(
+                    token=tok.token_text(token_id),
+                    logprob=chosen,
+                    bytes=list(tok.token_bytes(token_id)),
+                    top=[
+                        TopLogprob(token=tok.token_text(t), logprob=lp, bytes=list(tok.token_bytes(t))) for t, lp in top
+                    ],
+                )
+            )
         first_text = next((e for e in events if isinstance(e, TextDelta)), None)
         if first_text is not None:
             first_text.logprobs = logprobs
@@ -358,5 +408,5 @@ def _tool_name(tool: dict) -> str | None:
 
 def _default_served_name(model_path: str) -> str:
     if model_path.startswith(BUILTIN_PREFIX):
-        return model_path[len(BUILTIN_PREFIX):]
+        return model_path[len(BUILTIN_PREFIX) :]
     return Path(model_path).expanduser().resolve().name

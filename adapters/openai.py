@@ -9,10 +9,11 @@ is how OpenAI-compatible servers learn that the client went away.
 
 Runtime adapters subclass this and override the `_`-prefixed hooks.
 """
+
 from __future__ import annotations
 
-import asyncio
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -33,14 +34,31 @@ from adapters.http_client import ConnectError, ConnectionClosed, ConnectionPool,
 
 
 class OpenAIAdapter(Adapter):
-    capabilities = Capabilities(tools=True, parallel_tool_calls=True, n=True, logprobs=True,
-                                structured_output=True, cached_tokens=True, usage_in_stream=True,
-                                explicit_abort=False, completions=True)
+    capabilities = Capabilities(
+        tools=True,
+        parallel_tool_calls=True,
+        n=True,
+        logprobs=True,
+        structured_output=True,
+        cached_tokens=True,
+        usage_in_stream=True,
+        explicit_abort=False,
+        completions=True,
+    )
     # Path under `base_url`; runtime adapters whose url is the server root use "/v1".
     api_prefix = ""
 
-    def __init__(self, name: str, url: str, served_model: str | None = None, *, timeout_s: float = 600.0,
-                 connect_timeout_s: float = 5.0, max_connections: int = 256, options: dict | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        served_model: str | None = None,
+        *,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 5.0,
+        max_connections: int = 256,
+        options: dict | None = None,
+    ) -> None:
         super().__init__(name)
         self.base_url = url.rstrip("/")
         self.served_model = served_model
@@ -50,19 +68,26 @@ class OpenAIAdapter(Adapter):
         self._session: aiohttp.ClientSession | None = None
         parts = urlsplit(self.base_url)
         self._url_path = parts.path.rstrip("/") + self.api_prefix
-        self._pool = (ConnectionPool(self.base_url, limit=max_connections, connect_timeout=connect_timeout_s,
-                                     read_timeout=timeout_s) if parts.scheme == "http" else None)
+        self._pool = (
+            ConnectionPool(
+                self.base_url, limit=max_connections, connect_timeout=connect_timeout_s, read_timeout=timeout_s
+            )
+            if parts.scheme == "http"
+            else None
+        )
 
     # ---- connection pool ---------------------------------------------------
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300,
-                                             enable_cleanup_closed=True)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
-                                                  json_serialize=lambda o: orjson.dumps(o).decode(),
-                                                  auto_decompress=False)
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300, enable_cleanup_closed=True)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=self._timeout,
+                json_serialize=lambda o: orjson.dumps(o).decode(),
+                auto_decompress=False,
+            )
         return self._session
 
     async def aclose(self) -> None:
@@ -111,7 +136,7 @@ class OpenAIAdapter(Adapter):
         try:
             try:
                 resp = await self._post(path, body, headers)
-            except (ConnectError, aiohttp.ClientConnectionError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ConnectError, aiohttp.ClientConnectionError, OSError) as exc:
                 raise upstream_unavailable(self.name, str(exc) or type(exc).__name__) from None
             except (ConnectionClosed, ReadTimeout) as exc:
                 raise upstream_unavailable(self.name, str(exc)) from None
@@ -125,8 +150,9 @@ class OpenAIAdapter(Adapter):
                 try:
                     payload = orjson.loads(raw)
                 except orjson.JSONDecodeError:
-                    raise GatewayError(502, f"Backend {self.name} sent a response that is not JSON",
-                                       code="upstream_error") from None
+                    raise GatewayError(
+                        502, f"Backend {self.name} sent a response that is not JSON", code="upstream_error"
+                    ) from None
                 if isinstance(payload, dict) and payload.get("error"):
                     raise self._error(502, raw)
                 for event in self._decode_response(payload, chat):
@@ -144,9 +170,10 @@ class OpenAIAdapter(Adapter):
     async def _read(self, resp) -> bytes:
         try:
             return await resp.read()
-        except (HTTPError, aiohttp.ClientError, asyncio.TimeoutError) as exc:
-            raise GatewayError(502, f"Backend {self.name} cut the response: {exc or type(exc).__name__}",
-                               code="upstream_error") from None
+        except (TimeoutError, HTTPError, aiohttp.ClientError) as exc:
+            raise GatewayError(
+                502, f"Backend {self.name} cut the response: {exc or type(exc).__name__}", code="upstream_error"
+            ) from None
 
     async def _stream_events(self, resp, chat: bool) -> AsyncIterator[Event]:
         saw_done = False
@@ -160,8 +187,11 @@ class OpenAIAdapter(Adapter):
                 try:
                     payload = orjson.loads(data)
                 except orjson.JSONDecodeError:
-                    yield ErrorEvent(GatewayError(502, f"Backend {self.name} sent a stream event that is not JSON",
-                                                  code="upstream_error"))
+                    yield ErrorEvent(
+                        GatewayError(
+                            502, f"Backend {self.name} sent a stream event that is not JSON", code="upstream_error"
+                        )
+                    )
                     return
                 if not isinstance(payload, dict):
                     continue
@@ -174,17 +204,21 @@ class OpenAIAdapter(Adapter):
                     elif hasattr(event, "index"):
                         open_choices.add(event.index)  # type: ignore[union-attr]
                     yield event
-        except (HTTPError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, asyncio.TimeoutError) as exc:
-            yield ErrorEvent(GatewayError(502, f"Backend {self.name} cut the stream: {exc or type(exc).__name__}",
-                                          code="upstream_error"))
+        except (TimeoutError, HTTPError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+            yield ErrorEvent(
+                GatewayError(
+                    502, f"Backend {self.name} cut the stream: {exc or type(exc).__name__}", code="upstream_error"
+                )
+            )
             return
         except GatewayError as exc:
             yield ErrorEvent(exc)
             return
         if not saw_done and (not finished or not open_choices <= finished):
             # The data is incomplete: the client must not mistake it for a full answer.
-            yield ErrorEvent(GatewayError(502, f"Backend {self.name} ended the stream before it was complete",
-                                          code="upstream_error"))
+            yield ErrorEvent(
+                GatewayError(502, f"Backend {self.name} ended the stream before it was complete", code="upstream_error")
+            )
 
     # ---- health, load, models ------------------------------------------------
 
@@ -192,7 +226,7 @@ class OpenAIAdapter(Adapter):
         try:
             async with self.session.get(self._url("/models"), timeout=aiohttp.ClientTimeout(total=5)) as resp:
                 return Health(resp.status == 200, f"HTTP {resp.status}")
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             return Health(False, str(exc) or type(exc).__name__)
 
     async def models(self) -> list[str]:

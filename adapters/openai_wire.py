@@ -5,9 +5,11 @@ OpenAI-compatible dialect with quirks (they override pieces, see `OpenAIAdapter`
 Decoding is lenient about what runtimes add and strict about what the gateway
 promises: every finish reason is mapped into the OpenAI enum here.
 """
+
 from __future__ import annotations
 
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 
@@ -44,8 +46,9 @@ def normalize_finish(reason: Any, backend: str) -> str:
         raise ValueError("no finish reason")
     r = str(reason)
     if r in FAILED_FINISH:
-        raise GatewayError(502, f"Backend {backend} ended the generation with finish_reason {r!r}",
-                           code="upstream_error")
+        raise GatewayError(
+            502, f"Backend {backend} ended the generation with finish_reason {r!r}", code="upstream_error"
+        )
     return FINISH_MAP.get(r, "stop")
 
 
@@ -72,8 +75,16 @@ def build_body(req: GenerationRequest, served_model: str | None, *, stream: bool
             body["echo"] = True
     if req.response_format is not None:
         body["response_format"] = req.response_format
-    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed",
-                 "top_k", "min_p", "repetition_penalty"):
+    for name in (
+        "temperature",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "seed",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+    ):
         value = getattr(s, name)
         if value is not None:
             body[name] = value
@@ -106,8 +117,10 @@ def decode_chat_logprobs(lp: Any) -> list[TokenLogprob] | None:
         return None
     out = []
     for item in lp["content"]:
-        top = [TopLogprob(t.get("token", ""), float(t.get("logprob", -9999.0)), t.get("bytes"))
-               for t in item.get("top_logprobs") or []]
+        top = [
+            TopLogprob(t.get("token", ""), float(t.get("logprob", -9999.0)), t.get("bytes"))
+            for t in item.get("top_logprobs") or []
+        ]
         out.append(TokenLogprob(item.get("token", ""), float(item.get("logprob", -9999.0)), item.get("bytes"), top))
     return out
 
@@ -131,8 +144,11 @@ def decode_usage(u: Any) -> Usage | None:
     details = u.get("prompt_tokens_details") or {}
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     try:
-        return Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0),
-                     int(cached) if cached is not None else None)
+        return Usage(
+            int(u.get("prompt_tokens") or 0),
+            int(u.get("completion_tokens") or 0),
+            int(cached) if cached is not None else None,
+        )
     except (TypeError, ValueError):
         return None
 
@@ -150,8 +166,15 @@ def decode_tool_calls(index: int, calls: Any, whole: bool) -> list[ToolCallDelta
         elif not isinstance(args, str):
             args = orjson.dumps(args).decode()  # some runtimes send an object
         tool_index = pos if whole else int(call.get("index", pos) or 0)
-        out.append(ToolCallDelta(index=index, tool_index=tool_index, id=call.get("id") or None,
-                                 name=fn.get("name") or None, arguments=args))
+        out.append(
+            ToolCallDelta(
+                index=index,
+                tool_index=tool_index,
+                id=call.get("id") or None,
+                name=fn.get("name") or None,
+                arguments=args,
+            )
+        )
     return out
 
 
@@ -233,14 +256,24 @@ def error_from_body(status: int, body: bytes, backend: str) -> GatewayError:
         message = body[:300].decode(errors="replace") or f"HTTP {status}"
     code = str(code) if code is not None and not isinstance(code, int) else None
     if 400 <= status < 500 and status not in (408, 429):
-        return GatewayError(status, str(message), type=etype if isinstance(etype, str) else None,
-                            code=code, param=param if isinstance(param, str) else None)
+        return GatewayError(
+            status,
+            str(message),
+            type=etype if isinstance(etype, str) else None,
+            code=code,
+            param=param if isinstance(param, str) else None,
+        )
     if status == 429:
-        return GatewayError(429, f"Backend {backend} is overloaded: {message}", code="upstream_overloaded",
-                            retryable=True)
+        return GatewayError(
+            429, f"Backend {backend} is overloaded: {message}", code="upstream_overloaded", retryable=True
+        )
     retryable = status in (502, 503, 504, 408)
-    return GatewayError(503 if retryable else 502, f"Backend {backend} failed with HTTP {status}: {message}",
-                        code="upstream_error", retryable=retryable)
+    return GatewayError(
+        503 if retryable else 502,
+        f"Backend {backend} failed with HTTP {status}: {message}",
+        code="upstream_error",
+        retryable=retryable,
+    )
 
 
 async def iter_sse_data(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

@@ -5,6 +5,7 @@ their load gauges this way. The adapters need a handful of gauges and counters,
 summed over label sets (one series per engine, DP rank or model), so this reads
 samples and leaves types, help text and histograms' meaning to the caller.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,13 +38,13 @@ def parse(text: str) -> list[Sample]:
         m = _NAME.match(line)
         if m is None:
             continue
-        name, rest = m.group(0), line[m.end():]
+        name, rest = m.group(0), line[m.end() :]
         labels: dict[str, str] = {}
         if rest.startswith("{"):
             end = _labels_end(rest)
             if end < 0:
                 continue
-            body, rest = rest[1:end], rest[end + 1:]
+            body, rest = rest[1:end], rest[end + 1 :]
             pos = 0
             while pos < len(body):
                 lm = _LABEL.match(body, pos)

@@ -12,12 +12,12 @@ an `OpenAIAdapter` whose url is the server root (`http://host:8000`, the API und
 - readiness from the runtime's `/health` (connections are refused while any of
   them loads its model) and a helper to read load endpoints with a time stamp.
 """
+
 from __future__ import annotations
 
-import asyncio
 import re
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 import aiohttp
 
@@ -44,12 +44,21 @@ class RuntimeAdapter(OpenAIAdapter):
         return None
 
     def _error(self, status: int, body: bytes) -> GatewayError:
-        return runtime_error(status, body, backend=self.name, runtime=self.runtime,
-                             context_pattern=self.context_pattern, classify=self._classify)
+        return runtime_error(
+            status,
+            body,
+            backend=self.name,
+            runtime=self.runtime,
+            context_pattern=self.context_pattern,
+            classify=self._classify,
+        )
 
     def _unsupported(self, feature: str, param: str | None = None) -> GatewayError:
-        return invalid_request(f"Backend {self.name} runs {self.runtime}, which does not support {feature}.",
-                               param=param, code="unsupported_by_backend")
+        return invalid_request(
+            f"Backend {self.name} runs {self.runtime}, which does not support {feature}.",
+            param=param,
+            code="unsupported_by_backend",
+        )
 
     # ---- generation ----------------------------------------------------------
 
@@ -70,20 +79,20 @@ class RuntimeAdapter(OpenAIAdapter):
                 body = (await resp.read())[:200].decode(errors="replace")
                 if resp.status == 200:
                     return Health(True, "ready")
-                return Health(False, f"{self.runtime} /health answered HTTP {resp.status}"
-                                     + (f": {body}" if body else ""))
+                return Health(
+                    False, f"{self.runtime} /health answered HTTP {resp.status}" + (f": {body}" if body else "")
+                )
         except (aiohttp.ClientConnectorError, ConnectionRefusedError) as exc:
             # Every runtime binds its port only after loading the model.
             return Health(False, f"not accepting connections (loading or down): {exc}")
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return Health(False, f"{self.runtime} /health did not answer in time")
         except (aiohttp.ClientError, OSError) as exc:
             return Health(False, str(exc) or type(exc).__name__)
 
     async def _get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
         """GET a path under the server root; connection errors propagate."""
-        async with self.session.get(f"{self.base_url}{path}",
-                                    timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+        async with self.session.get(f"{self.base_url}{path}", timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
             return resp.status, await resp.read()
 
     async def _scrape(self, path: str) -> tuple[list[prom.Sample] | None, float | None]:
@@ -91,7 +100,7 @@ class RuntimeAdapter(OpenAIAdapter):
         None) when unreachable, (None, read_at) when it answered an error."""
         try:
             status, raw = await self._get(path)
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             return None, None
         read_at = time.time()
         if status != 200:
@@ -99,10 +108,21 @@ class RuntimeAdapter(OpenAIAdapter):
         return prom.parse(raw.decode(errors="replace")), read_at
 
 
-def gauge_snapshot(samples: list[prom.Sample], read_at: float, running: str, waiting: str,
-                   kv_usage: float | None, prefix_hit_rate: float | None) -> LoadSnapshot:
+def gauge_snapshot(
+    samples: list[prom.Sample],
+    read_at: float,
+    running: str,
+    waiting: str,
+    kv_usage: float | None,
+    prefix_hit_rate: float | None,
+) -> LoadSnapshot:
     """A LoadSnapshot from a runtime's running/waiting gauges (summed over engines)."""
     r = prom.total(samples, running)
     w = prom.total(samples, waiting)
-    return LoadSnapshot(waiting=None if w is None else int(w), running=None if r is None else int(r),
-                        kv_usage=kv_usage, prefix_hit_rate=prefix_hit_rate, read_at=read_at)
+    return LoadSnapshot(
+        waiting=None if w is None else int(w),
+        running=None if r is None else int(r),
+        kv_usage=kv_usage,
+        prefix_hit_rate=prefix_hit_rate,
+        read_at=read_at,
+    )

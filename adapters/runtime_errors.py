@@ -16,11 +16,13 @@ checklist items 1 and 2):
 4xx and the runtime's message; an upstream that is down or overloaded becomes a
 retryable 503/429; anything that is the backend's fault becomes 502.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -74,8 +76,12 @@ def parse_error_body(body: bytes | str | dict | None) -> ParsedError:
             code = _as_status(err.get("http_status_code"))
         etype = err.get("type")
         param = err.get("param")
-        return ParsedError("" if message is None else str(message), etype if isinstance(etype, str) else None,
-                           code, param if isinstance(param, str) else None)
+        return ParsedError(
+            "" if message is None else str(message),
+            etype if isinstance(etype, str) else None,
+            code,
+            param if isinstance(param, str) else None,
+        )
     detail = data.get("detail")  # FastAPI's default shape
     return ParsedError(str(detail) if detail is not None else orjson.dumps(data).decode()[:500])
 
@@ -85,9 +91,15 @@ def parse_error_body(body: bytes | str | dict | None) -> ParsedError:
 Classifier = Callable[[int, ParsedError], "int | None"]
 
 
-def runtime_error(http_status: int, body: bytes | str | dict | None, *, backend: str, runtime: str,
-                  context_pattern: re.Pattern[str] | None = None,
-                  classify: Classifier | None = None) -> GatewayError:
+def runtime_error(
+    http_status: int,
+    body: bytes | str | dict | None,
+    *,
+    backend: str,
+    runtime: str,
+    context_pattern: re.Pattern[str] | None = None,
+    classify: Classifier | None = None,
+) -> GatewayError:
     """The gateway's error for a runtime's error response or in-stream error event.
 
     In-stream errors arrive under HTTP 200 and the base adapter reports them (and
@@ -111,22 +123,35 @@ def _by_status(status: int, message: str, parsed: ParsedError, backend: str, run
     if status in (401, 403):
         # The gateway authenticated the client already: the runtime rejecting us
         # is a deployment fault, and another backend may accept the request.
-        return GatewayError(502, f"Backend {backend} ({runtime}) rejected the gateway's credentials: {message}",
-                            code="upstream_error", retryable=True)
+        return GatewayError(
+            502,
+            f"Backend {backend} ({runtime}) rejected the gateway's credentials: {message}",
+            code="upstream_error",
+            retryable=True,
+        )
     if status == 404:
         # The gateway maps the tenant's model to the backend's served model; a
         # 404 means the backend does not serve what the config says.
-        return GatewayError(502, f"Backend {backend} ({runtime}) does not serve the configured model: {message}",
-                            code="upstream_error", retryable=True)
+        return GatewayError(
+            502,
+            f"Backend {backend} ({runtime}) does not serve the configured model: {message}",
+            code="upstream_error",
+            retryable=True,
+        )
     if status == 501:
-        return GatewayError(400, f"Backend {backend} ({runtime}) does not support this request: {message}",
-                            code="unsupported_by_backend")
+        return GatewayError(
+            400,
+            f"Backend {backend} ({runtime}) does not support this request: {message}",
+            code="unsupported_by_backend",
+        )
     if status == 429:
-        return GatewayError(429, f"Backend {backend} ({runtime}) is overloaded: {message}",
-                            code="upstream_overloaded", retryable=True)
+        return GatewayError(
+            429, f"Backend {backend} ({runtime}) is overloaded: {message}", code="upstream_overloaded", retryable=True
+        )
     if status in (408, 502, 503, 504):
-        return GatewayError(503, f"Backend {backend} ({runtime}) is unavailable: {message}",
-                            code="backend_unavailable", retryable=True)
+        return GatewayError(
+            503, f"Backend {backend} ({runtime}) is unavailable: {message}", code="backend_unavailable", retryable=True
+        )
     if 400 <= status < 500:
         return GatewayError(400, message, param=parsed.param)
     return GatewayError(502, f"Backend {backend} ({runtime}) failed: {message}", code="upstream_error")

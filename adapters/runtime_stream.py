@@ -15,11 +15,12 @@ Decoding one chunk at a time cannot fix what only the whole stream shows
 - a choice the runtime never finished (TGI after a streamed tool call) gets its
   Finish when the stream ended cleanly; usage is held so that it stays last.
 """
+
 from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from adapters.base import ErrorEvent, Event, Finish, GenerationRequest, TextDelta, ToolCallDelta, Usage
 

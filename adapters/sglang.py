@@ -19,6 +19,7 @@ What differs from OpenAI and is handled here:
   warming up): the health check waits for it.
 - load from `GET /v1/loads` (JSON, no flag needed), else Prometheus `/metrics`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,8 +38,11 @@ from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
 log = logging.getLogger(__name__)
 
 # srt/managers/tokenizer_manager.py (~l.1337-1376).
-CONTEXT = re.compile(r"longer than the model's context length|exceeds the model's maximum context length"
-                     r"|max_completion_tokens is too large", re.IGNORECASE)
+CONTEXT = re.compile(
+    r"longer than the model's context length|exceeds the model's maximum context length"
+    r"|max_completion_tokens is too large",
+    re.IGNORECASE,
+)
 
 
 class SGLangAdapter(RuntimeAdapter):
@@ -51,9 +55,16 @@ class SGLangAdapter(RuntimeAdapter):
     def __init__(self, name: str, url: str, served_model: str | None = None, **kwargs: Any) -> None:
         super().__init__(name, url, served_model, **kwargs)
         self.capabilities = Capabilities(
-            tools=bool(self.options.get("tools", True)), parallel_tool_calls=True, n=True, logprobs=True,
-            structured_output=True, cached_tokens=bool(self.options.get("cache_report", False)),
-            usage_in_stream=True, explicit_abort=True, completions=True)
+            tools=bool(self.options.get("tools", True)),
+            parallel_tool_calls=True,
+            n=True,
+            logprobs=True,
+            structured_output=True,
+            cached_tokens=bool(self.options.get("cache_report", False)),
+            usage_in_stream=True,
+            explicit_abort=True,
+            completions=True,
+        )
         self._load_source: str = str(self.options.get("load_source", "auto"))  # auto | loads | metrics
         self._abort_tasks: set[asyncio.Task[None]] = set()
 
@@ -80,11 +91,14 @@ class SGLangAdapter(RuntimeAdapter):
         timeout = aiohttp.ClientTimeout(total=2.0)
         for rid in rids:
             try:
-                async with self.session.post(f"{self.base_url}/abort_request", data=orjson.dumps({"rid": rid}),
-                                             headers={"content-type": "application/json"},
-                                             timeout=timeout) as resp:
+                async with self.session.post(
+                    f"{self.base_url}/abort_request",
+                    data=orjson.dumps({"rid": rid}),
+                    headers={"content-type": "application/json"},
+                    timeout=timeout,
+                ) as resp:
                     await resp.read()
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 # The closed connection still stops it, only later.
                 log.debug("SGLang abort of %s on %s failed: %s", rid, self.name, exc)
 
@@ -104,7 +118,7 @@ class SGLangAdapter(RuntimeAdapter):
         """`GET /v1/loads`: one entry per DP rank (srt/entrypoints/v1_loads.py)."""
         try:
             status, raw = await self._get("/v1/loads?include=core")
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             return LoadSnapshot()
         read_at = time.time()
         if status == 404:
@@ -120,8 +134,14 @@ class SGLangAdapter(RuntimeAdapter):
         samples, read_at = await self._scrape("/metrics")
         if samples is None:
             return LoadSnapshot() if read_at is None else LoadSnapshot(read_at=read_at)
-        return gauge_snapshot(samples, read_at, "sglang:num_running_reqs", "sglang:num_queue_reqs",
-                              prom.mean(samples, "sglang:token_usage"), prom.mean(samples, "sglang:cache_hit_rate"))
+        return gauge_snapshot(
+            samples,
+            read_at,
+            "sglang:num_running_reqs",
+            "sglang:num_queue_reqs",
+            prom.mean(samples, "sglang:token_usage"),
+            prom.mean(samples, "sglang:cache_hit_rate"),
+        )
 
 
 def parse_loads(data: Any, read_at: float) -> LoadSnapshot:
@@ -138,5 +158,10 @@ def parse_loads(data: Any, read_at: float) -> LoadSnapshot:
         values = [float(r[key]) for r in loads if isinstance(r, dict) and isinstance(r.get(key), (int, float))]
         return sum(values) / len(values) if values else None
 
-    return LoadSnapshot(waiting=ints("num_waiting_reqs"), running=ints("num_running_reqs"),
-                        kv_usage=ratio("token_usage"), prefix_hit_rate=ratio("cache_hit_rate"), read_at=read_at)
+    return LoadSnapshot(
+        waiting=ints("num_waiting_reqs"),
+        running=ints("num_running_reqs"),
+        kv_usage=ratio("token_usage"),
+        prefix_hit_rate=ratio("cache_hit_rate"),
+        read_at=read_at,
+    )

@@ -5,6 +5,7 @@ OpenAI's rule is that the returned text excludes the stop sequence, and a stream
 must not leak even a part of it: text that could be the start of a stop string
 is held back until it is clear whether the match completes.
 """
+
 from __future__ import annotations
 
 
@@ -25,8 +26,8 @@ class StopTrimmer:
             out, self.pending = self.pending[:cut], ""
             return out
         keep = self._held_suffix()
-        out = self.pending[:len(self.pending) - keep]
-        self.pending = self.pending[len(self.pending) - keep:]
+        out = self.pending[: len(self.pending) - keep]
+        self.pending = self.pending[len(self.pending) - keep :]
         return out
 
     def flush(self) -> str:

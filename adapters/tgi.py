@@ -27,9 +27,9 @@ What differs from OpenAI and is handled here:
 - load from Prometheus `/metrics` (`tgi_*`): queue size, batch size, and batch
   tokens over the token budget as the KV usage estimate; no prefix cache.
 """
+
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -56,8 +56,9 @@ from adapters.runtime_stream import EventRepair, fresh_tool_call_id
 from adapters.stop_trim import StopTrimmer
 
 # router/src/validation.rs.
-CONTEXT = re.compile(r"`?inputs`? tokens \+ `?max_new_tokens`? must be <=|`?inputs`? must have less than \d+ tokens",
-                     re.IGNORECASE)
+CONTEXT = re.compile(
+    r"`?inputs`? tokens \+ `?max_new_tokens`? must be <=|`?inputs`? must have less than \d+ tokens", re.IGNORECASE
+)
 
 # The pseudo-tools TGI adds for "auto": choosing one means "answer in text".
 TEXT_TOOLS = {"no_tool": "content", "notify_error": "error"}
@@ -78,9 +79,17 @@ _STATUS_BY_ERROR_TYPE = {
 class TGIAdapter(RuntimeAdapter):
     runtime = "TGI"
     context_pattern = CONTEXT
-    capabilities = Capabilities(tools=True, parallel_tool_calls=False, n=False, logprobs=True,
-                                structured_output=True, cached_tokens=False, usage_in_stream=True,
-                                explicit_abort=False, completions=True)
+    capabilities = Capabilities(
+        tools=True,
+        parallel_tool_calls=False,
+        n=False,
+        logprobs=True,
+        structured_output=True,
+        cached_tokens=False,
+        usage_in_stream=True,
+        explicit_abort=False,
+        completions=True,
+    )
 
     # ---- request ------------------------------------------------------------
 
@@ -89,8 +98,18 @@ class TGIAdapter(RuntimeAdapter):
         body = super()._build_body(request, stream)
         s = request.sampling
         body["model"] = self.options.get("adapter_id") or "tgi"
-        for name in ("n", "parallel_tool_calls", "top_k", "min_p", "stop_token_ids", "min_tokens",
-                     "ignore_eos", "logit_bias", "presence_penalty", "repetition_penalty"):
+        for name in (
+            "n",
+            "parallel_tool_calls",
+            "top_k",
+            "min_p",
+            "stop_token_ids",
+            "min_tokens",
+            "ignore_eos",
+            "logit_bias",
+            "presence_penalty",
+            "repetition_penalty",
+        ):
             body.pop(name, None)
         if s.repetition_penalty is not None:
             if request.kind == "chat":
@@ -134,9 +153,11 @@ class TGIAdapter(RuntimeAdapter):
             if isinstance(request.prompt, list):
                 raise self._unsupported("token-id prompts", "prompt")
         if request.response_format and request.response_format.get("type") not in (
-                "text", "json_object", "json_schema"):
-            raise self._unsupported(f"response_format type {request.response_format.get('type')!r}",
-                                    "response_format")
+            "text",
+            "json_object",
+            "json_schema",
+        ):
+            raise self._unsupported(f"response_format type {request.response_format.get('type')!r}", "response_format")
 
     # ---- errors ---------------------------------------------------------------
 
@@ -182,7 +203,7 @@ class TGIAdapter(RuntimeAdapter):
     async def load(self) -> LoadSnapshot:
         try:
             status, raw = await self._get("/metrics")
-        except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+        except (TimeoutError, aiohttp.ClientError, OSError):
             return LoadSnapshot()
         read_at = time.time()
         if status != 200:
@@ -197,9 +218,13 @@ def parse_tgi_metrics(text: str, read_at: float) -> LoadSnapshot:
     used = prom.total(samples, "tgi_batch_current_max_tokens")
     budget = prom.total(samples, "tgi_batch_max_total_tokens")
     kv = used / budget if used is not None and budget else None
-    return LoadSnapshot(waiting=None if waiting is None else int(waiting),
-                        running=None if running is None else int(running),
-                        kv_usage=None if kv is None else min(kv, 1.0), prefix_hit_rate=None, read_at=read_at)
+    return LoadSnapshot(
+        waiting=None if waiting is None else int(waiting),
+        running=None if running is None else int(running),
+        kv_usage=None if kv is None else min(kv, 1.0),
+        prefix_hit_rate=None,
+        read_at=read_at,
+    )
 
 
 def tgi_grammar(response_format: dict[str, Any]) -> dict[str, Any] | None:
@@ -298,15 +323,24 @@ class TGIEventRepair(EventRepair):
             decoded = decode_grammar_call(text)
             if decoded is None:
                 self.failed = True
-                return [ErrorEvent(GatewayError(
-                    502, f"Backend {self.backend} (TGI) sent a tool call the gateway could not read: {text[:200]!r}",
-                    code="upstream_error"))]
+                return [
+                    ErrorEvent(
+                        GatewayError(
+                            502,
+                            f"Backend {self.backend} (TGI) sent a tool call the gateway could not read: {text[:200]!r}",
+                            code="upstream_error",
+                        )
+                    )
+                ]
             name, args = decoded
             if name in TEXT_TOOLS:
                 out.append(TextDelta(index, str(args.get(TEXT_TOOLS[name], ""))))
                 continue
-            out.extend(super()._tool_piece(ToolCallDelta(index, key[1], fresh_tool_call_id(), name,
-                                                         json.dumps(args, ensure_ascii=False))))
+            out.extend(
+                super()._tool_piece(
+                    ToolCallDelta(index, key[1], fresh_tool_call_id(), name, json.dumps(args, ensure_ascii=False))
+                )
+            )
         return out
 
 

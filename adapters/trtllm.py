@@ -23,6 +23,7 @@ What differs from OpenAI and is handled here:
   `/prometheus/metrics` instead (needs `return_perf_metrics: true`), which is
   the choice when several gateway replicas watch one server.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,16 +45,53 @@ CONTEXT = re.compile(r"should not exceed max_num_tokens|should not exceed max_se
 
 # Fields both request models declare (openai_protocol.py, sampling and extra params).
 _COMMON = {
-    "model", "frequency_penalty", "logit_bias", "max_tokens", "max_completion_tokens", "n", "presence_penalty",
-    "response_format", "seed", "stop", "stream", "stream_options", "temperature", "top_p", "user",
-    "best_of", "use_beam_search", "top_k", "top_p_min", "min_p", "repetition_penalty", "length_penalty",
-    "early_stopping", "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "min_tokens",
-    "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens", "lora_request",
-    "add_special_tokens", "cache_salt", "priority",
+    "model",
+    "frequency_penalty",
+    "logit_bias",
+    "max_tokens",
+    "max_completion_tokens",
+    "n",
+    "presence_penalty",
+    "response_format",
+    "seed",
+    "stop",
+    "stream",
+    "stream_options",
+    "temperature",
+    "top_p",
+    "user",
+    "best_of",
+    "use_beam_search",
+    "top_k",
+    "top_p_min",
+    "min_p",
+    "repetition_penalty",
+    "length_penalty",
+    "early_stopping",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "ignore_eos",
+    "min_tokens",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "truncate_prompt_tokens",
+    "lora_request",
+    "add_special_tokens",
+    "cache_salt",
+    "priority",
 }
 CHAT_FIELDS = _COMMON | {
-    "messages", "logprobs", "top_logprobs", "tools", "tool_choice", "reasoning_effort", "thinking_token_budget",
-    "add_generation_prompt", "documents", "chat_template", "chat_template_kwargs",
+    "messages",
+    "logprobs",
+    "top_logprobs",
+    "tools",
+    "tool_choice",
+    "reasoning_effort",
+    "thinking_token_budget",
+    "add_generation_prompt",
+    "documents",
+    "chat_template",
+    "chat_template_kwargs",
 }
 COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs", "echo", "suffix"}
 
@@ -83,9 +121,16 @@ class TRTLLMAdapter(RuntimeAdapter):
     def __init__(self, name: str, url: str, served_model: str | None = None, **kwargs: Any) -> None:
         super().__init__(name, url, served_model, **kwargs)
         self.capabilities = Capabilities(
-            tools=bool(self.options.get("tools", True)), parallel_tool_calls=True, n=True, logprobs=True,
-            structured_output=True, cached_tokens=True, usage_in_stream=True, explicit_abort=False,
-            completions=True)
+            tools=bool(self.options.get("tools", True)),
+            parallel_tool_calls=True,
+            n=True,
+            logprobs=True,
+            structured_output=True,
+            cached_tokens=True,
+            usage_in_stream=True,
+            explicit_abort=False,
+            completions=True,
+        )
         self._metrics = str(self.options.get("metrics", "json"))  # json | prometheus
         # Reads closer together than this reuse the last snapshot, so that two
         # callers do not split one server's iteration stats between them.
@@ -113,7 +158,7 @@ class TRTLLMAdapter(RuntimeAdapter):
                 return reader.last
             try:
                 status, raw = await self._get("/metrics")
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError, OSError):
                 return LoadSnapshot()
             reader.read_at = time.time()
             if status != 200:
@@ -126,8 +171,13 @@ class TRTLLMAdapter(RuntimeAdapter):
             if snapshot is None and reader.seen_stats:
                 # No engine iteration since the last read: nothing ran or waited
                 # (a queued request makes the engine iterate within milliseconds).
-                snapshot = LoadSnapshot(waiting=0, running=0, kv_usage=reader.last.kv_usage,
-                                        prefix_hit_rate=reader.last.prefix_hit_rate, read_at=reader.read_at)
+                snapshot = LoadSnapshot(
+                    waiting=0,
+                    running=0,
+                    kv_usage=reader.last.kv_usage,
+                    prefix_hit_rate=reader.last.prefix_hit_rate,
+                    read_at=reader.read_at,
+                )
             elif snapshot is None:
                 # Never any stats: iteration stats are off (`enable_iter_perf_stats`).
                 snapshot = LoadSnapshot(read_at=reader.read_at)
@@ -140,9 +190,14 @@ class TRTLLMAdapter(RuntimeAdapter):
         samples, read_at = await self._scrape("/prometheus/metrics")
         if samples is None:
             return LoadSnapshot() if read_at is None else LoadSnapshot(read_at=read_at)
-        return gauge_snapshot(samples, read_at, "trtllm_num_requests_running", "trtllm_num_requests_waiting",
-                              prom.mean(samples, "trtllm_kv_cache_utilization"),
-                              prom.mean(samples, "trtllm_kv_cache_hit_rate"))
+        return gauge_snapshot(
+            samples,
+            read_at,
+            "trtllm_num_requests_running",
+            "trtllm_num_requests_waiting",
+            prom.mean(samples, "trtllm_kv_cache_utilization"),
+            prom.mean(samples, "trtllm_kv_cache_hit_rate"),
+        )
 
 
 def parse_iteration_stats(stats: Any, read_at: float) -> LoadSnapshot | None:
@@ -166,7 +221,15 @@ def parse_iteration_stats(stats: Any, read_at: float) -> LoadSnapshot | None:
     hit = kv.get("cacheHitRate")
     if not isinstance(hit, (int, float)):
         reused, missed = kv.get("reusedBlocks"), kv.get("missedBlocks")
-        hit = (reused / (reused + missed) if isinstance(reused, (int, float)) and isinstance(missed, (int, float))
-               and reused + missed > 0 else None)
-    return LoadSnapshot(waiting=count("numQueuedRequests"), running=count("numActiveRequests"), kv_usage=kv_usage,
-                        prefix_hit_rate=float(hit) if hit is not None else None, read_at=read_at)
+        hit = (
+            reused / (reused + missed)
+            if isinstance(reused, (int, float)) and isinstance(missed, (int, float)) and reused + missed > 0
+            else None
+        )
+    return LoadSnapshot(
+        waiting=count("numQueuedRequests"),
+        running=count("numActiveRequests"),
+        kv_usage=kv_usage,
+        prefix_hit_rate=float(hit) if hit is not None else None,
+        read_at=read_at,
+    )

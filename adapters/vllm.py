@@ -15,6 +15,7 @@ What differs from OpenAI and is handled here:
   when the server runs without them, so the gateway answers 400 itself).
 - load from Prometheus `/metrics` (`vllm:*`).
 """
+
 from __future__ import annotations
 
 import re
@@ -26,8 +27,11 @@ from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
 
 # vllm/renderers/params.py and get_max_tokens (0.33; "However, you requested" in <= 0.10);
 # the engine's own input check says "... is longer than the maximum model length of N".
-CONTEXT = re.compile(r"maximum context length is \d+ tokens|exceeds model's maximum context length"
-                     r"|longer than the maximum model length", re.IGNORECASE)
+CONTEXT = re.compile(
+    r"maximum context length is \d+ tokens|exceeds model's maximum context length"
+    r"|longer than the maximum model length",
+    re.IGNORECASE,
+)
 
 # Removed request fields (vLLM >= 0.11) -> keys of `structured_outputs`.
 GUIDED_TO_STRUCTURED = {
@@ -62,9 +66,16 @@ class VLLMAdapter(RuntimeAdapter):
     def __init__(self, name: str, url: str, served_model: str | None = None, **kwargs: Any) -> None:
         super().__init__(name, url, served_model, **kwargs)
         self.capabilities = Capabilities(
-            tools=bool(self.options.get("tools", True)), parallel_tool_calls=True, n=True, logprobs=True,
-            structured_output=True, cached_tokens=bool(self.options.get("prompt_tokens_details", False)),
-            usage_in_stream=True, explicit_abort=False, completions=True)
+            tools=bool(self.options.get("tools", True)),
+            parallel_tool_calls=True,
+            n=True,
+            logprobs=True,
+            structured_output=True,
+            cached_tokens=bool(self.options.get("prompt_tokens_details", False)),
+            usage_in_stream=True,
+            explicit_abort=False,
+            completions=True,
+        )
         self._prefix_counters: tuple[float, float] | None = None
 
     def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
@@ -80,8 +91,14 @@ class VLLMAdapter(RuntimeAdapter):
         kv = prom.mean(samples, "vllm:kv_cache_usage_perc")
         if kv is None:
             kv = prom.mean(samples, "vllm:gpu_cache_usage_perc")  # V0 name
-        return gauge_snapshot(samples, read_at, "vllm:num_requests_running", "vllm:num_requests_waiting",
-                              kv, self._prefix_hit_rate(samples))
+        return gauge_snapshot(
+            samples,
+            read_at,
+            "vllm:num_requests_running",
+            "vllm:num_requests_waiting",
+            kv,
+            self._prefix_hit_rate(samples),
+        )
 
     def _prefix_hit_rate(self, samples: list[prom.Sample]) -> float | None:
         """Hits over queries (token counters) since the previous read, so the rate

@@ -7,10 +7,11 @@ Gamma(shape=burstiness, scale=1/(rate*burstiness)); burstiness 1 is Poisson,
 below 1 burstier, above 1 more regular, infinity a constant interval. The mean
 gap is 1/rate for every burstiness.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -3,6 +3,7 @@
 The CLI (bench/cli.py) only parses arguments into `BenchOptions`; this module
 builds the workload and arrivals, runs them and writes the reports.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -80,11 +81,19 @@ def build_sessions(o: BenchOptions) -> tuple[list[float] | None, list[wl.Session
     elif o.prompts is not None:
         sessions = wl.prompts_file(o.prompts, o.output_tokens, o.num_requests)
     elif o.prefixes > 0:
-        sessions = wl.shared_prefix(o.prefixes, o.suffixes_per_prefix, o.prefix_tokens, o.input_tokens,
-                                    o.output_tokens, seed=o.seed)
+        sessions = wl.shared_prefix(
+            o.prefixes, o.suffixes_per_prefix, o.prefix_tokens, o.input_tokens, o.output_tokens, seed=o.seed
+        )
     else:
-        sessions = wl.synthetic(o.num_requests, o.input_tokens, o.output_tokens, o.range_ratio,
-                                turns=o.turns, think_time_s=o.think_time_s, seed=o.seed)
+        sessions = wl.synthetic(
+            o.num_requests,
+            o.input_tokens,
+            o.output_tokens,
+            o.range_ratio,
+            turns=o.turns,
+            think_time_s=o.think_time_s,
+            seed=o.seed,
+        )
     wl.assign_tenants(sessions, [(n, w) for n, _, w in o.tenants], seed=o.seed)
     return stamps, sessions
 
@@ -97,15 +106,27 @@ def plan_for(o: BenchOptions, rate: float | None) -> LoadPlan:
         arrivals = arr.gamma_arrivals(len(sessions), rate, o.burstiness, seed=o.seed)
     else:
         arrivals = None
-    return LoadPlan(sessions=sessions, arrivals=arrivals, concurrency=o.concurrency,
-                    cancel_rate=o.cancel_rate, cancel_delay_s=o.cancel_delay_s, seed=o.seed,
-                    duration_s=o.duration_s if arrivals is None else None)
+    return LoadPlan(
+        sessions=sessions,
+        arrivals=arrivals,
+        concurrency=o.concurrency,
+        cancel_rate=o.cancel_rate,
+        cancel_delay_s=o.cancel_delay_s,
+        seed=o.seed,
+        duration_s=o.duration_s if arrivals is None else None,
+    )
 
 
 def client_config(o: BenchOptions) -> ClientConfig:
-    return ClientConfig(base_url=o.base_url, model=o.model, stream=o.stream, timeout_s=o.timeout_s,
-                        api_keys={n: k for n, k, _ in o.tenants if k}, ignore_eos=o.ignore_eos,
-                        extra_body=o.extra_body)
+    return ClientConfig(
+        base_url=o.base_url,
+        model=o.model,
+        stream=o.stream,
+        timeout_s=o.timeout_s,
+        api_keys={n: k for n, k, _ in o.tenants if k},
+        ignore_eos=o.ignore_eos,
+        extra_body=o.extra_body,
+    )
 
 
 async def execute(o: BenchOptions, plan: LoadPlan, label: str = "") -> list[RequestRecord]:
@@ -147,14 +168,23 @@ def run_sweep(o: BenchOptions) -> dict[str, Any]:
         summary = run_once(o, rate, o.out_dir / f"rate-{rate:g}", label=f"{rate:g} req/s ")
         ok = meets_slo(summary, o.slo_attainment)
         points.append({"rate": rate, "meets_slo": ok, "summary": summary, "result": f"rate-{rate:g}/result.json"})
-        print(f"rate {rate:g} req/s: goodput {summary['goodput']['fraction']:.1%} -> "
-              f"{'meets' if ok else 'misses'} the SLO", file=sys.stderr)
+        print(
+            f"rate {rate:g} req/s: goodput {summary['goodput']['fraction']:.1%} -> "
+            f"{'meets' if ok else 'misses'} the SLO",
+            file=sys.stderr,
+        )
         if ok:
             best = rate
         elif not o.sweep_all:
             break
-    doc = {"kind": SWEEP_KIND, "version": 1, "config": o.describe(), "slo_attainment": o.slo_attainment,
-           "best_rate": best, "points": points}
+    doc = {
+        "kind": SWEEP_KIND,
+        "version": 1,
+        "config": o.describe(),
+        "slo_attainment": o.slo_attainment,
+        "best_rate": best,
+        "points": points,
+    }
     o.out_dir.mkdir(parents=True, exist_ok=True)
     plots: list[Path] = []
     if o.plots:
@@ -169,22 +199,28 @@ def run_sweep(o: BenchOptions) -> dict[str, Any]:
 def sweep_markdown(doc: dict[str, Any], plots: list[str]) -> str:
     slo = ", ".join(f"{k} <= {v:g}" for k, v in doc["config"]["slo"].items() if v is not None)
     best = doc["best_rate"]
-    lines = ["# Switchyard rate sweep", "",
-             f"SLO: {slo}; a rate meets it when at least {doc['slo_attainment']:.0%} of requests are good "
-             "(succeeded and met every SLO).", "",
-             f"**Highest rate meeting the SLO: {best:g} req/s**" if best is not None
-             else "**No rate met the SLO.**", "",
-             "| offered req/s | served req/s | goodput req/s | good % | TTFT p99 ms | TPOT p99 ms | e2e p99 ms | failed | meets |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Switchyard rate sweep",
+        "",
+        f"SLO: {slo}; a rate meets it when at least {doc['slo_attainment']:.0%} of requests are good "
+        "(succeeded and met every SLO).",
+        "",
+        f"**Highest rate meeting the SLO: {best:g} req/s**" if best is not None else "**No rate met the SLO.**",
+        "",
+        "| offered req/s | served req/s | goodput req/s | good % | TTFT p99 ms | TPOT p99 ms | e2e p99 ms | failed | meets |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for p in doc["points"]:
         s = p["summary"]
 
         def f(v: Any) -> str:
             return "-" if v is None else f"{v:.1f}"
 
-        lines.append(f"| {p['rate']:g} | {s['throughput']['requests_per_s']:.2f} | {s['goodput']['requests_per_s']:.2f} "
-                     f"| {s['goodput']['fraction']:.1%} | {f(s['ttft_ms']['p99'])} | {f(s['tpot_ms']['p99'])} "
-                     f"| {f(s['e2e_ms']['p99'])} | {s['requests']['failed']} | {'yes' if p['meets_slo'] else 'no'} |")
+        lines.append(
+            f"| {p['rate']:g} | {s['throughput']['requests_per_s']:.2f} | {s['goodput']['requests_per_s']:.2f} "
+            f"| {s['goodput']['fraction']:.1%} | {f(s['ttft_ms']['p99'])} | {f(s['tpot_ms']['p99'])} "
+            f"| {f(s['e2e_ms']['p99'])} | {s['requests']['failed']} | {'yes' if p['meets_slo'] else 'no'} |"
+        )
     if plots:
         lines += ["", "## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots]
     lines += ["", "Each rate's full report (with definitions) is in its `rate-*/` folder.", ""]

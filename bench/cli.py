@@ -1,4 +1,5 @@
 """`switchyard bench run` and `switchyard bench compare`."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,7 +12,7 @@ import orjson
 
 from bench.benchmark import BenchOptions, run_once, run_sweep
 from bench.metrics import Slo
-from bench.report import summary_lines, latency_table
+from bench.report import latency_table, summary_lines
 
 
 def _floats(text: str) -> list[float]:
@@ -58,11 +59,18 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("arrivals (pick one)")
     g.add_argument("--rate", type=float, help="open loop: mean requests/s")
     g.add_argument("--rates", type=_floats, help="sweep: comma-separated rates; finds the highest meeting the SLO")
-    g.add_argument("--burstiness", type=float, default=1.0,
-                   help="gamma shape of inter-arrival gaps: 1 Poisson, <1 burstier, >1 more regular")
+    g.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help="gamma shape of inter-arrival gaps: 1 Poisson, <1 burstier, >1 more regular",
+    )
     g.add_argument("--concurrency", type=int, help="closed loop; with --rate, a cap on in-flight requests")
-    g.add_argument("--duration-s", type=float, help="closed loop: stop starting requests after this long "
-                   "(--num-requests is then an upper bound)")
+    g.add_argument(
+        "--duration-s",
+        type=float,
+        help="closed loop: stop starting requests after this long (--num-requests is then an upper bound)",
+    )
     g.add_argument("--trace", type=Path, help="replay a JSONL trace with 'timestamp' (s) or 'timestamp_ms'")
     g.add_argument("--time-scale", type=float, default=1.0, help="trace replay speed factor on gaps")
     w = p.add_argument_group("workload")
@@ -76,8 +84,14 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--turns", type=int, default=1, help="multi-turn conversations of this many turns")
     w.add_argument("--think-time-ms", type=float, default=0.0)
     w.add_argument("--prompts", type=Path, help="JSONL of prompts ('prompt' | 'messages' | 'turns')")
-    w.add_argument("--tenant", dest="tenants", action="append", type=_tenant, default=[],
-                   help="NAME=KEY[@WEIGHT] (KEY may be env:VAR); repeat for several tenants")
+    w.add_argument(
+        "--tenant",
+        dest="tenants",
+        action="append",
+        type=_tenant,
+        default=[],
+        help="NAME=KEY[@WEIGHT] (KEY may be env:VAR); repeat for several tenants",
+    )
     r = p.add_argument_group("requests")
     r.add_argument("--no-stream", dest="stream", action="store_false")
     r.add_argument("--ignore-eos", action="store_true", help="send ignore_eos so outputs reach max_tokens")
@@ -104,8 +118,14 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         raise ValueError("choose an arrival process: --rate, --rates, --trace or --concurrency")
     if args.concurrency is not None and args.concurrency < 1:
         raise ValueError("--concurrency must be >= 1")
-    positive = {"--rate": args.rate, "--burstiness": args.burstiness, "--time-scale": args.time_scale,
-                "--duration-s": args.duration_s, "--timeout-s": args.timeout_s, "--num-requests": args.num_requests}
+    positive = {
+        "--rate": args.rate,
+        "--burstiness": args.burstiness,
+        "--time-scale": args.time_scale,
+        "--duration-s": args.duration_s,
+        "--timeout-s": args.timeout_s,
+        "--num-requests": args.num_requests,
+    }
     for flag, value in positive.items():
         if value is not None and value <= 0:
             raise ValueError(f"{flag} must be > 0 (got {value:g})")
@@ -115,16 +135,40 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         raise ValueError("--cancel-rate must be within [0, 1]")
     out = args.out or Path("reports/bench") / time.strftime("%Y%m%d-%H%M%S")
     return BenchOptions(
-        base_url=args.base_url, model=args.model, out_dir=out, rate=args.rate, rates=args.rates or [],
-        burstiness=args.burstiness, concurrency=args.concurrency, duration_s=args.duration_s, trace=args.trace, time_scale=args.time_scale,
-        num_requests=args.num_requests, input_tokens=args.input_tokens, output_tokens=args.output_tokens,
-        range_ratio=args.range_ratio, prefixes=args.prefixes, suffixes_per_prefix=args.suffixes_per_prefix,
-        prefix_tokens=args.prefix_tokens, turns=args.turns, think_time_s=args.think_time_ms / 1000.0,
-        prompts=args.prompts, tenants=args.tenants, stream=args.stream, ignore_eos=args.ignore_eos,
-        extra_body=args.extra_body, timeout_s=args.timeout_s, cancel_rate=args.cancel_rate,
+        base_url=args.base_url,
+        model=args.model,
+        out_dir=out,
+        rate=args.rate,
+        rates=args.rates or [],
+        burstiness=args.burstiness,
+        concurrency=args.concurrency,
+        duration_s=args.duration_s,
+        trace=args.trace,
+        time_scale=args.time_scale,
+        num_requests=args.num_requests,
+        input_tokens=args.input_tokens,
+        output_tokens=args.output_tokens,
+        range_ratio=args.range_ratio,
+        prefixes=args.prefixes,
+        suffixes_per_prefix=args.suffixes_per_prefix,
+        prefix_tokens=args.prefix_tokens,
+        turns=args.turns,
+        think_time_s=args.think_time_ms / 1000.0,
+        prompts=args.prompts,
+        tenants=args.tenants,
+        stream=args.stream,
+        ignore_eos=args.ignore_eos,
+        extra_body=args.extra_body,
+        timeout_s=args.timeout_s,
+        cancel_rate=args.cancel_rate,
         cancel_delay_s=args.cancel_delay_ms / 1000.0,
-        slo=Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms), slo_attainment=args.slo_attainment,
-        sweep_all=args.sweep_all, seed=args.seed, progress=args.progress and sys.stderr.isatty(), plots=args.plots)
+        slo=Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms),
+        slo_attainment=args.slo_attainment,
+        sweep_all=args.sweep_all,
+        seed=args.seed,
+        progress=args.progress and sys.stderr.isatty(),
+        plots=args.plots,
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ server for CPU. Bodies are pre-serialized with orjson, the SSE stream is split b
 hand from `iter_any()` reads, and answer text is only kept when a multi-turn
 conversation needs it for its next turn.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -89,10 +90,11 @@ class Client:
         self._session: aiohttp.ClientSession | None = None
         self._headers: dict[str, dict[str, str]] = {}
 
-    async def __aenter__(self) -> "Client":
+    async def __aenter__(self) -> Client:
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         self._session = aiohttp.ClientSession(
-            connector=connector, timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False)
+            connector=connector, timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -121,8 +123,14 @@ class Client:
         body.update(self.config.extra_body)
         return orjson.dumps(body)
 
-    async def send(self, rec: RequestRecord, messages: list[dict[str, Any]], t0: float,
-                   cancel_after_s: float | None = None, keep_text: bool = False) -> str:
+    async def send(
+        self,
+        rec: RequestRecord,
+        messages: list[dict[str, Any]],
+        t0: float,
+        cancel_after_s: float | None = None,
+        keep_text: bool = False,
+    ) -> str:
         """Send one request, filling `rec`; returns the answer text if `keep_text`."""
         assert self._session is not None, "use `async with Client(...)`"
         data = self.body(messages, rec.max_tokens)
@@ -164,8 +172,12 @@ class Client:
             else:
                 _fail(rec, "timeout", f"no complete answer within {timeout:g} s")
             return ""
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError,
-                ConnectionError) as exc:
+        except (
+            aiohttp.ClientPayloadError,
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+            ConnectionError,
+        ) as exc:
             rec.end_s = time.perf_counter() - start
             _fail(rec, "cut_stream" if got_headers else "connection", f"{type(exc).__name__}: {exc}")
             return ""
@@ -177,7 +189,7 @@ class Client:
         return "".join(state.text)
 
 
-async def _read_stream(resp: aiohttp.ClientResponse, decoder: "SseDecoder", start: float) -> None:
+async def _read_stream(resp: aiohttp.ClientResponse, decoder: SseDecoder, start: float) -> None:
     async for piece in resp.content.iter_any():
         decoder.feed(piece, time.perf_counter() - start)
 

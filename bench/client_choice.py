@@ -7,18 +7,18 @@ in one run against the same fast upstream.
 Prints requests/s for sequential non-streaming requests and for 16-chunk
 streams read line by line, with each client's cost relative to the fastest.
 """
+
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 
 import aiohttp
 import httpx
 
 from adapters.http_client import ConnectionPool
-import tempfile
-from pathlib import Path
-
 from bench.procs import Server, free_port, python_module
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":16}'
@@ -76,8 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     import uvloop
 
     port = free_port()
-    with Server("upstream", python_module("simulators.openai_upstream", "--port", str(port), "--chunks", "16"),
-                f"http://127.0.0.1:{port}/health", Path(tempfile.mkdtemp())):
+    with Server(
+        "upstream",
+        python_module("simulators.openai_upstream", "--port", str(port), "--chunks", "16"),
+        f"http://127.0.0.1:{port}/health",
+        Path(tempfile.mkdtemp()),
+    ):
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
         clients = {"aiohttp": run_aiohttp, "httpx": run_httpx, "switchyard http_client": run_own}
         for stream in (False, True):
@@ -90,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
             label = "16-chunk streaming" if stream else "non-streaming"
             print(f"\n{label}, sequential, {args.requests} requests (best of {args.rounds}):")
             for name, elapsed in best.items():
-                print(f"  {name:24s} {args.requests / elapsed:8.0f} req/s  {elapsed / args.requests * 1e6:7.1f} us/req"
-                      f"  x{elapsed / fastest:.2f}")
+                print(
+                    f"  {name:24s} {args.requests / elapsed:8.0f} req/s  {elapsed / args.requests * 1e6:7.1f} us/req"
+                    f"  x{elapsed / fastest:.2f}"
+                )
     return 0
 
 

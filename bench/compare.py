@@ -1,15 +1,22 @@
 """`switchyard bench compare A.json B.json`: the same figures side by side with
 B/A ratios, for two runs (result.json) or two sweeps (sweep.json)."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
 from bench.report import RUN_KIND, SWEEP_KIND
 
 Getter = Callable[[dict[str, Any]], float | None]
+
+
+def _percentile_getter(key: str, p: str) -> Getter:
+    return lambda s: s[key][p]
+
 
 # (label, how to read it from a summary, True if lower is better)
 RUN_ROWS: list[tuple[str, Getter, bool]] = [
@@ -18,9 +25,11 @@ RUN_ROWS: list[tuple[str, Getter, bool]] = [
     ("goodput requests/s", lambda s: s["goodput"]["requests_per_s"], False),
     ("goodput fraction", lambda s: s["goodput"]["fraction"], False),
     ("failure rate", lambda s: s["failure_rate"], True),
-    *[(f"{label} {p} ms", (lambda key, p: lambda s: s[key][p])(key, p), True)
-      for key, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"), ("e2e_ms", "e2e"))
-      for p in ("p50", "p90", "p99")],
+    *[
+        (f"{label} {p} ms", _percentile_getter(key, p), True)
+        for key, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"), ("e2e_ms", "e2e"))
+        for p in ("p50", "p90", "p99")
+    ],
 ]
 
 
@@ -60,8 +69,12 @@ def render(path_a: Path, path_b: Path) -> str:
         raise ValueError("compare two runs or two sweeps, not one of each")
     lines = [f"A: {path_a}", f"B: {path_b}", ""]
     if a["kind"] == SWEEP_KIND:
-        lines += [f"highest rate meeting the SLO: A {a['best_rate']}, B {b['best_rate']}", "",
-                  "| offered req/s | goodput A | goodput B | B/A |", "|---|---|---|---|"]
+        lines += [
+            f"highest rate meeting the SLO: A {a['best_rate']}, B {b['best_rate']}",
+            "",
+            "| offered req/s | goodput A | goodput B | B/A |",
+            "|---|---|---|---|",
+        ]
         pb = {p["rate"]: p for p in b["points"]}
         for p in a["points"]:
             q = pb.get(p["rate"])
@@ -71,6 +84,8 @@ def render(path_a: Path, path_b: Path) -> str:
         return "\n".join(lines) + "\n"
     lines += ["| metric | A | B | B/A | better |", "|---|---|---|---|---|"]
     for row in compare_runs(a, b):
-        lines.append(f"| {row['metric']} | {_num(row['a'])} | {_num(row['b'])} | "
-                     f"{_num(row['ratio_b_over_a'])} | {row['better'] or '='} |")
+        lines.append(
+            f"| {row['metric']} | {_num(row['a'])} | {_num(row['b'])} | "
+            f"{_num(row['ratio_b_over_a'])} | {row['better'] or '='} |"
+        )
     return "\n".join(lines) + "\n"

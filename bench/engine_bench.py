@@ -15,6 +15,7 @@ lengths; 128 output tokens per request with EOS ignored):
     request to its first output token, one request at a time.
 Results: a table on stdout and reports/engine/engine_bench.{json,md}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,9 +55,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=2, help="interleaved native/vLLM rounds; the best is reported")
     ap.add_argument("--min-prompt", type=int, default=32)
     ap.add_argument("--max-prompt", type=int, default=512)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch intra-op threads (default 1: on a small shared machine OpenMP's spinning "
-                         "workers cost more than they give; vLLM CPU also computes on one core here)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: on a small shared machine OpenMP's spinning "
+        "workers cost more than they give; vLLM CPU also computes on one core here)",
+    )
     ap.add_argument("--no-transformers", action="store_true")
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "reports" / "engine"))
@@ -75,6 +80,7 @@ def greedy_ignore_eos() -> SamplingParams:
 
 
 # ---- native ------------------------------------------------------------------------
+
 
 async def native_throughput(engine: AsyncEngine, prompts: list[list[int]], concurrency: int, tag: str) -> dict:
     queue: asyncio.Queue = asyncio.Queue()
@@ -98,8 +104,7 @@ async def native_throughput(engine: AsyncEngine, prompts: list[list[int]], concu
     start = time.perf_counter()
     await asyncio.gather(*[worker() for _ in range(concurrency)])
     wall = time.perf_counter() - start
-    return {"output_tokens": tokens, "wall_s": wall, "tok_s": tokens / wall,
-            "ttft_p50_s": statistics.median(ttfts)}
+    return {"output_tokens": tokens, "wall_s": wall, "tok_s": tokens / wall, "ttft_p50_s": statistics.median(ttfts)}
 
 
 def offline_throughput(engine: LLMEngine, prompts: list[list[int]], concurrency: int, tag: str) -> dict:
@@ -136,8 +141,10 @@ async def native_ttft(engine: AsyncEngine, prompt: list[int], rid: str) -> float
 def shared_prefix_prompts(vocab: int, seed: int) -> tuple[list[list[int]], list[list[int]]]:
     """Cold: a fresh system prompt each; warm: one system prompt, distinct suffixes."""
     g = torch.Generator().manual_seed(seed + 1)
+
     def rand(n: int) -> list[int]:
         return torch.randint(0, vocab, (n,), generator=g).tolist()
+
     cold = [rand(SYSTEM_PROMPT_TOKENS) + rand(24) for _ in range(3)]
     system = cold[-1][:SYSTEM_PROMPT_TOKENS]
     warm = [system + rand(24) for _ in range(5)]
@@ -145,6 +152,7 @@ def shared_prefix_prompts(vocab: int, seed: int) -> tuple[list[list[int]], list[
 
 
 # ---- transformers ------------------------------------------------------------------
+
 
 def run_transformers(model_dir: str, c1: list[list[int]], c32: list[list[int]]) -> dict:
     from transformers import AutoModelForCausalLM
@@ -156,25 +164,32 @@ def run_transformers(model_dir: str, c1: list[list[int]], c32: list[list[int]]) 
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), pad, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, p in enumerate(prompts):   # left padding, as generate() expects for decoder-only models
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
+        for i, p in enumerate(prompts):  # left padding, as generate() expects for decoder-only models
+            ids[i, width - len(p) :] = torch.tensor(p)
+            mask[i, width - len(p) :] = 1
         with torch.inference_mode():
-            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
-                                 max_new_tokens=OUTPUT_TOKENS, min_new_tokens=OUTPUT_TOKENS, pad_token_id=pad)
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=False,
+                max_new_tokens=OUTPUT_TOKENS,
+                min_new_tokens=OUTPUT_TOKENS,
+                pad_token_id=pad,
+            )
         return (out.shape[1] - width) * len(prompts)
 
     batch_generate(c1[:1])
     result = {}
     for name, prompts, size in (("c1", c1, 1), ("c32", c32, 32)):
         start = time.perf_counter()
-        tokens = sum(batch_generate(prompts[i:i + size]) for i in range(0, len(prompts), size))
+        tokens = sum(batch_generate(prompts[i : i + size]) for i in range(0, len(prompts), size))
         wall = time.perf_counter() - start
         result[name] = {"output_tokens": tokens, "wall_s": wall, "tok_s": tokens / wall}
     return result
 
 
 # ---- vLLM --------------------------------------------------------------------------
+
 
 def vllm_available() -> tuple[bool, str]:
     if not VLLM_PYTHON.exists():
@@ -194,8 +209,7 @@ def free_port() -> int:
 async def vllm_stream(client: Client, prompt: list[int], max_tokens: int) -> tuple[int, float]:
     """One streamed completion through the load-test harness's client, so vLLM's
     TTFT and token counts follow bench/metrics.py's definitions."""
-    rec = RequestRecord(index=0, tenant="default", session=0, turn=0, stream=True, sent_s=0.0,
-                        max_tokens=max_tokens)
+    rec = RequestRecord(index=0, tenant="default", session=0, turn=0, stream=True, sent_s=0.0, max_tokens=max_tokens)
     await client.send(rec, prompt, time.perf_counter())  # type: ignore[arg-type]
     m = request_metrics(rec)
     if m is None:
@@ -212,13 +226,31 @@ class VllmServer:
         self.log = tempfile.NamedTemporaryFile(prefix="vllm-bench-", suffix=".log", delete=False)
         env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
         self.proc = subprocess.Popen(
-            [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
-             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(self.port),
-             "--max-model-len", "2048", "--dtype", "float32"],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+            [
+                str(VLLM_PYTHON),
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                model_dir,
+                "--served-model-name",
+                "tiny",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--max-model-len",
+                "2048",
+                "--dtype",
+                "float32",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
 
     def wait_ready(self, timeout_s: float = 900) -> None:
         import urllib.request
+
         deadline = time.time() + timeout_s
         while True:
             if self.proc.poll() is not None:
@@ -261,6 +293,7 @@ async def vllm_throughput(client: Client, prompts: list[list[int]], concurrency:
 
 # ---- the interleaved run -----------------------------------------------------------
 
+
 def best(samples: list[dict]) -> dict:
     """The fastest round: on a shared machine, slower rounds measure the neighbours."""
     top = dict(max(samples, key=lambda r: r["tok_s"]))
@@ -275,11 +308,19 @@ async def run_native_and_vllm(model_dir: str, args, vocab: int, vllm_url: str | 
     engine = AsyncEngine(llm)
     vllm_client = None
     if vllm_url:
-        vllm_client = Client(ClientConfig(base_url=vllm_url, model="tiny", endpoint="completions", timeout_s=900,
-                                      ignore_eos=True, extra_body={"temperature": 0.0}))
+        vllm_client = Client(
+            ClientConfig(
+                base_url=vllm_url,
+                model="tiny",
+                endpoint="completions",
+                timeout_s=900,
+                ignore_eos=True,
+                extra_body={"temperature": 0.0},
+            )
+        )
         await vllm_client.__aenter__()
     warm_prompts = make_prompts(2, args.min_prompt, args.max_prompt, vocab, args.seed + 999)
-    await native_throughput(engine, warm_prompts, 2, "warmup")   # first-call allocations are not measured
+    await native_throughput(engine, warm_prompts, 2, "warmup")  # first-call allocations are not measured
     if vllm_client:
         await vllm_stream(vllm_client, warm_prompts[0], 8)
     native: dict = {"c1": [], "c32": []}
@@ -297,17 +338,27 @@ async def run_native_and_vllm(model_dir: str, args, vocab: int, vllm_url: str | 
         cold, warm = shared_prefix_prompts(vocab, args.seed)
         cold_t = [await native_ttft(engine, p, f"cold-{i}") for i, p in enumerate(cold)]
         warm_t = [await native_ttft(engine, p, f"warm-{i}") for i, p in enumerate(warm)]
-        result["native"]["prefix"] = {"cold_ttft_s": statistics.median(cold_t), "warm_ttft_s": statistics.median(warm_t),
-                                      "cold_samples_s": cold_t, "warm_samples_s": warm_t}
+        result["native"]["prefix"] = {
+            "cold_ttft_s": statistics.median(cold_t),
+            "warm_ttft_s": statistics.median(warm_t),
+            "cold_samples_s": cold_t,
+            "warm_samples_s": warm_t,
+        }
         if vllm_client:
             cold_v = [(await vllm_stream(vllm_client, p, 1))[1] for p in cold]
             warm_v = [(await vllm_stream(vllm_client, p, 1))[1] for p in warm]
-            result["vllm"]["prefix"] = {"cold_ttft_s": statistics.median(cold_v),
-                                        "warm_ttft_s": statistics.median(warm_v),
-                                        "cold_samples_s": cold_v, "warm_samples_s": warm_v}
+            result["vllm"]["prefix"] = {
+                "cold_ttft_s": statistics.median(cold_v),
+                "warm_ttft_s": statistics.median(warm_v),
+                "cold_samples_s": cold_v,
+                "warm_samples_s": warm_v,
+            }
         stats = engine.stats()
-        result["native"]["engine"] = {"prefix_hit_rate": stats.prefix_hit_rate, "num_blocks": stats.num_blocks,
-                                      "preemptions": stats.preemptions_total}
+        result["native"]["engine"] = {
+            "prefix_hit_rate": stats.prefix_hit_rate,
+            "num_blocks": stats.num_blocks,
+            "preemptions": stats.preemptions_total,
+        }
         await engine.shutdown()
         offline_prompts = make_prompts(args.requests_c32, args.min_prompt, args.max_prompt, vocab, args.seed + 5000)
         result["native"]["offline_c32"] = offline_throughput(llm, offline_prompts, 32, "offline")
@@ -320,14 +371,17 @@ async def run_native_and_vllm(model_dir: str, args, vocab: int, vllm_url: str | 
 
 # ---- report ------------------------------------------------------------------------
 
+
 def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "n/a"
 
 
 def render(results: dict) -> str:
     native, hf, vllm = results["native"], results.get("transformers"), results.get("vllm")
-    lines = ["| workload | native tok/s | transformers tok/s | vLLM tok/s | native/transformers | native/vLLM |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| workload | native tok/s | transformers tok/s | vLLM tok/s | native/transformers | native/vLLM |",
+        "|---|---|---|---|---|---|",
+    ]
     for key, label in (("c1", "concurrency 1"), ("c32", "concurrency 32")):
         n = native[key]["tok_s"]
         h = hf[key]["tok_s"] if hf else None
@@ -335,17 +389,27 @@ def render(results: dict) -> str:
         lines.append(f"| {label} | {n:.0f} | {h:.0f} | " if h else f"| {label} | {n:.0f} | n/a | ")
         lines[-1] += (f"{v:.0f} | " if v else "n/a | ") + f"{ratio(n, h)} | {ratio(n, v)} |"
     p = native["prefix"]
-    lines += ["", "| shared prefix (1,000-token system prompt) | cold TTFT | warm TTFT | cold/warm |",
-              "|---|---|---|---|",
-              f"| native | {p['cold_ttft_s'] * 1000:.1f} ms | {p['warm_ttft_s'] * 1000:.1f} ms | "
-              f"{ratio(p['cold_ttft_s'], p['warm_ttft_s'])} |"]
+    lines += [
+        "",
+        "| shared prefix (1,000-token system prompt) | cold TTFT | warm TTFT | cold/warm |",
+        "|---|---|---|---|",
+        f"| native | {p['cold_ttft_s'] * 1000:.1f} ms | {p['warm_ttft_s'] * 1000:.1f} ms | "
+        f"{ratio(p['cold_ttft_s'], p['warm_ttft_s'])} |",
+    ]
     if vllm:
         q = vllm["prefix"]
-        lines.append(f"| vLLM | {q['cold_ttft_s'] * 1000:.1f} ms | {q['warm_ttft_s'] * 1000:.1f} ms | "
-                     f"{ratio(q['cold_ttft_s'], q['warm_ttft_s'])} |")
-    lines += ["", "Targets: native >= 5x transformers, >= 1.0x vLLM at concurrency 32, warm TTFT >= 5x lower than cold."]
-    lines.append(f"Native step loop driven directly (LLMEngine, no thread/asyncio) at concurrency 32: "
-                 f"{native['offline_c32']['tok_s']:.0f} tok/s.")
+        lines.append(
+            f"| vLLM | {q['cold_ttft_s'] * 1000:.1f} ms | {q['warm_ttft_s'] * 1000:.1f} ms | "
+            f"{ratio(q['cold_ttft_s'], q['warm_ttft_s'])} |"
+        )
+    lines += [
+        "",
+        "Targets: native >= 5x transformers, >= 1.0x vLLM at concurrency 32, warm TTFT >= 5x lower than cold.",
+    ]
+    lines.append(
+        f"Native step loop driven directly (LLMEngine, no thread/asyncio) at concurrency 32: "
+        f"{native['offline_c32']['tok_s']:.0f} tok/s."
+    )
     for note in results["notes"]:
         lines.append(f"- {note}")
     return "\n".join(lines)
@@ -359,20 +423,29 @@ def main(argv: list[str] | None = None) -> int:
     tmp = None
     if model_dir is None:
         from engine.make_tiny import make_tiny
+
         tmp = tempfile.mkdtemp(prefix="engine-bench-")
         model_dir = str(make_tiny(Path(tmp) / "tiny"))
     with open(Path(model_dir) / "config.json") as f:
         cfg = json.load(f)
     vocab = cfg["vocab_size"]
-    notes.append(f"model: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
-                 f"{cfg['num_attention_heads']} heads / {cfg['num_key_value_heads']} KV heads, vocab {vocab}, fp32")
-    notes.append(f"prompts: {args.min_prompt}-{args.max_prompt} random token ids, {OUTPUT_TOKENS} output tokens, "
-                 f"ignore_eos, greedy; c1 = {args.requests_c1} requests, c32 = {args.requests_c32} requests; "
-                 f"best of {args.rounds} interleaved rounds (all rounds in the JSON)")
-    notes.append(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}, "
-                 f"load average at start {os.getloadavg()[0]:.1f} (other processes share these cores)")
-    results: dict = {"command": "python -m bench.engine_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-                     "notes": notes}
+    notes.append(
+        f"model: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
+        f"{cfg['num_attention_heads']} heads / {cfg['num_key_value_heads']} KV heads, vocab {vocab}, fp32"
+    )
+    notes.append(
+        f"prompts: {args.min_prompt}-{args.max_prompt} random token ids, {OUTPUT_TOKENS} output tokens, "
+        f"ignore_eos, greedy; c1 = {args.requests_c1} requests, c32 = {args.requests_c32} requests; "
+        f"best of {args.rounds} interleaved rounds (all rounds in the JSON)"
+    )
+    notes.append(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, torch threads {torch.get_num_threads()}, "
+        f"load average at start {os.getloadavg()[0]:.1f} (other processes share these cores)"
+    )
+    results: dict = {
+        "command": "python -m bench.engine_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "notes": notes,
+    }
     server = None
     if args.no_vllm:
         notes.append("vLLM: skipped (--no-vllm)")
@@ -397,8 +470,10 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
     results.update(both)
     if server:
-        notes.append("vLLM: 0.32.0 CPU server over HTTP (streaming /v1/completions with token-id prompts); "
-                     "native: AsyncEngine in process (no HTTP)")
+        notes.append(
+            "vLLM: 0.32.0 CPU server over HTTP (streaming /v1/completions with token-id prompts); "
+            "native: AsyncEngine in process (no HTTP)"
+        )
     if not args.no_transformers:
         print("transformers generate() ...", flush=True)
         c1 = make_prompts(args.requests_c1, args.min_prompt, args.max_prompt, vocab, args.seed + 1)

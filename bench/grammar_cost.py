@@ -13,6 +13,7 @@ Two measurements, one command (`python -m bench.grammar_cost`):
 
 Results are printed and written to reports/grammar/ (grammar_cost.json, grammar_cost.md).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,9 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # A schema with nested objects, arrays, enums, bounded and unbounded scalars, and a
 # document valid against it written the way our grammars write JSON (", " and ": ").
@@ -35,19 +37,31 @@ SCHEMA: dict = {
         "age": {"type": "integer", "minimum": 0, "maximum": 150},
         "role": {"enum": ["admin", "user", "guest"]},
         "tags": {"type": "array", "items": {"type": "string"}},
-        "address": {"type": "object",
-                    "properties": {"street": {"type": "string"}, "city": {"type": "string"},
-                                   "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
-                    "required": ["street", "city", "zip"], "additionalProperties": False},
+        "address": {
+            "type": "object",
+            "properties": {
+                "street": {"type": "string"},
+                "city": {"type": "string"},
+                "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+            },
+            "required": ["street", "city", "zip"],
+            "additionalProperties": False,
+        },
         "score": {"type": "number"},
     },
     "required": ["name", "age", "role", "tags", "address", "score"],
     "additionalProperties": False,
 }
-DOCUMENT = json.dumps({"name": "Ada Lovelace", "age": 36, "role": "admin",
-                       "tags": ["mathematics", "engines", "poetry of science"],
-                       "address": {"street": "12 St James's Square", "city": "London", "zip": "12345"},
-                       "score": 99.5})
+DOCUMENT = json.dumps(
+    {
+        "name": "Ada Lovelace",
+        "age": 36,
+        "role": "admin",
+        "tags": ["mathematics", "engines", "poetry of science"],
+        "address": {"street": "12 St James's Square", "city": "London", "zip": "12345"},
+        "score": 99.5,
+    }
+)
 # The engine measurement needs sequences that stay alive for the whole run: an array of
 # at least 1000 such objects never completes within the measured steps.
 LONG_SCHEMA: dict = {"type": "array", "items": SCHEMA, "minItems": 1000}
@@ -55,6 +69,7 @@ WIDE_VOCAB = 32768
 
 
 # ---- tokenizers --------------------------------------------------------------------------
+
 
 def wide_model(root: Path) -> Path:
     """A tiny random model whose tokenizer is a real 32k BPE (trained on stdlib sources)."""
@@ -75,11 +90,17 @@ def wide_model(root: Path) -> Path:
         if size > 6_000_000:
             break
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=WIDE_VOCAB - len(TOOL_TAGS), min_frequency=2, show_progress=False,
-                                  special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=WIDE_VOCAB - len(TOOL_TAGS),
+        min_frequency=2,
+        show_progress=False,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer=trainer)
     tok.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in TOOL_TAGS])
     fill = WIDE_VOCAB - tok.get_vocab_size()
@@ -104,11 +125,16 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 def _summary(samples_s: list[float]) -> dict:
     us = sorted(s * 1e6 for s in samples_s)
-    return {"mean_us": round(statistics.fmean(us), 1), "p50_us": round(us[len(us) // 2], 1),
-            "p99_us": round(us[min(len(us) - 1, int(len(us) * 0.99))], 1), "n": len(us)}
+    return {
+        "mean_us": round(statistics.fmean(us), 1),
+        "p50_us": round(us[len(us) // 2], 1),
+        "p99_us": round(us[min(len(us) - 1, int(len(us) * 0.99))], 1),
+        "n": len(us),
+    }
 
 
 # ---- 1. libraries --------------------------------------------------------------------------
+
 
 def bench_llguidance(tok, token_bytes: list[bytes], eos: list[int], doc_ids: list[int]) -> dict:
     import llguidance
@@ -135,18 +161,26 @@ def bench_llguidance(tok, token_bytes: list[bytes], eos: list[int], doc_ids: lis
     # Copies of a compiled start state share its lexer states: what a request gets from the
     # grammar cache (engine/structured/grammars.py) once one request with the schema ran.
     warm = walk()
-    return {"setup_s": round(setup, 4), "compile_s": round(compile_s, 4), "mask": _summary(cold),
-            "mask_warm": _summary(warm)}
+    return {
+        "setup_s": round(setup, 4),
+        "compile_s": round(compile_s, 4),
+        "mask": _summary(cold),
+        "mask_warm": _summary(warm),
+    }
 
 
 def bench_xgrammar(tok, token_bytes: list[bytes], eos: list[int], doc_ids: list[int]) -> dict:
     import xgrammar
 
-    info, setup = _timed(lambda: xgrammar.TokenizerInfo(token_bytes, xgrammar.VocabType.RAW,
-                                                        vocab_size=len(token_bytes), stop_token_ids=eos))
+    info, setup = _timed(
+        lambda: xgrammar.TokenizerInfo(
+            token_bytes, xgrammar.VocabType.RAW, vocab_size=len(token_bytes), stop_token_ids=eos
+        )
+    )
     compiler = xgrammar.GrammarCompiler(info, cache_enabled=False)
-    compiled, compile_s = _timed(lambda: compiler.compile_json_schema(json.dumps(SCHEMA), any_whitespace=False,
-                                                                      separators=(", ", ": ")))
+    compiled, compile_s = _timed(
+        lambda: compiler.compile_json_schema(json.dumps(SCHEMA), any_whitespace=False, separators=(", ", ": "))
+    )
     matcher = xgrammar.GrammarMatcher(compiled)
     bitmask = xgrammar.allocate_token_bitmask(1, len(token_bytes))
     masks = []
@@ -189,8 +223,11 @@ def compare_libraries(model_dirs: dict[str, Path]) -> dict:
         tok, token_bytes, eos = token_table(model_dir)
         doc_ids = tok.encode(DOCUMENT, add_special_tokens=False)
         row: dict = {"vocab": len(token_bytes), "document_tokens": len(doc_ids)}
-        for name, fn in (("llguidance", bench_llguidance), ("xgrammar", bench_xgrammar),
-                         ("outlines-core", bench_outlines)):
+        for name, fn in (
+            ("llguidance", bench_llguidance),
+            ("xgrammar", bench_xgrammar),
+            ("outlines-core", bench_outlines),
+        ):
             try:
                 row[name] = fn(tok, token_bytes, eos, doc_ids)
             except Exception as exc:  # a library missing or failing is a result too
@@ -201,6 +238,7 @@ def compare_libraries(model_dirs: dict[str, Path]) -> dict:
 
 
 # ---- 2. the engine -------------------------------------------------------------------------
+
 
 def engine_cost(model_dir: Path, batch: int, steps: int, repeats: int) -> dict:
     """Median decode step time with and without a grammar on every sequence."""
@@ -222,10 +260,12 @@ def engine_cost(model_dir: Path, batch: int, steps: int, repeats: int) -> dict:
     def timed(starter):
         """One timed wrapper per starter, so the engine still calls it once per step."""
         if starter not in starters:
+
             def run_starter() -> None:
                 t0 = time.perf_counter()
                 starter()
                 hook_s[0] += time.perf_counter() - t0
+
             starters[starter] = run_starter
         return starters[starter]
 
@@ -249,12 +289,16 @@ def engine_cost(model_dir: Path, batch: int, steps: int, repeats: int) -> dict:
         for i in range(batch):
             fn = None
             if with_grammar:
-                fn = TimedGrammarMask(plan_structured(lltok, response_format=response_format).matcher, vocab,
-                                      engine.eos_token_ids)
+                fn = TimedGrammarMask(
+                    plan_structured(lltok, response_format=response_format).matcher, vocab, engine.eos_token_ids
+                )
                 masks.append(fn)
-            engine.add_request(f"{tag}-{i}", prompt, SamplingParams(max_tokens=steps + 1, temperature=1.0, seed=i,
-                                                                    ignore_eos=True, allowed_tokens_fn=fn))
-        engine.step()                                  # the prefill is not what we measure
+            engine.add_request(
+                f"{tag}-{i}",
+                prompt,
+                SamplingParams(max_tokens=steps + 1, temperature=1.0, seed=i, ignore_eos=True, allowed_tokens_fn=fn),
+            )
+        engine.step()  # the prefill is not what we measure
         hook_s[0] = 0.0
         times = []
         while engine.has_unfinished_requests():
@@ -266,27 +310,43 @@ def engine_cost(model_dir: Path, batch: int, steps: int, repeats: int) -> dict:
         return statistics.median(times), hook_s[0] / len(times)
 
     plain, grammar, hook = [], [], []
-    for r in range(repeats):                         # interleaved: load drifts on a shared machine
+    for r in range(repeats):  # interleaved: load drifts on a shared machine
         plain.append(run(False, f"p{r}")[0])
         step_s, hook_per_step = run(True, f"g{r}")
         grammar.append(step_s)
         hook.append(hook_per_step)
     p, g, h = statistics.median(plain), statistics.median(grammar), statistics.median(hook)
-    return {"batch": batch, "steps": steps, "repeats": repeats, "vocab": vocab,
-            "plain_step_ms": round(p * 1e3, 3), "grammar_step_ms": round(g * 1e3, 3),
-            "overhead_ms_per_token": round((g - p) * 1e3 / batch, 4), "overhead_pct": round((g - p) / p * 100, 1),
-            "hook_ms_per_step": round(h * 1e3, 3), "hook_pct_of_plain_step": round(h / p * 100, 1)}
+    return {
+        "batch": batch,
+        "steps": steps,
+        "repeats": repeats,
+        "vocab": vocab,
+        "plain_step_ms": round(p * 1e3, 3),
+        "grammar_step_ms": round(g * 1e3, 3),
+        "overhead_ms_per_token": round((g - p) * 1e3 / batch, 4),
+        "overhead_pct": round((g - p) / p * 100, 1),
+        "hook_ms_per_step": round(h * 1e3, 3),
+        "hook_pct_of_plain_step": round(h / p * 100, 1),
+    }
 
 
 # ---- report ---------------------------------------------------------------------------------
 
+
 def write_report(out: Path, result: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "grammar_cost.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = ["# Grammar cost", "", f"Command: `{result['command']}` (torch threads {result['torch_threads']}, "
-             f"background overlap {'on' if result['overlap'] else 'off'})", "", "## Libraries (one next-token mask)", "",
-             "| vocab | library | setup s | compile s | mask mean us | p50 us | p99 us |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Grammar cost",
+        "",
+        f"Command: `{result['command']}` (torch threads {result['torch_threads']}, "
+        f"background overlap {'on' if result['overlap'] else 'off'})",
+        "",
+        "## Libraries (one next-token mask)",
+        "",
+        "| vocab | library | setup s | compile s | mask mean us | p50 us | p99 us |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in result["libraries"].values():
         for name in ("llguidance", "xgrammar", "outlines-core"):
             r = row[name]
@@ -294,20 +354,29 @@ def write_report(out: Path, result: dict) -> None:
                 lines.append(f"| {row['vocab']} | {name} | error: {r['error']} | | | | |")
             else:
                 m = r["mask"]
-                lines.append(f"| {row['vocab']} | {name} | {r['setup_s']} | {r['compile_s']} | {m['mean_us']} | "
-                             f"{m['p50_us']} | {m['p99_us']} |")
+                lines.append(
+                    f"| {row['vocab']} | {name} | {r['setup_s']} | {r['compile_s']} | {m['mean_us']} | "
+                    f"{m['p50_us']} | {m['p99_us']} |"
+                )
                 if "mask_warm" in r:
                     w = r["mask_warm"]
-                    lines.append(f"| {row['vocab']} | {name} (warm copy) | | | {w['mean_us']} | {w['p50_us']} | "
-                                 f"{w['p99_us']} |")
-    lines += ["", "## Engine step (every sequence under a JSON-schema grammar)", "",
-              "| model vocab | batch | plain step ms | grammar step ms | overhead ms/token | overhead % "
-              "| engine-thread hook ms/step | hook % of plain step |",
-              "|---|---|---|---|---|---|---|---|"]
+                    lines.append(
+                        f"| {row['vocab']} | {name} (warm copy) | | | {w['mean_us']} | {w['p50_us']} | {w['p99_us']} |"
+                    )
+    lines += [
+        "",
+        "## Engine step (every sequence under a JSON-schema grammar)",
+        "",
+        "| model vocab | batch | plain step ms | grammar step ms | overhead ms/token | overhead % "
+        "| engine-thread hook ms/step | hook % of plain step |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in result["engine"]:
-        lines.append(f"| {r['vocab']} | {r['batch']} | {r['plain_step_ms']} | {r['grammar_step_ms']} | "
-                     f"{r['overhead_ms_per_token']} | {r['overhead_pct']} | {r['hook_ms_per_step']} | "
-                     f"{r['hook_pct_of_plain_step']} |")
+        lines.append(
+            f"| {r['vocab']} | {r['batch']} | {r['plain_step_ms']} | {r['grammar_step_ms']} | "
+            f"{r['overhead_ms_per_token']} | {r['overhead_pct']} | {r['hook_ms_per_step']} | "
+            f"{r['hook_pct_of_plain_step']} |"
+        )
     (out / "grammar_cost.md").write_text("\n".join(lines) + "\n")
 
 
@@ -319,8 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--skip-wide", action="store_true", help="only the tiny model (no 32k tokenizer training)")
     ap.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
-    ap.add_argument("--overlap", action="store_true",
-                    help="compute masks in a background thread during the forward pass (SWITCHYARD_GRAMMAR_OVERLAP=1)")
+    ap.add_argument(
+        "--overlap",
+        action="store_true",
+        help="compute masks in a background thread during the forward pass (SWITCHYARD_GRAMMAR_OVERLAP=1)",
+    )
     args = ap.parse_args(argv)
     from engine.structured.mask_provider import OVERLAP_ENV
 
@@ -346,9 +418,13 @@ def main(argv: list[str] | None = None) -> int:
             row = engine_cost(model_dir, batch, args.steps, args.repeats)
             engine_rows.append(row)
             print(f"  {label:5} {json.dumps(row)}", flush=True)
-    result = {"command": "python -m bench.grammar_cost " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "torch_threads": torch.get_num_threads(), "overlap": args.overlap, "libraries": libraries,
-              "engine": engine_rows}
+    result = {
+        "command": "python -m bench.grammar_cost " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "torch_threads": torch.get_num_threads(),
+        "overlap": args.overlap,
+        "libraries": libraries,
+        "engine": engine_rows,
+    }
     write_report(Path(args.out), result)
     print(f"wrote {args.out}/grammar_cost.json and grammar_cost.md")
     return 0

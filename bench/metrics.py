@@ -4,11 +4,13 @@ report (see `DEFINITIONS`), because tools disagree on names (BENCHMARKS.md B.5).
 Pure functions over `RequestRecord`s: no clock, no I/O, so tests can feed
 synthetic timelines with known answers.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Literal
 
 from bench.records import FAILURE_KINDS, RequestRecord
 
@@ -78,13 +80,13 @@ def request_metrics(rec: RequestRecord) -> RequestMetrics | None:
     else:
         n, source = len(times), "chunks"
     if not rec.stream:
-        return RequestMetrics(ttft_s=rec.end_s, e2e_s=rec.end_s, tpot_s=None, itls_s=(),
-                              output_tokens=n, tokens_source=source)
+        return RequestMetrics(
+            ttft_s=rec.end_s, e2e_s=rec.end_s, tpot_s=None, itls_s=(), output_tokens=n, tokens_source=source
+        )
     ttft = times[0] if times else None
     itls = tuple(b - a for a, b in zip(times, times[1:]))
     tpot = (rec.end_s - ttft) / (n - 1) if ttft is not None and n > 1 else None
-    return RequestMetrics(ttft_s=ttft, e2e_s=rec.end_s, tpot_s=tpot, itls_s=itls,
-                          output_tokens=n, tokens_source=source)
+    return RequestMetrics(ttft_s=ttft, e2e_s=rec.end_s, tpot_s=tpot, itls_s=itls, output_tokens=n, tokens_source=source)
 
 
 def meets_slo(m: RequestMetrics, slo: Slo) -> bool:

@@ -12,6 +12,7 @@ machine noise hits both alike:
 
 Prints the figures, the ratios and the issue's targets; writes reports/overhead/.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,28 +50,33 @@ class Scenario:
 
 
 LATENCY = (Scenario("non-streaming, concurrency 1", False, 1), Scenario("16-chunk streaming, concurrency 1", True, 1))
-THROUGHPUT = (Scenario("non-streaming, concurrency 16", False, 16),
-              Scenario("16-chunk streaming, concurrency 16", True, 16))
+THROUGHPUT = (
+    Scenario("non-streaming, concurrency 16", False, 16),
+    Scenario("16-chunk streaming, concurrency 16", True, 16),
+)
 
 
 def gateway_config(port: int, upstream: str, access_log: bool) -> str:
-    return (f"listen: {{host: 127.0.0.1, port: {port}}}\n"
-            "auth: {mode: none}\n"
-            "quota_store: {kind: memory}\n"
-            f"access_log: {'true' if access_log else 'false'}\n"
-            "log_level: warning\n"
-            "models:\n"
-            f"  {MODEL}:\n"
-            "    backends:\n"
-            f"      - {{name: upstream, adapter: openai, url: \"{upstream}/v1\", served_model: {MODEL}}}\n")
+    return (
+        f"listen: {{host: 127.0.0.1, port: {port}}}\n"
+        "auth: {mode: none}\n"
+        "quota_store: {kind: memory}\n"
+        f"access_log: {'true' if access_log else 'false'}\n"
+        "log_level: warning\n"
+        "models:\n"
+        f"  {MODEL}:\n"
+        "    backends:\n"
+        f'      - {{name: upstream, adapter: openai, url: "{upstream}/v1", served_model: {MODEL}}}\n'
+    )
 
 
 def sessions(n: int) -> list[Session]:
     return [Session([Turn(PROMPT, 16, 5)]) for _ in range(n)]
 
 
-async def closed_loop(base: str, stream: bool, concurrency: int, n: int,
-                      duration_s: float | None = None) -> list[RequestRecord]:
+async def closed_loop(
+    base: str, stream: bool, concurrency: int, n: int, duration_s: float | None = None
+) -> list[RequestRecord]:
     plan = LoadPlan(sessions(n), concurrency=concurrency, duration_s=duration_s)
     async with Client(ClientConfig(base_url=base, model=MODEL, stream=stream, timeout_s=30)) as client:
         return await Runner(client, plan).run()
@@ -78,7 +84,8 @@ async def closed_loop(base: str, stream: bool, concurrency: int, n: int,
 
 def body(stream: bool) -> bytes:
     return Client(ClientConfig(base_url="http://unused", model=MODEL, stream=stream)).body(
-        [{"role": "user", "content": PROMPT}], 16)
+        [{"role": "user", "content": PROMPT}], 16
+    )
 
 
 def _p(summary: dict[str, Any], key: str, p: str) -> float:
@@ -95,10 +102,19 @@ def measure_latency(targets: dict[str, str], sc: Scenario, n: int, rounds: int, 
     result: dict[str, Any] = {"scenario": sc.name, "client": "switchyard bench (aiohttp)", "requests": n}
     for name, recs in pooled.items():
         s = summarize(recs, Slo())
-        write_run(out / f"{_slug(sc)}-{name}", {"scenario": sc.name, "target": name, "base_url": targets[name]},
-                  s, recs, with_plots=False)
-        result[name] = {"e2e_p50_ms": _p(s, "e2e_ms", "p50"), "e2e_p99_ms": _p(s, "e2e_ms", "p99"),
-                        "ttft_p50_ms": _p(s, "ttft_ms", "p50"), "failed": s["requests"]["failed"]}
+        write_run(
+            out / f"{_slug(sc)}-{name}",
+            {"scenario": sc.name, "target": name, "base_url": targets[name]},
+            s,
+            recs,
+            with_plots=False,
+        )
+        result[name] = {
+            "e2e_p50_ms": _p(s, "e2e_ms", "p50"),
+            "e2e_p99_ms": _p(s, "e2e_ms", "p99"),
+            "ttft_p50_ms": _p(s, "ttft_ms", "p50"),
+            "failed": s["requests"]["failed"],
+        }
     d = result["direct"]
     for name in targets:
         if name != "direct":
@@ -109,25 +125,36 @@ def measure_latency(targets: dict[str, str], sc: Scenario, n: int, rounds: int, 
     return result
 
 
-def measure_throughput(targets: dict[str, str], sc: Scenario, duration_s: float, use_wrk: bool,
-                       out: Path) -> dict[str, Any]:
-    result: dict[str, Any] = {"scenario": sc.name,
-                              "client": "wrk -t1" if use_wrk else "switchyard bench (aiohttp)"}
+def measure_throughput(
+    targets: dict[str, str], sc: Scenario, duration_s: float, use_wrk: bool, out: Path
+) -> dict[str, Any]:
+    result: dict[str, Any] = {"scenario": sc.name, "client": "wrk -t1" if use_wrk else "switchyard bench (aiohttp)"}
     for name, base in targets.items():
         if use_wrk:
             r = wrk.run(base + "/v1/chat/completions", body(sc.stream), sc.concurrency, duration_s)
-            result[name] = {"requests_per_s": r.requests_per_s, "p50_ms": r.latency_ms.get("p50"),
-                            "p99_ms": r.latency_ms.get("p99"), "failed": r.errors}
+            result[name] = {
+                "requests_per_s": r.requests_per_s,
+                "p50_ms": r.latency_ms.get("p50"),
+                "p99_ms": r.latency_ms.get("p99"),
+                "failed": r.errors,
+            }
         else:
             # Up to duration_s of requests; more than this client can send in that time.
-            recs = asyncio.run(closed_loop(base, sc.stream, sc.concurrency, int(duration_s * 5000) + 100,
-                                           duration_s))
+            recs = asyncio.run(closed_loop(base, sc.stream, sc.concurrency, int(duration_s * 5000) + 100, duration_s))
             s = summarize(recs, Slo())
-            write_run(out / f"{_slug(sc)}-{name}", {"scenario": sc.name, "target": name, "base_url": base},
-                      s, recs, with_plots=False)
-            result[name] = {"requests_per_s": s["throughput"]["requests_per_s"],
-                            "p50_ms": _p(s, "e2e_ms", "p50"), "p99_ms": _p(s, "e2e_ms", "p99"),
-                            "failed": s["requests"]["failed"]}
+            write_run(
+                out / f"{_slug(sc)}-{name}",
+                {"scenario": sc.name, "target": name, "base_url": base},
+                s,
+                recs,
+                with_plots=False,
+            )
+            result[name] = {
+                "requests_per_s": s["throughput"]["requests_per_s"],
+                "p50_ms": _p(s, "e2e_ms", "p50"),
+                "p99_ms": _p(s, "e2e_ms", "p99"),
+                "failed": s["requests"]["failed"],
+            }
     for name in targets:
         if name != "direct":
             result[name]["ratio"] = result[name]["requests_per_s"] / result["direct"]["requests_per_s"]
@@ -141,52 +168,78 @@ def _slug(sc: Scenario) -> str:
 def verdicts(latency: list[dict[str, Any]], throughput: list[dict[str, Any]]) -> list[dict[str, Any]]:
     nonstream, stream = latency
     return [
-        {"target": f"added p50 <= {TARGET_ADDED_P50_MS_NONSTREAM} ms, non-streaming, concurrency 1",
-         "measured": nonstream["gateway"]["added_p50_ms"],
-         "met": nonstream["gateway"]["added_p50_ms"] <= TARGET_ADDED_P50_MS_NONSTREAM},
-        {"target": f">= {TARGET_RPS_C16:,.0f} requests/s through one gateway worker, concurrency 16",
-         "measured": throughput[0]["gateway"]["requests_per_s"],
-         "met": throughput[0]["gateway"]["requests_per_s"] >= TARGET_RPS_C16},
-        {"target": f"a 16-chunk stream adds <= {TARGET_ADDED_P50_MS_STREAM} ms (p50, concurrency 1)",
-         "measured": stream["gateway"]["added_p50_ms"],
-         "met": stream["gateway"]["added_p50_ms"] <= TARGET_ADDED_P50_MS_STREAM},
+        {
+            "target": f"added p50 <= {TARGET_ADDED_P50_MS_NONSTREAM} ms, non-streaming, concurrency 1",
+            "measured": nonstream["gateway"]["added_p50_ms"],
+            "met": nonstream["gateway"]["added_p50_ms"] <= TARGET_ADDED_P50_MS_NONSTREAM,
+        },
+        {
+            "target": f">= {TARGET_RPS_C16:,.0f} requests/s through one gateway worker, concurrency 16",
+            "measured": throughput[0]["gateway"]["requests_per_s"],
+            "met": throughput[0]["gateway"]["requests_per_s"] >= TARGET_RPS_C16,
+        },
+        {
+            "target": f"a 16-chunk stream adds <= {TARGET_ADDED_P50_MS_STREAM} ms (p50, concurrency 1)",
+            "measured": stream["gateway"]["added_p50_ms"],
+            "met": stream["gateway"]["added_p50_ms"] <= TARGET_ADDED_P50_MS_STREAM,
+        },
     ]
 
 
 def tables(latency: list[dict[str, Any]], throughput: list[dict[str, Any]], names: list[str]) -> list[str]:
     """Markdown tables: latency per scenario and target (added over direct), then req/s."""
-    lines = ["| latency, concurrency 1 | target | p50 ms | p99 ms | added p50 ms | added p99 ms | x direct p50 |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| latency, concurrency 1 | target | p50 ms | p99 ms | added p50 ms | added p99 ms | x direct p50 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in latency:
         for name in names:
             t = r[name]
-            added = (f"{t['added_p50_ms']:.3f} | {t['added_p99_ms']:.3f} | {t['ratio_p50']:.2f}"
-                     if name != "direct" else "- | - | 1.00")
+            added = (
+                f"{t['added_p50_ms']:.3f} | {t['added_p99_ms']:.3f} | {t['ratio_p50']:.2f}"
+                if name != "direct"
+                else "- | - | 1.00"
+            )
             lines.append(f"| {r['scenario']} | {name} | {t['e2e_p50_ms']:.3f} | {t['e2e_p99_ms']:.3f} | {added} |")
-    lines += ["", "| throughput | client | target | req/s | x direct | p50 ms | p99 ms | failed |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| throughput | client | target | req/s | x direct | p50 ms | p99 ms | failed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in throughput:
         for name in names:
             t = r[name]
-            lines.append(f"| {r['scenario']} | {r['client']} | {name} | {t['requests_per_s']:,.0f} | "
-                         f"{t.get('ratio', 1.0):.2f} | {t['p50_ms'] or 0:.2f} | {t['p99_ms'] or 0:.2f} | {t['failed']} |")
+            lines.append(
+                f"| {r['scenario']} | {r['client']} | {name} | {t['requests_per_s']:,.0f} | "
+                f"{t.get('ratio', 1.0):.2f} | {t['p50_ms'] or 0:.2f} | {t['p99_ms'] or 0:.2f} | {t['failed']} |"
+            )
     return lines
 
 
 def render(doc: dict[str, Any]) -> str:
-    lines = ["# Gateway overhead: direct upstream vs through one gateway worker", "",
-             f"Upstream: `{doc['upstream_cmd']}`; gateway: `{doc['gateway_cmd']}` (access log "
-             f"{'on' if doc['access_log'] else 'off'}). Added = gateway - direct on the same upstream, same run.",
-             f"Machine: {doc['cpus']} CPUs, 1-minute load average {doc['load_average_1m'][0]:.1f} before and "
-             f"{doc['load_average_1m'][1]:.1f} after (above the CPU count, other work shared the machine and "
-             "the figures are noisy).", ""]
+    lines = [
+        "# Gateway overhead: direct upstream vs through one gateway worker",
+        "",
+        f"Upstream: `{doc['upstream_cmd']}`; gateway: `{doc['gateway_cmd']}` (access log "
+        f"{'on' if doc['access_log'] else 'off'}). Added = gateway - direct on the same upstream, same run.",
+        f"Machine: {doc['cpus']} CPUs, 1-minute load average {doc['load_average_1m'][0]:.1f} before and "
+        f"{doc['load_average_1m'][1]:.1f} after (above the CPU count, other work shared the machine and "
+        "the figures are noisy).",
+        "",
+    ]
     lines += tables(doc["latency"], doc["throughput"], ["direct", "gateway"])
     lines += ["", "Targets (issue 2, item 10):", ""]
-    lines += [f"- {'MET ' if v['met'] else 'MISSED'} {v['target']}: measured {v['measured']:,.3f}" for v in doc["targets"]]
-    lines += ["", "For scale (issue 2): LiteLLM proxy on this machine against the same kind of upstream added about "
-              "8.5 ms p50 and served about 130 requests/s per worker (`make bench-litellm` measures it here).",
-              "Latency is e2e per request (to the last byte; [DONE] for streams), measured by this harness, whose "
-              "own client cost is the same on both paths.", ""]
+    lines += [
+        f"- {'MET ' if v['met'] else 'MISSED'} {v['target']}: measured {v['measured']:,.3f}" for v in doc["targets"]
+    ]
+    lines += [
+        "",
+        "For scale (issue 2): LiteLLM proxy on this machine against the same kind of upstream added about "
+        "8.5 ms p50 and served about 130 requests/s per worker (`make bench-litellm` measures it here).",
+        "Latency is e2e per request (to the last byte; [DONE] for streams), measured by this harness, whose "
+        "own client cost is the same on both paths.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -204,8 +257,11 @@ def use_wrk(args: argparse.Namespace) -> bool:
     if args.no_wrk:
         return False
     if not wrk.available():
-        print("wrk not found (apt-get install -y wrk): throughput measured with the Python harness, "
-              "which competes with the servers for CPU", file=sys.stderr)
+        print(
+            "wrk not found (apt-get install -y wrk): throughput measured with the Python harness, "
+            "which competes with the servers for CPU",
+            file=sys.stderr,
+        )
         return False
     return True
 
@@ -219,13 +275,18 @@ def measure_all(targets: dict[str, str], args: argparse.Namespace) -> tuple[list
     latency = []
     for sc in LATENCY:
         latency.append(measure_latency(targets, sc, args.requests, args.rounds, args.out))
-        print(f"{sc.name}: " + ", ".join(f"{t} adds {latency[-1][t]['added_p50_ms']:.3f} ms p50"
-                                         for t in targets if t != "direct"), file=sys.stderr)
+        print(
+            f"{sc.name}: "
+            + ", ".join(f"{t} adds {latency[-1][t]['added_p50_ms']:.3f} ms p50" for t in targets if t != "direct"),
+            file=sys.stderr,
+        )
     throughput = []
     for sc in THROUGHPUT:
         throughput.append(measure_throughput(targets, sc, args.duration_s, with_wrk, args.out))
-        print(f"{sc.name}: " + ", ".join(f"{t} {throughput[-1][t]['requests_per_s']:,.0f} req/s" for t in targets),
-              file=sys.stderr)
+        print(
+            f"{sc.name}: " + ", ".join(f"{t} {throughput[-1][t]['requests_per_s']:,.0f} req/s" for t in targets),
+            file=sys.stderr,
+        )
     return latency, throughput
 
 
@@ -238,10 +299,18 @@ def start_upstream_and_gateway(out: Path, access_log: bool) -> tuple[Server, Ser
     upstream = f"http://127.0.0.1:{up_port}"
     cfg = out / "gateway.yaml"
     cfg.write_text(gateway_config(gw_port, upstream, access_log))
-    up = Server("upstream", python_module("simulators.openai_upstream", "--port", str(up_port), "--chunks", "16",
-                                          "--model-name", MODEL), upstream + "/health", out)
-    gw = Server("gateway", python_module("gateway.cli", "serve", "--config", str(cfg)),
-                f"http://127.0.0.1:{gw_port}/healthz", out)
+    up = Server(
+        "upstream",
+        python_module("simulators.openai_upstream", "--port", str(up_port), "--chunks", "16", "--model-name", MODEL),
+        upstream + "/health",
+        out,
+    )
+    gw = Server(
+        "gateway",
+        python_module("gateway.cli", "serve", "--config", str(cfg)),
+        f"http://127.0.0.1:{gw_port}/healthz",
+        out,
+    )
     return up, gw
 
 
@@ -256,10 +325,19 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     with up, gw:
         latency, throughput = measure_all({"direct": up.base_url, "gateway": gw.base_url}, args)
-    doc = {"kind": "switchyard.bench.overhead", "version": 1, "started": started,
-           "cpus": os.cpu_count(), "load_average_1m": [load_before, os.getloadavg()[0]],
-           "upstream_cmd": " ".join(up.argv[1:]), "gateway_cmd": " ".join(gw.argv[1:]), "access_log": args.access_log,
-           "latency": latency, "throughput": throughput, "targets": verdicts(latency, throughput)}
+    doc = {
+        "kind": "switchyard.bench.overhead",
+        "version": 1,
+        "started": started,
+        "cpus": os.cpu_count(),
+        "load_average_1m": [load_before, os.getloadavg()[0]],
+        "upstream_cmd": " ".join(up.argv[1:]),
+        "gateway_cmd": " ".join(gw.argv[1:]),
+        "access_log": args.access_log,
+        "latency": latency,
+        "throughput": throughput,
+        "targets": verdicts(latency, throughput),
+    }
     write_json(args.out / "overhead.json", doc)
     text = render(doc)
     (args.out / "overhead.md").write_text(text)

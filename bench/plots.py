@@ -1,9 +1,11 @@
 """PNG plots for a run (latency CDFs, TTFT and ITL over time) and a sweep
 (throughput and goodput against offered rate). Headless (Agg backend)."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import matplotlib
 

@@ -1,4 +1,5 @@
 """Starting the servers a benchmark measures: real processes on free loopback ports."""
+
 from __future__ import annotations
 
 import os
@@ -8,8 +9,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,8 +39,9 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> Non
 class Server:
     """A child process, stopped (terminate, then kill) when the `with` ends."""
 
-    def __init__(self, name: str, argv: Sequence[str], ready_url: str, log_dir: Path,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, name: str, argv: Sequence[str], ready_url: str, log_dir: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.argv = list(argv)
         self.ready_url = ready_url
@@ -53,11 +55,12 @@ class Server:
         scheme, _, rest = self.ready_url.partition("://")
         return f"{scheme}://{rest.split('/', 1)[0]}"
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(self.argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(self.env or {})})
+        self.proc = subprocess.Popen(
+            self.argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(self.env or {})}
+        )
         log.close()
         try:
             wait_ready(self.ready_url, self.proc)

@@ -1,5 +1,6 @@
 """A one-line progress bar on stderr, redrawn a few times a second by its own task
 (never per request, which would cost CPU at thousands of requests per second)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -27,8 +28,10 @@ class Progress:
         bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
         elapsed = time.perf_counter() - self._start
         rps = self.done / elapsed if elapsed > 0 else 0.0
-        return (f"{self.label}[{bar}] {self.done}/{self.total} in-flight {self.sent - self.done} "
-                f"failed {self.failed} cancelled {self.cancelled} {elapsed:5.1f}s {rps:7.1f} req/s")
+        return (
+            f"{self.label}[{bar}] {self.done}/{self.total} in-flight {self.sent - self.done} "
+            f"failed {self.failed} cancelled {self.cancelled} {elapsed:5.1f}s {rps:7.1f} req/s"
+        )
 
     async def _draw(self) -> None:
         while True:

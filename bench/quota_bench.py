@@ -21,6 +21,7 @@ fairness holds under overload. Three parts, each on real processes:
 
 Prints the figures and writes reports/quota/quota_bench.md and .json.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,13 +63,27 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise SystemExit("redis-server is not installed; the Redis figures need a real one")
-        self.proc = subprocess.Popen([binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", str(self.log_dir)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.log_dir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -86,14 +101,17 @@ class RedisServer:
             self.proc.wait(10)
 
 
-def config(upstream: str, store: dict, tenants: dict, max_inflight: int | None = None,
-           admission: dict | None = None) -> dict:
+def config(
+    upstream: str, store: dict, tenants: dict, max_inflight: int | None = None, admission: dict | None = None
+) -> dict:
     backend: dict[str, Any] = {"name": "up", "adapter": "openai", "url": upstream + "/v1", "served_model": MODEL}
     if max_inflight is not None:
         backend["max_inflight"] = max_inflight
     return {
-        "auth": {"mode": "keys", "api_keys": [{"sha256": hashlib.sha256(k.encode()).hexdigest(), "tenant": t}
-                                              for t, k in KEYS.items()]},
+        "auth": {
+            "mode": "keys",
+            "api_keys": [{"sha256": hashlib.sha256(k.encode()).hexdigest(), "tenant": t} for t, k in KEYS.items()],
+        },
         "quota_store": store,
         "tenants": tenants,
         "admission": admission or {"max_queue": 256, "max_queue_wait_s": 30},
@@ -108,14 +126,21 @@ def gateway(name: str, cfg: dict, out: Path) -> Server:
     cfg = {**cfg, "listen": {"host": "127.0.0.1", "port": port}}
     path = out / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    return Server(name, python_module("gateway.cli", "serve", "--config", str(path)),
-                  f"http://127.0.0.1:{port}/healthz", out)
+    return Server(
+        name, python_module("gateway.cli", "serve", "--config", str(path)), f"http://127.0.0.1:{port}/healthz", out
+    )
 
 
 def upstream(name: str, out: Path, ttft_ms: float = 0.0) -> Server:
     port = free_port()
-    return Server(name, python_module("gateway.cli", "simulate", "openai", "--port", str(port), "--chunks", "16",
-                                      "--ttft-ms", str(ttft_ms)), f"http://127.0.0.1:{port}/health", out)
+    return Server(
+        name,
+        python_module(
+            "gateway.cli", "simulate", "openai", "--port", str(port), "--chunks", "16", "--ttft-ms", str(ttft_ms)
+        ),
+        f"http://127.0.0.1:{port}/health",
+        out,
+    )
 
 
 # ---- statistics -------------------------------------------------------------------
@@ -132,18 +157,23 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def check_cost(store_cfg: dict, tenant: str, n: int, concurrency: int) -> dict[str, float]:
+    from prometheus_client import CollectorRegistry
+
     from adapters.base import GenerationRequest, SamplingParams
     from gateway.config import parse_config
     from gateway.protection import Protection
-    from prometheus_client import CollectorRegistry
 
     tenants = {"quiet": dict(LIMITS), "flood": dict(LIMITS), "free": {}}
     p = Protection(parse_config(config("http://127.0.0.1:1", store_cfg, tenants)), CollectorRegistry())
     await p.start()
     headers = {"authorization": f"Bearer {KEYS[tenant]}"}
     principal = await p.authenticate(headers)
-    request = GenerationRequest(request_id="bench", model=MODEL, messages=[{"role": "user", "content": "hi"}],
-                                sampling=SamplingParams(max_tokens=16))
+    request = GenerationRequest(
+        request_id="bench",
+        model=MODEL,
+        messages=[{"role": "user", "content": "hi"}],
+        sampling=SamplingParams(max_tokens=16),
+    )
 
     async def never_gone() -> bool:
         return False
@@ -169,8 +199,12 @@ async def check_cost(store_cfg: dict, tenant: str, n: int, concurrency: int) -> 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     elapsed = time.perf_counter() - t0
     await p.aclose()
-    return {"p50_us": pct(latencies, 50) * 1e6, "p99_us": pct(latencies, 99) * 1e6,
-            "mean_us": statistics.fmean(latencies) * 1e6, "checks_per_s": n / elapsed}
+    return {
+        "p50_us": pct(latencies, 50) * 1e6,
+        "p99_us": pct(latencies, 99) * 1e6,
+        "mean_us": statistics.fmean(latencies) * 1e6,
+        "checks_per_s": n / elapsed,
+    }
 
 
 # ---- HTTP helpers ---------------------------------------------------------------------
@@ -195,23 +229,32 @@ class Tally:
         statuses: dict[str, int] = {}
         for o in self.outcomes:
             statuses[str(o.status)] = statuses.get(str(o.status), 0) + 1
-        return {"sent": sent, "ok": len(ok), "success_rate": len(ok) / sent if sent else float("nan"),
-                "p50_ms": pct(ok, 50) * 1000, "p99_ms": pct(ok, 99) * 1000, "statuses": statuses}
+        return {
+            "sent": sent,
+            "ok": len(ok),
+            "success_rate": len(ok) / sent if sent else float("nan"),
+            "p50_ms": pct(ok, 50) * 1000,
+            "p99_ms": pct(ok, 99) * 1000,
+            "statuses": statuses,
+        }
 
 
-BODY = orjson.dumps({"model": MODEL, "messages": [{"role": "user", "content": "Say hello to the benchmark."}],
-                     "max_tokens": 16})
+BODY = orjson.dumps(
+    {"model": MODEL, "messages": [{"role": "user", "content": "Say hello to the benchmark."}], "max_tokens": 16}
+)
 
 
 async def post(session: aiohttp.ClientSession, url: str, tenant: str) -> Outcome:
     t0 = time.perf_counter()
     try:
-        async with session.post(url + "/v1/chat/completions", data=BODY,
-                                headers={"authorization": f"Bearer {KEYS[tenant]}",
-                                         "content-type": "application/json"}) as resp:
+        async with session.post(
+            url + "/v1/chat/completions",
+            data=BODY,
+            headers={"authorization": f"Bearer {KEYS[tenant]}", "content-type": "application/json"},
+        ) as resp:
             await resp.read()
             return Outcome(resp.status, time.perf_counter() - t0)
-    except (aiohttp.ClientError, asyncio.TimeoutError):
+    except (TimeoutError, aiohttp.ClientError):
         return Outcome(0, time.perf_counter() - t0)
 
 
@@ -228,22 +271,22 @@ async def http_cost(targets: dict[str, str], n: int) -> dict[str, dict[str, floa
         for i in range(n + 50):
             # Rotate who goes first: the first request after another server's
             # turn pays for waking its process up.
-            for name in names[i % len(names):] + names[:i % len(names)]:
+            for name in names[i % len(names) :] + names[: i % len(names)]:
                 url = targets[name]
                 o = await post(session, url, "free" if name == "no limits" else "quiet")
                 if o.status != 200:
                     raise RuntimeError(f"{name}: HTTP {o.status}")
                 if i >= 50:  # the first 50 rounds warm connections and caches
                     lat[name].append(o.latency_s)
-    return {name: {"p50_ms": pct(v, 50) * 1000, "p99_ms": pct(v, 99) * 1000, "n": len(v)}
-            for name, v in lat.items()}
+    return {name: {"p50_ms": pct(v, 50) * 1000, "p99_ms": pct(v, 99) * 1000, "n": len(v)} for name, v in lat.items()}
 
 
 # ---- part 3: fairness under overload -----------------------------------------------------
 
 
-async def open_loop(session: aiohttp.ClientSession, url: str, tenant: str, rate: float, duration_s: float,
-                    tally: Tally) -> None:
+async def open_loop(
+    session: aiohttp.ClientSession, url: str, tenant: str, rate: float, duration_s: float, tally: Tally
+) -> None:
     tasks = []
     start = time.perf_counter()
     for i in range(int(rate * duration_s)):
@@ -257,6 +300,7 @@ async def open_loop(session: aiohttp.ClientSession, url: str, tenant: str, rate:
 def _flood_process(url: str, rate: float, duration_s: float, delay_s: float, results) -> None:
     """The flood's load generator, in its own process: its thousands of answers
     must not slow down the event loop that times the quiet tenant."""
+
     async def go() -> None:
         await asyncio.sleep(delay_s)
         connector = aiohttp.TCPConnector(limit=0)
@@ -277,7 +321,8 @@ async def fairness(url: str, duration_s: float, quiet_rate: float, flood_rate: f
         await open_loop(session, url, "quiet", quiet_rate, duration_s, alone)
         receiver, sender = multiprocessing.Pipe(duplex=False)
         flood_proc = multiprocessing.get_context("spawn").Process(
-            target=_flood_process, args=(url, flood_rate, duration_s + 2, 0.0, sender))
+            target=_flood_process, args=(url, flood_rate, duration_s + 2, 0.0, sender)
+        )
         flood_proc.start()
         await asyncio.sleep(2)  # the flood fills the queue first
         quiet = Tally()
@@ -291,36 +336,61 @@ async def fairness(url: str, duration_s: float, quiet_rate: float, flood_rate: f
 
 
 def render(doc: dict[str, Any]) -> str:
-    lines = ["# Tenancy protection: cost and fairness", "",
-             f"Measured {doc['when']} on {doc['cpus']} CPU(s) (load average {doc['load_average_at_start']:.1f} at "
-             f"the start: other work shared the machine) with `{doc['command'].strip()}`.", "",
-             "## 1. The quota check in process (admit + release)", "",
-             "| store | p50 (µs) | p99 (µs) | checks/s at 64 concurrent |", "|---|---|---|---|"]
+    lines = [
+        "# Tenancy protection: cost and fairness",
+        "",
+        f"Measured {doc['when']} on {doc['cpus']} CPU(s) (load average {doc['load_average_at_start']:.1f} at "
+        f"the start: other work shared the machine) with `{doc['command'].strip()}`.",
+        "",
+        "## 1. The quota check in process (admit + release)",
+        "",
+        "| store | p50 (µs) | p99 (µs) | checks/s at 64 concurrent |",
+        "|---|---|---|---|",
+    ]
     for name, r in doc["check_cost"].items():
         lines.append(f"| {name} | {r['p50_us']:.0f} | {r['p99_us']:.0f} | {r['checks_per_s']:.0f} |")
-    lines += ["", "## 2. Through the gateway (non-streaming, concurrency 1)", "",
-              "| tenant limits | p50 (ms) | p99 (ms) | added p50 (ms) | added p99 (ms) |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## 2. Through the gateway (non-streaming, concurrency 1)",
+        "",
+        "| tenant limits | p50 (ms) | p99 (ms) | added p50 (ms) | added p99 (ms) |",
+        "|---|---|---|---|---|",
+    ]
     base = doc["http_cost"]["no limits"]
     for name, r in doc["http_cost"].items():
-        lines.append(f"| {name} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['p50_ms'] - base['p50_ms']:+.3f} | "
-                     f"{r['p99_ms'] - base['p99_ms']:+.3f} |")
+        lines.append(
+            f"| {name} | {r['p50_ms']:.3f} | {r['p99_ms']:.3f} | {r['p50_ms'] - base['p50_ms']:+.3f} | "
+            f"{r['p99_ms'] - base['p99_ms']:+.3f} |"
+        )
     f = doc["fairness"]
-    lines += ["", "## 3. Fairness under overload", "",
-              f"Backend capacity {f['setup']['capacity']} in flight, {f['setup']['upstream_ttft_ms']:.0f} ms per "
-              f"answer ({f['setup']['capacity_rps']:g} answers/s, fair share "
-              f"{f['setup']['capacity_rps'] / 2:g}/s each). Quiet tenant at {f['setup']['quiet_rps']:g}/s, "
-              f"flood at {f['setup']['flood_rps']:g}/s (10x its share; starts 2 s earlier to fill the queue, "
-              "from its own process), "
-              f"{f['setup']['duration_s']:g} s each, open loop. Queue: "
-              f"{f['setup']['max_queue']} places, {f['setup']['max_queue_wait_s']:g} s deadline.", "",
-              "| traffic | sent | success rate | p50 (ms) | p99 (ms) | statuses |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## 3. Fairness under overload",
+        "",
+        f"Backend capacity {f['setup']['capacity']} in flight, {f['setup']['upstream_ttft_ms']:.0f} ms per "
+        f"answer ({f['setup']['capacity_rps']:g} answers/s, fair share "
+        f"{f['setup']['capacity_rps'] / 2:g}/s each). Quiet tenant at {f['setup']['quiet_rps']:g}/s, "
+        f"flood at {f['setup']['flood_rps']:g}/s (10x its share; starts 2 s earlier to fill the queue, "
+        "from its own process), "
+        f"{f['setup']['duration_s']:g} s each, open loop. Queue: "
+        f"{f['setup']['max_queue']} places, {f['setup']['max_queue_wait_s']:g} s deadline.",
+        "",
+        "| traffic | sent | success rate | p50 (ms) | p99 (ms) | statuses |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in ("quiet_alone", "quiet_under_flood", "flood"):
         r = f[name]
-        lines.append(f"| {name.replace('_', ' ')} | {r['sent']} | {r['success_rate']:.1%} | {r['p50_ms']:.0f} | "
-                     f"{r['p99_ms']:.0f} | {r['statuses']} |")
-    lines += ["", "Definitions: latency is from sending the request to reading the whole answer; success is "
-              "HTTP 200; p50/p99 are over successful requests (nearest rank). Added = limited - unlimited, "
-              "same rounds, alternating.", ""]
+        lines.append(
+            f"| {name.replace('_', ' ')} | {r['sent']} | {r['success_rate']:.1%} | {r['p50_ms']:.0f} | "
+            f"{r['p99_ms']:.0f} | {r['statuses']} |"
+        )
+    lines += [
+        "",
+        "Definitions: latency is from sending the request to reading the whole answer; success is "
+        "HTTP 200; p50/p99 are over successful requests (nearest rank). Added = limited - unlimited, "
+        "same rounds, alternating.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -328,9 +398,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="quota-bench-"))
-    doc: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
-                           "command": "python -m bench.quota_bench " + " ".join(args.argv),
-                           "load_average_at_start": os.getloadavg()[0]}
+    doc: dict[str, Any] = {
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "command": "python -m bench.quota_bench " + " ".join(args.argv),
+        "load_average_at_start": os.getloadavg()[0],
+    }
     with RedisServer(logs) as redis:
         redis_store = {"kind": "redis", "url": redis.url}
         memory_store = {"kind": "memory"}
@@ -340,34 +413,61 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "redis": await check_cost(redis_store, "quiet", args.checks, 64),
         }
         for name, r in doc["check_cost"].items():
-            print(f"check  {name:28s} p50 {r['p50_us']:7.0f} µs  p99 {r['p99_us']:7.0f} µs  "
-                  f"{r['checks_per_s']:8.0f} checks/s")
+            print(
+                f"check  {name:28s} p50 {r['p50_us']:7.0f} µs  p99 {r['p99_us']:7.0f} µs  "
+                f"{r['checks_per_s']:8.0f} checks/s"
+            )
         tenants = {"quiet": dict(LIMITS), "flood": dict(LIMITS), "free": {}}
         with upstream("upstream-fast", logs) as up:
-            with gateway("gw-memory", config(up.base_url, memory_store, tenants), logs) as gw_mem, \
-                 gateway("gw-redis", config(up.base_url, redis_store, tenants), logs) as gw_redis:
+            with (
+                gateway("gw-memory", config(up.base_url, memory_store, tenants), logs) as gw_mem,
+                gateway("gw-redis", config(up.base_url, redis_store, tenants), logs) as gw_redis,
+            ):
                 targets = {"no limits": gw_mem.base_url, "memory": gw_mem.base_url, "redis": gw_redis.base_url}
                 doc["http_cost"] = await http_cost(targets, args.http_requests)
         base = doc["http_cost"]["no limits"]
         for name, r in doc["http_cost"].items():
-            print(f"http   {name:28s} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
-                  f"added p50 {r['p50_ms'] - base['p50_ms']:+.3f} ms")
+            print(
+                f"http   {name:28s} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms  "
+                f"added p50 {r['p50_ms'] - base['p50_ms']:+.3f} ms"
+            )
     capacity, ttft_ms = 2, args.answer_ms
     capacity_rps = capacity * 1000 / ttft_ms
-    setup = {"capacity": capacity, "upstream_ttft_ms": ttft_ms, "capacity_rps": capacity_rps,
-             "quiet_rps": capacity_rps / 2 / 2, "flood_rps": capacity_rps / 2 * 10, "duration_s": args.duration,
-             "max_queue": 32, "max_queue_wait_s": 5.0}
+    setup = {
+        "capacity": capacity,
+        "upstream_ttft_ms": ttft_ms,
+        "capacity_rps": capacity_rps,
+        "quiet_rps": capacity_rps / 2 / 2,
+        "flood_rps": capacity_rps / 2 * 10,
+        "duration_s": args.duration,
+        "max_queue": 32,
+        "max_queue_wait_s": 5.0,
+    }
     fair_tenants = {"quiet": {"tier": 1}, "flood": {"tier": 1}, "free": {}}
-    with upstream("upstream-slow", logs, ttft_ms=ttft_ms) as slow, \
-         gateway("gw-fair", config(slow.base_url, {"kind": "memory"}, fair_tenants, max_inflight=capacity,
-                                   admission={"max_queue": setup["max_queue"],
-                                              "max_queue_wait_s": setup["max_queue_wait_s"]}), logs) as gw:
-        doc["fairness"] = {"setup": setup, **await fairness(gw.base_url, args.duration, setup["quiet_rps"],
-                                                            setup["flood_rps"])}
+    with (
+        upstream("upstream-slow", logs, ttft_ms=ttft_ms) as slow,
+        gateway(
+            "gw-fair",
+            config(
+                slow.base_url,
+                {"kind": "memory"},
+                fair_tenants,
+                max_inflight=capacity,
+                admission={"max_queue": setup["max_queue"], "max_queue_wait_s": setup["max_queue_wait_s"]},
+            ),
+            logs,
+        ) as gw,
+    ):
+        doc["fairness"] = {
+            "setup": setup,
+            **await fairness(gw.base_url, args.duration, setup["quiet_rps"], setup["flood_rps"]),
+        }
     for name in ("quiet_alone", "quiet_under_flood", "flood"):
         r = doc["fairness"][name]
-        print(f"fair   {name:28s} success {r['success_rate']:.1%}  p50 {r['p50_ms']:.0f} ms  "
-              f"p99 {r['p99_ms']:.0f} ms  {r['statuses']}")
+        print(
+            f"fair   {name:28s} success {r['success_rate']:.1%}  p50 {r['p50_ms']:.0f} ms  "
+            f"p99 {r['p99_ms']:.0f} ms  {r['statuses']}"
+        )
     write_json(out / "quota_bench.json", doc)
     (out / "quota_bench.md").write_text(render(doc))
     print(f"wrote {out / 'quota_bench.md'}")
@@ -376,6 +476,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     import sys
+
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="python -m bench.quota_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="reports/quota")

@@ -5,6 +5,7 @@ start; `chunk_times` and `end_s` are offsets from `sent_s`. Metrics are computed
 later from these (bench/metrics.py), so a report can always be recomputed with
 other definitions from its JSON.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -50,5 +51,5 @@ class RequestRecord:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RequestRecord":
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         return cls(**data)

@@ -1,9 +1,11 @@
 """Writes a run's report: result.json (config, summary, definitions, every request's
 record), summary.md (the same numbers for people, formulas included) and plots."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import orjson
 
@@ -19,8 +21,14 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def run_document(config: dict[str, Any], summary: dict[str, Any], records: Sequence[RequestRecord]) -> dict[str, Any]:
-    return {"kind": RUN_KIND, "version": 1, "config": config, "definitions": DEFINITIONS,
-            "summary": summary, "records": [r.to_dict() for r in records]}
+    return {
+        "kind": RUN_KIND,
+        "version": 1,
+        "config": config,
+        "definitions": DEFINITIONS,
+        "summary": summary,
+        "records": [r.to_dict() for r in records],
+    }
 
 
 def _fmt(v: Any, digits: int = 2) -> str:
@@ -36,8 +44,11 @@ def latency_table(summary: dict[str, Any]) -> list[str]:
     lines = [head, "|" + "---|" * (4 + len(PERCENTILES))]
     for key, label in (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("tpot_ms", "TPOT"), ("e2e_ms", "e2e")):
         d = summary[key]
-        lines.append(f"| {label} | {d['count']} | {_fmt(d['mean'])} | "
-                     + " | ".join(_fmt(d[f'p{p}']) for p in PERCENTILES) + f" | {_fmt(d['max'])} |")
+        lines.append(
+            f"| {label} | {d['count']} | {_fmt(d['mean'])} | "
+            + " | ".join(_fmt(d[f"p{p}"]) for p in PERCENTILES)
+            + f" | {_fmt(d['max'])} |"
+        )
     return lines
 
 
@@ -55,14 +66,19 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
     ]
     fails = {k: v for k, v in summary["failures"].items() if v}
     if fails:
-        lines.append("- failures by kind: " + ", ".join(f"{k} {v}" for k, v in fails.items())
-                     + (f" (HTTP statuses: {summary['http_statuses']})" if summary["http_statuses"] else ""))
+        lines.append(
+            "- failures by kind: "
+            + ", ".join(f"{k} {v}" for k, v in fails.items())
+            + (f" (HTTP statuses: {summary['http_statuses']})" if summary["http_statuses"] else "")
+        )
     if summary.get("cache_hit_pct") is not None:
         lines.append(f"- prompt cache hit: {summary['cache_hit_pct']:.1f}%")
     lag = summary.get("send_lag_ms")
     if lag:
-        lines.append(f"- open-loop send lag: p50 {_fmt(lag['p50'], 3)} ms, p99 {_fmt(lag['p99'], 3)} ms, "
-                     f"max {_fmt(lag['max'], 3)} ms")
+        lines.append(
+            f"- open-loop send lag: p50 {_fmt(lag['p50'], 3)} ms, p99 {_fmt(lag['p99'], 3)} ms, "
+            f"max {_fmt(lag['max'], 3)} ms"
+        )
     return lines
 
 
@@ -73,13 +89,17 @@ def markdown(config: dict[str, Any], summary: dict[str, Any], plots: Sequence[st
     tenants = summary.get("per_tenant") or {}
     if len(tenants) > 1:
         out += ["", "## Per tenant", ""]
-        out += ["| tenant | ok | failed | requests/s | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | e2e p99 | goodput |",
-                "|---|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            "| tenant | ok | failed | requests/s | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | e2e p99 | goodput |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for name, s in tenants.items():
-            out.append(f"| {name} | {s['requests']['ok']} | {s['requests']['failed']} | "
-                       f"{s['throughput']['requests_per_s']:.2f} | {_fmt(s['ttft_ms']['p50'])} | "
-                       f"{_fmt(s['ttft_ms']['p99'])} | {_fmt(s['tpot_ms']['p50'])} | {_fmt(s['tpot_ms']['p99'])} | "
-                       f"{_fmt(s['e2e_ms']['p99'])} | {s['goodput']['fraction']:.2%} |")
+            out.append(
+                f"| {name} | {s['requests']['ok']} | {s['requests']['failed']} | "
+                f"{s['throughput']['requests_per_s']:.2f} | {_fmt(s['ttft_ms']['p50'])} | "
+                f"{_fmt(s['ttft_ms']['p99'])} | {_fmt(s['tpot_ms']['p50'])} | {_fmt(s['tpot_ms']['p99'])} | "
+                f"{_fmt(s['e2e_ms']['p99'])} | {s['goodput']['fraction']:.2%} |"
+            )
     if plots:
         out += ["", "## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in plots]
     out += ["", "## Definitions", ""] + [f"- **{k}**: {v}" for k, v in DEFINITIONS.items()]
@@ -87,8 +107,13 @@ def markdown(config: dict[str, Any], summary: dict[str, Any], plots: Sequence[st
     return "\n".join(out)
 
 
-def write_run(out_dir: Path, config: dict[str, Any], summary: dict[str, Any],
-              records: Sequence[RequestRecord], with_plots: bool = True) -> Path:
+def write_run(
+    out_dir: Path,
+    config: dict[str, Any],
+    summary: dict[str, Any],
+    records: Sequence[RequestRecord],
+    with_plots: bool = True,
+) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     plots: list[str] = []
     if with_plots:

@@ -5,12 +5,14 @@ run's start, and starts that session as its own task without waiting for any
 earlier one, so a slow server never delays later sends. Each record keeps its
 scheduled and actual send time; the report shows the lag.
 """
+
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +31,6 @@ class LoadPlan:
     cancel_delay_s: float = 0.0  # ... this long after sending them
     seed: int = 0
     duration_s: float | None = None  # closed loop: start no session after this long
-
 
     def __post_init__(self) -> None:
         if self.arrivals is None and not self.concurrency:
@@ -106,10 +107,17 @@ class Runner:
             index = self._next_index
             self._next_index += 1
             messages = [*history, {"role": "user", "content": turn.content}]
-            rec = RequestRecord(index=index, tenant=session.tenant, session=sid, turn=k,
-                                stream=self.client.config.stream, sent_s=0.0,
-                                scheduled_s=scheduled_s if k == 0 else None,
-                                prompt_words=turn.words, max_tokens=turn.max_tokens)
+            rec = RequestRecord(
+                index=index,
+                tenant=session.tenant,
+                session=sid,
+                turn=k,
+                stream=self.client.config.stream,
+                sent_s=0.0,
+                scheduled_s=scheduled_s if k == 0 else None,
+                prompt_words=turn.words,
+                max_tokens=turn.max_tokens,
+            )
             cancel_after = self.plan.cancel_delay_s if self._cancel[index] else None
             self.records.append(rec)
             self.progress.sent += 1

@@ -10,26 +10,123 @@ words that most BPE vocabularies encode as one token each (with the leading
 space), so "N tokens" means N such words. Servers' usage counts are reported
 as measured.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import orjson
 
 WORDS: tuple[str, ...] = (
-    "the", "of", "and", "to", "in", "is", "for", "on", "with", "as", "at", "by", "from", "this", "that",
-    "time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school",
-    "state", "family", "student", "group", "country", "problem", "hand", "part", "place", "case", "week",
-    "company", "system", "program", "question", "work", "government", "number", "night", "point", "home",
-    "water", "room", "mother", "area", "money", "story", "fact", "month", "lot", "right", "study", "book",
-    "eye", "job", "word", "business", "issue", "side", "kind", "head", "house", "service", "friend",
-    "father", "power", "hour", "game", "line", "end", "member", "law", "car", "city", "name", "team",
-    "minute", "idea", "kid", "body", "back", "parent", "face", "level", "office", "door", "health",
-    "person", "art", "war", "history", "party", "result", "change", "morning", "reason", "research",
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "for",
+    "on",
+    "with",
+    "as",
+    "at",
+    "by",
+    "from",
+    "this",
+    "that",
+    "time",
+    "year",
+    "people",
+    "way",
+    "day",
+    "man",
+    "thing",
+    "woman",
+    "life",
+    "child",
+    "world",
+    "school",
+    "state",
+    "family",
+    "student",
+    "group",
+    "country",
+    "problem",
+    "hand",
+    "part",
+    "place",
+    "case",
+    "week",
+    "company",
+    "system",
+    "program",
+    "question",
+    "work",
+    "government",
+    "number",
+    "night",
+    "point",
+    "home",
+    "water",
+    "room",
+    "mother",
+    "area",
+    "money",
+    "story",
+    "fact",
+    "month",
+    "lot",
+    "right",
+    "study",
+    "book",
+    "eye",
+    "job",
+    "word",
+    "business",
+    "issue",
+    "side",
+    "kind",
+    "head",
+    "house",
+    "service",
+    "friend",
+    "father",
+    "power",
+    "hour",
+    "game",
+    "line",
+    "end",
+    "member",
+    "law",
+    "car",
+    "city",
+    "name",
+    "team",
+    "minute",
+    "idea",
+    "kid",
+    "body",
+    "back",
+    "parent",
+    "face",
+    "level",
+    "office",
+    "door",
+    "health",
+    "person",
+    "art",
+    "war",
+    "history",
+    "party",
+    "result",
+    "change",
+    "morning",
+    "reason",
+    "research",
 )
 
 
@@ -69,30 +166,55 @@ def _unique_head(i: int) -> str:
     return f"request {i}:"
 
 
-def synthetic(n: int, input_tokens: int, output_tokens: int, range_ratio: float = 0.0,
-              turns: int = 1, think_time_s: float = 0.0, seed: int = 0) -> list[Session]:
+def synthetic(
+    n: int,
+    input_tokens: int,
+    output_tokens: int,
+    range_ratio: float = 0.0,
+    turns: int = 1,
+    think_time_s: float = 0.0,
+    seed: int = 0,
+) -> list[Session]:
     rng = np.random.default_rng(seed)
     sessions = []
     for i in range(n):
         ts = []
         for k in range(turns):
             words = _length(rng, input_tokens, range_ratio)
-            ts.append(Turn(f"{_unique_head(i)} turn {k}: {_words(rng, words)}",
-                           _length(rng, output_tokens, range_ratio), words))
+            ts.append(
+                Turn(
+                    f"{_unique_head(i)} turn {k}: {_words(rng, words)}", _length(rng, output_tokens, range_ratio), words
+                )
+            )
         sessions.append(Session(ts, think_time_s=think_time_s))
     return sessions
 
 
-def shared_prefix(num_prefixes: int, suffixes_per_prefix: int, prefix_tokens: int, suffix_tokens: int,
-                  output_tokens: int, seed: int = 0) -> list[Session]:
+def shared_prefix(
+    num_prefixes: int,
+    suffixes_per_prefix: int,
+    prefix_tokens: int,
+    suffix_tokens: int,
+    output_tokens: int,
+    seed: int = 0,
+) -> list[Session]:
     """N prefixes x M suffixes, shuffled (vLLM's prefix_repetition): the prefix is
     the system message, so every request of a group starts with the same tokens."""
     rng = np.random.default_rng(seed)
     prefixes = [f"prefix {p}: {_words(rng, prefix_tokens)}" for p in range(num_prefixes)]
     sessions = [
-        Session([Turn(f"{_unique_head(p * suffixes_per_prefix + s)} {_words(rng, suffix_tokens)}",
-                      output_tokens, prefix_tokens + suffix_tokens)], system=prefixes[p])
-        for p in range(num_prefixes) for s in range(suffixes_per_prefix)
+        Session(
+            [
+                Turn(
+                    f"{_unique_head(p * suffixes_per_prefix + s)} {_words(rng, suffix_tokens)}",
+                    output_tokens,
+                    prefix_tokens + suffix_tokens,
+                )
+            ],
+            system=prefixes[p],
+        )
+        for p in range(num_prefixes)
+        for s in range(suffixes_per_prefix)
     ]
     order = rng.permutation(len(sessions))
     return [sessions[i] for i in order]
@@ -106,8 +228,11 @@ def _session_from_row(row: dict[str, Any], default_max_tokens: int | None, where
             raise ValueError(f"{where}: 'messages' must be a non-empty list of messages")
         # The last message is the turn; earlier ones become fixed history.
         content = msgs[-1].get("content", "")
-        return Session([Turn(str(content), max_tokens, len(str(content).split()))],
-                       tenant=row.get("tenant", "default"), extra={"history": msgs[:-1]})
+        return Session(
+            [Turn(str(content), max_tokens, len(str(content).split()))],
+            tenant=row.get("tenant", "default"),
+            extra={"history": msgs[:-1]},
+        )
     if "prompt" in row:
         text = str(row["prompt"])
         return Session([Turn(text, max_tokens, len(text.split()))], tenant=row.get("tenant", "default"))
@@ -162,9 +287,18 @@ def trace_file(path: Path, default_input: int, default_output: int, seed: int = 
             sessions.append(_session_from_row(row, default_output, f"{path}:{i + 1}"))
         else:
             words = int(row.get("input_tokens", default_input))
-            sessions.append(Session([Turn(f"{_unique_head(i)} {_words(rng, words)}",
-                                          int(row.get("output_tokens", default_output)), words)],
-                                    tenant=row.get("tenant", "default")))
+            sessions.append(
+                Session(
+                    [
+                        Turn(
+                            f"{_unique_head(i)} {_words(rng, words)}",
+                            int(row.get("output_tokens", default_output)),
+                            words,
+                        )
+                    ],
+                    tenant=row.get("tenant", "default"),
+                )
+            )
     return stamps, sessions
 
 

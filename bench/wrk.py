@@ -1,6 +1,7 @@
 """Drive a server with `wrk` (C, one thread) when it is installed: at 1,500+
 requests/s a Python client on a 2-core machine would take the CPU the server
 needs, and measure itself. wrk reads chunked (streamed) answers to their end."""
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,14 @@ class WrkResult:
     errors: int  # socket errors + non-2xx answers
 
     def as_dict(self) -> dict:
-        return {"requests": self.requests, "duration_s": self.duration_s, "requests_per_s": self.requests_per_s,
-                "latency_ms": self.latency_ms, "errors": self.errors, "client": "wrk"}
+        return {
+            "requests": self.requests,
+            "duration_s": self.duration_s,
+            "requests_per_s": self.requests_per_s,
+            "latency_ms": self.latency_ms,
+            "errors": self.errors,
+            "client": "wrk",
+        }
 
 
 def available() -> bool:
@@ -36,8 +43,10 @@ def lua_post(body: bytes) -> str:
     while b"]" + b"=" * level + b"]" in body:
         level += 1
     eq = "=" * level
-    return (f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-            f"wrk.body = [{eq}[{body.decode()}]{eq}]\n")
+    return (
+        f'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+        f"wrk.body = [{eq}[{body.decode()}]{eq}]\n"
+    )
 
 
 def _ms(text: str) -> float:
@@ -55,9 +64,13 @@ def parse(output: str) -> WrkResult:
         raise ValueError(f"could not read wrk's output:\n{output}")
     errors = sum(int(x) for x in re.findall(r"(?:connect|read|write|timeout) (\d+)", output))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    return WrkResult(requests=int(m.group(1)), duration_s=_ms(m.group(2) + m.group(3)) / 1000.0,
-                     requests_per_s=float(rps.group(1)), latency_ms=lat,
-                     errors=errors + (int(non2xx.group(1)) if non2xx else 0))
+    return WrkResult(
+        requests=int(m.group(1)),
+        duration_s=_ms(m.group(2) + m.group(3)) / 1000.0,
+        requests_per_s=float(rps.group(1)),
+        latency_ms=lat,
+        errors=errors + (int(non2xx.group(1)) if non2xx else 0),
+    )
 
 
 def run(url: str, body: bytes, connections: int, duration_s: float, threads: int = 1) -> WrkResult:
@@ -65,11 +78,25 @@ def run(url: str, body: bytes, connections: int, duration_s: float, threads: int
         f.write(lua_post(body))
         script = Path(f.name)
     try:
-        out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration_s:g}s", "--latency",
-                              # wrk's own 2 s default would count a slow server's answers as errors.
-                              "--timeout", "30s",
-                              "-s", str(script), url], capture_output=True, text=True, check=True,
-                             timeout=duration_s + 60)
+        out = subprocess.run(
+            [
+                "wrk",
+                f"-t{threads}",
+                f"-c{connections}",
+                f"-d{duration_s:g}s",
+                "--latency",
+                # wrk's own 2 s default would count a slow server's answers as errors.
+                "--timeout",
+                "30s",
+                "-s",
+                str(script),
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=duration_s + 60,
+        )
     finally:
         script.unlink(missing_ok=True)
     return parse(out.stdout)

@@ -1,9 +1,25 @@
 """Every declared check, in report order. Adding an area is adding an import."""
+
 from __future__ import annotations
 
 from conformance.check import Check
-from conformance.checks import (cancellation, chat_shape, errors, faults, gateway, logprobs, max_tokens, models,
-                                n_choices, sampling, stop, streaming, structured, tools, usage)
+from conformance.checks import (
+    cancellation,
+    chat_shape,
+    errors,
+    faults,
+    gateway,
+    logprobs,
+    max_tokens,
+    models,
+    n_choices,
+    sampling,
+    stop,
+    streaming,
+    structured,
+    tools,
+    usage,
+)
 
 ALL_CHECKS: list[Check] = [
     *models.CHECKS,

@@ -5,6 +5,7 @@ The function returns None to pass, raises `CheckFailed` (with evidence) to fail
 and `NotApplicable` to skip. Any other exception is an `error`: the check could
 not reach a verdict, which is never reported as a pass.
 """
+
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -42,8 +43,9 @@ class CheckList(list[Check]):
     def should(self, check_id: str, description: str, *, profile: str | None = None) -> Callable[[CheckFn], CheckFn]:
         return self._declare(check_id, Level.SHOULD, description, profile)
 
-    def _declare(self, check_id: str, level: Level, description: str,
-                 profile: str | None) -> Callable[[CheckFn], CheckFn]:
+    def _declare(
+        self, check_id: str, level: Level, description: str, profile: str | None
+    ) -> Callable[[CheckFn], CheckFn]:
         prof = profile or self.profile
         if prof not in PROFILES:
             raise ValueError(f"unknown profile {prof!r}")

@@ -11,6 +11,7 @@ use, a one-slot model that overflows), then:
 
 Exit status 1 when any MUST check fails (or errors) through the gateway.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,23 +51,33 @@ def _sha256(key: str) -> str:
 
 
 def build_config(sim_urls: dict[str, str], port: int, keys: dict[str, str]) -> dict[str, Any]:
-    models: dict[str, Any] = {"native": {"backends": [{"name": "native", "adapter": "native", "model_path": "builtin:tiny"}]}}
+    models: dict[str, Any] = {
+        "native": {"backends": [{"name": "native", "adapter": "native", "model_path": "builtin:tiny"}]}
+    }
     for kind, url in sim_urls.items():
-        models[f"sim-{kind}"] = {"backends": [{"name": f"sim-{kind}", "adapter": kind, "url": url,
-                                               "served_model": SIM_MODEL}]}
+        models[f"sim-{kind}"] = {
+            "backends": [{"name": f"sim-{kind}", "adapter": kind, "url": url, "served_model": SIM_MODEL}]
+        }
     # The main key may use every model but `restricted` (403), and `overload`
     # has one slot and a two-deep queue, so a burst must be shed (503).
-    models["restricted"] = {"backends": [{"name": "native-restricted", "adapter": "native", "model_path": "builtin:tiny"}]}
-    models["overload"] = {"backends": [{"name": "native-overload", "adapter": "native", "model_path": "builtin:tiny",
-                                        "max_inflight": 1}]}
+    models["restricted"] = {
+        "backends": [{"name": "native-restricted", "adapter": "native", "model_path": "builtin:tiny"}]
+    }
+    models["overload"] = {
+        "backends": [{"name": "native-overload", "adapter": "native", "model_path": "builtin:tiny", "max_inflight": 1}]
+    }
     allowed = [m for m in models if m != "restricted"]
     return {
         "listen": {"host": "127.0.0.1", "port": port},
-        "auth": {"mode": "keys", "api_keys": [{"sha256": _sha256(keys["main"]), "tenant": "main"},
-                                              {"sha256": _sha256(keys["limited"]), "tenant": "limited"}]},
+        "auth": {
+            "mode": "keys",
+            "api_keys": [
+                {"sha256": _sha256(keys["main"]), "tenant": "main"},
+                {"sha256": _sha256(keys["limited"]), "tenant": "limited"},
+            ],
+        },
         "quota_store": {"kind": "memory"},
-        "tenants": {"main": {"models": allowed},
-                    "limited": {"models": allowed, "requests_per_minute": RATE_LIMIT_RPM}},
+        "tenants": {"main": {"models": allowed}, "limited": {"models": allowed, "requests_per_minute": RATE_LIMIT_RPM}},
         "admission": {"max_queue": 2, "max_queue_wait_s": 10, "full_status": 503},
         "models": models,
     }
@@ -76,9 +87,12 @@ def start_simulators(log_dir: Path) -> dict[str, ManagedProcess]:
     procs: dict[str, ManagedProcess] = {}
     for kind, flags in SIMULATOR_FLAGS.items():
         port = free_port()
-        procs[kind] = ManagedProcess(f"sim-{kind}", [*SWITCHYARD, "simulate", kind, "--port", str(port),
-                                                     "--model-name", SIM_MODEL, *flags],
-                                     f"http://127.0.0.1:{port}", log_dir / f"sim-{kind}.log")
+        procs[kind] = ManagedProcess(
+            f"sim-{kind}",
+            [*SWITCHYARD, "simulate", kind, "--port", str(port), "--model-name", SIM_MODEL, *flags],
+            f"http://127.0.0.1:{port}",
+            log_dir / f"sim-{kind}.log",
+        )
     try:
         for p in procs.values():
             p.wait_ready("/health", timeout_s=60)
@@ -89,28 +103,48 @@ def start_simulators(log_dir: Path) -> dict[str, ManagedProcess]:
     return procs
 
 
-async def run_all(config: dict[str, Any], gateway_url: str, keys: dict[str, str], profiles: list[str],
-                  quiet: bool) -> MatrixReport:
+async def run_all(
+    config: dict[str, Any], gateway_url: str, keys: dict[str, str], profiles: list[str], quiet: bool
+) -> MatrixReport:
     def progress(target: Target, r: Any) -> None:
         if not quiet:
-            print(f"[{target.name}] {r.status:5} {r.level:6} {r.id}"
-                  + (f" — {r.message[:140]}" if r.status != "pass" and r.message else ""), flush=True)
+            print(
+                f"[{target.name}] {r.status:5} {r.level:6} {r.id}"
+                + (f" — {r.message[:140]}" if r.status != "pass" and r.message else ""),
+                flush=True,
+            )
 
     matrix = MatrixReport()
     checks = select(profiles)
     # The failure checks need the simulators' fault markers: simulator columns
     # only, directly (the runtime's own failure shapes) and through the gateway.
     fault_checks = [c for c in select(["gateway"], ["faults."]) if c not in checks]
-    for target in targets_from_config(config, gateway_url, direct=True, api_key=keys["main"],
-                                      models=[m for m in config["models"] if m not in ("restricted", "overload")],
-                                      metrics_url=gateway_url + "/metrics"):
+    for target in targets_from_config(
+        config,
+        gateway_url,
+        direct=True,
+        api_key=keys["main"],
+        models=[m for m in config["models"] if m not in ("restricted", "overload")],
+        metrics_url=gateway_url + "/metrics",
+    ):
         target.sim_faults = "sim-" in target.name
-        run = await run_checks(target, checks + (fault_checks if target.sim_faults else []), profiles,
-                               progress=lambda r, t=target: progress(t, r))
+        run = await run_checks(
+            target,
+            checks + (fault_checks if target.sim_faults else []),
+            profiles,
+            progress=lambda r, t=target: progress(t, r),
+        )
         matrix.runs.append((target, run))
-    policies = Target(base_url=gateway_url, model="native", name="gateway/policies", api_key=keys["main"],
-                      forbidden_model="restricted", rate_limited_key=keys["limited"], overload_model="overload",
-                      metrics_url=gateway_url + "/metrics")
+    policies = Target(
+        base_url=gateway_url,
+        model="native",
+        name="gateway/policies",
+        api_key=keys["main"],
+        forbidden_model="restricted",
+        rate_limited_key=keys["limited"],
+        overload_model="overload",
+        metrics_url=gateway_url + "/metrics",
+    )
     run = await run_checks(policies, select(["gateway"]), ["gateway"], progress=lambda r: progress(policies, r))
     matrix.runs.append((policies, run))
     return matrix
@@ -151,8 +185,12 @@ def print_direct_deviations(matrix: MatrixReport, expected: dict[str, dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.ci_matrix", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--report", default="reports/conformance", help="output directory (default reports/conformance)")
-    parser.add_argument("--profile", action="append", help=f"profiles through the gateway (default {','.join(CI_PROFILES)})")
+    parser.add_argument(
+        "--report", default="reports/conformance", help="output directory (default reports/conformance)"
+    )
+    parser.add_argument(
+        "--profile", action="append", help=f"profiles through the gateway (default {','.join(CI_PROFILES)})"
+    )
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     profiles = [p for v in (args.profile or CI_PROFILES) for p in v.split(",")]

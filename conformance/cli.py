@@ -1,4 +1,5 @@
 """`switchyard conformance run | matrix | diff`."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,13 +31,20 @@ def _progress(prefix: str = "") -> Any:
         if result.message and result.status != "pass":
             line += f" — {result.message[:160]}"
         print(line, flush=True)
+
     return show
 
 
 def _gateway_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"bad_api_key": args.bad_api_key, "forbidden_model": args.forbidden_model,
-            "rate_limited_key": args.rate_limited_key, "overload_model": args.overload_model,
-            "metrics_url": args.metrics_url, "sim_faults": args.sim_faults, "timeout_s": args.timeout}
+    return {
+        "bad_api_key": args.bad_api_key,
+        "forbidden_model": args.forbidden_model,
+        "rate_limited_key": args.rate_limited_key,
+        "overload_model": args.overload_model,
+        "metrics_url": args.metrics_url,
+        "sim_faults": args.sim_faults,
+        "timeout_s": args.timeout,
+    }
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -46,8 +54,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from conformance.target import Target
 
     profiles = _profiles(args.profile)
-    target = Target(base_url=args.base_url, model=args.model, name=args.name or "", api_key=args.api_key,
-                    **_gateway_options(args))
+    target = Target(
+        base_url=args.base_url, model=args.model, name=args.name or "", api_key=args.api_key, **_gateway_options(args)
+    )
     checks = select(profiles, args.only)
     if not checks:
         print("no checks selected", file=sys.stderr)
@@ -57,8 +66,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(summary_line(report))
     print("reports: " + ", ".join(str(p) for p in paths.values()))
     if report.must_failures:
-        print(f"FAIL: {len(report.must_failures)} MUST check(s) failed: "
-              + ", ".join(r.id for r in report.must_failures), file=sys.stderr)
+        print(
+            f"FAIL: {len(report.must_failures)} MUST check(s) failed: " + ", ".join(r.id for r in report.must_failures),
+            file=sys.stderr,
+        )
         return EXIT_MUST_FAILED
     return EXIT_OK
 
@@ -79,10 +90,22 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     else:
         gateway_url = args.gateway_url or gateway_url_of(config)
     try:
-        targets = targets_from_config(config, gateway_url, direct=args.direct, api_key=args.api_key,
-                                      models=args.models.split(",") if args.models else None, **_gateway_options(args))
-        matrix = asyncio.run(run_matrix(targets, select(profiles, args.only), profiles,
-                                        progress=None if args.quiet else lambda t, r: _progress(f"[{t.name}] ")(r)))
+        targets = targets_from_config(
+            config,
+            gateway_url,
+            direct=args.direct,
+            api_key=args.api_key,
+            models=args.models.split(",") if args.models else None,
+            **_gateway_options(args),
+        )
+        matrix = asyncio.run(
+            run_matrix(
+                targets,
+                select(profiles, args.only),
+                profiles,
+                progress=None if args.quiet else lambda t, r: _progress(f"[{t.name}] ")(r),
+            )
+        )
     finally:
         if gateway is not None:
             gateway.stop()
@@ -90,8 +113,11 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     print("reports: " + ", ".join(str(p) for p in paths.values()))
     failures = matrix.gateway_must_failures()
     if failures:
-        print(f"FAIL: {len(failures)} MUST failure(s) through the gateway: "
-              + ", ".join(f"{name}:{r.id}" for name, r in failures), file=sys.stderr)
+        print(
+            f"FAIL: {len(failures)} MUST failure(s) through the gateway: "
+            + ", ".join(f"{name}:{r.id}" for name, r in failures),
+            file=sys.stderr,
+        )
         return EXIT_MUST_FAILED
     return EXIT_OK
 
@@ -114,8 +140,12 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", help="the key to call with (gateway profile: a gateway with auth on)")
-    p.add_argument("--profile", action="append", metavar="|".join(PROFILES),
-                   help="profile(s) to run, repeatable or comma-separated (default: all)")
+    p.add_argument(
+        "--profile",
+        action="append",
+        metavar="|".join(PROFILES),
+        help="profile(s) to run, repeatable or comma-separated (default: all)",
+    )
     p.add_argument("--only", action="append", help="check id or id prefix (e.g. stream.) to run; repeatable")
     p.add_argument("--report", required=True, help="directory for the JSON, Markdown and HTML reports")
     p.add_argument("--bad-api-key", help="gateway: a key that must be refused (default: a random one)")
@@ -123,8 +153,11 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-limited-key", help="gateway: a key whose tenant allows only a few requests per minute (429)")
     p.add_argument("--overload-model", help="gateway: a model whose queue overflows under a burst (503)")
     p.add_argument("--metrics-url", help="Prometheus endpoint with a running-requests gauge (cancellation check)")
-    p.add_argument("--sim-faults", action="store_true",
-                   help="the server understands the simulators' [[sim:...]] fault markers (failure checks)")
+    p.add_argument(
+        "--sim-faults",
+        action="store_true",
+        help="the server understands the simulators' [[sim:...]] fault markers (failure checks)",
+    )
     p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds")
     p.add_argument("--quiet", action="store_true", help="no per-check progress lines")
 

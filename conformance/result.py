@@ -4,6 +4,7 @@ A check ends in exactly one of four statuses. Only `pass` counts as passing: a
 check that could not run is `skip` (not applicable, with the reason) or `error`
 (it broke before reaching a verdict), never `pass`.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -80,9 +81,14 @@ class CheckResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CheckResult":
+    def from_dict(cls, d: dict[str, Any]) -> CheckResult:
         return cls(
-            id=d["id"], area=d.get("area", ""), level=Level(d["level"]), description=d.get("description", ""),
-            status=Status(d["status"]), message=d.get("message", ""), evidence=list(d.get("evidence", [])),
+            id=d["id"],
+            area=d.get("area", ""),
+            level=Level(d["level"]),
+            description=d.get("description", ""),
+            status=Status(d["status"]),
+            message=d.get("message", ""),
+            evidence=list(d.get("evidence", [])),
             duration_s=float(d.get("duration_s", 0.0)),
         )

@@ -4,6 +4,7 @@ Sequential on purpose: concurrent requests change a runtime's batches, and on
 some runtimes batch composition changes greedy outputs, which would make the
 stream-versus-non-stream comparisons flaky.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -11,7 +12,7 @@ import platform
 import time
 import traceback
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from conformance.check import Check
@@ -55,10 +56,14 @@ class RunReport:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunReport":
-        return cls(target=d.get("target", {}), profiles=list(d.get("profiles", [])), started=d.get("started", ""),
-                   duration_s=float(d.get("duration_s", 0.0)),
-                   results=[CheckResult.from_dict(r) for r in d.get("results", [])])
+    def from_dict(cls, d: dict[str, Any]) -> RunReport:
+        return cls(
+            target=d.get("target", {}),
+            profiles=list(d.get("profiles", [])),
+            started=d.get("started", ""),
+            duration_s=float(d.get("duration_s", 0.0)),
+            results=[CheckResult.from_dict(r) for r in d.get("results", [])],
+        )
 
 
 async def run_check(check: Check, ctx: Context, timeout_s: float = CHECK_TIMEOUT_S) -> CheckResult:
@@ -70,20 +75,34 @@ async def run_check(check: Check, ctx: Context, timeout_s: float = CHECK_TIMEOUT
         status, message, evidence = Status.FAIL, exc.message, [e.to_dict() for e in exc.evidence]
     except NotApplicable as exc:
         status, message = Status.SKIP, f"not applicable: {exc.reason}"
-    except asyncio.TimeoutError:
+    except TimeoutError:
         status, message = Status.ERROR, f"no verdict within {timeout_s:.0f} s"
     except Exception as exc:  # a broken check or an unreachable server: no verdict, never a pass
         status = Status.ERROR
         message = f"{type(exc).__name__}: {exc}"
-        evidence = [{"expected": "the check to reach a verdict", "seen": traceback.format_exc(limit=3)[-1500:],
-                     "where": "", "offending": None, "request": None}]
-    return CheckResult(check.id, check.area, check.level, check.description, status, message, evidence,
-                       round(time.perf_counter() - start, 3))
+        evidence = [
+            {
+                "expected": "the check to reach a verdict",
+                "seen": traceback.format_exc(limit=3)[-1500:],
+                "where": "",
+                "offending": None,
+                "request": None,
+            }
+        ]
+    return CheckResult(
+        check.id,
+        check.area,
+        check.level,
+        check.description,
+        status,
+        message,
+        evidence,
+        round(time.perf_counter() - start, 3),
+    )
 
 
-async def run_checks(target: Target, checks: list[Check], profiles: list[str],
-                     progress: Any = None) -> RunReport:
-    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+async def run_checks(target: Target, checks: list[Check], profiles: list[str], progress: Any = None) -> RunReport:
+    started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     ctx = Context(target)
     report = RunReport(target=target.describe(), profiles=profiles, started=started, duration_s=0.0)

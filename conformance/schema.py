@@ -6,6 +6,7 @@ a list of `FieldIssue`s (empty when the object conforms); "key present" and
 "not null" are checked separately because the spec distinguishes a required
 nullable key (`content`, `refusal`, `logprobs`) from an optional one.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -237,8 +238,12 @@ def chat_chunk_issues(chunk: Any) -> list[FieldIssue]:
         if not c.obj(choice, p):
             continue
         c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
-        c.enum(c.present(choice, "finish_reason", f"{p}.finish_reason"), f"{p}.finish_reason",
-               CHAT_FINISH_REASONS, nullable=True)
+        c.enum(
+            c.present(choice, "finish_reason", f"{p}.finish_reason"),
+            f"{p}.finish_reason",
+            CHAT_FINISH_REASONS,
+            nullable=True,
+        )
         _chat_logprobs(c, c.get(choice, "logprobs"), f"{p}.logprobs")
         delta = c.present(choice, "delta", f"{p}.delta")
         if delta is _ABSENT or not c.obj(delta, f"{p}.delta"):
@@ -275,8 +280,12 @@ def completion_issues(body: Any, *, stream: bool) -> list[FieldIssue]:
             continue
         c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
         c.string(c.present(choice, "text", f"{p}.text"), f"{p}.text")
-        c.enum(c.present(choice, "finish_reason", f"{p}.finish_reason"), f"{p}.finish_reason",
-               COMPLETION_FINISH_REASONS, nullable=stream)
+        c.enum(
+            c.present(choice, "finish_reason", f"{p}.finish_reason"),
+            f"{p}.finish_reason",
+            COMPLETION_FINISH_REASONS,
+            nullable=stream,
+        )
         lp = c.present(choice, "logprobs", f"{p}.logprobs")
         if lp not in (_ABSENT, None) and c.obj(lp, f"{p}.logprobs"):
             for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):

@@ -20,6 +20,7 @@ Rules (each can fail on its own; see tests/conformance/test_sse.py):
   done-exact         the terminator is exactly `[DONE]`
   after-done         nothing but whitespace follows `[DONE]`
 """
+
 from __future__ import annotations
 
 import json
@@ -97,13 +98,17 @@ def parse_sse(body: bytes) -> SSEParse:
         if done_index is not None:
             result.violations.append(SSEViolation("after-done", "an event follows data: [DONE]", index))
         if len(data_lines) > 1:
-            result.violations.append(SSEViolation("multiline-data", f"{len(data_lines)} data lines in one event", index))
+            result.violations.append(
+                SSEViolation("multiline-data", f"{len(data_lines)} data lines in one event", index)
+            )
         data = "\n".join(data_lines)
         event = SSEEvent(data=data)
         if data.strip() == "[DONE]" or data.startswith("[DONE]"):
             event.is_done = True
             if data != "[DONE]":
-                result.violations.append(SSEViolation("done-exact", f"terminator is {data!r}, expected '[DONE]'", index))
+                result.violations.append(
+                    SSEViolation("done-exact", f"terminator is {data!r}, expected '[DONE]'", index)
+                )
             done_index = index
         elif not data.strip():
             result.violations.append(SSEViolation("empty-data", "event with empty data", index))
@@ -115,7 +120,9 @@ def parse_sse(body: bytes) -> SSEParse:
             else:
                 if not isinstance(event.payload, dict):
                     result.violations.append(
-                        SSEViolation("json-object", f"data is JSON {type(event.payload).__name__}, not an object", index)
+                        SSEViolation(
+                            "json-object", f"data is JSON {type(event.payload).__name__}, not an object", index
+                        )
                     )
         result.events.append(event)
 
@@ -137,23 +144,30 @@ def parse_sse(body: bytes) -> SSEParse:
             name, value = line, ""
         if name not in ALLOWED_FIELDS:
             result.violations.append(
-                SSEViolation("field", f"line with field {name!r} (only data, id, retry are expected): {line[:80]!r}",
-                             len(result.events))
+                SSEViolation(
+                    "field",
+                    f"line with field {name!r} (only data, id, retry are expected): {line[:80]!r}",
+                    len(result.events),
+                )
             )
             continue
         if name != "data":
             continue
         if not value.startswith(" "):
-            result.violations.append(SSEViolation("data-space", f"'data:' not followed by a space: {line[:80]!r}",
-                                                  len(result.events)))
+            result.violations.append(
+                SSEViolation("data-space", f"'data:' not followed by a space: {line[:80]!r}", len(result.events))
+            )
         else:
             value = value[1:]
         data_lines.append(value)
 
     if event_open:
         result.violations.append(
-            SSEViolation("unterminated", "the last event is not followed by a blank line, so it is never dispatched",
-                         len(result.events))
+            SSEViolation(
+                "unterminated",
+                "the last event is not followed by a blank line, so it is never dispatched",
+                len(result.events),
+            )
         )
     if done_index is None:
         result.violations.append(SSEViolation("done-missing", "no data: [DONE] event"))

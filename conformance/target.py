@@ -1,6 +1,7 @@
 """Who is being judged: a base URL, a model, credentials, and the optional
 gateway knowledge that the `gateway` profile needs (a key without access, a
 rate-limited key, an overloadable model)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -25,7 +26,9 @@ class Target:
     rate_limited_key: str | None = None  # a key whose tenant has a small requests-per-minute limit (429)
     overload_model: str | None = None  # a model whose queue is small enough to overflow (503)
     metrics_url: str | None = None  # Prometheus text endpoint to watch running requests after a cancel
-    runtime: str | None = None  # for direct runs: the runtime kind (vllm, sglang, ...), to look up its expected deviations
+    runtime: str | None = (
+        None  # for direct runs: the runtime kind (vllm, sglang, ...), to look up its expected deviations
+    )
     sim_faults: bool = False  # the server understands the simulators' [[sim:...]] fault markers
     timeout_s: float = 60.0
     extra_headers: dict[str, str] = field(default_factory=dict)

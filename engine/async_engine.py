@@ -5,12 +5,13 @@ event loop while the thread steps. A plain lock is not fair: the stepping thread
 re-take it before a waiter wakes, so callers announce themselves (`_waiters`) and the
 thread yields the lock to them between steps. Each step's outputs go back to the loop in one
 `call_soon_threadsafe` and are routed to per-request asyncio queues."""
+
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from engine.llm_engine import EngineStats, LLMEngine, TokenOutput
 from engine.metrics import EngineMetrics
@@ -83,15 +84,18 @@ class AsyncEngine:
             except RuntimeError:
                 pass
 
-    async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                       priority: int = 0) -> AsyncIterator[TokenOutput]:
+    async def generate(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, priority: int = 0
+    ) -> AsyncIterator[TokenOutput]:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
+
         def add() -> None:
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already streaming")
             self.engine.add_request(request_id, prompt_token_ids, params, priority)
             self._streams[request_id] = (loop, queue)
+
         self._call(add)
         self._ensure_thread()
         self._wakeup.set()
@@ -105,14 +109,17 @@ class AsyncEngine:
                     remaining -= 1
                 yield item
         finally:
+
             def close() -> None:
                 self._streams.pop(request_id, None)
                 if remaining:
                     self.engine.abort_request(request_id)
+
             self._call(close)
 
     def abort(self, request_id: str) -> None:
         """Stop a request from outside its consumer; its stream ends with finish_reason "abort"."""
+
         def abort() -> tuple[list[int], tuple | None]:
             req = self.engine.requests.get(request_id)
             indices: list[int] = []
@@ -121,6 +128,7 @@ class AsyncEngine:
                 indices = [s.index for s in req.seqs if not s.is_finished] + list(range(len(req.seqs), req.params.n))
             self.engine.abort_request(request_id)
             return indices, self._streams.get(request_id)
+
         indices, entry = self._call(abort)
         if entry is None:
             return
@@ -144,9 +152,11 @@ class AsyncEngine:
             await asyncio.to_thread(thread.join, 5.0)
         self._thread = None
         self._stopping = False
+
         def abort_all() -> None:
             for request_id in list(self.engine.requests):
                 self.engine.abort_request(request_id)
+
         self._call(abort_all)
 
 

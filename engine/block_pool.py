@@ -10,6 +10,7 @@ hit on a cached free block) and O(1) pops from the front. Allocation takes the f
 freed blocks with a hash go to the back (kept longest), blocks without one to the front
 (reused first), so cached blocks are evicted least-recently-freed first.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -38,7 +39,7 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.blocks = [Block(i) for i in range(num_blocks)]
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
-        self._cached: dict[int, Block] = {}   # block hash -> block holding those tokens
+        self._cached: dict[int, Block] = {}  # block hash -> block holding those tokens
 
     # ---- queries -------------------------------------------------------------------
 
@@ -109,7 +110,8 @@ class BlockPool:
             assert block.ref_count >= 0, f"block {block.block_id} has a negative ref count"
             is_free = block.block_id in self._free
             assert is_free == (block.ref_count == 0), (
-                f"block {block.block_id}: ref_count={block.ref_count} but in free list={is_free}")
+                f"block {block.block_id}: ref_count={block.ref_count} but in free list={is_free}"
+            )
             if is_free and block.block_hash is not None:
                 cached_free += 1
         free_plain = len(self._free) - cached_free

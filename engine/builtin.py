@@ -6,6 +6,7 @@ model with its default shape and seed, built once into
 The build happens in a temporary sibling directory that is renamed into place,
 so two processes starting together never see or leave a half-written model.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,7 +66,7 @@ def builtin_model_dir(name: str) -> Path:
 def resolve_model_path(model_path: str) -> Path:
     """A model directory for `model_path`: a directory, or `builtin:NAME`."""
     if model_path.startswith(BUILTIN_PREFIX):
-        return builtin_model_dir(model_path[len(BUILTIN_PREFIX):])
+        return builtin_model_dir(model_path[len(BUILTIN_PREFIX) :])
     path = Path(model_path).expanduser()
     if not (path / "config.json").is_file():
         raise FileNotFoundError(f"{path} is not a model directory (no config.json)")

@@ -5,6 +5,7 @@ The environment mirrors what transformers' `apply_chat_template` gives templates
 does not HTML-escape, `raise_exception`, `strftime_now`), so a checkpoint's
 template renders here exactly as it does in transformers and vLLM.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,13 @@ class ChatTemplateError(ValueError):
     """The messages cannot be rendered (bad shape, or the template refused them)."""
 
 
-def _tojson(value: Any, indent: int | None = None, separators: tuple[str, str] | None = None,
-            sort_keys: bool = False, ensure_ascii: bool = False) -> str:
+def _tojson(
+    value: Any,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+    ensure_ascii: bool = False,
+) -> str:
     return json.dumps(value, indent=indent, separators=separators, sort_keys=sort_keys, ensure_ascii=ensure_ascii)
 
 

@@ -6,6 +6,7 @@ their own subcommands under `engine`; `engine_subparsers(subparsers)` returns
 them, creating the `engine` command first when it does not exist yet. Heavy
 imports (torch) happen only when a command runs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ def _add_make_tiny(sub: argparse._SubParsersAction) -> None:
         "make-tiny",
         help="build a tiny random-weight Llama model with a trained byte-level BPE tokenizer",
         description="Deterministic: the same arguments give byte-identical files. head_dim (hidden/heads) "
-                    "64 is what a real vLLM CPU build accepts.",
+        "64 is what a real vLLM CPU build accepts.",
     )
     p.add_argument("dir", help="output directory (created if missing)")
     p.add_argument("--seed", type=int, default=0)
@@ -53,13 +54,21 @@ def _run_make_tiny(args: argparse.Namespace) -> int:
     from engine.make_tiny import TinySpec, make_tiny
 
     try:
-        spec = TinySpec(layers=args.layers, hidden=args.hidden, heads=args.heads, kv_heads=args.kv_heads,
-                        vocab=args.vocab, intermediate=args.intermediate or 2 * args.hidden)
+        spec = TinySpec(
+            layers=args.layers,
+            hidden=args.hidden,
+            heads=args.heads,
+            kv_heads=args.kv_heads,
+            vocab=args.vocab,
+            intermediate=args.intermediate or 2 * args.hidden,
+        )
     except ValueError as exc:
         raise SystemExit(f"switchyard engine make-tiny: {exc}") from exc
     started = time.perf_counter()
     out = make_tiny(args.dir, seed=args.seed, spec=spec)
-    print(f"tiny model written to {out} in {time.perf_counter() - started:.1f}s "
-          f"(layers={spec.layers} hidden={spec.hidden} heads={spec.heads} kv_heads={spec.kv_heads} "
-          f"head_dim={spec.head_dim} vocab={spec.vocab} seed={args.seed})")
+    print(
+        f"tiny model written to {out} in {time.perf_counter() - started:.1f}s "
+        f"(layers={spec.layers} hidden={spec.hidden} heads={spec.heads} kv_heads={spec.kv_heads} "
+        f"head_dim={spec.head_dim} vocab={spec.vocab} seed={args.seed})"
+    )
     return 0

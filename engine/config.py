@@ -1,4 +1,5 @@
 """Model configuration read from a local Hugging Face directory, and engine knobs."""
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ class ModelConfig:
     sliding_window: int | None = None
 
     @classmethod
-    def from_dir(cls, model_dir: str) -> "ModelConfig":
+    def from_dir(cls, model_dir: str) -> ModelConfig:
         with open(os.path.join(model_dir, "config.json")) as f:
             raw = json.load(f)
         model_type = raw.get("model_type", "llama")
@@ -74,8 +75,9 @@ class ModelConfig:
             hidden_act=raw.get("hidden_act", "silu"),
             eos_token_ids=eos,
             bos_token_id=raw.get("bos_token_id"),
-            sliding_window=(raw.get("sliding_window")
-                            if model_type == "mistral" or raw.get("use_sliding_window") else None),
+            sliding_window=(
+                raw.get("sliding_window") if model_type == "mistral" or raw.get("use_sliding_window") else None
+            ),
         )
 
 

@@ -6,10 +6,11 @@ incremental UTF-8 decoder, which holds back an incomplete sequence until the
 bytes that complete it arrive; bytes that can never form a character become
 U+FFFD, as a full decode would show them.
 """
+
 from __future__ import annotations
 
 import codecs
-from typing import Iterable
+from collections.abc import Iterable
 
 from engine.tokenizer import TextTokenizer
 

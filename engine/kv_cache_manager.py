@@ -4,6 +4,7 @@ Full blocks are identified by a chain hash: hash(parent block's hash, block toke
 lookup also compares the tokens stored with the block, so a hash collision can only cost
 a cache miss, never wrong KV. The cache hit is capped so that at least one prompt token is
 always computed (its logits are needed to sample)."""
+
 from __future__ import annotations
 
 from engine.block_pool import Block, BlockPool
@@ -26,7 +27,7 @@ class KVCacheManager:
         parent = hashes[-1] if hashes else _ROOT_HASH
         tokens = seq.token_ids
         for i in range(len(hashes), num_full_blocks):
-            parent = hash((parent, tuple(tokens[i * bs:(i + 1) * bs])))
+            parent = hash((parent, tuple(tokens[i * bs : (i + 1) * bs])))
             hashes.append(parent)
 
     # ---- prefix-cache lookup -------------------------------------------------------
@@ -43,7 +44,7 @@ class KVCacheManager:
         hits: list[Block] = []
         tokens = seq.token_ids
         for i in range(max_blocks):
-            block = self.pool.lookup(seq.block_hashes[i], tuple(tokens[i * bs:(i + 1) * bs]))
+            block = self.pool.lookup(seq.block_hashes[i], tuple(tokens[i * bs : (i + 1) * bs]))
             if block is None:
                 break
             hits.append(block)
@@ -89,7 +90,7 @@ class KVCacheManager:
         self._extend_hashes(seq, num_full)
         tokens = seq.token_ids
         for i in range(seq.num_published_blocks, num_full):
-            self.pool.cache(seq.blocks[i], seq.block_hashes[i], tuple(tokens[i * bs:(i + 1) * bs]))
+            self.pool.cache(seq.blocks[i], seq.block_hashes[i], tuple(tokens[i * bs : (i + 1) * bs]))
         seq.num_published_blocks = num_full
 
     def fork(self, parent: Sequence, child: Sequence) -> tuple[int, int] | None | bool:

@@ -1,4 +1,5 @@
 """The synchronous engine: add requests, call step(), read TokenOutputs."""
+
 from __future__ import annotations
 
 import time
@@ -21,15 +22,15 @@ class ContextLengthError(ValueError):
 
 
 @dataclass
-class TokenOutput:                     # one choice's progress in one step
+class TokenOutput:  # one choice's progress in one step
     request_id: str
-    index: int                         # choice index 0..n-1
-    token_ids: list[int]               # new tokens this step (a final EOS/stop id is included)
+    index: int  # choice index 0..n-1
+    token_ids: list[int]  # new tokens this step (a final EOS/stop id is included)
     logprobs: list[tuple[float, list[tuple[int, float]]]] | None
     finished: bool
-    finish_reason: str | None          # "stop" | "length" | "abort" | None
+    finish_reason: str | None  # "stop" | "length" | "abort" | None
     num_prompt_tokens: int
-    num_cached_tokens: int             # prompt tokens served from the prefix cache
+    num_cached_tokens: int  # prompt tokens served from the prefix cache
 
 
 @dataclass
@@ -59,21 +60,42 @@ class _Request:
 
 
 class LLMEngine:
-    def __init__(self, model_dir: str, *, dtype: str = "float32", device: str = "cpu", block_size: int = 16,
-                 kv_cache_bytes: int | None = None, num_blocks: int | None = None, max_num_seqs: int = 64,
-                 max_num_batched_tokens: int = 2048, max_model_len: int | None = None,
-                 enable_prefix_caching: bool = True, seed: int = 0) -> None:
-        self.config = EngineConfig(model_dir=model_dir, dtype=dtype, device=device, block_size=block_size,
-                                   kv_cache_bytes=kv_cache_bytes, num_blocks=num_blocks,
-                                   max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                   max_model_len=max_model_len, enable_prefix_caching=enable_prefix_caching,
-                                   seed=seed)
+    def __init__(
+        self,
+        model_dir: str,
+        *,
+        dtype: str = "float32",
+        device: str = "cpu",
+        block_size: int = 16,
+        kv_cache_bytes: int | None = None,
+        num_blocks: int | None = None,
+        max_num_seqs: int = 64,
+        max_num_batched_tokens: int = 2048,
+        max_model_len: int | None = None,
+        enable_prefix_caching: bool = True,
+        seed: int = 0,
+    ) -> None:
+        self.config = EngineConfig(
+            model_dir=model_dir,
+            dtype=dtype,
+            device=device,
+            block_size=block_size,
+            kv_cache_bytes=kv_cache_bytes,
+            num_blocks=num_blocks,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_model_len=max_model_len,
+            enable_prefix_caching=enable_prefix_caching,
+            seed=seed,
+        )
         self.config.validate()
         self.model_config = ModelConfig.from_dir(model_dir)
         self.eos_token_ids: set[int] = set(self.model_config.eos_token_ids)
-        self.max_model_len = min(max_model_len or self.model_config.max_position_embeddings,
-                                 self.model_config.max_position_embeddings,
-                                 self.model_config.sliding_window or self.model_config.max_position_embeddings)
+        self.max_model_len = min(
+            max_model_len or self.model_config.max_position_embeddings,
+            self.model_config.max_position_embeddings,
+            self.model_config.sliding_window or self.model_config.max_position_embeddings,
+        )
         self.device = torch.device(device)
         self.runner = ModelRunner(self.model_config, self.config, self.max_model_len)
         self.pool = BlockPool(self.runner.num_blocks)
@@ -86,8 +108,9 @@ class LLMEngine:
 
     # ---- requests ------------------------------------------------------------------
 
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                    priority: int = 0) -> None:
+    def add_request(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, priority: int = 0
+    ) -> None:
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already running")
         params.validate()
@@ -102,11 +125,13 @@ class LLMEngine:
         if total > self.max_model_len:
             raise ContextLengthError(
                 f"this model's maximum context length is {self.max_model_len} tokens, but the request needs "
-                f"{total} ({len(prompt_token_ids)} prompt + {params.max_tokens} max_tokens)")
+                f"{total} ({len(prompt_token_ids)} prompt + {params.max_tokens} max_tokens)"
+            )
         if -(-total // self.config.block_size) > self.pool.num_blocks:
             raise ContextLengthError(
                 f"the request needs {total} tokens of KV cache but the engine holds only "
-                f"{self.pool.num_blocks * self.config.block_size}")
+                f"{self.pool.num_blocks * self.config.block_size}"
+            )
         seq = Sequence(request_id, 0, prompt_token_ids, params, priority, self._generator(params, 0))
         self.requests[request_id] = _Request(request_id, params, seq)
         self.scheduler.add(seq)
@@ -192,14 +217,15 @@ class LLMEngine:
                 continue
             req.forked = True
             for index in range(1, req.params.n):
-                child = Sequence(seq.request_id, index, seq.token_ids, req.params, seq.priority,
-                                 self._generator(req.params, index))
+                child = Sequence(
+                    seq.request_id, index, seq.token_ids, req.params, seq.priority, self._generator(req.params, index)
+                )
                 child.arrival = seq.arrival
                 child.admitted = True
                 child.num_cached_tokens = seq.num_cached_tokens
                 copy = self.kv.fork(seq, child)
                 if copy is False:
-                    self.scheduler.add(child)       # no block to copy into: recompute it later
+                    self.scheduler.add(child)  # no block to copy into: recompute it later
                 else:
                     if copy is not None:
                         self.runner.copy_block(*copy)
@@ -215,8 +241,9 @@ class LLMEngine:
         seq.token_ids.append(token)
         p = seq.params
         reason = None
-        if (token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids)) \
-                and seq.num_output_tokens > p.min_tokens - 1:
+        if (
+            token in p.stop_token_ids or (not p.ignore_eos and token in self.eos_token_ids)
+        ) and seq.num_output_tokens > p.min_tokens - 1:
             reason = "stop"
         elif seq.num_output_tokens >= p.max_tokens or seq.num_tokens >= self.max_model_len:
             reason = "length"
@@ -228,8 +255,16 @@ class LLMEngine:
                 req.num_unfinished -= 1
                 if req.num_unfinished == 0:
                     del self.requests[seq.request_id]
-        return TokenOutput(seq.request_id, seq.index, [token], None if logprob is None else [logprob],
-                           reason is not None, reason, seq.num_prompt_tokens, seq.num_cached_tokens)
+        return TokenOutput(
+            seq.request_id,
+            seq.index,
+            [token],
+            None if logprob is None else [logprob],
+            reason is not None,
+            reason,
+            seq.num_prompt_tokens,
+            seq.num_cached_tokens,
+        )
 
     # ---- introspection -------------------------------------------------------------
 
@@ -237,12 +272,18 @@ class LLMEngine:
         s = self.scheduler
         q = s.prefix_query_tokens
         return EngineStats(
-            running=len(s.running), waiting=len(s.waiting), kv_usage=self.kv.usage,
+            running=len(s.running),
+            waiting=len(s.waiting),
+            kv_usage=self.kv.usage,
             prefix_hit_rate=(s.prefix_hit_tokens / q) if q else 0.0,
-            preemptions_total=s.num_preemptions, num_free_blocks=self.pool.num_free_blocks,
-            num_blocks=self.pool.num_blocks, last_step_s=self._last_step_s,
+            preemptions_total=s.num_preemptions,
+            num_free_blocks=self.pool.num_free_blocks,
+            num_blocks=self.pool.num_blocks,
+            last_step_s=self._last_step_s,
             last_batch_tokens=self._last_batch_tokens,
-            prefix_query_tokens=q, prefix_hit_tokens=s.prefix_hit_tokens)
+            prefix_query_tokens=q,
+            prefix_hit_tokens=s.prefix_hit_tokens,
+        )
 
     def check_integrity(self) -> None:
         self.pool.check_integrity()
@@ -254,4 +295,5 @@ class LLMEngine:
             assert not seq.blocks, f"waiting {seq} holds blocks"
         for block in self.pool.blocks:
             assert block.ref_count == held.get(block.block_id, 0), (
-                f"block {block.block_id}: ref_count {block.ref_count} but held {held.get(block.block_id, 0)} times")
+                f"block {block.block_id}: ref_count {block.ref_count} but held {held.get(block.block_id, 0)} times"
+            )

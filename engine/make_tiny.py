@@ -9,6 +9,7 @@ Determinism: the tokenizer is trained on a fixed built-in corpus and the weights
 come from a seeded torch.Generator in a fixed order, so the same arguments give
 byte-identical files.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,7 @@ CHAT_TEMPLATE = (
     "{{- '\\n\\n# Tools\\n\\nYou may call functions. Their signatures are listed inside <tools></tools>:\\n<tools>' -}}"
     "{%- for tool in tools -%}{{- '\\n' + (tool | tojson) -}}{%- endfor -%}"
     "{{- '\\n</tools>\\n\\nTo call a function, answer with one JSON object per call inside"
-    " <tool_call></tool_call> tags:\\n<tool_call>\\n{\"name\": <function-name>, \"arguments\": <arguments-object>}"
+    ' <tool_call></tool_call> tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <arguments-object>}'
     "\\n</tool_call>' -}}"
     "{%- endif -%}"
     "{{- '<|im_end|>\\n' -}}"
@@ -89,12 +90,12 @@ _CORPUS_LINES = [
     '{"name": "add", "arguments": {"a": 1, "b": 2}}',
     '{"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}',
     '{"city": "Berlin", "temperature": 18.5, "conditions": ["cloudy", "rain"], "ok": true, "error": null}',
-    "[1, 2, 3], {\"a\": [true, false, null]}, {\"key\": \"value\"}",
-    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>",
-    "<tool_response>\n{\"temperature\": 25, \"unit\": \"celsius\"}\n</tool_response>",
+    '[1, 2, 3], {"a": [true, false, null]}, {"key": "value"}',
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>',
+    '<tool_response>\n{"temperature": 25, "unit": "celsius"}\n</tool_response>',
     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi there!<|im_end|>\n"
     "<|im_start|>assistant\nHello! How can I help you?<|im_end|>",
-    "def main():\n    print(\"hello\")\n    return 0\n",
+    'def main():\n    print("hello")\n    return 0\n',
     "for i in range(10): total = total + i * 2",
     "Caf\u00e9, na\u00efve, \u00fcber, \u00e9t\u00e9, \u4f60\u597d, \u3053\u3093\u306b\u3061\u306f, \U0001f600 are non-ASCII words.",
     "Questions, answers, tools, functions, arguments, results and messages.",

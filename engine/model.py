@@ -6,6 +6,7 @@ it token for token. Projections are fused (q|k|v and gate|up) to halve the kerne
 All sequences of a step run as one batch: the attention gathers each sequence's keys and
 values from the paged cache through precomputed index tensors and makes a single
 `scaled_dot_product_attention` call with a mask (see AttentionMetadata)."""
+
 from __future__ import annotations
 
 import math
@@ -22,12 +23,13 @@ class AttentionGroup:
     """Sequences attended together: `gather_index` lists each one's context blocks in the
     paged cache, queries sit in a [B, max_q] padded layout (`q_dest` maps the group's flat
     token rows there; None when every sequence has one new token)."""
+
     num_tokens: int
     batch_size: int
     max_q: int
-    gather_index: torch.Tensor        # [B, max_blocks] block ids of each sequence's context
-    mask: torch.Tensor                # [B, 1, max_q, max_blocks * block_size], 0 = may attend, -inf = not
-    q_dest: torch.Tensor | None       # [num_tokens]
+    gather_index: torch.Tensor  # [B, max_blocks] block ids of each sequence's context
+    mask: torch.Tensor  # [B, 1, max_q, max_blocks * block_size], 0 = may attend, -inf = not
+    q_dest: torch.Tensor | None  # [num_tokens]
 
 
 @dataclass
@@ -36,10 +38,11 @@ class AttentionMetadata:
     are flattened to T rows: single-token sequences (decodes) first, then prefill chunks.
     The two kinds attend in separate groups so a long prefill chunk does not pad every
     decode's query to its length."""
-    slot_mapping: torch.Tensor        # [T] cache slot each new token's K/V is written to
+
+    slot_mapping: torch.Tensor  # [T] cache slot each new token's K/V is written to
     groups: list[AttentionGroup]
-    cos: torch.Tensor                 # [T, 1, head_dim]
-    sin: torch.Tensor                 # sign-folded, see rope_tables
+    cos: torch.Tensor  # [T, 1, head_dim]
+    sin: torch.Tensor  # sign-folded, see rope_tables
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -65,7 +68,9 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     return torch.where(is_medium, smoothed, scaled)
 
 
-def rope_tables(cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     inv_freq = rope_inv_freq(cfg)
     """cos and a sign-folded sin: rotate_half(x) * sin == roll(x, half) * cat(-sin, sin),
     which saves the negation kernel per call (negation is exact, so numerics are unchanged)."""
@@ -106,8 +111,14 @@ class LayerWeights:
 
 
 class LlamaModel:
-    def __init__(self, cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.dtype, device: torch.device,
-                 block_size: int) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        state: dict[str, torch.Tensor],
+        dtype: torch.dtype,
+        device: torch.device,
+        block_size: int,
+    ) -> None:
         if cfg.hidden_act not in ("silu", "swish"):
             raise ValueError(f"unsupported hidden_act {cfg.hidden_act!r}")
         self.cfg = cfg
@@ -139,24 +150,28 @@ class LlamaModel:
             biases = [maybe(a + n + ".bias") for n in ("q_proj", "k_proj", "v_proj")]
             if any(b is not None for b in biases):
                 sizes = (self.q_size, self.kv_size, self.kv_size)
-                qkv_bias = torch.cat([b if b is not None else torch.zeros(s, dtype=dtype, device=device)
-                                      for b, s in zip(biases, sizes)])
+                qkv_bias = torch.cat(
+                    [b if b is not None else torch.zeros(s, dtype=dtype, device=device) for b, s in zip(biases, sizes)]
+                )
             else:
                 qkv_bias = None
             m = p + "mlp."
-            self.layers.append(LayerWeights(
-                input_norm=take(p + "input_layernorm.weight"),
-                qkv=qkv.contiguous(),
-                qkv_bias=qkv_bias,
-                o=take(a + "o_proj.weight"),
-                o_bias=maybe(a + "o_proj.bias"),
-                post_norm=take(p + "post_attention_layernorm.weight"),
-                gate_up=torch.cat([take(m + "gate_proj.weight"), take(m + "up_proj.weight")]).contiguous(),
-                down=take(m + "down_proj.weight"),
-            ))
+            self.layers.append(
+                LayerWeights(
+                    input_norm=take(p + "input_layernorm.weight"),
+                    qkv=qkv.contiguous(),
+                    qkv_bias=qkv_bias,
+                    o=take(a + "o_proj.weight"),
+                    o_bias=maybe(a + "o_proj.bias"),
+                    post_norm=take(p + "post_attention_layernorm.weight"),
+                    gate_up=torch.cat([take(m + "gate_proj.weight"), take(m + "up_proj.weight")]).contiguous(),
+                    down=take(m + "down_proj.weight"),
+                )
+            )
 
-    def forward(self, input_ids: torch.Tensor, meta: AttentionMetadata,
-                kv_caches: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, meta: AttentionMetadata, kv_caches: list[tuple[torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
         """Hidden states (before the final norm) for every token of the step: [T, hidden]."""
         h = F.embedding(input_ids, self.embed)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_caches):
@@ -173,21 +188,30 @@ class LlamaModel:
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return F.linear(rms_norm(hidden, self.norm, self.eps), self.lm_head)
 
-    def _attention(self, x: torch.Tensor, layer: LayerWeights, meta: AttentionMetadata,
-                   k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+    def _attention(
+        self,
+        x: torch.Tensor,
+        layer: LayerWeights,
+        meta: AttentionMetadata,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
         T = x.shape[0]
         qkv = F.linear(x, layer.qkv, layer.qkv_bias)
         # RoPE on q and k in one go (same positions, same tables).
-        qk = apply_rope(qkv[:, :self.q_size + self.kv_size].view(T, self.num_heads + self.num_kv_heads, self.head_dim),
-                        meta.cos, meta.sin)
-        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
-        v = qkv[:, self.q_size + self.kv_size:].view(T, self.num_kv_heads, self.head_dim)
+        qk = apply_rope(
+            qkv[:, : self.q_size + self.kv_size].view(T, self.num_heads + self.num_kv_heads, self.head_dim),
+            meta.cos,
+            meta.sin,
+        )
+        q, k = qk[:, : self.num_heads], qk[:, self.num_heads :]
+        v = qkv[:, self.q_size + self.kv_size :].view(T, self.num_kv_heads, self.head_dim)
         k_cache.index_copy_(0, meta.slot_mapping, k)
         v_cache.index_copy_(0, meta.slot_mapping, v)
         outs = []
         row = 0
         for group in meta.groups:
-            outs.append(self._attend(q[row:row + group.num_tokens], group, k_cache, v_cache))
+            outs.append(self._attend(q[row : row + group.num_tokens], group, k_cache, v_cache))
             row += group.num_tokens
         out = outs[0] if len(outs) == 1 else torch.cat(outs)
         return F.linear(out, layer.o, layer.o_bias)
@@ -211,8 +235,9 @@ class LlamaModel:
         queries = q.new_zeros(B * max_q, self.num_heads, self.head_dim)
         queries[g.q_dest] = q
         queries = queries.view(B, max_q, self.num_heads, self.head_dim)
-        out = F.scaled_dot_product_attention(queries.transpose(1, 2), keys, values, attn_mask=g.mask,
-                                             enable_gqa=self.num_heads != self.num_kv_heads)
+        out = F.scaled_dot_product_attention(
+            queries.transpose(1, 2), keys, values, attn_mask=g.mask, enable_gqa=self.num_heads != self.num_kv_heads
+        )
         out = out.transpose(1, 2).reshape(B * max_q, self.q_size)
         out = out[g.q_dest]
         return out

@@ -1,4 +1,5 @@
 """Owns the model weights and the paged KV tensors; turns a scheduled batch into logits."""
+
 from __future__ import annotations
 
 import torch
@@ -8,8 +9,15 @@ from engine.model import AttentionGroup, AttentionMetadata, LlamaModel, rope_tab
 from engine.sequence import Sequence
 from engine.weights import load_state_dict
 
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16, "half": torch.float16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
 DEFAULT_KV_CACHE_BYTES = 128 * 1024 * 1024
 
 
@@ -33,16 +41,26 @@ class ModelRunner:
         shape = (slots, model_cfg.num_key_value_heads, model_cfg.head_dim)
         # Zeroed, not empty: padded gathers read slots that were never written, and a NaN
         # there would survive the attention mask (0 * NaN).
-        self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
-                           torch.zeros(shape, dtype=self.dtype, device=self.device))
-                          for _ in range(model_cfg.num_hidden_layers)]
+        self.kv_caches = [
+            (
+                torch.zeros(shape, dtype=self.dtype, device=self.device),
+                torch.zeros(shape, dtype=self.dtype, device=self.device),
+            )
+            for _ in range(model_cfg.num_hidden_layers)
+        ]
 
     def _num_blocks(self, cfg: EngineConfig, max_model_len: int) -> int:
         if cfg.num_blocks is not None:
             return cfg.num_blocks
         m = self.model_cfg
-        bytes_per_block = (2 * m.num_hidden_layers * self.block_size * m.num_key_value_heads * m.head_dim
-                           * torch.empty((), dtype=self.dtype).element_size())
+        bytes_per_block = (
+            2
+            * m.num_hidden_layers
+            * self.block_size
+            * m.num_key_value_heads
+            * m.head_dim
+            * torch.empty((), dtype=self.dtype).element_size()
+        )
         budget = cfg.kv_cache_bytes
         if budget is None:
             # Enough for every running sequence at full length, capped so the default does
@@ -57,8 +75,8 @@ class ModelRunner:
     def copy_block(self, src: int, dst: int) -> None:
         bs = self.block_size
         for k_cache, v_cache in self.kv_caches:
-            k_cache[dst * bs:(dst + 1) * bs] = k_cache[src * bs:(src + 1) * bs]
-            v_cache[dst * bs:(dst + 1) * bs] = v_cache[src * bs:(src + 1) * bs]
+            k_cache[dst * bs : (dst + 1) * bs] = k_cache[src * bs : (src + 1) * bs]
+            v_cache[dst * bs : (dst + 1) * bs] = v_cache[src * bs : (src + 1) * bs]
 
     @torch.inference_mode()
     def execute(self, scheduled: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[Sequence]]:
@@ -77,7 +95,7 @@ class ModelRunner:
             if n == 1:
                 input_ids.append(seq.token_ids[s])
             else:
-                input_ids.extend(seq.token_ids[s:s + n])
+                input_ids.extend(seq.token_ids[s : s + n])
             end += n
             if s + n == seq.num_tokens:
                 sample_rows.append(end - 1)
@@ -104,8 +122,12 @@ class ModelRunner:
         slot = slots[0] if len(slots) == 1 else torch.cat(slots)
         dev = self.device
         pos = pos.to(dev, non_blocking=True)
-        return AttentionMetadata(slot_mapping=slot.to(dev, non_blocking=True), groups=groups,
-                                 cos=self.cos[pos].unsqueeze(1), sin=self.sin[pos].unsqueeze(1))
+        return AttentionMetadata(
+            slot_mapping=slot.to(dev, non_blocking=True),
+            groups=groups,
+            cos=self.cos[pos].unsqueeze(1),
+            sin=self.sin[pos].unsqueeze(1),
+        )
 
     def _group(self, part: list[tuple[Sequence, int]]) -> tuple[AttentionGroup, torch.Tensor, torch.Tensor]:
         """Index tensors for one attention group (all built with a few torch ops, no
@@ -139,10 +161,13 @@ class ModelRunner:
         mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill_(~allowed, float("-inf"))
         dev = self.device
         group = AttentionGroup(
-            num_tokens=num_tokens, batch_size=B, max_q=max_q,
+            num_tokens=num_tokens,
+            batch_size=B,
+            max_q=max_q,
             gather_index=table.to(dev, non_blocking=True),
             mask=mask.to(dev, non_blocking=True),
-            q_dest=None if q_dest is None else q_dest.to(dev, non_blocking=True))
+            q_dest=None if q_dest is None else q_dest.to(dev, non_blocking=True),
+        )
         return group, positions, slot_mapping
 
 
@@ -178,7 +203,7 @@ def split_padded(items: list, size_of, group_cost: int) -> list[list]:
     sizes = [size_of(item) for item in ordered]
     n = len(sizes)
     best_cost, best_bounds = n * sizes[-1], [n]
-    for i in range(1, n):   # the best two-way split
+    for i in range(1, n):  # the best two-way split
         cost = i * sizes[i - 1] + (n - i) * sizes[-1] + group_cost
         if cost < best_cost:
             best_cost, best_bounds = cost, [i, n]

@@ -10,6 +10,7 @@ reproduces whatever else shares its batch.
 Reported logprobs are the log-softmax of the *processed* logits: after penalties, bias,
 masks and temperature, before top-k/top-p/min-p truncation (so alternatives outside the
 nucleus still get finite values)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ LogprobEntry = tuple[float, list[tuple[int, float]]]
 @dataclass
 class SampleResult:
     token_ids: list[int]
-    logprobs: list[LogprobEntry | None] | None    # None when no row asked for logprobs
+    logprobs: list[LogprobEntry | None] | None  # None when no row asked for logprobs
 
 
 class Sampler:
@@ -38,8 +39,12 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> SampleResult:
         params = [s.params for s in seqs]
         for i, (seq, p) in enumerate(zip(seqs, params)):
-            if (p.needs_penalties or p.logit_bias or p.allowed_tokens_fn is not None
-                    or (p.min_tokens and seq.num_output_tokens < p.min_tokens)):
+            if (
+                p.needs_penalties
+                or p.logit_bias
+                or p.allowed_tokens_fn is not None
+                or (p.min_tokens and seq.num_output_tokens < p.min_tokens)
+            ):
                 self._process_row(logits[i], seq)
         want_logprobs = any(p.logprobs is not None for p in params)
         all_greedy = all(p.temperature == 0.0 for p in params)
@@ -48,8 +53,9 @@ class Sampler:
             logprobs = self._logprobs(logits, tokens, params) if want_logprobs else None
             return SampleResult(tokens.tolist(), logprobs)
 
-        temps = torch.tensor([p.temperature if p.temperature > 0 else 1.0 for p in params],
-                             dtype=logits.dtype, device=logits.device)
+        temps = torch.tensor(
+            [p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype, device=logits.device
+        )
         scaled = logits / temps[:, None]
         logprobs_src = scaled
         truncated = self._truncate(scaled, params)
@@ -75,8 +81,9 @@ class Sampler:
                 vals = row[seen]
                 row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
             if output and (p.frequency_penalty or p.presence_penalty):
-                counts = torch.bincount(torch.tensor(output, dtype=torch.long, device=row.device),
-                                        minlength=self.vocab_size)[: self.vocab_size].to(row.dtype)
+                counts = torch.bincount(
+                    torch.tensor(output, dtype=torch.long, device=row.device), minlength=self.vocab_size
+                )[: self.vocab_size].to(row.dtype)
                 row -= counts * p.frequency_penalty + (counts > 0).to(row.dtype) * p.presence_penalty
         if p.logit_bias:
             ids = torch.tensor(list(p.logit_bias.keys()), dtype=torch.long, device=row.device)
@@ -111,7 +118,7 @@ class Sampler:
             if use_top_p:
                 top_ps = torch.tensor([p.top_p for p in params], dtype=out.dtype, device=out.device)
                 probs = sorted_vals.masked_fill(~keep, float("-inf")).softmax(dim=-1)
-                before = probs.cumsum(dim=-1) - probs    # mass of strictly more likely tokens
+                before = probs.cumsum(dim=-1) - probs  # mass of strictly more likely tokens
                 keep &= before < top_ps[:, None]
             keep[:, 0] = True
             out.scatter_(1, sorted_idx, sorted_vals.masked_fill(~keep, float("-inf")))

@@ -1,8 +1,10 @@
 """Per-request sampling and stopping parameters of the native engine."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -11,9 +13,9 @@ if TYPE_CHECKING:
 @dataclass
 class SamplingParams:
     max_tokens: int = 16
-    temperature: float = 1.0          # 0 => greedy
+    temperature: float = 1.0  # 0 => greedy
     top_p: float = 1.0
-    top_k: int = 0                    # 0 => off
+    top_k: int = 0  # 0 => off
     min_p: float = 0.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -24,12 +26,12 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     min_tokens: int = 0
-    logprobs: int | None = None       # None => off; k => chosen token's logprob + top-k alternatives
+    logprobs: int | None = None  # None => off; k => chosen token's logprob + top-k alternatives
     # Grammar hook: output token ids so far -> bool mask over the vocabulary (True = allowed) or None.
     # If it also has `prefetch(output_ids)`, the engine calls that before the step's forward pass
     # so the mask can be computed while the model runs; a callable it returns is called once per
     # step after all rows were prefetched (engine/structured/mask_provider.py).
-    allowed_tokens_fn: Callable[[list[int]], "torch.Tensor | None"] | None = None
+    allowed_tokens_fn: Callable[[list[int]], torch.Tensor | None] | None = None
 
     def validate(self) -> None:
         """Raise ValueError on values no sampler can honour (callers map it to a 400)."""
@@ -58,5 +60,4 @@ class SamplingParams:
 
     @property
     def needs_penalties(self) -> bool:
-        return (self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
-                or self.repetition_penalty != 1.0)
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0

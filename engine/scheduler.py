@@ -8,6 +8,7 @@ remaining budget. When the pool runs dry for a running sequence, the lowest-prio
 freed with their hashes intact, so on resumption it is served mostly from the prefix cache.
 No sequence is admitted in a step that preempted (it would only be preempted again).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -19,7 +20,7 @@ from engine.sequence import Sequence, SequenceStatus
 
 @dataclass
 class SchedulerOutput:
-    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)   # (sequence, tokens this step)
+    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, tokens this step)
     num_batched_tokens: int = 0
     num_preempted: int = 0
 
@@ -29,7 +30,7 @@ class Scheduler:
         self.kv = kv
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.waiting: list[Sequence] = []     # kept sorted by Sequence.sort_key
+        self.waiting: list[Sequence] = []  # kept sorted by Sequence.sort_key
         self.running: list[Sequence] = []
         self.num_preemptions = 0
         self.prefix_query_tokens = 0
@@ -111,6 +112,8 @@ class Scheduler:
                 self.prefix_hit_tokens += num_hit_tokens
                 scheduled[seq] = num_new
                 budget -= num_new
-        return SchedulerOutput(scheduled=list(scheduled.items()),
-                               num_batched_tokens=self.max_num_batched_tokens - budget,
-                               num_preempted=num_preempted)
+        return SchedulerOutput(
+            scheduled=list(scheduled.items()),
+            num_batched_tokens=self.max_num_batched_tokens - budget,
+            num_preempted=num_preempted,
+        )

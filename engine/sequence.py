@@ -1,4 +1,5 @@
 """One choice of one request: its tokens, progress and KV blocks."""
+
 from __future__ import annotations
 
 import enum
@@ -27,14 +28,21 @@ class Sequence:
     the cache (prefix hits included); a sequence is sampled after a step that brings
     `num_computed_tokens` up to `len(token_ids)`."""
 
-    def __init__(self, request_id: str, index: int, prompt_token_ids: list[int], params: SamplingParams,
-                 priority: int = 0, generator: "torch.Generator | None" = None) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        index: int,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        priority: int = 0,
+        generator: torch.Generator | None = None,
+    ) -> None:
         self.request_id = request_id
         self.index = index
         self.token_ids: list[int] = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.num_computed_tokens = 0
-        self.num_cached_tokens = 0          # prompt tokens served by the prefix cache (first admission)
+        self.num_cached_tokens = 0  # prompt tokens served by the prefix cache (first admission)
         self.admitted = False
         self.status = SequenceStatus.WAITING
         self.params = params
@@ -42,11 +50,11 @@ class Sequence:
         self.arrival = next(_arrival_counter)
         self.blocks: list[Block] = []
         self.block_ids: list[int] = []
-        self.block_hashes: list[int] = []    # chain hashes of this sequence's full blocks, in order
-        self.num_published_blocks = 0        # leading blocks already offered to the prefix cache
+        self.block_hashes: list[int] = []  # chain hashes of this sequence's full blocks, in order
+        self.num_published_blocks = 0  # leading blocks already offered to the prefix cache
         self.generator = generator
         self.finish_reason: str | None = None
-        self.num_new_output_tokens = 0       # tokens sampled since the last TokenOutput
+        self.num_new_output_tokens = 0  # tokens sampled since the last TokenOutput
         self.pending_logprobs: list | None = [] if params.logprobs is not None else None
         self.num_preemptions = 0
 
@@ -60,7 +68,7 @@ class Sequence:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def is_finished(self) -> bool:
@@ -71,5 +79,7 @@ class Sequence:
         return (self.priority, self.arrival)
 
     def __repr__(self) -> str:
-        return (f"Sequence({self.request_id}#{self.index}, tokens={self.num_tokens}, "
-                f"computed={self.num_computed_tokens}, {self.status.value})")
+        return (
+            f"Sequence({self.request_id}#{self.index}, tokens={self.num_tokens}, "
+            f"computed={self.num_computed_tokens}, {self.status.value})"
+        )

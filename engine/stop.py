@@ -5,6 +5,7 @@ start of a stop string is held back until it either completes the match (then it
 is dropped together with everything after it) or stops being a possible match
 (then it is released). The text returned never contains the stop string.
 """
+
 from __future__ import annotations
 
 
@@ -33,7 +34,7 @@ class StopStringMatcher:
             self._held = ""
             return buffer[:first_pos], True
         keep = self._partial_suffix_len(buffer)
-        self._held = buffer[len(buffer) - keep:] if keep else ""
+        self._held = buffer[len(buffer) - keep :] if keep else ""
         return buffer[: len(buffer) - keep], False
 
     def flush(self) -> str:

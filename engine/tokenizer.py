@@ -6,6 +6,7 @@ Besides encode/decode it keeps, for every token id, the exact bytes the token
 stands for, so output can be detokenized incrementally without ever cutting a
 UTF-8 sequence (see detokenizer.py) and logprobs can report `bytes`.
 """
+
 from __future__ import annotations
 
 import json
@@ -135,9 +136,11 @@ class TextTokenizer:
             if piece is None:
                 table.append(b"")
             elif "ByteLevel" in kinds:
-                table.append(b"".join(
-                    bytes([_UNICODE_TO_BYTE[ch]]) if ch in _UNICODE_TO_BYTE else ch.encode("utf-8") for ch in piece
-                ))
+                table.append(
+                    b"".join(
+                        bytes([_UNICODE_TO_BYTE[ch]]) if ch in _UNICODE_TO_BYTE else ch.encode("utf-8") for ch in piece
+                    )
+                )
             elif "ByteFallback" in kinds and (m := _BYTE_FALLBACK.match(piece)):
                 table.append(bytes([int(m.group(1), 16)]))
             elif "Metaspace" in kinds or "Replace" in kinds:
@@ -172,5 +175,11 @@ class TextTokenizer:
             "eos_token": self.eos_token or "",
             "pad_token": self.pad_token or "",
         }
-        return render_chat(self.chat_template, messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                           special_tokens=special, **kwargs)
+        return render_chat(
+            self.chat_template,
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            special_tokens=special,
+            **kwargs,
+        )

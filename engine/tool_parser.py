@@ -21,13 +21,14 @@ Once a call's name was reported it cannot be taken back: if its arguments later
 turn out malformed or truncated, the fragments already sent stand (vLLM behaves
 the same way).
 """
+
 from __future__ import annotations
 
 import json
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 START_TAG = "<tool_call>"
 END_TAG = "</tool_call>"
@@ -134,8 +135,7 @@ class _Call:
 class HermesToolParser:
     """Streaming parser for one choice's generated text."""
 
-    def __init__(self, tool_names: set[str] | None = None, *,
-                 new_id: Callable[[], str] = new_tool_call_id) -> None:
+    def __init__(self, tool_names: set[str] | None = None, *, new_id: Callable[[], str] = new_tool_call_id) -> None:
         self._tool_names = tool_names
         self._new_id = new_id
         self._pending = ""  # content not yet released (a possible start tag)
@@ -176,12 +176,12 @@ class HermesToolParser:
         pos = text.find(START_TAG)
         if pos != -1:
             self._emit_content(out, text[:pos], before_call=True)
-            self._pending = text[pos + len(START_TAG):]
+            self._pending = text[pos + len(START_TAG) :]
             self._call = _Call()
             return True
         keep = _partial_tag_len(text, START_TAG)
         self._emit_content(out, text[: len(text) - keep])
-        self._pending = text[len(text) - keep:]
+        self._pending = text[len(text) - keep :]
         return False
 
     def _emit_content(self, out: list[ParsedPiece], text: str, *, before_call: bool = False) -> None:
@@ -212,17 +212,17 @@ class HermesToolParser:
         closed = end != -1
         if closed:
             call.body += text[:end]
-            self._pending = text[end + len(END_TAG):]
+            self._pending = text[end + len(END_TAG) :]
         else:
             # Part of a closing tag stays pending so the body never holds half a tag.
             keep = _partial_tag_len(text, END_TAG)
             call.body += text[: len(text) - keep]
-            self._pending = text[len(text) - keep:]
+            self._pending = text[len(text) - keep :]
 
         if not call.announced and not call.rejected:
             self._try_announce(call, out)
         if call.announced:
-            fragment, _rest = call.args.take(call.body[call.consumed:])
+            fragment, _rest = call.args.take(call.body[call.consumed :])
             call.consumed = len(call.body)
             if fragment:
                 out.append(ToolCallPiece(self.num_calls - 1, arguments=fragment))
@@ -264,8 +264,12 @@ class HermesToolParser:
                 parsed = None
         name = parsed.get("name") if isinstance(parsed, dict) else None
         args_key = next((k for k in ("arguments", "parameters") if isinstance(parsed, dict) and k in parsed), None)
-        if (not isinstance(name, str) or not name or args_key is None
-                or (self._tool_names is not None and name not in self._tool_names)):
+        if (
+            not isinstance(name, str)
+            or not name
+            or args_key is None
+            or (self._tool_names is not None and name not in self._tool_names)
+        ):
             self._emit_content(out, START_TAG + call.body + END_TAG)
             return
         out.append(ToolCallPiece(self.num_calls, id=self._new_id(), name=name))

@@ -1,4 +1,5 @@
 """Read a Hugging Face checkpoint's safetensors files into one name -> tensor dict."""
+
 from __future__ import annotations
 
 import glob

@@ -4,6 +4,7 @@ Routes are plain Starlette routes on the FastAPI app (no per-request pydantic
 model or dependency injection): the request path is parse -> auth -> quota and
 admission -> dispatch -> encode, and each step is a function call.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -74,8 +75,9 @@ class Gateway:
         return await self._generate(request, chat=False)
 
     async def _generate(self, request: Request, chat: bool) -> Response:
-        ctx = RequestContext(request_id=request.headers.get("x-request-id") or new_request_id(),
-                             started=time.perf_counter(), chat=chat)
+        ctx = RequestContext(
+            request_id=request.headers.get("x-request-id") or new_request_id(), started=time.perf_counter(), chat=chat
+        )
         try:
             raw = await self._read_body(request)
             body = parse_json_body(raw)
@@ -91,14 +93,20 @@ class Gateway:
             if self.dispatcher.pool(ctx.model) is None:
                 raise model_not_found(ctx.model)
             if principal is not None and not self.protection.may_use(principal, ctx.model):
-                raise GatewayError(403, f"Your key may not use the model `{ctx.model}`.", param="model",
-                                   code="model_not_allowed")
+                raise GatewayError(
+                    403, f"Your key may not use the model `{ctx.model}`.", param="model", code="model_not_allowed"
+                )
             if self.protection is not None:
                 queued_at = time.perf_counter()
                 estimate = sum(estimate_prompt_tokens(r) for r in reqs)
-                ctx.ticket = await self.protection.admit(principal, ctx.model, reqs[0], estimate,
-                                                         request.is_disconnected,
-                                                         choices=sum(r.sampling.n for r in reqs))
+                ctx.ticket = await self.protection.admit(
+                    principal,
+                    ctx.model,
+                    reqs[0],
+                    estimate,
+                    request.is_disconnected,
+                    choices=sum(r.sampling.n for r in reqs),
+                )
                 ctx.queue_wait = time.perf_counter() - queued_at
         except GatewayError as err:
             return self._fail(ctx, err)
@@ -113,8 +121,9 @@ class Gateway:
     async def _read_body(self, request: Request) -> bytes:
         limit = self.config.limits.max_body_bytes
         declared = request.headers.get("content-length")
-        too_big = GatewayError(413, f"The request body is larger than this gateway accepts ({limit} bytes).",
-                               code="request_too_large")
+        too_big = GatewayError(
+            413, f"The request body is larger than this gateway accepts ({limit} bytes).", code="request_too_large"
+        )
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise too_big
         chunks, size = [], 0
@@ -161,8 +170,10 @@ class Gateway:
     async def readyz(self, request: Request) -> Response:
         ready = self.backends.ready()
         ok = bool(ready) and all(ready.values())
-        detail = {name: [{"backend": b.name, "healthy": b.health.ok, "detail": b.health.detail}
-                         for b in pool.backends] for name, pool in self.backends.pools.items()}
+        detail = {
+            name: [{"backend": b.name, "healthy": b.health.ok, "detail": b.health.detail} for b in pool.backends]
+            for name, pool in self.backends.pools.items()
+        }
         return json_response({"status": "ready" if ok else "not_ready", "models": detail}, 200 if ok else 503)
 
     async def metrics_endpoint(self, request: Request) -> Response:
@@ -173,8 +184,16 @@ class Gateway:
 
     # ---- bookkeeping shared with Generation ---------------------------------------------
 
-    def finish_record(self, ctx: RequestContext, status: int, usage, *, backend: str | None = None,
-                      error: str | None = None, cancelled_phase: str | None = None) -> None:
+    def finish_record(
+        self,
+        ctx: RequestContext,
+        status: int,
+        usage,
+        *,
+        backend: str | None = None,
+        error: str | None = None,
+        cancelled_phase: str | None = None,
+    ) -> None:
         elapsed = time.perf_counter() - ctx.started
         model = ctx.model or "-"
         known_model = model in self.backends.pools
@@ -191,9 +210,16 @@ class Gateway:
         if cancelled_phase:
             m.child(m.cancelled, cancelled_phase).inc()
         if self.access_log is not None:
-            record = {"ts": round(time.time(), 3), "request_id": ctx.request_id, "tenant": ctx.tenant,
-                      "model": ctx.model, "backend": backend, "status": status,
-                      "latency_ms": round(elapsed * 1000, 3), "stream": ctx.stream}
+            record = {
+                "ts": round(time.time(), 3),
+                "request_id": ctx.request_id,
+                "tenant": ctx.tenant,
+                "model": ctx.model,
+                "backend": backend,
+                "status": status,
+                "latency_ms": round(elapsed * 1000, 3),
+                "stream": ctx.stream,
+            }
             if usage is not None:
                 record["prompt_tokens"] = usage.prompt_tokens
                 record["completion_tokens"] = usage.completion_tokens
@@ -245,8 +271,9 @@ class HotPath:
             response = await handler(request)
         except Exception:
             log.exception("unhandled error on %s", scope["path"])
-            response = error_response(GatewayError(500, "The gateway hit an internal error; it has been logged.",
-                                                   code="internal_error"))
+            response = error_response(
+                GatewayError(500, "The gateway hit an internal error; it has been logged.", code="internal_error")
+            )
         await response(scope, receive, send)
 
 
@@ -274,11 +301,16 @@ def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None) -> 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == 404:
-            err = GatewayError(404, f"No route {request.method} {request.url.path}. This gateway serves "
-                                    "/v1/chat/completions, /v1/completions and /v1/models.", code="not_found")
+            err = GatewayError(
+                404,
+                f"No route {request.method} {request.url.path}. This gateway serves "
+                "/v1/chat/completions, /v1/completions and /v1/models.",
+                code="not_found",
+            )
         elif exc.status_code == 405:
-            err = GatewayError(405, f"Method {request.method} is not allowed on {request.url.path}.",
-                               code="method_not_allowed")
+            err = GatewayError(
+                405, f"Method {request.method} is not allowed on {request.url.path}.", code="method_not_allowed"
+            )
         else:
             err = GatewayError(exc.status_code, str(exc.detail))
         return error_response(err)
@@ -286,7 +318,8 @@ def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None) -> 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path)
-        return error_response(GatewayError(500, "The gateway hit an internal error; it has been logged.",
-                                           code="internal_error"))
+        return error_response(
+            GatewayError(500, "The gateway hit an internal error; it has been logged.", code="internal_error")
+        )
 
     return app

@@ -1,5 +1,6 @@
 """Backends as the gateway holds them: adapters built from config, with the
 health, load and in-flight state that routing reads, refreshed in the background."""
+
 from __future__ import annotations
 
 import asyncio
@@ -37,13 +38,21 @@ def build_adapter(cfg: BackendConfig, registry=None, shared: dict | None = None)
         key = ("native", cfg.model_path, cfg.served_model)
         if shared is not None and key in shared:
             return shared[key]
-        adapter = cls(cfg.name, cfg.model_path, served_name=cfg.served_model, engine_options=cfg.options,
-                      registry=registry)
+        adapter = cls(
+            cfg.name, cfg.model_path, served_name=cfg.served_model, engine_options=cfg.options, registry=registry
+        )
         if shared is not None:
             shared[key] = adapter
         return adapter
-    return cls(cfg.name, cfg.url, cfg.served_model, timeout_s=cfg.timeout_s,
-               connect_timeout_s=cfg.connect_timeout_s, max_connections=cfg.max_connections, options=cfg.options)
+    return cls(
+        cfg.name,
+        cfg.url,
+        cfg.served_model,
+        timeout_s=cfg.timeout_s,
+        connect_timeout_s=cfg.connect_timeout_s,
+        max_connections=cfg.max_connections,
+        options=cfg.options,
+    )
 
 
 @dataclass
@@ -59,8 +68,9 @@ class Backend:
         return self.config.name
 
     def view(self) -> BackendView:
-        return BackendView(self.name, self.config.weight, self.inflight, self.config.max_inflight,
-                           self.health.ok, self.load)
+        return BackendView(
+            self.name, self.config.weight, self.inflight, self.config.max_inflight, self.health.ok, self.load
+        )
 
 
 @dataclass
@@ -82,8 +92,9 @@ class ModelPool:
 class BackendSet:
     """Every model pool, and the background loop that keeps health and load fresh."""
 
-    def __init__(self, config: GatewayConfig, registry=None, health_interval_s: float = 5.0,
-                 load_interval_s: float = 2.0) -> None:
+    def __init__(
+        self, config: GatewayConfig, registry=None, health_interval_s: float = 5.0, load_interval_s: float = 2.0
+    ) -> None:
         shared: dict = {}
         self.backends: dict[str, Backend] = {}
         self.pools: dict[str, ModelPool] = {}

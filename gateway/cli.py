@@ -1,5 +1,6 @@
 """`switchyard` console script. Each area registers its own subcommands from its
 package's `cli` module, so this file only dispatches."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,6 @@
 """The gateway's own subcommands: `serve`, `config check` and `engine serve`
 (the last hangs under the engine's group)."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,18 @@ def serve_config(config: GatewayConfig, host: str | None, port: int | None, work
     if port is not None:
         config.listen.port = port
     app = HotPath(create_app(config))
-    uvicorn.run(app, host=config.listen.host, port=config.listen.port, log_level=config.log_level.lower(),
-                access_log=False, http="httptools", loop="uvloop", timeout_keep_alive=30,
-                proxy_headers=False, server_header=False)
+    uvicorn.run(
+        app,
+        host=config.listen.host,
+        port=config.listen.port,
+        log_level=config.log_level.lower(),
+        access_log=False,
+        http="httptools",
+        loop="uvloop",
+        timeout_keep_alive=30,
+        proxy_headers=False,
+        server_header=False,
+    )
     return 0
 
 
@@ -49,8 +59,10 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
     backends = sum(len(m.backends) for m in config.models.values())
-    print(f"{args.file}: OK — {len(config.models)} model(s), {backends} backend(s), auth {config.auth.mode}, "
-          f"quota store {config.quota_store.kind}")
+    print(
+        f"{args.file}: OK — {len(config.models)} model(s), {backends} backend(s), auth {config.auth.mode}, "
+        f"quota store {config.quota_store.kind}"
+    )
     return 0
 
 
@@ -83,7 +95,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--host", default=None)
     e.add_argument("--port", type=int, default=None)
     e.set_defaults(func=cmd_engine_serve)
-
 
 
 def _group(sub, name: str, attr: str, module_name: str, help_text: str):

@@ -4,6 +4,7 @@ The shape is DESIGN.md's example; platform teams swap a runtime by changing one
 backend's `adapter` and `url`. Environment overrides: SWITCHYARD_HOST,
 SWITCHYARD_PORT, SWITCHYARD_REDIS_URL, SWITCHYARD_AUTH_MODE, SWITCHYARD_LOG_LEVEL.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,7 +62,7 @@ class JwtConfig(_Strict):
     jwks_cache_s: float = 300.0
 
     @model_validator(mode="after")
-    def _key_source(self) -> "JwtConfig":
+    def _key_source(self) -> JwtConfig:
         asym = [a for a in self.algorithms if a != "HS256"]
         if asym and not (self.jwks_file or self.jwks_url):
             raise ValueError(f"algorithms {asym} need jwks_file or jwks_url")
@@ -79,7 +80,7 @@ class AuthConfig(_Strict):
     jwt_issuers: list[JwtConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "AuthConfig":
+    def _consistent(self) -> AuthConfig:
         if "jwt" in self.mode and self.jwt is None:
             raise ValueError(f"auth.mode {self.mode!r} needs an auth.jwt section")
         issuers = [j.issuer for j in ([self.jwt] if self.jwt else []) + self.jwt_issuers]
@@ -127,10 +128,12 @@ class BackendConfig(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)  # adapter-specific knobs
 
     @model_validator(mode="after")
-    def _where(self) -> "BackendConfig":
+    def _where(self) -> BackendConfig:
         if self.adapter == "native":
             if not self.model_path:
-                raise ValueError(f"backend {self.name!r}: adapter native needs model_path (a directory or builtin:tiny)")
+                raise ValueError(
+                    f"backend {self.name!r}: adapter native needs model_path (a directory or builtin:tiny)"
+                )
         elif not self.url:
             raise ValueError(f"backend {self.name!r}: adapter {self.adapter} needs url")
         return self
@@ -161,7 +164,7 @@ class GatewayConfig(_Strict):
     log_level: str = "info"
 
     @model_validator(mode="after")
-    def _cross_refs(self) -> "GatewayConfig":
+    def _cross_refs(self) -> GatewayConfig:
         names: dict[str, str] = {}
         for model_name, model in self.models.items():
             for fb in model.fallback:

@@ -11,13 +11,14 @@
   choice indices.
 - Holds each backend's in-flight count for exactly as long as its stream is open.
 """
+
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
 
 from adapters.base import Capabilities, ErrorEvent, Event, GenerationRequest, Usage
 from adapters.errors import GatewayError
@@ -55,8 +56,9 @@ class Dispatcher:
     def pool(self, model: str) -> ModelPool | None:
         return self.backends.pools.get(model)
 
-    async def open(self, model: str, requests: list[GenerationRequest],
-                   on_phase: Callable[[str], None] | None = None) -> tuple[str, AsyncIterator[Event]]:
+    async def open(
+        self, model: str, requests: list[GenerationRequest], on_phase: Callable[[str], None] | None = None
+    ) -> tuple[str, AsyncIterator[Event]]:
         """Start every sub-request; returns the backend name(s) and the merged events.
 
         `on_phase` hears "retry_backoff" while a retry round waits and "upstream"
@@ -82,8 +84,9 @@ class Dispatcher:
         same_prompt = len(requests) == 1
         return names, merge(subs, prompt_counted_once=same_prompt)
 
-    async def _start(self, model: str, req: GenerationRequest,
-                     on_phase: Callable[[str], None] | None) -> list[tuple[int, Started]]:
+    async def _start(
+        self, model: str, req: GenerationRequest, on_phase: Callable[[str], None] | None
+    ) -> list[tuple[int, Started]]:
         pool = self.pool(model)
         if pool is None:
             raise GatewayError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
@@ -111,8 +114,9 @@ class Dispatcher:
                         last_error = exc
                 if why_not and last_error is None:
                     last_error = why_not
-        raise last_error or GatewayError(503, f"No backend of model `{model}` could take the request.",
-                                         code="no_backend_available")
+        raise last_error or GatewayError(
+            503, f"No backend of model `{model}` could take the request.", code="no_backend_available"
+        )
 
     def _candidates(self, pool: ModelPool, req: GenerationRequest) -> tuple[list[Backend], GatewayError | None]:
         capable, missing = [], []
@@ -123,8 +127,9 @@ class Dispatcher:
             else:
                 capable.append(b)
         if not capable:
-            return [], GatewayError(400, "This request cannot be served: " + "; ".join(missing) + ".",
-                                    code="unsupported_by_runtime")
+            return [], GatewayError(
+                400, "This request cannot be served: " + "; ".join(missing) + ".", code="unsupported_by_runtime"
+            )
         by_name = {b.name: b for b in capable}
         key = prefix_key(req.messages, req.prompt)
         ordered = route(pool.policy, [b.view() for b in capable], key)
@@ -136,8 +141,9 @@ class Dispatcher:
             # Fan out: n single requests; seeds stay reproducible and differ per choice.
             subs = []
             for i in range(n):
-                s = dataclasses.replace(req.sampling, n=1,
-                                        seed=None if req.sampling.seed is None else req.sampling.seed + i)
+                s = dataclasses.replace(
+                    req.sampling, n=1, seed=None if req.sampling.seed is None else req.sampling.seed + i
+                )
                 subs.append(dataclasses.replace(req, sampling=s, request_id=f"{req.request_id}-{i}"))
             started: list[tuple[int, Started]] = []
             try:
@@ -215,8 +221,9 @@ async def merge(subs: list[tuple[int, AsyncIterator[Event]]], prompt_counted_onc
                 prompt = max(prompt, ev.prompt_tokens) if prompt_counted_once else prompt + ev.prompt_tokens
                 completion += ev.completion_tokens
                 if ev.cached_tokens is not None:
-                    cached = (max(cached or 0, ev.cached_tokens) if prompt_counted_once
-                              else (cached or 0) + ev.cached_tokens)
+                    cached = (
+                        max(cached or 0, ev.cached_tokens) if prompt_counted_once else (cached or 0) + ev.cached_tokens
+                    )
                 continue
             yield dataclasses.replace(ev, index=ev.index + offset)  # type: ignore[type-var]
         if saw_usage:
@@ -226,4 +233,3 @@ async def merge(subs: list[tuple[int, AsyncIterator[Event]]], prompt_counted_onc
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(ev.aclose() for _, ev in subs), return_exceptions=True)  # type: ignore[attr-defined]
-

@@ -15,6 +15,7 @@ produced the events:
 - `data: [DONE]` always, also after an error event;
 - the same `id`, `created` and `model` on every chunk.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -51,8 +52,11 @@ def new_tool_call_id() -> str:
 
 
 def usage_dict(usage: Usage) -> dict[str, Any]:
-    out: dict[str, Any] = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                           "total_tokens": usage.total_tokens}
+    out: dict[str, Any] = {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
     if usage.cached_tokens is not None:
         out["prompt_tokens_details"] = {"cached_tokens": usage.cached_tokens}
     return out
@@ -60,9 +64,15 @@ def usage_dict(usage: Usage) -> dict[str, Any]:
 
 def chat_logprobs(items: list[TokenLogprob]) -> list[dict[str, Any]]:
     # Chat's logprob is a required number: -9999.0 is the spec's "very unlikely".
-    return [{"token": t.token, "logprob": -9999.0 if t.logprob is None else t.logprob, "bytes": t.bytes,
-             "top_logprobs": [{"token": a.token, "logprob": a.logprob, "bytes": a.bytes} for a in t.top]}
-            for t in items]
+    return [
+        {
+            "token": t.token,
+            "logprob": -9999.0 if t.logprob is None else t.logprob,
+            "bytes": t.bytes,
+            "top_logprobs": [{"token": a.token, "logprob": a.logprob, "bytes": a.bytes} for a in t.top],
+        }
+        for t in items
+    ]
 
 
 def completion_logprobs(items: list[TokenLogprob], offset: int) -> tuple[dict[str, Any], int]:
@@ -71,8 +81,15 @@ def completion_logprobs(items: list[TokenLogprob], offset: int) -> tuple[dict[st
     for t in items:
         offsets.append(offset)
         offset += len(t.token)
-    return ({"tokens": [t.token for t in items], "token_logprobs": [t.logprob for t in items],
-             "top_logprobs": [{a.token: a.logprob for a in t.top} for t in items], "text_offset": offsets}, offset)
+    return (
+        {
+            "tokens": [t.token for t in items],
+            "token_logprobs": [t.logprob for t in items],
+            "top_logprobs": [{a.token: a.logprob for a in t.top} for t in items],
+            "text_offset": offsets,
+        },
+        offset,
+    )
 
 
 @dataclass
@@ -133,14 +150,27 @@ class _Base:
 class StreamEncoder(_Base):
     """Events -> SSE frames, for chat (`chat.completion.chunk`) or completions."""
 
-    def __init__(self, response_id: str, created: int, model: str, n: int = 1, *, chat: bool = True,
-                 include_usage: bool = False, logprobs: bool = False) -> None:
+    def __init__(
+        self,
+        response_id: str,
+        created: int,
+        model: str,
+        n: int = 1,
+        *,
+        chat: bool = True,
+        include_usage: bool = False,
+        logprobs: bool = False,
+    ) -> None:
         super().__init__(response_id, created, model, n, chat, logprobs)
         self.include_usage = include_usage
         self.next_new = 0  # the lowest choice index not yet introduced
         self.pending: dict[int, list[Event]] = {}
-        self.head = {"id": response_id, "object": "chat.completion.chunk" if chat else "text_completion",
-                     "created": created, "model": model}
+        self.head = {
+            "id": response_id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created,
+            "model": model,
+        }
         self.closed = False
 
     def feed(self, event: Event) -> bytes:
@@ -259,8 +289,9 @@ class StreamEncoder(_Base):
 class ResponseBuilder(_Base):
     """Events -> one `chat.completion` or `text_completion` object."""
 
-    def __init__(self, response_id: str, created: int, model: str, n: int = 1, *, chat: bool = True,
-                 logprobs: bool = False) -> None:
+    def __init__(
+        self, response_id: str, created: int, model: str, n: int = 1, *, chat: bool = True, logprobs: bool = False
+    ) -> None:
         super().__init__(response_id, created, model, n, chat, logprobs)
 
     def feed(self, event: Event) -> None:
@@ -292,18 +323,30 @@ class ResponseBuilder(_Base):
             reason = c.finish_reason or "stop"
             text = "".join(c.text)
             if self.chat:
-                message: dict[str, Any] = {"role": "assistant", "content": text or (None if c.tools else ""),
-                                           "refusal": None}
+                message: dict[str, Any] = {
+                    "role": "assistant",
+                    "content": text or (None if c.tools else ""),
+                    "refusal": None,
+                }
                 if c.tools:
                     message["tool_calls"] = [
-                        {"id": slot[1], "type": "function",
-                         "function": {"name": slot[2] or "", "arguments": "".join(slot[3])}}
-                        for slot in sorted(c.tools.values(), key=lambda s: s[0])]
-                logprobs = ({"content": chat_logprobs(c.logprobs), "refusal": None}
-                            if self.want_logprobs else None)
+                        {
+                            "id": slot[1],
+                            "type": "function",
+                            "function": {"name": slot[2] or "", "arguments": "".join(slot[3])},
+                        }
+                        for slot in sorted(c.tools.values(), key=lambda s: s[0])
+                    ]
+                logprobs = {"content": chat_logprobs(c.logprobs), "refusal": None} if self.want_logprobs else None
                 choices.append({"index": index, "message": message, "logprobs": logprobs, "finish_reason": reason})
             else:
                 logprobs = completion_logprobs(c.logprobs, 0)[0] if self.want_logprobs else None
                 choices.append({"index": index, "text": text, "logprobs": logprobs, "finish_reason": reason})
-        return {"id": self.id, "object": "chat.completion" if self.chat else "text_completion",
-                "created": self.created, "model": self.model, "choices": choices, "usage": usage_dict(usage)}
+        return {
+            "id": self.id,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": usage_dict(usage),
+        }

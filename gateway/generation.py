@@ -7,6 +7,7 @@ answer. When the client leaves, the generation task is cancelled, which closes
 the adapter's iterator (aborting the upstream work), and the ticket is released
 with the partial usage and the phase it happened in.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -48,7 +49,7 @@ class RequestContext:
 class Generation:
     """An ASGI response that runs the generation it answers."""
 
-    def __init__(self, gateway: "Gateway", ctx: RequestContext, requests: list[GenerationRequest]) -> None:
+    def __init__(self, gateway: Gateway, ctx: RequestContext, requests: list[GenerationRequest]) -> None:
         self.gw = gateway
         self.ctx = ctx
         self.requests = requests
@@ -115,8 +116,9 @@ class Generation:
             if self.ctx.ticket is not None:
                 release = self.ctx.ticket.release(usage, cancelled_phase)
                 await (release if clean else asyncio.shield(release))
-            self.gw.finish_record(self.ctx, self.status, usage, backend=self.backend, error=self.error,
-                                  cancelled_phase=cancelled_phase)
+            self.gw.finish_record(
+                self.ctx, self.status, usage, backend=self.backend, error=self.error, cancelled_phase=cancelled_phase
+            )
 
     def _estimated_usage(self) -> Usage | None:
         """When the runtime gave no usage (cut stream, cancelled): what we saw."""
@@ -190,10 +192,22 @@ class Generation:
 
     async def _stream(self, events, send) -> None:
         self.ctx.phase = "mid_stream"
-        enc = StreamEncoder(self.response_id, self.created, self.ctx.model, self.n, chat=self.ctx.chat,
-                            include_usage=self.first.include_usage, logprobs=self.first.sampling.logprobs)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": self._headers(b"text/event-stream") + [(b"cache-control", b"no-cache")]})
+        enc = StreamEncoder(
+            self.response_id,
+            self.created,
+            self.ctx.model,
+            self.n,
+            chat=self.ctx.chat,
+            include_usage=self.first.include_usage,
+            logprobs=self.first.sampling.logprobs,
+        )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": self._headers(b"text/event-stream") + [(b"cache-control", b"no-cache")],
+            }
+        )
         body = {"type": "http.response.body", "body": b"", "more_body": True}
         while True:
             try:
@@ -212,8 +226,11 @@ class Generation:
         if not enc.closed:
             missing = enc.unfinished()
             if missing:
-                err = GatewayError(502, f"Backend {self.backend} ended the stream without finishing choice(s) "
-                                        f"{missing}.", code="upstream_error")
+                err = GatewayError(
+                    502,
+                    f"Backend {self.backend} ended the stream without finishing choice(s) {missing}.",
+                    code="upstream_error",
+                )
                 self.status, self.error = err.status, err.message
                 tail = enc.error(err)
             else:
@@ -224,8 +241,14 @@ class Generation:
 
     async def _whole(self, events, send) -> None:
         self.ctx.phase = "non_streaming"
-        builder = ResponseBuilder(self.response_id, self.created, self.ctx.model, self.n, chat=self.ctx.chat,
-                                  logprobs=self.first.sampling.logprobs)
+        builder = ResponseBuilder(
+            self.response_id,
+            self.created,
+            self.ctx.model,
+            self.n,
+            chat=self.ctx.chat,
+            logprobs=self.first.sampling.logprobs,
+        )
         try:
             while True:
                 try:
@@ -236,15 +259,19 @@ class Generation:
                 builder.feed(event)
             missing = builder.unfinished()
             if missing:
-                raise GatewayError(502, f"Backend {self.backend} ended without finishing choice(s) {missing}.",
-                                   code="upstream_error")
+                raise GatewayError(
+                    502, f"Backend {self.backend} ended without finishing choice(s) {missing}.", code="upstream_error"
+                )
         except GatewayError as err:
             await self._send_error(send, err)
             return
         usage = self.usage or self._estimated_usage() or Usage(0, 0)
         payload = orjson.dumps(builder.build(usage))
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": self._headers(b"application/json")
-                    + [(b"content-length", str(len(payload)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": self._headers(b"application/json") + [(b"content-length", str(len(payload)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})
-

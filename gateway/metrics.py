@@ -4,6 +4,7 @@ The gateway keeps its own registry (not the process-global one) so that several
 apps in one test process do not collide, and so that the native engine's metrics
 can be registered beside the gateway's.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,29 +22,57 @@ class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.requests = Counter("switchyard_requests_total", "Requests by model, backend and HTTP status.",
-                                ["model", "backend", "status"], registry=r)
-        self.e2e = Histogram("switchyard_request_duration_seconds", "End-to-end request latency.",
-                             ["model"], buckets=LATENCY_BUCKETS, registry=r)
-        self.ttft = Histogram("switchyard_time_to_first_token_seconds",
-                              "Time from request arrival to the first content-bearing event.",
-                              ["model", "backend"], buckets=LATENCY_BUCKETS, registry=r)
-        self.itl = Histogram("switchyard_inter_token_latency_seconds", "Gaps between content events in a stream.",
-                             ["model"], buckets=ITL_BUCKETS, registry=r)
+        self.requests = Counter(
+            "switchyard_requests_total",
+            "Requests by model, backend and HTTP status.",
+            ["model", "backend", "status"],
+            registry=r,
+        )
+        self.e2e = Histogram(
+            "switchyard_request_duration_seconds",
+            "End-to-end request latency.",
+            ["model"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "switchyard_time_to_first_token_seconds",
+            "Time from request arrival to the first content-bearing event.",
+            ["model", "backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "switchyard_inter_token_latency_seconds",
+            "Gaps between content events in a stream.",
+            ["model"],
+            buckets=ITL_BUCKETS,
+            registry=r,
+        )
         self.prompt_tokens = Counter("switchyard_prompt_tokens_total", "Prompt tokens.", ["model"], registry=r)
-        self.completion_tokens = Counter("switchyard_completion_tokens_total", "Completion tokens.", ["model"],
-                                         registry=r)
+        self.completion_tokens = Counter(
+            "switchyard_completion_tokens_total", "Completion tokens.", ["model"], registry=r
+        )
         self.inflight = Gauge("switchyard_inflight_requests", "Requests being served now.", ["model"], registry=r)
-        self.overhead = Histogram("switchyard_gateway_overhead_seconds",
-                                  "Time spent in the gateway itself per request, upstream waits excluded.",
-                                  ["model"], buckets=OVERHEAD_BUCKETS, registry=r)
-        self.cancelled = Counter("switchyard_client_cancellations_total",
-                                 "Requests whose client went away, by the phase it happened in.", ["phase"],
-                                 registry=r)
-        self.backend_healthy = Gauge("switchyard_backend_healthy", "1 when the backend's last health check passed.",
-                                     ["backend"], registry=r)
-        self.backend_inflight = Gauge("switchyard_backend_inflight", "Requests in flight per backend.",
-                                      ["backend"], registry=r)
+        self.overhead = Histogram(
+            "switchyard_gateway_overhead_seconds",
+            "Time spent in the gateway itself per request, upstream waits excluded.",
+            ["model"],
+            buckets=OVERHEAD_BUCKETS,
+            registry=r,
+        )
+        self.cancelled = Counter(
+            "switchyard_client_cancellations_total",
+            "Requests whose client went away, by the phase it happened in.",
+            ["phase"],
+            registry=r,
+        )
+        self.backend_healthy = Gauge(
+            "switchyard_backend_healthy", "1 when the backend's last health check passed.", ["backend"], registry=r
+        )
+        self.backend_inflight = Gauge(
+            "switchyard_backend_inflight", "Requests in flight per backend.", ["backend"], registry=r
+        )
         self._children: dict[tuple, object] = {}
 
     def child(self, metric, *labels: str):

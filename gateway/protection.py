@@ -8,6 +8,7 @@ every phase, cancelled or not. Leases are refreshed by a heartbeat while the
 ticket lives, so a replica that dies stops refreshing and its leases expire
 within `quota_store.lease_ttl_s` instead of leaking.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +17,7 @@ import logging
 import time
 import uuid
 import weakref
-from typing import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -61,42 +62,63 @@ def _limit(value: int | None) -> int:
 
 
 class _Metrics:
-    def __init__(self, registry: CollectorRegistry, protection: "Protection") -> None:
+    def __init__(self, registry: CollectorRegistry, protection: Protection) -> None:
         r = registry
-        self.decisions = Counter("switchyard_quota_decisions_total",
-                                 "Quota decisions: admitted, or the limit that refused.", ["result"], registry=r)
-        self.store_unavailable = Counter("switchyard_quota_store_unavailable_total",
-                                         "Quota checks that found the shared store unreachable, by the policy applied.",
-                                         ["policy"], registry=r)
-        self.check_seconds = Histogram("switchyard_quota_check_seconds", "Time spent in one quota reservation.",
-                                       ["store"], registry=r,
-                                       buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                0.025, 0.1, 0.5))
-        self.queue_rejected = Counter("switchyard_admission_rejected_total",
-                                      "Requests the admission queue turned away.", ["model", "reason"], registry=r)
-        self.queue_wait = Histogram("switchyard_admission_wait_seconds", "Time spent waiting in the queue.",
-                                    ["model"], registry=r)
-        self.leaked = Counter("switchyard_protection_leaked_tickets_total",
-                              "Tickets collected without release (a bug; their resources were freed then).",
-                              registry=r)
-        self.cancelled = Counter("switchyard_protection_cancelled_total",
-                                 "Tickets released because the client went away, by phase "
-                                 "(each one had its lease, reservation and queue slot freed).",
-                                 ["phase"], registry=r)
+        self.decisions = Counter(
+            "switchyard_quota_decisions_total",
+            "Quota decisions: admitted, or the limit that refused.",
+            ["result"],
+            registry=r,
+        )
+        self.store_unavailable = Counter(
+            "switchyard_quota_store_unavailable_total",
+            "Quota checks that found the shared store unreachable, by the policy applied.",
+            ["policy"],
+            registry=r,
+        )
+        self.check_seconds = Histogram(
+            "switchyard_quota_check_seconds",
+            "Time spent in one quota reservation.",
+            ["store"],
+            registry=r,
+            buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5),
+        )
+        self.queue_rejected = Counter(
+            "switchyard_admission_rejected_total",
+            "Requests the admission queue turned away.",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "switchyard_admission_wait_seconds", "Time spent waiting in the queue.", ["model"], registry=r
+        )
+        self.leaked = Counter(
+            "switchyard_protection_leaked_tickets_total",
+            "Tickets collected without release (a bug; their resources were freed then).",
+            registry=r,
+        )
+        self.cancelled = Counter(
+            "switchyard_protection_cancelled_total",
+            "Tickets released because the client went away, by phase "
+            "(each one had its lease, reservation and queue slot freed).",
+            ["phase"],
+            registry=r,
+        )
         registry.register(_StateCollector(protection))
 
 
 class _StateCollector:
     """Live state read at scrape time: what must return to zero when idle."""
 
-    def __init__(self, protection: "Protection") -> None:
+    def __init__(self, protection: Protection) -> None:
         self.protection = protection
 
     def collect(self):
         p = self.protection
         depth = GaugeMetricFamily("switchyard_admission_queue_depth", "Requests waiting per model.", labels=["model"])
-        inflight = GaugeMetricFamily("switchyard_admission_inflight", "Dispatched, unreleased requests per model.",
-                                     labels=["model"])
+        inflight = GaugeMetricFamily(
+            "switchyard_admission_inflight", "Dispatched, unreleased requests per model.", labels=["model"]
+        )
         for model in p.queue.models():
             depth.add_metric([model], p.queue.waiting(model))
             inflight.add_metric([model], p.queue.in_flight(model))
@@ -113,8 +135,15 @@ class _StateCollector:
 class Ticket:
     """What one admitted request holds. `release` is idempotent."""
 
-    def __init__(self, protection: "Protection", principal: Principal, model: str,
-                 reservation: Reservation | None, slot: Slot | None, prompt_estimate: int) -> None:
+    def __init__(
+        self,
+        protection: Protection,
+        principal: Principal,
+        model: str,
+        reservation: Reservation | None,
+        slot: Slot | None,
+        prompt_estimate: int,
+    ) -> None:
         self._protection = protection
         self.principal = principal
         self.model = model
@@ -165,8 +194,15 @@ class Ticket:
 
 
 class Protection:
-    def __init__(self, config: GatewayConfig, registry: CollectorRegistry, *, store: QuotaStore | None = None,
-                 window_ms: int = WINDOW_MS, bucket_ms: int = BUCKET_MS) -> None:
+    def __init__(
+        self,
+        config: GatewayConfig,
+        registry: CollectorRegistry,
+        *,
+        store: QuotaStore | None = None,
+        window_ms: int = WINDOW_MS,
+        bucket_ms: int = BUCKET_MS,
+    ) -> None:
         self.config = config
         tenants = {name: TenantRecord(models=list(t.models), tier=t.tier) for name, t in config.tenants.items()}
         self.auth = Authenticator(config.auth, tenants)
@@ -179,13 +215,15 @@ class Protection:
         if store is not None:
             self.store: QuotaStore = store
         elif store_cfg.kind == "redis":
-            self.store = RedisQuotaStore(store_cfg.url, key_prefix=store_cfg.key_prefix, window_ms=window_ms,
-                                         bucket_ms=bucket_ms)
+            self.store = RedisQuotaStore(
+                store_cfg.url, key_prefix=store_cfg.key_prefix, window_ms=window_ms, bucket_ms=bucket_ms
+            )
         else:
             self.store = self.local
         adm = config.admission
-        self.queue = AdmissionQueue(max_queue=adm.max_queue, max_wait_s=adm.max_queue_wait_s,
-                                    full_status=adm.full_status)
+        self.queue = AdmissionQueue(
+            max_queue=adm.max_queue, max_wait_s=adm.max_queue_wait_s, full_status=adm.full_status
+        )
         self._live: weakref.WeakSet[Ticket] = weakref.WeakSet()
         # Reservations of requests still in the queue, by lease id: their leases
         # need the heartbeat too, or a wait longer than the TTL would free a
@@ -196,7 +234,7 @@ class Protection:
         self.metrics = _Metrics(registry, self)
 
     @classmethod
-    def from_config(cls, config: GatewayConfig, registry: CollectorRegistry) -> "Protection":
+    def from_config(cls, config: GatewayConfig, registry: CollectorRegistry) -> Protection:
         _refuse_open_auth_on_public_address(config)
         return cls(config, registry)
 
@@ -208,8 +246,12 @@ class Protection:
             try:
                 await self.store.ping()
             except QuotaStoreUnavailable as exc:
-                log.error("quota store %s unreachable at start (%s); applying %s until it is back",
-                          self.config.quota_store.url, exc, self.on_unavailable)
+                log.error(
+                    "quota store %s unreachable at start (%s); applying %s until it is back",
+                    self.config.quota_store.url,
+                    exc,
+                    self.on_unavailable,
+                )
         self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name="lease-heartbeat")
 
     async def aclose(self) -> None:
@@ -238,40 +280,67 @@ class Protection:
     def scopes_for(self, principal: Principal) -> tuple[ScopeLimits, ...]:
         scopes: list[ScopeLimits] = []
         tenant = self.config.tenants.get(principal.tenant)
-        if tenant is not None and _has_limits(tenant.requests_per_minute, tenant.tokens_per_minute,
-                                              tenant.max_concurrent):
-            scopes.append(ScopeLimits("t", _limit(tenant.requests_per_minute), _limit(tenant.tokens_per_minute),
-                                      _limit(tenant.max_concurrent)))
-        if principal.key_id is not None and _has_limits(principal.key_requests_per_minute,
-                                                        principal.key_tokens_per_minute,
-                                                        principal.key_max_concurrent):
-            scopes.append(ScopeLimits(f"k:{principal.key_id}", _limit(principal.key_requests_per_minute),
-                                      _limit(principal.key_tokens_per_minute), _limit(principal.key_max_concurrent)))
+        if tenant is not None and _has_limits(
+            tenant.requests_per_minute, tenant.tokens_per_minute, tenant.max_concurrent
+        ):
+            scopes.append(
+                ScopeLimits(
+                    "t",
+                    _limit(tenant.requests_per_minute),
+                    _limit(tenant.tokens_per_minute),
+                    _limit(tenant.max_concurrent),
+                )
+            )
+        if principal.key_id is not None and _has_limits(
+            principal.key_requests_per_minute, principal.key_tokens_per_minute, principal.key_max_concurrent
+        ):
+            scopes.append(
+                ScopeLimits(
+                    f"k:{principal.key_id}",
+                    _limit(principal.key_requests_per_minute),
+                    _limit(principal.key_tokens_per_minute),
+                    _limit(principal.key_max_concurrent),
+                )
+            )
         return tuple(scopes)
 
-    async def admit(self, principal: Principal, model: str, request: GenerationRequest, prompt_tokens_estimate: int,
-                    client_gone: ClientGone, *, choices: int | None = None) -> Ticket:
+    async def admit(
+        self,
+        principal: Principal,
+        model: str,
+        request: GenerationRequest,
+        prompt_tokens_estimate: int,
+        client_gone: ClientGone,
+        *,
+        choices: int | None = None,
+    ) -> Ticket:
         """`choices`: completions the request will produce in all (a legacy
         completion with k prompts and n each makes k * n); default request.sampling.n."""
         if not self.may_use(principal, model):
-            raise GatewayError(403, f"Your key may not use the model `{model}`.", param="model",
-                               code="model_not_allowed")
+            raise GatewayError(
+                403, f"Your key may not use the model `{model}`.", param="model", code="model_not_allowed"
+            )
         tenant_cfg: TenantConfig | None = self.config.tenants.get(principal.tenant)
-        cap = (tenant_cfg.max_tokens_cap if tenant_cfg and tenant_cfg.max_tokens_cap
-               else DEFAULT_COMPLETION_RESERVATION)
-        tokens = reservation_tokens(prompt_tokens_estimate, request.sampling.max_tokens,
-                                    choices if choices is not None else request.sampling.n, cap)
+        cap = tenant_cfg.max_tokens_cap if tenant_cfg and tenant_cfg.max_tokens_cap else DEFAULT_COMPLETION_RESERVATION
+        tokens = reservation_tokens(
+            prompt_tokens_estimate,
+            request.sampling.max_tokens,
+            choices if choices is not None else request.sampling.n,
+            cap,
+        )
         scopes = self.scopes_for(principal)
         reservation = await self._reserve(principal, scopes, tokens) if scopes else None
         if reservation is not None:
             self._queued[reservation.lease_id] = reservation
         try:
-            slot = await self.queue.enter(model, principal.tenant, principal.tier, deadline=request.deadline,
-                                          client_gone=client_gone)
+            slot = await self.queue.enter(
+                model, principal.tenant, principal.tier, deadline=request.deadline, client_gone=client_gone
+            )
         except ClientGoneWhileQueued:
             await self._unwind(reservation, "queued")
-            raise GatewayError(499, "The client closed the request while it was queued.",
-                               code="client_closed") from None
+            raise GatewayError(
+                499, "The client closed the request while it was queued.", code="client_closed"
+            ) from None
         except asyncio.CancelledError:
             await self._unwind(reservation, "queued")
             raise
@@ -312,8 +381,12 @@ class Protection:
                 self.metrics.store_unavailable.labels(self.on_unavailable).inc()
                 if self.on_unavailable == "fail_closed":
                     self.metrics.decisions.labels("store_unavailable").inc()
-                    raise GatewayError(503, "The quota store is unavailable; the request was not admitted.",
-                                       code="quota_store_unavailable", retry_after=REDIS_RETRY_S) from None
+                    raise GatewayError(
+                        503,
+                        "The quota store is unavailable; the request was not admitted.",
+                        code="quota_store_unavailable",
+                        retry_after=REDIS_RETRY_S,
+                    ) from None
                 store = self.local
                 reservation = await store.reserve(principal.tenant, scopes, tokens, lease_id, self.lease_ttl_ms)
                 reservation.store = "local-fallback"
@@ -356,12 +429,14 @@ class Protection:
 
     def snapshot(self) -> dict[str, int]:
         models = self.queue.models()
-        return {"live_tickets": len(self._live),
-                "queued": sum(self.queue.waiting(m) for m in models),
-                "in_flight": sum(self.queue.in_flight(m) for m in models)}
+        return {
+            "live_tickets": len(self._live),
+            "queued": sum(self.queue.waiting(m) for m in models),
+            "in_flight": sum(self.queue.in_flight(m) for m in models),
+        }
 
 
-def _release_leaked(protection: "Protection", slot: Slot | None, reservation: Reservation | None) -> None:
+def _release_leaked(protection: Protection, slot: Slot | None, reservation: Reservation | None) -> None:
     log.error("a ticket was dropped without release; freeing its slot and reservation now")
     protection.metrics.leaked.inc()
     if slot is not None:
@@ -382,17 +457,31 @@ def _too_many(principal: Principal, exc: QuotaExceeded) -> GatewayError:
     who = f"tenant {principal.tenant}" if exc.scope == "t" else f"key {exc.scope.removeprefix('k:')}"
     headers = ratelimit_headers(exc.states)
     if exc.limit == "concurrency":
-        return GatewayError(429, f"Too many concurrent requests for {who}: limit {exc.limit_value}. "
-                                 "Retry when one of your requests finishes.", code="concurrency_limit_exceeded",
-                            retry_after=exc.retry_after_s, headers=headers)
+        return GatewayError(
+            429,
+            f"Too many concurrent requests for {who}: limit {exc.limit_value}. "
+            "Retry when one of your requests finishes.",
+            code="concurrency_limit_exceeded",
+            retry_after=exc.retry_after_s,
+            headers=headers,
+        )
     unit = "requests per minute (RPM)" if exc.limit == "requests" else "tokens per minute (TPM)"
     if exc.retry_after_s is None:
-        return GatewayError(429, f"Request too large for {who} on {unit}: limit {exc.limit_value}, requested "
-                                 f"{exc.requested}. Reduce the prompt or max_tokens.", code="rate_limit_exceeded",
-                            headers=headers)
-    return GatewayError(429, f"Rate limit reached for {who} on {unit}: limit {exc.limit_value}, requested "
-                             f"{exc.requested}. Please try again in {exc.retry_after_s:.3g}s.",
-                        code="rate_limit_exceeded", retry_after=exc.retry_after_s, headers=headers)
+        return GatewayError(
+            429,
+            f"Request too large for {who} on {unit}: limit {exc.limit_value}, requested "
+            f"{exc.requested}. Reduce the prompt or max_tokens.",
+            code="rate_limit_exceeded",
+            headers=headers,
+        )
+    return GatewayError(
+        429,
+        f"Rate limit reached for {who} on {unit}: limit {exc.limit_value}, requested "
+        f"{exc.requested}. Please try again in {exc.retry_after_s:.3g}s.",
+        code="rate_limit_exceeded",
+        retry_after=exc.retry_after_s,
+        headers=headers,
+    )
 
 
 def _refuse_open_auth_on_public_address(config: GatewayConfig) -> None:
@@ -405,5 +494,7 @@ def _refuse_open_auth_on_public_address(config: GatewayConfig) -> None:
     except ValueError:
         loopback = False
     if not loopback:
-        raise ConfigError(f"listen.host is {host!r} but auth is not configured: set auth.mode "
-                          "(keys, jwt, keys+jwt), or `auth: {mode: none}` to serve without auth on purpose.")
+        raise ConfigError(
+            f"listen.host is {host!r} but auth is not configured: set auth.mode "
+            "(keys, jwt, keys+jwt), or `auth: {mode: none}` to serve without auth on purpose."
+        )

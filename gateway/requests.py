@@ -8,6 +8,7 @@ not interpret are kept in `extra` and passed to runtimes that understand them
 `max_tokens` precedence: `max_completion_tokens` wins when both are sent (it is
 the current name; `max_tokens` is deprecated for chat).
 """
+
 from __future__ import annotations
 
 import re
@@ -24,14 +25,43 @@ TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 # Chat fields the gateway reads; everything else goes to `extra`.
 CHAT_FIELDS = {
-    "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format", "temperature",
-    "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias",
-    "seed", "n", "stop", "stop_token_ids", "max_tokens", "max_completion_tokens", "min_tokens", "ignore_eos",
-    "logprobs", "top_logprobs", "stream", "stream_options", "user", "priority", "functions", "function_call",
-    "store", "metadata", "service_tier",
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "seed",
+    "n",
+    "stop",
+    "stop_token_ids",
+    "max_tokens",
+    "max_completion_tokens",
+    "min_tokens",
+    "ignore_eos",
+    "logprobs",
+    "top_logprobs",
+    "stream",
+    "stream_options",
+    "user",
+    "priority",
+    "functions",
+    "function_call",
+    "store",
+    "metadata",
+    "service_tier",
 }
-COMPLETION_FIELDS = (CHAT_FIELDS - {"messages", "tools", "tool_choice", "parallel_tool_calls",
-                                    "max_completion_tokens", "top_logprobs"}) | {"prompt", "echo", "best_of", "suffix"}
+COMPLETION_FIELDS = (
+    CHAT_FIELDS - {"messages", "tools", "tool_choice", "parallel_tool_calls", "max_completion_tokens", "top_logprobs"}
+) | {"prompt", "echo", "best_of", "suffix"}
 
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
@@ -40,8 +70,9 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise invalid_request(f"We could not parse the JSON body of your request ({exc}). "
-                              "Send a valid JSON object.") from None
+        raise invalid_request(
+            f"We could not parse the JSON body of your request ({exc}). Send a valid JSON object."
+        ) from None
     if not isinstance(body, dict):
         raise invalid_request(f"The request body must be a JSON object, not {type(body).__name__}.")
     return body
@@ -115,13 +146,15 @@ def _logit_bias(body: dict) -> dict[int, float] | None:
         try:
             token = int(k)
         except ValueError:
-            raise invalid_request(f"'logit_bias' keys must be token ids (integers as strings); got {k!r}.",
-                                  param="logit_bias") from None
+            raise invalid_request(
+                f"'logit_bias' keys must be token ids (integers as strings); got {k!r}.", param="logit_bias"
+            ) from None
         if token < 0:
             raise invalid_request(f"'logit_bias' has a negative token id {token}.", param="logit_bias")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not -100 <= v <= 100:
-            raise invalid_request(f"'logit_bias' values must be numbers between -100 and 100; got {v!r} for {k}.",
-                                  param="logit_bias")
+            raise invalid_request(
+                f"'logit_bias' values must be numbers between -100 and 100; got {v!r} for {k}.", param="logit_bias"
+            )
         out[token] = float(v)
     return out
 
@@ -146,8 +179,9 @@ def _stream(body: dict) -> tuple[bool, bool]:
             raise invalid_request("'stream_options' must be an object.", param="stream_options")
         iu = options.get("include_usage")
         if iu is not None and not isinstance(iu, bool):
-            raise invalid_request("'stream_options.include_usage' must be a boolean.",
-                                  param="stream_options.include_usage")
+            raise invalid_request(
+                "'stream_options.include_usage' must be a boolean.", param="stream_options.include_usage"
+            )
         include_usage = bool(iu)
     return stream, include_usage
 
@@ -188,18 +222,23 @@ def _messages(body: dict) -> list[dict[str, Any]]:
             raise invalid_request(f"'messages[{i}]' must be an object.", param=f"messages[{i}]")
         role = m.get("role")
         if role not in ROLES:
-            raise invalid_request(f"'messages[{i}].role' must be one of {sorted(ROLES)}; got {role!r}.",
-                                  param=f"messages[{i}].role")
+            raise invalid_request(
+                f"'messages[{i}].role' must be one of {sorted(ROLES)}; got {role!r}.", param=f"messages[{i}].role"
+            )
         content = m.get("content")
         if content is not None and not isinstance(content, (str, list)):
-            raise invalid_request(f"'messages[{i}].content' must be a string or an array of content parts.",
-                                  param=f"messages[{i}].content")
-        if content is None and role in ("user", "system", "developer") :
-            raise invalid_request(f"'messages[{i}].content' is required for role {role!r}.",
-                                  param=f"messages[{i}].content")
+            raise invalid_request(
+                f"'messages[{i}].content' must be a string or an array of content parts.",
+                param=f"messages[{i}].content",
+            )
+        if content is None and role in ("user", "system", "developer"):
+            raise invalid_request(
+                f"'messages[{i}].content' is required for role {role!r}.", param=f"messages[{i}].content"
+            )
         if role == "tool" and not isinstance(m.get("tool_call_id"), str):
-            raise invalid_request(f"'messages[{i}].tool_call_id' is required for role 'tool'.",
-                                  param=f"messages[{i}].tool_call_id")
+            raise invalid_request(
+                f"'messages[{i}].tool_call_id' is required for role 'tool'.", param=f"messages[{i}].tool_call_id"
+            )
         calls = m.get("tool_calls")
         if calls is not None and not isinstance(calls, list):
             raise invalid_request(f"'messages[{i}].tool_calls' must be an array.", param=f"messages[{i}].tool_calls")
@@ -215,16 +254,21 @@ def _tools(body: dict) -> list[dict[str, Any]] | None:
     for i, t in enumerate(tools):
         fn = t.get("function") if isinstance(t, dict) else None
         if not isinstance(t, dict) or t.get("type") != "function" or not isinstance(fn, dict):
-            raise invalid_request(f"'tools[{i}]' must be {{\"type\": \"function\", \"function\": {{...}}}}.",
-                                  param=f"tools[{i}]")
+            raise invalid_request(
+                f'\'tools[{i}]\' must be {{"type": "function", "function": {{...}}}}.', param=f"tools[{i}]"
+            )
         name = fn.get("name")
         if not isinstance(name, str) or not TOOL_NAME.match(name):
-            raise invalid_request(f"'tools[{i}].function.name' must be 1-64 letters, digits, '_' or '-'; got {name!r}.",
-                                  param=f"tools[{i}].function.name")
+            raise invalid_request(
+                f"'tools[{i}].function.name' must be 1-64 letters, digits, '_' or '-'; got {name!r}.",
+                param=f"tools[{i}].function.name",
+            )
         params = fn.get("parameters")
         if params is not None and not isinstance(params, dict):
-            raise invalid_request(f"'tools[{i}].function.parameters' must be a JSON Schema object.",
-                                  param=f"tools[{i}].function.parameters")
+            raise invalid_request(
+                f"'tools[{i}].function.parameters' must be a JSON Schema object.",
+                param=f"tools[{i}].function.parameters",
+            )
     return tools or None
 
 
@@ -236,18 +280,24 @@ def _tool_choice(body: dict, tools: list[dict] | None) -> str | dict | None:
         raise invalid_request("'tool_choice' is only allowed when 'tools' are specified.", param="tool_choice")
     if isinstance(tc, str):
         if tc not in ("none", "auto", "required"):
-            raise invalid_request(f"'tool_choice' must be 'none', 'auto', 'required' or a named function; got {tc!r}.",
-                                  param="tool_choice")
+            raise invalid_request(
+                f"'tool_choice' must be 'none', 'auto', 'required' or a named function; got {tc!r}.",
+                param="tool_choice",
+            )
         return tc
     if isinstance(tc, dict) and tc.get("type") == "function" and isinstance(tc.get("function"), dict):
         name = tc["function"].get("name")
         names = {t["function"]["name"] for t in tools}
         if name not in names:
-            raise invalid_request(f"'tool_choice' names function {name!r}, which is not in 'tools' "
-                                  f"({', '.join(sorted(names))}).", param="tool_choice")
+            raise invalid_request(
+                f"'tool_choice' names function {name!r}, which is not in 'tools' ({', '.join(sorted(names))}).",
+                param="tool_choice",
+            )
         return tc
-    raise invalid_request("'tool_choice' must be 'none', 'auto', 'required' or "
-                          "{\"type\": \"function\", \"function\": {\"name\": ...}}.", param="tool_choice")
+    raise invalid_request(
+        "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}.",
+        param="tool_choice",
+    )
 
 
 def _response_format(body: dict) -> dict[str, Any] | None:
@@ -255,18 +305,22 @@ def _response_format(body: dict) -> dict[str, Any] | None:
     if rf is None:
         return None
     if not isinstance(rf, dict) or rf.get("type") not in ("text", "json_object", "json_schema"):
-        raise invalid_request("'response_format.type' must be 'text', 'json_object' or 'json_schema'.",
-                              param="response_format")
+        raise invalid_request(
+            "'response_format.type' must be 'text', 'json_object' or 'json_schema'.", param="response_format"
+        )
     if rf["type"] == "text":
         return None
     if rf["type"] == "json_schema":
         js = rf.get("json_schema")
         if not isinstance(js, dict) or not isinstance(js.get("name"), str):
-            raise invalid_request("'response_format.json_schema' must be an object with a 'name'.",
-                                  param="response_format.json_schema")
+            raise invalid_request(
+                "'response_format.json_schema' must be an object with a 'name'.", param="response_format.json_schema"
+            )
         if "schema" in js and not isinstance(js["schema"], dict):
-            raise invalid_request("'response_format.json_schema.schema' must be a JSON Schema object.",
-                                  param="response_format.json_schema.schema")
+            raise invalid_request(
+                "'response_format.json_schema.schema' must be a JSON Schema object.",
+                param="response_format.json_schema.schema",
+            )
     return rf
 
 
@@ -290,10 +344,18 @@ def parse_chat(body: dict[str, Any], request_id: str) -> GenerationRequest:
     stream, include_usage = _stream(body)
     parallel = _bool(body, "parallel_tool_calls")
     return GenerationRequest(
-        request_id=request_id, model=model, kind="chat", messages=messages, tools=tools,
-        tool_choice=tool_choice, parallel_tool_calls=True if parallel is None else parallel,
-        response_format=_response_format(body), sampling=sampling, stream=stream,
-        include_usage=include_usage, extra=_extra(body, CHAT_FIELDS),
+        request_id=request_id,
+        model=model,
+        kind="chat",
+        messages=messages,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=True if parallel is None else parallel,
+        response_format=_response_format(body),
+        sampling=sampling,
+        stream=stream,
+        include_usage=include_usage,
+        extra=_extra(body, CHAT_FIELDS),
     )
 
 
@@ -310,11 +372,15 @@ def split_prompts(body: dict[str, Any]) -> list[str | list[int]]:
             return list(prompt)
         if all(isinstance(p, int) and not isinstance(p, bool) for p in prompt):
             return [prompt]
-        if all(isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p)
-               for p in prompt):
+        if all(
+            isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p) for p in prompt
+        ):
             return list(prompt)
-    raise invalid_request("'prompt' is required: a string, an array of strings, an array of token ids, "
-                          "or an array of token-id arrays, and not empty.", param="prompt")
+    raise invalid_request(
+        "'prompt' is required: a string, an array of strings, an array of token ids, "
+        "or an array of token-id arrays, and not empty.",
+        param="prompt",
+    )
 
 
 def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRequest]:
@@ -330,14 +396,20 @@ def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRe
     n = _int(body, "n", 1, 128) or 1
     best_of = _int(body, "best_of", 1, 128)
     if best_of is not None and best_of != n and best_of != 1:
-        raise GatewayError(400, "'best_of' other than 1 or n is not supported by this gateway.", param="best_of",
-                           code="unsupported_parameter")
+        raise GatewayError(
+            400,
+            "'best_of' other than 1 or n is not supported by this gateway.",
+            param="best_of",
+            code="unsupported_parameter",
+        )
     if body.get("suffix"):
-        raise GatewayError(400, "'suffix' (insertion) is not supported by this gateway.", param="suffix",
-                           code="unsupported_parameter")
+        raise GatewayError(
+            400, "'suffix' (insertion) is not supported by this gateway.", param="suffix", code="unsupported_parameter"
+        )
     if echo and stream:
-        raise GatewayError(400, "'echo' is not supported together with 'stream'.", param="echo",
-                           code="unsupported_parameter")
+        raise GatewayError(
+            400, "'echo' is not supported together with 'stream'.", param="echo", code="unsupported_parameter"
+        )
     extra = _extra(body, COMPLETION_FIELDS)
     response_format = _response_format(body)
     requests = []
@@ -345,11 +417,20 @@ def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRe
         sampling = _sampling(body, max_tokens=max_tokens)
         sampling.logprobs = logprobs_k is not None
         sampling.top_logprobs = logprobs_k or 0
-        requests.append(GenerationRequest(
-            request_id=request_id if len(prompts) == 1 else f"{request_id}-{i}", model=model, kind="completion",
-            prompt=prompt, sampling=sampling, stream=stream, include_usage=include_usage, echo=echo,
-            response_format=response_format, extra=dict(extra),
-        ))
+        requests.append(
+            GenerationRequest(
+                request_id=request_id if len(prompts) == 1 else f"{request_id}-{i}",
+                model=model,
+                kind="completion",
+                prompt=prompt,
+                sampling=sampling,
+                stream=stream,
+                include_usage=include_usage,
+                echo=echo,
+                response_format=response_format,
+                extra=dict(extra),
+            )
+        )
     return requests
 
 

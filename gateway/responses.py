@@ -1,4 +1,5 @@
 """OpenAI-shaped JSON responses, errors included (one envelope for every error)."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -17,13 +17,14 @@ have capacity.
 * A request that waited past its deadline gets 503; a request whose client
   left is removed at once (its slot goes to the next one).
 """
+
 from __future__ import annotations
 
 import asyncio
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 
 from adapters.base import LoadSnapshot
 from adapters.errors import GatewayError
@@ -55,8 +56,9 @@ def saturated(load: LoadSnapshot | None, now: float | None = None) -> bool:
         return False
     if (now if now is not None else time.time()) - load.read_at > LOAD_MAX_AGE_S:
         return False
-    return ((load.waiting is not None and load.waiting >= SATURATION_WAITING)
-            or (load.kv_usage is not None and load.kv_usage >= SATURATION_KV_USAGE))
+    return (load.waiting is not None and load.waiting >= SATURATION_WAITING) or (
+        load.kv_usage is not None and load.kv_usage >= SATURATION_KV_USAGE
+    )
 
 
 def model_capacity(backends: list[BackendLoad], now: float | None = None) -> int | None:
@@ -112,8 +114,15 @@ class Slot:
 
 
 class AdmissionQueue:
-    def __init__(self, *, max_queue: int, max_wait_s: float, full_status: int = 429,
-                 capacity: CapacityFn | None = None, poll_s: float = 0.1) -> None:
+    def __init__(
+        self,
+        *,
+        max_queue: int,
+        max_wait_s: float,
+        full_status: int = 429,
+        capacity: CapacityFn | None = None,
+        poll_s: float = 0.1,
+    ) -> None:
         self.max_queue = max_queue
         self.max_wait_s = max_wait_s
         self.full_status = full_status
@@ -151,8 +160,15 @@ class AdmissionQueue:
         rate = len(q.done_times) / max(span, 1e-3)
         return max(1.0, min(self.max_wait_s, (q.waiting + 1) / rate))
 
-    async def enter(self, model: str, tenant: str, tier: int, *, deadline: float | None = None,
-                    client_gone: ClientGone | None = None) -> Slot:
+    async def enter(
+        self,
+        model: str,
+        tenant: str,
+        tier: int,
+        *,
+        deadline: float | None = None,
+        client_gone: ClientGone | None = None,
+    ) -> Slot:
         """Wait for a dispatch slot. `deadline` is a time.monotonic() value."""
         q = self._models.setdefault(model, _ModelQueue())
         start = time.monotonic()
@@ -181,12 +197,16 @@ class AdmissionQueue:
                         return Slot(model, time.monotonic() - start)
                     raise waiter.future.exception()  # pushed out by a tenant with fewer places
                 if remaining <= 0:
-                    raise GatewayError(503, f"The request waited {time.monotonic() - start:.1f}s in the queue for "
-                                            f"model `{model}` and passed its deadline.", code="queue_timeout",
-                                       retry_after=self.drain_retry_after(model))
+                    raise GatewayError(
+                        503,
+                        f"The request waited {time.monotonic() - start:.1f}s in the queue for "
+                        f"model `{model}` and passed its deadline.",
+                        code="queue_timeout",
+                        retry_after=self.drain_retry_after(model),
+                    )
                 try:
                     await asyncio.wait_for(asyncio.shield(waiter.future), min(self.poll_s, remaining))
-                except (asyncio.TimeoutError, GatewayError):
+                except (TimeoutError, GatewayError):
                     pass  # GatewayError: pushed out; raised at the top of the loop
                 if not waiter.future.done() and client_gone is not None and await client_gone():
                     raise ClientGoneWhileQueued()
@@ -201,9 +221,12 @@ class AdmissionQueue:
             raise
 
     def _full(self, model: str) -> GatewayError:
-        return GatewayError(self.full_status,
-                            f"The queue for model `{model}` is full ({self.max_queue} waiting); retry later.",
-                            code="queue_full", retry_after=self.drain_retry_after(model))
+        return GatewayError(
+            self.full_status,
+            f"The queue for model `{model}` is full ({self.max_queue} waiting); retry later.",
+            code="queue_full",
+            retry_after=self.drain_retry_after(model),
+        )
 
     def _push_out_candidate(self, q: _ModelQueue, tenant: str, tier: int) -> _Waiter | None:
         """The newest waiter of the tenant with the most places in bands not above

@@ -5,6 +5,7 @@ per-issuer algorithm allow-list, keys from a JWKS file or URL), mapped to a
 Failures are 401 with OpenAI's envelope and a `WWW-Authenticate` header
 (RFC 6750). The messages never echo a full key or token.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,8 +17,9 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import jwt
 import yaml
@@ -99,8 +101,9 @@ class ApiKeyTable:
     """Digest -> key record, from the config and an optional mounted file that
     is re-read when it changes (secret rotation without a restart)."""
 
-    def __init__(self, entries: list[KeyRecord], file: str | None, known_tenants: set[str] | None,
-                 recheck_s: float = 1.0) -> None:
+    def __init__(
+        self, entries: list[KeyRecord], file: str | None, known_tenants: set[str] | None, recheck_s: float = 1.0
+    ) -> None:
         self._static = {e.sha256: e for e in entries}
         self._file = file
         self._known_tenants = known_tenants
@@ -127,8 +130,12 @@ class ApiKeyTable:
         for raw in data:
             record = key_record(raw)
             if self._known_tenants is not None and record.tenant not in self._known_tenants:
-                log.error("api_keys_file %s: key %s names unknown tenant %r; ignored", self._file,
-                          record.key_id, record.tenant)
+                log.error(
+                    "api_keys_file %s: key %s names unknown tenant %r; ignored",
+                    self._file,
+                    record.key_id,
+                    record.tenant,
+                )
                 continue
             entries[record.sha256] = record
         self._file_entries = entries
@@ -154,17 +161,31 @@ def key_record(raw: Any) -> KeyRecord:
     digest = str(data["sha256"]).lower()
     if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
         raise ValueError("sha256 must be a 64-character hex digest")
-    return KeyRecord(sha256=digest, tenant=str(data["tenant"]), name=data.get("name"), models=data.get("models"),
-                     tier=data.get("tier"), requests_per_minute=data.get("requests_per_minute"),
-                     tokens_per_minute=data.get("tokens_per_minute"), max_concurrent=data.get("max_concurrent"))
+    return KeyRecord(
+        sha256=digest,
+        tenant=str(data["tenant"]),
+        name=data.get("name"),
+        models=data.get("models"),
+        tier=data.get("tier"),
+        requests_per_minute=data.get("requests_per_minute"),
+        tokens_per_minute=data.get("tokens_per_minute"),
+        max_concurrent=data.get("max_concurrent"),
+    )
 
 
 class JwksKeys:
     """The issuer's public keys by `kid`, cached for `cache_s`; an unknown kid
     triggers one early refresh (rate-limited), which is how rotation is seen."""
 
-    def __init__(self, *, file: str | None, url: str | None, cache_s: float, min_refresh_s: float = 5.0,
-                 fetch_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        *,
+        file: str | None,
+        url: str | None,
+        cache_s: float,
+        min_refresh_s: float = 5.0,
+        fetch_timeout_s: float = 5.0,
+    ) -> None:
         self.file = file
         self.url = url
         self.cache_s = cache_s
@@ -241,8 +262,11 @@ class JwtVerifier:
     def __init__(self, cfg: Any) -> None:
         self.cfg = cfg
         self.algorithms = list(cfg.algorithms)
-        self.jwks = (JwksKeys(file=cfg.jwks_file, url=cfg.jwks_url, cache_s=cfg.jwks_cache_s)
-                     if (cfg.jwks_file or cfg.jwks_url) else None)
+        self.jwks = (
+            JwksKeys(file=cfg.jwks_file, url=cfg.jwks_url, cache_s=cfg.jwks_cache_s)
+            if (cfg.jwks_file or cfg.jwks_url)
+            else None
+        )
         self._hs_secret: bytes | None = None
         if cfg.hs256_secret_file:
             with open(cfg.hs256_secret_file, "rb") as f:
@@ -272,8 +296,15 @@ class JwtVerifier:
                 raise unauthorized(f"The JWT's key does not match algorithm {alg}.", code="invalid_token")
             key = jwk.key
         try:
-            return jwt.decode(token, key, algorithms=[alg], audience=self.cfg.audience, issuer=self.cfg.issuer,
-                              leeway=self.cfg.leeway_s, options={"require": ["exp", "iss", "aud"]})
+            return jwt.decode(
+                token,
+                key,
+                algorithms=[alg],
+                audience=self.cfg.audience,
+                issuer=self.cfg.issuer,
+                leeway=self.cfg.leeway_s,
+                options={"require": ["exp", "iss", "aud"]},
+            )
         except jwt.ExpiredSignatureError:
             raise unauthorized("The JWT has expired.", code="invalid_token") from None
         except jwt.ImmatureSignatureError:
@@ -322,8 +353,10 @@ class Authenticator:
             return Principal(ANONYMOUS_TENANT, None, list(tenant.models), tenant.tier)
         credential = _credential(headers)
         if credential is None:
-            raise unauthorized("You didn't provide an API key. Send it as 'Authorization: Bearer <key>' "
-                               "or in the 'api-key' header.", error=None)
+            raise unauthorized(
+                "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or in the 'api-key' header.",
+                error=None,
+            )
         if self.issuers and (self.mode == "jwt" or _looks_like_jwt(credential)):
             return await self._from_jwt(credential)
         if "keys" not in self.mode:
@@ -332,10 +365,15 @@ class Authenticator:
         if record is None:
             raise unauthorized(f"Incorrect API key provided: {_mask(credential)}.")
         tenant = self._tenant(record.tenant)
-        return Principal(record.tenant, record.key_id, list(record.models or tenant.models),
-                         record.tier if record.tier is not None else tenant.tier,
-                         key_requests_per_minute=record.requests_per_minute,
-                         key_tokens_per_minute=record.tokens_per_minute, key_max_concurrent=record.max_concurrent)
+        return Principal(
+            record.tenant,
+            record.key_id,
+            list(record.models or tenant.models),
+            record.tier if record.tier is not None else tenant.tier,
+            key_requests_per_minute=record.requests_per_minute,
+            key_tokens_per_minute=record.tokens_per_minute,
+            key_max_concurrent=record.max_concurrent,
+        )
 
     async def _from_jwt(self, token: str) -> Principal:
         try:

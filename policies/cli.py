@@ -1,5 +1,6 @@
 """`switchyard keys create`: a new API key and the SHA-256 digest to put in the
 config (the gateway never stores the key itself)."""
+
 from __future__ import annotations
 
 import argparse

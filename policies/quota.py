@@ -19,6 +19,7 @@ Semantics (identical in `quota_memory` and `quota_redis`, tested against both):
 * Every check reads the store's clock (Redis `TIME` for the Redis store), so
   replicas with skewed clocks still agree.
 """
+
 from __future__ import annotations
 
 import math
@@ -75,8 +76,15 @@ class QuotaExceeded(Exception):
     """A limit would be exceeded. `retry_after_s` is None when waiting cannot help
     (a single request larger than the whole token limit)."""
 
-    def __init__(self, scope: str, limit: str, retry_after_s: float | None, states: list[ScopeState],
-                 requested: int = 1, limit_value: int = 0) -> None:
+    def __init__(
+        self,
+        scope: str,
+        limit: str,
+        retry_after_s: float | None,
+        states: list[ScopeState],
+        requested: int = 1,
+        limit_value: int = 0,
+    ) -> None:
         super().__init__(f"{scope}: {limit} limit reached")
         self.scope = scope
         self.limit = limit  # "requests" | "tokens" | "concurrency"
@@ -93,8 +101,9 @@ class QuotaStoreUnavailable(Exception):
 class QuotaStore(Protocol):
     kind: str
 
-    async def reserve(self, tenant: str, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str,
-                      lease_ttl_ms: int) -> Reservation:
+    async def reserve(
+        self, tenant: str, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str, lease_ttl_ms: int
+    ) -> Reservation:
         """Check every limit of every scope and take the request, the tokens and a
         lease atomically; raise QuotaExceeded and take nothing if any would break."""
         ...
@@ -115,8 +124,9 @@ class QuotaStore(Protocol):
     async def aclose(self) -> None: ...
 
 
-def time_until_fits(buckets: list[tuple[int, int]], used: int, need: int, limit: int, now_ms: int,
-                    window_ms: int, bucket_ms: int) -> int | None:
+def time_until_fits(
+    buckets: list[tuple[int, int]], used: int, need: int, limit: int, now_ms: int, window_ms: int, bucket_ms: int
+) -> int | None:
     """Milliseconds until enough old buckets leave the window for `need` to fit.
 
     `buckets` are (index, amount) pairs inside the window. None when `need` alone

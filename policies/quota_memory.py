@@ -2,10 +2,11 @@
 gateway process (and as the local fallback when Redis is down and the policy is
 fail-open). Every method runs without awaiting in the middle, so on one event
 loop each decision is atomic just like a Lua script."""
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from policies.quota import (
     BUCKET_MS,
@@ -27,8 +28,9 @@ def _wall_ms() -> int:
 class MemoryQuotaStore:
     kind = "memory"
 
-    def __init__(self, *, window_ms: int = WINDOW_MS, bucket_ms: int = BUCKET_MS,
-                 clock_ms: Callable[[], int] = _wall_ms) -> None:
+    def __init__(
+        self, *, window_ms: int = WINDOW_MS, bucket_ms: int = BUCKET_MS, clock_ms: Callable[[], int] = _wall_ms
+    ) -> None:
         if window_ms % bucket_ms:
             raise ValueError("window_ms must be a multiple of bucket_ms")
         self.window_ms = window_ms
@@ -55,8 +57,9 @@ class MemoryQuotaStore:
             del leases[lease_id]
         return leases
 
-    async def reserve(self, tenant: str, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str,
-                      lease_ttl_ms: int) -> Reservation:
+    async def reserve(
+        self, tenant: str, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str, lease_ttl_ms: int
+    ) -> Reservation:
         now = self._clock_ms()
         current = now // self.bucket_ms
         states: list[ScopeState] = []
@@ -67,26 +70,35 @@ class MemoryQuotaStore:
             leases = self._live_leases((tenant, scope.name), now)
             if failure is None:
                 if scope.requests_per_window != UNLIMITED and rpm_used + 1 > scope.requests_per_window:
-                    wait = time_until_fits(rpm_buckets, rpm_used, 1, scope.requests_per_window, now,
-                                           self.window_ms, self.bucket_ms)
+                    wait = time_until_fits(
+                        rpm_buckets, rpm_used, 1, scope.requests_per_window, now, self.window_ms, self.bucket_ms
+                    )
                     failure = (scope.name, "requests", wait, 1, scope.requests_per_window)
                 elif scope.tokens_per_window != UNLIMITED and tpm_used + tokens > scope.tokens_per_window:
-                    wait = time_until_fits(tpm_buckets, tpm_used, tokens, scope.tokens_per_window, now,
-                                           self.window_ms, self.bucket_ms)
+                    wait = time_until_fits(
+                        tpm_buckets, tpm_used, tokens, scope.tokens_per_window, now, self.window_ms, self.bucket_ms
+                    )
                     failure = (scope.name, "tokens", wait, tokens, scope.tokens_per_window)
                 elif scope.max_concurrent != UNLIMITED and len(leases) >= scope.max_concurrent:
-                    failure = (scope.name, "concurrency", None if scope.max_concurrent == 0 else 1000, 1,
-                               scope.max_concurrent)
-            states.append(ScopeState(
-                scope=scope.name,
-                requests_limit=scope.requests_per_window,
-                requests_remaining=scope.requests_per_window - rpm_used,
-                requests_reset_ms=next_release_ms(rpm_buckets, now, self.window_ms, self.bucket_ms),
-                tokens_limit=scope.tokens_per_window,
-                tokens_remaining=scope.tokens_per_window - tpm_used,
-                tokens_reset_ms=next_release_ms(tpm_buckets, now, self.window_ms, self.bucket_ms),
-                concurrent=len(leases),
-            ))
+                    failure = (
+                        scope.name,
+                        "concurrency",
+                        None if scope.max_concurrent == 0 else 1000,
+                        1,
+                        scope.max_concurrent,
+                    )
+            states.append(
+                ScopeState(
+                    scope=scope.name,
+                    requests_limit=scope.requests_per_window,
+                    requests_remaining=scope.requests_per_window - rpm_used,
+                    requests_reset_ms=next_release_ms(rpm_buckets, now, self.window_ms, self.bucket_ms),
+                    tokens_limit=scope.tokens_per_window,
+                    tokens_remaining=scope.tokens_per_window - tpm_used,
+                    tokens_reset_ms=next_release_ms(tpm_buckets, now, self.window_ms, self.bucket_ms),
+                    concurrent=len(leases),
+                )
+            )
         if failure is not None:
             name, limit, wait, requested, value = failure
             raise QuotaExceeded(name, limit, None if wait is None else wait / 1000, states, requested, value)

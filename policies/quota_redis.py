@@ -8,6 +8,7 @@ Layout per tenant and scope ("t" = the tenant, "k:<id>" = an API key):
   {p:tenant}:<scope>:tpm    HASH bucket index -> tokens
   {p:tenant}:<scope>:lease  ZSET lease id -> expiry (ms, Redis clock)
 """
+
 from __future__ import annotations
 
 import redis.asyncio as aioredis
@@ -180,9 +181,17 @@ def _tag(text: str) -> str:
 class RedisQuotaStore:
     kind = "redis"
 
-    def __init__(self, url: str, *, key_prefix: str = "switchyard", window_ms: int = WINDOW_MS,
-                 bucket_ms: int = BUCKET_MS, timeout_s: float = 1.0, max_connections: int = 64,
-                 pool_wait_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        key_prefix: str = "switchyard",
+        window_ms: int = WINDOW_MS,
+        bucket_ms: int = BUCKET_MS,
+        timeout_s: float = 1.0,
+        max_connections: int = 64,
+        pool_wait_s: float = 2.0,
+    ) -> None:
         if window_ms % bucket_ms:
             raise ValueError("window_ms must be a multiple of bucket_ms")
         self.window_ms = window_ms
@@ -194,8 +203,12 @@ class RedisQuotaStore:
         # instead, which would look like an outage and open the fail policy
         # (per-replica limits) in exactly the burst the shared limits are for.
         self._pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=max_connections, timeout=pool_wait_s, socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s)
+            url,
+            max_connections=max_connections,
+            timeout=pool_wait_s,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+        )
         self.client = aioredis.Redis(connection_pool=self._pool)
         self._reserve = self.client.register_script(RESERVE_LUA)
         self._release = self.client.register_script(RELEASE_LUA)
@@ -212,8 +225,9 @@ class RedisQuotaStore:
         except _UNAVAILABLE as exc:
             raise QuotaStoreUnavailable(str(exc)) from exc
 
-    async def reserve(self, tenant: str, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str,
-                      lease_ttl_ms: int) -> Reservation:
+    async def reserve(
+        self, tenant: str, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str, lease_ttl_ms: int
+    ) -> Reservation:
         keys: list[str] = []
         args: list[int | str] = [self.window_ms, self.bucket_ms, lease_id, lease_ttl_ms, tokens]
         for scope in scopes:
@@ -226,16 +240,28 @@ class RedisQuotaStore:
         ok, failed_index, failed_limit, retry_ms, bucket = out[:5]
         states = []
         for i, scope in enumerate(scopes):
-            rused, rreset, tused, treset, conc = (int(v) for v in out[5 + 5 * i: 10 + 5 * i])
-            states.append(ScopeState(scope.name, scope.requests_per_window, scope.requests_per_window - rused,
-                                     rreset, scope.tokens_per_window, scope.tokens_per_window - tused, treset,
-                                     conc))
+            rused, rreset, tused, treset, conc = (int(v) for v in out[5 + 5 * i : 10 + 5 * i])
+            states.append(
+                ScopeState(
+                    scope.name,
+                    scope.requests_per_window,
+                    scope.requests_per_window - rused,
+                    rreset,
+                    scope.tokens_per_window,
+                    scope.tokens_per_window - tused,
+                    treset,
+                    conc,
+                )
+            )
         if not ok:
             scope = scopes[int(failed_index) - 1]
             limit = failed_limit.decode() if isinstance(failed_limit, bytes) else str(failed_limit)
             requested = tokens if limit == "tokens" else 1
-            value = {"requests": scope.requests_per_window, "tokens": scope.tokens_per_window,
-                     "concurrency": scope.max_concurrent}[limit]
+            value = {
+                "requests": scope.requests_per_window,
+                "tokens": scope.tokens_per_window,
+                "concurrency": scope.max_concurrent,
+            }[limit]
             wait = None if int(retry_ms) < 0 else int(retry_ms) / 1000
             raise QuotaExceeded(scope.name, limit, wait, states, requested, value)
         return Reservation(tenant, scopes, lease_id, int(bucket), tokens, states, self.kind)
@@ -244,8 +270,14 @@ class RedisQuotaStore:
         keys: list[str] = []
         for scope in reservation.scopes:
             keys += self._keys(reservation.tenant, scope.name)
-        args = [self.window_ms, self.bucket_ms, reservation.lease_id, reservation.bucket,
-                used_tokens - reservation.tokens, 1 if refund_request else 0]
+        args = [
+            self.window_ms,
+            self.bucket_ms,
+            reservation.lease_id,
+            reservation.bucket,
+            used_tokens - reservation.tokens,
+            1 if refund_request else 0,
+        ]
         try:
             await self._release(keys=keys, args=args)
         except _UNAVAILABLE as exc:

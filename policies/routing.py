@@ -3,6 +3,7 @@
 The result is an ordered list of candidates: the first is the choice, the rest
 are the failover order (tried only before the first byte reached the client).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -125,8 +126,12 @@ class PrefixAffinity:
         return unsaturated_first(ranked)
 
 
-POLICIES = {"round_robin": RoundRobin, "weighted": Weighted, "least_loaded": LeastLoaded,
-            "prefix_affinity": PrefixAffinity}
+POLICIES = {
+    "round_robin": RoundRobin,
+    "weighted": Weighted,
+    "least_loaded": LeastLoaded,
+    "prefix_affinity": PrefixAffinity,
+}
 
 
 def make_policy(name: str):

@@ -5,11 +5,13 @@ it; other modules add entries (the lead's `openai` upstream) before `register`
 runs, or the optional `simulators.openai_upstream.add_simulate_parser` hook is
 picked up automatically.
 """
+
 from __future__ import annotations
 
 import argparse
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from simulators.options import KINDS, add_common_arguments, options_from_args
 
@@ -26,8 +28,9 @@ def build_simulator(kind: str, opts: Any) -> Any:
     from simulators.sources import make_source
 
     module = importlib.import_module(f"simulators.{kind}")
-    cls = {"vllm": "VllmSimulator", "sglang": "SglangSimulator", "trtllm": "TrtllmSimulator",
-           "tgi": "TgiSimulator"}[kind]
+    cls = {"vllm": "VllmSimulator", "sglang": "SglangSimulator", "trtllm": "TrtllmSimulator", "tgi": "TgiSimulator"}[
+        kind
+    ]
     return getattr(module, cls)(opts, source=make_source(opts))
 
 
@@ -43,6 +46,7 @@ def _runtime_adder(kind: str) -> Callable[[Any], None]:
         parser = subparsers.add_parser(kind, help=_HELP[kind], description=_HELP[kind])
         add_common_arguments(parser, kind)
         parser.set_defaults(func=_run, sim_kind=kind)
+
     return add
 
 
@@ -62,8 +66,11 @@ def _adders() -> dict[str, Callable[[Any], None]]:
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("simulate", help="run a wire-faithful runtime simulator",
-                                   description="Run a wire-faithful runtime simulator (see simulators/README.md).")
+    parser = subparsers.add_parser(
+        "simulate",
+        help="run a wire-faithful runtime simulator",
+        description="Run a wire-faithful runtime simulator (see simulators/README.md).",
+    )
     runtime = parser.add_subparsers(dest="sim_kind", required=True)
     for add in _adders().values():
         add(runtime)

@@ -5,11 +5,12 @@ in-stream error looks (`fail`); `pump` feeds tokens through them and applies
 `error_after` / `cut_after` (counted in content frames), and `collect` runs a
 non-streaming generation.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 
 from simulators.request import SimRequest
 from simulators.server import SSEStream
@@ -66,8 +67,9 @@ Emit = Callable[[Token], list[bytes]]
 Fail = Callable[[SSEStream], Awaitable[None]]
 
 
-async def pump(sim: SimRequest, gen: Generation, stream: SSEStream, emit: Emit, fail: Fail,
-               outcome: Outcome) -> Outcome:
+async def pump(
+    sim: SimRequest, gen: Generation, stream: SSEStream, emit: Emit, fail: Fail, outcome: Outcome
+) -> Outcome:
     faults = sim.faults
     frames_sent = 0
     async for token in gen:

@@ -10,10 +10,12 @@ A request without `max_tokens` is capped at `--output-tokens`: a tiny random mod
 rarely emits EOS, and generating to the end of the context would only be slow.
 Tool calls keep the synthetic path (a random model does not write valid calls).
 """
+
 from __future__ import annotations
 
 import itertools
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from engine.async_engine import AsyncEngine
 from engine.builtin import resolve_model_path
@@ -30,7 +32,7 @@ _ENGINE_FINISH = {"length": "length", "abort": "abort"}
 
 
 class EngineGeneration(Generation):
-    def __init__(self, source: "EngineSource", request: SimRequest, engine_id: str) -> None:
+    def __init__(self, source: EngineSource, request: SimRequest, engine_id: str) -> None:
         self.source = source
         self.request = request
         self.engine_id = engine_id
@@ -44,8 +46,13 @@ class EngineGeneration(Generation):
         room = max(1, self.source.max_model_len - len(request.prompt_words))
         max_tokens = request.max_tokens if request.max_tokens is not None else self.source.opts.output_tokens
         temperature = request.temperature if isinstance(request.temperature, (int, float)) else 1.0
-        return SamplingParams(max_tokens=max(1, min(max_tokens, room)), temperature=float(temperature),
-                              seed=request.seed, n=max(1, request.n), ignore_eos=request.ignore_eos)
+        return SamplingParams(
+            max_tokens=max(1, min(max_tokens, room)),
+            temperature=float(temperature),
+            seed=request.seed,
+            n=max(1, request.n),
+            ignore_eos=request.ignore_eos,
+        )
 
     async def __aiter__(self) -> AsyncIterator[Token]:  # type: ignore[override]
         tokenizer = self.source.tokenizer

@@ -20,6 +20,7 @@ can be sent as a JSON object in the body field `sim_fault` (every simulator,
 TRT-LLM included, accepts that one field), or set for every request with the CLI
 flag `--fault "error_after=3"`. Request values win over the CLI default.
 """
+
 from __future__ import annotations
 
 import re

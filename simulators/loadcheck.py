@@ -9,6 +9,7 @@ Prints requests/s and the status counts; it does not judge the numbers. With
 `/proc`), which says how fast the server would go if the load generator did not
 share its cores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,12 +22,17 @@ import aiohttp
 
 
 async def run(url: str, requests: int, concurrency: int, stream: bool, max_tokens: int) -> dict[str, object]:
-    body = {"model": "sim-model", "messages": [{"role": "user", "content": "hello load test"}],
-            "max_tokens": max_tokens, "stream": stream}
+    body = {
+        "model": "sim-model",
+        "messages": [{"role": "user", "content": "hello load test"}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
     statuses: Counter[int] = Counter()
     remaining = iter(range(requests))
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
+
         async def worker() -> None:
             for _ in remaining:
                 async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
@@ -36,8 +42,12 @@ async def run(url: str, requests: int, concurrency: int, stream: bool, max_token
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
-    return {"requests": requests, "seconds": round(elapsed, 3), "rps": round(requests / elapsed, 1),
-            "statuses": dict(statuses)}
+    return {
+        "requests": requests,
+        "seconds": round(elapsed, 3),
+        "rps": round(requests / elapsed, 1),
+        "statuses": dict(statuses),
+    }
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -2,6 +2,7 @@
 the token id, alternatives from the synthetic vocabulary); the shapes are each
 runtime's: `{"content":[{"token","logprob","bytes","top_logprobs":[...]}]}`, without
 `bytes` for TGI; legacy completions use the parallel lists of `completion()`."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,8 +29,9 @@ def entry(text: str, token_id: int, top_n: int, with_bytes: bool) -> dict[str, A
 
     logprob = _logprob(token_id)
     first = item(text, logprob)
-    alternatives = [item(" " + VOCABULARY[(token_id + k) % len(VOCABULARY)], round(logprob - 0.5 * k, 4))
-                    for k in range(1, top_n)]
+    alternatives = [
+        item(" " + VOCABULARY[(token_id + k) % len(VOCABULARY)], round(logprob - 0.5 * k, 4)) for k in range(1, top_n)
+    ]
     return {**first, "top_logprobs": ([item(text, logprob)] + alternatives)[:top_n]}
 
 
@@ -54,6 +56,10 @@ def completion(texts: list[str], token_ids: list[int], top_n: int, offset: int =
     tops = []
     for text, token_id in pairs:
         e = entry(text, token_id, max(top_n, 1), False)
-        tops.append({alt["token"]: alt["logprob"] for alt in e["top_logprobs"][:max(top_n, 1)]})
-    return {"text_offset": offsets, "token_logprobs": [_logprob(i) for _, i in pairs],
-            "tokens": [t for t, _ in pairs], "top_logprobs": tops}
+        tops.append({alt["token"]: alt["logprob"] for alt in e["top_logprobs"][: max(top_n, 1)]})
+    return {
+        "text_offset": offsets,
+        "token_logprobs": [_logprob(i) for _, i in pairs],
+        "tokens": [t for t, _ in pairs],
+        "top_logprobs": tops,
+    }

@@ -20,6 +20,7 @@ passes unknown fields through), for example:
 (client went away before the end) and the last request body; `POST /_sim/reset`
 clears them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,24 @@ from typing import Any
 
 import orjson
 
-WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
-         "india", "juliet", "kilo", "lima", "mike", "november", "oscar", "papa")
+WORDS = (
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+)
 
 
 class Stats:
@@ -48,9 +65,15 @@ class Stats:
         self.bodies: list[Any] = []
 
     def as_dict(self) -> dict:
-        return {"inflight": self.inflight, "max_inflight": self.max_inflight, "total": self.total,
-                "completed": self.completed, "aborted": self.aborted, "last_body": self.last_body,
-                "bodies": self.bodies[-50:]}
+        return {
+            "inflight": self.inflight,
+            "max_inflight": self.max_inflight,
+            "total": self.total,
+            "completed": self.completed,
+            "aborted": self.aborted,
+            "last_body": self.last_body,
+            "bodies": self.bodies[-50:],
+        }
 
 
 def _prompt_tokens(body: dict) -> int:
@@ -92,8 +115,11 @@ class Upstream:
             body = await _read_body(receive)
             await self._generate(path.endswith("chat/completions"), body, receive, send)
         elif path == "/v1/models":
-            await _json(send, 200, {"object": "list", "data": [
-                {"id": self.model, "object": "model", "created": 0, "owned_by": "sim"}]})
+            await _json(
+                send,
+                200,
+                {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "sim"}]},
+            )
         elif path in ("/health", "/healthz"):
             await _json(send, 200, {"status": "ok"})
         elif path == "/_sim/stats":
@@ -102,14 +128,20 @@ class Upstream:
             self.stats.reset()
             await _json(send, 200, {"ok": True})
         else:
-            await _json(send, 404, {"error": {"message": f"no route {path}", "type": "not_found", "param": None, "code": None}})
+            await _json(
+                send, 404, {"error": {"message": f"no route {path}", "type": "not_found", "param": None, "code": None}}
+            )
 
     async def _generate(self, chat: bool, raw: bytes, receive, send) -> None:
         st = self.stats
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            await _json(send, 400, {"error": {"message": "bad json", "type": "invalid_request_error", "param": None, "code": None}})
+            await _json(
+                send,
+                400,
+                {"error": {"message": "bad json", "type": "invalid_request_error", "param": None, "code": None}},
+            )
             return
         st.total += 1
         st.last_body = body
@@ -139,8 +171,11 @@ class Upstream:
         if status:
             if ttft and await _sleep_or_gone(ttft, gone):
                 return False
-            await _json(send, int(status), {"error": {"message": f"simulated {status}", "type": "server_error",
-                                                      "param": None, "code": None}})
+            await _json(
+                send,
+                int(status),
+                {"error": {"message": f"simulated {status}", "type": "server_error", "param": None, "code": None}},
+            )
             return True
         n = int(body.get("n") or 1)
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -158,15 +193,24 @@ class Upstream:
         created = int(time.time())
         model = body.get("model") or self.model
         prompt_tokens = _prompt_tokens(body)
-        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": count * n,
-                 "total_tokens": prompt_tokens + count * n}
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": count * n,
+            "total_tokens": prompt_tokens + count * n,
+        }
         if ttft and await _sleep_or_gone(ttft, gone):
             return False
         if not body.get("stream"):
-            return await self._answer_json(chat, rid, created, model, n, count, finish, tool_name, usage, itl, send, gone)
-        return await self._answer_stream(chat, body, sim, rid, created, model, n, count, finish, tool_name, usage, itl, send, gone)
+            return await self._answer_json(
+                chat, rid, created, model, n, count, finish, tool_name, usage, itl, send, gone
+            )
+        return await self._answer_stream(
+            chat, body, sim, rid, created, model, n, count, finish, tool_name, usage, itl, send, gone
+        )
 
-    async def _answer_json(self, chat, rid, created, model, n, count, finish, tool_name, usage, itl, send, gone) -> bool:
+    async def _answer_json(
+        self, chat, rid, created, model, n, count, finish, tool_name, usage, itl, send, gone
+    ) -> bool:
         if itl and await _sleep_or_gone(itl * count, gone):
             return False
         text = " ".join(WORDS[i % len(WORDS)] for i in range(count))
@@ -176,42 +220,108 @@ class Upstream:
                 msg: dict[str, Any] = {"role": "assistant", "content": text}
                 fr = finish
                 if tool_name:
-                    msg = {"role": "assistant", "content": None, "tool_calls": [{
-                        "id": f"call_{i}", "type": "function",
-                        "function": {"name": tool_name, "arguments": '{"city": "Paris"}'}}]}
+                    msg = {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": f"call_{i}",
+                                "type": "function",
+                                "function": {"name": tool_name, "arguments": '{"city": "Paris"}'},
+                            }
+                        ],
+                    }
                     fr = "tool_calls"
                 choices.append({"index": i, "message": msg, "logprobs": None, "finish_reason": fr})
             else:
                 choices.append({"index": i, "text": text, "logprobs": None, "finish_reason": finish})
-        await _json(send, 200, {"id": rid, "object": "chat.completion" if chat else "text_completion",
-                                "created": created, "model": model, "choices": choices, "usage": usage})
+        await _json(
+            send,
+            200,
+            {
+                "id": rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": created,
+                "model": model,
+                "choices": choices,
+                "usage": usage,
+            },
+        )
         return True
 
-    async def _answer_stream(self, chat, body, sim, rid, created, model, n, count, finish, tool_name, usage,
-                             itl, send, gone) -> bool:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+    async def _answer_stream(
+        self, chat, body, sim, rid, created, model, n, count, finish, tool_name, usage, itl, send, gone
+    ) -> bool:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+            }
+        )
         obj = "chat.completion.chunk" if chat else "text_completion"
         head = {"id": rid, "object": obj, "created": created, "model": model}
         fail_after = sim.get("fail_after")
         cut_after = sim.get("cut_after")
 
         async def emit(payload: dict) -> None:
-            await send({"type": "http.response.body", "body": b"data: " + orjson.dumps(payload) + b"\n\n",
-                        "more_body": True})
+            await send(
+                {"type": "http.response.body", "body": b"data: " + orjson.dumps(payload) + b"\n\n", "more_body": True}
+            )
 
         if chat:
             for i in range(n):
-                await emit({**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
-                                                 "logprobs": None, "finish_reason": None}]})
+                await emit(
+                    {
+                        **head,
+                        "choices": [
+                            {
+                                "index": i,
+                                "delta": {"role": "assistant", "content": ""},
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                )
         if tool_name:
             for i in range(n):
-                await emit({**head, "choices": [{"index": i, "delta": {"tool_calls": [{
-                    "index": 0, "id": f"call_{i}", "type": "function",
-                    "function": {"name": tool_name, "arguments": ""}}]}, "logprobs": None, "finish_reason": None}]})
+                await emit(
+                    {
+                        **head,
+                        "choices": [
+                            {
+                                "index": i,
+                                "delta": {
+                                    "tool_calls": [
+                                        {
+                                            "index": 0,
+                                            "id": f"call_{i}",
+                                            "type": "function",
+                                            "function": {"name": tool_name, "arguments": ""},
+                                        }
+                                    ]
+                                },
+                                "logprobs": None,
+                                "finish_reason": None,
+                            }
+                        ],
+                    }
+                )
                 for piece in ('{"city": ', '"Paris"}'):
-                    await emit({**head, "choices": [{"index": i, "delta": {"tool_calls": [{
-                        "index": 0, "function": {"arguments": piece}}]}, "logprobs": None, "finish_reason": None}]})
+                    await emit(
+                        {
+                            **head,
+                            "choices": [
+                                {
+                                    "index": i,
+                                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]},
+                                    "logprobs": None,
+                                    "finish_reason": None,
+                                }
+                            ],
+                        }
+                    )
             finish = "tool_calls"
             count = 0
         for k in range(count):
@@ -220,8 +330,16 @@ class Upstream:
             if itl and await _sleep_or_gone(itl, gone):
                 return False
             if fail_after is not None and k == int(fail_after):
-                await emit({"error": {"message": "simulated engine failure", "type": "server_error",
-                                      "param": None, "code": None}})
+                await emit(
+                    {
+                        "error": {
+                            "message": "simulated engine failure",
+                            "type": "server_error",
+                            "param": None,
+                            "code": None,
+                        }
+                    }
+                )
                 await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
                 return True
             if cut_after is not None and k == int(cut_after):
@@ -271,14 +389,19 @@ async def _sleep_or_gone(seconds: float, gone: asyncio.Event) -> bool:
     try:
         await asyncio.wait_for(gone.wait(), timeout=seconds)
         return True
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
 
 
 async def _json(send, status: int, payload: dict) -> None:
     data = orjson.dumps(payload)
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 
@@ -302,8 +425,16 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     app = Upstream(chunks=args.chunks, model=args.model_name, ttft_ms=args.ttft_ms, itl_ms=args.itl_ms)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False,
-                http="httptools", loop="uvloop", lifespan="on")
+    uvicorn.run(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+        http="httptools",
+        loop="uvloop",
+        lifespan="on",
+    )
     return 0
 
 

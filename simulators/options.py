@@ -5,6 +5,7 @@ the real runtime keep the runtime's meaning (for example `--enable-prompt-tokens
 on vLLM, `--enable-cache-report` on SGLang); flags that only steer the double
 (token source timing, faults, startup delay) are the same for all four.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,23 +64,43 @@ class SimOptions:
 def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORTS[kind])
-    parser.add_argument("--model-name", "--served-model-name", dest="model_name", default="sim-model",
-                        help="served model name (TGI: the model_id)")
+    parser.add_argument(
+        "--model-name",
+        "--served-model-name",
+        dest="model_name",
+        default="sim-model",
+        help="served model name (TGI: the model_id)",
+    )
     parser.add_argument("--source", choices=("synthetic", "engine"), default="synthetic")
     parser.add_argument("--model-dir", default=None, help="model directory for --source engine")
     parser.add_argument("--ttft-ms", type=float, default=0.0, help="synthetic: time to first token")
     parser.add_argument("--itl-ms", type=float, default=0.0, help="synthetic: inter-token latency")
-    parser.add_argument("--output-tokens", type=int, default=16,
-                        help="synthetic: tokens generated before EOS (max_tokens still caps it)")
+    parser.add_argument(
+        "--output-tokens",
+        type=int,
+        default=16,
+        help="synthetic: tokens generated before EOS (max_tokens still caps it)",
+    )
     parser.add_argument("--max-model-len", type=int, default=4096, help="context window in tokens")
-    parser.add_argument("--startup-delay", type=float, default=0.0,
-                        help="seconds of 'model loading' during which connections are refused")
+    parser.add_argument(
+        "--startup-delay",
+        type=float,
+        default=0.0,
+        help="seconds of 'model loading' during which connections are refused",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic text")
-    parser.add_argument("--max-num-seqs", type=int, default=None,
-                        help="requests generated at once; more wait in the queue (and count as waiting)")
-    parser.add_argument("--fault", default=None,
-                        help="fault applied to every request, marker syntax without brackets, "
-                             "e.g. 'error_after=3' (see simulators/README.md)")
+    parser.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=None,
+        help="requests generated at once; more wait in the queue (and count as waiting)",
+    )
+    parser.add_argument(
+        "--fault",
+        default=None,
+        help="fault applied to every request, marker syntax without brackets, "
+        "e.g. 'error_after=3' (see simulators/README.md)",
+    )
     if kind in ("vllm", "sglang", "tgi"):  # trtllm-serve has no API key option
         parser.add_argument("--api-key", default=None, help="require `Authorization: Bearer KEY`")
     if kind == "vllm":
@@ -92,25 +113,52 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
         parser.add_argument("--tool-call-parser", default=None)
         parser.add_argument("--enable-metrics", action="store_true")
         parser.add_argument("--enable-cache-report", action="store_true")
-        parser.add_argument("--warmup-delay", type=float, default=0.0,
-                            help="seconds after binding during which /health answers 503")
-        parser.add_argument("--health-latency", type=float, default=1.0,
-                            help="seconds /health takes once ready (SGLang polls its probe once a second)")
-        parser.add_argument("--disconnect-abort-delay", type=float, default=None,
-                            help="seconds between a client disconnect and the abort (SGLang: 2)")
+        parser.add_argument(
+            "--warmup-delay", type=float, default=0.0, help="seconds after binding during which /health answers 503"
+        )
+        parser.add_argument(
+            "--health-latency",
+            type=float,
+            default=1.0,
+            help="seconds /health takes once ready (SGLang polls its probe once a second)",
+        )
+        parser.add_argument(
+            "--disconnect-abort-delay",
+            type=float,
+            default=None,
+            help="seconds between a client disconnect and the abort (SGLang: 2)",
+        )
         parser.add_argument("--max-queued-requests", type=int, default=None)
         parser.add_argument("--stream-response-default-include-usage", action="store_true")
     elif kind == "trtllm":
-        parser.add_argument("--tool-parser", "--tool_parser", "--tool-call-parser", dest="tool_call_parser", default=None)
-        parser.add_argument("--max-num-tokens", "--max_num_tokens", dest="max_num_tokens", type=int,
-                            default=None, help="prompt-length limit (default: --max-model-len)")
-        parser.add_argument("--return-perf-metrics", "--return_perf_metrics", dest="return_perf_metrics",
-                            action="store_true", help="mount /prometheus/metrics")
-        parser.add_argument("--disconnect-abort-delay", type=float, default=None,
-                            help="poll period of the disconnect check (TRT-LLM: 1 s)")
+        parser.add_argument(
+            "--tool-parser", "--tool_parser", "--tool-call-parser", dest="tool_call_parser", default=None
+        )
+        parser.add_argument(
+            "--max-num-tokens",
+            "--max_num_tokens",
+            dest="max_num_tokens",
+            type=int,
+            default=None,
+            help="prompt-length limit (default: --max-model-len)",
+        )
+        parser.add_argument(
+            "--return-perf-metrics",
+            "--return_perf_metrics",
+            dest="return_perf_metrics",
+            action="store_true",
+            help="mount /prometheus/metrics",
+        )
+        parser.add_argument(
+            "--disconnect-abort-delay",
+            type=float,
+            default=None,
+            help="poll period of the disconnect check (TRT-LLM: 1 s)",
+        )
     elif kind == "tgi":
-        parser.add_argument("--tgi-version", choices=("3.1", "3.3"), default="3.3",
-                            help="3.1 reproduces the pre-3.2 tool-call shapes")
+        parser.add_argument(
+            "--tgi-version", choices=("3.1", "3.3"), default="3.3", help="3.1 reproduces the pre-3.2 tool-call shapes"
+        )
         parser.add_argument("--max-concurrent-requests", type=int, default=128)
         parser.add_argument("--max-stop-sequences", type=int, default=4)
 

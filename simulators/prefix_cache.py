@@ -6,6 +6,7 @@ Blocks are identified by a chained hash (each block's key includes the previous
 block's key), as in vLLM's prefix caching. Memory is bounded; the oldest block
 keys are forgotten first.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -27,7 +28,7 @@ class PrefixCache:
         key = 0
         full_blocks = len(words) // BLOCK_TOKENS
         for b in range(full_blocks):
-            key = hash((key, tuple(words[b * BLOCK_TOKENS:(b + 1) * BLOCK_TOKENS])))
+            key = hash((key, tuple(words[b * BLOCK_TOKENS : (b + 1) * BLOCK_TOKENS])))
             if still_hitting and key in self._blocks:
                 cached += BLOCK_TOKENS
                 self._blocks.move_to_end(key)

@@ -1,13 +1,33 @@
 """A minimal Prometheus text-format writer: the simulators render their own
 metric families so names, labels and types match each runtime exactly, without a
 registry per process."""
+
 from __future__ import annotations
 
 import bisect
 import math
 
-DEFAULT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                   20.0, 40.0, 80.0)
+DEFAULT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 
 
 class Histogram:
@@ -46,11 +66,19 @@ class Exposition:
         self.lines: list[str] = []
 
     def gauge(self, name: str, help_text: str, value: float, extra: dict[str, str] | None = None) -> None:
-        self.lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge",
-                       f"{name}{_labels({**self.labels, **(extra or {})})} {_num(value)}"]
+        self.lines += [
+            f"# HELP {name} {help_text}",
+            f"# TYPE {name} gauge",
+            f"{name}{_labels({**self.labels, **(extra or {})})} {_num(value)}",
+        ]
 
-    def counter(self, name: str, help_text: str, values: dict[tuple[tuple[str, str], ...], float] | float,
-                suffix: str = "_total") -> None:
+    def counter(
+        self,
+        name: str,
+        help_text: str,
+        values: dict[tuple[tuple[str, str], ...], float] | float,
+        suffix: str = "_total",
+    ) -> None:
         """`name` without `_total`; samples get the suffix, as prometheus_client writes them
         (TGI's Rust exporter writes counters without it: pass `suffix=""`)."""
         self.lines += [f"# HELP {name}{suffix} {help_text}", f"# TYPE {name}{suffix} counter"]

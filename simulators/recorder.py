@@ -4,6 +4,7 @@ Served at `GET /_sim/stats` and cleared by `POST /_sim/reset`, so a test can ask
 simulator whether the gateway really aborted upstream work (and how) and what
 exactly the gateway sent it.
 """
+
 from __future__ import annotations
 
 import time

@@ -4,12 +4,13 @@ Each runtime module validates the body its own way (that is where the runtimes
 differ), then builds a `SimRequest` so the token sources and the recorder see one
 shape.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulators.faults import Faults, NO_FAULTS
+from simulators.faults import NO_FAULTS, Faults
 
 
 @dataclass(slots=True)
@@ -89,8 +90,9 @@ def int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def from_openai_body(body: dict[str, Any], kind: str, request_id: str, faults: Any,
-                     max_tokens: int | None = None) -> SimRequest:
+def from_openai_body(
+    body: dict[str, Any], kind: str, request_id: str, faults: Any, max_tokens: int | None = None
+) -> SimRequest:
     """A `SimRequest` from an OpenAI chat or completions body (already validated)."""
     if kind == "chat":
         messages = body.get("messages") or []
@@ -107,10 +109,18 @@ def from_openai_body(body: dict[str, Any], kind: str, request_id: str, faults: A
             max_tokens = int_or_none(body.get("max_tokens"))
     n = int_or_none(body.get("n")) or 1
     return SimRequest(
-        request_id=request_id, kind=kind, prompt_words=words, prompt_text=text, max_tokens=max_tokens,
-        ignore_eos=bool(body.get("ignore_eos", False)), stop=stop_list(body.get("stop")),
-        seed=int_or_none(body.get("seed")), n=max(1, n), temperature=body.get("temperature"),
-        messages=messages, faults=faults,
+        request_id=request_id,
+        kind=kind,
+        prompt_words=words,
+        prompt_text=text,
+        max_tokens=max_tokens,
+        ignore_eos=bool(body.get("ignore_eos", False)),
+        stop=stop_list(body.get("stop")),
+        seed=int_or_none(body.get("seed")),
+        n=max(1, n),
+        temperature=body.get("temperature"),
+        messages=messages,
+        faults=faults,
     )
 
 

@@ -9,19 +9,21 @@ transport (to cut a connection mid-stream on purpose), and with
 `handler_cancellation=True` a client disconnect cancels the handler at once, which
 is how the doubles notice aborts.
 """
+
 from __future__ import annotations
 
 import asyncio
 import signal
 import sys
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import orjson
 from aiohttp import web
 
-from simulators.faults import Faults, faults_for, parse_spec, merge, NO_FAULTS
+from simulators.faults import NO_FAULTS, Faults, faults_for, merge, parse_spec
 from simulators.options import SimOptions
 from simulators.prefix_cache import PrefixCache
 from simulators.promtext import Histogram
@@ -56,8 +58,14 @@ class SSEStream:
     def __init__(self, request: web.Request, paced: bool, headers: dict[str, str] | None = None) -> None:
         self.request = request
         self.paced = paced
-        self.response = web.StreamResponse(status=200, headers={
-            "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache", **(headers or {})})
+        self.response = web.StreamResponse(
+            status=200,
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                **(headers or {}),
+            },
+        )
         self.buffer: list[bytes] = []
         self.prepared = False
 
@@ -112,12 +120,24 @@ class Simulator:
     def __init__(self, opts: SimOptions, source: Any | None = None) -> None:
         self.opts = opts
         self.recorder = Recorder(self.kind)
-        self.source = source or SyntheticSource(seed=opts.seed, output_tokens=opts.output_tokens,
-                                                max_model_len=opts.max_model_len, ttft_ms=opts.ttft_ms,
-                                                itl_ms=opts.itl_ms)
-        self.synthetic = self.source if isinstance(self.source, SyntheticSource) else SyntheticSource(
-            seed=opts.seed, output_tokens=opts.output_tokens, max_model_len=opts.max_model_len,
-            ttft_ms=opts.ttft_ms, itl_ms=opts.itl_ms)
+        self.source = source or SyntheticSource(
+            seed=opts.seed,
+            output_tokens=opts.output_tokens,
+            max_model_len=opts.max_model_len,
+            ttft_ms=opts.ttft_ms,
+            itl_ms=opts.itl_ms,
+        )
+        self.synthetic = (
+            self.source
+            if isinstance(self.source, SyntheticSource)
+            else SyntheticSource(
+                seed=opts.seed,
+                output_tokens=opts.output_tokens,
+                max_model_len=opts.max_model_len,
+                ttft_ms=opts.ttft_ms,
+                itl_ms=opts.itl_ms,
+            )
+        )
         self.default_faults = merge(NO_FAULTS, parse_spec(opts.fault)) if opts.fault else NO_FAULTS
         self.prefix_cache = PrefixCache()
         self.generations: dict[str, Generation] = {}
@@ -229,8 +249,9 @@ class Simulator:
         if self.generations.get(sim.request_id) is sim.generation:
             del self.generations[sim.request_id]
 
-    def end_generation(self, sim: SimRequest, finish: str | None, completion_tokens: int, started: float,
-                       first_token_at: float | None) -> None:
+    def end_generation(
+        self, sim: SimRequest, finish: str | None, completion_tokens: int, started: float, first_token_at: float | None
+    ) -> None:
         self._forget(sim)
         now = time.monotonic()
         if first_token_at is not None:
@@ -238,8 +259,9 @@ class Simulator:
             if completion_tokens > 1:
                 self.itl_hist.observe((now - first_token_at) / (completion_tokens - 1))
         self.e2e_hist.observe(now - started)
-        self.recorder.finished(sim.request_id, finish=finish, prompt_tokens=sim.prompt_tokens,
-                               completion_tokens=completion_tokens)
+        self.recorder.finished(
+            sim.request_id, finish=finish, prompt_tokens=sim.prompt_tokens, completion_tokens=completion_tokens
+        )
 
     def fail_generation(self, sim: SimRequest) -> None:
         self._forget(sim)
@@ -288,8 +310,9 @@ class Simulator:
         if loader is not None:
             await loader()
             # A model's own context window wins over a larger --max-model-len.
-            self.opts.max_model_len = min(self.opts.max_model_len, getattr(self.source, "max_model_len",
-                                                                           self.opts.max_model_len))
+            self.opts.max_model_len = min(
+                self.opts.max_model_len, getattr(self.source, "max_model_len", self.opts.max_model_len)
+            )
 
     async def on_bound(self) -> None:
         """Runs right after the port is bound."""
@@ -337,8 +360,9 @@ def _interesting_headers(request: web.Request) -> dict[str, str]:
     return {str(k).lower(): v for k, v in request.headers.items() if k.lower() in keep}
 
 
-async def serve(sim: Simulator, stop: asyncio.Event | None = None,
-                on_ready: Callable[[int], None] | None = None) -> None:
+async def serve(
+    sim: Simulator, stop: asyncio.Event | None = None, on_ready: Callable[[int], None] | None = None
+) -> None:
     """Load (connections refused meanwhile), bind, then serve until `stop` is set
     (by default: until SIGTERM/SIGINT)."""
     opts = sim.opts

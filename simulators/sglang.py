@@ -17,6 +17,7 @@ queue-full answers (503 `type:"503"`, or SSE `SERVICE_UNAVAILABLE` in a stream);
 a client disconnect is noticed only 2 s later; native `/generate` with cumulative
 streamed `text`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,14 +33,19 @@ from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.faults import NO_FAULTS
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, int_or_none, prompt_words_completion, stop_list, texts_of
-from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
+from simulators.server import DONE_FRAME, Simulator, SSEStream, frame, json_response
 from simulators.tokens import Token
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
 from simulators.validation import check_body, pydantic_text
 
 VERSION = "0.5.23"
-_STATUS_NAMES = {400: "BAD_REQUEST", 404: "NOT_FOUND", 429: "TOO_MANY_REQUESTS", 500: "INTERNAL_SERVER_ERROR",
-                 503: "SERVICE_UNAVAILABLE"}
+_STATUS_NAMES = {
+    400: "BAD_REQUEST",
+    404: "NOT_FOUND",
+    429: "TOO_MANY_REQUESTS",
+    500: "INTERNAL_SERVER_ERROR",
+    503: "SERVICE_UNAVAILABLE",
+}
 
 
 def flat_error(message: str, type_: str, code: int) -> dict[str, Any]:
@@ -62,8 +68,13 @@ class SglangSimulator(Simulator):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.labels = {"model_name": self.opts.model_name, "engine_type": "unified", "tp_rank": "0",
-                       "pp_rank": "0", "moe_ep_rank": "0"}
+        self.labels = {
+            "model_name": self.opts.model_name,
+            "engine_type": "unified",
+            "tp_rank": "0",
+            "pp_rank": "0",
+            "moe_ep_rank": "0",
+        }
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
         router.add_post("/v1/chat/completions", self.chat)
@@ -106,33 +117,57 @@ class SglangSimulator(Simulator):
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         self.prefix_cache = type(self.prefix_cache)()
-        return web.Response(status=200, text="Cache flushed.\nPlease check backend logs for more details. "
-                                             "(When there are running or waiting requests, the operation "
-                                             "will not be performed.)\n")
+        return web.Response(
+            status=200,
+            text="Cache flushed.\nPlease check backend logs for more details. "
+            "(When there are running or waiting requests, the operation "
+            "will not be performed.)\n",
+        )
 
     # ---- info ------------------------------------------------------------------
 
     async def model_info(self, request: web.Request) -> web.Response:
-        return json_response(200, {"model_path": self.opts.model_dir or self.opts.model_name,
-                                   "served_model_name": self.opts.model_name,
-                                   "tokenizer_path": self.opts.model_dir or self.opts.model_name,
-                                   "is_generation": True, "preferred_sampling_params": None,
-                                   "weight_version": "default", "load_format": "auto",
-                                   "reasoning_parser": None, "tool_call_parser": self.opts.tool_call_parser})
+        return json_response(
+            200,
+            {
+                "model_path": self.opts.model_dir or self.opts.model_name,
+                "served_model_name": self.opts.model_name,
+                "tokenizer_path": self.opts.model_dir or self.opts.model_name,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "load_format": "auto",
+                "reasoning_parser": None,
+                "tool_call_parser": self.opts.tool_call_parser,
+            },
+        )
 
     async def server_info(self, request: web.Request) -> web.Response:
-        return json_response(200, {"model_path": self.opts.model_dir or self.opts.model_name,
-                                   "served_model_name": self.opts.model_name, "port": request.url.port,
-                                   "context_length": self.opts.max_model_len,
-                                   "tool_call_parser": self.opts.tool_call_parser,
-                                   "enable_metrics": self.opts.enable_metrics,
-                                   "enable_cache_report": self.opts.enable_cache_report,
-                                   "internal_states": [{"last_gen_throughput": 0.0}], "version": VERSION})
+        return json_response(
+            200,
+            {
+                "model_path": self.opts.model_dir or self.opts.model_name,
+                "served_model_name": self.opts.model_name,
+                "port": request.url.port,
+                "context_length": self.opts.max_model_len,
+                "tool_call_parser": self.opts.tool_call_parser,
+                "enable_metrics": self.opts.enable_metrics,
+                "enable_cache_report": self.opts.enable_cache_report,
+                "internal_states": [{"last_gen_throughput": 0.0}],
+                "version": VERSION,
+            },
+        )
 
     def _card(self) -> dict[str, Any]:
-        return {"id": self.opts.model_name, "object": "model", "created": int(self.created_at), "owned_by": "sglang",
-                "root": self.opts.model_dir or self.opts.model_name, "parent": None,
-                "max_model_len": self.opts.max_model_len}
+        return {
+            "id": self.opts.model_name,
+            "object": "model",
+            "created": int(self.created_at),
+            "owned_by": "sglang",
+            "root": self.opts.model_dir or self.opts.model_name,
+            "parent": None,
+            "max_model_len": self.opts.max_model_len,
+        }
 
     async def models(self, request: web.Request) -> web.Response:
         return json_response(200, {"object": "list", "data": [self._card()]})
@@ -153,22 +188,31 @@ class SglangSimulator(Simulator):
         """One DP rank's `LoadSnapshot` (`srt/managers/load_snapshot.py`): core keys, then sections."""
         used = self._used_tokens()
         total = self._max_total_tokens()
-        return {"dp_rank": 0, "num_running_reqs": self.running, "num_waiting_reqs": self.waiting,
-                "num_waiting_uncached_tokens": 0, "num_used_tokens": used, "num_total_tokens": used,
-                "max_total_num_tokens": total, "max_running_requests": 4096,
-                "token_usage": round(used / total, 4) if total else 0.0, "gen_throughput": 0.0,
-                "cache_hit_rate": round(self.prefix_cache.hit_rate, 4),
-                "utilization": round(min(1.0, used / total), 4) if total else 0.0,
-                "memory": {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": total},
-                "queues": {"waiting": self.waiting, "grammar": 0, "paused": 0, "retracted": 0}}
+        return {
+            "dp_rank": 0,
+            "num_running_reqs": self.running,
+            "num_waiting_reqs": self.waiting,
+            "num_waiting_uncached_tokens": 0,
+            "num_used_tokens": used,
+            "num_total_tokens": used,
+            "max_total_num_tokens": total,
+            "max_running_requests": 4096,
+            "token_usage": round(used / total, 4) if total else 0.0,
+            "gen_throughput": 0.0,
+            "cache_hit_rate": round(self.prefix_cache.hit_rate, 4),
+            "utilization": round(min(1.0, used / total), 4) if total else 0.0,
+            "memory": {"weight_gb": 0.0, "kv_cache_gb": 0.0, "graph_gb": 0.0, "token_capacity": total},
+            "queues": {"waiting": self.waiting, "grammar": 0, "paused": 0, "retracted": 0},
+        }
 
     async def loads(self, request: web.Request) -> web.Response:
         include = request.query.get("include")
         wanted = {part.strip() for part in include.split(",")} if include else None
         valid = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
         if wanted is not None and not wanted <= valid:
-            return json_response(400, {"detail": f"Invalid include sections: {wanted - valid}. "
-                                                 f"Valid options: {sorted(valid)}"})
+            return json_response(
+                400, {"detail": f"Invalid include sections: {wanted - valid}. Valid options: {sorted(valid)}"}
+            )
         load = self._load_snapshot()
         for section in ("memory", "queues"):
             if wanted is not None and "all" not in wanted and section not in wanted:
@@ -178,15 +222,28 @@ class SglangSimulator(Simulator):
             for key, value in load.items():
                 if key == "dp_rank":
                     continue
-                items = [(f"sglang_{key}_{k}", v) for k, v in value.items()] if isinstance(value, dict) \
+                items = (
+                    [(f"sglang_{key}_{k}", v) for k, v in value.items()]
+                    if isinstance(value, dict)
                     else [(f"sglang_{key}", value)]
+                )
                 for name, number in items:
                     lines += [f"# TYPE {name} gauge", f'{name}{{dp_rank="0"}} {number}']
-            return web.Response(status=200, body=("\n".join(lines) + "\n").encode(),
-                                headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
-        return json_response(200, {"timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                                   "version": VERSION, "accelerator": None, "num_accelerators": 1,
-                                   "loads": [load]})
+            return web.Response(
+                status=200,
+                body=("\n".join(lines) + "\n").encode(),
+                headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+            )
+        return json_response(
+            200,
+            {
+                "timestamp": datetime.datetime.now(datetime.UTC).isoformat(),
+                "version": VERSION,
+                "accelerator": None,
+                "num_accelerators": 1,
+                "loads": [load],
+            },
+        )
 
     async def metrics(self, request: web.Request) -> web.Response:
         ex = Exposition(self.labels)
@@ -200,19 +257,24 @@ class SglangSimulator(Simulator):
         ex.gauge("sglang:num_used_tokens", "The number of used tokens.", used)
         ex.gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", total)
         ex.counter("sglang:prompt_tokens", "Number of prefill tokens processed.", self.recorder.prompt_tokens_total)
-        ex.counter("sglang:generation_tokens", "Number of generation tokens processed.",
-                   self.recorder.generation_tokens_total)
+        ex.counter(
+            "sglang:generation_tokens", "Number of generation tokens processed.", self.recorder.generation_tokens_total
+        )
         ex.counter("sglang:cached_tokens", "Number of cached prompt tokens.", self.prefix_cache.hits)
         ex.counter("sglang:num_requests", "The number of processed requests.", self.recorder.completed)
         ex.counter("sglang:num_aborted_requests", "Number of requests aborted.", self.recorder.aborted)
-        ex.histogram("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                     self.ttft_hist)
-        ex.histogram("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                     self.itl_hist)
-        ex.histogram("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
-                     self.e2e_hist)
-        return web.Response(status=200, body=ex.text().encode(),
-                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        ex.histogram(
+            "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft_hist
+        )
+        ex.histogram(
+            "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl_hist
+        )
+        ex.histogram(
+            "sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", self.e2e_hist
+        )
+        return web.Response(
+            status=200, body=ex.text().encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+        )
 
     # ---- abort ------------------------------------------------------------------
 
@@ -234,19 +296,24 @@ class SglangSimulator(Simulator):
 
     def _validate(self, body: Any, kind: str) -> web.Response | None:
         if not isinstance(body, dict):
-            return error(400, "1 validation error for ChatCompletionRequest\n  Input should be a valid dictionary "
-                              "[type=model_type]", "Bad Request")
+            return error(
+                400,
+                "1 validation error for ChatCompletionRequest\n  Input should be a valid dictionary [type=model_type]",
+                "Bad Request",
+            )
         field_name = "messages" if kind == "chat" else "prompt"
         if body.get(field_name) is None or (kind == "chat" and not isinstance(body[field_name], list)):
             name = "ChatCompletionRequest" if kind == "chat" else "CompletionRequest"
-            return error(400, f"1 validation error for {name}\n{field_name}\n  Field required [type=missing]"
-                              f"[{{'type': 'missing', 'loc': ('body', '{field_name}'), 'msg': 'Field required'}}]",
-                         "Bad Request")
+            return error(
+                400,
+                f"1 validation error for {name}\n{field_name}\n  Field required [type=missing]"
+                f"[{{'type': 'missing', 'loc': ('body', '{field_name}'), 'msg': 'Field required'}}]",
+                "Bad Request",
+            )
         problems = check_body(body, kind)
         if problems:  # the validation handler: str(exc) + str(exc.errors())
             model = "ChatCompletionRequest" if kind == "chat" else "CompletionRequest"
-            return error(400, pydantic_text(problems, model) + str([p.as_pydantic() for p in problems]),
-                         "Bad Request")
+            return error(400, pydantic_text(problems, model) + str([p.as_pydantic() for p in problems]), "Bad Request")
         if kind == "chat":
             tools = body.get("tools")
             choice = body.get("tool_choice")
@@ -260,14 +327,15 @@ class SglangSimulator(Simulator):
     def _context_message(self, sim: SimRequest) -> str | None:
         limit = self.opts.max_model_len
         if sim.prompt_tokens >= limit:
-            return (f"The input ({sim.prompt_tokens} tokens) is longer than the model's context "
-                    f"length ({limit} tokens).")
+            return f"The input ({sim.prompt_tokens} tokens) is longer than the model's context length ({limit} tokens)."
         if sim.max_tokens is not None and sim.prompt_tokens + sim.max_tokens > limit:
             total = sim.prompt_tokens + sim.max_tokens
-            return (f"Requested token count exceeds the model's maximum context length of {limit} "
-                    f"tokens. You requested a total of {total} tokens: {sim.prompt_tokens} tokens from "
-                    f"the input messages and {sim.max_tokens} tokens for the completion. Please reduce "
-                    f"the number of tokens in the input messages or the completion to fit within the limit.")
+            return (
+                f"Requested token count exceeds the model's maximum context length of {limit} "
+                f"tokens. You requested a total of {total} tokens: {sim.prompt_tokens} tokens from "
+                f"the input messages and {sim.max_tokens} tokens for the completion. Please reduce "
+                f"the number of tokens in the input messages or the completion to fit within the limit."
+            )
         return None
 
     def _queue_full(self) -> bool:
@@ -294,8 +362,11 @@ class SglangSimulator(Simulator):
         faults = sim.faults
         stream = bool(body.get("stream"))
         if faults.status is not None and faults.status >= 400:
-            return error(faults.status, f"Simulated failure with status {faults.status}",
-                         _STATUS_NAMES.get(faults.status, "BadRequestError"))
+            return error(
+                faults.status,
+                f"Simulated failure with status {faults.status}",
+                _STATUS_NAMES.get(faults.status, "BadRequestError"),
+            )
         overloaded = faults.overloaded or self._queue_full()
         if overloaded and not stream:
             return error(503, "The request queue is full.", "503")
@@ -306,8 +377,11 @@ class SglangSimulator(Simulator):
         parsed = plan is not None and bool(self.opts.tool_call_parser)
         fixed = None
         if plan is not None:
-            raw = plan.arguments_json if parsed else (
-                f'<tool_call>\n{{"name": "{plan.name}", "arguments": {plan.arguments_json}}}\n</tool_call>')
+            raw = (
+                plan.arguments_json
+                if parsed
+                else (f'<tool_call>\n{{"name": "{plan.name}", "arguments": {plan.arguments_json}}}\n</tool_call>')
+            )
             fixed = fragments(raw)
         cached = self.cached_tokens(sim)
         model = body.get("model") or "default"
@@ -319,8 +393,9 @@ class SglangSimulator(Simulator):
         try:
             with self.watch_disconnect(sim):
                 if stream:
-                    return await self._stream(request, body, kind, sim, gen, outcome, plan if parsed else None,
-                                              cached, model)
+                    return await self._stream(
+                        request, body, kind, sim, gen, outcome, plan if parsed else None, cached, model
+                    )
                 await collect(gen, outcome)
                 if faults.error_after is not None:
                     self.fail_generation(sim)
@@ -330,17 +405,22 @@ class SglangSimulator(Simulator):
                     if request.transport is not None:
                         request.transport.close()
                     return web.Response(status=500)
-                self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
-                                    outcome.first_token_at)
+                self.end_generation(
+                    sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
+                )
                 return json_response(200, self._full(kind, sim, outcome, plan if parsed else None, cached, model, body))
         finally:
             self.live_prompt_tokens.pop(rid, None)
 
     def _usage(self, sim: SimRequest, completion: int, cached: int) -> dict[str, Any]:
-        return {"prompt_tokens": sim.prompt_tokens, "total_tokens": sim.prompt_tokens + completion,
-                "completion_tokens": completion,
-                "prompt_tokens_details": {"cached_tokens": cached} if self.opts.enable_cache_report else None,
-                "reasoning_tokens": 0, "completion_tokens_details": None}
+        return {
+            "prompt_tokens": sim.prompt_tokens,
+            "total_tokens": sim.prompt_tokens + completion,
+            "completion_tokens": completion,
+            "prompt_tokens_details": {"cached_tokens": cached} if self.opts.enable_cache_report else None,
+            "reasoning_tokens": 0,
+            "completion_tokens_details": None,
+        }
 
     @staticmethod
     def _matched(outcome: Outcome, i: int, plan: ToolCallPlan | None) -> Any:
@@ -348,8 +428,16 @@ class SglangSimulator(Simulator):
             return None
         return outcome.matched[i]
 
-    def _full(self, kind: str, sim: SimRequest, outcome: Outcome, plan: ToolCallPlan | None, cached: int,
-              model: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _full(
+        self,
+        kind: str,
+        sim: SimRequest,
+        outcome: Outcome,
+        plan: ToolCallPlan | None,
+        cached: int,
+        model: str,
+        body: dict[str, Any],
+    ) -> dict[str, Any]:
         want_logprobs, top_n = logprobs.requested(body)
         completion_top = logprobs.completion_requested(body) if kind == "completion" else None
         choices = []
@@ -359,21 +447,46 @@ class SglangSimulator(Simulator):
                 message: dict[str, Any] = {"role": "assistant", "content": outcome.text(i), "reasoning_content": None}
                 if plan is not None:
                     message["content"] = ""
-                    message["tool_calls"] = [{"id": f"call_{os.urandom(12).hex()}", "index": 0, "type": "function",
-                                              "function": {"name": plan.name, "arguments": outcome.text(i)}}]
-                choices.append({"index": i, "message": message,
-                                "logprobs": logprobs.content(outcome.texts[i], outcome.token_ids[i], top_n, True)
-                                if want_logprobs else None, "finish_reason": reason,
-                                "matched_stop": self._matched(outcome, i, plan)})
+                    message["tool_calls"] = [
+                        {
+                            "id": f"call_{os.urandom(12).hex()}",
+                            "index": 0,
+                            "type": "function",
+                            "function": {"name": plan.name, "arguments": outcome.text(i)},
+                        }
+                    ]
+                choices.append(
+                    {
+                        "index": i,
+                        "message": message,
+                        "logprobs": logprobs.content(outcome.texts[i], outcome.token_ids[i], top_n, True)
+                        if want_logprobs
+                        else None,
+                        "finish_reason": reason,
+                        "matched_stop": self._matched(outcome, i, plan),
+                    }
+                )
             else:
-                choices.append({"index": i, "text": outcome.text(i), "logprobs": logprobs.completion(
-                    outcome.texts[i], outcome.token_ids[i], completion_top) if completion_top is not None else None,
-                                "finish_reason": reason,
-                                "matched_stop": self._matched(outcome, i, plan)})
-        return {"id": sim.request_id, "object": "chat.completion" if kind == "chat" else "text_completion",
-                "created": int(time.time()), "model": model, "choices": choices,
-                "usage": self._usage(sim, outcome.completion_tokens, cached),
-                "metadata": {"weight_version": "default"}}
+                choices.append(
+                    {
+                        "index": i,
+                        "text": outcome.text(i),
+                        "logprobs": logprobs.completion(outcome.texts[i], outcome.token_ids[i], completion_top)
+                        if completion_top is not None
+                        else None,
+                        "finish_reason": reason,
+                        "matched_stop": self._matched(outcome, i, plan),
+                    }
+                )
+        return {
+            "id": sim.request_id,
+            "object": "chat.completion" if kind == "chat" else "text_completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": choices,
+            "usage": self._usage(sim, outcome.completion_tokens, cached),
+            "metadata": {"weight_version": "default"},
+        }
 
     async def _queue_full_stream(self, request: web.Request, sim: SimRequest, model: str) -> web.StreamResponse:
         stream = SSEStream(request, paced=False)
@@ -381,8 +494,18 @@ class SglangSimulator(Simulator):
         await stream.send(DONE_FRAME)
         return await stream.finish()
 
-    async def _stream(self, request: web.Request, body: dict[str, Any], kind: str, sim: SimRequest, gen: Any,
-                      outcome: Outcome, plan: ToolCallPlan | None, cached: int, model: str) -> web.StreamResponse:
+    async def _stream(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        kind: str,
+        sim: SimRequest,
+        gen: Any,
+        outcome: Outcome,
+        plan: ToolCallPlan | None,
+        cached: int,
+        model: str,
+    ) -> web.StreamResponse:
         opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
         include_usage = bool(opts.get("include_usage")) or self.opts.stream_response_default_include_usage
         continuous = bool(opts.get("continuous_usage_stats"))
@@ -399,8 +522,11 @@ class SglangSimulator(Simulator):
 
         def usage_now() -> dict[str, Any]:
             done = sum(counts)
-            return {"prompt_tokens": sim.prompt_tokens, "total_tokens": sim.prompt_tokens + done,
-                    "completion_tokens": done}
+            return {
+                "prompt_tokens": sim.prompt_tokens,
+                "total_tokens": sim.prompt_tokens + done,
+                "completion_tokens": done,
+            }
 
         def emit(token: Token) -> list[bytes]:
             i = token.index
@@ -409,30 +535,71 @@ class SglangSimulator(Simulator):
                 counts[i] += 1
             if kind == "chat" and not role_sent[i]:
                 role_sent[i] = True
-                out.append(frame({**head, "choices": [{"index": i, "delta": {"reasoning_content": None,
-                                                                               "role": "assistant", "content": ""},
-                                                        "logprobs": None, "finish_reason": None,
-                                                        "matched_stop": None}]}))
+                out.append(
+                    frame(
+                        {
+                            **head,
+                            "choices": [
+                                {
+                                    "index": i,
+                                    "delta": {"reasoning_content": None, "role": "assistant", "content": ""},
+                                    "logprobs": None,
+                                    "finish_reason": None,
+                                    "matched_stop": None,
+                                }
+                            ],
+                        }
+                    )
+                )
             if token.text:
                 if plan is not None:
                     first = not tool_started[i]
                     tool_started[i] = True
-                    call = ({"id": f"call_{os.urandom(12).hex()}", "index": 0, "type": "function",
-                             "function": {"name": plan.name, "arguments": ""}} if first else None)
+                    call = (
+                        {
+                            "id": f"call_{os.urandom(12).hex()}",
+                            "index": 0,
+                            "type": "function",
+                            "function": {"name": plan.name, "arguments": ""},
+                        }
+                        if first
+                        else None
+                    )
                     if call is not None:
                         out.append(self._tool_chunk(head, i, call))
-                    out.append(self._tool_chunk(head, i, {"id": None, "index": 0, "type": "function",
-                                                          "function": {"name": None, "arguments": token.text}}))
+                    out.append(
+                        self._tool_chunk(
+                            head,
+                            i,
+                            {
+                                "id": None,
+                                "index": 0,
+                                "type": "function",
+                                "function": {"name": None, "arguments": token.text},
+                            },
+                        )
+                    )
                 else:
                     if kind == "chat":
-                        choice = {"index": i, "delta": {"reasoning_content": None, "content": token.text},
-                                  "logprobs": logprobs.content([token.text], [token.token_id], top_n, True)
-                                  if want_logprobs else None, "finish_reason": None, "matched_stop": None}
+                        choice = {
+                            "index": i,
+                            "delta": {"reasoning_content": None, "content": token.text},
+                            "logprobs": logprobs.content([token.text], [token.token_id], top_n, True)
+                            if want_logprobs
+                            else None,
+                            "finish_reason": None,
+                            "matched_stop": None,
+                        }
                     else:
-                        choice = {"index": i, "text": token.text, "logprobs": logprobs.completion(
-                            [token.text], [token.token_id], completion_top) if completion_top is not None else None,
-                                  "finish_reason": None,
-                                  "matched_stop": None}
+                        choice = {
+                            "index": i,
+                            "text": token.text,
+                            "logprobs": logprobs.completion([token.text], [token.token_id], completion_top)
+                            if completion_top is not None
+                            else None,
+                            "finish_reason": None,
+                            "matched_stop": None,
+                        }
                     chunk: dict[str, Any] = {**head, "choices": [choice]}
                     if continuous:
                         chunk["usage"] = usage_now()
@@ -443,11 +610,21 @@ class SglangSimulator(Simulator):
                 reason = openai_finish(token.finish, plan is not None)
                 matched = token.matched if token.finish in ("eos", "stop_sequence") else None
                 if kind == "chat":
-                    choice = {"index": i, "delta": {"reasoning_content": None}, "logprobs": None,
-                              "finish_reason": reason, "matched_stop": matched}
+                    choice = {
+                        "index": i,
+                        "delta": {"reasoning_content": None},
+                        "logprobs": None,
+                        "finish_reason": reason,
+                        "matched_stop": matched,
+                    }
                 else:
-                    choice = {"index": i, "text": "", "logprobs": None, "finish_reason": reason,
-                              "matched_stop": matched}
+                    choice = {
+                        "index": i,
+                        "text": "",
+                        "logprobs": None,
+                        "finish_reason": reason,
+                        "matched_stop": matched,
+                    }
                 finish_chunks.append(frame({**head, "choices": [choice]}))
             return out
 
@@ -464,22 +641,34 @@ class SglangSimulator(Simulator):
         for data in finish_chunks:
             await stream.send(data)
         if include_usage:
-            await stream.send(frame({**head, "choices": [], "usage": self._usage(sim, outcome.completion_tokens,
-                                                                                  cached)}))
+            await stream.send(
+                frame({**head, "choices": [], "usage": self._usage(sim, outcome.completion_tokens, cached)})
+            )
         if not sim.faults.no_done:
             await stream.send(DONE_FRAME)
-        self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
-                            outcome.first_token_at)
+        self.end_generation(
+            sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
+        )
         return await stream.finish()
 
     @staticmethod
     def _tool_chunk(head: dict[str, Any], index: int, call: dict[str, Any]) -> bytes:
         """Tool-call chunks are pydantic-serialized: every null key is present."""
-        return frame({**head, "choices": [{"index": index, "delta": {"role": None, "content": None,
-                                                                      "reasoning_content": None,
-                                                                      "tool_calls": [call]},
-                                           "logprobs": None, "finish_reason": None, "matched_stop": None}],
-                      "usage": None})
+        return frame(
+            {
+                **head,
+                "choices": [
+                    {
+                        "index": index,
+                        "delta": {"role": None, "content": None, "reasoning_content": None, "tool_calls": [call]},
+                        "logprobs": None,
+                        "finish_reason": None,
+                        "matched_stop": None,
+                    }
+                ],
+                "usage": None,
+            }
+        )
 
     # ---- native /generate ----------------------------------------------------------------
 
@@ -495,11 +684,17 @@ class SglangSimulator(Simulator):
         words = prompt_words_completion(ids if ids is not None else text)
         rid = str(body.get("rid") or os.urandom(16).hex())
         faults = self.faults([text] if isinstance(text, str) else [], body) if text is not None else NO_FAULTS
-        sim = SimRequest(request_id=rid, kind="generate", prompt_words=words,
-                         prompt_text=text if isinstance(text, str) else " ".join(words),
-                         max_tokens=int_or_none(params.get("max_new_tokens")) or 128,
-                         ignore_eos=bool(params.get("ignore_eos", False)), stop=stop_list(params.get("stop")),
-                         seed=int_or_none(params.get("sampling_seed")), faults=faults)
+        sim = SimRequest(
+            request_id=rid,
+            kind="generate",
+            prompt_words=words,
+            prompt_text=text if isinstance(text, str) else " ".join(words),
+            max_tokens=int_or_none(params.get("max_new_tokens")) or 128,
+            ignore_eos=bool(params.get("ignore_eos", False)),
+            stop=stop_list(params.get("stop")),
+            seed=int_or_none(params.get("sampling_seed")),
+            faults=faults,
+        )
         if ids is None:
             self.retokenize(sim)
         too_long = self._context_message(sim)
@@ -520,28 +715,54 @@ class SglangSimulator(Simulator):
                     finish = {"type": "abort", "message": "Abort before prefill"}
                 else:
                     finish = {"type": "stop", "matched": outcome.matched[0]}
-            return {"id": rid, "finish_reason": finish, "prompt_tokens": sim.prompt_tokens,
-                    "completion_tokens": outcome.counts[0], "cached_tokens": cached, "reasoning_tokens": 0,
-                    "weight_version": "default", "e2e_latency": time.monotonic() - outcome.started}
+            return {
+                "id": rid,
+                "finish_reason": finish,
+                "prompt_tokens": sim.prompt_tokens,
+                "completion_tokens": outcome.counts[0],
+                "cached_tokens": cached,
+                "reasoning_tokens": 0,
+                "weight_version": "default",
+                "e2e_latency": time.monotonic() - outcome.started,
+            }
 
         try:
             with self.watch_disconnect(sim):
                 if not body.get("stream"):
                     await collect(gen, outcome)
-                    self.end_generation(sim, outcome.main_finish, outcome.counts[0], outcome.started,
-                                        outcome.first_token_at)
-                    return json_response(200, {"text": outcome.text(0), "output_ids": outcome.token_ids[0],
-                                               "meta_info": meta(True)})
+                    self.end_generation(
+                        sim, outcome.main_finish, outcome.counts[0], outcome.started, outcome.first_token_at
+                    )
+                    return json_response(
+                        200, {"text": outcome.text(0), "output_ids": outcome.token_ids[0], "meta_info": meta(True)}
+                    )
                 stream = SSEStream(request, self.paced(sim))
 
                 def emit(token: Token) -> list[bytes]:
                     # Default (non-incremental) streaming: text and output_ids are cumulative.
-                    return [frame({"text": outcome.text(0), "output_ids": list(outcome.token_ids[0]),
-                                   "meta_info": meta(token.finish is not None)})]
+                    return [
+                        frame(
+                            {
+                                "text": outcome.text(0),
+                                "output_ids": list(outcome.token_ids[0]),
+                                "meta_info": meta(token.finish is not None),
+                            }
+                        )
+                    ]
 
                 async def fail(s: SSEStream) -> None:
-                    await s.send(frame({"error": {"message": "Simulated engine failure", "type": "invalid_request_error",
-                                                  "code": 400, "retryable": False}}))
+                    await s.send(
+                        frame(
+                            {
+                                "error": {
+                                    "message": "Simulated engine failure",
+                                    "type": "invalid_request_error",
+                                    "code": 400,
+                                    "retryable": False,
+                                }
+                            }
+                        )
+                    )
                     await s.send(DONE_FRAME)
                     await s.finish()
 
@@ -552,8 +773,9 @@ class SglangSimulator(Simulator):
                     return stream.response
                 if not faults.no_done:
                     await stream.send(DONE_FRAME)
-                self.end_generation(sim, outcome.main_finish, outcome.counts[0], outcome.started,
-                                    outcome.first_token_at)
+                self.end_generation(
+                    sim, outcome.main_finish, outcome.counts[0], outcome.started, outcome.first_token_at
+                )
                 return await stream.finish()
         finally:
             self.live_prompt_tokens.pop(rid, None)

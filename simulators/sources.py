@@ -1,4 +1,5 @@
 """Choosing the token source from the CLI options."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,5 +19,10 @@ def make_source(opts: SimOptions) -> Any:
         except ImportError as exc:
             raise SourceUnavailable(f"--source engine is unavailable: {exc}") from exc
         return EngineSource(opts)
-    return SyntheticSource(seed=opts.seed, output_tokens=opts.output_tokens, max_model_len=opts.max_model_len,
-                           ttft_ms=opts.ttft_ms, itl_ms=opts.itl_ms)
+    return SyntheticSource(
+        seed=opts.seed,
+        output_tokens=opts.output_tokens,
+        max_model_len=opts.max_model_len,
+        ttft_ms=opts.ttft_ms,
+        itl_ms=opts.itl_ms,
+    )

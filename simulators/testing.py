@@ -13,6 +13,7 @@ before the port is bound (to test startup behaviour); `wait_ready()` waits later
 process instead (no interpreter start-up; same handle interface), for tests that
 start many simulators or want to look at a simulator's Python state.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -68,7 +69,7 @@ class _Handle:
     def stop(self) -> None:
         raise NotImplementedError
 
-    def __enter__(self) -> "_Handle":
+    def __enter__(self) -> _Handle:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -110,14 +111,14 @@ class SimulatorHandle(_Handle):
                 self.process.wait()
 
 
-def start_simulator(kind: str, *, wait: bool = True, timeout: float = 30.0, port: int | None = None,
-                    **opts: Any) -> SimulatorHandle:
+def start_simulator(
+    kind: str, *, wait: bool = True, timeout: float = 30.0, port: int | None = None, **opts: Any
+) -> SimulatorHandle:
     port = port or free_port()
     cmd = [sys.executable, "-m", "simulators", kind, "--port", str(port), *_flags(opts)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    process = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True)
+    process = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     handle = SimulatorHandle(kind, port, process)
     if wait:
         try:

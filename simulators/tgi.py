@@ -23,6 +23,7 @@ and no finish chunk after a tool call; 3.1 streams a single-object delta with
 in non-stream answers; `tool_choice:"auto"` without a call re-runs the generation
 (twice the TTFT); native `/generate` and `/generate_stream` (no `[DONE]`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,7 +37,7 @@ from simulators import logprobs
 from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.promtext import Exposition, Histogram
 from simulators.request import SimRequest, int_or_none, prompt_words_completion, texts_of
-from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
+from simulators.server import DONE_FRAME, Simulator, SSEStream, frame, json_response
 from simulators.tokens import EOS_TOKEN_ID, Token
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
 from simulators.validation import check_body
@@ -142,18 +143,31 @@ class TgiSimulator(Simulator):
         return web.Response(status=200)
 
     async def info(self, request: web.Request) -> web.Response:
-        return json_response(200, {
-            "model_id": self.opts.model_name, "model_sha": None, "model_pipeline_tag": "text-generation",
-            "max_concurrent_requests": self.opts.max_concurrent_requests, "max_best_of": 2,
-            "max_stop_sequences": self.opts.max_stop_sequences, "max_input_tokens": self.max_input_tokens,
-            "max_total_tokens": self.max_total_tokens, "validation_workers": 2,
-            "max_client_batch_size": MAX_CLIENT_BATCH_SIZE, "router": "text-generation-router",
-            "version": self.version, "sha": None, "docker_label": None})
+        return json_response(
+            200,
+            {
+                "model_id": self.opts.model_name,
+                "model_sha": None,
+                "model_pipeline_tag": "text-generation",
+                "max_concurrent_requests": self.opts.max_concurrent_requests,
+                "max_best_of": 2,
+                "max_stop_sequences": self.opts.max_stop_sequences,
+                "max_input_tokens": self.max_input_tokens,
+                "max_total_tokens": self.max_total_tokens,
+                "validation_workers": 2,
+                "max_client_batch_size": MAX_CLIENT_BATCH_SIZE,
+                "router": "text-generation-router",
+                "version": self.version,
+                "sha": None,
+                "docker_label": None,
+            },
+        )
 
     async def models(self, request: web.Request) -> web.Response:
         name = self.opts.model_name
-        return json_response(200, {"object": "list", "data": [{"id": name, "object": "model", "created": 0,
-                                                               "owned_by": name}]})
+        return json_response(
+            200, {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": name}]}
+        )
 
     async def tokenize(self, request: web.Request) -> web.Response:
         body, _ = await self.read_body(request)
@@ -176,8 +190,12 @@ class TgiSimulator(Simulator):
         ex.gauge("tgi_batch_next_size", "", 0)
         ex.counter("tgi_request_count", "", self.request_count, suffix="")
         ex.counter("tgi_request_success", "", self.success, suffix="")
-        ex.counter("tgi_request_failure", "", {(("err", k),): float(v) for k, v in self.failures.items()}
-                   or {(("err", "validation"),): 0.0}, suffix="")
+        ex.counter(
+            "tgi_request_failure",
+            "",
+            {(("err", k),): float(v) for k, v in self.failures.items()} or {(("err", "validation"),): 0.0},
+            suffix="",
+        )
         ex.histogram("tgi_request_duration", "", self.e2e_hist)
         ex.histogram("tgi_request_mean_time_per_token_duration", "", self.itl_hist)
         ex.histogram("tgi_request_input_length", "", self.input_length_hist)
@@ -200,8 +218,9 @@ class TgiSimulator(Simulator):
 
     # ---- validation (validation.rs) ------------------------------------------------------
 
-    async def _admit_or_refuse(self, sim: SimRequest, body: dict, request: web.Request,
-                               stream: bool) -> web.StreamResponse | None:
+    async def _admit_or_refuse(
+        self, sim: SimRequest, body: dict, request: web.Request, stream: bool
+    ) -> web.StreamResponse | None:
         """Queue admission and parameter validation; TGI's refusal (JSON, or an
         error event then [DONE] on a stream) when either fails, else None."""
         try:
@@ -223,26 +242,38 @@ class TgiSimulator(Simulator):
         if isinstance(temperature, (int, float)) and temperature < 0:
             raise TgiError(422, "Input validation error: `temperature` must be strictly positive", "validation")
         if len(sim.stop) > self.opts.max_stop_sequences:
-            raise TgiError(422, f"Input validation error: `stop` supports up to {self.opts.max_stop_sequences} "
-                                f"stop sequences. Given: {len(sim.stop)}", "validation")
+            raise TgiError(
+                422,
+                f"Input validation error: `stop` supports up to {self.opts.max_stop_sequences} "
+                f"stop sequences. Given: {len(sim.stop)}",
+                "validation",
+            )
         if max_new is not None and max_new < 1:
             raise TgiError(422, "Input validation error: `max_new_tokens` must be strictly positive", "validation")
         n = sim.prompt_tokens
         if n >= self.max_input_tokens:
-            raise TgiError(422, f"Input validation error: `inputs` must have less than {self.max_input_tokens} "
-                                f"tokens. Given: {n}", "validation")
+            raise TgiError(
+                422,
+                f"Input validation error: `inputs` must have less than {self.max_input_tokens} tokens. Given: {n}",
+                "validation",
+            )
         if max_new is not None and n + max_new > self.max_total_tokens:
-            raise TgiError(422, f"Input validation error: `inputs` tokens + `max_new_tokens` must be <= "
-                                f"{self.max_total_tokens}. Given: {n} `inputs` tokens and {max_new} "
-                                f"`max_new_tokens`", "validation")
+            raise TgiError(
+                422,
+                f"Input validation error: `inputs` tokens + `max_new_tokens` must be <= "
+                f"{self.max_total_tokens}. Given: {n} `inputs` tokens and {max_new} "
+                f"`max_new_tokens`",
+                "validation",
+            )
         if max_new is None:
             sim.max_tokens = self.max_total_tokens - n
 
     def _admit(self, sim: SimRequest) -> None:
         f = sim.faults
         if f.status is not None and f.status >= 400:
-            raise TgiError(f.status, f"Simulated failure with status {f.status}",
-                           _STATUS_TYPES.get(f.status, "generation"))
+            raise TgiError(
+                f.status, f"Simulated failure with status {f.status}", _STATUS_TYPES.get(f.status, "generation")
+            )
         if f.overloaded or self.in_flight >= self.opts.max_concurrent_requests:
             raise TgiError(429, "Model is overloaded", "overloaded")
 
@@ -255,15 +286,18 @@ class TgiSimulator(Simulator):
             return rejection("missing field `prompt` at line 1 column 2")
         stop = body.get("stop")
         if stop is not None and not isinstance(stop, list):
-            return rejection(f"stop: invalid type: string {orjson.dumps(stop).decode()}, expected a sequence "
-                             f"at line 1 column 2")
+            return rejection(
+                f"stop: invalid type: string {orjson.dumps(stop).decode()}, expected a sequence at line 1 column 2"
+            )
         bias = body.get("logit_bias")
         if bias is not None and not isinstance(bias, list):
             return rejection("logit_bias: invalid type: map, expected a sequence at line 1 column 2")
         for problem in check_body(body, kind):
             if problem.kind != "greater_than_equal":  # ranges are validation.rs's job, as JSON 422s
-                return rejection(f"{problem.loc}: invalid type: {orjson.dumps(problem.value).decode()}, "
-                                 f"expected {problem.kind.removesuffix('_type')} at line 1 column 2")
+                return rejection(
+                    f"{problem.loc}: invalid type: {orjson.dumps(problem.value).decode()}, "
+                    f"expected {problem.kind.removesuffix('_type')} at line 1 column 2"
+                )
         return None
 
     async def _read(self, request: web.Request) -> tuple[dict[str, Any] | None, web.Response | None]:
@@ -288,8 +322,9 @@ class TgiSimulator(Simulator):
         self.request_count += 1
         tools = body.get("tools")
         choice = body.get("tool_choice")
-        name = named_choice(choice) or (choice if isinstance(choice, str) and choice not in
-                                        ("auto", "none", "required") else None)
+        name = named_choice(choice) or (
+            choice if isinstance(choice, str) and choice not in ("auto", "none", "required") else None
+        )
         if tools and name is not None and name not in tool_names(tools):
             self._failure("tool_error")
             return TgiError(422, f"Tool error: Tool with name {name} not found", "tool_error").response()
@@ -302,8 +337,11 @@ class TgiSimulator(Simulator):
         sim.n = 1  # `n` is documented as UNUSED
         sim.request_id = f"tgi-{id(sim):x}-{self.request_count}"
         stream = bool(body.get("stream"))
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage")) if isinstance(
-            body.get("stream_options"), dict) else False
+        include_usage = (
+            bool((body.get("stream_options") or {}).get("include_usage"))
+            if isinstance(body.get("stream_options"), dict)
+            else False
+        )
         forced = {"type": "function", "function": {"name": name}} if name is not None else choice
         plan = plan_tool_call(tools, forced, sim.faults.tool_call) if tools and choice != "none" else None
         if tools and choice in (None, "auto") and plan is None:
@@ -315,8 +353,11 @@ class TgiSimulator(Simulator):
             return refused
         fixed = None
         if plan is not None:
-            raw = (f'{{"function": {{"_name": "{plan.name}", {plan.arguments_json[1:]}}}'
-                   if plan.arguments else f'{{"function": {{"_name": "{plan.name}"}}}}')
+            raw = (
+                f'{{"function": {{"_name": "{plan.name}", {plan.arguments_json[1:]}}}'
+                if plan.arguments
+                else f'{{"function": {{"_name": "{plan.name}"}}}}'
+            )
             fixed = fragments(raw) if self.legacy and stream else fragments(plan.arguments_json[1:])
         gen = self.start_generation(sim, request.path, fixed)
         self.live_prompt_tokens[sim.request_id] = sim.prompt_tokens
@@ -325,76 +366,157 @@ class TgiSimulator(Simulator):
         try:
             with self.watch_disconnect(sim):
                 if stream:
-                    return await self._chat_stream(request, sim, gen, outcome, plan, model, created, include_usage,
-                                                   body)
+                    return await self._chat_stream(
+                        request, sim, gen, outcome, plan, model, created, include_usage, body
+                    )
                 await collect(gen, outcome)
                 if sim.faults.error_after is not None or sim.faults.cut_after is not None:
                     self.fail_generation(sim)
                     self._failure("generation")
                     if sim.faults.cut_after is not None and request.transport is not None:
                         request.transport.close()
-                    return TgiError(424, "Request failed during generation: Server error: simulated failure",
-                                    "generation").response()
-                self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
-                                    outcome.first_token_at)
+                    return TgiError(
+                        424, "Request failed during generation: Server error: simulated failure", "generation"
+                    ).response()
+                self.end_generation(
+                    sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
+                )
                 return json_response(200, self._chat_full(sim, outcome, plan, model, created, body))
         finally:
             self.live_prompt_tokens.pop(sim.request_id, None)
 
     def _usage(self, sim: SimRequest, completion: int) -> dict[str, Any]:
-        return {"prompt_tokens": sim.prompt_tokens, "completion_tokens": completion,
-                "total_tokens": sim.prompt_tokens + completion}
+        return {
+            "prompt_tokens": sim.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": sim.prompt_tokens + completion,
+        }
 
-    def _chat_full(self, sim: SimRequest, outcome: Outcome, plan: ToolCallPlan | None, model: str,
-                   created: int, body: dict[str, Any]) -> dict[str, Any]:
+    def _chat_full(
+        self,
+        sim: SimRequest,
+        outcome: Outcome,
+        plan: ToolCallPlan | None,
+        model: str,
+        created: int,
+        body: dict[str, Any],
+    ) -> dict[str, Any]:
         want_logprobs, top_n = logprobs.requested(body)
         if plan is not None:
             arguments: Any = plan.arguments if self.legacy else "{" + outcome.text(0)
-            message: dict[str, Any] = {"role": "assistant", "tool_calls": [
-                {"id": "0", "type": "function",
-                 "function": {"description": None, "name": plan.name, "arguments": arguments}}]}
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "0",
+                        "type": "function",
+                        "function": {"description": None, "name": plan.name, "arguments": arguments},
+                    }
+                ],
+            }
         else:
             message = {"role": "assistant", "content": full_text(outcome)}
-        return {"object": "chat.completion", "id": "", "created": created, "model": model,
-                "system_fingerprint": self.fingerprint,
-                "choices": [{"index": 0, "message": message,
-                             "logprobs": logprobs.content(outcome.texts[0], outcome.token_ids[0], top_n, False)
-                             if want_logprobs and plan is None else None,
-                             "finish_reason": finish_for_chat(outcome.finish[0])}],
-                "usage": self._usage(sim, outcome.completion_tokens)}
+        return {
+            "object": "chat.completion",
+            "id": "",
+            "created": created,
+            "model": model,
+            "system_fingerprint": self.fingerprint,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": logprobs.content(outcome.texts[0], outcome.token_ids[0], top_n, False)
+                    if want_logprobs and plan is None
+                    else None,
+                    "finish_reason": finish_for_chat(outcome.finish[0]),
+                }
+            ],
+            "usage": self._usage(sim, outcome.completion_tokens),
+        }
 
-    async def _chat_stream(self, request: web.Request, sim: SimRequest, gen: Any, outcome: Outcome,
-                           plan: ToolCallPlan | None, model: str, created: int,
-                           include_usage: bool, body: dict[str, Any]) -> web.StreamResponse:
-        head = {"object": "chat.completion.chunk", "id": "", "created": created, "model": model,
-                "system_fingerprint": self.fingerprint}
+    async def _chat_stream(
+        self,
+        request: web.Request,
+        sim: SimRequest,
+        gen: Any,
+        outcome: Outcome,
+        plan: ToolCallPlan | None,
+        model: str,
+        created: int,
+        include_usage: bool,
+        body: dict[str, Any],
+    ) -> web.StreamResponse:
+        head = {
+            "object": "chat.completion.chunk",
+            "id": "",
+            "created": created,
+            "model": model,
+            "system_fingerprint": self.fingerprint,
+        }
         stream = SSEStream(request, self.paced(sim), headers={"X-Accel-Buffering": "no"})
         first = [True]
         want_logprobs, top_n = logprobs.requested(body)
 
         def chunk(delta: dict[str, Any], finish: str | None, usage: Any = None, token: Token | None = None) -> bytes:
             lp = logprobs.content([token.text], [token.token_id], top_n, False) if want_logprobs and token else None
-            return frame({**head, "choices": [{"index": 0, "delta": delta, "logprobs": lp,
-                                               "finish_reason": finish}], "usage": usage})
+            return frame(
+                {
+                    **head,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}],
+                    "usage": usage,
+                }
+            )
 
         def emit(token: Token) -> list[bytes]:
             finish = finish_for_chat(token.finish) if token.finish else None
-            legacy_usage = self._usage(sim, outcome.completion_tokens) if (
-                self.legacy and finish and include_usage) else None
+            legacy_usage = (
+                self._usage(sim, outcome.completion_tokens) if (self.legacy and finish and include_usage) else None
+            )
             if plan is not None and token.text:
                 if self.legacy:
-                    call: Any = {"index": 0, "id": "", "type": "function",
-                                 "function": {"name": None, "arguments": token.text}}
+                    call: Any = {
+                        "index": 0,
+                        "id": "",
+                        "type": "function",
+                        "function": {"name": None, "arguments": token.text},
+                    }
                     return [chunk({"role": "assistant", "tool_calls": call}, None)]
                 out = []
                 if first[0]:
                     first[0] = False
-                    out.append(chunk({"role": "assistant", "tool_calls": [
-                        {"index": 0, "id": "0", "type": "function",
-                         "function": {"name": plan.name, "arguments": "{"}}]}, None))
-                out.append(chunk({"role": "assistant", "tool_calls": [
-                    {"index": 0, "id": "0", "type": "function",
-                     "function": {"name": None, "arguments": token.text}}]}, None))
+                    out.append(
+                        chunk(
+                            {
+                                "role": "assistant",
+                                "tool_calls": [
+                                    {
+                                        "index": 0,
+                                        "id": "0",
+                                        "type": "function",
+                                        "function": {"name": plan.name, "arguments": "{"},
+                                    }
+                                ],
+                            },
+                            None,
+                        )
+                    )
+                out.append(
+                    chunk(
+                        {
+                            "role": "assistant",
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": "0",
+                                    "type": "function",
+                                    "function": {"name": None, "arguments": token.text},
+                                }
+                            ],
+                        },
+                        None,
+                    )
+                )
                 return out
             if plan is not None and not self.legacy:
                 return []  # after the call's JSON closes, TGI buffers again: no finish chunk
@@ -402,8 +524,11 @@ class TgiSimulator(Simulator):
 
         async def fail(s: SSEStream) -> None:
             self._failure("generation")
-            await s.send(TgiError(424, "Request failed during generation: Server error: simulated failure",
-                                  "generation").openai_event())
+            await s.send(
+                TgiError(
+                    424, "Request failed during generation: Server error: simulated failure", "generation"
+                ).openai_event()
+            )
             await s.send(DONE_FRAME)
             await s.finish()
 
@@ -416,8 +541,9 @@ class TgiSimulator(Simulator):
             await stream.send(frame({**head, "choices": [], "usage": self._usage(sim, outcome.completion_tokens)}))
         if not sim.faults.no_done:
             await stream.send(DONE_FRAME)
-        self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
-                            outcome.first_token_at)
+        self.end_generation(
+            sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
+        )
         return await stream.finish()
 
     # ---- completions --------------------------------------------------------------------
@@ -432,17 +558,25 @@ class TgiSimulator(Simulator):
         self.request_count += 1
         if body.get("suffix") is not None:
             self._failure("validation")
-            return TgiError(422, "Suffix is not supported and can be achieved by preprocessing the prompt.",
-                            "suffix not supported").response()
+            return TgiError(
+                422, "Suffix is not supported and can be achieved by preprocessing the prompt.", "suffix not supported"
+            ).response()
         prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
         if len(prompts) > MAX_CLIENT_BATCH_SIZE:
             self._failure("validation")
-            return TgiError(422, f"Number of prompts exceeds the maximum allowed batch size of "
-                                 f"{MAX_CLIENT_BATCH_SIZE}", "batch size exceeded").response()
+            return TgiError(
+                422,
+                f"Number of prompts exceeds the maximum allowed batch size of {MAX_CLIENT_BATCH_SIZE}",
+                "batch size exceeded",
+            ).response()
         # One generation per prompt would interleave; the double serves the first prompt, which
         # is what single-prompt clients (the gateway) send.
-        sim = self.sim_request({**body, "prompt": prompts[0] if prompts else ""}, "completion", "",
-                               self.faults(texts_of(body, "completion"), body))
+        sim = self.sim_request(
+            {**body, "prompt": prompts[0] if prompts else ""},
+            "completion",
+            "",
+            self.faults(texts_of(body, "completion"), body),
+        )
         sim.n = 1
         sim.request_id = f"tgi-{id(sim):x}-{self.request_count}"
         stream = bool(body.get("stream"))
@@ -461,34 +595,77 @@ class TgiSimulator(Simulator):
                     if sim.faults.error_after is not None:
                         self.fail_generation(sim)
                         self._failure("generation")
-                        return TgiError(424, "Request failed during generation: Server error: simulated failure",
-                                        "generation").response()
-                    self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
-                                        outcome.first_token_at)
-                    return json_response(200, {
-                        "object": "text_completion", "id": "", "created": created, "model": model,
-                        "system_fingerprint": self.fingerprint,
-                        "choices": [{"index": 0, "text": full_text(outcome), "logprobs": None,
-                                     "finish_reason": finish_for_chat(outcome.finish[0])}],
-                        "usage": self._usage(sim, outcome.completion_tokens)})
+                        return TgiError(
+                            424, "Request failed during generation: Server error: simulated failure", "generation"
+                        ).response()
+                    self.end_generation(
+                        sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
+                    )
+                    return json_response(
+                        200,
+                        {
+                            "object": "text_completion",
+                            "id": "",
+                            "created": created,
+                            "model": model,
+                            "system_fingerprint": self.fingerprint,
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "text": full_text(outcome),
+                                    "logprobs": None,
+                                    "finish_reason": finish_for_chat(outcome.finish[0]),
+                                }
+                            ],
+                            "usage": self._usage(sim, outcome.completion_tokens),
+                        },
+                    )
                 s = SSEStream(request, self.paced(sim), headers={"X-Accel-Buffering": "no"})
 
                 def emit(token: Token) -> list[bytes]:
                     if token.finish is None:
-                        return [frame({"object": "text_completion", "id": "", "created": created,
-                                       "choices": [{"index": 0, "text": visible(token), "logprobs": None,
-                                                    "finish_reason": ""}],
-                                       "model": model, "system_fingerprint": self.fingerprint})]
-                    return [frame({"object": "text_completion", "id": "", "created": created, "model": model,
-                                   "system_fingerprint": self.fingerprint,
-                                   "choices": [{"index": 0, "text": visible(token), "logprobs": None,
-                                                "finish_reason": _FINISH.get(token.finish, token.finish)}],
-                                   "usage": self._usage(sim, outcome.completion_tokens)})]
+                        return [
+                            frame(
+                                {
+                                    "object": "text_completion",
+                                    "id": "",
+                                    "created": created,
+                                    "choices": [
+                                        {"index": 0, "text": visible(token), "logprobs": None, "finish_reason": ""}
+                                    ],
+                                    "model": model,
+                                    "system_fingerprint": self.fingerprint,
+                                }
+                            )
+                        ]
+                    return [
+                        frame(
+                            {
+                                "object": "text_completion",
+                                "id": "",
+                                "created": created,
+                                "model": model,
+                                "system_fingerprint": self.fingerprint,
+                                "choices": [
+                                    {
+                                        "index": 0,
+                                        "text": visible(token),
+                                        "logprobs": None,
+                                        "finish_reason": _FINISH.get(token.finish, token.finish),
+                                    }
+                                ],
+                                "usage": self._usage(sim, outcome.completion_tokens),
+                            }
+                        )
+                    ]
 
                 async def fail(st: SSEStream) -> None:
                     self._failure("generation")
-                    await st.send(TgiError(424, "Request failed during generation: Server error: simulated "
-                                                "failure", "generation").openai_event())
+                    await st.send(
+                        TgiError(
+                            424, "Request failed during generation: Server error: simulated failure", "generation"
+                        ).openai_event()
+                    )
                     await st.send(DONE_FRAME)
                     await st.finish()
 
@@ -499,8 +676,9 @@ class TgiSimulator(Simulator):
                     return s.response
                 if not sim.faults.no_done:
                     await s.send(DONE_FRAME)
-                self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
-                                    outcome.first_token_at)
+                self.end_generation(
+                    sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
+                )
                 return await s.finish()
         finally:
             self.live_prompt_tokens.pop(sim.request_id, None)
@@ -541,16 +719,23 @@ class TgiSimulator(Simulator):
             return rejection("parameters.stop: invalid type: string, expected a sequence at line 1 column 2")
         self.request_count += 1
         words = prompt_words_completion(inputs)
-        sim = SimRequest(request_id=f"tgi-native-{self.request_count}", kind="generate", prompt_words=words,
-                         prompt_text=inputs, max_tokens=int_or_none(params.get("max_new_tokens")),
-                         stop=[s for s in (stop or []) if isinstance(s, str)], seed=int_or_none(params.get("seed")),
-                         faults=self.faults([inputs], body))
+        sim = SimRequest(
+            request_id=f"tgi-native-{self.request_count}",
+            kind="generate",
+            prompt_words=words,
+            prompt_text=inputs,
+            max_tokens=int_or_none(params.get("max_new_tokens")),
+            stop=[s for s in (stop or []) if isinstance(s, str)],
+            seed=int_or_none(params.get("seed")),
+            faults=self.faults([inputs], body),
+        )
         self.retokenize(sim)
         details = bool(params.get("details"))
         try:
             if stream and (params.get("best_of") or 1) != 1:
-                raise TgiError(422, "Input validation error: `best_of` != 1 is not supported when streaming "
-                                    "tokens", "validation")
+                raise TgiError(
+                    422, "Input validation error: `best_of` != 1 is not supported when streaming tokens", "validation"
+                )
             self._admit(sim)
             self._validate_parameters(sim, params.get("top_p"), params.get("temperature"), sim.max_tokens)
         except TgiError as err:
@@ -567,8 +752,12 @@ class TgiSimulator(Simulator):
 
         def token_json(token: Token) -> dict[str, Any]:
             special = token.token_id == EOS_TOKEN_ID
-            return {"id": token.token_id, "text": "</s>" if special else visible(token), "logprob": -0.5,
-                    "special": special}
+            return {
+                "id": token.token_id,
+                "text": "</s>" if special else visible(token),
+                "logprob": -0.5,
+                "special": special,
+            }
 
         try:
             with self.watch_disconnect(sim):
@@ -577,20 +766,34 @@ class TgiSimulator(Simulator):
                     if sim.faults.error_after is not None:
                         self.fail_generation(sim)
                         self._failure("generation")
-                        return TgiError(424, "Request failed during generation: Server error: simulated failure",
-                                        "generation").response()
-                    self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
-                                        outcome.first_token_at)
+                        return TgiError(
+                            424, "Request failed during generation: Server error: simulated failure", "generation"
+                        ).response()
+                    self.end_generation(
+                        sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
+                    )
                     result: dict[str, Any] = {"generated_text": prefix + full_text(outcome)}
                     if details:
                         result["details"] = {
                             "finish_reason": _FINISH.get(outcome.finish[0] or "", outcome.finish[0]),
-                            "generated_tokens": outcome.completion_tokens, "seed": sim.seed, "prefill": [],
-                            "tokens": [{"id": tid, "text": "</s>" if tid == EOS_TOKEN_ID else text,
-                                        "logprob": -0.5, "special": tid == EOS_TOKEN_ID}
-                                       for tid, text in zip(outcome.token_ids[0], outcome.texts[0])]}
-                    headers = {"x-compute-type": "cpu", "x-prompt-tokens": str(sim.prompt_tokens),
-                               "x-generated-tokens": str(outcome.completion_tokens)}
+                            "generated_tokens": outcome.completion_tokens,
+                            "seed": sim.seed,
+                            "prefill": [],
+                            "tokens": [
+                                {
+                                    "id": tid,
+                                    "text": "</s>" if tid == EOS_TOKEN_ID else text,
+                                    "logprob": -0.5,
+                                    "special": tid == EOS_TOKEN_ID,
+                                }
+                                for tid, text in zip(outcome.token_ids[0], outcome.texts[0])
+                            ],
+                        }
+                    headers = {
+                        "x-compute-type": "cpu",
+                        "x-prompt-tokens": str(sim.prompt_tokens),
+                        "x-generated-tokens": str(outcome.completion_tokens),
+                    }
                     return json_response(200, result, headers=headers)
                 s = SSEStream(request, self.paced(sim), headers={"X-Accel-Buffering": "no"})
                 index = [0]
@@ -598,19 +801,28 @@ class TgiSimulator(Simulator):
                 def emit(token: Token) -> list[bytes]:
                     index[0] += 1
                     last = token.finish is not None
-                    event: dict[str, Any] = {"index": index[0], "token": token_json(token),
-                                             "generated_text": prefix + full_text(outcome) if last else None,
-                                             "details": None}
+                    event: dict[str, Any] = {
+                        "index": index[0],
+                        "token": token_json(token),
+                        "generated_text": prefix + full_text(outcome) if last else None,
+                        "details": None,
+                    }
                     if last and details:
-                        event["details"] = {"finish_reason": _FINISH.get(token.finish or "", token.finish),
-                                            "generated_tokens": outcome.completion_tokens, "seed": sim.seed,
-                                            "input_length": sim.prompt_tokens}
+                        event["details"] = {
+                            "finish_reason": _FINISH.get(token.finish or "", token.finish),
+                            "generated_tokens": outcome.completion_tokens,
+                            "seed": sim.seed,
+                            "input_length": sim.prompt_tokens,
+                        }
                     return [frame(event)]
 
                 async def fail(st: SSEStream) -> None:
                     self._failure("generation")
-                    await st.send(TgiError(424, "Request failed during generation: Server error: simulated failure",
-                                           "generation").native_event())
+                    await st.send(
+                        TgiError(
+                            424, "Request failed during generation: Server error: simulated failure", "generation"
+                        ).native_event()
+                    )
                     await st.finish()
 
                 try:
@@ -618,8 +830,9 @@ class TgiSimulator(Simulator):
                 except StreamEnded:
                     self.fail_generation(sim)
                     return s.response
-                self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
-                                    outcome.first_token_at)
+                self.end_generation(
+                    sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
+                )
                 return await s.finish()  # no [DONE] on the native stream
         finally:
             self.live_prompt_tokens.pop(sim.request_id, None)

@@ -16,13 +16,14 @@ one request always gets the same answer. It sleeps `ttft_ms` before the first st
 and `itl_ms` between steps; with both 0 it never sleeps, which is what lets one
 process serve thousands of requests per second.
 """
+
 from __future__ import annotations
 
 import asyncio
 import random
 import zlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import AsyncIterator
 
 from simulators.request import SimRequest
 
@@ -73,8 +74,17 @@ def choice_budget(request: SimRequest, default_output: int, max_model_len: int) 
 
 
 class SyntheticGeneration(Generation):
-    def __init__(self, request: SimRequest, *, seed: int, default_output: int, max_model_len: int,
-                 ttft_ms: float, itl_ms: float, fixed_text: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        request: SimRequest,
+        *,
+        seed: int,
+        default_output: int,
+        max_model_len: int,
+        ttft_ms: float,
+        itl_ms: float,
+        fixed_text: list[str] | None = None,
+    ) -> None:
         self.request = request
         self.prompt_tokens = request.prompt_tokens
         faults = request.faults
@@ -92,8 +102,14 @@ class SyntheticGeneration(Generation):
             self._wake.set_result(None)
 
     @staticmethod
-    def _plan(request: SimRequest, index: int, seed: int, default_output: int, max_model_len: int,
-              fixed_text: list[str] | None) -> list[Token]:
+    def _plan(
+        request: SimRequest,
+        index: int,
+        seed: int,
+        default_output: int,
+        max_model_len: int,
+        fixed_text: list[str] | None,
+    ) -> list[Token]:
         if fixed_text is not None:  # a tool call's argument fragments, then EOS
             tokens = [Token(index, t, _VOCAB_OFFSET + i) for i, t in enumerate(fixed_text)]
             tokens.append(Token(index, "", EOS_TOKEN_ID, finish="eos", matched=EOS_TOKEN_ID))
@@ -114,11 +130,18 @@ class SyntheticGeneration(Generation):
                 # output ends where the match begins, and text that could start the
                 # match was never released (tokens inside it carry no text).
                 cut, matched = hit
-                tokens.append(Token(index, text[:max(0, cut - start)], _VOCAB_OFFSET + words[position],
-                                    finish="stop_sequence", matched=matched))
+                tokens.append(
+                    Token(
+                        index,
+                        text[: max(0, cut - start)],
+                        _VOCAB_OFFSET + words[position],
+                        finish="stop_sequence",
+                        matched=matched,
+                    )
+                )
                 return tokens
             if hit is not None and end > hit[0]:
-                text = text[:max(0, hit[0] - start)]
+                text = text[: max(0, hit[0] - start)]
             tokens.append(Token(index, text, _VOCAB_OFFSET + words[position]))
             start = end
         if by_length:
@@ -185,11 +208,23 @@ class SyntheticSource:
         self.itl_ms = itl_ms
 
     def generate(self, request: SimRequest) -> Generation:
-        return SyntheticGeneration(request, seed=self.seed, default_output=self.output_tokens,
-                                   max_model_len=self.max_model_len, ttft_ms=self.ttft_ms, itl_ms=self.itl_ms)
+        return SyntheticGeneration(
+            request,
+            seed=self.seed,
+            default_output=self.output_tokens,
+            max_model_len=self.max_model_len,
+            ttft_ms=self.ttft_ms,
+            itl_ms=self.itl_ms,
+        )
 
     def generate_fixed(self, request: SimRequest, fragments: list[str]) -> Generation:
         """Stream given text fragments (a tool call's arguments) with this source's timing."""
-        return SyntheticGeneration(request, seed=self.seed, default_output=self.output_tokens,
-                                   max_model_len=self.max_model_len, ttft_ms=self.ttft_ms, itl_ms=self.itl_ms,
-                                   fixed_text=fragments)
+        return SyntheticGeneration(
+            request,
+            seed=self.seed,
+            default_output=self.output_tokens,
+            max_model_len=self.max_model_len,
+            ttft_ms=self.ttft_ms,
+            itl_ms=self.itl_ms,
+            fixed_text=fragments,
+        )

@@ -9,6 +9,7 @@ The arguments are built from the tool's JSON schema: every required property (or
 every property when none is marked required) gets a fixed value of its type, so
 the call is valid JSON that matches the schema's shape.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +18,13 @@ from typing import Any
 import orjson
 
 _VALUES_BY_TYPE: dict[str, Any] = {
-    "string": "sim", "integer": 1, "number": 1.5, "boolean": True, "array": [], "object": {}, "null": None,
+    "string": "sim",
+    "integer": 1,
+    "number": 1.5,
+    "boolean": True,
+    "array": [],
+    "object": {},
+    "null": None,
 }
 
 
@@ -93,4 +100,4 @@ def value_for(prop: Any) -> Any:
 
 def fragments(text: str, size: int = 8) -> list[str]:
     """Split argument text into streaming deltas of about `size` characters."""
-    return [text[i:i + size] for i in range(0, len(text), size)] or [""]
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]

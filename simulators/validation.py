@@ -1,6 +1,7 @@
 """Type and range checks every runtime applies to the standard OpenAI request fields
 (pydantic models in vLLM, SGLang and TRT-LLM, serde structs in TGI). Each runtime
 module turns the problems found here into its own validation-error shape."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -38,15 +39,24 @@ def check_body(body: dict[str, Any], kind: str) -> list[Problem]:
         if isinstance(messages, list):
             for i, message in enumerate(messages):
                 if not isinstance(message, dict):
-                    problems.append(Problem(f"messages.{i}", "dict_type", "Input should be a valid dictionary",
-                                            message))
+                    problems.append(
+                        Problem(f"messages.{i}", "dict_type", "Input should be a valid dictionary", message)
+                    )
                 elif not isinstance(message.get("role"), str):
-                    problems.append(Problem(f"messages.{i}.role", "missing" if "role" not in message else
-                                            "string_type", "Field required" if "role" not in message else
-                                            "Input should be a valid string", message.get("role")))
+                    problems.append(
+                        Problem(
+                            f"messages.{i}.role",
+                            "missing" if "role" not in message else "string_type",
+                            "Field required" if "role" not in message else "Input should be a valid string",
+                            message.get("role"),
+                        )
+                    )
                 elif message.get("content") is not None and not isinstance(message["content"], (str, list)):
-                    problems.append(Problem(f"messages.{i}.content", "string_type",
-                                            "Input should be a valid string", message["content"]))
+                    problems.append(
+                        Problem(
+                            f"messages.{i}.content", "string_type", "Input should be a valid string", message["content"]
+                        )
+                    )
     else:
         prompt = body.get("prompt")
         if prompt is not None and not _valid_prompt(prompt):
@@ -62,8 +72,9 @@ def check_body(body: dict[str, Any], kind: str) -> list[Problem]:
     if body.get("stream") is not None and not isinstance(body["stream"], bool):
         problems.append(Problem("stream", "bool_type", "Input should be a valid boolean", body["stream"]))
     stop = body.get("stop")
-    if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list)
-                                                           and all(isinstance(s, str) for s in stop))):
+    if stop is not None and not (
+        isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
+    ):
         problems.append(Problem("stop", "string_type", "Input should be a valid string", stop))
     tools = body.get("tools")
     if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
@@ -74,8 +85,7 @@ def check_body(body: dict[str, Any], kind: str) -> list[Problem]:
     for name in ("max_tokens", "max_completion_tokens", "n"):
         value = body.get(name)
         if _is_int(value) and value < 1:
-            problems.append(Problem(name, "greater_than_equal", "Input should be greater than or equal to 1",
-                                    value))
+            problems.append(Problem(name, "greater_than_equal", "Input should be greater than or equal to 1", value))
     return problems
 
 
@@ -83,8 +93,11 @@ def _valid_prompt(prompt: Any) -> bool:
     if isinstance(prompt, str):
         return True
     if isinstance(prompt, list) and prompt:
-        return (all(isinstance(p, str) for p in prompt) or all(_is_int(p) for p in prompt)
-                or all(isinstance(p, list) and all(_is_int(t) for t in p) for p in prompt))
+        return (
+            all(isinstance(p, str) for p in prompt)
+            or all(_is_int(p) for p in prompt)
+            or all(isinstance(p, list) and all(_is_int(t) for t in p) for p in prompt)
+        )
     return False
 
 

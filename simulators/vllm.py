@@ -13,6 +13,7 @@ hermes-style tool-call deltas with `chatcmpl-tool-<16 hex>` ids, `finish_reason`
 `"stop"` for a named tool choice; `abort`/`repetition` finish reasons; tool choice
 `auto` refused without `--enable-auto-tool-choice --tool-call-parser`.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,7 @@ from simulators import logprobs
 from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
-from simulators.server import DONE_FRAME, SSEStream, Simulator, frame, json_response
+from simulators.server import DONE_FRAME, Simulator, SSEStream, frame, json_response
 from simulators.tokens import Token
 from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
 from simulators.validation import check_body, pydantic_text
@@ -87,13 +88,31 @@ class VllmSimulator(Simulator):
 
     async def models(self, request: web.Request) -> web.Response:
         name = self.opts.model_name
-        card = {"id": name, "object": "model", "created": int(self.created_at), "owned_by": "vllm",
-                "root": self.opts.model_dir or name, "parent": None, "max_model_len": self.opts.max_model_len,
-                "permission": [{"id": f"modelperm-{os.urandom(8).hex()}", "object": "model_permission",
-                                "created": int(self.created_at), "allow_create_engine": False,
-                                "allow_sampling": True, "allow_logprobs": True, "allow_search_indices": False,
-                                "allow_view": True, "allow_fine_tuning": False, "organization": "*",
-                                "group": None, "is_blocking": False}]}
+        card = {
+            "id": name,
+            "object": "model",
+            "created": int(self.created_at),
+            "owned_by": "vllm",
+            "root": self.opts.model_dir or name,
+            "parent": None,
+            "max_model_len": self.opts.max_model_len,
+            "permission": [
+                {
+                    "id": f"modelperm-{os.urandom(8).hex()}",
+                    "object": "model_permission",
+                    "created": int(self.created_at),
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
+        }
         return json_response(200, {"object": "list", "data": [card]})
 
     async def tokenize(self, request: web.Request) -> web.Response:
@@ -102,32 +121,45 @@ class VllmSimulator(Simulator):
             return error(400, f"JSON decode error: {bad}", "Bad Request")
         kind = "chat" if "messages" in body else "completion"
         sim = self.sim_request(body, kind, "tokenize", self.faults([], {}))
-        return json_response(200, {"count": sim.prompt_tokens, "max_model_len": self.opts.max_model_len,
-                                   "tokens": list(range(100, 100 + sim.prompt_tokens)), "token_strs": None})
+        return json_response(
+            200,
+            {
+                "count": sim.prompt_tokens,
+                "max_model_len": self.opts.max_model_len,
+                "tokens": list(range(100, 100 + sim.prompt_tokens)),
+                "token_strs": None,
+            },
+        )
 
     async def metrics(self, request: web.Request) -> web.Response:
         ex = Exposition(self.labels)
         ex.gauge("vllm:num_requests_running", "Number of requests in model execution batches.", self.running)
         ex.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", self.waiting)
         ex.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", self.kv_usage())
-        ex.counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
-                   self.prefix_cache.queries)
-        ex.counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
-                   self.prefix_cache.hits)
+        ex.counter(
+            "vllm:prefix_cache_queries",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            self.prefix_cache.queries,
+        )
+        ex.counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", self.prefix_cache.hits
+        )
         ex.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", self.recorder.prompt_tokens_total)
-        ex.counter("vllm:generation_tokens", "Number of generation tokens processed.",
-                   self.recorder.generation_tokens_total)
+        ex.counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", self.recorder.generation_tokens_total
+        )
         ex.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", 0)
-        ex.counter("vllm:request_success", "Count of successfully processed requests.",
-                   {(("finished_reason", r),): float(n) for r, n in self.recorder.openai_finish_counts().items()})
-        ex.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                     self.ttft_hist)
-        ex.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                     self.itl_hist)
-        ex.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                     self.e2e_hist)
-        return web.Response(status=200, body=ex.text().encode(),
-                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        ex.counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            {(("finished_reason", r),): float(n) for r, n in self.recorder.openai_finish_counts().items()},
+        )
+        ex.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft_hist)
+        ex.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl_hist)
+        ex.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e_hist)
+        return web.Response(
+            status=200, body=ex.text().encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+        )
 
     def kv_usage(self) -> float:
         capacity = self.opts.max_model_len * 16
@@ -142,21 +174,33 @@ class VllmSimulator(Simulator):
 
     def _validate_common(self, request: web.Request, body: Any, kind: str) -> web.Response | None:
         if not isinstance(body, dict):
-            return error(400, "1 validation error:\n  {'type': 'model_attributes_type', 'loc': ('body',), "
-                              "'msg': 'Input should be a valid dictionary or object to extract fields from'}",
-                         "Bad Request")
+            return error(
+                400,
+                "1 validation error:\n  {'type': 'model_attributes_type', 'loc': ('body',), "
+                "'msg': 'Input should be a valid dictionary or object to extract fields from'}",
+                "Bad Request",
+            )
         field_name = "messages" if kind == "chat" else "prompt"
         value = body.get(field_name)
         if value is None or (kind == "chat" and not isinstance(value, list)):
-            return error(400, f"1 validation error:\n  {{'type': 'missing', 'loc': ('body', '{field_name}'), "
-                              f"'msg': 'Field required'}}", "Bad Request", field_name)
+            return error(
+                400,
+                f"1 validation error:\n  {{'type': 'missing', 'loc': ('body', '{field_name}'), "
+                f"'msg': 'Field required'}}",
+                "Bad Request",
+                field_name,
+            )
         problems = check_body(body, kind)
         if problems:  # pydantic failures answer 400 with the dotted location as `param`
             return error(400, pydantic_text(problems), "Bad Request", problems[0].loc)
         model = body.get("model")
         if model is not None and model != self.opts.model_name:
-            return error(404, f"The model `{model}` does not exist. Valid aliases: {self.opts.model_name}.",
-                         "NotFoundError", "model")
+            return error(
+                404,
+                f"The model `{model}` does not exist. Valid aliases: {self.opts.model_name}.",
+                "NotFoundError",
+                "model",
+            )
         if body.get("stream_options") is not None and not body.get("stream"):
             return error(400, "Stream options can only be defined when `stream=True`.")
         return None
@@ -165,8 +209,12 @@ class VllmSimulator(Simulator):
         tools = body.get("tools")
         choice = body.get("tool_choice")
         if tools is not None and (not isinstance(tools, list) or not tools):
-            return error(400, "1 validation error:\n  Value error, `tools` must not be an empty list "
-                              "when specified.", "Bad Request", "tools")
+            return error(
+                400,
+                "1 validation error:\n  Value error, `tools` must not be an empty list when specified.",
+                "Bad Request",
+                "tools",
+            )
         if choice is not None and choice != "none" and not tools:
             return error(400, "When using `tool_choice`, `tools` must be set.")
         if tools:
@@ -175,8 +223,9 @@ class VllmSimulator(Simulator):
                 return error(400, f"Tool '{name}' has not been passed in `tools`.")
             effective = "auto" if choice is None else choice
             if effective == "auto" and not (self.opts.enable_auto_tool_choice and self.opts.tool_call_parser):
-                return error(400, '"auto" tool choice requires --enable-auto-tool-choice and '
-                                  '--tool-call-parser to be set')
+                return error(
+                    400, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+                )
             if (effective == "required" or name is not None) and not self.opts.tool_call_parser:
                 label = effective if name is None else "named"
                 return error(400, f'tool_choice="{label}" requires --tool-call-parser to be set')
@@ -189,8 +238,12 @@ class VllmSimulator(Simulator):
         if sim.prompt_tokens > limit:
             # vLLM tokenizes text prompts truncated at limit + 1 tokens, so it can only say "at least"
             # (observed on live vLLM servers; RUNTIMES.md quotes a longer variant of the same sentence).
-            return error(400, f"This model's maximum context length is {limit} tokens. However, your prompt "
-                              f"contains at least {limit + 1} input tokens.", param="input_tokens")
+            return error(
+                400,
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"contains at least {limit + 1} input tokens.",
+                param="input_tokens",
+            )
         # 0.33 clamps an oversized max_tokens to what is left instead of failing.
         room = limit - sim.prompt_tokens
         sim.max_tokens = room if sim.max_tokens is None else min(sim.max_tokens, room)
@@ -200,11 +253,19 @@ class VllmSimulator(Simulator):
         f = sim.faults
         limit = self.opts.max_num_queued_reqs
         if f.overloaded or (limit is not None and self.waiting >= limit):
-            return error(503, "The engine is currently busy and cannot accept new requests. Please try "
-                              "again later or on a different instance.", "Service Unavailable")
+            return error(
+                503,
+                "The engine is currently busy and cannot accept new requests. Please try "
+                "again later or on a different instance.",
+                "Service Unavailable",
+            )
         if f.status is not None and f.status >= 400:
-            kind = {500: "InternalServerError", 503: "ServiceUnavailableError", 501: "NotImplementedError",
-                    404: "NotFoundError"}.get(f.status, "BadRequestError")
+            kind = {
+                500: "InternalServerError",
+                503: "ServiceUnavailableError",
+                501: "NotImplementedError",
+                404: "NotFoundError",
+            }.get(f.status, "BadRequestError")
             return error(f.status, f"Simulated failure with status {f.status}", kind)
         return None
 
@@ -251,8 +312,9 @@ class VllmSimulator(Simulator):
                     if request.transport is not None:
                         request.transport.close()
                     return web.Response(status=500)
-                self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
-                                    outcome.first_token_at)
+                self.end_generation(
+                    sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
+                )
                 return json_response(200, self._full_response(kind, body, sim, outcome, plan, named, cached))
         finally:
             self.live_prompt_tokens.pop(rid, None)
@@ -260,8 +322,11 @@ class VllmSimulator(Simulator):
     # ---- non-streaming bodies --------------------------------------------------
 
     def _usage(self, sim: SimRequest, completion: int, cached: int, drop_none: bool) -> dict[str, Any]:
-        usage: dict[str, Any] = {"prompt_tokens": sim.prompt_tokens, "total_tokens": sim.prompt_tokens + completion,
-                                 "completion_tokens": completion}
+        usage: dict[str, Any] = {
+            "prompt_tokens": sim.prompt_tokens,
+            "total_tokens": sim.prompt_tokens + completion,
+            "completion_tokens": completion,
+        }
         details = {"cached_tokens": cached} if self.opts.enable_prompt_tokens_details else None
         if details is not None or not drop_none:
             usage["prompt_tokens_details"] = details
@@ -269,8 +334,16 @@ class VllmSimulator(Simulator):
             usage["completion_tokens_details"] = None
         return usage
 
-    def _full_response(self, kind: str, body: dict[str, Any], sim: SimRequest, outcome: Outcome,
-                       plan: ToolCallPlan | None, named: bool, cached: int) -> dict[str, Any]:
+    def _full_response(
+        self,
+        kind: str,
+        body: dict[str, Any],
+        sim: SimRequest,
+        outcome: Outcome,
+        plan: ToolCallPlan | None,
+        named: bool,
+        cached: int,
+    ) -> dict[str, Any]:
         created = int(time.time())
         want_logprobs, top_n = logprobs.requested(body)
         completion_top = logprobs.completion_requested(body) if kind == "completion" else None
@@ -278,43 +351,102 @@ class VllmSimulator(Simulator):
         for i in range(outcome.n):
             reason, stop_reason = finish_of(outcome.finish[i], outcome.matched[i], plan is not None, named)
             if kind == "chat":
-                message: dict[str, Any] = {"role": "assistant", "content": outcome.text(i), "refusal": None,
-                                           "annotations": None, "audio": None, "function_call": None}
+                message: dict[str, Any] = {
+                    "role": "assistant",
+                    "content": outcome.text(i),
+                    "refusal": None,
+                    "annotations": None,
+                    "audio": None,
+                    "function_call": None,
+                }
                 if plan is not None:
                     message["content"] = None
-                    message["tool_calls"] = [{"id": f"chatcmpl-tool-{os.urandom(8).hex()}", "type": "function",
-                                              "function": {"name": plan.name, "arguments": outcome.text(i)}}]
+                    message["tool_calls"] = [
+                        {
+                            "id": f"chatcmpl-tool-{os.urandom(8).hex()}",
+                            "type": "function",
+                            "function": {"name": plan.name, "arguments": outcome.text(i)},
+                        }
+                    ]
                 message["reasoning"] = None
-                choices.append({"index": i, "message": message,
-                                "logprobs": logprobs.content(outcome.texts[i], outcome.token_ids[i], top_n, True)
-                                if want_logprobs else None, "finish_reason": reason,
-                                "stop_reason": stop_reason, "token_ids": None, "routed_experts": None,
-                                "weight_versions": None})
+                choices.append(
+                    {
+                        "index": i,
+                        "message": message,
+                        "logprobs": logprobs.content(outcome.texts[i], outcome.token_ids[i], top_n, True)
+                        if want_logprobs
+                        else None,
+                        "finish_reason": reason,
+                        "stop_reason": stop_reason,
+                        "token_ids": None,
+                        "routed_experts": None,
+                        "weight_versions": None,
+                    }
+                )
             else:
-                choices.append({"index": i, "text": outcome.text(i), "logprobs": logprobs.completion(
-                    outcome.texts[i], outcome.token_ids[i], completion_top) if completion_top is not None else None,
-                                "finish_reason": reason,
-                                "stop_reason": stop_reason, "token_ids": None, "prompt_logprobs": None,
-                                "prompt_token_ids": None})
+                choices.append(
+                    {
+                        "index": i,
+                        "text": outcome.text(i),
+                        "logprobs": logprobs.completion(outcome.texts[i], outcome.token_ids[i], completion_top)
+                        if completion_top is not None
+                        else None,
+                        "finish_reason": reason,
+                        "stop_reason": stop_reason,
+                        "token_ids": None,
+                        "prompt_logprobs": None,
+                        "prompt_token_ids": None,
+                    }
+                )
         usage = self._usage(sim, outcome.completion_tokens, cached, drop_none=False)
         if kind == "chat":
-            return {"id": sim.request_id, "object": "chat.completion", "created": created,
-                    "model": self.opts.model_name, "choices": choices, "service_tier": None,
-                    "system_fingerprint": self.fingerprint, "usage": usage, "prompt_logprobs": None,
-                    "prompt_token_ids": None, "prompt_text": None, "kv_transfer_params": None,
-                    "ec_transfer_params": None, "metrics": None}
-        return {"id": sim.request_id, "object": "text_completion", "created": created,
-                "model": self.opts.model_name, "choices": choices, "service_tier": None,
-                "system_fingerprint": self.fingerprint, "usage": usage, "kv_transfer_params": None}
+            return {
+                "id": sim.request_id,
+                "object": "chat.completion",
+                "created": created,
+                "model": self.opts.model_name,
+                "choices": choices,
+                "service_tier": None,
+                "system_fingerprint": self.fingerprint,
+                "usage": usage,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "prompt_text": None,
+                "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": None,
+            }
+        return {
+            "id": sim.request_id,
+            "object": "text_completion",
+            "created": created,
+            "model": self.opts.model_name,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": self.fingerprint,
+            "usage": usage,
+            "kv_transfer_params": None,
+        }
 
     # ---- streaming -------------------------------------------------------------
 
-    async def _stream(self, request: web.Request, body: dict[str, Any], kind: str, sim: SimRequest, gen: Any,
-                      outcome: Outcome, plan: ToolCallPlan | None, named: bool, cached: int) -> web.StreamResponse:
+    async def _stream(
+        self,
+        request: web.Request,
+        body: dict[str, Any],
+        kind: str,
+        sim: SimRequest,
+        gen: Any,
+        outcome: Outcome,
+        plan: ToolCallPlan | None,
+        named: bool,
+        cached: int,
+    ) -> web.StreamResponse:
         opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
         include_usage = bool(opts.get("include_usage")) or self.opts.enable_force_include_usage
-        continuous = include_usage and (bool(opts.get("continuous_usage_stats"))
-                                        or self.opts.enable_force_include_usage)
+        continuous = include_usage and (
+            bool(opts.get("continuous_usage_stats")) or self.opts.enable_force_include_usage
+        )
         created = int(time.time())
         obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
         head = {"id": sim.request_id, "object": obj, "created": created, "model": self.opts.model_name}
@@ -326,14 +458,27 @@ class VllmSimulator(Simulator):
 
         def running_usage(i: int) -> dict[str, Any]:
             done = sum(counts)
-            return {"prompt_tokens": sim.prompt_tokens, "total_tokens": sim.prompt_tokens + done,
-                    "completion_tokens": done}
+            return {
+                "prompt_tokens": sim.prompt_tokens,
+                "total_tokens": sim.prompt_tokens + done,
+                "completion_tokens": done,
+            }
 
         if kind == "chat":
             for i in range(outcome.n):
-                chunk = {**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
-                                              "logprobs": None, "finish_reason": None}],
-                         "prompt_token_ids": None, "prompt_text": None}
+                chunk = {
+                    **head,
+                    "choices": [
+                        {
+                            "index": i,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ],
+                    "prompt_token_ids": None,
+                    "prompt_text": None,
+                }
                 if continuous:
                     chunk["usage"] = running_usage(i)
                 await stream.send(frame(chunk))
@@ -345,24 +490,59 @@ class VllmSimulator(Simulator):
             out: list[bytes] = []
             if kind == "chat" and plan is not None and not tool_started[i]:
                 tool_started[i] = True
-                out.append(frame({**head, "choices": [{"index": i, "delta": {"tool_calls": [
-                    {"id": f"chatcmpl-tool-{os.urandom(8).hex()}", "type": "function", "index": 0,
-                     "function": {"name": plan.name}}]}, "logprobs": None, "finish_reason": None,
-                    "token_ids": None}], "kv_transfer_params": None}))
+                out.append(
+                    frame(
+                        {
+                            **head,
+                            "choices": [
+                                {
+                                    "index": i,
+                                    "delta": {
+                                        "tool_calls": [
+                                            {
+                                                "id": f"chatcmpl-tool-{os.urandom(8).hex()}",
+                                                "type": "function",
+                                                "index": 0,
+                                                "function": {"name": plan.name},
+                                            }
+                                        ]
+                                    },
+                                    "logprobs": None,
+                                    "finish_reason": None,
+                                    "token_ids": None,
+                                }
+                            ],
+                            "kv_transfer_params": None,
+                        }
+                    )
+                )
             if token.finish is None:
                 if kind == "chat":
                     if plan is not None:
                         delta: dict[str, Any] = {"tool_calls": [{"index": 0, "function": {"arguments": token.text}}]}
                     else:
                         delta = {"content": token.text}
-                    choice = {"index": i, "delta": delta, "logprobs": logprobs.content(
-                        [token.text], [token.token_id], top_n, True) if want_logprobs and plan is None else None,
-                        "finish_reason": None, "token_ids": None}
+                    choice = {
+                        "index": i,
+                        "delta": delta,
+                        "logprobs": logprobs.content([token.text], [token.token_id], top_n, True)
+                        if want_logprobs and plan is None
+                        else None,
+                        "finish_reason": None,
+                        "token_ids": None,
+                    }
                 else:
-                    choice = {"index": i, "text": token.text, "logprobs": logprobs.completion(
-                        [token.text], [token.token_id], completion_top) if completion_top is not None else None,
-                              "finish_reason": None,
-                              "stop_reason": None, "prompt_token_ids": None, "token_ids": None}
+                    choice = {
+                        "index": i,
+                        "text": token.text,
+                        "logprobs": logprobs.completion([token.text], [token.token_id], completion_top)
+                        if completion_top is not None
+                        else None,
+                        "finish_reason": None,
+                        "stop_reason": None,
+                        "prompt_token_ids": None,
+                        "token_ids": None,
+                    }
                 chunk = {**head, "choices": [choice]}
                 if kind == "chat":
                     chunk["kv_transfer_params"] = None
@@ -373,16 +553,30 @@ class VllmSimulator(Simulator):
             reason, stop_reason = finish_of(token.finish, token.matched, plan is not None, named)
             if kind == "chat":
                 delta = {} if plan is not None and not token.text else {"content": token.text}
-                choice = {"index": i, "delta": delta, "logprobs": logprobs.content(
-                    [token.text], [token.token_id], top_n, True) if want_logprobs and plan is None and token.text
-                    else None, "finish_reason": reason,
-                          "stop_reason": stop_reason, "token_ids": None, "weight_versions": None}
+                choice = {
+                    "index": i,
+                    "delta": delta,
+                    "logprobs": logprobs.content([token.text], [token.token_id], top_n, True)
+                    if want_logprobs and plan is None and token.text
+                    else None,
+                    "finish_reason": reason,
+                    "stop_reason": stop_reason,
+                    "token_ids": None,
+                    "weight_versions": None,
+                }
             else:
-                choice = {"index": i, "text": token.text, "logprobs": logprobs.completion(
-                    [token.text], [token.token_id], completion_top) if completion_top is not None else None,
-                          "finish_reason": reason,
-                          "stop_reason": stop_reason, "prompt_token_ids": None, "token_ids": None,
-                          "weight_versions": None}
+                choice = {
+                    "index": i,
+                    "text": token.text,
+                    "logprobs": logprobs.completion([token.text], [token.token_id], completion_top)
+                    if completion_top is not None
+                    else None,
+                    "finish_reason": reason,
+                    "stop_reason": stop_reason,
+                    "prompt_token_ids": None,
+                    "token_ids": None,
+                    "weight_versions": None,
+                }
             chunk = {**head, "choices": [choice]}
             if not include_usage:
                 chunk["system_fingerprint"] = self.fingerprint
@@ -404,11 +598,19 @@ class VllmSimulator(Simulator):
             self.fail_generation(sim)
             return stream.response
         if include_usage:
-            await stream.send(frame({**head, "choices": [],
-                                     "usage": self._usage(sim, outcome.completion_tokens, cached, drop_none=True),
-                                     "system_fingerprint": self.fingerprint}))
+            await stream.send(
+                frame(
+                    {
+                        **head,
+                        "choices": [],
+                        "usage": self._usage(sim, outcome.completion_tokens, cached, drop_none=True),
+                        "system_fingerprint": self.fingerprint,
+                    }
+                )
+            )
         if not sim.faults.no_done:
             await stream.send(DONE_FRAME)
-        self.end_generation(sim, outcome.main_finish, outcome.completion_tokens, outcome.started,
-                            outcome.first_token_at)
+        self.end_generation(
+            sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
+        )
         return await stream.finish()

@@ -1,4 +1,5 @@
 """Shared fixtures: real processes on loopback (see tests/procs.py)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """Real processes on loopback for end-to-end tests: the test upstream, simulators,
 gateways and redis-server. Each starts on a free port and is stopped by its
 fixture; nothing is mocked."""
+
 from __future__ import annotations
 
 import os
@@ -33,10 +34,16 @@ class Process:
         self.url = url
         self.log_path = log_path
         self._log = open(log_path, "wb")
-        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})}, start_new_session=True)
+        self.proc = subprocess.Popen(
+            args,
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
 
-    def wait_ready(self, path: str = "/healthz", timeout: float = 60.0) -> "Process":
+    def wait_ready(self, path: str = "/healthz", timeout: float = 60.0) -> Process:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -71,8 +78,11 @@ class Process:
 
 def start_upstream(tmp: Path, *extra: str) -> Process:
     port = free_port()
-    p = Process([*SWITCHYARD, "simulate", "openai", "--port", str(port), *extra],
-                f"http://127.0.0.1:{port}", tmp / f"upstream-{port}.log")
+    p = Process(
+        [*SWITCHYARD, "simulate", "openai", "--port", str(port), *extra],
+        f"http://127.0.0.1:{port}",
+        tmp / f"upstream-{port}.log",
+    )
     return p.wait_ready("/health")
 
 
@@ -81,15 +91,31 @@ def start_gateway(tmp: Path, config: dict, env: dict | None = None) -> Process:
     config = {**config, "listen": {"host": "127.0.0.1", "port": port}}
     path = Path(tempfile.mkstemp(prefix="gw-", suffix=".yaml", dir=tmp)[1])
     path.write_text(yaml.safe_dump(config))
-    p = Process([*SWITCHYARD, "serve", "--config", str(path)], f"http://127.0.0.1:{port}",
-                tmp / f"gateway-{port}.log", env=env)
+    p = Process(
+        [*SWITCHYARD, "serve", "--config", str(path)], f"http://127.0.0.1:{port}", tmp / f"gateway-{port}.log", env=env
+    )
     return p.wait_ready("/healthz")
 
 
 def start_redis(tmp: Path) -> Process:
     port = free_port()
-    p = Process(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                 "--dir", str(tmp)], f"redis://127.0.0.1:{port}/0", tmp / f"redis-{port}.log")
+    p = Process(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp),
+        ],
+        f"redis://127.0.0.1:{port}/0",
+        tmp / f"redis-{port}.log",
+    )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
@@ -103,5 +129,12 @@ def start_redis(tmp: Path) -> Process:
 
 
 def openai_backend_config(upstream: Process, model: str = "m", **backend) -> dict:
-    return {"models": {model: {"backends": [{"name": "up", "adapter": "openai", "url": upstream.url + "/v1",
-                                             "served_model": "m", **backend}]}}}
+    return {
+        "models": {
+            model: {
+                "backends": [
+                    {"name": "up", "adapter": "openai", "url": upstream.url + "/v1", "served_model": "m", **backend}
+                ]
+            }
+        }
+    }

@@ -1,4 +1,5 @@
 """Checklist 52: a client that goes away mid-stream must not cost the server."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,8 +18,10 @@ DROPPED_STREAMS = 3
 LONG_ANSWER_TOKENS = 512
 SETTLE_S = 10.0
 # Gauges of in-flight work across runtimes and our gateway; summed when several match.
-RUNNING_METRIC = re.compile(r"^(vllm:num_requests_running|sglang:num_running_reqs|switchyard_inflight_requests)"
-                            r"(\{[^}]*\})?\s+([0-9.eE+-]+)$")
+RUNNING_METRIC = re.compile(
+    r"^(vllm:num_requests_running|sglang:num_running_reqs|switchyard_inflight_requests)"
+    r"(\{[^}]*\})?\s+([0-9.eE+-]+)$"
+)
 
 
 async def _drop_streams(ctx: Context) -> None:
@@ -31,8 +34,13 @@ async def _drop_streams(ctx: Context) -> None:
             body.pop("ignore_eos")
             ex = await ctx.http.stream_then_drop("/chat/completions", body, read_chunks=1)
         if ex.status != 200:
-            raise ctx.fail("could not start a stream to cancel", expected="HTTP 200", seen=f"HTTP {ex.status}",
-                           offending=ex.raw[:400].decode("utf-8", "replace"), exchange=ex)
+            raise ctx.fail(
+                "could not start a stream to cancel",
+                expected="HTTP 200",
+                seen=f"HTTP {ex.status}",
+                offending=ex.raw[:400].decode("utf-8", "replace"),
+                exchange=ex,
+            )
 
 
 async def _running(metrics_url: str) -> float | None:
@@ -59,24 +67,31 @@ async def frees_running(ctx: Context) -> None:
     # Earlier checks may have left aborted work winding down: start from a settled gauge.
     baseline = await _settled(url)
     body = ctx.chat_body(max_tokens=LONG_ANSWER_TOKENS, stream=True, ignore_eos=True)
-    async with ctx.http.client.stream("POST", "/chat/completions", content=encode_json(body),
-                                      headers=ctx.http.headers()) as resp:
+    async with ctx.http.client.stream(
+        "POST", "/chat/completions", content=encode_json(body), headers=ctx.http.headers()
+    ) as resp:
         if resp.status_code != 200:
             raise ctx.not_applicable(f"could not start a long stream (HTTP {resp.status_code})")
         async for _ in resp.aiter_raw():
             break
         during = await _running(url)
     if during is None or during <= baseline:
-        raise ctx.not_applicable(f"the gauge did not count the open stream ({baseline} before, {during} during), "
-                                 "so its release cannot be judged")
+        raise ctx.not_applicable(
+            f"the gauge did not count the open stream ({baseline} before, {during} during), "
+            "so its release cannot be judged"
+        )
     deadline = time.monotonic() + SETTLE_S
     now = await _running(url)
     while now is not None and now > baseline and time.monotonic() < deadline:
         await asyncio.sleep(0.25)
         now = await _running(url)
     if now is None or now > baseline:
-        raise ctx.fail("the dropped stream is still running", expected=f"running gauge back to {baseline} within {SETTLE_S:.0f} s",
-                       seen=f"{now} (it was {during} while the stream was open)", where=url)
+        raise ctx.fail(
+            "the dropped stream is still running",
+            expected=f"running gauge back to {baseline} within {SETTLE_S:.0f} s",
+            seen=f"{now} (it was {during} while the stream was open)",
+            where=url,
+        )
 
 
 async def _settled(url: str) -> float:

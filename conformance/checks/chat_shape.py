@@ -1,4 +1,5 @@
 """Checklist 5-9 and 23 (non-stream shapes): chat and legacy completions."""
+
 from __future__ import annotations
 
 import time
@@ -23,39 +24,79 @@ async def chat_schema(ctx: Context) -> None:
         raise ctx.field_issues("the chat completion does not match CreateChatCompletionResponse", issues, ex, body)
 
 
-@CHECKS.must("chat.response.values", "one choice with index 0, role assistant, a known finish_reason, logprobs null, created ≈ now")
+@CHECKS.must(
+    "chat.response.values",
+    "one choice with index 0, role assistant, a known finish_reason, logprobs null, created ≈ now",
+)
 async def chat_values(ctx: Context) -> None:
     ex, body = await greedy_chat(ctx)
     choices = body.get("choices") or []
     if len(choices) != 1:
-        raise ctx.fail("wrong number of choices", expected="1 choice (n defaults to 1)", seen=f"{len(choices)}",
-                       where="choices", offending=body, exchange=ex)
+        raise ctx.fail(
+            "wrong number of choices",
+            expected="1 choice (n defaults to 1)",
+            seen=f"{len(choices)}",
+            where="choices",
+            offending=body,
+            exchange=ex,
+        )
     choice = choice_of(body)
     if choice.get("index") != 0:
-        raise ctx.fail("choice index", expected="0", seen=repr(choice.get("index")), where="choices[0].index",
-                       offending=choice, exchange=ex)
+        raise ctx.fail(
+            "choice index",
+            expected="0",
+            seen=repr(choice.get("index")),
+            where="choices[0].index",
+            offending=choice,
+            exchange=ex,
+        )
     if choice.get("logprobs") is not None:
-        raise ctx.fail("logprobs without asking", expected="null", seen=repr(choice.get("logprobs"))[:200],
-                       where="choices[0].logprobs", exchange=ex)
+        raise ctx.fail(
+            "logprobs without asking",
+            expected="null",
+            seen=repr(choice.get("logprobs"))[:200],
+            where="choices[0].logprobs",
+            exchange=ex,
+        )
     if choice.get("finish_reason") not in ("stop", "length"):
-        raise ctx.fail("finish_reason of a plain answer", expected="stop or length",
-                       seen=repr(choice.get("finish_reason")), where="choices[0].finish_reason", exchange=ex)
+        raise ctx.fail(
+            "finish_reason of a plain answer",
+            expected="stop or length",
+            seen=repr(choice.get("finish_reason")),
+            where="choices[0].finish_reason",
+            exchange=ex,
+        )
     message = message_of(body)
     if message.get("tool_calls"):
-        raise ctx.fail("tool calls without tools", expected="no tool_calls", seen=repr(message["tool_calls"])[:200],
-                       where="choices[0].message.tool_calls", exchange=ex)
+        raise ctx.fail(
+            "tool calls without tools",
+            expected="no tool_calls",
+            seen=repr(message["tool_calls"])[:200],
+            where="choices[0].message.tool_calls",
+            exchange=ex,
+        )
     created = body.get("created")
     if isinstance(created, int) and abs(created - time.time()) > CREATED_TOLERANCE_S:
-        raise ctx.fail("created is not the current unix time in seconds", expected=f"within {CREATED_TOLERANCE_S}s of now",
-                       seen=f"{created} (now {int(time.time())})", where="created", exchange=ex)
+        raise ctx.fail(
+            "created is not the current unix time in seconds",
+            expected=f"within {CREATED_TOLERANCE_S}s of now",
+            seen=f"{created} (now {int(time.time())})",
+            where="created",
+            exchange=ex,
+        )
 
 
 @CHECKS.should("chat.response.model_echo", "the response's model is the name the client sent")
 async def chat_model_echo(ctx: Context) -> None:
     ex, body = await greedy_chat(ctx)
     if body.get("model") != ctx.target.model:
-        raise ctx.fail("model differs from the request", expected=repr(ctx.target.model), seen=repr(body.get("model")),
-                       where="model", exchange=ex)
+        raise ctx.fail(
+            "model differs from the request",
+            expected=repr(ctx.target.model),
+            seen=repr(body.get("model")),
+            where="model",
+            exchange=ex,
+        )
 
 
 @CHECKS.should("chat.response.id_prefix", "the response id looks like OpenAI's (chatcmpl-…)")
@@ -71,33 +112,44 @@ async def chat_sdk_strict(ctx: Context) -> None:
     try:
         result = await ctx.sdk.chat.completions.create(**body)
     except openai.APIResponseValidationError as exc:
-        raise ctx.fail("the official client rejects the response", expected="a valid ChatCompletion",
-                       seen=str(exc)[:500]) from None
+        raise ctx.fail(
+            "the official client rejects the response", expected="a valid ChatCompletion", seen=str(exc)[:500]
+        ) from None
     except openai.APIStatusError as exc:
         raise ctx.fail(f"HTTP {exc.status_code}", expected="HTTP 200", seen=str(exc)[:500]) from None
     if result.object != "chat.completion" or not result.choices:
         raise ctx.fail("unexpected parsed object", expected="chat.completion with choices", seen=repr(result)[:300])
 
 
-@CHECKS.must("completions.response.schema", "a legacy completion has every required field (text, index, logprobs, finish_reason)")
+@CHECKS.must(
+    "completions.response.schema", "a legacy completion has every required field (text, index, logprobs, finish_reason)"
+)
 async def completion_schema(ctx: Context) -> None:
     ex, body = await greedy_completion(ctx)
     issues = completion_issues(body, stream=False)
     if issues:
         raise ctx.field_issues("the completion does not match CreateCompletionResponse", issues, ex, body)
     if len(body.get("choices") or []) != 1:
-        raise ctx.fail("wrong number of choices", expected="1", seen=str(len(body.get("choices") or [])),
-                       where="choices", exchange=ex)
+        raise ctx.fail(
+            "wrong number of choices",
+            expected="1",
+            seen=str(len(body.get("choices") or [])),
+            where="choices",
+            exchange=ex,
+        )
 
 
-@CHECKS.must("completions.response.sdk_strict", "the official client with strict validation parses the legacy completion")
+@CHECKS.must(
+    "completions.response.sdk_strict", "the official client with strict validation parses the legacy completion"
+)
 async def completion_sdk_strict(ctx: Context) -> None:
     body = ctx.completion_body()
     try:
         result = await ctx.sdk.completions.create(**body)
     except openai.APIResponseValidationError as exc:
-        raise ctx.fail("the official client rejects the response", expected="a valid Completion",
-                       seen=str(exc)[:500]) from None
+        raise ctx.fail(
+            "the official client rejects the response", expected="a valid Completion", seen=str(exc)[:500]
+        ) from None
     except openai.APIStatusError as exc:
         raise ctx.fail(f"HTTP {exc.status_code}", expected="HTTP 200", seen=str(exc)[:500]) from None
     if result.object != "text_completion":
@@ -113,5 +165,10 @@ async def completion_default_max_tokens(ctx: Context) -> None:
     if not isinstance(tokens, int):
         raise ctx.not_applicable("needs usage.completion_tokens to count the answer")
     if tokens > 16:
-        raise ctx.fail("default max_tokens", expected="at most 16 completion tokens (the spec default)",
-                       seen=f"{tokens}", where="usage.completion_tokens", exchange=ex)
+        raise ctx.fail(
+            "default max_tokens",
+            expected="at most 16 completion tokens (the spec default)",
+            seen=f"{tokens}",
+            where="usage.completion_tokens",
+            exchange=ex,
+        )

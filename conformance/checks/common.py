@@ -1,4 +1,5 @@
 """Helpers shared by the check modules: memoized baselines and stream views."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -82,11 +83,13 @@ def message_of(body: dict[str, Any], index: int = 0) -> dict[str, Any]:
     try:
         msg = body["choices"][index]["message"]
     except (KeyError, IndexError, TypeError):
-        raise CheckFailed(f"no choices[{index}].message", [Evidence(expected=f"choices[{index}].message",
-                                                                     seen=repr(body)[:300])]) from None
+        raise CheckFailed(
+            f"no choices[{index}].message", [Evidence(expected=f"choices[{index}].message", seen=repr(body)[:300])]
+        ) from None
     if not isinstance(msg, dict):
-        raise CheckFailed(f"choices[{index}].message is not an object",
-                          [Evidence(expected="an object", seen=repr(msg)[:300])])
+        raise CheckFailed(
+            f"choices[{index}].message is not an object", [Evidence(expected="an object", seen=repr(msg)[:300])]
+        )
     return msg
 
 
@@ -94,18 +97,28 @@ def choice_of(body: dict[str, Any], index: int = 0) -> dict[str, Any]:
     try:
         choice = body["choices"][index]
     except (KeyError, IndexError, TypeError):
-        raise CheckFailed(f"no choices[{index}]", [Evidence(expected=f"choices[{index}]",
-                                                            seen=repr(body)[:300])]) from None
+        raise CheckFailed(
+            f"no choices[{index}]", [Evidence(expected=f"choices[{index}]", seen=repr(body)[:300])]
+        ) from None
     return choice
 
 
 def usage_of(body: dict[str, Any], ex: Exchange) -> dict[str, int]:
     usage = body.get("usage")
-    if not isinstance(usage, dict) or not all(isinstance(usage.get(k), int) for k in
-                                              ("prompt_tokens", "completion_tokens", "total_tokens")):
-        raise CheckFailed("usage missing or incomplete", [Evidence(
-            expected="usage {prompt_tokens, completion_tokens, total_tokens} as integers",
-            seen=repr(usage), where="usage", request=ex.request_summary())])
+    if not isinstance(usage, dict) or not all(
+        isinstance(usage.get(k), int) for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    ):
+        raise CheckFailed(
+            "usage missing or incomplete",
+            [
+                Evidence(
+                    expected="usage {prompt_tokens, completion_tokens, total_tokens} as integers",
+                    seen=repr(usage),
+                    where="usage",
+                    request=ex.request_summary(),
+                )
+            ],
+        )
     return usage
 
 

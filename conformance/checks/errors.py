@@ -1,4 +1,5 @@
 """Checklist 50: bad requests get 4xx with OpenAI's error envelope, never 5xx."""
+
 from __future__ import annotations
 
 from conformance.check import CheckList
@@ -40,11 +41,16 @@ async def wrong_types(ctx: Context) -> None:
     ctx.expect_client_error(ex, (400, 422), "messages as a string")
 
 
-@CHECKS.must("errors.envelope", 'error bodies are {"error": {message: str, type: str, param: str|null, code: str|null}} as JSON')
+@CHECKS.must(
+    "errors.envelope", 'error bodies are {"error": {message: str, type: str, param: str|null, code: str|null}} as JSON'
+)
 async def envelope(ctx: Context) -> None:
     samples: list[tuple[str, Exchange]] = [
-        ("malformed JSON", ctx.memo.get("errors.malformed") or await ctx.http.post(
-            "/chat/completions", None, raw_body=b'{"model": "x", "messages": [')),
+        (
+            "malformed JSON",
+            ctx.memo.get("errors.malformed")
+            or await ctx.http.post("/chat/completions", None, raw_body=b'{"model": "x", "messages": ['),
+        ),
         ("unknown model", await ctx.chat(model="conformance-no-such-model")),
         ("temperature out of range", await ctx.chat(temperature=5)),
     ]
@@ -53,8 +59,15 @@ async def envelope(ctx: Context) -> None:
         if ex.status < 400:
             continue  # other checks judge whether it should have been refused
         for issue in ctx.envelope_issues(ex):
-            evidence.append(Evidence(expected=issue.expected, seen=issue.seen, where=f"{what}: {issue.path}",
-                                     offending=ex.raw[:400].decode("utf-8", "replace"), request=ex.request_summary()))
+            evidence.append(
+                Evidence(
+                    expected=issue.expected,
+                    seen=issue.seen,
+                    where=f"{what}: {issue.path}",
+                    offending=ex.raw[:400].decode("utf-8", "replace"),
+                    request=ex.request_summary(),
+                )
+            )
     if not any(ex.status >= 400 for _, ex in samples):
         raise ctx.not_applicable("none of the bad requests was refused, so no error body to judge")
     if evidence:
@@ -68,4 +81,6 @@ async def unknown_route(ctx: Context) -> None:
         raise ctx.fail("unknown route", expected="HTTP 404", seen=f"HTTP {ex.status}", exchange=ex)
     issues = ctx.envelope_issues(ex)
     if issues:
-        raise ctx.field_issues("404 body is not the error envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace"))
+        raise ctx.field_issues(
+            "404 body is not the error envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace")
+        )

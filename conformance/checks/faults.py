@@ -8,6 +8,7 @@ simulators/faults.py), directly or through the gateway: `--sim-faults`.
 Against a simulator directly they show the runtime's own behaviour; through
 the gateway, what the gateway makes of it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,38 +35,61 @@ def _stream_error_event(ctx: Context, ex: Exchange) -> dict[str, Any]:
     """A failed stream must end `data: {"error": {...}}` then `data: [DONE]`,
     with the error in OpenAI's envelope; returns the error event."""
     if ex.sse is None:
-        raise ctx.fail("not an event stream", expected="text/event-stream", seen=ex.content_type or "<none>", exchange=ex)
+        raise ctx.fail(
+            "not an event stream", expected="text/event-stream", seen=ex.content_type or "<none>", exchange=ex
+        )
     if not ex.sse.done_seen:
         seen = "; ".join(str(v) for v in ex.sse.violations)[:300] or "no [DONE]"
         if ex.transport_error:
             seen = f"connection closed mid-stream ({ex.transport_error}); {seen}"
-        raise ctx.fail("the failed stream does not end with [DONE] (clients hang or cannot tell it ended)",
-                       expected="data: {\"error\": ...} then data: [DONE]", seen=seen, exchange=ex)
+        raise ctx.fail(
+            "the failed stream does not end with [DONE] (clients hang or cannot tell it ended)",
+            expected='data: {"error": ...} then data: [DONE]',
+            seen=seen,
+            exchange=ex,
+        )
     events = [e for e in ex.sse.events if not e.is_done]
     errors = [e.payload for e in events if isinstance(e.payload, dict) and e.payload.get("error")]
     if not errors:
         last = events[-1].payload if events else None
-        raise ctx.fail("the failure is not reported in the stream (it looks like a normal answer)",
-                       expected='a data: {"error": {...}} event before [DONE]', seen=repr(last)[:300], exchange=ex)
+        raise ctx.fail(
+            "the failure is not reported in the stream (it looks like a normal answer)",
+            expected='a data: {"error": {...}} event before [DONE]',
+            seen=repr(last)[:300],
+            exchange=ex,
+        )
     if events[-1].payload is not errors[-1]:
-        raise ctx.fail("events after the error event", expected="the error event last, then [DONE]",
-                       seen=repr(events[-1].payload)[:300], exchange=ex)
+        raise ctx.fail(
+            "events after the error event",
+            expected="the error event last, then [DONE]",
+            seen=repr(events[-1].payload)[:300],
+            exchange=ex,
+        )
     issues = error_envelope_issues(errors[-1])
     if issues:
         raise ctx.field_issues("the in-stream error is not OpenAI's error envelope", issues, ex, errors[-1])
     return errors[-1]
 
 
-@CHECKS.must("faults.midstream_error", "a runtime failure mid-stream ends with an error event in the envelope, then [DONE]")
+@CHECKS.must(
+    "faults.midstream_error", "a runtime failure mid-stream ends with an error event in the envelope, then [DONE]"
+)
 async def midstream_error(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "error_after=3", stream=True))
     if ex.status != 200:
-        raise ctx.fail("the stream did not start", expected="HTTP 200 then an in-stream error", seen=f"HTTP {ex.status}",
-                       offending=ex.raw[:300].decode("utf-8", "replace"), exchange=ex)
+        raise ctx.fail(
+            "the stream did not start",
+            expected="HTTP 200 then an in-stream error",
+            seen=f"HTTP {ex.status}",
+            offending=ex.raw[:300].decode("utf-8", "replace"),
+            exchange=ex,
+        )
     _stream_error_event(ctx, ex)
 
 
-@CHECKS.must("faults.midstream_error_sdk", "the official client raises APIError with the message on a mid-stream failure")
+@CHECKS.must(
+    "faults.midstream_error_sdk", "the official client raises APIError with the message on a mid-stream failure"
+)
 async def midstream_error_sdk(ctx: Context) -> None:
     body = _fault_body(ctx, "error_after=3", stream=True)
     body.pop("stream")
@@ -74,23 +98,37 @@ async def midstream_error_sdk(ctx: Context) -> None:
         async for _ in stream:
             pass
     except openai.APIResponseValidationError as exc:
-        raise ctx.fail("a chunk fails strict validation before the error", expected="valid chunks, then an error event",
-                       seen=str(exc)[:400]) from None
+        raise ctx.fail(
+            "a chunk fails strict validation before the error",
+            expected="valid chunks, then an error event",
+            seen=str(exc)[:400],
+        ) from None
     except openai.APIError as exc:
         if not exc.message or exc.message == "An error occurred during streaming":
-            raise ctx.fail("the error carries no message", expected="error.message from the server",
-                           seen=repr(exc.message)) from None
+            raise ctx.fail(
+                "the error carries no message", expected="error.message from the server", seen=repr(exc.message)
+            ) from None
         return
-    raise ctx.fail("the client saw a normal end of stream", expected="APIError raised by the official client",
-                   seen="no exception: the failure is invisible to the client")
+    raise ctx.fail(
+        "the client saw a normal end of stream",
+        expected="APIError raised by the official client",
+        seen="no exception: the failure is invisible to the client",
+    )
 
 
-@CHECKS.must("faults.connection_cut", "a runtime that drops the connection mid-stream still gives the client an error event and [DONE]")
+@CHECKS.must(
+    "faults.connection_cut",
+    "a runtime that drops the connection mid-stream still gives the client an error event and [DONE]",
+)
 async def connection_cut(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "cut_after=2", stream=True))
     if ex.status != 200:
-        raise ctx.fail("the stream did not start", expected="HTTP 200 then an in-stream error", seen=f"HTTP {ex.status}",
-                       exchange=ex)
+        raise ctx.fail(
+            "the stream did not start",
+            expected="HTTP 200 then an in-stream error",
+            seen=f"HTTP {ex.status}",
+            exchange=ex,
+        )
     _stream_error_event(ctx, ex)
 
 
@@ -100,10 +138,14 @@ async def missing_done(ctx: Context) -> None:
     ctx.ok_stream(ex)
     assert ex.sse is not None
     if not ex.sse.done_seen:
-        raise ctx.fail("no [DONE]", expected="data: [DONE] last", seen="; ".join(map(str, ex.sse.violations))[:300], exchange=ex)
+        raise ctx.fail(
+            "no [DONE]", expected="data: [DONE] last", seen="; ".join(map(str, ex.sse.violations))[:300], exchange=ex
+        )
 
 
-@CHECKS.must("faults.engine_finish_reason", "an engine-only finish reason (abort) never reaches the client outside the enum")
+@CHECKS.must(
+    "faults.engine_finish_reason", "an engine-only finish reason (abort) never reaches the client outside the enum"
+)
 async def engine_finish_reason(ctx: Context) -> None:
     evidence: list[Evidence] = []
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "finish=abort"))
@@ -112,36 +154,64 @@ async def engine_finish_reason(ctx: Context) -> None:
         for issue in chat_completion_issues(body):
             evidence.append(Evidence(issue.expected, issue.seen, issue.path, choice_of(body), ex.request_summary()))
     elif error_envelope_issues(ex.json()):
-        evidence.append(Evidence("HTTP 200 with an enum finish_reason, or an error envelope", f"HTTP {ex.status}",
-                                 "", ex.raw[:300].decode("utf-8", "replace"), ex.request_summary()))
+        evidence.append(
+            Evidence(
+                "HTTP 200 with an enum finish_reason, or an error envelope",
+                f"HTTP {ex.status}",
+                "",
+                ex.raw[:300].decode("utf-8", "replace"),
+                ex.request_summary(),
+            )
+        )
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "finish=abort", stream=True))
     for n, chunk in enumerate(ex.sse.chunks if ex.sse else []):
         for issue in chat_chunk_issues(chunk) if not chunk.get("error") else []:
-            evidence.append(Evidence(issue.expected, issue.seen, f"chunk {n} {issue.path}", chunk, ex.request_summary()))
+            evidence.append(
+                Evidence(issue.expected, issue.seen, f"chunk {n} {issue.path}", chunk, ex.request_summary())
+            )
     if evidence:
         raise CheckFailed("an engine-internal finish reason leaked", evidence)
 
 
-@CHECKS.must("faults.upstream_error_status", "a runtime answering 503 becomes an OpenAI error envelope with a 5xx status")
+@CHECKS.must(
+    "faults.upstream_error_status", "a runtime answering 503 becomes an OpenAI error envelope with a 5xx status"
+)
 async def upstream_error_status(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "status=503"))
     if ex.status < 500:
-        raise ctx.fail("a runtime failure hidden or misreported", expected="HTTP 5xx", seen=f"HTTP {ex.status}",
-                       offending=ex.raw[:300].decode("utf-8", "replace"), exchange=ex)
+        raise ctx.fail(
+            "a runtime failure hidden or misreported",
+            expected="HTTP 5xx",
+            seen=f"HTTP {ex.status}",
+            offending=ex.raw[:300].decode("utf-8", "replace"),
+            exchange=ex,
+        )
     issues = ctx.envelope_issues(ex)
     if issues:
-        raise ctx.field_issues("the error is not OpenAI's envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace"))
+        raise ctx.field_issues(
+            "the error is not OpenAI's envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace")
+        )
 
 
-@CHECKS.should("faults.upstream_overload", "a runtime's own overload answer becomes 429/503 with Retry-After and the envelope")
+@CHECKS.should(
+    "faults.upstream_overload", "a runtime's own overload answer becomes 429/503 with Retry-After and the envelope"
+)
 async def upstream_overload(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "overloaded"))
     if ex.status not in (429, 503):
-        raise ctx.fail("overload status", expected="HTTP 429 or 503", seen=f"HTTP {ex.status}",
-                       offending=ex.raw[:300].decode("utf-8", "replace"), exchange=ex)
+        raise ctx.fail(
+            "overload status",
+            expected="HTTP 429 or 503",
+            seen=f"HTTP {ex.status}",
+            offending=ex.raw[:300].decode("utf-8", "replace"),
+            exchange=ex,
+        )
     issues = ctx.envelope_issues(ex)
     if issues:
-        raise ctx.field_issues("the overload error is not OpenAI's envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace"))
+        raise ctx.field_issues(
+            "the overload error is not OpenAI's envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace")
+        )
     if not (ex.headers.get("retry-after") or "").strip():
-        raise ctx.fail("no Retry-After", expected="a Retry-After header", seen="<absent>", where="header retry-after",
-                       exchange=ex)
+        raise ctx.fail(
+            "no Retry-After", expected="a Retry-After header", seen="<absent>", where="header retry-after", exchange=ex
+        )

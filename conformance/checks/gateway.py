@@ -2,6 +2,7 @@
 authorization (403), rate limits (429 with Retry-After and x-ratelimit-*) and
 overload (503). Each needs knowledge of the gateway's config, given as CLI
 options; without it the check is skipped, with the option it needs named."""
+
 from __future__ import annotations
 
 import asyncio
@@ -38,7 +39,9 @@ def _retry_after_ok(value: str | None) -> bool:
 def _judge_envelope(ctx: Context, ex: Exchange, what: str) -> None:
     issues = ctx.envelope_issues(ex)
     if issues:
-        raise ctx.field_issues(f"{what}: the body is not the error envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace"))
+        raise ctx.field_issues(
+            f"{what}: the body is not the error envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace")
+        )
 
 
 @CHECKS.must("gateway.auth_missing_401", "a request without credentials is 401 with the error envelope")
@@ -69,7 +72,9 @@ async def forbidden(ctx: Context) -> None:
     _judge_envelope(ctx, ex, "403")
 
 
-@CHECKS.must("gateway.rate_limit_429", "past its request limit a key gets 429 with Retry-After and x-ratelimit-* headers")
+@CHECKS.must(
+    "gateway.rate_limit_429", "past its request limit a key gets 429 with Retry-After and x-ratelimit-* headers"
+)
 async def rate_limit(ctx: Context) -> None:
     key = ctx.target.rate_limited_key
     if not key:
@@ -82,23 +87,40 @@ async def rate_limit(ctx: Context) -> None:
             limited = ex
             break
         if ex.status != 200:
-            raise ctx.fail("unexpected status before the limit", expected="200 then 429", seen=f"HTTP {ex.status}", exchange=ex)
+            raise ctx.fail(
+                "unexpected status before the limit", expected="200 then 429", seen=f"HTTP {ex.status}", exchange=ex
+            )
     if limited is None:
         raise ctx.fail("no 429", expected=f"HTTP 429 within {RATE_LIMIT_ATTEMPTS} requests", seen="only 200s")
     _judge_envelope(ctx, limited, "429")
     evidence = []
     if not _retry_after_ok(limited.headers.get("retry-after")):
-        evidence.append(Evidence(expected="Retry-After: <seconds> or an HTTP date", seen=repr(limited.headers.get("retry-after")),
-                                 where="header retry-after", request=limited.request_summary()))
+        evidence.append(
+            Evidence(
+                expected="Retry-After: <seconds> or an HTTP date",
+                seen=repr(limited.headers.get("retry-after")),
+                where="header retry-after",
+                request=limited.request_summary(),
+            )
+        )
     for name in RATELIMIT_HEADERS:
         if name not in limited.headers:
-            evidence.append(Evidence(expected=f"header {name}", seen="<absent>", where=f"header {name}",
-                                     offending=dict(limited.headers), request=limited.request_summary()))
+            evidence.append(
+                Evidence(
+                    expected=f"header {name}",
+                    seen="<absent>",
+                    where=f"header {name}",
+                    offending=dict(limited.headers),
+                    request=limited.request_summary(),
+                )
+            )
     if evidence:
         raise CheckFailed("429 without the headers a client backs off by", evidence)
 
 
-@CHECKS.must("gateway.overload_503", "when a model's queue is full the gateway sheds load with 503 (or 429) and Retry-After")
+@CHECKS.must(
+    "gateway.overload_503", "when a model's queue is full the gateway sheds load with 503 (or 429) and Retry-After"
+)
 async def overload(ctx: Context) -> None:
     model = ctx.target.overload_model
     if not model:
@@ -112,20 +134,36 @@ async def overload(ctx: Context) -> None:
         ex.status, ex.headers, ex.raw = resp.status_code, {k.lower(): v for k, v in resp.headers.items()}, resp.content
         return ex
 
-    async with httpx.AsyncClient(base_url=ctx.target.base_url, timeout=ctx.target.timeout_s,
-                                 limits=httpx.Limits(max_connections=OVERLOAD_CONCURRENCY)) as client:
+    async with httpx.AsyncClient(
+        base_url=ctx.target.base_url,
+        timeout=ctx.target.timeout_s,
+        limits=httpx.Limits(max_connections=OVERLOAD_CONCURRENCY),
+    ) as client:
         results = await asyncio.gather(*(one(client) for _ in range(OVERLOAD_CONCURRENCY)))
     shed = [ex for ex in results if ex.status in (503, 429)]
     others = sorted({ex.status for ex in results if ex.status not in (200, 503, 429)})
     if others:
         bad = next(ex for ex in results if ex.status in others)
-        raise ctx.fail("a burst produced other failures", expected="200, or 503/429 when shedding", seen=f"statuses {others}",
-                       offending=bad.raw[:300].decode("utf-8", "replace"), exchange=bad)
+        raise ctx.fail(
+            "a burst produced other failures",
+            expected="200, or 503/429 when shedding",
+            seen=f"statuses {others}",
+            offending=bad.raw[:300].decode("utf-8", "replace"),
+            exchange=bad,
+        )
     if not shed:
-        raise ctx.fail("no load was shed", expected=f"some 503 among {OVERLOAD_CONCURRENCY} concurrent requests",
-                       seen="all 200 (is the model's queue small enough?)")
+        raise ctx.fail(
+            "no load was shed",
+            expected=f"some 503 among {OVERLOAD_CONCURRENCY} concurrent requests",
+            seen="all 200 (is the model's queue small enough?)",
+        )
     ex = shed[0]
     _judge_envelope(ctx, ex, str(ex.status))
     if not _retry_after_ok(ex.headers.get("retry-after")):
-        raise ctx.fail("shed without Retry-After", expected="Retry-After: <seconds>", seen=repr(ex.headers.get("retry-after")),
-                       where="header retry-after", exchange=ex)
+        raise ctx.fail(
+            "shed without Retry-After",
+            expected="Retry-After: <seconds>",
+            seen=repr(ex.headers.get("retry-after")),
+            where="header retry-after",
+            exchange=ex,
+        )

@@ -1,4 +1,5 @@
 """Checklist 48-49: log probabilities, chat and legacy."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,7 +23,9 @@ async def _chat_logprobs(ctx: Context) -> tuple[Exchange, dict[str, Any]]:
     return ctx.memo["logprobs.chat"]
 
 
-@CHECKS.must("logprobs.chat", "logprobs=true gives one entry per token with token, logprob ≤ 0, bytes, sorted top_logprobs")
+@CHECKS.must(
+    "logprobs.chat", "logprobs=true gives one entry per token with token, logprob ≤ 0, bytes, sorted top_logprobs"
+)
 async def chat(ctx: Context) -> None:
     ex, body = await _chat_logprobs(ctx)
     issues = chat_completion_issues(body)
@@ -31,20 +34,34 @@ async def chat(ctx: Context) -> None:
     lp = choice_of(body).get("logprobs")
     content = lp.get("content") if isinstance(lp, dict) else None
     if not isinstance(content, list) or not content:
-        raise ctx.fail("no logprobs", expected="choices[0].logprobs.content, a non-empty array", seen=repr(lp)[:300],
-                       where="choices[0].logprobs", exchange=ex)
+        raise ctx.fail(
+            "no logprobs",
+            expected="choices[0].logprobs.content, a non-empty array",
+            seen=repr(lp)[:300],
+            where="choices[0].logprobs",
+            exchange=ex,
+        )
     usage = usage_of(body, ex)
     if choice_of(body).get("finish_reason") == "length" and len(content) != usage["completion_tokens"]:
-        raise ctx.fail("one entry per generated token", expected=f"{usage['completion_tokens']} entries",
-                       seen=f"{len(content)}", where="choices[0].logprobs.content", exchange=ex)
+        raise ctx.fail(
+            "one entry per generated token",
+            expected=f"{usage['completion_tokens']} entries",
+            seen=f"{len(content)}",
+            where="choices[0].logprobs.content",
+            exchange=ex,
+        )
     for i, entry in enumerate(content):
         tops = entry.get("top_logprobs")
         where = f"choices[0].logprobs.content[{i}].top_logprobs"
         if not isinstance(tops, list) or not 1 <= len(tops) <= TOP:
-            raise ctx.fail("top_logprobs length", expected=f"1..{TOP} entries", seen=repr(tops)[:300], where=where, exchange=ex)
+            raise ctx.fail(
+                "top_logprobs length", expected=f"1..{TOP} entries", seen=repr(tops)[:300], where=where, exchange=ex
+            )
         values = [t.get("logprob") for t in tops]
         if values != sorted(values, reverse=True):
-            raise ctx.fail("top_logprobs not sorted", expected="descending logprob", seen=str(values), where=where, exchange=ex)
+            raise ctx.fail(
+                "top_logprobs not sorted", expected="descending logprob", seen=str(values), where=where, exchange=ex
+            )
 
 
 @CHECKS.should("logprobs.top_exact", "top_logprobs=k gives exactly k alternatives per token")
@@ -55,8 +72,13 @@ async def top_exact(ctx: Context) -> None:
         raise ctx.fail("no logprobs to count", expected="choices[0].logprobs.content", seen=repr(lp)[:200], exchange=ex)
     for i, entry in enumerate(lp.get("content") or []):
         if len(entry.get("top_logprobs") or []) != TOP:
-            raise ctx.fail("top_logprobs count", expected=f"{TOP}", seen=str(len(entry.get("top_logprobs") or [])),
-                           where=f"choices[0].logprobs.content[{i}].top_logprobs", exchange=ex)
+            raise ctx.fail(
+                "top_logprobs count",
+                expected=f"{TOP}",
+                seen=str(len(entry.get("top_logprobs") or [])),
+                where=f"choices[0].logprobs.content[{i}].top_logprobs",
+                exchange=ex,
+            )
 
 
 @CHECKS.should("logprobs.stream_matches", "streamed logprobs concatenate to the non-stream list (same tokens)")
@@ -69,8 +91,13 @@ async def stream_matches(ctx: Context) -> None:
     streams = by_choice(ctx.ok_stream(ex))
     streamed = [e.get("token") for e in streams[0].logprobs] if 0 in streams else []
     if streamed != plain:
-        raise ctx.fail("streamed logprob tokens differ", expected=repr(plain)[:300], seen=repr(streamed)[:300],
-                       where="choices[0].logprobs.content (concatenated)", exchange=ex)
+        raise ctx.fail(
+            "streamed logprob tokens differ",
+            expected=repr(plain)[:300],
+            seen=repr(streamed)[:300],
+            where="choices[0].logprobs.content (concatenated)",
+            exchange=ex,
+        )
 
 
 @CHECKS.must("logprobs.off_by_default", "without logprobs the streamed chunks carry no logprobs content")
@@ -78,11 +105,18 @@ async def off_by_default(ctx: Context) -> None:
     ex = await ctx.chat(stream=True)
     streams = by_choice(ctx.ok_stream(ex))
     if 0 in streams and streams[0].logprobs:
-        raise ctx.fail("logprobs without asking", expected="logprobs null or absent", seen=repr(streams[0].logprobs[:2])[:300],
-                       where="choices[0].logprobs", exchange=ex)
+        raise ctx.fail(
+            "logprobs without asking",
+            expected="logprobs null or absent",
+            seen=repr(streams[0].logprobs[:2])[:300],
+            where="choices[0].logprobs",
+            exchange=ex,
+        )
 
 
-@CHECKS.should("logprobs.completions", "legacy logprobs=2: tokens, token_logprobs, top_logprobs, text_offset of equal length")
+@CHECKS.should(
+    "logprobs.completions", "legacy logprobs=2: tokens, token_logprobs, top_logprobs, text_offset of equal length"
+)
 async def completions(ctx: Context) -> None:
     ex = await ctx.completion(logprobs=TOP, max_tokens=LP_MAX_TOKENS)
     body = ctx.ok_json(ex)
@@ -91,15 +125,27 @@ async def completions(ctx: Context) -> None:
         raise ctx.fail("no logprobs", expected="choices[0].logprobs object", seen=repr(lp)[:300], exchange=ex)
     lengths = {k: len(lp.get(k) or []) for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
     if len(set(lengths.values())) != 1 or not lengths["tokens"]:
-        raise ctx.fail("logprobs arrays differ in length", expected="equal, non-zero lengths", seen=str(lengths),
-                       where="choices[0].logprobs", exchange=ex)
+        raise ctx.fail(
+            "logprobs arrays differ in length",
+            expected="equal, non-zero lengths",
+            seen=str(lengths),
+            where="choices[0].logprobs",
+            exchange=ex,
+        )
     for i, top in enumerate(lp.get("top_logprobs") or []):
         if not isinstance(top, dict) or not 1 <= len(top) <= TOP + 1:
-            raise ctx.fail("top_logprobs entry", expected=f"a dict of {TOP} or {TOP + 1} token: logprob", seen=repr(top)[:200],
-                           where=f"choices[0].logprobs.top_logprobs[{i}]", exchange=ex)
+            raise ctx.fail(
+                "top_logprobs entry",
+                expected=f"a dict of {TOP} or {TOP + 1} token: logprob",
+                seen=repr(top)[:200],
+                where=f"choices[0].logprobs.top_logprobs[{i}]",
+                exchange=ex,
+            )
 
 
-@CHECKS.should("logprobs.completions_echo", "legacy echo with logprobs returns the prompt first, its first token_logprob null")
+@CHECKS.should(
+    "logprobs.completions_echo", "legacy echo with logprobs returns the prompt first, its first token_logprob null"
+)
 async def completions_echo(ctx: Context) -> None:
     ex = await ctx.completion(echo=True, logprobs=1, max_tokens=2)
     ctx.skip_if_unsupported(ex, "echo")
@@ -107,11 +153,20 @@ async def completions_echo(ctx: Context) -> None:
     choice = choice_of(body)
     text = choice.get("text") or ""
     if not text.startswith(ctx.completion_body()["prompt"]):
-        raise ctx.fail("echo did not return the prompt", expected="text starting with the prompt", seen=repr(text)[:200],
-                       where="choices[0].text", exchange=ex)
+        raise ctx.fail(
+            "echo did not return the prompt",
+            expected="text starting with the prompt",
+            seen=repr(text)[:200],
+            where="choices[0].text",
+            exchange=ex,
+        )
     lp = choice.get("logprobs")
     values = lp.get("token_logprobs") if isinstance(lp, dict) else None
     if not isinstance(values, list) or not values or values[0] is not None:
-        raise ctx.fail("the first echoed token has no logprob to give", expected="token_logprobs[0] is null",
-                       seen=repr(values[:3] if isinstance(values, list) else values), where="choices[0].logprobs.token_logprobs",
-                       exchange=ex)
+        raise ctx.fail(
+            "the first echoed token has no logprob to give",
+            expected="token_logprobs[0] is null",
+            seen=repr(values[:3] if isinstance(values, list) else values),
+            where="choices[0].logprobs.token_logprobs",
+            exchange=ex,
+        )

@@ -1,4 +1,5 @@
 """Checklist 45-47: max_completion_tokens / max_tokens and the context window."""
+
 from __future__ import annotations
 
 from conformance.check import CheckList
@@ -24,11 +25,22 @@ async def max_completion_tokens(ctx: Context) -> None:
     body = ctx.ok_json(ex)
     usage = usage_of(body, ex)
     if usage["completion_tokens"] > 3:
-        raise ctx.fail("max_completion_tokens ignored", expected="at most 3 completion tokens",
-                       seen=str(usage["completion_tokens"]), where="usage.completion_tokens", exchange=ex)
-    if await _baseline_ran_to(ctx, 3) and (usage["completion_tokens"] != 3 or choice_of(body).get("finish_reason") != "length"):
-        raise ctx.fail("the cap did not end the answer", expected="3 tokens, finish_reason length",
-                       seen=f"{usage['completion_tokens']} tokens, {choice_of(body).get('finish_reason')!r}", exchange=ex)
+        raise ctx.fail(
+            "max_completion_tokens ignored",
+            expected="at most 3 completion tokens",
+            seen=str(usage["completion_tokens"]),
+            where="usage.completion_tokens",
+            exchange=ex,
+        )
+    if await _baseline_ran_to(ctx, 3) and (
+        usage["completion_tokens"] != 3 or choice_of(body).get("finish_reason") != "length"
+    ):
+        raise ctx.fail(
+            "the cap did not end the answer",
+            expected="3 tokens, finish_reason length",
+            seen=f"{usage['completion_tokens']} tokens, {choice_of(body).get('finish_reason')!r}",
+            exchange=ex,
+        )
 
 
 @CHECKS.should("max_tokens.precedence", "with both set, max_completion_tokens wins over the deprecated max_tokens")
@@ -38,8 +50,13 @@ async def precedence(ctx: Context) -> None:
     ex = await ctx.chat(max_tokens=6, max_completion_tokens=3)
     usage = usage_of(ctx.ok_json(ex), ex)
     if usage["completion_tokens"] != 3:
-        raise ctx.fail("max_completion_tokens did not take precedence", expected="3 completion tokens",
-                       seen=str(usage["completion_tokens"]), where="usage.completion_tokens", exchange=ex)
+        raise ctx.fail(
+            "max_completion_tokens did not take precedence",
+            expected="3 completion tokens",
+            seen=str(usage["completion_tokens"]),
+            where="usage.completion_tokens",
+            exchange=ex,
+        )
 
 
 @CHECKS.must("max_tokens.one", "max_tokens=1 yields exactly one token (finish_reason length unless the model stopped)")
@@ -49,8 +66,12 @@ async def one(ctx: Context) -> None:
     usage = usage_of(body, ex)
     finish = choice_of(body).get("finish_reason")
     if usage["completion_tokens"] != 1 or finish not in ("length", "stop"):
-        raise ctx.fail("max_tokens=1", expected="1 completion token, finish_reason length (or stop on EOS)",
-                       seen=f"{usage['completion_tokens']} tokens, finish_reason {finish!r}", exchange=ex)
+        raise ctx.fail(
+            "max_tokens=1",
+            expected="1 completion token, finish_reason length (or stop on EOS)",
+            seen=f"{usage['completion_tokens']} tokens, finish_reason {finish!r}",
+            exchange=ex,
+        )
 
 
 @CHECKS.must("max_tokens.prompt_too_long", "a prompt longer than the context is refused with 400, never 5xx")
@@ -63,11 +84,18 @@ async def prompt_too_long(ctx: Context) -> None:
 @CHECKS.should("max_tokens.context_code", "a prompt beyond the context gets code context_length_exceeded")
 async def context_code(ctx: Context) -> None:
     ex = ctx.memo.get("max_tokens.prompt_too_long") or await ctx.chat(
-        messages=[{"role": "user", "content": "fox " * OVERLONG_WORDS}], max_tokens=4)
+        messages=[{"role": "user", "content": "fox " * OVERLONG_WORDS}], max_tokens=4
+    )
     body = ex.json()
-    code = (body.get("error") or {}).get("code") if isinstance(body, dict) and isinstance(body.get("error"), dict) else None
+    code = (
+        (body.get("error") or {}).get("code")
+        if isinstance(body, dict) and isinstance(body.get("error"), dict)
+        else None
+    )
     if code != "context_length_exceeded":
-        raise ctx.fail("error code", expected="'context_length_exceeded'", seen=repr(code), where="error.code", exchange=ex)
+        raise ctx.fail(
+            "error code", expected="'context_length_exceeded'", seen=repr(code), where="error.code", exchange=ex
+        )
 
 
 @CHECKS.must("max_tokens.huge_no_5xx", "max_tokens far beyond the context is refused (400) or clamped (200), never 5xx")
@@ -76,7 +104,11 @@ async def huge(ctx: Context) -> None:
     if ex.status == 200:
         body = ctx.ok_json(ex)
         if choice_of(body).get("finish_reason") not in ("stop", "length"):
-            raise ctx.fail("clamped answer", expected="finish_reason stop|length",
-                           seen=repr(choice_of(body).get("finish_reason")), exchange=ex)
+            raise ctx.fail(
+                "clamped answer",
+                expected="finish_reason stop|length",
+                seen=repr(choice_of(body).get("finish_reason")),
+                exchange=ex,
+            )
         return
     ctx.expect_client_error(ex, (400, 422), "max_tokens=1e9")

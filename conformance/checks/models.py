@@ -1,4 +1,5 @@
 """Checklist 1-4: the models list."""
+
 from __future__ import annotations
 
 from conformance.check import CheckList
@@ -23,8 +24,13 @@ async def models_lists_target(ctx: Context) -> None:
     body = ctx.ok_json(ex, "GET /models")
     ids = [m.get("id") for m in body.get("data") or [] if isinstance(m, dict)]
     if ctx.target.model not in ids:
-        raise ctx.fail("the model under test is not listed", expected=f"an entry with id {ctx.target.model!r}",
-                       seen=f"ids {ids}", where="data[].id", exchange=ex)
+        raise ctx.fail(
+            "the model under test is not listed",
+            expected=f"an entry with id {ctx.target.model!r}",
+            seen=f"ids {ids}",
+            where="data[].id",
+            exchange=ex,
+        )
 
 
 @CHECKS.should("models.first_is_usable", "data[0].id (what benchmark clients pick by default) is accepted as a model")
@@ -41,7 +47,9 @@ async def first_is_usable(ctx: Context) -> None:
 @CHECKS.should("models.retrieve", "GET /models/{id} returns the same model object as the list")
 async def models_retrieve(ctx: Context) -> None:
     listing = ctx.ok_json(await ctx.http.get("/models"), "GET /models")
-    listed = next((m for m in listing.get("data") or [] if isinstance(m, dict) and m.get("id") == ctx.target.model), None)
+    listed = next(
+        (m for m in listing.get("data") or [] if isinstance(m, dict) and m.get("id") == ctx.target.model), None
+    )
     ex = await ctx.http.get(f"/models/{ctx.target.model}")
     body = ctx.ok_json(ex, f"GET /models/{ctx.target.model}")
     issues = model_issues(body)
@@ -50,8 +58,14 @@ async def models_retrieve(ctx: Context) -> None:
     if listed is not None:
         for key in ("id", "object", "owned_by"):
             if body.get(key) != listed.get(key):
-                raise ctx.fail("retrieve and list disagree", expected=f"{key}={listed.get(key)!r} as in the list",
-                               seen=f"{key}={body.get(key)!r}", where=key, offending=body, exchange=ex)
+                raise ctx.fail(
+                    "retrieve and list disagree",
+                    expected=f"{key}={listed.get(key)!r} as in the list",
+                    seen=f"{key}={body.get(key)!r}",
+                    where=key,
+                    offending=body,
+                    exchange=ex,
+                )
 
 
 @CHECKS.should("models.retrieve_unknown_404", "GET /models/{unknown} is 404 with an error body")
@@ -64,6 +78,11 @@ async def models_retrieve_unknown(ctx: Context) -> None:
 async def unknown_model(ctx: Context) -> None:
     ex = await ctx.chat(model="conformance-no-such-model")
     if ex.status == 200:
-        raise ctx.fail("an unknown model was served", expected="HTTP 404 (model not found)",
-                       seen="HTTP 200", offending=body_excerpt(ex, 300), exchange=ex)
+        raise ctx.fail(
+            "an unknown model was served",
+            expected="HTTP 404 (model not found)",
+            seen="HTTP 200",
+            offending=body_excerpt(ex, 300),
+            exchange=ex,
+        )
     ctx.expect_client_error(ex, (404,), "unknown model")

@@ -1,10 +1,11 @@
 """Checklist 39-41: n > 1, streamed and not."""
+
 from __future__ import annotations
 
 import openai
 
 from conformance.check import CheckList
-from conformance.checks.common import sdk_final_completion, greedy_chat, usage_of
+from conformance.checks.common import greedy_chat, sdk_final_completion, usage_of
 from conformance.checks.streaming import judge_roles_and_finishes, judge_usage_chunk
 from conformance.context import Context
 
@@ -21,12 +22,23 @@ async def nonstream(ctx: Context) -> None:
     choices = body.get("choices") or []
     indices = [c.get("index") for c in choices if isinstance(c, dict)]
     if indices != list(range(N)):
-        raise ctx.fail("choices for n=3", expected=f"indices {list(range(N))} in order", seen=str(indices),
-                       where="choices[].index", offending=body, exchange=ex)
+        raise ctx.fail(
+            "choices for n=3",
+            expected=f"indices {list(range(N))} in order",
+            seen=str(indices),
+            where="choices[].index",
+            offending=body,
+            exchange=ex,
+        )
     for i, c in enumerate(choices):
         if not isinstance(c.get("message"), dict) or c.get("finish_reason") not in ("stop", "length"):
-            raise ctx.fail("incomplete choice", expected="a message and finish_reason stop|length",
-                           seen=repr(c)[:300], where=f"choices[{i}]", exchange=ex)
+            raise ctx.fail(
+                "incomplete choice",
+                expected="a message and finish_reason stop|length",
+                seen=repr(c)[:300],
+                where=f"choices[{i}]",
+                exchange=ex,
+            )
     ctx.memo["n.nonstream"] = body
 
 
@@ -51,17 +63,29 @@ async def stream(ctx: Context) -> None:
 
 @CHECKS.must("n.stream_usage", "a streamed n=3 with include_usage ends with one usage chunk covering all choices")
 async def stream_usage(ctx: Context) -> None:
-    ex = await ctx.chat(n=N, temperature=1.0, max_tokens=N_MAX_TOKENS, stream=True, stream_options={"include_usage": True})
+    ex = await ctx.chat(
+        n=N, temperature=1.0, max_tokens=N_MAX_TOKENS, stream=True, stream_options={"include_usage": True}
+    )
     chunks = ctx.ok_stream(ex)
     usage = judge_usage_chunk(ctx, ex, chunks)
     judge_roles_and_finishes(ctx, ex, chunks[:-1], N)
     ex1, one = await greedy_chat(ctx)
     if usage["prompt_tokens"] != usage_of(one, ex1)["prompt_tokens"]:
-        raise ctx.fail("the prompt was not counted once", expected=f"prompt_tokens {one['usage']['prompt_tokens']}",
-                       seen=str(usage["prompt_tokens"]), where="usage.prompt_tokens", exchange=ex)
+        raise ctx.fail(
+            "the prompt was not counted once",
+            expected=f"prompt_tokens {one['usage']['prompt_tokens']}",
+            seen=str(usage["prompt_tokens"]),
+            where="usage.prompt_tokens",
+            exchange=ex,
+        )
     if not N <= usage["completion_tokens"] <= N * N_MAX_TOKENS:
-        raise ctx.fail("completion tokens do not cover all choices", expected=f"between {N} and {N * N_MAX_TOKENS}",
-                       seen=str(usage["completion_tokens"]), where="usage.completion_tokens", exchange=ex)
+        raise ctx.fail(
+            "completion tokens do not cover all choices",
+            expected=f"between {N} and {N * N_MAX_TOKENS}",
+            seen=str(usage["completion_tokens"]),
+            where="usage.completion_tokens",
+            exchange=ex,
+        )
 
 
 @CHECKS.must("n.sdk_stream", "the official client's get_final_completion() rebuilds all n=2 choices")
@@ -72,8 +96,11 @@ async def sdk_stream(ctx: Context) -> None:
     except openai.APIResponseValidationError as exc:
         raise ctx.fail("the official client rejects a chunk", expected="valid chunks", seen=str(exc)[:500]) from None
     except (openai.APIError, IndexError, AssertionError) as exc:
-        raise ctx.fail("the official client's stream helper broke", expected="a clean stream",
-                       seen=f"{type(exc).__name__}: {exc}"[:500]) from None
+        raise ctx.fail(
+            "the official client's stream helper broke",
+            expected="a clean stream",
+            seen=f"{type(exc).__name__}: {exc}"[:500],
+        ) from None
     got = [(c.index, c.message.role, c.finish_reason) for c in final.choices]
     if [g[0] for g in got] != [0, 1] or any(g[1] != "assistant" or g[2] not in ("stop", "length") for g in got):
         raise ctx.fail("rebuilt choices", expected="indices [0, 1], role assistant, finish stop|length", seen=str(got))

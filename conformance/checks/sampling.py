@@ -1,4 +1,5 @@
 """Checklist 34-38: determinism, seeds, range validation, logit_bias, extra fields."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,8 +35,13 @@ async def deterministic(ctx: Context) -> None:
     b = ctx.ok_json(ex_b)
     ca, cb = message_of(a).get("content"), message_of(b).get("content")
     if ca != cb:
-        raise ctx.fail("greedy answers differ", expected=repr(ca)[:300], seen=repr(cb)[:300],
-                       where="choices[0].message.content", exchange=ex_b)
+        raise ctx.fail(
+            "greedy answers differ",
+            expected=repr(ca)[:300],
+            seen=repr(cb)[:300],
+            where="choices[0].message.content",
+            exchange=ex_b,
+        )
 
 
 @CHECKS.should("sampling.seed_reproducible", "temperature 1 with a fixed seed reproduces the answer")
@@ -45,11 +51,18 @@ async def seed_reproducible(ctx: Context) -> None:
         ex = await ctx.chat(temperature=1.0, seed=4242)
         answers.append((ex, message_of(ctx.ok_json(ex)).get("content")))
     if answers[0][1] != answers[1][1]:
-        raise ctx.fail("seeded answers differ", expected=repr(answers[0][1])[:300], seen=repr(answers[1][1])[:300],
-                       where="choices[0].message.content", exchange=answers[1][0])
+        raise ctx.fail(
+            "seeded answers differ",
+            expected=repr(answers[0][1])[:300],
+            seen=repr(answers[1][1])[:300],
+            where="choices[0].message.content",
+            exchange=answers[1][0],
+        )
 
 
-@CHECKS.must("sampling.range_validation", "out-of-range sampling values are refused with 400/422 and an error body, never 5xx")
+@CHECKS.must(
+    "sampling.range_validation", "out-of-range sampling values are refused with 400/422 and an error body, never 5xx"
+)
 async def range_validation(ctx: Context) -> None:
     evidence = []
     for overrides, why in OUT_OF_RANGE:
@@ -70,7 +83,9 @@ async def range_status(ctx: Context) -> None:
     for overrides, why in OUT_OF_RANGE[:4]:
         ex = await ctx.chat(**overrides)
         if ex.status != 400:
-            evidence.append(Evidence(expected="HTTP 400", seen=f"HTTP {ex.status}", where=why, request=ex.request_summary()))
+            evidence.append(
+                Evidence(expected="HTTP 400", seen=f"HTTP {ex.status}", where=why, request=ex.request_summary())
+            )
     if evidence:
         raise CheckFailed("validation errors are not 400", evidence)
 
@@ -98,31 +113,48 @@ async def logit_bias_forces(ctx: Context) -> None:
             continue  # an end-of-text or partial-byte token: no visible repetition to judge
         piece = content[: len(content) // max_tokens]
         if piece * max_tokens != content:
-            raise ctx.fail("logit_bias had no visible effect", expected=f"token {token_id}'s text repeated {max_tokens} times",
-                           seen=repr(content)[:300], where="choices[0].message.content", exchange=ex)
+            raise ctx.fail(
+                "logit_bias had no visible effect",
+                expected=f"token {token_id}'s text repeated {max_tokens} times",
+                seen=repr(content)[:300],
+                where="choices[0].message.content",
+                exchange=ex,
+            )
         return
     raise ctx.not_applicable(f"no token among {BIAS_CANDIDATES} decodes to visible text over {max_tokens} tokens")
 
 
-@CHECKS.should("sampling.logit_bias_invalid_400", "logit_bias naming a token id outside the vocabulary is refused with 400")
+@CHECKS.should(
+    "sampling.logit_bias_invalid_400", "logit_bias naming a token id outside the vocabulary is refused with 400"
+)
 async def logit_bias_invalid(ctx: Context) -> None:
     ex = await ctx.chat(logit_bias={"999999999": 5})
     ctx.expect_client_error(ex, (400, 422), "logit_bias with token id 999999999")
 
 
-@CHECKS.should("sampling.extra_fields_ignored", "benchmark-client extras (ignore_eos, min_tokens, repetition_penalty, unknown keys) are not refused")
+@CHECKS.should(
+    "sampling.extra_fields_ignored",
+    "benchmark-client extras (ignore_eos, min_tokens, repetition_penalty, unknown keys) are not refused",
+)
 async def extra_fields(ctx: Context) -> None:
-    ex = await ctx.chat(ignore_eos=False, min_tokens=1, repetition_penalty=1.0, conformance_unknown_field="x",
-                        user="conformance")
+    ex = await ctx.chat(
+        ignore_eos=False, min_tokens=1, repetition_penalty=1.0, conformance_unknown_field="x", user="conformance"
+    )
     ctx.ok_json(ex, "request with extra fields")
 
 
-@CHECKS.should("sampling.ignore_eos_exact", "ignore_eos true yields exactly max_tokens tokens with finish_reason length")
+@CHECKS.should(
+    "sampling.ignore_eos_exact", "ignore_eos true yields exactly max_tokens tokens with finish_reason length"
+)
 async def ignore_eos(ctx: Context) -> None:
     ex = await ctx.chat(ignore_eos=True, max_tokens=24)
     body = ctx.ok_json(ex)
     usage = usage_of(body, ex)
     if usage["completion_tokens"] != 24 or choice_of(body).get("finish_reason") != "length":
-        raise ctx.fail("ignore_eos not honoured", expected="24 completion tokens, finish_reason length",
-                       seen=f"{usage['completion_tokens']} tokens, finish_reason {choice_of(body).get('finish_reason')!r}",
-                       where="usage.completion_tokens", exchange=ex)
+        raise ctx.fail(
+            "ignore_eos not honoured",
+            expected="24 completion tokens, finish_reason length",
+            seen=f"{usage['completion_tokens']} tokens, finish_reason {choice_of(body).get('finish_reason')!r}",
+            where="usage.completion_tokens",
+            exchange=ex,
+        )

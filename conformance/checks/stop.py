@@ -4,6 +4,7 @@ The model's text is gibberish, so stop strings are picked from its own greedy
 answer: a two-character piece whose first occurrence is at a known place. The
 stopped answer must then be exactly the text before that place.
 """
+
 from __future__ import annotations
 
 from conformance.check import CheckList
@@ -41,7 +42,7 @@ async def _baseline(ctx: Context) -> tuple[Exchange, str, list[str], str | None]
 
 def _within_token_stop(text: str) -> tuple[str, int] | None:
     for k in range(2, len(text) - 1):
-        cand = text[k:k + 2]
+        cand = text[k : k + 2]
         if _printable(cand) and text.find(cand) == k:
             return cand, k
     return None
@@ -57,7 +58,7 @@ def _cross_token_stop(deltas: list[str]) -> tuple[str, int] | None:
         if i == 0:
             continue
         for end in (pos + 1, pos + 2):
-            cand = text[pos - 1:end]
+            cand = text[pos - 1 : end]
             if len(cand) == end - pos + 1 and _printable(cand) and text.find(cand) == pos - 1:
                 return cand, pos - 1
     return None
@@ -69,11 +70,21 @@ async def _judge_stopped(ctx: Context, stop: object, prefix: str) -> None:
     content = message_of(body).get("content") or ""
     finish = choice_of(body).get("finish_reason")
     if content != prefix:
-        raise ctx.fail("stopped text is not the text before the stop sequence", expected=repr(prefix),
-                       seen=repr(content), where="choices[0].message.content", exchange=ex)
+        raise ctx.fail(
+            "stopped text is not the text before the stop sequence",
+            expected=repr(prefix),
+            seen=repr(content),
+            where="choices[0].message.content",
+            exchange=ex,
+        )
     if finish != "stop":
-        raise ctx.fail("finish_reason after a stop sequence", expected="'stop'", seen=repr(finish),
-                       where="choices[0].finish_reason", exchange=ex)
+        raise ctx.fail(
+            "finish_reason after a stop sequence",
+            expected="'stop'",
+            seen=repr(finish),
+            where="choices[0].finish_reason",
+            exchange=ex,
+        )
 
 
 @CHECKS.must("stop.string", "stop as a string ends the answer before the sequence, finish_reason stop")
@@ -96,7 +107,9 @@ async def stop_list(ctx: Context) -> None:
     await _judge_stopped(ctx, [NEVER, stop, NEVER + "2"], text[:k])
 
 
-@CHECKS.must("stop.across_tokens", "a stop sequence spanning two tokens is caught and no part of it leaks into the stream")
+@CHECKS.must(
+    "stop.across_tokens", "a stop sequence spanning two tokens is caught and no part of it leaks into the stream"
+)
 async def stop_across(ctx: Context) -> None:
     _, text, deltas, _ = await _baseline(ctx)
     found = _cross_token_stop(deltas)
@@ -108,11 +121,19 @@ async def stop_across(ctx: Context) -> None:
     streams = by_choice(ctx.ok_stream(ex))
     got = streams[0].content if 0 in streams else ""
     if got != text[:k]:
-        raise ctx.fail("the stream leaked part of the stop sequence (or lost text)", expected=repr(text[:k]),
-                       seen=repr(got), where="delta.content (concatenated)", offending={"stop": stop}, exchange=ex)
+        raise ctx.fail(
+            "the stream leaked part of the stop sequence (or lost text)",
+            expected=repr(text[:k]),
+            seen=repr(got),
+            where="delta.content (concatenated)",
+            offending={"stop": stop},
+            exchange=ex,
+        )
     finishes = [f for _, f in streams[0].finishes] if 0 in streams else []
     if finishes != ["stop"]:
-        raise ctx.fail("streamed finish_reason after a stop sequence", expected="['stop']", seen=str(finishes), exchange=ex)
+        raise ctx.fail(
+            "streamed finish_reason after a stop sequence", expected="['stop']", seen=str(finishes), exchange=ex
+        )
 
 
 @CHECKS.must("stop.never_matches", "a stop sequence that never appears lets generation run to max_tokens (length)")
@@ -124,12 +145,19 @@ async def stop_never(ctx: Context) -> None:
     body = ctx.ok_json(ex)
     usage = usage_of(body, ex)
     if choice_of(body).get("finish_reason") != "length" or usage["completion_tokens"] != STOP_MAX_TOKENS:
-        raise ctx.fail("an unmatched stop changed the answer", expected=f"finish length after {STOP_MAX_TOKENS} tokens",
-                       seen=f"finish {choice_of(body).get('finish_reason')!r} after {usage['completion_tokens']}",
-                       exchange=ex)
+        raise ctx.fail(
+            "an unmatched stop changed the answer",
+            expected=f"finish length after {STOP_MAX_TOKENS} tokens",
+            seen=f"finish {choice_of(body).get('finish_reason')!r} after {usage['completion_tokens']}",
+            exchange=ex,
+        )
     if (message_of(body).get("content") or "") != text:
-        raise ctx.fail("an unmatched stop changed the text", expected=repr(text)[:300],
-                       seen=repr(message_of(body).get("content"))[:300], exchange=ex)
+        raise ctx.fail(
+            "an unmatched stop changed the text",
+            expected=repr(text)[:300],
+            seen=repr(message_of(body).get("content"))[:300],
+            exchange=ex,
+        )
 
 
 @CHECKS.should("stop.too_many_400", "more than 4 stop sequences are refused with 400")

@@ -1,5 +1,6 @@
 """Checklist 15-27: stream framing, chunk shape, role/finish placement,
 stream/non-stream agreement, legacy streams, and stream_options.include_usage."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -7,8 +8,15 @@ from typing import Any
 import openai
 
 from conformance.check import CheckList
-from conformance.checks.common import (sdk_final_completion, by_choice, greedy_chat, greedy_chat_stream, greedy_completion, message_of,
-                                       usage_chunks)
+from conformance.checks.common import (
+    by_choice,
+    greedy_chat,
+    greedy_chat_stream,
+    greedy_completion,
+    message_of,
+    sdk_final_completion,
+    usage_chunks,
+)
 from conformance.context import Context
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
@@ -19,17 +27,36 @@ CHECKS = CheckList("streaming")
 
 def _framing_failure(ex: Exchange) -> CheckFailed | None:
     if not ex.content_type.startswith("text/event-stream"):
-        return CheckFailed("not an event stream", [Evidence(expected="Content-Type: text/event-stream",
-                                                            seen=ex.content_type or "<none>", where="header content-type",
-                                                            request=ex.request_summary())])
+        return CheckFailed(
+            "not an event stream",
+            [
+                Evidence(
+                    expected="Content-Type: text/event-stream",
+                    seen=ex.content_type or "<none>",
+                    where="header content-type",
+                    request=ex.request_summary(),
+                )
+            ],
+        )
     assert ex.sse is not None
     if ex.sse.violations:
-        return CheckFailed(f"{len(ex.sse.violations)} framing violation(s)", [
-            Evidence(expected="data: <json>\\n\\n events ending with data: [DONE]", seen=str(v),
-                     where=f"rule {v.rule}", request=ex.request_summary(),
-                     offending=(ex.sse.events[v.event_index].data[:300]
-                                if v.event_index is not None and v.event_index < len(ex.sse.events) else None))
-            for v in ex.sse.violations[:10]])
+        return CheckFailed(
+            f"{len(ex.sse.violations)} framing violation(s)",
+            [
+                Evidence(
+                    expected="data: <json>\\n\\n events ending with data: [DONE]",
+                    seen=str(v),
+                    where=f"rule {v.rule}",
+                    request=ex.request_summary(),
+                    offending=(
+                        ex.sse.events[v.event_index].data[:300]
+                        if v.event_index is not None and v.event_index < len(ex.sse.events)
+                        else None
+                    ),
+                )
+                for v in ex.sse.violations[:10]
+            ],
+        )
     return None
 
 
@@ -41,7 +68,9 @@ async def framing(ctx: Context) -> None:
         raise failure
 
 
-@CHECKS.must("stream.chunk_schema", "every chunk is a chat.completion.chunk with required fields and no forbidden nulls")
+@CHECKS.must(
+    "stream.chunk_schema", "every chunk is a chat.completion.chunk with required fields and no forbidden nulls"
+)
 async def chunk_schema(ctx: Context) -> None:
     ex, chunks = await greedy_chat_stream(ctx)
     if not chunks:
@@ -61,8 +90,14 @@ async def consistent_ids(ctx: Context) -> None:
     for n, chunk in enumerate(chunks[1:], start=1):
         for key in ("id", "created", "model"):
             if chunk.get(key) != first.get(key):
-                raise ctx.fail(f"{key} changes within the stream", expected=repr(first.get(key)),
-                               seen=repr(chunk.get(key)), where=f"chunk {n}.{key}", offending=chunk, exchange=ex)
+                raise ctx.fail(
+                    f"{key} changes within the stream",
+                    expected=repr(first.get(key)),
+                    seen=repr(chunk.get(key)),
+                    where=f"chunk {n}.{key}",
+                    offending=chunk,
+                    exchange=ex,
+                )
 
 
 def judge_roles_and_finishes(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]], expect_indices: int) -> None:
@@ -70,44 +105,86 @@ def judge_roles_and_finishes(ctx: Context, ex: Exchange, chunks: list[dict[str, 
     choice (on its last chunk), and choices 0..n-1 all present."""
     streams = by_choice(chunks)
     if sorted(streams) != list(range(expect_indices)):
-        raise ctx.fail("choice indices", expected=f"indices 0..{expect_indices - 1}", seen=f"{sorted(streams)}",
-                       where="choices[].index", exchange=ex)
+        raise ctx.fail(
+            "choice indices",
+            expected=f"indices 0..{expect_indices - 1}",
+            seen=f"{sorted(streams)}",
+            where="choices[].index",
+            exchange=ex,
+        )
     for index, cs in streams.items():
         for n, role in cs.roles:
             if role != "assistant":
-                raise ctx.fail("role value", expected="'assistant'", seen=repr(role), where=f"chunk {n} choice {index} delta.role",
-                               offending=chunks[n], exchange=ex)
+                raise ctx.fail(
+                    "role value",
+                    expected="'assistant'",
+                    seen=repr(role),
+                    where=f"chunk {n} choice {index} delta.role",
+                    offending=chunks[n],
+                    exchange=ex,
+                )
         if len(cs.roles) > 1:
             n = cs.roles[1][0]
-            raise ctx.fail("role repeated (the official client concatenates it: 'assistantassistant')",
-                           expected="role only in the first delta of the choice",
-                           seen=f"role in chunks {[r[0] for r in cs.roles]}", where=f"chunk {n} choice {index} delta.role",
-                           offending=chunks[n], exchange=ex)
+            raise ctx.fail(
+                "role repeated (the official client concatenates it: 'assistantassistant')",
+                expected="role only in the first delta of the choice",
+                seen=f"role in chunks {[r[0] for r in cs.roles]}",
+                where=f"chunk {n} choice {index} delta.role",
+                offending=chunks[n],
+                exchange=ex,
+            )
         if cs.roles and cs.roles[0][0] != cs.chunk_numbers[0]:
             n = cs.roles[0][0]
-            raise ctx.fail("role arrives after content", expected="role in the first delta of the choice",
-                           seen=f"first in chunk {n}", where=f"chunk {n} choice {index}", offending=chunks[n], exchange=ex)
+            raise ctx.fail(
+                "role arrives after content",
+                expected="role in the first delta of the choice",
+                seen=f"first in chunk {n}",
+                where=f"chunk {n} choice {index}",
+                offending=chunks[n],
+                exchange=ex,
+            )
         if len(cs.finishes) != 1:
-            raise ctx.fail("finish_reason count", expected="exactly one non-null finish_reason per choice",
-                           seen=f"{len(cs.finishes)}: {cs.finishes}", where=f"choice {index} finish_reason", exchange=ex)
+            raise ctx.fail(
+                "finish_reason count",
+                expected="exactly one non-null finish_reason per choice",
+                seen=f"{len(cs.finishes)}: {cs.finishes}",
+                where=f"choice {index} finish_reason",
+                exchange=ex,
+            )
         n, reason = cs.finishes[0]
         if reason not in ("stop", "length", "tool_calls", "content_filter", "function_call"):
-            raise ctx.fail("finish_reason outside the enum", expected="stop|length|tool_calls|content_filter",
-                           seen=repr(reason), where=f"chunk {n} choice {index} finish_reason", offending=chunks[n], exchange=ex)
+            raise ctx.fail(
+                "finish_reason outside the enum",
+                expected="stop|length|tool_calls|content_filter",
+                seen=repr(reason),
+                where=f"chunk {n} choice {index} finish_reason",
+                offending=chunks[n],
+                exchange=ex,
+            )
         if cs.chunk_numbers[-1] != n:
             later = cs.chunk_numbers[cs.chunk_numbers.index(n) + 1]
-            raise ctx.fail("choice chunks after its finish_reason", expected="finish_reason on the last chunk of the choice",
-                           seen=f"finish in chunk {n}, another chunk for the choice at {later}",
-                           where=f"chunk {later} choice {index}", offending=chunks[later], exchange=ex)
+            raise ctx.fail(
+                "choice chunks after its finish_reason",
+                expected="finish_reason on the last chunk of the choice",
+                seen=f"finish in chunk {n}, another chunk for the choice at {later}",
+                where=f"chunk {later} choice {index}",
+                offending=chunks[later],
+                exchange=ex,
+            )
 
 
-@CHECKS.must("stream.role_and_finish", "role only in the first delta; exactly one finish_reason, on the choice's last chunk")
+@CHECKS.must(
+    "stream.role_and_finish", "role only in the first delta; exactly one finish_reason, on the choice's last chunk"
+)
 async def role_and_finish(ctx: Context) -> None:
     ex, chunks = await greedy_chat_stream(ctx)
     judge_roles_and_finishes(ctx, ex, chunks, 1)
 
 
-@CHECKS.should("stream.no_empty_chunks_before_content", "before the first text, at most the one role chunk (benchmarks time TTFT from the first chunk)")
+@CHECKS.should(
+    "stream.no_empty_chunks_before_content",
+    "before the first text, at most the one role chunk (benchmarks time TTFT from the first chunk)",
+)
 async def no_empty_chunks_before_content(ctx: Context) -> None:
     ex, chunks = await greedy_chat_stream(ctx)
     before = []
@@ -119,8 +196,14 @@ async def no_empty_chunks_before_content(ctx: Context) -> None:
     if len(before) == len(chunks):
         raise ctx.not_applicable("the greedy answer has no text to time")
     if len(before) > 1:
-        raise ctx.fail("several empty chunks before the first text", expected="at most one (the role chunk)",
-                       seen=f"{len(before)} chunks", where=f"chunks {before}", offending=chunks[before[1]], exchange=ex)
+        raise ctx.fail(
+            "several empty chunks before the first text",
+            expected="at most one (the role chunk)",
+            seen=f"{len(before)} chunks",
+            where=f"chunks {before}",
+            offending=chunks[before[1]],
+            exchange=ex,
+        )
 
 
 @CHECKS.must("stream.matches_nonstream", "concatenated delta.content equals the non-stream content (temperature 0)")
@@ -131,26 +214,42 @@ async def matches_nonstream(ctx: Context) -> None:
     content = message_of(body).get("content") or ""
     got = streamed.content if streamed else ""
     if got != content:
-        raise ctx.fail("streamed text differs from the non-stream answer", expected=repr(content[:300]),
-                       seen=repr(got[:300]), where="delta.content (concatenated)", exchange=ex_s)
+        raise ctx.fail(
+            "streamed text differs from the non-stream answer",
+            expected=repr(content[:300]),
+            seen=repr(got[:300]),
+            where="delta.content (concatenated)",
+            exchange=ex_s,
+        )
     finish_s = streamed.finishes[0][1] if streamed and streamed.finishes else None
     finish_n = body["choices"][0].get("finish_reason")
     if finish_s != finish_n:
-        raise ctx.fail("streamed finish_reason differs", expected=repr(finish_n), seen=repr(finish_s),
-                       where="finish_reason", exchange=ex_s)
+        raise ctx.fail(
+            "streamed finish_reason differs",
+            expected=repr(finish_n),
+            seen=repr(finish_s),
+            where="finish_reason",
+            exchange=ex_s,
+        )
 
 
-@CHECKS.must("stream.sdk_strict", "the official client validates every chunk and get_final_completion() equals the non-stream answer")
+@CHECKS.must(
+    "stream.sdk_strict",
+    "the official client validates every chunk and get_final_completion() equals the non-stream answer",
+)
 async def sdk_stream(ctx: Context) -> None:
     _, body = await greedy_chat(ctx)
     request = ctx.chat_body()
     try:
         final = await sdk_final_completion(ctx, request)
     except openai.APIResponseValidationError as exc:
-        raise ctx.fail("the official client rejects a chunk", expected="valid ChatCompletionChunk objects",
-                       seen=str(exc)[:500]) from None
+        raise ctx.fail(
+            "the official client rejects a chunk", expected="valid ChatCompletionChunk objects", seen=str(exc)[:500]
+        ) from None
     except openai.APIError as exc:
-        raise ctx.fail("the official client raised", expected="a clean stream", seen=f"{type(exc).__name__}: {exc}"[:500]) from None
+        raise ctx.fail(
+            "the official client raised", expected="a clean stream", seen=f"{type(exc).__name__}: {exc}"[:500]
+        ) from None
     expected = message_of(body)
     if not final.choices:
         raise ctx.fail("get_final_completion() has no choices", expected="1 choice", seen=repr(final)[:300])
@@ -158,11 +257,19 @@ async def sdk_stream(ctx: Context) -> None:
     if msg.role != "assistant":
         raise ctx.fail("reconstructed role", expected="'assistant'", seen=repr(msg.role), where="message.role")
     if (msg.content or "") != (expected.get("content") or ""):
-        raise ctx.fail("reconstructed content differs from the non-stream answer", expected=repr(expected.get("content"))[:300],
-                       seen=repr(msg.content)[:300], where="message.content")
+        raise ctx.fail(
+            "reconstructed content differs from the non-stream answer",
+            expected=repr(expected.get("content"))[:300],
+            seen=repr(msg.content)[:300],
+            where="message.content",
+        )
     if final.choices[0].finish_reason != body["choices"][0].get("finish_reason"):
-        raise ctx.fail("reconstructed finish_reason differs", expected=repr(body["choices"][0].get("finish_reason")),
-                       seen=repr(final.choices[0].finish_reason), where="finish_reason")
+        raise ctx.fail(
+            "reconstructed finish_reason differs",
+            expected=repr(body["choices"][0].get("finish_reason")),
+            seen=repr(final.choices[0].finish_reason),
+            where="finish_reason",
+        )
 
 
 @CHECKS.must("stream.no_usage_unless_asked", "without include_usage no chunk carries usage and none has empty choices")
@@ -175,11 +282,23 @@ async def no_usage_unless_asked(ctx: Context) -> None:
             raise ctx.fail("no chunks to judge", expected="a stream of chunks", seen="none", exchange=ex)
         for n, chunk in enumerate(chunks):
             if chunk.get("usage") is not None:
-                raise ctx.fail("usage sent without include_usage", expected="usage absent or null",
-                               seen=repr(chunk.get("usage")), where=f"chunk {n}.usage", offending=chunk, exchange=ex)
+                raise ctx.fail(
+                    "usage sent without include_usage",
+                    expected="usage absent or null",
+                    seen=repr(chunk.get("usage")),
+                    where=f"chunk {n}.usage",
+                    offending=chunk,
+                    exchange=ex,
+                )
             if chunk.get("choices") == []:
-                raise ctx.fail("an empty-choices chunk breaks chunk.choices[0] loops", expected="no chunk with choices: []",
-                               seen="choices: []", where=f"chunk {n}", offending=chunk, exchange=ex)
+                raise ctx.fail(
+                    "an empty-choices chunk breaks chunk.choices[0] loops",
+                    expected="no chunk with choices: []",
+                    seen="choices: []",
+                    where=f"chunk {n}",
+                    offending=chunk,
+                    exchange=ex,
+                )
 
 
 def judge_usage_chunk(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -187,27 +306,57 @@ def judge_usage_chunk(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]]) 
     other chunk has usage null or absent. Returns the usage."""
     with_usage = usage_chunks(chunks)
     if len(with_usage) != 1:
-        raise ctx.fail("usage chunk count", expected="exactly one chunk with non-null usage",
-                       seen=f"{len(with_usage)} (chunks {[n for n, _ in with_usage]})", where="usage", exchange=ex)
+        raise ctx.fail(
+            "usage chunk count",
+            expected="exactly one chunk with non-null usage",
+            seen=f"{len(with_usage)} (chunks {[n for n, _ in with_usage]})",
+            where="usage",
+            exchange=ex,
+        )
     n, chunk = with_usage[0]
     if n != len(chunks) - 1:
-        raise ctx.fail("usage chunk is not last (the official client overwrites usage with later nulls)",
-                       expected="the usage chunk just before [DONE]", seen=f"chunk {n} of {len(chunks)}",
-                       where=f"chunk {n}", offending=chunk, exchange=ex)
+        raise ctx.fail(
+            "usage chunk is not last (the official client overwrites usage with later nulls)",
+            expected="the usage chunk just before [DONE]",
+            seen=f"chunk {n} of {len(chunks)}",
+            where=f"chunk {n}",
+            offending=chunk,
+            exchange=ex,
+        )
     if "choices" not in chunk or chunk["choices"] != []:
-        raise ctx.fail("usage chunk choices", expected="choices: [] (key present, empty)",
-                       seen=repr(chunk.get("choices", "<absent>"))[:200], where=f"chunk {n}.choices", offending=chunk, exchange=ex)
+        raise ctx.fail(
+            "usage chunk choices",
+            expected="choices: [] (key present, empty)",
+            seen=repr(chunk.get("choices", "<absent>"))[:200],
+            where=f"chunk {n}.choices",
+            offending=chunk,
+            exchange=ex,
+        )
     usage = chunk["usage"]
     if not all(isinstance(usage.get(k), int) for k in ("prompt_tokens", "completion_tokens", "total_tokens")):
-        raise ctx.fail("incomplete usage", expected="prompt_tokens, completion_tokens, total_tokens as integers",
-                       seen=repr(usage), where=f"chunk {n}.usage", offending=chunk, exchange=ex)
+        raise ctx.fail(
+            "incomplete usage",
+            expected="prompt_tokens, completion_tokens, total_tokens as integers",
+            seen=repr(usage),
+            where=f"chunk {n}.usage",
+            offending=chunk,
+            exchange=ex,
+        )
     if usage["total_tokens"] != usage["prompt_tokens"] + usage["completion_tokens"]:
-        raise ctx.fail("total is not the sum", expected=str(usage["prompt_tokens"] + usage["completion_tokens"]),
-                       seen=str(usage["total_tokens"]), where=f"chunk {n}.usage.total_tokens", offending=chunk, exchange=ex)
+        raise ctx.fail(
+            "total is not the sum",
+            expected=str(usage["prompt_tokens"] + usage["completion_tokens"]),
+            seen=str(usage["total_tokens"]),
+            where=f"chunk {n}.usage.total_tokens",
+            offending=chunk,
+            exchange=ex,
+        )
     return usage
 
 
-@CHECKS.must("stream.include_usage", "include_usage adds exactly one final chunk with choices [] and full usage, before [DONE]")
+@CHECKS.must(
+    "stream.include_usage", "include_usage adds exactly one final chunk with choices [] and full usage, before [DONE]"
+)
 async def include_usage(ctx: Context) -> None:
     ex = await ctx.chat(stream=True, stream_options={"include_usage": True})
     chunks = ctx.ok_stream(ex)
@@ -223,8 +372,13 @@ async def usage_matches(ctx: Context) -> None:
     plain = body.get("usage") or {}
     for key in ("prompt_tokens", "completion_tokens"):
         if streamed.get(key) != plain.get(key):
-            raise ctx.fail("stream and non-stream usage differ", expected=f"{key}={plain.get(key)}",
-                           seen=f"{key}={streamed.get(key)}", where=f"usage.{key}", exchange=ex)
+            raise ctx.fail(
+                "stream and non-stream usage differ",
+                expected=f"{key}={plain.get(key)}",
+                seen=f"{key}={streamed.get(key)}",
+                where=f"usage.{key}",
+                exchange=ex,
+            )
 
 
 @CHECKS.should("stream.options_without_stream_400", "stream_options with stream=false is refused with 400")
@@ -233,13 +387,18 @@ async def options_without_stream(ctx: Context) -> None:
     ctx.expect_client_error(ex, (400,), "stream_options without stream")
 
 
-@CHECKS.should("stream.options_unknown_keys_ok", "unknown stream_options keys (continuous_usage_stats) do not cause a 4xx")
+@CHECKS.should(
+    "stream.options_unknown_keys_ok", "unknown stream_options keys (continuous_usage_stats) do not cause a 4xx"
+)
 async def options_unknown_keys(ctx: Context) -> None:
     ex = await ctx.chat(stream=True, stream_options={"include_usage": True, "continuous_usage_stats": False})
     ctx.ok_stream(ex)
 
 
-@CHECKS.must("completions.stream", "a legacy completion stream is framed, text_completion chunks, and concatenates to the non-stream text")
+@CHECKS.must(
+    "completions.stream",
+    "a legacy completion stream is framed, text_completion chunks, and concatenates to the non-stream text",
+)
 async def completions_stream(ctx: Context) -> None:
     ex = await ctx.completion(stream=True)
     chunks = ctx.ok_stream(ex)
@@ -258,11 +417,18 @@ async def completions_stream(ctx: Context) -> None:
     _, body = await greedy_completion(ctx)
     text = body["choices"][0].get("text") or ""
     if streams[0].content != text:
-        raise ctx.fail("streamed text differs from the non-stream text", expected=repr(text[:300]),
-                       seen=repr(streams[0].content[:300]), where="choices[0].text (concatenated)", exchange=ex)
+        raise ctx.fail(
+            "streamed text differs from the non-stream text",
+            expected=repr(text[:300]),
+            seen=repr(streams[0].content[:300]),
+            where="choices[0].text (concatenated)",
+            exchange=ex,
+        )
 
 
-@CHECKS.must("completions.stream_include_usage", "a legacy completion stream with include_usage ends with one usage chunk")
+@CHECKS.must(
+    "completions.stream_include_usage", "a legacy completion stream with include_usage ends with one usage chunk"
+)
 async def completions_include_usage(ctx: Context) -> None:
     ex = await ctx.completion(stream=True, stream_options={"include_usage": True})
     judge_usage_chunk(ctx, ex, ctx.ok_stream(ex))

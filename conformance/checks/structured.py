@@ -1,4 +1,5 @@
 """Structured output (`response_format`): JSON mode and JSON schema."""
+
 from __future__ import annotations
 
 import json
@@ -22,40 +23,69 @@ STRUCTURED_MAX_TOKENS = 200
 
 @CHECKS.must("structured.json_schema", "response_format json_schema yields content that validates against the schema")
 async def json_schema(ctx: Context) -> None:
-    ex = await ctx.chat(max_tokens=STRUCTURED_MAX_TOKENS, response_format={
-        "type": "json_schema", "json_schema": {"name": "verdict", "schema": ENUM_SCHEMA, "strict": True}})
+    ex = await ctx.chat(
+        max_tokens=STRUCTURED_MAX_TOKENS,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "verdict", "schema": ENUM_SCHEMA, "strict": True},
+        },
+    )
     body = ctx.ok_json(ex, capability="structured output")
     content = message_of(body).get("content")
     finish = choice_of(body).get("finish_reason")
     try:
         parsed = json.loads(content or "")
     except ValueError:
-        raise ctx.fail("content is not JSON", expected='{"answer": "yes"|"no"}',
-                       seen=f"{content!r} (finish_reason {finish!r})"[:300], where="choices[0].message.content",
-                       exchange=ex) from None
+        raise ctx.fail(
+            "content is not JSON",
+            expected='{"answer": "yes"|"no"}',
+            seen=f"{content!r} (finish_reason {finish!r})"[:300],
+            where="choices[0].message.content",
+            exchange=ex,
+        ) from None
     if not isinstance(parsed, dict) or set(parsed) != {"answer"} or parsed["answer"] not in ("yes", "no"):
-        raise ctx.fail("content does not follow the schema", expected='{"answer": "yes"|"no"}', seen=repr(content)[:300],
-                       where="choices[0].message.content", exchange=ex)
+        raise ctx.fail(
+            "content does not follow the schema",
+            expected='{"answer": "yes"|"no"}',
+            seen=repr(content)[:300],
+            where="choices[0].message.content",
+            exchange=ex,
+        )
 
 
 @CHECKS.should("structured.json_object", "response_format json_object yields content that parses as a JSON object")
 async def json_object(ctx: Context) -> None:
-    ex = await ctx.chat(max_tokens=STRUCTURED_MAX_TOKENS, response_format={"type": "json_object"},
-                        messages=[{"role": "user", "content": "Answer in JSON: is the sky blue?"}])
+    ex = await ctx.chat(
+        max_tokens=STRUCTURED_MAX_TOKENS,
+        response_format={"type": "json_object"},
+        messages=[{"role": "user", "content": "Answer in JSON: is the sky blue?"}],
+    )
     body = ctx.ok_json(ex, capability="structured output")
     content = message_of(body).get("content")
     finish = choice_of(body).get("finish_reason")
     if finish == "length":
-        raise ctx.not_applicable(f"the model's JSON did not finish within {STRUCTURED_MAX_TOKENS} tokens "
-                                 "(an open-ended JSON grammar lets a random model run on)")
+        raise ctx.not_applicable(
+            f"the model's JSON did not finish within {STRUCTURED_MAX_TOKENS} tokens "
+            "(an open-ended JSON grammar lets a random model run on)"
+        )
     try:
         parsed = json.loads(content or "")
     except ValueError:
-        raise ctx.fail("content is not JSON", expected="a JSON object", seen=repr(content)[:300],
-                       where="choices[0].message.content", exchange=ex) from None
+        raise ctx.fail(
+            "content is not JSON",
+            expected="a JSON object",
+            seen=repr(content)[:300],
+            where="choices[0].message.content",
+            exchange=ex,
+        ) from None
     if not isinstance(parsed, dict):
-        raise ctx.fail("content is JSON but not an object", expected="a JSON object", seen=repr(content)[:300],
-                       where="choices[0].message.content", exchange=ex)
+        raise ctx.fail(
+            "content is JSON but not an object",
+            expected="a JSON object",
+            seen=repr(content)[:300],
+            where="choices[0].message.content",
+            exchange=ex,
+        )
 
 
 @CHECKS.must("structured.schema_missing_400", "response_format json_schema without a schema is refused with 400")

@@ -1,4 +1,5 @@
 """Checklist 28-33: tool calls, streamed and not; required, named, none, parallel."""
+
 from __future__ import annotations
 
 import json
@@ -7,7 +8,7 @@ from typing import Any
 import openai
 
 from conformance.check import CheckList
-from conformance.checks.common import sdk_final_completion, by_choice, choice_of, message_of
+from conformance.checks.common import by_choice, choice_of, message_of, sdk_final_completion
 from conformance.context import Context, refuses_feature
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
@@ -29,8 +30,11 @@ WEATHER_TOOL = {
 }
 TIME_TOOL = {
     "type": "function",
-    "function": {"name": "get_time", "description": "The current time.",
-                 "parameters": {"type": "object", "properties": {}}},
+    "function": {
+        "name": "get_time",
+        "description": "The current time.",
+        "parameters": {"type": "object", "properties": {}},
+    },
 }
 TOOLS = [WEATHER_TOOL, TIME_TOOL]
 TOOL_NAMES = {"get_weather", "get_time"}
@@ -56,42 +60,75 @@ async def tool_chat(ctx: Context, memo_key: str | None = None, **overrides: Any)
     return result
 
 
-def judge_tool_calls(ctx: Context, ex: Exchange, body: dict[str, Any], *, names: set[str],
-                     finish: tuple[str, ...]) -> list[dict[str, Any]]:
+def judge_tool_calls(
+    ctx: Context, ex: Exchange, body: dict[str, Any], *, names: set[str], finish: tuple[str, ...]
+) -> list[dict[str, Any]]:
     """Non-stream tool calls: non-empty id, type function, a known name, string
     arguments, the expected finish_reason, and no text content."""
     choice = choice_of(body)
     message = message_of(body)
     calls = message.get("tool_calls")
     if not isinstance(calls, list) or not calls:
-        raise ctx.fail("no tool_calls", expected="message.tool_calls with at least one call",
-                       seen=f"tool_calls={calls!r}, content={str(message.get('content'))[:200]!r}, "
-                            f"finish_reason={choice.get('finish_reason')!r}",
-                       where="choices[0].message.tool_calls", offending=message, exchange=ex)
+        raise ctx.fail(
+            "no tool_calls",
+            expected="message.tool_calls with at least one call",
+            seen=f"tool_calls={calls!r}, content={str(message.get('content'))[:200]!r}, "
+            f"finish_reason={choice.get('finish_reason')!r}",
+            where="choices[0].message.tool_calls",
+            offending=message,
+            exchange=ex,
+        )
     ids = []
     for i, call in enumerate(calls):
         where = f"choices[0].message.tool_calls[{i}]"
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(call, dict) or not isinstance(call.get("id"), str) or not call["id"]:
-            raise ctx.fail("tool call id", expected="a non-empty string id", seen=repr(call)[:200], where=f"{where}.id", exchange=ex)
+            raise ctx.fail(
+                "tool call id",
+                expected="a non-empty string id",
+                seen=repr(call)[:200],
+                where=f"{where}.id",
+                exchange=ex,
+            )
         ids.append(call["id"])
         if call.get("type") != "function":
-            raise ctx.fail("tool call type", expected="'function'", seen=repr(call.get("type")), where=f"{where}.type", exchange=ex)
+            raise ctx.fail(
+                "tool call type", expected="'function'", seen=repr(call.get("type")), where=f"{where}.type", exchange=ex
+            )
         if not isinstance(fn, dict) or fn.get("name") not in names:
-            raise ctx.fail("tool call name", expected=f"one of {sorted(names)}", seen=repr(fn)[:200],
-                           where=f"{where}.function.name", exchange=ex)
+            raise ctx.fail(
+                "tool call name",
+                expected=f"one of {sorted(names)}",
+                seen=repr(fn)[:200],
+                where=f"{where}.function.name",
+                exchange=ex,
+            )
         if not isinstance(fn.get("arguments"), str):
-            raise ctx.fail("arguments must be a JSON-encoded string", expected="a string",
-                           seen=f"{type(fn.get('arguments')).__name__}: {fn.get('arguments')!r}"[:200],
-                           where=f"{where}.function.arguments", exchange=ex)
+            raise ctx.fail(
+                "arguments must be a JSON-encoded string",
+                expected="a string",
+                seen=f"{type(fn.get('arguments')).__name__}: {fn.get('arguments')!r}"[:200],
+                where=f"{where}.function.arguments",
+                exchange=ex,
+            )
     if len(set(ids)) != len(ids):
         raise ctx.fail("tool call ids repeat", expected="unique ids", seen=str(ids), exchange=ex)
     if choice.get("finish_reason") not in finish:
-        raise ctx.fail("finish_reason with tool calls", expected=" or ".join(finish),
-                       seen=repr(choice.get("finish_reason")), where="choices[0].finish_reason", exchange=ex)
+        raise ctx.fail(
+            "finish_reason with tool calls",
+            expected=" or ".join(finish),
+            seen=repr(choice.get("finish_reason")),
+            where="choices[0].finish_reason",
+            exchange=ex,
+        )
     if message.get("content") not in (None, ""):
-        raise ctx.fail("text beside the tool calls", expected="content null or empty",
-                       seen=repr(message.get("content"))[:200], where="choices[0].message.content", exchange=ex)
+        raise ctx.fail(
+            "text beside the tool calls",
+            expected="content null or empty",
+            seen=repr(message.get("content"))[:200],
+            where="choices[0].message.content",
+            exchange=ex,
+        )
     return calls
 
 
@@ -106,7 +143,9 @@ async def named(ctx: Context) -> None:
     ex, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
     calls = judge_tool_calls(ctx, ex, body, names={"get_weather"}, finish=("stop", "tool_calls"))
     if len(calls) != 1:
-        raise ctx.fail("a named tool_choice calls one function", expected="exactly 1 call", seen=f"{len(calls)}", exchange=ex)
+        raise ctx.fail(
+            "a named tool_choice calls one function", expected="exactly 1 call", seen=f"{len(calls)}", exchange=ex
+        )
 
 
 @CHECKS.should("tools.arguments_json", "tool-call arguments parse as a JSON object with the schema's required keys")
@@ -117,11 +156,21 @@ async def arguments_json(ctx: Context) -> None:
     try:
         parsed = json.loads(args)
     except ValueError:
-        raise ctx.fail("arguments are not JSON", expected="a JSON object string", seen=repr(args)[:300],
-                       where="choices[0].message.tool_calls[0].function.arguments", exchange=ex) from None
+        raise ctx.fail(
+            "arguments are not JSON",
+            expected="a JSON object string",
+            seen=repr(args)[:300],
+            where="choices[0].message.tool_calls[0].function.arguments",
+            exchange=ex,
+        ) from None
     if not isinstance(parsed, dict) or "city" not in parsed:
-        raise ctx.fail("arguments do not follow the tool's parameters", expected='an object with key "city"',
-                       seen=repr(args)[:300], where="choices[0].message.tool_calls[0].function.arguments", exchange=ex)
+        raise ctx.fail(
+            "arguments do not follow the tool's parameters",
+            expected='an object with key "city"',
+            seen=repr(args)[:300],
+            where="choices[0].message.tool_calls[0].function.arguments",
+            exchange=ex,
+        )
 
 
 @CHECKS.must("tools.none", "tool_choice=none yields no tool_calls")
@@ -129,11 +178,21 @@ async def choice_none(ctx: Context) -> None:
     ex, body = await tool_chat(ctx, tool_choice="none", max_tokens=16)
     message = message_of(body)
     if message.get("tool_calls"):
-        raise ctx.fail("tool calls despite tool_choice=none", expected="no tool_calls",
-                       seen=repr(message["tool_calls"])[:300], where="choices[0].message.tool_calls", exchange=ex)
+        raise ctx.fail(
+            "tool calls despite tool_choice=none",
+            expected="no tool_calls",
+            seen=repr(message["tool_calls"])[:300],
+            where="choices[0].message.tool_calls",
+            exchange=ex,
+        )
     if choice_of(body).get("finish_reason") == "tool_calls":
-        raise ctx.fail("finish_reason tool_calls despite tool_choice=none", expected="stop or length",
-                       seen="tool_calls", where="choices[0].finish_reason", exchange=ex)
+        raise ctx.fail(
+            "finish_reason tool_calls despite tool_choice=none",
+            expected="stop or length",
+            seen="tool_calls",
+            where="choices[0].finish_reason",
+            exchange=ex,
+        )
 
 
 @CHECKS.must("tools.auto_shape", "tool_choice=auto answers 200 and any tool calls it makes are well-formed")
@@ -142,8 +201,13 @@ async def auto(ctx: Context) -> None:
     if message_of(body).get("tool_calls"):
         judge_tool_calls(ctx, ex, body, names=TOOL_NAMES, finish=("tool_calls",))
     elif choice_of(body).get("finish_reason") == "tool_calls":
-        raise ctx.fail("finish_reason tool_calls without tool_calls", expected="stop or length", seen="tool_calls",
-                       where="choices[0].finish_reason", exchange=ex)
+        raise ctx.fail(
+            "finish_reason tool_calls without tool_calls",
+            expected="stop or length",
+            seen="tool_calls",
+            where="choices[0].finish_reason",
+            exchange=ex,
+        )
 
 
 def judge_tool_stream(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]]) -> dict[int, dict[str, str]]:
@@ -152,76 +216,136 @@ def judge_tool_stream(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]]) 
     one entry per index per chunk. Returns {tool index: {id, name, arguments}}."""
     streams = by_choice(chunks)
     if 0 not in streams:
-        raise ctx.fail("no choice 0 in the stream", expected="chunks for choice 0", seen=str(sorted(streams)), exchange=ex)
+        raise ctx.fail(
+            "no choice 0 in the stream", expected="chunks for choice 0", seen=str(sorted(streams)), exchange=ex
+        )
     calls: dict[int, dict[str, str]] = {}
     per_chunk: dict[int, list[int]] = {}
     for n, delta in streams[0].tool_deltas:
         where = f"chunk {n} delta.tool_calls"
         idx = delta.get("index")
         if not isinstance(idx, int) or isinstance(idx, bool):
-            raise ctx.fail("tool-call delta without an integer index", expected="index: int", seen=repr(delta)[:200],
-                           where=where, offending=chunks[n], exchange=ex)
+            raise ctx.fail(
+                "tool-call delta without an integer index",
+                expected="index: int",
+                seen=repr(delta)[:200],
+                where=where,
+                offending=chunks[n],
+                exchange=ex,
+            )
         if idx in per_chunk.setdefault(n, []):
-            raise ctx.fail("two entries for one tool index in one chunk (the client stores them apart)",
-                           expected="at most one entry per index per chunk", seen=repr(delta)[:200], where=where,
-                           offending=chunks[n], exchange=ex)
+            raise ctx.fail(
+                "two entries for one tool index in one chunk (the client stores them apart)",
+                expected="at most one entry per index per chunk",
+                seen=repr(delta)[:200],
+                where=where,
+                offending=chunks[n],
+                exchange=ex,
+            )
         per_chunk[n].append(idx)
         fn = delta.get("function")
         if not isinstance(fn, dict):
-            raise ctx.fail("tool-call delta without a function object (the client's .stream() asserts on it)",
-                           expected='"function": {...} in every delta', seen=repr(delta)[:200], where=where,
-                           offending=chunks[n], exchange=ex)
+            raise ctx.fail(
+                "tool-call delta without a function object (the client's .stream() asserts on it)",
+                expected='"function": {...} in every delta',
+                seen=repr(delta)[:200],
+                where=where,
+                offending=chunks[n],
+                exchange=ex,
+            )
         if idx not in calls:
             if idx != len(calls):
-                raise ctx.fail("tool indices not dense from 0", expected=f"index {len(calls)}", seen=f"index {idx}",
-                               where=where, offending=chunks[n], exchange=ex)
+                raise ctx.fail(
+                    "tool indices not dense from 0",
+                    expected=f"index {len(calls)}",
+                    seen=f"index {idx}",
+                    where=where,
+                    offending=chunks[n],
+                    exchange=ex,
+                )
             if not delta.get("id") or delta.get("type") != "function" or not fn.get("name"):
-                raise ctx.fail("the first delta of a tool call must carry id, type and function.name",
-                               expected='{"index", "id", "type": "function", "function": {"name", ...}}',
-                               seen=repr(delta)[:300], where=where, offending=chunks[n], exchange=ex)
+                raise ctx.fail(
+                    "the first delta of a tool call must carry id, type and function.name",
+                    expected='{"index", "id", "type": "function", "function": {"name", ...}}',
+                    seen=repr(delta)[:300],
+                    where=where,
+                    offending=chunks[n],
+                    exchange=ex,
+                )
             calls[idx] = {"id": delta["id"], "name": fn["name"], "arguments": ""}
         else:
             repeated = [k for k in ("id", "type") if k in delta] + (["function.name"] if "name" in fn else [])
             if repeated:
-                raise ctx.fail("id/type/name repeated in a later delta (the client concatenates them)",
-                               expected="only function.arguments after the first delta", seen=repr(delta)[:300],
-                               where=where, offending=chunks[n], exchange=ex)
+                raise ctx.fail(
+                    "id/type/name repeated in a later delta (the client concatenates them)",
+                    expected="only function.arguments after the first delta",
+                    seen=repr(delta)[:300],
+                    where=where,
+                    offending=chunks[n],
+                    exchange=ex,
+                )
         args = fn.get("arguments")
         if args is not None:
             if not isinstance(args, str):
-                raise ctx.fail("streamed arguments must be string fragments", expected="a string",
-                               seen=repr(args)[:200], where=where, offending=chunks[n], exchange=ex)
+                raise ctx.fail(
+                    "streamed arguments must be string fragments",
+                    expected="a string",
+                    seen=repr(args)[:200],
+                    where=where,
+                    offending=chunks[n],
+                    exchange=ex,
+                )
             calls[idx]["arguments"] += args
     return calls
 
 
-@CHECKS.must("tools.stream_required", "streamed tool calls (required) have dense indices, id/type/name once, a function in every delta")
+@CHECKS.must(
+    "tools.stream_required",
+    "streamed tool calls (required) have dense indices, id/type/name once, a function in every delta",
+)
 async def stream_required(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", tool_body(ctx, tool_choice="required", stream=True))
     chunks = ctx.ok_stream(ex, capability="tools")
     calls = judge_tool_stream(ctx, ex, chunks)
     if not calls:
-        raise ctx.fail("no streamed tool calls", expected="at least one tool-call delta", seen="none",
-                       where="delta.tool_calls", exchange=ex)
+        raise ctx.fail(
+            "no streamed tool calls",
+            expected="at least one tool-call delta",
+            seen="none",
+            where="delta.tool_calls",
+            exchange=ex,
+        )
     finishes = by_choice(chunks)[0].finishes
     if [f for _, f in finishes] != ["tool_calls"]:
-        raise ctx.fail("finish_reason of a streamed required tool call", expected="exactly one 'tool_calls'",
-                       seen=str(finishes), where="finish_reason", exchange=ex)
+        raise ctx.fail(
+            "finish_reason of a streamed required tool call",
+            expected="exactly one 'tool_calls'",
+            seen=str(finishes),
+            where="finish_reason",
+            exchange=ex,
+        )
 
 
-@CHECKS.should("tools.stream_matches_nonstream", "streamed named-tool arguments concatenate to the non-stream arguments")
+@CHECKS.should(
+    "tools.stream_matches_nonstream", "streamed named-tool arguments concatenate to the non-stream arguments"
+)
 async def stream_matches(ctx: Context) -> None:
     ex_n, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
     plain = judge_tool_calls(ctx, ex_n, body, names={"get_weather"}, finish=("stop", "tool_calls"))
     ex = await ctx.http.post("/chat/completions", tool_body(ctx, tool_choice=NAMED, stream=True))
     calls = judge_tool_stream(ctx, ex, ctx.ok_stream(ex, capability="tools"))
     if len(calls) != len(plain) or any(calls[i]["arguments"] != plain[i]["function"]["arguments"] for i in calls):
-        raise ctx.fail("streamed arguments differ from the non-stream ones",
-                       expected=repr([c["function"]["arguments"] for c in plain])[:300],
-                       seen=repr([c["arguments"] for c in calls.values()])[:300], exchange=ex)
+        raise ctx.fail(
+            "streamed arguments differ from the non-stream ones",
+            expected=repr([c["function"]["arguments"] for c in plain])[:300],
+            seen=repr([c["arguments"] for c in calls.values()])[:300],
+            exchange=ex,
+        )
 
 
-@CHECKS.must("tools.sdk_final_completion", "the official client's stream().get_final_completion() rebuilds valid tool calls")
+@CHECKS.must(
+    "tools.sdk_final_completion", "the official client's stream().get_final_completion() rebuilds valid tool calls"
+)
 async def sdk_final(ctx: Context) -> None:
     request = tool_body(ctx, tool_choice=NAMED)
     try:
@@ -233,21 +357,32 @@ async def sdk_final(ctx: Context) -> None:
             raise ctx.not_applicable(f"the server refuses tools: {exc}"[:300]) from None
         raise ctx.fail(f"HTTP {exc.status_code}", expected="HTTP 200", seen=str(exc)[:500]) from None
     except (openai.APIError, AssertionError, IndexError) as exc:
-        raise ctx.fail("the official client's stream helper broke", expected="a clean stream",
-                       seen=f"{type(exc).__name__}: {exc}"[:500]) from None
+        raise ctx.fail(
+            "the official client's stream helper broke",
+            expected="a clean stream",
+            seen=f"{type(exc).__name__}: {exc}"[:500],
+        ) from None
     calls = final.choices[0].message.tool_calls if final.choices else None
     if not calls:
         raise ctx.fail("no tool calls in the final completion", expected="one get_weather call", seen=repr(final)[:300])
     call = calls[0]
     if call.function.name != "get_weather":
-        raise ctx.fail("rebuilt name is wrong (concatenated?)", expected="'get_weather'", seen=repr(call.function.name),
-                       where="tool_calls[0].function.name")
+        raise ctx.fail(
+            "rebuilt name is wrong (concatenated?)",
+            expected="'get_weather'",
+            seen=repr(call.function.name),
+            where="tool_calls[0].function.name",
+        )
     if not call.id:
         raise ctx.fail("rebuilt id is empty", expected="a non-empty id", seen=repr(call.id), where="tool_calls[0].id")
     half = len(call.id) // 2
     if len(call.id) % 2 == 0 and call.id[:half] == call.id[half:]:
-        raise ctx.fail("rebuilt id is doubled (the id was repeated in deltas)", expected="an id sent once",
-                       seen=repr(call.id), where="tool_calls[0].id")
+        raise ctx.fail(
+            "rebuilt id is doubled (the id was repeated in deltas)",
+            expected="an id sent once",
+            seen=repr(call.id),
+            where="tool_calls[0].id",
+        )
 
 
 @CHECKS.must("tools.parallel_false", "parallel_tool_calls=false yields at most one call")
@@ -255,14 +390,20 @@ async def parallel_false(ctx: Context) -> None:
     ex, body = await tool_chat(ctx, tool_choice="required", parallel_tool_calls=False)
     calls = judge_tool_calls(ctx, ex, body, names=TOOL_NAMES, finish=("tool_calls",))
     if len(calls) > 1:
-        raise ctx.fail("several calls with parallel_tool_calls=false", expected="at most 1 call", seen=f"{len(calls)}",
-                       offending=calls, exchange=ex)
+        raise ctx.fail(
+            "several calls with parallel_tool_calls=false",
+            expected="at most 1 call",
+            seen=f"{len(calls)}",
+            offending=calls,
+            exchange=ex,
+        )
 
 
 @CHECKS.must("tools.named_unknown_400", "a named tool_choice not in tools is refused with 400")
 async def named_unknown(ctx: Context) -> None:
-    ex = await ctx.http.post("/chat/completions", tool_body(
-        ctx, tool_choice={"type": "function", "function": {"name": "no_such_tool"}}))
+    ex = await ctx.http.post(
+        "/chat/completions", tool_body(ctx, tool_choice={"type": "function", "function": {"name": "no_such_tool"}})
+    )
     ctx.expect_client_error(ex, (400,), "tool_choice naming an unknown tool")
 
 
@@ -272,19 +413,37 @@ async def choice_without_tools(ctx: Context) -> None:
     ctx.expect_client_error(ex, (400,), "tool_choice without tools")
 
 
-@CHECKS.must("tools.round_trip", "an assistant tool_calls turn followed by a tool result is accepted ('{}' and '' arguments)")
+@CHECKS.must(
+    "tools.round_trip", "an assistant tool_calls turn followed by a tool result is accepted ('{}' and '' arguments)"
+)
 async def round_trip(ctx: Context) -> None:
     for args in ('{"city": "Paris"}', "{}", ""):
         messages = [
             *TOOL_PROMPT,
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_conformance_1", "type": "function", "function": {"name": "get_weather", "arguments": args}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_conformance_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": args},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_conformance_1", "content": "Sunny, 21 C"},
         ]
         ex = await ctx.http.post("/chat/completions", tool_body(ctx, messages=messages, max_tokens=8))
         ctx.skip_if_unsupported(ex, "tools")
         if ex.status != 200:
-            raise CheckFailed(f"tool round trip refused (arguments {args!r})", [Evidence(
-                expected="HTTP 200", seen=f"HTTP {ex.status}: {ex.raw[:300].decode('utf-8', 'replace')}",
-                request=ex.request_summary())])
+            raise CheckFailed(
+                f"tool round trip refused (arguments {args!r})",
+                [
+                    Evidence(
+                        expected="HTTP 200",
+                        seen=f"HTTP {ex.status}: {ex.raw[:300].decode('utf-8', 'replace')}",
+                        request=ex.request_summary(),
+                    )
+                ],
+            )
         ctx.ok_json(ex, capability="tools")

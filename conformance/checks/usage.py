@@ -1,4 +1,5 @@
 """Checklist 10-14: usage accounting."""
+
 from __future__ import annotations
 
 from conformance.check import CheckList
@@ -17,11 +18,22 @@ async def chat_totals(ctx: Context) -> None:
     if issues:
         raise ctx.field_issues("usage does not match CompletionUsage", issues, ex, usage)
     if usage["total_tokens"] != usage["prompt_tokens"] + usage["completion_tokens"]:
-        raise ctx.fail("total is not the sum", expected=f"{usage['prompt_tokens'] + usage['completion_tokens']}",
-                       seen=f"{usage['total_tokens']}", where="usage.total_tokens", offending=usage, exchange=ex)
+        raise ctx.fail(
+            "total is not the sum",
+            expected=f"{usage['prompt_tokens'] + usage['completion_tokens']}",
+            seen=f"{usage['total_tokens']}",
+            where="usage.total_tokens",
+            offending=usage,
+            exchange=ex,
+        )
     if usage["prompt_tokens"] <= 0:
-        raise ctx.fail("no prompt tokens counted", expected="prompt_tokens > 0", seen=str(usage["prompt_tokens"]),
-                       where="usage.prompt_tokens", exchange=ex)
+        raise ctx.fail(
+            "no prompt tokens counted",
+            expected="prompt_tokens > 0",
+            seen=str(usage["prompt_tokens"]),
+            where="usage.prompt_tokens",
+            exchange=ex,
+        )
 
 
 @CHECKS.must("usage.completions.totals", "legacy completion usage has integer counts and total = prompt + completion")
@@ -29,8 +41,14 @@ async def completion_totals(ctx: Context) -> None:
     ex, body = await greedy_completion(ctx)
     usage = usage_of(body, ex)
     if usage["total_tokens"] != usage["prompt_tokens"] + usage["completion_tokens"]:
-        raise ctx.fail("total is not the sum", expected=f"{usage['prompt_tokens'] + usage['completion_tokens']}",
-                       seen=f"{usage['total_tokens']}", where="usage.total_tokens", offending=usage, exchange=ex)
+        raise ctx.fail(
+            "total is not the sum",
+            expected=f"{usage['prompt_tokens'] + usage['completion_tokens']}",
+            seen=f"{usage['total_tokens']}",
+            where="usage.total_tokens",
+            offending=usage,
+            exchange=ex,
+        )
 
 
 @CHECKS.must("usage.matches_max_tokens", "completion_tokens == max_tokens when finish_reason is length, ≤ otherwise")
@@ -42,14 +60,28 @@ async def matches_max_tokens(ctx: Context) -> None:
         finish = choice_of(body).get("finish_reason")
         tokens = usage["completion_tokens"]
         if finish == "length" and tokens != max_tokens:
-            raise ctx.fail("a length finish must have used exactly max_tokens", expected=f"completion_tokens == {max_tokens}",
-                           seen=f"{tokens}", where="usage.completion_tokens", offending=usage, exchange=ex)
+            raise ctx.fail(
+                "a length finish must have used exactly max_tokens",
+                expected=f"completion_tokens == {max_tokens}",
+                seen=f"{tokens}",
+                where="usage.completion_tokens",
+                offending=usage,
+                exchange=ex,
+            )
         if tokens > max_tokens:
-            raise ctx.fail("more tokens than max_tokens", expected=f"completion_tokens <= {max_tokens}", seen=f"{tokens}",
-                           where="usage.completion_tokens", offending=usage, exchange=ex)
+            raise ctx.fail(
+                "more tokens than max_tokens",
+                expected=f"completion_tokens <= {max_tokens}",
+                seen=f"{tokens}",
+                where="usage.completion_tokens",
+                offending=usage,
+                exchange=ex,
+            )
 
 
-@CHECKS.should("usage.prompt_tokens_consistent", "prompt_tokens is the same for identical prompts and grows with the prompt")
+@CHECKS.should(
+    "usage.prompt_tokens_consistent", "prompt_tokens is the same for identical prompts and grows with the prompt"
+)
 async def prompt_tokens_consistent(ctx: Context) -> None:
     ex_a, body_a = await greedy_chat(ctx)
     ex_b = await ctx.chat(max_tokens=2)
@@ -57,14 +89,26 @@ async def prompt_tokens_consistent(ctx: Context) -> None:
     ex_c = await ctx.chat(max_tokens=2, messages=[{"role": "user", "content": long_prompt}])
     a, b, c = (usage_of(body_a, ex_a), usage_of(ctx.ok_json(ex_b), ex_b), usage_of(ctx.ok_json(ex_c), ex_c))
     if a["prompt_tokens"] != b["prompt_tokens"]:
-        raise ctx.fail("the same prompt was counted differently", expected=f"prompt_tokens {a['prompt_tokens']}",
-                       seen=f"{b['prompt_tokens']}", where="usage.prompt_tokens", exchange=ex_b)
+        raise ctx.fail(
+            "the same prompt was counted differently",
+            expected=f"prompt_tokens {a['prompt_tokens']}",
+            seen=f"{b['prompt_tokens']}",
+            where="usage.prompt_tokens",
+            exchange=ex_b,
+        )
     if c["prompt_tokens"] <= a["prompt_tokens"]:
-        raise ctx.fail("a four-times longer prompt did not count more tokens", expected=f"> {a['prompt_tokens']}",
-                       seen=f"{c['prompt_tokens']}", where="usage.prompt_tokens", exchange=ex_c)
+        raise ctx.fail(
+            "a four-times longer prompt did not count more tokens",
+            expected=f"> {a['prompt_tokens']}",
+            seen=f"{c['prompt_tokens']}",
+            where="usage.prompt_tokens",
+            exchange=ex_c,
+        )
 
 
-@CHECKS.should("usage.cached_tokens", "prompt_tokens_details.cached_tokens, when reported, is ≤ prompt_tokens and > 0 on a repeat")
+@CHECKS.should(
+    "usage.cached_tokens", "prompt_tokens_details.cached_tokens, when reported, is ≤ prompt_tokens and > 0 on a repeat"
+)
 async def cached_tokens(ctx: Context) -> None:
     messages = [{"role": "user", "content": "Cache probe: " + "the quick brown fox jumps over the lazy dog " * 12}]
     first = await ctx.chat(messages=messages, max_tokens=1)
@@ -79,12 +123,24 @@ async def cached_tokens(ctx: Context) -> None:
         raise ctx.not_applicable("the server does not report prompt_tokens_details.cached_tokens")
     for ex, usage, cached in details:
         if not isinstance(cached, int) or not 0 <= cached <= usage["prompt_tokens"]:
-            raise ctx.fail("cached_tokens out of range", expected=f"an integer in [0, {usage['prompt_tokens']}]",
-                           seen=repr(cached), where="usage.prompt_tokens_details.cached_tokens", offending=usage, exchange=ex)
+            raise ctx.fail(
+                "cached_tokens out of range",
+                expected=f"an integer in [0, {usage['prompt_tokens']}]",
+                seen=repr(cached),
+                where="usage.prompt_tokens_details.cached_tokens",
+                offending=usage,
+                exchange=ex,
+            )
     ex, usage, cached = details[1]
     if cached == 0:
-        raise ctx.fail("an identical second request reported no cached tokens", expected="cached_tokens > 0",
-                       seen="0", where="usage.prompt_tokens_details.cached_tokens", offending=usage, exchange=ex)
+        raise ctx.fail(
+            "an identical second request reported no cached tokens",
+            expected="cached_tokens > 0",
+            seen="0",
+            where="usage.prompt_tokens_details.cached_tokens",
+            offending=usage,
+            exchange=ex,
+        )
 
 
 @CHECKS.should("usage.n_aggregated", "with n>1 usage counts the prompt once and sums completion tokens")
@@ -98,11 +154,22 @@ async def n_aggregated(ctx: Context) -> None:
         raise ctx.not_applicable(f"n=2 returned {len(body.get('choices') or [])} choice(s) (n.nonstream judges that)")
     two = usage_of(body, ex2)
     if two["prompt_tokens"] != one["prompt_tokens"]:
-        raise ctx.fail("the prompt was not counted once", expected=f"prompt_tokens {one['prompt_tokens']} as with n=1",
-                       seen=f"{two['prompt_tokens']}", where="usage.prompt_tokens", offending=two, exchange=ex2)
+        raise ctx.fail(
+            "the prompt was not counted once",
+            expected=f"prompt_tokens {one['prompt_tokens']} as with n=1",
+            seen=f"{two['prompt_tokens']}",
+            where="usage.prompt_tokens",
+            offending=two,
+            exchange=ex2,
+        )
     lengths = sum(1 for c in body.get("choices") or [] if c.get("finish_reason") == "length")
     low, high = lengths * max_tokens, 2 * max_tokens
     if not low <= two["completion_tokens"] <= high:
-        raise ctx.fail("completion tokens are not summed over choices",
-                       expected=f"between {low} and {high} ({lengths} choice(s) hit max_tokens={max_tokens})",
-                       seen=f"{two['completion_tokens']}", where="usage.completion_tokens", offending=two, exchange=ex2)
+        raise ctx.fail(
+            "completion tokens are not summed over choices",
+            expected=f"between {low} and {high} ({lengths} choice(s) hit max_tokens={max_tokens})",
+            seen=f"{two['completion_tokens']}",
+            where="usage.completion_tokens",
+            offending=two,
+            exchange=ex2,
+        )

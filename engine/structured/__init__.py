@@ -7,6 +7,7 @@ the sampler applies; it computes each step's mask in a background thread while t
 model runs (see mask_provider.py). The grammar engine is llguidance
 (docs/structured-output.md says why).
 """
+
 from engine.structured.errors import SchemaError
 from engine.structured.mask_provider import GrammarMask
 from engine.structured.plan import StructuredPlan, plan_structured

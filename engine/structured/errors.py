@@ -1,4 +1,5 @@
 """The one error the structured-output package raises for a request it cannot honour."""
+
 from __future__ import annotations
 
 

@@ -7,6 +7,7 @@ engine/tool_parser.py reads them back:
 
 with calls joined by "\n" when more than one is allowed.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,8 @@ _MAX_ERROR_CHARS = 400
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
-    parameters: dict      # prepared (see schemas.prepare_schema)
-    param: str            # request field of its schema, for error messages
+    parameters: dict  # prepared (see schemas.prepare_schema)
+    param: str  # request field of its schema, for error messages
 
 
 def json_grammar(prepared_schema: dict) -> str:
@@ -35,8 +36,10 @@ def json_grammar(prepared_schema: dict) -> str:
 
 def tool_calls_grammar(tools: list[ToolSpec], *, multiple: bool) -> str:
     """Lark grammar: one call (or, when `multiple`, one or more) to one of `tools`."""
-    lines = ['start: call ("\\n" call)*' if multiple else "start: call",
-             'call: "<tool_call>\\n" (' + " | ".join(f"fn{i}" for i in range(len(tools))) + ') "\\n</tool_call>"']
+    lines = [
+        'start: call ("\\n" call)*' if multiple else "start: call",
+        'call: "<tool_call>\\n" (' + " | ".join(f"fn{i}" for i in range(len(tools))) + ') "\\n</tool_call>"',
+    ]
     for i, tool in enumerate(tools):
         header = json.dumps('{"name": ' + json.dumps(tool.name) + ', "arguments": ')
         lines.append(f'fn{i}: {header} fn{i}_args "}}"')
@@ -46,6 +49,7 @@ def tool_calls_grammar(tools: list[ToolSpec], *, multiple: bool) -> str:
 
 def check_json_schema(prepared_schema: dict, tokenizer: llguidance.LLTokenizer, *, what: str, param: str) -> str:
     """The schema's grammar, or SchemaError saying what is wrong and where (bad or unsupported)."""
+
     def error_of(schema: dict) -> str:
         return llguidance.LLMatcher.validate_grammar(json_grammar(schema), tokenizer)
 
@@ -71,7 +75,7 @@ def check_json_schema(prepared_schema: dict, tokenizer: llguidance.LLTokenizer, 
 # faster; see docs/structured-output.md).
 _COMPILED_MAX = 256
 _compiled: OrderedDict[tuple[int, str], llguidance.LLMatcher] = OrderedDict()
-_checked: OrderedDict[tuple[int, str], None] = OrderedDict()     # JSON grammars known to be valid
+_checked: OrderedDict[tuple[int, str], None] = OrderedDict()  # JSON grammars known to be valid
 _compiled_lock = threading.Lock()
 
 
@@ -85,8 +89,7 @@ def cached_grammar(grammar: str, tokenizer: llguidance.LLTokenizer) -> llguidanc
         return matcher
 
 
-def compile_grammar(grammar: str, tokenizer: llguidance.LLTokenizer, *, what: str,
-                    param: str) -> llguidance.LLMatcher:
+def compile_grammar(grammar: str, tokenizer: llguidance.LLTokenizer, *, what: str, param: str) -> llguidance.LLMatcher:
     """The compiled start state of `grammar` (shared: never consume from it, copy it)."""
     matcher = cached_grammar(grammar, tokenizer)
     if matcher is not None:

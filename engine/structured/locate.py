@@ -6,9 +6,10 @@ path only, each sub-schema is compiled on its own (with the root's definitions, 
 local `$ref`s still resolve) and the deepest one that fails the same way is reported
 as a JSON pointer.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 _CHILD_SCHEMA = ("items", "additionalProperties", "contains", "propertyNames", "not", "if", "then", "else")
 _CHILD_MAPS = ("properties", "patternProperties", "$defs", "definitions")

@@ -19,12 +19,13 @@ diverge after their first token. So the mask keeps one grammar state per line of
 output ("track"): a call advances the track whose consumed tokens are a prefix of the
 given output, or starts a new one from a copy of the compiled start state.
 """
+
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable
 
 import llguidance
 import numpy as np
@@ -36,9 +37,9 @@ class _Track:
 
     def __init__(self, matcher: llguidance.LLMatcher) -> None:
         self.matcher = matcher
-        self.consumed: list[int] = []            # the output this track stands for
-        self.to_consume: list[int] = []          # tail of `consumed` the matcher has not seen yet
-        self.pending: Future[torch.Tensor] | None = None   # the mask after `consumed`, being computed
+        self.consumed: list[int] = []  # the output this track stands for
+        self.to_consume: list[int] = []  # tail of `consumed` the matcher has not seen yet
+        self.pending: Future[torch.Tensor] | None = None  # the mask after `consumed`, being computed
 
 
 class _StepBatcher:
@@ -47,12 +48,12 @@ class _StepBatcher:
     def __init__(self, overlap: bool) -> None:
         self.overlap = overlap
         self._lock = threading.Lock()
-        self._rows: list[tuple[_Track, "GrammarMask", Future]] = []
+        self._rows: list[tuple[_Track, GrammarMask, Future]] = []
         self._queued = False
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar-mask")
         self._executor = llguidance.LLExecutor()
 
-    def add(self, track: _Track, owner: "GrammarMask") -> Future:
+    def add(self, track: _Track, owner: GrammarMask) -> Future:
         future: Future = Future()
         with self._lock:
             self._rows.append((track, owner, future))
@@ -97,14 +98,16 @@ class _StepBatcher:
                     future.set_exception(exc)
 
 
-def compute_masks(matchers: list[llguidance.LLMatcher], vocab_size: int,
-                  executor: llguidance.LLExecutor | None = None) -> torch.Tensor:
+def compute_masks(
+    matchers: list[llguidance.LLMatcher], vocab_size: int, executor: llguidance.LLExecutor | None = None
+) -> torch.Tensor:
     """Bool masks [len(matchers), vocab_size] (True = allowed), computed in one call."""
     words = (vocab_size + 31) // 32
     bits = np.zeros((len(matchers), words), dtype=np.int32)
     if executor is not None:
-        executor.unsafe_compute_mask_ptr([(m, i) for i, m in enumerate(matchers)], bits.ctypes.data, words * 4,
-                                         len(matchers))
+        executor.unsafe_compute_mask_ptr(
+            [(m, i) for i, m in enumerate(matchers)], bits.ctypes.data, words * 4, len(matchers)
+        )
     else:
         for i, m in enumerate(matchers):
             m.unsafe_compute_mask_ptr(bits[i].ctypes.data, words * 4)
@@ -137,7 +140,7 @@ class GrammarMask:
         self._stop_only = torch.zeros(vocab_size, dtype=torch.bool)
         self._stop_only[[t for t in stop_token_ids if 0 <= t < vocab_size]] = True
         self._tracks: list[_Track] = []
-        self.errors: list[str] = []          # grammar errors met (a bug if ever non-empty)
+        self.errors: list[str] = []  # grammar errors met (a bug if ever non-empty)
 
     def prefetch(self, output_ids: list[int]) -> Callable[[], None]:
         """Record that the mask after `output_ids` is wanted this step; the returned starter
@@ -177,7 +180,7 @@ class GrammarMask:
                     _step_batcher().run_now()
                     best.pending.result()
                 best.pending = None
-            best.to_consume += output_ids[len(best.consumed):]
+            best.to_consume += output_ids[len(best.consumed) :]
             best.consumed = list(output_ids)
         return best
 

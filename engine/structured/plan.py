@@ -1,4 +1,5 @@
 """From a request's response_format / tools / tool_choice to the grammar to decode with."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,7 +11,6 @@ from engine.structured.errors import SchemaError
 from engine.structured.grammars import ToolSpec, check_json_schema, compile_grammar, tool_calls_grammar
 from engine.structured.schemas import NO_PARAMETERS, prepare_schema
 
-
 # Keywords that decide a schema's type themselves; without any of them, and without
 # "type", a tool's parameters schema is taken to describe an object.
 _COMPOSED = {"type", "anyOf", "oneOf", "allOf", "$ref", "enum", "const", "not"}
@@ -20,12 +20,17 @@ _COMPOSED = {"type", "anyOf", "oneOf", "allOf", "$ref", "enum", "const", "not"}
 class StructuredPlan:
     kind: Literal["json", "tool_calls"]
     grammar: str
-    matcher: llguidance.LLMatcher       # compiled start state, shared by requests: GrammarMask copies it
+    matcher: llguidance.LLMatcher  # compiled start state, shared by requests: GrammarMask copies it
 
 
-def plan_structured(tokenizer: llguidance.LLTokenizer, *, response_format: dict | None = None,
-                    tools: list[dict] | None = None, tool_choice: Any = None,
-                    parallel_tool_calls: bool | None = True) -> StructuredPlan | None:
+def plan_structured(
+    tokenizer: llguidance.LLTokenizer,
+    *,
+    response_format: dict | None = None,
+    tools: list[dict] | None = None,
+    tool_choice: Any = None,
+    parallel_tool_calls: bool | None = True,
+) -> StructuredPlan | None:
     """The grammar a request must be decoded under, or None for free text.
 
     Forced tool calls (`tool_choice` "required" or a named function) take precedence
@@ -35,12 +40,14 @@ def plan_structured(tokenizer: llguidance.LLTokenizer, *, response_format: dict 
     if tool_choice == "required" or isinstance(tool_choice, dict):
         specs = _tool_specs(tools, tool_choice)
         for spec in specs:  # per tool first, so the error names the tool at fault
-            check_json_schema(spec.parameters, tokenizer, what=f"the parameters schema of tool {spec.name!r}",
-                              param=spec.param)
+            check_json_schema(
+                spec.parameters, tokenizer, what=f"the parameters schema of tool {spec.name!r}", param=spec.param
+            )
         named = isinstance(tool_choice, dict)
         grammar = tool_calls_grammar(specs, multiple=not named and parallel_tool_calls is not False)
-        return StructuredPlan("tool_calls", grammar,
-                              compile_grammar(grammar, tokenizer, what="the tool-call grammar", param="tools"))
+        return StructuredPlan(
+            "tool_calls", grammar, compile_grammar(grammar, tokenizer, what="the tool-call grammar", param="tools")
+        )
     if response_format is None:
         return None
     if not isinstance(response_format, dict):
@@ -61,8 +68,9 @@ def plan_structured(tokenizer: llguidance.LLTokenizer, *, response_format: dict 
         schema = prepare_schema(raw, param="response_format.json_schema.schema")
         what = f"the JSON schema {spec.get('name')!r}" if spec.get("name") else "the JSON schema"
     else:
-        raise SchemaError(f"response_format type {kind!r} is not supported (use text, json_object or json_schema)",
-                          "response_format")
+        raise SchemaError(
+            f"response_format type {kind!r} is not supported (use text, json_object or json_schema)", "response_format"
+        )
     grammar = check_json_schema(schema, tokenizer, what=what, param="response_format")
     return StructuredPlan("json", grammar, compile_grammar(grammar, tokenizer, what=what, param="response_format"))
 
@@ -87,7 +95,7 @@ def _tool_specs(tools: list[dict] | None, tool_choice: Any) -> list[ToolSpec]:
         param = f"tools[{i}].function.parameters"
         raw = fn.get("parameters")
         if isinstance(raw, dict) and not _COMPOSED.intersection(raw):
-            raw = {"type": "object", **raw}   # arguments are an object, whatever else the schema allows
+            raw = {"type": "object", **raw}  # arguments are an object, whatever else the schema allows
         parameters = prepare_schema(NO_PARAMETERS if raw is None else raw, param=param)
         specs.append(ToolSpec(name, parameters, param))
     if not specs:

@@ -1,4 +1,5 @@
 """JSON schemas as the grammar engine gets them: shape checks, closed objects, output style."""
+
 from __future__ import annotations
 
 import copy
@@ -13,8 +14,19 @@ OUTPUT_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separ
 
 # Keywords whose values are schemas / maps of schemas / lists of schemas; closing objects
 # walks exactly these (walking every dict would mistake property *names* for keywords).
-_SCHEMA_VALUED = ("items", "additionalProperties", "contains", "not", "propertyNames", "if", "then", "else",
-                  "unevaluatedItems", "unevaluatedProperties", "additionalItems")
+_SCHEMA_VALUED = (
+    "items",
+    "additionalProperties",
+    "contains",
+    "not",
+    "propertyNames",
+    "if",
+    "then",
+    "else",
+    "unevaluatedItems",
+    "unevaluatedProperties",
+    "additionalItems",
+)
 _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 
@@ -48,8 +60,12 @@ def _close_objects(schema: Any) -> None:
     listed = schema.get("properties") if is_object else {}
     required = schema.get("required") if isinstance(schema.get("required"), list) else []
     # A required key the properties do not list is an extra key the schema asks for: leave it open.
-    if (is_object and "additionalProperties" not in schema and "patternProperties" not in schema
-            and all(name in listed for name in required)):
+    if (
+        is_object
+        and "additionalProperties" not in schema
+        and "patternProperties" not in schema
+        and all(name in listed for name in required)
+    ):
         schema["additionalProperties"] = False
     for key in _SCHEMA_VALUED:
         _close_objects(schema.get(key))

@@ -5,6 +5,7 @@ the tokenizer.json: read from tokenizer.json it treats every *added* token as sp
 so a non-special added token such as the hermes `<tool_call>` tag could never be
 sampled inside a grammar.
 """
+
 from __future__ import annotations
 
 import threading
@@ -49,7 +50,8 @@ def grammar_tokenizer(tok: TextTokenizer, vocab_size: int, eos_token_ids: set[in
         cached = _cache.get(key)
         if cached is None:
             source = _TokenSource(tok, max(vocab_size, tok.vocab_size))
-            cached = llguidance.LLTokenizer(llguidance.TokenizerWrapper(source), n_vocab=len(source.tokens),
-                                            eos_token=sorted(eos_token_ids))
+            cached = llguidance.LLTokenizer(
+                llguidance.TokenizerWrapper(source), n_vocab=len(source.tokens), eos_token=sorted(eos_token_ids)
+            )
             _cache[key] = cached
         return cached

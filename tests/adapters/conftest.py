@@ -1,4 +1,5 @@
 """Fixtures for adapter tests: the byte-exact replay server as a real process."""
+
 from __future__ import annotations
 
 import sys
@@ -30,8 +31,11 @@ class ReplayServer:
 def replay(tmp_path_factory) -> ReplayServer:
     port = free_port()
     tmp = tmp_path_factory.mktemp("replay")
-    p = Process([sys.executable, str(Path(__file__).with_name("replay_server.py")), "--port", str(port)],
-                f"http://127.0.0.1:{port}", tmp / "replay.log")
+    p = Process(
+        [sys.executable, str(Path(__file__).with_name("replay_server.py")), "--port", str(port)],
+        f"http://127.0.0.1:{port}",
+        tmp / "replay.log",
+    )
     p.wait_ready("/_replay/requests", timeout=20)
     yield ReplayServer(p)
     p.stop()

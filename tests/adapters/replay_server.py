@@ -15,6 +15,7 @@ Control endpoints:
 - `GET /_replay/requests`: `{"requests": [{"method", "path", "headers", "body"}],
   "disconnects": N}` where N counts streams the client left during `hold_ms`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,9 +23,17 @@ import asyncio
 import json
 from typing import Any
 
-REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 422: "Unprocessable Entity",
-           424: "Failed Dependency", 429: "Too Many Requests", 500: "Internal Server Error",
-           503: "Service Unavailable"}
+REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    422: "Unprocessable Entity",
+    424: "Failed Dependency",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 class Replay:
@@ -106,8 +115,9 @@ async def respond(writer: asyncio.StreamWriter, status: int, headers: dict[str, 
     await writer.drain()
 
 
-async def stream(replay: Replay, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 response: dict[str, Any]) -> bool:
+async def stream(
+    replay: Replay, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, response: dict[str, Any]
+) -> bool:
     """Write a chunked SSE body; False when the connection is finished."""
     headers = {"content-type": "text/event-stream", "transfer-encoding": "chunked", **response.get("headers", {})}
     writer.write(head_bytes(response.get("status", 200), headers))
@@ -119,7 +129,7 @@ async def stream(replay: Replay, reader: asyncio.StreamReader, writer: asyncio.S
     if hold:
         try:
             left = await asyncio.wait_for(reader.read(1), timeout=hold)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             left = None
         if left == b"":
             replay.disconnects += 1

@@ -1,8 +1,8 @@
 """The gateway's own HTTP/1.1 client against a real server process."""
+
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import httpx
@@ -77,8 +77,6 @@ async def test_limit_bounds_concurrency_at_the_server(upstream):
     stats = httpx.get(upstream.url + "/_sim/stats").json()
     assert stats["completed"] == 8 and stats["max_inflight"] == 2
     pool.close()
-
-
 
 
 async def test_read_timeout_and_cut_response():

@@ -1,4 +1,5 @@
 """The Prometheus text reader on series shaped like the runtimes' /metrics."""
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """Every runtime error shape from RUNTIMES.md sections 1.7, 2.8, 3.7, 4.8 and 5,
 decoded by each adapter into the gateway's error with the right status."""
+
 from __future__ import annotations
 
 import orjson
@@ -21,17 +22,23 @@ def b(obj) -> bytes:
     return orjson.dumps(obj)
 
 
-@pytest.mark.parametrize("body, message, code", [
-    (b({"error": {"message": "m1", "type": "BadRequestError", "param": None, "code": 400}}), "m1", 400),
-    (b({"object": "error", "message": "m2", "type": "BadRequestError", "param": None, "code": 400}), "m2", 400),
-    (b({"error": "m3"}), "m3", None),
-    (b({"error": "m4", "error_type": "validation"}), "m4", None),
-    (b({"error": {"message": "m5", "http_status_code": 422}}), "m5", 422),
-    (b({"error": {"message": "m6"}}), "m6", None),
-    (b"Failed to deserialize the JSON body into the target type", "Failed to deserialize the JSON body into the "
-                                                                  "target type", None),
-    (b"", "", None),
-])
+@pytest.mark.parametrize(
+    "body, message, code",
+    [
+        (b({"error": {"message": "m1", "type": "BadRequestError", "param": None, "code": 400}}), "m1", 400),
+        (b({"object": "error", "message": "m2", "type": "BadRequestError", "param": None, "code": 400}), "m2", 400),
+        (b({"error": "m3"}), "m3", None),
+        (b({"error": "m4", "error_type": "validation"}), "m4", None),
+        (b({"error": {"message": "m5", "http_status_code": 422}}), "m5", 422),
+        (b({"error": {"message": "m6"}}), "m6", None),
+        (
+            b"Failed to deserialize the JSON body into the target type",
+            "Failed to deserialize the JSON body into the target type",
+            None,
+        ),
+        (b"", "", None),
+    ],
+)
 def test_every_body_shape_is_read(body, message, code):
     parsed = parse_error_body(body)
     assert parsed.message == message
@@ -40,46 +47,81 @@ def test_every_body_shape_is_read(body, message, code):
 
 # ---- vLLM --------------------------------------------------------------------
 
+
 def test_vllm_context_length_is_context_length_exceeded():
-    body = b({"error": {"message": "This model's maximum context length is 1024 tokens. However, your prompt "
-                                   "contains 2000 input tokens, which exceeds this limit even without any output "
-                                   "tokens.", "type": "BadRequestError", "param": "input_tokens", "code": 400}})
+    body = b(
+        {
+            "error": {
+                "message": "This model's maximum context length is 1024 tokens. However, your prompt "
+                "contains 2000 input tokens, which exceeds this limit even without any output "
+                "tokens.",
+                "type": "BadRequestError",
+                "param": "input_tokens",
+                "code": 400,
+            }
+        }
+    )
     err = VLLM._error(400, body)
     assert (err.status, err.code, err.param) == (400, "context_length_exceeded", "messages")
     assert "1024" in err.message
 
 
 def test_vllm_input_length_message_is_context_length_exceeded():
-    err = VLLM._error(400, b({"error": {"message": "Input length (3000) exceeds model's maximum context length "
-                                                   "(1024).", "type": "BadRequestError", "code": 400}}))
+    err = VLLM._error(
+        400,
+        b(
+            {
+                "error": {
+                    "message": "Input length (3000) exceeds model's maximum context length (1024).",
+                    "type": "BadRequestError",
+                    "code": 400,
+                }
+            }
+        ),
+    )
     assert err.code == "context_length_exceeded"
 
 
 def test_vllm_validation_keeps_400_and_param():
-    err = VLLM._error(400, b({"error": {"message": "1 validation error", "type": "Bad Request",
-                                        "param": "temperature", "code": 400}}))
+    err = VLLM._error(
+        400, b({"error": {"message": "1 validation error", "type": "Bad Request", "param": "temperature", "code": 400}})
+    )
     assert (err.status, err.param, err.type) == (400, "temperature", "invalid_request_error")
 
 
 def test_vllm_in_stream_error_uses_the_body_code():
     # The base adapter reports an in-stream error as status 500.
-    err = VLLM._error(500, b({"error": {"message": "bad logits processor", "type": "BadRequestError",
-                                        "param": None, "code": 400}}))
+    err = VLLM._error(
+        500, b({"error": {"message": "bad logits processor", "type": "BadRequestError", "param": None, "code": 400}})
+    )
     assert err.status == 400
-    err = VLLM._error(500, b({"error": {"message": "engine crashed", "type": "InternalServerError",
-                                        "param": None, "code": 500}}))
+    err = VLLM._error(
+        500, b({"error": {"message": "engine crashed", "type": "InternalServerError", "param": None, "code": 500}})
+    )
     assert (err.status, err.code) == (502, "upstream_error")
 
 
 def test_vllm_queue_limit_503_is_retryable():
-    err = VLLM._error(503, b({"error": {"message": "The engine is currently busy", "type": "Service Unavailable",
-                                        "code": 503}}))
+    err = VLLM._error(
+        503, b({"error": {"message": "The engine is currently busy", "type": "Service Unavailable", "code": 503}})
+    )
     assert err.status == 503 and err.retryable
 
 
 def test_vllm_unknown_model_404_is_a_backend_fault():
-    err = VLLM._error(404, b({"error": {"message": "The model `x` does not exist.", "type": "NotFoundError",
-                                        "param": "model", "code": 404}}))
+    err = VLLM._error(
+        404,
+        b(
+            {
+                "error": {
+                    "message": "The model `x` does not exist.",
+                    "type": "NotFoundError",
+                    "param": "model",
+                    "code": 404,
+                }
+            }
+        ),
+    )
     assert err.status == 502 and err.retryable and "vLLM" in err.message
 
 
@@ -89,63 +131,121 @@ def test_vllm_bad_key_is_not_the_clients_fault():
 
 
 def test_vllm_flat_pre_0_10_shape():
-    err = VLLM._error(400, b({"object": "error", "message": "This model's maximum context length is 4096 tokens. "
-                                                            "However, you requested 5000 tokens", "code": 400}))
+    err = VLLM._error(
+        400,
+        b(
+            {
+                "object": "error",
+                "message": "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens",
+                "code": 400,
+            }
+        ),
+    )
     assert err.code == "context_length_exceeded"
 
 
 # ---- SGLang ------------------------------------------------------------------
 
-@pytest.mark.parametrize("message", [
-    "The input (5000 tokens) is longer than the model's context length (4096 tokens).",
-    "Requested token count exceeds the model's maximum context length of 4096 tokens. You requested a total of "
-    "5000 tokens: 4000 tokens from the input messages and 1000 tokens for the completion.",
-])
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "The input (5000 tokens) is longer than the model's context length (4096 tokens).",
+        "Requested token count exceeds the model's maximum context length of 4096 tokens. You requested a total of "
+        "5000 tokens: 4000 tokens from the input messages and 1000 tokens for the completion.",
+    ],
+)
 def test_sglang_context_messages(message):
-    err = SGL._error(400, b({"object": "error", "message": message, "type": "BadRequestError", "param": None,
-                             "code": 400}))
+    err = SGL._error(
+        400, b({"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400})
+    )
     assert (err.status, err.code) == (400, "context_length_exceeded")
 
 
 def test_sglang_queue_full_non_stream_type_is_the_string_503():
-    err = SGL._error(503, b({"object": "error", "message": "The request queue is full.", "type": "503",
-                             "param": None, "code": 503}))
+    err = SGL._error(
+        503, b({"object": "error", "message": "The request queue is full.", "type": "503", "param": None, "code": 503})
+    )
     assert err.status == 503 and err.retryable
 
 
 def test_sglang_queue_full_in_stream():
-    err = SGL._error(500, b({"error": {"object": "error", "message": "The request queue is full.",
-                                       "type": "SERVICE_UNAVAILABLE", "param": None, "code": 503}}))
+    err = SGL._error(
+        500,
+        b(
+            {
+                "error": {
+                    "object": "error",
+                    "message": "The request queue is full.",
+                    "type": "SERVICE_UNAVAILABLE",
+                    "param": None,
+                    "code": 503,
+                }
+            }
+        ),
+    )
     assert err.status == 503
 
 
 def test_sglang_internal_error_is_502():
-    err = SGL._error(500, b({"object": "error", "message": "Internal server error: boom",
-                             "type": "InternalServerError", "param": None, "code": 500}))
+    err = SGL._error(
+        500,
+        b(
+            {
+                "object": "error",
+                "message": "Internal server error: boom",
+                "type": "InternalServerError",
+                "param": None,
+                "code": 500,
+            }
+        ),
+    )
     assert err.status == 502 and "SGLang" in err.message
 
 
 # ---- TRT-LLM -----------------------------------------------------------------
 
-@pytest.mark.parametrize("message", [
-    "The sum of prompt length (4000.0), query length (0) should not exceed max_num_tokens (2048)",
-    "The sum of prompt length (4000) and query length (0) max_tokens (16) should not exceed max_seq_len (2048)",
-])
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "The sum of prompt length (4000.0), query length (0) should not exceed max_num_tokens (2048)",
+        "The sum of prompt length (4000) and query length (0) max_tokens (16) should not exceed max_seq_len (2048)",
+    ],
+)
 def test_trtllm_context_messages(message):
-    err = TRT._error(400, b({"object": "error", "message": message, "type": "BadRequestError", "param": None,
-                             "code": 400}))
+    err = TRT._error(
+        400, b({"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400})
+    )
     assert err.code == "context_length_exceeded"
 
 
 def test_trtllm_string_error_is_a_400():
-    err = TRT._error(400, b({"error": "1 validation error for ChatCompletionRequest\nparallel_tool_calls\n  "
-                                      "Extra inputs are not permitted"}))
+    err = TRT._error(
+        400,
+        b(
+            {
+                "error": "1 validation error for ChatCompletionRequest\nparallel_tool_calls\n  "
+                "Extra inputs are not permitted"
+            }
+        ),
+    )
     assert err.status == 400 and "Extra inputs" in err.message
 
 
 def test_trtllm_generation_failure_sent_as_400_is_502():
-    err = TRT._error(400, b({"object": "error", "message": "Generation failed: executor error",
-                             "type": "BadRequestError", "param": None, "code": 400}))
+    err = TRT._error(
+        400,
+        b(
+            {
+                "object": "error",
+                "message": "Generation failed: executor error",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            }
+        ),
+    )
     assert (err.status, err.code) == (502, "upstream_error")
 
 
@@ -156,25 +256,39 @@ def test_trtllm_completions_in_stream_error_without_code():
 
 # ---- TGI -----------------------------------------------------------------------
 
+
 def test_tgi_validation_422_is_400():
-    err = TGI._error(422, b({"error": "Input validation error: `top_p` must be > 0.0 and < 1.0",
-                             "error_type": "validation"}))
+    err = TGI._error(
+        422, b({"error": "Input validation error: `top_p` must be > 0.0 and < 1.0", "error_type": "validation"})
+    )
     assert err.status == 400 and "top_p" in err.message
 
 
-@pytest.mark.parametrize("message", [
-    "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and "
-    "200 `max_new_tokens`",
-    "Input validation error: `inputs` must have less than 4096 tokens. Given: 5000",
-])
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. Given: 4000 `inputs` tokens and "
+        "200 `max_new_tokens`",
+        "Input validation error: `inputs` must have less than 4096 tokens. Given: 5000",
+    ],
+)
 def test_tgi_context_messages(message):
     err = TGI._error(422, b({"error": message, "error_type": "validation"}))
     assert (err.status, err.code) == (400, "context_length_exceeded")
 
 
 def test_tgi_context_message_in_stream():
-    err = TGI._error(500, b({"error": {"message": "Input validation error: `inputs` must have less than 100 "
-                                                  "tokens. Given: 150", "http_status_code": 422}}))
+    err = TGI._error(
+        500,
+        b(
+            {
+                "error": {
+                    "message": "Input validation error: `inputs` must have less than 100 tokens. Given: 150",
+                    "http_status_code": 422,
+                }
+            }
+        ),
+    )
     assert err.code == "context_length_exceeded"
 
 
@@ -186,10 +300,10 @@ def test_tgi_overload_429_and_in_stream():
 
 
 def test_tgi_generation_424_and_incomplete_500_are_502():
-    assert TGI._error(424, b({"error": "Request failed during generation: x", "error_type": "generation"})).status \
-        == 502
-    assert TGI._error(500, b({"error": "Incomplete generation", "error_type": "incomplete_generation"})).status \
-        == 502
+    assert (
+        TGI._error(424, b({"error": "Request failed during generation: x", "error_type": "generation"})).status == 502
+    )
+    assert TGI._error(500, b({"error": "Incomplete generation", "error_type": "incomplete_generation"})).status == 502
     err = TGI._error(500, b({"error": {"message": "Incomplete generation", "http_status_code": 422}}))
     assert err.status == 502
 

@@ -1,5 +1,6 @@
 """Health and load of each runtime adapter against its simulator (real processes):
 readiness while the runtime loads, and the load snapshot while work is in flight."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,8 +20,12 @@ FLAGS = {"sglang": {"enable_metrics": True}}
 
 
 def slow_request(rid: str) -> GenerationRequest:
-    return GenerationRequest(request_id=rid, model="m", stream=True,
-                             messages=[{"role": "user", "content": "go [[sim:output_tokens=300,itl_ms=20]]"}])
+    return GenerationRequest(
+        request_id=rid,
+        model="m",
+        stream=True,
+        messages=[{"role": "user", "content": "go [[sim:output_tokens=300,itl_ms=20]]"}],
+    )
 
 
 @pytest.mark.parametrize("kind", list(ADAPTERS))

@@ -1,4 +1,5 @@
 """EventRepair: what only the whole stream shows (RUNTIMES.md section 5, items 6 and 7)."""
+
 from __future__ import annotations
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, TextDelta, ToolCallDelta, Usage
@@ -18,8 +19,12 @@ def req(**kw) -> GenerationRequest:
 
 
 def test_tgi_counter_ids_become_unique_and_are_sent_once():
-    pieces = [ToolCallDelta(0, 0, "0", "get_weather", "{"), ToolCallDelta(0, 0, "0", None, '"city"'),
-              ToolCallDelta(0, 0, "0", None, ': "Paris"}'), Finish(0, "stop")]
+    pieces = [
+        ToolCallDelta(0, 0, "0", "get_weather", "{"),
+        ToolCallDelta(0, 0, "0", None, '"city"'),
+        ToolCallDelta(0, 0, "0", None, ': "Paris"}'),
+        Finish(0, "stop"),
+    ]
     out = run(EventRepair(req(tools=[{}])), pieces)
     calls = [e for e in out if isinstance(e, ToolCallDelta)]
     assert calls[0].id and calls[0].id.startswith("call_") and calls[0].id != "0"

@@ -5,6 +5,7 @@ OpenAI dialect whichever runtime answers.
 Faults are asked for with the simulators' prompt markers (`[[sim:...]]`, see
 simulators/faults.py), which the gateway forwards verbatim.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,16 +17,29 @@ import pytest
 from simulators.testing import start_simulator
 from tests.procs import start_gateway
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 
 # kind -> (adapter, simulator flags, backend options)
 STACKS = {
-    "vllm": ("vllm", {"enable_auto_tool_choice": True, "tool_call_parser": "hermes",
-                      "enable_prompt_tokens_details": True}, {"prompt_tokens_details": True}),
-    "sglang": ("sglang", {"tool_call_parser": "qwen25", "enable_cache_report": True, "enable_metrics": True},
-               {"cache_report": True}),
+    "vllm": (
+        "vllm",
+        {"enable_auto_tool_choice": True, "tool_call_parser": "hermes", "enable_prompt_tokens_details": True},
+        {"prompt_tokens_details": True},
+    ),
+    "sglang": (
+        "sglang",
+        {"tool_call_parser": "qwen25", "enable_cache_report": True, "enable_metrics": True},
+        {"cache_report": True},
+    ),
     "trtllm": ("trtllm", {"tool_parser": "qwen3", "max_num_tokens": 1024}, {}),
     "tgi": ("tgi", {"tgi_version": "3.3"}, {}),
     "tgi-3.1": ("tgi", {"tgi_version": "3.1"}, {}),
@@ -42,15 +56,30 @@ class Stack:
 
 # TGI before 3.2 differs only in tool-call shapes, which the replayed samples of
 # test_tgi_adapter.py cover in the fast tier; its full stack runs in the slow tier.
-@pytest.fixture(scope="module", params=[pytest.param(k, marks=pytest.mark.slow) if k == "tgi-3.1" else k
-                                        for k in STACKS])
+@pytest.fixture(
+    scope="module", params=[pytest.param(k, marks=pytest.mark.slow) if k == "tgi-3.1" else k for k in STACKS]
+)
 def stack(request, module_tmp):
     adapter, flags, options = STACKS[request.param]
     # Both processes start at once: the gateway does not need the runtime to boot.
-    sim = start_simulator(adapter, wait=False, model_name="tiny", output_tokens=6, itl_ms=1, max_model_len=1024,
-                          **flags)
-    config = {"models": {"m": {"backends": [{"name": f"{request.param}-1", "adapter": adapter, "url": sim.url,
-                                             "served_model": "tiny", "options": options}]}}}
+    sim = start_simulator(
+        adapter, wait=False, model_name="tiny", output_tokens=6, itl_ms=1, max_model_len=1024, **flags
+    )
+    config = {
+        "models": {
+            "m": {
+                "backends": [
+                    {
+                        "name": f"{request.param}-1",
+                        "adapter": adapter,
+                        "url": sim.url,
+                        "served_model": "tiny",
+                        "options": options,
+                    }
+                ]
+            }
+        }
+    }
     try:
         gateway = start_gateway(module_tmp, config)
         sim.wait_ready()
@@ -76,8 +105,11 @@ def test_non_stream(stack):
 
 
 def test_stream_one_finish_and_usage_last(stack):
-    chunks = list(stack.client.chat.completions.create(model="m", messages=ask("hello"), stream=True,
-                                                      stream_options={"include_usage": True}))
+    chunks = list(
+        stack.client.chat.completions.create(
+            model="m", messages=ask("hello"), stream=True, stream_options={"include_usage": True}
+        )
+    )
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert len(finishes) == 1 and finishes[0] in ("stop", "length")
@@ -93,8 +125,9 @@ def test_stream_without_include_usage_has_no_usage(stack):
 
 
 def test_tool_call_non_stream(stack):
-    resp = stack.client.chat.completions.create(model="m", messages=ask("weather in Paris? [[sim:tool_call]]"),
-                                                tools=TOOLS)
+    resp = stack.client.chat.completions.create(
+        model="m", messages=ask("weather in Paris? [[sim:tool_call]]"), tools=TOOLS
+    )
     choice = resp.choices[0]
     calls = choice.message.tool_calls
     assert calls and calls[0].function.name == "get_weather" and calls[0].type == "function"
@@ -106,8 +139,11 @@ def test_tool_call_non_stream(stack):
 
 
 def test_tool_call_stream(stack):
-    chunks = list(stack.client.chat.completions.create(model="m", messages=ask("weather? [[sim:tool_call]]"),
-                                                      tools=TOOLS, stream=True))
+    chunks = list(
+        stack.client.chat.completions.create(
+            model="m", messages=ask("weather? [[sim:tool_call]]"), tools=TOOLS, stream=True
+        )
+    )
     pieces = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
     ids = [p.id for p in pieces if p.id]
     names = [p.function.name for p in pieces if p.function and p.function.name]
@@ -130,16 +166,16 @@ def test_cached_tokens_reported_where_the_runtime_gives_them(stack):
 def test_context_length_exceeded(stack):
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError) as info:
-            r = stack.client.chat.completions.create(model="m", messages=ask("long [[sim:prompt_tokens=5000]]"),
-                                                     stream=stream)
+            r = stack.client.chat.completions.create(
+                model="m", messages=ask("long [[sim:prompt_tokens=5000]]"), stream=stream
+            )
             if stream:
                 list(r)
         assert info.value.status_code == 400 and info.value.code == "context_length_exceeded", info.value.body
 
 
 def test_in_stream_error_becomes_an_error_event(stack):
-    stream = stack.client.chat.completions.create(model="m", messages=ask("go [[sim:error_after=2]]"),
-                                                  stream=True)
+    stream = stack.client.chat.completions.create(model="m", messages=ask("go [[sim:error_after=2]]"), stream=True)
     with pytest.raises(openai.APIError):
         for _ in stream:
             pass
@@ -177,7 +213,8 @@ def test_n_greater_than_one(stack):
 def test_cancellation_reaches_the_runtime(stack):
     stack.sim.reset()
     stream = stack.client.chat.completions.create(
-        model="m", messages=ask("long one [[sim:output_tokens=400,itl_ms=20]]"), stream=True)
+        model="m", messages=ask("long one [[sim:output_tokens=400,itl_ms=20]]"), stream=True
+    )
     got = 0
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
@@ -204,8 +241,9 @@ def test_cancellation_reaches_the_runtime(stack):
 def test_openai_defaults_every_runtime_accepts(stack):
     # TGI rejects top_p 1.0 (422), reads presence_penalty 0 as repetition 2.0 and
     # wants `stop` as an array; OpenAI clients send all three.
-    resp = stack.client.chat.completions.create(model="m", messages=ask("defaults"), top_p=1.0, presence_penalty=0,
-                                                stop="zzz", max_tokens=4, temperature=0.7)
+    resp = stack.client.chat.completions.create(
+        model="m", messages=ask("defaults"), top_p=1.0, presence_penalty=0, stop="zzz", max_tokens=4, temperature=0.7
+    )
     assert resp.choices[0].finish_reason in ("stop", "length")
     body = stack.sim.stats()["last_requests"][-1]["body"]
     if stack.kind.startswith("tgi"):
@@ -214,8 +252,9 @@ def test_openai_defaults_every_runtime_accepts(stack):
 
 def test_what_the_runtime_cannot_do_is_a_400_naming_it(stack):
     if not stack.kind.startswith("tgi"):
-        resp = stack.client.chat.completions.create(model="m", messages=ask("penalty"), presence_penalty=0.5,
-                                                    max_tokens=3)
+        resp = stack.client.chat.completions.create(
+            model="m", messages=ask("penalty"), presence_penalty=0.5, max_tokens=3
+        )
         assert resp.choices[0].finish_reason in ("stop", "length")
         return
     with pytest.raises(openai.BadRequestError) as info:
@@ -228,8 +267,9 @@ def test_overload_is_a_retryable_status(stack):
     # control and queues. Whatever the runtime's shape, the tenant gets 429 or 503.
     for stream in (False, True):
         try:
-            r = stack.client.chat.completions.create(model="m", messages=ask("busy [[sim:overloaded]]"),
-                                                     stream=stream, max_tokens=3)
+            r = stack.client.chat.completions.create(
+                model="m", messages=ask("busy [[sim:overloaded]]"), stream=stream, max_tokens=3
+            )
             if stream:
                 list(r)
         except openai.APIStatusError as exc:

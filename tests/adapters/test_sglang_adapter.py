@@ -1,4 +1,5 @@
 """SGLangAdapter against recorded SGLang wire samples (RUNTIMES.md 2.2-2.11)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -15,23 +16,58 @@ RID = "0123456789abcdef0123456789abcdef"
 
 def content(delta: dict, finish=None, matched=None) -> dict:
     # msgspec layout: reasoning_content first, None fields omitted, no usage key.
-    return {"id": RID, "object": "chat.completion.chunk", "created": 1700000000, "model": "default",
-            "choices": [{"index": 0, "delta": {"reasoning_content": None, **delta}, "logprobs": None,
-                         "finish_reason": finish, "matched_stop": matched}]}
+    return {
+        "id": RID,
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "default",
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"reasoning_content": None, **delta},
+                "logprobs": None,
+                "finish_reason": finish,
+                "matched_stop": matched,
+            }
+        ],
+    }
 
 
 def tool_chunk(call: dict) -> dict:
     # pydantic layout: every null present, usage: null.
-    return {"id": RID, "object": "chat.completion.chunk", "created": 1700000000, "model": "default",
-            "choices": [{"index": 0, "delta": {"role": None, "content": None, "reasoning_content": None,
-                                               "tool_calls": [call]},
-                         "logprobs": None, "finish_reason": None, "matched_stop": None}], "usage": None}
+    return {
+        "id": RID,
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "default",
+        "choices": [
+            {
+                "index": 0,
+                "delta": {"role": None, "content": None, "reasoning_content": None, "tool_calls": [call]},
+                "logprobs": None,
+                "finish_reason": None,
+                "matched_stop": None,
+            }
+        ],
+        "usage": None,
+    }
 
 
-USAGE = {"id": RID, "object": "chat.completion.chunk", "created": 1700000000, "model": "default", "choices": [],
-         "usage": {"prompt_tokens": 12, "total_tokens": 15, "completion_tokens": 3,
-                   "prompt_tokens_details": {"cached_tokens": 4}, "reasoning_tokens": 0,
-                   "completion_tokens_details": None}}
+USAGE = {
+    "id": RID,
+    "object": "chat.completion.chunk",
+    "created": 1700000000,
+    "model": "default",
+    "choices": [],
+    "usage": {
+        "prompt_tokens": 12,
+        "total_tokens": 15,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 4},
+        "reasoning_tokens": 0,
+        "completion_tokens_details": None,
+    },
+}
 
 
 def adapter(replay, **options) -> SGLangAdapter:
@@ -39,9 +75,23 @@ def adapter(replay, **options) -> SGLangAdapter:
 
 
 async def test_stream_with_separate_finish_chunk(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(content({"role": "assistant", "content": ""})), sse(content({"content": "Hi"})),
-        sse(content({"content": "!"})), sse(content({}, "stop", 151645)), sse(USAGE), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(content({"role": "assistant", "content": ""})),
+                        sse(content({"content": "Hi"})),
+                        sse(content({"content": "!"})),
+                        sse(content({}, "stop", 151645)),
+                        sse(USAGE),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat(request_id="gw-42"))
     await a.aclose()
@@ -51,15 +101,51 @@ async def test_stream_with_separate_finish_chunk(replay):
 
 
 async def test_tool_stream_with_repeated_null_id_and_name(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(content({"role": "assistant", "content": ""})),
-        sse(tool_chunk({"id": "call_0123456789abcdef01234567", "index": 0, "type": "function",
-                        "function": {"name": "get_weather", "arguments": ""}})),
-        sse(tool_chunk({"id": None, "index": 0, "type": "function",
-                        "function": {"name": None, "arguments": "{\"city\":"}})),
-        sse(tool_chunk({"id": None, "index": 0, "type": "function",
-                        "function": {"name": None, "arguments": " \"Paris\"}"}})),
-        sse(content({}, "tool_calls")), sse(USAGE), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(content({"role": "assistant", "content": ""})),
+                        sse(
+                            tool_chunk(
+                                {
+                                    "id": "call_0123456789abcdef01234567",
+                                    "index": 0,
+                                    "type": "function",
+                                    "function": {"name": "get_weather", "arguments": ""},
+                                }
+                            )
+                        ),
+                        sse(
+                            tool_chunk(
+                                {
+                                    "id": None,
+                                    "index": 0,
+                                    "type": "function",
+                                    "function": {"name": None, "arguments": '{"city":'},
+                                }
+                            )
+                        ),
+                        sse(
+                            tool_chunk(
+                                {
+                                    "id": None,
+                                    "index": 0,
+                                    "type": "function",
+                                    "function": {"name": None, "arguments": ' "Paris"}'},
+                                }
+                            )
+                        ),
+                        sse(content({}, "tool_calls")),
+                        sse(USAGE),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat(tools=[{"type": "function", "function": {"name": "get_weather"}}]))
     await a.aclose()
@@ -71,26 +157,88 @@ async def test_tool_stream_with_repeated_null_id_and_name(replay):
 
 
 async def test_named_tool_choice_non_stream(replay):
-    replay.script({"POST /v1/chat/completions": [json_response(200, {
-        "id": RID, "object": "chat.completion", "created": 1, "model": "default",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "", "reasoning_content": None,
-                                             "tool_calls": [{"id": "call_x", "index": 0, "type": "function",
-                                                             "function": {"name": "f", "arguments": "{}"}}]},
-                     "logprobs": None, "finish_reason": "tool_calls", "matched_stop": None}],
-        "usage": {"prompt_tokens": 5, "total_tokens": 6, "completion_tokens": 1, "prompt_tokens_details": None,
-                  "reasoning_tokens": 0, "completion_tokens_details": None}})]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                json_response(
+                    200,
+                    {
+                        "id": RID,
+                        "object": "chat.completion",
+                        "created": 1,
+                        "model": "default",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {
+                                    "role": "assistant",
+                                    "content": "",
+                                    "reasoning_content": None,
+                                    "tool_calls": [
+                                        {
+                                            "id": "call_x",
+                                            "index": 0,
+                                            "type": "function",
+                                            "function": {"name": "f", "arguments": "{}"},
+                                        }
+                                    ],
+                                },
+                                "logprobs": None,
+                                "finish_reason": "tool_calls",
+                                "matched_stop": None,
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": 5,
+                            "total_tokens": 6,
+                            "completion_tokens": 1,
+                            "prompt_tokens_details": None,
+                            "reasoning_tokens": 0,
+                            "completion_tokens_details": None,
+                        },
+                    },
+                )
+            ]
+        }
+    )
     a = adapter(replay)
-    events = await collect(a, chat(stream=False, tools=[{"type": "function", "function": {"name": "f"}}],
-                                   tool_choice={"type": "function", "function": {"name": "f"}}))
+    events = await collect(
+        a,
+        chat(
+            stream=False,
+            tools=[{"type": "function", "function": {"name": "f"}}],
+            tool_choice={"type": "function", "function": {"name": "f"}},
+        ),
+    )
     await a.aclose()
     assert events == [ToolCallDelta(0, 0, "call_x", "f", "{}"), Finish(0, "tool_calls"), Usage(5, 1)]
 
 
 async def test_queue_full_inside_a_200_stream_is_raised_before_any_event(replay):
     # Nothing reached the client yet: raised, the gateway can fail over.
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse({"error": {"object": "error", "message": "The request queue is full.", "type": "SERVICE_UNAVAILABLE",
-                       "param": None, "code": 503}}), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(
+                            {
+                                "error": {
+                                    "object": "error",
+                                    "message": "The request queue is full.",
+                                    "type": "SERVICE_UNAVAILABLE",
+                                    "param": None,
+                                    "code": 503,
+                                }
+                            }
+                        ),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     with pytest.raises(GatewayError) as info:
         await collect(a, chat())
@@ -99,8 +247,13 @@ async def test_queue_full_inside_a_200_stream_is_raised_before_any_event(replay)
 
 
 async def test_abort_finish_is_an_error(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(content({"content": "x"})), sse(content({}, "abort")), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {"status": 200, "frames": [sse(content({"content": "x"})), sse(content({}, "abort")), sse("[DONE]")]}
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat())
     await a.aclose()
@@ -108,9 +261,12 @@ async def test_abort_finish_is_an_error(replay):
 
 
 async def test_client_gone_calls_abort_request_with_the_rid(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [sse(content({"content": "a"}))],
-                                                  "hold_ms": 3000}],
-                   "POST /abort_request": [{"status": 200, "body": ""}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [{"status": 200, "frames": [sse(content({"content": "a"}))], "hold_ms": 3000}],
+            "POST /abort_request": [{"status": 200, "body": ""}],
+        }
+    )
     a = adapter(replay)
     gen = a.generate(chat(request_id="gw-77"))
     assert await gen.__anext__() == TextDelta(0, "a")
@@ -120,9 +276,12 @@ async def test_client_gone_calls_abort_request_with_the_rid(replay):
 
 
 async def test_abort_with_n_names_every_sample(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [sse(content({"content": "a"}))],
-                                                  "hold_ms": 3000}],
-                   "POST /abort_request": [{"status": 200, "body": ""}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [{"status": 200, "frames": [sse(content({"content": "a"}))], "hold_ms": 3000}],
+            "POST /abort_request": [{"status": 200, "body": ""}],
+        }
+    )
     a = adapter(replay)
     gen = a.generate(chat(request_id="gw-8", sampling=SamplingParams(n=2)))
     await gen.__anext__()
@@ -132,22 +291,50 @@ async def test_abort_with_n_names_every_sample(replay):
 
 
 async def test_a_finished_stream_sends_no_abort(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(content({"content": "a"})), sse(content({}, "stop")), sse("[DONE]")]}],
-        "POST /abort_request": [{"status": 200, "body": ""}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {"status": 200, "frames": [sse(content({"content": "a"})), sse(content({}, "stop")), sse("[DONE]")]}
+            ],
+            "POST /abort_request": [{"status": 200, "body": ""}],
+        }
+    )
     a = adapter(replay)
     await collect(a, chat())
     await a.aclose()
     assert replay.bodies("/abort_request") == []
 
 
-LOADS = {"timestamp": "2026-01-01T00:00:00", "version": "0.5.23", "accelerator": "cuda", "num_accelerators": 2,
-         "loads": [{"dp_rank": 0, "num_running_reqs": 3, "num_waiting_reqs": 1, "num_used_tokens": 100,
-                    "max_total_num_tokens": 1000, "token_usage": 0.1, "gen_throughput": 50.0,
-                    "cache_hit_rate": 0.5, "utilization": 0.3},
-                   {"dp_rank": 1, "num_running_reqs": 2, "num_waiting_reqs": 4, "num_used_tokens": 300,
-                    "max_total_num_tokens": 1000, "token_usage": 0.3, "gen_throughput": 40.0,
-                    "cache_hit_rate": 0.7, "utilization": 0.4}]}
+LOADS = {
+    "timestamp": "2026-01-01T00:00:00",
+    "version": "0.5.23",
+    "accelerator": "cuda",
+    "num_accelerators": 2,
+    "loads": [
+        {
+            "dp_rank": 0,
+            "num_running_reqs": 3,
+            "num_waiting_reqs": 1,
+            "num_used_tokens": 100,
+            "max_total_num_tokens": 1000,
+            "token_usage": 0.1,
+            "gen_throughput": 50.0,
+            "cache_hit_rate": 0.5,
+            "utilization": 0.3,
+        },
+        {
+            "dp_rank": 1,
+            "num_running_reqs": 2,
+            "num_waiting_reqs": 4,
+            "num_used_tokens": 300,
+            "max_total_num_tokens": 1000,
+            "token_usage": 0.3,
+            "gen_throughput": 40.0,
+            "cache_hit_rate": 0.7,
+            "utilization": 0.4,
+        },
+    ],
+}
 
 
 def test_loads_report_summed_over_dp_ranks():
@@ -157,12 +344,20 @@ def test_loads_report_summed_over_dp_ranks():
 
 
 async def test_load_falls_back_to_metrics_without_v1_loads(replay):
-    replay.script({"GET /v1/loads": [{"status": 404, "body": "{\"detail\":\"Not Found\"}"}],
-                   "GET /metrics": [{"status": 200, "body":
-                                     'sglang:num_running_reqs{model_name="q",tp_rank="0"} 6\n'
-                                     'sglang:num_queue_reqs{model_name="q",tp_rank="0"} 2\n'
-                                     'sglang:token_usage{model_name="q",tp_rank="0"} 0.5\n'
-                                     'sglang:cache_hit_rate{model_name="q",tp_rank="0"} 0.25\n'}]})
+    replay.script(
+        {
+            "GET /v1/loads": [{"status": 404, "body": '{"detail":"Not Found"}'}],
+            "GET /metrics": [
+                {
+                    "status": 200,
+                    "body": 'sglang:num_running_reqs{model_name="q",tp_rank="0"} 6\n'
+                    'sglang:num_queue_reqs{model_name="q",tp_rank="0"} 2\n'
+                    'sglang:token_usage{model_name="q",tp_rank="0"} 0.5\n'
+                    'sglang:cache_hit_rate{model_name="q",tp_rank="0"} 0.25\n',
+                }
+            ],
+        }
+    )
     a = adapter(replay)
     snap = await a.load()
     await a.aclose()
@@ -170,8 +365,7 @@ async def test_load_falls_back_to_metrics_without_v1_loads(replay):
 
 
 async def test_health_waits_for_the_slow_generation_check(replay):
-    replay.script({"GET /health": [{"status": 503, "body": ""},
-                                   {"status": 200, "frames": [], "hold_ms": 1200}]})
+    replay.script({"GET /health": [{"status": 503, "body": ""}, {"status": 200, "frames": [], "hold_ms": 1200}]})
     a = adapter(replay)
     warming = await a.health()
     started = asyncio.get_running_loop().time()

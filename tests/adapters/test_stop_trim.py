@@ -1,4 +1,5 @@
 """Cutting a returned stop sequence out of streamed text without leaking any part of it."""
+
 from __future__ import annotations
 
 import itertools
@@ -15,13 +16,16 @@ def run(pieces, stops):
     return out
 
 
-@pytest.mark.parametrize("text,stops,expected", [
-    ("after the end", ["te"], "af"),
-    ("after they both", ["y b"], "after the"),
-    ("no match here", ["zz"], "no match here"),
-    ("abcabd", ["abd", "ca"], "ab"),
-    ("partial te", ["tex"], "partial te"),  # a held prefix that never completes is released at the end
-])
+@pytest.mark.parametrize(
+    "text,stops,expected",
+    [
+        ("after the end", ["te"], "af"),
+        ("after they both", ["y b"], "after the"),
+        ("no match here", ["zz"], "no match here"),
+        ("abcabd", ["abd", "ca"], "ab"),
+        ("partial te", ["tex"], "partial te"),  # a held prefix that never completes is released at the end
+    ],
+)
 def test_every_split_gives_the_same_text_and_never_leaks(text, stops, expected):
     for cuts in itertools.combinations(range(1, len(text)), 2):
         pieces = [text[i:j] for i, j in zip((0, *cuts), (*cuts, len(text)))]

@@ -1,5 +1,6 @@
 """TGIAdapter against recorded TGI wire samples (RUNTIMES.md 4.3-4.11), for TGI
 >= 3.2 and for the older shapes (object arguments, single-object stream delta)."""
+
 from __future__ import annotations
 
 import json
@@ -15,14 +16,26 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 
 
 def chunk(delta: dict, finish=None, obj="chat.completion.chunk") -> dict:
-    return {"object": obj, "id": "", "created": 1733213355, "model": "tgi", "system_fingerprint": "3.3.6-dev0-native",
-            "choices": [{"index": 0, "delta": {"role": "assistant", **delta}, "logprobs": None,
-                         "finish_reason": finish}], "usage": None}
+    return {
+        "object": obj,
+        "id": "",
+        "created": 1733213355,
+        "model": "tgi",
+        "system_fingerprint": "3.3.6-dev0-native",
+        "choices": [{"index": 0, "delta": {"role": "assistant", **delta}, "logprobs": None, "finish_reason": finish}],
+        "usage": None,
+    }
 
 
-USAGE = {"object": "chat.completion.chunk", "id": "", "created": 1733213355, "model": "tgi",
-         "system_fingerprint": "3.3.6-dev0-native", "choices": [],
-         "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}
+USAGE = {
+    "object": "chat.completion.chunk",
+    "id": "",
+    "created": 1733213355,
+    "model": "tgi",
+    "system_fingerprint": "3.3.6-dev0-native",
+    "choices": [],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
+}
 
 
 def adapter(replay, **options) -> TGIAdapter:
@@ -30,9 +43,22 @@ def adapter(replay, **options) -> TGIAdapter:
 
 
 async def test_stream_without_role_chunk(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(chunk({"content": "Hi"})), sse(chunk({"content": "!"})), sse(chunk({"content": ""}, "stop")),
-        sse(USAGE), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(chunk({"content": "Hi"})),
+                        sse(chunk({"content": "!"})),
+                        sse(chunk({"content": ""}, "stop")),
+                        sse(USAGE),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat())
     await a.aclose()
@@ -40,11 +66,31 @@ async def test_stream_without_role_chunk(replay):
 
 
 async def test_stop_sequence_finish_is_stop(replay):
-    replay.script({"POST /v1/chat/completions": [json_response(200, {
-        "object": "chat.completion", "id": "", "created": 1, "model": "tgi", "system_fingerprint": "3.3.6-dev0-native",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}, "logprobs": None,
-                     "finish_reason": "stop_sequence"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}})]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                json_response(
+                    200,
+                    {
+                        "object": "chat.completion",
+                        "id": "",
+                        "created": 1,
+                        "model": "tgi",
+                        "system_fingerprint": "3.3.6-dev0-native",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": "Hi"},
+                                "logprobs": None,
+                                "finish_reason": "stop_sequence",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+                    },
+                )
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat(stream=False))
     await a.aclose()
@@ -52,13 +98,18 @@ async def test_stop_sequence_finish_is_stop(replay):
 
 
 async def test_request_rewriting(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(chunk({"content": ""}, "stop")), sse("[DONE]")]}]})
+    replay.script(
+        {"POST /v1/chat/completions": [{"status": 200, "frames": [sse(chunk({"content": ""}, "stop")), sse("[DONE]")]}]}
+    )
     a = adapter(replay)
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    await collect(a, chat(sampling=SamplingParams(top_p=1.0, repetition_penalty=1.2, stop=["\n"], n=1,
-                                                  temperature=0.5),
-                          response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}))
+    await collect(
+        a,
+        chat(
+            sampling=SamplingParams(top_p=1.0, repetition_penalty=1.2, stop=["\n"], n=1, temperature=0.5),
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
+        ),
+    )
     await collect(a, chat(sampling=SamplingParams(top_p=0.0)))
     await a.aclose()
     first, second = replay.bodies("/v1/chat/completions")
@@ -75,14 +126,17 @@ def test_grammar_translation():
     assert tgi_grammar({"type": "text"}) is None
 
 
-@pytest.mark.parametrize("sampling, param", [
-    (SamplingParams(presence_penalty=0.5), "presence_penalty"),
-    (SamplingParams(logit_bias={5: 1.0}), "logit_bias"),
-    (SamplingParams(top_k=40), "top_k"),
-    (SamplingParams(ignore_eos=True), "ignore_eos"),
-    (SamplingParams(min_tokens=3), "min_tokens"),
-    (SamplingParams(stop_token_ids=[2]), "stop_token_ids"),
-])
+@pytest.mark.parametrize(
+    "sampling, param",
+    [
+        (SamplingParams(presence_penalty=0.5), "presence_penalty"),
+        (SamplingParams(logit_bias={5: 1.0}), "logit_bias"),
+        (SamplingParams(top_k=40), "top_k"),
+        (SamplingParams(ignore_eos=True), "ignore_eos"),
+        (SamplingParams(min_tokens=3), "min_tokens"),
+        (SamplingParams(stop_token_ids=[2]), "stop_token_ids"),
+    ],
+)
 async def test_what_tgi_cannot_do_is_a_400_naming_tgi(replay, sampling, param):
     replay.script({})
     a = adapter(replay)
@@ -94,8 +148,9 @@ async def test_what_tgi_cannot_do_is_a_400_naming_tgi(replay, sampling, param):
 
 
 async def test_presence_penalty_zero_is_fine(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(chunk({"content": ""}, "stop")), sse("[DONE]")]}]})
+    replay.script(
+        {"POST /v1/chat/completions": [{"status": 200, "frames": [sse(chunk({"content": ""}, "stop")), sse("[DONE]")]}]}
+    )
     a = adapter(replay)
     await collect(a, chat(sampling=SamplingParams(presence_penalty=0.0)))
     await a.aclose()
@@ -104,11 +159,27 @@ async def test_presence_penalty_zero_is_fine(replay):
 
 async def test_tool_stream_3_2_counter_ids_and_missing_finish(replay):
     def piece(name, args):
-        return chunk({"tool_calls": [{"index": 0, "id": "0", "type": "function",
-                                      "function": {"name": name, "arguments": args}}]})
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(piece("get_weather", "{")), sse(piece(None, "\"city\"")), sse(piece(None, ": \"Paris\"")),
-        sse(piece(None, "}")), sse(USAGE), sse("[DONE]")]}]})
+        return chunk(
+            {"tool_calls": [{"index": 0, "id": "0", "type": "function", "function": {"name": name, "arguments": args}}]}
+        )
+
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(piece("get_weather", "{")),
+                        sse(piece(None, '"city"')),
+                        sse(piece(None, ': "Paris"')),
+                        sse(piece(None, "}")),
+                        sse(USAGE),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat(tools=TOOLS))
     await a.aclose()
@@ -121,11 +192,22 @@ async def test_tool_stream_3_2_counter_ids_and_missing_finish(replay):
 
 async def test_tool_stream_before_3_2_single_object_raw_grammar(replay):
     def piece(text):
-        return chunk({"tool_calls": {"index": 0, "id": "", "type": "function",
-                                     "function": {"name": None, "arguments": text}}}, obj="text_completion")
-    text = ['{"', 'function', '": {"', '_name', '": "', 'get_weather', '", "', 'city', '": "', 'Paris', '"}}']
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        *[sse(piece(t)) for t in text], sse(chunk({"content": ""}, "eos_token")), sse("[DONE]")]}]})
+        return chunk(
+            {"tool_calls": {"index": 0, "id": "", "type": "function", "function": {"name": None, "arguments": text}}},
+            obj="text_completion",
+        )
+
+    text = ['{"', "function", '": {"', "_name", '": "', "get_weather", '", "', "city", '": "', "Paris", '"}}']
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [*[sse(piece(t)) for t in text], sse(chunk({"content": ""}, "eos_token")), sse("[DONE]")],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat(tools=TOOLS))
     await a.aclose()
@@ -137,10 +219,31 @@ async def test_tool_stream_before_3_2_single_object_raw_grammar(replay):
 
 async def test_old_stream_choosing_no_tool_is_text(replay):
     body = '{"function": {"_name": "no_tool", "content": "It is sunny."}}'
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(chunk({"tool_calls": {"index": 0, "id": "", "type": "function",
-                                  "function": {"name": None, "arguments": body}}})),
-        sse(chunk({"content": ""}, "eos_token")), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(
+                            chunk(
+                                {
+                                    "tool_calls": {
+                                        "index": 0,
+                                        "id": "",
+                                        "type": "function",
+                                        "function": {"name": None, "arguments": body},
+                                    }
+                                }
+                            )
+                        ),
+                        sse(chunk({"content": ""}, "eos_token")),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat(tools=TOOLS))
     await a.aclose()
@@ -148,10 +251,31 @@ async def test_old_stream_choosing_no_tool_is_text(replay):
 
 
 async def test_unreadable_old_tool_stream_is_an_error(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(chunk({"tool_calls": {"index": 0, "id": "", "type": "function",
-                                  "function": {"name": None, "arguments": "{\"function\": {\"_na"}}})),
-        sse(chunk({"content": ""}, "length")), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(
+                            chunk(
+                                {
+                                    "tool_calls": {
+                                        "index": 0,
+                                        "id": "",
+                                        "type": "function",
+                                        "function": {"name": None, "arguments": '{"function": {"_na'},
+                                    }
+                                }
+                            )
+                        ),
+                        sse(chunk({"content": ""}, "length")),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     with pytest.raises(GatewayError) as info:  # nothing else came: raised, not an event
         await collect(a, chat(tools=TOOLS))
@@ -159,16 +283,48 @@ async def test_unreadable_old_tool_stream_is_an_error(replay):
     assert info.value.status == 502
 
 
-@pytest.mark.parametrize("arguments", [{"city": "Paris"}, {"_name": "get_weather", "city": "Paris"},
-                                       "{\"city\":\"Paris\"}"])
+@pytest.mark.parametrize(
+    "arguments", [{"city": "Paris"}, {"_name": "get_weather", "city": "Paris"}, '{"city":"Paris"}']
+)
 async def test_non_stream_tool_call_object_or_string_arguments(replay, arguments):
-    replay.script({"POST /v1/chat/completions": [json_response(200, {
-        "object": "chat.completion", "id": "", "created": 1, "model": "tgi", "system_fingerprint": "3.1.0-native",
-        "choices": [{"index": 0, "message": {"role": "assistant", "tool_calls": [
-            {"id": "0", "type": "function", "function": {"description": None, "name": "get_weather",
-                                                          "arguments": arguments}}]},
-                     "logprobs": None, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                json_response(
+                    200,
+                    {
+                        "object": "chat.completion",
+                        "id": "",
+                        "created": 1,
+                        "model": "tgi",
+                        "system_fingerprint": "3.1.0-native",
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {
+                                    "role": "assistant",
+                                    "tool_calls": [
+                                        {
+                                            "id": "0",
+                                            "type": "function",
+                                            "function": {
+                                                "description": None,
+                                                "name": "get_weather",
+                                                "arguments": arguments,
+                                            },
+                                        }
+                                    ],
+                                },
+                                "logprobs": None,
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+                    },
+                )
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat(stream=False, tools=TOOLS))
     await a.aclose()
@@ -180,11 +336,31 @@ async def test_non_stream_tool_call_object_or_string_arguments(replay, arguments
 
 async def test_completions_empty_finish_mid_stream_is_not_a_finish(replay):
     def c(text, finish, usage=None):
-        return {"id": "", "object": "text_completion", "created": 1, "model": "tgi", "system_fingerprint": "x",
-                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}], "usage": usage}
-    replay.script({"POST /v1/completions": [{"status": 200, "frames": [
-        sse(c("a", "")), sse(c("b", "")), sse(c("", "eos_token", {"prompt_tokens": 2, "completion_tokens": 2,
-                                                                   "total_tokens": 4})), sse("[DONE]")]}]})
+        return {
+            "id": "",
+            "object": "text_completion",
+            "created": 1,
+            "model": "tgi",
+            "system_fingerprint": "x",
+            "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            "usage": usage,
+        }
+
+    replay.script(
+        {
+            "POST /v1/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(c("a", "")),
+                        sse(c("b", "")),
+                        sse(c("", "eos_token", {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4})),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat(messages=None, kind="completion", prompt="x"))
     await a.aclose()
@@ -193,10 +369,27 @@ async def test_completions_empty_finish_mid_stream_is_not_a_finish(replay):
 
 async def test_in_stream_validation_error_with_hardcoded_422(replay):
     # TGI validates inside a 200 stream; before any event it is raised as a 400.
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse({"error": {"message": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. "
-                                  "Given: 4000 `inputs` tokens and 200 `max_new_tokens`",
-                       "http_status_code": 422}}), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(
+                            {
+                                "error": {
+                                    "message": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. "
+                                    "Given: 4000 `inputs` tokens and 200 `max_new_tokens`",
+                                    "http_status_code": 422,
+                                }
+                            }
+                        ),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     with pytest.raises(GatewayError) as info:
         await collect(a, chat())
@@ -205,9 +398,20 @@ async def test_in_stream_validation_error_with_hardcoded_422(replay):
 
 
 async def test_in_stream_overload_after_text_is_an_error_event(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(chunk({"content": "Hi"})), sse({"error": {"message": "Model is overloaded", "http_status_code": 422}}),
-        sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(chunk({"content": "Hi"})),
+                        sse({"error": {"message": "Model is overloaded", "http_status_code": 422}}),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat())
     await a.aclose()
@@ -216,8 +420,13 @@ async def test_in_stream_overload_after_text_is_an_error_event(replay):
 
 
 async def test_overloaded_429_before_the_stream(replay):
-    replay.script({"POST /v1/chat/completions": [json_response(429, {"error": "Model is overloaded",
-                                                                     "error_type": "overloaded"})]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                json_response(429, {"error": "Model is overloaded", "error_type": "overloaded"})
+            ]
+        }
+    )
     a = adapter(replay)
     with pytest.raises(GatewayError) as info:
         await collect(a, chat())
@@ -231,7 +440,9 @@ def test_capabilities_make_the_gateway_fan_out_n():
 
 
 def test_tgi_metrics():
-    text = ("tgi_queue_size 3\ntgi_batch_current_size 5\ntgi_batch_current_max_tokens 2048\n"
-            "tgi_batch_max_total_tokens 8192\ntgi_request_count 10\n")
+    text = (
+        "tgi_queue_size 3\ntgi_batch_current_size 5\ntgi_batch_current_max_tokens 2048\n"
+        "tgi_batch_max_total_tokens 8192\ntgi_request_count 10\n"
+    )
     snap = parse_tgi_metrics(text, 5.0)
     assert (snap.waiting, snap.running, snap.kv_usage, snap.prefix_hit_rate, snap.read_at) == (3, 5, 0.25, None, 5.0)

@@ -1,4 +1,5 @@
 """TRTLLMAdapter against recorded trtllm-serve wire samples (RUNTIMES.md 3.2-3.10)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -21,9 +22,19 @@ def chunk(delta: dict, finish=None) -> dict:
 
 
 ROLE = sse(chunk({"role": "assistant"}), tail=" ")  # the trailing space of the first frame
-USAGE = {"id": CID, "object": "chat.completion.chunk", "created": 1700000000, "model": "m", "choices": [],
-         "usage": {"prompt_tokens": 12, "total_tokens": 15, "completion_tokens": 3,
-                   "prompt_tokens_details": {"cached_tokens": 0}}}
+USAGE = {
+    "id": CID,
+    "object": "chat.completion.chunk",
+    "created": 1700000000,
+    "model": "m",
+    "choices": [],
+    "usage": {
+        "prompt_tokens": 12,
+        "total_tokens": 15,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    },
+}
 
 
 def adapter(replay, **options) -> TRTLLMAdapter:
@@ -31,9 +42,22 @@ def adapter(replay, **options) -> TRTLLMAdapter:
 
 
 async def test_stream_with_trailing_space_and_reasoning_noise(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        ROLE, sse(chunk({"content": "Hi", "reasoning_content": ""})),
-        sse(chunk({"content": "", "reasoning_content": ""}, "stop")), sse(USAGE), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        ROLE,
+                        sse(chunk({"content": "Hi", "reasoning_content": ""})),
+                        sse(chunk({"content": "", "reasoning_content": ""}, "stop")),
+                        sse(USAGE),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat())
     await a.aclose()
@@ -41,13 +65,23 @@ async def test_stream_with_trailing_space_and_reasoning_noise(replay):
 
 
 async def test_undeclared_fields_never_reach_trtllm(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        ROLE, sse(chunk({"content": "x"}, "stop")), sse(USAGE), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {"status": 200, "frames": [ROLE, sse(chunk({"content": "x"}, "stop")), sse(USAGE), sse("[DONE]")]}
+            ]
+        }
+    )
     a = adapter(replay)
-    await collect(a, chat(tools=[{"type": "function", "function": {"name": "f"}}], parallel_tool_calls=False,
-                          sampling=SamplingParams(top_k=5, max_tokens=8),
-                          extra={"store": True, "metadata": {"a": "b"}, "service_tier": "auto",
-                                 "chat_template_kwargs": {"x": 1}}))
+    await collect(
+        a,
+        chat(
+            tools=[{"type": "function", "function": {"name": "f"}}],
+            parallel_tool_calls=False,
+            sampling=SamplingParams(top_k=5, max_tokens=8),
+            extra={"store": True, "metadata": {"a": "b"}, "service_tier": "auto", "chat_template_kwargs": {"x": 1}},
+        ),
+    )
     await a.aclose()
     body = replay.bodies("/v1/chat/completions")[0]
     for forbidden in ("parallel_tool_calls", "store", "metadata", "service_tier"):
@@ -58,28 +92,83 @@ async def test_undeclared_fields_never_reach_trtllm(replay):
 
 async def test_parallel_tool_calls_false_is_enforced_by_the_gateway(replay):
     def call(i: int, name: str) -> dict:
-        return {"id": f"chatcmpl-tool-{i:032x}", "type": "function", "index": i,
-                "function": {"name": name, "arguments": "{}"}}
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        ROLE, sse(chunk({"tool_calls": [call(0, "f")]})), sse(chunk({"tool_calls": [call(1, "g")]})),
-        sse(chunk({"content": ""}, "tool_calls")), sse("[DONE]")]}]})
+        return {
+            "id": f"chatcmpl-tool-{i:032x}",
+            "type": "function",
+            "index": i,
+            "function": {"name": name, "arguments": "{}"},
+        }
+
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        ROLE,
+                        sse(chunk({"tool_calls": [call(0, "f")]})),
+                        sse(chunk({"tool_calls": [call(1, "g")]})),
+                        sse(chunk({"content": ""}, "tool_calls")),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
-    events = await collect(a, chat(tools=[{"type": "function", "function": {"name": "f"}}],
-                                   parallel_tool_calls=False))
+    events = await collect(a, chat(tools=[{"type": "function", "function": {"name": "f"}}], parallel_tool_calls=False))
     await a.aclose()
     assert [e.name for e in events if isinstance(e, ToolCallDelta)] == ["f"]
 
 
 async def test_repeated_type_on_argument_deltas(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        ROLE, sse(chunk({"tool_calls": [{"id": "chatcmpl-tool-aa", "type": "function", "index": 0,
-                                         "function": {"name": "f", "arguments": ""}}]})),
-        sse(chunk({"tool_calls": [{"type": "function", "index": 0, "function": {"arguments": "{\"a\":1}"}}],
-                   "content": "", "reasoning_content": ""})),
-        sse(chunk({"content": ""}, "tool_calls")), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        ROLE,
+                        sse(
+                            chunk(
+                                {
+                                    "tool_calls": [
+                                        {
+                                            "id": "chatcmpl-tool-aa",
+                                            "type": "function",
+                                            "index": 0,
+                                            "function": {"name": "f", "arguments": ""},
+                                        }
+                                    ]
+                                }
+                            )
+                        ),
+                        sse(
+                            chunk(
+                                {
+                                    "tool_calls": [
+                                        {"type": "function", "index": 0, "function": {"arguments": '{"a":1}'}}
+                                    ],
+                                    "content": "",
+                                    "reasoning_content": "",
+                                }
+                            )
+                        ),
+                        sse(chunk({"content": ""}, "tool_calls")),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
-    events = await collect(a, chat(tools=[{"type": "function", "function": {"name": "f"}}],
-                                   tool_choice={"type": "function", "function": {"name": "f"}}))
+    events = await collect(
+        a,
+        chat(
+            tools=[{"type": "function", "function": {"name": "f"}}],
+            tool_choice={"type": "function", "function": {"name": "f"}},
+        ),
+    )
     await a.aclose()
     calls = [e for e in events if isinstance(e, ToolCallDelta)]
     assert [(c.id, c.name) for c in calls] == [("chatcmpl-tool-aa", "f"), (None, None)]
@@ -87,8 +176,9 @@ async def test_repeated_type_on_argument_deltas(replay):
 
 
 async def test_chat_failure_cuts_the_connection_without_done(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        ROLE, sse(chunk({"content": "Hi"}))], "cut": True}]})
+    replay.script(
+        {"POST /v1/chat/completions": [{"status": 200, "frames": [ROLE, sse(chunk({"content": "Hi"}))], "cut": True}]}
+    )
     a = adapter(replay)
     events = await collect(a, chat())
     await a.aclose()
@@ -97,12 +187,39 @@ async def test_chat_failure_cuts_the_connection_without_done(replay):
 
 
 async def test_completions_in_stream_error(replay):
-    replay.script({"POST /v1/completions": [{"status": 200, "frames": [
-        sse({"id": "cmpl-7", "object": "text_completion", "created": 1, "model": "m",
-             "choices": [{"index": 0, "text": "a", "token_ids": None, "logprobs": None, "finish_reason": None,
-                          "stop_reason": None, "avg_decoded_tokens_per_iter": None}], "usage": None}),
-        sse({"error": {"message": "boom", "type": "server_error", "code": None, "param": None}}),
-        sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(
+                            {
+                                "id": "cmpl-7",
+                                "object": "text_completion",
+                                "created": 1,
+                                "model": "m",
+                                "choices": [
+                                    {
+                                        "index": 0,
+                                        "text": "a",
+                                        "token_ids": None,
+                                        "logprobs": None,
+                                        "finish_reason": None,
+                                        "stop_reason": None,
+                                        "avg_decoded_tokens_per_iter": None,
+                                    }
+                                ],
+                                "usage": None,
+                            }
+                        ),
+                        sse({"error": {"message": "boom", "type": "server_error", "code": None, "param": None}}),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat(messages=None, kind="completion", prompt="hello"))
     await a.aclose()
@@ -112,10 +229,23 @@ async def test_completions_in_stream_error(replay):
 
 
 async def test_context_length_json_400_even_for_streams(replay):
-    replay.script({"POST /v1/chat/completions": [json_response(400, {
-        "object": "error", "message": "The sum of prompt length (4000.0), query length (0) should not exceed "
-                                      "max_num_tokens (2048)", "type": "BadRequestError", "param": None,
-        "code": 400})]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                json_response(
+                    400,
+                    {
+                        "object": "error",
+                        "message": "The sum of prompt length (4000.0), query length (0) should not exceed "
+                        "max_num_tokens (2048)",
+                        "type": "BadRequestError",
+                        "param": None,
+                        "code": 400,
+                    },
+                )
+            ]
+        }
+    )
     a = adapter(replay)
     try:
         await collect(a, chat())
@@ -127,12 +257,27 @@ async def test_context_length_json_400_even_for_streams(replay):
 
 
 def stats(it: int, active: int, queued: int, used: int, cap: int, hit: float) -> dict:
-    return {"iter": it, "iterLatencyMS": 5.0, "numActiveRequests": active, "numQueuedRequests": queued,
-            "numCompletedRequests": 0, "maxNumActiveRequests": 64, "gpuMemUsage": 1,
-            "kvCacheStats": {"maxNumBlocks": cap, "freeNumBlocks": cap - used, "usedNumBlocks": used,
-                             "tokensPerBlock": 32, "allocTotalBlocks": used, "allocNewBlocks": 1,
-                             "reusedBlocks": 3, "missedBlocks": 1, "cacheHitRate": hit},
-            "inflightBatchingStats": {"numContextRequests": 1, "numGenRequests": active - 1}}
+    return {
+        "iter": it,
+        "iterLatencyMS": 5.0,
+        "numActiveRequests": active,
+        "numQueuedRequests": queued,
+        "numCompletedRequests": 0,
+        "maxNumActiveRequests": 64,
+        "gpuMemUsage": 1,
+        "kvCacheStats": {
+            "maxNumBlocks": cap,
+            "freeNumBlocks": cap - used,
+            "usedNumBlocks": used,
+            "tokensPerBlock": 32,
+            "allocTotalBlocks": used,
+            "allocNewBlocks": 1,
+            "reusedBlocks": 3,
+            "missedBlocks": 1,
+            "cacheHitRate": hit,
+        },
+        "inflightBatchingStats": {"numContextRequests": 1, "numGenRequests": active - 1},
+    }
 
 
 def test_iteration_stats_newest_entry_wins():
@@ -142,8 +287,14 @@ def test_iteration_stats_newest_entry_wins():
 
 
 async def test_destructive_json_metrics_one_reader_then_idle(replay):
-    replay.script({"GET /metrics": [{"status": 200, "body": orjson.dumps([stats(1, 3, 2, 25, 100, 0.5)]).decode()},
-                                    {"status": 200, "body": "[]"}]})
+    replay.script(
+        {
+            "GET /metrics": [
+                {"status": 200, "body": orjson.dumps([stats(1, 3, 2, 25, 100, 0.5)]).decode()},
+                {"status": 200, "body": "[]"},
+            ]
+        }
+    )
     a = adapter(replay, metrics_min_interval_s=0.2)
     b = adapter(replay, metrics_min_interval_s=0.2)  # a second adapter on the same server
     first, same = await asyncio.gather(a.load(), b.load())
@@ -166,11 +317,19 @@ async def test_json_metrics_never_seen_is_unknown(replay):
 
 
 async def test_prometheus_metrics_option(replay):
-    replay.script({"GET /prometheus/metrics": [{"status": 200, "body":
-                                                'trtllm_num_requests_running{model_name="m"} 5\n'
-                                                'trtllm_num_requests_waiting{model_name="m"} 1\n'
-                                                'trtllm_kv_cache_utilization{model_name="m"} 0.6\n'
-                                                'trtllm_kv_cache_hit_rate{model_name="m"} 0.1\n'}]})
+    replay.script(
+        {
+            "GET /prometheus/metrics": [
+                {
+                    "status": 200,
+                    "body": 'trtllm_num_requests_running{model_name="m"} 5\n'
+                    'trtllm_num_requests_waiting{model_name="m"} 1\n'
+                    'trtllm_kv_cache_utilization{model_name="m"} 0.6\n'
+                    'trtllm_kv_cache_hit_rate{model_name="m"} 0.1\n',
+                }
+            ]
+        }
+    )
     a = adapter(replay, metrics="prometheus")
     snap = await a.load()
     await a.aclose()

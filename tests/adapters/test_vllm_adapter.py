@@ -1,5 +1,6 @@
 """VLLMAdapter against recorded vLLM wire samples (RUNTIMES.md 1.3-1.10), replayed
 byte for byte by a real server process."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,28 +17,76 @@ def chunk(delta: dict, finish=None, **extra) -> dict:
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
     if finish is not None:
         choice.update(stop_reason=None, token_ids=None, weight_versions=None)
-    return {"id": ID, "object": "chat.completion.chunk", "created": 1700000000, "model": "tiny",
-            "choices": [choice], "kv_transfer_params": None, **extra}
+    return {
+        "id": ID,
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "tiny",
+        "choices": [choice],
+        "kv_transfer_params": None,
+        **extra,
+    }
 
 
-ROLE = {"id": ID, "object": "chat.completion.chunk", "created": 1700000000, "model": "tiny",
-        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                     "finish_reason": None}], "prompt_token_ids": None, "prompt_text": None}
-USAGE = {"id": ID, "object": "chat.completion.chunk", "created": 1700000000, "model": "tiny", "choices": [],
-         "usage": {"prompt_tokens": 12, "total_tokens": 15, "completion_tokens": 3}}
+ROLE = {
+    "id": ID,
+    "object": "chat.completion.chunk",
+    "created": 1700000000,
+    "model": "tiny",
+    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}],
+    "prompt_token_ids": None,
+    "prompt_text": None,
+}
+USAGE = {
+    "id": ID,
+    "object": "chat.completion.chunk",
+    "created": 1700000000,
+    "model": "tiny",
+    "choices": [],
+    "usage": {"prompt_tokens": 12, "total_tokens": 15, "completion_tokens": 3},
+}
 
 NON_STREAM = {
-    "id": ID, "object": "chat.completion", "created": 1700000000, "model": "tiny",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi!", "refusal": None, "annotations": None,
-                                         "audio": None, "function_call": None, "reasoning": None},
-                 "logprobs": None, "finish_reason": "stop", "stop_reason": None, "token_ids": None,
-                 "routed_experts": None, "weight_versions": None}],
-    "service_tier": None, "system_fingerprint": "vllm-0.33.0-abcdef12",
-    "usage": {"prompt_tokens": 12, "total_tokens": 15, "completion_tokens": 3,
-              "prompt_tokens_details": {"cached_tokens": 8, "created_cache_tokens": 0, "multimodal_tokens": None},
-              "completion_tokens_details": None},
-    "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None, "kv_transfer_params": None,
-    "ec_transfer_params": None, "metrics": None}
+    "id": ID,
+    "object": "chat.completion",
+    "created": 1700000000,
+    "model": "tiny",
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "Hi!",
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "reasoning": None,
+            },
+            "logprobs": None,
+            "finish_reason": "stop",
+            "stop_reason": None,
+            "token_ids": None,
+            "routed_experts": None,
+            "weight_versions": None,
+        }
+    ],
+    "service_tier": None,
+    "system_fingerprint": "vllm-0.33.0-abcdef12",
+    "usage": {
+        "prompt_tokens": 12,
+        "total_tokens": 15,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 8, "created_cache_tokens": 0, "multimodal_tokens": None},
+        "completion_tokens_details": None,
+    },
+    "prompt_logprobs": None,
+    "prompt_token_ids": None,
+    "prompt_text": None,
+    "kv_transfer_params": None,
+    "ec_transfer_params": None,
+    "metrics": None,
+}
 
 
 def adapter(replay, **options) -> VLLMAdapter:
@@ -45,9 +94,23 @@ def adapter(replay, **options) -> VLLMAdapter:
 
 
 async def test_stream_text_finish_and_usage(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(ROLE), sse(chunk({"content": "Hi"}, token_ids=None)), sse(chunk({"content": "!"})),
-        sse(chunk({"content": ""}, "stop", system_fingerprint="vllm-0.33.0-x")), sse(USAGE), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(ROLE),
+                        sse(chunk({"content": "Hi"}, token_ids=None)),
+                        sse(chunk({"content": "!"})),
+                        sse(chunk({"content": ""}, "stop", system_fingerprint="vllm-0.33.0-x")),
+                        sse(USAGE),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat())
     await a.aclose()
@@ -66,13 +129,37 @@ async def test_non_stream_with_cached_tokens(replay):
 
 
 async def test_tool_call_stream_hermes_shape(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(ROLE),
-        sse(chunk({"tool_calls": [{"id": "chatcmpl-tool-0123456789abcdef", "type": "function", "index": 0,
-                                   "function": {"name": "get_weather"}}]})),
-        sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\": "}}]})),
-        sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]})),
-        sse(chunk({"content": ""}, "tool_calls")), sse(USAGE), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(ROLE),
+                        sse(
+                            chunk(
+                                {
+                                    "tool_calls": [
+                                        {
+                                            "id": "chatcmpl-tool-0123456789abcdef",
+                                            "type": "function",
+                                            "index": 0,
+                                            "function": {"name": "get_weather"},
+                                        }
+                                    ]
+                                }
+                            )
+                        ),
+                        sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]})),
+                        sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]})),
+                        sse(chunk({"content": ""}, "tool_calls")),
+                        sse(USAGE),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat(tools=[{"type": "function", "function": {"name": "get_weather"}}]))
     await a.aclose()
@@ -83,10 +170,30 @@ async def test_tool_call_stream_hermes_shape(replay):
 
 
 async def test_in_stream_error_then_done(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(ROLE), sse(chunk({"content": "Hi"})),
-        sse({"error": {"message": "engine failed", "type": "InternalServerError", "param": None, "code": 500}}),
-        sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(ROLE),
+                        sse(chunk({"content": "Hi"})),
+                        sse(
+                            {
+                                "error": {
+                                    "message": "engine failed",
+                                    "type": "InternalServerError",
+                                    "param": None,
+                                    "code": 500,
+                                }
+                            }
+                        ),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat())
     await a.aclose()
@@ -96,8 +203,21 @@ async def test_in_stream_error_then_done(replay):
 
 
 async def test_abort_finish_reason_is_an_error(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(ROLE), sse(chunk({"content": "Hi"})), sse(chunk({"content": ""}, "abort")), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {
+                    "status": 200,
+                    "frames": [
+                        sse(ROLE),
+                        sse(chunk({"content": "Hi"})),
+                        sse(chunk({"content": ""}, "abort")),
+                        sse("[DONE]"),
+                    ],
+                }
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat())
     await a.aclose()
@@ -105,8 +225,13 @@ async def test_abort_finish_reason_is_an_error(replay):
 
 
 async def test_repetition_finish_is_stop(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(ROLE), sse(chunk({"content": "la la"}, "repetition")), sse("[DONE]")]}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "la la"}, "repetition")), sse("[DONE]")]}
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat())
     await a.aclose()
@@ -114,8 +239,13 @@ async def test_repetition_finish_is_stop(replay):
 
 
 async def test_stream_cut_without_done_is_an_error_event(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [
-        sse(ROLE), sse(chunk({"content": "Hi"}))], "cut": True}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "Hi"}))], "cut": True}
+            ]
+        }
+    )
     a = adapter(replay)
     events = await collect(a, chat())
     await a.aclose()
@@ -123,10 +253,24 @@ async def test_stream_cut_without_done_is_an_error_event(replay):
 
 
 async def test_context_length_before_the_stream(replay):
-    replay.script({"POST /v1/chat/completions": [json_response(400, {"error": {
-        "message": "This model's maximum context length is 1024 tokens. However, your prompt contains 2000 input "
-                   "tokens, which exceeds this limit even without any output tokens.",
-        "type": "BadRequestError", "param": "input_tokens", "code": 400}})]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                json_response(
+                    400,
+                    {
+                        "error": {
+                            "message": "This model's maximum context length is 1024 tokens. However, your prompt contains 2000 input "
+                            "tokens, which exceeds this limit even without any output tokens.",
+                            "type": "BadRequestError",
+                            "param": "input_tokens",
+                            "code": 400,
+                        }
+                    },
+                )
+            ]
+        }
+    )
     a = adapter(replay)
     try:
         await collect(a, chat())
@@ -138,11 +282,14 @@ async def test_context_length_before_the_stream(replay):
 
 
 def test_guided_fields_move_to_structured_outputs():
-    body = {"guided_json": {"type": "object"}, "guided_decoding_backend": "xgrammar",
-            "guided_whitespace_pattern": " ", "temperature": 0}
+    body = {
+        "guided_json": {"type": "object"},
+        "guided_decoding_backend": "xgrammar",
+        "guided_whitespace_pattern": " ",
+        "temperature": 0,
+    }
     translate_guided(body)
-    assert body == {"structured_outputs": {"json": {"type": "object"}, "whitespace_pattern": " "},
-                    "temperature": 0}
+    assert body == {"structured_outputs": {"json": {"type": "object"}, "whitespace_pattern": " "}, "temperature": 0}
 
 
 async def test_guided_choice_reaches_the_wire_translated(replay):
@@ -169,8 +316,9 @@ vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} %s
 
 
 async def test_load_from_prometheus_and_prefix_rate_between_reads(replay):
-    replay.script({"GET /metrics": [{"status": 200, "body": METRICS % (100, 25)},
-                                    {"status": 200, "body": METRICS % (200, 115)}]})
+    replay.script(
+        {"GET /metrics": [{"status": 200, "body": METRICS % (100, 25)}, {"status": 200, "body": METRICS % (200, 115)}]}
+    )
     a = adapter(replay)
     first = await a.load()
     second = await a.load()
@@ -188,6 +336,7 @@ async def test_health_ready_dead_and_refused(replay):
     assert not (await a.health()).ok
     await a.aclose()
     from tests.procs import free_port
+
     down = VLLMAdapter("down", f"http://127.0.0.1:{free_port()}", "tiny")
     h = await down.health()
     await down.aclose()
@@ -195,8 +344,13 @@ async def test_health_ready_dead_and_refused(replay):
 
 
 async def test_closing_the_stream_closes_the_connection(replay):
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "a"}))],
-                                                  "hold_ms": 3000}]})
+    replay.script(
+        {
+            "POST /v1/chat/completions": [
+                {"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "a"}))], "hold_ms": 3000}
+            ]
+        }
+    )
     a = adapter(replay)
     gen = a.generate(chat(sampling=SamplingParams(max_tokens=5)))
     assert await gen.__anext__() == TextDelta(0, "a")

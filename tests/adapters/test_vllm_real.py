@@ -6,6 +6,7 @@ reference/VLLM_CPU.md describes; a gateway process sits in front and the officia
 `openai` client talks to it. Random weights give gibberish, but every protocol
 path checked here is vLLM's own.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,7 +16,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import openai
@@ -27,9 +27,16 @@ from tests.procs import ROOT, Process, free_port, start_gateway
 pytestmark = pytest.mark.vllm
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +45,36 @@ def vllm_server(tmp_path_factory):
         pytest.fail("no .venv-vllm: run `make test-vllm` (it runs scripts/install-vllm.sh first)")
     tmp = tmp_path_factory.mktemp("vllm")
     model = tmp / "tiny"
-    subprocess.run([sys.executable, "-m", "gateway.cli", "engine", "make-tiny", str(model)], cwd=ROOT, check=True,
-                   timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "engine", "make-tiny", str(model)], cwd=ROOT, check=True, timeout=300
+    )
     port = free_port()
-    p = Process([str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                 "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "1024",
-                 "--dtype", "float32", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-                 "--enable-prompt-tokens-details"],
-                f"http://127.0.0.1:{port}", tmp / "vllm.log", env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    p = Process(
+        [
+            str(VLLM_PYTHON),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--served-model-name",
+            "tiny",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "1024",
+            "--dtype",
+            "float32",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
+            "--enable-prompt-tokens-details",
+        ],
+        f"http://127.0.0.1:{port}",
+        tmp / "vllm.log",
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
     try:
         p.wait_ready("/health", timeout=float(os.environ.get("VLLM_START_TIMEOUT", "600")))
     except Exception:
@@ -57,9 +86,21 @@ def vllm_server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(vllm_server, tmp_path_factory):
-    config = {"models": {"m": {"backends": [{"name": "vllm-real", "adapter": "vllm", "url": vllm_server.url,
-                                             "served_model": "tiny",
-                                             "options": {"prompt_tokens_details": True}}]}}}
+    config = {
+        "models": {
+            "m": {
+                "backends": [
+                    {
+                        "name": "vllm-real",
+                        "adapter": "vllm",
+                        "url": vllm_server.url,
+                        "served_model": "tiny",
+                        "options": {"prompt_tokens_details": True},
+                    }
+                ]
+            }
+        }
+    }
     gateway = start_gateway(tmp_path_factory.mktemp("gw"), config)
     yield openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     gateway.stop()
@@ -78,8 +119,11 @@ def test_non_stream_with_cached_tokens(client):
 
 
 def test_stream_one_finish_and_usage_last(client):
-    chunks = list(client.chat.completions.create(model="m", messages=ask("hello"), max_tokens=8, stream=True,
-                                                stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="m", messages=ask("hello"), max_tokens=8, stream=True, stream_options={"include_usage": True}
+        )
+    )
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert len(finishes) == 1
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0 and not chunks[-1].choices
@@ -89,8 +133,13 @@ def test_named_tool_choice(client):
     # vLLM constrains the arguments with structured output for a named tool. On
     # this random-weight model vLLM 0.32 was seen to answer `[2]`: JSON, but not
     # the schema's object, so only "a JSON string" is the adapter's promise here.
-    resp = client.chat.completions.create(model="m", messages=ask("weather in Paris?"), tools=TOOLS, max_tokens=64,
-                                          tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    resp = client.chat.completions.create(
+        model="m",
+        messages=ask("weather in Paris?"),
+        tools=TOOLS,
+        max_tokens=64,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
     calls = resp.choices[0].message.tool_calls
     assert calls and calls[0].function.name == "get_weather" and calls[0].id and calls[0].type == "function"
     assert isinstance(calls[0].function.arguments, str)
@@ -109,15 +158,15 @@ def test_context_length_exceeded(client):
 
 
 def test_legacy_guided_choice_still_constrains(client):
-    resp = client.chat.completions.create(model="m", messages=ask("yes or no?"), max_tokens=8,
-                                          extra_body={"guided_choice": ["yes", "no"]})
+    resp = client.chat.completions.create(
+        model="m", messages=ask("yes or no?"), max_tokens=8, extra_body={"guided_choice": ["yes", "no"]}
+    )
     assert resp.choices[0].message.content in ("yes", "no")
 
 
 def _metric(url: str, name: str, label: str = "") -> float:
     text = httpx.get(url + "/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name) and label in line)
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name) and label in line)
 
 
 def _running(url: str) -> float:
@@ -140,8 +189,8 @@ def _wait(predicate, seconds: float) -> bool:
 def test_cancellation_frees_the_engine(client, vllm_server):
     assert _wait(lambda: _running(vllm_server.url) == 0, 20)
     generated_before = _generated(vllm_server.url)
-    body = {"model": "m", "messages": ask("tell a long story"), "max_tokens": 900, "stream": True,
-            "ignore_eos": True}
+    body = {"model": "m", "messages": ask("tell a long story"), "max_tokens": 900, "stream": True, "ignore_eos": True}
+
     # Leave after 0.3 s by the clock, whatever arrived: on a random-weight model
     # many tokens detokenize to nothing visible, so neither content chunks nor
     # read timeouts are a reliable clock.
@@ -170,6 +219,7 @@ def test_load_and_health_from_the_real_server(vllm_server):
             return await adapter.health(), await adapter.load()
         finally:
             await adapter.aclose()
+
     health, load = asyncio.run(read())
     assert health.ok
     assert load.running is not None and load.waiting is not None

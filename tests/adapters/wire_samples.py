@@ -1,4 +1,5 @@
 """Helpers to write runtime wire samples and to run an adapter to the end."""
+
 from __future__ import annotations
 
 from typing import Any

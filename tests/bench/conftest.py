@@ -1,4 +1,5 @@
 """Fixtures for the harness's tests: real upstream processes on loopback."""
+
 from __future__ import annotations
 
 import socket
@@ -6,8 +7,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -33,8 +34,7 @@ def wait_http(url: str, timeout: float = 15.0) -> None:
 
 def start_upstream(*extra: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "simulators.openai_upstream", "--port", str(port), *extra],
-                            cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "simulators.openai_upstream", "--port", str(port), *extra], cwd=ROOT)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http(base + "/health")

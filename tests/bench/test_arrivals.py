@@ -1,4 +1,5 @@
 """Arrival-process statistics with fixed seeds."""
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """The HTTP client against a real upstream process: one failure kind per way a
 request can go wrong, client-side cancellation, and non-streaming answers."""
+
 from __future__ import annotations
 
 import time
@@ -13,10 +14,22 @@ from bench.records import RequestRecord
 from tests.bench.conftest import free_port
 
 
-async def send_one(base: str, sim: dict | None = None, stream: bool = True, timeout_s: float = 10.0,
-                   cancel_after_s: float | None = None, max_tokens: int | None = 8) -> RequestRecord:
-    cfg = ClientConfig(base_url=base, model="m", stream=stream, timeout_s=timeout_s,
-                       extra_body={"sim": sim} if sim else {}, api_keys={"t": "sk-test"})
+async def send_one(
+    base: str,
+    sim: dict | None = None,
+    stream: bool = True,
+    timeout_s: float = 10.0,
+    cancel_after_s: float | None = None,
+    max_tokens: int | None = 8,
+) -> RequestRecord:
+    cfg = ClientConfig(
+        base_url=base,
+        model="m",
+        stream=stream,
+        timeout_s=timeout_s,
+        extra_body={"sim": sim} if sim else {},
+        api_keys={"t": "sk-test"},
+    )
     rec = RequestRecord(index=0, tenant="t", session=0, turn=0, stream=stream, sent_s=0.0, max_tokens=max_tokens)
     async with Client(cfg) as client:
         await client.send(rec, [{"role": "user", "content": "hello"}], time.perf_counter(), cancel_after_s)
@@ -42,12 +55,15 @@ async def test_non_streaming_answer(upstream: str) -> None:
     assert rec.outcome == "ok" and rec.usage_completion_tokens == 3 and len(rec.chunk_times) == 1
 
 
-@pytest.mark.parametrize("sim, kind", [
-    ({"status": 503}, "http_status"),
-    ({"fail_after": 3}, "stream_error"),
-    ({"cut_after": 3}, "cut_stream"),
-    ({"no_done": True}, "cut_stream"),
-])
+@pytest.mark.parametrize(
+    "sim, kind",
+    [
+        ({"status": 503}, "http_status"),
+        ({"fail_after": 3}, "stream_error"),
+        ({"cut_after": 3}, "cut_stream"),
+        ({"no_done": True}, "cut_stream"),
+    ],
+)
 async def test_failure_kinds(upstream: str, sim: dict, kind: str) -> None:
     rec = await send_one(upstream, sim)
     assert (rec.outcome, rec.failure_kind) == ("failed", kind), rec.error

@@ -1,5 +1,6 @@
 """The LiteLLM comparison's own pieces; the full run needs .venv-litellm
 (`make bench-litellm`) and is marked slow."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,8 +26,9 @@ def test_ratios_read_added_latency_and_throughput() -> None:
     assert "gateway / LiteLLM = 11.5x" in lines[1]
 
 
-def test_missing_litellm_env_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_litellm_env_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setattr(litellm_compare, "LITELLM", tmp_path / "nope" / "litellm")
     assert main(["--out", str(tmp_path)]) == 2
     assert "install-litellm.sh" in capsys.readouterr().err
@@ -36,6 +38,22 @@ def test_missing_litellm_env_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, t
 def test_full_comparison(tmp_path) -> None:
     if not LITELLM.exists():
         pytest.skip("needs .venv-litellm: bash scripts/install-litellm.sh")
-    assert main(["--requests", "40", "--rounds", "1", "--warmup", "5", "--duration-s", "1", "--no-wrk",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "--requests",
+                "40",
+                "--rounds",
+                "1",
+                "--warmup",
+                "5",
+                "--duration-s",
+                "1",
+                "--no-wrk",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "litellm.md").read_text().count("| litellm |") == 4

@@ -4,6 +4,7 @@ The server takes 1 s before its first token. An open loop of 30 requests at 60
 req/s must have sent every one by ~0.48 s, each within a few ms of its
 scheduled time, long before any answer returns.
 """
+
 from __future__ import annotations
 
 import math

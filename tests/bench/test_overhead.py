@@ -1,4 +1,5 @@
 """`python -m bench.overhead` end to end on tiny numbers, and wrk output parsing."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -44,14 +45,34 @@ def test_lua_body_cannot_be_closed_early() -> None:
 
 def test_overhead_run_writes_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "overhead"
-    assert main(["--requests", "60", "--rounds", "1", "--warmup", "10", "--duration-s", "0.3", "--no-wrk",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--requests",
+                "60",
+                "--rounds",
+                "1",
+                "--warmup",
+                "10",
+                "--duration-s",
+                "0.3",
+                "--no-wrk",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = orjson.loads((out / "overhead.json").read_bytes())
-    assert [r["scenario"] for r in doc["latency"]] == ["non-streaming, concurrency 1", "16-chunk streaming, concurrency 1"]
+    assert [r["scenario"] for r in doc["latency"]] == [
+        "non-streaming, concurrency 1",
+        "16-chunk streaming, concurrency 1",
+    ]
     for r in doc["latency"]:
         assert r["direct"]["failed"] == r["gateway"]["failed"] == 0
         assert r["gateway"]["e2e_p50_ms"] > 0 and r["gateway"]["added_p50_ms"] == pytest.approx(
-            r["gateway"]["e2e_p50_ms"] - r["direct"]["e2e_p50_ms"])
+            r["gateway"]["e2e_p50_ms"] - r["direct"]["e2e_p50_ms"]
+        )
     assert all(r["direct"]["requests_per_s"] > 0 and r["gateway"]["requests_per_s"] > 0 for r in doc["throughput"])
     assert len(doc["targets"]) == 3
     printed = capsys.readouterr().out

@@ -1,4 +1,5 @@
 """The progress bar draws while a run goes and leaves a final line."""
+
 from __future__ import annotations
 
 import asyncio

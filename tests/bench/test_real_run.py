@@ -1,5 +1,6 @@
 """A short real run against a simulator produces a complete report with plots;
 a sweep finds its highest rate; `bench compare` reads two reports."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,10 +29,21 @@ def png_ok(path: Path) -> bool:
 
 
 def test_run_writes_complete_report_with_plots(upstream: str, tmp_path: Path) -> None:
-    o = BenchOptions(base_url=upstream, model="m", out_dir=tmp_path / "run", rate=100.0, num_requests=40,
-                     input_tokens=16, output_tokens=6, tenants=[("acme", "sk-a", 1.0), ("beta", "sk-b", 1.0)],
-                     cancel_rate=0.1, cancel_delay_s=0.002, extra_body={"sim": {"itl_ms": 2}},
-                     slo=Slo(ttft_ms=1000, tpot_ms=1000), progress=False)
+    o = BenchOptions(
+        base_url=upstream,
+        model="m",
+        out_dir=tmp_path / "run",
+        rate=100.0,
+        num_requests=40,
+        input_tokens=16,
+        output_tokens=6,
+        tenants=[("acme", "sk-a", 1.0), ("beta", "sk-b", 1.0)],
+        cancel_rate=0.1,
+        cancel_delay_s=0.002,
+        extra_body={"sim": {"itl_ms": 2}},
+        slo=Slo(ttft_ms=1000, tpot_ms=1000),
+        progress=False,
+    )
     summary = run_once(o, o.rate, o.out_dir)
     doc = orjson.loads((o.out_dir / "result.json").read_bytes())
     assert doc["kind"] == "switchyard.bench.run"
@@ -52,8 +64,17 @@ def test_run_writes_complete_report_with_plots(upstream: str, tmp_path: Path) ->
 
 
 def test_failures_show_up_by_kind(upstream: str, tmp_path: Path) -> None:
-    o = BenchOptions(base_url=upstream, model="m", out_dir=tmp_path / "fail", concurrency=4, num_requests=8,
-                     output_tokens=6, extra_body={"sim": {"fail_after": 2}}, progress=False, plots=False)
+    o = BenchOptions(
+        base_url=upstream,
+        model="m",
+        out_dir=tmp_path / "fail",
+        concurrency=4,
+        num_requests=8,
+        output_tokens=6,
+        extra_body={"sim": {"fail_after": 2}},
+        progress=False,
+        plots=False,
+    )
     summary = run_once(o, None, o.out_dir)
     assert summary["requests"]["failed"] == 8 and summary["failures"]["stream_error"] == 8
     assert summary["failure_rate"] == 1.0 and summary["goodput"]["good"] == 0
@@ -61,8 +82,15 @@ def test_failures_show_up_by_kind(upstream: str, tmp_path: Path) -> None:
 
 def test_sweep_finds_highest_rate_meeting_the_slo(upstream: str, tmp_path: Path) -> None:
     # A 30 ms TTFT on every request: SLO 20 ms is missed at every rate, 200 ms met at both.
-    common = dict(base_url=upstream, model="m", rates=[20.0, 40.0], num_requests=12, output_tokens=4,
-                  extra_body={"sim": {"ttft_ms": 30}}, progress=False)
+    common = dict(
+        base_url=upstream,
+        model="m",
+        rates=[20.0, 40.0],
+        num_requests=12,
+        output_tokens=4,
+        extra_body={"sim": {"ttft_ms": 30}},
+        progress=False,
+    )
     doc = run_sweep(BenchOptions(out_dir=tmp_path / "ok", slo=Slo(ttft_ms=200), **common))
     assert doc["best_rate"] == 40.0 and [p["meets_slo"] for p in doc["points"]] == [True, True]
     assert png_ok(tmp_path / "ok" / "throughput_goodput_vs_rate.png")
@@ -74,8 +102,21 @@ def test_sweep_finds_highest_rate_meeting_the_slo(upstream: str, tmp_path: Path)
 
 
 def test_cli_run_and_compare(upstream: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    base = ["bench", "run", "--base-url", upstream + "/v1", "--model", "m", "--num-requests", "10",
-            "--output-tokens", "4", "--no-plots", "--concurrency", "2"]
+    base = [
+        "bench",
+        "run",
+        "--base-url",
+        upstream + "/v1",
+        "--model",
+        "m",
+        "--num-requests",
+        "10",
+        "--output-tokens",
+        "4",
+        "--no-plots",
+        "--concurrency",
+        "2",
+    ]
     assert main([*base, "--out", str(tmp_path / "a")]) == 0
     assert main([*base, "--out", str(tmp_path / "b"), "--extra-body", '{"sim": {"ttft_ms": 20}}']) == 0
     capsys.readouterr()
@@ -86,16 +127,17 @@ def test_cli_run_and_compare(upstream: str, tmp_path: Path, capsys: pytest.Captu
     assert main(["bench", "compare", str(tmp_path / "a" / "summary.md"), str(tmp_path / "b" / "result.json")]) == 2
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--rate", "1", "--trace", "x.jsonl"], "choose one of"),
-    ([], "choose an arrival process"),
-    (["--concurrency", "1", "--cancel-rate", "2"], "cancel-rate"),
-    (["--rate", "0"], "--rate must be > 0"),
-    (["--rate", "1", "--burstiness", "-1"], "--burstiness must be > 0"),
-    (["--concurrency", "2", "--num-requests", "0"], "--num-requests must be > 0"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--rate", "1", "--trace", "x.jsonl"], "choose one of"),
+        ([], "choose an arrival process"),
+        (["--concurrency", "1", "--cancel-rate", "2"], "cancel-rate"),
+        (["--rate", "0"], "--rate must be > 0"),
+        (["--rate", "1", "--burstiness", "-1"], "--burstiness must be > 0"),
+        (["--concurrency", "2", "--num-requests", "0"], "--num-requests must be > 0"),
+    ],
+)
 def test_cli_rejects_bad_arguments(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "run", "--base-url", "http://127.0.0.1:1", "--model", "m", *args]) == 2
     assert message in capsys.readouterr().err
-
-

@@ -1,4 +1,5 @@
 """Multi-turn conversations, shared prefixes and trace replay through the runner."""
+
 from __future__ import annotations
 
 import urllib.request
@@ -54,8 +55,12 @@ async def test_shared_prefix_leads_every_request(upstream: str) -> None:
 
 async def test_trace_replay_keeps_the_trace_timing(upstream: str, tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
-    trace.write_text("".join(orjson.dumps({"timestamp": 50.0 + t, "input_tokens": 4, "output_tokens": 2}).decode()
-                             + "\n" for t in (0.0, 0.2, 0.25, 0.6)))
+    trace.write_text(
+        "".join(
+            orjson.dumps({"timestamp": 50.0 + t, "input_tokens": 4, "output_tokens": 2}).decode() + "\n"
+            for t in (0.0, 0.2, 0.25, 0.6)
+        )
+    )
     o = BenchOptions(base_url=upstream, model="m", out_dir=tmp_path, trace=trace, time_scale=0.5)
     plan = plan_for(o, None)
     assert plan.arrivals == pytest.approx([0.0, 0.1, 0.125, 0.3])

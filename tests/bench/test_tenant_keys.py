@@ -1,4 +1,5 @@
 """Each tenant's requests carry that tenant's key, so a gateway can tell them apart."""
+
 from __future__ import annotations
 
 from aiohttp import web
@@ -7,8 +8,7 @@ from bench.client import Client, ClientConfig
 from bench.runner import LoadPlan, Runner
 from bench.workloads import assign_tenants, synthetic
 
-STREAM = (b'data: {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}\n\n'
-          b"data: [DONE]\n\n")
+STREAM = b'data: {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
 
 
 async def test_each_tenant_sends_its_own_key() -> None:
@@ -31,8 +31,9 @@ async def test_each_tenant_sends_its_own_key() -> None:
     try:
         sessions = synthetic(40, 4, 2)
         assign_tenants(sessions, [("acme", 1.0), ("beta", 1.0), ("anon", 1.0)])
-        cfg = ClientConfig(base_url=f"http://127.0.0.1:{port}", model="m",
-                           api_keys={"acme": "sk-acme", "beta": "sk-beta"})
+        cfg = ClientConfig(
+            base_url=f"http://127.0.0.1:{port}", model="m", api_keys={"acme": "sk-acme", "beta": "sk-beta"}
+        )
         async with Client(cfg) as client:
             records = await Runner(client, LoadPlan(sessions, concurrency=4)).run()
     finally:

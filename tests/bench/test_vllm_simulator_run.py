@@ -1,11 +1,12 @@
 """The harness against the vLLM simulator's known timing: what it measures must
 match what the simulator was told (TTFT 40 ms, one token every 10 ms, 6 tokens)."""
+
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -19,8 +20,23 @@ TTFT_MS, ITL_MS, TOKENS = 40.0, 10.0, 6
 @pytest.fixture(scope="module")
 def vllm_sim() -> Iterator[str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "simulators", "vllm", "--port", str(port), "--ttft-ms",
-                             str(TTFT_MS), "--itl-ms", str(ITL_MS), "--output-tokens", str(TOKENS)], cwd=ROOT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "simulators",
+            "vllm",
+            "--port",
+            str(port),
+            "--ttft-ms",
+            str(TTFT_MS),
+            "--itl-ms",
+            str(ITL_MS),
+            "--output-tokens",
+            str(TOKENS),
+        ],
+        cwd=ROOT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http(base + "/health")
@@ -32,9 +48,17 @@ def vllm_sim() -> Iterator[str]:
 
 
 def test_measured_timing_matches_the_simulator(vllm_sim: str, tmp_path: Path) -> None:
-    o = BenchOptions(base_url=vllm_sim, model="sim-model", out_dir=tmp_path, rate=20.0, num_requests=12,
-                     input_tokens=32, output_tokens=64, slo=Slo(ttft_ms=TTFT_MS + 100, tpot_ms=ITL_MS + 20),
-                     progress=False)
+    o = BenchOptions(
+        base_url=vllm_sim,
+        model="sim-model",
+        out_dir=tmp_path,
+        rate=20.0,
+        num_requests=12,
+        input_tokens=32,
+        output_tokens=64,
+        slo=Slo(ttft_ms=TTFT_MS + 100, tpot_ms=ITL_MS + 20),
+        progress=False,
+    )
     s = run_once(o, o.rate, o.out_dir)
     assert s["requests"]["ok"] == 12, s["failures"]
     assert s["output_tokens_source"] == "usage" and s["output_tokens"] == 12 * TOKENS

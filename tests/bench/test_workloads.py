@@ -1,4 +1,5 @@
 """Workload builders: lengths, shared prefixes, JSONL prompts, traces, tenants."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,9 @@ def test_synthetic_lengths_follow_range_ratio() -> None:
 
 
 def test_shared_prefix_groups() -> None:
-    sessions = shared_prefix(num_prefixes=3, suffixes_per_prefix=4, prefix_tokens=20, suffix_tokens=5,
-                             output_tokens=8, seed=0)
+    sessions = shared_prefix(
+        num_prefixes=3, suffixes_per_prefix=4, prefix_tokens=20, suffix_tokens=5, output_tokens=8, seed=0
+    )
     assert len(sessions) == 12
     groups: dict[str, int] = {}
     for s in sessions:
@@ -42,9 +44,11 @@ def test_multi_turn_sessions() -> None:
 
 def test_prompts_file_forms_and_errors(tmp_path: Path) -> None:
     f = tmp_path / "p.jsonl"
-    f.write_text('{"prompt": "hi there", "max_tokens": 3, "tenant": "acme"}\n\n'
-                 '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]}\n'
-                 '{"turns": ["one", "two"]}\n')
+    f.write_text(
+        '{"prompt": "hi there", "max_tokens": 3, "tenant": "acme"}\n\n'
+        '{"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]}\n'
+        '{"turns": ["one", "two"]}\n'
+    )
     sessions = prompts_file(f, default_max_tokens=9, n=4)
     assert [len(s.turns) for s in sessions] == [1, 1, 2, 1]
     assert sessions[0].tenant == "acme" and sessions[0].turns[0].max_tokens == 3
@@ -54,15 +58,17 @@ def test_prompts_file_forms_and_errors(tmp_path: Path) -> None:
     bad.write_text('{"text": "x"}\n')
     with pytest.raises(ValueError, match="bad.jsonl:1"):
         prompts_file(bad, None)
-    bad.write_text('not json\n')
+    bad.write_text("not json\n")
     with pytest.raises(ValueError, match="not JSON"):
         prompts_file(bad, None)
 
 
 def test_trace_file(tmp_path: Path) -> None:
     f = tmp_path / "t.jsonl"
-    f.write_text('{"timestamp_ms": 1000, "input_tokens": 7, "output_tokens": 2}\n'
-                 '{"timestamp_ms": 1250, "prompt": "hello", "tenant": "b"}\n')
+    f.write_text(
+        '{"timestamp_ms": 1000, "input_tokens": 7, "output_tokens": 2}\n'
+        '{"timestamp_ms": 1250, "prompt": "hello", "tenant": "b"}\n'
+    )
     stamps, sessions = trace_file(f, default_input=5, default_output=3)
     assert stamps == [1.0, 1.25]
     assert sessions[0].turns[0].words == 7 and sessions[0].turns[0].max_tokens == 2

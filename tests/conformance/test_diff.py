@@ -1,4 +1,5 @@
 """`conformance diff`: regressions, fixes, and the exit status on a new MUST failure."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,11 @@ from conformance.diff import diff_reports
 
 
 def report(**statuses: tuple[str, str]) -> dict:
-    return {"results": [{"id": cid.replace("_", "."), "level": level, "status": status}
-                        for cid, (level, status) in statuses.items()]}
+    return {
+        "results": [
+            {"id": cid.replace("_", "."), "level": level, "status": status} for cid, (level, status) in statuses.items()
+        ]
+    }
 
 
 def test_regressions_fixes_and_other_changes() -> None:

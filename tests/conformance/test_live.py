@@ -2,6 +2,7 @@
 native engine on the built-in tiny model) must pass every MUST; run directly
 against runtime simulators, the suite must catch their known deviations (so a
 pass is not a check that cannot fail)."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,9 @@ def logs(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def native_gateway(logs: Path) -> Iterator[ManagedProcess]:
     port = free_port()
-    p = ManagedProcess("gateway", [*SWITCHYARD, "serve", "--port", str(port)], f"http://127.0.0.1:{port}",
-                       logs / "gateway.log")
+    p = ManagedProcess(
+        "gateway", [*SWITCHYARD, "serve", "--port", str(port)], f"http://127.0.0.1:{port}", logs / "gateway.log"
+    )
     try:
         yield p.wait_ready("/healthz", timeout_s=120)
     finally:
@@ -36,8 +38,12 @@ def native_gateway(logs: Path) -> Iterator[ManagedProcess]:
 
 def simulator(kind: str, logs: Path, *flags: str) -> ManagedProcess:
     port = free_port()
-    p = ManagedProcess(f"sim-{kind}", [*SWITCHYARD, "simulate", kind, "--port", str(port), "--model-name", "sim-model",
-                                       *flags], f"http://127.0.0.1:{port}", logs / f"sim-{kind}.log")
+    p = ManagedProcess(
+        f"sim-{kind}",
+        [*SWITCHYARD, "simulate", kind, "--port", str(port), "--model-name", "sim-model", *flags],
+        f"http://127.0.0.1:{port}",
+        logs / f"sim-{kind}.log",
+    )
     return p.wait_ready("/health", timeout_s=60)
 
 
@@ -56,10 +62,25 @@ def tgi_sim(logs: Path) -> Iterator[ManagedProcess]:
 
 
 def test_core_profile_through_the_gateway_passes_every_must(native_gateway: ManagedProcess, tmp_path: Path) -> None:
-    code = main(["conformance", "run", "--base-url", native_gateway.url, "--model", "tiny", "--profile", "core",
-                 "--report", str(tmp_path), "--quiet"])
+    code = main(
+        [
+            "conformance",
+            "run",
+            "--base-url",
+            native_gateway.url,
+            "--model",
+            "tiny",
+            "--profile",
+            "core",
+            "--report",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
     data = json.loads((tmp_path / "report.json").read_text())
-    failing = [(r["id"], r["message"]) for r in data["results"] if r["level"] == "MUST" and r["status"] in ("fail", "error")]
+    failing = [
+        (r["id"], r["message"]) for r in data["results"] if r["level"] == "MUST" and r["status"] in ("fail", "error")
+    ]
     assert failing == [] and code == 0
     passed = sum(1 for r in data["results"] if r["status"] == "pass")
     assert passed >= 40  # the core profile really ran, not a handful of checks
@@ -67,8 +88,11 @@ def test_core_profile_through_the_gateway_passes_every_must(native_gateway: Mana
 
 
 async def test_vllm_wire_deviations_are_caught(vllm_sim: ManagedProcess) -> None:
-    report = await run_checks(Target(vllm_sim.url, "sim-model"), select(None, ["errors.envelope", "models.retrieve",
-                                                                              "stream.", "chat.response.schema"]), [])
+    report = await run_checks(
+        Target(vllm_sim.url, "sim-model"),
+        select(None, ["errors.envelope", "models.retrieve", "stream.", "chat.response.schema"]),
+        [],
+    )
     status = {r.id: r for r in report.results}
     # vLLM's error code is the integer HTTP status, not a string: a spec deviation.
     assert status["errors.envelope"].status is Status.FAIL
@@ -80,16 +104,35 @@ async def test_vllm_wire_deviations_are_caught(vllm_sim: ManagedProcess) -> None
 
 
 async def test_tgi_wire_deviations_are_caught(tgi_sim: ManagedProcess) -> None:
-    report = await run_checks(Target(tgi_sim.url, "sim-model"), select(None, [
-        "stream.role_and_finish", "chat.response.id_prefix", "models.unknown_model_404", "n.nonstream"]), [])
+    report = await run_checks(
+        Target(tgi_sim.url, "sim-model"),
+        select(None, ["stream.role_and_finish", "chat.response.id_prefix", "models.unknown_model_404", "n.nonstream"]),
+        [],
+    )
     status = {r.id: r.status for r in report.results}
     assert status == {  # TGI: role in every chunk, empty id, any model accepted, n ignored
-        "stream.role_and_finish": Status.FAIL, "chat.response.id_prefix": Status.FAIL,
-        "models.unknown_model_404": Status.FAIL, "n.nonstream": Status.FAIL}
+        "stream.role_and_finish": Status.FAIL,
+        "chat.response.id_prefix": Status.FAIL,
+        "models.unknown_model_404": Status.FAIL,
+        "n.nonstream": Status.FAIL,
+    }
 
 
 def test_cli_run_exits_nonzero_on_a_must_failure(vllm_sim: ManagedProcess, tmp_path: Path) -> None:
-    code = main(["conformance", "run", "--base-url", vllm_sim.url, "--model", "sim-model", "--only", "errors.envelope",
-                 "--report", str(tmp_path), "--quiet"])
+    code = main(
+        [
+            "conformance",
+            "run",
+            "--base-url",
+            vllm_sim.url,
+            "--model",
+            "sim-model",
+            "--only",
+            "errors.envelope",
+            "--report",
+            str(tmp_path),
+            "--quiet",
+        ]
+    )
     assert code == 1
     assert json.loads((tmp_path / "report.json").read_text())["results"][0]["status"] == "fail"

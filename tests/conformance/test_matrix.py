@@ -1,5 +1,6 @@
 """Matrix assembly from a gateway config, its rendering, and how CI sorts the
 runtimes' direct deviations into expected, unlisted and no longer seen."""
+
 from __future__ import annotations
 
 import json
@@ -14,11 +15,18 @@ from conformance.target import Target
 CONFIG = {
     "listen": {"host": "0.0.0.0", "port": 8080},
     "models": {
-        "llama": {"backends": [
-            {"name": "vllm-a", "adapter": "vllm", "url": "http://vllm-a:8000", "served_model": "meta/llama"},
-            {"name": "sgl-b", "adapter": "sglang", "url": "http://sgl-b:30000/v1", "served_model": "meta/llama"}]},
-        "tiny": {"backends": [{"name": "local", "adapter": "native", "model_path": "builtin:tiny"},
-                              {"name": "vllm-a", "adapter": "vllm", "url": "http://vllm-a:8000", "served_model": "meta/llama"}]},
+        "llama": {
+            "backends": [
+                {"name": "vllm-a", "adapter": "vllm", "url": "http://vllm-a:8000", "served_model": "meta/llama"},
+                {"name": "sgl-b", "adapter": "sglang", "url": "http://sgl-b:30000/v1", "served_model": "meta/llama"},
+            ]
+        },
+        "tiny": {
+            "backends": [
+                {"name": "local", "adapter": "native", "model_path": "builtin:tiny"},
+                {"name": "vllm-a", "adapter": "vllm", "url": "http://vllm-a:8000", "served_model": "meta/llama"},
+            ]
+        },
     },
 }
 
@@ -33,23 +41,46 @@ def run(*results: CheckResult) -> RunReport:
 
 def test_targets_from_config() -> None:
     targets = targets_from_config(CONFIG, "http://gw:8080", direct=True, api_key="k", forbidden_model="x")
-    assert [t.name for t in targets] == ["gateway/llama", "gateway/tiny", "vllm-a (direct vllm)", "sgl-b (direct sglang)"]
+    assert [t.name for t in targets] == [
+        "gateway/llama",
+        "gateway/tiny",
+        "vllm-a (direct vllm)",
+        "sgl-b (direct sglang)",
+    ]
     gw, direct = targets[0], targets[2]
     assert (gw.base_url, gw.model, gw.api_key, gw.forbidden_model) == ("http://gw:8080/v1", "llama", "k", "x")
-    assert (direct.base_url, direct.model, direct.runtime, direct.api_key) == ("http://vllm-a:8000/v1", "meta/llama", "vllm", None)
+    assert (direct.base_url, direct.model, direct.runtime, direct.api_key) == (
+        "http://vllm-a:8000/v1",
+        "meta/llama",
+        "vllm",
+        None,
+    )
     assert targets[3].metrics_url == "http://sgl-b:30000/metrics"
     assert len(targets_from_config(CONFIG, "http://gw:8080", direct=False)) == 2
 
 
 def test_matrix_rows_and_reports(tmp_path: Path) -> None:
     m = MatrixReport()
-    m.runs.append((Target("http://gw", "llama", name="gateway/llama"), run(result("a.x", Status.PASS), result("b.y", Status.FAIL))))
-    m.runs.append((Target("http://v", "m", name="v (direct vllm)", runtime="vllm"),
-                   run(result("a.x", Status.FAIL), result("b.y", Status.SKIP))))
+    m.runs.append(
+        (
+            Target("http://gw", "llama", name="gateway/llama"),
+            run(result("a.x", Status.PASS), result("b.y", Status.FAIL)),
+        )
+    )
+    m.runs.append(
+        (
+            Target("http://v", "m", name="v (direct vllm)", runtime="vllm"),
+            run(result("a.x", Status.FAIL), result("b.y", Status.SKIP)),
+        )
+    )
     rows = {r["id"]: r["cells"] for r in m.rows()}
-    assert rows == {"a.x": {"gateway/llama": "pass", "v (direct vllm)": "fail"},
-                    "b.y": {"gateway/llama": "fail", "v (direct vllm)": "skip"}}
-    assert [(n, r.id) for n, r in m.gateway_must_failures()] == [("gateway/llama", "b.y")]  # direct failures never block
+    assert rows == {
+        "a.x": {"gateway/llama": "pass", "v (direct vllm)": "fail"},
+        "b.y": {"gateway/llama": "fail", "v (direct vllm)": "skip"},
+    }
+    assert [(n, r.id) for n, r in m.gateway_must_failures()] == [
+        ("gateway/llama", "b.y")
+    ]  # direct failures never block
     paths = write_matrix(m, tmp_path)
     assert json.loads(paths["json"].read_text())["matrix"][0]["cells"]["v (direct vllm)"] == "fail"
     assert "| `a.x` | MUST | ✅ pass | ❌ FAIL |" in paths["md"].read_text()
@@ -58,9 +89,17 @@ def test_matrix_rows_and_reports(tmp_path: Path) -> None:
 
 def test_direct_deviations_are_sorted_never_hidden() -> None:
     m = MatrixReport()
-    m.runs.append((Target("http://v", "m", name="v (direct vllm)", runtime="vllm"),
-                   run(result("errors.envelope", Status.FAIL), result("stop.string", Status.FAIL),
-                       result("models.retrieve", Status.PASS), result("max_tokens.context_code", Status.SKIP))))
+    m.runs.append(
+        (
+            Target("http://v", "m", name="v (direct vllm)", runtime="vllm"),
+            run(
+                result("errors.envelope", Status.FAIL),
+                result("stop.string", Status.FAIL),
+                result("models.retrieve", Status.PASS),
+                result("max_tokens.context_code", Status.SKIP),
+            ),
+        )
+    )
     groups = sort_deviations(m, load_expected())["v (direct vllm)"]
     assert [g.split(":")[0] for g in groups["expected"]] == ["errors.envelope"]
     assert [g.split(":")[0] for g in groups["unexpected"]] == ["[MUST] stop.string"]

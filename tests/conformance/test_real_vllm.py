@@ -1,6 +1,7 @@
 """The slow tier (`make test-vllm`): a real vLLM CPU server, directly and
 through the gateway. Through the gateway every core MUST passes; directly,
 the suite sees vLLM's own deviations, which is what the gateway normalizes."""
+
 from __future__ import annotations
 
 from pathlib import Path

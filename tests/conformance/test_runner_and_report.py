@@ -1,5 +1,6 @@
 """The runner's verdicts (only a clean return is a pass) and the three report
 formats."""
+
 from __future__ import annotations
 
 import asyncio
@@ -23,9 +24,18 @@ async def passes(ctx: Context) -> None:
 
 
 async def fails(ctx: Context) -> None:
-    raise CheckFailed("bad <chunk>", [Evidence(expected="role once", seen="role twice", where="chunk 3",
-                                               offending={"delta": {"role": "assistant"}},
-                                               request={"method": "POST", "path": "/chat/completions", "body": {}})])
+    raise CheckFailed(
+        "bad <chunk>",
+        [
+            Evidence(
+                expected="role once",
+                seen="role twice",
+                where="chunk 3",
+                offending={"delta": {"role": "assistant"}},
+                request={"method": "POST", "path": "/chat/completions", "body": {}},
+            )
+        ],
+    )
 
 
 async def skips(ctx: Context) -> None:
@@ -60,8 +70,9 @@ async def test_statuses() -> None:
 
 
 async def test_must_failures_count_errors_but_not_skips_or_should() -> None:
-    report = await run_checks(TARGET, [check(passes), check(fails), check(skips), check(breaks),
-                                       check(fails, Level.SHOULD)], ["core"])
+    report = await run_checks(
+        TARGET, [check(passes), check(fails), check(skips), check(breaks), check(fails, Level.SHOULD)], ["core"]
+    )
     assert [r.id for r in report.must_failures] == ["t.fails", "t.breaks"]
     assert report.counts()["MUST"] == {"pass": 1, "fail": 1, "skip": 1, "error": 1}
     assert report.counts()["SHOULD"]["fail"] == 1

@@ -1,5 +1,6 @@
 """The strict SSE parser on crafted byte streams: a clean stream has no
 violation, and each rule can fail on its own."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,7 +42,7 @@ def test_comments_and_crlf_are_tolerated() -> None:
         (b"data: \n\ndata: [DONE]\n\n", "empty-data"),
         (b"data:" + CHUNK + b"\n\ndata: [DONE]\n\n", "data-space"),
         (b"event: error\ndata: " + CHUNK + b"\n\ndata: [DONE]\n\n", "field"),
-        (b"data: {\"a\":\ndata: 1}\n\ndata: [DONE]\n\n", "multiline-data"),
+        (b'data: {"a":\ndata: 1}\n\ndata: [DONE]\n\n', "multiline-data"),
         (b"data: \xff\xfe\n\ndata: [DONE]\n\n", "utf8"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,

@@ -1,4 +1,5 @@
 """A client that leaves frees everything, upstream included, in every phase."""
+
 from __future__ import annotations
 
 import re
@@ -77,8 +78,11 @@ def test_disconnect_mid_request_non_streaming(gateway, upstream):
 
 
 def test_access_log_is_json_with_request_fields(gateway):
-    httpx.post(gateway.url + "/v1/chat/completions", json={"model": "m", "messages": MSG, "max_tokens": 2},
-               headers={"x-request-id": "log-me-1"})
+    httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json={"model": "m", "messages": MSG, "max_tokens": 2},
+        headers={"x-request-id": "log-me-1"},
+    )
     import json
 
     def find():

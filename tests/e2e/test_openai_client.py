@@ -1,13 +1,21 @@
 """End to end: the official `openai` client -> gateway process -> test upstream process."""
+
 from __future__ import annotations
 
 import httpx
 import openai
 import pytest
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "weather",
-                                            "parameters": {"type": "object",
-                                                           "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 MSG = [{"role": "user", "content": "say something"}]
 
 
@@ -18,8 +26,9 @@ def client(gateway):
 
 @pytest.fixture(scope="module")
 def strict(gateway):
-    return openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0,
-                         _strict_response_validation=True)
+    return openai.OpenAI(
+        base_url=gateway.url + "/v1", api_key="unused", max_retries=0, _strict_response_validation=True
+    )
 
 
 def test_models(strict):
@@ -53,8 +62,11 @@ def test_chat_streaming_strict_and_equal_to_non_stream(strict, client):
 
 
 def test_stream_include_usage_last(client):
-    chunks = list(client.chat.completions.create(model="m", messages=MSG, max_tokens=3, stream=True,
-                                                 stream_options={"include_usage": True}))
+    chunks = list(
+        client.chat.completions.create(
+            model="m", messages=MSG, max_tokens=3, stream=True, stream_options={"include_usage": True}
+        )
+    )
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 3
     assert all(c.usage is None for c in chunks[:-1])
 
@@ -69,8 +81,9 @@ def test_stream_helper_rebuilds_tool_calls(client):
 
 
 def test_tool_calls_non_streaming(strict):
-    r = strict.chat.completions.create(model="m", messages=MSG, tools=TOOLS,
-                                       tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    r = strict.chat.completions.create(
+        model="m", messages=MSG, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}
+    )
     msg = r.choices[0].message
     assert r.choices[0].finish_reason == "tool_calls"
     assert msg.tool_calls[0].function.name == "get_weather"
@@ -91,8 +104,11 @@ def test_n_greater_than_one(strict, client):
 def test_completions_streaming_and_not(client):
     r = client.completions.create(model="m", prompt="hello", max_tokens=3)
     assert r.object == "text_completion" and r.choices[0].text == "alpha bravo charlie"
-    text = "".join(c.choices[0].text for c in client.completions.create(model="m", prompt="hello", max_tokens=3,
-                                                                         stream=True) if c.choices)
+    text = "".join(
+        c.choices[0].text
+        for c in client.completions.create(model="m", prompt="hello", max_tokens=3, stream=True)
+        if c.choices
+    )
     assert text == r.choices[0].text
 
 
@@ -101,19 +117,22 @@ def test_completions_batch_prompts_get_dense_indices(client):
     assert [c.index for c in r.choices] == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("kwargs,exc", [
-    ({"temperature": 3}, openai.BadRequestError),
-    ({"top_p": 2}, openai.BadRequestError),
-    ({"n": 0}, openai.BadRequestError),
-    ({"presence_penalty": 3}, openai.BadRequestError),
-    ({"logprobs": True, "top_logprobs": 30}, openai.BadRequestError),
-    ({"seed": 2**64}, openai.BadRequestError),
-    ({"stop": ["a", "b", "c", "d", "e"]}, openai.BadRequestError),
-    ({"stream_options": {"include_usage": True}}, openai.BadRequestError),
-    ({"tool_choice": "required"}, openai.BadRequestError),
-    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "other"}}}, openai.BadRequestError),
-    ({"model": "no-such-model"}, openai.NotFoundError),
-])
+@pytest.mark.parametrize(
+    "kwargs,exc",
+    [
+        ({"temperature": 3}, openai.BadRequestError),
+        ({"top_p": 2}, openai.BadRequestError),
+        ({"n": 0}, openai.BadRequestError),
+        ({"presence_penalty": 3}, openai.BadRequestError),
+        ({"logprobs": True, "top_logprobs": 30}, openai.BadRequestError),
+        ({"seed": 2**64}, openai.BadRequestError),
+        ({"stop": ["a", "b", "c", "d", "e"]}, openai.BadRequestError),
+        ({"stream_options": {"include_usage": True}}, openai.BadRequestError),
+        ({"tool_choice": "required"}, openai.BadRequestError),
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "other"}}}, openai.BadRequestError),
+        ({"model": "no-such-model"}, openai.NotFoundError),
+    ],
+)
 def test_error_cases(client, kwargs, exc):
     args = {"model": "m", "messages": MSG, **kwargs}
     with pytest.raises(exc) as info:
@@ -125,8 +144,15 @@ def test_error_cases(client, kwargs, exc):
         assert body["code"] == "model_not_found"
 
 
-@pytest.mark.parametrize("raw,ctype", [(b"{not json", "application/json"), (b"[1]", "application/json"),
-                                       (b"", "application/json"), (b"\xff\xfe", "text/plain")])
+@pytest.mark.parametrize(
+    "raw,ctype",
+    [
+        (b"{not json", "application/json"),
+        (b"[1]", "application/json"),
+        (b"", "application/json"),
+        (b"\xff\xfe", "text/plain"),
+    ],
+)
 def test_malformed_bodies_are_400(gateway, raw, ctype):
     r = httpx.post(gateway.url + "/v1/chat/completions", content=raw, headers={"content-type": ctype})
     assert r.status_code == 400
@@ -143,8 +169,11 @@ def test_body_too_large_is_413(gateway):
 def test_unknown_route_and_request_id(gateway):
     r = httpx.get(gateway.url + "/v1/nothing")
     assert r.status_code == 404 and "error" in r.json()
-    r = httpx.post(gateway.url + "/v1/chat/completions", json={"model": "m", "messages": MSG, "max_tokens": 1},
-                   headers={"x-request-id": "my-req-42"})
+    r = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json={"model": "m", "messages": MSG, "max_tokens": 1},
+        headers={"x-request-id": "my-req-42"},
+    )
     assert r.headers["x-request-id"] == "my-req-42"
     r = httpx.post(gateway.url + "/v1/chat/completions", json={"model": "m", "messages": MSG, "max_tokens": 1})
     assert len(r.headers["x-request-id"]) >= 16
@@ -152,11 +181,15 @@ def test_unknown_route_and_request_id(gateway):
 
 def test_midstream_upstream_error_becomes_error_event_then_done(client, gateway):
     with pytest.raises(openai.APIError, match="simulated engine failure"):
-        for _ in client.chat.completions.create(model="m", messages=MSG, stream=True,
-                                                extra_body={"sim": {"fail_after": 2}}):
+        for _ in client.chat.completions.create(
+            model="m", messages=MSG, stream=True, extra_body={"sim": {"fail_after": 2}}
+        ):
             pass
-    with httpx.stream("POST", gateway.url + "/v1/chat/completions",
-                      json={"model": "m", "messages": MSG, "stream": True, "sim": {"cut_after": 2}}) as r:
+    with httpx.stream(
+        "POST",
+        gateway.url + "/v1/chat/completions",
+        json={"model": "m", "messages": MSG, "stream": True, "sim": {"cut_after": 2}},
+    ) as r:
         raw = r.read()
     events = [b for b in raw.split(b"\n\n") if b]
     assert events[-1] == b"data: [DONE]" and b'"error"' in events[-2]
@@ -174,16 +207,24 @@ def test_health_ready_metrics(gateway, client):
     assert httpx.get(gateway.url + "/healthz").status_code == 200
     assert httpx.get(gateway.url + "/readyz").json()["status"] == "ready"
     text = httpx.get(gateway.url + "/metrics").text
-    for name in ("switchyard_requests_total", "switchyard_time_to_first_token_seconds",
-                 "switchyard_inter_token_latency_seconds", "switchyard_request_duration_seconds",
-                 "switchyard_prompt_tokens_total", "switchyard_completion_tokens_total",
-                 "switchyard_inflight_requests", "switchyard_gateway_overhead_seconds"):
+    for name in (
+        "switchyard_requests_total",
+        "switchyard_time_to_first_token_seconds",
+        "switchyard_inter_token_latency_seconds",
+        "switchyard_request_duration_seconds",
+        "switchyard_prompt_tokens_total",
+        "switchyard_completion_tokens_total",
+        "switchyard_inflight_requests",
+        "switchyard_gateway_overhead_seconds",
+    ):
         assert name in text, name
     assert 'switchyard_requests_total{backend="up",model="m",status="200"}' in text
 
 
 def test_error_as_first_stream_event_gets_its_own_status(gateway):
     # the upstream fails before any content: the client gets an HTTP error, not a 200 stream
-    r = httpx.post(gateway.url + "/v1/chat/completions",
-                   json={"model": "m", "messages": MSG, "stream": True, "sim": {"fail_after": 0}})
+    r = httpx.post(
+        gateway.url + "/v1/chat/completions",
+        json={"model": "m", "messages": MSG, "stream": True, "sim": {"fail_after": 0}},
+    )
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_error"

@@ -3,6 +3,7 @@ native engine on the tiny model. Every mode, streaming and not; the client's
 `chat.completions.stream(...)` helper rebuilds every tool call; schema errors are
 OpenAI-shaped 400s. The default run sends 6 seeded requests per mode and way; the
 slow tier sends the issue's 50."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +14,16 @@ import pytest
 
 from engine.make_tiny import make_tiny
 from engine.tokenizer import TextTokenizer
-from tests.engine.test_structured_cases import MESSAGES, MODE_IDS, MODES, TOOLS, Answer, Mode, check_answer, logit_bias_for
+from tests.engine.test_structured_cases import (
+    MESSAGES,
+    MODE_IDS,
+    MODES,
+    TOOLS,
+    Answer,
+    Mode,
+    check_answer,
+    logit_bias_for,
+)
 from tests.procs import start_gateway
 
 MAX_TOKENS = 128
@@ -26,9 +36,20 @@ def tiny_dir(module_tmp):
 
 @pytest.fixture(scope="module")
 def native_gateway(module_tmp, tiny_dir):
-    config = {"models": {"tiny": {"backends": [{
-        "name": "local", "adapter": "native", "model_path": str(tiny_dir),
-        "options": {"max_model_len": 1024, "num_blocks": 1024, "max_num_seqs": 64}}]}}}
+    config = {
+        "models": {
+            "tiny": {
+                "backends": [
+                    {
+                        "name": "local",
+                        "adapter": "native",
+                        "model_path": str(tiny_dir),
+                        "options": {"max_model_len": 1024, "num_blocks": 1024, "max_num_seqs": 64},
+                    }
+                ]
+            }
+        }
+    }
     # One intra-op thread: many times faster for a tiny model on a shared 2-core machine.
     gw = start_gateway(module_tmp, config, env={"OMP_NUM_THREADS": "1"})
     yield gw
@@ -45,8 +66,14 @@ def client_for(gateway) -> openai.AsyncOpenAI:
 
 
 def request_fields(mode: Mode, seed: int, tok: TextTokenizer) -> dict:
-    fields = {"model": "tiny", "messages": MESSAGES, "seed": seed, "temperature": 1.0, "max_tokens": MAX_TOKENS,
-              **mode.request}
+    fields = {
+        "model": "tiny",
+        "messages": MESSAGES,
+        "seed": seed,
+        "temperature": 1.0,
+        "max_tokens": MAX_TOKENS,
+        **mode.request,
+    }
     bias = logit_bias_for(mode, tok.token_bytes, tok.vocab_size)
     if bias:
         fields["logit_bias"] = {str(t): b for t, b in bias.items()}
@@ -84,8 +111,9 @@ async def ask_streaming(client: openai.AsyncOpenAI, fields: dict) -> Answer:
                 assert finish is None, "finish_reason sent twice"
                 finish = choice.finish_reason
     assert all(c["id"] for c in calls.values()), "a tool call without an id"
-    return Answer("".join(content) or None, [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)],
-                  finish, tokens)
+    return Answer(
+        "".join(content) or None, [(calls[i]["name"], calls[i]["arguments"]) for i in sorted(calls)], finish, tokens
+    )
 
 
 async def run_mode(gateway, tok, mode: Mode, count: int, streaming: bool) -> list[Answer]:
@@ -150,8 +178,14 @@ async def run_raw(gateway, fields: dict) -> Answer:
 def test_named_tool_and_json_schema_in_one_request_answers_the_tool(native_gateway, tok):
     client = openai.OpenAI(base_url=native_gateway.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     r = client.chat.completions.create(
-        model="tiny", messages=MESSAGES, tools=TOOLS, seed=1, max_tokens=MAX_TOKENS,
-        tool_choice={"type": "function", "function": {"name": "ping"}}, response_format={"type": "json_object"})
+        model="tiny",
+        messages=MESSAGES,
+        tools=TOOLS,
+        seed=1,
+        max_tokens=MAX_TOKENS,
+        tool_choice={"type": "function", "function": {"name": "ping"}},
+        response_format={"type": "json_object"},
+    )
     calls = r.choices[0].message.tool_calls
     assert r.choices[0].finish_reason == "tool_calls"
     assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [("ping", {})]
@@ -164,17 +198,53 @@ def test_max_tokens_cut_is_length(native_gateway, tok):
     assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 4
 
 
-@pytest.mark.parametrize("fields,param,words", [
-    ({"response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "(x"}}}}}},
-     "response_format", ["/properties/a", "unclosed"]),
-    ({"response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}}}},
-     "response_format", ["if", "then"]),
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
-                                                                             "properties": {"a": {"type": "nope"}}}}}],
-      "tool_choice": "required"}, "tools[0].function.parameters", ["nope"]),
-])
+@pytest.mark.parametrize(
+    "fields,param,words",
+    [
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "x",
+                        "schema": {"type": "object", "properties": {"a": {"type": "string", "pattern": "(x"}}},
+                    },
+                }
+            },
+            "response_format",
+            ["/properties/a", "unclosed"],
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "x",
+                        "schema": {"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}},
+                    },
+                }
+            },
+            "response_format",
+            ["if", "then"],
+        ),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "f",
+                            "parameters": {"type": "object", "properties": {"a": {"type": "nope"}}},
+                        },
+                    }
+                ],
+                "tool_choice": "required",
+            },
+            "tools[0].function.parameters",
+            ["nope"],
+        ),
+    ],
+)
 def test_schema_errors_are_openai_400s(native_gateway, fields, param, words):
     client = openai.OpenAI(base_url=native_gateway.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     with pytest.raises(openai.BadRequestError) as info:
@@ -197,8 +267,9 @@ def test_completions_follow_the_schema(native_gateway, streaming):
     client = openai.OpenAI(base_url=native_gateway.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     body = {"response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON_SCHEMA}}}
     for seed in range(2):
-        kwargs = dict(model="tiny", prompt="A person:", seed=seed, temperature=1.0, max_tokens=MAX_TOKENS,
-                      extra_body=body)
+        kwargs = dict(
+            model="tiny", prompt="A person:", seed=seed, temperature=1.0, max_tokens=MAX_TOKENS, extra_body=body
+        )
         if streaming:
             text, finish = "", None
             for chunk in client.completions.create(**kwargs, stream=True):

@@ -7,6 +7,7 @@ upstream; a killed replica's leases expiring within the TTL; Redis stopped mid
 run; and, for each cancellation phase, the upstream seeing the abort and every
 counter back at zero.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,18 +44,19 @@ def fleet_config(upstream: Process, slow_lane: Process, redis: Process, store: d
     request at a time, so a second one queues."""
     cfg = openai_backend_config(upstream)
     cfg["models"]["q"] = openai_backend_config(slow_lane, "q", name="slow", max_inflight=1)["models"]["q"]
-    cfg.update({
-        "auth": {"mode": "keys", "api_keys": [{"sha256": hash_key(key_of(t)), "tenant": t} for t in TENANTS]},
-        "quota_store": {"kind": "redis", "url": redis.url, "lease_ttl_s": LEASE_TTL_S, **(store or {})},
-        "tenants": TENANTS,
-        "access_log": False,
-    })
+    cfg.update(
+        {
+            "auth": {"mode": "keys", "api_keys": [{"sha256": hash_key(key_of(t)), "tenant": t} for t in TENANTS]},
+            "quota_store": {"kind": "redis", "url": redis.url, "lease_ttl_s": LEASE_TTL_S, **(store or {})},
+            "tenants": TENANTS,
+            "access_log": False,
+        }
+    )
     return cfg
 
 
 def body(max_tokens: int = 8, stream: bool = False, model: str = "m", **sim) -> dict:
-    b = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": max_tokens,
-         "stream": stream}
+    b = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": max_tokens, "stream": stream}
     if sim:
         b["sim"] = sim
     return b
@@ -80,6 +82,7 @@ def upstream_stats(upstream: Process) -> dict:
 
 def redis_leases(redis: Process, tenant: str) -> int:
     import redis as redis_py
+
     client = redis_py.Redis.from_url(redis.url)
     try:
         now_ms = int(client.time()[0] * 1000)
@@ -135,8 +138,12 @@ def gw(fleet) -> Process:
 async def burst(urls: list[str], tenant: str, n: int, payload: dict) -> list[httpx.Response]:
     limits = httpx.Limits(max_connections=n + 10, max_keepalive_connections=n + 10)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-        return await asyncio.gather(*(client.post(urls[i % len(urls)] + "/v1/chat/completions",
-                                                  json=payload, headers=auth(tenant)) for i in range(n)))
+        return await asyncio.gather(
+            *(
+                client.post(urls[i % len(urls)] + "/v1/chat/completions", json=payload, headers=auth(tenant))
+                for i in range(n)
+            )
+        )
 
 
 # ---- quotas across replicas ---------------------------------------------------
@@ -144,8 +151,9 @@ async def burst(urls: list[str], tenant: str, n: int, payload: dict) -> list[htt
 
 async def test_300_concurrent_over_3_replicas_admit_exactly_60_rpm_and_calm_tenant_is_unaffected(fleet, gw):
     # 60 reservations of ~(prompt + 300) tokens fit in 20,000: the request limit binds.
-    flood, calm = await asyncio.gather(burst(fleet.urls, "rpm", 300, body(max_tokens=300)),
-                                       burst(fleet.urls, "calm", 30, body()))
+    flood, calm = await asyncio.gather(
+        burst(fleet.urls, "rpm", 300, body(max_tokens=300)), burst(fleet.urls, "calm", 30, body())
+    )
     ok = [r for r in flood if r.status_code == 200]
     refused = [r for r in flood if r.status_code == 429]
     assert len(ok) == 60, [r.status_code for r in flood if r.status_code not in (200, 429)]
@@ -184,8 +192,9 @@ async def test_concurrency_limit_of_8_holds_across_3_replicas_at_the_upstream(fl
         async with httpx.AsyncClient(timeout=30) as c:
             deadline = time.monotonic() + 3
             while time.monotonic() < deadline:
-                r = await c.post(fleet.urls[i % 3] + "/v1/chat/completions", json=body(ttft_ms=150),
-                                 headers=auth("conc"))
+                r = await c.post(
+                    fleet.urls[i % 3] + "/v1/chat/completions", json=body(ttft_ms=150), headers=auth("conc")
+                )
                 statuses.append(r.status_code)
                 if r.status_code == 429:
                     assert r.json()["error"]["code"] == "concurrency_limit_exceeded"
@@ -204,9 +213,12 @@ async def test_a_killed_replica_leases_expire_within_the_ttl(fleet, gw):
     async with httpx.AsyncClient(timeout=30) as c:
         streams = []
         for _ in range(2):
-            req = c.build_request("POST", doomed.url + "/v1/chat/completions",
-                                  json=body(max_tokens=1000, stream=True, chunks=1000, itl_ms=50),
-                                  headers=auth("kill"))
+            req = c.build_request(
+                "POST",
+                doomed.url + "/v1/chat/completions",
+                json=body(max_tokens=1000, stream=True, chunks=1000, itl_ms=50),
+                headers=auth("kill"),
+            )
             resp = await c.send(req, stream=True)
             assert resp.status_code == 200
             chunks = resp.aiter_bytes()
@@ -234,10 +246,12 @@ async def test_redis_stopped_mid_run_fail_open_keeps_serving_and_fail_closed_ans
     redis = start_redis(tmp_path)  # its own, to stop without breaking the fleet
     open_gw = closed_gw = None
     try:
-        open_gw = start_gateway(tmp_path, fleet_config(fleet.upstream, fleet.slow_lane, redis,
-                                                       {"on_unavailable": "fail_open"}))
-        closed_gw = start_gateway(tmp_path, fleet_config(fleet.upstream, fleet.slow_lane, redis,
-                                                         {"on_unavailable": "fail_closed"}))
+        open_gw = start_gateway(
+            tmp_path, fleet_config(fleet.upstream, fleet.slow_lane, redis, {"on_unavailable": "fail_open"})
+        )
+        closed_gw = start_gateway(
+            tmp_path, fleet_config(fleet.upstream, fleet.slow_lane, redis, {"on_unavailable": "fail_closed"})
+        )
         async with httpx.AsyncClient(timeout=30) as c:
             for g in (open_gw, closed_gw):
                 r = await c.post(g.url + "/v1/chat/completions", json=body(), headers=auth("outage"))
@@ -270,18 +284,23 @@ async def test_a_flooding_tenant_does_not_starve_a_modest_one(fleet, gw):
 
         async def greedy_client() -> None:
             while not stop.is_set():
-                await c.post(gw.url + "/v1/chat/completions", json=body(model="q", ttft_ms=answer_s * 1000),
-                             headers=auth("greedy"))
+                await c.post(
+                    gw.url + "/v1/chat/completions",
+                    json=body(model="q", ttft_ms=answer_s * 1000),
+                    headers=auth("greedy"),
+                )
 
         flood = [asyncio.create_task(greedy_client()) for _ in range(30)]
         try:
-            await wait_until(lambda: scrape(gw).get('switchyard_admission_queue_depth{model="q"}', 0) >= 25,
-                             timeout=10)
+            await wait_until(lambda: scrape(gw).get('switchyard_admission_queue_depth{model="q"}', 0) >= 25, timeout=10)
             latencies = []
             for _ in range(4):
                 t0 = time.monotonic()
-                r = await c.post(gw.url + "/v1/chat/completions", json=body(model="q", ttft_ms=answer_s * 1000),
-                                 headers=auth("modest"))
+                r = await c.post(
+                    gw.url + "/v1/chat/completions",
+                    json=body(model="q", ttft_ms=answer_s * 1000),
+                    headers=auth("modest"),
+                )
                 latencies.append(time.monotonic() - t0)
                 assert r.status_code == 200
         finally:
@@ -303,12 +322,15 @@ async def open_and_leave(url: str, payload: dict, *, wait_for: bytes | None = No
     """Send a request on a raw socket, optionally read until `wait_for`, wait,
     then close the socket: a client that goes away."""
     import orjson
+
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     data = orjson.dumps(payload)
-    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                 + f"authorization: Bearer {key_of('cancel')}\r\ncontent-length: {len(data)}\r\n\r\n".encode()
-                 + data)
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        + f"authorization: Bearer {key_of('cancel')}\r\ncontent-length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
     await writer.drain()
     seen = b""
     if wait_for is not None:
@@ -330,11 +352,18 @@ async def wait_until(predicate, timeout: float = 5.0) -> None:
 
 def idle(gateway: Process) -> bool:
     m = scrape(gateway)
-    return (m.get("switchyard_live_tickets", -1) == 0
-            and all(v == 0 for k, v in m.items() if k.startswith(("switchyard_admission_inflight",
-                                                                   "switchyard_admission_queue_depth",
-                                                                   "switchyard_inflight_requests",
-                                                                   "switchyard_backend_inflight"))))
+    return m.get("switchyard_live_tickets", -1) == 0 and all(
+        v == 0
+        for k, v in m.items()
+        if k.startswith(
+            (
+                "switchyard_admission_inflight",
+                "switchyard_admission_queue_depth",
+                "switchyard_inflight_requests",
+                "switchyard_backend_inflight",
+            )
+        )
+    )
 
 
 def cancelled(gw: Process, phase: str) -> float:
@@ -343,8 +372,9 @@ def cancelled(gw: Process, phase: str) -> float:
 
 async def test_cancel_mid_stream_aborts_upstream_and_frees_everything(fleet, gw):
     before = cancelled(gw, "mid_stream")
-    await open_and_leave(gw.url, body(max_tokens=500, stream=True, model="q", chunks=500, itl_ms=20),
-                         wait_for=b"data:", after_s=0.1)
+    await open_and_leave(
+        gw.url, body(max_tokens=500, stream=True, model="q", chunks=500, itl_ms=20), wait_for=b"data:", after_s=0.1
+    )
     await wait_until(lambda: upstream_stats(fleet.slow_lane)["aborted"] == 1)
     await wait_until(lambda: cancelled(gw, "mid_stream") == before + 1)
     await wait_until(lambda: idle(gw))
@@ -376,8 +406,9 @@ async def test_cancel_while_waiting_for_upstream_headers(fleet, gw):
 async def test_cancel_while_queued_never_reaches_upstream(fleet, gw):
     before = cancelled(gw, "queued")
     async with httpx.AsyncClient(timeout=30) as c:
-        holder = asyncio.create_task(c.post(gw.url + "/v1/chat/completions", json=body(model="q", ttft_ms=5000),
-                                            headers=auth("cancel")))
+        holder = asyncio.create_task(
+            c.post(gw.url + "/v1/chat/completions", json=body(model="q", ttft_ms=5000), headers=auth("cancel"))
+        )
         await wait_until(lambda: upstream_stats(fleet.slow_lane)["inflight"] == 1)
         await open_and_leave(gw.url, body(model="q"), after_s=0.3)  # queued behind the holder, then gone
         # dropped while the holder still runs, not when its turn would have come

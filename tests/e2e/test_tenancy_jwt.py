@@ -1,5 +1,6 @@
 """JWT and API keys through a real gateway process: who gets in, what 401s and
 403s look like on the wire, and /v1/models showing only the caller's models."""
+
 from __future__ import annotations
 
 import base64
@@ -28,13 +29,23 @@ def rig(tmp_path_factory):
     upstream = start_upstream(tmp)
     cfg = openai_backend_config(upstream)
     cfg["models"]["other"] = openai_backend_config(upstream, "other", name="up2")["models"]["other"]
-    cfg.update({
-        "auth": {"mode": "keys+jwt", "api_keys": [{"sha256": hash_key(API_KEY), "tenant": "acme"}],
-                 "jwt": {"issuer": ISS, "audience": AUD, "jwks_file": str(issuer.jwks_path),
-                         "algorithms": ["RS256", "ES256", "EdDSA"], "leeway_s": 5}},
-        "tenants": {"acme": {"models": ["m"]}, "globex": {"models": ["*"]}},
-        "access_log": False,
-    })
+    cfg.update(
+        {
+            "auth": {
+                "mode": "keys+jwt",
+                "api_keys": [{"sha256": hash_key(API_KEY), "tenant": "acme"}],
+                "jwt": {
+                    "issuer": ISS,
+                    "audience": AUD,
+                    "jwks_file": str(issuer.jwks_path),
+                    "algorithms": ["RS256", "ES256", "EdDSA"],
+                    "leeway_s": 5,
+                },
+            },
+            "tenants": {"acme": {"models": ["m"]}, "globex": {"models": ["*"]}},
+            "access_log": False,
+        }
+    )
     gateway = None
     try:
         gateway = start_gateway(tmp, cfg)
@@ -46,8 +57,12 @@ def rig(tmp_path_factory):
 
 
 def chat(gateway, token: str, model: str = "m") -> httpx.Response:
-    return httpx.post(gateway.url + "/v1/chat/completions", timeout=30, headers={"authorization": f"Bearer {token}"},
-                      json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    return httpx.post(
+        gateway.url + "/v1/chat/completions",
+        timeout=30,
+        headers={"authorization": f"Bearer {token}"},
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    )
 
 
 def assert_401(resp: httpx.Response, says: str) -> None:
@@ -67,8 +82,11 @@ def test_valid_token_is_served(rig, alg, kid):
 def test_models_list_and_403_follow_the_tenant(rig):
     issuer, gateway = rig
     acme, globex = issuer.token(), issuer.token(tenant="globex")
-    listed = lambda tok: sorted(m["id"] for m in httpx.get(  # noqa: E731
-        gateway.url + "/v1/models", headers={"authorization": f"Bearer {tok}"}).json()["data"])
+
+    def listed(tok: str) -> list[str]:
+        answer = httpx.get(gateway.url + "/v1/models", headers={"authorization": f"Bearer {tok}"})
+        return sorted(m["id"] for m in answer.json()["data"])
+
     assert listed(acme) == ["m"]
     assert listed(globex) == ["m", "other"]
     assert listed(API_KEY) == ["m"]
@@ -107,8 +125,11 @@ def test_alg_none(rig):
 
 def test_hs256_signed_with_the_public_key(rig):
     issuer, gateway = rig
-    pem = issuer.rsa["r1"].public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo)
+    pem = (
+        issuer.rsa["r1"]
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
 
     def b64(b: bytes) -> str:
         return base64.urlsafe_b64encode(b).rstrip(b"=").decode()

@@ -1,25 +1,48 @@
 """Tiny random Hugging Face checkpoints for the engine tests (built once per session)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
 
-def build_tiny_model(path, kind: str = "llama", *, vocab_size: int = 384, hidden_size: int = 64,
-                     num_heads: int = 2, num_kv_heads: int = 1, head_dim: int = 32, layers: int = 2,
-                     tie: bool = False, rope_parameters: dict | None = None, seed: int = 0,
-                     max_position_embeddings: int = 512, eos_token_id=2):
+def build_tiny_model(
+    path,
+    kind: str = "llama",
+    *,
+    vocab_size: int = 384,
+    hidden_size: int = 64,
+    num_heads: int = 2,
+    num_kv_heads: int = 1,
+    head_dim: int = 32,
+    layers: int = 2,
+    tie: bool = False,
+    rope_parameters: dict | None = None,
+    seed: int = 0,
+    max_position_embeddings: int = 512,
+    eos_token_id=2,
+):
     """Save a random-weight model with transformers and return it (fp32, eval mode).
 
     initializer_range is raised above the default so logits are spread out: greedy ties
     (and near-ties that rounding could flip) would make token-for-token comparison flaky."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
 
     cls = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}[kind]
-    kwargs = dict(vocab_size=vocab_size, hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-                  num_hidden_layers=layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
-                  head_dim=head_dim, max_position_embeddings=max_position_embeddings,
-                  tie_word_embeddings=tie, initializer_range=0.2, eos_token_id=eos_token_id, bos_token_id=1)
+    kwargs = dict(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        head_dim=head_dim,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=tie,
+        initializer_range=0.2,
+        eos_token_id=eos_token_id,
+        bos_token_id=1,
+    )
     if rope_parameters is not None:
         kwargs["rope_parameters"] = rope_parameters
     config = cls(**kwargs)
@@ -46,17 +69,17 @@ def llama_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def qwen2_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("qwen2")
-    model = build_tiny_model(path, "qwen2", num_heads=4, num_kv_heads=2, head_dim=16, hidden_size=64, tie=True,
-                             seed=1)
+    model = build_tiny_model(path, "qwen2", num_heads=4, num_kv_heads=2, head_dim=16, hidden_size=64, tie=True, seed=1)
     return str(path), model
 
 
 def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     """transformers' own greedy decoding of one prompt, EOS disabled."""
     with torch.no_grad():
-        out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=max_new_tokens,
-                             eos_token_id=None, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+        out = model.generate(
+            torch.tensor([prompt]), do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=None, pad_token_id=0
+        )
+    return out[0, len(prompt) :].tolist()
 
 
 def run_to_completion(engine, check_every_step: bool = True) -> dict[str, dict[int, list]]:

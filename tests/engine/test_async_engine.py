@@ -1,4 +1,5 @@
 """AsyncEngine: concurrent streams, cancellation aborts, metrics export."""
+
 from __future__ import annotations
 
 import asyncio
@@ -69,6 +70,7 @@ async def test_consumer_cancel_aborts_and_frees_blocks(async_engine):
     async def consume():
         async for _ in async_engine.generate("task-cancel", prompt, params):
             pass
+
     task = asyncio.create_task(consume())
     while not async_engine.engine.has_unfinished_requests():
         await asyncio.sleep(0.001)
@@ -98,8 +100,9 @@ async def test_engine_failure_reaches_every_stream(async_engine):
     ok = SamplingParams(max_tokens=50, ignore_eos=True)
     bad = SamplingParams(max_tokens=50, ignore_eos=True, allowed_tokens_fn=broken)
     prompt = random_prompts([6], 384, seed=23)[0]
-    results = await asyncio.gather(_collect(async_engine, "ok", prompt, ok),
-                                   _collect(async_engine, "bad", prompt, bad), return_exceptions=True)
+    results = await asyncio.gather(
+        _collect(async_engine, "ok", prompt, ok), _collect(async_engine, "bad", prompt, bad), return_exceptions=True
+    )
     assert all(isinstance(r, RuntimeError) for r in results)
     assert not async_engine.engine.has_unfinished_requests()
     # the loop survives: a new request still completes

@@ -1,4 +1,5 @@
 """Block pool and prefix-cache bookkeeping: exact LRU order, collisions, invariants."""
+
 from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
@@ -21,13 +22,13 @@ def test_allocate_free_lru_order():
     assert [b.block_id for b in blocks] == [0, 1, 2, 3]
     pool.cache(blocks[0], 100, (1,))
     pool.cache(blocks[1], 101, (2,))
-    for b in reversed(blocks):   # a request frees tail first
+    for b in reversed(blocks):  # a request frees tail first
         pool.free(b)
     # unhashed blocks are reused first, then cached blocks, least recently freed first
     order = [pool.allocate().block_id for _ in range(6)]
     assert order[:4] == [2, 3, 4, 5]
     assert order[4:] == [1, 0]
-    assert pool.num_cached_blocks == 0   # reallocation evicted both cached blocks
+    assert pool.num_cached_blocks == 0  # reallocation evicted both cached blocks
     pool.check_integrity()
 
 
@@ -55,7 +56,7 @@ def test_hash_collision_is_a_miss():
 def test_integrity_check_catches_a_leak():
     pool = BlockPool(2)
     b = pool.allocate()
-    b.ref_count = 0    # a buggy free that forgot the free list
+    b.ref_count = 0  # a buggy free that forgot the free list
     try:
         pool.check_integrity()
     except AssertionError:
@@ -73,7 +74,7 @@ def test_prefix_hit_never_covers_whole_prompt():
     kv.free(a)
     b = _seq(list(range(8)), "b")
     hits = kv.get_computed_blocks(b)
-    assert len(hits) == 1            # 8 tokens = 2 full blocks, but the last must be computed
+    assert len(hits) == 1  # 8 tokens = 2 full blocks, but the last must be computed
     c = _seq(list(range(9)), "c")
     assert len(kv.get_computed_blocks(c)) == 2
 
@@ -96,9 +97,16 @@ def test_fork_shares_full_blocks_and_copies_partial():
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(st.tuples(st.sampled_from(["add", "step", "abort"]), st.integers(0, 50), st.integers(1, 12)),
-                    min_size=1, max_size=60),
-       num_blocks=st.integers(4, 24), block_size=st.sampled_from([1, 2, 4]), budget=st.integers(1, 32))
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["add", "step", "abort"]), st.integers(0, 50), st.integers(1, 12)),
+        min_size=1,
+        max_size=60,
+    ),
+    num_blocks=st.integers(4, 24),
+    block_size=st.sampled_from([1, 2, 4]),
+    budget=st.integers(1, 32),
+)
 def test_scheduler_random_workload_keeps_invariants(ops, num_blocks, block_size, budget):
     """Drive the scheduler and KV manager without a model: every step 'computes' what was
     scheduled and appends a token to finished prefills. Invariants hold after every op and
@@ -137,7 +145,7 @@ def test_scheduler_random_workload_keeps_invariants(ops, num_blocks, block_size,
             length = min(1 + a % 20, max_tokens_per_seq - 4)
             if length < 1:
                 continue
-            tokens = [(a + i) % 5 for i in range(length)]   # small alphabet: many cache hits
+            tokens = [(a + i) % 5 for i in range(length)]  # small alphabet: many cache hits
             seq = Sequence(f"s{counter}", 0, tokens, SamplingParams(), priority=b % 3)
             counter += 1
             live[seq.request_id] = seq
@@ -159,10 +167,14 @@ def test_scheduler_random_workload_keeps_invariants(ops, num_blocks, block_size,
     assert pool.num_free_blocks == num_blocks
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(st.tuples(st.sampled_from(["add", "add", "step", "abort"]), st.integers(0, 1000)),
-                    min_size=1, max_size=25))
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["add", "add", "step", "abort"]), st.integers(0, 1000)), min_size=1, max_size=25
+    )
+)
 def test_engine_random_adds_steps_aborts_leak_nothing(llama_dir, ops):
     """The real engine (model included) under random arrivals, n > 1, aborts and a pool
     small enough to preempt: integrity after every operation, every block back at the end."""
@@ -172,9 +184,10 @@ def test_engine_random_adds_steps_aborts_leak_nothing(llama_dir, ops):
     live: list[str] = []
     for i, (op, x) in enumerate(ops):
         if op == "add":
-            prompt = [(x + j) % 7 + 3 for j in range(1 + x % 30)]   # small alphabet: shared prefixes
-            params = SamplingParams(max_tokens=1 + x % 12, n=1 + x % 3, temperature=(x % 2) * 0.8,
-                                    seed=x, ignore_eos=True)
+            prompt = [(x + j) % 7 + 3 for j in range(1 + x % 30)]  # small alphabet: shared prefixes
+            params = SamplingParams(
+                max_tokens=1 + x % 12, n=1 + x % 3, temperature=(x % 2) * 0.8, seed=x, ignore_eos=True
+            )
             engine.add_request(f"r{i}", prompt, params, priority=x % 2)
             live.append(f"r{i}")
         elif op == "step":

@@ -1,4 +1,5 @@
 """Reading config.json / generation_config.json in both transformers 4 and 5 styles."""
+
 from __future__ import annotations
 
 import json
@@ -7,8 +8,14 @@ import pytest
 
 from engine.config import ModelConfig
 
-BASE = {"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "intermediate_size": 128,
-        "num_hidden_layers": 2, "num_attention_heads": 4}
+BASE = {
+    "model_type": "llama",
+    "vocab_size": 100,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+}
 
 
 def _write(tmp_path, config, generation=None):

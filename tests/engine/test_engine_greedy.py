@@ -1,5 +1,6 @@
 """Greedy decoding must equal transformers' generate() token for token, whatever the
 batching, chunking, prefix-cache hits or preemptions did along the way."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,7 +42,7 @@ def test_llama_many_context_groups(llama_dir):
     prompts = random_prompts(list(range(4, 244, 15)), 384, seed=30)
     for i, p in enumerate(prompts):
         engine.add_request(f"g{i}", p, GREEDY)
-    engine.step()   # all prefills; from here on every step is 16 decodes
+    engine.step()  # all prefills; from here on every step is 16 decodes
     running = [(s, 1) for s in engine.scheduler.running]
     assert len(split_by_context(running)) >= 3
     outs = run_to_completion(engine)
@@ -58,6 +59,7 @@ def test_split_by_context_groups_short_and_long():
         s = Sequence("x", 0, [1], SamplingParams())
         s.block_ids = list(range(num_blocks))
         return (s, 1)
+
     spread = [seq(n) for n in (1, 30, 2, 1, 2, 28, 1, 2, 1, 1)]
     groups = split_by_context(spread)
     assert [sorted(len(s.block_ids) for s, _ in g) for g in groups] == [[1, 1, 1, 1, 1, 2, 2, 2], [28, 30]]
@@ -65,13 +67,15 @@ def test_split_by_context_groups_short_and_long():
     assert split_by_context(even) == [even]
     assert split_by_context(spread[:5]) == [spread[:5]]
     from engine.model_runner import split_prefills
+
     chunks = [(spread[0][0], n) for n in (5, 400, 8, 380, 6)]
     assert [sorted(n for _, n in g) for g in split_prefills(chunks)] == [[5, 6, 8], [380, 400]]
-    uniform = [seq(n) for n in range(2, 42)]   # evenly spread: several groups pay off
+    uniform = [seq(n) for n in range(2, 42)]  # evenly spread: several groups pay off
     groups = split_by_context(uniform)
     assert len(groups) >= 3 and sum(len(g) for g in groups) == 40
-    assert all(max(len(s.block_ids) for s, _ in a) <= min(len(s.block_ids) for s, _ in b)
-               for a, b in zip(groups, groups[1:]))
+    assert all(
+        max(len(s.block_ids) for s, _ in a) <= min(len(s.block_ids) for s, _ in b) for a, b in zip(groups, groups[1:])
+    )
 
 
 def test_llama_chunked_prefill(llama_dir):
@@ -90,7 +94,7 @@ def test_llama_prefix_cache_hits(llama_dir):
     outs = _check(engine, model, prompts, prefix="hit")
     cached = [outs[f"hit{i}"][0][0].num_cached_tokens for i in range(len(prompts))]
     assert cached[:4] == [40, 40, 32, 40]  # 40 shared tokens = 5 full blocks; prompt of exactly 40 keeps 1 to compute
-    assert cached[4] == 8                    # never the whole prompt
+    assert cached[4] == 8  # never the whole prompt
     assert engine.stats().prefix_hit_rate > 0
 
 
@@ -107,11 +111,20 @@ def test_qwen2_bias_gqa_tied(qwen2_dir):
     _check(engine, model, random_prompts([2, 19, 33, 48], 384, seed=5))
 
 
-@pytest.mark.parametrize("rope", [
-    {"rope_type": "linear", "factor": 2.0, "rope_theta": 5000.0},
-    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-     "original_max_position_embeddings": 32, "rope_theta": 500000.0},
-])
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_type": "linear", "factor": 2.0, "rope_theta": 5000.0},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+            "rope_theta": 500000.0,
+        },
+    ],
+)
 def test_llama_rope_scaling(tmp_path, rope):
     model = build_tiny_model(tmp_path, "llama", rope_parameters=rope, seed=6)
     engine = LLMEngine(str(tmp_path), block_size=8)

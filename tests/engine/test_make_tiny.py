@@ -1,4 +1,5 @@
 """make-tiny: deterministic, loadable by transformers, and the shape vLLM CPU needs."""
+
 from __future__ import annotations
 
 import json
@@ -75,8 +76,9 @@ def test_spec_rejects_shapes_that_cannot_work() -> None:
 
 
 def test_other_shapes_build(tmp_path: Path) -> None:
-    out = make_tiny(tmp_path / "wide", spec=TinySpec(layers=1, hidden=256, heads=4, kv_heads=2, vocab=600,
-                                                      intermediate=384))
+    out = make_tiny(
+        tmp_path / "wide", spec=TinySpec(layers=1, hidden=256, heads=4, kv_heads=2, vocab=600, intermediate=384)
+    )
     config = json.loads((out / "config.json").read_text())
     assert (config["num_hidden_layers"], config["num_key_value_heads"], config["vocab_size"]) == (1, 2, 600)
 
@@ -112,8 +114,7 @@ def test_engine_subparsers_can_be_extended() -> None:
     assert parser.parse_args(["engine", "serve"]).func == "serve"
 
 
-def test_builtin_tiny_is_built_once_into_the_cache(tmp_path: Path, tiny: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_builtin_tiny_is_built_once_into_the_cache(tmp_path: Path, tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SWITCHYARD_CACHE_DIR", str(tmp_path / "cache"))
     first = builtin_model_dir("tiny")
     assert first == tmp_path / "cache" / "models" / "tiny"
@@ -138,8 +139,12 @@ def test_builtin_rebuilds_a_stale_cache(tmp_path: Path, monkeypatch: pytest.Monk
 def test_concurrent_builds_do_not_corrupt(tmp_path: Path) -> None:
     code = "from engine.builtin import builtin_model_dir; print(builtin_model_dir('tiny'))"
     env = {"SWITCHYARD_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
     target = tmp_path / "models" / "tiny"
@@ -165,8 +170,9 @@ def _free_port() -> int:
 
 
 def _post(port: int, path: str, body: dict) -> dict:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(),
-                                     {"content-type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(), {"content-type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.loads(response.read())
 
@@ -178,10 +184,30 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory):
     port = _free_port()
     log = open(tmp_path_factory.mktemp("vllm-log") / "vllm.log", "w")
     proc = subprocess.Popen(
-        [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "1024",
-         "--dtype", "float32", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
-        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}, stdout=log, stderr=subprocess.STDOUT)
+        [
+            str(VLLM_PYTHON),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--served-model-name",
+            "tiny",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "1024",
+            "--dtype",
+            "float32",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
+        ],
+        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 240
         while True:
@@ -206,12 +232,23 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory):
 async def test_vllm_and_native_agree_on_greedy_tokens(vllm_server) -> None:
     model, port = vllm_server
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Caf\u00e9 weather?"}]
-    theirs = _post(port, "/v1/chat/completions", {"model": "tiny", "messages": messages, "max_tokens": 32,
-                                                  "temperature": 0, "logprobs": True, "top_logprobs": 1})
+    theirs = _post(
+        port,
+        "/v1/chat/completions",
+        {
+            "model": "tiny",
+            "messages": messages,
+            "max_tokens": 32,
+            "temperature": 0,
+            "logprobs": True,
+            "top_logprobs": 1,
+        },
+    )
     adapter = NativeAdapter("native", str(model), engine_options={"num_blocks": 64})
     try:
-        request = GenerationRequest("r", "tiny", messages=messages,
-                                    sampling=SamplingParams(temperature=0, max_tokens=32, logprobs=True))
+        request = GenerationRequest(
+            "r", "tiny", messages=messages, sampling=SamplingParams(temperature=0, max_tokens=32, logprobs=True)
+        )
         events = [e async for e in adapter.generate(request)]
     finally:
         await adapter.aclose()

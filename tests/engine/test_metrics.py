@@ -1,4 +1,5 @@
 """Prometheus export of EngineStats."""
+
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
@@ -8,8 +9,17 @@ from engine.metrics import EngineMetrics
 
 
 def _stats(**kw) -> EngineStats:
-    base = dict(running=0, waiting=0, kv_usage=0.0, prefix_hit_rate=0.0, preemptions_total=0, num_free_blocks=10,
-                num_blocks=10, last_step_s=0.0, last_batch_tokens=0)
+    base = dict(
+        running=0,
+        waiting=0,
+        kv_usage=0.0,
+        prefix_hit_rate=0.0,
+        preemptions_total=0,
+        num_free_blocks=10,
+        num_blocks=10,
+        last_step_s=0.0,
+        last_batch_tokens=0,
+    )
     base.update(kw)
     return EngineStats(**base)
 
@@ -17,10 +27,29 @@ def _stats(**kw) -> EngineStats:
 def test_gauges_and_counters_follow_stats():
     registry = CollectorRegistry()
     metrics = EngineMetrics(registry)
-    metrics.observe(_stats(running=3, waiting=2, kv_usage=0.5, preemptions_total=1, prefix_query_tokens=100,
-                           prefix_hit_tokens=40, prefix_hit_rate=0.4, last_step_s=0.003, last_batch_tokens=17))
-    metrics.observe(_stats(running=1, preemptions_total=4, prefix_query_tokens=150, prefix_hit_tokens=60,
-                           last_step_s=0.001, last_batch_tokens=1))
+    metrics.observe(
+        _stats(
+            running=3,
+            waiting=2,
+            kv_usage=0.5,
+            preemptions_total=1,
+            prefix_query_tokens=100,
+            prefix_hit_tokens=40,
+            prefix_hit_rate=0.4,
+            last_step_s=0.003,
+            last_batch_tokens=17,
+        )
+    )
+    metrics.observe(
+        _stats(
+            running=1,
+            preemptions_total=4,
+            prefix_query_tokens=150,
+            prefix_hit_tokens=60,
+            last_step_s=0.001,
+            last_batch_tokens=1,
+        )
+    )
     # an idle step records no timing
     metrics.observe(_stats(preemptions_total=4, prefix_query_tokens=150, prefix_hit_tokens=60, last_batch_tokens=0))
     get = registry.get_sample_value

@@ -1,4 +1,5 @@
 """The native adapter end to end on the tiny model: real engine, real tokenizer."""
+
 from __future__ import annotations
 
 import asyncio
@@ -23,9 +24,15 @@ from engine.tokenizer import TextTokenizer
 from engine.tool_parser import HermesToolParser
 
 MAX_MODEL_LEN = 256
-TOOLS = [{"type": "function", "function": {"name": "get_weather",
-                                           "parameters": {"type": "object",
-                                                          "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +42,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def adapter(model_dir: Path):
-    adapter = NativeAdapter("local", str(model_dir),
-                            engine_options={"num_blocks": 96, "block_size": 16, "max_model_len": MAX_MODEL_LEN})
+    adapter = NativeAdapter(
+        "local", str(model_dir), engine_options={"num_blocks": 96, "block_size": 16, "max_model_len": MAX_MODEL_LEN}
+    )
     asyncio.run(adapter.start())
     yield adapter
     asyncio.run(adapter.aclose())
@@ -50,8 +58,12 @@ def tok(model_dir: Path) -> TextTokenizer:
 def chat(messages=None, request_id: str = "r", **sampling) -> GenerationRequest:
     sampling.setdefault("temperature", 0.0)
     sampling.setdefault("max_tokens", 24)
-    return GenerationRequest(request_id, "tiny-chat", messages=messages or [{"role": "user", "content": "Hello"}],
-                             sampling=SamplingParams(**sampling))
+    return GenerationRequest(
+        request_id,
+        "tiny-chat",
+        messages=messages or [{"role": "user", "content": "Hello"}],
+        sampling=SamplingParams(**sampling),
+    )
 
 
 def completion(prompt, **sampling) -> GenerationRequest:
@@ -150,10 +162,15 @@ async def test_stop_string_across_token_boundary(adapter: NativeAdapter, tok: Te
     tokens = [lp for e in base if isinstance(e, TextDelta) for lp in (e.logprobs or [])]
     # Choose a stop string made of the end of one token and the start of the next, both plain text.
     full = texts(base)[0]
-    offset, stop = 0, None
+    stop = None
     for a, b in zip(tokens, tokens[1:]):
-        if a.token.isprintable() and b.token.isprintable() and "\ufffd" not in a.token + b.token \
-                and len(a.token) >= 1 and len(b.token) >= 1:
+        if (
+            a.token.isprintable()
+            and b.token.isprintable()
+            and "\ufffd" not in a.token + b.token
+            and len(a.token) >= 1
+            and len(b.token) >= 1
+        ):
             stop = a.token[-1:] + b.token[:1]
             break
     assert stop is not None, full
@@ -186,8 +203,9 @@ async def test_stop_string_on_one_of_several_choices(adapter: NativeAdapter) -> 
 async def test_stop_token_id_ends_without_its_text(adapter: NativeAdapter, tok: TextTokenizer) -> None:
     base = await collect(adapter, chat(logprobs=True, max_tokens=10))
     tokens = [lp for e in base if isinstance(e, (TextDelta, LogprobsDelta)) for lp in (e.logprobs or [])]
-    stop_id = next(i for i in range(tok.vocab_size) if tok.token_bytes(i) == bytes(tokens[3].bytes)
-                   and i not in tok.special_ids)
+    stop_id = next(
+        i for i in range(tok.vocab_size) if tok.token_bytes(i) == bytes(tokens[3].bytes) and i not in tok.special_ids
+    )
     events = await collect(adapter, chat(stop_token_ids=[stop_id], max_tokens=10))
     assert finishes(events) == {0: "stop"}
     assert events[-1].completion_tokens <= 4
@@ -245,16 +263,19 @@ async def test_context_length_errors(adapter: NativeAdapter) -> None:
     assert finishes(events) == {0: "length"}
 
 
-@pytest.mark.parametrize("request_factory", [
-    lambda: chat([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
-    lambda: chat(logit_bias={100000: 5.0}),
-    lambda: chat(stop_token_ids=[-1]),
-    lambda: chat(top_p=0.0),
-    lambda: chat(min_tokens=50, max_tokens=10),
-    lambda: completion([1, 2, 999999]),
-    lambda: completion(""),
-    lambda: completion(None),
-])
+@pytest.mark.parametrize(
+    "request_factory",
+    [
+        lambda: chat([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
+        lambda: chat(logit_bias={100000: 5.0}),
+        lambda: chat(stop_token_ids=[-1]),
+        lambda: chat(top_p=0.0),
+        lambda: chat(min_tokens=50, max_tokens=10),
+        lambda: completion([1, 2, 999999]),
+        lambda: completion(""),
+        lambda: completion(None),
+    ],
+)
 async def test_bad_requests_are_400(adapter: NativeAdapter, request_factory) -> None:
     with pytest.raises(GatewayError) as info:
         await collect(adapter, request_factory())
@@ -298,13 +319,22 @@ async def test_health_models_load_and_capabilities(adapter: NativeAdapter, tmp_p
 def scripted(tok: TextTokenizer, text: str, finish_reason: str = "stop", end_with_eos: bool = True) -> list:
     """TokenOutputs a model would produce for `text`, one token per step."""
     ids = tok.encode(text) + ([tok.token_to_id("<|im_end|>")] if end_with_eos else [])
-    return [TokenOutput("r", 0, [t], None, i == len(ids) - 1, finish_reason if i == len(ids) - 1 else None, 5, 0)
-            for i, t in enumerate(ids)]
+    return [
+        TokenOutput("r", 0, [t], None, i == len(ids) - 1, finish_reason if i == len(ids) - 1 else None, 5, 0)
+        for i, t in enumerate(ids)
+    ]
 
 
 def run_choice(tok: TextTokenizer, outputs: list, *, stop=(), parallel=True, tools=True) -> list:
-    choice = _Choice(0, tok, list(stop), [], {tok.token_to_id("<|im_end|>")},
-                     HermesToolParser({"get_weather", "now"}) if tools else None, parallel)
+    choice = _Choice(
+        0,
+        tok,
+        list(stop),
+        [],
+        {tok.token_to_id("<|im_end|>")},
+        HermesToolParser({"get_weather", "now"}) if tools else None,
+        parallel,
+    )
     events = []
     for out in outputs:
         events += choice.step(out, want_logprobs=False)
@@ -325,8 +355,10 @@ def tool_calls(events: list) -> list[dict]:
     return [calls[i] for i in sorted(calls)]
 
 
-TWO_CALLS = ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-             '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>')
+TWO_CALLS = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
+)
 
 
 def test_scripted_tool_calls_finish_with_tool_calls(tok: TextTokenizer) -> None:
@@ -359,15 +391,17 @@ def test_scripted_without_tools_the_tags_are_text(tok: TextTokenizer) -> None:
 
 def test_scripted_stop_string_inside_multibyte_text(tok: TextTokenizer) -> None:
     text = "caf\u00e9 \U0001f600 end"
-    events = run_choice(tok, scripted(tok, text, finish_reason="length", end_with_eos=False),
-                        stop=["\U0001f600"], tools=False)
+    events = run_choice(
+        tok, scripted(tok, text, finish_reason="length", end_with_eos=False), stop=["\U0001f600"], tools=False
+    )
     assert texts(events)[0] == "caf\u00e9 "
     assert finishes(events) == {0: "stop"}
 
 
 async def test_default_max_tokens_fits_a_small_kv_cache(model_dir: Path) -> None:
-    small = NativeAdapter("small", str(model_dir), engine_options={"num_blocks": 6, "block_size": 16,
-                                                                  "max_model_len": MAX_MODEL_LEN})
+    small = NativeAdapter(
+        "small", str(model_dir), engine_options={"num_blocks": 6, "block_size": 16, "max_model_len": MAX_MODEL_LEN}
+    )
     try:
         events = await collect(small, completion("hi", max_tokens=None, ignore_eos=True))
         assert events[-1].prompt_tokens + events[-1].completion_tokens == 6 * 16

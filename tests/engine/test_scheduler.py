@@ -1,4 +1,5 @@
 """Scheduler policy: token budget, decode-first, chunking, priority, preemption."""
+
 from __future__ import annotations
 
 from engine.block_pool import BlockPool
@@ -51,7 +52,7 @@ def test_priority_orders_admission_and_picks_the_victim():
     high = Sequence("high", 0, list(range(20, 28)), SamplingParams(), priority=0)
     sched.add(low)
     sched.add(high)
-    assert sched.waiting[0] is high          # smaller number = more urgent
+    assert sched.waiting[0] is high  # smaller number = more urgent
     out = sched.schedule()
     assert [s.request_id for s, _ in out.scheduled] == ["high", "low"]
     _complete(sched, out)
@@ -60,7 +61,7 @@ def test_priority_orders_admission_and_picks_the_victim():
         out = sched.schedule()
         _complete(sched, out)
     assert sched.num_preemptions >= 1
-    assert high in sched.running              # the low-priority one was preempted
+    assert high in sched.running  # the low-priority one was preempted
     assert low in sched.waiting and not low.blocks and low.num_computed_tokens == 0
 
 
@@ -74,8 +75,8 @@ def test_preempted_sequence_resumes_from_prefix_cache():
         _complete(sched, sched.schedule())
     assert b.num_preemptions >= 1 or a.num_preemptions >= 1
     victim = a if a.num_preemptions else b
-    sched.remove(a if victim is b else b)   # make room
+    sched.remove(a if victim is b else b)  # make room
     out = sched.schedule()
     assert victim in [s for s, _ in out.scheduled]
-    assert victim.num_computed_tokens >= 8   # its full prompt blocks were hits
+    assert victim.num_computed_tokens >= 8  # its full prompt blocks were hits
     pool.check_integrity()

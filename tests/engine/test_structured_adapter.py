@@ -1,5 +1,6 @@
 """Structured output through the native adapter on the tiny model: 50 seeded requests
 per mode, all batched together in the engine, every answer parsed and validated."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +10,6 @@ import pytest
 import torch
 
 from adapters.base import Finish, GenerationRequest, SamplingParams, TextDelta, ToolCallDelta, Usage
-from adapters.errors import GatewayError
 from adapters.native import NativeAdapter
 from engine.make_tiny import make_tiny
 from engine.tokenizer import TextTokenizer
@@ -30,8 +30,9 @@ def adapter(model_dir: Path):
     # two on a shared 2-core machine, and the test is about the answers, not speed.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    adapter = NativeAdapter("local", str(model_dir),
-                            engine_options={"max_num_seqs": 64, "num_blocks": 1024, "max_model_len": 1024})
+    adapter = NativeAdapter(
+        "local", str(model_dir), engine_options={"max_num_seqs": 64, "num_blocks": 1024, "max_model_len": 1024}
+    )
     asyncio.run(adapter.start())
     yield adapter
     asyncio.run(adapter.aclose())
@@ -44,11 +45,16 @@ def tok(model_dir: Path) -> TextTokenizer:
 
 
 def request_for(mode: Mode, seed: int, tok: TextTokenizer, **sampling) -> GenerationRequest:
-    sampling = {"temperature": 1.0, "seed": seed, "max_tokens": MAX_TOKENS,
-                "logit_bias": logit_bias_for(mode, tok.token_bytes, tok.vocab_size) or None,
-                **sampling}
-    return GenerationRequest(f"{mode.name}-{seed}", "tiny", messages=MESSAGES, sampling=SamplingParams(**sampling),
-                             **mode.request)
+    sampling = {
+        "temperature": 1.0,
+        "seed": seed,
+        "max_tokens": MAX_TOKENS,
+        "logit_bias": logit_bias_for(mode, tok.token_bytes, tok.vocab_size) or None,
+        **sampling,
+    }
+    return GenerationRequest(
+        f"{mode.name}-{seed}", "tiny", messages=MESSAGES, sampling=SamplingParams(**sampling), **mode.request
+    )
 
 
 async def collect(adapter: NativeAdapter, request: GenerationRequest) -> Answer:
@@ -77,8 +83,9 @@ async def collect(adapter: NativeAdapter, request: GenerationRequest) -> Answer:
 @pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_fifty_seeded_requests_parse_and_validate(adapter, tok, mode: Mode):
     async def run() -> list[Answer]:
-        return await asyncio.gather(*(collect(adapter, request_for(mode, seed, tok))
-                                      for seed in range(REQUESTS_PER_MODE)))
+        return await asyncio.gather(
+            *(collect(adapter, request_for(mode, seed, tok)) for seed in range(REQUESTS_PER_MODE))
+        )
 
     answers = asyncio.run(run())
     for answer in answers:

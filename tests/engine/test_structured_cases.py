@@ -7,6 +7,7 @@ logit_bias towards the tokens that close strings and objects (a user knob, not a
 grammar one) so they finish too. The oracle's own tests at the bottom show it rejects
 what it must.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ PERSON_SCHEMA = {
         "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3},
         "address": {
             "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 6},
-                           "zip": {"type": "integer", "minimum": 10000, "maximum": 99999}},
+            "properties": {
+                "city": {"type": "string", "maxLength": 6},
+                "zip": {"type": "integer", "minimum": 10000, "maximum": 99999},
+            },
             "required": ["city", "zip"],
         },
     },
@@ -34,28 +37,52 @@ PERSON_SCHEMA = {
 }
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather in a city",
-        "parameters": {"type": "object",
-                       "properties": {"city": {"type": "string", "maxLength": 10},
-                                      "unit": {"enum": ["celsius", "fahrenheit"]}},
-                       "required": ["city", "unit"]}}},
-    {"type": "function", "function": {
-        "name": "place_order", "description": "Order an item",
-        "parameters": {"type": "object",
-                       "properties": {"item": {"type": "object",
-                                               "properties": {"sku": {"type": "string", "maxLength": 6},
-                                                              "qty": {"type": "integer", "minimum": 1, "maximum": 9}},
-                                               "required": ["sku", "qty"]},
-                                      "express": {"type": "boolean"},
-                                      "notes": {"type": "array", "items": {"type": "string", "maxLength": 4},
-                                                "maxItems": 2}},
-                       "required": ["item", "express"]}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 10},
+                    "unit": {"enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city", "unit"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "place_order",
+            "description": "Order an item",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "item": {
+                        "type": "object",
+                        "properties": {
+                            "sku": {"type": "string", "maxLength": 6},
+                            "qty": {"type": "integer", "minimum": 1, "maximum": 9},
+                        },
+                        "required": ["sku", "qty"],
+                    },
+                    "express": {"type": "boolean"},
+                    "notes": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 2},
+                },
+                "required": ["item", "express"],
+            },
+        },
+    },
     {"type": "function", "function": {"name": "ping", "description": "No arguments"}},
 ]
-TOOL_PARAMETERS = {t["function"]["name"]: t["function"].get("parameters", {"type": "object", "properties": {},
-                                                                          "additionalProperties": False})
-                   for t in TOOLS}
+TOOL_PARAMETERS = {
+    t["function"]["name"]: t["function"].get(
+        "parameters", {"type": "object", "properties": {}, "additionalProperties": False}
+    )
+    for t in TOOLS
+}
 
 
 @dataclass(frozen=True)
@@ -64,24 +91,41 @@ class Mode:
 
     name: str
     request: dict[str, Any]
-    schema: dict | None = None          # the content's schema (json modes)
+    schema: dict | None = None  # the content's schema (json modes)
     tool_names: frozenset[str] = frozenset()
-    max_calls: int | None = None        # None: any number >= 1
-    bias_closers: bool = False          # lean towards closing tokens (unbounded json_object)
+    max_calls: int | None = None  # None: any number >= 1
+    bias_closers: bool = False  # lean towards closing tokens (unbounded json_object)
 
 
 MODES = [
     Mode("json_object", {"response_format": {"type": "json_object"}}, schema={"type": "object"}, bias_closers=True),
-    Mode("json_schema", {"response_format": {"type": "json_schema",
-                                             "json_schema": {"name": "person", "schema": PERSON_SCHEMA,
-                                                             "strict": True}}},
-         schema=PERSON_SCHEMA),
-    Mode("tool_required", {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False},
-         tool_names=frozenset(TOOL_PARAMETERS), max_calls=1),
-    Mode("tool_named", {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "place_order"}}},
-         tool_names=frozenset({"place_order"}), max_calls=1),
-    Mode("parallel_calls", {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": True},
-         tool_names=frozenset(TOOL_PARAMETERS)),
+    Mode(
+        "json_schema",
+        {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "person", "schema": PERSON_SCHEMA, "strict": True},
+            }
+        },
+        schema=PERSON_SCHEMA,
+    ),
+    Mode(
+        "tool_required",
+        {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": False},
+        tool_names=frozenset(TOOL_PARAMETERS),
+        max_calls=1,
+    ),
+    Mode(
+        "tool_named",
+        {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "place_order"}}},
+        tool_names=frozenset({"place_order"}),
+        max_calls=1,
+    ),
+    Mode(
+        "parallel_calls",
+        {"tools": TOOLS, "tool_choice": "required", "parallel_tool_calls": True},
+        tool_names=frozenset(TOOL_PARAMETERS),
+    ),
 ]
 MODE_IDS = [m.name for m in MODES]
 MESSAGES = [{"role": "user", "content": "Answer with the requested structure."}]
@@ -100,7 +144,7 @@ class Answer:
     """One choice as a client rebuilt it."""
 
     content: str | None
-    tool_calls: list[tuple[str, str]]   # (name, arguments JSON text)
+    tool_calls: list[tuple[str, str]]  # (name, arguments JSON text)
     finish_reason: str
     completion_tokens: int | None = None
 
@@ -126,40 +170,55 @@ def check_answer(mode: Mode, answer: Answer, max_tokens: int) -> None:
 
 # ---- the oracle fails where it must ----------------------------------------------------
 
+
 def _mode(name: str) -> Mode:
     return next(m for m in MODES if m.name == name)
 
 
-@pytest.mark.parametrize("answer", [
-    Answer('{"name": "a", "age": 300, "role": "user", "address": {"city": "x", "zip": 12345}}', [], "stop"),
-    Answer('{"name": "a", "age": 3, "role": "root", "address": {"city": "x", "zip": 12345}}', [], "stop"),
-    Answer('{"name": "a", "age": 3, "role": "user"}', [], "stop"),
-    Answer('{"name": "a", "age": 3, "role": "user", "address": {"city": "x", "zip": 1', [], "length"),
-    Answer('{"name": "a"', [], "stop"),
-    Answer(None, [("get_weather", '{"city": "x", "unit": "celsius"}')], "tool_calls"),
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Answer('{"name": "a", "age": 300, "role": "user", "address": {"city": "x", "zip": 12345}}', [], "stop"),
+        Answer('{"name": "a", "age": 3, "role": "root", "address": {"city": "x", "zip": 12345}}', [], "stop"),
+        Answer('{"name": "a", "age": 3, "role": "user"}', [], "stop"),
+        Answer('{"name": "a", "age": 3, "role": "user", "address": {"city": "x", "zip": 1', [], "length"),
+        Answer('{"name": "a"', [], "stop"),
+        Answer(None, [("get_weather", '{"city": "x", "unit": "celsius"}')], "tool_calls"),
+    ],
+)
 def test_oracle_rejects_bad_json_answers(answer):
     with pytest.raises((AssertionError, ValueError, jsonschema.ValidationError)):
         check_answer(_mode("json_schema"), answer, 64)
 
 
-@pytest.mark.parametrize("mode_name,answer", [
-    ("tool_required", Answer('<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>', [], "stop")),
-    ("tool_required", Answer(None, [("ping", "{}"), ("ping", "{}")], "tool_calls")),
-    ("tool_required", Answer(None, [("get_weather", '{"city": "Paris"}')], "tool_calls")),
-    ("tool_named", Answer(None, [("get_weather", '{"city": "x", "unit": "celsius"}')], "tool_calls")),
-    ("parallel_calls", Answer(None, [], "tool_calls")),
-    ("parallel_calls", Answer(None, [("ping", '{"extra": 1}')], "tool_calls")),
-])
+@pytest.mark.parametrize(
+    "mode_name,answer",
+    [
+        ("tool_required", Answer('<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>', [], "stop")),
+        ("tool_required", Answer(None, [("ping", "{}"), ("ping", "{}")], "tool_calls")),
+        ("tool_required", Answer(None, [("get_weather", '{"city": "Paris"}')], "tool_calls")),
+        ("tool_named", Answer(None, [("get_weather", '{"city": "x", "unit": "celsius"}')], "tool_calls")),
+        ("parallel_calls", Answer(None, [], "tool_calls")),
+        ("parallel_calls", Answer(None, [("ping", '{"extra": 1}')], "tool_calls")),
+    ],
+)
 def test_oracle_rejects_bad_tool_answers(mode_name, answer):
     with pytest.raises((AssertionError, ValueError, jsonschema.ValidationError)):
         check_answer(_mode(mode_name), answer, 64)
 
 
 def test_oracle_accepts_good_answers():
-    check_answer(_mode("json_schema"), Answer(
-        '{"name": "a", "age": 3, "role": "user", "tags": ["red"], "address": {"city": "x", "zip": 12345}}',
-        [], "stop"), 64)
-    check_answer(_mode("parallel_calls"), Answer(None, [("ping", "{}"), ("get_weather",
-                                                                        '{"city": "P", "unit": "celsius"}')],
-                                                 "tool_calls"), 64)
+    check_answer(
+        _mode("json_schema"),
+        Answer(
+            '{"name": "a", "age": 3, "role": "user", "tags": ["red"], "address": {"city": "x", "zip": 12345}}',
+            [],
+            "stop",
+        ),
+        64,
+    )
+    check_answer(
+        _mode("parallel_calls"),
+        Answer(None, [("ping", "{}"), ("get_weather", '{"city": "P", "unit": "celsius"}')], "tool_calls"),
+        64,
+    )

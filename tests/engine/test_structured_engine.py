@@ -1,5 +1,6 @@
 """The grammar hook inside the engine and the adapter: prefetch before the forward
 pass, 400s before any generation, n>1, max_tokens cuts, completions."""
+
 from __future__ import annotations
 
 import asyncio
@@ -45,13 +46,15 @@ def test_engine_prefetches_each_mask_before_the_forward_pass(model_dir, monkeypa
         return execute(scheduled)
 
     monkeypatch.setattr(engine.runner, "execute", recording_execute)
+
     def starter() -> None:  # shared by both requests, as GrammarMask's is
         events.append(("start", None, None))
 
     a, b = RecordingHook("a", events, starter), RecordingHook("b", events, starter)
     for name, hook in (("a", a), ("b", b)):
-        engine.add_request(name, [5, 6, 7, 8], EngineParams(max_tokens=3, temperature=0.0, ignore_eos=True,
-                                                            allowed_tokens_fn=hook))
+        engine.add_request(
+            name, [5, 6, 7, 8], EngineParams(max_tokens=3, temperature=0.0, ignore_eos=True, allowed_tokens_fn=hook)
+        )
     while engine.has_unfinished_requests():
         engine.step()
     steps: list[list] = [[]]
@@ -86,8 +89,9 @@ def test_bad_schema_is_a_400_before_any_generation(adapter, monkeypatch):  # noq
     tools = json.loads(json.dumps(TOOLS))
     tools[0]["function"]["parameters"]["properties"]["unit"] = {"enum": []}
     with pytest.raises(GatewayError) as info:
-        asyncio.run(collect(adapter, GenerationRequest("bad2", "tiny", messages=MESSAGES, tools=tools,
-                                                       tool_choice="required")))
+        asyncio.run(
+            collect(adapter, GenerationRequest("bad2", "tiny", messages=MESSAGES, tools=tools, tool_choice="required"))
+        )
     assert (info.value.status, info.value.param) == (400, "tools[0].function.parameters")
     assert started == []
 
@@ -107,8 +111,13 @@ async def _choices(adapter, request):  # noqa: F811
 
 
 def test_every_choice_of_n_follows_the_schema(adapter):  # noqa: F811
-    request = GenerationRequest("n4", "tiny", messages=MESSAGES, response_format=PERSON_FORMAT,
-                                sampling=SamplingParams(n=4, temperature=1.0, seed=7, max_tokens=128))
+    request = GenerationRequest(
+        "n4",
+        "tiny",
+        messages=MESSAGES,
+        response_format=PERSON_FORMAT,
+        sampling=SamplingParams(n=4, temperature=1.0, seed=7, max_tokens=128),
+    )
     texts, finishes = asyncio.run(_choices(adapter, request))
     assert sorted(finishes) == [0, 1, 2, 3] and set(finishes.values()) == {"stop"}
     values = [json.loads(texts[i]) for i in range(4)]
@@ -118,21 +127,37 @@ def test_every_choice_of_n_follows_the_schema(adapter):  # noqa: F811
 
 
 def test_length_only_when_max_tokens_cut_it(adapter):  # noqa: F811
-    cut = GenerationRequest("cut", "tiny", messages=MESSAGES, response_format=PERSON_FORMAT,
-                            sampling=SamplingParams(temperature=1.0, seed=1, max_tokens=5))
+    cut = GenerationRequest(
+        "cut",
+        "tiny",
+        messages=MESSAGES,
+        response_format=PERSON_FORMAT,
+        sampling=SamplingParams(temperature=1.0, seed=1, max_tokens=5),
+    )
     answer = asyncio.run(collect(adapter, cut))
     assert answer.finish_reason == "length" and answer.completion_tokens == 5
     assert answer.content and answer.content.startswith("{")
-    whole = GenerationRequest("whole", "tiny", messages=MESSAGES, response_format=PERSON_FORMAT,
-                              sampling=SamplingParams(temperature=1.0, seed=1, max_tokens=128))
+    whole = GenerationRequest(
+        "whole",
+        "tiny",
+        messages=MESSAGES,
+        response_format=PERSON_FORMAT,
+        sampling=SamplingParams(temperature=1.0, seed=1, max_tokens=128),
+    )
     answer = asyncio.run(collect(adapter, whole))
     assert answer.finish_reason == "stop" and answer.completion_tokens < 128
     jsonschema.validate(json.loads(answer.content), PERSON_SCHEMA)
 
 
 def test_completions_follow_the_schema_too(adapter):  # noqa: F811
-    request = GenerationRequest("c", "tiny", kind="completion", prompt="A person:", response_format=PERSON_FORMAT,
-                                sampling=SamplingParams(temperature=1.0, seed=3, max_tokens=128))
+    request = GenerationRequest(
+        "c",
+        "tiny",
+        kind="completion",
+        prompt="A person:",
+        response_format=PERSON_FORMAT,
+        sampling=SamplingParams(temperature=1.0, seed=3, max_tokens=128),
+    )
     answer = asyncio.run(collect(adapter, request))
     assert answer.finish_reason == "stop"
     jsonschema.validate(json.loads(answer.content), PERSON_SCHEMA)
@@ -140,8 +165,14 @@ def test_completions_follow_the_schema_too(adapter):  # noqa: F811
 
 def test_tool_choice_auto_and_none_stay_free_text(adapter):  # noqa: F811
     for choice in ("auto", "none"):
-        request = GenerationRequest(f"free-{choice}", "tiny", messages=MESSAGES, tools=TOOLS, tool_choice=choice,
-                                    sampling=SamplingParams(temperature=0.0, max_tokens=8))
+        request = GenerationRequest(
+            f"free-{choice}",
+            "tiny",
+            messages=MESSAGES,
+            tools=TOOLS,
+            tool_choice=choice,
+            sampling=SamplingParams(temperature=0.0, max_tokens=8),
+        )
         answer = asyncio.run(collect(adapter, request))
         assert answer.finish_reason == "length" and not answer.tool_calls
         assert not (answer.content or "").startswith("<tool_call>")
@@ -153,9 +184,22 @@ def test_background_overlap_gives_the_same_answers(adapter, monkeypatch):  # noq
 
     def answers() -> list:
         async def run():
-            return await asyncio.gather(*(collect(adapter, GenerationRequest(
-                f"o{seed}", "tiny", messages=MESSAGES, response_format=PERSON_FORMAT,
-                sampling=SamplingParams(temperature=1.0, seed=seed, max_tokens=128))) for seed in range(6)))
+            return await asyncio.gather(
+                *(
+                    collect(
+                        adapter,
+                        GenerationRequest(
+                            f"o{seed}",
+                            "tiny",
+                            messages=MESSAGES,
+                            response_format=PERSON_FORMAT,
+                            sampling=SamplingParams(temperature=1.0, seed=seed, max_tokens=128),
+                        ),
+                    )
+                    for seed in range(6)
+                )
+            )
+
         return [a.content for a in asyncio.run(run())]
 
     monkeypatch.setattr(mask_provider, "_batcher", mask_provider._StepBatcher(overlap=False))

@@ -1,9 +1,9 @@
 """Planning a request's grammar: which requests get one, and the 400s for schemas we
 cannot honour (each naming the field and the problem), plus the masks' basic shape."""
+
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -28,13 +28,16 @@ def schema_format(schema, name: str = "thing") -> dict:
     return {"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}}
 
 
-@pytest.mark.parametrize("fields", [
-    {},
-    {"response_format": {"type": "text"}},
-    {"tools": TOOLS, "tool_choice": "auto"},
-    {"tools": TOOLS, "tool_choice": "none"},
-    {"tools": TOOLS},
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"response_format": {"type": "text"}},
+        {"tools": TOOLS, "tool_choice": "auto"},
+        {"tools": TOOLS, "tool_choice": "none"},
+        {"tools": TOOLS},
+    ],
+)
 def test_free_text_requests_get_no_grammar(lltok, fields):
     assert plan_structured(lltok, **fields) is None
 
@@ -44,18 +47,21 @@ def test_forced_tool_calls_win_over_response_format(lltok):
     assert plan is not None and plan.kind == "tool_calls"
 
 
-@pytest.mark.parametrize("schema,param,words", [
-    ({"type": "strin"}, "response_format", ["strin"]),
-    ({"type": "object", "not": {"required": ["a"]}}, "response_format", ["not"]),
-    ({"type": "array", "uniqueItems": True}, "response_format", ["uniqueItems"]),
-    ({"if": {"type": "string"}, "then": {"maxLength": 3}}, "response_format", ["if", "then"]),
-    ({"$ref": "#/$defs/missing"}, "response_format", ["/$defs/missing"]),
-    ({"$ref": "http://example.com/schema.json"}, "response_format", ["http://example.com/schema.json"]),
-    ({"type": "string", "pattern": "(unclosed"}, "response_format", ["unclosed group"]),
-    ({"type": "integer", "minimum": 5, "maximum": 2}, "response_format", ["minimum", "maximum"]),
-    ({"enum": []}, "response_format", ["Unsatisfiable"]),
-    ([{"type": "object"}], "response_format.json_schema.schema", ["JSON schema object", "list"]),
-])
+@pytest.mark.parametrize(
+    "schema,param,words",
+    [
+        ({"type": "strin"}, "response_format", ["strin"]),
+        ({"type": "object", "not": {"required": ["a"]}}, "response_format", ["not"]),
+        ({"type": "array", "uniqueItems": True}, "response_format", ["uniqueItems"]),
+        ({"if": {"type": "string"}, "then": {"maxLength": 3}}, "response_format", ["if", "then"]),
+        ({"$ref": "#/$defs/missing"}, "response_format", ["/$defs/missing"]),
+        ({"$ref": "http://example.com/schema.json"}, "response_format", ["http://example.com/schema.json"]),
+        ({"type": "string", "pattern": "(unclosed"}, "response_format", ["unclosed group"]),
+        ({"type": "integer", "minimum": 5, "maximum": 2}, "response_format", ["minimum", "maximum"]),
+        ({"enum": []}, "response_format", ["Unsatisfiable"]),
+        ([{"type": "object"}], "response_format.json_schema.schema", ["JSON schema object", "list"]),
+    ],
+)
 def test_bad_or_unsupported_schemas_are_named(lltok, schema, param, words):
     with pytest.raises(SchemaError) as info:
         plan_structured(lltok, response_format=schema_format(schema, "thing"))
@@ -66,15 +72,38 @@ def test_bad_or_unsupported_schemas_are_named(lltok, schema, param, words):
         assert "'thing'" in info.value.message
 
 
-@pytest.mark.parametrize("schema,where", [
-    ({"type": "object", "properties": {"a/b": {"type": "array", "items": {
-        "type": "object", "properties": {"c": {"not": {"type": "string"}}}}}}}, "/properties/a~1b/items/properties/c"),
-    ({"type": "object", "properties": {"x": {"anyOf": [{"type": "string"}, {"type": "string", "pattern": "["}]}}},
-     "/properties/x/anyOf/1"),
-    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/n"}}, "$defs": {"n": {"type": "integer", "minimum": 3,
-                                                                                   "maximum": 1}}},
-     "/properties/a"),
-])
+@pytest.mark.parametrize(
+    "schema,where",
+    [
+        (
+            {
+                "type": "object",
+                "properties": {
+                    "a/b": {
+                        "type": "array",
+                        "items": {"type": "object", "properties": {"c": {"not": {"type": "string"}}}},
+                    }
+                },
+            },
+            "/properties/a~1b/items/properties/c",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"x": {"anyOf": [{"type": "string"}, {"type": "string", "pattern": "["}]}},
+            },
+            "/properties/x/anyOf/1",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"$ref": "#/$defs/n"}},
+                "$defs": {"n": {"type": "integer", "minimum": 3, "maximum": 1}},
+            },
+            "/properties/a",
+        ),
+    ],
+)
 def test_errors_point_at_the_failing_subschema(lltok, schema, where):
     with pytest.raises(SchemaError) as info:
         plan_structured(lltok, response_format=schema_format(schema))
@@ -90,14 +119,19 @@ def test_bad_tool_parameters_name_the_tool(lltok):
     assert "place_order" in info.value.message and "int" in info.value.message
 
 
-@pytest.mark.parametrize("fields,param", [
-    ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
-    ({"tools": [], "tool_choice": "required"}, "tool_choice"),
-    ({"tools": [{"type": "function", "function": {"parameters": {}}}], "tool_choice": "required"},
-     "tools[0].function.name"),
-    ({"response_format": {"type": "yaml"}}, "response_format"),
-    ({"response_format": {"type": "json_schema"}}, "response_format"),
-])
+@pytest.mark.parametrize(
+    "fields,param",
+    [
+        ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        ({"tools": [], "tool_choice": "required"}, "tool_choice"),
+        (
+            {"tools": [{"type": "function", "function": {"parameters": {}}}], "tool_choice": "required"},
+            "tools[0].function.name",
+        ),
+        ({"response_format": {"type": "yaml"}}, "response_format"),
+        ({"response_format": {"type": "json_schema"}}, "response_format"),
+    ],
+)
 def test_bad_requests_are_schema_errors(lltok, fields, param):
     with pytest.raises(SchemaError) as info:
         plan_structured(lltok, **fields)
@@ -109,8 +143,12 @@ def allowed_text(mask: torch.Tensor, tok: TextTokenizer) -> set[bytes]:
 
 
 def test_json_mask_starts_with_a_brace_and_ends_with_only_stop_tokens(tok, lltok):
-    plan = plan_structured(lltok, response_format=schema_format(
-        {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}))
+    plan = plan_structured(
+        lltok,
+        response_format=schema_format(
+            {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+        ),
+    )
     stops = set(tok.eos_token_ids)
     mask = GrammarMask(plan.matcher, tok.vocab_size, stops)
     first = allowed_text(mask([]), tok)
@@ -123,8 +161,7 @@ def test_json_mask_starts_with_a_brace_and_ends_with_only_stop_tokens(tok, lltok
 def test_tool_call_mask_forces_the_hermes_tag_and_a_known_name(tok, lltok):
     plan = plan_structured(lltok, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "ping"}})
     mask = GrammarMask(plan.matcher, tok.vocab_size, set(tok.eos_token_ids))
-    assert all("<tool_call>".encode().startswith(b) or b.startswith(b"<tool_call>")
-               for b in allowed_text(mask([]), tok))
+    assert all(b"<tool_call>".startswith(b) or b.startswith(b"<tool_call>") for b in allowed_text(mask([]), tok))
     prefix = tok.encode('<tool_call>\n{"name": "', add_special_tokens=False)
     assert all(b"ping".startswith(b) for b in allowed_text(mask(prefix), tok))
 
@@ -138,13 +175,14 @@ def test_diverging_choices_keep_their_own_grammar_state(tok, lltok):
     mask.prefetch(a)
     mask.prefetch(b)
     after_a, after_b = allowed_text(mask(a), tok), allowed_text(mask(b), tok)
-    assert after_a and all(b"pha\"".startswith(t) for t in after_a)
-    assert after_b and all(b"ta\"".startswith(t) for t in after_b)
+    assert after_a and all(b'pha"'.startswith(t) for t in after_a)
+    assert after_b and all(b'ta"'.startswith(t) for t in after_b)
     assert not mask.errors
 
 
 def test_objects_are_closed_unless_the_schema_asks_for_more(tok, lltok):
     """Unlisted keys are not generated, except where the schema allows or requires them."""
+
     def accepts(schema, text: str) -> bool:
         plan = plan_structured(lltok, response_format=schema_format(schema))
         matcher = plan.matcher.deep_copy()
@@ -162,13 +200,14 @@ def test_masks_of_two_vocabularies_in_one_step(tok, lltok):
     padded_lltok = grammar_tokenizer(tok, tok.vocab_size + 64, set(tok.eos_token_ids))  # padded logits rows
     fmt = schema_format({"type": "boolean"})
     small = GrammarMask(plan_structured(lltok, response_format=fmt).matcher, tok.vocab_size, set(tok.eos_token_ids))
-    padded = GrammarMask(plan_structured(padded_lltok, response_format=fmt).matcher, tok.vocab_size + 64,
-                         set(tok.eos_token_ids))
+    padded = GrammarMask(
+        plan_structured(padded_lltok, response_format=fmt).matcher, tok.vocab_size + 64, set(tok.eos_token_ids)
+    )
     small.prefetch([])
     padded.prefetch([])
     a, b = small([]), padded([])
     assert a.shape == (tok.vocab_size,) and b.shape == (tok.vocab_size + 64,)
-    assert torch.equal(a, b[: tok.vocab_size]) and not b[tok.vocab_size:].any()
+    assert torch.equal(a, b[: tok.vocab_size]) and not b[tok.vocab_size :].any()
 
 
 def test_tool_arguments_are_an_object_even_when_the_schema_leaves_the_type_open(tok, lltok):

@@ -1,4 +1,5 @@
 """Incremental detokenization never emits broken UTF-8 and adds up to the full decode."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,7 +22,7 @@ def tok(tmp_path_factory: pytest.TempPathFactory) -> TextTokenizer:
 
 def stream(tok: TextTokenizer, ids: list[int], step: int = 1) -> list[str]:
     detok = IncrementalDetokenizer(tok)
-    pieces = [detok.add(ids[i:i + step]) for i in range(0, len(ids), step)]
+    pieces = [detok.add(ids[i : i + step]) for i in range(0, len(ids), step)]
     pieces.append(detok.flush())
     return pieces
 
@@ -37,7 +38,7 @@ def test_multibyte_characters_split_across_tokens_are_held_back(tok: TextTokeniz
 
 @pytest.mark.parametrize("step", [1, 2, 3, 5])
 def test_chunked_streaming_equals_full_decode(tok: TextTokenizer, step: int) -> None:
-    text = "Hello \U0001f600 world, caf\u00e9! {\"k\": [1, 2]} \u4f60\u597d"
+    text = 'Hello \U0001f600 world, caf\u00e9! {"k": [1, 2]} \u4f60\u597d'
     ids = tok.encode(text)
     assert "".join(stream(tok, ids, step)) == tok.decode(ids) == text
 
@@ -78,8 +79,9 @@ def _sentencepiece_style_dir(path: Path) -> Path:
         vocab[piece] = len(vocab)
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
     tokenizer.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
-    tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
-                                           decoders.Strip(" ", 1, 0)])
+    tokenizer.decoder = decoders.Sequence(
+        [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
     tokenizer.add_special_tokens(["<s>", "</s>"])
     path.mkdir()
     tokenizer.save(str(path / "tokenizer.json"))

@@ -1,4 +1,5 @@
 """Stop strings: matched across any split of the text, never leaked, excluded from output."""
+
 from __future__ import annotations
 
 import pytest
@@ -80,11 +81,12 @@ def test_overlapping_prefixes() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(text=st.text(alphabet="ab<>E", max_size=30), stops=st.lists(st.text(alphabet="ab<>E", min_size=1,
-                                                                            max_size=4), min_size=1, max_size=4),
-       cuts=st.lists(st.integers(min_value=0, max_value=30), max_size=6))
-def test_streaming_stops_as_soon_as_the_text_so_far_holds_a_stop(text: str, stops: list[str],
-                                                                 cuts: list[int]) -> None:
+@given(
+    text=st.text(alphabet="ab<>E", max_size=30),
+    stops=st.lists(st.text(alphabet="ab<>E", min_size=1, max_size=4), min_size=1, max_size=4),
+    cuts=st.lists(st.integers(min_value=0, max_value=30), max_size=6),
+)
+def test_streaming_stops_as_soon_as_the_text_so_far_holds_a_stop(text: str, stops: list[str], cuts: list[int]) -> None:
     # Generation stops after the first piece whose arrival completes a stop string; the
     # output is cut where the earliest stop string in the text so far begins.
     bounds = sorted({min(c, len(text)) for c in cuts} | {0, len(text)})

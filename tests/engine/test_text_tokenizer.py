@@ -1,4 +1,5 @@
 """TextTokenizer and the chat template renderer against transformers on the tiny model."""
+
 from __future__ import annotations
 
 import json
@@ -10,18 +11,37 @@ from engine.chat_template import ChatTemplateError, render_chat
 from engine.make_tiny import make_tiny
 from engine.tokenizer import TextTokenizer
 
-TEXTS = ["Hello, world!", " leading space", "Caf\u00e9 na\u00efve \u4f60\u597d \U0001f600", '{"a": [1, 2.5, null]}',
-         "<tool_call>\n{\"name\": \"f\"}\n</tool_call>", "tabs\tand\nnewlines\r\n", ""]
+TEXTS = [
+    "Hello, world!",
+    " leading space",
+    "Caf\u00e9 na\u00efve \u4f60\u597d \U0001f600",
+    '{"a": [1, 2.5, null]}',
+    '<tool_call>\n{"name": "f"}\n</tool_call>',
+    "tabs\tand\nnewlines\r\n",
+    "",
+]
 
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather <now> & later",
-                                           "parameters": {"type": "object",
-                                                          "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather <now> & later",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 CONVERSATION = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": [{"type": "text", "text": "Weather in"}, {"type": "text", "text": "Paris?"}]},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
-        {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+            {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
+        ],
+    },
     {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
     {"role": "tool", "tool_call_id": "c2", "content": "rain"},
     {"role": "assistant", "content": "Sunny or rain."},
@@ -82,13 +102,15 @@ def test_token_text_of_a_partial_character_is_replaced(tok: TextTokenizer) -> No
 
 @pytest.mark.parametrize("with_tools", [False, True])
 @pytest.mark.parametrize("add_generation_prompt", [False, True])
-def test_chat_template_renders_like_transformers(tok: TextTokenizer, hf, with_tools: bool,
-                                                 add_generation_prompt: bool) -> None:
+def test_chat_template_renders_like_transformers(
+    tok: TextTokenizer, hf, with_tools: bool, add_generation_prompt: bool
+) -> None:
     tools = TOOLS if with_tools else None
     # transformers does not flatten content parts for templates; give it the flattened form.
     flattened = [dict(m, content="Weather in\nParis?") if i == 1 else m for i, m in enumerate(CONVERSATION)]
-    expected = hf.apply_chat_template(flattened, tools=tools, tokenize=False,
-                                      add_generation_prompt=add_generation_prompt)
+    expected = hf.apply_chat_template(
+        flattened, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt
+    )
     got = tok.apply_chat_template(CONVERSATION, tools=tools, add_generation_prompt=add_generation_prompt)
     assert got == expected
     assert got.endswith("<|im_start|>assistant\n") == add_generation_prompt
@@ -108,17 +130,22 @@ def test_tools_and_tool_calls_are_in_the_prompt(tok: TextTokenizer) -> None:
 
 def test_default_system_prompt(tok: TextTokenizer) -> None:
     text = tok.apply_chat_template([{"role": "user", "content": "Hi"}])
-    assert text == ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-                    "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
-@pytest.mark.parametrize("messages", [
-    [],
-    [{"content": "no role"}],
-    [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
-    [{"role": "user", "content": 5}],
-    [{"role": "assistant", "content": "x", "tool_calls": "nope"}],
-])
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [],
+        [{"content": "no role"}],
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+        [{"role": "user", "content": 5}],
+        [{"role": "assistant", "content": "x", "tool_calls": "nope"}],
+    ],
+)
 def test_bad_messages_raise_chat_template_error(tok: TextTokenizer, messages: list) -> None:
     with pytest.raises(ChatTemplateError):
         tok.apply_chat_template(messages)

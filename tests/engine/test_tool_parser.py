@@ -1,9 +1,9 @@
 """The hermes tool-call parser on scripted streams, split at every possible boundary."""
+
 from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +15,10 @@ from engine.tool_parser import ContentPiece, HermesToolParser, ParsedPiece, Tool
 TOOLS = {"get_weather", "now", "search"}
 
 ONE_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": [1, 2]}}\n</tool_call>'
-TWO_CALLS = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa\\"ris </x>"}}\n'
-             '</tool_call>\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>\n')
+TWO_CALLS = (
+    'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa\\"ris </x>"}}\n'
+    '</tool_call>\n<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>\n'
+)
 REORDERED = '<tool_call>{"arguments": {"q": "kv"}, "name": "search"}</tool_call>'
 
 
@@ -124,14 +126,17 @@ def test_possible_start_tag_is_held_back() -> None:
     assert parser.finish() == []
 
 
-@pytest.mark.parametrize("text", [
-    '<tool_call>{"name": 5, "arguments": {}}</tool_call>',  # name not a string
-    "<tool_call>not json</tool_call>",
-    '<tool_call>{"arguments": {}}</tool_call>',  # no name
-    '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',  # not one of the request's tools
-    '<tool_call>{"arguments": {}, "name": "rm_rf"}</tool_call>',
-    "<tool_call>{\"name\": \"get_wea",  # the text ended inside the header
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<tool_call>{"name": 5, "arguments": {}}</tool_call>',  # name not a string
+        "<tool_call>not json</tool_call>",
+        '<tool_call>{"arguments": {}}</tool_call>',  # no name
+        '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',  # not one of the request's tools
+        '<tool_call>{"arguments": {}, "name": "rm_rf"}</tool_call>',
+        '<tool_call>{"name": "get_wea',  # the text ended inside the header
+    ],
+)
 def test_malformed_calls_fall_back_to_content(text: str) -> None:
     for chunks in splits(text):
         content, calls = summary(parse(["before ", *chunks, " after"]))
@@ -165,7 +170,7 @@ def test_call_without_closing_tag_keeps_streamed_arguments() -> None:
 
 
 def test_plain_text_passes_through() -> None:
-    text = "No tools here: a < b and {\"json\": true} </tool_call>"
+    text = 'No tools here: a < b and {"json": true} </tool_call>'
     for chunks in splits(text):
         assert summary(parse(chunks)) == (text, [])
 

@@ -1,4 +1,5 @@
 """The config: DESIGN.md's example stays valid; mistakes get messages a person can act on."""
+
 from __future__ import annotations
 
 import hashlib
@@ -46,8 +47,13 @@ def test_backend_without_url_and_bad_fallback():
     with pytest.raises(ConfigError, match="needs url"):
         parse_config({"models": {"m": {"backends": [{"name": "a", "adapter": "vllm"}]}}})
     with pytest.raises(ConfigError, match="fallback names 'nope'"):
-        parse_config({"models": {"m": {"fallback": ["nope"], "backends": [
-            {"name": "a", "adapter": "openai", "url": "http://x"}]}}})
+        parse_config(
+            {
+                "models": {
+                    "m": {"fallback": ["nope"], "backends": [{"name": "a", "adapter": "openai", "url": "http://x"}]}
+                }
+            }
+        )
 
 
 def test_bad_key_digest_and_jwt_without_keys():
@@ -60,8 +66,9 @@ def test_bad_key_digest_and_jwt_without_keys():
 def test_env_overrides(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("listen: {port: 1}\n")
-    cfg = load_config(p, env={"SWITCHYARD_PORT": "9999", "SWITCHYARD_HOST": "0.0.0.0",
-                              "SWITCHYARD_REDIS_URL": "redis://r:1/0"})
+    cfg = load_config(
+        p, env={"SWITCHYARD_PORT": "9999", "SWITCHYARD_HOST": "0.0.0.0", "SWITCHYARD_REDIS_URL": "redis://r:1/0"}
+    )
     assert cfg.listen.port == 9999 and cfg.listen.host == "0.0.0.0"
     assert cfg.quota_store.kind == "redis" and cfg.quota_store.url == "redis://r:1/0"
 

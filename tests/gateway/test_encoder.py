@@ -1,4 +1,5 @@
 """The encoder's OpenAI rules, one test per rule, on scripted event sequences."""
+
 from __future__ import annotations
 
 import orjson
@@ -40,8 +41,12 @@ def test_role_only_in_first_delta_and_not_before_a_token():
 
 
 def test_tool_call_header_once_function_always_arguments_string():
-    events = [ToolCallDelta(0, 0, "call_x", "f", ""), ToolCallDelta(0, 0, "call_x", "f", '{"a"'),
-              ToolCallDelta(0, 0, None, "f", ": 1}"), Finish(0, "stop")]
+    events = [
+        ToolCallDelta(0, 0, "call_x", "f", ""),
+        ToolCallDelta(0, 0, "call_x", "f", '{"a"'),
+        ToolCallDelta(0, 0, None, "f", ": 1}"),
+        Finish(0, "stop"),
+    ]
     cs = chunks(frames(enc(), events))
     calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in cs if "tool_calls" in c["choices"][0]["delta"]]
     assert calls[0]["id"] == "call_x" and calls[0]["type"] == "function" and calls[0]["function"]["name"] == "f"
@@ -63,10 +68,22 @@ def test_tool_indices_dense_and_ids_made_when_missing():
 
 
 def test_finish_reason_exactly_once_per_choice_and_nothing_after():
-    fs = chunks(frames(enc(n=2), [TextDelta(0, "a"), TextDelta(1, "b"), Finish(0, "stop"), Finish(0, "length"),
-                                  TextDelta(0, "late"), Finish(1, "length")]))
-    reasons = [(c["choices"][0]["index"], c["choices"][0]["finish_reason"]) for c in fs
-               if c["choices"][0]["finish_reason"]]
+    fs = chunks(
+        frames(
+            enc(n=2),
+            [
+                TextDelta(0, "a"),
+                TextDelta(1, "b"),
+                Finish(0, "stop"),
+                Finish(0, "length"),
+                TextDelta(0, "late"),
+                Finish(1, "length"),
+            ],
+        )
+    )
+    reasons = [
+        (c["choices"][0]["index"], c["choices"][0]["finish_reason"]) for c in fs if c["choices"][0]["finish_reason"]
+    ]
     assert reasons == [(0, "stop"), (1, "length")]
     assert all(c["choices"][0].get("delta", {}).get("content") != "late" for c in fs)
 
@@ -75,8 +92,11 @@ def test_usage_chunk_last_with_empty_choices_only_when_asked():
     events = [TextDelta(0, "a"), Finish(0, "stop"), Usage(3, 1)]
     fs = frames(enc(include_usage=True), events)
     assert fs[-1] == "[DONE]"
-    assert fs[-2]["choices"] == [] and fs[-2]["usage"] == {"prompt_tokens": 3, "completion_tokens": 1,
-                                                             "total_tokens": 4}
+    assert fs[-2]["choices"] == [] and fs[-2]["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 1,
+        "total_tokens": 4,
+    }
     assert all("usage" not in c for c in fs[:-2])
     fs = frames(enc(include_usage=False), events)
     assert all(c == "[DONE]" or (c["choices"] and "usage" not in c) for c in fs)
@@ -106,10 +126,15 @@ def test_dense_choice_order_for_n_gt_1():
 
 
 def test_same_id_created_model_and_object_on_every_chunk():
-    fs = chunks(frames(enc(n=2, include_usage=True), [TextDelta(0, "a"), TextDelta(1, "b"), Finish(0, "stop"),
-                                                       Finish(1, "stop"), Usage(1, 2)]))
+    fs = chunks(
+        frames(
+            enc(n=2, include_usage=True),
+            [TextDelta(0, "a"), TextDelta(1, "b"), Finish(0, "stop"), Finish(1, "stop"), Usage(1, 2)],
+        )
+    )
     assert {(c["id"], c["created"], c["model"], c["object"]) for c in fs} == {
-        ("chatcmpl-1", 123, "m", "chat.completion.chunk")}
+        ("chatcmpl-1", 123, "m", "chat.completion.chunk")
+    }
 
 
 def test_no_nulls_where_spec_forbids():
@@ -129,8 +154,17 @@ def test_chat_logprobs_in_stream():
     lp = [TokenLogprob("a", -0.5, [97], [TopLogprob("a", -0.5, [97]), TopLogprob("b", -1.0, [98])])]
     cs = chunks(frames(enc(logprobs=True), [TextDelta(0, "a", lp), Finish(0, "stop")]))
     content = cs[0]["choices"][0]["logprobs"]["content"]
-    assert content == [{"token": "a", "logprob": -0.5, "bytes": [97], "top_logprobs": [
-        {"token": "a", "logprob": -0.5, "bytes": [97]}, {"token": "b", "logprob": -1.0, "bytes": [98]}]}]
+    assert content == [
+        {
+            "token": "a",
+            "logprob": -0.5,
+            "bytes": [97],
+            "top_logprobs": [
+                {"token": "a", "logprob": -0.5, "bytes": [97]},
+                {"token": "b", "logprob": -1.0, "bytes": [98]},
+            ],
+        }
+    ]
 
 
 def test_completion_stream_shape_and_text_offsets():
@@ -159,8 +193,12 @@ def test_whole_response_shape(chat):
     out = b.build(Usage(4, 3, cached_tokens=2))
     assert out["object"] == ("chat.completion" if chat else "text_completion")
     assert [c["index"] for c in out["choices"]] == [0, 1]
-    assert out["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7,
-                            "prompt_tokens_details": {"cached_tokens": 2}}
+    assert out["usage"] == {
+        "prompt_tokens": 4,
+        "completion_tokens": 3,
+        "total_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 2},
+    }
     c0 = out["choices"][0]
     assert c0["logprobs"] is None and c0["finish_reason"] == "stop"
     if chat:
@@ -171,14 +209,20 @@ def test_whole_response_shape(chat):
 
 def test_whole_response_tool_calls():
     b = ResponseBuilder("id1", 5, "m")
-    for ev in [ToolCallDelta(0, 0, "c1", "f", '{"x":'), ToolCallDelta(0, 0, "c1", "f", " 1}"),
-               ToolCallDelta(0, 1, None, "g", "{}"), Finish(0, "stop")]:
+    for ev in [
+        ToolCallDelta(0, 0, "c1", "f", '{"x":'),
+        ToolCallDelta(0, 0, "c1", "f", " 1}"),
+        ToolCallDelta(0, 1, None, "g", "{}"),
+        Finish(0, "stop"),
+    ]:
         b.feed(ev)
     out = b.build(Usage(1, 1))
     msg = out["choices"][0]["message"]
     assert msg["content"] is None
     assert [(t["id"] == "c1", t["function"]["name"], t["function"]["arguments"]) for t in msg["tool_calls"]] == [
-        (True, "f", '{"x": 1}'), (False, "g", "{}")]
+        (True, "f", '{"x": 1}'),
+        (False, "g", "{}"),
+    ]
     assert out["choices"][0]["finish_reason"] == "tool_calls"
 
 

@@ -1,6 +1,7 @@
 """gateway/protection.py called directly, as the HTTP handlers call it: auth,
 admission, release in every cancellation phase, shared Redis state, and the
 fail policy when Redis goes away."""
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,13 @@ KEY_B = "sk-sy-tenant-b-key"
 
 def config(store: dict | None = None, **tenant_a) -> dict:
     return {
-        "auth": {"mode": "keys", "api_keys": [{"sha256": hash_key(KEY_A), "tenant": "a", "name": "ka"},
-                                              {"sha256": hash_key(KEY_B), "tenant": "b"}]},
+        "auth": {
+            "mode": "keys",
+            "api_keys": [
+                {"sha256": hash_key(KEY_A), "tenant": "a", "name": "ka"},
+                {"sha256": hash_key(KEY_B), "tenant": "b"},
+            ],
+        },
         "quota_store": store or {"kind": "memory"},
         "tenants": {"a": {"models": ["m*"], **tenant_a}, "b": {"models": ["*"], "requests_per_minute": 1000}},
         "admission": {"max_queue": 4, "max_queue_wait_s": 2},
@@ -37,8 +43,12 @@ async def make(cfg: dict, **kw) -> Protection:
 
 
 def request(max_tokens: int | None = 100, n: int = 1) -> GenerationRequest:
-    return GenerationRequest(request_id=uuid.uuid4().hex, model="m", messages=[{"role": "user", "content": "hi"}],
-                             sampling=SamplingParams(max_tokens=max_tokens, n=n))
+    return GenerationRequest(
+        request_id=uuid.uuid4().hex,
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        sampling=SamplingParams(max_tokens=max_tokens, n=n),
+    )
 
 
 async def never_gone() -> bool:
@@ -46,8 +56,13 @@ async def never_gone() -> bool:
 
 
 def _sample(p: Protection, name: str, labels: dict) -> float:
-    for collector in (p.metrics.cancelled, p.metrics.decisions, p.metrics.store_unavailable,
-                      p.metrics.queue_rejected, p.metrics.leaked):
+    for collector in (
+        p.metrics.cancelled,
+        p.metrics.decisions,
+        p.metrics.store_unavailable,
+        p.metrics.queue_rejected,
+        p.metrics.leaked,
+    ):
         for fam in collector.collect():
             for s in fam.samples:
                 if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
@@ -210,8 +225,11 @@ async def test_two_replicas_share_concurrency_through_redis(redis_server):
     cfg = config({"kind": "redis", "url": redis_server.url}, max_concurrent=3)
     a, b = await make(cfg), await make(cfg)
     who = await principal(a)
-    held = [await a.admit(who, "m", request(), 1, never_gone), await b.admit(who, "m", request(), 1, never_gone),
-            await a.admit(who, "m", request(), 1, never_gone)]
+    held = [
+        await a.admit(who, "m", request(), 1, never_gone),
+        await b.admit(who, "m", request(), 1, never_gone),
+        await a.admit(who, "m", request(), 1, never_gone),
+    ]
     with pytest.raises(GatewayError) as exc:
         await b.admit(who, "m", request(), 1, never_gone)
     assert exc.value.code == "concurrency_limit_exceeded"
@@ -243,8 +261,9 @@ async def test_leases_of_a_crashed_replica_expire_and_live_ones_are_kept(redis_s
 
 
 async def test_redis_down_fail_open_uses_local_limits(redis_server):
-    p = await make(config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_open"},
-                          requests_per_minute=3))
+    p = await make(
+        config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_open"}, requests_per_minute=3)
+    )
     who = await principal(p)
     await (await p.admit(who, "m", request(), 1, never_gone)).release(None)
     redis_server.stop()
@@ -261,8 +280,9 @@ async def test_redis_down_fail_open_uses_local_limits(redis_server):
 
 
 async def test_redis_down_fail_closed_is_503(redis_server):
-    p = await make(config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_closed"},
-                          requests_per_minute=3))
+    p = await make(
+        config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_closed"}, requests_per_minute=3)
+    )
     who = await principal(p)
     redis_server.stop()
     with pytest.raises(GatewayError) as exc:
@@ -276,13 +296,13 @@ async def test_redis_down_fail_closed_is_503(redis_server):
 async def test_auth_off_needs_saying_so_on_a_public_address():
     with pytest.raises(ConfigError):
         Protection.from_config(parse_config({"listen": {"host": "0.0.0.0"}}), CollectorRegistry())
-    Protection.from_config(parse_config({"listen": {"host": "0.0.0.0"}, "auth": {"mode": "none"}}),
-                           CollectorRegistry())
+    Protection.from_config(parse_config({"listen": {"host": "0.0.0.0"}, "auth": {"mode": "none"}}), CollectorRegistry())
     Protection.from_config(parse_config({}), CollectorRegistry())  # loopback default
 
 
 async def test_state_gauges_are_exported():
     from prometheus_client import generate_latest
+
     registry = CollectorRegistry()
     p = Protection(parse_config(config(max_concurrent=4)), registry)
     await p.start()
@@ -297,6 +317,7 @@ async def test_state_gauges_are_exported():
 
 async def test_a_ticket_dropped_without_release_frees_its_slot_and_lease():
     import gc
+
     p = await make(config(max_concurrent=1))
     p.set_capacity_provider(lambda model: 1)
     who = await principal(p)
@@ -315,15 +336,32 @@ async def test_a_ticket_dropped_without_release_frees_its_slot_and_lease():
 async def test_redis_coming_back_is_used_again(redis_server, tmp_path):
     from gateway.protection import REDIS_RETRY_S
     from tests.procs import Process
-    p = await make(config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_closed"},
-                          requests_per_minute=100))
+
+    p = await make(
+        config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_closed"}, requests_per_minute=100)
+    )
     who = await principal(p)
     redis_server.stop()
     with pytest.raises(GatewayError):
         await p.admit(who, "m", request(), 1, never_gone)
     port = redis_server.url.rsplit(":", 1)[1].split("/")[0]
-    revived = Process(["redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                       "--dir", str(tmp_path)], redis_server.url, tmp_path / "revived.log")
+    revived = Process(
+        [
+            "redis-server",
+            "--port",
+            port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        redis_server.url,
+        tmp_path / "revived.log",
+    )
     try:
         deadline = time.monotonic() + 10
         while True:
@@ -342,8 +380,9 @@ async def test_redis_coming_back_is_used_again(redis_server, tmp_path):
 
 async def test_a_key_limit_applies_to_that_key_only():
     cfg = config(requests_per_minute=100)
-    cfg["auth"]["api_keys"].append({"sha256": hash_key("sk-sy-narrow-key"), "tenant": "a", "name": "narrow",
-                                    "requests_per_minute": 1})
+    cfg["auth"]["api_keys"].append(
+        {"sha256": hash_key("sk-sy-narrow-key"), "tenant": "a", "name": "narrow", "requests_per_minute": 1}
+    )
     p = await make(cfg)
     narrow = await p.authenticate({"api-key": "sk-sy-narrow-key"})
     await (await p.admit(narrow, "m", request(), 1, never_gone)).release(None)
@@ -359,6 +398,7 @@ async def test_a_key_limit_applies_to_that_key_only():
 
 async def test_auth_off_from_the_environment_counts_as_explicit():
     from gateway.config import load_config
+
     cfg = load_config(None, env={"SWITCHYARD_HOST": "0.0.0.0", "SWITCHYARD_AUTH_MODE": "none"})
     Protection.from_config(cfg, CollectorRegistry())
     with pytest.raises(ConfigError):

@@ -1,4 +1,5 @@
 """Validation of OpenAI request bodies: every rule answers 400 naming the param."""
+
 from __future__ import annotations
 
 import pytest
@@ -29,11 +30,25 @@ def test_malformed_or_non_object_body_is_400(raw):
     assert err.type == "invalid_request_error"
 
 
-@pytest.mark.parametrize("field,value", [
-    ("temperature", 2.5), ("temperature", -0.1), ("temperature", "hot"), ("top_p", 1.5), ("n", 0), ("n", 129),
-    ("presence_penalty", 2.1), ("frequency_penalty", -3), ("seed", 2**63), ("seed", 1.5),
-    ("max_tokens", 0), ("max_completion_tokens", -1), ("logit_bias", {"x": 1}), ("logit_bias", {"1": 101}),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("temperature", 2.5),
+        ("temperature", -0.1),
+        ("temperature", "hot"),
+        ("top_p", 1.5),
+        ("n", 0),
+        ("n", 129),
+        ("presence_penalty", 2.1),
+        ("frequency_penalty", -3),
+        ("seed", 2**63),
+        ("seed", 1.5),
+        ("max_tokens", 0),
+        ("max_completion_tokens", -1),
+        ("logit_bias", {"x": 1}),
+        ("logit_bias", {"1": 101}),
+    ],
+)
 def test_ranges(field, value):
     bad(lambda: chat(**{field: value}), field)
 
@@ -83,8 +98,10 @@ def test_unknown_fields_kept_as_extra_and_engine_fields_read():
 def test_messages_validation():
     bad(lambda: parse_chat({"model": "m", "messages": []}, "r"), "messages")
     bad(lambda: parse_chat({"model": "m", "messages": [{"role": "robot", "content": "x"}]}, "r"), "messages[0].role")
-    bad(lambda: parse_chat({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "r"),
-        "messages[0].tool_call_id")
+    bad(
+        lambda: parse_chat({"model": "m", "messages": [{"role": "tool", "content": "x"}]}, "r"),
+        "messages[0].tool_call_id",
+    )
     bad(lambda: parse_chat({"messages": MSG}, "r"), "model")
 
 

@@ -1,6 +1,7 @@
 """Fixtures for the policy tests: one real redis-server for the whole session
 (each test isolates itself with its own key prefix), and a private one for
 tests that stop it."""
+
 from __future__ import annotations
 
 import pytest

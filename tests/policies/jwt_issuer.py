@@ -1,5 +1,6 @@
 """A test identity provider: RSA, EC and Ed25519 signing keys, and the JWKS
 file it publishes (rewritten on rotation)."""
+
 from __future__ import annotations
 
 import json

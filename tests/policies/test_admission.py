@@ -1,5 +1,6 @@
 """The admission queue: capacity gating, priority bands, fairness between
 tenants, bounds, deadlines and clients that leave."""
+
 from __future__ import annotations
 
 import asyncio
@@ -206,6 +207,7 @@ async def test_a_lower_tier_never_pushes_out_a_higher_one():
 def test_capacity_is_the_sum_of_max_inflight_when_nothing_is_saturated():
     from adapters.base import LoadSnapshot
     from policies.admission import BackendLoad, model_capacity
+
     calm = LoadSnapshot(waiting=0, kv_usage=0.3)
     assert model_capacity([BackendLoad(4, 1, calm), BackendLoad(8, 0, None)]) == 12
     assert model_capacity([BackendLoad(4, 1, calm), BackendLoad(None, 0, None)]) is None
@@ -214,6 +216,7 @@ def test_capacity_is_the_sum_of_max_inflight_when_nothing_is_saturated():
 def test_a_saturated_backend_takes_nothing_new():
     from adapters.base import LoadSnapshot
     from policies.admission import BackendLoad, model_capacity
+
     full_kv = LoadSnapshot(waiting=0, kv_usage=0.85)
     long_queue = LoadSnapshot(waiting=7, kv_usage=0.1)
     assert model_capacity([BackendLoad(4, 3, full_kv), BackendLoad(8, 2, None)]) == 3 + 8

@@ -1,5 +1,6 @@
 """API keys and JWTs: what is accepted, what is refused, and how a caller is
 mapped to a tenant, its models and its tier."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,7 @@ from gateway.config import AuthConfig
 from policies.auth import Authenticator, TenantRecord, generate_key, hash_key
 from tests.policies.jwt_issuer import AUD, ISS, Issuer
 
-TENANTS = {"acme": TenantRecord(models=["llama-*", "tiny"], tier=1),
-           "globex": TenantRecord(models=["*"], tier=2)}
+TENANTS = {"acme": TenantRecord(models=["llama-*", "tiny"], tier=1), "globex": TenantRecord(models=["*"], tier=2)}
 
 
 @pytest.fixture
@@ -26,10 +26,20 @@ def issuer(tmp_path) -> Issuer:
     return Issuer(tmp_path)
 
 
-def jwt_auth(issuer: Issuer, tmp_path: Path, algorithms=("RS256", "ES256", "EdDSA"), secret: bytes | None = None,
-             mode: str = "jwt") -> Authenticator:
-    jwt_cfg = {"issuer": ISS, "audience": AUD, "jwks_file": str(issuer.jwks_path), "algorithms": list(algorithms),
-               "leeway_s": 30}
+def jwt_auth(
+    issuer: Issuer,
+    tmp_path: Path,
+    algorithms=("RS256", "ES256", "EdDSA"),
+    secret: bytes | None = None,
+    mode: str = "jwt",
+) -> Authenticator:
+    jwt_cfg = {
+        "issuer": ISS,
+        "audience": AUD,
+        "jwks_file": str(issuer.jwks_path),
+        "algorithms": list(algorithms),
+        "leeway_s": 30,
+    }
     if secret is not None:
         (tmp_path / "hs").write_bytes(secret)
         jwt_cfg["hs256_secret_file"] = str(tmp_path / "hs")
@@ -52,13 +62,23 @@ async def rejected(auth: Authenticator, token: str) -> GatewayError:
 
 
 def keys_auth(tmp_path: Path | None = None, file_entries: list | None = None) -> Authenticator:
-    cfg = {"mode": "keys", "api_keys": [
-        {"sha256": hash_key("sk-sy-acme"), "tenant": "acme", "name": "ci"},
-        {"sha256": hash_key("sk-sy-narrow"), "tenant": "acme", "models": ["tiny"], "tier": 3,
-         "requests_per_minute": 5}]}
+    cfg = {
+        "mode": "keys",
+        "api_keys": [
+            {"sha256": hash_key("sk-sy-acme"), "tenant": "acme", "name": "ci"},
+            {
+                "sha256": hash_key("sk-sy-narrow"),
+                "tenant": "acme",
+                "models": ["tiny"],
+                "tier": 3,
+                "requests_per_minute": 5,
+            },
+        ],
+    }
     if file_entries is not None:
         path = tmp_path / "keys.yaml"
         import yaml
+
         path.write_text(yaml.safe_dump(file_entries))
         cfg["api_keys_file"] = str(path)
     return Authenticator(AuthConfig.model_validate(cfg), TENANTS)
@@ -105,6 +125,7 @@ async def test_mounted_key_file_is_read_and_reread_when_rotated(tmp_path):
     assert (await auth.authenticate({"api-key": "sk-sy-file-1"})).tenant == "globex"
     path = tmp_path / "keys.yaml"
     import yaml
+
     path.write_text(yaml.safe_dump([{"sha256": hash_key("sk-sy-file-2"), "tenant": "globex"}]))
     st = path.stat()
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
@@ -175,12 +196,19 @@ async def test_alg_none_is_refused(issuer, tmp_path):
 
 
 async def test_hs256_signed_with_the_rsa_public_key_is_refused(issuer, tmp_path):
-    pem = issuer.rsa["r1"].public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo)
+    pem = (
+        issuer.rsa["r1"]
+        .public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
     # Forge by hand: PyJWT itself refuses to HMAC with a PEM key.
-    import base64, hashlib, hmac as hm
+    import base64
+    import hashlib
+    import hmac as hm
+
     def b64(b: bytes) -> str:
         return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
+
     head = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "r1"}).encode())
     body = b64(json.dumps(issuer.claims()).encode())
     sig = b64(hm.new(pem, f"{head}.{body}".encode(), hashlib.sha256).digest())
@@ -198,6 +226,7 @@ async def test_rs256_header_on_an_ec_key_is_refused(issuer, tmp_path):
     token = jwt.encode(issuer.claims(), issuer.ec, algorithm="ES256", headers={"kid": "e1"})
     head, body, sig = token.split(".")
     import base64
+
     swapped = base64.urlsafe_b64encode(json.dumps({"alg": "RS256", "kid": "e1"}).encode()).rstrip(b"=").decode()
     await rejected(jwt_auth(issuer, tmp_path), f"{swapped}.{body}.{sig}")
 
@@ -243,10 +272,18 @@ async def test_each_issuer_has_its_own_allow_list(issuer, tmp_path):
     other_dir = tmp_path / "other"
     other_dir.mkdir()
     other = Issuer(other_dir)
-    cfg = {"mode": "jwt",
-           "jwt": {"issuer": ISS, "audience": AUD, "jwks_file": str(issuer.jwks_path), "algorithms": ["RS256"]},
-           "jwt_issuers": [{"issuer": "https://other.test", "audience": AUD, "jwks_file": str(other.jwks_path),
-                            "algorithms": ["ES256"]}]}
+    cfg = {
+        "mode": "jwt",
+        "jwt": {"issuer": ISS, "audience": AUD, "jwks_file": str(issuer.jwks_path), "algorithms": ["RS256"]},
+        "jwt_issuers": [
+            {
+                "issuer": "https://other.test",
+                "audience": AUD,
+                "jwks_file": str(other.jwks_path),
+                "algorithms": ["ES256"],
+            }
+        ],
+    }
     auth = Authenticator(AuthConfig.model_validate(cfg), TENANTS)
     await auth.start()
     from_other = other.token("ES256", "e1", iss="https://other.test", tenant="globex")
@@ -275,8 +312,16 @@ async def test_jwks_from_a_url_is_cached_and_refetched_for_a_new_kid(issuer, tmp
     await site.start()
     port = site._server.sockets[0].getsockname()[1]
     try:
-        cfg = {"mode": "jwt", "jwt": {"issuer": ISS, "audience": AUD, "algorithms": ["RS256"],
-                                      "jwks_url": f"http://127.0.0.1:{port}/jwks.json", "jwks_cache_s": 300}}
+        cfg = {
+            "mode": "jwt",
+            "jwt": {
+                "issuer": ISS,
+                "audience": AUD,
+                "algorithms": ["RS256"],
+                "jwks_url": f"http://127.0.0.1:{port}/jwks.json",
+                "jwks_cache_s": 300,
+            },
+        }
         auth = Authenticator(AuthConfig.model_validate(cfg), TENANTS)
         await auth.start()
         for _ in range(3):

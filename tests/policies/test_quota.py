@@ -1,5 +1,6 @@
 """The quota stores' shared semantics, run against the memory store and a real
 Redis (one test body, both stores)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -179,8 +180,9 @@ async def test_concurrent_reservations_from_many_clients_never_overshoot(make_st
 async def test_concurrent_token_reservations_stop_exactly_at_the_limit(make_store):
     stores = [make_store() for _ in range(3)]
     scopes = (ScopeLimits("t", tokens_per_window=1000),)
-    results = await asyncio.gather(*(stores[i % 3].reserve("acme", scopes, 30, lid(), TTL_MS)
-                                     for i in range(100)), return_exceptions=True)
+    results = await asyncio.gather(
+        *(stores[i % 3].reserve("acme", scopes, 30, lid(), TTL_MS) for i in range(100)), return_exceptions=True
+    )
     admitted = [r for r in results if not isinstance(r, Exception)]
     assert len(admitted) == 1000 // 30
     assert all(isinstance(r, QuotaExceeded) for r in results if isinstance(r, Exception))
@@ -188,8 +190,8 @@ async def test_concurrent_token_reservations_stop_exactly_at_the_limit(make_stor
 
 def test_headers_report_the_tightest_scope():
     from policies.quota import ScopeState
-    states = [ScopeState("t", 100, 40, 2000, 1000, 900, 1500, 1),
-              ScopeState("k:a", 50, 3, 59_000, UNLIMITED, 0, 0, 1)]
+
+    states = [ScopeState("t", 100, 40, 2000, 1000, 900, 1500, 1), ScopeState("k:a", 50, 3, 59_000, UNLIMITED, 0, 0, 1)]
     h = ratelimit_headers(states)
     assert h["x-ratelimit-limit-requests"] == "50"
     assert h["x-ratelimit-remaining-requests"] == "3"
@@ -221,6 +223,7 @@ async def test_redis_keys_of_one_tenant_share_one_cluster_slot(shared_redis):
 
 async def test_redis_down_raises_unavailable(private_redis):
     from policies.quota import QuotaStoreUnavailable
+
     store = RedisQuotaStore(private_redis.url, key_prefix="p", timeout_s=0.3)
     await store.reserve("acme", (ScopeLimits("t"),), 1, lid(), TTL_MS)
     private_redis.stop()

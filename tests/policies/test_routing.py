@@ -1,4 +1,5 @@
 """Routing policies as pure functions."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -26,8 +27,11 @@ def test_weighted_shares_and_interleaves():
 
 
 def test_least_loaded_uses_inflight_and_runtime_queue():
-    bs = [BackendView("a", inflight=5), BackendView("b", inflight=1),
-          BackendView("c", inflight=0, load=LoadSnapshot(waiting=10, running=0))]
+    bs = [
+        BackendView("a", inflight=5),
+        BackendView("b", inflight=1),
+        BackendView("c", inflight=0, load=LoadSnapshot(waiting=10, running=0)),
+    ]
     assert [b.name for b in route(LeastLoaded(), bs, "")] == ["b", "a", "c"]
 
 

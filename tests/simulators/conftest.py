@@ -1,18 +1,30 @@
 """Fixtures for the simulator tests: real simulator subprocesses on free ports."""
+
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 
 from simulators.testing import SimulatorHandle, start_simulator
 
-TOOLS = [{"type": "function", "function": {
-    "name": "get_weather", "description": "Weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-                   "required": ["city"]}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                "required": ["city"],
+            },
+        },
+    }
+]
 
 
 def sse_frames(raw: str) -> list[str]:
@@ -21,7 +33,7 @@ def sse_frames(raw: str) -> list[str]:
     for block in raw.split("\n\n"):
         for line in block.split("\n"):
             if line.startswith("data: "):
-                frames.append(line[len("data: "):])
+                frames.append(line[len("data: ") :])
     return frames
 
 

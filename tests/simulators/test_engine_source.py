@@ -1,4 +1,5 @@
 """`--source engine`: real generation on the built-in tiny model behind a runtime's wire."""
+
 from __future__ import annotations
 
 import time
@@ -25,8 +26,9 @@ def test_engine_generates_through_the_vllm_wire(sim) -> None:
     assert usage["completion_tokens"] == 5 and body["choices"][0]["finish_reason"] == "length"
     # real tokenizer and chat template: far more tokens than the synthetic word rule's 4
     assert usage["prompt_tokens"] > 4
-    raw = c.post("/v1/chat/completions", json=chat(max_tokens=4, stream=True,
-                                                   stream_options={"include_usage": True})).text
+    raw = c.post(
+        "/v1/chat/completions", json=chat(max_tokens=4, stream=True, stream_options={"include_usage": True})
+    ).text
     assert sse_frames(raw)[-1] == "[DONE]"
     assert sse_json(raw)[-1]["usage"]["completion_tokens"] == 4
     assert c.get("/_sim/stats").json()["source"] == "engine"
@@ -40,8 +42,7 @@ def test_engine_context_check_counts_real_tokens(sim) -> None:
 def test_engine_disconnect_is_recorded(sim) -> None:
     sim.reset()
     with httpx.Client(base_url=sim.url, timeout=30) as c:
-        with c.stream("POST", "/v1/chat/completions",
-                      json=chat(stream=True, max_tokens=200, ignore_eos=True)) as r:
+        with c.stream("POST", "/v1/chat/completions", json=chat(stream=True, max_tokens=200, ignore_eos=True)) as r:
             for line in r.iter_lines():
                 if '"content"' in line and '"content":""' not in line:
                     break

@@ -1,4 +1,5 @@
 """Startup phases, abort recording, the CLI, and a printed throughput figure."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,7 +14,6 @@ from simulators.cli import SIMULATE_SUBPARSERS, register
 from simulators.loadcheck import run as load_run
 from simulators.options import options_from_args
 from simulators.testing import start_simulator
-
 from tests.simulators.conftest import chat
 
 
@@ -38,8 +38,15 @@ def _disconnect_mid_stream(url: str, path: str = "/v1/chat/completions", **body:
                     break
 
 
-@pytest.mark.parametrize("kind,opts", [("vllm", {}), ("tgi", {}), ("sglang", {"disconnect_abort_delay": 0.4}),
-                                       ("trtllm", {"disconnect_abort_delay": 0.4})])
+@pytest.mark.parametrize(
+    "kind,opts",
+    [
+        ("vllm", {}),
+        ("tgi", {}),
+        ("sglang", {"disconnect_abort_delay": 0.4}),
+        ("trtllm", {"disconnect_abort_delay": 0.4}),
+    ],
+)
 def test_disconnect_mid_stream_is_recorded_as_abort(make_sim, plain_vllm, kind: str, opts: dict) -> None:
     sim = plain_vllm if kind == "vllm" else make_sim(kind, **opts)
     sim.reset()
@@ -72,8 +79,10 @@ def test_stats_count_concurrency_and_reset(plain_vllm) -> None:
 
     async def burst() -> None:
         async with httpx.AsyncClient(base_url=sim.url, timeout=10) as c:
-            await asyncio.gather(*(c.post("/v1/chat/completions", json=chat("x [[sim:ttft_ms=150]]"))
-                                   for _ in range(5)))
+            await asyncio.gather(
+                *(c.post("/v1/chat/completions", json=chat("x [[sim:ttft_ms=150]]")) for _ in range(5))
+            )
+
     asyncio.run(burst())
     stats = sim.stats()
     assert stats["completed"] == 5 and stats["max_in_flight"] == 5 and stats["in_flight"] == 0
@@ -104,8 +113,9 @@ def test_cli_registers_the_four_runtimes() -> None:
     assert set(SIMULATE_SUBPARSERS) >= {"vllm", "sglang", "trtllm", "tgi"}
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["simulate", "tgi", "--port", "9", "--tgi-version", "3.1", "--ttft-ms", "5",
-                              "--fault", "no_done"])
+    args = parser.parse_args(
+        ["simulate", "tgi", "--port", "9", "--tgi-version", "3.1", "--ttft-ms", "5", "--fault", "no_done"]
+    )
     opts = options_from_args(args.sim_kind, args)
     assert (opts.kind, opts.port, opts.tgi_version, opts.ttft_ms, opts.fault) == ("tgi", 9, "3.1", 5.0, "no_done")
     args = parser.parse_args(["simulate", "trtllm", "--tool_parser", "qwen3", "--return_perf_metrics"])
@@ -126,8 +136,10 @@ def test_synthetic_throughput_is_printed(plain_vllm) -> None:
     for stream in (False, True):
         result = asyncio.run(load_run(sim.url, 400, 32, stream, 16))
         assert result["statuses"] == {200: 400}
-        print(f"\nvllm simulator, synthetic source, stream={stream}: {result['rps']} req/s "
-              f"(client and server on the same machine)")
+        print(
+            f"\nvllm simulator, synthetic source, stream={stream}: {result['rps']} req/s "
+            f"(client and server on the same machine)"
+        )
 
 
 def test_max_num_seqs_queues_requests_and_reports_them_waiting(make_sim) -> None:
@@ -140,10 +152,12 @@ def test_max_num_seqs_queues_requests_and_reports_them_waiting(make_sim) -> None
             async def one() -> float:
                 await c.post("/v1/chat/completions", json=chat("x [[sim:ttft_ms=300]]", max_tokens=1))
                 return time.monotonic() - started
+
             tasks = [asyncio.create_task(one()) for _ in range(3)]
             await asyncio.sleep(0.15)
             metrics = (await c.get("/metrics")).text
             return metrics, sorted(await asyncio.gather(*tasks))
+
     metrics, done_at = asyncio.run(go())
     waiting = next(line for line in metrics.splitlines() if line.startswith("vllm:num_requests_waiting{"))
     running = next(line for line in metrics.splitlines() if line.startswith("vllm:num_requests_running{"))
@@ -151,9 +165,10 @@ def test_max_num_seqs_queues_requests_and_reports_them_waiting(make_sim) -> None
     assert done_at[-1] >= 0.85  # three 300 ms requests, one at a time
 
 
-@pytest.mark.parametrize("kind,status,body", [("vllm", 401, b'{"error":"Unauthorized"}'),
-                                              ("sglang", 401, b'{"error":"Unauthorized"}'),
-                                              ("tgi", 401, b"")])
+@pytest.mark.parametrize(
+    "kind,status,body",
+    [("vllm", 401, b'{"error":"Unauthorized"}'), ("sglang", 401, b'{"error":"Unauthorized"}'), ("tgi", 401, b"")],
+)
 def test_api_key_rejections_have_each_runtime_shape(make_sim, kind: str, status: int, body: bytes) -> None:
     sim = make_sim(kind, api_key="k1")
     r = httpx.post(sim.url + "/v1/chat/completions", json=chat(max_tokens=1))
@@ -181,13 +196,19 @@ def test_reused_request_ids_keep_the_books_straight(plain_vllm) -> None:
 
     async def go() -> None:
         async with httpx.AsyncClient(base_url=sim.url, timeout=10) as c:
-            slow = asyncio.create_task(c.post("/v1/chat/completions", json=chat("x [[sim:ttft_ms=300]]"),
-                                              headers={"X-Request-Id": "same"}))
+            slow = asyncio.create_task(
+                c.post("/v1/chat/completions", json=chat("x [[sim:ttft_ms=300]]"), headers={"X-Request-Id": "same"})
+            )
             await asyncio.sleep(0.1)
             with pytest.raises(httpx.TimeoutException):
-                await c.post("/v1/chat/completions", json=chat("x [[sim:ttft_ms=2000]]"),
-                             headers={"X-Request-Id": "same"}, timeout=0.2)
+                await c.post(
+                    "/v1/chat/completions",
+                    json=chat("x [[sim:ttft_ms=2000]]"),
+                    headers={"X-Request-Id": "same"},
+                    timeout=0.2,
+                )
             assert (await slow).status_code == 200  # the other request with that id was not aborted
+
     asyncio.run(go())
     deadline = time.monotonic() + 3
     while sim.stats()["in_flight"] and time.monotonic() < deadline:

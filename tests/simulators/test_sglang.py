@@ -1,4 +1,5 @@
 """The SGLang double against RUNTIMES.md section 2 and the section-6 checklist."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,14 @@ from tests.simulators.conftest import TOOLS, chat, client, sse_frames, sse_json
 
 @pytest.fixture(scope="module")
 def sim(make_sim):
-    return make_sim("sglang", tool_call_parser="qwen25", enable_metrics=True, enable_cache_report=True,
-                    max_model_len=64, health_latency=0.2)
+    return make_sim(
+        "sglang",
+        tool_call_parser="qwen25",
+        enable_metrics=True,
+        enable_cache_report=True,
+        max_model_len=64,
+        health_latency=0.2,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +50,11 @@ def test_matched_stop_is_the_eos_id(sim) -> None:
 
 
 def test_stream_has_separate_finish_chunk(sim) -> None:
-    raw = client(sim).post("/v1/chat/completions", json=chat(stream=True, max_tokens=3,
-                                                              stream_options={"include_usage": True})).text
+    raw = (
+        client(sim)
+        .post("/v1/chat/completions", json=chat(stream=True, max_tokens=3, stream_options={"include_usage": True}))
+        .text
+    )
     assert sse_frames(raw)[-1] == "[DONE]"
     chunks = sse_json(raw)
     assert chunks[0]["choices"][0]["delta"] == {"reasoning_content": None, "role": "assistant", "content": ""}
@@ -69,8 +79,7 @@ def test_tool_call_shapes_with_parser(sim) -> None:
     assert choice["message"]["content"] == "" and choice["matched_stop"] is None
     call = choice["message"]["tool_calls"][0]
     assert call["id"].startswith("call_") and len(call["id"]) == 5 + 24 and call["index"] == 0
-    chunks = sse_json(c.post("/v1/chat/completions", json=chat(tools=TOOLS, tool_choice="required",
-                                                               stream=True)).text)
+    chunks = sse_json(c.post("/v1/chat/completions", json=chat(tools=TOOLS, tool_choice="required", stream=True)).text)
     first = chunks[1]
     assert first["usage"] is None
     assert first["choices"][0]["delta"]["role"] is None and first["choices"][0]["delta"]["content"] is None
@@ -132,9 +141,10 @@ def test_abort_request_ends_stream_with_abort(sim) -> None:
 
     def consume() -> None:
         with httpx.Client(base_url=sim.url, timeout=10) as inner:
-            result["raw"] = inner.post("/v1/chat/completions",
-                                       json=chat("slow [[sim:itl_ms=20]]", rid="rid-1", stream=True,
-                                                 max_tokens=50, ignore_eos=True)).text
+            result["raw"] = inner.post(
+                "/v1/chat/completions",
+                json=chat("slow [[sim:itl_ms=20]]", rid="rid-1", stream=True, max_tokens=50, ignore_eos=True),
+            ).text
 
     t = threading.Thread(target=consume)
     t.start()
@@ -157,15 +167,26 @@ def test_health_is_slow_and_loads_report(sim) -> None:
     assert r.status_code == 200 and r.content == b"" and time.monotonic() - started >= 0.2
     loads = c.get("/v1/loads").json()
     assert set(loads) >= {"timestamp", "version", "loads"}
-    assert set(loads["loads"][0]) >= {"dp_rank", "num_running_reqs", "num_waiting_reqs", "token_usage",
-                                      "cache_hit_rate", "memory", "queues"}
+    assert set(loads["loads"][0]) >= {
+        "dp_rank",
+        "num_running_reqs",
+        "num_waiting_reqs",
+        "token_usage",
+        "cache_hit_rate",
+        "memory",
+        "queues",
+    }
     assert "memory" not in c.get("/v1/loads", params={"include": "core"}).json()["loads"][0]
     assert c.get("/v1/loads", params={"include": "bogus"}).status_code == 400
     prom = {f.name for f in text_string_to_metric_families(c.get("/v1/loads", params={"format": "prometheus"}).text)}
     assert {"sglang_num_running_reqs", "sglang_memory_token_capacity", "sglang_queues_waiting"} <= prom
     families = {f.name for f in text_string_to_metric_families(c.get("/metrics").text)}
-    assert {"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
-            "sglang:cache_hit_rate"} <= families
+    assert {
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:token_usage",
+        "sglang:cache_hit_rate",
+    } <= families
     assert c.get("/model_info").json()["served_model_name"] == "sim-model"
 
 
@@ -200,8 +221,12 @@ def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
     assert all(len(e["top_logprobs"]) == 2 and e["logprob"] < 0 for e in entries)
     assert all(("bytes" in e) is True for e in entries)
     chunks = sse_json(c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, stream=True)).text)
-    streamed = [e for ch in chunks if ch.get("choices") and ch["choices"][0].get("logprobs")
-                for e in ch["choices"][0]["logprobs"]["content"]]
+    streamed = [
+        e
+        for ch in chunks
+        if ch.get("choices") and ch["choices"][0].get("logprobs")
+        for e in ch["choices"][0]["logprobs"]["content"]
+    ]
     assert len(streamed) == 3
     plain = c.post("/v1/chat/completions", json=chat(max_tokens=2)).json()
     assert plain["choices"][0]["logprobs"] is None
@@ -209,12 +234,23 @@ def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
 
 def test_completion_logprobs_use_the_legacy_shape(sim) -> None:
     c = client(sim)
-    body = c.post("/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3,
-                                           "logprobs": 2}).json()
+    body = c.post(
+        "/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3, "logprobs": 2}
+    ).json()
     lp = body["choices"][0]["logprobs"]
     assert "".join(lp["tokens"]) == body["choices"][0]["text"]
     assert len(lp["token_logprobs"]) == len(lp["text_offset"]) == 3 and all(len(t) == 2 for t in lp["top_logprobs"])
-    chunks = sse_json(c.post("/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3,
-                                                      "logprobs": 1, "stream": True}).text)
-    assert sum(len(ch["choices"][0]["logprobs"]["tokens"]) for ch in chunks
-               if ch.get("choices") and ch["choices"][0].get("logprobs")) == 3
+    chunks = sse_json(
+        c.post(
+            "/v1/completions",
+            json={"model": "sim-model", "prompt": "a b", "max_tokens": 3, "logprobs": 1, "stream": True},
+        ).text
+    )
+    assert (
+        sum(
+            len(ch["choices"][0]["logprobs"]["tokens"])
+            for ch in chunks
+            if ch.get("choices") and ch["choices"][0].get("logprobs")
+        )
+        == 3
+    )

@@ -1,5 +1,6 @@
 """The TGI double against RUNTIMES.md section 4 and the section-6 checklist, in both
 version modes (3.3 and the pre-3.2 shapes)."""
+
 from __future__ import annotations
 
 import json
@@ -78,8 +79,9 @@ def test_stream_errors_arrive_as_sse_with_422(sim) -> None:
     assert r.status_code == 200
     frames = sse_frames(r.text)
     assert frames[-1] == "[DONE]" and json.loads(frames[0])["error"]["http_status_code"] == 422
-    frames = sse_frames(client(sim).post("/v1/chat/completions", json=chat("x [[sim:error_after=2]]",
-                                                                           stream=True)).text)
+    frames = sse_frames(
+        client(sim).post("/v1/chat/completions", json=chat("x [[sim:error_after=2]]", stream=True)).text
+    )
     assert json.loads(frames[-2])["error"]["http_status_code"] == 422 and frames[-1] == "[DONE]"
 
 
@@ -115,8 +117,12 @@ def test_tool_calls_before_3_2(legacy) -> None:
     c = client(legacy)
     body = c.post("/v1/chat/completions", json=chat(tools=TOOLS, tool_choice="required")).json()
     assert body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == {"city": "sim"}
-    chunks = sse_json(c.post("/v1/chat/completions", json=chat(tools=TOOLS, tool_choice="required",
-                                                               stream=True, stream_options={"include_usage": True})).text)
+    chunks = sse_json(
+        c.post(
+            "/v1/chat/completions",
+            json=chat(tools=TOOLS, tool_choice="required", stream=True, stream_options={"include_usage": True}),
+        ).text
+    )
     deltas = [ch["choices"][0]["delta"]["tool_calls"] for ch in chunks if "tool_calls" in ch["choices"][0]["delta"]]
     assert all(isinstance(d, dict) and d["id"] == "" for d in deltas)
     raw = json.loads("".join(d["function"]["arguments"] for d in deltas))
@@ -142,10 +148,22 @@ def test_native_generate_stream_has_no_done(sim) -> None:
 def test_info_models_health_metrics(sim) -> None:
     c = client(sim)
     assert c.get("/health").status_code == 200 and c.get("/health").content == b""
-    assert set(c.get("/info").json()) == {"model_id", "model_sha", "model_pipeline_tag", "max_concurrent_requests",
-                                          "max_best_of", "max_stop_sequences", "max_input_tokens",
-                                          "max_total_tokens", "validation_workers", "max_client_batch_size",
-                                          "router", "version", "sha", "docker_label"}
+    assert set(c.get("/info").json()) == {
+        "model_id",
+        "model_sha",
+        "model_pipeline_tag",
+        "max_concurrent_requests",
+        "max_best_of",
+        "max_stop_sequences",
+        "max_input_tokens",
+        "max_total_tokens",
+        "validation_workers",
+        "max_client_batch_size",
+        "router",
+        "version",
+        "sha",
+        "docker_label",
+    }
     card = c.get("/v1/models").json()["data"][0]
     assert card["created"] == 0 and card["owned_by"] == "sim-model"
     c.post("/v1/chat/completions", json=chat(max_tokens=1))
@@ -174,8 +192,12 @@ def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
     assert all(len(e["top_logprobs"]) == 2 and e["logprob"] < 0 for e in entries)
     assert all(("bytes" in e) is False for e in entries)
     chunks = sse_json(c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, stream=True)).text)
-    streamed = [e for ch in chunks if ch.get("choices") and ch["choices"][0].get("logprobs")
-                for e in ch["choices"][0]["logprobs"]["content"]]
+    streamed = [
+        e
+        for ch in chunks
+        if ch.get("choices") and ch["choices"][0].get("logprobs")
+        for e in ch["choices"][0]["logprobs"]["content"]
+    ]
     assert len(streamed) == 3
     plain = c.post("/v1/chat/completions", json=chat(max_tokens=2)).json()
     assert plain["choices"][0]["logprobs"] is None

@@ -1,4 +1,5 @@
 """The TensorRT-LLM double against RUNTIMES.md section 3 and the section-6 checklist."""
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,7 @@ def test_stream_frames(sim) -> None:
     chunks = sse_json(r.text)
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
     ids = {c["id"] for c in chunks}
-    assert len(ids) == 1 and ids.pop()[len("chatcmpl-"):].isdigit()
+    assert len(ids) == 1 and ids.pop()[len("chatcmpl-") :].isdigit()
     for ch in chunks[1:]:
         assert ch["choices"][0]["delta"]["reasoning_content"] == ""
         assert "null" not in json.dumps(ch)
@@ -55,16 +56,20 @@ def test_stream_frames(sim) -> None:
 
 
 def test_empty_stream_options_still_send_usage(sim) -> None:
-    chunks = sse_json(client(sim).post("/v1/chat/completions",
-                                       json=chat(stream=True, max_tokens=2, stream_options={})).text)
+    chunks = sse_json(
+        client(sim).post("/v1/chat/completions", json=chat(stream=True, max_tokens=2, stream_options={})).text
+    )
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
 
 
 def test_chat_failure_cuts_the_connection_but_completions_send_an_error(sim) -> None:
     with pytest.raises(httpx.RemoteProtocolError):
         client(sim).post("/v1/chat/completions", json=chat("x [[sim:error_after=2]]", stream=True))
-    raw = client(sim).post("/v1/completions", json={"model": "m", "prompt": "x [[sim:error_after=2]]",
-                                                    "stream": True}).text
+    raw = (
+        client(sim)
+        .post("/v1/completions", json={"model": "m", "prompt": "x [[sim:error_after=2]]", "stream": True})
+        .text
+    )
     frames = sse_frames(raw)
     assert frames[-1] == "[DONE]" and json.loads(frames[-2])["error"]["type"] == "server_error"
 
@@ -73,8 +78,9 @@ def test_context_error_wording(sim) -> None:
     # 80 words + the user marker + the generation prompt = 82 prompt tokens
     r = client(sim).post("/v1/chat/completions", json=chat("w " * 80, stream=True))
     assert r.status_code == 400
-    assert r.json()["message"] == ("The sum of prompt length (82.0), query length (0) should not exceed "
-                                   "max_num_tokens (64)")
+    assert r.json()["message"] == (
+        "The sum of prompt length (82.0), query length (0) should not exceed max_num_tokens (64)"
+    )
     assert r.json()["object"] == "error"
 
 
@@ -85,8 +91,7 @@ def test_tool_calls(sim) -> None:
     choice = body["choices"][0]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == ""
     assert choice["message"]["tool_calls"][0]["id"].startswith("chatcmpl-tool-")
-    chunks = sse_json(c.post("/v1/chat/completions", json=chat(tools=TOOLS, tool_choice="required",
-                                                               stream=True)).text)
+    chunks = sse_json(c.post("/v1/chat/completions", json=chat(tools=TOOLS, tool_choice="required", stream=True)).text)
     calls = [ch["choices"][0]["delta"]["tool_calls"][0] for ch in chunks if "tool_calls" in ch["choices"][0]["delta"]]
     assert calls[0]["function"] == {"name": "get_weather", "arguments": ""}
     assert all(call["type"] == "function" for call in calls)
@@ -119,8 +124,11 @@ def test_prometheus_metrics_and_info_endpoints(sim, make_sim) -> None:
 def test_disconnect_is_noticed_by_a_one_second_poll(sim) -> None:
     sim.reset()
     with httpx.Client(base_url=sim.url, timeout=10) as c:
-        with c.stream("POST", "/v1/chat/completions",
-                      json=chat("x [[sim:itl_ms=20]]", stream=True, max_tokens=50, ignore_eos=True)) as r:
+        with c.stream(
+            "POST",
+            "/v1/chat/completions",
+            json=chat("x [[sim:itl_ms=20]]", stream=True, max_tokens=50, ignore_eos=True),
+        ) as r:
             for line in r.iter_lines():
                 if '"content"' in line:
                     break
@@ -139,8 +147,14 @@ def test_malformed_fields_get_string_error(sim, bad) -> None:
 
 
 def test_continuous_usage_starts_at_zero_on_the_role_chunk(sim) -> None:
-    chunks = sse_json(client(sim).post("/v1/chat/completions", json=chat(
-        stream=True, max_tokens=2, stream_options={"continuous_usage_stats": True})).text)
+    chunks = sse_json(
+        client(sim)
+        .post(
+            "/v1/chat/completions",
+            json=chat(stream=True, max_tokens=2, stream_options={"continuous_usage_stats": True}),
+        )
+        .text
+    )
     assert chunks[0]["usage"]["completion_tokens"] == 0
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 2
 
@@ -153,8 +167,12 @@ def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
     assert all(len(e["top_logprobs"]) == 2 and e["logprob"] < 0 for e in entries)
     assert all(("bytes" in e) is True for e in entries)
     chunks = sse_json(c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, stream=True)).text)
-    streamed = [e for ch in chunks if ch.get("choices") and ch["choices"][0].get("logprobs")
-                for e in ch["choices"][0]["logprobs"]["content"]]
+    streamed = [
+        e
+        for ch in chunks
+        if ch.get("choices") and ch["choices"][0].get("logprobs")
+        for e in ch["choices"][0]["logprobs"]["content"]
+    ]
     assert len(streamed) == 3
     plain = c.post("/v1/chat/completions", json=chat(max_tokens=2)).json()
     assert plain["choices"][0]["logprobs"] is None
@@ -162,12 +180,23 @@ def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
 
 def test_completion_logprobs_use_the_legacy_shape(sim) -> None:
     c = client(sim)
-    body = c.post("/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3,
-                                           "logprobs": 2}).json()
+    body = c.post(
+        "/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3, "logprobs": 2}
+    ).json()
     lp = body["choices"][0]["logprobs"]
     assert "".join(lp["tokens"]) == body["choices"][0]["text"]
     assert len(lp["token_logprobs"]) == len(lp["text_offset"]) == 3 and all(len(t) == 2 for t in lp["top_logprobs"])
-    chunks = sse_json(c.post("/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3,
-                                                      "logprobs": 1, "stream": True}).text)
-    assert sum(len(ch["choices"][0]["logprobs"]["tokens"]) for ch in chunks
-               if ch.get("choices") and ch["choices"][0].get("logprobs")) == 3
+    chunks = sse_json(
+        c.post(
+            "/v1/completions",
+            json={"model": "sim-model", "prompt": "a b", "max_tokens": 3, "logprobs": 1, "stream": True},
+        ).text
+    )
+    assert (
+        sum(
+            len(ch["choices"][0]["logprobs"]["tokens"])
+            for ch in chunks
+            if ch.get("choices") and ch["choices"][0].get("logprobs")
+        )
+        == 3
+    )

@@ -1,5 +1,6 @@
 """Pure pieces of the simulators: fault markers, the synthetic source, prompt
 counting, tool-call arguments, the prefix cache and the metrics text."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,7 +13,6 @@ from simulators.promtext import Exposition, Histogram
 from simulators.request import SimRequest, prompt_words_chat, prompt_words_completion
 from simulators.tokens import SyntheticSource
 from simulators.toolcalls import arguments_for, plan_tool_call
-
 from tests.simulators.conftest import TOOLS
 
 
@@ -23,6 +23,7 @@ def _request(words: list[str], **kw: object) -> SimRequest:
 def _run(gen: object) -> list:
     async def go() -> list:
         return [t async for t in gen]  # type: ignore[attr-defined]
+
     return asyncio.run(go())
 
 
@@ -37,7 +38,10 @@ def test_marker_parsing_and_precedence() -> None:
 
 
 def test_prompt_token_rule() -> None:
-    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": [{"type": "text", "text": "a b c"}]}]
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "a b c"}]},
+    ]
     # one role marker per message + words + the generation prompt
     assert len(prompt_words_chat(messages)) == (1 + 2) + (1 + 3) + 1
     assert prompt_words_completion("one two  three") == ["one", "two", "three"]
@@ -58,8 +62,11 @@ def test_synthetic_length_ignore_eos_and_context_clamp() -> None:
     source = SyntheticSource(seed=0, output_tokens=50, max_model_len=20, ttft_ms=0, itl_ms=0)
     capped = _run(source.generate(_request(["w"] * 5, max_tokens=3)))
     assert len(capped) == 3 and capped[-1].finish == "length" and capped[-1].text
-    forced = _run(SyntheticSource(seed=0, output_tokens=2, max_model_len=100, ttft_ms=0, itl_ms=0)
-                  .generate(_request(["w"], max_tokens=7, ignore_eos=True)))
+    forced = _run(
+        SyntheticSource(seed=0, output_tokens=2, max_model_len=100, ttft_ms=0, itl_ms=0).generate(
+            _request(["w"], max_tokens=7, ignore_eos=True)
+        )
+    )
     assert len(forced) == 7 and forced[-1].finish == "length"
     clamped = _run(source.generate(_request(["w"] * 15)))
     assert len(clamped) == 5  # the room left in a 20-token context
@@ -88,14 +95,17 @@ def test_abort_ends_every_choice() -> None:
             if len(seen) == 4:
                 gen.abort()
         return seen
+
     seen = asyncio.run(go())
     assert [t.finish for t in seen if t.finish] == ["abort", "abort"]
     assert len(seen) < 20
 
 
 def test_tool_arguments_follow_the_schema() -> None:
-    params = {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]},
-                                               "n": {"type": ["integer", "null"]}}}
+    params = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}, "n": {"type": ["integer", "null"]}},
+    }
     assert arguments_for(params) == {"city": "sim", "unit": "c", "n": 1}
     assert plan_tool_call(TOOLS, "auto", marker=False) is None
     assert plan_tool_call(TOOLS, "none", marker=True) is None

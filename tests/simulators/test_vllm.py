@@ -1,4 +1,5 @@
 """The vLLM double against RUNTIMES.md section 1 and the section-6 checklist."""
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,13 @@ def test_non_stream_body_has_vllm_nulls_and_served_name(sim) -> None:
     assert "tool_calls" not in choice["message"]
     assert choice["message"]["reasoning"] is None and choice["stop_reason"] is None
     assert choice["finish_reason"] == "length"
-    assert list(body["usage"]) == ["prompt_tokens", "total_tokens", "completion_tokens", "prompt_tokens_details",
-                                   "completion_tokens_details"]
+    assert list(body["usage"]) == [
+        "prompt_tokens",
+        "total_tokens",
+        "completion_tokens",
+        "prompt_tokens_details",
+        "completion_tokens_details",
+    ]
     assert body["usage"]["completion_tokens"] == 3
     assert body["system_fingerprint"].startswith("vllm-0.33.0-")
     for key in ("prompt_logprobs", "prompt_token_ids", "kv_transfer_params", "service_tier"):
@@ -42,8 +48,7 @@ def test_x_request_id_names_the_response(sim) -> None:
 
 
 def test_stream_framing_matches_vllm(sim) -> None:
-    raw = client(sim).post("/v1/chat/completions",
-                           json=chat(stream=True, stream_options={"include_usage": True})).text
+    raw = client(sim).post("/v1/chat/completions", json=chat(stream=True, stream_options={"include_usage": True})).text
     frames = sse_frames(raw)
     assert frames[-1] == "[DONE]"
     chunks = [json.loads(f) for f in frames[:-1]]
@@ -72,8 +77,12 @@ def test_errors_are_nested_with_integer_codes(sim) -> None:
     c = client(sim)
     r = c.post("/v1/chat/completions", json={**chat(), "model": "nope"})
     assert r.status_code == 404
-    assert r.json()["error"] == {"message": "The model `nope` does not exist. Valid aliases: sim-model.",
-                                 "type": "NotFoundError", "param": "model", "code": 404}
+    assert r.json()["error"] == {
+        "message": "The model `nope` does not exist. Valid aliases: sim-model.",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
     r = c.post("/v1/chat/completions", json=chat(stream_options={"include_usage": True}))
     assert r.status_code == 400 and "Stream options can only be defined" in r.json()["error"]["message"]
     r = c.post("/v1/chat/completions", json={"model": "sim-model"})
@@ -88,8 +97,9 @@ def test_context_length_error_and_silent_clamp(sim) -> None:
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["param"] == "input_tokens"
-    assert err["message"] == ("This model's maximum context length is 64 tokens. However, your prompt contains "
-                              "at least 65 input tokens.")
+    assert err["message"] == (
+        "This model's maximum context length is 64 tokens. However, your prompt contains at least 65 input tokens."
+    )
     # max_tokens beyond the context is clamped, not rejected
     r = c.post("/v1/chat/completions", json=chat("a b c", max_tokens=1000, ignore_eos=True))
     assert r.status_code == 200
@@ -100,8 +110,9 @@ def test_context_length_error_and_silent_clamp(sim) -> None:
 def test_tool_choice_auto_needs_server_flags(plain) -> None:
     r = client(plain).post("/v1/chat/completions", json=chat(tools=TOOLS))
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == ('"auto" tool choice requires --enable-auto-tool-choice and '
-                                            '--tool-call-parser to be set')
+    assert r.json()["error"]["message"] == (
+        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+    )
     r = client(plain).post("/v1/chat/completions", json=chat(tools=TOOLS, tool_choice="required"))
     assert r.status_code == 400 and "--tool-call-parser" in r.json()["error"]["message"]
 
@@ -122,8 +133,9 @@ def test_tool_calls_non_stream_and_named_finish(sim) -> None:
 
 
 def test_tool_call_stream_deltas(sim) -> None:
-    chunks = sse_json(client(sim).post("/v1/chat/completions",
-                                       json=chat(tools=TOOLS, tool_choice="required", stream=True)).text)
+    chunks = sse_json(
+        client(sim).post("/v1/chat/completions", json=chat(tools=TOOLS, tool_choice="required", stream=True)).text
+    )
     first = chunks[1]["choices"][0]["delta"]["tool_calls"][0]
     assert list(first) == ["id", "type", "index", "function"] and first["function"] == {"name": "get_weather"}
     rest = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks[2:-1]]
@@ -137,8 +149,9 @@ def test_in_stream_error_then_done(sim) -> None:
     assert r.status_code == 200
     frames = sse_frames(r.text)
     assert frames[-1] == "[DONE]"
-    assert json.loads(frames[-2]) == {"error": {"message": "Simulated engine failure", "type": "InternalServerError",
-                                                "param": None, "code": 500}}
+    assert json.loads(frames[-2]) == {
+        "error": {"message": "Simulated engine failure", "type": "InternalServerError", "param": None, "code": 500}
+    }
 
 
 def test_stream_without_done_and_status_fault(sim) -> None:
@@ -167,11 +180,19 @@ def test_completions_have_no_role_chunk(sim) -> None:
     c = client(sim)
     body = c.post("/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 2}).json()
     assert body["id"].startswith("cmpl-") and body["object"] == "text_completion"
-    chunks = sse_json(c.post("/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 2,
-                                                      "stream": True}).text)
+    chunks = sse_json(
+        c.post("/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 2, "stream": True}).text
+    )
     assert all("text" in ch["choices"][0] for ch in chunks)
-    assert set(chunks[0]["choices"][0]) >= {"index", "text", "logprobs", "finish_reason", "stop_reason",
-                                            "prompt_token_ids", "token_ids"}
+    assert set(chunks[0]["choices"][0]) >= {
+        "index",
+        "text",
+        "logprobs",
+        "finish_reason",
+        "stop_reason",
+        "prompt_token_ids",
+        "token_ids",
+    }
 
 
 def test_cached_tokens_only_with_flag(plain) -> None:
@@ -193,8 +214,14 @@ def test_health_version_models_metrics(sim) -> None:
     r = c.get("/metrics")
     assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
     families = {f.name: f for f in text_string_to_metric_families(r.text)}
-    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                 "vllm:prefix_cache_queries", "vllm:prefix_cache_hits", "vllm:time_to_first_token_seconds"):
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries",
+        "vllm:prefix_cache_hits",
+        "vllm:time_to_first_token_seconds",
+    ):
         assert name in families, name
     sample = families["vllm:num_requests_running"].samples[0]
     assert sample.labels == {"model_name": "sim-model", "engine": "0"}
@@ -207,13 +234,27 @@ def test_official_openai_client_reads_it(sim) -> None:
     api = openai.OpenAI(base_url=sim.url + "/v1", api_key="x")
     out = api.chat.completions.create(model="sim-model", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     assert out.choices[0].finish_reason == "length" and out.usage.completion_tokens == 4
-    pieces = [ch.choices[0].delta.content or "" for ch in api.chat.completions.create(
-        model="sim-model", messages=[{"role": "user", "content": "hi"}], max_tokens=4, stream=True) if ch.choices]
+    pieces = [
+        ch.choices[0].delta.content or ""
+        for ch in api.chat.completions.create(
+            model="sim-model", messages=[{"role": "user", "content": "hi"}], max_tokens=4, stream=True
+        )
+        if ch.choices
+    ]
     assert len("".join(pieces).split()) == 4
 
 
-@pytest.mark.parametrize("bad", [{"messages": ["x"]}, {"max_tokens": "abc"}, {"n": 0}, {"stop": 5},
-                                 {"stream_options": "x", "stream": True}, {"temperature": "hot"}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"messages": ["x"]},
+        {"max_tokens": "abc"},
+        {"n": 0},
+        {"stop": 5},
+        {"stream_options": "x", "stream": True},
+        {"temperature": "hot"},
+    ],
+)
 def test_malformed_fields_get_400_bad_request(sim, bad) -> None:
     r = client(sim).post("/v1/chat/completions", json={**chat(), **bad})
     assert r.status_code == 400
@@ -222,8 +263,16 @@ def test_malformed_fields_get_400_bad_request(sim, bad) -> None:
 
 
 def test_continuous_usage_stats_put_usage_on_every_chunk(sim) -> None:
-    chunks = sse_json(client(sim).post("/v1/chat/completions", json=chat(
-        stream=True, max_tokens=3, stream_options={"include_usage": True, "continuous_usage_stats": True})).text)
+    chunks = sse_json(
+        client(sim)
+        .post(
+            "/v1/chat/completions",
+            json=chat(
+                stream=True, max_tokens=3, stream_options={"include_usage": True, "continuous_usage_stats": True}
+            ),
+        )
+        .text
+    )
     assert all("usage" in ch for ch in chunks)
     assert [ch["usage"]["completion_tokens"] for ch in chunks[1:-1]] == [1, 2, 3]
 
@@ -236,8 +285,12 @@ def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
     assert all(len(e["top_logprobs"]) == 2 and e["logprob"] < 0 for e in entries)
     assert all(("bytes" in e) is True for e in entries)
     chunks = sse_json(c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, stream=True)).text)
-    streamed = [e for ch in chunks if ch.get("choices") and ch["choices"][0].get("logprobs")
-                for e in ch["choices"][0]["logprobs"]["content"]]
+    streamed = [
+        e
+        for ch in chunks
+        if ch.get("choices") and ch["choices"][0].get("logprobs")
+        for e in ch["choices"][0]["logprobs"]["content"]
+    ]
     assert len(streamed) == 3
     plain = c.post("/v1/chat/completions", json=chat(max_tokens=2)).json()
     assert plain["choices"][0]["logprobs"] is None
@@ -245,12 +298,23 @@ def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
 
 def test_completion_logprobs_use_the_legacy_shape(sim) -> None:
     c = client(sim)
-    body = c.post("/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3,
-                                           "logprobs": 2}).json()
+    body = c.post(
+        "/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3, "logprobs": 2}
+    ).json()
     lp = body["choices"][0]["logprobs"]
     assert "".join(lp["tokens"]) == body["choices"][0]["text"]
     assert len(lp["token_logprobs"]) == len(lp["text_offset"]) == 3 and all(len(t) == 2 for t in lp["top_logprobs"])
-    chunks = sse_json(c.post("/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3,
-                                                      "logprobs": 1, "stream": True}).text)
-    assert sum(len(ch["choices"][0]["logprobs"]["tokens"]) for ch in chunks
-               if ch.get("choices") and ch["choices"][0].get("logprobs")) == 3
+    chunks = sse_json(
+        c.post(
+            "/v1/completions",
+            json={"model": "sim-model", "prompt": "a b", "max_tokens": 3, "logprobs": 1, "stream": True},
+        ).text
+    )
+    assert (
+        sum(
+            len(ch["choices"][0]["logprobs"]["tokens"])
+            for ch in chunks
+            if ch.get("choices") and ch["choices"][0].get("logprobs")
+        )
+        == 3
+    )
