@@ -26,7 +26,7 @@ test: install
 test-slow: install
 	$(PY) -m pytest -q -m slow $(ARGS)
 
-# A real vLLM CPU server in its own environment (see docs/adapters.md).
+# A real vLLM CPU server in its own environment (see docs/vllm-cpu.md).
 test-vllm: install
 	bash scripts/install-vllm.sh
 	$(PY) -m pytest -q -m vllm $(ARGS)

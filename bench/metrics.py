@@ -1,5 +1,6 @@
 """Metrics from raw request timelines; the formulas are also written into every
-report (see `DEFINITIONS`), because tools disagree on names (BENCHMARKS.md B.5).
+report (see `DEFINITIONS`), because tools disagree on names (bench/README.md,
+"Metric names across tools").
 
 Pure functions over `RequestRecord`s: no clock, no I/O, so tests can feed
 synthetic timelines with known answers.

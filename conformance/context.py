@@ -178,9 +178,10 @@ class Context:
             )
 
     def skip_if_unsupported(self, ex: Exchange, capability: str) -> None:
-        """A server may honestly refuse a feature its runtime lacks (DESIGN:
-        "or answers 400 with a clear message"). That is reported as a skip
-        naming the refusal: not a pass, and not a conformance failure."""
+        """A server may honestly refuse a feature its runtime lacks (README.md, "Request
+        semantics worth knowing": such a feature "is answered with 400 naming the
+        runtime"). That is reported as a skip naming the refusal: not a pass, and not a
+        conformance failure."""
         if ex.status not in (400, 501):
             return
         body = ex.json()

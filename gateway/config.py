@@ -1,8 +1,9 @@
 """The gateway's config: one YAML file, validated by pydantic.
 
-The shape is DESIGN.md's example; platform teams swap a runtime by changing one
-backend's `adapter` and `url`. Environment overrides: SWITCHYARD_HOST,
-SWITCHYARD_PORT, SWITCHYARD_REDIS_URL, SWITCHYARD_AUTH_MODE, SWITCHYARD_LOG_LEVEL.
+The shape is the example in README.md ("Configuration"), which tests/gateway/test_config.py
+loads with every file in configs/; platform teams swap a runtime by changing one backend's
+`adapter` and `url`. Environment overrides: SWITCHYARD_HOST, SWITCHYARD_PORT,
+SWITCHYARD_REDIS_URL, SWITCHYARD_AUTH_MODE, SWITCHYARD_LOG_LEVEL.
 """
 
 from __future__ import annotations

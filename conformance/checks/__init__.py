@@ -1,2 +1,3 @@
 """The conformance checks, one module per area of the OpenAI checklist
-(`reference/OPENAI_CONFORMANCE.md` C.5); `conformance.catalog` lists them."""
+(docs/openai-checklist.md §5, whose item numbers the modules cite);
+`conformance.catalog` lists them."""

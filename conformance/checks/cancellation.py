@@ -1,4 +1,4 @@
-"""Checklist 52: a client that goes away mid-stream must not cost the server."""
+"""docs/openai-checklist.md item 52: a client that goes away mid-stream must not cost the server."""
 
 from __future__ import annotations
 

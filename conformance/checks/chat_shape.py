@@ -1,4 +1,4 @@
-"""Checklist 5-9 and 23 (non-stream shapes): chat and legacy completions."""
+"""docs/openai-checklist.md items 5-9 and 23 (non-stream shapes): chat and legacy completions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checklist 50: bad requests get 4xx with OpenAI's error envelope, never 5xx."""
+"""docs/openai-checklist.md item 50: bad requests get 4xx with OpenAI's error envelope, never 5xx."""
 
 from __future__ import annotations
 

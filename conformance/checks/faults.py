@@ -1,4 +1,4 @@
-"""Checklist 50-51 under failure: what reaches the client when the runtime
+"""docs/openai-checklist.md items 50-51 under failure: what reaches the client when the runtime
 fails mid-stream, cuts the connection, omits [DONE], ends with an engine-only
 finish reason, or answers an error or overload status.
 

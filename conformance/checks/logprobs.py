@@ -1,4 +1,4 @@
-"""Checklist 48-49: log probabilities, chat and legacy."""
+"""docs/openai-checklist.md items 48-49: log probabilities, chat and legacy."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checklist 45-47: max_completion_tokens / max_tokens and the context window."""
+"""docs/openai-checklist.md items 45-47: max_completion_tokens / max_tokens and the context window."""
 
 from __future__ import annotations
 

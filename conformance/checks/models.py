@@ -1,4 +1,4 @@
-"""Checklist 1-4: the models list."""
+"""docs/openai-checklist.md items 1-4: the models list."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checklist 39-41: n > 1, streamed and not."""
+"""docs/openai-checklist.md items 39-41: n > 1, streamed and not."""
 
 from __future__ import annotations
 

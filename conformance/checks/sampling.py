@@ -1,4 +1,4 @@
-"""Checklist 34-38: determinism, seeds, range validation, logit_bias, extra fields."""
+"""docs/openai-checklist.md items 34-38: determinism, seeds, range validation, logit_bias, extra fields."""
 
 from __future__ import annotations
 

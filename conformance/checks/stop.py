@@ -1,4 +1,4 @@
-"""Checklist 42-44: stop sequences, including one that spans a token boundary.
+"""docs/openai-checklist.md items 42-44: stop sequences, including one that spans a token boundary.
 
 The model's text is gibberish, so stop strings are picked from its own greedy
 answer: a two-character piece whose first occurrence is at a known place. The

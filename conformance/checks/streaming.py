@@ -1,4 +1,4 @@
-"""Checklist 15-27: stream framing, chunk shape, role/finish placement,
+"""docs/openai-checklist.md items 15-27: stream framing, chunk shape, role/finish placement,
 stream/non-stream agreement, legacy streams, and stream_options.include_usage."""
 
 from __future__ import annotations

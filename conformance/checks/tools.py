@@ -1,4 +1,4 @@
-"""Checklist 28-33: tool calls, streamed and not; required, named, none, parallel."""
+"""docs/openai-checklist.md items 28-33: tool calls, streamed and not; required, named, none, parallel."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Checklist 10-14: usage accounting."""
+"""docs/openai-checklist.md items 10-14: usage accounting."""
 
 from __future__ import annotations
 

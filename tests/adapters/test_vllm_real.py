@@ -2,7 +2,7 @@
 
 The server runs from its own environment (.venv-vllm, scripts/install-vllm.sh) on a
 tiny random-weight model built by `switchyard engine make-tiny`, as
-reference/VLLM_CPU.md describes; a gateway process sits in front and the official
+docs/vllm-cpu.md describes; a gateway process sits in front and the official
 `openai` client talks to it. Random weights give gibberish, but every protocol
 path checked here is vLLM's own.
 """
