@@ -1,5 +1,6 @@
 """Backends as the gateway holds them: adapters built from config, with the
-health, load and in-flight state that routing reads, refreshed in the background."""
+health, load and in-flight state that routing and admission read, refreshed in
+the background."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import importlib
 import logging
 from dataclasses import dataclass, field
 
-from adapters.base import Adapter, Health, LoadSnapshot
+from adapters.base import Adapter, GenerationRequest, Health, LoadSnapshot
 from gateway.config import BackendConfig, GatewayConfig, ModelConfig
 from policies.admission import BackendLoad, model_capacity
-from policies.routing import BackendView, make_policy
+from policies.routing import BackendView, RouteResult, RoutingPolicy, make_policy, route
+from policies.saturation import SaturationDetector
 
 log = logging.getLogger("switchyard.backends")
 
@@ -69,24 +71,46 @@ class Backend:
 
     def view(self) -> BackendView:
         return BackendView(
-            self.name, self.config.weight, self.inflight, self.config.max_inflight, self.health.ok, self.load
+            name=self.name,
+            weight=self.config.weight,
+            inflight=self.inflight,
+            max_inflight=self.config.max_inflight,
+            healthy=self.health.ok,
+            load=self.load,
+            capabilities=self.adapter.capabilities,
+            adapter=self.config.adapter,
         )
+
+
+def saturation_detector(cfg: ModelConfig) -> SaturationDetector:
+    s = cfg.saturation
+    return SaturationDetector(
+        queue_depth=s.queue_depth, kv_cache_utilization=s.kv_cache_utilization, max_load_age_s=s.max_load_age_s
+    )
 
 
 @dataclass
 class ModelPool:
-    """The backends that serve one model name, and how to choose among them."""
+    """The backends that serve one model name, how to choose among them, and
+    when one of them counts as saturated (for routing and admission alike)."""
 
     name: str
     config: ModelConfig
     backends: list[Backend]
-    policy: object
+    policy: RoutingPolicy
+    detector: SaturationDetector = field(default_factory=SaturationDetector)
+
+    def route(self, req: GenerationRequest) -> RouteResult:
+        """The pool's backends in the order to try them (policies/routing.py)."""
+        return route(self.policy, [b.view() for b in self.backends], req, self.detector)
 
     def capacity(self) -> int | None:
         """Requests the pool can take now (None: unbounded): max_inflight per
         backend, but a runtime whose fresh load signals say it is saturated
         takes nothing new until it drains (policies/admission.py)."""
-        return model_capacity([BackendLoad(b.config.max_inflight, b.inflight, b.load) for b in self.backends])
+        return model_capacity(
+            [BackendLoad(b.config.max_inflight, b.inflight, b.load) for b in self.backends], self.detector
+        )
 
 
 class BackendSet:
@@ -105,7 +129,9 @@ class BackendSet:
                 if backend is None:
                     backend = self.backends[bcfg.name] = Backend(bcfg, build_adapter(bcfg, registry, shared))
                 members.append(backend)
-            self.pools[model_name] = ModelPool(model_name, mcfg, members, make_policy(mcfg.routing))
+            self.pools[model_name] = ModelPool(
+                model_name, mcfg, members, make_policy(mcfg.routing), saturation_detector(mcfg)
+            )
         self.health_interval_s = health_interval_s
         self.load_interval_s = load_interval_s
         self._tasks: list[asyncio.Task] = []

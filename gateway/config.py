@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from policies.saturation import DEFAULT_DETECTOR
+
 ADAPTER_KINDS = ("openai", "vllm", "sglang", "trtllm", "tgi", "native")
 ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity")
 
@@ -140,6 +142,14 @@ class BackendConfig(_Strict):
         return self
 
 
+class SaturationConfig(_Strict):
+    """When a backend of the model counts as saturated (policies/saturation.py says why these defaults)."""
+
+    queue_depth: int = Field(DEFAULT_DETECTOR.queue_depth, ge=1)  # requests waiting in the runtime's own queue
+    kv_cache_utilization: float = Field(DEFAULT_DETECTOR.kv_cache_utilization, gt=0, le=1)  # of its KV cache
+    max_load_age_s: float = Field(DEFAULT_DETECTOR.max_load_age_s, gt=0)  # an older load reading is ignored
+
+
 class ModelConfig(_Strict):
     routing: Literal["round_robin", "weighted", "least_loaded", "prefix_affinity"] = "round_robin"
     fallback: list[str] = Field(default_factory=list)
@@ -147,6 +157,7 @@ class ModelConfig(_Strict):
     owned_by: str = "switchyard"
     max_retries: int = Field(1, ge=0)  # extra rounds over the backends when all failed before the first byte
     retry_backoff_s: float = Field(0.05, ge=0)  # before round k: retry_backoff_s * 2**(k-1)
+    saturation: SaturationConfig = Field(default_factory=SaturationConfig)
 
 
 class LimitsConfig(_Strict):

@@ -20,27 +20,13 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from adapters.base import Capabilities, ErrorEvent, Event, GenerationRequest, Usage
+from adapters.base import ErrorEvent, Event, GenerationRequest, Usage
 from adapters.errors import GatewayError
 from gateway.backends import Backend, BackendSet, ModelPool
-from policies.routing import prefix_key, route
 
 log = logging.getLogger("switchyard.dispatch")
 
 _END = object()
-
-
-def missing_capability(caps: Capabilities, req: GenerationRequest) -> str | None:
-    """The feature `req` needs that `caps` lacks (n > 1 is emulated, not needed)."""
-    if req.kind == "completion" and not caps.completions:
-        return "legacy completions (/v1/completions)"
-    if req.tools and req.tool_choice != "none" and not caps.tools:
-        return "tool calls"
-    if req.sampling.logprobs and not caps.logprobs:
-        return "logprobs"
-    if req.response_format and not caps.structured_output:
-        return "structured output (response_format)"
-    return None
 
 
 @dataclass
@@ -119,21 +105,12 @@ class Dispatcher:
         )
 
     def _candidates(self, pool: ModelPool, req: GenerationRequest) -> tuple[list[Backend], GatewayError | None]:
-        capable, missing = [], []
-        for b in pool.backends:
-            lack = missing_capability(b.adapter.capabilities, req)
-            if lack:
-                missing.append(f"{b.name} ({b.config.adapter}) does not support {lack}")
-            else:
-                capable.append(b)
-        if not capable:
-            return [], GatewayError(
-                400, "This request cannot be served: " + "; ".join(missing) + ".", code="unsupported_by_runtime"
-            )
-        by_name = {b.name: b for b in capable}
-        key = prefix_key(req.messages, req.prompt)
-        ordered = route(pool.policy, [b.view() for b in capable], key)
-        return [by_name[v.name] for v in ordered], None
+        routed = pool.route(req)
+        if routed.unsupported:
+            reasons = "; ".join(str(gap) for gap in routed.refused)
+            return [], GatewayError(400, f"This request cannot be served: {reasons}.", code="unsupported_by_runtime")
+        by_name = {b.name: b for b in pool.backends}
+        return [by_name[v.name] for v in routed.candidates], None
 
     async def _start_on(self, backend: Backend, req: GenerationRequest) -> list[tuple[int, Started]]:
         n = req.sampling.n

@@ -7,9 +7,10 @@ have capacity.
   have someone waiting), so a tenant flooding the queue gets one dispatch per
   turn like everyone else instead of the whole backend.
 * Capacity: `capacity(model)` returns how many requests the model's backends
-  can hold (the sum of their max in-flight, lowered by the router when a
-  runtime reports saturation), or None for unbounded. A request is dispatched
-  when fewer than that many are in flight from this gateway.
+  can hold (the sum of their max in-flight, except that a backend whose runtime
+  reports saturation by policies/saturation.py's definition holds only what it
+  has), or None for unbounded. A request is dispatched when fewer than that
+  many are in flight from this gateway.
 * A full queue answers 429 or 503 with Retry-After estimated from the recent
   drain rate, except that a tenant with few places pushes out the newest
   request of the tenant holding the most (longest-queue drop), so fairness
@@ -28,16 +29,10 @@ from dataclasses import dataclass, field
 
 from adapters.base import LoadSnapshot
 from adapters.errors import GatewayError
+from policies.saturation import DEFAULT_DETECTOR, SaturationDetector
 
 CapacityFn = Callable[[str], "int | None"]
 ClientGone = Callable[[], Awaitable[bool]]
-
-
-# GIE's saturation defaults: a runtime with 5 or more requests waiting, or its
-# KV cache 80% full, takes no new work. Older load readings are not trusted.
-SATURATION_WAITING = 5
-SATURATION_KV_USAGE = 0.8
-LOAD_MAX_AGE_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,25 +44,17 @@ class BackendLoad:
     load: LoadSnapshot | None = None
 
 
-def saturated(load: LoadSnapshot | None, now: float | None = None) -> bool:
-    """True when fresh load signals say the runtime is full. Unknown or stale
-    signals are not saturation: without them we fall back to max_inflight."""
-    if load is None:
-        return False
-    if (now if now is not None else time.time()) - load.read_at > LOAD_MAX_AGE_S:
-        return False
-    return (load.waiting is not None and load.waiting >= SATURATION_WAITING) or (
-        load.kv_usage is not None and load.kv_usage >= SATURATION_KV_USAGE
-    )
-
-
-def model_capacity(backends: list[BackendLoad], now: float | None = None) -> int | None:
+def model_capacity(
+    backends: list[BackendLoad], detector: SaturationDetector = DEFAULT_DETECTOR, now: float | None = None
+) -> int | None:
     """How many requests the model's backends can hold now: each backend's
-    max_inflight, except that a saturated one holds only what it already has
-    (so nothing new is dispatched to it until it drains). None = unbounded."""
+    max_inflight, except that one whose runtime reports saturation holds only
+    what it already has (so nothing new is dispatched to it until it drains).
+    Stale load is the detector's business: then max_inflight alone counts.
+    None = unbounded."""
     total = 0
     for b in backends:
-        if saturated(b.load, now):
+        if detector.check(b.inflight, b.max_inflight, b.load, now).reported_by_runtime:
             total += b.inflight
         elif b.max_inflight is None:
             return None

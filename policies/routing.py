@@ -1,4 +1,18 @@
-"""Routing as filters -> scorers -> pick, each a small pure function.
+"""Routing as a visible pipeline of small pure steps, each testable alone.
+
+    capability -> health -> stale load -> saturation -> policy order -> saturated last
+
+1. Capability: backends whose runtime lacks something the request needs are
+   dropped; the reasons are kept so that, when none is left, the gateway can say
+   which runtime lacks what (400 `unsupported_by_runtime`).
+2. Health: unhealthy backends are dropped, unless all are.
+3. Stale load: a load snapshot too old to trust is forgotten, so neither the
+   saturation check nor a policy's scores read it.
+4. Saturation: each backend is marked by the pool's `SaturationDetector`
+   (policies/saturation.py), the same definition admission uses.
+5. The policy's order (`RoutingPolicy.order`): round robin, weighted, least
+   loaded or prefix affinity. Policies may read `saturated`, never compute it.
+6. Saturated last: a stable partition, applied once here and not by each policy.
 
 The result is an ordered list of candidates: the first is the choice, the rest
 are the failover order (tried only before the first byte reached the client).
@@ -6,40 +20,94 @@ are the failover order (tried only before the first byte reached the client).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from adapters.base import LoadSnapshot
-
-# A runtime whose KV cache is this full is about to queue or preempt: prefer others.
-KV_SATURATED = 0.95
+from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
+from policies.saturation import DEFAULT_DETECTOR, SaturationDetector
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class BackendView:
-    """What routing knows about one backend at decision time."""
+    """What routing knows about one backend at decision time. `saturated` is the
+    pipeline's verdict (step 4), which replaces whatever a view came with; only a
+    test of a policy alone sets it by hand."""
 
     name: str
     weight: float = 1.0
     inflight: int = 0
     max_inflight: int | None = None
     healthy: bool = True
-    load: LoadSnapshot | None = None
+    load: LoadSnapshot | None = None  # its read_at says how old it is
+    capabilities: Capabilities = Capabilities()
+    adapter: str = "unknown"  # the runtime kind, named when it lacks a capability
+    saturated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityGap:
+    """One backend that cannot serve the request, and the feature it lacks."""
+
+    backend: str
+    adapter: str
+    feature: str
+
+    def __str__(self) -> str:
+        return f"{self.backend} ({self.adapter}) does not support {self.feature}"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteResult:
+    """The candidates in the order to try them, and the backends the capability
+    filter removed (with why)."""
+
+    candidates: list[BackendView]
+    refused: list[CapabilityGap]
 
     @property
-    def has_capacity(self) -> bool:
-        return self.max_inflight is None or self.inflight < self.max_inflight
+    def unsupported(self) -> bool:
+        """No backend can serve the request because each lacks something it needs."""
+        return not self.candidates and bool(self.refused)
 
-    @property
-    def saturated(self) -> bool:
-        if not self.has_capacity:
-            return True
-        return bool(self.load and self.load.kv_usage is not None and self.load.kv_usage >= KV_SATURATED)
+
+class RoutingPolicy(Protocol):
+    def order(self, backends: list[BackendView], key: str) -> list[BackendView]:
+        """All of `backends`, best first. `key` is the request's routing key."""
+        ...
 
 
 # ---- filters ---------------------------------------------------------------------
+
+
+def missing_capability(caps: Capabilities, req: GenerationRequest) -> str | None:
+    """The feature `req` needs that `caps` lacks (n > 1 is emulated, not needed)."""
+    if req.kind == "completion" and not caps.completions:
+        return "legacy completions (/v1/completions)"
+    if req.tools and req.tool_choice != "none" and not caps.tools:
+        return "tool calls"
+    if req.sampling.logprobs and not caps.logprobs:
+        return "logprobs"
+    if req.response_format and not caps.structured_output:
+        return "structured output (response_format)"
+    return None
+
+
+def capable(backends: list[BackendView], req: GenerationRequest) -> list[BackendView]:
+    return [b for b in backends if missing_capability(b.capabilities, req) is None]
+
+
+def capability_gaps(backends: list[BackendView], req: GenerationRequest) -> list[CapabilityGap]:
+    gaps = []
+    for b in backends:
+        lack = missing_capability(b.capabilities, req)
+        if lack is not None:
+            gaps.append(CapabilityGap(b.name, b.adapter, lack))
+    return gaps
 
 
 def healthy(backends: list[BackendView]) -> list[BackendView]:
@@ -49,7 +117,25 @@ def healthy(backends: list[BackendView]) -> list[BackendView]:
     return ok or list(backends)
 
 
-def unsaturated_first(backends: list[BackendView]) -> list[BackendView]:
+def forget_stale_load(
+    backends: list[BackendView], detector: SaturationDetector, now: float | None = None
+) -> list[BackendView]:
+    return [
+        dataclasses.replace(b, load=None) if b.load is not None and detector.fresh(b.load, now) is None else b
+        for b in backends
+    ]
+
+
+def mark_saturation(
+    backends: list[BackendView], detector: SaturationDetector, now: float | None = None
+) -> list[BackendView]:
+    return [
+        dataclasses.replace(b, saturated=detector.check(b.inflight, b.max_inflight, b.load, now).saturated)
+        for b in backends
+    ]
+
+
+def saturated_last(backends: list[BackendView]) -> list[BackendView]:
     return [b for b in backends if not b.saturated] + [b for b in backends if b.saturated]
 
 
@@ -74,7 +160,7 @@ def rendezvous_score(key: str, b: BackendView) -> float:
     return -b.weight / math.log(u)
 
 
-# ---- policies --------------------------------------------------------------------------
+# ---- policies: each orders every backend it is given; saturation is the pipeline's ----
 
 
 @dataclass
@@ -85,8 +171,7 @@ class RoundRobin:
         if not backends:
             return []
         start = next(self.counter) % len(backends)
-        rotated = backends[start:] + backends[:start]
-        return unsaturated_first(rotated)
+        return backends[start:] + backends[:start]
 
 
 @dataclass
@@ -105,28 +190,28 @@ class Weighted:
         best = max(backends, key=lambda b: self.current[b.name])
         self.current[best.name] -= total
         rest = sorted((b for b in backends if b is not best), key=lambda b: -self.current[b.name])
-        return unsaturated_first([best, *rest])
+        return [best, *rest]
 
 
 @dataclass
 class LeastLoaded:
     def order(self, backends: list[BackendView], key: str) -> list[BackendView]:
-        return unsaturated_first(sorted(backends, key=load_score, reverse=True))
+        return sorted(backends, key=load_score, reverse=True)
 
 
 @dataclass
 class PrefixAffinity:
     """Same prompt prefix -> same backend (its prefix cache is warm there), unless
-    that backend is saturated; then the least loaded one."""
+    that backend is saturated; then the least loaded one first."""
 
     def order(self, backends: list[BackendView], key: str) -> list[BackendView]:
         ranked = sorted(backends, key=lambda b: rendezvous_score(key, b), reverse=True)
         if ranked and ranked[0].saturated:
-            ranked = LeastLoaded().order(ranked, key)
-        return unsaturated_first(ranked)
+            return LeastLoaded().order(ranked, key)
+        return ranked
 
 
-POLICIES = {
+POLICIES: dict[str, Callable[[], RoutingPolicy]] = {
     "round_robin": RoundRobin,
     "weighted": Weighted,
     "least_loaded": LeastLoaded,
@@ -134,13 +219,26 @@ POLICIES = {
 }
 
 
-def make_policy(name: str):
+def make_policy(name: str) -> RoutingPolicy:
     return POLICIES[name]()
 
 
-def route(policy, backends: list[BackendView], key: str) -> list[BackendView]:
-    """Filters, then the policy's order."""
-    return policy.order(healthy(backends), key)
+# ---- the pipeline ---------------------------------------------------------------------
+
+
+def route(
+    policy: RoutingPolicy,
+    backends: list[BackendView],
+    req: GenerationRequest,
+    detector: SaturationDetector = DEFAULT_DETECTOR,
+    now: float | None = None,
+) -> RouteResult:
+    """The steps of the module docstring, in order."""
+    refused = capability_gaps(backends, req)
+    usable = healthy(capable(backends, req))
+    marked = mark_saturation(forget_stale_load(usable, detector, now), detector, now)
+    ordered = policy.order(marked, prefix_key(req.messages, req.prompt))
+    return RouteResult(saturated_last(ordered), refused)
 
 
 def prefix_key(messages: list[dict] | None, prompt: object, chars: int = 512) -> str:

@@ -224,3 +224,34 @@ def test_a_saturated_backend_takes_nothing_new():
     stale = LoadSnapshot(waiting=50, kv_usage=0.99, read_at=time.time() - 60)
     assert model_capacity([BackendLoad(4, 4, stale)]) == 4  # stale signals: fall back to max_inflight
     assert model_capacity([BackendLoad(4, 0, stale)]) == 4
+
+
+def test_capacity_uses_the_detector_it_is_given():
+    from adapters.base import LoadSnapshot
+    from policies.admission import BackendLoad, model_capacity
+    from policies.saturation import SaturationDetector
+
+    three_waiting = LoadSnapshot(waiting=3, kv_usage=0.1)
+    assert model_capacity([BackendLoad(4, 1, three_waiting)]) == 4
+    assert model_capacity([BackendLoad(4, 1, three_waiting)], SaturationDetector(queue_depth=3)) == 1
+
+
+@pytest.mark.parametrize(
+    ("waiting", "kv_usage", "age_s"),
+    [(4, 0.79, 0), (5, 0.1, 0), (0, 0.8, 0), (50, 0.99, 60), (None, None, 0)],
+)
+def test_admission_and_routing_agree_on_the_same_snapshot(waiting, kv_usage, age_s):
+    from adapters.base import GenerationRequest, LoadSnapshot
+    from policies.admission import BackendLoad, model_capacity
+    from policies.routing import BackendView, RoundRobin, route
+    from policies.saturation import SaturationDetector
+
+    detector = SaturationDetector()
+    now = time.time()
+    snap = LoadSnapshot(waiting=waiting, kv_usage=kv_usage, read_at=now - age_s)
+    held_back = model_capacity([BackendLoad(4, 2, snap)], detector, now) == 2  # takes nothing new
+    req = GenerationRequest("r", "m", messages=[{"role": "user", "content": "hi"}])
+    routed = route(RoundRobin(), [BackendView("x", inflight=2, max_inflight=4, load=snap), BackendView("y")], req)
+    routed_last = [b.name for b in routed.candidates] == ["y", "x"]
+    assert held_back == routed_last
+    assert held_back == (age_s == 0 and ((waiting or 0) >= 5 or (kv_usage or 0) >= 0.8))
