@@ -1,5 +1,6 @@
 """Metrics from raw request timelines; the formulas are also written into every
-report (see `DEFINITIONS`), because tools disagree on names (BENCHMARKS.md B.5).
+report (see `DEFINITIONS`), because tools disagree on names: (E2E - TTFT)/(n - 1)
+is TPOT to vLLM's benchmark and inference-perf but ITL to GuideLLM and AIPerf.
 
 Pure functions over `RequestRecord`s: no clock, no I/O, so tests can feed
 synthetic timelines with known answers.
