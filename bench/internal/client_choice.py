@@ -2,7 +2,7 @@
 gateway's own keep-alive client (adapters/http_client.py), measured side by side
 in one run against the same fast upstream.
 
-    python -m bench.client_choice [--requests N]
+    python -m bench.client_choice [--requests N]   (runs this module as a child process)
 
 Prints requests/s for sequential non-streaming requests and for 16-chunk
 streams read line by line, with each client's cost relative to the fastest.
@@ -19,7 +19,8 @@ import aiohttp
 import httpx
 
 from adapters.http_client import ConnectionPool
-from bench.procs import Server, free_port, python_module
+from bench.procs import Server, python_module
+from processes import free_port
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":16}'
 STREAM_BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true}'
@@ -69,7 +70,7 @@ async def run_own(url: str, n: int, stream: bool) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.client_choice", description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
