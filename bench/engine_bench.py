@@ -6,9 +6,9 @@ lengths; 128 output tokens per request with EOS ignored):
     requests (closed loop: a new request starts as soon as one finishes);
       - native:        AsyncEngine in process, streaming every token;
       - transformers:  generate() on static batches (batch 1, and left-padded batches of 32);
-      - vLLM:          a real vLLM CPU server (../shared/reference/VLLM_CPU.md) over
+      - vLLM:          a real vLLM CPU server (bench/vllm_cpu.py) over
                        /v1/completions with token-id prompts, streaming, when
-                       .venv-vllm is installed;
+                       .venv-vllm is installed (scripts/install-vllm.sh);
   * shared prefix: a 1,000-token system prompt plus a short distinct suffix. Cold TTFT is
     the first request of a never-seen system prompt, warm TTFT a later request with the
     same system prompt (served from the prefix cache). TTFT = time from submitting the
@@ -24,12 +24,11 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -37,12 +36,13 @@ import torch
 from bench.client import Client, ClientConfig
 from bench.metrics import request_metrics
 from bench.records import RequestRecord
+from bench.vllm_cpu import vllm_available, vllm_server
 from engine.async_engine import AsyncEngine
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
+from processes import ChildFailed
 
 ROOT = Path(__file__).resolve().parent.parent
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 OUTPUT_TOKENS = 128
 SYSTEM_PROMPT_TOKENS = 1000
 
@@ -191,21 +191,6 @@ def run_transformers(model_dir: str, c1: list[list[int]], c32: list[list[int]]) 
 # ---- vLLM --------------------------------------------------------------------------
 
 
-def vllm_available() -> tuple[bool, str]:
-    if not VLLM_PYTHON.exists():
-        return False, f"{VLLM_PYTHON} does not exist (install it with scripts/install-vllm.sh)"
-    probe = subprocess.run([str(VLLM_PYTHON), "-c", "import vllm"], capture_output=True, timeout=120)
-    if probe.returncode != 0:
-        return False, "vllm does not import in .venv-vllm: " + probe.stderr.decode()[-300:]
-    return True, ""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 async def vllm_stream(client: Client, prompt: list[int], max_tokens: int) -> tuple[int, float]:
     """One streamed completion through the load-test harness's client, so vLLM's
     TTFT and token counts follow bench/metrics.py's definitions."""
@@ -215,62 +200,6 @@ async def vllm_stream(client: Client, prompt: list[int], max_tokens: int) -> tup
     if m is None:
         raise RuntimeError(f"vLLM request failed: {rec.failure_kind}: {rec.error}")
     return m.output_tokens, m.ttft_s or 0.0
-
-
-class VllmServer:
-    """A real vLLM CPU server on a free loopback port, started as VLLM_CPU.md says."""
-
-    def __init__(self, model_dir: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile(prefix="vllm-bench-", suffix=".log", delete=False)
-        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1")
-        self.proc = subprocess.Popen(
-            [
-                str(VLLM_PYTHON),
-                "-m",
-                "vllm.entrypoints.openai.api_server",
-                "--model",
-                model_dir,
-                "--served-model-name",
-                "tiny",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--max-model-len",
-                "2048",
-                "--dtype",
-                "float32",
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-
-    def wait_ready(self, timeout_s: float = 900) -> None:
-        import urllib.request
-
-        deadline = time.time() + timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode}; log: {self.log.name}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            if time.time() > deadline:
-                raise RuntimeError(f"vLLM not ready after {timeout_s:.0f} s; log: {self.log.name}")
-            time.sleep(1)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 async def vllm_throughput(client: Client, prompts: list[list[int]], concurrency: int) -> dict:
@@ -415,6 +344,26 @@ def render(results: dict) -> str:
     return "\n".join(lines)
 
 
+def start_vllm(args: argparse.Namespace, model_dir: str, notes: list[str], stack: ExitStack) -> str | None:
+    """The URL of a vLLM server that `stack` stops, or None (with the reason in
+    `notes`) when vLLM is skipped or fails to start: the native figures stand alone."""
+    if args.no_vllm:
+        notes.append("vLLM: skipped (--no-vllm)")
+        return None
+    check = vllm_available()
+    if not check.available:
+        notes.append(f"vLLM: skipped: {check.reason}")
+        return None
+    print("starting the vLLM CPU server ...", flush=True)
+    server = vllm_server(model_dir, Path(tempfile.mkdtemp(prefix="vllm-bench-")))
+    try:
+        return stack.enter_context(server).base_url
+    except ChildFailed as exc:
+        print(exc, file=sys.stderr)
+        notes.append(f"vLLM: failed to start: {str(exc).splitlines()[0]} (log: {server.log_path})")
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -446,30 +395,12 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python -m bench.engine_bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "notes": notes,
     }
-    server = None
-    if args.no_vllm:
-        notes.append("vLLM: skipped (--no-vllm)")
-    else:
-        ok, why = vllm_available()
-        if ok:
-            print("starting the vLLM CPU server ...", flush=True)
-            server = VllmServer(model_dir)
-            try:
-                server.wait_ready()
-            except RuntimeError as exc:
-                notes.append(f"vLLM: failed to start: {exc}")
-                server.stop()
-                server = None
-        else:
-            notes.append(f"vLLM: skipped: {why}")
-    try:
-        print(f"native engine{' and vLLM' if server else ''}, {args.rounds} interleaved rounds ...", flush=True)
-        both = asyncio.run(run_native_and_vllm(model_dir, args, vocab, server.url if server else None))
-    finally:
-        if server:
-            server.stop()
+    with ExitStack() as stack:
+        vllm_url = start_vllm(args, model_dir, notes, stack)
+        print(f"native engine{' and vLLM' if vllm_url else ''}, {args.rounds} interleaved rounds ...", flush=True)
+        both = asyncio.run(run_native_and_vllm(model_dir, args, vocab, vllm_url))
     results.update(both)
-    if server:
+    if vllm_url:
         notes.append(
             "vLLM: 0.32.0 CPU server over HTTP (streaming /v1/completions with token-id prompts); "
             "native: AsyncEngine in process (no HTTP)"

@@ -22,8 +22,9 @@ from bench.overhead import (
     start_upstream_and_gateway,
     tables,
 )
-from bench.procs import ROOT, Server, free_port
+from bench.procs import ROOT, Server
 from bench.report import write_json
+from processes import free_port
 
 LITELLM = ROOT / ".venv-litellm" / "bin" / "litellm"
 

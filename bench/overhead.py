@@ -27,11 +27,12 @@ from typing import Any
 from bench import wrk
 from bench.client import Client, ClientConfig
 from bench.metrics import Slo, summarize
-from bench.procs import Server, free_port, python_module
+from bench.procs import Server, python_module
 from bench.records import RequestRecord
 from bench.report import write_json, write_run
 from bench.runner import LoadPlan, Runner
 from bench.workloads import Session, Turn
+from processes import free_port
 
 MODEL = "m"
 PROMPT = "Say hello to the benchmark."

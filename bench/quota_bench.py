@@ -4,9 +4,10 @@ fairness holds under overload. Three parts, each on real processes:
 1. In process: `Protection.admit` + `Ticket.release` per request, for a tenant
    with no limits (no store call), with the memory store and with Redis (a real
    redis-server). Sequential latency per check (p50/p99, microseconds) and
-   checks per second at 64 concurrent. This part imports gateway.protection,
-   unlike the rest of bench/ (which judges the gateway over HTTP only): the
-   quota check is too small to see through HTTP noise alone.
+   checks per second at 64 concurrent. The quota check is too small to see
+   through HTTP noise alone, so this part times it inside the gateway's code:
+   `bench.internal.quota_check`, run as a child process (this module, like the
+   rest of bench/, imports neither gateway/ nor adapters/).
 2. Through the gateway: non-streaming latency at concurrency 1 through three
    gateway processes in front of one fast upstream, identical but for the
    tenant's limits (none, memory store, Redis store); rounds alternate so that
@@ -26,14 +27,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
+import json
 import os
 import shutil
-import socket
-import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,83 +43,23 @@ import aiohttp
 import orjson
 import yaml
 
-from bench.procs import Server, free_port, python_module
+from bench.procs import ROOT, Server, python_module
+from bench.quota_setup import KEYS, LIMITS, MODEL, config, pct
 from bench.report import write_json
-
-MODEL = "m"
-KEYS = {"quiet": "sk-sy-bench-quiet", "flood": "sk-sy-bench-flood", "free": "sk-sy-bench-free"}
-LIMITS = {"requests_per_minute": 10_000_000, "tokens_per_minute": 10_000_000_000, "max_concurrent": 100_000}
-
+from processes import Child, free_port, redis_ping, redis_server_argv
 
 # ---- processes -------------------------------------------------------------------
 
 
-class RedisServer:
-    def __init__(self, log_dir: Path) -> None:
-        self.port = free_port()
-        self.log_dir = log_dir
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def __enter__(self) -> RedisServer:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise SystemExit("redis-server is not installed; the Redis figures need a real one")
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.log_dir),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def __exit__(self, *exc: object) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(10)
-
-
-def config(
-    upstream: str, store: dict, tenants: dict, max_inflight: int | None = None, admission: dict | None = None
-) -> dict:
-    backend: dict[str, Any] = {"name": "up", "adapter": "openai", "url": upstream + "/v1", "served_model": MODEL}
-    if max_inflight is not None:
-        backend["max_inflight"] = max_inflight
-    return {
-        "auth": {
-            "mode": "keys",
-            "api_keys": [{"sha256": hashlib.sha256(k.encode()).hexdigest(), "tenant": t} for t, k in KEYS.items()],
-        },
-        "quota_store": store,
-        "tenants": tenants,
-        "admission": admission or {"max_queue": 256, "max_queue_wait_s": 30},
-        "models": {MODEL: {"backends": [backend]}},
-        "access_log": False,
-        "log_level": "warning",
-    }
+@contextmanager
+def redis_server(log_dir: Path) -> Iterator[str]:
+    """A real redis-server for the `with` block; yields its URL."""
+    if shutil.which("redis-server") is None:
+        raise SystemExit("redis-server is not installed; the Redis figures need a real one")
+    port = free_port()
+    with Child(redis_server_argv(port, log_dir), log_dir / "redis.log", name="redis-server") as redis:
+        redis.wait_ready(redis_ping(port), timeout_s=10)
+        yield f"redis://127.0.0.1:{port}/0"
 
 
 def gateway(name: str, cfg: dict, out: Path) -> Server:
@@ -143,68 +84,16 @@ def upstream(name: str, out: Path, ttft_ms: float = 0.0) -> Server:
     )
 
 
-# ---- statistics -------------------------------------------------------------------
+# ---- part 1: the check itself, in its own process -----------------------------------
 
 
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
-
-
-# ---- part 1: the check itself -------------------------------------------------------
-
-
-async def check_cost(store_cfg: dict, tenant: str, n: int, concurrency: int) -> dict[str, float]:
-    from prometheus_client import CollectorRegistry
-
-    from adapters.base import GenerationRequest, SamplingParams
-    from gateway.config import parse_config
-    from gateway.protection import Protection
-
-    tenants = {"quiet": dict(LIMITS), "flood": dict(LIMITS), "free": {}}
-    p = Protection(parse_config(config("http://127.0.0.1:1", store_cfg, tenants)), CollectorRegistry())
-    await p.start()
-    headers = {"authorization": f"Bearer {KEYS[tenant]}"}
-    principal = await p.authenticate(headers)
-    request = GenerationRequest(
-        request_id="bench",
-        model=MODEL,
-        messages=[{"role": "user", "content": "hi"}],
-        sampling=SamplingParams(max_tokens=16),
+def check_cost(redis_url: str, checks: int, logs: Path) -> dict[str, dict[str, float]]:
+    figures = logs / "check_cost.json"
+    command = python_module(
+        "bench.internal.quota_check", "--redis-url", redis_url, "--checks", str(checks), "--json", str(figures)
     )
-
-    async def never_gone() -> bool:
-        return False
-
-    async def one() -> float:
-        t0 = time.perf_counter()
-        ticket = await p.admit(principal, MODEL, request, 8, never_gone)
-        await ticket.release(None)
-        return time.perf_counter() - t0
-
-    for _ in range(min(200, n)):  # warm the connection pool and the script cache
-        await one()
-    latencies = [await one() for _ in range(n)]
-    t0 = time.perf_counter()
-    done = 0
-
-    async def worker() -> None:
-        nonlocal done
-        while done < n:
-            done += 1
-            await one()
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - t0
-    await p.aclose()
-    return {
-        "p50_us": pct(latencies, 50) * 1e6,
-        "p99_us": pct(latencies, 99) * 1e6,
-        "mean_us": statistics.fmean(latencies) * 1e6,
-        "checks_per_s": n / elapsed,
-    }
+    subprocess.run(command, cwd=ROOT, check=True)
+    return json.loads(figures.read_text())
 
 
 # ---- HTTP helpers ---------------------------------------------------------------------
@@ -404,19 +293,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "command": "python -m bench.quota_bench " + " ".join(args.argv),
         "load_average_at_start": os.getloadavg()[0],
     }
-    with RedisServer(logs) as redis:
-        redis_store = {"kind": "redis", "url": redis.url}
+    with redis_server(logs) as redis_url:
+        redis_store = {"kind": "redis", "url": redis_url}
         memory_store = {"kind": "memory"}
-        doc["check_cost"] = {
-            "no limits (no store call)": await check_cost(memory_store, "free", args.checks, 64),
-            "memory": await check_cost(memory_store, "quiet", args.checks, 64),
-            "redis": await check_cost(redis_store, "quiet", args.checks, 64),
-        }
-        for name, r in doc["check_cost"].items():
-            print(
-                f"check  {name:28s} p50 {r['p50_us']:7.0f} µs  p99 {r['p99_us']:7.0f} µs  "
-                f"{r['checks_per_s']:8.0f} checks/s"
-            )
+        doc["check_cost"] = check_cost(redis_url, args.checks, logs)
         tenants = {"quiet": dict(LIMITS), "flood": dict(LIMITS), "free": {}}
         with upstream("upstream-fast", logs) as up:
             with (

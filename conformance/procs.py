@@ -1,73 +1,39 @@
 """Start and stop the servers a matrix run needs (gateway, simulators) as
-real child processes on loopback."""
+real child processes on loopback, built on `processes`."""
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
+from processes import Child, free_port, http_probe
 
 SWITCHYARD = [sys.executable, "-m", "gateway.cli"]
 ROOT = Path(__file__).resolve().parent.parent
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["ROOT", "SWITCHYARD", "ManagedProcess", "free_port", "start_gateway"]
 
 
 class ManagedProcess:
+    """A named child process (run from the repository root) serving at `url`;
+    its own session, so `stop()` also ends whatever it spawned."""
+
     def __init__(self, name: str, args: list[str], url: str, log_path: Path) -> None:
         self.name = name
-        self.args = args
         self.url = url
-        self.log_path = log_path
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(log_path, "wb")
-        # Own session, so stop() can end the process and any children it spawned.
-        self.proc = subprocess.Popen(args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.child = Child(args, log_path, name=name, cwd=ROOT, stop_timeout_s=15)
 
     def wait_ready(self, path: str, timeout_s: float = 120.0) -> ManagedProcess:
-        """Poll `path` until 200. On failure the process is stopped before the
-        error is raised: the caller never got a handle to stop it with."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                tail = self.log_tail()
-                self.stop()
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; log tail:\n{tail}")
-            try:
-                if httpx.get(self.url + path, timeout=2.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        tail = self.log_tail()
-        self.stop()
-        raise TimeoutError(f"{self.name} not ready after {timeout_s:.0f} s; log tail:\n{tail}")
+        """Poll `url + path` until it answers below 500. On failure the process is
+        stopped before the error (with its log tail) is raised."""
+        self.child.wait_ready(http_probe(self.url + path, timeout_s=2.0), timeout_s=timeout_s, interval_s=0.2)
+        return self
 
     def log_tail(self, chars: int = 3000) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")[-chars:]
+        return self.child.log_tail(chars)
 
     def stop(self) -> None:
-        if self._log.closed:
-            return
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._log.close()
+        self.child.stop()
 
 
 def start_gateway(config_path: Path, port: int, log_dir: Path) -> ManagedProcess:

@@ -19,22 +19,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
-import subprocess
 import sys
+import tempfile
 import threading
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from processes import Child, free_port
+from simulators.server import READY_LINE
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _flags(opts: dict[str, Any]) -> list[str]:
@@ -77,38 +72,29 @@ class _Handle:
 
 
 class SimulatorHandle(_Handle):
-    def __init__(self, kind: str, port: int, process: subprocess.Popen[str]) -> None:
+    """A simulator subprocess. `process` is its `processes.Child` (`pid`, `poll()`,
+    `terminate()` to signal several before stopping each); its output goes to a
+    temporary log file, removed by `stop()`."""
+
+    def __init__(self, kind: str, port: int, process: Child) -> None:
         self.kind = kind
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.process = process
-        self.output: list[str] = []
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
 
-    def _drain(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.output.append(line)
+    @property
+    def output(self) -> list[str]:
+        """The simulator's stdout and stderr so far, line by line."""
+        return self.process.log().splitlines(keepends=True)
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any("SIMULATOR READY" in line for line in self.output):
-                return
-            if self.process.poll() is not None:
-                raise RuntimeError(f"{self.kind} simulator exited: {''.join(self.output)[-2000:]}")
-            time.sleep(0.02)
-        raise TimeoutError(f"{self.kind} simulator not ready after {timeout}s: {''.join(self.output)[-2000:]}")
+        """Until the simulator prints its ready line (the port is bound); raises
+        `processes.ChildExited` or `processes.NotReady`, with the output's tail."""
+        self.process.wait_ready(lambda: READY_LINE in self.process.log(), timeout_s=timeout, interval_s=0.02)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        self.process.stop()
+        self.process.log_path.unlink(missing_ok=True)
 
 
 def start_simulator(
@@ -116,16 +102,14 @@ def start_simulator(
 ) -> SimulatorHandle:
     port = port or free_port()
     cmd = [sys.executable, "-m", "simulators", kind, "--port", str(port), *_flags(opts)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    process = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    handle = SimulatorHandle(kind, port, process)
+    env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    fd, log = tempfile.mkstemp(prefix=f"sim-{kind}-{port}-", suffix=".log")
+    os.close(fd)
+    handle = SimulatorHandle(
+        kind, port, Child(cmd, Path(log), name=f"{kind} simulator", cwd=REPO_ROOT, env=env, stop_timeout_s=5)
+    )
     if wait:
-        try:
-            handle.wait_ready(timeout)
-        except Exception:
-            handle.stop()
-            raise
+        handle.wait_ready(timeout)
     return handle
 
 

@@ -9,7 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.procs import Process, free_port
+from processes import free_port
+from tests.procs import Process
 
 
 class ReplayServer:

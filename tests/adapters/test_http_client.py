@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from adapters.http_client import ConnectError, ConnectionClosed, ConnectionPool, ReadTimeout
-from tests.procs import free_port
+from processes import free_port
 
 MSG = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 H = {"Content-Type": "application/json"}

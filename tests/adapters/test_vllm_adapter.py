@@ -335,7 +335,7 @@ async def test_health_ready_dead_and_refused(replay):
     assert (await a.health()).ok
     assert not (await a.health()).ok
     await a.aclose()
-    from tests.procs import free_port
+    from processes import free_port
 
     down = VLLMAdapter("down", f"http://127.0.0.1:{free_port()}", "tiny")
     h = await down.health()

@@ -11,7 +11,7 @@ import pytest
 
 from bench.client import Client, ClientConfig
 from bench.records import RequestRecord
-from tests.bench.conftest import free_port
+from processes import free_port
 
 
 async def send_one(

@@ -3,8 +3,6 @@ match what the simulator was told (TTFT 40 ms, one token every 10 ms, 6 tokens).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,39 +10,15 @@ import pytest
 
 from bench.benchmark import BenchOptions, run_once
 from bench.metrics import Slo
-from tests.bench.conftest import ROOT, free_port, stop, wait_http
+from simulators.testing import start_simulator
 
 TTFT_MS, ITL_MS, TOKENS = 40.0, 10.0, 6
 
 
 @pytest.fixture(scope="module")
 def vllm_sim() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "simulators",
-            "vllm",
-            "--port",
-            str(port),
-            "--ttft-ms",
-            str(TTFT_MS),
-            "--itl-ms",
-            str(ITL_MS),
-            "--output-tokens",
-            str(TOKENS),
-        ],
-        cwd=ROOT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(base + "/health")
-    except RuntimeError:
-        proc.kill()
-        raise
-    yield base
-    stop(proc)
+    with start_simulator("vllm", ttft_ms=TTFT_MS, itl_ms=ITL_MS, output_tokens=TOKENS) as sim:
+        yield sim.url
 
 
 def test_measured_timing_matches_the_simulator(vllm_sim: str, tmp_path: Path) -> None:

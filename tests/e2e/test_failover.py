@@ -7,7 +7,8 @@ import time
 import httpx
 import pytest
 
-from tests.procs import free_port, start_gateway
+from processes import free_port
+from tests.procs import start_gateway
 
 MSG = [{"role": "user", "content": "hi"}]
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from adapters.base import GenerationRequest, LogprobsDelta, SamplingParams, Text
 from adapters.native import NativeAdapter
 from engine.builtin import builtin_model_dir, resolve_model_path
 from engine.make_tiny import TinySpec, make_tiny
+from processes import Child, free_port, http_probe
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -139,16 +138,17 @@ def test_builtin_rebuilds_a_stale_cache(tmp_path: Path, monkeypatch: pytest.Monk
 def test_concurrent_builds_do_not_corrupt(tmp_path: Path) -> None:
     code = "from engine.builtin import builtin_model_dir; print(builtin_model_dir('tiny'))"
     env = {"SWITCHYARD_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+
+    def build() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
         )
-        for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+
+    with ThreadPoolExecutor(2) as pool:  # two builders at once, racing for the same cache entry
+        runs = [f.result() for f in [pool.submit(build) for _ in range(2)]]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
     target = tmp_path / "models" / "tiny"
-    assert {o[0].strip() for o in outs} == {str(target)}
+    assert {r.stdout.strip() for r in runs} == {str(target)}
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["tiny"]
     from safetensors.torch import load_file
 
@@ -163,12 +163,6 @@ def test_resolve_model_path_rejects_non_model_dirs(tmp_path: Path) -> None:
 # ---- a real vLLM CPU server (the `vllm` tier: `make test-vllm` builds .venv-vllm first) --------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _post(port: int, path: str, body: dict) -> dict:
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(), {"content-type": "application/json"}
@@ -181,51 +175,31 @@ def _post(port: int, path: str, body: dict) -> dict:
 def vllm_server(tmp_path_factory: pytest.TempPathFactory):
     assert VLLM_PYTHON.exists(), "run scripts/install-vllm.sh (make test-vllm does) to build .venv-vllm"
     model = make_tiny(tmp_path_factory.mktemp("vllm") / "tiny")
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("vllm-log") / "vllm.log", "w")
-    proc = subprocess.Popen(
-        [
-            str(VLLM_PYTHON),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model),
-            "--served-model-name",
-            "tiny",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--max-model-len",
-            "1024",
-            "--dtype",
-            "float32",
-            "--enable-auto-tool-choice",
-            "--tool-call-parser",
-            "hermes",
-        ],
-        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            assert proc.poll() is None, f"vLLM exited; see {log.name}"
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, f"vLLM did not start; see {log.name}"
-                time.sleep(1)
+    port = free_port()
+    argv = [
+        str(VLLM_PYTHON),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "1024",
+        "--dtype",
+        "float32",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "hermes",
+    ]
+    log = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
+    with Child(argv, log, name="vLLM", env={"VLLM_CPU_KVCACHE_SPACE": "1"}, stop_timeout_s=30) as server:
+        server.wait_ready(http_probe(f"http://127.0.0.1:{port}/health", timeout_s=2), timeout_s=240, interval_s=1)
         yield model, port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.mark.vllm

@@ -335,7 +335,7 @@ async def test_a_ticket_dropped_without_release_frees_its_slot_and_lease():
 
 async def test_redis_coming_back_is_used_again(redis_server, tmp_path):
     from gateway.protection import REDIS_RETRY_S
-    from tests.procs import Process
+    from tests.procs import start_redis
 
     p = await make(
         config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_closed"}, requests_per_minute=100)
@@ -345,23 +345,7 @@ async def test_redis_coming_back_is_used_again(redis_server, tmp_path):
     with pytest.raises(GatewayError):
         await p.admit(who, "m", request(), 1, never_gone)
     port = redis_server.url.rsplit(":", 1)[1].split("/")[0]
-    revived = Process(
-        [
-            "redis-server",
-            "--port",
-            port,
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(tmp_path),
-        ],
-        redis_server.url,
-        tmp_path / "revived.log",
-    )
+    revived = start_redis(tmp_path / "revived", port=int(port))
     try:
         deadline = time.monotonic() + 10
         while True:
