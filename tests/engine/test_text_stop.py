@@ -6,6 +6,9 @@ TGI returns); both uses are tested here."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -141,3 +144,15 @@ def test_nothing_after_the_stop() -> None:
     matcher = StopStringMatcher(["x"])
     assert matcher.feed("ax").text == "a"
     assert matcher.feed("more").text == "" and matcher.flush() == ""
+
+
+def test_importing_the_matcher_needs_neither_torch_nor_the_tokenizer_libraries() -> None:
+    # The TGI adapter uses it in the gateway process, whose pod has none of them.
+    code = (
+        "import sys, engine.text.stop; "
+        "heavy = {'torch', 'tokenizers', 'jinja2'} & set(sys.modules); assert not heavy, heavy"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
