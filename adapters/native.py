@@ -34,14 +34,14 @@ from adapters.base import (
 )
 from adapters.errors import GatewayError, context_length_exceeded, invalid_request, upstream_failed
 from engine.builtin import BUILTIN_PREFIX, resolve_model_path
-from engine.chat_template import ChatTemplateError
-from engine.detokenizer import IncrementalDetokenizer
 
 # The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
 from engine.sampling_params import SamplingParams as EngineSamplingParams
-from engine.stop import StopStringMatcher
-from engine.tokenizer import TextTokenizer
-from engine.tool_parser import ContentPiece, HermesToolParser, ParsedPiece, ToolCallPiece
+from engine.text.chat_template import ChatTemplateError
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.stop import StopStringMatcher
+from engine.text.tokenizer import TextTokenizer
+from engine.text.tool_parser import ContentPiece, HermesToolParser, ParsedPiece, ToolCallPiece
 
 
 class NativeAdapter(Adapter):
@@ -344,7 +344,8 @@ class _Choice:
         text = self.detok.add(text_ids)
         if out.finished:
             text += self.detok.flush()
-        visible, stopped = self.matcher.feed(text)
+        released = self.matcher.feed(text)
+        visible, stopped = released.text, released.stopped
         finishing = out.finished or stopped
         if finishing and not stopped:
             visible += self.matcher.flush()
@@ -377,7 +378,8 @@ class _Choice:
     def _tool_event(self, piece: ParsedPiece) -> Event:
         if isinstance(piece, ContentPiece):
             return TextDelta(self.index, piece.text)
-        return ToolCallDelta(self.index, piece.tool_index, id=piece.id, name=piece.name, arguments=piece.arguments)
+        # No id: the gateway gives every tool call its own.
+        return ToolCallDelta(self.index, piece.tool_index, id=None, name=piece.name, arguments=piece.arguments)
 
     def _attach_logprobs(self, events: list[Event], out: Any) -> None:
         tok = self.tokenizer

@@ -53,7 +53,9 @@ from adapters.errors import GatewayError
 from adapters.runtime_adapter import RuntimeAdapter
 from adapters.runtime_errors import ParsedError
 from adapters.runtime_stream import EventRepair, fresh_tool_call_id
-from adapters.stop_trim import StopTrimmer
+
+# adapters may import engine.text (pure Python, no torch), nothing else of engine/.
+from engine.text.stop import StopStringMatcher
 
 # router/src/validation.rs.
 CONTEXT = re.compile(
@@ -281,12 +283,12 @@ class TGIEventRepair(EventRepair):
         self.unnamed: dict[tuple[int, int], list[str]] = {}
         # TGI returns the matched stop sequence; OpenAI's text excludes it.
         self.stops = list(request.sampling.stop)
-        self.trimmers: dict[int, StopTrimmer] = {}
+        self.trimmers: dict[int, StopStringMatcher] = {}
 
     def feed(self, event: Event) -> list[Event]:
         if self.stops and isinstance(event, TextDelta):
-            trimmer = self.trimmers.setdefault(event.index, StopTrimmer(self.stops))
-            event.text = trimmer.feed(event.text)
+            trimmer = self.trimmers.setdefault(event.index, StopStringMatcher(self.stops))
+            event.text = trimmer.feed(event.text).text
             if not event.text and not event.logprobs:
                 self.started.add(event.index)
                 return []

@@ -111,7 +111,7 @@ def wide_model(root: Path) -> Path:
 
 
 def token_table(model_dir: Path) -> tuple[Any, list[bytes], list[int]]:
-    from engine.tokenizer import TextTokenizer
+    from engine.text.tokenizer import TextTokenizer
 
     tok = TextTokenizer(model_dir)
     return tok, [tok.token_bytes(i) for i in range(tok.vocab_size)], sorted(tok.eos_token_ids)
@@ -245,7 +245,7 @@ def engine_cost(model_dir: Path, batch: int, steps: int, repeats: int) -> dict:
     from engine.llm_engine import LLMEngine
     from engine.sampling_params import SamplingParams
     from engine.structured import GrammarMask, grammar_tokenizer, plan_structured
-    from engine.tokenizer import TextTokenizer
+    from engine.text.tokenizer import TextTokenizer
 
     tok = TextTokenizer(model_dir)
     engine = LLMEngine(str(model_dir), max_num_seqs=max(batch, 1), num_blocks=batch * 8 + 16, max_model_len=256)

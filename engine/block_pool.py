@@ -14,6 +14,7 @@ freed blocks with a hash go to the back (kept longest), blocks without one to th
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 
 
 class Block:
@@ -52,11 +53,16 @@ class BlockPool:
     def num_cached_blocks(self) -> int:
         return len(self._cached)
 
-    def lookup(self, block_hash: int, token_ids: tuple[int, ...]) -> Block | None:
-        block = self._cached.get(block_hash)
-        if block is None or block.token_ids != token_ids:
-            return None
-        return block
+    def cached_prefix(self, keys: Iterable[tuple[int, tuple[int, ...]]]) -> list[Block]:
+        """The cached blocks for the leading (chain hash, tokens) keys, up to the first miss.
+        `keys` is read lazily, so nothing past the first miss is computed."""
+        hits: list[Block] = []
+        for block_hash, token_ids in keys:
+            block = self._cached.get(block_hash)
+            if block is None or block.token_ids != token_ids:
+                break
+            hits.append(block)
+        return hits
 
     # ---- state changes -------------------------------------------------------------
 

@@ -7,10 +7,39 @@ always computed (its logits are needed to sample)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from engine.block_pool import Block, BlockPool
 from engine.sequence import Sequence
 
 _ROOT_HASH = hash(("switchyard-kv-root",))
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheHit:
+    """The cached full blocks that a sequence's leading tokens match (none on a miss)."""
+
+    blocks: list[Block] = field(default_factory=list)
+    num_tokens: int = 0  # the tokens those blocks hold
+
+
+@dataclass(frozen=True, slots=True)
+class BlockCopy:
+    """Copy the KV of block `src` into block `dst`."""
+
+    src: int
+    dst: int
+
+
+@dataclass(frozen=True, slots=True)
+class ForkResult:
+    """How a new choice got the KV its parent computed."""
+
+    # False: the pool had no block for the copy and nothing changed; the child is
+    # recomputed (mostly from the prefix cache) instead.
+    forked: bool
+    # What the model runner must copy: the parent's partly filled last block, if any.
+    copies: tuple[BlockCopy, ...] = ()
 
 
 class KVCacheManager:
@@ -32,31 +61,27 @@ class KVCacheManager:
 
     # ---- prefix-cache lookup -------------------------------------------------------
 
-    def get_computed_blocks(self, seq: Sequence) -> list[Block]:
+    def lookup_prefix(self, seq: Sequence) -> PrefixCacheHit:
         """Longest run of cached full blocks matching the sequence's leading tokens."""
         if not self.enable_prefix_caching or seq.num_computed_tokens:
-            return []
+            return PrefixCacheHit()
         bs = self.block_size
         max_blocks = (seq.num_tokens - 1) // bs  # leave at least one token to compute
         if max_blocks == 0:
-            return []
+            return PrefixCacheHit()
         self._extend_hashes(seq, max_blocks)
-        hits: list[Block] = []
         tokens = seq.token_ids
-        for i in range(max_blocks):
-            block = self.pool.lookup(seq.block_hashes[i], tuple(tokens[i * bs : (i + 1) * bs]))
-            if block is None:
-                break
-            hits.append(block)
-        return hits
+        keys = ((seq.block_hashes[i], tuple(tokens[i * bs : (i + 1) * bs])) for i in range(max_blocks))
+        blocks = self.pool.cached_prefix(keys)
+        return PrefixCacheHit(blocks, len(blocks) * bs)
 
     # ---- allocation ----------------------------------------------------------------
 
-    def allocate_slots(self, seq: Sequence, num_new_tokens: int, computed_blocks: list[Block] | None = None) -> bool:
-        """Make room for `num_new_tokens` more tokens (after any `computed_blocks` hits).
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int, hit: PrefixCacheHit | None = None) -> bool:
+        """Make room for `num_new_tokens` more tokens (after the prefix-cache `hit`, if any).
         Returns False, changing nothing, when the pool cannot supply the blocks: the
         scheduler's signal to preempt or to stop admitting."""
-        computed_blocks = computed_blocks or []
+        computed_blocks = hit.blocks if hit is not None else []
         bs = self.block_size
         num_computed = seq.num_computed_tokens + len(computed_blocks) * bs
         blocks_needed = -(-(num_computed + num_new_tokens) // bs)
@@ -93,18 +118,16 @@ class KVCacheManager:
             self.pool.cache(seq.blocks[i], seq.block_hashes[i], tuple(tokens[i * bs : (i + 1) * bs]))
         seq.num_published_blocks = num_full
 
-    def fork(self, parent: Sequence, child: Sequence) -> tuple[int, int] | None | bool:
+    def fork(self, parent: Sequence, child: Sequence) -> ForkResult:
         """Share the parent's computed blocks with a new choice of the same prompt.
 
         Full blocks are shared by reference count; a partially filled last block is
-        copied (the child will write its own tokens there). Returns the (src, dst) block
-        pair to copy, None when nothing must be copied, or False when the pool had no
-        block for the copy (the caller then recomputes the child from the prefix cache)."""
+        copied (the child will write its own tokens there)."""
         bs = self.block_size
         num_full = parent.num_computed_tokens // bs
         partial = parent.num_computed_tokens % bs != 0
         if partial and self.pool.num_free_blocks < 1:
-            return False
+            return ForkResult(forked=False)
         for block in parent.blocks[:num_full]:
             self.pool.touch(block)
             child.blocks.append(block)
@@ -113,11 +136,11 @@ class KVCacheManager:
         child.num_published_blocks = min(parent.num_published_blocks, num_full)
         child.num_computed_tokens = parent.num_computed_tokens
         if not partial:
-            return None
+            return ForkResult(forked=True)
         block = self.pool.allocate()
         child.blocks.append(block)
         child.block_ids.append(block.block_id)
-        return parent.block_ids[num_full], block.block_id
+        return ForkResult(forked=True, copies=(BlockCopy(parent.block_ids[num_full], block.block_id),))
 
     def free(self, seq: Sequence) -> None:
         """Release the sequence's blocks, tail first, so a chain's tail is evicted before its

@@ -13,7 +13,7 @@ from engine.kv_cache_manager import KVCacheManager
 from engine.model_runner import ModelRunner
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import ScheduledChunk, Scheduler
 from engine.sequence import Sequence
 
 
@@ -46,6 +46,15 @@ class EngineStats:
     last_batch_tokens: int
     prefix_query_tokens: int = 0
     prefix_hit_tokens: int = 0
+
+
+@dataclass
+class _SamplingRows:
+    """Who samples this step: `targets[i]` samples from logits row `rows[i]` (forked
+    choices share their parent's row)."""
+
+    targets: list[Sequence]
+    rows: list[int]
 
 
 class _Request:
@@ -166,47 +175,48 @@ class LLMEngine:
             self._last_step_s = time.perf_counter() - t0
             return []
         self._prefetch_grammar_masks(sched.scheduled)
-        logits, sampled = self.runner.execute(sched.scheduled)
+        forward = self.runner.execute(sched.scheduled)
         kv = self.kv
-        for seq, n in sched.scheduled:
-            seq.num_computed_tokens += n
-            kv.cache_full_blocks(seq)
+        for chunk in sched.scheduled:
+            chunk.seq.num_computed_tokens += chunk.num_tokens
+            kv.cache_full_blocks(chunk.seq)
         outputs: list[TokenOutput] = []
+        sampled, logits = forward.sampled, forward.logits
         if sampled:
-            rows, targets = self._expand_forks(sampled)
-            if rows is not None:
-                logits = logits.index_select(0, torch.tensor(rows, device=logits.device))
-            result = self.sampler(logits, targets)
+            expanded = self._expand_forks(sampled)
+            if len(expanded.rows) != len(sampled):  # choices forked now share their parent's row
+                logits = logits.index_select(0, torch.tensor(expanded.rows, device=logits.device))
+            result = self.sampler(logits, expanded.targets)
             lps = result.logprobs
-            for i, (seq, token) in enumerate(zip(targets, result.token_ids)):
-                out = self._append_token(seq, token, lps[i] if lps is not None else None)
-                if out is not None:
-                    outputs.append(out)
+            for i, (seq, token) in enumerate(zip(expanded.targets, result.token_ids)):
+                if not seq.is_finished:
+                    outputs.append(self._append_token(seq, token, lps[i] if lps is not None else None))
         self._last_step_s = time.perf_counter() - t0
         return outputs
 
     @staticmethod
-    def _prefetch_grammar_masks(scheduled: list[tuple[Sequence, int]]) -> None:
+    def _prefetch_grammar_masks(scheduled: list[ScheduledChunk]) -> None:
         """Let a grammar hook start on this step's masks before the forward pass, so they are
         computed while the model runs (engine/structured); the sampler then collects them.
         A prefetch may return a starter, called once per step after every row was recorded,
         so the whole batch's masks can be computed in one go."""
         starters = set()
-        for seq, n in scheduled:
+        for chunk in scheduled:
+            seq = chunk.seq
             prefetch = getattr(seq.params.allowed_tokens_fn, "prefetch", None)
-            if prefetch is not None and seq.num_computed_tokens + n == seq.num_tokens:
+            if prefetch is not None and seq.num_computed_tokens + chunk.num_tokens == seq.num_tokens:
                 starter = prefetch(seq.output_token_ids)
                 if starter is not None:
                     starters.add(starter)
         for starter in starters:
             starter()
 
-    def _expand_forks(self, sampled: list[Sequence]) -> tuple[list[int] | None, list[Sequence]]:
+    def _expand_forks(self, sampled: list[Sequence]) -> _SamplingRows:
         """A request with n > 1 runs its prompt once; when that prefill completes, the
         other choices are forked off it (sharing its blocks) and each samples its own
         first token from the same logits row."""
         if all(self.requests[s.request_id].forked for s in sampled if s.request_id in self.requests):
-            return None, sampled
+            return _SamplingRows(sampled, list(range(len(sampled))))
         rows: list[int] = []
         targets: list[Sequence] = []
         for i, seq in enumerate(sampled):
@@ -223,21 +233,20 @@ class LLMEngine:
                 child.arrival = seq.arrival
                 child.admitted = True
                 child.num_cached_tokens = seq.num_cached_tokens
-                copy = self.kv.fork(seq, child)
-                if copy is False:
-                    self.scheduler.add(child)  # no block to copy into: recompute it later
-                else:
-                    if copy is not None:
-                        self.runner.copy_block(*copy)
+                fork = self.kv.fork(seq, child)
+                if fork.forked:
+                    for copy in fork.copies:
+                        self.runner.copy_block(copy.src, copy.dst)
                     self.scheduler.add_running(child)
+                else:
+                    self.scheduler.add(child)  # no block to copy into: recompute it later
                 req.seqs.append(child)
                 rows.append(i)
                 targets.append(child)
-        return rows, targets
+        return _SamplingRows(targets, rows)
 
-    def _append_token(self, seq: Sequence, token: int, logprob) -> TokenOutput | None:
-        if seq.is_finished:
-            return None
+    def _append_token(self, seq: Sequence, token: int, logprob) -> TokenOutput:
+        """Append a sampled token to an unfinished sequence; finish it on a stop or length."""
         seq.token_ids.append(token)
         p = seq.params
         reason = None

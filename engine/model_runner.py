@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from engine.config import EngineConfig, ModelConfig
 from engine.model import AttentionGroup, AttentionMetadata, LlamaModel, rope_tables
+from engine.scheduler import ScheduledChunk
 from engine.sequence import Sequence
 from engine.weights import load_state_dict
 
@@ -19,6 +22,24 @@ DTYPES = {
     "half": torch.float16,
 }
 DEFAULT_KV_CACHE_BYTES = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardOutput:
+    """One forward pass: fp32 logits for the sequences whose last known token was computed
+    this step (those get a new token), one row per sequence, and those sequences."""
+
+    logits: torch.Tensor
+    sampled: list[Sequence]
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupIndex:
+    """One attention group's metadata, with its tokens' positions and KV slots."""
+
+    group: AttentionGroup
+    positions: torch.Tensor
+    slot_mapping: torch.Tensor
 
 
 def parse_dtype(name: str) -> torch.dtype:
@@ -79,18 +100,18 @@ class ModelRunner:
             v_cache[dst * bs : (dst + 1) * bs] = v_cache[src * bs : (src + 1) * bs]
 
     @torch.inference_mode()
-    def execute(self, scheduled: list[tuple[Sequence, int]]) -> tuple[torch.Tensor, list[Sequence]]:
-        """Run one forward pass. Returns fp32 logits for the sequences whose last known
-        token was computed this step (those get a new token), and those sequences."""
-        decodes = [(seq, n) for seq, n in scheduled if n == 1]
-        prefills = [(seq, n) for seq, n in scheduled if n != 1] if len(decodes) != len(scheduled) else []
+    def execute(self, scheduled: list[ScheduledChunk]) -> ForwardOutput:
+        """Run one forward pass over the scheduled chunks."""
+        decodes = [chunk for chunk in scheduled if chunk.num_tokens == 1]
+        prefills = [chunk for chunk in scheduled if chunk.num_tokens != 1] if len(decodes) != len(scheduled) else []
         groups = split_by_context(decodes) + split_prefills(prefills)
-        ordered = [item for group in groups for item in group]
+        ordered = [chunk for group in groups for chunk in group]
         input_ids: list[int] = []
         sample_rows: list[int] = []
         sampled: list[Sequence] = []
         end = 0
-        for seq, n in ordered:
+        for chunk in ordered:
+            seq, n = chunk.seq, chunk.num_tokens
             s = seq.num_computed_tokens
             if n == 1:
                 input_ids.append(seq.token_ids[s])
@@ -104,20 +125,20 @@ class ModelRunner:
         ids = torch.tensor(input_ids, dtype=torch.long).to(self.device, non_blocking=True)
         hidden = self.model.forward(ids, meta, self.kv_caches)
         if not sampled:
-            return torch.empty(0, self.model_cfg.vocab_size), sampled
+            return ForwardOutput(torch.empty(0, self.model_cfg.vocab_size), sampled)
         rows = torch.tensor(sample_rows, dtype=torch.long).to(self.device, non_blocking=True)
         logits = self.model.logits(hidden.index_select(0, rows))
-        return logits.float(), sampled
+        return ForwardOutput(logits.float(), sampled)
 
-    def _metadata(self, parts: list[list[tuple[Sequence, int]]]) -> AttentionMetadata:
+    def _metadata(self, parts: list[list[ScheduledChunk]]) -> AttentionMetadata:
         groups: list[AttentionGroup] = []
         positions: list[torch.Tensor] = []
         slots: list[torch.Tensor] = []
         for part in parts:
-            group, pos, slot = self._group(part)
-            groups.append(group)
-            positions.append(pos)
-            slots.append(slot)
+            index = self._group(part)
+            groups.append(index.group)
+            positions.append(index.positions)
+            slots.append(index.slot_mapping)
         pos = positions[0] if len(positions) == 1 else torch.cat(positions)
         slot = slots[0] if len(slots) == 1 else torch.cat(slots)
         dev = self.device
@@ -129,14 +150,14 @@ class ModelRunner:
             sin=self.sin[pos].unsqueeze(1),
         )
 
-    def _group(self, part: list[tuple[Sequence, int]]) -> tuple[AttentionGroup, torch.Tensor, torch.Tensor]:
+    def _group(self, part: list[ScheduledChunk]) -> _GroupIndex:
         """Index tensors for one attention group (all built with a few torch ops, no
         per-token Python)."""
         bs = self.block_size
         B = len(part)
-        starts = [seq.num_computed_tokens for seq, _ in part]
-        q_lens = [n for _, n in part]
-        tables = [seq.block_ids for seq, _ in part]
+        starts = [chunk.seq.num_computed_tokens for chunk in part]
+        q_lens = [chunk.num_tokens for chunk in part]
+        tables = [chunk.seq.block_ids for chunk in part]
         max_blocks = max(len(t) for t in tables)
         max_q = max(q_lens)
         num_tokens = sum(q_lens)
@@ -168,7 +189,7 @@ class ModelRunner:
             mask=mask.to(dev, non_blocking=True),
             q_dest=None if q_dest is None else q_dest.to(dev, non_blocking=True),
         )
-        return group, positions, slot_mapping
+        return _GroupIndex(group, positions, slot_mapping)
 
 
 # What one more attention group costs (its index tensors, gathers and SDPA call), in the
@@ -179,20 +200,20 @@ PREFILL_GROUP_COST_IN_TOKENS = 64
 MAX_GROUPS = 4
 
 
-def split_by_context(decodes: list[tuple[Sequence, int]]) -> list[list[tuple[Sequence, int]]]:
+def split_by_context(decodes: list[ScheduledChunk]) -> list[list[ScheduledChunk]]:
     """Decodes attend over contexts padded to the longest one in their group; group them
     by context length (in blocks) when that saves enough padding."""
     if len(decodes) < 8:
         return [decodes] if decodes else []
-    return split_padded(decodes, lambda item: len(item[0].block_ids), DECODE_GROUP_COST_IN_BLOCKS)
+    return split_padded(decodes, lambda chunk: len(chunk.seq.block_ids), DECODE_GROUP_COST_IN_BLOCKS)
 
 
-def split_prefills(prefills: list[tuple[Sequence, int]]) -> list[list[tuple[Sequence, int]]]:
+def split_prefills(prefills: list[ScheduledChunk]) -> list[list[ScheduledChunk]]:
     """Prefill chunks pad their queries to the longest chunk in the group (and attend over
     a square-ish padded mask); group them by chunk length when that saves enough."""
     if len(prefills) < 2:
         return [prefills] if prefills else []
-    return split_padded(prefills, lambda item: item[1], PREFILL_GROUP_COST_IN_TOKENS)
+    return split_padded(prefills, lambda chunk: chunk.num_tokens, PREFILL_GROUP_COST_IN_TOKENS)
 
 
 def split_padded(items: list, size_of, group_cost: int) -> list[list]:

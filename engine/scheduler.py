@@ -18,9 +18,17 @@ from engine.kv_cache_manager import KVCacheManager
 from engine.sequence import Sequence, SequenceStatus
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduledChunk:
+    """`num_tokens` of `seq` computed this step: a prefill chunk, or one decode token."""
+
+    seq: Sequence
+    num_tokens: int
+
+
 @dataclass
 class SchedulerOutput:
-    scheduled: list[tuple[Sequence, int]] = field(default_factory=list)  # (sequence, tokens this step)
+    scheduled: list[ScheduledChunk] = field(default_factory=list)
     num_batched_tokens: int = 0
     num_preempted: int = 0
 
@@ -97,23 +105,22 @@ class Scheduler:
         if num_preempted == 0:
             while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
                 seq = self.waiting[0]
-                hits = self.kv.get_computed_blocks(seq)
-                num_hit_tokens = len(hits) * self.kv.block_size
-                num_new = min(seq.num_tokens - num_hit_tokens, budget)
-                if not self.kv.allocate_slots(seq, num_new, hits):
+                hit = self.kv.lookup_prefix(seq)
+                num_new = min(seq.num_tokens - hit.num_tokens, budget)
+                if not self.kv.allocate_slots(seq, num_new, hit):
                     break
                 del self.waiting[0]
                 seq.status = SequenceStatus.RUNNING
                 self.running.append(seq)
                 if not seq.admitted:
                     seq.admitted = True
-                    seq.num_cached_tokens = num_hit_tokens
+                    seq.num_cached_tokens = hit.num_tokens
                 self.prefix_query_tokens += seq.num_tokens
-                self.prefix_hit_tokens += num_hit_tokens
+                self.prefix_hit_tokens += hit.num_tokens
                 scheduled[seq] = num_new
                 budget -= num_new
         return SchedulerOutput(
-            scheduled=list(scheduled.items()),
+            scheduled=[ScheduledChunk(seq, n) for seq, n in scheduled.items()],
             num_batched_tokens=self.max_num_batched_tokens - budget,
             num_preempted=num_preempted,
         )

@@ -19,11 +19,11 @@ from typing import Any
 
 from engine.async_engine import AsyncEngine
 from engine.builtin import resolve_model_path
-from engine.detokenizer import IncrementalDetokenizer
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
-from engine.stop import StopStringMatcher
-from engine.tokenizer import TextTokenizer
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.stop import StopStringMatcher
+from engine.text.tokenizer import TextTokenizer
 from simulators.options import SimOptions
 from simulators.request import SimRequest, render_chat_plain
 from simulators.tokens import Generation, Token
@@ -68,8 +68,9 @@ class EngineGeneration(Generation):
                 continue
             piece = detoks[i].add(out.token_ids)
             last_id = out.token_ids[-1] if out.token_ids else 0
-            text, matched = stops[i].feed(piece)
-            if matched:
+            released = stops[i].feed(piece)
+            text = released.text
+            if released.stopped:
                 done[i] = True
                 if all(done):  # every choice hit a stop string: nothing left to generate
                     self.source.engine.abort(self.engine_id)

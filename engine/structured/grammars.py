@@ -1,7 +1,7 @@
 """Grammar text for each structured mode, and its compilation with clear errors.
 
 Tool calls are generated in the chat template's hermes format, exactly as
-engine/tool_parser.py reads them back:
+engine/text/tool_parser.py reads them back:
 
     <tool_call>\n{"name": "<name>", "arguments": <JSON valid for that tool>}\n</tool_call>
 

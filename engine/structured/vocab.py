@@ -13,7 +13,7 @@ from pathlib import Path
 
 import llguidance
 
-from engine.tokenizer import TextTokenizer
+from engine.text.tokenizer import TextTokenizer
 
 
 class _TokenSource:

@@ -13,8 +13,8 @@ import openai
 import pytest
 
 from engine.make_tiny import make_tiny
-from engine.tokenizer import TextTokenizer
-from tests.engine.test_structured_cases import (
+from engine.text.tokenizer import TextTokenizer
+from tests.engine.structured_cases import (
     MESSAGES,
     MODE_IDS,
     MODES,
@@ -262,7 +262,7 @@ def test_completions_follow_the_schema(native_gateway, streaming):
     tests/engine/test_structured_engine.py."""
     import jsonschema
 
-    from tests.engine.test_structured_cases import PERSON_SCHEMA
+    from tests.engine.structured_cases import PERSON_SCHEMA
 
     client = openai.OpenAI(base_url=native_gateway.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     body = {"response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON_SCHEMA}}}

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 import torch
+
+from adapters.native import NativeAdapter
+from engine.make_tiny import make_tiny
+from engine.text.tokenizer import TextTokenizer
 
 
 def build_tiny_model(
@@ -103,3 +110,31 @@ def tokens_of(outs: list) -> list[int]:
 def random_prompts(lengths, vocab_size: int, seed: int = 0, low: int = 3) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(low, vocab_size, (n,), generator=g).tolist() for n in lengths]
+
+
+# ---- the structured-output tests' tiny model and adapter (one per test module) ----
+
+
+@pytest.fixture(scope="module")
+def structured_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny(tmp_path_factory.mktemp("structured") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def structured_adapter(structured_dir: Path):
+    # 50 sequences of a tiny model: one intra-op thread is several times faster than
+    # two on a shared 2-core machine, and the test is about the answers, not speed.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    adapter = NativeAdapter(
+        "local", str(structured_dir), engine_options={"max_num_seqs": 64, "num_blocks": 1024, "max_model_len": 1024}
+    )
+    asyncio.run(adapter.start())
+    yield adapter
+    asyncio.run(adapter.aclose())
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def structured_tok(structured_dir: Path) -> TextTokenizer:
+    return TextTokenizer(structured_dir)

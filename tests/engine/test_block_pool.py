@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.block_pool import BlockPool
-from engine.kv_cache_manager import KVCacheManager
+from engine.kv_cache_manager import BlockCopy, ForkResult, KVCacheManager
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence, SequenceStatus
@@ -38,9 +38,9 @@ def test_touch_revives_cached_free_block_in_o1():
     pool.cache(b, 7, (1, 2))
     pool.free(b)
     assert pool.num_free_blocks == 3
-    hit = pool.lookup(7, (1, 2))
-    assert hit is b
-    pool.touch(hit)
+    hits = pool.cached_prefix([(7, (1, 2))])
+    assert len(hits) == 1 and hits[0] is b
+    pool.touch(b)
     assert pool.num_free_blocks == 2 and b.ref_count == 1
     pool.check_integrity()
 
@@ -49,8 +49,9 @@ def test_hash_collision_is_a_miss():
     pool = BlockPool(2)
     b = pool.allocate()
     pool.cache(b, 42, (1, 2, 3))
-    assert pool.lookup(42, (9, 9, 9)) is None
-    assert pool.lookup(42, (1, 2, 3)) is b
+    assert pool.cached_prefix([(42, (9, 9, 9))]) == []
+    hits = pool.cached_prefix([(42, (1, 2, 3))])
+    assert len(hits) == 1 and hits[0] is b
 
 
 def test_integrity_check_catches_a_leak():
@@ -73,10 +74,10 @@ def test_prefix_hit_never_covers_whole_prompt():
     kv.cache_full_blocks(a)
     kv.free(a)
     b = _seq(list(range(8)), "b")
-    hits = kv.get_computed_blocks(b)
-    assert len(hits) == 1  # 8 tokens = 2 full blocks, but the last must be computed
+    hit = kv.lookup_prefix(b)
+    assert len(hit.blocks) == 1 and hit.num_tokens == 4  # 8 tokens = 2 full blocks, but the last must be computed
     c = _seq(list(range(9)), "c")
-    assert len(kv.get_computed_blocks(c)) == 2
+    assert len(kv.lookup_prefix(c).blocks) == 2
 
 
 def test_fork_shares_full_blocks_and_copies_partial():
@@ -86,14 +87,56 @@ def test_fork_shares_full_blocks_and_copies_partial():
     assert kv.allocate_slots(parent, 10)
     parent.num_computed_tokens = 10
     child = _seq(list(range(10)), "p")
-    copy = kv.fork(parent, child)
+    fork = kv.fork(parent, child)
     assert child.block_ids[:2] == parent.block_ids[:2]
-    assert copy == (parent.block_ids[2], child.block_ids[2])
+    assert fork == ForkResult(forked=True, copies=(BlockCopy(parent.block_ids[2], child.block_ids[2]),))
     assert [b.ref_count for b in parent.blocks] == [2, 2, 1]
     kv.free(parent)
     kv.free(child)
     pool.check_integrity()
     assert pool.num_free_blocks == 8
+
+
+def test_fork_of_full_blocks_copies_nothing():
+    pool = BlockPool(4)
+    kv = KVCacheManager(pool, block_size=4)
+    parent = _seq(list(range(8)))
+    assert kv.allocate_slots(parent, 8)
+    parent.num_computed_tokens = 8
+    child = _seq(list(range(8)), "p")
+    assert kv.fork(parent, child) == ForkResult(forked=True)
+    assert child.block_ids == parent.block_ids and child.num_computed_tokens == 8
+    pool.check_integrity()
+
+
+def test_fork_without_a_block_for_the_copy_changes_nothing():
+    pool = BlockPool(3)
+    kv = KVCacheManager(pool, block_size=4)
+    parent = _seq(list(range(10)))
+    assert kv.allocate_slots(parent, 10)  # all three blocks, the last one partly filled
+    parent.num_computed_tokens = 10
+    child = _seq(list(range(10)), "p")
+    assert kv.fork(parent, child) == ForkResult(forked=False)
+    assert child.blocks == [] and child.num_computed_tokens == 0
+    assert [b.ref_count for b in parent.blocks] == [1, 1, 1]
+    pool.check_integrity()
+
+
+def test_cached_prefix_stops_reading_at_the_first_miss():
+    pool = BlockPool(4)
+    first, third = pool.allocate(), pool.allocate()
+    pool.cache(first, 1, (1,))
+    pool.cache(third, 3, (3,))
+    read = []
+
+    def keys():
+        for key in [(1, (1,)), (2, (2,)), (3, (3,))]:
+            read.append(key[0])
+            yield key
+
+    hits = pool.cached_prefix(keys())
+    assert len(hits) == 1 and hits[0] is first
+    assert read == [1, 2]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -131,8 +174,9 @@ def test_scheduler_random_workload_keeps_invariants(ops, num_blocks, block_size,
 
     def step():
         out = sched.schedule()
-        for seq, n in out.scheduled:
-            seq.num_computed_tokens += n
+        for chunk in out.scheduled:
+            seq = chunk.seq
+            seq.num_computed_tokens += chunk.num_tokens
             kv.cache_full_blocks(seq)
             if seq.num_computed_tokens == seq.num_tokens:
                 seq.token_ids.append(seq.token_ids[-1] % 7)

@@ -7,6 +7,7 @@ import pytest
 
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
+from engine.scheduler import ScheduledChunk
 from tests.engine.conftest import build_tiny_model, hf_greedy, random_prompts, run_to_completion, tokens_of
 
 MAX_NEW = 12
@@ -43,7 +44,7 @@ def test_llama_many_context_groups(llama_dir):
     for i, p in enumerate(prompts):
         engine.add_request(f"g{i}", p, GREEDY)
     engine.step()  # all prefills; from here on every step is 16 decodes
-    running = [(s, 1) for s in engine.scheduler.running]
+    running = [ScheduledChunk(s, 1) for s in engine.scheduler.running]
     assert len(split_by_context(running)) >= 3
     outs = run_to_completion(engine)
     for i, p in enumerate(prompts):
@@ -58,23 +59,23 @@ def test_split_by_context_groups_short_and_long():
     def seq(num_blocks):
         s = Sequence("x", 0, [1], SamplingParams())
         s.block_ids = list(range(num_blocks))
-        return (s, 1)
+        return ScheduledChunk(s, 1)
 
     spread = [seq(n) for n in (1, 30, 2, 1, 2, 28, 1, 2, 1, 1)]
     groups = split_by_context(spread)
-    assert [sorted(len(s.block_ids) for s, _ in g) for g in groups] == [[1, 1, 1, 1, 1, 2, 2, 2], [28, 30]]
+    assert [sorted(len(c.seq.block_ids) for c in g) for g in groups] == [[1, 1, 1, 1, 1, 2, 2, 2], [28, 30]]
     even = [seq(n) for n in (10, 11, 10, 12, 11, 10, 12, 10)]
     assert split_by_context(even) == [even]
     assert split_by_context(spread[:5]) == [spread[:5]]
     from engine.model_runner import split_prefills
 
-    chunks = [(spread[0][0], n) for n in (5, 400, 8, 380, 6)]
-    assert [sorted(n for _, n in g) for g in split_prefills(chunks)] == [[5, 6, 8], [380, 400]]
+    chunks = [ScheduledChunk(spread[0].seq, n) for n in (5, 400, 8, 380, 6)]
+    assert [sorted(c.num_tokens for c in g) for g in split_prefills(chunks)] == [[5, 6, 8], [380, 400]]
     uniform = [seq(n) for n in range(2, 42)]  # evenly spread: several groups pay off
     groups = split_by_context(uniform)
     assert len(groups) >= 3 and sum(len(g) for g in groups) == 40
     assert all(
-        max(len(s.block_ids) for s, _ in a) <= min(len(s.block_ids) for s, _ in b) for a, b in zip(groups, groups[1:])
+        max(len(c.seq.block_ids) for c in a) <= min(len(c.seq.block_ids) for c in b) for a, b in zip(groups, groups[1:])
     )
 
 

@@ -16,8 +16,9 @@ def _setup(num_blocks=64, block_size=4, budget=16, max_seqs=8):
 
 
 def _complete(sched, out, new_token=1):
-    for seq, n in out.scheduled:
-        seq.num_computed_tokens += n
+    for chunk in out.scheduled:
+        seq = chunk.seq
+        seq.num_computed_tokens += chunk.num_tokens
         sched.kv.cache_full_blocks(seq)
         if seq.num_computed_tokens == seq.num_tokens:
             seq.token_ids.append(new_token)
@@ -30,11 +31,11 @@ def test_budget_chunks_prefill_and_decodes_go_first():
     sched.add(a)
     sched.add(b)
     out = sched.schedule()
-    assert [(s.request_id, n) for s, n in out.scheduled] == [("a", 10), ("b", 6)]
+    assert [(c.seq.request_id, c.num_tokens) for c in out.scheduled] == [("a", 10), ("b", 6)]
     _complete(sched, out)
     out = sched.schedule()
     # a decodes first (1 token), b's prefill continues with the rest of the budget
-    assert [(s.request_id, n) for s, n in out.scheduled] == [("a", 1), ("b", 15)]
+    assert [(c.seq.request_id, c.num_tokens) for c in out.scheduled] == [("a", 1), ("b", 15)]
     assert out.num_batched_tokens == 16
 
 
@@ -54,7 +55,7 @@ def test_priority_orders_admission_and_picks_the_victim():
     sched.add(high)
     assert sched.waiting[0] is high  # smaller number = more urgent
     out = sched.schedule()
-    assert [s.request_id for s, _ in out.scheduled] == ["high", "low"]
+    assert [c.seq.request_id for c in out.scheduled] == ["high", "low"]
     _complete(sched, out)
     # both need a third block; only 2 blocks are left for 2 sequences... fill them up
     for _ in range(8):
@@ -77,6 +78,6 @@ def test_preempted_sequence_resumes_from_prefix_cache():
     victim = a if a.num_preemptions else b
     sched.remove(a if victim is b else b)  # make room
     out = sched.schedule()
-    assert victim in [s for s, _ in out.scheduled]
+    assert victim in [c.seq for c in out.scheduled]
     assert victim.num_computed_tokens >= 8  # its full prompt blocks were hits
     pool.check_integrity()

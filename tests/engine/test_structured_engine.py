@@ -13,8 +13,7 @@ from adapters.base import GenerationRequest, SamplingParams
 from adapters.errors import GatewayError
 from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams as EngineParams
-from tests.engine.test_structured_adapter import adapter, collect, model_dir, tok  # noqa: F401 (fixtures)
-from tests.engine.test_structured_cases import MESSAGES, PERSON_SCHEMA, TOOLS
+from tests.engine.structured_cases import MESSAGES, PERSON_SCHEMA, TOOLS, collect
 
 PERSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON_SCHEMA}}
 
@@ -36,8 +35,8 @@ class RecordingHook:
         return None
 
 
-def test_engine_prefetches_each_mask_before_the_forward_pass(model_dir, monkeypatch):  # noqa: F811
-    engine = LLMEngine(str(model_dir), num_blocks=64)
+def test_engine_prefetches_each_mask_before_the_forward_pass(structured_dir, monkeypatch):
+    engine = LLMEngine(str(structured_dir), num_blocks=64)
     events: list = []
     execute = engine.runner.execute
 
@@ -70,19 +69,19 @@ def test_engine_prefetches_each_mask_before_the_forward_pass(model_dir, monkeypa
         assert sorted(step[4:]) == [("call", "a", k), ("call", "b", k)]
 
 
-def test_bad_schema_is_a_400_before_any_generation(adapter, monkeypatch):  # noqa: F811
+def test_bad_schema_is_a_400_before_any_generation(structured_adapter, monkeypatch):
     started: list[str] = []
-    original = adapter.async_engine.generate
+    original = structured_adapter.async_engine.generate
 
     def recording_generate(request_id, *args, **kwargs):
         started.append(request_id)
         return original(request_id, *args, **kwargs)
 
-    monkeypatch.setattr(adapter.async_engine, "generate", recording_generate)
+    monkeypatch.setattr(structured_adapter.async_engine, "generate", recording_generate)
     bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}}}
     request = GenerationRequest("bad", "tiny", messages=MESSAGES, response_format=bad)
     with pytest.raises(GatewayError) as info:
-        asyncio.run(collect(adapter, request))
+        asyncio.run(collect(structured_adapter, request))
     err = info.value
     assert (err.status, err.code, err.param) == (400, "invalid_schema", "response_format")
     assert "uniqueItems" in err.message
@@ -90,13 +89,16 @@ def test_bad_schema_is_a_400_before_any_generation(adapter, monkeypatch):  # noq
     tools[0]["function"]["parameters"]["properties"]["unit"] = {"enum": []}
     with pytest.raises(GatewayError) as info:
         asyncio.run(
-            collect(adapter, GenerationRequest("bad2", "tiny", messages=MESSAGES, tools=tools, tool_choice="required"))
+            collect(
+                structured_adapter,
+                GenerationRequest("bad2", "tiny", messages=MESSAGES, tools=tools, tool_choice="required"),
+            )
         )
     assert (info.value.status, info.value.param) == (400, "tools[0].function.parameters")
     assert started == []
 
 
-async def _choices(adapter, request):  # noqa: F811
+async def _choices(adapter, request):
     """(content, finish_reason) per choice index, from the adapter's events."""
     from adapters.base import Finish, TextDelta
 
@@ -110,7 +112,7 @@ async def _choices(adapter, request):  # noqa: F811
     return texts, finishes
 
 
-def test_every_choice_of_n_follows_the_schema(adapter):  # noqa: F811
+def test_every_choice_of_n_follows_the_schema(structured_adapter):
     request = GenerationRequest(
         "n4",
         "tiny",
@@ -118,7 +120,7 @@ def test_every_choice_of_n_follows_the_schema(adapter):  # noqa: F811
         response_format=PERSON_FORMAT,
         sampling=SamplingParams(n=4, temperature=1.0, seed=7, max_tokens=128),
     )
-    texts, finishes = asyncio.run(_choices(adapter, request))
+    texts, finishes = asyncio.run(_choices(structured_adapter, request))
     assert sorted(finishes) == [0, 1, 2, 3] and set(finishes.values()) == {"stop"}
     values = [json.loads(texts[i]) for i in range(4)]
     for value in values:
@@ -126,7 +128,7 @@ def test_every_choice_of_n_follows_the_schema(adapter):  # noqa: F811
     assert len({json.dumps(v) for v in values}) > 1, "n choices did not diverge"
 
 
-def test_length_only_when_max_tokens_cut_it(adapter):  # noqa: F811
+def test_length_only_when_max_tokens_cut_it(structured_adapter):
     cut = GenerationRequest(
         "cut",
         "tiny",
@@ -134,7 +136,7 @@ def test_length_only_when_max_tokens_cut_it(adapter):  # noqa: F811
         response_format=PERSON_FORMAT,
         sampling=SamplingParams(temperature=1.0, seed=1, max_tokens=5),
     )
-    answer = asyncio.run(collect(adapter, cut))
+    answer = asyncio.run(collect(structured_adapter, cut))
     assert answer.finish_reason == "length" and answer.completion_tokens == 5
     assert answer.content and answer.content.startswith("{")
     whole = GenerationRequest(
@@ -144,12 +146,12 @@ def test_length_only_when_max_tokens_cut_it(adapter):  # noqa: F811
         response_format=PERSON_FORMAT,
         sampling=SamplingParams(temperature=1.0, seed=1, max_tokens=128),
     )
-    answer = asyncio.run(collect(adapter, whole))
+    answer = asyncio.run(collect(structured_adapter, whole))
     assert answer.finish_reason == "stop" and answer.completion_tokens < 128
     jsonschema.validate(json.loads(answer.content), PERSON_SCHEMA)
 
 
-def test_completions_follow_the_schema_too(adapter):  # noqa: F811
+def test_completions_follow_the_schema_too(structured_adapter):
     request = GenerationRequest(
         "c",
         "tiny",
@@ -158,12 +160,12 @@ def test_completions_follow_the_schema_too(adapter):  # noqa: F811
         response_format=PERSON_FORMAT,
         sampling=SamplingParams(temperature=1.0, seed=3, max_tokens=128),
     )
-    answer = asyncio.run(collect(adapter, request))
+    answer = asyncio.run(collect(structured_adapter, request))
     assert answer.finish_reason == "stop"
     jsonschema.validate(json.loads(answer.content), PERSON_SCHEMA)
 
 
-def test_tool_choice_auto_and_none_stay_free_text(adapter):  # noqa: F811
+def test_tool_choice_auto_and_none_stay_free_text(structured_adapter):
     for choice in ("auto", "none"):
         request = GenerationRequest(
             f"free-{choice}",
@@ -173,12 +175,12 @@ def test_tool_choice_auto_and_none_stay_free_text(adapter):  # noqa: F811
             tool_choice=choice,
             sampling=SamplingParams(temperature=0.0, max_tokens=8),
         )
-        answer = asyncio.run(collect(adapter, request))
+        answer = asyncio.run(collect(structured_adapter, request))
         assert answer.finish_reason == "length" and not answer.tool_calls
         assert not (answer.content or "").startswith("<tool_call>")
 
 
-def test_background_overlap_gives_the_same_answers(adapter, monkeypatch):  # noqa: F811
+def test_background_overlap_gives_the_same_answers(structured_adapter, monkeypatch):
     """SWITCHYARD_GRAMMAR_OVERLAP=1 moves mask work to a worker thread; seeded answers must not change."""
     from engine.structured import mask_provider
 
@@ -187,7 +189,7 @@ def test_background_overlap_gives_the_same_answers(adapter, monkeypatch):  # noq
             return await asyncio.gather(
                 *(
                     collect(
-                        adapter,
+                        structured_adapter,
                         GenerationRequest(
                             f"o{seed}",
                             "tiny",

@@ -10,8 +10,8 @@ import torch
 
 from engine.make_tiny import make_tiny
 from engine.structured import GrammarMask, SchemaError, grammar_tokenizer, plan_structured
-from engine.tokenizer import TextTokenizer
-from tests.engine.test_structured_cases import TOOLS
+from engine.text.tokenizer import TextTokenizer
+from tests.engine.structured_cases import TOOLS
 
 
 @pytest.fixture(scope="module")

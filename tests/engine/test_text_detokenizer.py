@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.detokenizer import IncrementalDetokenizer
 from engine.make_tiny import make_tiny
-from engine.tokenizer import TextTokenizer
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.tokenizer import TextTokenizer
 
 MULTIBYTE = "a\u00e9\u4f60\u597d\U0001f600 \u3053\u3093\u306b\u3061\u306f \u00fcber"
 

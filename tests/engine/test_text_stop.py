@@ -1,20 +1,29 @@
-"""Stop strings: matched across any split of the text, never leaked, excluded from output."""
+"""Stop strings: matched across any split of the text, never leaked, excluded from output.
+
+One matcher serves the native engine and the TGI adapter (which cuts the stop sequence
+TGI returns); both uses are tested here."""
 
 from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.stop import StopStringMatcher
+from engine.text.stop import ReleasedText, StopStringMatcher
 
 
 def run(stops: list[str], chunks: list[str]) -> tuple[list[str], bool]:
     matcher = StopStringMatcher(stops)
     out, stopped = [], False
     for chunk in chunks:
-        text, stopped = matcher.feed(chunk)
-        out.append(text)
+        released = matcher.feed(chunk)
+        out.append(released.text)
+        stopped = released.stopped
         if stopped:
             break
     if not stopped:
@@ -62,15 +71,15 @@ def test_stop_at_the_very_start() -> None:
 
 def test_no_stops_passes_through() -> None:
     matcher = StopStringMatcher([])
-    assert matcher.feed("abc") == ("abc", False)
+    assert matcher.feed("abc") == ReleasedText("abc", False)
     assert matcher.flush() == ""
 
 
 def test_after_a_match_input_is_ignored() -> None:
     matcher = StopStringMatcher(["x"])
-    assert matcher.feed("axb") == ("a", True)
+    assert matcher.feed("axb") == ReleasedText("a", True)
     assert matcher.matched == "x"
-    assert matcher.feed("more") == ("", True)
+    assert matcher.feed("more") == ReleasedText("", True)
     assert matcher.flush() == ""
 
 
@@ -98,3 +107,52 @@ def test_streaming_stops_as_soon_as_the_text_so_far_holds_a_stop(text: str, stop
             assert stopped and "".join(out) == text[: min(positions)]
             return
     assert not stopped and "".join(out) == text
+
+
+# ---- as the TGI adapter uses it: every piece fed, then flush at the choice's end ----
+
+
+def feed_all(pieces: list[str], stops: list[str]) -> list[str]:
+    matcher = StopStringMatcher(stops)
+    out = [matcher.feed(p).text for p in pieces]
+    out.append(matcher.flush())
+    return out
+
+
+@pytest.mark.parametrize(
+    "text,stops,expected",
+    [
+        ("after the end", ["te"], "af"),
+        ("after they both", ["y b"], "after the"),
+        ("no match here", ["zz"], "no match here"),
+        ("abcabd", ["abd", "ca"], "ab"),
+        ("partial te", ["tex"], "partial te"),  # a held prefix that never completes is released at the end
+    ],
+)
+def test_every_split_gives_the_same_text_and_never_leaks(text: str, stops: list[str], expected: str) -> None:
+    for cuts in itertools.combinations(range(1, len(text)), 2):
+        pieces = [text[i:j] for i, j in zip((0, *cuts), (*cuts, len(text)))]
+        out = feed_all(pieces, stops)
+        assert "".join(out) == expected, pieces
+        released = ""
+        for piece in out[:-1]:
+            released += piece
+            assert not any(s in released for s in stops)
+
+
+def test_nothing_after_the_stop() -> None:
+    matcher = StopStringMatcher(["x"])
+    assert matcher.feed("ax").text == "a"
+    assert matcher.feed("more").text == "" and matcher.flush() == ""
+
+
+def test_importing_the_matcher_needs_neither_torch_nor_the_tokenizer_libraries() -> None:
+    # The TGI adapter uses it in the gateway process, whose pod has none of them.
+    code = (
+        "import sys, engine.text.stop; "
+        "heavy = {'torch', 'tokenizers', 'jinja2'} & set(sys.modules); assert not heavy, heavy"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr

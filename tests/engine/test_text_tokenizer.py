@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.chat_template import ChatTemplateError, render_chat
 from engine.make_tiny import make_tiny
-from engine.tokenizer import TextTokenizer
+from engine.text.chat_template import ChatTemplateError, render_chat
+from engine.text.tokenizer import TextTokenizer
 
 TEXTS = [
     "Hello, world!",

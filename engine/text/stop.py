@@ -1,12 +1,25 @@
-"""Stop strings over streamed text.
+"""Stop strings over streamed text: the one matcher for the native engine and for the
+TGI adapter (TGI returns the matched stop sequence; OpenAI's text excludes it).
 
-A stop string may arrive split across tokens, so text that could still be the
-start of a stop string is held back until it either completes the match (then it
-is dropped together with everything after it) or stops being a possible match
-(then it is released). The text returned never contains the stop string.
+A stop string may arrive split across pieces, so text that could still be the start
+of a stop string is held back until it either completes the match (then it is dropped
+together with everything after it) or stops being a possible match (then it is
+released). The text released never contains any part of a stop string.
+
+Pure Python on purpose: the gateway process imports it (through adapters/tgi.py).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ReleasedText:
+    """What one piece of input released: text safe to show, and whether a stop string matched."""
+
+    text: str
+    stopped: bool
 
 
 class StopStringMatcher:
@@ -17,12 +30,12 @@ class StopStringMatcher:
         self._held = ""
         self.matched: str | None = None
 
-    def feed(self, text: str) -> tuple[str, bool]:
-        """(text to emit, whether a stop string matched). After a match, further input is ignored."""
+    def feed(self, text: str) -> ReleasedText:
+        """The text released by `text`. After a match, further input is ignored."""
         if self.matched is not None:
-            return "", True
+            return ReleasedText("", True)
         if not self.stop:
-            return text, False
+            return ReleasedText(text, False)
         buffer = self._held + text
         first_pos, first_stop = -1, None
         for s in self.stop:
@@ -32,10 +45,10 @@ class StopStringMatcher:
         if first_stop is not None:
             self.matched = first_stop
             self._held = ""
-            return buffer[:first_pos], True
+            return ReleasedText(buffer[:first_pos], True)
         keep = self._partial_suffix_len(buffer)
         self._held = buffer[len(buffer) - keep :] if keep else ""
-        return buffer[: len(buffer) - keep], False
+        return ReleasedText(buffer[: len(buffer) - keep], False)
 
     def flush(self) -> str:
         """At the end of the sequence: the held text, which no stop string completed."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import codecs
 from collections.abc import Iterable
 
-from engine.tokenizer import TextTokenizer
+from engine.text.tokenizer import TextTokenizer
 
 
 class IncrementalDetokenizer:

@@ -10,7 +10,8 @@ Models with a Qwen2/hermes chat template answer a tool call as
 text in pieces of any size and returns content pieces and tool-call pieces:
 
 - text that may be the beginning of `<tool_call>` is held back, never shown;
-- a call's id and name are reported once, as soon as the name is complete;
+- a call's name is reported once, as soon as it is complete (no id: the gateway gives
+  every tool call its own);
 - then the `arguments` value is reported as JSON text fragments, as it arrives,
   without the enclosing object's `}` or the closing tag;
 - calls are numbered 0, 1, ... in order;
@@ -26,8 +27,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 
 START_TAG = "<tool_call>"
@@ -46,19 +45,14 @@ class ContentPiece:
 
 @dataclass(slots=True)
 class ToolCallPiece:
-    """A piece of call `tool_index`: the first carries id and name, later ones argument text."""
+    """A piece of call `tool_index`: the first carries the name, later ones argument text."""
 
     tool_index: int
-    id: str | None = None
     name: str | None = None
     arguments: str = ""
 
 
 ParsedPiece = ContentPiece | ToolCallPiece
-
-
-def new_tool_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
 
 
 class _JsonValueScanner:
@@ -76,12 +70,12 @@ class _JsonValueScanner:
         self._escape = False
         self._scalar = False
 
-    def take(self, text: str) -> tuple[str, str]:
-        """(the part of `text` that belongs to the value, the rest after the value ended)."""
+    def take(self, text: str) -> str:
+        """The part of `text` that belongs to the value (what follows the value's end is not)."""
         out: list[str] = []
-        for i, ch in enumerate(text):
+        for ch in text:
             if self.done:
-                return "".join(out), text[i:]
+                return "".join(out)
             if not self.started:
                 if ch.isspace():
                     continue
@@ -97,7 +91,7 @@ class _JsonValueScanner:
             if self._scalar:
                 if ch in ",}]" or ch.isspace():
                     self.done = True
-                    return "".join(out), text[i:]
+                    return "".join(out)
                 out.append(ch)
                 continue
             out.append(ch)
@@ -118,7 +112,7 @@ class _JsonValueScanner:
                     self.done = True
             elif ch == '"':
                 self._in_string = True
-        return "".join(out), ""
+        return "".join(out)
 
 
 class _Call:
@@ -127,7 +121,7 @@ class _Call:
     def __init__(self) -> None:
         self.body = ""  # text after <tool_call>, up to the closing tag
         self.consumed = 0  # how much of body the arguments scanner has seen
-        self.announced = False  # id and name were reported
+        self.announced = False  # the name was reported
         self.rejected = False  # name known and not allowed: the call becomes content
         self.args = _JsonValueScanner()
 
@@ -135,9 +129,8 @@ class _Call:
 class HermesToolParser:
     """Streaming parser for one choice's generated text."""
 
-    def __init__(self, tool_names: set[str] | None = None, *, new_id: Callable[[], str] = new_tool_call_id) -> None:
+    def __init__(self, tool_names: set[str] | None = None) -> None:
         self._tool_names = tool_names
-        self._new_id = new_id
         self._pending = ""  # content not yet released (a possible start tag)
         self._call: _Call | None = None
         self._held_space = ""  # whitespace right after a call, dropped if another call follows
@@ -222,7 +215,7 @@ class HermesToolParser:
         if not call.announced and not call.rejected:
             self._try_announce(call, out)
         if call.announced:
-            fragment, _rest = call.args.take(call.body[call.consumed :])
+            fragment = call.args.take(call.body[call.consumed :])
             call.consumed = len(call.body)
             if fragment:
                 out.append(ToolCallPiece(self.num_calls - 1, arguments=fragment))
@@ -250,7 +243,7 @@ class HermesToolParser:
             return
         call.announced = True
         call.consumed = header.end()
-        out.append(ToolCallPiece(self.num_calls, id=self._new_id(), name=name))
+        out.append(ToolCallPiece(self.num_calls, name=name))
         self.num_calls += 1
 
     def _close_unannounced(self, call: _Call, out: list[ParsedPiece]) -> None:
@@ -272,7 +265,7 @@ class HermesToolParser:
         ):
             self._emit_content(out, START_TAG + call.body + END_TAG)
             return
-        out.append(ToolCallPiece(self.num_calls, id=self._new_id(), name=name))
+        out.append(ToolCallPiece(self.num_calls, name=name))
         out.append(ToolCallPiece(self.num_calls, arguments=json.dumps(parsed[args_key], ensure_ascii=False)))
         self.num_calls += 1
         self.num_closed_calls += 1

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import pytest
 
-from engine.detokenizer import IncrementalDetokenizer
 from engine.make_tiny import make_tiny
-from engine.tokenizer import TextTokenizer
-from engine.tool_parser import ContentPiece, HermesToolParser, ParsedPiece, ToolCallPiece
+from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.tokenizer import TextTokenizer
+from engine.text.tool_parser import ContentPiece, HermesToolParser, ParsedPiece, ToolCallPiece
 
 TOOLS = {"get_weather", "now", "search"}
 
@@ -22,13 +21,8 @@ TWO_CALLS = (
 REORDERED = '<tool_call>{"arguments": {"q": "kv"}, "name": "search"}</tool_call>'
 
 
-def ids_counter():
-    counter = itertools.count()
-    return lambda: f"call_{next(counter)}"
-
-
 def parse(chunks: list[str], tool_names: set[str] | None = TOOLS) -> list[ParsedPiece]:
-    parser = HermesToolParser(tool_names, new_id=ids_counter())
+    parser = HermesToolParser(tool_names)
     out: list[ParsedPiece] = []
     for chunk in chunks:
         out += parser.feed(chunk)
@@ -37,7 +31,8 @@ def parse(chunks: list[str], tool_names: set[str] | None = TOOLS) -> list[Parsed
 
 
 def summary(pieces: list[ParsedPiece]) -> tuple[str, list[dict]]:
-    """(all content, calls as {id, name, arguments}) with the stream's invariants checked on the way."""
+    """(all content, calls as {name, arguments}) with the stream's invariants checked on the way:
+    a call's name comes once, in its first piece; its arguments follow in order."""
     content = ""
     calls: list[dict] = []
     for piece in pieces:
@@ -47,10 +42,9 @@ def summary(pieces: list[ParsedPiece]) -> tuple[str, list[dict]]:
         assert isinstance(piece, ToolCallPiece)
         if piece.name is not None:
             assert piece.tool_index == len(calls), "tool indices are dense and in order"
-            assert piece.id and piece.arguments == ""
-            calls.append({"id": piece.id, "name": piece.name, "arguments": ""})
+            assert piece.arguments == "", "the first piece of a call carries only its name"
+            calls.append({"name": piece.name, "arguments": ""})
         else:
-            assert piece.id is None, "the id is sent only once"
             assert piece.tool_index == len(calls) - 1, "arguments belong to the latest call"
             calls[-1]["arguments"] += piece.arguments
     return content, calls
@@ -73,7 +67,7 @@ def tok(tmp_path_factory: pytest.TempPathFactory) -> TextTokenizer:
 def test_one_call() -> None:
     content, calls = summary(parse([ONE_CALL]))
     assert content == ""
-    assert calls == [{"id": "call_0", "name": "get_weather", "arguments": '{"city": "Paris", "days": [1, 2]}'}]
+    assert calls == [{"name": "get_weather", "arguments": '{"city": "Paris", "days": [1, 2]}'}]
 
 
 @pytest.mark.parametrize("text", [ONE_CALL, TWO_CALLS, REORDERED])
@@ -99,7 +93,7 @@ def test_scripted_token_stream_through_the_detokenizer(tok: TextTokenizer) -> No
     # The tokens a model would emit, one at a time, as the native adapter feeds them.
     ids = tok.encode(TWO_CALLS + "<|im_end|>")
     detok = IncrementalDetokenizer(tok)
-    parser = HermesToolParser(TOOLS, new_id=ids_counter())
+    parser = HermesToolParser(TOOLS)
     pieces: list[ParsedPiece] = []
     for token_id in ids:
         pieces += parser.feed(detok.add([token_id]))
@@ -108,9 +102,9 @@ def test_scripted_token_stream_through_the_detokenizer(tok: TextTokenizer) -> No
 
 
 def test_arguments_stream_before_the_call_closes() -> None:
-    parser = HermesToolParser(TOOLS, new_id=ids_counter())
+    parser = HermesToolParser(TOOLS)
     first = parser.feed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa')
-    assert first[0] == ToolCallPiece(0, id="call_0", name="get_weather")
+    assert first[0] == ToolCallPiece(0, name="get_weather")
     assert "".join(p.arguments for p in first[1:]) == '{"city": "Pa'
     second = parser.feed('ris"}}\n</tool')
     # The closing brace of the outer object and the partial tag are not arguments.
@@ -145,9 +139,9 @@ def test_malformed_calls_fall_back_to_content(text: str) -> None:
 
 
 def test_a_call_announced_then_broken_stays_a_call() -> None:
-    # Once id and name went out they cannot be taken back (vLLM's hermes parser alike).
+    # Once the name went out it cannot be taken back (vLLM's hermes parser alike).
     content, calls = summary(parse(['<tool_call>{"name": "now", "arguments": </tool_call>tail']))
-    assert calls == [{"id": "call_0", "name": "now", "arguments": ""}]
+    assert calls == [{"name": "now", "arguments": ""}]
     assert content == "tail"
 
 
@@ -166,7 +160,7 @@ def test_reordered_keys_are_parsed_when_the_call_closes() -> None:
 def test_call_without_closing_tag_keeps_streamed_arguments() -> None:
     # A model may end (EOS or max_tokens) right after the JSON; what was parsed stands.
     content, calls = summary(parse(['<tool_call>\n{"name": "now", "arguments": {"tz": "UTC"}}']))
-    assert content == "" and calls == [{"id": "call_0", "name": "now", "arguments": '{"tz": "UTC"}'}]
+    assert content == "" and calls == [{"name": "now", "arguments": '{"tz": "UTC"}'}]
 
 
 def test_plain_text_passes_through() -> None:

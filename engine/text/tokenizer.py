@@ -17,7 +17,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from engine.chat_template import ChatTemplateError, render_chat
+from engine.text.chat_template import ChatTemplateError, render_chat
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _METASPACE = "\u2581"
