@@ -1,0 +1,123 @@
+"""The Responses encoder: canonical events -> a `response` object or its event stream.
+
+The twin of `gateway/encoder.py` for `/v1/responses`, fed the same events:
+- `ResponseAssembly` decides the answer: the output items (`OutputState`), the
+  status (`completed`; `incomplete` with reason `max_output_tokens` on a
+  `length` finish, `content_filter` on a filtered one; `failed` on an
+  `ErrorEvent`, a backend that broke the contract, or any failure the caller
+  reports), and the usage.
+- `ResponseStreamEncoder` frames the same decisions as server-sent events:
+  `event: <type>` and `data: <json>` per event, `sequence_number` from 0 and
+  always increasing, `response.created` and `response.in_progress` first, the
+  item events in order, and exactly one terminal event (`response.completed`,
+  `response.incomplete`, or `error` then `response.failed`). No `[DONE]`: the
+  terminal event ends a Responses stream.
+The caller stores the final object (`result()`) before it sends `terminal()`,
+so a client that continues from a response the moment it completes finds it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from adapters.base import ErrorEvent, Event
+from adapters.errors import GatewayError
+from gateway.responses_api.output import OutputState
+from gateway.responses_api.response_object import ResponseShell
+
+INCOMPLETE_REASONS = {"length": "max_output_tokens", "content_filter": "content_filter"}
+
+
+class ResponseAssembly:
+    """Events -> the final `response` object (the whole answer; the stream's core)."""
+
+    def __init__(self, shell: ResponseShell, *, logprobs: bool, clock: Callable[[], float] = time.time) -> None:
+        self.shell = shell
+        self.state = OutputState(logprobs=logprobs)
+        self.error: GatewayError | None = None
+        self.clock = clock
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+    def feed(self, event: Event) -> list[dict[str, Any]]:
+        """The item events `event` causes; a failure is recorded, never raised."""
+        if self.failed:
+            return []
+        if isinstance(event, ErrorEvent):
+            self.fail(event.error)
+            return []
+        try:
+            return self.state.feed(event)
+        except GatewayError as err:
+            self.fail(err)
+            return []
+
+    def fail(self, err: GatewayError) -> None:
+        """Record a failure (the first one wins: it is the cause of the rest)."""
+        if self.error is None:
+            self.error = err
+            self.state.abandon()
+
+    def end_of_events(self) -> None:
+        """The events ended: a generation that never finished is a failure."""
+        if not self.failed and not self.state.finished:
+            self.fail(GatewayError(502, "The backend ended without finishing the response.", code="upstream_error"))
+
+    @property
+    def status(self) -> str:
+        if self.error is not None:
+            return "failed"
+        if self.state.finish_reason in INCOMPLETE_REASONS:
+            return "incomplete"
+        return "completed" if self.state.finished else "in_progress"
+
+    def result(self) -> dict[str, Any]:
+        """The response object as it stands (final once the events ended)."""
+        status = self.status
+        return self.shell.build(
+            status,
+            self.state.output(),
+            self.state.usage,
+            error=self.error,
+            incomplete_reason=INCOMPLETE_REASONS.get(self.state.finish_reason or "")
+            if status == "incomplete"
+            else None,
+            completed_at=int(self.clock()) if status == "completed" else None,
+        )
+
+
+class ResponseStreamEncoder:
+    """Events -> Responses server-sent events."""
+
+    def __init__(self, assembly: ResponseAssembly) -> None:
+        self.assembly = assembly
+        self.sequence = 0
+
+    def start(self) -> bytes:
+        created = self.assembly.shell.build("in_progress", [], None)
+        return self._frame({"type": "response.created", "response": created}) + self._frame(
+            {"type": "response.in_progress", "response": created}
+        )
+
+    def feed(self, event: Event) -> bytes:
+        return b"".join(self._frame(p) for p in self.assembly.feed(event))
+
+    def terminal(self, final: dict[str, Any]) -> bytes:
+        """The last events, for `final` (the assembly's `result()`, as stored)."""
+        err = self.assembly.error
+        if err is not None:
+            error_event = {"type": "error", "code": err.code or err.type, "message": err.message, "param": err.param}
+            return self._frame(error_event) + self._frame({"type": "response.failed", "response": final})
+        kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        return self._frame({"type": kind, "response": final})
+
+    def _frame(self, payload: dict[str, Any]) -> bytes:
+        payload["sequence_number"] = self.sequence
+        self.sequence += 1
+        return b"event: " + payload["type"].encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"

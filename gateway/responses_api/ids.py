@@ -1,0 +1,37 @@
+"""Object ids in OpenAI's shapes: a type prefix and random hex.
+
+Ids are unguessable (24 random bytes) because a response id is the only thing a
+client presents to read or continue a stored response within its tenant.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
+
+
+def new_response_id() -> str:
+    return "resp_" + secrets.token_hex(24)
+
+
+def new_message_id() -> str:
+    return "msg_" + secrets.token_hex(24)
+
+
+def new_function_call_id() -> str:
+    return "fc_" + secrets.token_hex(24)
+
+
+def new_function_call_output_id() -> str:
+    return "fco_" + secrets.token_hex(24)
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+def looks_like_response_id(value: object) -> bool:
+    """Whether `value` could name a stored response (anything else is never found)."""
+    return isinstance(value, str) and RESPONSE_ID.match(value) is not None

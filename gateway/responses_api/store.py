@@ -1,0 +1,66 @@
+"""Stored responses: what `GET /v1/responses/{id}`, `input_items` and a
+continuation (`previous_response_id`) read back.
+
+A record holds the response object as it was answered and the context it was
+generated from (every item before its output: the previous response's context
+and output, then this request's input items). A continuation's conversation is
+`context + output`, so no chain of records has to be walked, and deleting or
+losing an older response never breaks a newer one.
+
+Every operation names a tenant, and implementations keep tenants apart by key:
+another tenant's id is simply not there (`ResponseNotFound`, answered as 404,
+never 403, so ids cannot be probed across tenants).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+DEFAULT_TTL_S = 30 * 24 * 3600.0  # OpenAI keeps stored responses for 30 days
+
+
+class ResponseNotFound(LookupError):
+    """No response with this id for this tenant (never stored, expired, deleted, or another tenant's)."""
+
+
+@dataclass(slots=True)
+class StoredResponse:
+    response: dict[str, Any]
+    context: list[dict[str, Any]]
+
+    @property
+    def id(self) -> str:
+        return self.response["id"]
+
+    def conversation(self) -> list[dict[str, Any]]:
+        """What a continuation of this response starts from."""
+        return self.context + self.response["output"]
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps({"response": self.response, "context": self.context})
+
+    @classmethod
+    def from_bytes(cls, raw: bytes | str) -> StoredResponse:
+        data = orjson.loads(raw)
+        return cls(data["response"], data["context"])
+
+
+class ResponseStore(ABC):
+    """Where stored responses live. Methods raise `ResponseNotFound` for a missing
+    id and a 503 `GatewayError` when the store cannot be reached."""
+
+    @abstractmethod
+    async def put(self, tenant: str, record: StoredResponse) -> None: ...
+
+    @abstractmethod
+    async def get(self, tenant: str, response_id: str) -> StoredResponse: ...
+
+    @abstractmethod
+    async def delete(self, tenant: str, response_id: str) -> None: ...
+
+    async def aclose(self) -> None:
+        return None
