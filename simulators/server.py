@@ -33,6 +33,7 @@ from simulators.prefix_cache import PrefixCache
 from simulators.promtext import Histogram
 from simulators.recorder import Recorder
 from simulators.request import SimRequest, from_openai_body
+from simulators.sources import synthetic_source
 from simulators.sse import DONE_FRAME, ClientGone, SSEStream
 from simulators.tokens import Generation, SyntheticSource
 
@@ -54,24 +55,9 @@ class Simulator:
     def __init__(self, opts: SimOptions, source: Any | None = None) -> None:
         self.opts = opts
         self.recorder = Recorder(self.kind)
-        self.source = source or SyntheticSource(
-            seed=opts.seed,
-            output_tokens=opts.output_tokens,
-            max_model_len=opts.max_model_len,
-            ttft_ms=opts.ttft_ms,
-            itl_ms=opts.itl_ms,
-        )
-        self.synthetic = (
-            self.source
-            if isinstance(self.source, SyntheticSource)
-            else SyntheticSource(
-                seed=opts.seed,
-                output_tokens=opts.output_tokens,
-                max_model_len=opts.max_model_len,
-                ttft_ms=opts.ttft_ms,
-                itl_ms=opts.itl_ms,
-            )
-        )
+        self.source = source or synthetic_source(opts)
+        # Scripted output (a tool call's text) always comes from the synthetic source.
+        self.synthetic = self.source if isinstance(self.source, SyntheticSource) else synthetic_source(opts)
         self.default_faults = merge(NO_FAULTS, parse_spec(opts.fault)) if opts.fault else NO_FAULTS
         self.prefix_cache = PrefixCache()
         self.generations: dict[str, Generation] = {}
@@ -162,7 +148,7 @@ class Simulator:
         return self.prefix_cache.lookup_and_insert(sim.prompt_words)
 
     def start_generation(self, sim: SimRequest, path: str, fixed: list[str] | None = None) -> Generation:
-        gen = self.synthetic.generate_fixed(sim, fixed) if fixed is not None else self.source.generate(sim)
+        gen = self.synthetic.generate(sim, fixed) if fixed is not None else self.source.generate(sim)
         if self.slots is not None:
             gen = QueuedGeneration(gen, self)
         sim.generation = gen

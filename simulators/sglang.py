@@ -30,7 +30,7 @@ from aiohttp import web
 
 from simulators.faults import NO_FAULTS
 from simulators.promtext import Exposition
-from simulators.request import SimRequest, int_or_none, prompt_words_completion, stop_list, texts_of
+from simulators.request import SimRequest, int_or_none, object_field, prompt_words_completion, stop_list, texts_of
 from simulators.server import Simulator, json_response
 from simulators.sglang_wire import SglangChat, SglangCompletion, SglangNative, SglangReply, error, flat_error
 from simulators.sse import DONE_FRAME, error_stream, frame
@@ -302,11 +302,11 @@ class SglangSimulator(Simulator):
         if kind == "chat":
             tools = body.get("tools")
             choice = body.get("tool_choice")
-            name = named_choice(choice)
-            if (choice == "required" or name is not None) and not tools:
+            tool = named_choice(choice)
+            if (choice == "required" or tool is not None) and not tools:
                 return error(400, "Tools cannot be empty if tool choice is set to required.")
-            if name is not None and name not in tool_names(tools or []):
-                return error(400, f"Tool '{name}' not found in tools list.")
+            if tool is not None and tool not in tool_names(tools or []):
+                return error(400, f"Tool '{tool}' not found in tools list.")
         return None
 
     def _context_message(self, sim: SimRequest) -> str | None:
@@ -383,7 +383,7 @@ class SglangSimulator(Simulator):
         ids = body.get("input_ids")
         if text is None and ids is None:
             return json_response(400, {"error": {"message": "Either text or input_ids should be provided."}})
-        params = body.get("sampling_params") if isinstance(body.get("sampling_params"), dict) else {}
+        params = object_field(body, "sampling_params")
         words = prompt_words_completion(ids if ids is not None else text)
         faults = self.faults([text] if isinstance(text, str) else [], body) if text is not None else NO_FAULTS
         sim = SimRequest(

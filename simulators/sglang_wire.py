@@ -15,11 +15,10 @@ from aiohttp import web
 
 from simulators.driver import Outcome, Reply
 from simulators.faults import Faults
-from simulators.logprobs import Asked
 from simulators.options import SimOptions
-from simulators.request import SimRequest
+from simulators.request import SimRequest, object_field
 from simulators.server import json_response
-from simulators.shapes import openai_finish, stream_options, usage_counts
+from simulators.shapes import OpenAiReply, StreamUsage, openai_finish, usage_counts
 from simulators.sse import frame
 from simulators.tokens import Token
 from simulators.toolcalls import ToolCallPlan
@@ -37,27 +36,21 @@ def tool_call_id() -> str:
     return f"call_{os.urandom(12).hex()}"
 
 
-class SglangReply(Reply):
+def stream_usage(body: dict[str, Any], opts: SimOptions) -> StreamUsage:
+    """`include_usage` (or `--stream-response-default-include-usage`); continuous stats on their own."""
+    options = object_field(body, "stream_options")
+    final = bool(options.get("include_usage")) or opts.stream_response_default_include_usage
+    return StreamUsage(final, bool(options.get("continuous_usage_stats")))
+
+
+class SglangReply(OpenAiReply):
     """What SGLang's chat and completions answers share."""
 
     object_name = ""
-    stream_object_name = ""
 
     def __init__(self, opts: SimOptions, body: dict[str, Any], sim: SimRequest, cached: int, model: str, kind: str):
+        super().__init__(body, sim, cached, kind, model, stream_usage(body, opts))
         self.opts = opts
-        self.sim = sim
-        self.cached = cached
-        self.model = model
-        self.asked = Asked.of(body, kind)
-        options = stream_options(body)
-        self.include_usage = bool(options.get("include_usage")) or opts.stream_response_default_include_usage
-        self.continuous = bool(options.get("continuous_usage_stats"))
-        self.head = {
-            "id": sim.request_id,
-            "object": self.stream_object_name,
-            "created": int(time.time()),
-            "model": model,
-        }
         self.finish_chunks: list[bytes] = []
 
     def usage(self, completion: int) -> dict[str, Any]:
@@ -72,7 +65,7 @@ class SglangReply(Reply):
         body = {
             "id": self.sim.request_id,
             "object": self.object_name,
-            "created": self.head["created"],
+            "created": self.created,
             "model": self.model,
             "choices": choices,
             "usage": self.usage(outcome.completion_tokens),
@@ -83,7 +76,7 @@ class SglangReply(Reply):
     def content_chunk(self, choice: dict[str, Any], outcome: Outcome) -> bytes:
         chunk: dict[str, Any] = {**self.head, "choices": [choice]}
         if self.continuous:
-            chunk["usage"] = usage_counts(self.sim.prompt_tokens, outcome.completion_tokens)
+            chunk["usage"] = self.running_usage(outcome)
         return frame(chunk)
 
     def error_answer(self) -> web.Response:
@@ -153,7 +146,7 @@ class SglangChat(SglangReply):
         if token.text and self.plan is not None:
             if not self.tool_started[i]:
                 self.tool_started[i] = True
-                function = {"name": self.plan.name, "arguments": ""}
+                function: dict[str, Any] = {"name": self.plan.name, "arguments": ""}
                 out.append(
                     self.tool_chunk(i, {"id": tool_call_id(), "index": 0, "type": "function", "function": function})
                 )
@@ -211,13 +204,7 @@ class SglangCompletion(SglangReply):
     def emit(self, token: Token, outcome: Outcome) -> list[bytes]:
         out: list[bytes] = []
         if token.text:
-            choice = {
-                "index": token.index,
-                "text": token.text,
-                "logprobs": self.asked.for_completion([token.text], [token.token_id]),
-                "finish_reason": None,
-                "matched_stop": None,
-            }
+            choice = {**self.text_choice(token), "finish_reason": None, "matched_stop": None}
             out.append(self.content_chunk(choice, outcome))
         if token.finish is not None:
             finish = {

@@ -34,7 +34,7 @@ from aiohttp import web
 
 from simulators.driver import Outcome
 from simulators.promtext import Exposition, Histogram
-from simulators.request import SimRequest, int_or_none, prompt_words_completion, texts_of
+from simulators.request import SimRequest, int_or_none, object_field, prompt_words_completion, texts_of
 from simulators.server import Simulator, json_response
 from simulators.sse import DONE_FRAME, error_stream
 from simulators.tgi_validation import MAX_CLIENT_BATCH_SIZE, Limits, admit, check_parameters, type_check
@@ -166,15 +166,22 @@ class TgiSimulator(Simulator):
 
     # ---- refusals -------------------------------------------------------------------------
 
-    async def _read(self, request: web.Request) -> tuple[dict[str, Any] | None, web.Response | None]:
+    async def _read(self, request: web.Request) -> dict[str, Any] | web.Response:
+        """The JSON object body, or axum's refusal of it."""
         if request.content_type != "application/json":
-            return None, web.Response(status=415, text="Expected request with `Content-Type: application/json`")
+            return web.Response(status=415, text="Expected request with `Content-Type: application/json`")
         body, bad = await self.read_body(request)
         if bad is not None:
-            return None, web.Response(status=400, text=f"Failed to parse the request body as JSON: {bad}")
+            return web.Response(status=400, text=f"Failed to parse the request body as JSON: {bad}")
         if not isinstance(body, dict):
-            return None, rejection("invalid type: expected struct at line 1 column 1")
-        return body, None
+            return rejection("invalid type: expected struct at line 1 column 1")
+        return body
+
+    async def _openai_body(self, request: web.Request, kind: str) -> dict[str, Any] | web.Response:
+        body = await self._read(request)
+        if isinstance(body, web.Response):
+            return body
+        return self._refusal(body, kind) or body
 
     def _refusal(self, body: dict[str, Any], kind: str) -> web.Response | None:
         """An OpenAI body refused before its generation is set up: serde type errors, then (the
@@ -234,12 +241,9 @@ class TgiSimulator(Simulator):
     # ---- OpenAI endpoints ------------------------------------------------------------------
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        body, problem = await self._read(request)
-        if problem is not None:
-            return problem
-        problem = self._refusal(body, "chat")
-        if problem is not None:
-            return problem
+        body = await self._openai_body(request, "chat")
+        if isinstance(body, web.Response):
+            return body
         tools = body.get("tools")
         choice = body.get("tool_choice")
         name = chosen_tool(choice)
@@ -264,16 +268,13 @@ class TgiSimulator(Simulator):
                 else f'{{"function": {{"_name": "{plan.name}"}}}}'
             )
             fixed = fragments(raw) if self.legacy and stream else fragments(plan.arguments_json[1:])
-        reply = TgiChat(sim, self.failures, int(time.time()), body, model, self.fingerprint, plan, self.legacy)
+        reply = TgiChat(sim, self.failures, int(time.time()), model, self.fingerprint, body, plan, self.legacy)
         return await self.run_generation(request, sim, reply, stream, fixed)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        body, problem = await self._read(request)
-        if problem is not None:
-            return problem
-        problem = self._refusal(body, "completion")
-        if problem is not None:
-            return problem
+        body = await self._openai_body(request, "completion")
+        if isinstance(body, web.Response):
+            return body
         sim = self._openai_request(body, "completion")
         stream = bool(body.get("stream"))
         refused = await self._openai_refusal(request, sim, body, stream)
@@ -285,34 +286,28 @@ class TgiSimulator(Simulator):
     # ---- native API -----------------------------------------------------------------------
 
     async def compat(self, request: web.Request) -> web.StreamResponse:
-        body, problem = await self._read(request)
-        if problem is not None:
-            return problem
-        if body.get("stream"):
-            return await self._native(request, body, stream=True)
-        response = await self._native(request, body, stream=False)
-        if isinstance(response, web.Response) and response.status == 200 and response.body is not None:
-            # `POST /` answers a list of generations.
-            return web.Response(status=200, body=b"[" + bytes(response.body) + b"]", content_type="application/json")
+        """`POST /`: `/generate_stream` when the body asks to stream, else `/generate`'s answer in a list."""
+        response = await self._native(request, stream=None)
+        if isinstance(response, web.Response) and response.status == 200 and isinstance(response.body, bytes):
+            return web.Response(status=200, body=b"[" + response.body + b"]", content_type="application/json")
         return response
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
-        body, problem = await self._read(request)
-        if problem is not None:
-            return problem
-        return await self._native(request, body, stream=False)
+        return await self._native(request, stream=False)
 
     async def generate_stream(self, request: web.Request) -> web.StreamResponse:
-        body, problem = await self._read(request)
-        if problem is not None:
-            return problem
-        return await self._native(request, body, stream=True)
+        return await self._native(request, stream=True)
 
-    async def _native(self, request: web.Request, body: dict[str, Any], stream: bool) -> web.StreamResponse:
+    async def _native(self, request: web.Request, stream: bool | None) -> web.StreamResponse:
+        body = await self._read(request)
+        if isinstance(body, web.Response):
+            return body
+        if stream is None:
+            stream = bool(body.get("stream"))
         inputs = body.get("inputs")
         if not isinstance(inputs, str):
             return rejection("missing field `inputs` at line 1 column 2")
-        params = body.get("parameters") if isinstance(body.get("parameters"), dict) else {}
+        params = object_field(body, "parameters")
         stop = params.get("stop")
         if stop is not None and not isinstance(stop, list):
             return rejection("parameters.stop: invalid type: string, expected a sequence at line 1 column 2")

@@ -13,9 +13,8 @@ from aiohttp import web
 from simulators.driver import Outcome, Reply
 from simulators.faults import Faults
 from simulators.logprobs import Asked
-from simulators.request import SimRequest
+from simulators.request import SimRequest, object_field
 from simulators.server import json_response
-from simulators.shapes import stream_options
 from simulators.sse import frame
 from simulators.tokens import EOS_TOKEN_ID, Token
 from simulators.toolcalls import ToolCallPlan
@@ -108,34 +107,46 @@ class TgiReply(Reply):
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-class TgiChat(TgiReply):
+class TgiOpenAiReply(TgiReply):
+    """What TGI's chat and completions answers share: every body and chunk is
+    `object, id "", created, model, system_fingerprint`, then `choices` and `usage`."""
+
+    def __init__(self, sim: SimRequest, failures: FailureCounts, created: int, model: str, fingerprint: str) -> None:
+        super().__init__(sim, failures)
+        self.created = created
+        self.model = model
+        self.fingerprint = fingerprint
+
+    def document(self, object_name: str, choices: list[dict[str, Any]], usage: Any) -> dict[str, Any]:
+        return {
+            "object": object_name,
+            "id": "",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": self.fingerprint,
+            "choices": choices,
+            "usage": usage,
+        }
+
+
+class TgiChat(TgiOpenAiReply):
     def __init__(
         self,
         sim: SimRequest,
         failures: FailureCounts,
         created: int,
-        body: dict[str, Any],
         model: str,
         fingerprint: str,
+        body: dict[str, Any],
         plan: ToolCallPlan | None,
         legacy: bool,
     ) -> None:
-        super().__init__(sim, failures)
-        self.created = created
+        super().__init__(sim, failures, created, model, fingerprint)
         self.asked = Asked.of(body, "chat", with_bytes=False)
-        self.include_usage = bool(stream_options(body).get("include_usage"))
-        self.model = model
-        self.fingerprint = fingerprint
+        self.include_usage = bool(object_field(body, "stream_options").get("include_usage"))
         self.plan = plan
         self.legacy = legacy
         self.first_call = True
-        self.head = {
-            "object": "chat.completion.chunk",
-            "id": "",
-            "created": created,
-            "model": model,
-            "system_fingerprint": fingerprint,
-        }
 
     def failed_answer(self, request: web.Request, faults: Faults) -> web.Response | None:
         if faults.error_after is None and faults.cut_after is None:
@@ -161,21 +172,13 @@ class TgiChat(TgiReply):
             "logprobs": self.asked.for_chat(outcome.texts[0], outcome.token_ids[0]) if self.plan is None else None,
             "finish_reason": finish_for_chat(outcome.finish[0]),
         }
-        body = {
-            "object": "chat.completion",
-            "id": "",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": self.fingerprint,
-            "choices": [choice],
-            "usage": self.usage(outcome.completion_tokens),
-        }
-        return json_response(200, body)
+        usage = self.usage(outcome.completion_tokens)
+        return json_response(200, self.document("chat.completion", [choice], usage))
 
     def chunk(self, delta: dict[str, Any], finish: str | None, usage: Any = None, token: Token | None = None) -> bytes:
         lp = self.asked.for_chat([token.text], [token.token_id]) if token is not None else None
         choice = {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
-        return frame({**self.head, "choices": [choice], "usage": usage})
+        return frame(self.document("chat.completion.chunk", [choice], usage))
 
     def tool_chunk(self, name: str | None, arguments: str) -> bytes:
         call = {"index": 0, "id": "0", "type": "function", "function": {"name": name, "arguments": arguments}}
@@ -202,59 +205,26 @@ class TgiChat(TgiReply):
     def closing(self, outcome: Outcome) -> list[bytes]:
         if not self.include_usage or self.legacy:
             return []
-        return [frame({**self.head, "choices": [], "usage": self.usage(outcome.completion_tokens)})]
+        return [frame(self.document("chat.completion.chunk", [], self.usage(outcome.completion_tokens)))]
 
 
-class TgiCompletion(TgiReply):
+class TgiCompletion(TgiOpenAiReply):
     """Completions report the model id, not the request's model."""
 
-    def __init__(self, sim: SimRequest, failures: FailureCounts, created: int, model: str, fingerprint: str) -> None:
-        super().__init__(sim, failures)
-        self.created = created
-        self.model = model
-        self.fingerprint = fingerprint
-
     def answer(self, outcome: Outcome) -> web.Response:
-        choice = {
-            "index": 0,
-            "text": full_text(outcome),
-            "logprobs": None,
-            "finish_reason": finish_for_chat(outcome.finish[0]),
-        }
-        body = {
-            "object": "text_completion",
-            "id": "",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": self.fingerprint,
-            "choices": [choice],
-            "usage": self.usage(outcome.completion_tokens),
-        }
-        return json_response(200, body)
+        text = full_text(outcome)
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_for_chat(outcome.finish[0])}
+        usage = self.usage(outcome.completion_tokens)
+        return json_response(200, self.document("text_completion", [choice], usage))
 
     def emit(self, token: Token, outcome: Outcome) -> list[bytes]:
         if token.finish is None:
             choice = {"index": 0, "text": visible(token), "logprobs": None, "finish_reason": ""}
-            chunk = {
-                "object": "text_completion",
-                "id": "",
-                "created": self.created,
-                "choices": [choice],
-                "model": self.model,
-                "system_fingerprint": self.fingerprint,
-            }
-            return [frame(chunk)]
+            # Mid-stream chunks are another struct: `choices` before `model`, and no `usage` key.
+            chunk = {"object": "text_completion", "id": "", "created": self.created, "choices": [choice]}
+            return [frame({**chunk, "model": self.model, "system_fingerprint": self.fingerprint})]
         choice = {"index": 0, "text": visible(token), "logprobs": None, "finish_reason": native_finish(token.finish)}
-        final = {
-            "object": "text_completion",
-            "id": "",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": self.fingerprint,
-            "choices": [choice],
-            "usage": self.usage(outcome.completion_tokens),
-        }
-        return [frame(final)]
+        return [frame(self.document("text_completion", [choice], self.usage(outcome.completion_tokens)))]
 
 
 class TgiNative(TgiReply):

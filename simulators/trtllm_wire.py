@@ -7,16 +7,14 @@ theirs, tool deltas repeating `"type":"function"`, and usage whenever
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from aiohttp import web
 
-from simulators.driver import Outcome, Reply
-from simulators.logprobs import Asked
+from simulators.driver import Outcome
 from simulators.request import SimRequest
 from simulators.server import json_response
-from simulators.shapes import openai_finish, usage_counts
+from simulators.shapes import OpenAiReply, StreamUsage, openai_finish, usage_counts
 from simulators.sse import frame
 from simulators.tokens import Token
 from simulators.toolcalls import ToolCallPlan
@@ -34,38 +32,26 @@ def tool_call_id() -> str:
     return f"chatcmpl-tool-{os.urandom(16).hex()}"
 
 
-class TrtllmReply(Reply):
-    """What TRT-LLM's chat and completions answers share."""
+def stream_usage(body: dict[str, Any]) -> StreamUsage:
+    """StreamOptions.include_usage defaults to True: any `stream_options` object, even `{}`, asks for usage."""
+    options = body.get("stream_options")
+    if not isinstance(options, dict):
+        return StreamUsage(False, False)
+    final = options.get("include_usage", True) is not False
+    return StreamUsage(final, final and bool(options.get("continuous_usage_stats")))
 
-    stream_object_name = ""
+
+class TrtllmReply(OpenAiReply):
+    """What TRT-LLM's chat and completions answers share; `model` is echoed from the request."""
 
     def __init__(self, body: dict[str, Any], sim: SimRequest, cached: int, kind: str) -> None:
-        self.sim = sim
-        self.cached = cached
-        self.asked = Asked.of(body, kind)
-        options = body.get("stream_options")
-        # StreamOptions.include_usage defaults to True: any stream_options object asks for usage.
-        self.include_usage = isinstance(options, dict) and options.get("include_usage", True) is not False
-        self.continuous = (
-            self.include_usage and bool(options.get("continuous_usage_stats")) if isinstance(options, dict) else False
-        )
-        self.created = int(time.time())
-        self.model = body.get("model")
-        self.head = {
-            "id": sim.request_id,
-            "object": self.stream_object_name,
-            "created": self.created,
-            "model": self.model,
-        }
+        super().__init__(body, sim, cached, kind, body.get("model"), stream_usage(body))
 
     def usage(self, completion: int) -> dict[str, Any]:
         return {
             **usage_counts(self.sim.prompt_tokens, completion),
             "prompt_tokens_details": {"cached_tokens": self.cached},
         }
-
-    def running_usage(self, outcome: Outcome) -> dict[str, Any]:
-        return usage_counts(self.sim.prompt_tokens, outcome.completion_tokens)
 
     def error_answer(self) -> web.Response:
         return flat_error(400, "Generation failed: simulated executor error")

@@ -5,17 +5,15 @@ nulls, and the stream's chunks (a role chunk per choice, `finish_reason` with
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from aiohttp import web
 
-from simulators.driver import Outcome, Reply
-from simulators.logprobs import Asked
+from simulators.driver import Outcome
 from simulators.options import SimOptions
-from simulators.request import SimRequest
+from simulators.request import SimRequest, object_field
 from simulators.server import json_response
-from simulators.shapes import stream_options, usage_counts
+from simulators.shapes import OpenAiReply, StreamUsage, usage_counts
 from simulators.sse import frame
 from simulators.tokens import Token
 from simulators.toolcalls import ToolCallPlan
@@ -44,31 +42,24 @@ def tool_call_id() -> str:
     return f"chatcmpl-tool-{os.urandom(8).hex()}"
 
 
-class VllmReply(Reply):
-    """What vLLM's chat and completions answers share."""
+def stream_usage(body: dict[str, Any], opts: SimOptions) -> StreamUsage:
+    """`include_usage`, or the server's `--enable-force-include-usage`; continuous stats only with usage."""
+    options = object_field(body, "stream_options")
+    final = bool(options.get("include_usage")) or opts.enable_force_include_usage
+    return StreamUsage(
+        final, final and (bool(options.get("continuous_usage_stats")) or opts.enable_force_include_usage)
+    )
 
-    stream_object_name = ""
+
+class VllmReply(OpenAiReply):
+    """What vLLM's chat and completions answers share."""
 
     def __init__(
         self, opts: SimOptions, fingerprint: str, body: dict[str, Any], sim: SimRequest, cached: int, kind: str
     ) -> None:
+        super().__init__(body, sim, cached, kind, opts.model_name, stream_usage(body, opts))
         self.opts = opts
         self.fingerprint = fingerprint
-        self.sim = sim
-        self.cached = cached
-        self.asked = Asked.of(body, kind)
-        options = stream_options(body)
-        self.include_usage = bool(options.get("include_usage")) or opts.enable_force_include_usage
-        self.continuous = self.include_usage and (
-            bool(options.get("continuous_usage_stats")) or opts.enable_force_include_usage
-        )
-        self.created = int(time.time())
-        self.head = {
-            "id": sim.request_id,
-            "object": self.stream_object_name,
-            "created": self.created,
-            "model": opts.model_name,
-        }
 
     def usage(self, completion: int, drop_none: bool) -> dict[str, Any]:
         usage = usage_counts(self.sim.prompt_tokens, completion)
@@ -79,11 +70,20 @@ class VllmReply(Reply):
             usage["completion_tokens_details"] = None
         return usage
 
-    def chunk(self, choice: dict[str, Any], outcome: Outcome) -> dict[str, Any]:
-        chunk = {**self.head, "choices": [choice]}
-        if self.continuous:
-            chunk["usage"] = usage_counts(self.sim.prompt_tokens, outcome.completion_tokens)
-        return chunk
+    def whole(
+        self, object_name: str, choices: list[dict[str, Any]], outcome: Outcome, null_keys: tuple[str, ...]
+    ) -> web.Response:
+        body = {
+            "id": self.sim.request_id,
+            "object": object_name,
+            "created": self.created,
+            "model": self.opts.model_name,
+            "choices": choices,
+            "service_tier": None,
+            "system_fingerprint": self.fingerprint,
+            "usage": self.usage(outcome.completion_tokens, drop_none=False),
+        }
+        return json_response(200, {**body, **dict.fromkeys(null_keys)})
 
     def error_answer(self) -> web.Response:
         return error(500, "Simulated engine failure", "InternalServerError")
@@ -145,23 +145,8 @@ class VllmChat(VllmReply):
                     "weight_versions": None,
                 }
             )
-        body = {
-            "id": self.sim.request_id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.opts.model_name,
-            "choices": choices,
-            "service_tier": None,
-            "system_fingerprint": self.fingerprint,
-            "usage": self.usage(outcome.completion_tokens, drop_none=False),
-            "prompt_logprobs": None,
-            "prompt_token_ids": None,
-            "prompt_text": None,
-            "kv_transfer_params": None,
-            "ec_transfer_params": None,
-            "metrics": None,
-        }
-        return json_response(200, body)
+        extra = ("prompt_logprobs", "prompt_token_ids", "prompt_text", "kv_transfer_params", "ec_transfer_params")
+        return self.whole("chat.completion", choices, outcome, (*extra, "metrics"))
 
     def opening(self, outcome: Outcome) -> list[bytes]:
         frames = []
@@ -205,7 +190,7 @@ class VllmChat(VllmReply):
                 chunk["system_fingerprint"] = self.fingerprint
             chunk["kv_transfer_params"] = None
         if self.continuous:
-            chunk["usage"] = usage_counts(self.sim.prompt_tokens, outcome.completion_tokens)
+            chunk["usage"] = self.running_usage(outcome)
         out.append(frame(chunk))
         return out
 
@@ -232,25 +217,12 @@ class VllmCompletion(VllmReply):
                     "prompt_token_ids": None,
                 }
             )
-        body = {
-            "id": self.sim.request_id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.opts.model_name,
-            "choices": choices,
-            "service_tier": None,
-            "system_fingerprint": self.fingerprint,
-            "usage": self.usage(outcome.completion_tokens, drop_none=False),
-            "kv_transfer_params": None,
-        }
-        return json_response(200, body)
+        return self.whole("text_completion", choices, outcome, ("kv_transfer_params",))
 
     def emit(self, token: Token, outcome: Outcome) -> list[bytes]:
         reason, stop_reason = finish_of(token.finish, token.matched, False, False)
         choice = {
-            "index": token.index,
-            "text": token.text,
-            "logprobs": self.asked.for_completion([token.text], [token.token_id]),
+            **self.text_choice(token),
             "finish_reason": reason,
             "stop_reason": stop_reason,
             "prompt_token_ids": None,
@@ -262,5 +234,5 @@ class VllmCompletion(VllmReply):
             if not self.include_usage:
                 chunk["system_fingerprint"] = self.fingerprint
         if self.continuous:
-            chunk["usage"] = usage_counts(self.sim.prompt_tokens, outcome.completion_tokens)
+            chunk["usage"] = self.running_usage(outcome)
         return [frame(chunk)]
