@@ -166,12 +166,9 @@ class SglangSimulator(Simulator):
     def _max_total_tokens(self) -> int:
         return self.opts.max_model_len * 16
 
-    def _used_tokens(self) -> int:
-        return self.live_tokens
-
     def _load_snapshot(self) -> dict[str, Any]:
         """One DP rank's `LoadSnapshot` (`srt/managers/load_snapshot.py`): core keys, then sections."""
-        used = self._used_tokens()
+        used = self.live_tokens
         total = self._max_total_tokens()
         return {
             "dp_rank": 0,
@@ -233,7 +230,7 @@ class SglangSimulator(Simulator):
     async def metrics(self, request: web.Request) -> web.Response:
         ex = Exposition(self.labels)
         total = self._max_total_tokens()
-        used = self._used_tokens()
+        used = self.live_tokens
         ex.gauge("sglang:num_running_reqs", "The number of running requests.", self.running)
         ex.gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", self.waiting)
         ex.gauge("sglang:token_usage", "The token usage.", used / total if total else 0.0)

@@ -215,12 +215,12 @@ class TrtllmSimulator(Simulator):
     # ---- generation ---------------------------------------------------------------------
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "chat")
+        return await self._openai(request, "chat")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "completion")
+        return await self._openai(request, "completion")
 
-    async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
         body, bad = await self.read_body(request)
         if bad is not None:
             return json_decode_error(bad)

@@ -248,12 +248,12 @@ class VllmSimulator(Simulator):
         return None
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "chat")
+        return await self._openai(request, "chat")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "completion")
+        return await self._openai(request, "completion")
 
-    async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
         if request.content_type != "application/json":
             return error(400, "Unsupported Media Type: Only 'application/json' is allowed")
         body, bad = await self.read_body(request)
