@@ -210,9 +210,7 @@ class TrtllmSimulator(Simulator):
         elapsed = time.monotonic() - live.started
         return self.disconnect_abort_delay - (elapsed % self.disconnect_abort_delay)
 
-    # ---- validation -----------------------------------------------------------------
-
-    # ---- generation ---------------------------------------------------------------------
+    # ---- OpenAI endpoints ------------------------------------------------------------
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._openai(request, "chat")

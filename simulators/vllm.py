@@ -144,7 +144,7 @@ class VllmSimulator(Simulator):
         live_tokens = self.live_tokens
         return min(1.0, live_tokens / capacity) if capacity else 0.0
 
-    # ---- generation ----------------------------------------------------------
+    # ---- OpenAI endpoints ----------------------------------------------------
 
     def _request_id(self, request: web.Request, body: dict[str, Any], prefix: str) -> str:
         base = request.headers.get("X-Request-Id") or body.get("request_id") or os.urandom(8).hex()
