@@ -1,19 +1,23 @@
-"""Running one generation and applying the stream faults, shared by all runtimes.
+"""One generation on the wire: what a runtime module writes (`Reply`), and how the
+shared skeleton drives it (`pump` for streams, `collect` for whole answers).
 
-A runtime module supplies how a token becomes frames (`emit`) and how an
-in-stream error looks (`fail`); `pump` feeds tokens through them and applies
-`error_after` / `cut_after` (counted in content frames), and `collect` runs a
-non-streaming generation.
+A runtime module says how it answers one request by subclassing `Reply`: the body of
+a whole answer, the frames of a stream (`opening`, `emit` per token, `closing`), and
+what a failed generation looks like. `Simulator.run_generation` (server.py) does the
+rest the same way for every runtime: bookkeeping, disconnects, the stream faults
+`error_after` / `cut_after` (counted in frames written by `emit`) and `no_done`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from aiohttp import web
+
+from simulators.faults import Faults
 from simulators.request import SimRequest
-from simulators.server import SSEStream
+from simulators.sse import DONE_FRAME, SSEStream
 from simulators.tokens import Generation, Token
 
 
@@ -59,32 +63,86 @@ class Outcome:
         return self.finish[0] if self.finish else None
 
 
+def cut_connection(request: web.Request) -> web.Response:
+    """A non-streamed answer cut off: the connection closes before any response."""
+    if request.transport is not None:
+        request.transport.close()
+    return web.Response(status=500)
+
+
+class Reply:
+    """How one runtime answers one generation request. Subclasses write the shapes;
+    the defaults are what most runtimes do."""
+
+    # Extra headers of the stream response.
+    headers: dict[str, str] | None = None
+    # Whether a stream ends with `data: [DONE]`, also after an in-stream error event.
+    done = True
+
+    def answer(self, outcome: Outcome) -> web.Response:
+        """The whole answer of a non-streamed request."""
+        raise NotImplementedError
+
+    def error_answer(self) -> web.Response:
+        """The answer of a non-streamed generation that failed in the engine."""
+        raise NotImplementedError
+
+    def failed_answer(self, request: web.Request, faults: Faults) -> web.Response | None:
+        """What a fault makes of a non-streamed answer; None: it is answered normally."""
+        if faults.error_after is not None:
+            return self.error_answer()
+        if faults.cut_after is not None:
+            return cut_connection(request)
+        return None
+
+    def opening(self, outcome: Outcome) -> list[bytes]:
+        """Frames before the first token (they do not count towards the stream faults)."""
+        return []
+
+    def emit(self, token: Token, outcome: Outcome) -> list[bytes]:
+        """The frames one token becomes (`outcome` already includes it)."""
+        raise NotImplementedError
+
+    def closing(self, outcome: Outcome) -> list[bytes]:
+        """Frames after the last token, before [DONE]."""
+        return []
+
+    def error_event(self) -> bytes | None:
+        """The in-stream error event of a failed generation; None: the runtime cuts the connection."""
+        raise NotImplementedError
+
+
 class StreamEnded(Exception):
     """A fault ended the stream; the response has been written (or cut)."""
 
 
-Emit = Callable[[Token], list[bytes]]
-Fail = Callable[[SSEStream], Awaitable[None]]
+async def fail(stream: SSEStream, reply: Reply) -> None:
+    event = reply.error_event()
+    if event is None:
+        await stream.cut()
+        return
+    await stream.send(event)
+    if reply.done:
+        await stream.send(DONE_FRAME)
+    await stream.finish()
 
 
-async def pump(
-    sim: SimRequest, gen: Generation, stream: SSEStream, emit: Emit, fail: Fail, outcome: Outcome
-) -> Outcome:
+async def pump(sim: SimRequest, gen: Generation, stream: SSEStream, reply: Reply, outcome: Outcome) -> Outcome:
     faults = sim.faults
     frames_sent = 0
     async for token in gen:
         outcome.add(token)
-        for data in emit(token):
+        for data in reply.emit(token, outcome):
             await stream.send(data)
             frames_sent += 1
             if faults.error_after is not None and frames_sent >= faults.error_after:
-                await fail(stream)
+                await fail(stream, reply)
                 raise StreamEnded()
             if faults.cut_after is not None and frames_sent >= faults.cut_after:
                 await stream.cut()
                 raise StreamEnded()
     if faults.error_after is not None and frames_sent < faults.error_after:
-        await fail(stream)  # shorter than K chunks: fail at the end, before the finish frames
+        await fail(stream, reply)  # shorter than K frames: fail at the end, before the closing frames
         raise StreamEnded()
     return outcome
 

@@ -71,10 +71,13 @@ def main() -> None:
         return
     from simulators.testing import start_simulator
 
-    with start_simulator(args.kind) as sim:
+    sim = start_simulator(args.kind)
+    try:
         before = process_cpu_seconds(sim.process.pid)
         result = asyncio.run(run(sim.url, args.requests, args.concurrency, args.stream, args.max_tokens))
         cpu = process_cpu_seconds(sim.process.pid) - before
+    finally:
+        sim.stop()
     result["server_cpu_ms_per_request"] = round(cpu / args.requests * 1000, 3)
     result["server_bound_rps_per_core"] = round(args.requests / cpu) if cpu else None
     print({"kind": args.kind, "stream": args.stream, **result})

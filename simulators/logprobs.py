@@ -5,9 +5,31 @@ runtime's: `{"content":[{"token","logprob","bytes","top_logprobs":[...]}]}`, wit
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from simulators.tokens import EOS_TOKEN_ID, VOCABULARY
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """The logprobs one request asked for, in its runtime's shape."""
+
+    chat: bool  # chat `logprobs: true`
+    top_n: int  # chat `top_logprobs`
+    completion_top: int | None  # legacy completions' integer `logprobs`; None: not asked
+    with_bytes: bool  # chat entries carry `bytes` (not on TGI)
+
+    @classmethod
+    def of(cls, body: dict[str, Any], kind: str, with_bytes: bool = True) -> Asked:
+        chat, top_n = requested(body)
+        return cls(chat, top_n, completion_requested(body) if kind == "completion" else None, with_bytes)
+
+    def for_chat(self, texts: list[str], token_ids: list[int]) -> dict[str, Any] | None:
+        return content(texts, token_ids, self.top_n, self.with_bytes) if self.chat else None
+
+    def for_completion(self, texts: list[str], token_ids: list[int]) -> dict[str, Any] | None:
+        return completion(texts, token_ids, self.completion_top) if self.completion_top is not None else None
 
 
 def requested(body: dict[str, Any]) -> tuple[bool, int]:

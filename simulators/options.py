@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 
 KINDS = ("vllm", "sglang", "trtllm", "tgi")
 
-# Ports each runtime listens on by default (RUNTIMES.md 1.1, 2.1, 3.1, 4.1).
+# Ports each runtime listens on by default (docs/runtimes.md §1.1, §2.1, §3.1, §4.1).
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000, "tgi": 3000}
 
 
@@ -61,6 +61,18 @@ class SimOptions:
         return bool(self.tool_call_parser)
 
 
+# Numeric flags every simulator takes; their defaults are SimOptions'.
+_NUMBER_FLAGS: tuple[tuple[str, type, str], ...] = (
+    ("--ttft-ms", float, "synthetic: time to first token"),
+    ("--itl-ms", float, "synthetic: inter-token latency"),
+    ("--output-tokens", int, "synthetic: tokens generated before EOS (max_tokens still caps it)"),
+    ("--max-model-len", int, "context window in tokens"),
+    ("--startup-delay", float, "seconds of 'model loading' during which connections are refused"),
+    ("--seed", int, "seed of the synthetic text"),
+    ("--max-num-seqs", int, "requests generated at once; more wait in the queue (and count as waiting)"),
+)
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=DEFAULT_PORTS[kind])
@@ -73,28 +85,9 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
     )
     parser.add_argument("--source", choices=("synthetic", "engine"), default="synthetic")
     parser.add_argument("--model-dir", default=None, help="model directory for --source engine")
-    parser.add_argument("--ttft-ms", type=float, default=0.0, help="synthetic: time to first token")
-    parser.add_argument("--itl-ms", type=float, default=0.0, help="synthetic: inter-token latency")
-    parser.add_argument(
-        "--output-tokens",
-        type=int,
-        default=16,
-        help="synthetic: tokens generated before EOS (max_tokens still caps it)",
-    )
-    parser.add_argument("--max-model-len", type=int, default=4096, help="context window in tokens")
-    parser.add_argument(
-        "--startup-delay",
-        type=float,
-        default=0.0,
-        help="seconds of 'model loading' during which connections are refused",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic text")
-    parser.add_argument(
-        "--max-num-seqs",
-        type=int,
-        default=None,
-        help="requests generated at once; more wait in the queue (and count as waiting)",
-    )
+    for flag, type_, help_ in _NUMBER_FLAGS:
+        default = getattr(SimOptions, flag.removeprefix("--").replace("-", "_"))
+        parser.add_argument(flag, type=type_, default=default, help=help_)
     parser.add_argument(
         "--fault",
         default=None,

@@ -86,6 +86,12 @@ def stop_list(stop: Any) -> list[str]:
     return []
 
 
+def object_field(body: dict[str, Any], name: str) -> dict[str, Any]:
+    """A body field that should be a JSON object (`stream_options`, sampling parameters); {} otherwise."""
+    value = body.get(name)
+    return value if isinstance(value, dict) else {}
+
+
 def int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 

@@ -1,8 +1,10 @@
 """The machinery every runtime double shares: the aiohttp app, startup phases,
-request bookkeeping, disconnect handling, SSE framing and the `/_sim/*` routes.
+request bookkeeping, the request skeleton that runs one generation (whole or
+streamed), disconnect handling and the `/_sim/*` routes.
 
-A runtime module subclasses `Simulator`, adds its own routes and writes its own
-wire shapes; everything here is runtime-neutral.
+A runtime module subclasses `Simulator`, adds its own routes, validates requests its
+own way and writes its own wire shapes (a `driver.Reply`); everything here is
+runtime-neutral.
 
 Why aiohttp: it is light per request (no validation layer), it exposes the
 transport (to cut a connection mid-stream on purpose), and with
@@ -18,17 +20,21 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
 
+from simulators.driver import Outcome, Reply, StreamEnded, collect, pump
 from simulators.faults import NO_FAULTS, Faults, faults_for, merge, parse_spec
 from simulators.options import SimOptions
 from simulators.prefix_cache import PrefixCache
 from simulators.promtext import Histogram
 from simulators.recorder import Recorder
 from simulators.request import SimRequest, from_openai_body
+from simulators.sources import synthetic_source
+from simulators.sse import DONE_FRAME, ClientGone, SSEStream
 from simulators.tokens import Generation, SyntheticSource
 
 READY_LINE = "SIMULATOR READY"
@@ -39,109 +45,23 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
     return web.Response(status=status, body=orjson.dumps(body), content_type=JSON_TYPE, headers=headers)
 
 
-def frame(payload: Any) -> bytes:
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-DONE_FRAME = b"data: [DONE]\n\n"
-
-
-class ClientGone(Exception):
-    """The client closed the connection while we were writing."""
-
-
-class SSEStream:
-    """Writes SSE frames. Unpaced generations (no TTFT/ITL) are written in one
-    go at the end, paced ones frame by frame, which is what makes the synthetic
-    source cheap enough for load tests while slow streams still trickle."""
-
-    def __init__(self, request: web.Request, paced: bool, headers: dict[str, str] | None = None) -> None:
-        self.request = request
-        self.paced = paced
-        self.response = web.StreamResponse(
-            status=200,
-            headers={
-                "Content-Type": "text/event-stream; charset=utf-8",
-                "Cache-Control": "no-cache",
-                **(headers or {}),
-            },
-        )
-        self.buffer: list[bytes] = []
-        self.prepared = False
-
-    async def start(self) -> None:
-        await self.response.prepare(self.request)
-        self.prepared = True
-
-    async def send(self, data: bytes) -> None:
-        self.buffer.append(data)
-        if self.paced:
-            await self.flush()
-
-    async def flush(self) -> None:
-        if not self.buffer:
-            return
-        if not self.prepared:
-            await self.start()
-        data = b"".join(self.buffer)
-        self.buffer.clear()
-        try:
-            await self.response.write(data)
-        except (ConnectionResetError, ConnectionError) as exc:
-            raise ClientGone() from exc
-
-    async def finish(self) -> web.StreamResponse:
-        await self.flush()
-        if not self.prepared:
-            await self.start()
-        try:
-            await self.response.write_eof()
-        except (ConnectionResetError, ConnectionError) as exc:
-            raise ClientGone() from exc
-        return self.response
-
-    async def cut(self) -> web.StreamResponse:
-        """Close the TCP connection without finishing the HTTP body: the client sees
-        a truncated chunked response and no [DONE]."""
-        await self.flush()
-        transport = self.request.transport
-        if transport is not None:
-            transport.close()
-        return self.response
-
-
 class Simulator:
     """Shared state of one simulator process."""
 
     kind = "base"
-    # Seconds between a client disconnect and the runtime noticing it (RUNTIMES.md 6).
+    # Seconds between a client disconnect and the runtime noticing it (docs/runtimes.md §6).
     default_disconnect_abort_delay = 0.0
 
     def __init__(self, opts: SimOptions, source: Any | None = None) -> None:
         self.opts = opts
         self.recorder = Recorder(self.kind)
-        self.source = source or SyntheticSource(
-            seed=opts.seed,
-            output_tokens=opts.output_tokens,
-            max_model_len=opts.max_model_len,
-            ttft_ms=opts.ttft_ms,
-            itl_ms=opts.itl_ms,
-        )
-        self.synthetic = (
-            self.source
-            if isinstance(self.source, SyntheticSource)
-            else SyntheticSource(
-                seed=opts.seed,
-                output_tokens=opts.output_tokens,
-                max_model_len=opts.max_model_len,
-                ttft_ms=opts.ttft_ms,
-                itl_ms=opts.itl_ms,
-            )
-        )
+        self.source = source or synthetic_source(opts)
+        # Scripted output (a tool call's text) always comes from the synthetic source.
+        self.synthetic = self.source if isinstance(self.source, SyntheticSource) else synthetic_source(opts)
         self.default_faults = merge(NO_FAULTS, parse_spec(opts.fault)) if opts.fault else NO_FAULTS
         self.prefix_cache = PrefixCache()
         self.generations: dict[str, Generation] = {}
-        self.live_prompt_tokens: dict[str, int] = {}
+        self.live: dict[str, LiveRequest] = {}
         self.ttft_hist = Histogram()
         self.itl_hist = Histogram()
         self.e2e_hist = Histogram()
@@ -228,7 +148,7 @@ class Simulator:
         return self.prefix_cache.lookup_and_insert(sim.prompt_words)
 
     def start_generation(self, sim: SimRequest, path: str, fixed: list[str] | None = None) -> Generation:
-        gen = self.synthetic.generate_fixed(sim, fixed) if fixed is not None else self.source.generate(sim)
+        gen = self.synthetic.generate(sim, fixed) if fixed is not None else self.source.generate(sim)
         if self.slots is not None:
             gen = QueuedGeneration(gen, self)
         sim.generation = gen
@@ -249,18 +169,20 @@ class Simulator:
         if self.generations.get(sim.request_id) is sim.generation:
             del self.generations[sim.request_id]
 
-    def end_generation(
-        self, sim: SimRequest, finish: str | None, completion_tokens: int, started: float, first_token_at: float | None
-    ) -> None:
+    def end_generation(self, sim: SimRequest, outcome: Outcome) -> None:
         self._forget(sim)
         now = time.monotonic()
-        if first_token_at is not None:
-            self.ttft_hist.observe(first_token_at - started)
+        completion_tokens = outcome.completion_tokens
+        if outcome.first_token_at is not None:
+            self.ttft_hist.observe(outcome.first_token_at - outcome.started)
             if completion_tokens > 1:
-                self.itl_hist.observe((now - first_token_at) / (completion_tokens - 1))
-        self.e2e_hist.observe(now - started)
+                self.itl_hist.observe((now - outcome.first_token_at) / (completion_tokens - 1))
+        self.e2e_hist.observe(now - outcome.started)
         self.recorder.finished(
-            sim.request_id, finish=finish, prompt_tokens=sim.prompt_tokens, completion_tokens=completion_tokens
+            sim.request_id,
+            finish=outcome.main_finish,
+            prompt_tokens=sim.prompt_tokens,
+            completion_tokens=completion_tokens,
         )
 
     def fail_generation(self, sim: SimRequest) -> None:
@@ -302,6 +224,53 @@ class Simulator:
         self._bg_tasks.add(task)
         task.add_done_callback(self._bg_tasks.discard)
 
+    # ---- the request skeleton ------------------------------------------------
+
+    async def run_generation(
+        self, request: web.Request, sim: SimRequest, reply: Reply, stream: bool, fixed: list[str] | None = None
+    ) -> web.StreamResponse:
+        """Run one accepted request's generation and answer it with `reply`'s shapes:
+        a whole answer, or a stream. `fixed` is a scripted output (a tool call's text)."""
+        gen = self.start_generation(sim, request.path, fixed)
+        self.live[sim.request_id] = LiveRequest(sim.prompt_tokens, time.monotonic())
+        outcome = Outcome(n=max(1, sim.n))
+        try:
+            with self.watch_disconnect(sim):
+                if stream:
+                    return await self._stream(request, sim, gen, reply, outcome)
+                await collect(gen, outcome)
+                failed = reply.failed_answer(request, sim.faults)
+                if failed is not None:
+                    self.fail_generation(sim)
+                    return failed
+                self.end_generation(sim, outcome)
+                return reply.answer(outcome)
+        finally:
+            self.live.pop(sim.request_id, None)
+
+    async def _stream(
+        self, request: web.Request, sim: SimRequest, gen: Generation, reply: Reply, outcome: Outcome
+    ) -> web.StreamResponse:
+        stream = SSEStream(request, self.paced(sim), headers=reply.headers)
+        for data in reply.opening(outcome):
+            await stream.send(data)
+        try:
+            await pump(sim, gen, stream, reply, outcome)
+        except StreamEnded:
+            self.fail_generation(sim)
+            return stream.response
+        for data in reply.closing(outcome):
+            await stream.send(data)
+        if reply.done and not sim.faults.no_done:
+            await stream.send(DONE_FRAME)
+        self.end_generation(sim, outcome)
+        return await stream.finish()
+
+    @property
+    def live_tokens(self) -> int:
+        """Prompt tokens of the requests being served (the KV-cache load)."""
+        return sum(live.prompt_tokens for live in self.live.values())
+
     # ---- lifecycle hooks ---------------------------------------------------
 
     async def load(self) -> None:
@@ -326,6 +295,12 @@ class Simulator:
     @property
     def running(self) -> int:
         return max(0, self.recorder.in_flight - self.waiting)
+
+
+@dataclass(slots=True)
+class LiveRequest:
+    prompt_tokens: int
+    started: float  # time.monotonic() when its generation started
 
 
 class QueuedGeneration(Generation):

@@ -1,4 +1,4 @@
-"""A wire-faithful SGLang 0.5.23 `launch_server` double (RUNTIMES.md sections 2 and 6).
+"""A wire-faithful SGLang 0.5.23 `launch_server` double (docs/runtimes.md §2 and §6).
 
 Reproduced: connections refused while loading; after binding, `/health` and
 `/health_generate` answer 503 during warm-up (`--warmup-delay`), then 200 with an
@@ -28,14 +28,13 @@ from typing import Any
 
 from aiohttp import web
 
-from simulators import logprobs
-from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.faults import NO_FAULTS
 from simulators.promtext import Exposition
-from simulators.request import SimRequest, int_or_none, prompt_words_completion, stop_list, texts_of
-from simulators.server import DONE_FRAME, Simulator, SSEStream, frame, json_response
-from simulators.tokens import Token
-from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
+from simulators.request import SimRequest, int_or_none, object_field, prompt_words_completion, stop_list, texts_of
+from simulators.server import Simulator, json_response
+from simulators.sglang_wire import SglangChat, SglangCompletion, SglangNative, SglangReply, error, flat_error
+from simulators.sse import DONE_FRAME, error_stream, frame
+from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_names
 from simulators.validation import check_body, pydantic_text
 
 VERSION = "0.5.23"
@@ -46,20 +45,6 @@ _STATUS_NAMES = {
     500: "INTERNAL_SERVER_ERROR",
     503: "SERVICE_UNAVAILABLE",
 }
-
-
-def flat_error(message: str, type_: str, code: int) -> dict[str, Any]:
-    return {"object": "error", "message": message, "type": type_, "param": None, "code": code}
-
-
-def error(status: int, message: str, type_: str = "BadRequestError") -> web.Response:
-    return json_response(status, flat_error(message, type_, status))
-
-
-def openai_finish(finish: str | None, tool_called: bool) -> str | None:
-    if finish in ("eos", "stop_sequence"):
-        return "tool_calls" if tool_called else "stop"
-    return finish
 
 
 class SglangSimulator(Simulator):
@@ -181,12 +166,9 @@ class SglangSimulator(Simulator):
     def _max_total_tokens(self) -> int:
         return self.opts.max_model_len * 16
 
-    def _used_tokens(self) -> int:
-        return sum(self.live_prompt_tokens.values())
-
     def _load_snapshot(self) -> dict[str, Any]:
         """One DP rank's `LoadSnapshot` (`srt/managers/load_snapshot.py`): core keys, then sections."""
-        used = self._used_tokens()
+        used = self.live_tokens
         total = self._max_total_tokens()
         return {
             "dp_rank": 0,
@@ -248,7 +230,7 @@ class SglangSimulator(Simulator):
     async def metrics(self, request: web.Request) -> web.Response:
         ex = Exposition(self.labels)
         total = self._max_total_tokens()
-        used = self._used_tokens()
+        used = self.live_tokens
         ex.gauge("sglang:num_running_reqs", "The number of running requests.", self.running)
         ex.gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", self.waiting)
         ex.gauge("sglang:token_usage", "The token usage.", used / total if total else 0.0)
@@ -317,11 +299,11 @@ class SglangSimulator(Simulator):
         if kind == "chat":
             tools = body.get("tools")
             choice = body.get("tool_choice")
-            name = named_choice(choice)
-            if (choice == "required" or name is not None) and not tools:
+            tool = named_choice(choice)
+            if (choice == "required" or tool is not None) and not tools:
                 return error(400, "Tools cannot be empty if tool choice is set to required.")
-            if name is not None and name not in tool_names(tools or []):
-                return error(400, f"Tool '{name}' not found in tools list.")
+            if tool is not None and tool not in tool_names(tools or []):
+                return error(400, f"Tool '{tool}' not found in tools list.")
         return None
 
     def _context_message(self, sim: SimRequest) -> str | None:
@@ -362,11 +344,8 @@ class SglangSimulator(Simulator):
         faults = sim.faults
         stream = bool(body.get("stream"))
         if faults.status is not None and faults.status >= 400:
-            return error(
-                faults.status,
-                f"Simulated failure with status {faults.status}",
-                _STATUS_NAMES.get(faults.status, "BadRequestError"),
-            )
+            status_name = _STATUS_NAMES.get(faults.status, "BadRequestError")
+            return error(faults.status, f"Simulated failure with status {faults.status}", status_name)
         overloaded = faults.overloaded or self._queue_full()
         if overloaded and not stream:
             return error(503, "The request queue is full.", "503")
@@ -376,299 +355,20 @@ class SglangSimulator(Simulator):
         plan = plan_tool_call(body.get("tools"), body.get("tool_choice"), faults.tool_call) if kind == "chat" else None
         parsed = plan is not None and bool(self.opts.tool_call_parser)
         fixed = None
-        if plan is not None:
-            raw = (
-                plan.arguments_json
-                if parsed
-                else (f'<tool_call>\n{{"name": "{plan.name}", "arguments": {plan.arguments_json}}}\n</tool_call>')
-            )
-            fixed = fragments(raw)
+        if plan is not None:  # without a parser the model's tool markup is the answer's text
+            markup = f'<tool_call>\n{{"name": "{plan.name}", "arguments": {plan.arguments_json}}}\n</tool_call>'
+            fixed = fragments(plan.arguments_json if parsed else markup)
         cached = self.cached_tokens(sim)
         model = body.get("model") or "default"
         if overloaded:
-            return await self._queue_full_stream(request, sim, model)
-        gen = self.start_generation(sim, request.path, fixed)
-        self.live_prompt_tokens[rid] = sim.prompt_tokens
-        outcome = Outcome(n=max(1, sim.n))
-        try:
-            with self.watch_disconnect(sim):
-                if stream:
-                    return await self._stream(
-                        request, body, kind, sim, gen, outcome, plan if parsed else None, cached, model
-                    )
-                await collect(gen, outcome)
-                if faults.error_after is not None:
-                    self.fail_generation(sim)
-                    return error(500, "Internal server error: simulated engine failure", "InternalServerError")
-                if faults.cut_after is not None:
-                    self.fail_generation(sim)
-                    if request.transport is not None:
-                        request.transport.close()
-                    return web.Response(status=500)
-                self.end_generation(
-                    sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
-                )
-                return json_response(200, self._full(kind, sim, outcome, plan if parsed else None, cached, model, body))
-        finally:
-            self.live_prompt_tokens.pop(rid, None)
-
-    def _usage(self, sim: SimRequest, completion: int, cached: int) -> dict[str, Any]:
-        return {
-            "prompt_tokens": sim.prompt_tokens,
-            "total_tokens": sim.prompt_tokens + completion,
-            "completion_tokens": completion,
-            "prompt_tokens_details": {"cached_tokens": cached} if self.opts.enable_cache_report else None,
-            "reasoning_tokens": 0,
-            "completion_tokens_details": None,
-        }
-
-    @staticmethod
-    def _matched(outcome: Outcome, i: int, plan: ToolCallPlan | None) -> Any:
-        if plan is not None or outcome.finish[i] not in ("eos", "stop_sequence"):
-            return None
-        return outcome.matched[i]
-
-    def _full(
-        self,
-        kind: str,
-        sim: SimRequest,
-        outcome: Outcome,
-        plan: ToolCallPlan | None,
-        cached: int,
-        model: str,
-        body: dict[str, Any],
-    ) -> dict[str, Any]:
-        want_logprobs, top_n = logprobs.requested(body)
-        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
-        choices = []
-        for i in range(outcome.n):
-            reason = openai_finish(outcome.finish[i], plan is not None)
-            if kind == "chat":
-                message: dict[str, Any] = {"role": "assistant", "content": outcome.text(i), "reasoning_content": None}
-                if plan is not None:
-                    message["content"] = ""
-                    message["tool_calls"] = [
-                        {
-                            "id": f"call_{os.urandom(12).hex()}",
-                            "index": 0,
-                            "type": "function",
-                            "function": {"name": plan.name, "arguments": outcome.text(i)},
-                        }
-                    ]
-                choices.append(
-                    {
-                        "index": i,
-                        "message": message,
-                        "logprobs": logprobs.content(outcome.texts[i], outcome.token_ids[i], top_n, True)
-                        if want_logprobs
-                        else None,
-                        "finish_reason": reason,
-                        "matched_stop": self._matched(outcome, i, plan),
-                    }
-                )
-            else:
-                choices.append(
-                    {
-                        "index": i,
-                        "text": outcome.text(i),
-                        "logprobs": logprobs.completion(outcome.texts[i], outcome.token_ids[i], completion_top)
-                        if completion_top is not None
-                        else None,
-                        "finish_reason": reason,
-                        "matched_stop": self._matched(outcome, i, plan),
-                    }
-                )
-        return {
-            "id": sim.request_id,
-            "object": "chat.completion" if kind == "chat" else "text_completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": choices,
-            "usage": self._usage(sim, outcome.completion_tokens, cached),
-            "metadata": {"weight_version": "default"},
-        }
-
-    async def _queue_full_stream(self, request: web.Request, sim: SimRequest, model: str) -> web.StreamResponse:
-        stream = SSEStream(request, paced=False)
-        await stream.send(frame({"error": flat_error("The request queue is full.", "SERVICE_UNAVAILABLE", 503)}))
-        await stream.send(DONE_FRAME)
-        return await stream.finish()
-
-    async def _stream(
-        self,
-        request: web.Request,
-        body: dict[str, Any],
-        kind: str,
-        sim: SimRequest,
-        gen: Any,
-        outcome: Outcome,
-        plan: ToolCallPlan | None,
-        cached: int,
-        model: str,
-    ) -> web.StreamResponse:
-        opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
-        include_usage = bool(opts.get("include_usage")) or self.opts.stream_response_default_include_usage
-        continuous = bool(opts.get("continuous_usage_stats"))
-        created = int(time.time())
-        obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
-        head = {"id": sim.request_id, "object": obj, "created": created, "model": model}
-        stream = SSEStream(request, self.paced(sim))
-        role_sent = [False] * outcome.n
-        tool_started = [False] * outcome.n
-        finish_chunks: list[bytes] = []
-        want_logprobs, top_n = logprobs.requested(body)
-        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
-        counts = [0] * outcome.n
-
-        def usage_now() -> dict[str, Any]:
-            done = sum(counts)
-            return {
-                "prompt_tokens": sim.prompt_tokens,
-                "total_tokens": sim.prompt_tokens + done,
-                "completion_tokens": done,
-            }
-
-        def emit(token: Token) -> list[bytes]:
-            i = token.index
-            out: list[bytes] = []
-            if token.finish != "abort":
-                counts[i] += 1
-            if kind == "chat" and not role_sent[i]:
-                role_sent[i] = True
-                out.append(
-                    frame(
-                        {
-                            **head,
-                            "choices": [
-                                {
-                                    "index": i,
-                                    "delta": {"reasoning_content": None, "role": "assistant", "content": ""},
-                                    "logprobs": None,
-                                    "finish_reason": None,
-                                    "matched_stop": None,
-                                }
-                            ],
-                        }
-                    )
-                )
-            if token.text:
-                if plan is not None:
-                    first = not tool_started[i]
-                    tool_started[i] = True
-                    call = (
-                        {
-                            "id": f"call_{os.urandom(12).hex()}",
-                            "index": 0,
-                            "type": "function",
-                            "function": {"name": plan.name, "arguments": ""},
-                        }
-                        if first
-                        else None
-                    )
-                    if call is not None:
-                        out.append(self._tool_chunk(head, i, call))
-                    out.append(
-                        self._tool_chunk(
-                            head,
-                            i,
-                            {
-                                "id": None,
-                                "index": 0,
-                                "type": "function",
-                                "function": {"name": None, "arguments": token.text},
-                            },
-                        )
-                    )
-                else:
-                    if kind == "chat":
-                        choice = {
-                            "index": i,
-                            "delta": {"reasoning_content": None, "content": token.text},
-                            "logprobs": logprobs.content([token.text], [token.token_id], top_n, True)
-                            if want_logprobs
-                            else None,
-                            "finish_reason": None,
-                            "matched_stop": None,
-                        }
-                    else:
-                        choice = {
-                            "index": i,
-                            "text": token.text,
-                            "logprobs": logprobs.completion([token.text], [token.token_id], completion_top)
-                            if completion_top is not None
-                            else None,
-                            "finish_reason": None,
-                            "matched_stop": None,
-                        }
-                    chunk: dict[str, Any] = {**head, "choices": [choice]}
-                    if continuous:
-                        chunk["usage"] = usage_now()
-                    out.append(frame(chunk))
-            if token.finish is not None:
-                # SGLang sends each index's finish_reason in its own content-free chunk, after the
-                # generation loop has ended for every index.
-                reason = openai_finish(token.finish, plan is not None)
-                matched = token.matched if token.finish in ("eos", "stop_sequence") else None
-                if kind == "chat":
-                    choice = {
-                        "index": i,
-                        "delta": {"reasoning_content": None},
-                        "logprobs": None,
-                        "finish_reason": reason,
-                        "matched_stop": matched,
-                    }
-                else:
-                    choice = {
-                        "index": i,
-                        "text": "",
-                        "logprobs": None,
-                        "finish_reason": reason,
-                        "matched_stop": matched,
-                    }
-                finish_chunks.append(frame({**head, "choices": [choice]}))
-            return out
-
-        async def fail(s: SSEStream) -> None:
-            await s.send(frame({"error": flat_error("Simulated engine failure", "BadRequestError", 400)}))
-            await s.send(DONE_FRAME)
-            await s.finish()
-
-        try:
-            await pump(sim, gen, stream, emit, fail, outcome)
-        except StreamEnded:
-            self.fail_generation(sim)
-            return stream.response
-        for data in finish_chunks:
-            await stream.send(data)
-        if include_usage:
-            await stream.send(
-                frame({**head, "choices": [], "usage": self._usage(sim, outcome.completion_tokens, cached)})
-            )
-        if not sim.faults.no_done:
-            await stream.send(DONE_FRAME)
-        self.end_generation(
-            sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
-        )
-        return await stream.finish()
-
-    @staticmethod
-    def _tool_chunk(head: dict[str, Any], index: int, call: dict[str, Any]) -> bytes:
-        """Tool-call chunks are pydantic-serialized: every null key is present."""
-        return frame(
-            {
-                **head,
-                "choices": [
-                    {
-                        "index": index,
-                        "delta": {"role": None, "content": None, "reasoning_content": None, "tool_calls": [call]},
-                        "logprobs": None,
-                        "finish_reason": None,
-                        "matched_stop": None,
-                    }
-                ],
-                "usage": None,
-            }
-        )
+            queue_full = frame({"error": flat_error("The request queue is full.", "SERVICE_UNAVAILABLE", 503)})
+            return await error_stream(request, [queue_full, DONE_FRAME])
+        reply: SglangReply
+        if kind == "chat":
+            reply = SglangChat(self.opts, body, sim, cached, model, plan if parsed else None)
+        else:
+            reply = SglangCompletion(self.opts, body, sim, cached, model)
+        return await self.run_generation(request, sim, reply, stream, fixed)
 
     # ---- native /generate ----------------------------------------------------------------
 
@@ -680,12 +380,11 @@ class SglangSimulator(Simulator):
         ids = body.get("input_ids")
         if text is None and ids is None:
             return json_response(400, {"error": {"message": "Either text or input_ids should be provided."}})
-        params = body.get("sampling_params") if isinstance(body.get("sampling_params"), dict) else {}
+        params = object_field(body, "sampling_params")
         words = prompt_words_completion(ids if ids is not None else text)
-        rid = str(body.get("rid") or os.urandom(16).hex())
         faults = self.faults([text] if isinstance(text, str) else [], body) if text is not None else NO_FAULTS
         sim = SimRequest(
-            request_id=rid,
+            request_id=str(body.get("rid") or os.urandom(16).hex()),
             kind="generate",
             prompt_words=words,
             prompt_text=text if isinstance(text, str) else " ".join(words),
@@ -700,82 +399,5 @@ class SglangSimulator(Simulator):
         too_long = self._context_message(sim)
         if too_long is not None:
             return json_response(400, {"error": {"message": too_long}})
-        cached = self.cached_tokens(sim)
-        gen = self.start_generation(sim, request.path)
-        self.live_prompt_tokens[rid] = sim.prompt_tokens
-        outcome = Outcome(n=1)
-
-        def meta(done: bool) -> dict[str, Any]:
-            finish: Any = None
-            if done:
-                f = outcome.finish[0]
-                if f == "length":
-                    finish = {"type": "length", "length": outcome.counts[0]}
-                elif f == "abort":
-                    finish = {"type": "abort", "message": "Abort before prefill"}
-                else:
-                    finish = {"type": "stop", "matched": outcome.matched[0]}
-            return {
-                "id": rid,
-                "finish_reason": finish,
-                "prompt_tokens": sim.prompt_tokens,
-                "completion_tokens": outcome.counts[0],
-                "cached_tokens": cached,
-                "reasoning_tokens": 0,
-                "weight_version": "default",
-                "e2e_latency": time.monotonic() - outcome.started,
-            }
-
-        try:
-            with self.watch_disconnect(sim):
-                if not body.get("stream"):
-                    await collect(gen, outcome)
-                    self.end_generation(
-                        sim, outcome.main_finish, outcome.counts[0], outcome.started, outcome.first_token_at
-                    )
-                    return json_response(
-                        200, {"text": outcome.text(0), "output_ids": outcome.token_ids[0], "meta_info": meta(True)}
-                    )
-                stream = SSEStream(request, self.paced(sim))
-
-                def emit(token: Token) -> list[bytes]:
-                    # Default (non-incremental) streaming: text and output_ids are cumulative.
-                    return [
-                        frame(
-                            {
-                                "text": outcome.text(0),
-                                "output_ids": list(outcome.token_ids[0]),
-                                "meta_info": meta(token.finish is not None),
-                            }
-                        )
-                    ]
-
-                async def fail(s: SSEStream) -> None:
-                    await s.send(
-                        frame(
-                            {
-                                "error": {
-                                    "message": "Simulated engine failure",
-                                    "type": "invalid_request_error",
-                                    "code": 400,
-                                    "retryable": False,
-                                }
-                            }
-                        )
-                    )
-                    await s.send(DONE_FRAME)
-                    await s.finish()
-
-                try:
-                    await pump(sim, gen, stream, emit, fail, outcome)
-                except StreamEnded:
-                    self.fail_generation(sim)
-                    return stream.response
-                if not faults.no_done:
-                    await stream.send(DONE_FRAME)
-                self.end_generation(
-                    sim, outcome.main_finish, outcome.counts[0], outcome.started, outcome.first_token_at
-                )
-                return await stream.finish()
-        finally:
-            self.live_prompt_tokens.pop(rid, None)
+        reply = SglangNative(sim, self.cached_tokens(sim))
+        return await self.run_generation(request, sim, reply, bool(body.get("stream")))

@@ -19,6 +19,10 @@ def make_source(opts: SimOptions) -> Any:
         except ImportError as exc:
             raise SourceUnavailable(f"--source engine is unavailable: {exc}") from exc
         return EngineSource(opts)
+    return synthetic_source(opts)
+
+
+def synthetic_source(opts: SimOptions) -> SyntheticSource:
     return SyntheticSource(
         seed=opts.seed,
         output_tokens=opts.output_tokens,

@@ -111,9 +111,9 @@ class SyntheticGeneration(Generation):
         fixed_text: list[str] | None,
     ) -> list[Token]:
         if fixed_text is not None:  # a tool call's argument fragments, then EOS
-            tokens = [Token(index, t, _VOCAB_OFFSET + i) for i, t in enumerate(fixed_text)]
-            tokens.append(Token(index, "", EOS_TOKEN_ID, finish="eos", matched=EOS_TOKEN_ID))
-            return tokens
+            scripted = [Token(index, t, _VOCAB_OFFSET + i) for i, t in enumerate(fixed_text)]
+            scripted.append(Token(index, "", EOS_TOKEN_ID, finish="eos", matched=EOS_TOKEN_ID))
+            return scripted
         count, by_length = choice_budget(request, default_output, max_model_len)
         key = f"{seed}:{request.seed}:{index}:{zlib.crc32(' '.join(request.prompt_words[-64:]).encode())}"
         rng = random.Random(key)
@@ -207,18 +207,9 @@ class SyntheticSource:
         self.ttft_ms = ttft_ms
         self.itl_ms = itl_ms
 
-    def generate(self, request: SimRequest) -> Generation:
-        return SyntheticGeneration(
-            request,
-            seed=self.seed,
-            default_output=self.output_tokens,
-            max_model_len=self.max_model_len,
-            ttft_ms=self.ttft_ms,
-            itl_ms=self.itl_ms,
-        )
-
-    def generate_fixed(self, request: SimRequest, fragments: list[str]) -> Generation:
-        """Stream given text fragments (a tool call's arguments) with this source's timing."""
+    def generate(self, request: SimRequest, fragments: list[str] | None = None) -> Generation:
+        """A generation of synthetic words, or of given text fragments (a tool call's
+        arguments) with this source's timing."""
         return SyntheticGeneration(
             request,
             seed=self.seed,

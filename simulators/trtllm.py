@@ -1,4 +1,4 @@
-"""A wire-faithful TensorRT-LLM `trtllm-serve` double (RUNTIMES.md sections 3 and 6).
+"""A wire-faithful TensorRT-LLM `trtllm-serve` double (docs/runtimes.md §3 and §6).
 
 Reproduced: connections refused while loading; `/health` 200 empty,
 `/health_generate` 200 "Generation health check OK", `/version`, `/v1/models`
@@ -20,7 +20,7 @@ also for a named tool choice; a chat stream failure cuts the connection without
 disconnects noticed by a 1-second poll.
 
 Version note: the newest TRT-LLM main declares `parallel_tool_calls` on chat
-requests; the 2026 build RUNTIMES.md describes rejects it, which is the default
+requests; the 2026 build docs/runtimes.md describes rejects it, which is the default
 here. The simulator's own `sim_fault` field is the one undeclared field it accepts.
 """
 
@@ -35,97 +35,16 @@ from typing import Any
 
 from aiohttp import web
 
-from simulators import logprobs
-from simulators.driver import Outcome, StreamEnded, collect, pump
-from simulators.faults import MAGIC_FIELD
+from simulators.driver import Outcome
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
-from simulators.server import DONE_FRAME, Simulator, SSEStream, frame, json_response
-from simulators.tokens import Token
-from simulators.toolcalls import ToolCallPlan, fragments, plan_tool_call
-from simulators.validation import check_body
+from simulators.server import Simulator, json_response
+from simulators.toolcalls import fragments, plan_tool_call
+from simulators.trtllm_validation import json_decode_error, validate, validation_error
+from simulators.trtllm_wire import TrtllmChat, TrtllmCompletion, flat_error
 
 VERSION = "1.3.0rc0"
 ITER_STATS_MAX = 1000
-
-_COMMON_FIELDS = {
-    "model",
-    "frequency_penalty",
-    "logit_bias",
-    "logprobs",
-    "n",
-    "presence_penalty",
-    "response_format",
-    "seed",
-    "stop",
-    "stream",
-    "stream_options",
-    "temperature",
-    "top_p",
-    "user",
-    "best_of",
-    "use_beam_search",
-    "top_k",
-    "top_p_min",
-    "min_p",
-    "repetition_penalty",
-    "length_penalty",
-    "early_stopping",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "ignore_eos",
-    "min_tokens",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "truncate_prompt_tokens",
-    "lora_request",
-    "echo",
-    "add_special_tokens",
-    "disaggregated_params",
-    "conversation_params",
-    "priority",
-    "prompt_ignore_length",
-    "thinking_token_budget",
-    MAGIC_FIELD,
-}
-CHAT_FIELDS = _COMMON_FIELDS | {
-    "messages",
-    "prompt_token_ids",
-    "prompt_token_ids_b64",
-    "top_logprobs",
-    "max_completion_tokens",
-    "max_tokens",
-    "tools",
-    "tool_choice",
-    "reasoning_effort",
-    "thinking",
-    "add_generation_prompt",
-    "documents",
-    "chat_template",
-    "chat_template_kwargs",
-    "injected_chat_template_kwargs",
-    "media_io_kwargs",
-    "cache_salt",
-    "agent_hierarchy",
-    "mm_processor_kwargs",
-}
-COMPLETION_FIELDS = _COMMON_FIELDS | {"prompt", "max_tokens", "suffix", "return_context_logits", "detokenize"}
-STREAM_OPTION_FIELDS = {"include_usage", "continuous_usage_stats"}
-
-
-def flat_error(status: int, message: str, type_: str = "BadRequestError") -> web.Response:
-    return json_response(status, {"object": "error", "message": message, "type": type_, "param": None, "code": status})
-
-
-def validation_error(problems: list[dict[str, Any]]) -> web.Response:
-    """FastAPI's RequestValidationError, stringified into a bare string `error`."""
-    return json_response(400, {"error": str(problems)})
-
-
-def openai_finish(finish: str | None, tool_called: bool) -> str | None:
-    if finish in ("eos", "stop_sequence"):
-        return "tool_calls" if tool_called else "stop"
-    return finish
 
 
 class TrtllmSimulator(Simulator):
@@ -138,7 +57,6 @@ class TrtllmSimulator(Simulator):
         self.iter_stats: deque[dict[str, Any]] = deque(maxlen=ITER_STATS_MAX)
         self.iteration = 0
         self.completed_since_stat = 0
-        self.started_at: dict[str, float] = {}
         self.max_num_tokens = self.opts.max_num_tokens or self.opts.max_model_len
         self.labels = {"model_name": self.opts.model_name, "engine_type": "trtllm"}
 
@@ -193,7 +111,7 @@ class TrtllmSimulator(Simulator):
         self.iteration += 1
         tokens_per_block = 32
         max_blocks = self.opts.max_model_len * 16 // tokens_per_block
-        used_blocks = min(max_blocks, sum(self.live_prompt_tokens.values()) // tokens_per_block)
+        used_blocks = min(max_blocks, self.live_tokens // tokens_per_block)
         completed, self.completed_since_stat = self.completed_since_stat, 0
         return {
             "iter": self.iteration,
@@ -279,115 +197,32 @@ class TrtllmSimulator(Simulator):
             status=200, body=ex.text().encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
         )
 
-    def end_generation(self, sim: SimRequest, *args: Any, **kwargs: Any) -> None:
-        super().end_generation(sim, *args, **kwargs)
+    def end_generation(self, sim: SimRequest, outcome: Outcome) -> None:
+        super().end_generation(sim, outcome)
         self.completed_since_stat += 1
         self.iter_stats.append(self._stat())
 
     def disconnect_delay_for(self, request_id: str) -> float:
         """The poll fires on whole seconds since the request began."""
-        started = self.started_at.get(request_id)
-        if started is None or self.disconnect_abort_delay <= 0:
+        live = self.live.get(request_id)
+        if live is None or self.disconnect_abort_delay <= 0:
             return self.disconnect_abort_delay
-        elapsed = time.monotonic() - started
+        elapsed = time.monotonic() - live.started
         return self.disconnect_abort_delay - (elapsed % self.disconnect_abort_delay)
 
-    # ---- validation -----------------------------------------------------------------
-
-    def _validate(self, body: Any, kind: str) -> web.Response | None:
-        if not isinstance(body, dict):
-            return validation_error(
-                [
-                    {
-                        "type": "model_attributes_type",
-                        "loc": ("body",),
-                        "msg": "Input should be a valid dictionary or object to extract fields from",
-                        "input": body,
-                    }
-                ]
-            )
-        allowed = CHAT_FIELDS if kind == "chat" else COMPLETION_FIELDS
-        problems: list[dict[str, Any]] = []
-        required = ("messages", "model") if kind == "chat" else ("model", "prompt")
-        for name in required:
-            if name not in body:
-                problems.append({"type": "missing", "loc": ("body", name), "msg": "Field required", "input": body})
-        for name, value in body.items():
-            if name not in allowed:
-                problems.append(
-                    {
-                        "type": "extra_forbidden",
-                        "loc": ("body", name),
-                        "msg": "Extra inputs are not permitted",
-                        "input": value,
-                    }
-                )
-        options = body.get("stream_options")
-        if isinstance(options, dict):
-            for name, value in options.items():
-                if name not in STREAM_OPTION_FIELDS:
-                    problems.append(
-                        {
-                            "type": "extra_forbidden",
-                            "loc": ("body", "stream_options", name),
-                            "msg": "Extra inputs are not permitted",
-                            "input": value,
-                        }
-                    )
-        problems += [p.as_pydantic() for p in check_body(body, kind)]
-        if problems:
-            return validation_error(problems)
-        if options and not body.get("stream"):
-            return validation_error(
-                [
-                    {
-                        "type": "value_error",
-                        "loc": ("body",),
-                        "msg": "Value error, Stream options can only be defined when stream is true.",
-                        "input": body,
-                    }
-                ]
-            )
-        if kind == "completion" and body.get("suffix"):
-            return validation_error(
-                [
-                    {
-                        "type": "value_error",
-                        "loc": ("body",),
-                        "msg": "Value error, suffix is not supported",
-                        "input": body,
-                    }
-                ]
-            )
-        if kind == "chat":
-            choice = body.get("tool_choice")
-            if choice not in (None, "none") and not body.get("tools"):
-                return flat_error(400, "When using `tool_choice`, `tools` must be set.")
-        return None
-
-    # ---- generation ---------------------------------------------------------------------
+    # ---- OpenAI endpoints ------------------------------------------------------------
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "chat")
+        return await self._openai(request, "chat")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "completion")
+        return await self._openai(request, "completion")
 
-    async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
         body, bad = await self.read_body(request)
         if bad is not None:
-            return validation_error(
-                [
-                    {
-                        "type": "json_invalid",
-                        "loc": ("body", 0),
-                        "msg": "JSON decode error",
-                        "input": {},
-                        "ctx": {"error": bad},
-                    }
-                ]
-            )
-        problem = self._validate(body, kind)
+            return json_decode_error(bad)
+        problem = validate(body, kind)
         if problem is not None:
             return problem
         stream = bool(body.get("stream"))
@@ -402,269 +237,13 @@ class TrtllmSimulator(Simulator):
                 f"The sum of prompt length ({float(sim.prompt_tokens)}), query length (0) "
                 f"should not exceed max_num_tokens ({self.max_num_tokens})",
             )
-        plan = None
-        if kind == "chat" and self.opts.tool_call_parser:
-            plan = plan_tool_call(body.get("tools"), body.get("tool_choice"), sim.faults.tool_call)
-        raw_tool = None
-        if kind == "chat" and plan is None and not self.opts.tool_call_parser:
-            unparsed = plan_tool_call(body.get("tools"), body.get("tool_choice"), sim.faults.tool_call)
-            if unparsed is not None:  # no parser: the model's tool markup comes back as plain content
-                raw_tool = fragments(
-                    f'<tool_call>{{"name": "{unparsed.name}", "arguments": {unparsed.arguments_json}}}</tool_call>'
-                )
         cached = self.cached_tokens(sim)
-        fixed = fragments(plan.arguments_json) if plan is not None else raw_tool
-        gen = self.start_generation(sim, request.path, fixed)
-        self.live_prompt_tokens[rid] = sim.prompt_tokens
-        self.started_at[rid] = time.monotonic()
-        outcome = Outcome(n=max(1, sim.n))
-        try:
-            with self.watch_disconnect(sim):
-                if stream:
-                    return await self._stream(request, body, kind, sim, gen, outcome, plan, cached)
-                await collect(gen, outcome)
-                if sim.faults.error_after is not None:
-                    self.fail_generation(sim)
-                    return flat_error(400, "Generation failed: simulated executor error")
-                if sim.faults.cut_after is not None:
-                    self.fail_generation(sim)
-                    if request.transport is not None:
-                        request.transport.close()
-                    return web.Response(status=500)
-                self.end_generation(
-                    sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
-                )
-                return json_response(200, self._full(kind, body, sim, outcome, plan, cached))
-        finally:
-            self.live_prompt_tokens.pop(rid, None)
-            self.started_at.pop(rid, None)
-
-    def _usage(self, sim: SimRequest, completion: int, cached: int) -> dict[str, Any]:
-        return {
-            "prompt_tokens": sim.prompt_tokens,
-            "total_tokens": sim.prompt_tokens + completion,
-            "completion_tokens": completion,
-            "prompt_tokens_details": {"cached_tokens": cached},
-        }
-
-    def _full(
-        self, kind: str, body: dict[str, Any], sim: SimRequest, outcome: Outcome, plan: ToolCallPlan | None, cached: int
-    ) -> dict[str, Any]:
-        want_logprobs, top_n = logprobs.requested(body)
-        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
-        choices = []
-        for i in range(outcome.n):
-            reason = openai_finish(outcome.finish[i], plan is not None)
-            stop_reason = outcome.matched[i] if outcome.finish[i] == "stop_sequence" else None
-            if kind == "chat":
-                calls = []
-                content = outcome.text(i)
-                if plan is not None:
-                    calls = [
-                        {
-                            "id": f"chatcmpl-tool-{os.urandom(16).hex()}",
-                            "type": "function",
-                            "function": {"name": plan.name, "arguments": content},
-                        }
-                    ]
-                    content = ""
-                choices.append(
-                    {
-                        "index": i,
-                        "message": {
-                            "role": "assistant",
-                            "content": content,
-                            "reasoning_content": "",
-                            "reasoning": None,
-                            "tool_calls": calls,
-                        },
-                        "logprobs": logprobs.content(outcome.texts[i], outcome.token_ids[i], top_n, True)
-                        if want_logprobs and plan is None
-                        else None,
-                        "finish_reason": reason,
-                        "stop_reason": stop_reason,
-                        "mm_embedding_handle": None,
-                        "disaggregated_params": None,
-                        "avg_decoded_tokens_per_iter": None,
-                    }
-                )
-            else:
-                choices.append(
-                    {
-                        "index": i,
-                        "text": outcome.text(i),
-                        "token_ids": None,
-                        "logprobs": logprobs.completion(outcome.texts[i], outcome.token_ids[i], completion_top)
-                        if completion_top is not None
-                        else None,
-                        "context_logits": None,
-                        "finish_reason": reason,
-                        "stop_reason": stop_reason,
-                        "disaggregated_params": None,
-                        "avg_decoded_tokens_per_iter": None,
-                    }
-                )
-        usage = self._usage(sim, outcome.completion_tokens, cached)
-        if kind == "chat":
-            return {
-                "id": sim.request_id,
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": body.get("model"),
-                "choices": choices,
-                "usage": usage,
-                "prompt_token_ids": None,
-                "prompt_token_ids_b64": None,
-            }
-        return {
-            "id": sim.request_id,
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": body.get("model"),
-            "choices": choices,
-            "usage": usage,
-            "prompt_token_ids": None,
-        }
-
-    async def _stream(
-        self,
-        request: web.Request,
-        body: dict[str, Any],
-        kind: str,
-        sim: SimRequest,
-        gen: Any,
-        outcome: Outcome,
-        plan: ToolCallPlan | None,
-        cached: int,
-    ) -> web.StreamResponse:
-        options = body.get("stream_options")
-        # StreamOptions.include_usage defaults to True: any stream_options object asks for usage.
-        include_usage = isinstance(options, dict) and options.get("include_usage", True) is not False
-        continuous = (
-            include_usage and bool(options.get("continuous_usage_stats")) if isinstance(options, dict) else False
-        )
-        head = {
-            "id": sim.request_id,
-            "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
-            "created": int(time.time()),
-            "model": body.get("model"),
-        }
-        stream = SSEStream(request, self.paced(sim))
-        counts = [0] * outcome.n
-        tool_started = [False] * outcome.n
-        want_logprobs, top_n = logprobs.requested(body)
-        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
-
-        def usage_now() -> dict[str, Any]:
-            done = sum(counts)
-            return {
-                "prompt_tokens": sim.prompt_tokens,
-                "total_tokens": sim.prompt_tokens + done,
-                "completion_tokens": done,
-            }
-
-        if kind == "chat":
-            for i in range(outcome.n):
-                chunk: dict[str, Any] = {**head, "choices": [{"index": i, "delta": {"role": "assistant"}}]}
-                if continuous:
-                    chunk["usage"] = usage_now()
-                # The first frame is written with a space after the JSON.
-                await stream.send(frame(chunk)[:-2] + b" \n\n")
-
-        def emit(token: Token) -> list[bytes]:
-            i = token.index
-            if token.finish != "abort":
-                counts[i] += 1
-            reason = openai_finish(token.finish, plan is not None) if token.finish else None
-            if kind == "chat":
-                if plan is not None and token.text:
-                    out = []
-                    if not tool_started[i]:
-                        tool_started[i] = True
-                        out.append(
-                            frame(
-                                {
-                                    **head,
-                                    "choices": [
-                                        {
-                                            "index": i,
-                                            "delta": {
-                                                "tool_calls": [
-                                                    {
-                                                        "id": f"chatcmpl-tool-{os.urandom(16).hex()}",
-                                                        "type": "function",
-                                                        "index": 0,
-                                                        "function": {"name": plan.name, "arguments": ""},
-                                                    }
-                                                ]
-                                            },
-                                        }
-                                    ],
-                                }
-                            )
-                        )
-                    # `type` is a non-null default, so it repeats on every argument delta.
-                    call = {"type": "function", "index": 0, "function": {"arguments": token.text}}
-                    out.append(frame({**head, "choices": [{"index": i, "delta": {"tool_calls": [call]}}]}))
-                    return out
-                delta = {"content": token.text, "reasoning_content": ""}
-                choice: dict[str, Any] = {"index": i, "delta": delta}
-                if want_logprobs and token.text:  # chunks drop nulls: the key appears only with values
-                    choice["logprobs"] = logprobs.content([token.text], [token.token_id], top_n, True)
-            else:
-                choice = {
-                    "index": i,
-                    "text": token.text,
-                    "token_ids": None,
-                    "logprobs": logprobs.completion([token.text], [token.token_id], completion_top)
-                    if completion_top is not None
-                    else None,
-                    "finish_reason": None,
-                    "stop_reason": None,
-                    "avg_decoded_tokens_per_iter": None,
-                }
-            if reason is not None:
-                choice["finish_reason"] = reason
-                if token.finish == "stop_sequence":
-                    choice["stop_reason"] = token.matched
-            chunk = {**head, "choices": [choice]}
-            if continuous:
-                chunk["usage"] = usage_now()
-            elif kind == "completion":
-                chunk["usage"] = None  # completions chunks keep their nulls
-            return [frame(chunk)]
-
-        async def fail(s: SSEStream) -> None:
-            if kind == "chat":
-                await s.cut()  # the chat generator re-raises: no error event, no [DONE]
-                return
-            await s.send(
-                frame(
-                    {
-                        "error": {
-                            "message": "Simulated executor error",
-                            "type": "server_error",
-                            "code": None,
-                            "param": None,
-                        }
-                    }
-                )
-            )
-            await s.send(DONE_FRAME)
-            await s.finish()
-
-        try:
-            await pump(sim, gen, stream, emit, fail, outcome)
-        except StreamEnded:
-            self.fail_generation(sim)
-            return stream.response
-        if include_usage:
-            await stream.send(
-                frame({**head, "choices": [], "usage": self._usage(sim, outcome.completion_tokens, cached)})
-            )
-        if not sim.faults.no_done:
-            await stream.send(DONE_FRAME)
-        self.end_generation(
-            sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
-        )
-        return await stream.finish()
+        if kind == "completion":
+            return await self.run_generation(request, sim, TrtllmCompletion(body, sim, cached), stream)
+        call = plan_tool_call(body.get("tools"), body.get("tool_choice"), sim.faults.tool_call)
+        parsed = call if self.opts.tool_call_parser else None
+        fixed = None
+        if call is not None:  # without a parser the model's tool markup is the answer's text
+            markup = f'<tool_call>{{"name": "{call.name}", "arguments": {call.arguments_json}}}</tool_call>'
+            fixed = fragments(call.arguments_json if parsed is not None else markup)
+        return await self.run_generation(request, sim, TrtllmChat(body, sim, cached, parsed), stream, fixed)

@@ -84,7 +84,7 @@ def check_body(body: dict[str, Any], kind: str) -> list[Problem]:
         problems.append(Problem("stream_options", "model_type", "Input should be a valid dictionary", options))
     for name in ("max_tokens", "max_completion_tokens", "n"):
         value = body.get(name)
-        if _is_int(value) and value < 1:
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             problems.append(Problem(name, "greater_than_equal", "Input should be greater than or equal to 1", value))
     return problems
 

@@ -1,4 +1,4 @@
-"""A wire-faithful vLLM 0.33 `vllm serve` double (RUNTIMES.md sections 1 and 6).
+"""A wire-faithful vLLM 0.33 `vllm serve` double (docs/runtimes.md §1 and §6).
 
 Reproduced: connections refused while loading, then `/health` 200 with an empty
 body; `/ping`, `/version`, `/load`, `/v1/models` (`owned_by: "vllm"`,
@@ -17,40 +17,18 @@ hermes-style tool-call deltas with `chatcmpl-tool-<16 hex>` ids, `finish_reason`
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from aiohttp import web
 
-from simulators import logprobs
-from simulators.driver import Outcome, StreamEnded, collect, pump
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
-from simulators.server import DONE_FRAME, Simulator, SSEStream, frame, json_response
-from simulators.tokens import Token
-from simulators.toolcalls import ToolCallPlan, fragments, named_choice, plan_tool_call, tool_names
+from simulators.server import Simulator, json_response
+from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_names
 from simulators.validation import check_body, pydantic_text
+from simulators.vllm_wire import VllmChat, VllmCompletion, VllmReply, error
 
 VERSION = "0.33.0"
-
-
-def error_body(message: str, type_: str, code: int, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
-def error(status: int, message: str, type_: str = "BadRequestError", param: str | None = None) -> web.Response:
-    return json_response(status, error_body(message, type_, status, param))
-
-
-def finish_of(finish: str | None, matched: Any, tool_called: bool, named: bool) -> tuple[str | None, Any]:
-    """(finish_reason, stop_reason) the way vLLM reports an engine finish: `stop_reason` is
-    the matched stop string, null for EOS; a natural stop after a tool call is `tool_calls`,
-    except for a named tool choice (`resolve_finish_reason`)."""
-    if finish == "eos":
-        return ("tool_calls" if tool_called and not named else "stop"), None
-    if finish == "stop_sequence":
-        return "stop", matched
-    return finish, None
 
 
 class VllmSimulator(Simulator):
@@ -163,10 +141,10 @@ class VllmSimulator(Simulator):
 
     def kv_usage(self) -> float:
         capacity = self.opts.max_model_len * 16
-        live_tokens = sum(self.live_prompt_tokens.values())
+        live_tokens = self.live_tokens
         return min(1.0, live_tokens / capacity) if capacity else 0.0
 
-    # ---- generation ----------------------------------------------------------
+    # ---- OpenAI endpoints ----------------------------------------------------
 
     def _request_id(self, request: web.Request, body: dict[str, Any], prefix: str) -> str:
         base = request.headers.get("X-Request-Id") or body.get("request_id") or os.urandom(8).hex()
@@ -237,7 +215,7 @@ class VllmSimulator(Simulator):
             return error(400, f"Input length ({limit}) exceeds model's maximum context length ({limit}).")
         if sim.prompt_tokens > limit:
             # vLLM tokenizes text prompts truncated at limit + 1 tokens, so it can only say "at least"
-            # (observed on live vLLM servers; RUNTIMES.md quotes a longer variant of the same sentence).
+            # (observed on live vLLM servers; docs/runtimes.md quotes a longer variant of the same sentence).
             return error(
                 400,
                 f"This model's maximum context length is {limit} tokens. However, your prompt "
@@ -270,12 +248,12 @@ class VllmSimulator(Simulator):
         return None
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "chat")
+        return await self._openai(request, "chat")
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, "completion")
+        return await self._openai(request, "completion")
 
-    async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
+    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
         if request.content_type != "application/json":
             return error(400, "Unsupported Media Type: Only 'application/json' is allowed")
         body, bad = await self.read_body(request)
@@ -291,326 +269,14 @@ class VllmSimulator(Simulator):
         problem = self._fault_response(sim) or self._context_check(sim)
         if problem is not None:
             return problem
-        plan = None
+        cached = self.cached_tokens(sim)
+        reply: VllmReply
+        fixed = None
         if kind == "chat":
             plan = plan_tool_call(body.get("tools"), body.get("tool_choice"), sim.faults.tool_call)
-        cached = self.cached_tokens(sim)
-        gen = self.start_generation(sim, request.path, fragments(plan.arguments_json) if plan else None)
-        self.live_prompt_tokens[rid] = sim.prompt_tokens
-        outcome = Outcome(n=max(1, sim.n))
-        named = named_choice(body.get("tool_choice")) is not None
-        try:
-            with self.watch_disconnect(sim):
-                if body.get("stream"):
-                    return await self._stream(request, body, kind, sim, gen, outcome, plan, named, cached)
-                await collect(gen, outcome)
-                if sim.faults.error_after is not None:
-                    self.fail_generation(sim)
-                    return error(500, "Simulated engine failure", "InternalServerError")
-                if sim.faults.cut_after is not None:
-                    self.fail_generation(sim)
-                    if request.transport is not None:
-                        request.transport.close()
-                    return web.Response(status=500)
-                self.end_generation(
-                    sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
-                )
-                return json_response(200, self._full_response(kind, body, sim, outcome, plan, named, cached))
-        finally:
-            self.live_prompt_tokens.pop(rid, None)
-
-    # ---- non-streaming bodies --------------------------------------------------
-
-    def _usage(self, sim: SimRequest, completion: int, cached: int, drop_none: bool) -> dict[str, Any]:
-        usage: dict[str, Any] = {
-            "prompt_tokens": sim.prompt_tokens,
-            "total_tokens": sim.prompt_tokens + completion,
-            "completion_tokens": completion,
-        }
-        details = {"cached_tokens": cached} if self.opts.enable_prompt_tokens_details else None
-        if details is not None or not drop_none:
-            usage["prompt_tokens_details"] = details
-        if not drop_none:
-            usage["completion_tokens_details"] = None
-        return usage
-
-    def _full_response(
-        self,
-        kind: str,
-        body: dict[str, Any],
-        sim: SimRequest,
-        outcome: Outcome,
-        plan: ToolCallPlan | None,
-        named: bool,
-        cached: int,
-    ) -> dict[str, Any]:
-        created = int(time.time())
-        want_logprobs, top_n = logprobs.requested(body)
-        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
-        choices = []
-        for i in range(outcome.n):
-            reason, stop_reason = finish_of(outcome.finish[i], outcome.matched[i], plan is not None, named)
-            if kind == "chat":
-                message: dict[str, Any] = {
-                    "role": "assistant",
-                    "content": outcome.text(i),
-                    "refusal": None,
-                    "annotations": None,
-                    "audio": None,
-                    "function_call": None,
-                }
-                if plan is not None:
-                    message["content"] = None
-                    message["tool_calls"] = [
-                        {
-                            "id": f"chatcmpl-tool-{os.urandom(8).hex()}",
-                            "type": "function",
-                            "function": {"name": plan.name, "arguments": outcome.text(i)},
-                        }
-                    ]
-                message["reasoning"] = None
-                choices.append(
-                    {
-                        "index": i,
-                        "message": message,
-                        "logprobs": logprobs.content(outcome.texts[i], outcome.token_ids[i], top_n, True)
-                        if want_logprobs
-                        else None,
-                        "finish_reason": reason,
-                        "stop_reason": stop_reason,
-                        "token_ids": None,
-                        "routed_experts": None,
-                        "weight_versions": None,
-                    }
-                )
-            else:
-                choices.append(
-                    {
-                        "index": i,
-                        "text": outcome.text(i),
-                        "logprobs": logprobs.completion(outcome.texts[i], outcome.token_ids[i], completion_top)
-                        if completion_top is not None
-                        else None,
-                        "finish_reason": reason,
-                        "stop_reason": stop_reason,
-                        "token_ids": None,
-                        "prompt_logprobs": None,
-                        "prompt_token_ids": None,
-                    }
-                )
-        usage = self._usage(sim, outcome.completion_tokens, cached, drop_none=False)
-        if kind == "chat":
-            return {
-                "id": sim.request_id,
-                "object": "chat.completion",
-                "created": created,
-                "model": self.opts.model_name,
-                "choices": choices,
-                "service_tier": None,
-                "system_fingerprint": self.fingerprint,
-                "usage": usage,
-                "prompt_logprobs": None,
-                "prompt_token_ids": None,
-                "prompt_text": None,
-                "kv_transfer_params": None,
-                "ec_transfer_params": None,
-                "metrics": None,
-            }
-        return {
-            "id": sim.request_id,
-            "object": "text_completion",
-            "created": created,
-            "model": self.opts.model_name,
-            "choices": choices,
-            "service_tier": None,
-            "system_fingerprint": self.fingerprint,
-            "usage": usage,
-            "kv_transfer_params": None,
-        }
-
-    # ---- streaming -------------------------------------------------------------
-
-    async def _stream(
-        self,
-        request: web.Request,
-        body: dict[str, Any],
-        kind: str,
-        sim: SimRequest,
-        gen: Any,
-        outcome: Outcome,
-        plan: ToolCallPlan | None,
-        named: bool,
-        cached: int,
-    ) -> web.StreamResponse:
-        opts = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
-        include_usage = bool(opts.get("include_usage")) or self.opts.enable_force_include_usage
-        continuous = include_usage and (
-            bool(opts.get("continuous_usage_stats")) or self.opts.enable_force_include_usage
-        )
-        created = int(time.time())
-        obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
-        head = {"id": sim.request_id, "object": obj, "created": created, "model": self.opts.model_name}
-        stream = SSEStream(request, self.paced(sim))
-        counts = [0] * outcome.n
-        tool_started = [False] * outcome.n
-        want_logprobs, top_n = logprobs.requested(body)
-        completion_top = logprobs.completion_requested(body) if kind == "completion" else None
-
-        def running_usage(i: int) -> dict[str, Any]:
-            done = sum(counts)
-            return {
-                "prompt_tokens": sim.prompt_tokens,
-                "total_tokens": sim.prompt_tokens + done,
-                "completion_tokens": done,
-            }
-
-        if kind == "chat":
-            for i in range(outcome.n):
-                chunk = {
-                    **head,
-                    "choices": [
-                        {
-                            "index": i,
-                            "delta": {"role": "assistant", "content": ""},
-                            "logprobs": None,
-                            "finish_reason": None,
-                        }
-                    ],
-                    "prompt_token_ids": None,
-                    "prompt_text": None,
-                }
-                if continuous:
-                    chunk["usage"] = running_usage(i)
-                await stream.send(frame(chunk))
-
-        def emit(token: Token) -> list[bytes]:
-            i = token.index
-            if token.finish != "abort":
-                counts[i] += 1
-            out: list[bytes] = []
-            if kind == "chat" and plan is not None and not tool_started[i]:
-                tool_started[i] = True
-                out.append(
-                    frame(
-                        {
-                            **head,
-                            "choices": [
-                                {
-                                    "index": i,
-                                    "delta": {
-                                        "tool_calls": [
-                                            {
-                                                "id": f"chatcmpl-tool-{os.urandom(8).hex()}",
-                                                "type": "function",
-                                                "index": 0,
-                                                "function": {"name": plan.name},
-                                            }
-                                        ]
-                                    },
-                                    "logprobs": None,
-                                    "finish_reason": None,
-                                    "token_ids": None,
-                                }
-                            ],
-                            "kv_transfer_params": None,
-                        }
-                    )
-                )
-            if token.finish is None:
-                if kind == "chat":
-                    if plan is not None:
-                        delta: dict[str, Any] = {"tool_calls": [{"index": 0, "function": {"arguments": token.text}}]}
-                    else:
-                        delta = {"content": token.text}
-                    choice = {
-                        "index": i,
-                        "delta": delta,
-                        "logprobs": logprobs.content([token.text], [token.token_id], top_n, True)
-                        if want_logprobs and plan is None
-                        else None,
-                        "finish_reason": None,
-                        "token_ids": None,
-                    }
-                else:
-                    choice = {
-                        "index": i,
-                        "text": token.text,
-                        "logprobs": logprobs.completion([token.text], [token.token_id], completion_top)
-                        if completion_top is not None
-                        else None,
-                        "finish_reason": None,
-                        "stop_reason": None,
-                        "prompt_token_ids": None,
-                        "token_ids": None,
-                    }
-                chunk = {**head, "choices": [choice]}
-                if kind == "chat":
-                    chunk["kv_transfer_params"] = None
-                if continuous:
-                    chunk["usage"] = running_usage(i)
-                out.append(frame(chunk))
-                return out
-            reason, stop_reason = finish_of(token.finish, token.matched, plan is not None, named)
-            if kind == "chat":
-                delta = {} if plan is not None and not token.text else {"content": token.text}
-                choice = {
-                    "index": i,
-                    "delta": delta,
-                    "logprobs": logprobs.content([token.text], [token.token_id], top_n, True)
-                    if want_logprobs and plan is None and token.text
-                    else None,
-                    "finish_reason": reason,
-                    "stop_reason": stop_reason,
-                    "token_ids": None,
-                    "weight_versions": None,
-                }
-            else:
-                choice = {
-                    "index": i,
-                    "text": token.text,
-                    "logprobs": logprobs.completion([token.text], [token.token_id], completion_top)
-                    if completion_top is not None
-                    else None,
-                    "finish_reason": reason,
-                    "stop_reason": stop_reason,
-                    "prompt_token_ids": None,
-                    "token_ids": None,
-                    "weight_versions": None,
-                }
-            chunk = {**head, "choices": [choice]}
-            if not include_usage:
-                chunk["system_fingerprint"] = self.fingerprint
-            if kind == "chat":
-                chunk["kv_transfer_params"] = None
-            if continuous:
-                chunk["usage"] = running_usage(i)
-            out.append(frame(chunk))
-            return out
-
-        async def fail(s: SSEStream) -> None:
-            await s.send(frame(error_body("Simulated engine failure", "InternalServerError", 500)))
-            await s.send(DONE_FRAME)
-            await s.finish()
-
-        try:
-            await pump(sim, gen, stream, emit, fail, outcome)
-        except StreamEnded:
-            self.fail_generation(sim)
-            return stream.response
-        if include_usage:
-            await stream.send(
-                frame(
-                    {
-                        **head,
-                        "choices": [],
-                        "usage": self._usage(sim, outcome.completion_tokens, cached, drop_none=True),
-                        "system_fingerprint": self.fingerprint,
-                    }
-                )
-            )
-        if not sim.faults.no_done:
-            await stream.send(DONE_FRAME)
-        self.end_generation(
-            sim, outcome.main_finish, outcome.completion_tokens, outcome.started, outcome.first_token_at
-        )
-        return await stream.finish()
+            named = named_choice(body.get("tool_choice")) is not None
+            reply = VllmChat(self.opts, self.fingerprint, body, sim, cached, plan, named)
+            fixed = fragments(plan.arguments_json) if plan is not None else None
+        else:
+            reply = VllmCompletion(self.opts, self.fingerprint, body, sim, cached)
+        return await self.run_generation(request, sim, reply, bool(body.get("stream")), fixed)

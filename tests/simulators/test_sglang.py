@@ -1,4 +1,5 @@
-"""The SGLang double against RUNTIMES.md section 2 and the section-6 checklist."""
+"""The SGLang double's own quirks (docs/runtimes.md §2 and §6); what every runtime shares is in
+test_shared_shapes.py."""
 
 from __future__ import annotations
 
@@ -211,46 +212,3 @@ def test_malformed_fields_get_flat_400(sim, bad) -> None:
     assert r.status_code == 400
     body = r.json()
     assert body["object"] == "error" and body["type"] == "Bad Request" and "validation error" in body["message"]
-
-
-def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
-    c = client(sim)
-    body = c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, top_logprobs=2)).json()
-    entries = body["choices"][0]["logprobs"]["content"]
-    assert "".join(e["token"] for e in entries) == body["choices"][0]["message"]["content"]
-    assert all(len(e["top_logprobs"]) == 2 and e["logprob"] < 0 for e in entries)
-    assert all(("bytes" in e) is True for e in entries)
-    chunks = sse_json(c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, stream=True)).text)
-    streamed = [
-        e
-        for ch in chunks
-        if ch.get("choices") and ch["choices"][0].get("logprobs")
-        for e in ch["choices"][0]["logprobs"]["content"]
-    ]
-    assert len(streamed) == 3
-    plain = c.post("/v1/chat/completions", json=chat(max_tokens=2)).json()
-    assert plain["choices"][0]["logprobs"] is None
-
-
-def test_completion_logprobs_use_the_legacy_shape(sim) -> None:
-    c = client(sim)
-    body = c.post(
-        "/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3, "logprobs": 2}
-    ).json()
-    lp = body["choices"][0]["logprobs"]
-    assert "".join(lp["tokens"]) == body["choices"][0]["text"]
-    assert len(lp["token_logprobs"]) == len(lp["text_offset"]) == 3 and all(len(t) == 2 for t in lp["top_logprobs"])
-    chunks = sse_json(
-        c.post(
-            "/v1/completions",
-            json={"model": "sim-model", "prompt": "a b", "max_tokens": 3, "logprobs": 1, "stream": True},
-        ).text
-    )
-    assert (
-        sum(
-            len(ch["choices"][0]["logprobs"]["tokens"])
-            for ch in chunks
-            if ch.get("choices") and ch["choices"][0].get("logprobs")
-        )
-        == 3
-    )

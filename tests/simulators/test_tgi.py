@@ -1,5 +1,5 @@
-"""The TGI double against RUNTIMES.md section 4 and the section-6 checklist, in both
-version modes (3.3 and the pre-3.2 shapes)."""
+"""The TGI double's own quirks (docs/runtimes.md §4 and §6), in both version modes (3.3 and
+the pre-3.2 shapes); what every runtime shares is in test_shared_shapes.py."""
 
 from __future__ import annotations
 
@@ -43,18 +43,15 @@ def test_chat_stream_has_role_on_every_chunk_and_no_role_only_chunk(sim) -> None
     assert all(c["id"] == "" and list(c)[0] == "object" for c in chunks)
 
 
-def test_stop_sequence_leaks_and_completions_use_eos_token(sim) -> None:
+def test_completions_finish_empty_then_eos_token_and_have_no_logprobs(sim) -> None:
     c = client(sim)
-    text = c.post("/v1/chat/completions", json=chat(max_tokens=6)).json()["choices"][0]["message"]["content"]
-    stop = text.split()[2]
-    body = c.post("/v1/chat/completions", json=chat(max_tokens=6, stop=[stop])).json()
-    assert body["choices"][0]["finish_reason"] == "stop_sequence"
-    assert body["choices"][0]["message"]["content"].endswith(stop)  # TGI keeps the stop sequence
     chunks = sse_json(c.post("/v1/completions", json={"prompt": "hello there", "stream": True}).text)
     assert [ch["choices"][0]["finish_reason"] for ch in chunks[:-1]] == [""] * (len(chunks) - 1)
     assert chunks[-1]["choices"][0]["finish_reason"] == "eos_token" and "usage" in chunks[-1]
     plain = c.post("/v1/completions", json={"prompt": "hello there"}).json()
     assert plain["choices"][0]["finish_reason"] == "stop"
+    asked = c.post("/v1/completions", json={"prompt": "hello there", "max_tokens": 3, "logprobs": 2}).json()
+    assert asked["choices"][0]["logprobs"] is None
 
 
 def test_validation_errors(sim) -> None:
@@ -182,22 +179,3 @@ def test_malformed_fields_get_plain_text_422(sim, bad) -> None:
 def test_zero_max_tokens_is_a_validation_error(sim) -> None:
     r = client(sim).post("/v1/chat/completions", json=chat(max_tokens=0))
     assert r.status_code == 422 and r.json()["error_type"] == "validation"
-
-
-def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
-    c = client(sim)
-    body = c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, top_logprobs=2)).json()
-    entries = body["choices"][0]["logprobs"]["content"]
-    assert "".join(e["token"] for e in entries) == body["choices"][0]["message"]["content"]
-    assert all(len(e["top_logprobs"]) == 2 and e["logprob"] < 0 for e in entries)
-    assert all(("bytes" in e) is False for e in entries)
-    chunks = sse_json(c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, stream=True)).text)
-    streamed = [
-        e
-        for ch in chunks
-        if ch.get("choices") and ch["choices"][0].get("logprobs")
-        for e in ch["choices"][0]["logprobs"]["content"]
-    ]
-    assert len(streamed) == 3
-    plain = c.post("/v1/chat/completions", json=chat(max_tokens=2)).json()
-    assert plain["choices"][0]["logprobs"] is None

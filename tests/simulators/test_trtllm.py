@@ -1,4 +1,5 @@
-"""The TensorRT-LLM double against RUNTIMES.md section 3 and the section-6 checklist."""
+"""The TensorRT-LLM double's own quirks (docs/runtimes.md §3 and §6); what every runtime shares is
+in test_shared_shapes.py."""
 
 from __future__ import annotations
 
@@ -157,46 +158,3 @@ def test_continuous_usage_starts_at_zero_on_the_role_chunk(sim) -> None:
     )
     assert chunks[0]["usage"]["completion_tokens"] == 0
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 2
-
-
-def test_chat_logprobs_in_the_runtime_shape(sim) -> None:
-    c = client(sim)
-    body = c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, top_logprobs=2)).json()
-    entries = body["choices"][0]["logprobs"]["content"]
-    assert "".join(e["token"] for e in entries) == body["choices"][0]["message"]["content"]
-    assert all(len(e["top_logprobs"]) == 2 and e["logprob"] < 0 for e in entries)
-    assert all(("bytes" in e) is True for e in entries)
-    chunks = sse_json(c.post("/v1/chat/completions", json=chat(max_tokens=3, logprobs=True, stream=True)).text)
-    streamed = [
-        e
-        for ch in chunks
-        if ch.get("choices") and ch["choices"][0].get("logprobs")
-        for e in ch["choices"][0]["logprobs"]["content"]
-    ]
-    assert len(streamed) == 3
-    plain = c.post("/v1/chat/completions", json=chat(max_tokens=2)).json()
-    assert plain["choices"][0]["logprobs"] is None
-
-
-def test_completion_logprobs_use_the_legacy_shape(sim) -> None:
-    c = client(sim)
-    body = c.post(
-        "/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 3, "logprobs": 2}
-    ).json()
-    lp = body["choices"][0]["logprobs"]
-    assert "".join(lp["tokens"]) == body["choices"][0]["text"]
-    assert len(lp["token_logprobs"]) == len(lp["text_offset"]) == 3 and all(len(t) == 2 for t in lp["top_logprobs"])
-    chunks = sse_json(
-        c.post(
-            "/v1/completions",
-            json={"model": "sim-model", "prompt": "a b", "max_tokens": 3, "logprobs": 1, "stream": True},
-        ).text
-    )
-    assert (
-        sum(
-            len(ch["choices"][0]["logprobs"]["tokens"])
-            for ch in chunks
-            if ch.get("choices") and ch["choices"][0].get("logprobs")
-        )
-        == 3
-    )
