@@ -7,11 +7,15 @@ usage (the gateway needs it for quotas) and the gateway strips it unless the
 client asked. Closing the event iterator closes the upstream connection, which
 is how OpenAI-compatible servers learn that the client went away.
 
+Error responses go through the one table of upstream statuses
+(adapters/runtime_errors.py), the same for this adapter and every runtime's.
 Runtime adapters subclass this and override the `_`-prefixed hooks.
 """
 
 from __future__ import annotations
 
+import re
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,12 +29,25 @@ from adapters.base import (
     Capabilities,
     ErrorEvent,
     Event,
-    Finish,
     GenerationRequest,
     Health,
 )
 from adapters.errors import GatewayError, upstream_unavailable
 from adapters.http_client import ConnectError, ConnectionClosed, ConnectionPool, HTTPError, ReadTimeout
+from adapters.runtime_errors import ParsedError, runtime_error
+
+
+class EventFilter(ABC):
+    """One request's rewriting of the decoded events, for a runtime quirk only the
+    whole answer shows (TGI's: a stop sequence left in the text, pre-3.2 tool calls
+    buffered as raw grammar output, no finish after a streamed tool call)."""
+
+    @abstractmethod
+    def feed(self, event: Event) -> list[Event]: ...
+
+    @abstractmethod
+    def at_done(self) -> list[Event]:
+        """The runtime said the answer is complete (`[DONE]`, or a whole response)."""
 
 
 class OpenAIAdapter(Adapter):
@@ -47,6 +64,8 @@ class OpenAIAdapter(Adapter):
     )
     # Path under `base_url`; runtime adapters whose url is the server root use "/v1".
     api_prefix = ""
+    runtime = "OpenAI-compatible"  # the name users know, used in error messages
+    context_pattern: re.Pattern[str] | None = None  # the runtime's context-length message
 
     def __init__(
         self,
@@ -105,14 +124,30 @@ class OpenAIAdapter(Adapter):
     def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
         return wire.build_body(request, self.served_model, stream=stream)
 
+    def _classify(self, status: int, parsed: ParsedError) -> int | None:
+        """A status to use instead of the one the body or HTTP gave, before the table
+        maps it (500 there means "the backend's fault", answered as 502)."""
+        return None
+
     def _error(self, status: int, body: bytes) -> GatewayError:
-        return wire.error_from_body(status, body, self.name)
+        return runtime_error(
+            status,
+            body,
+            backend=self.name,
+            runtime=self.runtime,
+            context_pattern=self.context_pattern,
+            classify=self._classify,
+        )
 
     def _decode_chunk(self, payload: dict, chat: bool) -> list[Event]:
         return wire.decode_chunk(payload, chat, self.name)
 
     def _decode_response(self, payload: dict, chat: bool) -> list[Event]:
         return wire.decode_response(payload, chat, self.name)
+
+    def _event_filter(self, request: GenerationRequest) -> EventFilter | None:
+        """The filter for this runtime's stream quirks, per request (None: none)."""
+        return None
 
     async def _on_abort(self, request: GenerationRequest) -> None:
         """Called when the client went away before the upstream finished."""
@@ -142,8 +177,9 @@ class OpenAIAdapter(Adapter):
                 raise upstream_unavailable(self.name, str(exc)) from None
             if resp.status >= 400:
                 raise self._error(resp.status, await self._read(resp))
+            quirks = self._event_filter(request)
             if request.stream:
-                async for event in self._stream_events(resp, chat):
+                async for event in self._stream_events(resp, chat, quirks):
                     yield event
             else:
                 raw = await self._read(resp)
@@ -155,7 +191,10 @@ class OpenAIAdapter(Adapter):
                     ) from None
                 if isinstance(payload, dict) and payload.get("error"):
                     raise self._error(502, raw)
-                for event in self._decode_response(payload, chat):
+                events = self._decode_response(payload, chat)
+                if quirks is not None:
+                    events = [out for event in events for out in quirks.feed(event)] + quirks.at_done()
+                for event in events:
                     yield event
             completed = True
         finally:
@@ -175,10 +214,10 @@ class OpenAIAdapter(Adapter):
                 502, f"Backend {self.name} cut the response: {exc or type(exc).__name__}", code="upstream_error"
             ) from None
 
-    async def _stream_events(self, resp, chat: bool) -> AsyncIterator[Event]:
+    async def _stream_events(self, resp, chat: bool, quirks: EventFilter | None) -> AsyncIterator[Event]:
+        """The stream's events. A stream that ends without finishing its choices is
+        not this method's concern: the gateway's stream guard reports it."""
         saw_done = False
-        open_choices: set[int] = set()
-        finished: set[int] = set()
         try:
             async for data in wire.iter_sse_data(resp.iter_lines()):
                 if data.startswith(b"[DONE]"):
@@ -199,11 +238,11 @@ class OpenAIAdapter(Adapter):
                     yield ErrorEvent(self._error(500, data))
                     return
                 for event in self._decode_chunk(payload, chat):
-                    if isinstance(event, Finish):
-                        finished.add(event.index)
-                    elif hasattr(event, "index"):
-                        open_choices.add(event.index)  # type: ignore[union-attr]
-                    yield event
+                    if quirks is None:
+                        yield event
+                    else:
+                        for out in quirks.feed(event):
+                            yield out
         except (TimeoutError, HTTPError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             yield ErrorEvent(
                 GatewayError(
@@ -214,11 +253,9 @@ class OpenAIAdapter(Adapter):
         except GatewayError as exc:
             yield ErrorEvent(exc)
             return
-        if not saw_done and (not finished or not open_choices <= finished):
-            # The data is incomplete: the client must not mistake it for a full answer.
-            yield ErrorEvent(
-                GatewayError(502, f"Backend {self.name} ended the stream before it was complete", code="upstream_error")
-            )
+        if saw_done and quirks is not None:
+            for out in quirks.at_done():
+                yield out
 
     # ---- health, load, models ------------------------------------------------
 

@@ -2,8 +2,11 @@
 
 Shared by the generic `openai` adapter and the runtime adapters that speak an
 OpenAI-compatible dialect with quirks (they override pieces, see `OpenAIAdapter`).
-Decoding is lenient about what runtimes add and strict about what the gateway
-promises: every finish reason is mapped into the OpenAI enum here.
+Decoding is lenient about what runtimes add and faithful to what they say: the
+runtimes' finish-reason words are translated into the OpenAI enum here (an abort
+or engine error is raised as a failure), and the rules about the whole stream
+(tool-call ids, the `tool_calls` finish, unfinished choices) belong to the
+gateway's stream guard (adapters/base.py, "The stream rules").
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from adapters.base import (
 )
 from adapters.errors import GatewayError
 
-# Finish reasons some runtimes send, mapped into the OpenAI enum. An abort or an
-# engine error is not a finish: the caller turns those into an error event.
+# The finish-reason words runtimes send, translated into the OpenAI enum; a word
+# not listed is a runtime's own way of saying it stopped. An abort or an engine
+# error is not a finish: it is raised, and the adapter turns it into an error event.
 FINISH_MAP = {
     "stop": "stop",
     "length": "length",
@@ -190,14 +194,11 @@ def decode_response(payload: dict, chat: bool, backend: str) -> list[Event]:
             if content:
                 events.append(TextDelta(index, content, decode_chat_logprobs(choice.get("logprobs"))))
             events.extend(calls)
-            reason = normalize_finish(choice.get("finish_reason") or "stop", backend)
-            if calls and reason == "stop":
-                reason = "tool_calls"
         else:
             text = choice.get("text") or ""
             if text:
                 events.append(TextDelta(index, text, decode_completion_logprobs(choice.get("logprobs"))))
-            reason = normalize_finish(choice.get("finish_reason") or "stop", backend)
+        reason = normalize_finish(choice.get("finish_reason") or "stop", backend)
         events.append(Finish(index, reason))  # type: ignore[arg-type]
     usage = decode_usage(payload.get("usage"))
     if usage is not None:
@@ -229,51 +230,6 @@ def decode_chunk(payload: dict, chat: bool, backend: str) -> list[Event]:
     if usage is not None:
         events.append(usage)
     return events
-
-
-def error_from_body(status: int, body: bytes, backend: str) -> GatewayError:
-    """An upstream error response as a GatewayError with the client-facing status.
-
-    4xx are the client's mistake and keep their status and message; 5xx become
-    502/503 (retryable when the upstream said it is unavailable)."""
-    message, etype, code, param = None, None, None, None
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        data = None
-    if isinstance(data, dict):
-        err = data.get("error", data)
-        if isinstance(err, dict):
-            message = err.get("message") or err.get("detail")
-            etype = err.get("type")
-            code = err.get("code")
-            param = err.get("param")
-        elif isinstance(err, str):
-            message = err
-        if message is None and isinstance(data.get("detail"), str):
-            message = data["detail"]
-    if message is None:
-        message = body[:300].decode(errors="replace") or f"HTTP {status}"
-    code = str(code) if code is not None and not isinstance(code, int) else None
-    if 400 <= status < 500 and status not in (408, 429):
-        return GatewayError(
-            status,
-            str(message),
-            type=etype if isinstance(etype, str) else None,
-            code=code,
-            param=param if isinstance(param, str) else None,
-        )
-    if status == 429:
-        return GatewayError(
-            429, f"Backend {backend} is overloaded: {message}", code="upstream_overloaded", retryable=True
-        )
-    retryable = status in (502, 503, 504, 408)
-    return GatewayError(
-        503 if retryable else 502,
-        f"Backend {backend} failed with HTTP {status}: {message}",
-        code="upstream_error",
-        retryable=retryable,
-    )
 
 
 async def iter_sse_data(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:

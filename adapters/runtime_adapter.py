@@ -4,54 +4,30 @@ Each runtime speaks an OpenAI-compatible dialect with quirks, so each adapter is
 an `OpenAIAdapter` whose url is the server root (`http://host:8000`, the API under
 `/v1`) plus:
 
-- errors of the runtime's shapes decoded by `runtime_errors`, with the runtime's
-  context-length message recognised (`context_pattern`) and a per-runtime status
-  rule (`_classify`);
-- every request's events passed through `EventRepair` (tool-call ids, finish
-  reasons, missing finishes, usage last);
+- its name for error messages (`runtime`), its context-length message
+  (`context_pattern`) and a per-runtime status rule (`_classify`) for the one
+  table of upstream statuses (`runtime_errors`);
+- refusals of what the runtime cannot do (`_unsupported`, 400 naming it);
 - readiness from the runtime's `/health` (connections are refused while any of
   them loads its model) and a helper to read load endpoints with a time stamp.
 """
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import AsyncIterator
 
 import aiohttp
 
 from adapters import prometheus_text as prom
-from adapters.base import Event, GenerationRequest, Health, LoadSnapshot
+from adapters.base import Health, LoadSnapshot
 from adapters.errors import GatewayError, invalid_request
 from adapters.openai import OpenAIAdapter
-from adapters.runtime_errors import ParsedError, runtime_error
-from adapters.runtime_stream import EventRepair, repaired
 
 
 class RuntimeAdapter(OpenAIAdapter):
     api_prefix = "/v1"
-    runtime = "runtime"  # the name users know, used in error messages
-    context_pattern: re.Pattern[str] | None = None
     health_path = "/health"
     health_timeout_s = 5.0
-
-    # ---- errors ------------------------------------------------------------
-
-    def _classify(self, status: int, parsed: ParsedError) -> int | None:
-        """A status to use instead of the one the body or HTTP gave, before the generic
-        rule maps it (500 there means "the backend's fault", answered as 502)."""
-        return None
-
-    def _error(self, status: int, body: bytes) -> GatewayError:
-        return runtime_error(
-            status,
-            body,
-            backend=self.name,
-            runtime=self.runtime,
-            context_pattern=self.context_pattern,
-            classify=self._classify,
-        )
 
     def _unsupported(self, feature: str, param: str | None = None) -> GatewayError:
         return invalid_request(
@@ -59,16 +35,6 @@ class RuntimeAdapter(OpenAIAdapter):
             param=param,
             code="unsupported_by_backend",
         )
-
-    # ---- generation ----------------------------------------------------------
-
-    def _repair(self, request: GenerationRequest) -> EventRepair:
-        return EventRepair(request)
-
-    def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
-        # The body is built (and may be refused with a 400) inside the base
-        # generator, before any connection is made.
-        return repaired(super().generate(request), self._repair(request))
 
     # ---- health and load -------------------------------------------------------
 

@@ -1,7 +1,8 @@
-"""Runtime error bodies of every shape -> one `GatewayError` with the status a client expects.
+"""Upstream error bodies of every shape -> one `GatewayError` with the status a client expects.
 
-The four runtimes disagree on almost everything about errors (RUNTIMES.md section 5,
-checklist items 1 and 2):
+The one table of upstream statuses (`STATUS_TABLE`), used by the generic `openai`
+adapter and every runtime adapter alike. The four runtimes disagree on almost
+everything about errors (docs/runtimes.md §5, checklist items 1 and 2):
 
 - vLLM >= 0.10.1 nests `{"error": {message, type, param, code: int}}`; older vLLM,
   SGLang and TRT-LLM send the flat `{"object": "error", message, type, param, code}`.
@@ -12,9 +13,11 @@ checklist items 1 and 2):
 - No runtime says `context_length_exceeded`: each adapter passes the regex that
   recognises its runtime's message.
 
-`runtime_error` turns any of them into the gateway's error. Client mistakes keep a
-4xx and the runtime's message; an upstream that is down or overloaded becomes a
-retryable 503/429; anything that is the backend's fault becomes 502.
+`runtime_error` turns any of them into the gateway's error. Client mistakes become
+400 with the runtime's message; an upstream that is down or overloaded becomes a
+retryable 503/429; a runtime that rejects the gateway's credentials or does not
+serve the configured model is a deployment fault (502, retryable: another backend
+may be set up right); anything else that is the backend's fault becomes 502.
 """
 
 from __future__ import annotations
@@ -32,12 +35,59 @@ from adapters.errors import GatewayError, context_length_exceeded
 @dataclass(slots=True)
 class ParsedError:
     """What an error body says, whatever its shape. `code` is the status the body
-    claims (vLLM's integer `code`, TGI's `http_status_code`), if any."""
+    claims (vLLM's integer `code`, TGI's `http_status_code`), if any; `error_code`
+    an OpenAI-style string code (`context_length_exceeded`), if any."""
 
     message: str
     type: str | None = None
     code: int | None = None
     param: str | None = None
+    error_code: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamStatus:
+    """What a client gets for one upstream status. `fault` says how the message
+    describes the backend (None: a client mistake, the runtime's message as is)."""
+
+    status: int
+    code: str | None
+    retryable: bool
+    fault: str | None
+
+
+CLIENT_MISTAKE = UpstreamStatus(400, None, False, None)
+BACKEND_FAULT = UpstreamStatus(502, "upstream_error", False, "failed")
+_DEPLOYMENT_CREDENTIALS = UpstreamStatus(502, "upstream_error", True, "rejected the gateway's credentials")
+_UNAVAILABLE = UpstreamStatus(503, "backend_unavailable", True, "is unavailable")
+
+# Upstream status -> what the client gets. Statuses not listed: other 4xx are client
+# mistakes, everything else is the backend's fault.
+STATUS_TABLE: dict[int, UpstreamStatus] = {
+    400: CLIENT_MISTAKE,
+    413: CLIENT_MISTAKE,
+    422: CLIENT_MISTAKE,  # TGI's validation status; OpenAI's is 400
+    # The gateway authenticated the client already: the runtime rejecting us is a
+    # deployment fault, and another backend may accept the request.
+    401: _DEPLOYMENT_CREDENTIALS,
+    403: _DEPLOYMENT_CREDENTIALS,
+    # The gateway maps the tenant's model to the backend's served model; a 404
+    # means the backend does not serve what the config says.
+    404: UpstreamStatus(502, "upstream_error", True, "does not serve the configured model"),
+    429: UpstreamStatus(429, "upstream_overloaded", True, "is overloaded"),
+    501: UpstreamStatus(400, "unsupported_by_backend", False, "does not support this request"),
+    408: _UNAVAILABLE,
+    502: _UNAVAILABLE,
+    503: _UNAVAILABLE,
+    504: _UNAVAILABLE,
+}
+
+
+def upstream_status(status: int) -> UpstreamStatus:
+    rule = STATUS_TABLE.get(status)
+    if rule is not None:
+        return rule
+    return CLIENT_MISTAKE if 400 <= status < 500 else BACKEND_FAULT
 
 
 def _as_status(value: Any) -> int | None:
@@ -71,7 +121,8 @@ def parse_error_body(body: bytes | str | dict | None) -> ParsedError:
         message = err.get("message")
         if message is None:
             message = err.get("detail")
-        code = _as_status(err.get("code"))
+        raw_code = err.get("code")
+        code = _as_status(raw_code)
         if code is None:
             code = _as_status(err.get("http_status_code"))
         etype = err.get("type")
@@ -81,6 +132,7 @@ def parse_error_body(body: bytes | str | dict | None) -> ParsedError:
             etype if isinstance(etype, str) else None,
             code,
             param if isinstance(param, str) else None,
+            raw_code if isinstance(raw_code, str) and _as_status(raw_code) is None and raw_code else None,
         )
     detail = data.get("detail")  # FastAPI's default shape
     return ParsedError(str(detail) if detail is not None else orjson.dumps(data).decode()[:500])
@@ -117,41 +169,12 @@ def runtime_error(
 
 
 def _by_status(status: int, message: str, parsed: ParsedError, backend: str, runtime: str) -> GatewayError:
-    if status in (400, 413, 422):
-        # 422 is TGI's validation status; OpenAI's is 400.
-        return GatewayError(400, message, param=parsed.param)
-    if status in (401, 403):
-        # The gateway authenticated the client already: the runtime rejecting us
-        # is a deployment fault, and another backend may accept the request.
-        return GatewayError(
-            502,
-            f"Backend {backend} ({runtime}) rejected the gateway's credentials: {message}",
-            code="upstream_error",
-            retryable=True,
-        )
-    if status == 404:
-        # The gateway maps the tenant's model to the backend's served model; a
-        # 404 means the backend does not serve what the config says.
-        return GatewayError(
-            502,
-            f"Backend {backend} ({runtime}) does not serve the configured model: {message}",
-            code="upstream_error",
-            retryable=True,
-        )
-    if status == 501:
-        return GatewayError(
-            400,
-            f"Backend {backend} ({runtime}) does not support this request: {message}",
-            code="unsupported_by_backend",
-        )
-    if status == 429:
-        return GatewayError(
-            429, f"Backend {backend} ({runtime}) is overloaded: {message}", code="upstream_overloaded", retryable=True
-        )
-    if status in (408, 502, 503, 504):
-        return GatewayError(
-            503, f"Backend {backend} ({runtime}) is unavailable: {message}", code="backend_unavailable", retryable=True
-        )
-    if 400 <= status < 500:
-        return GatewayError(400, message, param=parsed.param)
-    return GatewayError(502, f"Backend {backend} ({runtime}) failed: {message}", code="upstream_error")
+    rule = upstream_status(status)
+    if rule.fault is None:
+        return GatewayError(rule.status, message, param=parsed.param, code=parsed.error_code)
+    return GatewayError(
+        rule.status,
+        f"Backend {backend} ({runtime}) {rule.fault}: {message}",
+        code=rule.code,
+        retryable=rule.retryable,
+    )

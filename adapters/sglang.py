@@ -1,5 +1,5 @@
 """SGLang (`python -m sglang.launch_server`, OpenAI server under /v1), facts from
-RUNTIMES.md section 2.
+docs/runtimes.md §2.
 
 What differs from OpenAI and is handled here:
 - errors: flat `{"object": "error", message, type, param, code: int}`; in a stream
@@ -10,7 +10,8 @@ What differs from OpenAI and is handled here:
   of M tokens ..." / "max_completion_tokens is too large".
 - `finish_reason` in a separate content-free chunk (the decoder does not care),
   `matched_stop` and top-level `reasoning_tokens` ignored, `abort` an error.
-- tool-call argument pieces repeat `id: null, name: null, type` (EventRepair).
+- tool-call argument pieces repeat `id: null, name: null, type` (decoded as pieces
+  without id or name).
 - cached tokens only with `--enable-cache-report` (option `cache_report: true`).
 - cancellation: closing the connection is noticed only by a 4 s poll (or 2 s
   after the response), so the gateway also calls `POST /abort_request` with the

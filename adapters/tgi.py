@@ -1,5 +1,5 @@
 """Hugging Face TGI (`text-generation-launcher`, Messages API under /v1), facts from
-RUNTIMES.md section 4 and `router/src/lib.rs`, `server.rs`, `chat.rs`.
+docs/runtimes.md §4 and `router/src/lib.rs`, `server.rs`, `chat.rs`.
 
 What differs from OpenAI and is handled here:
 - requests: `model` selects a LoRA adapter unless it is `"tgi"`, so `"tgi"` is sent
@@ -18,12 +18,16 @@ What differs from OpenAI and is handled here:
 - context length: "`inputs` tokens + `max_new_tokens` must be <= N" / "`inputs`
   must have less than N tokens".
 - finish reasons `stop_sequence`, `eos_token` (stop); `""` on every completions
-  chunk before the last (not a finish); never `tool_calls` (EventRepair).
-- tool calls: id `"0"` (>= 3.2) or `""` (< 3.2) made unique (EventRepair); no
-  `content` key; before 3.2 object `arguments` and a single-object stream delta
-  without a name whose arguments are the raw grammar output
-  `{"function": {"_name": ..., <args>}}`: buffered and decoded when the choice
-  ends. A chosen `no_tool` (or `notify_error` in 2.x) is the model answering in text.
+  chunk before the last (not a finish); never `tool_calls` (the stream guard makes
+  a choice with tool calls finish `tool_calls`).
+- the matched stop sequence is left in the text: trimmed (`TGIQuirks`).
+- tool calls: id `"0"` (>= 3.2) or `""` (< 3.2), replaced by the gateway's own ids
+  like every runtime's; no `content` key; no finish chunk after a streamed tool
+  call (`TGIQuirks` finishes the choice at `[DONE]`); before 3.2 object `arguments`
+  and a single-object stream delta without a name whose arguments are the raw
+  grammar output `{"function": {"_name": ..., <args>}}`: buffered and decoded when
+  the choice ends. A chosen `no_tool` (or `notify_error` in 2.x) is the model
+  answering in text.
 - load from Prometheus `/metrics` (`tgi_*`): queue size, batch size, and batch
   tokens over the token budget as the KV usage estimate; no prefix cache.
 """
@@ -50,9 +54,9 @@ from adapters.base import (
     ToolCallDelta,
 )
 from adapters.errors import GatewayError
+from adapters.openai import EventFilter
 from adapters.runtime_adapter import RuntimeAdapter
 from adapters.runtime_errors import ParsedError
-from adapters.runtime_stream import EventRepair, fresh_tool_call_id
 
 # adapters may import engine.text (pure Python, no torch), nothing else of engine/.
 from engine.text.stop import StopStringMatcher
@@ -197,8 +201,10 @@ class TGIAdapter(RuntimeAdapter):
                     _text_tools_to_content(message)
         return wire.decode_response(payload, chat, self.name)
 
-    def _repair(self, request: GenerationRequest) -> EventRepair:
-        return TGIEventRepair(request, self.name)
+    def _event_filter(self, request: GenerationRequest) -> EventFilter | None:
+        if not request.sampling.stop and not request.tools:
+            return None  # nothing to trim, no tool calls: the events need no help
+        return TGIQuirks(request, self.name)
 
     # ---- load -----------------------------------------------------------------
 
@@ -273,50 +279,71 @@ def _parse_args(args: Any) -> dict[str, Any]:
     return {}
 
 
-class TGIEventRepair(EventRepair):
-    """EventRepair plus TGI < 3.2 streamed tool calls: pieces that never name their
-    function are the raw grammar output, decoded when the choice finishes."""
+class TGIQuirks(EventFilter):
+    """What only TGI's whole answer shows, for one request:
+
+    - the matched stop sequence is left at the end of the text (OpenAI's text
+      excludes it): text that may begin a stop sequence is held back;
+    - before 3.2 a streamed tool call comes as pieces that never name their function,
+      the raw grammar output: buffered and decoded when the choice finishes;
+    - after a streamed tool call TGI may send no finish chunk: a choice that made a
+      tool call gets its finish when the stream ends with `[DONE]`.
+    """
 
     def __init__(self, request: GenerationRequest, backend: str) -> None:
-        super().__init__(request)
         self.backend = backend
-        self.unnamed: dict[tuple[int, int], list[str]] = {}
-        # TGI returns the matched stop sequence; OpenAI's text excludes it.
         self.stops = list(request.sampling.stop)
         self.trimmers: dict[int, StopStringMatcher] = {}
+        self.unnamed: dict[tuple[int, int], list[str]] = {}  # raw grammar pieces per (choice, call)
+        self.named: set[tuple[int, int]] = set()
+        self.with_calls: set[int] = set()
+        self.finished: set[int] = set()
 
     def feed(self, event: Event) -> list[Event]:
-        if self.stops and isinstance(event, TextDelta):
-            trimmer = self.trimmers.setdefault(event.index, StopStringMatcher(self.stops))
-            event.text = trimmer.feed(event.text).text
-            if not event.text and not event.logprobs:
-                self.started.add(event.index)
-                return []
-        elif self.stops and isinstance(event, Finish) and event.index in self.trimmers:
-            rest = self.trimmers[event.index].flush()
-            if rest:
-                return super().feed(TextDelta(event.index, rest)) + super().feed(event)
-        return super().feed(event)
+        if isinstance(event, TextDelta):
+            if self.stops:
+                trimmer = self.trimmers.setdefault(event.index, StopStringMatcher(self.stops))
+                event.text = trimmer.feed(event.text).text
+                if not event.text and not event.logprobs:
+                    return []
+            return [event]
+        if isinstance(event, ToolCallDelta):
+            return self._tool_piece(event)
+        if isinstance(event, Finish):
+            return self._finish(event)
+        return [event]
 
     def _tool_piece(self, piece: ToolCallDelta) -> list[Event]:
         key = (piece.index, piece.tool_index)
-        if key in self.unnamed or (not piece.name and key not in self.named and key not in self.tool_ids):
+        self.with_calls.add(piece.index)
+        if key in self.unnamed or (not piece.name and key not in self.named):
             self.unnamed.setdefault(key, []).append(piece.arguments)
-            self.started.add(piece.index)
             return []
-        return super()._tool_piece(piece)
+        self.named.add(key)
+        return [piece]
 
     def _finish(self, event: Finish) -> list[Event]:
-        out = self._flush(event.index)
-        if any(isinstance(e, ErrorEvent) for e in out):
+        index = event.index
+        out: list[Event] = []
+        trimmer = self.trimmers.get(index)
+        rest = trimmer.flush() if trimmer is not None else ""
+        if rest:
+            out.append(TextDelta(index, rest))
+        out.extend(self._flush(index))
+        if out and isinstance(out[-1], ErrorEvent):
             return out
-        return out + super()._finish(event)
+        self.finished.add(index)
+        out.append(event)
+        return out
 
-    def finish(self) -> list[Event]:
+    def at_done(self) -> list[Event]:
         out: list[Event] = []
         for index in sorted({i for i, _ in self.unnamed}):
             out.extend(self._flush(index))
-        return out + super().finish()
+            if out and isinstance(out[-1], ErrorEvent):
+                return out
+        out.extend(Finish(index, "stop") for index in sorted(self.with_calls - self.finished))
+        return out
 
     def _flush(self, index: int) -> list[Event]:
         out: list[Event] = []
@@ -324,8 +351,7 @@ class TGIEventRepair(EventRepair):
             text = "".join(self.unnamed.pop(key))
             decoded = decode_grammar_call(text)
             if decoded is None:
-                self.failed = True
-                return [
+                out.append(
                     ErrorEvent(
                         GatewayError(
                             502,
@@ -333,16 +359,13 @@ class TGIEventRepair(EventRepair):
                             code="upstream_error",
                         )
                     )
-                ]
+                )
+                return out
             name, args = decoded
             if name in TEXT_TOOLS:
                 out.append(TextDelta(index, str(args.get(TEXT_TOOLS[name], ""))))
                 continue
-            out.extend(
-                super()._tool_piece(
-                    ToolCallDelta(index, key[1], fresh_tool_call_id(), name, json.dumps(args, ensure_ascii=False))
-                )
-            )
+            out.append(ToolCallDelta(index, key[1], None, name, json.dumps(args, ensure_ascii=False)))
         return out
 
 

@@ -1,16 +1,18 @@
-"""TensorRT-LLM (`trtllm-serve`, OpenAI server under /v1), facts from RUNTIMES.md
-section 3 and `tensorrt_llm/serve/openai_protocol.py`.
+"""TensorRT-LLM (`trtllm-serve`, OpenAI server under /v1), facts from docs/runtimes.md
+§3 and `tensorrt_llm/serve/openai_protocol.py`.
 
 What differs from OpenAI and is handled here:
 - every request model has `extra="forbid"`: a field TRT-LLM does not declare is a
   400 (`parallel_tool_calls`, `store`, `metadata`, `service_tier`, ...). Bodies
   are cut down to the declared fields; `parallel_tool_calls: false` is enforced by
-  dropping later calls (EventRepair) since older builds cannot even receive it.
+  the gateway's stream guard (later calls dropped) since older builds cannot even
+  receive it.
 - errors: flat `{"object": "error", ..., "code": 400}` for almost everything,
   generation failures included (made 502 here); validation errors as
   `{"error": "<text>"}`; completions in-stream `{"error": {...}}` + `[DONE]`.
-- a chat stream that fails is cut without `[DONE]` (the base adapter makes that an
-  error event); the first frame has a trailing space (JSON tolerates it).
+- a chat stream that fails is cut without `[DONE]` and without a finish (the stream
+  guard makes that an error event); the first frame has a trailing space (JSON
+  tolerates it).
 - context length: "... should not exceed max_num_tokens (M)" (PyTorch backend) or
   "... should not exceed max_seq_len (L)" (TensorRT backend).
 - stream ids `chatcmpl-<int>` and `model` echoes: the gateway writes its own.

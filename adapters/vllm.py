@@ -1,4 +1,4 @@
-"""vLLM (`vllm serve`, OpenAI server under /v1), facts from RUNTIMES.md section 1.
+"""vLLM (`vllm serve`, OpenAI server under /v1), facts from docs/runtimes.md §1.
 
 What differs from OpenAI and is handled here:
 - errors: nested `{"error": {..., "code": <int>}}` (flat before 0.10.1), in-stream

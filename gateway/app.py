@@ -23,8 +23,10 @@ from adapters.errors import GatewayError, model_not_found
 from gateway.backends import BackendSet
 from gateway.config import GatewayConfig
 from gateway.dispatch import Dispatcher
-from gateway.generation import Generation, RequestContext
-from gateway.metrics import GatewayMetrics, access_logger, log_access
+from gateway.generation import Generation
+from gateway.metrics import GatewayMetrics, access_logger
+from gateway.protection import Protection
+from gateway.recorder import Outcome, RequestContext, RequestRecorder
 from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
 from gateway.responses import error_response, json_response
 
@@ -46,21 +48,20 @@ class Gateway:
         self.metrics = metrics or GatewayMetrics()
         self.backends = BackendSet(config, registry=self.metrics.registry)
         self.dispatcher = Dispatcher(self.backends)
-        self.protection = _make_protection(config, self.metrics)
-        self.access_log = access_logger() if config.access_log else None
+        self.protection = Protection.from_config(config, self.metrics.registry)
+        self.recorder = RequestRecorder(
+            self.metrics, self.backends.pools, access_logger() if config.access_log else None
+        )
         self.started_at = int(time.time())
 
     async def startup(self) -> None:
-        if self.protection is not None:
-            await self.protection.start()
-            if hasattr(self.protection, "set_capacity_provider"):
-                self.protection.set_capacity_provider(self._capacity)
+        await self.protection.start()
+        self.protection.set_capacity_provider(self._capacity)
         await self.backends.start()
 
     async def shutdown(self) -> None:
         await self.backends.aclose()
-        if self.protection is not None:
-            await self.protection.aclose()
+        await self.protection.aclose()
 
     def _capacity(self, model: str) -> int | None:
         pool = self.backends.pools.get(model)
@@ -83,39 +84,31 @@ class Gateway:
             body = parse_json_body(raw)
             reqs = [parse_chat(body, ctx.request_id)] if chat else parse_completion(body, ctx.request_id)
             ctx.model = reqs[0].model
-            principal = None
-            if self.protection is not None:
-                principal = await self.protection.authenticate(_headers(request))
-                ctx.tenant = principal.tenant
-                for r in reqs:
-                    r.tenant = principal.tenant
-                    r.priority = getattr(principal, "tier", 0)
+            principal = await self.protection.authenticate(_headers(request))
+            ctx.tenant = principal.tenant
+            for r in reqs:
+                r.tenant = principal.tenant
+                r.priority = principal.tier
             if self.dispatcher.pool(ctx.model) is None:
                 raise model_not_found(ctx.model)
-            if principal is not None and not self.protection.may_use(principal, ctx.model):
-                raise GatewayError(
-                    403, f"Your key may not use the model `{ctx.model}`.", param="model", code="model_not_allowed"
-                )
-            if self.protection is not None:
-                queued_at = time.perf_counter()
-                estimate = sum(estimate_prompt_tokens(r) for r in reqs)
-                ctx.ticket = await self.protection.admit(
-                    principal,
-                    ctx.model,
-                    reqs[0],
-                    estimate,
-                    request.is_disconnected,
-                    choices=sum(r.sampling.n for r in reqs),
-                )
-                ctx.queue_wait = time.perf_counter() - queued_at
+            queued_at = time.perf_counter()
+            ticket = await self.protection.admit(
+                principal,
+                ctx.model,
+                reqs[0],
+                sum(estimate_prompt_tokens(r) for r in reqs),
+                request.is_disconnected,
+                choices=sum(r.sampling.n for r in reqs),
+            )
+            ctx.queue_wait = time.perf_counter() - queued_at
         except GatewayError as err:
             return self._fail(ctx, err)
         except ClientDisconnect:
             return self._fail(ctx, GatewayError(499, "client closed the request", code="client_closed"))
-        return Generation(self, ctx, reqs)
+        return Generation(self.dispatcher, self.recorder, ctx, ticket, reqs)
 
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
-        self.finish_record(ctx, err.status, None, error=err.message)
+        self.recorder.finish(ctx, Outcome(err.status, error=err.message))
         return error_response(err, ctx.request_id)
 
     async def _read_body(self, request: Request) -> bytes:
@@ -153,8 +146,6 @@ class Gateway:
 
     async def _allowed_models(self, request: Request) -> list[str]:
         names = list(self.backends.pools)
-        if self.protection is None:
-            return names
         principal = await self.protection.authenticate(_headers(request))
         return [m for m in names if self.protection.may_use(principal, m)]
 
@@ -182,71 +173,9 @@ class Gateway:
             self.metrics.backend_inflight.labels(b.name).set(b.inflight)
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    # ---- bookkeeping shared with Generation ---------------------------------------------
-
-    def finish_record(
-        self,
-        ctx: RequestContext,
-        status: int,
-        usage,
-        *,
-        backend: str | None = None,
-        error: str | None = None,
-        cancelled_phase: str | None = None,
-    ) -> None:
-        elapsed = time.perf_counter() - ctx.started
-        model = ctx.model or "-"
-        known_model = model in self.backends.pools
-        mlabel = model if known_model else "-"
-        m = self.metrics
-        m.child(m.requests, mlabel, backend or "-", str(status)).inc()
-        if known_model:
-            m.child(m.e2e, mlabel).observe(elapsed)
-            if ctx.upstream_wait or backend:
-                m.child(m.overhead, mlabel).observe(max(0.0, elapsed - ctx.upstream_wait - ctx.queue_wait))
-            if usage is not None:
-                m.child(m.prompt_tokens, mlabel).inc(usage.prompt_tokens)
-                m.child(m.completion_tokens, mlabel).inc(usage.completion_tokens)
-        if cancelled_phase:
-            m.child(m.cancelled, cancelled_phase).inc()
-        if self.access_log is not None:
-            record = {
-                "ts": round(time.time(), 3),
-                "request_id": ctx.request_id,
-                "tenant": ctx.tenant,
-                "model": ctx.model,
-                "backend": backend,
-                "status": status,
-                "latency_ms": round(elapsed * 1000, 3),
-                "stream": ctx.stream,
-            }
-            if usage is not None:
-                record["prompt_tokens"] = usage.prompt_tokens
-                record["completion_tokens"] = usage.completion_tokens
-            if ctx.ttft is not None:
-                record["ttft_ms"] = round(ctx.ttft * 1000, 3)
-            if error:
-                record["error"] = error
-            if cancelled_phase:
-                record["cancelled_phase"] = cancelled_phase
-            log_access(self.access_log, record)
-
 
 def _headers(request: Request) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
-
-
-def _make_protection(config: GatewayConfig, metrics: GatewayMetrics):
-    """Auth, quotas and admission, when this build has them (gateway/protection.py)."""
-    try:
-        from gateway.protection import Protection
-    except ModuleNotFoundError as exc:
-        if exc.name != "gateway.protection":
-            raise
-        if config.auth.mode != "none" or config.tenants:
-            raise RuntimeError("this config needs auth or quotas, which this build does not include") from exc
-        return None
-    return Protection.from_config(config, metrics.registry)
 
 
 class HotPath:

@@ -5,11 +5,13 @@
   can serve it).
 - Fails over, and falls back to the model's `fallback` models, only while
   nothing has reached the client: a backend counts as started once its first
-  event arrived.
+  event arrived (a stream that ends before any event never started: 502).
 - Emulates n > 1 for runtimes without it by fanning out n single requests, and
   merges the prompts of a batched legacy completion into one stream with dense
-  choice indices.
-- Holds each backend's in-flight count for exactly as long as its stream is open.
+  choice indices and one usage.
+- Holds each backend's in-flight count from the start until the request is closed
+  (`Dispatched.aclose`), whether its events were read or not.
+- Hands back the stream under its `StreamGuard`, the one owner of the stream rules.
 """
 
 from __future__ import annotations
@@ -20,19 +22,32 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from adapters.base import ErrorEvent, Event, GenerationRequest, Usage
-from adapters.errors import GatewayError
+from adapters.base import ErrorEvent, Event, GenerationRequest
+from adapters.errors import GatewayError, upstream_failed
 from gateway.backends import Backend, BackendSet, ModelPool
+from gateway.merge import Merged, merge
+from gateway.stream_guard import StreamGuard, guarded
 
 log = logging.getLogger("switchyard.dispatch")
 
-_END = object()
+
+# Told True when a retry round starts waiting out its backoff, False when it ends.
+BackoffListener = Callable[[bool], None]
 
 
 @dataclass
-class Started:
-    backend: Backend
+class Dispatched:
+    """A request under way: who serves it, and its guarded events. `aclose` ends it
+    (closing the upstream work and freeing each backend's in-flight slot), whether
+    or not its events were read."""
+
+    backend: str  # the backend's name; several, comma-separated, when sub-requests went apart
     events: AsyncIterator[Event]
+    holds: Started | Merged
+
+    async def aclose(self) -> None:
+        await self.events.aclose()  # type: ignore[attr-defined]
+        await self.holds.aclose()
 
 
 class Dispatcher:
@@ -43,12 +58,10 @@ class Dispatcher:
         return self.backends.pools.get(model)
 
     async def open(
-        self, model: str, requests: list[GenerationRequest], on_phase: Callable[[str], None] | None = None
-    ) -> tuple[str, AsyncIterator[Event]]:
-        """Start every sub-request; returns the backend name(s) and the merged events.
-
-        `on_phase` hears "retry_backoff" while a retry round waits and "upstream"
-        when it ends. Raises GatewayError when nothing could start; the client
+        self, model: str, requests: list[GenerationRequest], on_backoff: BackoffListener | None = None
+    ) -> Dispatched:
+        """Start every sub-request; returns the backend name(s) and the merged,
+        guarded events. Raises GatewayError when nothing could start; the client
         has seen nothing then."""
         offset = 0
         plan = []
@@ -58,20 +71,22 @@ class Dispatcher:
         starts: list[tuple[int, Started]] = []
         try:
             for off, req in plan:
-                for sub_off, started in await self._start(model, req, on_phase):
+                for sub_off, started in await self._start(model, req, on_backoff):
                     starts.append((off + sub_off, started))
         except BaseException:
-            await asyncio.gather(*(s.events.aclose() for _, s in starts), return_exceptions=True)
+            await asyncio.gather(*(s.aclose() for _, s in starts), return_exceptions=True)
             raise
         names = ",".join(sorted({s.backend.name for _, s in starts}))
+        guard = StreamGuard.for_requests(requests, names)
         if len(starts) == 1 and starts[0][0] == 0:
-            return names, starts[0][1].events
-        subs = [(off, s.events) for off, s in starts]
-        same_prompt = len(requests) == 1
-        return names, merge(subs, prompt_counted_once=same_prompt)
+            # One stream: the guard reads the adapter's iterator itself (no layer between).
+            started = starts[0][1]
+            return Dispatched(names, guarded(started.agen, guard, started.first), started)
+        merged = merge(list(starts), prompt_counted_once=len(requests) == 1)
+        return Dispatched(names, guarded(merged, guard), merged)
 
     async def _start(
-        self, model: str, req: GenerationRequest, on_phase: Callable[[str], None] | None
+        self, model: str, req: GenerationRequest, on_backoff: BackoffListener | None
     ) -> list[tuple[int, Started]]:
         pool = self.pool(model)
         if pool is None:
@@ -81,11 +96,11 @@ class Dispatcher:
         rounds = pool.config.max_retries + 1
         for attempt in range(rounds):
             if attempt:
-                if on_phase:
-                    on_phase("retry_backoff")
+                if on_backoff:
+                    on_backoff(True)
                 await asyncio.sleep(pool.config.retry_backoff_s * (2 ** (attempt - 1)))
-                if on_phase:
-                    on_phase("upstream")
+                if on_backoff:
+                    on_backoff(False)
             for p in pools:
                 candidates, why_not = self._candidates(p, req)
                 if not candidates and why_not and p is pool and len(pools) == 1:
@@ -127,7 +142,7 @@ class Dispatcher:
                 for i, sub in enumerate(subs):
                     started.append((i, await self._start_one(backend, sub)))
             except BaseException:
-                await asyncio.gather(*(s.events.aclose() for _, s in started), return_exceptions=True)
+                await asyncio.gather(*(s.aclose() for _, s in started), return_exceptions=True)
                 raise
             return started
         return [(0, await self._start_one(backend, req))]
@@ -138,75 +153,39 @@ class Dispatcher:
         try:
             first = await agen.__anext__()
         except StopAsyncIteration:
-            first = None
+            first = ErrorEvent(upstream_failed(backend.name, "the stream ended before any event"))
         except BaseException:
             backend.inflight -= 1
-            await agen.aclose()
+            await agen.aclose()  # type: ignore[attr-defined]
             raise
         if isinstance(first, ErrorEvent):
             # Nothing reached the client yet: answer with the error's own status
             # (or fail over when it is retryable) instead of a 200 stream.
             backend.inflight -= 1
-            await agen.aclose()
+            await agen.aclose()  # type: ignore[attr-defined]
             raise first.error
-        return Started(backend, _tracked(backend, agen, first))
+        return Started(backend, agen, first)
 
 
-async def _tracked(backend: Backend, agen: AsyncIterator[Event], first: Event | None) -> AsyncIterator[Event]:
-    try:
-        if first is not None:
-            yield first
-        async for event in agen:
+class Started:
+    """A started sub-request: the adapter's iterator, its first event (already read)
+    and one in-flight slot of its backend, held until `aclose`, which also closes
+    the iterator (aborting the upstream work), whether it was read or not."""
+
+    def __init__(self, backend: Backend, agen: AsyncIterator[Event], first: Event) -> None:
+        self.backend = backend
+        self.agen = agen
+        self.first = first
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[Event]:
+        yield self.first
+        async for event in self.agen:
             yield event
-    except GatewayError as exc:
-        yield ErrorEvent(exc)
-    finally:
-        backend.inflight -= 1
-        await agen.aclose()  # type: ignore[attr-defined]
 
-
-async def merge(subs: list[tuple[int, AsyncIterator[Event]]], prompt_counted_once: bool) -> AsyncIterator[Event]:
-    """Interleave several event streams, shifting each one's choice indices by its
-    offset and summing usage into one `Usage` at the end."""
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def pump(offset: int, events: AsyncIterator[Event]) -> None:
-        try:
-            async for ev in events:
-                await queue.put((offset, ev))
-        except GatewayError as exc:
-            await queue.put((offset, ErrorEvent(exc)))
-        finally:
-            await queue.put((offset, _END))
-
-    tasks = [asyncio.create_task(pump(off, ev)) for off, ev in subs]
-    prompt = completion = 0
-    cached: int | None = None
-    saw_usage = False
-    try:
-        remaining = len(tasks)
-        while remaining:
-            offset, ev = await queue.get()
-            if ev is _END:
-                remaining -= 1
-                continue
-            if isinstance(ev, ErrorEvent):
-                yield ev
-                return
-            if isinstance(ev, Usage):
-                saw_usage = True
-                prompt = max(prompt, ev.prompt_tokens) if prompt_counted_once else prompt + ev.prompt_tokens
-                completion += ev.completion_tokens
-                if ev.cached_tokens is not None:
-                    cached = (
-                        max(cached or 0, ev.cached_tokens) if prompt_counted_once else (cached or 0) + ev.cached_tokens
-                    )
-                continue
-            yield dataclasses.replace(ev, index=ev.index + offset)  # type: ignore[type-var]
-        if saw_usage:
-            yield Usage(prompt, completion, cached)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await asyncio.gather(*(ev.aclose() for _, ev in subs), return_exceptions=True)  # type: ignore[attr-defined]
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.backend.inflight -= 1
+        await self.agen.aclose()  # type: ignore[attr-defined]

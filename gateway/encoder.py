@@ -1,14 +1,15 @@
 """The one OpenAI encoder: canonical events -> chat.completion(.chunk) / text_completion.
 
-Every OpenAI rule about the response's shape lives here, once, whatever runtime
+The events it gets obey the stream rules (adapters/base.py), enforced by
+gateway/stream_guard.py: one id per tool call on its first piece, one finish per
+choice with a reason in the enum, usage last, nothing after an error. The encoder
+trusts them and owns the rest of the response's shape, once, whatever runtime
 produced the events:
 - `role` only in the first delta of a choice, and only once that choice has
   something to say (a token, a tool call or its finish);
 - tool-call `id`, `type` and `function.name` only in the first delta for that
   tool index, a `function` object in every tool-call delta, `arguments` a string,
   tool indices dense from 0 per choice;
-- `finish_reason` exactly once per choice, always in the enum (`tool_calls` when
-  the choice made tool calls);
 - choices introduced in index order (the official client's stream helper indexes
   its snapshot by position), so a choice that starts early waits for lower ones;
 - the usage chunk last, with `choices: []`, and only when `include_usage`;
@@ -18,7 +19,6 @@ produced the events:
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,10 +45,6 @@ def sse(payload: dict) -> bytes:
 
 def sse_error(err: GatewayError) -> bytes:
     return sse(err.to_dict()) + DONE
-
-
-def new_tool_call_id() -> str:
-    return "call_" + secrets.token_hex(12)
 
 
 def usage_dict(usage: Usage) -> dict[str, Any]:
@@ -95,7 +91,6 @@ def completion_logprobs(items: list[TokenLogprob], offset: int) -> tuple[dict[st
 @dataclass
 class _Choice:
     introduced: bool = False
-    finished: bool = False
     text: list[str] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     # adapter tool index -> [dense index, id, name, argument pieces]
@@ -126,25 +121,11 @@ class _Base:
     def tool_slot(self, c: _Choice, ev: ToolCallDelta) -> tuple[list[Any], bool]:
         slot = c.tools.get(ev.tool_index)
         if slot is None:
-            slot = c.tools[ev.tool_index] = [len(c.tools), ev.id or new_tool_call_id(), ev.name, []]
+            slot = c.tools[ev.tool_index] = [len(c.tools), ev.id, ev.name, []]
             return slot, True
         if slot[2] is None and ev.name:
             slot[2] = ev.name
         return slot, False
-
-    def final_reason(self, c: _Choice, reason: str) -> str:
-        if self.chat and c.tools and reason == "stop":
-            return "tool_calls"
-        if not self.chat and reason == "tool_calls":
-            return "stop"
-        return reason
-
-    @property
-    def all_finished(self) -> bool:
-        return len(self.choices) >= self.n and all(c.finished for c in self.choices.values())
-
-    def unfinished(self) -> list[int]:
-        return [i for i in range(self.n) if not self.choice(i).finished]
 
 
 class StreamEncoder(_Base):
@@ -175,8 +156,6 @@ class StreamEncoder(_Base):
 
     def feed(self, event: Event) -> bytes:
         """The SSE bytes for one event (possibly empty, possibly several frames)."""
-        if self.closed:
-            return b""  # after the error event or [DONE], nothing may follow
         if isinstance(event, Usage):
             self.usage = event
             return b""
@@ -184,8 +163,6 @@ class StreamEncoder(_Base):
             return self.error(event.error)
         index = event.index
         c = self.choice(index)
-        if c.finished:
-            return b""  # exactly one finish per choice: nothing may follow it
         if not c.introduced and index != self.next_new:
             self.pending.setdefault(index, []).append(event)
             return b""
@@ -209,18 +186,12 @@ class StreamEncoder(_Base):
         return out
 
     def _frame(self, index: int, c: _Choice, event: Event) -> bytes:
-        if c.finished:
-            return b""
         if isinstance(event, Finish):
-            c.finished = True
-            reason = self.final_reason(c, event.reason)
             if self.chat:
                 delta: dict[str, Any] = {} if c.introduced else {"role": "assistant", "content": ""}
-                return self._chunk({"index": index, "delta": delta, "finish_reason": reason})
-            return self._chunk({"index": index, "text": "", "logprobs": None, "finish_reason": reason})
+                return self._chunk({"index": index, "delta": delta, "finish_reason": event.reason})
+            return self._chunk({"index": index, "text": "", "logprobs": None, "finish_reason": event.reason})
         if isinstance(event, ToolCallDelta):
-            if not self.chat:
-                return b""
             slot, first = self.tool_slot(c, event)
             call: dict[str, Any] = {"index": slot[0]}
             if first:
@@ -301,11 +272,8 @@ class ResponseBuilder(_Base):
         if isinstance(event, ErrorEvent):
             raise event.error
         c = self.choice(event.index)
-        if c.finished:
-            return
         if isinstance(event, Finish):
-            c.finished = True
-            c.finish_reason = self.final_reason(c, event.reason)
+            c.finish_reason = event.reason
         elif isinstance(event, ToolCallDelta):
             slot, _ = self.tool_slot(c, event)
             slot[3].append(event.arguments)

@@ -6,69 +6,69 @@ upstream's first event, between stream chunks, and during a non-streamed
 answer. When the client leaves, the generation task is cancelled, which closes
 the adapter's iterator (aborting the upstream work), and the ticket is released
 with the partial usage and the phase it happened in.
+
+The events come from `Dispatcher.open` under the stream guard, so every choice
+finished, or an error event ended the stream; nothing here checks the stream again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
 
 import orjson
 
-from adapters.base import ErrorEvent, GenerationRequest, TextDelta, ToolCallDelta, Usage
+from adapters.base import ErrorEvent, Event, GenerationRequest, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
+from gateway.dispatch import Dispatcher
 from gateway.encoder import ResponseBuilder, StreamEncoder
+from gateway.phases import CancelPhase
+from gateway.protection import Ticket
+from gateway.recorder import Outcome, RequestContext, RequestRecorder
 from gateway.requests import estimate_prompt_tokens
 from gateway.responses import error_response
-
-if TYPE_CHECKING:
-    from gateway.app import Gateway
 
 CONTENT_EVENTS = (TextDelta, ToolCallDelta)
 WATCH_AFTER_S = 0.02
 
 
-@dataclass
-class RequestContext:
-    request_id: str
-    started: float
-    chat: bool
-    model: str | None = None
-    tenant: str | None = None
-    stream: bool = False
-    ticket: Any = None
-    queue_wait: float = 0.0
-    upstream_wait: float = 0.0
-    ttft: float | None = None
-    phase: str = "upstream_headers"
-    extra_headers: dict[str, str] = field(default_factory=dict)
-
-
 class Generation:
     """An ASGI response that runs the generation it answers."""
 
-    def __init__(self, gateway: Gateway, ctx: RequestContext, requests: list[GenerationRequest]) -> None:
-        self.gw = gateway
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        recorder: RequestRecorder,
+        ctx: RequestContext,
+        ticket: Ticket,
+        requests: list[GenerationRequest],
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.recorder = recorder
         self.ctx = ctx
+        self.ticket = ticket
         self.requests = requests
         self.first = requests[0]
         ctx.stream = self.first.stream
+        self.model = self.first.model
         self.n = sum(r.sampling.n for r in requests)
         self.created = int(time.time())
         prefix = "chatcmpl-" if ctx.chat else "cmpl-"
         self.response_id = prefix + ctx.request_id.replace("-", "")[:32]
+        # Where a client leaving would find the request: before the first event.
+        self.waiting_phase = CancelPhase.UPSTREAM_HEADERS if self.first.stream else CancelPhase.NON_STREAMING
+        self.phase = self.waiting_phase
         self.completion_tokens_seen = 0
         self.usage: Usage | None = None
         self.backend: str | None = None
         self.status = 200
         self.error: str | None = None
+        self._last_content: float | None = None
 
     def _headers(self, content_type: bytes) -> list[tuple[bytes, bytes]]:
         headers = [(b"content-type", content_type), (b"x-request-id", self.ctx.request_id.encode())]
-        ticket_headers = getattr(self.ctx.ticket, "headers", None) or {}
-        for k, v in ticket_headers.items():
+        for k, v in self.ticket.headers.items():
             headers.append((k.encode(), str(v).encode()))
         return headers
 
@@ -95,7 +95,7 @@ class Generation:
         # task (the only per-request task) starts only once a request has lasted
         # WATCH_AFTER_S, so a disconnect is seen at most that much later.
         timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watching)
-        cancelled_phase = None
+        cancelled_phase: CancelPhase | None = None
         clean = False
         try:
             await self._run(send)
@@ -104,7 +104,7 @@ class Generation:
             if not state["gone"]:
                 raise  # the server is shutting down, not the client leaving
             task.uncancel()  # type: ignore[union-attr]
-            cancelled_phase = self.ctx.phase
+            cancelled_phase = self.phase
             self.status = 499
             self.error = "client disconnected"
         finally:
@@ -113,12 +113,9 @@ class Generation:
             for w in watchers:
                 w.cancel()
             usage = self.usage or self._estimated_usage()
-            if self.ctx.ticket is not None:
-                release = self.ctx.ticket.release(usage, cancelled_phase)
-                await (release if clean else asyncio.shield(release))
-            self.gw.finish_record(
-                self.ctx, self.status, usage, backend=self.backend, error=self.error, cancelled_phase=cancelled_phase
-            )
+            release = self.ticket.release(usage, cancelled_phase)
+            await (release if clean else asyncio.shield(release))
+            self.recorder.finish(self.ctx, Outcome(self.status, usage, self.backend, self.error, cancelled_phase))
 
     def _estimated_usage(self) -> Usage | None:
         """When the runtime gave no usage (cut stream, cancelled): what we saw."""
@@ -127,75 +124,66 @@ class Generation:
         prompt = sum(estimate_prompt_tokens(r) for r in self.requests)
         return Usage(prompt, self.completion_tokens_seen)
 
-    def _set_phase(self, phase: str) -> None:
-        if phase == "upstream":
-            phase = "upstream_headers" if self.first.stream else "non_streaming"
-        self.ctx.phase = phase
-
-    async def _open(self):
-        try:
-            self.backend, events = await self.gw.dispatcher.open(self.ctx.model, self.requests, self._set_phase)
-        except GatewayError as err:
-            return None, err
-        return events, None
+    def _on_backoff(self, waiting: bool) -> None:
+        self.phase = CancelPhase.RETRY_BACKOFF if waiting else self.waiting_phase
 
     async def _send_error(self, send, err: GatewayError) -> None:
         self.status = err.status
         self.error = err.message
         resp = error_response(err, self.ctx.request_id)
-        for k, v in (getattr(self.ctx.ticket, "headers", None) or {}).items():
+        for k, v in self.ticket.headers.items():
             resp.headers[k] = str(v)
         await send({"type": "http.response.start", "status": resp.status_code, "headers": resp.raw_headers})
         await send({"type": "http.response.body", "body": resp.body})
 
-    async def _next(self, events):
+    async def _next(self, events: AsyncIterator[Event]) -> Event:
         t = time.perf_counter()
         try:
             return await events.__anext__()
         finally:
             self.ctx.upstream_wait += time.perf_counter() - t
 
-    def _saw(self, event) -> None:
+    def _saw(self, event: Event) -> None:
         if isinstance(event, CONTENT_EVENTS):
             self.completion_tokens_seen += 1
             now = time.perf_counter()
             if self.ctx.ttft is None:
                 self.ctx.ttft = now - self.ctx.started
-                m = self.gw.metrics
-                m.child(m.ttft, self.ctx.model, self.backend or "-").observe(self.ctx.ttft)
+                self.recorder.first_token(self.model, self.backend or "-", self.ctx.ttft)
             elif self._last_content is not None:
-                m = self.gw.metrics
-                m.child(m.itl, self.ctx.model).observe(now - self._last_content)
+                self.recorder.inter_token(self.model, now - self._last_content)
             self._last_content = now
         elif isinstance(event, Usage):
             self.usage = event
+        elif isinstance(event, ErrorEvent):
+            self.status, self.error = event.error.status, event.error.message
 
     async def _run(self, send) -> None:
-        self._last_content: float | None = None
-        gauge = self.gw.metrics.child(self.gw.metrics.inflight, self.ctx.model)
+        gauge = self.recorder.inflight(self.model)
         gauge.inc()
         try:
-            self._set_phase("upstream")
-            events, err = await self._open()
-            if err is not None:
+            try:
+                dispatched = await self.dispatcher.open(self.model, self.requests, self._on_backoff)
+            except GatewayError as err:
                 await self._send_error(send, err)
                 return
+            self.backend = dispatched.backend
             try:
                 if self.first.stream:
-                    await self._stream(events, send)
+                    await self._stream(dispatched.events, send)
                 else:
-                    await self._whole(events, send)
+                    await self._whole(dispatched.events, send)
             finally:
-                await events.aclose()
+                await dispatched.aclose()
         finally:
             gauge.dec()
 
-    async def _stream(self, events, send) -> None:
-        self.ctx.phase = "mid_stream"
+    async def _stream(self, events: AsyncIterator[Event], send) -> None:
+        self.phase = CancelPhase.MID_STREAM
         enc = StreamEncoder(
             self.response_id,
             self.created,
-            self.ctx.model,
+            self.model,
             self.n,
             chat=self.ctx.chat,
             include_usage=self.first.include_usage,
@@ -215,36 +203,17 @@ class Generation:
             except StopAsyncIteration:
                 break
             self._saw(event)
-            if isinstance(event, ErrorEvent):
-                self.status, self.error = event.error.status, event.error.message
             frames = enc.feed(event)
             if frames:
                 body["body"] = frames
                 await send(body)
-            if enc.closed:
-                break
-        if not enc.closed:
-            missing = enc.unfinished()
-            if missing:
-                err = GatewayError(
-                    502,
-                    f"Backend {self.backend} ended the stream without finishing choice(s) {missing}.",
-                    code="upstream_error",
-                )
-                self.status, self.error = err.status, err.message
-                tail = enc.error(err)
-            else:
-                tail = enc.close()
-        else:
-            tail = b""
-        await send({"type": "http.response.body", "body": tail, "more_body": False})
+        await send({"type": "http.response.body", "body": enc.close(), "more_body": False})
 
-    async def _whole(self, events, send) -> None:
-        self.ctx.phase = "non_streaming"
+    async def _whole(self, events: AsyncIterator[Event], send) -> None:
         builder = ResponseBuilder(
             self.response_id,
             self.created,
-            self.ctx.model,
+            self.model,
             self.n,
             chat=self.ctx.chat,
             logprobs=self.first.sampling.logprobs,
@@ -257,11 +226,6 @@ class Generation:
                     break
                 self._saw(event)
                 builder.feed(event)
-            missing = builder.unfinished()
-            if missing:
-                raise GatewayError(
-                    502, f"Backend {self.backend} ended without finishing choice(s) {missing}.", code="upstream_error"
-                )
         except GatewayError as err:
             await self._send_error(send, err)
             return

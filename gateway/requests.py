@@ -1,6 +1,7 @@
 """OpenAI request bodies -> `GenerationRequest`, with the spec's validation rules.
 
-Every rule answers 400 with the offending `param` named. Fields the gateway does
+Every rule answers 400 with the offending `param` named; the readers of the fields
+chat and completions share are in gateway/request_fields.py. Fields the gateway does
 not interpret are kept in `extra` and passed to runtimes that understand them
 (OpenAI says unknown fields are ignored; benchmark clients send `ignore_eos`,
 `min_tokens`, `continuous_usage_stats`, ...).
@@ -16,10 +17,17 @@ from typing import Any
 
 import orjson
 
-from adapters.base import GenerationRequest, SamplingParams
+from adapters.base import GenerationRequest
 from adapters.errors import GatewayError, invalid_request
+from gateway.request_fields import (
+    boolean,
+    extra_fields,
+    integer,
+    model_name,
+    sampling_params,
+    stream_options,
+)
 
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -76,138 +84,6 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise invalid_request(f"The request body must be a JSON object, not {type(body).__name__}.")
     return body
-
-
-# ---- small typed readers -------------------------------------------------------
-
-
-def _number(body: dict, name: str, lo: float, hi: float) -> float | None:
-    v = body.get(name)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise invalid_request(f"'{name}' must be a number, not {type(v).__name__}.", param=name)
-    if not lo <= v <= hi:
-        raise invalid_request(f"'{name}' must be between {lo:g} and {hi:g}; got {v}.", param=name)
-    return float(v)
-
-
-def _int(body: dict, name: str, lo: int, hi: int, *, what: str = "an integer") -> int | None:
-    v = body.get(name)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        else:
-            raise invalid_request(f"'{name}' must be {what}, not {type(v).__name__}.", param=name)
-    if not lo <= v <= hi:
-        raise invalid_request(f"'{name}' must be between {lo} and {hi}; got {v}.", param=name)
-    return v
-
-
-def _bool(body: dict, name: str) -> bool | None:
-    v = body.get(name)
-    if v is None:
-        return None
-    if not isinstance(v, bool):
-        raise invalid_request(f"'{name}' must be a boolean, not {type(v).__name__}.", param=name)
-    return v
-
-
-def _model(body: dict) -> str:
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise invalid_request("'model' is required and must be a non-empty string.", param="model")
-    return model
-
-
-def _stop(body: dict) -> list[str]:
-    stop = body.get("stop")
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        return [stop] if stop else []
-    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-        raise invalid_request("'stop' must be a string or an array of strings.", param="stop")
-    if len(stop) > 4:
-        raise invalid_request(f"'stop' may hold at most 4 sequences; got {len(stop)}.", param="stop")
-    return [s for s in stop if s]
-
-
-def _logit_bias(body: dict) -> dict[int, float] | None:
-    lb = body.get("logit_bias")
-    if lb is None:
-        return None
-    if not isinstance(lb, dict):
-        raise invalid_request("'logit_bias' must be an object mapping token ids to biases.", param="logit_bias")
-    out: dict[int, float] = {}
-    for k, v in lb.items():
-        try:
-            token = int(k)
-        except ValueError:
-            raise invalid_request(
-                f"'logit_bias' keys must be token ids (integers as strings); got {k!r}.", param="logit_bias"
-            ) from None
-        if token < 0:
-            raise invalid_request(f"'logit_bias' has a negative token id {token}.", param="logit_bias")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not -100 <= v <= 100:
-            raise invalid_request(
-                f"'logit_bias' values must be numbers between -100 and 100; got {v!r} for {k}.", param="logit_bias"
-            )
-        out[token] = float(v)
-    return out
-
-
-def _int_list(body: dict, name: str) -> list[int]:
-    v = body.get(name)
-    if v is None:
-        return []
-    if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in v):
-        raise invalid_request(f"'{name}' must be an array of non-negative token ids.", param=name)
-    return v
-
-
-def _stream(body: dict) -> tuple[bool, bool]:
-    stream = bool(_bool(body, "stream"))
-    options = body.get("stream_options")
-    include_usage = False
-    if options is not None:
-        if not stream:
-            raise invalid_request("'stream_options' is only allowed when 'stream' is true.", param="stream_options")
-        if not isinstance(options, dict):
-            raise invalid_request("'stream_options' must be an object.", param="stream_options")
-        iu = options.get("include_usage")
-        if iu is not None and not isinstance(iu, bool):
-            raise invalid_request(
-                "'stream_options.include_usage' must be a boolean.", param="stream_options.include_usage"
-            )
-        include_usage = bool(iu)
-    return stream, include_usage
-
-
-def _sampling(body: dict, *, max_tokens: int | None) -> SamplingParams:
-    return SamplingParams(
-        temperature=_number(body, "temperature", 0, 2),
-        top_p=_number(body, "top_p", 0, 1),
-        top_k=_int(body, "top_k", -1, 1 << 31),
-        min_p=_number(body, "min_p", 0, 1),
-        presence_penalty=_number(body, "presence_penalty", -2, 2),
-        frequency_penalty=_number(body, "frequency_penalty", -2, 2),
-        repetition_penalty=_number(body, "repetition_penalty", 0.01, 10),
-        logit_bias=_logit_bias(body),
-        seed=_int(body, "seed", INT64_MIN, INT64_MAX),
-        n=_int(body, "n", 1, 128) or 1,
-        stop=_stop(body),
-        stop_token_ids=_int_list(body, "stop_token_ids"),
-        max_tokens=max_tokens,
-        min_tokens=_int(body, "min_tokens", 0, 1 << 31) or 0,
-        ignore_eos=bool(_bool(body, "ignore_eos")),
-    )
-
-
-def _extra(body: dict, known: set[str]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k not in known}
 
 
 # ---- chat ------------------------------------------------------------------------
@@ -325,24 +201,24 @@ def _response_format(body: dict) -> dict[str, Any] | None:
 
 
 def parse_chat(body: dict[str, Any], request_id: str) -> GenerationRequest:
-    model = _model(body)
+    model = model_name(body)
     messages = _messages(body)
     tools = _tools(body)
     tool_choice = _tool_choice(body, tools)
-    max_tokens = _int(body, "max_completion_tokens", 1, 1 << 31)
+    max_tokens = integer(body, "max_completion_tokens", 1, 1 << 31)
     if max_tokens is None:
-        max_tokens = _int(body, "max_tokens", 1, 1 << 31)
+        max_tokens = integer(body, "max_tokens", 1, 1 << 31)
     else:
-        _int(body, "max_tokens", 1, 1 << 31)  # still validated
-    sampling = _sampling(body, max_tokens=max_tokens)
-    logprobs = bool(_bool(body, "logprobs"))
-    top_logprobs = _int(body, "top_logprobs", 0, 20)
+        integer(body, "max_tokens", 1, 1 << 31)  # still validated
+    sampling = sampling_params(body, max_tokens=max_tokens)
+    logprobs = bool(boolean(body, "logprobs"))
+    top_logprobs = integer(body, "top_logprobs", 0, 20)
     if top_logprobs is not None and not logprobs:
         raise invalid_request("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
     sampling.logprobs = logprobs
     sampling.top_logprobs = top_logprobs or 0
-    stream, include_usage = _stream(body)
-    parallel = _bool(body, "parallel_tool_calls")
+    stream, include_usage = stream_options(body)
+    parallel = boolean(body, "parallel_tool_calls")
     return GenerationRequest(
         request_id=request_id,
         model=model,
@@ -355,7 +231,7 @@ def parse_chat(body: dict[str, Any], request_id: str) -> GenerationRequest:
         sampling=sampling,
         stream=stream,
         include_usage=include_usage,
-        extra=_extra(body, CHAT_FIELDS),
+        extra=extra_fields(body, CHAT_FIELDS),
     )
 
 
@@ -385,16 +261,16 @@ def split_prompts(body: dict[str, Any]) -> list[str | list[int]]:
 
 def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRequest]:
     """One request per prompt; the gateway merges their choices in order."""
-    model = _model(body)
+    model = model_name(body)
     prompts = split_prompts(body)
-    max_tokens = _int(body, "max_tokens", 1, 1 << 31)
+    max_tokens = integer(body, "max_tokens", 1, 1 << 31)
     if "max_tokens" not in body:
         max_tokens = 16  # the legacy API's documented default
-    logprobs_k = _int(body, "logprobs", 0, 5)
-    echo = bool(_bool(body, "echo"))
-    stream, include_usage = _stream(body)
-    n = _int(body, "n", 1, 128) or 1
-    best_of = _int(body, "best_of", 1, 128)
+    logprobs_k = integer(body, "logprobs", 0, 5)
+    echo = bool(boolean(body, "echo"))
+    stream, include_usage = stream_options(body)
+    n = integer(body, "n", 1, 128) or 1
+    best_of = integer(body, "best_of", 1, 128)
     if best_of is not None and best_of != n and best_of != 1:
         raise GatewayError(
             400,
@@ -410,11 +286,11 @@ def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRe
         raise GatewayError(
             400, "'echo' is not supported together with 'stream'.", param="echo", code="unsupported_parameter"
         )
-    extra = _extra(body, COMPLETION_FIELDS)
+    extra = extra_fields(body, COMPLETION_FIELDS)
     response_format = _response_format(body)
     requests = []
     for i, prompt in enumerate(prompts):
-        sampling = _sampling(body, max_tokens=max_tokens)
+        sampling = sampling_params(body, max_tokens=max_tokens)
         sampling.logprobs = logprobs_k is not None
         sampling.top_logprobs = logprobs_k or 0
         requests.append(

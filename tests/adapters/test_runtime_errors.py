@@ -1,11 +1,13 @@
-"""Every runtime error shape from RUNTIMES.md sections 1.7, 2.8, 3.7, 4.8 and 5,
-decoded by each adapter into the gateway's error with the right status."""
+"""Every runtime error shape from docs/runtimes.md §1.7, §2.8, §3.7, §4.8 and §5,
+decoded by each adapter into the gateway's error with the right status, and the
+one table of upstream statuses that the generic adapter shares with the runtimes'."""
 
 from __future__ import annotations
 
 import orjson
 import pytest
 
+from adapters.openai import OpenAIAdapter
 from adapters.runtime_errors import parse_error_body
 from adapters.sglang import SGLangAdapter
 from adapters.tgi import TGIAdapter
@@ -316,3 +318,58 @@ def test_tgi_plain_text_axum_rejection_is_400():
 def test_tgi_empty_401():
     err = TGI._error(401, b"")
     assert err.status == 502 and err.retryable
+
+
+# ---- the one table, the same for every adapter ---------------------------------------
+
+OPENAI = OpenAIAdapter("o", "http://127.0.0.1:1")
+
+
+@pytest.mark.parametrize("adapter", [OPENAI, VLLM, SGL, TRT, TGI], ids=lambda a: a.runtime)
+@pytest.mark.parametrize(
+    "upstream, status, code, retryable",
+    [
+        (400, 400, None, False),
+        (413, 400, None, False),
+        (418, 400, None, False),
+        (422, 400, None, False),
+        # The gateway authenticated the client and maps the model itself: these are
+        # deployment faults, and another backend may be set up right.
+        (401, 502, "upstream_error", True),
+        (403, 502, "upstream_error", True),
+        (404, 502, "upstream_error", True),
+        (429, 429, "upstream_overloaded", True),
+        (408, 503, "backend_unavailable", True),
+        (502, 503, "backend_unavailable", True),
+        (503, 503, "backend_unavailable", True),
+        (504, 503, "backend_unavailable", True),
+        (500, 502, "upstream_error", False),
+        (501, 400, "unsupported_by_backend", False),
+    ],
+)
+def test_one_status_table_for_every_adapter(adapter, upstream, status, code, retryable):
+    err = adapter._error(upstream, b({"error": {"message": "nope"}}))
+    assert (err.status, err.code, err.retryable) == (status, code, retryable)
+    assert "nope" in err.message
+    if err.status >= 500:
+        assert adapter.name in err.message  # names the backend at fault
+
+
+def test_a_string_code_of_a_client_mistake_is_kept():
+    body = b(
+        {
+            "error": {
+                "message": "too long",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        }
+    )
+    err = OPENAI._error(400, body)
+    assert (err.status, err.code, err.param, err.type) == (
+        400,
+        "context_length_exceeded",
+        "messages",
+        "invalid_request_error",
+    )

@@ -9,7 +9,7 @@ import pytest
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
 from adapters.sglang import SGLangAdapter, parse_loads
-from tests.adapters.wire_samples import chat, collect, json_response, sse
+from tests.adapters.wire_samples import chat, collect, delivered, json_response, sse
 
 RID = "0123456789abcdef0123456789abcdef"
 
@@ -241,7 +241,7 @@ async def test_queue_full_inside_a_200_stream_is_raised_before_any_event(replay)
     )
     a = adapter(replay)
     with pytest.raises(GatewayError) as info:
-        await collect(a, chat())
+        await delivered(a, chat())
     await a.aclose()
     assert info.value.status == 503 and info.value.retryable
 

@@ -10,7 +10,7 @@ import pytest
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
 from adapters.tgi import TGIAdapter, parse_tgi_metrics, tgi_grammar
-from tests.adapters.wire_samples import chat, collect, json_response, sse
+from tests.adapters.wire_samples import chat, collect, delivered, json_response, sse
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 
@@ -181,7 +181,7 @@ async def test_tool_stream_3_2_counter_ids_and_missing_finish(replay):
         }
     )
     a = adapter(replay)
-    events = await collect(a, chat(tools=TOOLS))
+    events = await delivered(a, chat(tools=TOOLS))
     await a.aclose()
     calls = [e for e in events if isinstance(e, ToolCallDelta)]
     assert calls[0].id.startswith("call_") and calls[0].name == "get_weather"
@@ -209,7 +209,7 @@ async def test_tool_stream_before_3_2_single_object_raw_grammar(replay):
         }
     )
     a = adapter(replay)
-    events = await collect(a, chat(tools=TOOLS))
+    events = await delivered(a, chat(tools=TOOLS))
     await a.aclose()
     calls = [e for e in events if isinstance(e, ToolCallDelta)]
     assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].id.startswith("call_")
@@ -278,7 +278,7 @@ async def test_unreadable_old_tool_stream_is_an_error(replay):
     )
     a = adapter(replay)
     with pytest.raises(GatewayError) as info:  # nothing else came: raised, not an event
-        await collect(a, chat(tools=TOOLS))
+        await delivered(a, chat(tools=TOOLS))
     await a.aclose()
     assert info.value.status == 502
 
@@ -326,7 +326,7 @@ async def test_non_stream_tool_call_object_or_string_arguments(replay, arguments
         }
     )
     a = adapter(replay)
-    events = await collect(a, chat(stream=False, tools=TOOLS))
+    events = await delivered(a, chat(stream=False, tools=TOOLS))
     await a.aclose()
     call = events[0]
     assert isinstance(call, ToolCallDelta) and call.id.startswith("call_") and call.name == "get_weather"
@@ -392,7 +392,7 @@ async def test_in_stream_validation_error_with_hardcoded_422(replay):
     )
     a = adapter(replay)
     with pytest.raises(GatewayError) as info:
-        await collect(a, chat())
+        await delivered(a, chat())
     await a.aclose()
     assert (info.value.status, info.value.code) == (400, "context_length_exceeded")
 

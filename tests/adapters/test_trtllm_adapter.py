@@ -9,7 +9,7 @@ import orjson
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
 from adapters.trtllm import TRTLLMAdapter, parse_iteration_stats
-from tests.adapters.wire_samples import chat, collect, json_response, sse
+from tests.adapters.wire_samples import chat, collect, delivered, json_response, sse
 
 CID = "chatcmpl-7"
 
@@ -116,7 +116,9 @@ async def test_parallel_tool_calls_false_is_enforced_by_the_gateway(replay):
         }
     )
     a = adapter(replay)
-    events = await collect(a, chat(tools=[{"type": "function", "function": {"name": "f"}}], parallel_tool_calls=False))
+    events = await delivered(
+        a, chat(tools=[{"type": "function", "function": {"name": "f"}}], parallel_tool_calls=False)
+    )
     await a.aclose()
     assert [e.name for e in events if isinstance(e, ToolCallDelta)] == ["f"]
 

@@ -6,7 +6,9 @@ from typing import Any
 
 import orjson
 
-from adapters.base import Adapter, Event, GenerationRequest
+from adapters.base import Adapter, ErrorEvent, Event, GenerationRequest
+from adapters.errors import upstream_failed
+from gateway.stream_guard import StreamGuard, guarded
 
 
 def sse(obj: Any, tail: str = "") -> str:
@@ -20,7 +22,28 @@ def json_response(status: int, obj: Any) -> dict[str, Any]:
 
 
 async def collect(adapter: Adapter, request: GenerationRequest) -> list[Event]:
+    """The adapter's own events, as it decoded them."""
     return [event async for event in adapter.generate(request)]
+
+
+async def delivered(adapter: Adapter, request: GenerationRequest) -> list[Event]:
+    """What the encoder gets from this adapter: an error before any event is raised
+    (the dispatcher answers it with its own status), the rest under the stream guard."""
+    events = adapter.generate(request)
+    first = await anext(events, None)
+    if first is None:
+        raise upstream_failed(adapter.name, "the stream ended before any event")
+    if isinstance(first, ErrorEvent):
+        await events.aclose()  # type: ignore[attr-defined]
+        raise first.error
+
+    async def replay():
+        yield first
+        async for event in events:
+            yield event
+
+    guard = StreamGuard.for_requests([request], adapter.name)
+    return [event async for event in guarded(replay(), guard)]
 
 
 def chat(stream: bool = True, **kw: Any) -> GenerationRequest:

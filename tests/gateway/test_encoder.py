@@ -1,16 +1,45 @@
-"""The encoder's OpenAI rules, one test per rule, on scripted event sequences."""
+"""The encoder's OpenAI rules, one test per rule, on scripted event sequences.
+
+The events pass the stream guard first, as every stream does in the gateway: the
+encoder trusts the stream rules (adapters/base.py) and these tests check that what
+it writes for guarded streams is still right."""
 
 from __future__ import annotations
+
+import asyncio
+import re
 
 import orjson
 import pytest
 
-from adapters.base import ErrorEvent, Finish, TextDelta, TokenLogprob, ToolCallDelta, TopLogprob, Usage
+from adapters.base import ErrorEvent, Event, Finish, TextDelta, TokenLogprob, ToolCallDelta, TopLogprob, Usage
 from adapters.errors import GatewayError
 from gateway.encoder import ResponseBuilder, StreamEncoder
+from gateway.stream_guard import StreamGuard, guarded
+
+CALL_ID = re.compile(r"^call_[0-9a-f]{24}$")
+
+
+def delivered(enc: StreamEncoder | ResponseBuilder, events) -> list[Event]:
+    """`events` as the stream guard hands them to an encoder made like `enc`."""
+
+    async def source():
+        for event in events:
+            yield event
+
+    async def run() -> list[Event]:
+        guard = StreamGuard(choices=enc.n, chat=enc.chat, parallel_tool_calls=True, backend="b1")
+        return [e async for e in guarded(source(), guard)]
+
+    return asyncio.run(run())
 
 
 def frames(enc: StreamEncoder, events, close: bool = True) -> list:
+    return written(enc, delivered(enc, events), close)
+
+
+def written(enc: StreamEncoder, events: list[Event], close: bool = True) -> list:
+    """The frames `enc` writes for `events` as they are (already guarded)."""
     raw = b"".join(enc.feed(e) for e in events) + (enc.close() if close else b"")
     out = []
     for block in raw.split(b"\n\n"):
@@ -47,9 +76,13 @@ def test_tool_call_header_once_function_always_arguments_string():
         ToolCallDelta(0, 0, None, "f", ": 1}"),
         Finish(0, "stop"),
     ]
-    cs = chunks(frames(enc(), events))
+    e = enc()
+    sent = delivered(e, events)
+    cs = chunks(written(e, sent))
     calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in cs if "tool_calls" in c["choices"][0]["delta"]]
-    assert calls[0]["id"] == "call_x" and calls[0]["type"] == "function" and calls[0]["function"]["name"] == "f"
+    # the id the guard gave the first piece (the gateway's own, not the runtime's)
+    assert calls[0]["id"] == sent[0].id and CALL_ID.match(calls[0]["id"])
+    assert calls[0]["type"] == "function" and calls[0]["function"]["name"] == "f"
     for later in calls[1:]:
         assert set(later) == {"index", "function"} and set(later["function"]) == {"arguments"}
     assert all(isinstance(c["function"]["arguments"], str) for c in calls)
@@ -104,8 +137,8 @@ def test_usage_chunk_last_with_empty_choices_only_when_asked():
 
 def test_done_always_also_after_error_and_nothing_follows():
     e = enc()
-    raw = e.feed(TextDelta(0, "a")) + e.feed(ErrorEvent(GatewayError(502, "boom", code="upstream_error")))
-    raw += e.feed(TextDelta(0, "more")) + e.close()
+    events = [TextDelta(0, "a"), ErrorEvent(GatewayError(502, "boom", code="upstream_error")), TextDelta(0, "more")]
+    raw = b"".join(e.feed(ev) for ev in delivered(e, events)) + e.close()
     blocks = [b for b in raw.split(b"\n\n") if b]
     assert blocks[-1] == b"data: [DONE]"
     err = orjson.loads(blocks[-2][6:])
@@ -178,11 +211,11 @@ def test_completion_stream_shape_and_text_offsets():
     assert cs[-1]["choices"][0]["finish_reason"] == "stop"  # completions have no tool_calls reason
 
 
-def test_unfinished_choices_are_reported():
-    e = enc(n=2)
-    e.feed(TextDelta(0, "a"))
-    e.feed(Finish(0, "stop"))
-    assert e.unfinished() == [1]
+def test_an_unfinished_choice_ends_the_stream_with_an_error_event():
+    # The guard reports it (tests/gateway/test_stream_guard.py); the encoder writes it.
+    fs = frames(enc(n=2), [TextDelta(0, "a"), Finish(0, "stop")])
+    assert fs[-1] == "[DONE]"
+    assert fs[-2]["error"]["code"] == "upstream_error" and "[1]" in fs[-2]["error"]["message"]
 
 
 @pytest.mark.parametrize("chat", [True, False])
@@ -209,20 +242,26 @@ def test_whole_response_shape(chat):
 
 def test_whole_response_tool_calls():
     b = ResponseBuilder("id1", 5, "m")
-    for ev in [
-        ToolCallDelta(0, 0, "c1", "f", '{"x":'),
-        ToolCallDelta(0, 0, "c1", "f", " 1}"),
-        ToolCallDelta(0, 1, None, "g", "{}"),
-        Finish(0, "stop"),
-    ]:
+    sent = delivered(
+        b,
+        [
+            ToolCallDelta(0, 0, "c1", "f", '{"x":'),
+            ToolCallDelta(0, 0, "c1", "f", " 1}"),
+            ToolCallDelta(0, 1, None, "g", "{}"),
+            Finish(0, "stop"),
+        ],
+    )
+    for ev in sent:
         b.feed(ev)
     out = b.build(Usage(1, 1))
     msg = out["choices"][0]["message"]
     assert msg["content"] is None
-    assert [(t["id"] == "c1", t["function"]["name"], t["function"]["arguments"]) for t in msg["tool_calls"]] == [
-        (True, "f", '{"x": 1}'),
-        (False, "g", "{}"),
+    first_ids = [ev.id for ev in sent if isinstance(ev, ToolCallDelta) and ev.id]
+    assert [(t["id"], t["function"]["name"], t["function"]["arguments"]) for t in msg["tool_calls"]] == [
+        (first_ids[0], "f", '{"x": 1}'),
+        (first_ids[1], "g", "{}"),
     ]
+    assert first_ids[0] != first_ids[1] and all(CALL_ID.match(i) for i in first_ids)
     assert out["choices"][0]["finish_reason"] == "tool_calls"
 
 

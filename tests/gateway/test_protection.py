@@ -14,7 +14,8 @@ from prometheus_client import CollectorRegistry
 from adapters.base import GenerationRequest, SamplingParams, Usage
 from adapters.errors import GatewayError
 from gateway.config import ConfigError, parse_config
-from gateway.protection import CANCEL_PHASES, Protection
+from gateway.phases import CancelPhase
+from gateway.protection import Protection
 from policies.auth import hash_key
 
 KEY_A = "sk-sy-tenant-a-key"
@@ -85,7 +86,7 @@ async def test_admit_and_release_return_headers_and_leave_nothing_held():
     await t.release(Usage(prompt_tokens=20, completion_tokens=5))
     await t.release(Usage(prompt_tokens=20, completion_tokens=5))  # idempotent
     assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
-    assert await p.local.concurrent("a", "t") == 0
+    assert await p.leases.local.concurrent("a", "t") == 0
     t2 = await p.admit(who, "m", request(), 20, never_gone)
     # the first request's unused reservation came back: only its 25 real tokens count
     assert t2.headers["x-ratelimit-remaining-tokens"] == str(10_000 - 25 - 120)
@@ -145,7 +146,7 @@ async def test_tenant_without_limits_touches_no_store():
     await p.aclose()
 
 
-@pytest.mark.parametrize("phase", [ph for ph in CANCEL_PHASES if ph != "queued"])
+@pytest.mark.parametrize("phase", [ph for ph in CancelPhase if ph is not CancelPhase.QUEUED])
 async def test_cancel_in_each_dispatched_phase_frees_everything_and_charges_partial_usage(phase):
     p = await make(config(tokens_per_minute=10_000, max_concurrent=1))
     who = await principal(p)
@@ -153,7 +154,7 @@ async def test_cancel_in_each_dispatched_phase_frees_everything_and_charges_part
     partial = Usage(prompt_tokens=40, completion_tokens=7) if phase == "mid_stream" else None
     await t.release(partial, phase)
     assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
-    assert await p.local.concurrent("a", "t") == 0
+    assert await p.leases.local.concurrent("a", "t") == 0
     assert _sample(p, "switchyard_protection_cancelled_total", {"phase": phase}) == 1
     expected = 47 if phase == "mid_stream" else 40  # partial usage, or the prompt it may have read
     assert t.charged_tokens == expected
@@ -176,7 +177,7 @@ async def test_client_leaving_while_queued_is_499_and_refunds_everything():
     task = asyncio.create_task(p.admit(who, "m", request(), 10, client_gone))
     await asyncio.sleep(0.1)
     assert p.snapshot()["queued"] == 1
-    assert await p.local.concurrent("a", "t") == 2  # the queued one holds its lease
+    assert await p.leases.local.concurrent("a", "t") == 2  # the queued one holds its lease
     gone.set()
     with pytest.raises(GatewayError) as exc:
         await asyncio.wait_for(task, 1)
@@ -184,7 +185,7 @@ async def test_client_leaving_while_queued_is_499_and_refunds_everything():
     assert _sample(p, "switchyard_protection_cancelled_total", {"phase": "queued"}) == 1
     await holder.release(Usage(10, 0))
     assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
-    assert await p.local.concurrent("a", "t") == 0
+    assert await p.leases.local.concurrent("a", "t") == 0
     await p.aclose()
 
 
@@ -198,7 +199,7 @@ async def test_task_cancelled_while_queued_frees_its_lease():
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await p.local.concurrent("a", "t") == 1
+    assert await p.leases.local.concurrent("a", "t") == 1
     await holder.release(None)
     assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
     await p.aclose()
@@ -237,7 +238,7 @@ async def test_two_replicas_share_concurrency_through_redis(redis_server):
     held[0] = await b.admit(who, "m", request(), 1, never_gone)
     for t in held:
         await t.release(None)
-    assert await a.store.concurrent("a", "t") == 0
+    assert await a.leases.store.concurrent("a", "t") == 0
     await a.aclose()
     await b.aclose()
 
@@ -248,16 +249,16 @@ async def test_leases_of_a_crashed_replica_expire_and_live_ones_are_kept(redis_s
     who = await principal(alive)
     kept = await alive.admit(who, "m", request(), 1, never_gone)
     await doomed.admit(who, "m", request(), 1, never_gone)
-    doomed._heartbeat_task.cancel()  # the replica dies: no release, no more heartbeats
+    doomed.leases._heartbeat_task.cancel()  # the replica dies: no release, no more heartbeats
     t0 = time.monotonic()
-    while await alive.store.concurrent("a", "t") > 1:
+    while await alive.leases.store.concurrent("a", "t") > 1:
         assert time.monotonic() - t0 < 0.6 + 0.5, "the dead replica's lease outlived its TTL"
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.8)  # beyond the TTL: the live ticket's heartbeat kept it
-    assert await alive.store.concurrent("a", "t") == 1
+    assert await alive.leases.store.concurrent("a", "t") == 1
     await kept.release(None)
     await alive.aclose()
-    await doomed.store.aclose()
+    await doomed.leases.store.aclose()
 
 
 async def test_redis_down_fail_open_uses_local_limits(redis_server):
@@ -325,7 +326,7 @@ async def test_a_ticket_dropped_without_release_frees_its_slot_and_lease():
     gc.collect()
     await asyncio.sleep(0.05)
     assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
-    assert await p.local.concurrent("a", "t") == 0
+    assert await p.leases.local.concurrent("a", "t") == 0
     assert _sample(p, "switchyard_protection_leaked_tickets_total", {}) == 1
     t = await asyncio.wait_for(p.admit(who, "m", request(), 1, never_gone), 1)
     await t.release(None)
@@ -334,7 +335,7 @@ async def test_a_ticket_dropped_without_release_frees_its_slot_and_lease():
 
 
 async def test_redis_coming_back_is_used_again(redis_server, tmp_path):
-    from gateway.protection import REDIS_RETRY_S
+    from gateway.quota_leases import REDIS_RETRY_S
     from tests.procs import start_redis
 
     p = await make(
@@ -407,9 +408,24 @@ async def test_a_lease_held_in_the_queue_outlives_the_ttl():
     queued = asyncio.create_task(p.admit(who, "m", request(), 1, never_gone))
     await asyncio.sleep(1.0)  # three TTLs in the queue
     assert p.snapshot()["queued"] == 1
-    assert await p.local.concurrent("a", "t") == 2  # the queued request still holds its slot
+    assert await p.leases.local.concurrent("a", "t") == 2  # the queued request still holds its slot
     await holder.release(None)
     t = await asyncio.wait_for(queued, 1)
     await t.release(None)
-    assert await p.local.concurrent("a", "t") == 0
+    assert await p.leases.local.concurrent("a", "t") == 0
+    await p.aclose()
+
+
+async def test_without_auth_and_tenants_protection_is_there_and_limits_nothing():
+    # Protection is always present; with `auth.mode: none` and no tenants every
+    # request is the anonymous tenant's, with no reservation and no limit.
+    p = await make({"models": {"m": {"backends": [{"name": "b", "adapter": "openai", "url": "http://x"}]}}})
+    who = await p.authenticate({})
+    assert p.leases.scopes_for(who) == ()
+    held = [await p.admit(who, "m", request(max_tokens=10_000, n=8), 100_000, never_gone) for _ in range(50)]
+    assert all(t.reservation is None and t.headers == {} for t in held)
+    assert p.snapshot() == {"live_tickets": 50, "queued": 0, "in_flight": 50}
+    for t in held:
+        await t.release(Usage(1, 1))
+    assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
     await p.aclose()

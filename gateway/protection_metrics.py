@@ -1,0 +1,81 @@
+"""The metrics of auth, quotas and admission (gateway/protection.py), and the live
+state read at scrape time: what must return to zero when the gateway is idle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from policies.admission import AdmissionQueue
+
+
+class ProtectionMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.decisions = Counter(
+            "switchyard_quota_decisions_total",
+            "Quota decisions: admitted, or the limit that refused.",
+            ["result"],
+            registry=r,
+        )
+        self.store_unavailable = Counter(
+            "switchyard_quota_store_unavailable_total",
+            "Quota checks that found the shared store unreachable, by the policy applied.",
+            ["policy"],
+            registry=r,
+        )
+        self.check_seconds = Histogram(
+            "switchyard_quota_check_seconds",
+            "Time spent in one quota reservation.",
+            ["store"],
+            registry=r,
+            buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5),
+        )
+        self.queue_rejected = Counter(
+            "switchyard_admission_rejected_total",
+            "Requests the admission queue turned away.",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "switchyard_admission_wait_seconds", "Time spent waiting in the queue.", ["model"], registry=r
+        )
+        self.leaked = Counter(
+            "switchyard_protection_leaked_tickets_total",
+            "Tickets collected without release (a bug; their resources were freed then).",
+            registry=r,
+        )
+        self.cancelled = Counter(
+            "switchyard_protection_cancelled_total",
+            "Tickets released because the client went away, by phase "
+            "(each one had its lease, reservation and queue slot freed).",
+            ["phase"],
+            registry=r,
+        )
+
+
+class StateCollector:
+    """Queue depth and in-flight requests per model, and the live tickets."""
+
+    def __init__(self, queue: AdmissionQueue, live_tickets: Callable[[], int]) -> None:
+        self.queue = queue
+        self.live_tickets = live_tickets
+
+    def collect(self):
+        depth = GaugeMetricFamily("switchyard_admission_queue_depth", "Requests waiting per model.", labels=["model"])
+        inflight = GaugeMetricFamily(
+            "switchyard_admission_inflight", "Dispatched, unreleased requests per model.", labels=["model"]
+        )
+        for model in self.queue.models():
+            depth.add_metric([model], self.queue.waiting(model))
+            inflight.add_metric([model], self.queue.in_flight(model))
+        yield depth
+        yield inflight
+        live = GaugeMetricFamily("switchyard_live_tickets", "Admitted requests not yet released.")
+        live.add_metric([], self.live_tickets())
+        yield live
+
+    def describe(self):
+        return []

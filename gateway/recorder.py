@@ -1,0 +1,103 @@
+"""What one request did, and the one place that writes it down: the request
+metrics (Prometheus) and the JSON access-log line."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Container
+from dataclasses import dataclass
+
+from adapters.base import Usage
+from gateway.metrics import GatewayMetrics, log_access
+from gateway.phases import CancelPhase
+
+
+@dataclass
+class RequestContext:
+    """One request's identity and timings, filled in along its way."""
+
+    request_id: str
+    started: float  # time.perf_counter() at arrival
+    chat: bool
+    model: str | None = None
+    tenant: str | None = None
+    stream: bool = False
+    queue_wait: float = 0.0
+    upstream_wait: float = 0.0
+    ttft: float | None = None
+
+
+@dataclass
+class Outcome:
+    """How a request ended."""
+
+    status: int
+    usage: Usage | None = None
+    backend: str | None = None
+    error: str | None = None
+    cancelled_phase: CancelPhase | None = None
+
+
+class RequestRecorder:
+    """Request metrics and the access log. `known_models` keeps the model label's
+    values to the configured models (a tenant's typo is counted as "-")."""
+
+    def __init__(
+        self, metrics: GatewayMetrics, known_models: Container[str], access_log: logging.Logger | None
+    ) -> None:
+        self.metrics = metrics
+        self.known_models = known_models
+        self.access_log = access_log
+
+    def inflight(self, model: str):
+        """The in-flight gauge of `model` (inc when a generation starts, dec when it ends)."""
+        return self.metrics.child(self.metrics.inflight, model)
+
+    def first_token(self, model: str, backend: str, ttft: float) -> None:
+        m = self.metrics
+        m.child(m.ttft, model, backend).observe(ttft)
+
+    def inter_token(self, model: str, gap: float) -> None:
+        m = self.metrics
+        m.child(m.itl, model).observe(gap)
+
+    def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
+        elapsed = time.perf_counter() - ctx.started
+        model = ctx.model or "-"
+        known_model = model in self.known_models
+        mlabel = model if known_model else "-"
+        usage, backend, phase = outcome.usage, outcome.backend, outcome.cancelled_phase
+        m = self.metrics
+        m.child(m.requests, mlabel, backend or "-", str(outcome.status)).inc()
+        if known_model:
+            m.child(m.e2e, mlabel).observe(elapsed)
+            if ctx.upstream_wait or backend:
+                m.child(m.overhead, mlabel).observe(max(0.0, elapsed - ctx.upstream_wait - ctx.queue_wait))
+            if usage is not None:
+                m.child(m.prompt_tokens, mlabel).inc(usage.prompt_tokens)
+                m.child(m.completion_tokens, mlabel).inc(usage.completion_tokens)
+        if phase is not None:
+            m.child(m.cancelled, phase.value).inc()
+        if self.access_log is None:
+            return
+        record = {
+            "ts": round(time.time(), 3),
+            "request_id": ctx.request_id,
+            "tenant": ctx.tenant,
+            "model": ctx.model,
+            "backend": backend,
+            "status": outcome.status,
+            "latency_ms": round(elapsed * 1000, 3),
+            "stream": ctx.stream,
+        }
+        if usage is not None:
+            record["prompt_tokens"] = usage.prompt_tokens
+            record["completion_tokens"] = usage.completion_tokens
+        if ctx.ttft is not None:
+            record["ttft_ms"] = round(ctx.ttft * 1000, 3)
+        if outcome.error:
+            record["error"] = outcome.error
+        if phase is not None:
+            record["cancelled_phase"] = phase.value
+        log_access(self.access_log, record)

@@ -1,0 +1,140 @@
+"""Readers for the fields OpenAI requests share: one typed value each, from the
+body as sent, with the spec's range; every mistake answers 400 naming the param."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adapters.base import SamplingParams
+from adapters.errors import invalid_request
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def number(body: dict, name: str, lo: float, hi: float) -> float | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise invalid_request(f"'{name}' must be a number, not {type(v).__name__}.", param=name)
+    if not lo <= v <= hi:
+        raise invalid_request(f"'{name}' must be between {lo:g} and {hi:g}; got {v}.", param=name)
+    return float(v)
+
+
+def integer(body: dict, name: str, lo: int, hi: int, *, what: str = "an integer") -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        else:
+            raise invalid_request(f"'{name}' must be {what}, not {type(v).__name__}.", param=name)
+    if not lo <= v <= hi:
+        raise invalid_request(f"'{name}' must be between {lo} and {hi}; got {v}.", param=name)
+    return v
+
+
+def boolean(body: dict, name: str) -> bool | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not isinstance(v, bool):
+        raise invalid_request(f"'{name}' must be a boolean, not {type(v).__name__}.", param=name)
+    return v
+
+
+def model_name(body: dict) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid_request("'model' is required and must be a non-empty string.", param="model")
+    return model
+
+
+def stop_sequences(body: dict) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop] if stop else []
+    if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+        raise invalid_request("'stop' must be a string or an array of strings.", param="stop")
+    if len(stop) > 4:
+        raise invalid_request(f"'stop' may hold at most 4 sequences; got {len(stop)}.", param="stop")
+    return [s for s in stop if s]
+
+
+def logit_bias(body: dict) -> dict[int, float] | None:
+    lb = body.get("logit_bias")
+    if lb is None:
+        return None
+    if not isinstance(lb, dict):
+        raise invalid_request("'logit_bias' must be an object mapping token ids to biases.", param="logit_bias")
+    out: dict[int, float] = {}
+    for k, v in lb.items():
+        try:
+            token = int(k)
+        except ValueError:
+            raise invalid_request(
+                f"'logit_bias' keys must be token ids (integers as strings); got {k!r}.", param="logit_bias"
+            ) from None
+        if token < 0:
+            raise invalid_request(f"'logit_bias' has a negative token id {token}.", param="logit_bias")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not -100 <= v <= 100:
+            raise invalid_request(
+                f"'logit_bias' values must be numbers between -100 and 100; got {v!r} for {k}.", param="logit_bias"
+            )
+        out[token] = float(v)
+    return out
+
+
+def token_ids(body: dict, name: str) -> list[int]:
+    v = body.get(name)
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in v):
+        raise invalid_request(f"'{name}' must be an array of non-negative token ids.", param=name)
+    return v
+
+
+def stream_options(body: dict) -> tuple[bool, bool]:
+    stream = bool(boolean(body, "stream"))
+    options = body.get("stream_options")
+    include_usage = False
+    if options is not None:
+        if not stream:
+            raise invalid_request("'stream_options' is only allowed when 'stream' is true.", param="stream_options")
+        if not isinstance(options, dict):
+            raise invalid_request("'stream_options' must be an object.", param="stream_options")
+        iu = options.get("include_usage")
+        if iu is not None and not isinstance(iu, bool):
+            raise invalid_request(
+                "'stream_options.include_usage' must be a boolean.", param="stream_options.include_usage"
+            )
+        include_usage = bool(iu)
+    return stream, include_usage
+
+
+def sampling_params(body: dict, *, max_tokens: int | None) -> SamplingParams:
+    return SamplingParams(
+        temperature=number(body, "temperature", 0, 2),
+        top_p=number(body, "top_p", 0, 1),
+        top_k=integer(body, "top_k", -1, 1 << 31),
+        min_p=number(body, "min_p", 0, 1),
+        presence_penalty=number(body, "presence_penalty", -2, 2),
+        frequency_penalty=number(body, "frequency_penalty", -2, 2),
+        repetition_penalty=number(body, "repetition_penalty", 0.01, 10),
+        logit_bias=logit_bias(body),
+        seed=integer(body, "seed", INT64_MIN, INT64_MAX),
+        n=integer(body, "n", 1, 128) or 1,
+        stop=stop_sequences(body),
+        stop_token_ids=token_ids(body, "stop_token_ids"),
+        max_tokens=max_tokens,
+        min_tokens=integer(body, "min_tokens", 0, 1 << 31) or 0,
+        ignore_eos=bool(boolean(body, "ignore_eos")),
+    )
+
+
+def extra_fields(body: dict, known: set[str]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k not in known}

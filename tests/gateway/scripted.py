@@ -1,0 +1,70 @@
+"""A real `Adapter` whose answers are scripted, and the backends around it, for
+in-process tests of the dispatcher and the generation (no network, no process)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from adapters.base import Adapter, Capabilities, Event, GenerationRequest, Health
+from adapters.errors import GatewayError
+from gateway.backends import BackendSet
+from gateway.config import parse_config
+
+HANG = "hang"  # in a script: wait until cancelled
+
+Script = Callable[[GenerationRequest], list[Any]]
+
+
+class ScriptedAdapter(Adapter):
+    """Each `generate` call plays the script for its request: events are yielded, a
+    `GatewayError` is raised where it stands, `HANG` waits until the stream is
+    closed or cancelled. Records what it was asked and how many streams ended."""
+
+    def __init__(self, name: str, script: Script, *, n: bool = True) -> None:
+        super().__init__(name)
+        self.capabilities = Capabilities(n=n)
+        self.script = script
+        self.requests: list[GenerationRequest] = []
+        self.called = asyncio.Event()
+        self.ended = 0  # streams whose generator finished, however
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
+        self.requests.append(request)
+        self.called.set()
+        try:
+            for item in self.script(request):
+                if isinstance(item, GatewayError):
+                    raise item
+                if item == HANG:
+                    await asyncio.sleep(3600)
+                yield item
+        finally:
+            self.ended += 1
+
+    async def health(self) -> Health:
+        return Health(True, "scripted")
+
+    async def models(self) -> list[str]:
+        return []
+
+
+def backend_set(models: dict[str, dict[str, Any]], adapters: dict[str, ScriptedAdapter]) -> BackendSet:
+    """Backends for `models` (model name -> its config with backend names listed
+    under "backends"), each served by its scripted adapter."""
+    config = {
+        name: {
+            **cfg,
+            "backends": [{"name": b, "adapter": "openai", "url": "http://127.0.0.1:9"} for b in cfg["backends"]],
+        }
+        for name, cfg in models.items()
+    }
+    backends = BackendSet(parse_config({"models": config}))
+    for name, adapter in adapters.items():
+        backends.backends[name].adapter = adapter
+    return backends
+
+
+def always(*items: Any) -> Script:
+    return lambda request: list(items)
