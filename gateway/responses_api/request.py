@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.errors import invalid_request
-from gateway.requests import _bool, _int, _model, _number
+from gateway.request_fields import boolean, integer, model_name, number
 from gateway.responses_api.errors import short, unknown_parameter, unsupported
 from gateway.responses_api.input_items import parse_input
 from gateway.responses_api.request_options import (
@@ -111,27 +111,27 @@ def parse_request(body: Any) -> ResponsesRequest:
             raise unsupported(f"'{name}' {short(value)} is not supported by this gateway.", name)
     tools = parse_tools(body.get("tools"))
     logprobs = parse_include(body.get("include"))
-    top_logprobs = _int(body, "top_logprobs", 0, 20)
+    top_logprobs = integer(body, "top_logprobs", 0, 20)
     if top_logprobs and not logprobs:
         raise invalid_request(
             "'top_logprobs' needs 'include' to contain 'message.output_text.logprobs'.", param="top_logprobs"
         )
-    stream = bool(_bool(body, "stream"))
+    stream = bool(boolean(body, "stream"))
     _stream_options(body.get("stream_options"), stream)
-    parallel = _bool(body, "parallel_tool_calls")
-    store = _bool(body, "store")
+    parallel = boolean(body, "parallel_tool_calls")
+    store = boolean(body, "store")
     return ResponsesRequest(
-        model=_model(body),
+        model=model_name(body),
         input_items=parse_input(body.get("input")),
         instructions=_optional_string(body, "instructions"),
         tools=tools,
         tool_choice=parse_tool_choice(body.get("tool_choice"), tools),
         parallel_tool_calls=True if parallel is None else parallel,
         text=parse_text(body.get("text")),
-        max_output_tokens=_int(body, "max_output_tokens", MIN_OUTPUT_TOKENS, 1 << 31),
-        max_tool_calls=_int(body, "max_tool_calls", 0, 1 << 31),
-        temperature=_number(body, "temperature", 0, 2),
-        top_p=_number(body, "top_p", 0, 1),
+        max_output_tokens=integer(body, "max_output_tokens", MIN_OUTPUT_TOKENS, 1 << 31),
+        max_tool_calls=integer(body, "max_tool_calls", 0, 1 << 31),
+        temperature=number(body, "temperature", 0, 2),
+        top_p=number(body, "top_p", 0, 1),
         top_logprobs=top_logprobs,
         logprobs=logprobs,
         metadata=parse_metadata(body.get("metadata")),
