@@ -85,23 +85,24 @@ def exported(module_tmp) -> Exported:
 
 def drive_traffic(url: str) -> str:
     acme = {"Authorization": "Bearer sk-dash-acme"}
-    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
     with httpx.Client(base_url=url, timeout=30) as client:
         assert client.post("/v1/chat/completions", json={**body, "model": "m"}, headers=acme).status_code == 200
-        with client.stream(
-            "POST", "/v1/chat/completions", json={**body, "model": "m", "stream": True}, headers=acme
-        ) as r:
+        stream = {**body, "model": "m", "stream": True}
+        with client.stream("POST", "/v1/chat/completions", json=stream, headers=acme) as r:
             assert r.status_code == 200 and "[DONE]" in r.read().decode()
         tight = {"Authorization": "Bearer sk-dash-tight"}
         codes = [
             client.post("/v1/chat/completions", json={**body, "model": "m"}, headers=tight).status_code for _ in "ab"
         ]
         assert codes == [200, 429]
-        # Hold model q's only slot with a stream, be turned away beside it, then leave mid-stream.
-        with client.stream(
-            "POST", "/v1/chat/completions", json={**body, "model": "q", "stream": True}, headers=acme
-        ) as r:
-            next(r.iter_lines())
+        # Hold model q's only slot with a stream (8 tokens, 1.2 s), be turned away beside
+        # it, then leave mid-stream. The line iterator stays referenced: dropping it
+        # would close the stream early.
+        long_stream = {**body, "model": "q", "stream": True, "max_tokens": 8}
+        with client.stream("POST", "/v1/chat/completions", json=long_stream, headers=acme) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")
             assert client.post("/v1/chat/completions", json={**body, "model": "q"}, headers=acme).status_code == 429
         deadline = time.monotonic() + 10
         while True:
