@@ -18,8 +18,10 @@ from bench.client import Client, ClientConfig
 from bench.metrics import Slo, summarize_run
 from bench.progress import Progress
 from bench.records import RequestRecord
-from bench.report import SWEEP_KIND, write_json, write_run
+from bench.report import SWEEP_KIND, PlotContext, input_lines, run_parameters, write_json, write_run
 from bench.runner import LoadPlan, Runner
+from bench.sizing import PromptSizer
+from bench.token_count import choose_counter
 
 
 @dataclass(slots=True)
@@ -46,6 +48,7 @@ class BenchOptions:
     turns: int = 1
     think_time_s: float = 0.0
     prompts: Path | None = None
+    tokenizer: Path | None = None  # a tokenizer.json (or its directory) when the target has no /tokenize
     tenants: list[tuple[str, str, float]] = field(default_factory=list)  # name, key, weight
     # request shape and behaviour
     stream: bool = True
@@ -67,22 +70,55 @@ class BenchOptions:
         d["slo"] = self.slo.as_dict()
         d["out_dir"] = str(self.out_dir)
         d["tenants"] = [{"name": n, "weight": w} for n, _, w in self.tenants]  # never write keys
-        for k in ("trace", "prompts"):
+        for k in ("trace", "prompts", "tokenizer"):
             d[k] = str(d[k]) if d[k] is not None else None
         return d
 
 
-def build_sessions(o: BenchOptions) -> tuple[list[float] | None, list[wl.Session]]:
+def prompt_sizer(o: BenchOptions) -> PromptSizer:
+    """Counts tokens as the target does when it can (its /tokenize, else --tokenizer);
+    a workload of given prompts needs no sizing."""
+    if o.prompts is not None:
+        return PromptSizer()
+    keys = [k for _, k, _ in o.tenants if k]
+    headers = {"Authorization": f"Bearer {keys[0]}"} if keys else {}
+    return PromptSizer(choose_counter(o.base_url, o.model, o.tokenizer, headers))
+
+
+def input_sizing(o: BenchOptions, sizer: PromptSizer) -> dict[str, Any]:
+    """How the prompts were sized, for the reports."""
+    if o.prompts is not None:
+        return {
+            "target": None,
+            "method": "given",
+            "description": f"prompts from {o.prompts}, sent as written",
+            "estimate": False,
+        }
+    return {
+        "target": o.input_tokens,
+        "method": sizer.method.kind,
+        "description": sizer.method.description,
+        "estimate": sizer.method.estimate,
+    }
+
+
+def build_sessions(o: BenchOptions, sizer: PromptSizer | None = None) -> tuple[list[float] | None, list[wl.Session]]:
     """The workload, plus the trace's arrivals when replaying one."""
     stamps: list[float] | None = None
     if o.trace is not None:
-        raw, sessions = wl.trace_file(o.trace, o.input_tokens, o.output_tokens, seed=o.seed)
+        raw, sessions = wl.trace_file(o.trace, o.input_tokens, o.output_tokens, seed=o.seed, sizer=sizer)
         stamps = arr.trace_arrivals(raw, o.time_scale)
     elif o.prompts is not None:
         sessions = wl.prompts_file(o.prompts, o.output_tokens, o.num_requests)
     elif o.prefixes > 0:
         sessions = wl.shared_prefix(
-            o.prefixes, o.suffixes_per_prefix, o.prefix_tokens, o.input_tokens, o.output_tokens, seed=o.seed
+            o.prefixes,
+            o.suffixes_per_prefix,
+            o.prefix_tokens,
+            o.input_tokens,
+            o.output_tokens,
+            seed=o.seed,
+            sizer=sizer,
         )
     else:
         sessions = wl.synthetic(
@@ -93,13 +129,14 @@ def build_sessions(o: BenchOptions) -> tuple[list[float] | None, list[wl.Session
             turns=o.turns,
             think_time_s=o.think_time_s,
             seed=o.seed,
+            sizer=sizer,
         )
     wl.assign_tenants(sessions, [(n, w) for n, _, w in o.tenants], seed=o.seed)
     return stamps, sessions
 
 
-def plan_for(o: BenchOptions, rate: float | None) -> LoadPlan:
-    stamps, sessions = build_sessions(o)
+def plan_for(o: BenchOptions, rate: float | None, sizer: PromptSizer | None = None) -> LoadPlan:
+    stamps, sessions = build_sessions(o, sizer)
     if stamps is not None:
         arrivals: list[float] | None = stamps
     elif rate is not None:
@@ -135,12 +172,17 @@ async def execute(o: BenchOptions, plan: LoadPlan, label: str = "") -> list[Requ
         return await Runner(client, plan, progress).run()
 
 
-def run_once(o: BenchOptions, rate: float | None, out_dir: Path, label: str = "") -> dict[str, Any]:
-    plan = plan_for(o, rate)
+def run_once(
+    o: BenchOptions, rate: float | None, out_dir: Path, label: str = "", sizer: PromptSizer | None = None
+) -> dict[str, Any]:
+    sizer = sizer or prompt_sizer(o)
+    plan = plan_for(o, rate, sizer)
     records = asyncio.run(execute(o, plan, label))
     summary = summarize_run(records, o.slo)
-    config = {**o.describe(), "offered_rate": rate, "mode": _mode(o, rate)}
-    write_run(out_dir, config, summary, records, with_plots=o.plots)
+    summary["input_sizing"] = input_sizing(o, sizer)
+    config = {**o.describe(), "offered_rate": rate, "mode": _mode(o, rate), "input_sizing": summary["input_sizing"]}
+    plots = PlotContext(run_parameters(config), o.slo) if o.plots else None
+    write_run(out_dir, config, summary, records, plots)
     return summary
 
 
@@ -164,8 +206,9 @@ def run_sweep(o: BenchOptions) -> dict[str, Any]:
         raise ValueError("a sweep needs at least one SLO (--slo-ttft-ms, --slo-tpot-ms, --slo-e2e-ms)")
     points = []
     best: float | None = None
+    sizer = prompt_sizer(o)  # sized once: every rate sends the same prompts
     for rate in sorted(o.rates):
-        summary = run_once(o, rate, o.out_dir / f"rate-{rate:g}", label=f"{rate:g} req/s ")
+        summary = run_once(o, rate, o.out_dir / f"rate-{rate:g}", label=f"{rate:g} req/s ", sizer=sizer)
         ok = meets_slo(summary, o.slo_attainment)
         points.append({"rate": rate, "meets_slo": ok, "summary": summary, "result": f"rate-{rate:g}/result.json"})
         print(
@@ -177,10 +220,11 @@ def run_sweep(o: BenchOptions) -> dict[str, Any]:
             best = rate
         elif not o.sweep_all:
             break
+    config = {**o.describe(), "input_sizing": input_sizing(o, sizer)}
     doc = {
         "kind": SWEEP_KIND,
         "version": 1,
-        "config": o.describe(),
+        "config": config,
         "slo_attainment": o.slo_attainment,
         "best_rate": best,
         "points": points,
@@ -190,10 +234,26 @@ def run_sweep(o: BenchOptions) -> dict[str, Any]:
     if o.plots:
         from bench.plots import sweep_plots
 
-        plots = sweep_plots(points, o.out_dir)
+        rates = ",".join(f"{r:g}" for r in sorted(o.rates))
+        context = PlotContext(run_parameters({**config, "mode": f"rate sweep {rates} req/s"}), o.slo)
+        plots = sweep_plots(points, o.out_dir, context)
     write_json(o.out_dir / "sweep.json", doc)
     (o.out_dir / "sweep.md").write_text(sweep_markdown(doc, [p.name for p in plots]))
     return doc
+
+
+def _mean_prompt(points: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Sized and measured mean prompt tokens over every rate of a sweep."""
+    out: dict[str, float | None] = {}
+    for key in ("measured_mean", "sized_mean"):
+        pairs = [
+            (p["summary"]["prompt_tokens"][key], p["summary"]["requests"]["ok"])
+            for p in points
+            if p["summary"]["prompt_tokens"][key] is not None
+        ]
+        weight = sum(n for _, n in pairs)
+        out[key] = sum(v * n for v, n in pairs) / weight if weight else None
+    return out
 
 
 def sweep_markdown(doc: dict[str, Any], plots: list[str]) -> str:
@@ -206,6 +266,8 @@ def sweep_markdown(doc: dict[str, Any], plots: list[str]) -> str:
         "(succeeded and met every SLO).",
         "",
         f"**Highest rate meeting the SLO: {best:g} req/s**" if best is not None else "**No rate met the SLO.**",
+        "",
+        *input_lines({"input_sizing": doc["config"]["input_sizing"], "prompt_tokens": _mean_prompt(doc["points"])}),
         "",
         "| offered req/s | served req/s | goodput req/s | good % | TTFT p99 ms | TPOT p99 ms | e2e p99 ms | failed | meets |",
         "|---|---|---|---|---|---|---|---|---|",

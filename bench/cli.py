@@ -75,7 +75,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--time-scale", type=float, default=1.0, help="trace replay speed factor on gaps")
     w = p.add_argument_group("workload")
     w.add_argument("--num-requests", type=int, default=100, help="sessions (conversations when --turns > 1)")
-    w.add_argument("--input-tokens", type=int, default=128)
+    w.add_argument(
+        "--input-tokens",
+        type=int,
+        default=128,
+        help="prompt size in tokens of the target's tokenizer (see --tokenizer)",
+    )
     w.add_argument("--output-tokens", type=int, default=64, help="max_tokens per request")
     w.add_argument("--range-ratio", type=float, default=0.0, help="lengths uniform in L*(1-r)..L*(1+r)")
     w.add_argument("--prefixes", type=int, default=0, help="shared-prefix workload: number of prefixes")
@@ -84,6 +89,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     w.add_argument("--turns", type=int, default=1, help="multi-turn conversations of this many turns")
     w.add_argument("--think-time-ms", type=float, default=0.0)
     w.add_argument("--prompts", type=Path, help="JSONL of prompts ('prompt' | 'messages' | 'turns')")
+    w.add_argument(
+        "--tokenizer",
+        type=Path,
+        help="a tokenizer.json (or its directory) to size prompts with when the target has no /tokenize endpoint "
+        "(needs the `tokenizers` library); with neither, --input-tokens counts words and reports say ESTIMATE",
+    )
     w.add_argument(
         "--tenant",
         dest="tenants",
@@ -155,6 +166,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         turns=args.turns,
         think_time_s=args.think_time_ms / 1000.0,
         prompts=args.prompts,
+        tokenizer=args.tokenizer,
         tenants=args.tenants,
         stream=args.stream,
         ignore_eos=args.ignore_eos,

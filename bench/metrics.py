@@ -39,6 +39,9 @@ DEFINITIONS: dict[str, str] = {
     "failure": "HTTP status other than 200 (http_status), an error event inside a 200 stream (stream_error), "
     "client timeout (timeout), a stream that ended without [DONE] (cut_stream), no HTTP answer (connection). "
     "Cancelled requests (the harness's own cancellation load) are neither successes nor failures",
+    "prompt tokens": "measured_mean: mean usage.prompt_tokens of successful requests (the whole prompt the server "
+    "tokenized: the chat template and, in multi-turn runs, the history included); sized_mean: mean size of the text "
+    "the harness wrote for each request, in tokens as the input sizing method counted them (`input_sizing`)",
     "send_lag": "open loop only: actual send time - scheduled arrival time (should stay near 0 whatever the server does)",
     "percentiles": "linear interpolation between closest ranks (numpy's default)",
 }
@@ -164,6 +167,7 @@ def summarize(records: Sequence[RequestRecord], slo: Slo, duration_s: float | No
     source = sources.pop() if len(sources) == 1 else ("mixed" if sources else None)
     output_tokens = sum(m.output_tokens for m in metrics)
     prompt_tokens = [r.usage_prompt_tokens for r in ok if r.usage_prompt_tokens is not None]
+    sized = [r.prompt_tokens_sized for r in records if r.prompt_tokens_sized is not None]
     cached = [r.cached_tokens for r in ok if r.cached_tokens is not None]
     good = sum(1 for m in metrics if meets_slo(m, slo))
     judged = len(ok) + len(failed)
@@ -191,6 +195,10 @@ def summarize(records: Sequence[RequestRecord], slo: Slo, duration_s: float | No
             "requests_per_s": rate(len(ok)),
             "output_tokens_per_s": rate(output_tokens),
             "input_tokens_per_s": rate(sum(prompt_tokens)) if prompt_tokens else None,
+        },
+        "prompt_tokens": {
+            "measured_mean": sum(prompt_tokens) / len(prompt_tokens) if prompt_tokens else None,
+            "sized_mean": sum(sized) / len(sized) if sized else None,
         },
         "ttft_ms": distribution_ms(m.ttft_s for m in metrics if m.ttft_s is not None),
         "itl_ms": distribution_ms(g for m in metrics for g in m.itls_s),

@@ -108,7 +108,6 @@ def measure_latency(targets: dict[str, str], sc: Scenario, n: int, rounds: int, 
             {"scenario": sc.name, "target": name, "base_url": targets[name]},
             s,
             recs,
-            with_plots=False,
         )
         result[name] = {
             "e2e_p50_ms": _p(s, "e2e_ms", "p50"),
@@ -148,7 +147,6 @@ def measure_throughput(
                 {"scenario": sc.name, "target": name, "base_url": base},
                 s,
                 recs,
-                with_plots=False,
             )
             result[name] = {
                 "requests_per_s": s["throughput"]["requests_per_s"],

@@ -31,6 +31,9 @@ class RequestRecord:
     sent_s: float
     scheduled_s: float | None = None  # None in closed loop: sent when a slot frees
     prompt_words: int = 0
+    # The new turn's text (and system prefix) in tokens as the prompt sizer counted them
+    # (bench/sizing.py); None when the size is an estimate or the text came from a file.
+    prompt_tokens_sized: int | None = None
     max_tokens: int | None = None
     status: int | None = None
     # Arrival time of every content-bearing chunk (text, reasoning or tool-call

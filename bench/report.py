@@ -4,16 +4,60 @@ record), summary.md (the same numbers for people, formulas included) and plots."
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench.metrics import DEFINITIONS, PERCENTILES
+from bench.metrics import DEFINITIONS, PERCENTILES, Slo
 from bench.records import FAILURE_KINDS, RequestRecord
 
 RUN_KIND = "switchyard.bench.run"
 SWEEP_KIND = "switchyard.bench.sweep"
+
+
+@dataclass(frozen=True, slots=True)
+class PlotContext:
+    parameters: str  # one line: target, arrivals, request count, input and output sizes
+    slo: Slo
+
+    def slo_text(self) -> str:
+        parts = [
+            f"{name} <= {value:g} ms"
+            for name, value in (("TTFT", self.slo.ttft_ms), ("TPOT", self.slo.tpot_ms), ("e2e", self.slo.e2e_ms))
+            if value is not None
+        ]
+        return "SLO: " + (", ".join(parts) if parts else "none given")
+
+    def title(self, what: str) -> str:
+        return f"{what}\n{self.parameters}\n{self.slo_text()}"
+
+
+SIZED_BY = {
+    "endpoint": "sized with the target's /tokenize",
+    "tokenizer": "sized with --tokenizer",
+    "estimate": "ESTIMATE: words",
+}
+
+
+def run_parameters(config: dict[str, Any]) -> str:
+    """One line for plot titles: the target, the arrivals, the request count and
+    the sizes (with how the input was sized)."""
+    sizing = config.get("input_sizing") or {}
+    if sizing.get("method") == "given":
+        inputs = "prompts as given"
+    else:
+        how = SIZED_BY.get(sizing.get("method", "estimate"), "ESTIMATE: words")
+        inputs = f"input {config.get('input_tokens')} tok ({how})"
+    parts = [
+        f"{config.get('model')} @ {config.get('base_url')}",
+        str(config.get("mode", "")),
+        f"{config.get('num_requests')} requests",
+        inputs,
+        f"output <= {config.get('output_tokens')} tok",
+    ]
+    return " · ".join(p for p in parts if p)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -52,6 +96,30 @@ def latency_table(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def input_lines(summary: dict[str, Any]) -> list[str]:
+    """The prompt size asked for, how it was sized, and what the server counted
+    (`usage.prompt_tokens`), side by side; an estimate says so in capitals."""
+    sizing = summary.get("input_sizing")
+    prompt = summary.get("prompt_tokens") or {}
+    measured = prompt.get("measured_mean")
+    seen = (
+        f"measured mean prompt_tokens {measured:.1f} (usage; the chat template included)"
+        if measured is not None
+        else "no usage.prompt_tokens reported, so the real size is unknown"
+    )
+    if sizing is None:
+        return [f"- input tokens: {seen}"]
+    if sizing["method"] == "given":
+        return [f"- input tokens: {sizing['description']}; {seen}"]
+    if sizing["estimate"]:
+        return [
+            f"- input tokens: target {sizing['target']}, an ESTIMATE: {sizing['description']}; {seen}",
+        ]
+    sized = prompt.get("sized_mean")
+    sized_text = f", mean {sized:.1f} as sized" if sized is not None else ""
+    return [f"- input tokens: target {sizing['target']}, sized with {sizing['description']}{sized_text}; {seen}"]
+
+
 def summary_lines(summary: dict[str, Any]) -> list[str]:
     req, tp, gp = summary["requests"], summary["throughput"], summary["goodput"]
     lines = [
@@ -60,6 +128,7 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         f"- duration: {summary['duration_s']:.3f} s; peak concurrency {summary['peak_concurrency']}",
         f"- throughput: {tp['requests_per_s']:.2f} requests/s, {tp['output_tokens_per_s']:.1f} output tokens/s"
         + (f", {tp['input_tokens_per_s']:.1f} input tokens/s" if tp["input_tokens_per_s"] is not None else ""),
+        *input_lines(summary),
         f"- output tokens counted from: {summary['output_tokens_source'] or '-'}",
         f"- goodput (SLO {', '.join(f'{k} <= {v:g}' for k, v in gp['slo'].items() if v is not None) or 'none'}): "
         f"{gp['good']} good, {gp['requests_per_s']:.2f} requests/s, {gp['fraction']:.2%} of judged requests",
@@ -112,14 +181,15 @@ def write_run(
     config: dict[str, Any],
     summary: dict[str, Any],
     records: Sequence[RequestRecord],
-    with_plots: bool = True,
+    plots: PlotContext | None = None,
 ) -> Path:
+    """The reports, with plots when `plots` (their titles' parameters and SLO) is given."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    plots: list[str] = []
-    if with_plots:
+    names: list[str] = []
+    if plots is not None:
         from bench.plots import run_plots  # matplotlib is slow to import; only when drawing
 
-        plots = [p.name for p in run_plots(records, out_dir)]
+        names = [p.name for p in run_plots(records, out_dir, plots)]
     write_json(out_dir / "result.json", run_document(config, summary, records))
-    (out_dir / "summary.md").write_text(markdown(config, summary, plots))
+    (out_dir / "summary.md").write_text(markdown(config, summary, names))
     return out_dir / "result.json"

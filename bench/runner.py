@@ -116,6 +116,7 @@ class Runner:
                 sent_s=0.0,
                 scheduled_s=scheduled_s if k == 0 else None,
                 prompt_words=turn.words,
+                prompt_tokens_sized=turn.tokens,
                 max_tokens=turn.max_tokens,
             )
             cancel_after = self.plan.cancel_delay_s if self._cancel[index] else None

@@ -5,10 +5,10 @@ Single-turn workloads have one turn per session; a multi-turn conversation sends
 turn k+1 after turn k's answer (plus a think time), with the real answer in its
 history, as a chat user would.
 
-There is no tokenizer on the client: synthetic text is made of common English
-words that most BPE vocabularies encode as one token each (with the leading
-space), so "N tokens" means N such words. Servers' usage counts are reported
-as measured.
+Synthetic prompts are sized in tokens of the target's tokenizer when a
+`PromptSizer` has a token counter (bench/sizing.py, bench/token_count.py);
+without one "N tokens" means N common English words, and the reports say that
+the lengths are an estimate. Servers' usage counts are reported as measured.
 """
 
 from __future__ import annotations
@@ -22,112 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-WORDS: tuple[str, ...] = (
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "for",
-    "on",
-    "with",
-    "as",
-    "at",
-    "by",
-    "from",
-    "this",
-    "that",
-    "time",
-    "year",
-    "people",
-    "way",
-    "day",
-    "man",
-    "thing",
-    "woman",
-    "life",
-    "child",
-    "world",
-    "school",
-    "state",
-    "family",
-    "student",
-    "group",
-    "country",
-    "problem",
-    "hand",
-    "part",
-    "place",
-    "case",
-    "week",
-    "company",
-    "system",
-    "program",
-    "question",
-    "work",
-    "government",
-    "number",
-    "night",
-    "point",
-    "home",
-    "water",
-    "room",
-    "mother",
-    "area",
-    "money",
-    "story",
-    "fact",
-    "month",
-    "lot",
-    "right",
-    "study",
-    "book",
-    "eye",
-    "job",
-    "word",
-    "business",
-    "issue",
-    "side",
-    "kind",
-    "head",
-    "house",
-    "service",
-    "friend",
-    "father",
-    "power",
-    "hour",
-    "game",
-    "line",
-    "end",
-    "member",
-    "law",
-    "car",
-    "city",
-    "name",
-    "team",
-    "minute",
-    "idea",
-    "kid",
-    "body",
-    "back",
-    "parent",
-    "face",
-    "level",
-    "office",
-    "door",
-    "health",
-    "person",
-    "art",
-    "war",
-    "history",
-    "party",
-    "result",
-    "change",
-    "morning",
-    "reason",
-    "research",
-)
+from bench.sizing import PromptSizer
 
 
 @dataclass(slots=True)
@@ -135,6 +30,7 @@ class Turn:
     content: str
     max_tokens: int | None = None
     words: int = 0  # prompt size of this turn, in synthetic words
+    tokens: int | None = None  # ... in tokens as the sizer counted them; None when not counted
 
 
 @dataclass(slots=True)
@@ -144,11 +40,6 @@ class Session:
     system: str | None = None  # a shared prefix goes here, so it leads every request
     think_time_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)  # request fields from a JSONL file
-
-
-def _words(rng: np.random.Generator, n: int) -> str:
-    idx = rng.integers(0, len(WORDS), size=max(n, 0))
-    return " ".join(WORDS[i] for i in idx)
 
 
 def _length(rng: np.random.Generator, mean: int, range_ratio: float) -> int:
@@ -174,18 +65,16 @@ def synthetic(
     turns: int = 1,
     think_time_s: float = 0.0,
     seed: int = 0,
+    sizer: PromptSizer | None = None,
 ) -> list[Session]:
     rng = np.random.default_rng(seed)
+    sizer = sizer or PromptSizer()
     sessions = []
     for i in range(n):
         ts = []
         for k in range(turns):
-            words = _length(rng, input_tokens, range_ratio)
-            ts.append(
-                Turn(
-                    f"{_unique_head(i)} turn {k}: {_words(rng, words)}", _length(rng, output_tokens, range_ratio), words
-                )
-            )
+            sized = sizer.text(rng, f"{_unique_head(i)} turn {k}:", _length(rng, input_tokens, range_ratio))
+            ts.append(Turn(sized.text, _length(rng, output_tokens, range_ratio), sized.words, sized.tokens))
         sessions.append(Session(ts, think_time_s=think_time_s))
     return sessions
 
@@ -197,25 +86,24 @@ def shared_prefix(
     suffix_tokens: int,
     output_tokens: int,
     seed: int = 0,
+    sizer: PromptSizer | None = None,
 ) -> list[Session]:
     """N prefixes x M suffixes, shuffled (vLLM's prefix_repetition): the prefix is
     the system message, so every request of a group starts with the same tokens."""
     rng = np.random.default_rng(seed)
-    prefixes = [f"prefix {p}: {_words(rng, prefix_tokens)}" for p in range(num_prefixes)]
-    sessions = [
-        Session(
-            [
-                Turn(
-                    f"{_unique_head(p * suffixes_per_prefix + s)} {_words(rng, suffix_tokens)}",
-                    output_tokens,
-                    prefix_tokens + suffix_tokens,
-                )
-            ],
-            system=prefixes[p],
-        )
-        for p in range(num_prefixes)
-        for s in range(suffixes_per_prefix)
-    ]
+    sizer = sizer or PromptSizer()
+    prefixes = [sizer.text(rng, f"prefix {p}:", prefix_tokens) for p in range(num_prefixes)]
+    sessions = []
+    for p in range(num_prefixes):
+        for s in range(suffixes_per_prefix):
+            suffix = sizer.text(rng, _unique_head(p * suffixes_per_prefix + s), suffix_tokens)
+            tokens = (
+                prefixes[p].tokens + suffix.tokens
+                if prefixes[p].tokens is not None and suffix.tokens is not None
+                else None
+            )
+            turn = Turn(suffix.text, output_tokens, prefix_tokens + suffix_tokens, tokens)
+            sessions.append(Session([turn], system=prefixes[p].text))
     order = rng.permutation(len(sessions))
     return [sessions[i] for i in order]
 
@@ -269,11 +157,14 @@ def prompts_file(path: Path, default_max_tokens: int | None, n: int | None = Non
     return [sessions[i % len(sessions)] for i in range(n)]
 
 
-def trace_file(path: Path, default_input: int, default_output: int, seed: int = 0) -> tuple[list[float], list[Session]]:
+def trace_file(
+    path: Path, default_input: int, default_output: int, seed: int = 0, sizer: PromptSizer | None = None
+) -> tuple[list[float], list[Session]]:
     """A timestamped trace: one JSON object per line with "timestamp" (seconds) or
     "timestamp_ms", plus a prompt ("prompt"/"messages") or lengths
     ("input_tokens", "output_tokens"), and optional "tenant"."""
     rng = np.random.default_rng(seed)
+    sizer = sizer or PromptSizer()
     stamps: list[float] = []
     sessions: list[Session] = []
     for i, row in enumerate(read_jsonl(path)):
@@ -286,19 +177,9 @@ def trace_file(path: Path, default_input: int, default_output: int, seed: int = 
         if "prompt" in row or "messages" in row or "turns" in row:
             sessions.append(_session_from_row(row, default_output, f"{path}:{i + 1}"))
         else:
-            words = int(row.get("input_tokens", default_input))
-            sessions.append(
-                Session(
-                    [
-                        Turn(
-                            f"{_unique_head(i)} {_words(rng, words)}",
-                            int(row.get("output_tokens", default_output)),
-                            words,
-                        )
-                    ],
-                    tenant=row.get("tenant", "default"),
-                )
-            )
+            sized = sizer.text(rng, _unique_head(i), int(row.get("input_tokens", default_input)))
+            turn = Turn(sized.text, int(row.get("output_tokens", default_output)), sized.words, sized.tokens)
+            sessions.append(Session([turn], tenant=row.get("tenant", "default")))
     return stamps, sessions
 
 

@@ -1,16 +1,43 @@
-"""`switchyard conformance run | matrix | diff`."""
+"""`switchyard conformance run | matrix | diff | list`.
+
+Exit codes (conformance/README.md, "Verdicts and exit codes"): 0 PASS, 1 a MUST
+failed or errored, 2 a usage error (one line on stderr, never a traceback),
+3 INCOMPLETE (no MUST failed, but a MUST that applies did not run) unless
+`--allow-incomplete`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from conformance.capabilities import FEATURES
 from conformance.check import PROFILES
 
-EXIT_OK, EXIT_MUST_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_MUST_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """A mistake in how the suite was called (a path, an option, a config)."""
+
+
+def _user_errors(cmd: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """One clear line and exit 2 for a usage error, whatever the command."""
+
+    @functools.wraps(cmd)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return cmd(args)
+        except UsageError as exc:
+            print(f"switchyard conformance: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+
+    return run
 
 
 def _profiles(values: list[str] | None) -> list[str]:
@@ -19,10 +46,20 @@ def _profiles(values: list[str] | None) -> list[str]:
         for p in v.split(","):
             p = p.strip()
             if p not in PROFILES:
-                raise SystemExit(f"unknown profile {p!r}; choose from {', '.join(PROFILES)}")
+                raise UsageError(f"unknown profile {p!r}; choose from {', '.join(PROFILES)}")
             if p not in chosen:
                 chosen.append(p)
     return chosen
+
+
+def _exit_code(verdict: Any, allow_incomplete: bool) -> int:
+    from conformance.result import Verdict
+
+    if verdict is Verdict.FAIL:
+        return EXIT_MUST_FAILED
+    if verdict is Verdict.INCOMPLETE and not allow_incomplete:
+        return EXIT_INCOMPLETE
+    return EXIT_OK
 
 
 def _progress(prefix: str = "") -> Any:
@@ -42,66 +79,127 @@ def _gateway_options(args: argparse.Namespace) -> dict[str, Any]:
         "rate_limited_key": args.rate_limited_key,
         "overload_model": args.overload_model,
         "metrics_url": args.metrics_url,
-        "sim_faults": args.sim_faults,
         "timeout_s": args.timeout,
     }
 
 
+def _report_dir(path: str) -> Path:
+    directory = Path(path).expanduser()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--report {path}: cannot create the directory ({exc.strerror or exc})") from None
+    return directory
+
+
+@_user_errors
 def cmd_run(args: argparse.Namespace) -> int:
+    from conformance.capabilities import UnknownCapability, parse_features
     from conformance.catalog import select
     from conformance.report import summary_line, write_reports
     from conformance.runner import run_checks
     from conformance.target import Target
 
     profiles = _profiles(args.profile)
+    try:
+        capabilities = parse_features(args.capabilities) if args.capabilities is not None else None
+    except UnknownCapability as exc:
+        raise UsageError(f"--capabilities: {exc}") from None
     target = Target(
-        base_url=args.base_url, model=args.model, name=args.name or "", api_key=args.api_key, **_gateway_options(args)
+        base_url=args.base_url,
+        model=args.model,
+        name=args.name or "",
+        api_key=args.api_key,
+        sim_faults=args.sim_faults,
+        capabilities=capabilities,
+        **_gateway_options(args),
     )
     checks = select(profiles, args.only)
     if not checks:
-        print("no checks selected", file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError("no checks selected (see `switchyard conformance list`)")
+    report_dir = _report_dir(args.report)
     report = asyncio.run(run_checks(target, checks, profiles, progress=None if args.quiet else _progress()))
-    paths = write_reports(report, Path(args.report), f"Conformance report: {target.name}")
-    print(summary_line(report))
+    paths = write_reports(report, report_dir, f"Conformance report: {target.name}")
+    print(f"{report.verdict}: {summary_line(report)}")
     print("reports: " + ", ".join(str(p) for p in paths.values()))
     if report.must_failures:
         print(
             f"FAIL: {len(report.must_failures)} MUST check(s) failed: " + ", ".join(r.id for r in report.must_failures),
             file=sys.stderr,
         )
-        return EXIT_MUST_FAILED
-    return EXIT_OK
+    elif report.must_skips:
+        print(
+            f"INCOMPLETE: {len(report.must_skips)} MUST check(s) did not run: "
+            + ", ".join(r.id for r in report.must_skips)
+            + " (give what they need, declare what the target lacks with --capabilities, or --allow-incomplete)",
+            file=sys.stderr,
+        )
+    return _exit_code(report.verdict, args.allow_incomplete)
 
 
+def _start_gateway(config_path: Path, report_dir: Path) -> Any:
+    from conformance.procs import ChildFailed, free_port, start_gateway
+
+    log_dir = report_dir / "logs"
+    try:
+        # In the caller's directory, so relative paths inside the config mean what
+        # they mean to `switchyard serve` run here.
+        return start_gateway(config_path, free_port(), log_dir, cwd=Path.cwd())
+    except ChildFailed as exc:
+        lines = [line for line in exc.log_tail.splitlines() if line.strip()]
+        last = f": {lines[-1].strip()}" if lines else ""
+        raise UsageError(
+            f"the gateway did not start with {config_path}{last} (log: {log_dir / 'gateway.log'})"
+        ) from None
+
+
+@_user_errors
 def cmd_matrix(args: argparse.Namespace) -> int:
     from conformance.catalog import select
-    from conformance.matrix import gateway_url_of, load_config, run_matrix, targets_from_config, write_matrix
-    from conformance.procs import free_port, start_gateway
+    from conformance.matrix import (
+        ConfigError,
+        gateway_url_of,
+        load_config,
+        load_declarations,
+        run_matrix,
+        select_models,
+        targets_from_config,
+        write_matrix,
+    )
 
-    config_path = Path(args.config)
-    config = load_config(config_path)
+    if args.sim_faults:
+        raise UsageError(
+            "matrix: --sim-faults would send fault markers to every model; declare `simulator: true` "
+            "for the simulator models in --targets FILE (conformance/README.md)"
+        )
     profiles = _profiles(args.profile)
-    gateway = None
-    if args.start_gateway:
-        port = free_port()
-        gateway = start_gateway(config_path, port, Path(args.report) / "logs")
-        gateway_url = gateway.url
-    else:
-        gateway_url = args.gateway_url or gateway_url_of(config)
+    # Resolved here: the gateway may run in another directory than the caller's.
+    config_path = Path(args.config).expanduser().resolve()
+    try:
+        config = load_config(config_path)
+        declarations = load_declarations(Path(args.targets).expanduser().resolve(), config) if args.targets else {}
+        models = select_models(config, [m.strip() for m in args.models.split(",")] if args.models else None)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    checks = select(profiles, args.only)
+    if not checks:
+        raise UsageError("no checks selected (see `switchyard conformance list`)")
+    report_dir = _report_dir(args.report)
+    gateway = _start_gateway(config_path, report_dir) if args.start_gateway else None
     try:
         targets = targets_from_config(
             config,
-            gateway_url,
+            gateway.url if gateway is not None else args.gateway_url or gateway_url_of(config),
             direct=args.direct,
             api_key=args.api_key,
-            models=args.models.split(",") if args.models else None,
+            models=models,
+            declarations=declarations,
             **_gateway_options(args),
         )
         matrix = asyncio.run(
             run_matrix(
                 targets,
-                select(profiles, args.only),
+                checks,
                 profiles,
                 progress=None if args.quiet else lambda t, r: _progress(f"[{t.name}] ")(r),
             )
@@ -109,7 +207,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     finally:
         if gateway is not None:
             gateway.stop()
-    paths = write_matrix(matrix, Path(args.report))
+    paths = write_matrix(matrix, report_dir)
+    print(f"{matrix.verdict} (gateway columns)")
     print("reports: " + ", ".join(str(p) for p in paths.values()))
     failures = matrix.gateway_must_failures()
     if failures:
@@ -118,23 +217,34 @@ def cmd_matrix(args: argparse.Namespace) -> int:
             + ", ".join(f"{name}:{r.id}" for name, r in failures),
             file=sys.stderr,
         )
-        return EXIT_MUST_FAILED
-    return EXIT_OK
+    for name, run in matrix.incomplete_gateway_columns():
+        print(
+            f"INCOMPLETE: {name}: MUST check(s) did not run: {', '.join(r.id for r in run.must_skips) or 'none ran'}",
+            file=sys.stderr,
+        )
+    return _exit_code(matrix.verdict, args.allow_incomplete)
 
 
+@_user_errors
 def cmd_diff(args: argparse.Namespace) -> int:
     from conformance.diff import diff_reports, load, render
 
-    d = diff_reports(load(Path(args.old)), load(Path(args.new)))
+    try:
+        old, new = load(Path(args.old)), load(Path(args.new))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    d = diff_reports(old, new)
     print(render(d))
     return EXIT_MUST_FAILED if d.new_must_failures else EXIT_OK
 
 
+@_user_errors
 def cmd_list(args: argparse.Namespace) -> int:
     from conformance.catalog import select
 
     for c in select(_profiles(args.profile) if args.profile else None):
-        print(f"{c.id:40} {c.level:6} {c.profile:10} {c.description}")
+        needs = f" [needs {', '.join(c.needs)}]" if c.needs else ""
+        print(f"{c.id:40} {c.level:6} {c.profile:10} {c.description}{needs}")
     return EXIT_OK
 
 
@@ -153,12 +263,12 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-limited-key", help="gateway: a key whose tenant allows only a few requests per minute (429)")
     p.add_argument("--overload-model", help="gateway: a model whose queue overflows under a burst (503)")
     p.add_argument("--metrics-url", help="Prometheus endpoint with a running-requests gauge (cancellation check)")
-    p.add_argument(
-        "--sim-faults",
-        action="store_true",
-        help="the server understands the simulators' [[sim:...]] fault markers (failure checks)",
-    )
     p.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds")
+    p.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help=f"exit {EXIT_OK} instead of {EXIT_INCOMPLETE} when the verdict is INCOMPLETE (the reports still say so)",
+    )
     p.add_argument("--quiet", action="store_true", help="no per-check progress lines")
 
 
@@ -166,10 +276,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("conformance", help="OpenAI-semantics conformance suite (run, matrix, diff)")
     sub = parser.add_subparsers(dest="conformance_command", required=True)
 
-    run = sub.add_parser("run", help="run the suite against one server; exits 1 on a MUST failure")
+    run = sub.add_parser("run", help="run the suite against one server; exits 1 on a MUST failure, 3 if incomplete")
     run.add_argument("--base-url", required=True, help="http://host:port or http://host:port/v1")
     run.add_argument("--model", required=True, help="the model name to send")
     run.add_argument("--name", help="label for the reports (default: the base URL)")
+    run.add_argument(
+        "--sim-faults",
+        action="store_true",
+        help="the server is a simulator, or a gateway in front of one: it understands the [[sim:...]] fault markers "
+        "(without it the fault checks are not applicable)",
+    )
+    run.add_argument(
+        "--capabilities",
+        metavar="LIST",
+        help="the optional features the server has, comma-separated, from: "
+        + ", ".join(FEATURES)
+        + " (an empty string for none); checks needing one not listed are not applicable (default: all)",
+    )
     _add_target_options(run)
     run.set_defaults(func=cmd_run)
 
@@ -179,6 +302,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     matrix.add_argument("--start-gateway", action="store_true", help="start `switchyard serve --config` on a free port")
     matrix.add_argument("--direct", action="store_true", help="also run each runtime's URL directly")
     matrix.add_argument("--models", help="comma-separated subset of the configured model names")
+    matrix.add_argument(
+        "--targets",
+        metavar="FILE",
+        help="YAML declaring per model `simulator: true|false` and `capabilities: [...]` (conformance/README.md)",
+    )
+    # Only to explain, in one line, that simulators are declared per model here.
+    matrix.add_argument("--sim-faults", action="store_true", help=argparse.SUPPRESS)
     _add_target_options(matrix)
     matrix.set_defaults(func=cmd_matrix)
 

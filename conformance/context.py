@@ -8,8 +8,9 @@ from typing import Any
 
 import openai
 
+from conformance.capabilities import FEATURES
 from conformance.http import Exchange, Http
-from conformance.result import CheckFailed, Evidence, NotApplicable
+from conformance.result import CheckFailed, Evidence, Skipped
 from conformance.schema import FieldIssue, error_envelope_issues
 from conformance.target import Target
 
@@ -181,7 +182,8 @@ class Context:
         """A server may honestly refuse a feature its runtime lacks (README.md, "Request
         semantics worth knowing": such a feature "is answered with 400 naming the
         runtime"). That is reported as a skip naming the refusal: not a pass, and not a
-        conformance failure."""
+        conformance failure. A target declared without the feature never gets here:
+        its checks are `na` before they run."""
         if ex.status not in (400, 501):
             return
         body = ex.json()
@@ -189,7 +191,19 @@ class Context:
         err = body.get("error") if isinstance(body, dict) else None
         code = err.get("code") if isinstance(err, dict) else None
         if refuses_feature(ex.status, str(message or ""), code):
-            raise NotApplicable(f"the server refuses {capability}: HTTP {ex.status} {str(message)[:200]!r}")
+            declarable = capability in FEATURES
+            hint = f" (declare the target without {capability} to make this not applicable)" if declarable else ""
+            raise Skipped(
+                f"the server refuses {capability}: HTTP {ex.status} {str(message)[:200]!r}{hint}",
+                [
+                    Evidence(
+                        expected=f"{capability} served, or the target declared without it",
+                        seen=f"HTTP {ex.status}",
+                        offending=_body_excerpt(ex),
+                        request=ex.request_summary(),
+                    )
+                ],
+            )
 
     def field_issues(self, message: str, issues: list[FieldIssue], ex: Exchange, offending: Any) -> CheckFailed:
         return CheckFailed(
@@ -230,8 +244,8 @@ class Context:
         return issues
 
     @staticmethod
-    def not_applicable(reason: str) -> NotApplicable:
-        return NotApplicable(reason)
+    def skip(reason: str) -> Skipped:
+        return Skipped(reason)
 
 
 def error_message(body: Any) -> str | None:

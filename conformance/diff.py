@@ -72,7 +72,16 @@ def diff_reports(old: dict[str, Any], new: dict[str, Any]) -> Diff:
 
 
 def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """A report.json or matrix.json; ValueError (naming the file) for anything else."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not ("matrix" in data or "results" in data):
+        raise ValueError(f"{path} is not a conformance report.json or matrix.json")
+    return data
 
 
 def render(d: Diff) -> str:

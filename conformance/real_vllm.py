@@ -22,8 +22,10 @@ import yaml
 
 from conformance.catalog import select
 from conformance.check import PROFILES
+from conformance.cli import EXIT_INCOMPLETE, EXIT_MUST_FAILED, EXIT_OK
 from conformance.matrix import MatrixReport, targets_from_config, write_matrix
 from conformance.procs import ROOT, SWITCHYARD, ManagedProcess, free_port, start_gateway
+from conformance.result import Verdict
 from conformance.runner import run_checks
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
@@ -133,10 +135,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     matrix = run_real_vllm(Path(args.report), Path(args.model_dir) if args.model_dir else None, profiles)
     print(f"written to {args.report} in {time.monotonic() - started:.0f} s")
-    failures = matrix.gateway_must_failures()
-    for name, r in failures:
+    for name, r in matrix.gateway_must_failures():
         print(f"MUST failure through the gateway: {name}: {r.id}: {r.message[:160]}", file=sys.stderr)
-    return 1 if failures else 0
+    for name, run_report in matrix.incomplete_gateway_columns():
+        skipped = ", ".join(r.id for r in run_report.must_skips) or "no MUST check ran"
+        print(f"INCOMPLETE through the gateway: {name}: {skipped}", file=sys.stderr)
+    print(f"verdict (gateway column): {matrix.verdict}")
+    return {Verdict.FAIL: EXIT_MUST_FAILED, Verdict.INCOMPLETE: EXIT_INCOMPLETE}.get(matrix.verdict, EXIT_OK)
 
 
 if __name__ == "__main__":

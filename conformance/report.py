@@ -1,6 +1,12 @@
 """Write one run as JSON (the machine-readable record `diff` reads), Markdown
 (for a PR or a ticket) and one self-contained HTML page (inline CSS, no
-scripts, no external assets)."""
+scripts, no external assets).
+
+Both human formats put what needs attention first: every failure, error and
+skip, MUST before SHOULD, each with its rule (the check's description) and its
+evidence (the request, the offending chunk or field, expected versus seen).
+The full table of checks comes after.
+"""
 
 from __future__ import annotations
 
@@ -9,23 +15,40 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conformance.result import CheckResult, Level, Status
+from conformance.result import CheckResult, Level, Status, Verdict
 from conformance.runner import RunReport
 
-STATUS_MARK = {Status.PASS: "✅ pass", Status.FAIL: "❌ FAIL", Status.SKIP: "⏭ skip", Status.ERROR: "⚠ ERROR"}
+STATUS_MARK = {
+    Status.PASS: "✅ pass",
+    Status.FAIL: "❌ FAIL",
+    Status.SKIP: "⏭ skip",
+    Status.ERROR: "⚠ ERROR",
+    Status.NA: "➖ n/a",
+}
+# Order of the "needs attention" list: what blocks first.
+ATTENTION = (Status.FAIL, Status.ERROR, Status.SKIP)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#1d2327;max-width:1200px}
-h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}
+h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}h3{font-size:1rem;margin:1.2rem 0 .3rem}
 table{border-collapse:collapse;width:100%;font-size:.9rem}
 th,td{border:1px solid #d0d7de;padding:.3rem .5rem;text-align:left;vertical-align:top}
 th{background:#f6f8fa}
 .pass{background:#e6ffec}.fail{background:#ffebe9}.skip{background:#f6f8fa;color:#57606a}.error{background:#fff8c5}
+.na{color:#8c959f}
 .MUST{font-weight:600}
+.attention{border-left:4px solid #cf222e;padding:.2rem .8rem;margin:.6rem 0}
+.attention.skip{border-left-color:#8c959f}.attention.error{border-left-color:#bf8700}
 pre{white-space:pre-wrap;word-break:break-all;background:#f6f8fa;padding:.5rem;font-size:.8rem;margin:.2rem 0}
 details summary{cursor:pointer}
 .summary td{text-align:center}
 """
+
+VERDICT_MEANING = {
+    Verdict.PASS: "every MUST check that applies to this target ran and passed",
+    Verdict.FAIL: "a MUST check failed or could not reach a verdict",
+    Verdict.INCOMPLETE: "no MUST check failed, but not every MUST check that applies ran: this is not a pass",
+}
 
 
 def _json_text(value: Any, limit: int = 2000) -> str:
@@ -39,11 +62,26 @@ def write_json(report: RunReport, path: Path) -> None:
 
 def summary_line(report: RunReport) -> str:
     c = report.counts()
-    return (
-        f"MUST: {c['MUST']['pass']} pass, {c['MUST']['fail']} fail, {c['MUST']['error']} error, "
-        f"{c['MUST']['skip']} skip · SHOULD: {c['SHOULD']['pass']} pass, {c['SHOULD']['fail']} fail, "
-        f"{c['SHOULD']['error']} error, {c['SHOULD']['skip']} skip"
-    )
+
+    def level(lv: str) -> str:
+        return (
+            f"{lv}: {c[lv]['pass']} pass, {c[lv]['fail']} fail, {c[lv]['error']} error, "
+            f"{c[lv]['skip']} skip, {c[lv]['na']} n/a"
+        )
+
+    return f"{level('MUST')} · {level('SHOULD')}"
+
+
+def needing_attention(report: RunReport) -> list[CheckResult]:
+    """Failures, errors and skips: MUST before SHOULD, then fail, error, skip, then report order."""
+    chosen = [r for r in report.results if r.status in ATTENTION]
+    return sorted(chosen, key=lambda r: (r.level is not Level.MUST, ATTENTION.index(r.status)))
+
+
+def declared(target: dict[str, Any]) -> str:
+    caps = target.get("capabilities")
+    features = "all assumed (none declared)" if caps is None else (", ".join(caps) or "none")
+    return f"simulator (fault markers): {'yes' if target.get('sim_faults') else 'no'}; optional features: {features}"
 
 
 def _md_cell(text: str) -> str:
@@ -52,24 +90,30 @@ def _md_cell(text: str) -> str:
 
 def render_markdown(report: RunReport, title: str = "Conformance report") -> str:
     t = report.target
+    verdict = report.verdict
     lines = [
         f"# {title}",
         "",
         f"- Target: `{t.get('name')}` — base URL `{t.get('base_url')}`, model `{t.get('model')}`",
+        f"- Declared: {declared(t)}",
         f"- Profiles: {', '.join(report.profiles) or 'all'} · started {report.started} · {report.duration_s:.1f} s",
-        f"- Verdict: **{'FAIL' if report.must_failures else 'PASS'}** ({summary_line(report)})",
+        f"- Verdict: **{verdict}**: {VERDICT_MEANING[verdict]} ({summary_line(report)})",
         "",
-        "A skip is not a pass: it means the check could not run here (the reason says what it needs).",
+        "A skip is not a pass: the check applied here but could not run (its reason says what it needs). "
+        "n/a: the check does not apply to what the target is declared to be.",
         "",
     ]
-    failing = [r for r in report.results if r.status in (Status.FAIL, Status.ERROR)]
-    failing.sort(key=lambda r: r.level is not Level.MUST)
-    if failing:
-        lines += ["Failing:", ""] + [
-            f"- {STATUS_MARK[r.status]} {r.level} `{r.id}`: {_md_cell(r.message)}" for r in failing
-        ]
-        lines.append("")
+    attention = needing_attention(report)
+    if attention:
+        lines += [f"## Needs attention ({len(attention)})", ""]
+        for r in attention:
+            lines += [f"### {STATUS_MARK[r.status]} {r.level} `{r.id}`", "", f"- rule: {r.description}"]
+            lines += [f"- verdict: {_md_cell(r.message)}", ""]
+            for e in r.evidence:
+                lines += _md_evidence(e)
     lines += [
+        "## All checks",
+        "",
         "| Status | Level | Check | Description | Message |",
         "|---|---|---|---|---|",
     ]
@@ -77,12 +121,6 @@ def render_markdown(report: RunReport, title: str = "Conformance report") -> str
         lines.append(
             f"| {STATUS_MARK[r.status]} | {r.level} | `{r.id}` | {_md_cell(r.description)} | {_md_cell(r.message)} |"
         )
-    if failing:
-        lines += ["", "## Evidence", ""]
-        for r in failing:
-            lines += [f"### `{r.id}` ({r.level}, {r.status})", "", r.message, ""]
-            for e in r.evidence:
-                lines += _md_evidence(e)
     return "\n".join(lines) + "\n"
 
 
@@ -113,15 +151,32 @@ def _html_evidence(e: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def _html_row(r: CheckResult) -> str:
+def _anchor(r: CheckResult) -> str:
+    return "c-" + "".join(ch if ch.isalnum() else "-" for ch in r.id)
+
+
+def _html_attention(r: CheckResult) -> str:
     evidence = "".join(
-        f"<details><summary>evidence {i + 1}</summary>{_html_evidence(e)}</details>" for i, e in enumerate(r.evidence)
+        f"<details open><summary>evidence {i + 1}</summary>{_html_evidence(e)}</details>"
+        for i, e in enumerate(r.evidence)
     )
+    return (
+        f'<div class="attention {r.status}" id="{_anchor(r)}"><h3>{html.escape(STATUS_MARK[r.status])} '
+        f'<span class="{r.level}">{r.level}</span> <code>{html.escape(r.id)}</code></h3>'
+        f"<div><b>rule</b> {html.escape(r.description)}</div>"
+        f"<div><b>verdict</b> {html.escape(r.message)}</div>{evidence}</div>"
+    )
+
+
+def _html_row(r: CheckResult) -> str:
+    message = html.escape(r.message)
+    if r.status in ATTENTION:
+        message += f' <a href="#{_anchor(r)}">(evidence above)</a>'
     return (
         f'<tr class="{r.status}"><td>{html.escape(STATUS_MARK[r.status])}</td>'
         f'<td class="{r.level}">{r.level}</td><td><code>{html.escape(r.id)}</code></td>'
         f"<td>{html.escape(r.area)}</td><td>{html.escape(r.description)}</td>"
-        f"<td>{html.escape(r.message)}{evidence}</td></tr>"
+        f"<td>{message}</td></tr>"
     )
 
 
@@ -135,20 +190,30 @@ def page(title: str, body: str) -> str:
 def render_html(report: RunReport, title: str = "Conformance report") -> str:
     t = report.target
     c = report.counts()
-    verdict = "FAIL" if report.must_failures else "PASS"
+    verdict = report.verdict
     summary = "".join(
         f"<tr><th>{lv}</th>" + "".join(f'<td class="{s}">{c[str(lv)][str(s)]}</td>' for s in Status) + "</tr>"
         for lv in Level
     )
+    attention = needing_attention(report)
+    attention_html = (
+        f"<h2>Needs attention ({len(attention)})</h2>" + "".join(_html_attention(r) for r in attention)
+        if attention
+        else ""
+    )
     body = (
         f"<h1>{html.escape(title)}: {verdict}</h1>"
+        f"<p><b>{verdict}</b>: {html.escape(VERDICT_MEANING[verdict])}.</p>"
         f"<p>Target <code>{html.escape(str(t.get('name')))}</code> — <code>{html.escape(str(t.get('base_url')))}</code>, "
-        f"model <code>{html.escape(str(t.get('model')))}</code>; profiles {html.escape(', '.join(report.profiles) or 'all')}; "
+        f"model <code>{html.escape(str(t.get('model')))}</code>; declared: {html.escape(declared(t))}; "
+        f"profiles {html.escape(', '.join(report.profiles) or 'all')}; "
         f"started {html.escape(report.started)}; {report.duration_s:.1f} s.</p>"
         f'<table class="summary"><tr><th></th>' + "".join(f"<th>{s}</th>" for s in Status) + f"</tr>{summary}</table>"
-        "<p>A skip is not a pass: the check could not run here, and its message says what it needs.</p>"
-        "<h2>Checks</h2><table><tr><th>Status</th><th>Level</th><th>Check</th><th>Area</th><th>Description</th>"
-        "<th>Message and evidence</th></tr>" + "".join(_html_row(r) for r in report.results) + "</table>"
+        "<p>A skip is not a pass: the check applied here but could not run, and its message says what it needs. "
+        "n/a: the check does not apply to what the target is declared to be.</p>"
+        f"{attention_html}"
+        "<h2>All checks</h2><table><tr><th>Status</th><th>Level</th><th>Check</th><th>Area</th><th>Description</th>"
+        "<th>Message</th></tr>" + "".join(_html_row(r) for r in report.results) + "</table>"
     )
     return page(title, body)
 

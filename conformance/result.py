@@ -1,8 +1,13 @@
 """What a check concludes, and the evidence a release engineer reads on failure.
 
-A check ends in exactly one of four statuses. Only `pass` counts as passing: a
-check that could not run is `skip` (not applicable, with the reason) or `error`
-(it broke before reaching a verdict), never `pass`.
+A check ends in exactly one of five statuses. Only `pass` counts as passing: a
+check that could not run is `skip` (with the reason) or `error` (it broke
+before reaching a verdict), never `pass`. `na` (not applicable) is decided
+before a check runs, from what the target is declared to be (its capabilities,
+whether it is a simulator): the check has nothing to judge there.
+
+A run's verdict (`Verdict`) follows from its MUST checks; the rule is in
+conformance/README.md ("Verdicts and exit codes").
 """
 
 from __future__ import annotations
@@ -22,6 +27,13 @@ class Status(StrEnum):
     FAIL = "fail"
     SKIP = "skip"
     ERROR = "error"
+    NA = "na"  # not applicable to this target by its declared capabilities
+
+
+class Verdict(StrEnum):
+    PASS = "PASS"  # every MUST that applies ran and passed
+    FAIL = "FAIL"  # a MUST failed or errored
+    INCOMPLETE = "INCOMPLETE"  # no MUST failed, but a MUST was skipped, or none ran at all
 
 
 @dataclass(slots=True)
@@ -55,12 +67,15 @@ class CheckFailed(Exception):
         self.evidence = evidence or []
 
 
-class NotApplicable(Exception):
-    """Raised inside a check that cannot run here; reported as a skip."""
+class Skipped(Exception):
+    """Raised inside a check that cannot run here (an option not given, a feature
+    the server refuses, an answer that leaves nothing to judge); reported as a
+    skip, with evidence when the server's answer is the reason."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, evidence: list[Evidence] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.evidence = evidence or []
 
 
 @dataclass(slots=True)

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from conformance.capabilities import lacking_reason
 from conformance.check import Check
 from conformance.context import Context
-from conformance.result import CheckFailed, CheckResult, Level, NotApplicable, Status
+from conformance.result import CheckFailed, CheckResult, Level, Skipped, Status, Verdict
 from conformance.target import Target
 
 SUITE_VERSION = "1"
@@ -43,6 +44,22 @@ class RunReport:
         """MUST checks that failed or could not reach a verdict (an error is not a pass)."""
         return [r for r in self.results if r.level is Level.MUST and r.status in (Status.FAIL, Status.ERROR)]
 
+    @property
+    def must_skips(self) -> list[CheckResult]:
+        """MUST checks that applied to the target but did not run (`na` ones did not apply)."""
+        return [r for r in self.results if r.level is Level.MUST and r.status is Status.SKIP]
+
+    @property
+    def verdict(self) -> Verdict:
+        """FAIL on any MUST failure or error; otherwise INCOMPLETE when a MUST was
+        skipped or no MUST reached a verdict at all; otherwise PASS."""
+        if self.must_failures:
+            return Verdict.FAIL
+        ran = any(r.level is Level.MUST and r.status is Status.PASS for r in self.results)
+        if self.must_skips or not ran:
+            return Verdict.INCOMPLETE
+        return Verdict.PASS
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "suite_version": SUITE_VERSION,
@@ -51,6 +68,7 @@ class RunReport:
             "started": self.started,
             "duration_s": round(self.duration_s, 3),
             "environment": {"python": platform.python_version()},
+            "verdict": str(self.verdict),
             "summary": self.counts(),
             "results": [r.to_dict() for r in self.results],
         }
@@ -68,13 +86,18 @@ class RunReport:
 
 async def run_check(check: Check, ctx: Context, timeout_s: float = CHECK_TIMEOUT_S) -> CheckResult:
     start = time.perf_counter()
+    lacking = [need for need in check.needs if ctx.target.lacks(need)]
+    if lacking:
+        # Decided from the declaration alone: nothing is sent to the server.
+        message = "not applicable: " + "; ".join(lacking_reason(need) for need in lacking)
+        return CheckResult(check.id, check.area, check.level, check.description, Status.NA, message, [], 0.0)
     status, message, evidence = Status.PASS, "", []
     try:
         await asyncio.wait_for(check.fn(ctx), timeout_s)
     except CheckFailed as exc:
         status, message, evidence = Status.FAIL, exc.message, [e.to_dict() for e in exc.evidence]
-    except NotApplicable as exc:
-        status, message = Status.SKIP, f"not applicable: {exc.reason}"
+    except Skipped as exc:
+        status, message, evidence = Status.SKIP, f"skipped: {exc.reason}", [e.to_dict() for e in exc.evidence]
     except TimeoutError:
         status, message = Status.ERROR, f"no verdict within {timeout_s:.0f} s"
     except Exception as exc:  # a broken check or an unreachable server: no verdict, never a pass

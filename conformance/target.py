@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from conformance.capabilities import SIM_FAULTS
+
 
 def normalize_base_url(url: str) -> str:
     """Accept `http://host:port` or `http://host:port/v1` (what the official
@@ -30,6 +32,8 @@ class Target:
         None  # for direct runs: the runtime kind (vllm, sglang, ...), to look up its expected deviations
     )
     sim_faults: bool = False  # the server understands the simulators' [[sim:...]] fault markers
+    # Declared optional features (conformance/capabilities.py); None: not declared, every feature assumed.
+    capabilities: frozenset[str] | None = None
     timeout_s: float = 60.0
     extra_headers: dict[str, str] = field(default_factory=dict)
 
@@ -38,9 +42,16 @@ class Target:
         if not self.name:
             self.name = self.base_url
 
+    def lacks(self, need: str) -> bool:
+        """Whether the target is declared without `need` (a feature, or SIM_FAULTS)."""
+        if need == SIM_FAULTS:
+            return not self.sim_faults
+        return self.capabilities is not None and need not in self.capabilities
+
     def describe(self) -> dict[str, Any]:
         """For reports: everything except secrets."""
         d = asdict(self)
         for key in ("api_key", "bad_api_key", "rate_limited_key"):
             d[key] = "<set>" if d[key] else None
+        d["capabilities"] = sorted(self.capabilities) if self.capabilities is not None else None
         return d

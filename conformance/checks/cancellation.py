@@ -61,9 +61,9 @@ async def survives(ctx: Context) -> None:
 async def frees_running(ctx: Context) -> None:
     url = ctx.target.metrics_url
     if not url:
-        raise ctx.not_applicable("needs --metrics-url (a Prometheus endpoint with a running-requests gauge)")
+        raise ctx.skip("needs --metrics-url (a Prometheus endpoint with a running-requests gauge)")
     if await _running(url) is None:
-        raise ctx.not_applicable(f"no running-requests gauge found at {url}")
+        raise ctx.skip(f"no running-requests gauge found at {url}")
     # Earlier checks may have left aborted work winding down: start from a settled gauge.
     baseline = await _settled(url)
     body = ctx.chat_body(max_tokens=LONG_ANSWER_TOKENS, stream=True, ignore_eos=True)
@@ -71,12 +71,12 @@ async def frees_running(ctx: Context) -> None:
         "POST", "/chat/completions", content=encode_json(body), headers=ctx.http.headers()
     ) as resp:
         if resp.status_code != 200:
-            raise ctx.not_applicable(f"could not start a long stream (HTTP {resp.status_code})")
+            raise ctx.skip(f"could not start a long stream (HTTP {resp.status_code})")
         async for _ in resp.aiter_raw():
             break
         during = await _running(url)
     if during is None or during <= baseline:
-        raise ctx.not_applicable(
+        raise ctx.skip(
             f"the gauge did not count the open stream ({baseline} before, {during} during), "
             "so its release cannot be judged"
         )

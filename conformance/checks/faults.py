@@ -4,7 +4,9 @@ finish reason, or answers an error or overload status.
 
 Failures cannot be provoked on a healthy runtime from outside, so these checks
 need a server that understands the simulators' prompt markers (`[[sim:...]]`,
-simulators/faults.py), directly or through the gateway: `--sim-faults`.
+simulators/faults.py), directly or through the gateway: declared with
+`--sim-faults` (run) or `simulator: true` (a matrix targets file). On any other
+target they are not applicable (`na`) and send nothing.
 Against a simulator directly they show the runtime's own behaviour; through
 the gateway, what the gateway makes of it.
 """
@@ -15,6 +17,7 @@ from typing import Any
 
 import openai
 
+from conformance.capabilities import SIM_FAULTS
 from conformance.check import CheckList
 from conformance.checks.common import choice_of
 from conformance.context import DEFAULT_PROMPT, Context
@@ -22,12 +25,10 @@ from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
 from conformance.schema import chat_chunk_issues, chat_completion_issues, error_envelope_issues
 
-CHECKS = CheckList("faults", profile="gateway")
+CHECKS = CheckList("faults", profile="gateway", needs=(SIM_FAULTS,))
 
 
 def _fault_body(ctx: Context, marker: str, **overrides: Any) -> dict[str, Any]:
-    if not ctx.target.sim_faults:
-        raise ctx.not_applicable("needs --sim-faults (a server that understands the simulators' [[sim:...]] markers)")
     return ctx.chat_body(messages=[{"role": "user", "content": f"{DEFAULT_PROMPT} [[sim:{marker}]]"}], **overrides)
 
 

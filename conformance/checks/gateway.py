@@ -47,7 +47,7 @@ def _judge_envelope(ctx: Context, ex: Exchange, what: str) -> None:
 @CHECKS.must("gateway.auth_missing_401", "a request without credentials is 401 with the error envelope")
 async def auth_missing(ctx: Context) -> None:
     if not ctx.target.api_key:
-        raise ctx.not_applicable("needs --api-key (a gateway with authentication on)")
+        raise ctx.skip("needs --api-key (a gateway with authentication on)")
     ex = await ctx.http.post("/chat/completions", ctx.chat_body(), api_key=None)
     ctx.expect_client_error(ex, (401,), "no Authorization header")
     _judge_envelope(ctx, ex, "401")
@@ -56,7 +56,7 @@ async def auth_missing(ctx: Context) -> None:
 @CHECKS.must("gateway.auth_bad_401", "a request with a wrong key is 401 with the error envelope")
 async def auth_bad(ctx: Context) -> None:
     if not ctx.target.api_key:
-        raise ctx.not_applicable("needs --api-key (a gateway with authentication on)")
+        raise ctx.skip("needs --api-key (a gateway with authentication on)")
     bad = ctx.target.bad_api_key or f"sk-conformance-invalid-{secrets.token_hex(8)}"
     ex = await ctx.http.post("/chat/completions", ctx.chat_body(), api_key=bad)
     ctx.expect_client_error(ex, (401,), "a wrong API key")
@@ -66,7 +66,7 @@ async def auth_bad(ctx: Context) -> None:
 @CHECKS.must("gateway.forbidden_model_403", "a key asking for a model it may not use gets 403 with the error envelope")
 async def forbidden(ctx: Context) -> None:
     if not ctx.target.forbidden_model:
-        raise ctx.not_applicable("needs --forbidden-model (a configured model the --api-key may not use)")
+        raise ctx.skip("needs --forbidden-model (a configured model the --api-key may not use)")
     ex = await ctx.chat(model=ctx.target.forbidden_model)
     ctx.expect_client_error(ex, (403,), f"model {ctx.target.forbidden_model!r} for this key")
     _judge_envelope(ctx, ex, "403")
@@ -78,7 +78,7 @@ async def forbidden(ctx: Context) -> None:
 async def rate_limit(ctx: Context) -> None:
     key = ctx.target.rate_limited_key
     if not key:
-        raise ctx.not_applicable("needs --rate-limited-key (a key whose tenant allows a few requests per minute)")
+        raise ctx.skip("needs --rate-limited-key (a key whose tenant allows a few requests per minute)")
     body = ctx.chat_body(max_tokens=1)
     limited = None
     for _ in range(RATE_LIMIT_ATTEMPTS):
@@ -124,7 +124,7 @@ async def rate_limit(ctx: Context) -> None:
 async def overload(ctx: Context) -> None:
     model = ctx.target.overload_model
     if not model:
-        raise ctx.not_applicable("needs --overload-model (a model whose queue overflows under a burst)")
+        raise ctx.skip("needs --overload-model (a model whose queue overflows under a burst)")
     body = ctx.chat_body(model=model, max_tokens=256, ignore_eos=True)
     headers = ctx.http.headers()
 

@@ -86,7 +86,7 @@ async def stream_matches(ctx: Context) -> None:
     ex_n, body = await _chat_logprobs(ctx)
     plain = [e.get("token") for e in (choice_of(body).get("logprobs") or {}).get("content") or []]
     if not plain:
-        raise ctx.not_applicable("the non-stream answer has no logprobs to compare with (logprobs.chat judges that)")
+        raise ctx.skip("the non-stream answer has no logprobs to compare with (logprobs.chat judges that)")
     ex = await ctx.chat(logprobs=True, top_logprobs=TOP, max_tokens=LP_MAX_TOKENS, stream=True)
     streams = by_choice(ctx.ok_stream(ex))
     streamed = [e.get("token") for e in streams[0].logprobs] if 0 in streams else []

@@ -121,7 +121,7 @@ async def logit_bias_forces(ctx: Context) -> None:
                 exchange=ex,
             )
         return
-    raise ctx.not_applicable(f"no token among {BIAS_CANDIDATES} decodes to visible text over {max_tokens} tokens")
+    raise ctx.skip(f"no token among {BIAS_CANDIDATES} decodes to visible text over {max_tokens} tokens")
 
 
 @CHECKS.should(

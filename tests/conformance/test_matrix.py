@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conformance.ci_matrix import build_config, load_expected, sort_deviations
+from conformance.ci_matrix import CI_PROFILES, build_config, declarations, load_expected, sort_deviations
 from conformance.matrix import MatrixReport, targets_from_config, write_matrix
 from conformance.result import CheckResult, Level, Status
 from conformance.runner import RunReport
@@ -112,3 +112,14 @@ def test_ci_config_has_policies_to_exercise() -> None:
     assert config["tenants"]["limited"]["requests_per_minute"] > 0
     assert config["models"]["overload"]["backends"][0]["max_inflight"] == 1
     assert config["models"]["sim-vllm"]["backends"][0]["adapter"] == "vllm"
+
+
+def test_ci_declares_the_simulators_and_the_native_engine() -> None:
+    config = build_config({"vllm": "http://127.0.0.1:1", "tgi": "http://127.0.0.1:2"}, 9, {"main": "a", "limited": "b"})
+    declared = declarations(config)
+    # Simulators understand the fault markers and call tools, but ignore response_format.
+    for sim in ("sim-vllm", "sim-tgi"):
+        assert declared[sim].simulator and declared[sim].capabilities == {"tools"}
+    assert not declared["native"].simulator
+    assert declared["native"].capabilities == {"tools", "structured_output"}
+    assert "structured" in CI_PROFILES  # runs where it applies (native), n/a on the simulators

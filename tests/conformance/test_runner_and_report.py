@@ -11,7 +11,7 @@ from pathlib import Path
 from conformance.check import Check
 from conformance.context import Context
 from conformance.report import render_html, render_markdown, write_reports
-from conformance.result import CheckFailed, Evidence, Level, NotApplicable, Status
+from conformance.result import CheckFailed, Evidence, Level, Skipped, Status
 from conformance.runner import RunReport, run_check, run_checks
 from conformance.target import Target, normalize_base_url
 
@@ -39,7 +39,7 @@ async def fails(ctx: Context) -> None:
 
 
 async def skips(ctx: Context) -> None:
-    raise NotApplicable("needs --api-key")
+    raise Skipped("needs --api-key")
 
 
 async def breaks(ctx: Context) -> None:
@@ -74,7 +74,7 @@ async def test_must_failures_count_errors_but_not_skips_or_should() -> None:
         TARGET, [check(passes), check(fails), check(skips), check(breaks), check(fails, Level.SHOULD)], ["core"]
     )
     assert [r.id for r in report.must_failures] == ["t.fails", "t.breaks"]
-    assert report.counts()["MUST"] == {"pass": 1, "fail": 1, "skip": 1, "error": 1}
+    assert report.counts()["MUST"] == {"pass": 1, "fail": 1, "skip": 1, "error": 1, "na": 0}
     assert report.counts()["SHOULD"]["fail"] == 1
 
 
@@ -88,7 +88,7 @@ async def test_reports(tmp_path: Path) -> None:
     assert [(r.id, r.status) for r in again.results] == [(r.id, r.status) for r in report.results]
 
     md = render_markdown(report)
-    assert "**FAIL**" in md and "role twice" in md and "`t.fails`" in md and "not applicable: needs --api-key" in md
+    assert "**FAIL**" in md and "role twice" in md and "`t.fails`" in md and "skipped: needs --api-key" in md
 
     page = render_html(report)
     assert "bad &lt;chunk&gt;" in page  # escaped, not markup
