@@ -4,12 +4,15 @@ Text work happens here, around a token-level engine: chat messages (with tools)
 are rendered by the model's chat template and tokenized; each choice's generated
 tokens go through an incremental detokenizer, then stop-string matching (text
 that may begin a stop string is held back; a match ends the choice with "stop"),
-then, when the request has tools, the hermes tool-call parser.
+then, when the request has tools, a tool-call reader: the free-text hermes parser
+for `tool_choice` "auto", the grammar-shaped ForcedToolCallReader when the grammar
+forces the calls (see docs/structured-output.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -39,9 +42,13 @@ from engine.builtin import BUILTIN_PREFIX, resolve_model_path
 from engine.sampling_params import SamplingParams as EngineSamplingParams
 from engine.text.chat_template import ChatTemplateError
 from engine.text.detokenizer import IncrementalDetokenizer
+from engine.text.forced_tool_calls import ToolCallFormatError
+from engine.text.hermes_format import ContentPiece, ToolCallPiece
 from engine.text.stop import StopStringMatcher
 from engine.text.tokenizer import TextTokenizer
-from engine.text.tool_parser import ContentPiece, HermesToolParser, ParsedPiece, ToolCallPiece
+from engine.text.tool_call_stage import ToolCallStage
+
+logger = logging.getLogger(__name__)
 
 
 class NativeAdapter(Adapter):
@@ -139,17 +146,20 @@ class NativeAdapter(Adapter):
         params = self._engine_params(request, len(prompt_ids), capacity)
         params.allowed_tokens_fn = await self._grammar_mask(request, engine)
         sampling = request.sampling
-        parse_tools = bool(request.tools) and request.tool_choice != "none"
-        tool_names = {_tool_name(t) for t in request.tools or []} - {None} if parse_tools else None
+        forced = _forces_tool_calls(request)
+        if forced:
+            # The answer is the calls and nothing else: a stop string or stop token could
+            # only cut one in half, so neither applies (the grammar ends on EOS by itself).
+            params.stop_token_ids = []
         choices = [
             _Choice(
                 i,
                 tok,
-                sampling.stop,
+                [] if forced else sampling.stop,
                 params.stop_token_ids,
                 engine.eos_token_ids,
-                HermesToolParser(tool_names) if parse_tools else None,
-                request.parallel_tool_calls,
+                _tool_stage(request, forced),
+                request.request_id,
             )
             for i in range(params.n)
         ]
@@ -169,7 +179,11 @@ class NativeAdapter(Adapter):
                 if choice.done:
                     continue  # a stop string already ended this choice; its extra tokens are dropped
                 cached_tokens = max(cached_tokens, out.num_cached_tokens)
-                for event in choice.step(out, sampling.logprobs):
+                try:
+                    events = choice.step(out, sampling.logprobs)
+                except ToolCallFormatError as exc:
+                    raise upstream_failed(self.name, f"forced tool-call output left its grammar: {exc}", 500) from exc
+                for event in events:
                     yield event
                 if all(c.done for c in choices):
                     break  # leaving the loop closes the stream, which aborts what still runs
@@ -187,7 +201,7 @@ class NativeAdapter(Adapter):
     async def _grammar_mask(self, request: GenerationRequest, engine: Any) -> Any:
         """The grammar mask for response_format / forced tool calls, or None for free text.
         A schema the grammar engine cannot honour is a 400 here, before any generation."""
-        forced_tools = request.tool_choice == "required" or isinstance(request.tool_choice, dict)
+        forced_tools = _forces_tool_calls(request)
         wants_json = isinstance(request.response_format, dict) and request.response_format.get("type") != "text"
         if not (forced_tools or wants_json):
             return None
@@ -319,8 +333,8 @@ class _Choice:
     stop: list[str]
     stop_token_ids: list[int]
     eos_token_ids: set[int]
-    tools: HermesToolParser | None
-    parallel_tool_calls: bool
+    tools: ToolCallStage | None
+    request_id: str = ""
     num_tokens: int = 0
     done: bool = False
     detok: IncrementalDetokenizer = field(init=False)
@@ -356,17 +370,16 @@ class _Choice:
             if visible:
                 events.append(TextDelta(self.index, visible))
         else:
-            pieces = self.tools.feed(visible)
-            if not self.parallel_tool_calls and self.tools.num_closed_calls and not finishing:
-                # One call was asked for and it is complete: end the choice here.
-                finishing, reason = True, "stop"
-            if finishing:
-                pieces += self.tools.finish()
-            if not self.parallel_tool_calls:
-                pieces = [p for p in pieces if not (isinstance(p, ToolCallPiece) and p.tool_index > 0)]
-            events += [self._tool_event(piece) for piece in pieces]
-            if self.tools.num_closed_calls or (self.tools.num_calls and reason == "stop"):
-                reason = "tool_calls"
+            tool_step = self.tools.step(visible, finishing=finishing, reason=reason)
+            finishing, reason = tool_step.finishing, tool_step.reason
+            for dropped in tool_step.dropped:
+                logger.warning(
+                    "request %s: dropped a malformed tool call (%s): %.300r",
+                    self.request_id,
+                    dropped.reason,
+                    dropped.text,
+                )
+            events += [self._tool_event(piece) for piece in tool_step.pieces]
 
         if want_logprobs and out.logprobs:
             self._attach_logprobs(events, out)
@@ -375,7 +388,7 @@ class _Choice:
             events.append(Finish(self.index, reason if reason in ("stop", "length", "tool_calls") else "stop"))
         return events
 
-    def _tool_event(self, piece: ParsedPiece) -> Event:
+    def _tool_event(self, piece: ContentPiece | ToolCallPiece) -> Event:
         if isinstance(piece, ContentPiece):
             return TextDelta(self.index, piece.text)
         # No id: the gateway gives every tool call its own.
@@ -400,6 +413,19 @@ class _Choice:
             first_text.logprobs = logprobs
         else:
             events.insert(0, LogprobsDelta(self.index, logprobs))
+
+
+def _forces_tool_calls(request: GenerationRequest) -> bool:
+    """Whether the grammar makes the answer tool calls (tool_choice "required" or a named function)."""
+    return request.tool_choice == "required" or isinstance(request.tool_choice, dict)
+
+
+def _tool_stage(request: GenerationRequest, forced: bool) -> ToolCallStage | None:
+    """A choice's tool-call stage: none without tools or with tool_choice "none"."""
+    if not request.tools or request.tool_choice == "none":
+        return None
+    names = {name for name in map(_tool_name, request.tools) if name is not None}
+    return ToolCallStage(forced=forced, tool_names=names, parallel_tool_calls=request.parallel_tool_calls)
 
 
 def _tool_name(tool: dict) -> str | None:

@@ -1,7 +1,8 @@
 """Grammar text for each structured mode, and its compilation with clear errors.
 
-Tool calls are generated in the chat template's hermes format, exactly as
-engine/text/tool_parser.py reads them back:
+Tool calls are generated in the chat template's hermes format, built from the
+literals of engine/text/hermes_format.py, which ForcedToolCallReader
+(engine/text/forced_tool_calls.py) reads back by the same structure:
 
     <tool_call>\n{"name": "<name>", "arguments": <JSON valid for that tool>}\n</tool_call>
 
@@ -19,6 +20,7 @@ import llguidance
 
 from engine.structured.errors import SchemaError
 from engine.structured.locate import locate_failure
+from engine.text.hermes_format import ARGUMENTS_HEAD, CALL_HEAD, CALL_SEPARATOR, CALL_TAIL
 
 _MAX_ERROR_CHARS = 400
 
@@ -36,13 +38,14 @@ def json_grammar(prepared_schema: dict) -> str:
 
 def tool_calls_grammar(tools: list[ToolSpec], *, multiple: bool) -> str:
     """Lark grammar: one call (or, when `multiple`, one or more) to one of `tools`."""
+    # json.dumps writes a Lark string literal (same quoting and escapes).
     lines = [
-        'start: call ("\\n" call)*' if multiple else "start: call",
-        'call: "<tool_call>\\n" (' + " | ".join(f"fn{i}" for i in range(len(tools))) + ') "\\n</tool_call>"',
+        f"start: call ({json.dumps(CALL_SEPARATOR)} call)*" if multiple else "start: call",
+        "call: " + " | ".join(f"fn{i}" for i in range(len(tools))),
     ]
     for i, tool in enumerate(tools):
-        header = json.dumps('{"name": ' + json.dumps(tool.name) + ', "arguments": ')
-        lines.append(f'fn{i}: {header} fn{i}_args "}}"')
+        head = json.dumps(CALL_HEAD + json.dumps(tool.name) + ARGUMENTS_HEAD)
+        lines.append(f"fn{i}: {head} fn{i}_args {json.dumps(CALL_TAIL)}")
         lines.append(f"fn{i}_args: %json {json.dumps(tool.parameters)}")
     return llguidance.LLMatcher.grammar_from_lark("\n".join(lines) + "\n")
 

@@ -1,5 +1,6 @@
-"""A model directory's tokenizer: `tokenizer.json` through `tokenizers`, plus what
-`tokenizer_config.json` and `generation_config.json` say about special tokens
+"""A model directory's tokenizer: `tokenizer.json` through `tokenizers`, rebuilt the way
+transformers' tokenizer class for the checkpoint rebuilds it (tokenizer_class.py), plus
+what `tokenizer_config.json` and `generation_config.json` say about special tokens
 and the chat template.
 
 Besides encode/decode it keeps, for every token id, the exact bytes the token
@@ -18,6 +19,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from engine.text.chat_template import ChatTemplateError, render_chat
+from engine.text.tokenizer_class import load_tokenizer
 
 _BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 _METASPACE = "\u2581"
@@ -46,6 +48,10 @@ def _special_token_text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
 def _decoder_kinds(decoder: dict | None) -> set[str]:
     if not decoder:
         return set()
@@ -65,12 +71,15 @@ class TextTokenizer:
         tokenizer_file = self.model_dir / "tokenizer.json"
         if not tokenizer_file.is_file():
             raise FileNotFoundError(f"{tokenizer_file} not found (only tokenizer.json tokenizers are supported)")
-        self._tok = Tokenizer.from_file(str(tokenizer_file))
-        self._spec = json.loads(tokenizer_file.read_text(encoding="utf-8"))
-        config_file = self.model_dir / "tokenizer_config.json"
-        self.config: dict[str, Any] = (
-            json.loads(config_file.read_text(encoding="utf-8")) if config_file.is_file() else {}
+        self.config: dict[str, Any] = _read_json(self.model_dir / "tokenizer_config.json")
+        # Not always tokenizer.json's own pipeline: the one transformers (and vLLM) runs
+        # for this checkpoint (see tokenizer_class.py).
+        loaded = load_tokenizer(
+            tokenizer_file.read_text(encoding="utf-8"), self.config, _read_json(self.model_dir / "config.json")
         )
+        self._tok: Tokenizer = loaded.tokenizer
+        self._spec = loaded.spec
+        self.pipeline = loaded.pipeline
         self.chat_template: str | None = self._find_chat_template()
         self.bos_token = _special_token_text(self.config.get("bos_token"))
         self.eos_token = _special_token_text(self.config.get("eos_token"))

@@ -1,129 +1,52 @@
-"""Hermes-style tool calls in free text, parsed while the text streams.
+"""Hermes-style tool calls in free text (`tool_choice` "auto"), parsed while the text streams.
 
-Models with a Qwen2/hermes chat template answer a tool call as
+Without a grammar the model may write anything, so this parser promises two things
+whatever it reads: no tool-call markup ever reaches content, and no call is ever
+returned broken. How:
 
-    <tool_call>
-    {"name": "get_weather", "arguments": {"city": "Paris"}}
-    </tool_call>
-
-(the format vLLM's `hermes` parser reads). `HermesToolParser` takes the generated
-text in pieces of any size and returns content pieces and tool-call pieces:
-
-- text that may be the beginning of `<tool_call>` is held back, never shown;
-- a call's name is reported once, as soon as it is complete (no id: the gateway gives
-  every tool call its own);
-- then the `arguments` value is reported as JSON text fragments, as it arrives,
-  without the enclosing object's `}` or the closing tag;
-- calls are numbered 0, 1, ... in order;
-- a call that does not have the expected shape (bad JSON, no name, a name not in
-  the request's tools) comes back as plain content, unchanged, when it closes.
-
-Once a call's name was reported it cannot be taken back: if its arguments later
-turn out malformed or truncated, the fragments already sent stand (vLLM behaves
-the same way).
+- Content is released as it arrives, except text that may be the beginning of a
+  tag, which is held back until it is clearly not one. A `</tool_call>` with no call
+  open is dropped: it is markup, whatever the model meant by it.
+- After `<tool_call>` comes one JSON value, delimited by its structure (strings and
+  escapes included), never by searching for `</tool_call>`: a JSON string may hold
+  tag text (see engine/text/json_scan.py).
+- The call is reported when that value is complete and is a valid call:
+  `{"name": <one of the request's tools>, "arguments": <JSON object>}` (other key
+  order, and "parameters" for "arguments", are accepted). Its name and its
+  arguments come out together then, not piece by piece: only a complete value can
+  be known to be valid, and a name once sent cannot be taken back. Calls are
+  numbered 0, 1, ... in order; they have no id (the gateway gives each its own).
+- After a call, whitespace and `</tool_call>` are layout. The closing tag may be
+  missing: other text after the JSON is content again.
+- A call that is not valid (the value is not JSON, not an object, names no tool or
+  an unknown one, has no object arguments, or the text ends before the value does)
+  is dropped, from `<tool_call>` to its `</tool_call>` or to the end of the output:
+  it comes back as a DroppedCallPiece, which the adapter logs, never as content or
+  as a call. A value that never ends (an unterminated `<tool_call>`) is known only
+  when the output ends; it is then cut at its first `</tool_call>`, if any, and the
+  text after that tag is read again (content, or more calls); without such a tag
+  the rest of the output is dropped with it.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-START_TAG = "<tool_call>"
-END_TAG = "</tool_call>"
+from engine.text.hermes_format import END_TAG, START_TAG, ContentPiece, DroppedCallPiece, ParsedPiece, ToolCallPiece
+from engine.text.json_scan import JsonValueScanner
 
-# The call's header up to where the arguments value begins.
-_HEADER = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
-# What may legitimately follow a complete arguments value before the closing tag.
-_TRAILER = re.compile(r"\s*\}\s*")
+__all__ = ["ContentPiece", "DroppedCallPiece", "HermesToolParser", "ParsedPiece", "ToolCallPiece"]
 
 
-@dataclass(slots=True)
-class ContentPiece:
-    text: str
+@dataclass
+class _OpenCall:
+    """The call being read: its text after `<tool_call>` so far and its JSON value."""
 
-
-@dataclass(slots=True)
-class ToolCallPiece:
-    """A piece of call `tool_index`: the first carries the name, later ones argument text."""
-
-    tool_index: int
-    name: str | None = None
-    arguments: str = ""
-
-
-ParsedPiece = ContentPiece | ToolCallPiece
-
-
-class _JsonValueScanner:
-    """Finds where one JSON value ends in text that arrives in pieces.
-
-    Tracks strings, escapes and bracket depth only; it does not validate. Leading
-    whitespace is skipped and not part of the value.
-    """
-
-    def __init__(self) -> None:
-        self.started = False
-        self.done = False
-        self._depth = 0
-        self._in_string = False
-        self._escape = False
-        self._scalar = False
-
-    def take(self, text: str) -> str:
-        """The part of `text` that belongs to the value (what follows the value's end is not)."""
-        out: list[str] = []
-        for ch in text:
-            if self.done:
-                return "".join(out)
-            if not self.started:
-                if ch.isspace():
-                    continue
-                self.started = True
-                if ch in "{[":
-                    self._depth = 1
-                elif ch == '"':
-                    self._in_string = True
-                else:
-                    self._scalar = True
-                out.append(ch)
-                continue
-            if self._scalar:
-                if ch in ",}]" or ch.isspace():
-                    self.done = True
-                    return "".join(out)
-                out.append(ch)
-                continue
-            out.append(ch)
-            if self._in_string:
-                if self._escape:
-                    self._escape = False
-                elif ch == "\\":
-                    self._escape = True
-                elif ch == '"':
-                    self._in_string = False
-                    if self._depth == 0:
-                        self.done = True
-            elif ch in "{[":
-                self._depth += 1
-            elif ch in "}]":
-                self._depth -= 1
-                if self._depth == 0:
-                    self.done = True
-            elif ch == '"':
-                self._in_string = True
-        return "".join(out)
-
-
-class _Call:
-    """The state of the tool call being read."""
-
-    def __init__(self) -> None:
-        self.body = ""  # text after <tool_call>, up to the closing tag
-        self.consumed = 0  # how much of body the arguments scanner has seen
-        self.announced = False  # the name was reported
-        self.rejected = False  # name known and not allowed: the call becomes content
-        self.args = _JsonValueScanner()
+    raw: str = ""
+    value: str = ""
+    scanner: JsonValueScanner = field(default_factory=JsonValueScanner)
+    invalid: str | None = None  # why the value is not a call; then the rest up to END_TAG is skipped
 
 
 class HermesToolParser:
@@ -131,48 +54,73 @@ class HermesToolParser:
 
     def __init__(self, tool_names: set[str] | None = None) -> None:
         self._tool_names = tool_names
-        self._pending = ""  # content not yet released (a possible start tag)
-        self._call: _Call | None = None
+        self._pending = ""  # text not yet read (a possible tag, or layout after a call)
+        self._call: _OpenCall | None = None
+        self._after_call = False  # just after a call's JSON: whitespace and END_TAG are layout
         self._held_space = ""  # whitespace right after a call, dropped if another call follows
-        self.num_calls = 0  # calls announced so far
-        self.num_closed_calls = 0  # calls whose closing tag was read
+        self.num_calls = 0  # calls reported (each complete and valid)
+
+    @property
+    def num_closed_calls(self) -> int:
+        """Calls that are complete: here every reported call is."""
+        return self.num_calls
 
     def feed(self, text: str) -> list[ParsedPiece]:
         out: list[ParsedPiece] = []
         self._pending += text
-        while self._pending:
-            if self._call is None:
-                if not self._read_content(out):
-                    break
-            elif not self._read_call(out):
-                break
+        self._read(out)
         return out
 
     def finish(self) -> list[ParsedPiece]:
-        """The text ended: release what was held back."""
+        """The text ended: release held content, drop an open call (see the module's doc)."""
         out: list[ParsedPiece] = []
-        call = self._call
-        if call is not None:
-            self._call = None
-            if not call.announced:
-                self._emit_content(out, START_TAG + call.body)
+        while self._call is not None:
+            call, self._call = self._call, None
+            raw = call.raw + self._pending
+            self._pending = ""
+            cut = raw.find(END_TAG) if call.invalid is None else -1
+            if cut == -1:
+                out.append(DroppedCallPiece(START_TAG + raw, call.invalid or "the output ended inside the call"))
+                break
+            out.append(DroppedCallPiece(START_TAG + raw[: cut + len(END_TAG)], "its JSON never ended"))
+            self._pending = raw[cut + len(END_TAG) :]
+            self._read(out)
+        if self._after_call:
+            self._after_call = False  # what is pending is whitespace or part of a closing tag: layout
         elif self._pending:
             self._emit_content(out, self._pending)
         self._pending = ""
         return out
 
+    def _read(self, out: list[ParsedPiece]) -> None:
+        while self._pending:
+            if self._call is not None:
+                progressed = self._read_call(self._call, out)
+            elif self._after_call:
+                progressed = self._read_after_call()
+            else:
+                progressed = self._read_content(out)
+            if not progressed:
+                break
+
     # ---- content ------------------------------------------------------------
 
     def _read_content(self, out: list[ParsedPiece]) -> bool:
-        """Release content up to a start tag; return True when a call begins."""
+        """Release content up to a tag; return True when a call begins or a stray closing tag was dropped."""
         text = self._pending
-        pos = text.find(START_TAG)
-        if pos != -1:
-            self._emit_content(out, text[:pos], before_call=True)
-            self._pending = text[pos + len(START_TAG) :]
-            self._call = _Call()
+        start, stray = text.find(START_TAG), text.find(END_TAG)
+        if stray != -1 and (start == -1 or stray < start):
+            # A closing tag with no call open is markup all the same: never content.
+            self._emit_content(out, text[:stray])
+            out.append(DroppedCallPiece(END_TAG, "a closing tag outside a call"))
+            self._pending = text[stray + len(END_TAG) :]
             return True
-        keep = _partial_tag_len(text, START_TAG)
+        if start != -1:
+            self._emit_content(out, text[:start], before_call=True)
+            self._pending = text[start + len(START_TAG) :]
+            self._call = _OpenCall()
+            return True
+        keep = max(_partial_tag_len(text, START_TAG), _partial_tag_len(text, END_TAG))
         self._emit_content(out, text[: len(text) - keep])
         self._pending = text[len(text) - keep :]
         return False
@@ -180,7 +128,7 @@ class HermesToolParser:
     def _emit_content(self, out: list[ParsedPiece], text: str, *, before_call: bool = False) -> None:
         # Whitespace between calls (the newline the template puts between them) is
         # layout, not content: hold it, and drop it if another call follows.
-        if self.num_closed_calls:
+        if self.num_calls:
             text = self._held_space + text
             self._held_space = ""
             if before_call and not text.strip():
@@ -196,79 +144,70 @@ class HermesToolParser:
 
     # ---- a call -------------------------------------------------------------
 
-    def _read_call(self, out: list[ParsedPiece]) -> bool:
-        """Move pending text into the open call; return True when the call closed."""
-        call = self._call
-        assert call is not None
-        text = self._pending
-        end = text.find(END_TAG)
-        closed = end != -1
-        if closed:
-            call.body += text[:end]
-            self._pending = text[end + len(END_TAG) :]
-        else:
-            # Part of a closing tag stays pending so the body never holds half a tag.
-            keep = _partial_tag_len(text, END_TAG)
-            call.body += text[: len(text) - keep]
-            self._pending = text[len(text) - keep :]
-
-        if not call.announced and not call.rejected:
-            self._try_announce(call, out)
-        if call.announced:
-            fragment = call.args.take(call.body[call.consumed :])
-            call.consumed = len(call.body)
-            if fragment:
-                out.append(ToolCallPiece(self.num_calls - 1, arguments=fragment))
-        if not closed:
+    def _read_call(self, call: _OpenCall, out: list[ParsedPiece]) -> bool:
+        """Read pending text into the open call; return True when the call ended."""
+        if call.invalid is None:
+            step = call.scanner.take(self._pending)
+            call.raw += self._pending[: step.used]
+            call.value += step.value
+            self._pending = self._pending[step.used :]
+            if call.value[:1] not in ("", "{"):
+                # Not an object, so not a call: what the scanner read means nothing, search it again.
+                call.invalid = "its body is not a JSON object"
+                self._pending, call.raw = call.raw + self._pending, ""
+            elif not call.scanner.done:
+                return False
+            else:
+                call.invalid = self._report(call.value, out)
+            if call.invalid is None:
+                self._call = None
+                self._after_call = True
+                return True
+        # Not a call: skip it up to its closing tag (it has no structure to go by).
+        pos = self._pending.find(END_TAG)
+        if pos == -1:
+            keep = _partial_tag_len(self._pending, END_TAG)
+            call.raw += self._pending[: len(self._pending) - keep]
+            self._pending = self._pending[len(self._pending) - keep :]
             return False
-
+        call.raw += self._pending[: pos + len(END_TAG)]
+        self._pending = self._pending[pos + len(END_TAG) :]
+        out.append(DroppedCallPiece(START_TAG + call.raw, call.invalid))
         self._call = None
-        if call.announced:
-            self.num_closed_calls += 1
-        else:
-            self._close_unannounced(call, out)
         return True
 
-    def _try_announce(self, call: _Call, out: list[ParsedPiece]) -> None:
-        header = _HEADER.match(call.body)
-        if header is None:
-            return
-        try:
-            name = json.loads(f'"{header.group(1)}"')
-        except json.JSONDecodeError:
-            call.rejected = True
-            return
-        if not name or (self._tool_names is not None and name not in self._tool_names):
-            call.rejected = True
-            return
-        call.announced = True
-        call.consumed = header.end()
-        out.append(ToolCallPiece(self.num_calls, name=name))
-        self.num_calls += 1
+    def _read_after_call(self) -> bool:
+        """Drop the layout after a call; return True once content may follow."""
+        rest = self._pending.lstrip()
+        if rest.startswith(END_TAG):
+            self._pending = rest[len(END_TAG) :]
+            self._after_call = False
+            return True
+        if not rest or END_TAG.startswith(rest):
+            return False  # whitespace or part of the closing tag so far
+        self._after_call = False  # no closing tag: what follows is content (or another call)
+        return True
 
-    def _close_unannounced(self, call: _Call, out: list[ParsedPiece]) -> None:
-        """A closed call whose header never matched the streaming form (other key
-        order, odd spacing): parse it whole, or give it back as content."""
-        parsed = None
-        if not call.rejected:
-            try:
-                parsed = json.loads(call.body)
-            except json.JSONDecodeError:
-                parsed = None
-        name = parsed.get("name") if isinstance(parsed, dict) else None
-        args_key = next((k for k in ("arguments", "parameters") if isinstance(parsed, dict) and k in parsed), None)
-        if (
-            not isinstance(name, str)
-            or not name
-            or args_key is None
-            or (self._tool_names is not None and name not in self._tool_names)
-        ):
-            self._emit_content(out, START_TAG + call.body + END_TAG)
-            return
+    def _report(self, value: str, out: list[ParsedPiece]) -> str | None:
+        """Report the call whose JSON is `value`; or return why it is not a valid call."""
+        try:
+            call = json.loads(value)
+        except json.JSONDecodeError:
+            return "its body is not JSON"
+        if not isinstance(call, dict):
+            return "its body is not a JSON object"
+        name = call.get("name")
+        if not isinstance(name, str) or not name:
+            return "it has no name"
+        if self._tool_names is not None and name not in self._tool_names:
+            return f"{name!r} is not one of the request's tools"
+        arguments = call.get("arguments", call.get("parameters"))
+        if not isinstance(arguments, dict):
+            return "its arguments are not a JSON object"
         out.append(ToolCallPiece(self.num_calls, name=name))
-        out.append(ToolCallPiece(self.num_calls, arguments=json.dumps(parsed[args_key], ensure_ascii=False)))
+        out.append(ToolCallPiece(self.num_calls, arguments=json.dumps(arguments, ensure_ascii=False)))
         self.num_calls += 1
-        self.num_closed_calls += 1
+        return None
 
 
 def _partial_tag_len(text: str, tag: str) -> int:

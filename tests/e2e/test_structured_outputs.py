@@ -2,7 +2,8 @@
 native engine on the tiny model. Every mode, streaming and not; the client's
 `chat.completions.stream(...)` helper rebuilds every tool call; schema errors are
 OpenAI-shaped 400s. The default run sends 6 seeded requests per mode and way; the
-slow tier sends the issue's 50."""
+slow tier sends the issue's 50. Issue 13's forced tool calls: its reproduction and 12
+seeded requests per forced mode and way, judged by tests/engine/tool_call_cases.py."""
 
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ from tests.engine.structured_cases import (
     check_answer,
     logit_bias_for,
 )
+from tests.engine.tool_call_cases import FORCED_MODES, REPRODUCTION, ToolMode, check_tool_answer
+from tests.engine.tool_call_cases import MAX_TOKENS as TOOL_MAX_TOKENS
+from tests.engine.tool_call_cases import MESSAGES as TOOL_MESSAGES
 from tests.procs import start_gateway
 
 MAX_TOKENS = 128
@@ -281,3 +285,51 @@ def test_completions_follow_the_schema(native_gateway, streaming):
             text, finish = r.choices[0].text, r.choices[0].finish_reason
         assert finish == "stop", (finish, text)
         jsonschema.validate(json.loads(text), PERSON_SCHEMA)
+
+
+# ---- issue 13: forced tool calls never come back broken ---------------------------------
+
+
+def tool_request_fields(mode: ToolMode, seed: int) -> dict:
+    return {
+        "model": "tiny",
+        "messages": TOOL_MESSAGES,
+        "seed": seed,
+        "temperature": 1.0,
+        "max_tokens": TOOL_MAX_TOKENS,
+        **mode.fields,
+    }
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["whole", "stream"])
+def test_the_issue_reproduction_through_the_gateway(native_gateway, streaming):
+    """Issue 13's request, as the issue sent it: once two calls with the first cut at the
+    `</tool_call>` inside its string and the rest of it in `content`."""
+
+    async def run() -> Answer:
+        client = client_for(native_gateway)
+        try:
+            return await (ask_streaming if streaming else ask)(client, {"model": "tiny", **REPRODUCTION})
+        finally:
+            await client.close()
+
+    answer = asyncio.run(run())
+    assert answer.finish_reason == "tool_calls" and not answer.content, answer
+    assert len(answer.tool_calls) == 2, answer
+    check_tool_answer(FORCED_MODES[0], answer, REPRODUCTION["max_tokens"])
+    assert "</tool_call>" in json.loads(answer.tool_calls[0][1])["city"], answer
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("mode", FORCED_MODES, ids=[m.name for m in FORCED_MODES])
+def test_forced_tool_calls_keep_the_promise(native_gateway, mode, streaming):
+    async def run() -> list[Answer]:
+        client = client_for(native_gateway)
+        way = ask_streaming if streaming else ask
+        try:
+            return await asyncio.gather(*(way(client, tool_request_fields(mode, seed)) for seed in range(12)))
+        finally:
+            await client.close()
+
+    for answer in asyncio.run(run()):
+        check_tool_answer(mode, answer, TOOL_MAX_TOKENS)

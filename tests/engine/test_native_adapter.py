@@ -21,7 +21,7 @@ from adapters.native import NativeAdapter, _Choice
 from engine.llm_engine import TokenOutput
 from engine.make_tiny import make_tiny
 from engine.text.tokenizer import TextTokenizer
-from engine.text.tool_parser import HermesToolParser
+from engine.text.tool_call_stage import ToolCallStage
 
 MAX_MODEL_LEN = 256
 TOOLS = [
@@ -332,8 +332,7 @@ def run_choice(tok: TextTokenizer, outputs: list, *, stop=(), parallel=True, too
         list(stop),
         [],
         {tok.token_to_id("<|im_end|>")},
-        HermesToolParser({"get_weather", "now"}) if tools else None,
-        parallel,
+        ToolCallStage(forced=False, tool_names={"get_weather", "now"}, parallel_tool_calls=parallel) if tools else None,
     )
     events = []
     for out in outputs:
@@ -376,11 +375,23 @@ def test_scripted_single_tool_call_when_parallel_is_off(tok: TextTokenizer) -> N
     assert finishes(events) == {0: "tool_calls"}
 
 
-def test_scripted_malformed_call_is_content(tok: TextTokenizer) -> None:
+def test_scripted_malformed_call_is_dropped_and_logged(tok: TextTokenizer, caplog: pytest.LogCaptureFixture) -> None:
+    # Neither its markup in content nor a broken call: the text around it stays, the call is logged.
     text = "Sure <tool_call>{oops}</tool_call> done"
-    events = run_choice(tok, scripted(tok, text))
-    assert texts(events)[0] == text and not tool_calls(events)
+    with caplog.at_level("WARNING", logger="adapters.native"):
+        events = run_choice(tok, scripted(tok, text))
+    assert texts(events)[0] == "Sure  done" and not tool_calls(events)
     assert finishes(events) == {0: "stop"}
+    assert "<tool_call>{oops}</tool_call>" in caplog.text and "not JSON" in caplog.text
+
+
+def test_scripted_calls_cut_by_max_tokens_finish_with_length(tok: TextTokenizer) -> None:
+    # A complete call followed by a cut one: the complete one stands, `length` says the answer was cut.
+    cut = TWO_CALLS[: TWO_CALLS.rindex('"now"') + 3]
+    events = run_choice(tok, scripted(tok, cut, finish_reason="length", end_with_eos=False))
+    assert [(c["name"], c["arguments"]) for c in tool_calls(events)] == [("get_weather", '{"city": "Paris"}')]
+    assert texts(events)[0] == ""
+    assert finishes(events) == {0: "length"}
 
 
 def test_scripted_without_tools_the_tags_are_text(tok: TextTokenizer) -> None:

@@ -1,4 +1,5 @@
-"""The hermes tool-call parser on scripted streams, split at every possible boundary."""
+"""The free-text hermes tool-call parser (tool_choice "auto") on scripted streams, split at every
+boundary: calls by JSON structure, never tag markup in content, malformed calls dropped."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from engine.make_tiny import make_tiny
 from engine.text.detokenizer import IncrementalDetokenizer
 from engine.text.tokenizer import TextTokenizer
-from engine.text.tool_parser import ContentPiece, HermesToolParser, ParsedPiece, ToolCallPiece
+from engine.text.tool_parser import ContentPiece, DroppedCallPiece, HermesToolParser, ParsedPiece, ToolCallPiece
 
 TOOLS = {"get_weather", "now", "search"}
 
@@ -38,6 +39,8 @@ def summary(pieces: list[ParsedPiece]) -> tuple[str, list[dict]]:
     for piece in pieces:
         if isinstance(piece, ContentPiece):
             content += piece.text
+            continue
+        if isinstance(piece, DroppedCallPiece):
             continue
         assert isinstance(piece, ToolCallPiece)
         if piece.name is not None:
@@ -101,16 +104,23 @@ def test_scripted_token_stream_through_the_detokenizer(tok: TextTokenizer) -> No
     assert summary(pieces) == summary(parse([TWO_CALLS]))
 
 
-def test_arguments_stream_before_the_call_closes() -> None:
+def test_a_call_comes_whole_once_its_json_is_complete() -> None:
+    # Only a complete value can be known to be a valid call, so nothing goes out before.
     parser = HermesToolParser(TOOLS)
-    first = parser.feed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa')
-    assert first[0] == ToolCallPiece(0, name="get_weather")
-    assert "".join(p.arguments for p in first[1:]) == '{"city": "Pa'
+    assert parser.feed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa') == []
     second = parser.feed('ris"}}\n</tool')
-    # The closing brace of the outer object and the partial tag are not arguments.
-    assert "".join(p.arguments for p in second) == 'ris"}'
+    assert second == [ToolCallPiece(0, name="get_weather"), ToolCallPiece(0, arguments='{"city": "Paris"}')]
     assert parser.feed("_call>") == []
     assert parser.num_calls == parser.num_closed_calls == 1
+
+
+def test_tag_text_inside_a_json_string_is_string_text() -> None:
+    # The end of a call is found by its JSON structure, never by searching for the tag.
+    text = '<tool_call>\n{"name": "search", "arguments": {"q": "a </tool_call> b <tool_call> c"}}\n</tool_call>after'
+    for chunks in splits(text):
+        content, calls = summary(parse(chunks))
+        assert calls == [{"name": "search", "arguments": '{"q": "a </tool_call> b <tool_call> c"}'}], chunks
+        assert content == "after", chunks
 
 
 def test_possible_start_tag_is_held_back() -> None:
@@ -121,28 +131,40 @@ def test_possible_start_tag_is_held_back() -> None:
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "after"),
     [
-        '<tool_call>{"name": 5, "arguments": {}}</tool_call>',  # name not a string
-        "<tool_call>not json</tool_call>",
-        '<tool_call>{"arguments": {}}</tool_call>',  # no name
-        '<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>',  # not one of the request's tools
-        '<tool_call>{"arguments": {}, "name": "rm_rf"}</tool_call>',
-        '<tool_call>{"name": "get_wea',  # the text ended inside the header
+        ('<tool_call>{"name": 5, "arguments": {}}</tool_call>', " after"),  # name not a string
+        ("<tool_call>not json</tool_call>", " after"),
+        ('<tool_call>"a string </tool_call>', " after"),  # not an object: the tag is searched as text
+        ("<tool_call>{oops}</tool_call>", " after"),
+        ('<tool_call>{"arguments": {}}</tool_call>', " after"),  # no name
+        ('<tool_call>{"name": "now", "arguments": "{}"}</tool_call>', " after"),  # arguments not an object
+        ('<tool_call>{"name": "rm_rf", "arguments": {}}</tool_call>', " after"),  # not one of the request's tools
+        ('<tool_call>{"arguments": {}, "name": "rm_rf"}</tool_call>', " after"),
+        # Unterminated: the JSON never ends, so the call reaches the end of the output, " after" included.
+        ('<tool_call>{"name": "get_wea', ""),
     ],
 )
-def test_malformed_calls_fall_back_to_content(text: str) -> None:
+def test_malformed_calls_are_dropped_never_content(text: str, after: str) -> None:
     for chunks in splits(text):
-        content, calls = summary(parse(["before ", *chunks, " after"]))
-        assert calls == []
-        assert content == "before " + text + " after"
+        pieces = parse(["before ", *chunks, " after"])
+        content, calls = summary(pieces)
+        assert calls == [], chunks
+        assert content == "before " + after, chunks
+        dropped = [p for p in pieces if isinstance(p, DroppedCallPiece)]
+        assert len(dropped) == 1 and dropped[0].reason, chunks
+        assert dropped[0].text == (text if after else text + " after"), chunks
 
 
-def test_a_call_announced_then_broken_stays_a_call() -> None:
-    # Once the name went out it cannot be taken back (vLLM's hermes parser alike).
-    content, calls = summary(parse(['<tool_call>{"name": "now", "arguments": </tool_call>tail']))
-    assert calls == [{"name": "now", "arguments": ""}]
-    assert content == "tail"
+def test_an_unterminated_call_ends_at_its_first_closing_tag() -> None:
+    # Known only when the output ends: the call is cut at the first tag and what follows is read again.
+    text = '<tool_call>{"name": "now", "arguments": </tool_call>tail <tool_call>{"name": "now", "arguments": {}}'
+    for chunks in splits(text):
+        pieces = parse(chunks)
+        content, calls = summary(pieces)
+        assert content == "tail " and calls == [{"name": "now", "arguments": "{}"}], chunks
+        dropped = [p.text for p in pieces if isinstance(p, DroppedCallPiece)]
+        assert dropped == ['<tool_call>{"name": "now", "arguments": </tool_call>'], chunks
 
 
 def test_unknown_names_are_accepted_without_a_tool_list() -> None:
@@ -157,16 +179,30 @@ def test_reordered_keys_are_parsed_when_the_call_closes() -> None:
     assert json.loads(calls[0]["arguments"]) == {"q": "kv"}
 
 
-def test_call_without_closing_tag_keeps_streamed_arguments() -> None:
-    # A model may end (EOS or max_tokens) right after the JSON; what was parsed stands.
-    content, calls = summary(parse(['<tool_call>\n{"name": "now", "arguments": {"tz": "UTC"}}']))
+def test_call_without_closing_tag_is_a_call() -> None:
+    # A model may end (EOS or max_tokens) right after the JSON: the JSON is the call.
+    content, calls = summary(parse(['<tool_call>\n{"name": "now", "arguments": {"tz": "UTC"}}\n']))
     assert content == "" and calls == [{"name": "now", "arguments": '{"tz": "UTC"}'}]
 
 
+def test_text_after_a_call_without_closing_tag_is_content() -> None:
+    text = '<tool_call>{"name": "now", "arguments": {}}\nIt is noon.'
+    for chunks in splits(text):
+        assert summary(parse(chunks)) == ("\nIt is noon.", [{"name": "now", "arguments": "{}"}]), chunks
+
+
 def test_plain_text_passes_through() -> None:
-    text = 'No tools here: a < b and {"json": true} </tool_call>'
+    text = 'No tools here: a < b and {"json": true} </tool_cal <tool_cal>'
     for chunks in splits(text):
         assert summary(parse(chunks)) == (text, [])
+
+
+def test_a_stray_closing_tag_is_dropped() -> None:
+    text = 'No call open: {"json": true} </tool_call> and on'
+    for chunks in splits(text):
+        pieces = parse(chunks)
+        assert summary(pieces) == ('No call open: {"json": true}  and on', []), chunks
+        assert [p.text for p in pieces if isinstance(p, DroppedCallPiece)] == ["</tool_call>"]
 
 
 def test_text_after_the_calls_keeps_only_its_own_leading_space() -> None:
