@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulators.faults import NO_FAULTS, Faults
+from simulators.structured import Constraint
 
 
 @dataclass(slots=True)
@@ -27,6 +28,7 @@ class SimRequest:
     temperature: float | None = None
     messages: list[dict[str, Any]] | None = None
     faults: Faults = NO_FAULTS
+    constraint: Constraint | None = None  # guided decoding: what the output must be
     generation: Any = None  # the running Generation, once started
 
     @property

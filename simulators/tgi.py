@@ -37,7 +37,15 @@ from simulators.promtext import Exposition, Histogram
 from simulators.request import SimRequest, int_or_none, object_field, prompt_words_completion, texts_of
 from simulators.server import Simulator, json_response
 from simulators.sse import DONE_FRAME, error_stream
-from simulators.tgi_validation import MAX_CLIENT_BATCH_SIZE, Limits, admit, check_parameters, type_check
+from simulators.tgi_validation import (
+    MAX_CLIENT_BATCH_SIZE,
+    Limits,
+    admit,
+    check_grammar,
+    check_parameters,
+    grammar_rejection,
+    type_check,
+)
 from simulators.tgi_wire import STREAM_HEADERS, FailureCounts, TgiChat, TgiCompletion, TgiError, TgiNative, rejection
 from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_names
 
@@ -208,17 +216,18 @@ class TgiSimulator(Simulator):
         self.failures.count("tool_error" if kind == "chat" else "validation")
         return err.response()
 
-    def _admit_and_check(self, sim: SimRequest, params: dict[str, Any]) -> None:
+    def _admit_and_check(self, sim: SimRequest, params: dict[str, Any], grammar: Any = None) -> None:
         admit(sim, self.in_flight, self.limits)
         check_parameters(sim, params.get("top_p"), params.get("temperature"), sim.max_tokens, self.limits)
+        check_grammar(sim, grammar)
 
     async def _openai_refusal(
-        self, request: web.Request, sim: SimRequest, body: dict[str, Any], stream: bool
+        self, request: web.Request, sim: SimRequest, body: dict[str, Any], stream: bool, grammar: Any = None
     ) -> web.StreamResponse | None:
         """Queue admission and parameter validation; TGI's refusal when either fails (JSON, or
         an error event then [DONE] on a stream), else None."""
         try:
-            self._admit_and_check(sim, body)
+            self._admit_and_check(sim, body, grammar)
         except TgiError as err:
             self.failures.count(err.error_type)
             if not stream:
@@ -257,7 +266,7 @@ class TgiSimulator(Simulator):
             # The model picked `no_tool`: TGI re-runs the whole generation without tools.
             base = sim.faults.ttft_ms if sim.faults.ttft_ms is not None else self.opts.ttft_ms
             sim.faults = dataclasses.replace(sim.faults, ttft_ms=2 * base)
-        refused = await self._openai_refusal(request, sim, body, stream)
+        refused = await self._openai_refusal(request, sim, body, stream, body.get("response_format"))
         if refused is not None:
             return refused
         fixed = None
@@ -308,6 +317,10 @@ class TgiSimulator(Simulator):
         if not isinstance(inputs, str):
             return rejection("missing field `inputs` at line 1 column 2")
         params = object_field(body, "parameters")
+        if params.get("grammar") is not None:
+            rejected = grammar_rejection("parameters.grammar", params["grammar"])
+            if rejected is not None:
+                return rejected
         stop = params.get("stop")
         if stop is not None and not isinstance(stop, list):
             return rejection("parameters.stop: invalid type: string, expected a sequence at line 1 column 2")
@@ -327,7 +340,7 @@ class TgiSimulator(Simulator):
             if stream and (params.get("best_of") or 1) != 1:
                 message = "Input validation error: `best_of` != 1 is not supported when streaming tokens"
                 raise TgiError(422, message, "validation")
-            self._admit_and_check(sim, params)
+            self._admit_and_check(sim, params, params.get("grammar"))
         except TgiError as err:
             self.failures.count(err.error_type)
             if not stream:

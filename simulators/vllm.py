@@ -11,7 +11,10 @@ ordered `prompt_tokens, total_tokens, completion_tokens`; `data: [DONE]` even af
 an in-stream error; `chatcmpl-<16 hex>` ids (or the `X-Request-Id` header);
 hermes-style tool-call deltas with `chatcmpl-tool-<16 hex>` ids, `finish_reason`
 `"stop"` for a named tool choice; `abort`/`repetition` finish reasons; tool choice
-`auto` refused without `--enable-auto-tool-choice --tool-call-parser`.
+`auto` refused without `--enable-auto-tool-choice --tool-call-parser`; guided
+decoding from `response_format` (`json_schema`, `json_object`) or
+`structured_outputs` (`json`, `regex`, `choice`, `grammar`, `json_object`; exactly
+one), with vLLM's refusals as 400 "Bad Request".
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from aiohttp import web
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
 from simulators.server import Simulator, json_response
+from simulators.structured_requests import ConstraintRefused, vllm_constraint
 from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_names
 from simulators.validation import check_body, pydantic_text
 from simulators.vllm_wire import VllmChat, VllmCompletion, VllmReply, error
@@ -264,8 +268,13 @@ class VllmSimulator(Simulator):
             problem = self._validate_tools(body)
         if problem is not None:
             return problem
+        try:
+            constraint = vllm_constraint(body)
+        except ConstraintRefused as exc:  # pydantic's validation of the request model
+            return error(400, exc.message, "Bad Request", exc.param)
         rid = self._request_id(request, body, "chatcmpl-" if kind == "chat" else "cmpl-")
         sim = self.sim_request(body, kind, rid, self.faults(texts_of(body, kind), body))
+        sim.constraint = constraint
         problem = self._fault_response(sim) or self._context_check(sim)
         if problem is not None:
             return problem
