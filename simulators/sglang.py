@@ -311,13 +311,15 @@ class SglangSimulator(Simulator):
 
     def _context_message(self, sim: SimRequest) -> str | None:
         limit = self.opts.max_model_len
-        if sim.prompt_tokens >= limit:
-            return f"The input ({sim.prompt_tokens} tokens) is longer than the model's context length ({limit} tokens)."
-        if sim.max_tokens is not None and sim.prompt_tokens + sim.max_tokens > limit:
-            total = sim.prompt_tokens + sim.max_tokens
+        if sim.context_tokens >= limit:
+            return (
+                f"The input ({sim.context_tokens} tokens) is longer than the model's context length ({limit} tokens)."
+            )
+        if sim.max_tokens is not None and sim.context_tokens + sim.max_tokens > limit:
+            total = sim.context_tokens + sim.max_tokens
             return (
                 f"Requested token count exceeds the model's maximum context length of {limit} "
-                f"tokens. You requested a total of {total} tokens: {sim.prompt_tokens} tokens from "
+                f"tokens. You requested a total of {total} tokens: {sim.context_tokens} tokens from "
                 f"the input messages and {sim.max_tokens} tokens for the completion. Please reduce "
                 f"the number of tokens in the input messages or the completion to fit within the limit."
             )

@@ -201,10 +201,12 @@ class TgiSimulator(Simulator):
         err = None
         tools = body.get("tools")
         name = chosen_tool(body.get("tool_choice"))
-        if kind == "chat" and tools and name is not None and name not in tool_names(tools):
-            err = TgiError(422, f"Tool error: Tool with name {name} not found", "tool_error")
-        elif kind == "chat" and tools and body.get("response_format") is not None:
+        # lib.rs `try_into_generate`: `tools` present at all (even `[]`) excludes a grammar,
+        # and that is checked before the tool choice is looked up.
+        if kind == "chat" and tools is not None and body.get("response_format") is not None:
             err = TgiError(422, "Tool error: Grammar and tools are mutually exclusive", "tool_error")
+        elif kind == "chat" and tools and name is not None and name not in tool_names(tools):
+            err = TgiError(422, f"Tool error: Tool with name {name} not found", "tool_error")
         elif kind == "completion" and body.get("suffix") is not None:
             message = "Suffix is not supported and can be achieved by preprocessing the prompt."
             err = TgiError(422, message, "suffix not supported")
@@ -236,14 +238,10 @@ class TgiSimulator(Simulator):
         return None
 
     def _openai_request(self, body: dict[str, Any], kind: str) -> SimRequest:
-        """One generation per request: `n` is documented as UNUSED, and of a batch of prompts
-        the double serves the first, which is what single-prompt clients (the gateway) send."""
+        """One choice per prompt: `n` is documented as UNUSED, and a completions batch of
+        prompts is generated prompt by prompt, choice `i` answering prompt `i`."""
         faults = self.faults(texts_of(body, kind), body)
-        if kind == "completion":
-            prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
-            body = {**body, "prompt": prompts[0] if prompts else ""}
-        sim = self.sim_request(body, kind, "", faults)
-        sim.n = 1
+        sim = self.sim_request({**body, "n": 1}, kind, "", faults)
         sim.request_id = f"tgi-{id(sim):x}-{self.request_count}"
         return sim
 
@@ -262,8 +260,9 @@ class TgiSimulator(Simulator):
         stream = bool(body.get("stream"))
         forced = {"type": "function", "function": {"name": name}} if name is not None else choice
         plan = plan_tool_call(tools, forced, sim.faults.tool_call) if tools and choice != "none" else None
-        if tools and choice in (None, "auto") and plan is None:
-            # The model picked `no_tool`: TGI re-runs the whole generation without tools.
+        no_tool = bool(tools) and choice in (None, "auto") and plan is None
+        if no_tool and not self.legacy:
+            # The model picked `no_tool`: since 3.2 TGI re-runs the whole generation without tools.
             base = sim.faults.ttft_ms if sim.faults.ttft_ms is not None else self.opts.ttft_ms
             sim.faults = dataclasses.replace(sim.faults, ttft_ms=2 * base)
         refused = await self._openai_refusal(request, sim, body, stream, body.get("response_format"))
@@ -277,7 +276,7 @@ class TgiSimulator(Simulator):
                 else f'{{"function": {{"_name": "{plan.name}"}}}}'
             )
             fixed = fragments(raw) if self.legacy and stream else fragments(plan.arguments_json[1:])
-        reply = TgiChat(sim, self.failures, int(time.time()), model, self.fingerprint, body, plan, self.legacy)
+        reply = TgiChat(sim, self.failures, int(time.time()), model, self.fingerprint, body, plan, self.legacy, no_tool)
         return await self.run_generation(request, sim, reply, stream, fixed)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:

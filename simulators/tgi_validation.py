@@ -103,7 +103,7 @@ def check_parameters(sim: SimRequest, top_p: Any, temperature: Any, max_new: int
         )
     if max_new is not None and max_new < 1:
         raise TgiError(422, "Input validation error: `max_new_tokens` must be strictly positive", "validation")
-    n = sim.prompt_tokens
+    n = sim.context_tokens
     if n >= limits.max_input_tokens:
         raise TgiError(
             422,

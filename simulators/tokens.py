@@ -64,7 +64,7 @@ class Generation:
 
 def choice_budget(request: SimRequest, default_output: int, max_model_len: int) -> tuple[int, bool]:
     """(tokens to generate, whether the last one ends by length rather than EOS)."""
-    room = max(1, max_model_len - request.prompt_tokens)
+    room = max(1, max_model_len - request.context_tokens)
     cap = min(request.max_tokens, room) if request.max_tokens is not None else room
     natural = request.faults.output_tokens if request.faults.output_tokens is not None else default_output
     if request.ignore_eos:
@@ -190,7 +190,7 @@ class SyntheticGeneration(Generation):
 def _constrained(request: SimRequest, index: int, parts: list[str], max_model_len: int) -> list[Token]:
     """A constrained document's pieces, then EOS; `max_tokens` (or the context) cuts it
     short with finish `length`, leaving an unfinished document as a runtime would."""
-    room = max(1, max_model_len - request.prompt_tokens)
+    room = max(1, max_model_len - request.context_tokens)
     cap = min(request.max_tokens, room) if request.max_tokens is not None else room
     tokens = [Token(index, text, _VOCAB_OFFSET + i) for i, text in enumerate(parts[: max(1, cap)])]
     if len(parts) + 1 > cap:

@@ -239,10 +239,10 @@ class TrtllmSimulator(Simulator):
             return flat_error(400, exc.message)
         if sim.faults.status is not None and sim.faults.status >= 400:
             return flat_error(sim.faults.status, f"Simulated failure with status {sim.faults.status}")
-        if sim.prompt_tokens > self.max_num_tokens:
+        if sim.context_tokens > self.max_num_tokens:
             return flat_error(
                 400,
-                f"The sum of prompt length ({float(sim.prompt_tokens)}), query length (0) "
+                f"The sum of prompt length ({float(sim.context_tokens)}), query length (0) "
                 f"should not exceed max_num_tokens ({self.max_num_tokens})",
             )
         cached = self.cached_tokens(sim)

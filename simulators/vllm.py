@@ -215,9 +215,9 @@ class VllmSimulator(Simulator):
 
     def _context_check(self, sim: SimRequest) -> web.Response | None:
         limit = self.opts.max_model_len
-        if sim.prompt_tokens == limit:  # no room left for a single output token (`get_max_tokens`)
+        if sim.context_tokens == limit:  # no room left for a single output token (`get_max_tokens`)
             return error(400, f"Input length ({limit}) exceeds model's maximum context length ({limit}).")
-        if sim.prompt_tokens > limit:
+        if sim.context_tokens > limit:
             # vLLM tokenizes text prompts truncated at limit + 1 tokens, so it can only say "at least"
             # (observed on live vLLM servers; docs/runtimes.md quotes a longer variant of the same sentence).
             return error(
@@ -227,7 +227,7 @@ class VllmSimulator(Simulator):
                 param="input_tokens",
             )
         # 0.33 clamps an oversized max_tokens to what is left instead of failing.
-        room = limit - sim.prompt_tokens
+        room = limit - sim.context_tokens
         sim.max_tokens = room if sim.max_tokens is None else min(sim.max_tokens, room)
         return None
 
