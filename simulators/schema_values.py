@@ -16,10 +16,11 @@ constraint (`{}` or `true`) gets a short string.
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, TypeVar
 
 from simulators.pattern_text import matching_text
 
+T = TypeVar("T")
 WORDS = "alpha beta gamma delta omega red blue green paris tokyo lima seven river stone cloud".split()
 _GROWTH_DEPTH = 6  # below this, only what the schema requires: recursive schemas end
 _REF_DEPTH = 64  # `$ref` chains longer than this are not followed
@@ -113,13 +114,13 @@ class SchemaValues:
         return None
 
     def obj(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        props = _field(schema, "properties", dict, {})
         required = [k for k in schema.get("required") or [] if isinstance(k, str)]
         optional = 0.5 if depth < _GROWTH_DEPTH else 0.0
         keys = [k for k in props if k in required or self.rng.random() < optional]
         keys += [k for k in required if k not in props]
         out: dict[str, Any] = {key: self.of(props.get(key, {}), depth + 1) for key in keys}
-        wanted = schema.get("minProperties") if isinstance(schema.get("minProperties"), int) else 0
+        wanted = _field(schema, "minProperties", int, 0)
         for key in props:
             if len(out) >= wanted:
                 break
@@ -132,9 +133,9 @@ class SchemaValues:
         return out
 
     def array(self, schema: dict[str, Any], depth: int) -> list[Any]:
-        low = schema.get("minItems") if isinstance(schema.get("minItems"), int) else 0
-        high = schema.get("maxItems") if isinstance(schema.get("maxItems"), int) else low + 3
-        prefix = schema.get("prefixItems") if isinstance(schema.get("prefixItems"), list) else []
+        low = _field(schema, "minItems", int, 0)
+        high = _field(schema, "maxItems", int, low + 3)
+        prefix = _field(schema, "prefixItems", list, [])
         items = schema.get("items")
         if items is False:
             high = min(high, len(prefix))
@@ -174,8 +175,8 @@ class SchemaValues:
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
             return matching_text(pattern, self.rng)
-        low = schema.get("minLength") if isinstance(schema.get("minLength"), int) else 1
-        high = schema.get("maxLength") if isinstance(schema.get("maxLength"), int) else max(low, 24)
+        low = _field(schema, "minLength", int, 1)
+        high = _field(schema, "maxLength", int, max(low, 24))
         if isinstance(fmt, str) and fmt in _FORMATS and low <= len(_FORMATS[fmt]) <= high:
             return _FORMATS[fmt]
         text = " ".join(self.rng.choice(WORDS) for _ in range(self.rng.randint(1, 3)))
@@ -210,6 +211,12 @@ def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     if a.get("required") or b.get("required"):
         out["required"] = list(dict.fromkeys([*(a.get("required") or []), *(b.get("required") or [])]))
     return out
+
+
+def _field(schema: dict[str, Any], key: str, kind: type[T], default: T) -> T:
+    """`schema[key]` when it is a `kind`, else `default` (booleans are not integers here)."""
+    value = schema.get(key)
+    return value if isinstance(value, kind) and not isinstance(value, bool) else default
 
 
 def _number(value: Any) -> float | None:

@@ -47,9 +47,9 @@ def type_check(body: dict[str, Any], kind: str) -> web.Response | None:
     if bias is not None and not isinstance(bias, list):
         return rejection("logit_bias: invalid type: map, expected a sequence at line 1 column 2")
     if kind == "chat" and body.get("response_format") is not None:
-        problem = grammar_rejection("response_format", body["response_format"])
-        if problem is not None:
-            return problem
+        refused = grammar_rejection("response_format", body["response_format"])
+        if refused is not None:
+            return refused
     for problem in check_body(body, kind):
         if problem.kind != "greater_than_equal":  # ranges are validation.rs's job, as JSON 422s
             return rejection(

@@ -79,8 +79,9 @@ def visible(token: Token) -> str:
 
 def full_text(outcome: Outcome, index: int = 0) -> str:
     text = outcome.text(index)
-    if outcome.finish[index] == "stop_sequence" and isinstance(outcome.matched[index], str):
-        text += outcome.matched[index]
+    matched = outcome.matched[index]
+    if outcome.finish[index] == "stop_sequence" and isinstance(matched, str):
+        text += matched
     return text
 
 
