@@ -27,7 +27,8 @@ What differs from OpenAI and is handled here:
   and a single-object stream delta without a name whose arguments are the raw
   grammar output `{"function": {"_name": ..., <args>}}`: buffered and decoded when
   the choice ends. A chosen `no_tool` (or `notify_error` in 2.x) is the model
-  answering in text.
+  answering in text; before 3.2 that text ends without a finish chunk (finished at
+  `[DONE]` too; recorded in tests/adapters/recordings/tgi/v3.1/no_tool_stream.json).
 - load from Prometheus `/metrics` (`tgi_*`): queue size, batch size, and batch
   tokens over the token budget as the KV usage estimate; no prefix cache.
 """
@@ -287,20 +288,26 @@ class TGIQuirks(EventFilter):
     - before 3.2 a streamed tool call comes as pieces that never name their function,
       the raw grammar output: buffered and decoded when the choice finishes;
     - after a streamed tool call TGI may send no finish chunk: a choice that made a
-      tool call gets its finish when the stream ends with `[DONE]`.
+      tool call gets its finish when the stream ends with `[DONE]`; so does, before
+      3.2, a choice that answered in text for a chosen `no_tool` (its stream stops at
+      the content's closing quote).
     """
 
     def __init__(self, request: GenerationRequest, backend: str) -> None:
         self.backend = backend
         self.stops = list(request.sampling.stop)
+        self.tools_offered = bool(request.tools)
         self.trimmers: dict[int, StopStringMatcher] = {}
         self.unnamed: dict[tuple[int, int], list[str]] = {}  # raw grammar pieces per (choice, call)
         self.named: set[tuple[int, int]] = set()
         self.with_calls: set[int] = set()
+        self.answered: set[int] = set()  # choices that got text while tools were offered
         self.finished: set[int] = set()
 
     def feed(self, event: Event) -> list[Event]:
         if isinstance(event, TextDelta):
+            if self.tools_offered:
+                self.answered.add(event.index)
             if self.stops:
                 trimmer = self.trimmers.setdefault(event.index, StopStringMatcher(self.stops))
                 event.text = trimmer.feed(event.text).text
@@ -342,7 +349,7 @@ class TGIQuirks(EventFilter):
             out.extend(self._flush(index))
             if out and isinstance(out[-1], ErrorEvent):
                 return out
-        out.extend(Finish(index, "stop") for index in sorted(self.with_calls - self.finished))
+        out.extend(Finish(index, "stop") for index in sorted((self.with_calls | self.answered) - self.finished))
         return out
 
     def _flush(self, index: int) -> list[Event]:

@@ -5,8 +5,8 @@ per simulator, API keys, a rate-limited tenant, a model the main key may not
 use, a one-slot model that overflows), then:
 
 1. runs the suite through the gateway for every model: every MUST that applies
-   must pass (the simulators are declared simulators without structured output,
-   the native engine a non-simulator with it: `declarations`);
+   must pass (the simulators are declared simulators, the native engine a
+   non-simulator; all of them with tools and structured output: `declarations`);
 2. runs the gateway profile (401/403/429/503) once, on its own column;
 3. runs the suite directly against each simulator: those failures are the
    runtime's own deviations, listed as expected, and never fail the build.
@@ -44,10 +44,10 @@ SIMULATOR_FLAGS: dict[str, list[str]] = {
     "trtllm": ["--tool_parser", "qwen3"],
     "tgi": [],
 }
-# Structured output needs a grammar engine: the native engine has one, the
-# simulators emit synthetic text, so their structured checks are not applicable.
+# Structured output: the native engine has a grammar engine, and each simulator
+# imitates its runtime's guided decoding (a document valid against the schema).
 CI_PROFILES = ["core", "tools", "structured"]
-SIMULATOR_FEATURES = frozenset({"tools"})
+SIMULATOR_FEATURES = frozenset({"tools", "structured_output"})
 NATIVE_FEATURES = frozenset({"tools", "structured_output"})
 RATE_LIMIT_RPM = 3
 EXPECTED_DEVIATIONS = Path(__file__).with_name("expected_deviations.yaml")
@@ -92,8 +92,8 @@ def build_config(sim_urls: dict[str, str], port: int, keys: dict[str, str]) -> d
 
 def declarations(config: dict[str, Any]) -> dict[str, Declaration]:
     """What each model of `build_config`'s config is: the simulators understand
-    the fault markers, call tools, and ignore response_format (they have no
-    grammar engine); the native engine has both features and no fault markers."""
+    the fault markers, call tools and follow `response_format` the way their
+    runtime does; the native engine has both features and no fault markers."""
     out = {}
     for name in config["models"]:
         if name.startswith("sim-"):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulators.faults import NO_FAULTS, Faults
+from simulators.structured import Constraint
 
 
 @dataclass(slots=True)
@@ -27,13 +28,31 @@ class SimRequest:
     temperature: float | None = None
     messages: list[dict[str, Any]] | None = None
     faults: Faults = NO_FAULTS
+    constraint: Constraint | None = None  # guided decoding: what the output must be
+    # A completions request with several prompts: each prompt's tokens. Its choices are
+    # prompt-major (`n` per prompt) and `prompt_words` holds the longest prompt.
+    prompt_counts: list[int] = field(default_factory=list)
     generation: Any = None  # the running Generation, once started
 
     @property
     def prompt_tokens(self) -> int:
+        """The prompt tokens usage reports: every prompt of a batch once."""
+        if self.faults.prompt_tokens is not None:
+            return self.faults.prompt_tokens
+        return sum(self.prompt_counts) if len(self.prompt_counts) > 1 else len(self.prompt_words)
+
+    @property
+    def context_tokens(self) -> int:
+        """The tokens the context checks measure: the (longest) prompt."""
         if self.faults.prompt_tokens is not None:
             return self.faults.prompt_tokens
         return len(self.prompt_words)
+
+    def prompt_tokens_of(self, index: int) -> int:
+        """The prompt tokens behind choice `index`."""
+        if len(self.prompt_counts) > 1 and self.faults.prompt_tokens is None:
+            return self.prompt_counts[index // max(1, self.n // len(self.prompt_counts))]
+        return self.prompt_tokens
 
 
 def content_text(content: Any) -> str:
@@ -55,6 +74,15 @@ def prompt_words_chat(messages: list[dict[str, Any]]) -> list[str]:
         words.extend(content_text(message.get("content")).split())
     words.append("<assistant>")
     return words
+
+
+def prompt_batch(prompt: Any) -> list[Any]:
+    """The prompts of a completions `prompt`: a list of strings or of token-id lists is a
+    batch; anything else is one prompt."""
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(p, str) for p in prompt) or all(isinstance(p, list) for p in prompt):
+            return list(prompt)
+    return [prompt]
 
 
 def prompt_words_completion(prompt: Any) -> list[str]:
@@ -104,16 +132,19 @@ def from_openai_body(
         messages = body.get("messages") or []
         words = prompt_words_chat(messages)
         text = render_chat_plain(messages)
+        word_lists = [words]
     else:
         messages = None
-        prompt = body.get("prompt")
-        words = prompt_words_completion(prompt)
-        text = prompt if isinstance(prompt, str) else " ".join(words)
+        batch = prompt_batch(body.get("prompt"))
+        word_lists = [prompt_words_completion(p) for p in batch]
+        words = max(word_lists, key=len)
+        text = batch[0] if len(batch) == 1 and isinstance(batch[0], str) else " ".join(words)
     if max_tokens is None:
         max_tokens = int_or_none(body.get("max_completion_tokens"))
         if max_tokens is None:
             max_tokens = int_or_none(body.get("max_tokens"))
-    n = int_or_none(body.get("n")) or 1
+    n = max(1, int_or_none(body.get("n")) or 1)
+    counts = [len(w) for w in word_lists] if len(word_lists) > 1 else []
     return SimRequest(
         request_id=request_id,
         kind=kind,
@@ -123,10 +154,11 @@ def from_openai_body(
         ignore_eos=bool(body.get("ignore_eos", False)),
         stop=stop_list(body.get("stop")),
         seed=int_or_none(body.get("seed")),
-        n=max(1, n),
+        n=n * max(1, len(counts)),
         temperature=body.get("temperature"),
         messages=messages,
         faults=faults,
+        prompt_counts=counts,
     )
 
 

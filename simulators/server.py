@@ -148,7 +148,9 @@ class Simulator:
         return self.prefix_cache.lookup_and_insert(sim.prompt_words)
 
     def start_generation(self, sim: SimRequest, path: str, fixed: list[str] | None = None) -> Generation:
-        gen = self.synthetic.generate(sim, fixed) if fixed is not None else self.source.generate(sim)
+        # Scripted and constrained output always comes from the synthetic source.
+        scripted = fixed is not None or sim.constraint is not None
+        gen = self.synthetic.generate(sim, fixed) if scripted else self.source.generate(sim)
         if self.slots is not None:
             gen = QueuedGeneration(gen, self)
         sim.generation = gen

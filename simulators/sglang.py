@@ -15,7 +15,9 @@ raw text without `--tool-call-parser`; flat errors `{"object":"error",...}`;
 queue-full answers (503 `type:"503"`, or SSE `SERVICE_UNAVAILABLE` in a stream);
 `POST /abort_request` with `rid` (the stream ends with `finish_reason:"abort"`);
 a client disconnect is noticed only 2 s later; native `/generate` with cumulative
-streamed `text`.
+streamed `text`; guided decoding from `response_format` (`json_schema` with its
+`schema`, `json_object`), the top-level `regex` and `ebnf` (and `json_schema` on
+completions), at most one of them.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from simulators.request import SimRequest, int_or_none, object_field, prompt_wor
 from simulators.server import Simulator, json_response
 from simulators.sglang_wire import SglangChat, SglangCompletion, SglangNative, SglangReply, error, flat_error
 from simulators.sse import DONE_FRAME, error_stream, frame
+from simulators.structured_requests import ConstraintRefused, sglang_constraint
 from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_names
 from simulators.validation import check_body, pydantic_text
 
@@ -308,13 +311,15 @@ class SglangSimulator(Simulator):
 
     def _context_message(self, sim: SimRequest) -> str | None:
         limit = self.opts.max_model_len
-        if sim.prompt_tokens >= limit:
-            return f"The input ({sim.prompt_tokens} tokens) is longer than the model's context length ({limit} tokens)."
-        if sim.max_tokens is not None and sim.prompt_tokens + sim.max_tokens > limit:
-            total = sim.prompt_tokens + sim.max_tokens
+        if sim.context_tokens >= limit:
+            return (
+                f"The input ({sim.context_tokens} tokens) is longer than the model's context length ({limit} tokens)."
+            )
+        if sim.max_tokens is not None and sim.context_tokens + sim.max_tokens > limit:
+            total = sim.context_tokens + sim.max_tokens
             return (
                 f"Requested token count exceeds the model's maximum context length of {limit} "
-                f"tokens. You requested a total of {total} tokens: {sim.prompt_tokens} tokens from "
+                f"tokens. You requested a total of {total} tokens: {sim.context_tokens} tokens from "
                 f"the input messages and {sim.max_tokens} tokens for the completion. Please reduce "
                 f"the number of tokens in the input messages or the completion to fit within the limit."
             )
@@ -339,8 +344,13 @@ class SglangSimulator(Simulator):
         problem = self._validate(body, kind)
         if problem is not None:
             return problem
+        try:
+            constraint = sglang_constraint(body, kind)
+        except ConstraintRefused as exc:
+            return error(400, exc.message)
         rid = str(body.get("rid") or os.urandom(16).hex())
         sim = self.sim_request(body, kind, rid, self.faults(texts_of(body, kind), body))
+        sim.constraint = constraint
         faults = sim.faults
         stream = bool(body.get("stream"))
         if faults.status is not None and faults.status >= 400:
@@ -396,6 +406,10 @@ class SglangSimulator(Simulator):
         )
         if ids is None:
             self.retokenize(sim)
+        try:
+            sim.constraint = sglang_constraint(params, "completion")
+        except ConstraintRefused as exc:
+            return json_response(400, {"error": {"message": exc.message}})
         too_long = self._context_message(sim)
         if too_long is not None:
             return json_response(400, {"error": {"message": too_long}})

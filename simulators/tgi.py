@@ -37,7 +37,15 @@ from simulators.promtext import Exposition, Histogram
 from simulators.request import SimRequest, int_or_none, object_field, prompt_words_completion, texts_of
 from simulators.server import Simulator, json_response
 from simulators.sse import DONE_FRAME, error_stream
-from simulators.tgi_validation import MAX_CLIENT_BATCH_SIZE, Limits, admit, check_parameters, type_check
+from simulators.tgi_validation import (
+    MAX_CLIENT_BATCH_SIZE,
+    Limits,
+    admit,
+    check_grammar,
+    check_parameters,
+    grammar_rejection,
+    type_check,
+)
 from simulators.tgi_wire import STREAM_HEADERS, FailureCounts, TgiChat, TgiCompletion, TgiError, TgiNative, rejection
 from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_names
 
@@ -193,10 +201,12 @@ class TgiSimulator(Simulator):
         err = None
         tools = body.get("tools")
         name = chosen_tool(body.get("tool_choice"))
-        if kind == "chat" and tools and name is not None and name not in tool_names(tools):
-            err = TgiError(422, f"Tool error: Tool with name {name} not found", "tool_error")
-        elif kind == "chat" and tools and body.get("response_format") is not None:
+        # lib.rs `try_into_generate`: `tools` present at all (even `[]`) excludes a grammar,
+        # and that is checked before the tool choice is looked up.
+        if kind == "chat" and tools is not None and body.get("response_format") is not None:
             err = TgiError(422, "Tool error: Grammar and tools are mutually exclusive", "tool_error")
+        elif kind == "chat" and tools and name is not None and name not in tool_names(tools):
+            err = TgiError(422, f"Tool error: Tool with name {name} not found", "tool_error")
         elif kind == "completion" and body.get("suffix") is not None:
             message = "Suffix is not supported and can be achieved by preprocessing the prompt."
             err = TgiError(422, message, "suffix not supported")
@@ -208,17 +218,18 @@ class TgiSimulator(Simulator):
         self.failures.count("tool_error" if kind == "chat" else "validation")
         return err.response()
 
-    def _admit_and_check(self, sim: SimRequest, params: dict[str, Any]) -> None:
+    def _admit_and_check(self, sim: SimRequest, params: dict[str, Any], grammar: Any = None) -> None:
         admit(sim, self.in_flight, self.limits)
         check_parameters(sim, params.get("top_p"), params.get("temperature"), sim.max_tokens, self.limits)
+        check_grammar(sim, grammar)
 
     async def _openai_refusal(
-        self, request: web.Request, sim: SimRequest, body: dict[str, Any], stream: bool
+        self, request: web.Request, sim: SimRequest, body: dict[str, Any], stream: bool, grammar: Any = None
     ) -> web.StreamResponse | None:
         """Queue admission and parameter validation; TGI's refusal when either fails (JSON, or
         an error event then [DONE] on a stream), else None."""
         try:
-            self._admit_and_check(sim, body)
+            self._admit_and_check(sim, body, grammar)
         except TgiError as err:
             self.failures.count(err.error_type)
             if not stream:
@@ -227,14 +238,10 @@ class TgiSimulator(Simulator):
         return None
 
     def _openai_request(self, body: dict[str, Any], kind: str) -> SimRequest:
-        """One generation per request: `n` is documented as UNUSED, and of a batch of prompts
-        the double serves the first, which is what single-prompt clients (the gateway) send."""
+        """One choice per prompt: `n` is documented as UNUSED, and a completions batch of
+        prompts is generated prompt by prompt, choice `i` answering prompt `i`."""
         faults = self.faults(texts_of(body, kind), body)
-        if kind == "completion":
-            prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
-            body = {**body, "prompt": prompts[0] if prompts else ""}
-        sim = self.sim_request(body, kind, "", faults)
-        sim.n = 1
+        sim = self.sim_request({**body, "n": 1}, kind, "", faults)
         sim.request_id = f"tgi-{id(sim):x}-{self.request_count}"
         return sim
 
@@ -253,11 +260,12 @@ class TgiSimulator(Simulator):
         stream = bool(body.get("stream"))
         forced = {"type": "function", "function": {"name": name}} if name is not None else choice
         plan = plan_tool_call(tools, forced, sim.faults.tool_call) if tools and choice != "none" else None
-        if tools and choice in (None, "auto") and plan is None:
-            # The model picked `no_tool`: TGI re-runs the whole generation without tools.
+        no_tool = bool(tools) and choice in (None, "auto") and plan is None
+        if no_tool and not self.legacy:
+            # The model picked `no_tool`: since 3.2 TGI re-runs the whole generation without tools.
             base = sim.faults.ttft_ms if sim.faults.ttft_ms is not None else self.opts.ttft_ms
             sim.faults = dataclasses.replace(sim.faults, ttft_ms=2 * base)
-        refused = await self._openai_refusal(request, sim, body, stream)
+        refused = await self._openai_refusal(request, sim, body, stream, body.get("response_format"))
         if refused is not None:
             return refused
         fixed = None
@@ -268,7 +276,7 @@ class TgiSimulator(Simulator):
                 else f'{{"function": {{"_name": "{plan.name}"}}}}'
             )
             fixed = fragments(raw) if self.legacy and stream else fragments(plan.arguments_json[1:])
-        reply = TgiChat(sim, self.failures, int(time.time()), model, self.fingerprint, body, plan, self.legacy)
+        reply = TgiChat(sim, self.failures, int(time.time()), model, self.fingerprint, body, plan, self.legacy, no_tool)
         return await self.run_generation(request, sim, reply, stream, fixed)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -308,6 +316,10 @@ class TgiSimulator(Simulator):
         if not isinstance(inputs, str):
             return rejection("missing field `inputs` at line 1 column 2")
         params = object_field(body, "parameters")
+        if params.get("grammar") is not None:
+            rejected = grammar_rejection("parameters.grammar", params["grammar"])
+            if rejected is not None:
+                return rejected
         stop = params.get("stop")
         if stop is not None and not isinstance(stop, list):
             return rejection("parameters.stop: invalid type: string, expected a sequence at line 1 column 2")
@@ -327,7 +339,7 @@ class TgiSimulator(Simulator):
             if stream and (params.get("best_of") or 1) != 1:
                 message = "Input validation error: `best_of` != 1 is not supported when streaming tokens"
                 raise TgiError(422, message, "validation")
-            self._admit_and_check(sim, params)
+            self._admit_and_check(sim, params, params.get("grammar"))
         except TgiError as err:
             self.failures.count(err.error_type)
             if not stream:

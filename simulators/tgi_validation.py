@@ -12,6 +12,7 @@ from aiohttp import web
 
 from simulators.options import SimOptions
 from simulators.request import SimRequest
+from simulators.structured_requests import ConstraintRefused, TgiGrammarRejected, tgi_constraint, tgi_grammar_shape
 from simulators.tgi_wire import TgiError, rejection
 from simulators.validation import check_body
 
@@ -45,6 +46,10 @@ def type_check(body: dict[str, Any], kind: str) -> web.Response | None:
     bias = body.get("logit_bias")
     if bias is not None and not isinstance(bias, list):
         return rejection("logit_bias: invalid type: map, expected a sequence at line 1 column 2")
+    if kind == "chat" and body.get("response_format") is not None:
+        refused = grammar_rejection("response_format", body["response_format"])
+        if refused is not None:
+            return refused
     for problem in check_body(body, kind):
         if problem.kind != "greater_than_equal":  # ranges are validation.rs's job, as JSON 422s
             return rejection(
@@ -52,6 +57,25 @@ def type_check(body: dict[str, Any], kind: str) -> web.Response | None:
                 f"expected {problem.kind.removesuffix('_type')} at line 1 column 2"
             )
     return None
+
+
+def grammar_rejection(field: str, grammar: Any) -> web.Response | None:
+    """Serde's refusal of a `GrammarType` that does not deserialize (axum's plain-text 422)."""
+    try:
+        tgi_grammar_shape(field, grammar)
+    except TgiGrammarRejected as exc:
+        return rejection(f"{exc} at line 1 column 2")
+    return None
+
+
+def check_grammar(sim: SimRequest, grammar: Any) -> None:
+    """validation.rs's check of the grammar; the constraint goes on `sim`."""
+    if grammar is None:
+        return
+    try:
+        sim.constraint = tgi_constraint(grammar)
+    except ConstraintRefused as exc:
+        raise TgiError(422, f"Input validation error: {exc.message}", "validation") from exc
 
 
 def admit(sim: SimRequest, in_flight: int, limits: Limits) -> None:
@@ -79,7 +103,7 @@ def check_parameters(sim: SimRequest, top_p: Any, temperature: Any, max_new: int
         )
     if max_new is not None and max_new < 1:
         raise TgiError(422, "Input validation error: `max_new_tokens` must be strictly positive", "validation")
-    n = sim.prompt_tokens
+    n = sim.context_tokens
     if n >= limits.max_input_tokens:
         raise TgiError(
             422,

@@ -20,6 +20,7 @@ from simulators.tokens import EOS_TOKEN_ID, Token
 from simulators.toolcalls import ToolCallPlan
 
 _FINISH = {"eos": "eos_token", "length": "length", "stop_sequence": "stop_sequence"}
+EOS_TEXT = "</s>"  # the text of the double's EOS token
 STREAM_HEADERS = {"X-Accel-Buffering": "no"}
 
 
@@ -76,10 +77,11 @@ def visible(token: Token) -> str:
     return token.text
 
 
-def full_text(outcome: Outcome) -> str:
-    text = outcome.text(0)
-    if outcome.finish[0] == "stop_sequence" and isinstance(outcome.matched[0], str):
-        text += outcome.matched[0]
+def full_text(outcome: Outcome, index: int = 0) -> str:
+    text = outcome.text(index)
+    matched = outcome.matched[index]
+    if outcome.finish[index] == "stop_sequence" and isinstance(matched, str):
+        text += matched
     return text
 
 
@@ -102,8 +104,8 @@ class TgiReply(Reply):
     def error_event(self) -> bytes:
         return self.failures.generation_error().openai_event()
 
-    def usage(self, completion: int) -> dict[str, Any]:
-        prompt = self.sim.prompt_tokens
+    def usage(self, completion: int, prompt: int | None = None) -> dict[str, Any]:
+        prompt = self.sim.prompt_tokens if prompt is None else prompt
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
@@ -140,12 +142,14 @@ class TgiChat(TgiOpenAiReply):
         body: dict[str, Any],
         plan: ToolCallPlan | None,
         legacy: bool,
+        no_tool: bool = False,
     ) -> None:
         super().__init__(sim, failures, created, model, fingerprint)
         self.asked = Asked.of(body, "chat", with_bytes=False)
         self.include_usage = bool(object_field(body, "stream_options").get("include_usage"))
         self.plan = plan
         self.legacy = legacy
+        self.no_tool = no_tool  # tools were offered and the model chose `no_tool`
         self.first_call = True
 
     def failed_answer(self, request: web.Request, faults: Faults) -> web.Response | None:
@@ -185,22 +189,32 @@ class TgiChat(TgiOpenAiReply):
         return self.chunk({"role": "assistant", "tool_calls": [call]}, None)
 
     def emit(self, token: Token, outcome: Outcome) -> list[bytes]:
+        if self.plan is not None and self.legacy:
+            return [self.legacy_tool_chunk(token, outcome)]
+        if self.legacy and self.no_tool and token.finish == "eos":
+            return []  # before 3.2 the `no_tool` text ends at its closing quote: no finish chunk
         if self.plan is not None and token.text:
-            if self.legacy:
-                call = {"index": 0, "id": "", "type": "function", "function": {"name": None, "arguments": token.text}}
-                return [self.chunk({"role": "assistant", "tool_calls": call}, None)]
             out = []
             if self.first_call:
                 self.first_call = False
                 out.append(self.tool_chunk(self.plan.name, "{"))
             out.append(self.tool_chunk(None, token.text))
             return out
-        if self.plan is not None and not self.legacy:
+        if self.plan is not None:
             return []  # after the call's JSON closes, TGI buffers again: no finish chunk
         finish = finish_for_chat(token.finish) if token.finish else None
         # Before 3.2 the usage rode on the final chunk.
         usage = self.usage(outcome.completion_tokens) if self.legacy and finish and self.include_usage else None
         return [self.chunk({"role": "assistant", "content": visible(token)}, finish, usage, token)]
+
+    def legacy_tool_chunk(self, token: Token, outcome: Outcome) -> bytes:
+        """Before 3.2 every generated token of a call, the EOS token's text and its finish
+        included, is a single-object tool-call delta with `id: ""` (recorded at v3.1.1)."""
+        text = EOS_TEXT if token.finish == "eos" and not token.text else token.text
+        finish = finish_for_chat(token.finish) if token.finish else None
+        usage = self.usage(outcome.completion_tokens) if finish and self.include_usage else None
+        call = {"index": 0, "id": "", "type": "function", "function": {"name": None, "arguments": text}}
+        return self.chunk({"role": "assistant", "tool_calls": call}, finish, usage)
 
     def closing(self, outcome: Outcome) -> list[bytes]:
         if not self.include_usage or self.legacy:
@@ -209,22 +223,33 @@ class TgiChat(TgiOpenAiReply):
 
 
 class TgiCompletion(TgiOpenAiReply):
-    """Completions report the model id, not the request's model."""
+    """Completions report the model id, not the request's model. A batch of prompts gets
+    one choice per prompt, and in a stream each prompt's last chunk carries that prompt's
+    own usage."""
 
     def answer(self, outcome: Outcome) -> web.Response:
-        text = full_text(outcome)
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_for_chat(outcome.finish[0])}
+        choices = [
+            {
+                "index": i,
+                "text": full_text(outcome, i),
+                "logprobs": None,
+                "finish_reason": finish_for_chat(outcome.finish[i]),
+            }
+            for i in range(outcome.n)
+        ]
         usage = self.usage(outcome.completion_tokens)
-        return json_response(200, self.document("text_completion", [choice], usage))
+        return json_response(200, self.document("text_completion", choices, usage))
 
     def emit(self, token: Token, outcome: Outcome) -> list[bytes]:
+        i = token.index
         if token.finish is None:
-            choice = {"index": 0, "text": visible(token), "logprobs": None, "finish_reason": ""}
+            choice = {"index": i, "text": visible(token), "logprobs": None, "finish_reason": ""}
             # Mid-stream chunks are another struct: `choices` before `model`, and no `usage` key.
             chunk = {"object": "text_completion", "id": "", "created": self.created, "choices": [choice]}
             return [frame({**chunk, "model": self.model, "system_fingerprint": self.fingerprint})]
-        choice = {"index": 0, "text": visible(token), "logprobs": None, "finish_reason": native_finish(token.finish)}
-        return [frame(self.document("text_completion", [choice], self.usage(outcome.completion_tokens)))]
+        choice = {"index": i, "text": visible(token), "logprobs": None, "finish_reason": native_finish(token.finish)}
+        usage = self.usage(outcome.counts[i], self.sim.prompt_tokens_of(i))
+        return [frame(self.document("text_completion", [choice], usage))]
 
 
 class TgiNative(TgiReply):
@@ -280,4 +305,4 @@ class TgiNative(TgiReply):
 
 def token_json(token_id: int, text: str, shown: str) -> dict[str, Any]:
     special = token_id == EOS_TOKEN_ID
-    return {"id": token_id, "text": "</s>" if special else shown, "logprob": -0.5, "special": special}
+    return {"id": token_id, "text": EOS_TEXT if special else shown, "logprob": -0.5, "special": special}

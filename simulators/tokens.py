@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from simulators.request import SimRequest
+from simulators.structured import pieces
 
 EOS_TOKEN_ID = 2
 _VOCAB_OFFSET = 100  # token ids of vocabulary words start here
@@ -63,7 +64,7 @@ class Generation:
 
 def choice_budget(request: SimRequest, default_output: int, max_model_len: int) -> tuple[int, bool]:
     """(tokens to generate, whether the last one ends by length rather than EOS)."""
-    room = max(1, max_model_len - request.prompt_tokens)
+    room = max(1, max_model_len - request.context_tokens)
     cap = min(request.max_tokens, room) if request.max_tokens is not None else room
     natural = request.faults.output_tokens if request.faults.output_tokens is not None else default_output
     if request.ignore_eos:
@@ -114,8 +115,11 @@ class SyntheticGeneration(Generation):
             scripted = [Token(index, t, _VOCAB_OFFSET + i) for i, t in enumerate(fixed_text)]
             scripted.append(Token(index, "", EOS_TOKEN_ID, finish="eos", matched=EOS_TOKEN_ID))
             return scripted
-        count, by_length = choice_budget(request, default_output, max_model_len)
         key = f"{seed}:{request.seed}:{index}:{zlib.crc32(' '.join(request.prompt_words[-64:]).encode())}"
+        if request.constraint is not None:
+            document = request.constraint.document(random.Random(f"{key}:constrained"))
+            return _constrained(request, index, pieces(document), max_model_len)
+        count, by_length = choice_budget(request, default_output, max_model_len)
         rng = random.Random(key)
         words = rng.choices(range(len(VOCABULARY)), k=count)
         tokens: list[Token] = []
@@ -181,6 +185,22 @@ class SyntheticGeneration(Generation):
                     finished[i] = True
                 yield token
             step += 1
+
+
+def _constrained(request: SimRequest, index: int, parts: list[str], max_model_len: int) -> list[Token]:
+    """A constrained document's pieces, then EOS; `max_tokens` (or the context) cuts it
+    short with finish `length`, leaving an unfinished document as a runtime would."""
+    room = max(1, max_model_len - request.context_tokens)
+    cap = min(request.max_tokens, room) if request.max_tokens is not None else room
+    tokens = [Token(index, text, _VOCAB_OFFSET + i) for i, text in enumerate(parts[: max(1, cap)])]
+    if len(parts) + 1 > cap:
+        tokens[-1].finish = "length"
+    else:
+        tokens.append(Token(index, "", EOS_TOKEN_ID, finish="eos", matched=EOS_TOKEN_ID))
+    if request.faults.finish:
+        tokens[-1].finish = request.faults.finish
+        tokens[-1].matched = None
+    return tokens
 
 
 def _first_stop(text: str, stops: list[str]) -> tuple[int, str] | None:

@@ -17,7 +17,10 @@ chunks; `"reasoning_content":""` on every content delta; usage whenever
 always; tool deltas repeating `"type":"function"`; `finish_reason:"tool_calls"`
 also for a named tool choice; a chat stream failure cuts the connection without
 `[DONE]` while a completions stream failure sends an error event and `[DONE]`;
-disconnects noticed by a 1-second poll.
+disconnects noticed by a 1-second poll; guided decoding from `response_format`
+(`json` with `schema`, `json_schema` with OpenAI's wrapper or a bare schema,
+`json_object`, `regex`, `ebnf`), a missing payload a flat 400, a malformed
+`response_format` a validation 400.
 
 Version note: the newest TRT-LLM main declares `parallel_tool_calls` on chat
 requests; the 2026 build docs/runtimes.md describes rejects it, which is the default
@@ -39,6 +42,7 @@ from simulators.driver import Outcome
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
 from simulators.server import Simulator, json_response
+from simulators.structured_requests import ConstraintRefused, trtllm_constraint
 from simulators.toolcalls import fragments, plan_tool_call
 from simulators.trtllm_validation import json_decode_error, validate, validation_error
 from simulators.trtllm_wire import TrtllmChat, TrtllmCompletion, flat_error
@@ -229,12 +233,16 @@ class TrtllmSimulator(Simulator):
         prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
         rid = f"{prefix}{next(self.executor_ids)}" if stream else f"{prefix}{os.urandom(16).hex()}"
         sim = self.sim_request(body, kind, rid, self.faults(texts_of(body, kind), body))
+        try:
+            sim.constraint = trtllm_constraint(body)
+        except ConstraintRefused as exc:  # a ValueError in to_sampling_params: the handler's flat 400
+            return flat_error(400, exc.message)
         if sim.faults.status is not None and sim.faults.status >= 400:
             return flat_error(sim.faults.status, f"Simulated failure with status {sim.faults.status}")
-        if sim.prompt_tokens > self.max_num_tokens:
+        if sim.context_tokens > self.max_num_tokens:
             return flat_error(
                 400,
-                f"The sum of prompt length ({float(sim.prompt_tokens)}), query length (0) "
+                f"The sum of prompt length ({float(sim.context_tokens)}), query length (0) "
                 f"should not exceed max_num_tokens ({self.max_num_tokens})",
             )
         cached = self.cached_tokens(sim)

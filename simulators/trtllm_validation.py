@@ -11,6 +11,7 @@ from aiohttp import web
 
 from simulators.faults import MAGIC_FIELD
 from simulators.server import json_response
+from simulators.structured_requests import trtllm_format_problems
 from simulators.trtllm_wire import flat_error
 from simulators.validation import check_body
 
@@ -111,6 +112,8 @@ def validate(body: Any, kind: str) -> web.Response | None:
             if k not in STREAM_OPTION_FIELDS
         ]
     problems += [p.as_pydantic() for p in check_body(body, kind)]
+    if body.get("response_format") is not None:
+        problems += trtllm_format_problems(body["response_format"])
     if problems:
         return validation_error(problems)
     if options and not body.get("stream"):

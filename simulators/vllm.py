@@ -11,7 +11,10 @@ ordered `prompt_tokens, total_tokens, completion_tokens`; `data: [DONE]` even af
 an in-stream error; `chatcmpl-<16 hex>` ids (or the `X-Request-Id` header);
 hermes-style tool-call deltas with `chatcmpl-tool-<16 hex>` ids, `finish_reason`
 `"stop"` for a named tool choice; `abort`/`repetition` finish reasons; tool choice
-`auto` refused without `--enable-auto-tool-choice --tool-call-parser`.
+`auto` refused without `--enable-auto-tool-choice --tool-call-parser`; guided
+decoding from `response_format` (`json_schema`, `json_object`) or
+`structured_outputs` (`json`, `regex`, `choice`, `grammar`, `json_object`; exactly
+one), with vLLM's refusals as 400 "Bad Request".
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from aiohttp import web
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
 from simulators.server import Simulator, json_response
+from simulators.structured_requests import ConstraintRefused, vllm_constraint
 from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_names
 from simulators.validation import check_body, pydantic_text
 from simulators.vllm_wire import VllmChat, VllmCompletion, VllmReply, error
@@ -211,9 +215,9 @@ class VllmSimulator(Simulator):
 
     def _context_check(self, sim: SimRequest) -> web.Response | None:
         limit = self.opts.max_model_len
-        if sim.prompt_tokens == limit:  # no room left for a single output token (`get_max_tokens`)
+        if sim.context_tokens == limit:  # no room left for a single output token (`get_max_tokens`)
             return error(400, f"Input length ({limit}) exceeds model's maximum context length ({limit}).")
-        if sim.prompt_tokens > limit:
+        if sim.context_tokens > limit:
             # vLLM tokenizes text prompts truncated at limit + 1 tokens, so it can only say "at least"
             # (observed on live vLLM servers; docs/runtimes.md quotes a longer variant of the same sentence).
             return error(
@@ -223,7 +227,7 @@ class VllmSimulator(Simulator):
                 param="input_tokens",
             )
         # 0.33 clamps an oversized max_tokens to what is left instead of failing.
-        room = limit - sim.prompt_tokens
+        room = limit - sim.context_tokens
         sim.max_tokens = room if sim.max_tokens is None else min(sim.max_tokens, room)
         return None
 
@@ -264,8 +268,13 @@ class VllmSimulator(Simulator):
             problem = self._validate_tools(body)
         if problem is not None:
             return problem
+        try:
+            constraint = vllm_constraint(body)
+        except ConstraintRefused as exc:  # pydantic's validation of the request model
+            return error(400, exc.message, "Bad Request", exc.param)
         rid = self._request_id(request, body, "chatcmpl-" if kind == "chat" else "cmpl-")
         sim = self.sim_request(body, kind, rid, self.faults(texts_of(body, kind), body))
+        sim.constraint = constraint
         problem = self._fault_response(sim) or self._context_check(sim)
         if problem is not None:
             return problem

@@ -1,5 +1,6 @@
-"""TGIAdapter against recorded TGI wire samples (RUNTIMES.md 4.3-4.11), for TGI
->= 3.2 and for the older shapes (object arguments, single-object stream delta)."""
+"""TGIAdapter against TGI wire samples written from docs/runtimes.md §4, for TGI
+>= 3.2 and for the older shapes (object arguments, single-object stream delta),
+corrected where TGI's own recordings differ (test_recorded_tgi.py replays those)."""
 
 from __future__ import annotations
 
@@ -13,25 +14,34 @@ from adapters.tgi import TGIAdapter, parse_tgi_metrics, tgi_grammar
 from tests.adapters.wire_samples import chat, collect, delivered, json_response, sse
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+# Asked for model "tgi", TGI answers with its model id (router/src/server.rs `chat_completions`).
+MODEL_ID = "meta-llama/Llama-3.1-8B-Instruct"
 
 
-def chunk(delta: dict, finish=None, obj="chat.completion.chunk") -> dict:
+def chunk(delta: dict, finish=None) -> dict:
     return {
-        "object": obj,
+        "object": "chat.completion.chunk",
         "id": "",
         "created": 1733213355,
-        "model": "tgi",
+        "model": MODEL_ID,
         "system_fingerprint": "3.3.6-dev0-native",
         "choices": [{"index": 0, "delta": {"role": "assistant", **delta}, "logprobs": None, "finish_reason": finish}],
         "usage": None,
     }
 
 
+def old_piece(arguments: str, finish=None) -> dict:
+    """A tool-call piece before 3.2: one object, `id: ""`, no name; every token is one, the EOS
+    token's text and the finish included (tests/adapters/recordings/tgi/v3.1/tool_call_stream.json)."""
+    call = {"index": 0, "id": "", "type": "function", "function": {"name": None, "arguments": arguments}}
+    return chunk({"tool_calls": call}, finish)
+
+
 USAGE = {
     "object": "chat.completion.chunk",
     "id": "",
     "created": 1733213355,
-    "model": "tgi",
+    "model": MODEL_ID,
     "system_fingerprint": "3.3.6-dev0-native",
     "choices": [],
     "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15},
@@ -191,19 +201,13 @@ async def test_tool_stream_3_2_counter_ids_and_missing_finish(replay):
 
 
 async def test_tool_stream_before_3_2_single_object_raw_grammar(replay):
-    def piece(text):
-        return chunk(
-            {"tool_calls": {"index": 0, "id": "", "type": "function", "function": {"name": None, "arguments": text}}},
-            obj="text_completion",
-        )
-
     text = ['{"', "function", '": {"', "_name", '": "', "get_weather", '", "', "city", '": "', "Paris", '"}}']
     replay.script(
         {
             "POST /v1/chat/completions": [
                 {
                     "status": 200,
-                    "frames": [*[sse(piece(t)) for t in text], sse(chunk({"content": ""}, "eos_token")), sse("[DONE]")],
+                    "frames": [*[sse(old_piece(t)) for t in text], sse(old_piece("<|eot_id|>", "stop")), sse("[DONE]")],
                 }
             ]
         }
@@ -224,22 +228,7 @@ async def test_old_stream_choosing_no_tool_is_text(replay):
             "POST /v1/chat/completions": [
                 {
                     "status": 200,
-                    "frames": [
-                        sse(
-                            chunk(
-                                {
-                                    "tool_calls": {
-                                        "index": 0,
-                                        "id": "",
-                                        "type": "function",
-                                        "function": {"name": None, "arguments": body},
-                                    }
-                                }
-                            )
-                        ),
-                        sse(chunk({"content": ""}, "eos_token")),
-                        sse("[DONE]"),
-                    ],
+                    "frames": [sse(old_piece(body)), sse(old_piece("<|eot_id|>", "stop")), sse("[DONE]")],
                 }
             ]
         }
@@ -257,18 +246,7 @@ async def test_unreadable_old_tool_stream_is_an_error(replay):
                 {
                     "status": 200,
                     "frames": [
-                        sse(
-                            chunk(
-                                {
-                                    "tool_calls": {
-                                        "index": 0,
-                                        "id": "",
-                                        "type": "function",
-                                        "function": {"name": None, "arguments": '{"function": {"_na'},
-                                    }
-                                }
-                            )
-                        ),
+                        sse(old_piece('{"function": {"_na')),
                         sse(chunk({"content": ""}, "length")),
                         sse("[DONE]"),
                     ],

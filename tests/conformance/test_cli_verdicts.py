@@ -1,4 +1,4 @@
-"""The command line's exit codes against a real vLLM simulator process: 0 PASS,
+"""The command line's exit codes against real simulator processes: 0 PASS,
 1 a MUST failed, 3 INCOMPLETE (0 with --allow-incomplete), 2 a usage error in
 one line; and the declarations (--capabilities, --sim-faults) that turn checks
 which cannot apply into `na` instead of false failures."""
@@ -52,13 +52,15 @@ def test_pass_fail_and_incomplete_exit_codes(vllm_sim: str, tmp_path: Path) -> N
     assert (code, data["verdict"]) == (EXIT_OK, "INCOMPLETE")  # allowed, and still reported as such
 
 
-def test_a_check_the_target_cannot_do_is_not_applicable(vllm_sim: str, tmp_path: Path) -> None:
+def test_a_check_the_target_cannot_do_is_not_applicable(tmp_path: Path) -> None:
     only = ["--only", "models.list", "--only", "structured.json_schema"]
-    # The simulator ignores response_format: undeclared, the check runs and fails...
-    code, data = run(vllm_sim, tmp_path / "undeclared", *only)
-    assert code == EXIT_MUST_FAILED and statuses(data)["structured.json_schema"] == "fail"
-    # ... declared without structured output, it does not apply.
-    code, data = run(vllm_sim, tmp_path / "declared", *only, "--capabilities", "tools")
+    with start_simulator("tgi", model_name="sim-model") as tgi:
+        # TGI refuses OpenAI's response_format (its grammar is {type, value}): undeclared,
+        # the check runs and fails...
+        code, data = run(tgi.url, tmp_path / "undeclared", *only)
+        assert code == EXIT_MUST_FAILED and statuses(data)["structured.json_schema"] == "fail"
+        # ... declared without structured output, it does not apply.
+        code, data = run(tgi.url, tmp_path / "declared", *only, "--capabilities", "tools")
     assert code == EXIT_OK and statuses(data)["structured.json_schema"] == "na"
     assert data["target"]["capabilities"] == ["tools"]
 

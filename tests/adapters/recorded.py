@@ -1,0 +1,65 @@
+"""The runtimes' own recordings (`tests/adapters/recordings/<runtime>/`), transcribed
+from their integration tests: loaded here for the adapter replay tests and the
+simulator comparisons. Each file names the recording it comes from."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+RECORDINGS = Path(__file__).with_name("recordings")
+
+
+@dataclass(frozen=True, slots=True)
+class Recording:
+    name: str  # the file, relative to the runtime's folder, without `.json`
+    source: dict[str, Any]
+    request: dict[str, Any]  # {"path", "body"}
+    status: int
+    response: Any = None  # a whole answer (or an error body)
+    events: list[Any] | None = None  # a stream's `data:` payloads in order, "[DONE]" included
+
+    @property
+    def cite(self) -> str:
+        return f"{self.source['repository']}@{self.source['commit'][:10]}:{self.source['recording']}"
+
+    @property
+    def version(self) -> str:
+        return str(self.source["tgi_version"]) if "tgi_version" in self.source else str(self.source["version"])
+
+    @property
+    def wire_keys(self) -> bool:
+        """Whether key presence and nulls are the wire's (not filled in by a client's types)."""
+        return bool(self.source["wire_keys"])
+
+    @property
+    def chunks(self) -> list[dict[str, Any]]:
+        return [e for e in self.events or [] if isinstance(e, dict)]
+
+    def replayed(self) -> dict[str, Any]:
+        """The answer as the replay server writes it (`data: <json>\\n\\n` frames for a stream)."""
+        if self.events is None:
+            return {"status": self.status, "body": orjson.dumps(self.response).decode()}
+        frames = [f"data: {e if isinstance(e, str) else orjson.dumps(e).decode()}\n\n" for e in self.events]
+        return {"status": self.status, "frames": frames}
+
+
+def load(runtime: str, name: str) -> Recording:
+    data = json.loads((RECORDINGS / runtime / f"{name}.json").read_text(encoding="utf-8"))
+    return Recording(
+        name=name,
+        source=data["source"],
+        request=data["request"],
+        status=data["status"],
+        response=data.get("response"),
+        events=data.get("events"),
+    )
+
+
+def names(runtime: str) -> list[str]:
+    folder = RECORDINGS / runtime
+    return sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.json"))
