@@ -16,6 +16,7 @@ COPY engine ./engine
 COPY simulators ./simulators
 COPY conformance ./conformance
 COPY bench ./bench
+COPY processes ./processes
 # `.` without extras: the gateway's dependencies as pyproject.toml lists them, and
 # no torch. httpx and numpy only because `switchyard` imports every command group at
 # start, and the conformance and bench groups import them (gateway/cli.py).
