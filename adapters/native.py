@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,10 @@ from adapters.base import (
     Usage,
 )
 from adapters.errors import GatewayError, context_length_exceeded, invalid_request, upstream_failed
+from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from engine.block_pool import BlockRemoved as EngineBlockRemoved
+from engine.block_pool import BlockStored as EngineBlockStored
+from engine.block_pool import KVCacheEvent as EngineKVCacheEvent
 from engine.builtin import BUILTIN_PREFIX, resolve_model_path
 
 # The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
@@ -74,6 +78,7 @@ class NativeAdapter(Adapter):
         self._start_lock = asyncio.Lock()
         self.tokenizer: TextTokenizer | None = None
         self.async_engine: Any = None  # engine.async_engine.AsyncEngine once started
+        self._kv_sinks: list[Callable[[KVEvent], None]] = []
 
     # ---- lifecycle ----------------------------------------------------------
 
@@ -90,6 +95,8 @@ class NativeAdapter(Adapter):
                 raise upstream_failed(
                     self.name, f"the native engine could not load {self.model_path}: {exc}", status=503
                 ) from exc
+            if self._kv_sinks:
+                self._attach_kv_events()
 
     def _build(self) -> tuple[TextTokenizer, Any]:
         from engine.async_engine import AsyncEngine
@@ -125,6 +132,45 @@ class NativeAdapter(Adapter):
 
     async def models(self) -> list[str]:
         return [self.served_name]
+
+    # ---- the prefix cache, for the router (policies/kv_index.py) -------------
+
+    def subscribe_kv_events(self, sink: Callable[[KVEvent], None]) -> None:
+        """Hand `sink` each prefix-cache event of the engine (adapters/kv_events.py),
+        from the engine's thread: the sink must only hand the event off."""
+        self._kv_sinks.append(sink)
+        if self.async_engine is not None:
+            self._attach_kv_events()
+
+    def _attach_kv_events(self) -> None:
+        engine = self.async_engine.engine
+        block_size = engine.config.block_size
+        sinks = self._kv_sinks
+
+        def publish(event: EngineKVCacheEvent) -> None:
+            out: KVEvent
+            if isinstance(event, EngineBlockStored):
+                out = BlockStored((event.block_hash,), event.parent_block_hash, block_size, "GPU")
+            elif isinstance(event, EngineBlockRemoved):
+                out = BlockRemoved((event.block_hash,), "GPU")
+            else:
+                out = AllBlocksCleared()
+            for sink in sinks:
+                sink(out)
+
+        engine.pool.event_sink = publish
+
+    def kv_block_hashes(self, request: GenerationRequest) -> list[int] | None:
+        """The names the engine's prefix cache gives the request's full prompt blocks
+        (its own tokenizer and chain hash), or None before the engine is loaded or
+        for a prompt it would refuse."""
+        if self.async_engine is None:
+            return None
+        try:
+            ids = self._prompt_ids(request)
+        except GatewayError:
+            return None
+        return self.async_engine.engine.kv.block_hashes(ids)
 
     # ---- one request --------------------------------------------------------
 

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -231,3 +233,40 @@ def test_a_runtime_publishing_a_prompts_blocks_matches_the_next_prompt_sharing_i
     stored = vllm_block_hashes(first, 16)
     index.receive(0, decode_payload(payload(vllm_stored(stored, tokens=first[: 16 * len(stored)]))))
     assert index.match(vllm_block_hashes(second, index.block_size)) == 3
+
+
+# ---- a recording of a real vLLM 0.32 -------------------------------------------------
+
+
+def recorded() -> dict:
+    return json.loads((Path(__file__).parent / "data" / "vllm-0.32-kv-events.json").read_text())
+
+
+def test_the_recorded_vllm_frames_decode_and_their_hashes_are_ours():
+    rec = recorded()
+    bs = rec["block_size"]
+    a, b = rec["prompts"]["a"], rec["prompts"]["b"]
+    (topic0, seq0, raw0), (topic1, seq1, raw1) = ([bytes.fromhex(f) for f in frame] for frame in rec["frames"])
+    assert (topic0, int.from_bytes(seq0, "big"), topic1, int.from_bytes(seq1, "big")) == (b"kv", 0, b"kv", 1)
+    first, second = decode_payload(raw0), decode_payload(raw1)
+    # Prompt a stored its 5 full blocks; b then stored only its 4th, chained to a's 3rd.
+    assert first.events[0] == BlockStored(tuple(vllm_block_hashes(a, bs)), None, bs, "GPU")
+    assert second.events[0] == BlockStored((vllm_block_hashes(b, bs)[3],), vllm_block_hashes(a, bs)[2], bs, "GPU")
+    index = KVBlockIndex()
+    index.receive(0, first)
+    assert index.block_size == bs
+    assert index.match(vllm_block_hashes(a, bs)) == 5 and index.match(vllm_block_hashes(b, bs)) == 3
+    index.receive(1, second)
+    assert index.match(vllm_block_hashes(b, bs)) == 4
+
+
+def test_the_recorded_replay_answers_with_the_same_batches_then_the_end_marker():
+    rec = recorded()
+    replayed = [[bytes.fromhex(f) for f in frame] for frame in rec["replay"]]
+    # After the DEALER's empty delimiter: topic, sequence, payload; the end marker has sequence -1.
+    assert [(f[0], f[1], int.from_bytes(f[2], "big", signed=True)) for f in replayed] == [
+        (b"", b"kv", 0),
+        (b"", b"kv", 1),
+        (b"", b"", -1),
+    ]
+    assert [f[3] for f in replayed[:2]] == [bytes.fromhex(frame[2]) for frame in rec["frames"]]
