@@ -78,19 +78,29 @@ class Backend:
     def name(self) -> str:
         return self.config.name
 
-    def view(self, **scoring) -> BackendView:
-        """What routing reads; `scoring` sets the per-request fields a profile's
-        scorers read (ejected, prefix_approx, prefix_precise, session_owner)."""
+    def view(
+        self,
+        ejected: bool = False,
+        prefix_approx: float | None = None,
+        prefix_precise: float | None = None,
+        session_owner: bool = False,
+    ) -> BackendView:
+        """What routing reads; the arguments are what the pool knows about this
+        request on this backend (what a profile's scorers read)."""
+        cfg = self.config
         return BackendView(
-            name=self.name,
-            weight=self.config.weight,
+            name=cfg.name,
+            weight=cfg.weight,
             inflight=self.inflight,
-            max_inflight=self.config.max_inflight,
+            max_inflight=cfg.max_inflight,
             healthy=self.health.ok,
             load=self.load,
             capabilities=self.adapter.capabilities,
-            adapter=self.config.adapter,
-            **scoring,
+            adapter=cfg.adapter,
+            ejected=ejected,
+            prefix_approx=prefix_approx,
+            prefix_precise=prefix_precise,
+            session_owner=session_owner,
         )
 
 
@@ -141,7 +151,12 @@ class ModelPool:
         blocks in the chosen backend's prefix index, the session on it."""
         if self.profile is None:
             assert self.policy is not None
-            return route(self.policy, [self._view(b) for b in self.backends], req, self.detector)
+            return route(
+                self.policy,
+                [b.view(not self.ejection.admits(b.config.name)) for b in self.backends],
+                req,
+                self.detector,
+            )
         profile, clock = self.profile, time.monotonic()
         blocks = prompt_blocks(req) if profile.uses("prefix", "prefix_approx") else []
         session = session_key(req, self.config.session_affinity.sources) if profile.uses("session") else None
@@ -153,11 +168,11 @@ class ModelPool:
             name = b.config.name
             feed = self.feeds.get(name) if precise else None
             views.append(
-                self._view(
-                    b,
-                    prefix_approx=self.prefixes[name].match(blocks) / len(blocks) if blocks else None,
-                    prefix_precise=None if feed is None else feed.match(req, hashed),
-                    session_owner=name == owner,
+                b.view(
+                    not self.ejection.admits(name),
+                    self.prefixes[name].match(blocks) / len(blocks) if blocks else None,
+                    None if feed is None else feed.match(req, hashed),
+                    name == owner,
                 )
             )
         result = route_scored(profile, views, req, session or prefix_key(req.messages, req.prompt), self.detector)
@@ -168,9 +183,6 @@ class ModelPool:
             if session:
                 self.sessions.record(session, chosen, clock)
         return result
-
-    def _view(self, b: Backend, **scoring) -> BackendView:
-        return b.view(ejected=not self.ejection.admits(b.config.name), **scoring)
 
     def capacity(self) -> int | None:
         """Requests the pool can take now (None: unbounded): max_inflight per
