@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import engine.block_pool as engine_kv
 from adapters.base import (
     Adapter,
     Capabilities,
@@ -34,9 +35,6 @@ from adapters.base import (
 )
 from adapters.errors import GatewayError, context_length_exceeded, invalid_request, upstream_failed
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
-from engine.block_pool import BlockRemoved as EngineBlockRemoved
-from engine.block_pool import BlockStored as EngineBlockStored
-from engine.block_pool import KVCacheEvent as EngineKVCacheEvent
 from engine.builtin import BUILTIN_PREFIX, resolve_model_path
 
 # The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
@@ -78,7 +76,7 @@ class NativeAdapter(Adapter):
         self._start_lock = asyncio.Lock()
         self.tokenizer: TextTokenizer | None = None
         self.async_engine: Any = None  # engine.async_engine.AsyncEngine once started
-        self._kv_sinks: list[Callable[[KVEvent], None]] = []
+        self._kv_sink: Callable[[KVEvent], None] | None = None
 
     # ---- lifecycle ----------------------------------------------------------
 
@@ -95,8 +93,8 @@ class NativeAdapter(Adapter):
                 raise upstream_failed(
                     self.name, f"the native engine could not load {self.model_path}: {exc}", status=503
                 ) from exc
-            if self._kv_sinks:
-                self._attach_kv_events()
+            if self._kv_sink is not None:
+                self.subscribe_kv_events(self._kv_sink)
 
     def _build(self) -> tuple[TextTokenizer, Any]:
         from engine.async_engine import AsyncEngine
@@ -133,37 +131,28 @@ class NativeAdapter(Adapter):
     async def models(self) -> list[str]:
         return [self.served_name]
 
-    # ---- the prefix cache, for the router (policies/kv_index.py) -------------
-
     def subscribe_kv_events(self, sink: Callable[[KVEvent], None]) -> None:
-        """Hand `sink` each prefix-cache event of the engine (adapters/kv_events.py),
-        from the engine's thread: the sink must only hand the event off."""
-        self._kv_sinks.append(sink)
-        if self.async_engine is not None:
-            self._attach_kv_events()
-
-    def _attach_kv_events(self) -> None:
+        """Hand `sink` (the one subscriber) each prefix-cache event of the engine as the
+        contract's event (adapters/kv_events.py), on the engine's thread: only hand it off."""
+        self._kv_sink = sink
+        if self.async_engine is None:
+            return  # attached when the engine starts
         engine = self.async_engine.engine
-        block_size = engine.config.block_size
-        sinks = self._kv_sinks
+        size = engine.config.block_size
 
-        def publish(event: EngineKVCacheEvent) -> None:
-            out: KVEvent
-            if isinstance(event, EngineBlockStored):
-                out = BlockStored((event.block_hash,), event.parent_block_hash, block_size, "GPU")
-            elif isinstance(event, EngineBlockRemoved):
-                out = BlockRemoved((event.block_hash,), "GPU")
+        def publish(e: engine_kv.KVCacheEvent) -> None:
+            if isinstance(e, engine_kv.BlockStored):
+                sink(BlockStored((e.block_hash,), e.parent_block_hash, size, "GPU"))
+            elif isinstance(e, engine_kv.BlockRemoved):
+                sink(BlockRemoved((e.block_hash,), "GPU"))
             else:
-                out = AllBlocksCleared()
-            for sink in sinks:
-                sink(out)
+                sink(AllBlocksCleared())
 
         engine.pool.event_sink = publish
 
     def kv_block_hashes(self, request: GenerationRequest) -> list[int] | None:
-        """The names the engine's prefix cache gives the request's full prompt blocks
-        (its own tokenizer and chain hash), or None before the engine is loaded or
-        for a prompt it would refuse."""
+        """The names the engine's prefix cache gives the request's full prompt blocks (its
+        tokenizer and chain hash); None before the engine is loaded or for a bad prompt."""
         if self.async_engine is None:
             return None
         try:

@@ -158,10 +158,11 @@ class ModelPool:
                 self.detector,
             )
         profile, clock = self.profile, time.monotonic()
-        blocks = prompt_blocks(req) if profile.uses("prefix", "prefix_approx") else []
-        session = session_key(req, self.config.session_affinity.sources) if profile.uses("session") else None
+        choice = len(self.backends) > 1  # with one backend there is nothing to match prompts for
+        blocks = prompt_blocks(req) if choice and profile.uses("prefix", "prefix_approx") else []
+        session = session_key(req, self.config.session_affinity.sources) if choice and profile.uses("session") else None
         owner = self.sessions.owner(session, clock) if session else None
-        precise = profile.uses("prefix", "prefix_precise")
+        precise = choice and profile.uses("prefix", "prefix_precise")
         hashed: dict[tuple, list[int] | None] = {}
         views = []
         for b in self.backends:
