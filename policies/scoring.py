@@ -113,14 +113,15 @@ def over_bound(backends: list[BackendView], load_factor: float) -> list[bool]:
     ]
 
 
-def pick(backends: list[BackendView], totals: list[float], key: int, load_factor: float) -> list[BackendView]:
-    """All candidates, best first: by total, ties by rendezvous rank, those over
-    the bounded-load share behind the rest (each group keeps its order)."""
+def pick(backends: list[BackendView], totals: list[float], key: str, load_factor: float) -> list[BackendView]:
+    """All candidates, best first: by total, ties by rendezvous rank of `key`, those
+    over the bounded-load share behind the rest (each group keeps its order)."""
     rounded = [round(t, 9) for t in totals]
     if len(set(rounded)) == len(rounded):  # no tie: no hashing needed
         order = sorted(range(len(backends)), key=lambda i: -rounded[i])
     else:
-        order = sorted(range(len(backends)), key=lambda i: (-rounded[i], -tie_rank(key, backends[i].name)))
+        digest = key_digest(key)
+        order = sorted(range(len(backends)), key=lambda i: (-rounded[i], -tie_rank(digest, backends[i].name)))
     over = over_bound(backends, load_factor)
     return [backends[i] for i in order if not over[i]] + [backends[i] for i in order if over[i]]
 
@@ -148,7 +149,7 @@ def route_scored(
     t1 = time.perf_counter_ns()
     totals = total_scores(profile, marked, detector)
     t2 = time.perf_counter_ns()
-    ordered = saturated_last(pick(marked, totals, key_digest(key), profile.load_factor))
+    ordered = saturated_last(pick(marked, totals, key, profile.load_factor))
     t3 = time.perf_counter_ns()
     return RouteResult(
         ordered,
