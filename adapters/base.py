@@ -74,6 +74,9 @@ class GenerationRequest:
     deadline: float | None = None  # time.monotonic() after which the work is useless
     priority: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    # Explicit conversation keys the client sent, by source ("x-session-id",
+    # "prompt_cache_key", "user"); routing's session affinity picks one per model.
+    session_keys: dict[str, str] = field(default_factory=dict)
 
 
 # ---- events an adapter yields ------------------------------------------------

@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import engine.block_pool as engine_kv
 from adapters.base import (
     Adapter,
     Capabilities,
@@ -36,6 +37,7 @@ from adapters.base import (
     Usage,
 )
 from adapters.errors import GatewayError, context_length_exceeded, invalid_request, upstream_failed
+from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from engine.builtin import BUILTIN_PREFIX, resolve_model_path
 
 # The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
@@ -81,6 +83,7 @@ class NativeAdapter(Adapter):
         self._start_lock = asyncio.Lock()
         self.tokenizer: TextTokenizer | None = None
         self.async_engine: Any = None  # engine.async_engine.AsyncEngine once started
+        self._kv_sink: Callable[[KVEvent], None] | None = None
 
     # ---- lifecycle ----------------------------------------------------------
 
@@ -97,6 +100,8 @@ class NativeAdapter(Adapter):
                 raise upstream_failed(
                     self.name, f"the native engine could not load {self.model_path}: {exc}", status=503
                 ) from exc
+            if self._kv_sink is not None:
+                self.subscribe_kv_events(self._kv_sink)
 
     def _build(self) -> tuple[TextTokenizer, Any]:
         from engine.async_engine import AsyncEngine
@@ -132,6 +137,36 @@ class NativeAdapter(Adapter):
 
     async def models(self) -> list[str]:
         return [self.served_name]
+
+    def subscribe_kv_events(self, sink: Callable[[KVEvent], None]) -> None:
+        """Hand `sink` (the one subscriber) each prefix-cache event of the engine as the
+        contract's event (adapters/kv_events.py), on the engine's thread: only hand it off."""
+        self._kv_sink = sink
+        if self.async_engine is None:
+            return  # attached when the engine starts
+        engine = self.async_engine.engine
+        size = engine.config.block_size
+
+        def publish(e: engine_kv.KVCacheEvent) -> None:
+            if isinstance(e, engine_kv.BlockStored):
+                sink(BlockStored((e.block_hash,), e.parent_block_hash, size, "GPU"))
+            elif isinstance(e, engine_kv.BlockRemoved):
+                sink(BlockRemoved((e.block_hash,), "GPU"))
+            else:
+                sink(AllBlocksCleared())
+
+        engine.pool.event_sink = publish
+
+    def kv_block_hashes(self, request: GenerationRequest) -> list[int] | None:
+        """The names the engine's prefix cache gives the request's full prompt blocks (its
+        tokenizer and chain hash); None before the engine is loaded or for a bad prompt."""
+        if self.async_engine is None:
+            return None
+        try:
+            ids = self._prompt_ids(request)
+        except GatewayError:
+            return None
+        return self.async_engine.engine.kv.block_hashes(ids)
 
     # ---- one request --------------------------------------------------------
 

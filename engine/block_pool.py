@@ -9,12 +9,39 @@ The free list is an OrderedDict keyed by block id: O(1) removal from the middle 
 hit on a cached free block) and O(1) pops from the front. Allocation takes the front;
 freed blocks with a hash go to the back (kept longest), blocks without one to the front
 (reused first), so cached blocks are evicted least-recently-freed first.
+
+An optional event sink hears what enters and leaves the prefix cache, as the
+events vLLM publishes for the same purpose: a block stored (published under its
+hash), a block removed (its cached contents evicted by reuse) and all cleared. The
+native adapter hands them to the gateway's router (adapters/native.py). The sink
+is called on the engine's thread, under its lock, so it must only hand off.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStored:
+    block_hash: int
+    parent_block_hash: int | None  # None for a sequence's first block
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class BlockRemoved:
+    block_hash: int
+
+
+@dataclass(frozen=True, slots=True)
+class AllBlocksCleared:
+    pass
+
+
+KVCacheEvent = BlockStored | BlockRemoved | AllBlocksCleared
 
 
 class Block:
@@ -41,6 +68,7 @@ class BlockPool:
         self.blocks = [Block(i) for i in range(num_blocks)]
         self._free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self._cached: dict[int, Block] = {}  # block hash -> block holding those tokens
+        self.event_sink: Callable[[KVCacheEvent], None] | None = None
 
     # ---- queries -------------------------------------------------------------------
 
@@ -75,6 +103,8 @@ class BlockPool:
             # Lazy eviction: the cached contents die only when the block is reused.
             if self._cached.get(block.block_hash) is block:
                 del self._cached[block.block_hash]
+                if self.event_sink is not None:
+                    self.event_sink(BlockRemoved(block.block_hash))
             block.block_hash = None
             block.token_ids = None
         block.ref_count = 1
@@ -94,20 +124,25 @@ class BlockPool:
             if block.block_hash is None:
                 self._free.move_to_end(block.block_id, last=False)
 
-    def cache(self, block: Block, block_hash: int, token_ids: tuple[int, ...]) -> None:
-        """Publish a full block under its chain hash. A second block with the same
-        contents is left unpublished (block tables stay append-only, no de-duplication)."""
+    def cache(self, block: Block, block_hash: int, token_ids: tuple[int, ...], parent_hash: int | None = None) -> None:
+        """Publish a full block under its chain hash (`parent_hash`: the previous
+        block's, for the event). A second block with the same contents is left
+        unpublished (block tables stay append-only, no de-duplication)."""
         if block.block_hash is not None or block_hash in self._cached:
             return
         block.block_hash = block_hash
         block.token_ids = token_ids
         self._cached[block_hash] = block
+        if self.event_sink is not None:
+            self.event_sink(BlockStored(block_hash, parent_hash, token_ids))
 
     def reset_prefix_cache(self) -> None:
         for block in self._cached.values():
             block.block_hash = None
             block.token_ids = None
         self._cached.clear()
+        if self.event_sink is not None:
+            self.event_sink(AllBlocksCleared())
 
     def check_integrity(self) -> None:
         in_use = sum(1 for b in self.blocks if b.ref_count > 0)

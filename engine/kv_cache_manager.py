@@ -50,14 +50,23 @@ class KVCacheManager:
 
     # ---- hashing -------------------------------------------------------------------
 
-    def _extend_hashes(self, seq: Sequence, num_full_blocks: int) -> None:
-        hashes = seq.block_hashes
+    def _chain(self, hashes: list[int], token_ids: list[int], num_full_blocks: int) -> None:
+        """Append the chain hashes of blocks len(hashes)..num_full_blocks-1 to `hashes`."""
         bs = self.block_size
         parent = hashes[-1] if hashes else _ROOT_HASH
-        tokens = seq.token_ids
         for i in range(len(hashes), num_full_blocks):
-            parent = hash((parent, tuple(tokens[i * bs : (i + 1) * bs])))
+            parent = hash((parent, tuple(token_ids[i * bs : (i + 1) * bs])))
             hashes.append(parent)
+
+    def _extend_hashes(self, seq: Sequence, num_full_blocks: int) -> None:
+        self._chain(seq.block_hashes, seq.token_ids, num_full_blocks)
+
+    def block_hashes(self, token_ids: list[int]) -> list[int]:
+        """The chain hashes of the full blocks of `token_ids`: the names the prefix
+        cache (and its events) give those blocks, for a router to match a prompt."""
+        hashes: list[int] = []
+        self._chain(hashes, token_ids, len(token_ids) // self.block_size)
+        return hashes
 
     # ---- prefix-cache lookup -------------------------------------------------------
 
@@ -115,7 +124,8 @@ class KVCacheManager:
         self._extend_hashes(seq, num_full)
         tokens = seq.token_ids
         for i in range(seq.num_published_blocks, num_full):
-            self.pool.cache(seq.blocks[i], seq.block_hashes[i], tuple(tokens[i * bs : (i + 1) * bs]))
+            parent = seq.block_hashes[i - 1] if i else None
+            self.pool.cache(seq.blocks[i], seq.block_hashes[i], tuple(tokens[i * bs : (i + 1) * bs]), parent)
         seq.num_published_blocks = num_full
 
     def fork(self, parent: Sequence, child: Sequence) -> ForkResult:

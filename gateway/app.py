@@ -86,9 +86,12 @@ class Gateway:
             ctx.model = reqs[0].model
             principal = await self.protection.authenticate(_headers(request))
             ctx.tenant = principal.tenant
+            session_id = request.headers.get("x-session-id")
             for r in reqs:
                 r.tenant = principal.tenant
                 r.priority = principal.tier
+                if session_id:
+                    r.session_keys["x-session-id"] = session_id
             if self.dispatcher.pool(ctx.model) is None:
                 raise model_not_found(ctx.model)
             queued_at = time.perf_counter()

@@ -1,19 +1,28 @@
 """Backends as the gateway holds them: adapters built from config, with the
 health, load and in-flight state that routing and admission read, refreshed in
-the background."""
+the background; and per model, the routing state a scoring profile reads (the
+approximate prefix index, the session table, the outlier detector) next to each
+backend's KV-event feed (gateway/kv_feeds.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
 import logging
+import time
 from dataclasses import dataclass, field
 
 from adapters.base import Adapter, GenerationRequest, Health, LoadSnapshot
 from gateway.config import BackendConfig, GatewayConfig, ModelConfig
+from gateway.kv_feeds import KVFeed, build_feed
 from policies.admission import BackendLoad, model_capacity
-from policies.routing import BackendView, RouteResult, RoutingPolicy, make_policy, route
+from policies.ejection import EjectionConfig, OutlierDetector
+from policies.prefix_index import PrefixIndex, prompt_blocks
+from policies.routing import BackendView, RouteResult, RoutingPolicy, make_policy, prefix_key, route
 from policies.saturation import SaturationDetector
+from policies.scorers import BLENDED
+from policies.scoring import ScoringProfile, route_scored
+from policies.session import SessionTable, session_key
 
 log = logging.getLogger("switchyard.backends")
 
@@ -69,16 +78,29 @@ class Backend:
     def name(self) -> str:
         return self.config.name
 
-    def view(self) -> BackendView:
+    def view(
+        self,
+        ejected: bool = False,
+        prefix_approx: float | None = None,
+        prefix_precise: float | None = None,
+        session_owner: bool = False,
+    ) -> BackendView:
+        """What routing reads; the arguments are what the pool knows about this
+        request on this backend (what a profile's scorers read)."""
+        cfg = self.config
         return BackendView(
-            name=self.name,
-            weight=self.config.weight,
+            name=cfg.name,
+            weight=cfg.weight,
             inflight=self.inflight,
-            max_inflight=self.config.max_inflight,
+            max_inflight=cfg.max_inflight,
             healthy=self.health.ok,
             load=self.load,
             capabilities=self.adapter.capabilities,
-            adapter=self.config.adapter,
+            adapter=cfg.adapter,
+            ejected=ejected,
+            prefix_approx=prefix_approx,
+            prefix_precise=prefix_precise,
+            session_owner=session_owner,
         )
 
 
@@ -89,6 +111,15 @@ def saturation_detector(cfg: ModelConfig) -> SaturationDetector:
     )
 
 
+def scoring_profile(cfg: ModelConfig) -> ScoringProfile | None:
+    """The model's scoring profile, or None when it names a plain policy."""
+    if cfg.routing == "blended":
+        return ScoringProfile(dict(BLENDED))
+    if isinstance(cfg.routing, str):
+        return None
+    return ScoringProfile(dict(cfg.routing.scorers), cfg.routing.load_factor)
+
+
 @dataclass
 class ModelPool:
     """The backends that serve one model name, how to choose among them, and
@@ -97,12 +128,62 @@ class ModelPool:
     name: str
     config: ModelConfig
     backends: list[Backend]
-    policy: RoutingPolicy
+    policy: RoutingPolicy | None  # a plain policy, or None with a scoring profile
     detector: SaturationDetector = field(default_factory=SaturationDetector)
+    profile: ScoringProfile | None = None
+    feeds: dict[str, KVFeed] = field(default_factory=dict)  # backend name -> its KV-event feed
+    prefixes: dict[str, PrefixIndex] = field(init=False)
+    sessions: SessionTable = field(init=False)
+    ejection: OutlierDetector = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.prefixes = {b.name: PrefixIndex(self.config.prefix_index_blocks) for b in self.backends}
+        s = self.config.session_affinity
+        self.sessions = SessionTable(s.ttl_s, s.max_sessions)
+        # Fed by dispatch's outcomes (record_success / record_failure); until then every circuit is closed.
+        self.ejection = OutlierDetector(
+            [b.name for b in self.backends], EjectionConfig(**self.config.ejection.model_dump())
+        )
 
     def route(self, req: GenerationRequest) -> RouteResult:
-        """The pool's backends in the order to try them (policies/routing.py)."""
-        return route(self.policy, [b.view() for b in self.backends], req, self.detector)
+        """The pool's backends in the order to try them (policies/routing.py,
+        policies/scoring.py). A profile's choice is remembered: the prompt's
+        blocks in the chosen backend's prefix index, the session on it."""
+        if self.profile is None:
+            assert self.policy is not None
+            return route(
+                self.policy,
+                [b.view(not self.ejection.admits(b.config.name)) for b in self.backends],
+                req,
+                self.detector,
+            )
+        profile, clock = self.profile, time.monotonic()
+        choice = len(self.backends) > 1  # with one backend there is nothing to match prompts for
+        blocks = prompt_blocks(req) if choice and profile.uses("prefix", "prefix_approx") else []
+        session = session_key(req, self.config.session_affinity.sources) if choice and profile.uses("session") else None
+        owner = self.sessions.owner(session, clock) if session else None
+        precise = choice and profile.uses("prefix", "prefix_precise")
+        hashed: dict[tuple, list[int] | None] = {}
+        views = []
+        for b in self.backends:
+            name = b.config.name
+            feed = self.feeds.get(name) if precise else None
+            views.append(
+                b.view(
+                    not self.ejection.admits(name),
+                    self.prefixes[name].match(blocks) / len(blocks) if blocks else None,
+                    None if feed is None else feed.match(req, hashed),
+                    name == owner,
+                )
+            )
+        result = route_scored(profile, views, req, session or prefix_key(req.messages, req.prompt), self.detector)
+        if result.candidates:
+            chosen = result.candidates[0].name
+            if blocks:
+                self.prefixes[chosen].record(blocks)
+            if session:
+                self.sessions.record(session, chosen, clock)
+        return result
 
     def capacity(self) -> int | None:
         """Requests the pool can take now (None: unbounded): max_inflight per
@@ -122,6 +203,8 @@ class BackendSet:
         shared: dict = {}
         self.backends: dict[str, Backend] = {}
         self.pools: dict[str, ModelPool] = {}
+        self.feeds: dict[str, KVFeed] = {}  # backend name -> its KV-event feed
+        feeds_by_adapter: dict[int, KVFeed] = {}  # one feed per native engine, however many backends share it
         for model_name, mcfg in config.models.items():
             members = []
             for bcfg in mcfg.backends:
@@ -129,14 +212,31 @@ class BackendSet:
                 if backend is None:
                     backend = self.backends[bcfg.name] = Backend(bcfg, build_adapter(bcfg, registry, shared))
                 members.append(backend)
+            profile = scoring_profile(mcfg)
+            wants_precise = profile is not None and profile.uses("prefix", "prefix_precise")
+            for b in members:
+                if b.name not in self.feeds and (
+                    b.config.kv_events or (wants_precise and b.config.adapter == "native")
+                ):
+                    feed = feeds_by_adapter.get(id(b.adapter)) or build_feed(b.config, b.adapter)
+                    self.feeds[b.name] = feeds_by_adapter[id(b.adapter)] = feed
             self.pools[model_name] = ModelPool(
-                model_name, mcfg, members, make_policy(mcfg.routing), saturation_detector(mcfg)
+                model_name,
+                mcfg,
+                members,
+                None if profile else make_policy(mcfg.routing),  # type: ignore[arg-type]
+                saturation_detector(mcfg),
+                profile,
+                {b.name: self.feeds[b.name] for b in members if b.name in self.feeds},
             )
         self.health_interval_s = health_interval_s
         self.load_interval_s = load_interval_s
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
+        for feed in self.feeds.values():
+            if feed.subscriber is not None:
+                feed.subscriber.start()
         await self.refresh_health()
         self._tasks.append(asyncio.create_task(self._loop(self.refresh_health, self.health_interval_s)))
         self._tasks.append(asyncio.create_task(self._loop(self.refresh_load, self.load_interval_s)))
@@ -146,6 +246,9 @@ class BackendSet:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        for feed in self.feeds.values():
+            if feed.subscriber is not None:
+                await feed.subscriber.aclose()
         closed = set()
         for b in self.backends.values():
             if id(b.adapter) not in closed:
@@ -177,6 +280,8 @@ class BackendSet:
                 b.load = None
 
         await asyncio.gather(*(probe(b) for b in self.backends.values()))
+        for feed in self.feeds.values():
+            feed.drain()  # in-process events pile up while no request is routed
 
     def ready(self) -> dict[str, bool]:
         return {name: any(b.health.ok for b in pool.backends) for name, pool in self.pools.items()}

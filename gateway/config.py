@@ -15,10 +15,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from policies.ejection import EjectionConfig
 from policies.saturation import DEFAULT_DETECTOR
+from policies.scorers import SCORERS
+from policies.scoring import DEFAULT_LOAD_FACTOR
+from policies.session import SESSION_SOURCES, SessionSource
 
 ADAPTER_KINDS = ("openai", "vllm", "sglang", "trtllm", "tgi", "native")
-ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity")
+ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity", "blended")
+_EJECTION = EjectionConfig()
 
 
 class _Strict(BaseModel):
@@ -117,6 +122,21 @@ class AdmissionConfig(_Strict):
     full_status: Literal[429, 503] = 429
 
 
+class KVEventsConfig(_Strict):
+    """A backend's KV-cache events, for precise prefix routing (adapters/kv_events.py).
+    vLLM and SGLang: where their `--kv-events-config` publishes; the native engine
+    publishes in process and needs no endpoint."""
+
+    endpoint: str | None = None  # the runtime's ZMQ PUB socket, e.g. tcp://10.0.0.5:5557
+    replay_endpoint: str | None = None  # its ROUTER replay socket, if configured
+    topic: str = ""
+    hash: Literal["sha256", "sha256_cbor"] = "sha256"  # vLLM's --prefix-caching-hash-algo
+    hash_seed: str | None = None  # the runtime's PYTHONHASHSEED, when it sets one (vLLM)
+    block_size: int | None = Field(None, ge=1)  # else learned from the events
+    max_blocks: int = Field(131072, ge=1)  # the index's memory bound
+    max_age_s: float | None = Field(1800.0, gt=0)  # an entry not announced again for this long stops matching
+
+
 class BackendConfig(_Strict):
     name: str
     adapter: Literal["openai", "vllm", "sglang", "trtllm", "tgi", "native"]
@@ -129,6 +149,7 @@ class BackendConfig(_Strict):
     connect_timeout_s: float = Field(5.0, gt=0)
     max_connections: int = Field(256, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)  # adapter-specific knobs
+    kv_events: KVEventsConfig | None = None
 
     @model_validator(mode="after")
     def _where(self) -> BackendConfig:
@@ -139,6 +160,13 @@ class BackendConfig(_Strict):
                 )
         elif not self.url:
             raise ValueError(f"backend {self.name!r}: adapter {self.adapter} needs url")
+        if self.kv_events is not None:
+            if self.adapter in ("vllm", "sglang") and not self.kv_events.endpoint:
+                raise ValueError(f"backend {self.name!r}: kv_events needs the endpoint {self.adapter} publishes on")
+            if self.adapter == "native" and self.kv_events.endpoint:
+                raise ValueError(f"backend {self.name!r}: the native engine publishes its events in process")
+            if self.adapter not in ("vllm", "sglang", "native"):
+                raise ValueError(f"backend {self.name!r}: adapter {self.adapter} has no KV events to read")
         return self
 
 
@@ -150,14 +178,60 @@ class SaturationConfig(_Strict):
     max_load_age_s: float = Field(DEFAULT_DETECTOR.max_load_age_s, gt=0)  # an older load reading is ignored
 
 
+class ScoringProfileConfig(_Strict):
+    """A weighted scoring profile (policies/scoring.py): scorer name -> weight."""
+
+    scorers: dict[str, float] = Field(min_length=1)
+    load_factor: float = Field(DEFAULT_LOAD_FACTOR, ge=1)  # bounded load: at most this × a backend's share
+
+    @field_validator("scorers")
+    @classmethod
+    def _known(cls, v: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(v) - set(SCORERS))
+        if unknown:
+            raise ValueError(f"unknown scorers {unknown}; known: {sorted(SCORERS)}")
+        if any(w < 0 for w in v.values()) or not any(w > 0 for w in v.values()):
+            raise ValueError("weights must not be negative, and at least one must be positive")
+        return v
+
+
+class SessionAffinityConfig(_Strict):
+    """Which explicit keys name a conversation, first present wins (policies/session.py)."""
+
+    sources: list[SessionSource] = Field(default_factory=lambda: list(SESSION_SOURCES))
+    ttl_s: float = Field(1800.0, gt=0)  # a conversation idle this long is forgotten
+    max_sessions: int = Field(100_000, ge=1)
+
+
+class EjectionSettings(_Strict):
+    """Outlier ejection and the retry budget (policies/ejection.py says why these defaults)."""
+
+    consecutive_failures: int = Field(_EJECTION.consecutive_failures, ge=1)
+    error_rate: float = Field(_EJECTION.error_rate, gt=0, le=1)
+    min_requests: int = Field(_EJECTION.min_requests, ge=1)
+    window_s: float = Field(_EJECTION.window_s, gt=0)
+    base_ejection_s: float = Field(_EJECTION.base_ejection_s, gt=0)
+    max_ejection_s: float = Field(_EJECTION.max_ejection_s, gt=0)
+    max_ejected_share: float = Field(_EJECTION.max_ejected_share, ge=0, le=1)
+    probe_timeout_s: float = Field(_EJECTION.probe_timeout_s, gt=0)
+    retry_ratio: float = Field(_EJECTION.retry_ratio, ge=0)
+    min_retries: int = Field(_EJECTION.min_retries, ge=0)
+
+
 class ModelConfig(_Strict):
-    routing: Literal["round_robin", "weighted", "least_loaded", "prefix_affinity"] = "round_robin"
+    # A policy name, "blended" (the default scoring profile) or an explicit profile.
+    routing: Literal["round_robin", "weighted", "least_loaded", "prefix_affinity", "blended"] | ScoringProfileConfig = (
+        "round_robin"
+    )
     fallback: list[str] = Field(default_factory=list)
     backends: list[BackendConfig] = Field(min_length=1)
     owned_by: str = "switchyard"
     max_retries: int = Field(1, ge=0)  # extra rounds over the backends when all failed before the first byte
     retry_backoff_s: float = Field(0.05, ge=0)  # before round k: retry_backoff_s * 2**(k-1)
     saturation: SaturationConfig = Field(default_factory=SaturationConfig)
+    session_affinity: SessionAffinityConfig = Field(default_factory=SessionAffinityConfig)
+    prefix_index_blocks: int = Field(65536, ge=1)  # per backend: the approximate prefix index's bound
+    ejection: EjectionSettings = Field(default_factory=EjectionSettings)
 
 
 class LimitsConfig(_Strict):

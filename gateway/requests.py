@@ -86,6 +86,11 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
+def session_keys(body: dict[str, Any]) -> dict[str, str]:
+    """The body's explicit conversation keys, for routing's session affinity."""
+    return {name: v for name in ("prompt_cache_key", "user") if isinstance(v := body.get(name), str) and v}
+
+
 # ---- chat ------------------------------------------------------------------------
 
 
@@ -232,6 +237,7 @@ def parse_chat(body: dict[str, Any], request_id: str) -> GenerationRequest:
         stream=stream,
         include_usage=include_usage,
         extra=extra_fields(body, CHAT_FIELDS),
+        session_keys=session_keys(body),
     )
 
 
@@ -287,6 +293,7 @@ def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRe
             400, "'echo' is not supported together with 'stream'.", param="echo", code="unsupported_parameter"
         )
     extra = extra_fields(body, COMPLETION_FIELDS)
+    keys = session_keys(body)
     response_format = _response_format(body)
     requests = []
     for i, prompt in enumerate(prompts):
@@ -305,6 +312,7 @@ def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRe
                 echo=echo,
                 response_format=response_format,
                 extra=dict(extra),
+                session_keys=dict(keys),
             )
         )
     return requests

@@ -5,13 +5,16 @@
 1. Capability: backends whose runtime lacks something the request needs are
    dropped; the reasons are kept so that, when none is left, the gateway can say
    which runtime lacks what (400 `unsupported_by_runtime`).
-2. Health: unhealthy backends are dropped, unless all are.
+2. Health: unhealthy backends, and those the outlier detector ejected
+   (policies/ejection.py), are dropped, unless that leaves none.
 3. Stale load: a load snapshot too old to trust is forgotten, so neither the
    saturation check nor a policy's scores read it.
 4. Saturation: each backend is marked by the pool's `SaturationDetector`
    (policies/saturation.py), the same definition admission uses.
 5. The policy's order (`RoutingPolicy.order`): round robin, weighted, least
    loaded or prefix affinity. Policies may read `saturated`, never compute it.
+   A weighted scoring profile (policies/scoring.py) replaces this step with
+   scorers and a picker; the other steps are these.
 6. Saturated last: a stable partition, applied once here and not by each policy.
 
 The result is an ordered list of candidates: the first is the choice, the rest
@@ -32,11 +35,13 @@ from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
 from policies.saturation import DEFAULT_DETECTOR, SaturationDetector
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BackendView:
     """What routing knows about one backend at decision time. `saturated` is the
     pipeline's verdict (step 4), which replaces whatever a view came with; only a
-    test of a policy alone sets it by hand."""
+    test of a policy alone sets it by hand. Not frozen, because one is built per
+    backend per decision and a frozen dataclass takes three times as long to
+    build; the steps never change a view, they replace it."""
 
     name: str
     weight: float = 1.0
@@ -47,6 +52,14 @@ class BackendView:
     capabilities: Capabilities = Capabilities()
     adapter: str = "unknown"  # the runtime kind, named when it lacks a capability
     saturated: bool = False
+    ejected: bool = False  # held out by the outlier detector (policies/ejection.py)
+    # What the scorers (policies/scorers.py) read about this request on this backend:
+    # the fraction of its leading prompt blocks found in the backend's approximate
+    # index and in its KV-event index (None: no such index), and whether the
+    # backend holds the request's conversation.
+    prefix_approx: float | None = None
+    prefix_precise: float | None = None
+    session_owner: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +75,28 @@ class CapabilityGap:
 
 
 @dataclass(frozen=True, slots=True)
+class RouteTimings:
+    """How long each step of one routing decision took, in nanoseconds."""
+
+    filter_ns: int = 0
+    score_ns: int = 0
+    pick_ns: int = 0
+
+    @property
+    def total_ns(self) -> int:
+        return self.filter_ns + self.score_ns + self.pick_ns
+
+
+@dataclass(frozen=True, slots=True)
 class RouteResult:
     """The candidates in the order to try them, and the backends the capability
-    filter removed (with why)."""
+    filter removed (with why). A scoring profile also says each candidate's total
+    score and how long the steps took."""
 
     candidates: list[BackendView]
     refused: list[CapabilityGap]
+    scores: dict[str, float] = field(default_factory=dict)
+    timings: RouteTimings | None = None
 
     @property
     def unsupported(self) -> bool:
@@ -111,10 +140,11 @@ def capability_gaps(backends: list[BackendView], req: GenerationRequest) -> list
 
 
 def healthy(backends: list[BackendView]) -> list[BackendView]:
-    """Healthy backends; when none is, all of them (a stale health view must not
-    turn a brief blip into a hard outage: the request will fail over anyway)."""
-    ok = [b for b in backends if b.healthy]
-    return ok or list(backends)
+    """Healthy backends that are not ejected; failing that the healthy ones; when
+    none is, all of them (a stale health view must not turn a brief blip into a
+    hard outage: the request will fail over anyway)."""
+    ok = [b for b in backends if b.healthy and not b.ejected]
+    return ok or [b for b in backends if b.healthy] or list(backends)
 
 
 def forget_stale_load(
@@ -129,10 +159,11 @@ def forget_stale_load(
 def mark_saturation(
     backends: list[BackendView], detector: SaturationDetector, now: float | None = None
 ) -> list[BackendView]:
-    return [
-        dataclasses.replace(b, saturated=detector.check(b.inflight, b.max_inflight, b.load, now).saturated)
-        for b in backends
-    ]
+    marked = []
+    for b in backends:
+        saturated = detector.check(b.inflight, b.max_inflight, b.load, now).saturated
+        marked.append(b if b.saturated == saturated else dataclasses.replace(b, saturated=saturated))
+    return marked
 
 
 def saturated_last(backends: list[BackendView]) -> list[BackendView]:

@@ -1,0 +1,136 @@
+"""A subscriber to a runtime's KV-event publisher (vLLM's or SGLang's ZMQ PUB socket).
+
+Wire (adapters/kv_events.py has the payload): each message is three frames,
+topic, an 8-byte big-endian sequence number and the msgpack batch. The runtime's
+optional replay socket (a ROUTER, `replay_endpoint` in its `--kv-events-config`)
+answers a request frame holding a start sequence number with every batch it
+still buffers from there, each as `(topic, seq, payload)` (vLLM 0.32+, SGLang;
+older vLLM sent `(seq, payload)`), then an end marker whose sequence is -1.
+
+The subscriber hands each batch to a consumer (policies/kv_index.py's
+`KVBlockIndex`) with its number. Before a batch that follows lost ones, it asks
+the replay socket, if there is one, for the lost numbers and hands those over
+first; when the replay does not fill the gap, the consumer sees the gap and
+starts again from empty. On the first batch it also asks for everything from 0,
+which teaches the index what the runtime cached before the gateway subscribed.
+A payload that does not decode is skipped and counted; the number it leaves
+unused then shows as a gap. Needs `pyzmq` and `msgpack` (the `kv-events` extra).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from adapters.kv_events import KVEventBatch, KVEventDecodeError, decode_payload
+
+log = logging.getLogger("switchyard.kv_events")
+
+END_SEQ = -1
+
+
+class EventConsumer(Protocol):
+    def missing(self, seq: int) -> range: ...
+
+    def receive(self, seq: int, batch: KVEventBatch) -> object: ...
+
+
+@dataclass
+class SubscriberStats:
+    batches: int = 0
+    undecodable: int = 0
+    replays: int = 0
+    replayed_batches: int = 0
+    replay_failures: int = 0
+
+
+class KVEventSubscriber:
+    def __init__(
+        self,
+        name: str,
+        endpoint: str,
+        consumer: EventConsumer,
+        *,
+        replay_endpoint: str | None = None,
+        topic: str = "",
+        replay_timeout_s: float = 1.0,
+    ) -> None:
+        import zmq.asyncio
+
+        self.name = name
+        self.endpoint = endpoint
+        self.replay_endpoint = replay_endpoint
+        self.topic = topic.encode()
+        self.consumer = consumer
+        self.replay_timeout_s = replay_timeout_s
+        self.stats = SubscriberStats()
+        self._ctx = zmq.asyncio.Context.instance()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"kv-events-{self.name}")
+
+    async def aclose(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        import zmq
+
+        sub = self._ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, self.topic)
+        sub.connect(self.endpoint)
+        try:
+            while True:
+                frames = await sub.recv_multipart()
+                if len(frames) != 3:
+                    self.stats.undecodable += 1
+                    continue
+                await self._handle(int.from_bytes(frames[1], "big"), frames[2])
+        finally:
+            sub.close(linger=0)
+
+    async def _handle(self, seq: int, payload: bytes) -> None:
+        try:
+            batch = decode_payload(payload)
+        except KVEventDecodeError as exc:
+            self.stats.undecodable += 1
+            log.warning("kv events from %s: batch %d skipped: %s", self.name, seq, exc)
+            return
+        lost = self.consumer.missing(seq)
+        if lost and self.replay_endpoint is not None:
+            await self._replay(lost)
+        self.stats.batches += 1
+        self.consumer.receive(seq, batch)
+
+    async def _replay(self, lost: range) -> None:
+        """Hand the consumer the lost batches the runtime still buffers, in order."""
+        import zmq
+
+        assert self.replay_endpoint is not None
+        self.stats.replays += 1
+        dealer = self._ctx.socket(zmq.DEALER)
+        dealer.connect(self.replay_endpoint)
+        try:
+            await dealer.send_multipart([b"", lost.start.to_bytes(8, "big")])
+            while True:
+                frames = await asyncio.wait_for(dealer.recv_multipart(), self.replay_timeout_s)
+                seq_frame, payload = frames[-2], frames[-1]  # after the empty delimiter (and the topic)
+                seq = int.from_bytes(seq_frame, "big", signed=True)
+                if seq == END_SEQ:
+                    return
+                if seq in lost:  # a replay older than the buffer starts late: the consumer sees that gap
+                    self.consumer.receive(seq, decode_payload(payload))
+                    self.stats.replayed_batches += 1
+        except (TimeoutError, KVEventDecodeError, IndexError) as exc:
+            self.stats.replay_failures += 1
+            log.warning("kv events from %s: replay of %d..%d failed: %r", self.name, lost.start, lost.stop - 1, exc)
+        finally:
+            dealer.close(linger=0)

@@ -1,0 +1,237 @@
+"""Outlier ejection and circuit breaking for one pool's backends, and its retry budget.
+
+The health probe runs every 5 s; a backend that fails real requests in between
+is caught here, from the outcomes dispatch reports:
+
+* Ejection: `consecutive_failures` failures in a row, or a failure share of at
+  least `error_rate` among at least `min_requests` outcomes in the last
+  `window_s` seconds, eject the backend (circuit open): routing leaves it out.
+* Backoff: the first ejection lasts `base_ejection_s`; each further one doubles
+  it, up to `max_ejection_s`. A backend that stayed in service for
+  `max_ejection_s` starts again from the base.
+* Half-open: when the backoff ends, one real request is let through as the
+  probe (`is_ejected` says False to one caller, True to the others until the
+  probe's outcome comes, or until `probe_timeout_s` if it never does). Success
+  closes the circuit and forgets the failures; failure ejects again, longer.
+* Cap: at most `max_ejected_share` of the pool (and always at least one
+  backend) is ejected at once. Past that a failing backend stays in: ejecting it
+  would push its load onto too few others, and the failures may be the
+  requests' fault, not the backends'.
+* Retry budget: retries (failover before the first byte) are allowed while
+  they stay under `retry_ratio` of the requests over the last `window_s`
+  seconds, with `min_retries` always allowed, so that a failing pool is not
+  hammered with every request several times over.
+
+Kinds of failure (`FailureKind`) are counted alike; they are kept apart for the
+metrics. Everything is pure state and arithmetic with an injectable clock.
+
+For the gateway to export (the lead wires these with dispatch):
+`switchyard_backend_circuit_state{backend}` (0 closed, 1 open, 2 half-open),
+`switchyard_backend_ejections_total{backend,reason}`,
+`switchyard_backend_failures_total{backend,kind}` and
+`switchyard_retry_budget_exhausted_total{model}`; and one log line per
+`Transition` (`Transition.describe()`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class FailureKind(Enum):
+    CONNECT = "connect"  # no connection, or it broke before the first byte
+    TIMEOUT = "timeout"  # no first byte in time
+    SERVER_ERROR = "server_error"  # a 5xx other than overload
+    OVERLOAD = "overload"  # the runtime refused: 429, or 503 overloaded
+
+
+class CircuitState(Enum):
+    CLOSED = 0
+    OPEN = 1
+    HALF_OPEN = 2
+
+
+@dataclass(frozen=True, slots=True)
+class EjectionConfig:
+    consecutive_failures: int = 5
+    error_rate: float = 0.5
+    min_requests: int = 20
+    window_s: float = 10.0
+    base_ejection_s: float = 5.0
+    max_ejection_s: float = 300.0
+    max_ejected_share: float = 0.5
+    probe_timeout_s: float = 10.0
+    retry_ratio: float = 0.2
+    min_retries: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A change of one backend's circuit: what a log line and the metrics say."""
+
+    backend: str
+    state: CircuitState
+    reason: str  # consecutive_failures, error_rate, probe_failed, probe_succeeded
+    ejected_for_s: float = 0.0
+
+    def describe(self) -> str:
+        if self.state is CircuitState.OPEN:
+            return f"backend {self.backend} ejected for {self.ejected_for_s:g}s ({self.reason})"
+        return f"backend {self.backend} back in service ({self.reason})"
+
+
+class _Window:
+    """Counts per whole second over the last `seconds` seconds: O(1) per event."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._buckets: deque[list[int]] = deque()  # [second, count a, count b]
+
+    def add(self, now: float, a: int = 0, b: int = 0) -> None:
+        second = int(now)
+        if self._buckets and self._buckets[-1][0] == second:
+            bucket = self._buckets[-1]
+            bucket[1] += a
+            bucket[2] += b
+        else:
+            self._buckets.append([second, a, b])
+
+    def totals(self, now: float) -> tuple[int, int]:
+        while self._buckets and self._buckets[0][0] <= now - self.seconds:
+            self._buckets.popleft()
+        return sum(x[1] for x in self._buckets), sum(x[2] for x in self._buckets)
+
+    def clear(self) -> None:
+        self._buckets.clear()
+
+
+@dataclass
+class _Backend:
+    window: _Window
+    state: CircuitState = CircuitState.CLOSED
+    consecutive: int = 0
+    ejections: int = 0  # in a row, for the backoff
+    until: float = 0.0  # end of the current ejection
+    readmitted_at: float = -math.inf
+    probe_started: float | None = None
+    failures: dict[FailureKind, int] = field(default_factory=dict)
+
+
+class OutlierDetector:
+    def __init__(
+        self,
+        backends: Iterable[str],
+        config: EjectionConfig | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config or EjectionConfig()
+        self.clock = clock
+        self._backends = {name: _Backend(_Window(self.config.window_s)) for name in backends}
+        self._requests = _Window(self.config.window_s)  # (requests, retries)
+        self.retries_refused = 0
+
+    # ---- outcomes --------------------------------------------------------------------
+
+    def record_success(self, backend: str, now: float | None = None) -> Transition | None:
+        now = self.clock() if now is None else now
+        b = self._backends[backend]
+        b.window.add(now, a=1)
+        b.consecutive = 0
+        if b.state is CircuitState.HALF_OPEN:
+            b.state, b.probe_started, b.readmitted_at = CircuitState.CLOSED, None, now
+            b.window.clear()
+            return Transition(backend, CircuitState.CLOSED, "probe_succeeded")
+        return None
+
+    def record_failure(self, backend: str, kind: FailureKind, now: float | None = None) -> Transition | None:
+        now = self.clock() if now is None else now
+        b = self._backends[backend]
+        b.failures[kind] = b.failures.get(kind, 0) + 1
+        if b.state is CircuitState.OPEN:
+            return None  # a request sent before the ejection; the circuit is open already
+        if b.state is CircuitState.HALF_OPEN:
+            return self._eject(backend, b, now, "probe_failed")
+        b.window.add(now, b=1)
+        b.consecutive += 1
+        if b.consecutive >= self.config.consecutive_failures:
+            return self._eject(backend, b, now, "consecutive_failures")
+        ok, failed = b.window.totals(now)
+        if ok + failed >= self.config.min_requests and failed >= self.config.error_rate * (ok + failed):
+            return self._eject(backend, b, now, "error_rate")
+        return None
+
+    def _eject(self, name: str, b: _Backend, now: float, reason: str) -> Transition | None:
+        cfg = self.config
+        if b.state is CircuitState.CLOSED:
+            allowed = max(1, math.floor(cfg.max_ejected_share * len(self._backends)))
+            if sum(1 for other in self._backends.values() if other.state is not CircuitState.CLOSED) >= allowed:
+                return None  # the cap: this one stays in service
+            if now - b.readmitted_at >= cfg.max_ejection_s:
+                b.ejections = 0  # long enough in service: the backoff starts over
+        b.ejections += 1
+        duration = min(cfg.base_ejection_s * 2 ** (b.ejections - 1), cfg.max_ejection_s)
+        b.state, b.until, b.probe_started, b.consecutive = CircuitState.OPEN, now + duration, None, 0
+        b.window.clear()
+        return Transition(name, CircuitState.OPEN, reason, duration)
+
+    # ---- the gate ------------------------------------------------------------------------
+
+    def state(self, backend: str, now: float | None = None) -> CircuitState:
+        """The circuit as it stands (no side effect): OPEN until the backoff ends."""
+        now = self.clock() if now is None else now
+        b = self._backends[backend]
+        if b.state is CircuitState.OPEN and now >= b.until:
+            return CircuitState.HALF_OPEN
+        return b.state
+
+    def admits(self, backend: str, now: float | None = None) -> bool:
+        """Whether `is_ejected` would let a request through now, without granting the
+        half-open probe: what a routing view shows."""
+        now = self.clock() if now is None else now
+        b = self._backends[backend]
+        if b.state is CircuitState.CLOSED:
+            return True
+        if b.state is CircuitState.OPEN and now < b.until:
+            return False
+        return b.probe_started is None or now - b.probe_started >= self.config.probe_timeout_s
+
+    def is_ejected(self, backend: str, now: float | None = None) -> bool:
+        """Whether to keep requests off `backend` now. In half-open, the first caller
+        (and the first after a probe that never reported back) is the probe: False."""
+        now = self.clock() if now is None else now
+        b = self._backends[backend]
+        if b.state is CircuitState.CLOSED:
+            return False
+        if b.state is CircuitState.OPEN:
+            if now < b.until:
+                return True
+            b.state = CircuitState.HALF_OPEN
+        if b.probe_started is not None and now - b.probe_started < self.config.probe_timeout_s:
+            return True
+        b.probe_started = now
+        return False
+
+    def failures(self, backend: str) -> dict[FailureKind, int]:
+        """Failures of `backend` by kind, since the start (for the metrics)."""
+        return dict(self._backends[backend].failures)
+
+    # ---- the retry budget ----------------------------------------------------------------
+
+    def record_request(self, now: float | None = None) -> None:
+        """Count one original request (not a retry) toward the budget."""
+        self._requests.add(self.clock() if now is None else now, a=1)
+
+    def may_retry(self, now: float | None = None) -> bool:
+        """Whether one more retry fits the budget; a True counts as that retry."""
+        now = self.clock() if now is None else now
+        requests, retries = self._requests.totals(now)
+        if retries >= max(self.config.min_retries, self.config.retry_ratio * requests):
+            self.retries_refused += 1
+            return False
+        self._requests.add(now, b=1)
+        return True

@@ -1,0 +1,147 @@
+"""One backend's prefix cache as its runtime's own KV-cache events describe it.
+
+The index is a set of block hashes (adapters/kv_events.py says how each runtime
+names its blocks) with the time each was last stored: `BlockStored` adds,
+`BlockRemoved` takes away, `AllBlocksCleared` empties. A request's leading blocks,
+named the same way, match as far as the first one the index lacks.
+
+Losing events must not make the index lie for long:
+
+* Sequence numbers: a batch published over ZMQ carries one, counting up from 0
+  per publisher. A number past the next one is a gap: events were lost, and a
+  lost `BlockRemoved` would make the index claim blocks the runtime no longer
+  has. The subscriber first asks the runtime to replay the missing batches
+  (`missing`); if that fails, the index is cleared and learns again from the
+  events that follow (`receive` does it). A number not above the last one means
+  the publisher restarted (its cache is new and empty): cleared too. In-process
+  events (the native engine) come without numbers and cannot be lost.
+* Expiry: an entry older than `max_age_s` since it was last stored no longer
+  matches, in case a removal was lost where no number shows it (a runtime that
+  drops events before numbering them). The runtime re-announces a block it
+  stores again, which renews it.
+* Bounded memory: at most `capacity` blocks, the least recently stored dropped
+  first (a runtime evicts the same way, so the dropped ones are the likeliest
+  gone already).
+
+Only blocks on the device count (`medium` GPU, or none given): a block offloaded
+to host memory or disk still costs a copy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
+
+DEVICE_MEDIA = (None, "GPU")
+
+
+class SeqVerdict(Enum):
+    NEXT = "next"  # the expected number (or the first one seen)
+    GAP = "gap"  # numbers were skipped: events lost
+    RESTART = "restart"  # not above the last one: the publisher started again
+
+
+@dataclass(frozen=True, slots=True)
+class IndexStats:
+    blocks: int
+    last_seq: int | None
+    gaps: int
+    restarts: int
+    block_size: int | None
+
+
+class KVBlockIndex:
+    def __init__(
+        self,
+        capacity: int = 131072,
+        max_age_s: float | None = 1800.0,
+        block_size: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1 block")
+        self.capacity = capacity
+        self.max_age_s = max_age_s
+        # The runtime's block size: configured, or learned from its BlockStored events.
+        self.block_size = block_size
+        self._configured_block_size = block_size is not None
+        self.clock = clock
+        self._blocks: OrderedDict[int, float] = OrderedDict()  # block hash -> when last stored
+        self.last_seq: int | None = None
+        self.gaps = 0
+        self.restarts = 0
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+
+    # ---- events ----------------------------------------------------------------------
+
+    def apply(self, batch: KVEventBatch) -> None:
+        """Apply one batch's events in order (no sequence number: in-process events)."""
+        now = self.clock()
+        blocks = self._blocks
+        for event in batch.events:
+            if isinstance(event, BlockStored):
+                if event.medium not in DEVICE_MEDIA:
+                    continue
+                if event.block_size and not self._configured_block_size:
+                    self.block_size = max(self.block_size or 0, event.block_size)
+                for h in event.block_hashes:
+                    blocks[h] = now
+                    blocks.move_to_end(h)
+            elif isinstance(event, BlockRemoved):
+                if event.medium not in DEVICE_MEDIA:
+                    continue
+                for h in event.block_hashes:
+                    blocks.pop(h, None)
+            elif isinstance(event, AllBlocksCleared):
+                blocks.clear()
+        while len(blocks) > self.capacity:
+            blocks.popitem(last=False)
+
+    def verdict(self, seq: int) -> SeqVerdict:
+        if self.last_seq is None or seq == self.last_seq + 1:
+            return SeqVerdict.NEXT
+        return SeqVerdict.GAP if seq > self.last_seq + 1 else SeqVerdict.RESTART
+
+    def missing(self, seq: int) -> range:
+        """The sequence numbers lost before `seq` (empty when none is): what to ask a
+        replay for. Before the first batch, everything from 0, so a replay can
+        teach the index what the runtime cached before we subscribed."""
+        first = 0 if self.last_seq is None else self.last_seq + 1
+        return range(first, seq) if seq > first else range(0)
+
+    def receive(self, seq: int, batch: KVEventBatch) -> SeqVerdict:
+        """Apply a numbered batch; after a gap or a restart, start again from empty."""
+        verdict = self.verdict(seq)
+        if verdict is SeqVerdict.GAP:
+            self.gaps += 1
+            self._blocks.clear()
+        elif verdict is SeqVerdict.RESTART:
+            self.restarts += 1
+            self._blocks.clear()
+        self.last_seq = seq
+        self.apply(batch)
+        return verdict
+
+    # ---- lookups ---------------------------------------------------------------------
+
+    def match(self, block_hashes: Sequence[int]) -> int:
+        """How many of the leading `block_hashes` the runtime holds (and recently announced)."""
+        blocks = self._blocks
+        oldest = None if self.max_age_s is None else self.clock() - self.max_age_s
+        n = 0
+        for h in block_hashes:
+            stored = blocks.get(h)
+            if stored is None or (oldest is not None and stored < oldest):
+                break
+            n += 1
+        return n
+
+    def stats(self) -> IndexStats:
+        return IndexStats(len(self._blocks), self.last_seq, self.gaps, self.restarts, self.block_size)

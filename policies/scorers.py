@@ -1,0 +1,117 @@
+"""Routing scorers: each one small pure function of the candidate views.
+
+A scorer takes the candidates (already filtered and marked, see policies/routing.py)
+and the model's `SaturationDetector`, and gives each candidate a score in [0, 1],
+higher is better, or None where it has no signal for that backend (a runtime that
+reports no queue, a load reading too old to trust, no prefix index). A profile
+(policies/scoring.py) weighs the scores and adds them up. None is not a zero: it
+is replaced by the mean of the other candidates' scores, so a missing signal
+neither helps nor hurts a backend.
+
+* `queue`: the runtime's own waiting requests, as the distance from the
+  saturation threshold: 0 waiting scores 1, `queue_depth` or more scores 0.
+* `kv`: the runtime's KV-cache use, likewise against its threshold (0.8).
+* `inflight`: the gateway's own in-flight requests per unit of weight, as a
+  ratio to the least loaded: (min + 1) / (x + 1). Exact and instant, where the
+  runtime's signals are read every 2 s.
+* `prefix_approx`, `prefix_precise`: the fraction of the request's leading
+  prompt blocks the backend holds, estimated from what was routed there
+  (policies/prefix_index.py) or read from the runtime's KV-cache events
+  (policies/kv_index.py).
+* `prefix`: the precise fraction where the backend publishes KV events, the
+  approximate one elsewhere.
+* `session`: 1 for the backend that holds the request's conversation.
+* `weight`: the configured static weight, relative to the largest.
+
+Why the `blended` profile weighs them as it does:
+
+* prefix 3, queue 2, kv 2 are the Kubernetes Gateway API Inference Extension's
+  default profile. Keeping its ratios means an operator who tuned one knows the
+  other. The load signals together outweigh the prefix: llm-d measured that
+  routing on the prefix alone overloads the replicas holding hot prefixes (about
+  55% of requests succeeded, against all of them with load scorers added).
+* inflight 2: the runtime's queue and KV readings are up to 2 s old, so between
+  two reads every request would see the same numbers and pile onto one backend;
+  the gateway's own count moves with every dispatch and breaks that herd.
+* session 10: more than all the others together (3 + 2 + 2 + 2 = 9), so the
+  backend holding a conversation wins whenever it is a candidate at all; health,
+  ejection and saturation still move the conversation, because they are filters
+  and the saturated-last partition, not scores.
+* weight 0: the static weight already counts through in-flight per weight and
+  through the bounded-load limit (policies/scoring.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from policies.routing import BackendView
+from policies.saturation import SaturationDetector
+
+Scorer = Callable[[list[BackendView], SaturationDetector], list[float | None]]
+
+
+def queue(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
+    limit = detector.queue_depth
+    return [
+        None if b.load is None or b.load.waiting is None else 1.0 - min(max(b.load.waiting, 0), limit) / limit
+        for b in backends
+    ]
+
+
+def kv(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
+    limit = detector.kv_cache_utilization
+    return [
+        None if b.load is None or b.load.kv_usage is None else 1.0 - min(max(b.load.kv_usage, 0.0), limit) / limit
+        for b in backends
+    ]
+
+
+def inflight(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
+    per_weight = [b.inflight / b.weight for b in backends]
+    least = min(per_weight, default=0.0)
+    return [(least + 1.0) / (x + 1.0) for x in per_weight]
+
+
+def prefix_approx(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
+    return [b.prefix_approx for b in backends]
+
+
+def prefix_precise(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
+    return [b.prefix_precise for b in backends]
+
+
+def prefix(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
+    return [b.prefix_approx if b.prefix_precise is None else b.prefix_precise for b in backends]
+
+
+def session(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
+    return [1.0 if b.session_owner else 0.0 for b in backends]
+
+
+def weight(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
+    heaviest = max((b.weight for b in backends), default=1.0)
+    return [b.weight / heaviest for b in backends]
+
+
+SCORERS: dict[str, Scorer] = {
+    "queue": queue,
+    "kv": kv,
+    "inflight": inflight,
+    "prefix": prefix,
+    "prefix_approx": prefix_approx,
+    "prefix_precise": prefix_precise,
+    "session": session,
+    "weight": weight,
+}
+
+BLENDED: dict[str, float] = {"prefix": 3.0, "queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 10.0}
+
+
+def filled(scores: list[float | None]) -> list[float]:
+    """`scores` with each None replaced by the mean of the known ones (0 when none is known)."""
+    known = [s for s in scores if s is not None]
+    if len(known) == len(scores):
+        return scores  # type: ignore[return-value]
+    mean = sum(known) / len(known) if known else 0.0
+    return [mean if s is None else s for s in scores]

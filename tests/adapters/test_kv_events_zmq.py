@@ -1,0 +1,155 @@
+"""The KV-event subscriber against real ZMQ sockets on loopback: a publisher framed as
+vLLM's (topic, 8-byte sequence, msgpack batch), its replay ROUTER, and an index."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import msgpack
+import pytest
+import zmq
+import zmq.asyncio
+
+from adapters.kv_events import vllm_block_hashes
+from adapters.kv_events_zmq import KVEventSubscriber
+from policies.kv_index import KVBlockIndex
+
+RECORDING = Path(__file__).parents[1] / "policies" / "data" / "vllm-0.32-kv-events.json"
+END = (-1).to_bytes(8, "big", signed=True)
+
+
+def stored(hashes: list[int], parent: int | None = None) -> bytes:
+    event = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent, "token_ids": [1] * 32,
+             "block_size": 32, "lora_id": None, "medium": "GPU", "lora_name": None}  # fmt: skip
+    return msgpack.packb([1.0, [event], 0])
+
+
+async def until(predicate, seconds: float = 10.0) -> None:
+    for _ in range(int(seconds / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+class Runtime:
+    """The publishing side: an XPUB (a PUB that also sees subscriptions) and a replay ROUTER."""
+
+    def __init__(self) -> None:
+        self.ctx = zmq.asyncio.Context()
+        self.pub = self.ctx.socket(zmq.XPUB)
+        self.pub_port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+        self.router = self.ctx.socket(zmq.ROUTER)
+        self.replay_port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        self.buffer: dict[int, bytes] = {}
+
+    async def subscribed(self) -> None:
+        assert await asyncio.wait_for(self.pub.recv(), 10) == b"\x01kv"
+
+    async def publish(self, seq: int, payload: bytes, *, lose: bool = False) -> None:
+        self.buffer[seq] = payload
+        if not lose:
+            await self.pub.send_multipart([b"kv", seq.to_bytes(8, "big"), payload])
+
+    async def serve_one_replay(self) -> int:
+        ident, _, start = await asyncio.wait_for(self.router.recv_multipart(), 10)
+        first = int.from_bytes(start, "big")
+        for seq in sorted(s for s in self.buffer if s >= first):
+            await self.router.send_multipart([ident, b"", b"kv", seq.to_bytes(8, "big"), self.buffer[seq]])
+        await self.router.send_multipart([ident, b"", b"", END, b""])
+        return first
+
+    def close(self) -> None:
+        self.pub.close(0)
+        self.router.close(0)
+        self.ctx.term()
+
+
+@pytest.fixture
+async def runtime():
+    r = Runtime()
+    yield r
+    r.close()
+
+
+async def test_recorded_vllm_batches_reach_the_index_in_order(runtime):
+    rec = json.loads(RECORDING.read_text())
+    index = KVBlockIndex()
+    sub = KVEventSubscriber("v", f"tcp://127.0.0.1:{runtime.pub_port}", index, topic="kv")
+    sub.start()
+    try:
+        await runtime.subscribed()
+        for frame in rec["frames"]:
+            topic, seq, payload = (bytes.fromhex(f) for f in frame)
+            await runtime.publish(int.from_bytes(seq, "big"), payload)
+        await until(lambda: index.last_seq == 1)
+        b = rec["prompts"]["b"]
+        assert index.match(vllm_block_hashes(b, index.block_size)) == 4
+        assert (sub.stats.batches, sub.stats.replays, index.gaps) == (2, 0, 0)
+    finally:
+        await sub.aclose()
+
+
+async def test_a_gap_is_filled_from_the_replay_socket(runtime):
+    index = KVBlockIndex()
+    sub = KVEventSubscriber(
+        "v",
+        f"tcp://127.0.0.1:{runtime.pub_port}",
+        index,
+        replay_endpoint=f"tcp://127.0.0.1:{runtime.replay_port}",
+        topic="kv",
+    )
+    sub.start()
+    try:
+        await runtime.subscribed()
+        await runtime.publish(0, stored([1, 2]))
+        await until(lambda: index.last_seq == 0)
+        await runtime.publish(1, stored([3], parent=2), lose=True)  # the subscriber never sees this one
+        await runtime.publish(2, stored([4], parent=3))
+        assert await runtime.serve_one_replay() == 1
+        await until(lambda: index.last_seq == 2)
+        assert index.match([1, 2, 3, 4]) == 4 and index.gaps == 0
+        assert (sub.stats.replays, sub.stats.replayed_batches, sub.stats.replay_failures) == (1, 1, 0)
+    finally:
+        await sub.aclose()
+
+
+async def test_without_a_replay_a_gap_clears_the_index(runtime):
+    index = KVBlockIndex()
+    sub = KVEventSubscriber(
+        "v",
+        f"tcp://127.0.0.1:{runtime.pub_port}",
+        index,
+        replay_endpoint=f"tcp://127.0.0.1:{runtime.replay_port}",
+        topic="kv",
+        replay_timeout_s=0.3,
+    )
+    sub.start()
+    try:
+        await runtime.subscribed()
+        await runtime.publish(0, stored([1, 2]))
+        await until(lambda: index.last_seq == 0)
+        await runtime.publish(1, stored([9]), lose=True)
+        await runtime.publish(2, stored([5]))  # nobody answers the replay request
+        await until(lambda: index.last_seq == 2)
+        assert index.match([1]) == 0 and index.match([5]) == 1 and index.gaps == 1
+        assert sub.stats.replay_failures == 1
+    finally:
+        await sub.aclose()
+
+
+async def test_an_undecodable_batch_is_skipped_and_counted(runtime):
+    index = KVBlockIndex()
+    sub = KVEventSubscriber("v", f"tcp://127.0.0.1:{runtime.pub_port}", index, topic="kv")
+    sub.start()
+    try:
+        await runtime.subscribed()
+        await runtime.publish(0, b"\xc1not msgpack")
+        await runtime.pub.send_multipart([b"kv", b"\x00" * 8])  # two frames: not a batch
+        await runtime.publish(1, stored([7]))
+        await until(lambda: index.last_seq == 1)
+        assert sub.stats.undecodable == 2 and index.match([7]) == 1
+    finally:
+        await sub.aclose()
