@@ -21,7 +21,7 @@ import orjson
 
 from adapters.base import ErrorEvent, Event, GenerationRequest, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
-from gateway.dispatch import Dispatcher
+from gateway.dispatch import Dispatched, Dispatcher
 from gateway.encoder import ResponseBuilder, StreamEncoder
 from gateway.phases import CancelPhase
 from gateway.protection import Ticket
@@ -65,6 +65,7 @@ class Generation:
         self.status = 200
         self.error: str | None = None
         self._last_content: float | None = None
+        self._backoff_since: float | None = None
 
     def _headers(self, content_type: bytes) -> list[tuple[bytes, bytes]]:
         headers = [(b"content-type", content_type), (b"x-request-id", self.ctx.request_id.encode())]
@@ -126,6 +127,28 @@ class Generation:
 
     def _on_backoff(self, waiting: bool) -> None:
         self.phase = CancelPhase.RETRY_BACKOFF if waiting else self.waiting_phase
+        if waiting:
+            self._backoff_since = time.perf_counter()
+        else:
+            self._end_backoff()
+
+    def _end_backoff(self) -> None:
+        if self._backoff_since is not None:
+            self.ctx.backoff_wait += time.perf_counter() - self._backoff_since
+            self._backoff_since = None
+
+    async def _open(self) -> Dispatched:
+        """The dispatcher's start, timed: it awaits each tried backend's first event
+        (upstream time, like every later event) and any retry backoff (neither is
+        the gateway's own cost)."""
+        started = time.perf_counter()
+        backoff_before = self.ctx.backoff_wait
+        try:
+            return await self.dispatcher.open(self.model, self.requests, self._on_backoff)
+        finally:
+            self._end_backoff()  # a backoff the client left in still counts as one
+            backoff = self.ctx.backoff_wait - backoff_before
+            self.ctx.upstream_wait += time.perf_counter() - started - backoff
 
     async def _send_error(self, send, err: GatewayError) -> None:
         self.status = err.status
@@ -163,7 +186,7 @@ class Generation:
         gauge.inc()
         try:
             try:
-                dispatched = await self.dispatcher.open(self.model, self.requests, self._on_backoff)
+                dispatched = await self._open()
             except GatewayError as err:
                 await self._send_error(send, err)
                 return
