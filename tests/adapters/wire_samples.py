@@ -38,9 +38,12 @@ async def delivered(adapter: Adapter, request: GenerationRequest) -> list[Event]
         raise first.error
 
     async def replay():
-        yield first
-        async for event in events:
-            yield event
+        try:
+            yield first
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]  # as the dispatcher does: abort upstream
 
     guard = StreamGuard.for_requests([request], adapter.name)
     return [event async for event in guarded(replay(), guard)]
