@@ -68,7 +68,7 @@ def backend_set(models: dict[str, dict[str, Any]], adapters: dict[str, ScriptedA
     config = {
         name: {
             **cfg,
-            "backends": [{"name": b, "adapter": "openai", "url": "http://127.0.0.1:9"} for b in cfg["backends"]],
+            "backends": [{"name": b, "adapter": "openai", "url": "http://127.0.0.1:9/v1"} for b in cfg["backends"]],
         }
         for name, cfg in models.items()
     }
