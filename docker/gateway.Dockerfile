@@ -16,10 +16,10 @@ COPY engine ./engine
 COPY simulators ./simulators
 COPY conformance ./conformance
 COPY bench ./bench
-# `.` without extras: the gateway's dependencies as pyproject.toml lists them, and
-# no torch. httpx and numpy only because `switchyard` imports every command group at
-# start, and the conformance and bench groups import them (gateway/cli.py).
-RUN /opt/switchyard/bin/pip install --no-cache-dir . "httpx>=0.27" "numpy>=1.26"
+COPY processes ./processes
+# `.` without extras: the gateway's dependencies as pyproject.toml lists them (no
+# torch, openai, httpx or numpy: `switchyard` imports only the command it runs).
+RUN /opt/switchyard/bin/pip install --no-cache-dir .
 
 FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/switchyard/bin:$PATH \

@@ -188,7 +188,11 @@ def backend_url_problem(adapter: str, url: str) -> str | None:
 
 def native_problem(model_path: str) -> str | None:
     """What stops the native engine from serving `model_path` here (None: nothing)."""
-    if importlib.util.find_spec("torch") is None:
+    try:
+        has_torch = importlib.util.find_spec("torch") is not None
+    except ImportError:  # an import hook refusing it says the same
+        has_torch = False
+    if not has_torch:
         return "adapter native needs the engine extra (pip install 'switchyard[engine]'): torch is not installed"
     problem = model_path_problem(model_path)
     return None if problem is None else f"model_path {problem}"
