@@ -89,8 +89,11 @@ class Gateway:
             for r in reqs:
                 r.tenant = principal.tenant
                 r.priority = principal.tier
-            if self.dispatcher.pool(ctx.model) is None:
+            pool = self.dispatcher.pool(ctx.model)
+            if pool is None:
                 raise model_not_found(ctx.model)
+            for r in reqs:
+                r.unsupported_params = pool.config.unsupported_params
             queued_at = time.perf_counter()
             ticket = await self.protection.admit(
                 principal,

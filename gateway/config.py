@@ -213,6 +213,10 @@ class ModelConfig(_Strict):
     owned_by: str = "switchyard"
     max_retries: int = Field(1, ge=0)  # extra rounds over the backends when all failed before the first byte
     retry_backoff_s: float = Field(0.05, ge=0)  # before round k: retry_backoff_s * 2**(k-1)
+    # A sampling parameter a backend's runtime rejects (docs/adapters.md, "Request
+    # parameters"): refuse the request (400), or drop it and name it in the
+    # x-switchyard-dropped-params header and the access log. Its fallbacks' requests too.
+    unsupported_params: Literal["reject", "drop"] = "reject"
     saturation: SaturationConfig = Field(default_factory=SaturationConfig)
 
 

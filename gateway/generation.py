@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from adapters.base import ErrorEvent, Event, GenerationRequest, TextDelta, ToolCallDelta, Usage
+from adapters.base import SAMPLING_PARAMETERS, ErrorEvent, Event, GenerationRequest, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
 from gateway.dispatch import Dispatched, Dispatcher
 from gateway.encoder import ResponseBuilder, StreamEncoder
@@ -31,6 +31,7 @@ from gateway.responses import error_response
 
 CONTENT_EVENTS = (TextDelta, ToolCallDelta)
 WATCH_AFTER_S = 0.02
+DROPPED_PARAMS_HEADER = "x-switchyard-dropped-params"
 
 
 class Generation:
@@ -66,12 +67,31 @@ class Generation:
         self.error: str | None = None
         self._last_content: float | None = None
         self._backoff_since: float | None = None
+        self.dropped_params: tuple[str, ...] = ()
+
+    def _extra_headers(self) -> dict[str, str]:
+        headers = {k: str(v) for k, v in self.ticket.headers.items()}
+        if self.dropped_params:
+            headers[DROPPED_PARAMS_HEADER] = ",".join(self.dropped_params)
+        return headers
 
     def _headers(self, content_type: bytes) -> list[tuple[bytes, bytes]]:
         headers = [(b"content-type", content_type), (b"x-request-id", self.ctx.request_id.encode())]
-        for k, v in self.ticket.headers.items():
-            headers.append((k.encode(), str(v).encode()))
+        for k, v in self._extra_headers().items():
+            headers.append((k.encode(), v.encode()))
         return headers
+
+    def _dropped(self, backends: str) -> tuple[str, ...]:
+        """The parameters the serving backends' runtimes dropped, as the model's
+        `unsupported_params: drop` told them (the same table they dropped them by)."""
+        if self.first.unsupported_params != "drop":
+            return ()
+        names: set[str] = set()
+        for name in backends.split(","):
+            backend = self.dispatcher.backends.backends.get(name)
+            if backend is not None:
+                names.update(backend.adapter.parameters.unsupported(self.first.sampling))
+        return tuple(p for p in SAMPLING_PARAMETERS if p in names)
 
     async def __call__(self, scope, receive, send) -> None:
         task = asyncio.current_task()
@@ -116,7 +136,8 @@ class Generation:
             usage = self.usage or self._estimated_usage()
             release = self.ticket.release(usage, cancelled_phase)
             await (release if clean else asyncio.shield(release))
-            self.recorder.finish(self.ctx, Outcome(self.status, usage, self.backend, self.error, cancelled_phase))
+            outcome = Outcome(self.status, usage, self.backend, self.error, cancelled_phase, self.dropped_params)
+            self.recorder.finish(self.ctx, outcome)
 
     def _estimated_usage(self) -> Usage | None:
         """When the runtime gave no usage (cut stream, cancelled): what we saw."""
@@ -154,8 +175,8 @@ class Generation:
         self.status = err.status
         self.error = err.message
         resp = error_response(err, self.ctx.request_id)
-        for k, v in self.ticket.headers.items():
-            resp.headers[k] = str(v)
+        for k, v in self._extra_headers().items():
+            resp.headers[k] = v
         await send({"type": "http.response.start", "status": resp.status_code, "headers": resp.raw_headers})
         await send({"type": "http.response.body", "body": resp.body})
 
@@ -191,6 +212,7 @@ class Generation:
                 await self._send_error(send, err)
                 return
             self.backend = dispatched.backend
+            self.dropped_params = self._dropped(dispatched.backend)
             try:
                 if self.first.stream:
                     await self._stream(dispatched.events, send)

@@ -39,6 +39,7 @@ class Outcome:
     backend: str | None = None
     error: str | None = None
     cancelled_phase: CancelPhase | None = None
+    dropped_params: tuple[str, ...] = ()  # parameters the backend's runtime could not apply, dropped
 
 
 class RequestRecorder:
@@ -103,4 +104,6 @@ class RequestRecorder:
             record["error"] = outcome.error
         if phase is not None:
             record["cancelled_phase"] = phase.value
+        if outcome.dropped_params:
+            record["dropped_params"] = list(outcome.dropped_params)
         log_access(self.access_log, record)
