@@ -72,8 +72,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description="An OpenAI-compatible LLM gateway.")
     sub = parser.add_subparsers(dest="command", required=True)
     command = _chosen(argv)
-    group = COMMANDS.get(command) if command else None
-    if group is not None:
+    group = COMMANDS.get(command) if command is not None else None
+    if command is not None and group is not None:
         try:
             for module_name in group.modules:
                 importlib.import_module(module_name).register(sub)
