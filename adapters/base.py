@@ -244,6 +244,8 @@ class ParameterSupport:
         """The rejected parameters `sampling` asks something of, in table order.
         Their neutral values ask nothing: 0, false, empty, and a top_k of 0 or
         less (no top-k cut)."""
+        if not self.rejected:
+            return []  # most runtimes: nothing to look at, on every request
         return [name for name in SAMPLING_PARAMETERS if name in self.rejected and _asks(sampling, name)]
 
 

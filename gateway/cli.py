@@ -29,12 +29,14 @@ class CommandGroup:
     extra: str | None = None
 
 
+# gateway.commands adds `engine serve` to the engine's group, so engine.cli (argparse
+# only) registers that group first, for this parser, wherever gateway.commands runs.
+GATEWAY = ("engine.cli", "gateway.commands")
 COMMANDS = {
-    "serve": CommandGroup(("gateway.commands",), "run the gateway (no --config: the native engine, built-in model)"),
-    "config": CommandGroup(("gateway.commands",), "config tools (config check FILE)"),
+    "serve": CommandGroup(GATEWAY, "run the gateway (no --config: the native engine, built-in model)"),
+    "config": CommandGroup(GATEWAY, "config tools (config check FILE)"),
     "keys": CommandGroup(("policies.cli",), "manage API keys"),
-    # the gateway's `engine serve` joins the engine's own group
-    "engine": CommandGroup(("engine.cli", "gateway.commands"), "the native engine (make-tiny, serve)", "engine"),
+    "engine": CommandGroup(GATEWAY, "the native engine (make-tiny, serve)", "engine"),
     "simulate": CommandGroup(("simulators.cli",), "run a wire-faithful runtime simulator", "engine"),
     "conformance": CommandGroup(("conformance.cli",), "OpenAI-semantics conformance suite", "conformance"),
     "bench": CommandGroup(("bench.cli",), "load tests and benchmarks", "bench"),

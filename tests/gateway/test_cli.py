@@ -105,3 +105,18 @@ def test_a_command_without_its_extra_says_what_to_install(argv, extra):
 def test_an_unknown_command_is_argparses_usage_error():
     done = switchyard_base_only("serv")
     assert done.returncode == 2 and "invalid choice: 'serv'" in done.stderr
+
+
+def test_commands_run_one_after_another_in_one_process(tmp_path, capsys):
+    # each call builds its own parser: a group registered by an earlier call must not leak into it
+    from gateway.cli import main
+
+    config = tmp_path / "fleet.yaml"
+    config.write_text(
+        yaml.safe_dump({"models": {"m": {"backends": [{"name": "v", "adapter": "vllm", "url": "http://v:8000"}]}}})
+    )
+    for _ in range(2):
+        assert main(["engine", "serve", "--model", str(tmp_path / "missing")]) == 2
+        assert main(["config", "check", str(config)]) == 0
+        assert main(["serve", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "Traceback" not in capsys.readouterr().err
