@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -73,6 +73,9 @@ class GenerationRequest:
     tenant: str | None = None
     deadline: float | None = None  # time.monotonic() after which the work is useless
     priority: int = 0
+    # The model's policy for a parameter the runtime rejects (`ParameterSupport`):
+    # refuse the request (400), or drop the parameter and say so.
+    unsupported_params: Literal["reject", "drop"] = "reject"
     extra: dict[str, Any] = field(default_factory=dict)
     # Explicit conversation keys the client sent, by source ("x-session-id",
     # "prompt_cache_key", "user"); routing's session affinity picks one per model.
@@ -203,6 +206,59 @@ class Capabilities:
     completions: bool = True  # legacy /v1/completions
 
 
+# The sampling parameters whose support may differ by runtime (`SamplingParams`
+# fields), in the order docs/adapters.md lists them.
+SAMPLING_PARAMETERS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "logit_bias",
+    "seed",
+    "n",
+    "stop",
+    "stop_token_ids",
+    "max_tokens",
+    "min_tokens",
+    "ignore_eos",
+    "logprobs",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ParameterSupport:
+    """What the runtime does with each sampling parameter: passes it on (those not
+    listed), emulates it (`emulated`: name -> how), or cannot apply it as asked
+    (`rejected`: name -> why), which is refused or dropped as the request's
+    `unsupported_params` says. docs/adapters.md shows every runtime's table."""
+
+    emulated: Mapping[str, str] = field(default_factory=dict)
+    rejected: Mapping[str, str] = field(default_factory=dict)
+
+    def support(self, name: str) -> Literal["pass", "emulate", "reject"]:
+        if name in self.rejected:
+            return "reject"
+        return "emulate" if name in self.emulated else "pass"
+
+    def unsupported(self, sampling: SamplingParams) -> list[str]:
+        """The rejected parameters `sampling` asks something of, in table order.
+        Their neutral values ask nothing: 0, false, empty, and a top_k of 0 or
+        less (no top-k cut)."""
+        if not self.rejected:
+            return []  # most runtimes: nothing to look at, on every request
+        return [name for name in SAMPLING_PARAMETERS if name in self.rejected and _asks(sampling, name)]
+
+
+def _asks(sampling: SamplingParams, name: str) -> bool:
+    value = getattr(sampling, name)
+    if name == "top_k":
+        return value is not None and value > 0
+    return bool(value)
+
+
 @dataclass(slots=True)
 class LoadSnapshot:
     """A runtime's load, normalized. `None` fields are unknown for this runtime."""
@@ -225,6 +281,7 @@ class Adapter(ABC):
     """One backend. Instances are long-lived and shared by concurrent requests."""
 
     capabilities: Capabilities = Capabilities()
+    parameters: ParameterSupport = ParameterSupport()  # every sampling parameter passes
 
     def __init__(self, name: str) -> None:
         self.name = name

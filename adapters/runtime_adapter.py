@@ -7,7 +7,9 @@ an `OpenAIAdapter` whose url is the server root (`http://host:8000`, the API und
 - its name for error messages (`runtime`), its context-length message
   (`context_pattern`) and a per-runtime status rule (`_classify`) for the one
   table of upstream statuses (`runtime_errors`);
-- refusals of what the runtime cannot do (`_unsupported`, 400 naming it);
+- refusals of what the runtime cannot do (`_unsupported`, 400 naming it), and its
+  `parameters` table: a sampling parameter it rejects is refused (400 naming the
+  runtime) or dropped, as the model's `unsupported_params` says;
 - readiness from the runtime's `/health` (connections are refused while any of
   them loads its model) and a helper to read load endpoints with a time stamp.
 """
@@ -15,11 +17,12 @@ an `OpenAIAdapter` whose url is the server root (`http://host:8000`, the API und
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import aiohttp
 
 from adapters import prometheus_text as prom
-from adapters.base import Health, LoadSnapshot
+from adapters.base import GenerationRequest, Health, LoadSnapshot
 from adapters.errors import GatewayError, invalid_request
 from adapters.openai import OpenAIAdapter
 
@@ -35,6 +38,19 @@ class RuntimeAdapter(OpenAIAdapter):
             param=param,
             code="unsupported_by_backend",
         )
+
+    def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
+        rejected = self.parameters.unsupported(request.sampling)
+        if rejected and request.unsupported_params == "reject":
+            why = "; ".join(f"{name}: {self.parameters.rejected[name]}" for name in rejected)
+            raise self._unsupported(
+                f"{', '.join(rejected)} ({why}); the model's `unsupported_params: drop` would drop them",
+                rejected[0],
+            )
+        body = super()._build_body(request, stream)
+        for name in rejected:  # dropped, as the model's policy says
+            body.pop(name, None)
+        return body
 
     # ---- health and load -------------------------------------------------------
 

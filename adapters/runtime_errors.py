@@ -18,6 +18,9 @@ everything about errors (docs/runtimes.md §5, checklist items 1 and 2):
 retryable 503/429; a runtime that rejects the gateway's credentials or does not
 serve the configured model is a deployment fault (502, retryable: another backend
 may be set up right); anything else that is the backend's fault becomes 502.
+
+This table applies before the first event only. A failure after it is never the
+client's fault, whatever the runtime calls it (`mid_stream_failure`).
 """
 
 from __future__ import annotations
@@ -178,3 +181,16 @@ def _by_status(status: int, message: str, parsed: ParsedError, backend: str, run
         code=rule.code,
         retryable=rule.retryable,
     )
+
+
+def mid_stream_failure(error: GatewayError, backend: str) -> GatewayError:
+    """The gateway's error for a failure after the backend's first event.
+
+    The request was accepted and generation had begun, so it is never the client's
+    fault, whatever status the runtime put on it (SGLang sends an engine failure in
+    a stream as a 400 `BadRequestError`, TGI says 422 for every in-stream error):
+    one classification for every runtime, 502 `server_error` `upstream_error`."""
+    if error.status == BACKEND_FAULT.status:
+        return error  # the backend's fault already, in the adapter's words
+    message = error.message if error.message.startswith("Backend ") else f"Backend {backend} failed: {error.message}"
+    return GatewayError(BACKEND_FAULT.status, message, code=BACKEND_FAULT.code)

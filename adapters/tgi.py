@@ -10,7 +10,8 @@ What differs from OpenAI and is handled here:
   nucleus cut (dropped), 0 means greedy (temperature 0); `response_format` becomes
   `{"type": "json", "value": <schema>}`; `n` is ignored by TGI (the gateway fans
   out, capability `n=False`); no `logit_bias`, `top_k`, `min_p`, `stop_token_ids`,
-  `ignore_eos`, `min_tokens` in its OpenAI API (400 naming TGI).
+  `ignore_eos`, `min_tokens` in its OpenAI API (the `parameters` table: refused with
+  400 naming TGI, or dropped, as the model's `unsupported_params` says).
 - errors: `{"error": str, "error_type": str}` with 422 for validation, 424 for
   generation, 429 overloaded, 500 incomplete; plain-text 422/400 from axum for
   wrong body types; in a stream `{"error": {"message", "http_status_code": 422}}`
@@ -51,6 +52,7 @@ from adapters.base import (
     Finish,
     GenerationRequest,
     LoadSnapshot,
+    ParameterSupport,
     TextDelta,
     ToolCallDelta,
 )
@@ -97,6 +99,22 @@ class TGIAdapter(RuntimeAdapter):
         explicit_abort=False,
         completions=True,
     )
+    parameters = ParameterSupport(
+        emulated={
+            "top_p": "TGI takes only 0 < top_p < 1: 1 (no cut) is left out, 0 is sent as temperature 0",
+            "repetition_penalty": "chat sends r as presence_penalty r - 2, which TGI turns back into r",
+            "n": "n requests, one per choice (TGI ignores n)",
+        },
+        rejected={
+            "top_k": "not in TGI's OpenAI API",
+            "min_p": "TGI has none",
+            "presence_penalty": "TGI reads it as repetition_penalty = presence_penalty + 2",
+            "logit_bias": "TGI's is unused and typed differently",
+            "stop_token_ids": "TGI has none",
+            "min_tokens": "TGI has none",
+            "ignore_eos": "TGI has none",
+        },
+    )
 
     # ---- request ------------------------------------------------------------
 
@@ -137,21 +155,9 @@ class TGIAdapter(RuntimeAdapter):
         return body
 
     def _refuse_unsupported(self, request: GenerationRequest) -> None:
+        """Features TGI lacks, whatever the model's policy (sampling parameters are
+        the `parameters` table's)."""
         s = request.sampling
-        if s.presence_penalty:
-            raise self._unsupported("presence_penalty (TGI reads it as a repetition penalty)", "presence_penalty")
-        if s.logit_bias:
-            raise self._unsupported("logit_bias", "logit_bias")
-        if s.top_k is not None and s.top_k > 0:
-            raise self._unsupported("top_k in its OpenAI API", "top_k")
-        if s.min_p:
-            raise self._unsupported("min_p", "min_p")
-        if s.stop_token_ids:
-            raise self._unsupported("stop_token_ids", "stop_token_ids")
-        if s.ignore_eos:
-            raise self._unsupported("ignore_eos", "ignore_eos")
-        if s.min_tokens:
-            raise self._unsupported("min_tokens", "min_tokens")
         if request.kind == "completion":
             if s.logprobs:
                 raise self._unsupported("logprobs on /v1/completions", "logprobs")

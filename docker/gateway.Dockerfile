@@ -17,10 +17,10 @@ COPY simulators ./simulators
 COPY conformance ./conformance
 COPY bench ./bench
 COPY processes ./processes
-# `.` without extras: the gateway's dependencies as pyproject.toml lists them, and
-# no torch. httpx and numpy only because `switchyard` imports every command group at
-# start, and the conformance and bench groups import them (gateway/cli.py).
-RUN /opt/switchyard/bin/pip install --no-cache-dir . "httpx>=0.27" "numpy>=1.26"
+# `.[kv-events]`: the gateway's dependencies as pyproject.toml lists them plus the
+# KV-event subscriber (pyzmq, msgpack) for precise prefix routing; no torch, openai,
+# httpx or numpy (`switchyard` imports only the command it runs).
+RUN /opt/switchyard/bin/pip install --no-cache-dir ".[kv-events]"
 
 FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/switchyard/bin:$PATH \

@@ -18,6 +18,7 @@ from pathlib import Path
 TINY_VERSION = "1"
 _STAMP = ".switchyard-builtin"
 BUILTIN_PREFIX = "builtin:"
+BUILTIN_MODELS = ("tiny",)
 
 
 def cache_root() -> Path:
@@ -32,8 +33,8 @@ def _is_current(path: Path, version: str) -> bool:
 
 def builtin_model_dir(name: str) -> Path:
     """The directory of built-in model `name`, building it first if needed."""
-    if name != "tiny":
-        raise ValueError(f"unknown built-in model {name!r} (available: tiny)")
+    if name not in BUILTIN_MODELS:
+        raise ValueError(f"unknown built-in model {name!r} (available: {', '.join(BUILTIN_MODELS)})")
     target = cache_root() / "models" / name
     if _is_current(target, TINY_VERSION):
         return target
@@ -63,11 +64,25 @@ def builtin_model_dir(name: str) -> Path:
     return target
 
 
+def model_path_problem(model_path: str) -> str | None:
+    """What is wrong with `model_path` as `resolve_model_path` would read it, without
+    building anything (None: nothing). Config validation asks this before serving."""
+    if model_path.startswith(BUILTIN_PREFIX):
+        name = model_path[len(BUILTIN_PREFIX) :]
+        if name not in BUILTIN_MODELS:
+            return f"unknown built-in model {name!r} (available: {', '.join(BUILTIN_MODELS)})"
+        return None
+    path = Path(model_path).expanduser()
+    if not (path / "config.json").is_file():
+        return f"{path} is not a model directory (no config.json)"
+    return None
+
+
 def resolve_model_path(model_path: str) -> Path:
     """A model directory for `model_path`: a directory, or `builtin:NAME`."""
     if model_path.startswith(BUILTIN_PREFIX):
         return builtin_model_dir(model_path[len(BUILTIN_PREFIX) :])
-    path = Path(model_path).expanduser()
-    if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{path} is not a model directory (no config.json)")
-    return path
+    problem = model_path_problem(model_path)
+    if problem is not None:
+        raise FileNotFoundError(problem)
+    return Path(model_path).expanduser()

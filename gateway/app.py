@@ -92,8 +92,11 @@ class Gateway:
                 r.priority = principal.tier
                 if session_id:
                     r.session_keys["x-session-id"] = session_id
-            if self.dispatcher.pool(ctx.model) is None:
+            pool = self.dispatcher.pool(ctx.model)
+            if pool is None:
                 raise model_not_found(ctx.model)
+            for r in reqs:
+                r.unsupported_params = pool.config.unsupported_params
             queued_at = time.perf_counter()
             ticket = await self.protection.admit(
                 principal,

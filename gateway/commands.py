@@ -6,16 +6,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.config import BackendConfig, ConfigError, GatewayConfig, ModelConfig, load_config
+from gateway.config import ConfigError, GatewayConfig, load_config, parse_config, with_listen
 
 BUILTIN_MODEL = "tiny"
 
 
-def embedded_config(model_path: str = "builtin:tiny", name: str = BUILTIN_MODEL) -> GatewayConfig:
+def embedded_config(
+    model_path: str = "builtin:tiny", name: str = BUILTIN_MODEL, served_model: str | None = None
+) -> GatewayConfig:
     """No config file: the gateway with the native engine on the built-in tiny model,
     no auth (it listens on 127.0.0.1 unless told otherwise)."""
-    backend = BackendConfig(name="local", adapter="native", model_path=model_path)
-    return GatewayConfig(models={name: ModelConfig(backends=[backend])})
+    backend = {"name": "local", "adapter": "native", "model_path": model_path, "served_model": served_model}
+    return parse_config({"models": {name: {"backends": [backend]}}}, "the engine's config")
 
 
 def serve_config(config: GatewayConfig, host: str | None, port: int | None, workers: int = 1) -> int:
@@ -43,21 +45,32 @@ def serve_config(config: GatewayConfig, host: str | None, port: int | None, work
     return 0
 
 
+def servable_config(path: str | None, host: str | None = None, port: int | None = None) -> GatewayConfig:
+    """The config `serve` would run, with every check it makes before starting: the one
+    validation `config check` runs too. Raises ConfigError."""
+    config = load_config(path) if path else embedded_config()
+    return with_listen(config, host, port)
+
+
+def refused(exc: ConfigError) -> int:
+    """A config that cannot be served: its message, no traceback, exit status 2."""
+    print(exc, file=sys.stderr)
+    return 2
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args.config) if args.config else embedded_config()
+        config = servable_config(args.config, args.host, args.port)
     except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+        return refused(exc)
     return serve_config(config, args.host, args.port)
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
     try:
-        config = load_config(args.file)
+        config = servable_config(args.file)
     except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+        return refused(exc)
     backends = sum(len(m.backends) for m in config.models.values())
     print(
         f"{args.file}: OK — {len(config.models)} model(s), {backends} backend(s), auth {config.auth.mode}, "
@@ -70,8 +83,10 @@ def cmd_engine_serve(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     name = args.name or Path(args.model.rstrip("/")).name
-    config = embedded_config(model_path=args.model, name=name)
-    config.models[name].backends[0].served_model = name
+    try:
+        config = with_listen(embedded_config(model_path=args.model, name=name, served_model=name), args.host, args.port)
+    except ConfigError as exc:
+        return refused(exc)
     return serve_config(config, args.host, args.port)
 
 

@@ -8,13 +8,17 @@ SWITCHYARD_REDIS_URL, SWITCHYARD_AUTH_MODE, SWITCHYARD_LOG_LEVEL.
 
 from __future__ import annotations
 
+import importlib.util
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from engine.builtin import model_path_problem
 from policies.ejection import EjectionConfig
 from policies.saturation import DEFAULT_DETECTOR
 from policies.scorers import SCORERS
@@ -24,6 +28,8 @@ from policies.session import SESSION_SOURCES, SessionSource
 ADAPTER_KINDS = ("openai", "vllm", "sglang", "trtllm", "tgi", "native")
 ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity", "blended")
 _EJECTION = EjectionConfig()
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
+REDIS_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url accepts
 
 
 class _Strict(BaseModel):
@@ -76,6 +82,9 @@ class JwtConfig(_Strict):
             raise ValueError(f"algorithms {asym} need jwks_file or jwks_url")
         if "HS256" in self.algorithms and not self.hs256_secret_file:
             raise ValueError("HS256 needs hs256_secret_file")
+        if self.hs256_secret_file and not os.access(self.hs256_secret_file, os.R_OK):
+            # Read once at start (a JWKS file, by contrast, is re-read and may come later).
+            raise ValueError(f"hs256_secret_file {self.hs256_secret_file} cannot be read")
         return self
 
 
@@ -105,6 +114,12 @@ class QuotaStoreConfig(_Strict):
     on_unavailable: Literal["fail_open", "fail_closed"] = "fail_open"
     key_prefix: str = "switchyard"
     lease_ttl_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _redis_url(self) -> QuotaStoreConfig:
+        if self.kind == "redis" and urlsplit(self.url).scheme not in REDIS_SCHEMES:
+            raise ValueError(f"url {self.url!r} must start with redis://, rediss:// or unix://")
+        return self
 
 
 class TenantConfig(_Strict):
@@ -158,8 +173,13 @@ class BackendConfig(_Strict):
                 raise ValueError(
                     f"backend {self.name!r}: adapter native needs model_path (a directory or builtin:tiny)"
                 )
+            problem = native_problem(self.model_path)
         elif not self.url:
             raise ValueError(f"backend {self.name!r}: adapter {self.adapter} needs url")
+        else:
+            problem = backend_url_problem(self.adapter, self.url)
+        if problem is not None:
+            raise ValueError(f"backend {self.name!r}: {problem}")
         if self.kv_events is not None:
             if self.adapter in ("vllm", "sglang") and not self.kv_events.endpoint:
                 raise ValueError(f"backend {self.name!r}: kv_events needs the endpoint {self.adapter} publishes on")
@@ -168,6 +188,42 @@ class BackendConfig(_Strict):
             if self.adapter not in ("vllm", "sglang", "native"):
                 raise ValueError(f"backend {self.name!r}: adapter {self.adapter} has no KV events to read")
         return self
+
+
+def backend_url_problem(adapter: str, url: str) -> str | None:
+    """What is wrong with a backend's url for its adapter (None: nothing). `openai`
+    takes the API base (the path its /chat/completions hangs under, e.g. .../v1);
+    the runtime adapters take the server root and add /v1 themselves."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return f"url {url!r} must start with http:// or https:// and name a host"
+    try:
+        port = parts.port
+    except ValueError:
+        return f"url {url!r} has no valid port"
+    if not parts.hostname or port == 0:
+        return f"url {url!r} must name a host (and a port from 1 to 65535, if any)"
+    if parts.query or parts.fragment:
+        return f"url {url!r} must not carry a query or fragment"
+    root = f"{parts.scheme}://{parts.netloc}"
+    path = parts.path.rstrip("/")
+    if adapter == "openai" and not path:
+        return f"adapter openai takes the API base, not the server root: {root}/v1 for most servers"
+    if adapter != "openai" and path.endswith("/v1"):
+        return f"adapter {adapter} takes the server root and adds /v1 itself: {root}{path[: -len('/v1')]}"
+    return None
+
+
+def native_problem(model_path: str) -> str | None:
+    """What stops the native engine from serving `model_path` here (None: nothing)."""
+    try:
+        has_torch = importlib.util.find_spec("torch") is not None
+    except ImportError:  # an import hook refusing it says the same
+        has_torch = False
+    if not has_torch:
+        return "adapter native needs the engine extra (pip install 'switchyard[engine]'): torch is not installed"
+    problem = model_path_problem(model_path)
+    return None if problem is None else f"model_path {problem}"
 
 
 class SaturationConfig(_Strict):
@@ -228,6 +284,10 @@ class ModelConfig(_Strict):
     owned_by: str = "switchyard"
     max_retries: int = Field(1, ge=0)  # extra rounds over the backends when all failed before the first byte
     retry_backoff_s: float = Field(0.05, ge=0)  # before round k: retry_backoff_s * 2**(k-1)
+    # A sampling parameter a backend's runtime rejects (docs/adapters.md, "Request
+    # parameters"): refuse the request (400), or drop it and name it in the
+    # x-switchyard-dropped-params header and the access log. Its fallbacks' requests too.
+    unsupported_params: Literal["reject", "drop"] = "reject"
     saturation: SaturationConfig = Field(default_factory=SaturationConfig)
     session_affinity: SessionAffinityConfig = Field(default_factory=SessionAffinityConfig)
     prefix_index_blocks: int = Field(65536, ge=1)  # per backend: the approximate prefix index's bound
@@ -249,6 +309,20 @@ class GatewayConfig(_Strict):
     access_log: bool = True
     log_level: str = "info"
 
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        if v.lower() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _servable(self) -> GatewayConfig:
+        problem = open_auth_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
     @model_validator(mode="after")
     def _cross_refs(self) -> GatewayConfig:
         names: dict[str, str] = {}
@@ -266,6 +340,23 @@ class GatewayConfig(_Strict):
             if self.tenants and key.tenant not in self.tenants:
                 raise ValueError(f"auth.api_keys: tenant {key.tenant!r} is not in tenants")
         return self
+
+
+def open_auth_problem(config: GatewayConfig) -> str | None:
+    """Auth may be off only when the config says so, or on a loopback address."""
+    if config.auth.mode != "none" or "mode" in config.auth.model_fields_set:
+        return None
+    host = config.listen.host
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return None
+    return (
+        f"listen.host is {host!r} but auth is not configured: set auth.mode "
+        "(keys, jwt, keys+jwt), or `auth: {mode: none}` to serve without auth on purpose."
+    )
 
 
 class ConfigError(Exception):
@@ -308,6 +399,21 @@ def load_config(path: str | os.PathLike[str] | None, env: dict[str, str] | None 
             raise ConfigError(f"{p} is not valid YAML: {exc}") from None
     data = apply_env_overrides(data if isinstance(data, dict) else data, env)
     return parse_config(data, str(path) if path else "config")
+
+
+def with_listen(config: GatewayConfig, host: str | None, port: int | None) -> GatewayConfig:
+    """`config` listening where the command line says (None: as configured), validated
+    again: moving a no-auth config off loopback must fail here, not at start."""
+    if not host and port is None:
+        return config
+    data = config.model_dump(exclude_unset=True)
+    listen = dict(data.get("listen") or {})
+    if host:
+        listen["host"] = host
+    if port is not None:
+        listen["port"] = port
+    data["listen"] = listen
+    return parse_config(data, "the command line")
 
 
 def apply_env_overrides(data: Any, env: dict[str, str]) -> Any:

@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from adapters.base import ErrorEvent, Event, GenerationRequest, TextDelta, ToolCallDelta, Usage
+from adapters.base import SAMPLING_PARAMETERS, ErrorEvent, Event, GenerationRequest, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
-from gateway.dispatch import Dispatcher
+from gateway.dispatch import Dispatched, Dispatcher
 from gateway.encoder import ResponseBuilder, StreamEncoder
 from gateway.phases import CancelPhase
 from gateway.protection import Ticket
@@ -31,6 +31,7 @@ from gateway.responses import error_response
 
 CONTENT_EVENTS = (TextDelta, ToolCallDelta)
 WATCH_AFTER_S = 0.02
+DROPPED_PARAMS_HEADER = "x-switchyard-dropped-params"
 
 
 class Generation:
@@ -65,12 +66,32 @@ class Generation:
         self.status = 200
         self.error: str | None = None
         self._last_content: float | None = None
+        self._backoff_since: float | None = None
+        self.dropped_params: tuple[str, ...] = ()
+
+    def _extra_headers(self) -> dict[str, str]:
+        headers = {k: str(v) for k, v in self.ticket.headers.items()}
+        if self.dropped_params:
+            headers[DROPPED_PARAMS_HEADER] = ",".join(self.dropped_params)
+        return headers
 
     def _headers(self, content_type: bytes) -> list[tuple[bytes, bytes]]:
         headers = [(b"content-type", content_type), (b"x-request-id", self.ctx.request_id.encode())]
-        for k, v in self.ticket.headers.items():
-            headers.append((k.encode(), str(v).encode()))
+        for k, v in self._extra_headers().items():
+            headers.append((k.encode(), v.encode()))
         return headers
+
+    def _dropped(self, backends: str) -> tuple[str, ...]:
+        """The parameters the serving backends' runtimes dropped, as the model's
+        `unsupported_params: drop` told them (the same table they dropped them by)."""
+        if self.first.unsupported_params != "drop":
+            return ()
+        names: set[str] = set()
+        for name in backends.split(","):
+            backend = self.dispatcher.backends.backends.get(name)
+            if backend is not None:
+                names.update(backend.adapter.parameters.unsupported(self.first.sampling))
+        return tuple(p for p in SAMPLING_PARAMETERS if p in names)
 
     async def __call__(self, scope, receive, send) -> None:
         task = asyncio.current_task()
@@ -115,7 +136,8 @@ class Generation:
             usage = self.usage or self._estimated_usage()
             release = self.ticket.release(usage, cancelled_phase)
             await (release if clean else asyncio.shield(release))
-            self.recorder.finish(self.ctx, Outcome(self.status, usage, self.backend, self.error, cancelled_phase))
+            outcome = Outcome(self.status, usage, self.backend, self.error, cancelled_phase, self.dropped_params)
+            self.recorder.finish(self.ctx, outcome)
 
     def _estimated_usage(self) -> Usage | None:
         """When the runtime gave no usage (cut stream, cancelled): what we saw."""
@@ -126,13 +148,35 @@ class Generation:
 
     def _on_backoff(self, waiting: bool) -> None:
         self.phase = CancelPhase.RETRY_BACKOFF if waiting else self.waiting_phase
+        if waiting:
+            self._backoff_since = time.perf_counter()
+        else:
+            self._end_backoff()
+
+    def _end_backoff(self) -> None:
+        if self._backoff_since is not None:
+            self.ctx.backoff_wait += time.perf_counter() - self._backoff_since
+            self._backoff_since = None
+
+    async def _open(self) -> Dispatched:
+        """The dispatcher's start, timed: it awaits each tried backend's first event
+        (upstream time, like every later event) and any retry backoff (neither is
+        the gateway's own cost)."""
+        started = time.perf_counter()
+        backoff_before = self.ctx.backoff_wait
+        try:
+            return await self.dispatcher.open(self.model, self.requests, self._on_backoff)
+        finally:
+            self._end_backoff()  # a backoff the client left in still counts as one
+            backoff = self.ctx.backoff_wait - backoff_before
+            self.ctx.upstream_wait += time.perf_counter() - started - backoff
 
     async def _send_error(self, send, err: GatewayError) -> None:
         self.status = err.status
         self.error = err.message
         resp = error_response(err, self.ctx.request_id)
-        for k, v in self.ticket.headers.items():
-            resp.headers[k] = str(v)
+        for k, v in self._extra_headers().items():
+            resp.headers[k] = v
         await send({"type": "http.response.start", "status": resp.status_code, "headers": resp.raw_headers})
         await send({"type": "http.response.body", "body": resp.body})
 
@@ -163,11 +207,12 @@ class Generation:
         gauge.inc()
         try:
             try:
-                dispatched = await self.dispatcher.open(self.model, self.requests, self._on_backoff)
+                dispatched = await self._open()
             except GatewayError as err:
                 await self._send_error(send, err)
                 return
             self.backend = dispatched.backend
+            self.dropped_params = self._dropped(dispatched.backend)
             try:
                 if self.first.stream:
                     await self._stream(dispatched.events, send)

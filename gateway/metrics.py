@@ -56,7 +56,8 @@ class GatewayMetrics:
         self.inflight = Gauge("switchyard_inflight_requests", "Requests being served now.", ["model"], registry=r)
         self.overhead = Histogram(
             "switchyard_gateway_overhead_seconds",
-            "Time spent in the gateway itself per request, upstream waits excluded.",
+            "Time the gateway itself spent on a request: arrival to end, less the admission-queue wait, "
+            "the retry backoff and every wait for the backend (its first event included).",
             ["model"],
             buckets=OVERHEAD_BUCKETS,
             registry=r,

@@ -15,7 +15,6 @@ Redis outages) is gateway/quota_leases.py.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from adapters.base import GenerationRequest, Usage
 from adapters.errors import GatewayError
-from gateway.config import ConfigError, GatewayConfig, TenantConfig
+from gateway.config import ConfigError, GatewayConfig, TenantConfig, open_auth_problem
 from gateway.phases import CancelPhase
 from gateway.protection_metrics import ProtectionMetrics, StateCollector
 from gateway.quota_leases import QuotaLeases
@@ -245,16 +244,7 @@ def _release_leaked(protection: Protection, slot: Slot, reservation: Reservation
 
 
 def _refuse_open_auth_on_public_address(config: GatewayConfig) -> None:
-    """Auth may be off only when the config says so, or on a loopback address."""
-    if config.auth.mode != "none" or "mode" in config.auth.model_fields_set:
-        return
-    host = config.listen.host
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise ConfigError(
-            f"listen.host is {host!r} but auth is not configured: set auth.mode "
-            "(keys, jwt, keys+jwt), or `auth: {mode: none}` to serve without auth on purpose."
-        )
+    """The config's own rule (gateway/config.py), again for a config changed since it was validated."""
+    problem = open_auth_problem(config)
+    if problem is not None:
+        raise ConfigError(problem)

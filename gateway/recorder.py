@@ -23,8 +23,10 @@ class RequestContext:
     model: str | None = None
     tenant: str | None = None
     stream: bool = False
-    queue_wait: float = 0.0
-    upstream_wait: float = 0.0
+    # Time the gateway spent waiting, not working: none of it is gateway overhead.
+    queue_wait: float = 0.0  # in the admission queue
+    upstream_wait: float = 0.0  # for the backend's events, the first one included
+    backoff_wait: float = 0.0  # between retry rounds
     ttft: float | None = None
 
 
@@ -37,6 +39,7 @@ class Outcome:
     backend: str | None = None
     error: str | None = None
     cancelled_phase: CancelPhase | None = None
+    dropped_params: tuple[str, ...] = ()  # parameters the backend's runtime could not apply, dropped
 
 
 class RequestRecorder:
@@ -73,7 +76,8 @@ class RequestRecorder:
         if known_model:
             m.child(m.e2e, mlabel).observe(elapsed)
             if ctx.upstream_wait or backend:
-                m.child(m.overhead, mlabel).observe(max(0.0, elapsed - ctx.upstream_wait - ctx.queue_wait))
+                waited = ctx.upstream_wait + ctx.queue_wait + ctx.backoff_wait
+                m.child(m.overhead, mlabel).observe(max(0.0, elapsed - waited))
             if usage is not None:
                 m.child(m.prompt_tokens, mlabel).inc(usage.prompt_tokens)
                 m.child(m.completion_tokens, mlabel).inc(usage.completion_tokens)
@@ -100,4 +104,6 @@ class RequestRecorder:
             record["error"] = outcome.error
         if phase is not None:
             record["cancelled_phase"] = phase.value
+        if outcome.dropped_params:
+            record["dropped_params"] = list(outcome.dropped_params)
         log_access(self.access_log, record)

@@ -24,6 +24,7 @@ from adapters.base import (
     Usage,
 )
 from adapters.errors import GatewayError
+from adapters.runtime_errors import mid_stream_failure
 
 
 def new_tool_call_id() -> str:
@@ -84,8 +85,10 @@ class StreamGuard:
         if isinstance(event, Usage):
             self.usage = event  # held: it goes last, and only after a clean end
             return None
-        self.ended = True  # an ErrorEvent: nothing may follow it
-        return event
+        # An ErrorEvent: nothing may follow it. Every event here comes after the
+        # first one (the dispatcher answers an earlier failure), so it is the backend's.
+        self.ended = True
+        return ErrorEvent(mid_stream_failure(event.error, self.backend))
 
     def _tool_piece(self, piece: ToolCallDelta) -> ToolCallDelta | None:
         index = piece.index
@@ -162,7 +165,7 @@ async def guarded(events: AsyncIterator[Event], guard: StreamGuard, first: Event
                 if guard.ended:
                     return
     except GatewayError as exc:
-        yield ErrorEvent(exc)
+        yield ErrorEvent(mid_stream_failure(exc, guard.backend))
         return
     finally:
         await events.aclose()  # type: ignore[attr-defined]

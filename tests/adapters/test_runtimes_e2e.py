@@ -8,13 +8,17 @@ simulators/faults.py), which the gateway forwards verbatim.
 
 from __future__ import annotations
 
+import importlib
 import json
 import time
 
 import openai
 import pytest
 
+from adapters.base import SAMPLING_PARAMETERS
+from gateway.backends import ADAPTER_CLASSES
 from simulators.testing import start_simulator
+from tests.adapters.wire_samples import PARAMETER_VALUES, parameter_on_the_wire
 from tests.procs import start_gateway
 
 TOOLS = [
@@ -65,21 +69,15 @@ def stack(request, module_tmp):
     sim = start_simulator(
         adapter, wait=False, model_name="tiny", output_tokens=6, itl_ms=1, max_model_len=1024, **flags
     )
-    config = {
-        "models": {
-            "m": {
-                "backends": [
-                    {
-                        "name": f"{request.param}-1",
-                        "adapter": adapter,
-                        "url": sim.url,
-                        "served_model": "tiny",
-                        "options": options,
-                    }
-                ]
-            }
-        }
+    backend = {
+        "name": f"{request.param}-1",
+        "adapter": adapter,
+        "url": sim.url,
+        "served_model": "tiny",
+        "options": options,
     }
+    # m-drop: the same backend, dropping the parameters its runtime rejects
+    config = {"models": {"m": {"backends": [backend]}, "m-drop": {"backends": [backend], "unsupported_params": "drop"}}}
     try:
         gateway = start_gateway(module_tmp, config)
         sim.wait_ready()
@@ -176,9 +174,12 @@ def test_context_length_exceeded(stack):
 
 def test_in_stream_error_becomes_an_error_event(stack):
     stream = stack.client.chat.completions.create(model="m", messages=ask("go [[sim:error_after=2]]"), stream=True)
-    with pytest.raises(openai.APIError):
+    with pytest.raises(openai.APIError) as info:
         for _ in stream:
             pass
+    # after the first event a failure is the backend's, whatever the runtime called it
+    # (SGLang says 400 BadRequestError, TRT-LLM cuts the connection, TGI says 422)
+    assert (info.value.type, info.value.code) == ("server_error", "upstream_error"), info.value.body
 
 
 def test_cut_connection_becomes_an_error_event(stack):
@@ -277,3 +278,38 @@ def test_overload_is_a_retryable_status(stack):
             assert stack.kind != "trtllm"
         else:
             assert stack.kind == "trtllm"
+
+
+def test_parameter_table_through_the_gateway(stack):
+    """docs/adapters.md "Request parameters per runtime", through a gateway: what the
+    runtime passes reaches the simulator as written; what it rejects is a 400 naming
+    the backend, or dropped, named in x-switchyard-dropped-params and the access log."""
+    module, name = ADAPTER_CLASSES[STACKS[stack.kind][0]]
+    table = getattr(importlib.import_module(module), name).parameters
+    by_support = {kind: [p for p in SAMPLING_PARAMETERS if table.support(p) == kind] for kind in ("pass", "reject")}
+    body = {p: parameter_on_the_wire(p) for p in by_support["pass"]}
+    if "logprobs" in body:
+        body["top_logprobs"] = 2
+    rejected = {p: parameter_on_the_wire(p) for p in by_support["reject"]}
+    assert set(PARAMETER_VALUES) == set(SAMPLING_PARAMETERS)
+
+    stack.client.chat.completions.create(model="m", messages=ask("hello"), extra_body=body)
+    sent = stack.sim.stats()["last_requests"][-1]["body"]
+    assert {p: sent.get(p) for p in by_support["pass"]} == {p: body[p] for p in by_support["pass"]}
+
+    if rejected:
+        with pytest.raises(openai.BadRequestError) as info:
+            stack.client.chat.completions.create(model="m", messages=ask("hello"), extra_body={**body, **rejected})
+        assert info.value.code == "unsupported_by_backend" and info.value.param == by_support["reject"][0]
+        assert f"{stack.kind}-1" in info.value.message
+
+    raw = stack.client.chat.completions.with_raw_response.create(
+        model="m-drop", messages=ask("hello"), extra_body={**body, **rejected}
+    )
+    raw.parse()
+    assert raw.headers.get("x-switchyard-dropped-params") == (",".join(rejected) or None)
+    sent = stack.sim.stats()["last_requests"][-1]["body"]
+    assert not set(rejected) & set(sent) and sent.get("max_tokens") == PARAMETER_VALUES["max_tokens"]
+    if rejected:
+        logged = [line for line in stack.gateway.log().splitlines() if '"dropped_params"' in line]
+        assert logged and json.loads(logged[-1])["dropped_params"] == list(rejected)

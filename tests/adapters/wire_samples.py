@@ -38,9 +38,12 @@ async def delivered(adapter: Adapter, request: GenerationRequest) -> list[Event]
         raise first.error
 
     async def replay():
-        yield first
-        async for event in events:
-            yield event
+        try:
+            yield first
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]  # as the dispatcher does: abort upstream
 
     guard = StreamGuard.for_requests([request], adapter.name)
     return [event async for event in guarded(replay(), guard)]
@@ -49,3 +52,30 @@ async def delivered(adapter: Adapter, request: GenerationRequest) -> list[Event]
 def chat(stream: bool = True, **kw: Any) -> GenerationRequest:
     kw.setdefault("messages", [{"role": "user", "content": "hi"}])
     return GenerationRequest(request_id=kw.pop("request_id", "req-1"), model="m", stream=stream, **kw)
+
+
+# A value that asks something of each sampling parameter (adapters/base.py
+# SAMPLING_PARAMETERS), for the parameter table's tests.
+PARAMETER_VALUES: dict[str, Any] = {
+    "temperature": 0.5,
+    "top_p": 0.9,
+    "top_k": 40,
+    "min_p": 0.1,
+    "presence_penalty": 0.5,
+    "frequency_penalty": 0.3,
+    "repetition_penalty": 1.2,
+    "logit_bias": {5: 1.0},
+    "seed": 7,
+    "n": 2,
+    "stop": ["\n"],
+    "stop_token_ids": [2],
+    "max_tokens": 9,
+    "min_tokens": 3,
+    "ignore_eos": True,
+    "logprobs": True,
+}
+
+
+def parameter_on_the_wire(name: str) -> Any:
+    """`PARAMETER_VALUES[name]` as an OpenAI request body carries it (JSON object keys are strings)."""
+    return {"logit_bias": {"5": 1.0}}.get(name, PARAMETER_VALUES[name])

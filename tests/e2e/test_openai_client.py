@@ -229,3 +229,27 @@ def test_error_as_first_stream_event_gets_its_own_status(gateway):
         json={"model": "m", "messages": MSG, "stream": True, "sim": {"fail_after": 0}},
     )
     assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_error"
+
+
+def overhead_seconds(gateway) -> tuple[float, float]:
+    """`switchyard_gateway_overhead_seconds` of model m: (sum, count)."""
+    values = {"sum": 0.0, "count": 0.0}  # before the model's first request
+    for line in httpx.get(gateway.url + "/metrics").text.splitlines():
+        for part in ("sum", "count"):
+            if line.startswith(f'switchyard_gateway_overhead_seconds_{part}{{model="m"}} '):
+                values[part] = float(line.split()[-1])
+    return values["sum"], values["count"]
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+def test_gateway_overhead_leaves_out_a_slow_upstream(gateway, client, stream):
+    delay_s = 0.3
+    before_sum, before_count = overhead_seconds(gateway)
+    r = client.chat.completions.create(
+        model="m", messages=MSG, max_tokens=3, stream=stream, extra_body={"sim": {"ttft_ms": delay_s * 1000}}
+    )
+    if stream:
+        list(r)
+    after_sum, after_count = overhead_seconds(gateway)
+    assert after_count == before_count + 1
+    assert after_sum - before_sum < delay_s / 3, after_sum - before_sum

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from adapters.base import Adapter, Capabilities, Event, GenerationRequest, Health
@@ -14,13 +15,21 @@ from gateway.config import parse_config
 
 HANG = "hang"  # in a script: wait until cancelled
 
+
+@dataclass(frozen=True)
+class Pause:
+    """In a script: the upstream takes this long before its next item."""
+
+    seconds: float
+
+
 Script = Callable[[GenerationRequest], list[Any]]
 
 
 class ScriptedAdapter(Adapter):
     """Each `generate` call plays the script for its request: events are yielded, a
-    `GatewayError` is raised where it stands, `HANG` waits until the stream is
-    closed or cancelled. Records what it was asked and how many streams ended."""
+    `GatewayError` is raised where it stands, a `Pause` sleeps, `HANG` waits until
+    the stream is closed or cancelled. Records what it was asked and how many streams ended."""
 
     def __init__(self, name: str, script: Script, *, n: bool = True) -> None:
         super().__init__(name)
@@ -37,6 +46,9 @@ class ScriptedAdapter(Adapter):
             for item in self.script(request):
                 if isinstance(item, GatewayError):
                     raise item
+                if isinstance(item, Pause):
+                    await asyncio.sleep(item.seconds)
+                    continue
                 if item == HANG:
                     await asyncio.sleep(3600)
                 yield item
@@ -56,7 +68,7 @@ def backend_set(models: dict[str, dict[str, Any]], adapters: dict[str, ScriptedA
     config = {
         name: {
             **cfg,
-            "backends": [{"name": b, "adapter": "openai", "url": "http://127.0.0.1:9"} for b in cfg["backends"]],
+            "backends": [{"name": b, "adapter": "openai", "url": "http://127.0.0.1:9/v1"} for b in cfg["backends"]],
         }
         for name, cfg in models.items()
     }

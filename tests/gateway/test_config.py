@@ -152,7 +152,7 @@ def test_backend_without_url_and_bad_fallback():
         parse_config(
             {
                 "models": {
-                    "m": {"fallback": ["nope"], "backends": [{"name": "a", "adapter": "openai", "url": "http://x"}]}
+                    "m": {"fallback": ["nope"], "backends": [{"name": "a", "adapter": "openai", "url": "http://x/v1"}]}
                 }
             }
         )
@@ -167,7 +167,7 @@ def test_bad_key_digest_and_jwt_without_keys():
 
 def test_env_overrides(tmp_path):
     p = tmp_path / "c.yaml"
-    p.write_text("listen: {port: 1}\n")
+    p.write_text("listen: {port: 1}\nauth: {mode: none}\n")  # a public address needs auth said
     cfg = load_config(
         p, env={"SWITCHYARD_PORT": "9999", "SWITCHYARD_HOST": "0.0.0.0", "SWITCHYARD_REDIS_URL": "redis://r:1/0"}
     )

@@ -24,7 +24,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.phases import CancelPhase
 from gateway.protection import Protection
 from gateway.recorder import RequestContext, RequestRecorder
-from tests.gateway.scripted import HANG, ScriptedAdapter, always, backend_set
+from tests.gateway.scripted import HANG, Pause, ScriptedAdapter, always, backend_set
 
 
 def chat(stream: bool = True, **kw: Any) -> GenerationRequest:
@@ -228,3 +228,43 @@ def test_phase_names_are_the_metric_labels(phase):
         "mid_stream",
         "non_streaming",
     }
+
+
+# ---- the gateway's own cost -----------------------------------------------------------------
+
+UPSTREAM_DELAY_S = 0.3
+
+
+def overhead_and_duration(run: Run) -> tuple[float, float]:
+    """The one request's `switchyard_gateway_overhead_seconds` and end-to-end duration."""
+    assert run.metric("switchyard_gateway_overhead_seconds_count", model="m") == 1
+    return (
+        run.metric("switchyard_gateway_overhead_seconds_sum", model="m"),
+        run.metric("switchyard_request_duration_seconds_sum", model="m"),
+    )
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
+async def test_overhead_leaves_out_the_upstream_wait_before_and_between_events(stream):
+    slow = Pause(UPSTREAM_DELAY_S)
+    adapter = ScriptedAdapter("b1", always(slow, TextDelta(0, "Hi"), slow, Finish(0, "stop"), Usage(5, 1)))
+    run = await generate(adapter, chat(stream=stream))
+    overhead, duration = overhead_and_duration(run)
+    assert run.status == 200 and duration >= 2 * UPSTREAM_DELAY_S
+    assert overhead < UPSTREAM_DELAY_S / 3, overhead
+
+
+async def test_overhead_leaves_out_the_retry_backoff():
+    calls = []
+
+    def down_once(request: GenerationRequest) -> list:
+        calls.append(request)
+        if len(calls) == 1:
+            return [GatewayError(503, "down", retryable=True)]
+        return [TextDelta(0, "Hi"), Finish(0, "stop"), Usage(5, 1)]
+
+    model = {"backends": ["b1"], "max_retries": 1, "retry_backoff_s": UPSTREAM_DELAY_S}
+    run = await generate(ScriptedAdapter("b1", down_once), chat(), model=model)
+    overhead, duration = overhead_and_duration(run)
+    assert run.status == 200 and len(calls) == 2 and duration >= UPSTREAM_DELAY_S
+    assert overhead < UPSTREAM_DELAY_S / 3, overhead

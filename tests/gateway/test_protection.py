@@ -419,7 +419,7 @@ async def test_a_lease_held_in_the_queue_outlives_the_ttl():
 async def test_without_auth_and_tenants_protection_is_there_and_limits_nothing():
     # Protection is always present; with `auth.mode: none` and no tenants every
     # request is the anonymous tenant's, with no reservation and no limit.
-    p = await make({"models": {"m": {"backends": [{"name": "b", "adapter": "openai", "url": "http://x"}]}}})
+    p = await make({"models": {"m": {"backends": [{"name": "b", "adapter": "openai", "url": "http://x/v1"}]}}})
     who = await p.authenticate({})
     assert p.leases.scopes_for(who) == ()
     held = [await p.admit(who, "m", request(max_tokens=10_000, n=8), 100_000, never_gone) for _ in range(50)]
