@@ -88,7 +88,7 @@ class NativeAdapter(Adapter):
                 self.tokenizer, self.async_engine = await asyncio.to_thread(self._build)
             except Exception as exc:
                 raise upstream_failed(
-                    self.name, f"the native engine could not load {self.model_path}: {exc}", status=503
+                    self.name, "the model could not be loaded", status=503, internal=f"{self.model_path}: {exc}"
                 ) from exc
 
     def _build(self) -> tuple[TextTokenizer, Any]:
@@ -307,7 +307,7 @@ async def _engine_errors(stream: AsyncIterator[Any], backend: str) -> AsyncItera
     except GatewayError:
         raise
     except Exception as exc:
-        raise upstream_failed(backend, f"engine failure: {exc}", status=500) from exc
+        raise upstream_failed(backend, "the engine failed", status=500, internal=repr(exc)) from exc
 
 
 @dataclass

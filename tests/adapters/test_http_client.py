@@ -95,13 +95,13 @@ async def test_read_timeout_and_cut_response():
     handle.mode = "slow"
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    pool = ConnectionPool(f"http://127.0.0.1:{port}", read_timeout=0.2)
+    pool = ConnectionPool(f"http://127.0.0.1:{port}")
     t = time.monotonic()
-    with pytest.raises(ReadTimeout):
-        await pool.request("POST", "/", b"x", H)
-    assert time.monotonic() - t < 1.5
+    with pytest.raises(ReadTimeout) as info:
+        await pool.request("POST", "/", b"x", H, first_byte=0.2)
+    assert time.monotonic() - t < 1.5 and info.value.first_byte
     handle.mode = "cut"
-    r = await pool.request("POST", "/", b"x", H)
+    r = await pool.request("POST", "/", b"x", H, first_byte=0.2)
     with pytest.raises(ConnectionClosed):
         await r.read()
     r.close()
