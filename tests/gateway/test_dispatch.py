@@ -4,11 +4,14 @@ usage, and nothing left open when a start fails."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from adapters.base import ErrorEvent, Event, Finish, GenerationRequest, SamplingParams, TextDelta, Usage
 from adapters.errors import GatewayError
-from gateway.dispatch import Dispatcher, merge
+from gateway.dispatch import Dispatcher
+from gateway.merge import Merged, SubStream
 from tests.gateway.scripted import ScriptedAdapter, always, backend_set
 
 
@@ -37,6 +40,15 @@ def unavailable() -> GatewayError:
 
 def answer(text: str = "ok", usage: Usage | None = None) -> list:
     return [TextDelta(0, text), Finish(0, "stop"), usage or Usage(5, 1)]
+
+
+def merge(subs, prompt_counted_once: bool) -> Merged:
+    """`subs` (offset, events) merged, each read ahead from now on."""
+    sink: asyncio.Queue = asyncio.Queue()
+    streams = [SubStream(offset, events) for offset, events in subs]
+    for stream in streams:
+        stream.forward(sink)
+    return Merged(streams, sink, prompt_counted_once)
 
 
 async def drain(events) -> list[Event]:
