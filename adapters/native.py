@@ -112,7 +112,8 @@ class NativeAdapter(Adapter):
         try:
             await self.start()
         except GatewayError as exc:
-            return Health(ok=False, detail=exc.message)
+            # For the operator (readiness), unlike the tenant's message: what failed to load and why.
+            return Health(ok=False, detail=f"cannot load {self.model_path}: {exc.__cause__ or exc.message}")
         return Health(ok=True, detail=f"native engine serving {self.served_name}")
 
     async def load(self) -> LoadSnapshot:

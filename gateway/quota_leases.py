@@ -204,7 +204,7 @@ def _has_limits(*limits: int | None) -> bool:
 def _too_many(principal: Principal, exc: QuotaExceeded) -> GatewayError:
     who = f"tenant {principal.tenant}" if exc.scope == "t" else f"key {exc.scope.removeprefix('k:')}"
     headers = ratelimit_headers(exc.states)
-    if exc.limit == "concurrency" and exc.requested > exc.limit_value:
+    if exc.limit == "concurrency" and exc.requested > exc.limit_value > 0:
         return GatewayError(
             429,
             f"This request starts {exc.requested} generations at once (its prompts x n), more than the "
