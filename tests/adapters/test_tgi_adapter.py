@@ -1,4 +1,4 @@
-"""TGIAdapter against recorded TGI wire samples (RUNTIMES.md 4.3-4.11), for TGI
+"""TGIAdapter against recorded TGI wire samples (docs/runtimes.md §4.3-4.11), for TGI
 >= 3.2 and for the older shapes (object arguments, single-object stream delta)."""
 
 from __future__ import annotations
