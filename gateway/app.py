@@ -94,6 +94,7 @@ class Gateway:
             request_id=client_request_id(request.headers.get("x-request-id")) or upstream_id,
             started=time.perf_counter(),
             chat=chat,
+            upstream_id=upstream_id,
         )
         try:
             raw = await self._read_body(request)

@@ -12,6 +12,7 @@ attacker's own generations were aborted.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 
 import httpx
@@ -65,7 +66,7 @@ def fleet(module_tmp):
     upstream = start_upstream(module_tmp)
     models = {kind: [sim_backend(f"{kind}-a", kind, sim.url)] for kind, sim in sims.items()}
     models["openai"] = [sim_backend("openai-a", "openai", upstream.url)]
-    gateway = start_fleet_gateway(module_tmp, models)
+    gateway = start_fleet_gateway(module_tmp, models, access_log=True)
     yield gateway, sims, upstream
     gateway.stop()
     upstream.stop()
@@ -215,6 +216,13 @@ def test_the_response_header_keeps_a_plain_client_id_and_replaces_any_other(flee
         assert echoed == sent if kept else GATEWAY_ID.fullmatch(echoed)
         # The response id is the gateway's, never the client's.
         assert r.json()["id"].startswith("chatcmpl-") and "trace" not in r.json()["id"]
+    # The access log keeps both: the client's id, and the gateway's the runtime saw.
+    record = next(
+        json.loads(line)
+        for line in gateway.log().splitlines()
+        if line.startswith("{") and f'"request_id":"{SHARED_ID}"' in line
+    )
+    assert GATEWAY_ID.fullmatch(record["upstream_id"]) and record["tenant"] == "victim"
 
 
 # ---- the native engine ---------------------------------------------------------------------
