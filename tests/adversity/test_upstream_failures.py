@@ -23,7 +23,7 @@ from processes import free_port
 from simulators.testing import start_simulator
 from tests.adversity.fleet import auth, backend_inflight, sim_backend, sse_events, start_fleet_gateway
 
-FIRST_BYTE_S = 1.0
+FIRST_BYTE_S = 2.0
 IDLE_S = 0.5
 LIMITS = {"first_byte_timeout_s": FIRST_BYTE_S, "stream_idle_timeout_s": IDLE_S, "timeout_s": FIRST_BYTE_S}
 CHUNKS = (
@@ -120,8 +120,8 @@ def test_a_hung_upstream_is_a_504_within_the_first_byte_limit(fleet, stream):
         gw.url + "/v1/chat/completions", json=chat("hung", stream=stream), headers=auth("victim"), timeout=30
     )
     took = time.monotonic() - t
-    # Once, not once per retry round (nor the old 600 s, twice).
-    assert r.status_code == 504 and FIRST_BYTE_S * 0.9 < took < FIRST_BYTE_S * 1.8, took
+    # Once, not once per retry round (which would be 2 x FIRST_BYTE_S; it was 2 x 600 s).
+    assert r.status_code == 504 and FIRST_BYTE_S * 0.9 < took < FIRST_BYTE_S * 1.75, took
     err = r.json()["error"]
     assert err["code"] == "upstream_timeout" and f"{FIRST_BYTE_S:g} s" in err["message"]
     assert_discreet(err["message"], secrets)
