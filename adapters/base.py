@@ -55,6 +55,9 @@ class GenerationRequest:
     a list of token ids). `model` is the name the tenant sent; the adapter maps it
     to its backend's served model. `extra` carries request fields the gateway does
     not interpret, passed through to runtimes that understand them.
+    `request_id` is the gateway's own, unique and unguessable (never a client's
+    id): adapters name the upstream generation after it (SGLang's `rid`, vLLM's
+    request id, the engine's sequences), and may abort by it.
     """
 
     request_id: str

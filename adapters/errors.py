@@ -1,8 +1,20 @@
 """One error type for the whole request path: an OpenAI error code, an HTTP status
 and a message a user can act on. Adapters raise it, policies raise it, the gateway
-encodes it once (JSON envelope, or an SSE error event after the first byte)."""
+encodes it once (JSON envelope, or an SSE error event after the first byte).
+
+A tenant sees the message, so a message never names a backend, its URL or its
+host: what the gateway knows about its own topology (which backend, the address,
+the low-level cause) goes to the log, with the backend's name, where it is built
+(the `upstream_*` builders below)."""
 
 from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("switchyard.upstream")
+
+# What a tenant is told about the backend at fault: never its name or address.
+THE_BACKEND = "The backend serving this model"
 
 
 class GatewayError(Exception):
@@ -74,8 +86,34 @@ def model_not_found(model: str) -> GatewayError:
 
 
 def upstream_unavailable(backend: str, detail: str) -> GatewayError:
-    return GatewayError(503, f"Backend {backend} is unavailable: {detail}", code="backend_unavailable", retryable=True)
+    """No answer could be had from `backend` (refused, reset, closed); may fail over."""
+    log.warning("backend %s unavailable: %s", backend, detail)
+    return GatewayError(503, f"{THE_BACKEND} is unavailable.", code="backend_unavailable", retryable=True)
 
 
-def upstream_failed(backend: str, detail: str, status: int = 502) -> GatewayError:
-    return GatewayError(status, f"Backend {backend} failed: {detail}", code="upstream_error")
+def upstream_busy(backend: str, detail: str, waited_s: float) -> GatewayError:
+    """Every connection to `backend` stayed in use for the whole pool wait; may fail over."""
+    log.warning("backend %s busy: %s", backend, detail)
+    return GatewayError(
+        503,
+        f"{THE_BACKEND} has no free connection (waited {waited_s:g} s); retry later.",
+        code="backend_busy",
+        retryable=True,
+        retry_after=1.0,
+    )
+
+
+def upstream_timeout(backend: str, detail: str, waited_s: float, first_byte: bool) -> GatewayError:
+    """`backend` sent nothing for too long: before answering (may fail over to another
+    backend) or in the middle of its answer (ends the stream)."""
+    log.warning("backend %s timed out: %s", backend, detail)
+    what = "did not start answering" if first_byte else "stopped sending in the middle of its answer"
+    return GatewayError(
+        504, f"{THE_BACKEND} {what} within {waited_s:g} s.", code="upstream_timeout", retryable=first_byte
+    )
+
+
+def upstream_failed(backend: str, detail: str, status: int = 502, *, internal: str | None = None) -> GatewayError:
+    """`backend` failed; `detail` is told to the tenant, `internal` only logged."""
+    log.warning("backend %s failed: %s%s", backend, detail, f" ({internal})" if internal else "")
+    return GatewayError(status, f"{THE_BACKEND} failed: {detail}", code="upstream_error")

@@ -11,6 +11,11 @@ the cold paths (health, metrics, abort calls).
 
 Closing a response that has not been read to its end closes its connection,
 which is how the runtime learns that the client went away.
+
+Every wait is bounded, each by its own limit (docs/adapters.md, "Timeouts"):
+a free connection of the pool (`pool_wait`), the TCP connect (`connect_timeout`),
+the response's first byte (headers, and the first body bytes: the runtime's queue
+and prefill) and, after that, the silence between two body chunks.
 """
 
 from __future__ import annotations
@@ -33,8 +38,22 @@ class ConnectError(HTTPError):
     """No connection could be made (refused, unreachable, connect timeout)."""
 
 
+class PoolTimeout(HTTPError):
+    """Every connection of the pool stayed in use for longer than the pool wait."""
+
+    def __init__(self, message: str, waited_s: float) -> None:
+        super().__init__(message)
+        self.waited_s = waited_s
+
+
 class ReadTimeout(HTTPError):
-    """The server sent nothing for longer than the read timeout."""
+    """The server sent nothing for longer than allowed: before the first byte of
+    the response (`first_byte` True) or between two chunks of its body."""
+
+    def __init__(self, message: str, waited_s: float, first_byte: bool) -> None:
+        super().__init__(message)
+        self.waited_s = waited_s
+        self.first_byte = first_byte
 
 
 class ConnectionClosed(HTTPError):
@@ -111,11 +130,12 @@ class _Connection(asyncio.Protocol):
         if w is not None and not w.done():
             w.set_result(None)
 
-    async def wait(self, timeout: float | None) -> None:
-        """Wait until something new happened (bytes, completion, close, error)."""
+    async def wait(self, timeout: float | None, first_byte: bool) -> None:
+        """Wait until something new happened (bytes, completion, close, error), at
+        most `timeout` seconds (None: no limit); `first_byte` says which limit ran out."""
         loop = asyncio.get_running_loop()
         self.waiter = loop.create_future()
-        timer = loop.call_later(timeout, self._timeout) if timeout else None
+        timer = loop.call_later(max(timeout, 0.0), self._timeout, timeout, first_byte) if timeout is not None else None
         try:
             await self.waiter
         finally:
@@ -125,9 +145,12 @@ class _Connection(asyncio.Protocol):
         if self.error is not None and not self.chunks:
             raise self.error
 
-    def _timeout(self) -> None:
+    def _timeout(self, waited: float, first_byte: bool) -> None:
         if self.error is None:
-            self.error = ReadTimeout(f"no data from the server for {self.pool.read_timeout:g} s")
+            what = "before the first byte" if first_byte else "between two chunks"
+            self.error = ReadTimeout(
+                f"{self.pool.host}:{self.pool.port} sent nothing for {waited:g} s {what}", waited, first_byte
+            )
         self._wake()
 
     def take(self) -> bytes:
@@ -142,26 +165,42 @@ class _Connection(asyncio.Protocol):
 
 class Response:
     """One upstream response. Read it with `read()` or `iter_lines()`; then
-    `release()` (fully read: the connection is reused) or `close()`."""
+    `release()` (fully read: the connection is reused) or `close()`.
 
-    def __init__(self, conn: _Connection, pool: ConnectionPool) -> None:
+    Until its first body bytes arrive, a read waits until the request's first-byte
+    deadline; after them, at most the idle limit between two chunks."""
+
+    def __init__(self, conn: _Connection, pool: ConnectionPool, deadline: float | None, idle_s: float | None) -> None:
         self._conn = conn
         self._pool = pool
+        self._deadline = deadline  # loop time by which the first body bytes must arrive
+        self._idle_s = idle_s
+        self._got_body = False
         self.status = conn.status
         self.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in conn.headers}
         self._done = False
+
+    async def _wait(self) -> None:
+        if self._got_body or self._deadline is None:
+            await self._conn.wait(self._idle_s, first_byte=False)
+        else:
+            await self._conn.wait(self._deadline - asyncio.get_running_loop().time(), first_byte=True)
+
+    def _take(self) -> bytes:
+        self._got_body = True
+        return self._conn.take()
 
     async def read(self) -> bytes:
         conn = self._conn
         parts = []
         while True:
             if conn.chunks:
-                parts.append(conn.take())
+                parts.append(self._take())
             if conn.message_done:
                 break
             if conn.error is not None:
                 raise conn.error
-            await conn.wait(self._pool.read_timeout)
+            await self._wait()
         self._done = True
         return b"".join(parts)
 
@@ -169,14 +208,14 @@ class Response:
         conn = self._conn
         while True:
             if conn.chunks:
-                yield conn.take()
+                yield self._take()
                 continue
             if conn.message_done:
                 self._done = True
                 return
             if conn.error is not None:
                 raise conn.error
-            await conn.wait(self._pool.read_timeout)
+            await self._wait()
 
     async def iter_lines(self):
         """Body lines, each ending in its newline (the last may lack one)."""
@@ -205,10 +244,16 @@ class Response:
 
 
 class ConnectionPool:
-    """Keep-alive connections to one host:port, at most `limit` at a time."""
+    """Keep-alive connections to one host:port, at most `limit` at a time; a request
+    waits at most `pool_wait` seconds for one of them to be free (None: no limit)."""
 
     def __init__(
-        self, url: str, *, limit: int = 256, connect_timeout: float = 5.0, read_timeout: float | None = 600.0
+        self,
+        url: str,
+        *,
+        limit: int = 256,
+        pool_wait: float | None = 5.0,
+        connect_timeout: float = 5.0,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http":
@@ -217,13 +262,24 @@ class ConnectionPool:
         self.port = parts.port or 80
         self.host_header = parts.netloc.encode()
         self.limit = limit
+        self.pool_wait = pool_wait
         self.connect_timeout = connect_timeout
-        self.read_timeout = read_timeout
         self._idle: list[_Connection] = []
         self._slots: asyncio.Semaphore | None = None
 
-    async def request(self, method: str, path: str, body: bytes, headers: dict[str, str] | None = None) -> Response:
-        """Send a request and return once the response's headers arrived."""
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str] | None = None,
+        *,
+        first_byte: float | None = None,
+        idle: float | None = None,
+    ) -> Response:
+        """Send a request and return once the response's headers arrived. The headers
+        and the first body bytes must arrive within `first_byte` seconds of sending,
+        later body chunks at most `idle` seconds apart (None: no limit)."""
         head = [
             f"{method} {path} HTTP/1.1\r\nHost: ".encode(),
             self.host_header,
@@ -235,14 +291,16 @@ class ConnectionPool:
             head.append(f"{k}: {v}\r\n".encode("latin-1"))
         head.append(b"\r\n")
         payload = b"".join(head) + body
+        loop = asyncio.get_running_loop()
         for attempt in range(2):
             conn = await self._acquire()
             conn.transport.write(payload)
+            deadline = None if first_byte is None else loop.time() + first_byte
             try:
                 while not conn.headers_done:
                     if conn.error is not None:
                         raise conn.error
-                    await conn.wait(self.read_timeout)
+                    await conn.wait(None if deadline is None else deadline - loop.time(), first_byte=True)
             except ConnectionClosed:
                 self._discard(conn)
                 # A reused keep-alive connection the server had already closed:
@@ -253,7 +311,7 @@ class ConnectionPool:
             except BaseException:
                 self._discard(conn)
                 raise
-            return Response(conn, self)
+            return Response(conn, self, deadline, idle)
         raise ConnectionClosed("unreachable")  # the loop always returns or raises
 
     async def _acquire(self) -> _Connection:
@@ -261,7 +319,22 @@ class ConnectionPool:
         it is put back (idle connections hold none) or discarded."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.limit)
-        await self._slots.acquire()
+        if self._slots.locked() and self.pool_wait is not None:
+            # Every connection is in use: wait for one, but not for ever (a wedged
+            # backend must become an error, not a request that never answers).
+            # asyncio.timeout cancels this very task, so a slot granted at the last
+            # moment is given back by the semaphore rather than lost (wait_for's
+            # inner task can swallow it).
+            try:
+                async with asyncio.timeout(self.pool_wait):
+                    await self._slots.acquire()
+            except TimeoutError:
+                raise PoolTimeout(
+                    f"all {self.limit} connections to {self.host}:{self.port} stayed in use for {self.pool_wait:g} s",
+                    self.pool_wait,
+                ) from None
+        else:
+            await self._slots.acquire()
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed:

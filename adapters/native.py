@@ -98,7 +98,7 @@ class NativeAdapter(Adapter):
                 self.tokenizer, self.async_engine = await asyncio.to_thread(self._build)
             except Exception as exc:
                 raise upstream_failed(
-                    self.name, f"the native engine could not load {self.model_path}: {exc}", status=503
+                    self.name, "the model could not be loaded", status=503, internal=f"{self.model_path}: {exc}"
                 ) from exc
             if self._kv_sink is not None:
                 self.subscribe_kv_events(self._kv_sink)
@@ -124,7 +124,8 @@ class NativeAdapter(Adapter):
         try:
             await self.start()
         except GatewayError as exc:
-            return Health(ok=False, detail=exc.message)
+            # For the operator (readiness), unlike the tenant's message: what failed to load and why.
+            return Health(ok=False, detail=f"cannot load {self.model_path}: {exc.__cause__ or exc.message}")
         return Health(ok=True, detail=f"native engine serving {self.served_name}")
 
     async def load(self) -> LoadSnapshot:
@@ -356,7 +357,7 @@ async def _engine_errors(stream: AsyncIterator[Any], backend: str) -> AsyncItera
     except GatewayError:
         raise
     except Exception as exc:
-        raise upstream_failed(backend, f"engine failure: {exc}", status=500) from exc
+        raise upstream_failed(backend, "the engine failed", status=500, internal=repr(exc)) from exc
 
 
 @dataclass

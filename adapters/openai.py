@@ -10,6 +10,12 @@ is how OpenAI-compatible servers learn that the client went away.
 Error responses go through the one table of upstream statuses
 (adapters/runtime_errors.py), the same for this adapter and every runtime's.
 Runtime adapters subclass this and override the `_`-prefixed hooks.
+
+Each wait on the upstream has its own bound (docs/adapters.md, "Timeouts"): a free
+pool connection (`pool_wait_s`), the connect, a streamed answer's first byte
+(`first_byte_timeout_s`) and the silence between its chunks
+(`stream_idle_timeout_s`), a non-streamed answer as a whole (`timeout_s`). The
+request id sent upstream (`X-Request-Id`) is the gateway's own, never the client's.
 """
 
 from __future__ import annotations
@@ -32,8 +38,14 @@ from adapters.base import (
     GenerationRequest,
     Health,
 )
-from adapters.errors import GatewayError, upstream_unavailable
-from adapters.http_client import ConnectError, ConnectionClosed, ConnectionPool, HTTPError, ReadTimeout
+from adapters.errors import (
+    GatewayError,
+    upstream_busy,
+    upstream_failed,
+    upstream_timeout,
+    upstream_unavailable,
+)
+from adapters.http_client import ConnectionPool, HTTPError, PoolTimeout, ReadTimeout
 from adapters.runtime_errors import ParsedError, runtime_error
 
 
@@ -73,8 +85,11 @@ class OpenAIAdapter(Adapter):
         url: str,
         served_model: str | None = None,
         *,
-        timeout_s: float = 600.0,
+        timeout_s: float = 300.0,
         connect_timeout_s: float = 5.0,
+        first_byte_timeout_s: float = 60.0,
+        stream_idle_timeout_s: float = 30.0,
+        pool_wait_s: float = 5.0,
         max_connections: int = 256,
         options: dict | None = None,
     ) -> None:
@@ -82,14 +97,22 @@ class OpenAIAdapter(Adapter):
         self.base_url = url.rstrip("/")
         self.served_model = served_model
         self.options = options or {}
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=timeout_s)
+        self.timeout_s = timeout_s
+        self.first_byte_timeout_s = first_byte_timeout_s
+        self.stream_idle_timeout_s = stream_idle_timeout_s
+        self._connect_timeout_s = connect_timeout_s
+        self._pool_wait_s = pool_wait_s
+        # The cold paths (health, load, models, SGLang's abort) set their own totals.
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=pool_wait_s + connect_timeout_s, sock_connect=connect_timeout_s, sock_read=timeout_s
+        )
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         parts = urlsplit(self.base_url)
         self._url_path = parts.path.rstrip("/") + self.api_prefix
         self._pool = (
             ConnectionPool(
-                self.base_url, limit=max_connections, connect_timeout=connect_timeout_s, read_timeout=timeout_s
+                self.base_url, limit=max_connections, pool_wait=pool_wait_s, connect_timeout=connect_timeout_s
             )
             if parts.scheme == "http"
             else None
@@ -154,11 +177,22 @@ class OpenAIAdapter(Adapter):
 
     # ---- generation ----------------------------------------------------------
 
-    async def _post(self, path: str, body: bytes, headers: dict[str, str]):
-        """POST on the hot path: the fast client for http, aiohttp for https."""
+    async def _post(self, path: str, body: bytes, headers: dict[str, str], stream: bool):
+        """POST on the hot path: the fast client for http, aiohttp for https (whose
+        one read limit per request is the first-byte limit for a stream)."""
+        first_byte = self.first_byte_timeout_s if stream else self.timeout_s
+        idle = self.stream_idle_timeout_s if stream else self.timeout_s
         if self._pool is not None:
-            return await self._pool.request("POST", self._url_path + path, body, headers)
-        resp = await self.session.post(self._url(path), data=body, headers=headers)
+            return await self._pool.request(
+                "POST", self._url_path + path, body, headers, first_byte=first_byte, idle=idle
+            )
+        timeout = aiohttp.ClientTimeout(
+            total=None,
+            connect=self._pool_wait_s + self._connect_timeout_s,
+            sock_connect=self._connect_timeout_s,
+            sock_read=max(first_byte, idle),
+        )
+        resp = await self.session.post(self._url(path), data=body, headers=headers, timeout=timeout)
         return _AiohttpResponse(resp)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
@@ -170,11 +204,16 @@ class OpenAIAdapter(Adapter):
         completed = False
         try:
             try:
-                resp = await self._post(path, body, headers)
-            except (TimeoutError, ConnectError, aiohttp.ClientConnectionError, OSError) as exc:
+                resp = await self._post(path, body, headers, request.stream)
+            except PoolTimeout as exc:
+                raise upstream_busy(self.name, str(exc), exc.waited_s) from None
+            except ReadTimeout as exc:
+                raise upstream_timeout(self.name, str(exc), exc.waited_s, first_byte=True) from None
+            except TimeoutError as exc:  # aiohttp (https)
+                limit = self.first_byte_timeout_s if request.stream else self.timeout_s
+                raise upstream_timeout(self.name, str(exc) or "timeout", limit, first_byte=True) from None
+            except (HTTPError, aiohttp.ClientConnectionError, OSError) as exc:
                 raise upstream_unavailable(self.name, str(exc) or type(exc).__name__) from None
-            except (ConnectionClosed, ReadTimeout) as exc:
-                raise upstream_unavailable(self.name, str(exc)) from None
             if resp.status >= 400:
                 raise self._error(resp.status, await self._read(resp))
             quirks = self._event_filter(request)
@@ -186,9 +225,7 @@ class OpenAIAdapter(Adapter):
                 try:
                     payload = orjson.loads(raw)
                 except orjson.JSONDecodeError:
-                    raise GatewayError(
-                        502, f"Backend {self.name} sent a response that is not JSON", code="upstream_error"
-                    ) from None
+                    raise upstream_failed(self.name, "its answer was not JSON", internal=repr(raw[:200])) from None
                 if isinstance(payload, dict) and payload.get("error"):
                     raise self._error(502, raw)
                 events = self._decode_response(payload, chat)
@@ -209,9 +246,11 @@ class OpenAIAdapter(Adapter):
     async def _read(self, resp) -> bytes:
         try:
             return await resp.read()
+        except ReadTimeout as exc:
+            raise upstream_timeout(self.name, str(exc), exc.waited_s, exc.first_byte) from None
         except (TimeoutError, HTTPError, aiohttp.ClientError) as exc:
-            raise GatewayError(
-                502, f"Backend {self.name} cut the response: {exc or type(exc).__name__}", code="upstream_error"
+            raise upstream_failed(
+                self.name, "it cut its answer short", internal=str(exc) or type(exc).__name__
             ) from None
 
     async def _stream_events(self, resp, chat: bool, quirks: EventFilter | None) -> AsyncIterator[Event]:
@@ -227,9 +266,7 @@ class OpenAIAdapter(Adapter):
                     payload = orjson.loads(data)
                 except orjson.JSONDecodeError:
                     yield ErrorEvent(
-                        GatewayError(
-                            502, f"Backend {self.name} sent a stream event that is not JSON", code="upstream_error"
-                        )
+                        upstream_failed(self.name, "it sent a stream event that is not JSON", internal=repr(data[:200]))
                     )
                     return
                 if not isinstance(payload, dict):
@@ -243,11 +280,16 @@ class OpenAIAdapter(Adapter):
                     else:
                         for out in quirks.feed(event):
                             yield out
-        except (TimeoutError, HTTPError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+        except ReadTimeout as exc:
+            yield ErrorEvent(upstream_timeout(self.name, str(exc), exc.waited_s, exc.first_byte))
+            return
+        except TimeoutError as exc:  # aiohttp (https)
+            limit = max(self.first_byte_timeout_s, self.stream_idle_timeout_s)
+            yield ErrorEvent(upstream_timeout(self.name, str(exc) or "timeout", limit, first_byte=False))
+            return
+        except (HTTPError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
             yield ErrorEvent(
-                GatewayError(
-                    502, f"Backend {self.name} cut the stream: {exc or type(exc).__name__}", code="upstream_error"
-                )
+                upstream_failed(self.name, "it cut the stream short", internal=str(exc) or type(exc).__name__)
             )
             return
         except GatewayError as exc:

@@ -11,6 +11,7 @@ gateway's stream guard (adapters/base.py, "The stream rules").
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,7 +27,9 @@ from adapters.base import (
     TopLogprob,
     Usage,
 )
-from adapters.errors import GatewayError
+from adapters.errors import THE_BACKEND, GatewayError
+
+log = logging.getLogger("switchyard.upstream")
 
 # The finish-reason words runtimes send, translated into the OpenAI enum; a word
 # not listed is a runtime's own way of saying it stopped. An abort or an engine
@@ -50,9 +53,8 @@ def normalize_finish(reason: Any, backend: str) -> str:
         raise ValueError("no finish reason")
     r = str(reason)
     if r in FAILED_FINISH:
-        raise GatewayError(
-            502, f"Backend {backend} ended the generation with finish_reason {r!r}", code="upstream_error"
-        )
+        log.warning("backend %s ended a generation with finish_reason %r", backend, r)
+        raise GatewayError(502, f"{THE_BACKEND} ended the generation with finish_reason {r!r}.", code="upstream_error")
     return FINISH_MAP.get(r, "stop")
 
 
@@ -60,6 +62,10 @@ def build_body(req: GenerationRequest, served_model: str | None, *, stream: bool
     """The OpenAI request body for `req` (extras passed through, unset fields omitted)."""
     s = req.sampling
     body: dict[str, Any] = dict(req.extra)
+    # Request ids are the gateway's: a client's `request_id` or `rid` would name its
+    # generation upstream, and another tenant's with the same id (vLLM, SGLang).
+    body.pop("request_id", None)
+    body.pop("rid", None)
     body["model"] = served_model or req.model
     if req.kind == "chat":
         body["messages"] = req.messages

@@ -34,7 +34,7 @@ class RuntimeAdapter(OpenAIAdapter):
 
     def _unsupported(self, feature: str, param: str | None = None) -> GatewayError:
         return invalid_request(
-            f"Backend {self.name} runs {self.runtime}, which does not support {feature}.",
+            f"The backend serving this model runs {self.runtime}, which does not support {feature}.",
             param=param,
             code="unsupported_by_backend",
         )

@@ -25,6 +25,7 @@ client's fault, whatever the runtime calls it (`mid_stream_failure`).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ from typing import Any
 import orjson
 
 from adapters.errors import GatewayError, context_length_exceeded
+
+log = logging.getLogger("switchyard.upstream")
 
 
 @dataclass(slots=True)
@@ -175,9 +178,11 @@ def _by_status(status: int, message: str, parsed: ParsedError, backend: str, run
     rule = upstream_status(status)
     if rule.fault is None:
         return GatewayError(rule.status, message, param=parsed.param, code=parsed.error_code)
+    # The tenant learns the runtime, never which backend (its name is in the log).
+    log.warning("backend %s (%s) answered %s: %s", backend, runtime, status, message)
     return GatewayError(
         rule.status,
-        f"Backend {backend} ({runtime}) {rule.fault}: {message}",
+        f"The {runtime} backend serving this model {rule.fault}: {message}",
         code=rule.code,
         retryable=rule.retryable,
     )

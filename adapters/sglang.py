@@ -15,7 +15,9 @@ What differs from OpenAI and is handled here:
 - cached tokens only with `--enable-cache-report` (option `cache_report: true`).
 - cancellation: closing the connection is noticed only by a 4 s poll (or 2 s
   after the response), so the gateway also calls `POST /abort_request` with the
-  request id, which it sends as SGLang's `rid`.
+  request id, which it sends as SGLang's `rid`. That id is the gateway's own,
+  random and unique (never the client's `x-request-id`): an abort by rid reaches
+  only the generation the gateway started.
 - `/health` runs a 1-token generation and answers after about 1 s (503 while
   warming up): the health check waits for it.
 - load from `GET /v1/loads` (JSON, no flag needed), else Prometheus `/metrics`.

@@ -56,7 +56,7 @@ from adapters.base import (
     TextDelta,
     ToolCallDelta,
 )
-from adapters.errors import GatewayError
+from adapters.errors import upstream_failed
 from adapters.openai import EventFilter
 from adapters.runtime_adapter import RuntimeAdapter
 from adapters.runtime_errors import ParsedError
@@ -366,10 +366,8 @@ class TGIQuirks(EventFilter):
             if decoded is None:
                 out.append(
                     ErrorEvent(
-                        GatewayError(
-                            502,
-                            f"Backend {self.backend} (TGI) sent a tool call the gateway could not read: {text[:200]!r}",
-                            code="upstream_error",
+                        upstream_failed(
+                            self.backend, f"TGI sent a tool call the gateway could not read: {text[:200]!r}"
                         )
                     )
                 )

@@ -14,6 +14,8 @@ What differs from OpenAI and is handled here:
 - tools need `--enable-auto-tool-choice --tool-call-parser` (option `tools: false`
   when the server runs without them, so the gateway answers 400 itself).
 - load from Prometheus `/metrics` (`vllm:*`).
+- request ids: vLLM aborts a disconnected request by its id, so the id is the
+  gateway's own (`request_id` in the body and `X-Request-Id`), never a client's.
 """
 
 from __future__ import annotations
@@ -80,6 +82,9 @@ class VLLMAdapter(RuntimeAdapter):
 
     def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
         body = super()._build_body(request, stream)
+        # vLLM names the generation after `request_id` (the X-Request-Id header wins
+        # with --enable-request-id-headers; both carry the gateway's own id).
+        body["request_id"] = request.request_id
         if not self.options.get("legacy_guided", False):  # a vLLM <= 0.10 still reads guided_*
             translate_guided(body)
         return body

@@ -8,9 +8,9 @@ admission -> dispatch -> encode, and each step is a function call.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
+import re
 import time
 
 from fastapi import FastAPI
@@ -22,7 +22,7 @@ from starlette.responses import Response
 from adapters.errors import GatewayError, model_not_found
 from gateway.backends import BackendSet
 from gateway.config import GatewayConfig
-from gateway.dispatch import Dispatcher
+from gateway.dispatch import Dispatcher, check_choices
 from gateway.generation import Generation
 from gateway.metrics import GatewayMetrics, access_logger
 from gateway.protection import Protection
@@ -32,14 +32,23 @@ from gateway.responses import error_response, json_response
 
 log = logging.getLogger("switchyard.gateway")
 
-# Request ids: a random per-process prefix and a counter. Unique across replicas
-# without a uuid4 per request (which shows in the request path's profile).
-_ID_PREFIX = os.urandom(6).hex()
-_id_counter = itertools.count()
+# A client's x-request-id is kept for the logs and the response header when it
+# is this shape; otherwise the gateway's own id stands in for it.
+_CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def new_request_id() -> str:
-    return f"{_ID_PREFIX}{next(_id_counter):010x}"
+    """The gateway's id for one request: 128 random bits (32 hex characters), so
+    it can be neither guessed nor repeated. It names the request's generations
+    upstream (SGLang's rid, vLLM's request id, the native engine's sequences), so
+    one tenant cannot reach another's generation by naming it (an abort by id)."""
+    return os.urandom(16).hex()
+
+
+def client_request_id(value: str | None) -> str | None:
+    """The client's x-request-id if it is 1-128 characters of [A-Za-z0-9._:-]; it
+    goes to the logs, the traces and the response header, never upstream."""
+    return value if value is not None and _CLIENT_ID.fullmatch(value) else None
 
 
 class Gateway:
@@ -47,7 +56,7 @@ class Gateway:
         self.config = config
         self.metrics = metrics or GatewayMetrics()
         self.backends = BackendSet(config, registry=self.metrics.registry)
-        self.dispatcher = Dispatcher(self.backends)
+        self.dispatcher = Dispatcher(self.backends, self._count_backend_failure)
         self.protection = Protection.from_config(config, self.metrics.registry)
         self.recorder = RequestRecorder(
             self.metrics, self.backends.pools, access_logger() if config.access_log else None
@@ -63,6 +72,10 @@ class Gateway:
         await self.backends.aclose()
         await self.protection.aclose()
 
+    def _count_backend_failure(self, backend: str, err: GatewayError) -> None:
+        m = self.metrics
+        m.child(m.backend_failures, backend, err.code or str(err.status)).inc()
+
     def _capacity(self, model: str) -> int | None:
         pool = self.backends.pools.get(model)
         return pool.capacity() if pool else None
@@ -76,14 +89,19 @@ class Gateway:
         return await self._generate(request, chat=False)
 
     async def _generate(self, request: Request, chat: bool) -> Response:
+        upstream_id = new_request_id()
         ctx = RequestContext(
-            request_id=request.headers.get("x-request-id") or new_request_id(), started=time.perf_counter(), chat=chat
+            request_id=client_request_id(request.headers.get("x-request-id")) or upstream_id,
+            started=time.perf_counter(),
+            chat=chat,
+            upstream_id=upstream_id,
         )
         try:
             raw = await self._read_body(request)
             body = parse_json_body(raw)
-            reqs = [parse_chat(body, ctx.request_id)] if chat else parse_completion(body, ctx.request_id)
+            reqs = [parse_chat(body, upstream_id)] if chat else parse_completion(body, upstream_id)
             ctx.model = reqs[0].model
+            check_choices(reqs, self.config.limits.max_choices_per_request)
             principal = await self.protection.authenticate(_headers(request))
             ctx.tenant = principal.tenant
             session_id = request.headers.get("x-session-id")

@@ -61,6 +61,9 @@ def build_adapter(cfg: BackendConfig, registry=None, shared: dict | None = None)
         cfg.served_model,
         timeout_s=cfg.timeout_s,
         connect_timeout_s=cfg.connect_timeout_s,
+        first_byte_timeout_s=cfg.first_byte_timeout_s,
+        stream_idle_timeout_s=cfg.stream_idle_timeout_s,
+        pool_wait_s=cfg.pool_wait_s,
         max_connections=cfg.max_connections,
         options=cfg.options,
     )

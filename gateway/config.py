@@ -159,9 +159,13 @@ class BackendConfig(_Strict):
     served_model: str | None = None
     model_path: str | None = None  # native engine: a HF directory or "builtin:tiny"
     weight: float = Field(1.0, gt=0)
-    max_inflight: int | None = Field(None, ge=1)
-    timeout_s: float = Field(600.0, gt=0)
+    max_inflight: int | None = Field(None, ge=1)  # generations (choices) open to it at once
+    # Upstream waits, each bounded on its own (docs/adapters.md, "Timeouts").
+    timeout_s: float = Field(300.0, gt=0)  # a non-streamed answer, start to end
     connect_timeout_s: float = Field(5.0, gt=0)
+    first_byte_timeout_s: float = Field(60.0, gt=0)  # a streamed answer's first byte (queue + prefill)
+    stream_idle_timeout_s: float = Field(30.0, gt=0)  # silence between two chunks of a streamed answer
+    pool_wait_s: float = Field(5.0, gt=0)  # for a free connection when all max_connections are in use
     max_connections: int = Field(256, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)  # adapter-specific knobs
     kv_events: KVEventsConfig | None = None
@@ -296,6 +300,8 @@ class ModelConfig(_Strict):
 
 class LimitsConfig(_Strict):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # Upstream generations one request may start: prompts x n (400 above it).
+    max_choices_per_request: int = Field(128, ge=1)
 
 
 class GatewayConfig(_Strict):
@@ -339,6 +345,18 @@ class GatewayConfig(_Strict):
         for key in self.auth.api_keys:
             if self.tenants and key.tenant not in self.tenants:
                 raise ValueError(f"auth.api_keys: tenant {key.tenant!r} is not in tenants")
+        return self
+
+    @model_validator(mode="after")
+    def _one_request_cannot_fill_a_pool(self) -> GatewayConfig:
+        cap = self.limits.max_choices_per_request
+        for model_name, model in self.models.items():
+            for b in model.backends:
+                if b.adapter != "native" and cap >= b.max_connections:
+                    raise ValueError(
+                        f"limits.max_choices_per_request ({cap}) must be below models.{model_name} backend "
+                        f"{b.name!r} max_connections ({b.max_connections}): one request could hold every connection"
+                    )
         return self
 
 

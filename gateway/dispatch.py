@@ -5,12 +5,20 @@
   can serve it).
 - Fails over, and falls back to the model's `fallback` models, only while
   nothing has reached the client: a backend counts as started once its first
-  event arrived (a stream that ends before any event never started: 502).
+  event arrived (a stream that ends before any event never started: 502). A
+  backend that timed out is not tried again in a later round (each try would
+  wait its whole limit again).
 - Emulates n > 1 for runtimes without it by fanning out n single requests, and
   merges the prompts of a batched legacy completion into one stream with dense
-  choice indices and one usage.
-- Holds each backend's in-flight count from the start until the request is closed
-  (`Dispatched.aclose`), whether its events were read or not.
+  choice indices and one usage. The sub-requests of one request (its prompts,
+  its fan-out) start together, and each is read ahead from the moment it started
+  (gateway/merge.py), so none holds an upstream connection waiting for another.
+- Holds each backend's in-flight count, one unit per generation (choice), from
+  the start until the request is closed (`Dispatched.aclose`), whether its events
+  were read or not.
+- Sends every attempt upstream under an id of the gateway's own: the request's
+  random id, suffixed per sub-request and per retry, so that one id names one
+  upstream generation (an abort by id reaches nothing else).
 - Hands back the stream under its `StreamGuard`, the one owner of the stream rules.
 """
 
@@ -19,13 +27,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from adapters.base import ErrorEvent, Event, GenerationRequest
 from adapters.errors import GatewayError, upstream_failed
 from gateway.backends import Backend, BackendSet, ModelPool
-from gateway.merge import Merged, merge
+from gateway.merge import Merged, Sink, SubStream
 from gateway.stream_guard import StreamGuard, guarded
 
 log = logging.getLogger("switchyard.dispatch")
@@ -33,12 +42,30 @@ log = logging.getLogger("switchyard.dispatch")
 
 # Told True when a retry round starts waiting out its backoff, False when it ends.
 BackoffListener = Callable[[bool], None]
+# Told the backend's name and the error of every attempt that failed before its first event.
+FailureListener = Callable[[str, GatewayError], None]
+
+
+def check_choices(requests: list[GenerationRequest], limit: int) -> None:
+    """400 when the prompts of one request, n choices each, would start more than
+    `limit` upstream generations (`limits.max_choices_per_request`)."""
+    total = sum(r.sampling.n for r in requests)
+    if total <= limit:
+        return
+    prompts = len(requests)
+    raise GatewayError(
+        400,
+        f"This request asks for {total} completions ({prompts} prompt(s), n={requests[0].sampling.n} each); "
+        f"this gateway allows at most {limit} per request.",
+        param="prompt" if prompts > limit else "n",
+        code="too_many_choices",
+    )
 
 
 @dataclass
 class Dispatched:
     """A request under way: who serves it, and its guarded events. `aclose` ends it
-    (closing the upstream work and freeing each backend's in-flight slot), whether
+    (closing the upstream work and freeing each backend's in-flight slots), whether
     or not its events were read."""
 
     backend: str  # the backend's name; several, comma-separated, when sub-requests went apart
@@ -50,9 +77,27 @@ class Dispatched:
         await self.holds.aclose()
 
 
+class Started(SubStream):
+    """A started sub-request: the adapter's iterator, its first event (already
+    read) and `units` in-flight slots of its backend (one per choice it makes),
+    held until `aclose`, which also closes the iterator (aborting the upstream
+    work), whether it was read or not."""
+
+    def __init__(self, backend: Backend, agen: AsyncIterator[Event], first: Event, offset: int, units: int) -> None:
+        super().__init__(offset, agen, first)
+        self.backend = backend
+        self.units = units
+
+    async def aclose(self) -> None:
+        if not self.closed:
+            self.backend.inflight -= self.units
+        await super().aclose()
+
+
 class Dispatcher:
-    def __init__(self, backends: BackendSet) -> None:
+    def __init__(self, backends: BackendSet, on_failure: FailureListener | None = None) -> None:
         self.backends = backends
+        self.on_failure = on_failure
 
     def pool(self, model: str) -> ModelPool | None:
         return self.backends.pools.get(model)
@@ -63,42 +108,44 @@ class Dispatcher:
         """Start every sub-request; returns the backend name(s) and the merged,
         guarded events. Raises GatewayError when nothing could start; the client
         has seen nothing then."""
-        offset = 0
-        plan = []
-        for req in requests:
-            plan.append((offset, req))
-            offset += req.sampling.n
-        starts: list[tuple[int, Started]] = []
-        try:
-            for off, req in plan:
-                for sub_off, started in await self._start(model, req, on_backoff):
-                    starts.append((off + sub_off, started))
-        except BaseException:
-            await asyncio.gather(*(s.aclose() for _, s in starts), return_exceptions=True)
-            raise
-        names = ",".join(sorted({s.backend.name for _, s in starts}))
-        guard = StreamGuard.for_requests(requests, names)
-        if len(starts) == 1 and starts[0][0] == 0:
-            # One stream: the guard reads the adapter's iterator itself (no layer between).
-            started = starts[0][1]
-            return Dispatched(names, guarded(started.agen, guard, started.first), started)
-        merged = merge(list(starts), prompt_counted_once=len(requests) == 1)
-        return Dispatched(names, guarded(merged, guard), merged)
-
-    async def _start(
-        self, model: str, req: GenerationRequest, on_backoff: BackoffListener | None
-    ) -> list[tuple[int, Started]]:
         pool = self.pool(model)
         if pool is None:
             raise GatewayError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
+        alone = len(requests) == 1
+        sink: Sink | None = None if alone and requests[0].sampling.n == 1 else asyncio.Queue()
+        starters = []
+        offset = 0
+        for req in requests:
+            starters.append(self._start(pool, req, offset, sink, alone, on_backoff))
+            offset += req.sampling.n
+        starts = await _together(starters)
+        names = ",".join(sorted({s.backend.name for s in starts}))
+        guard = StreamGuard.for_requests(requests, names)
+        if sink is None or (len(starts) == 1 and not starts[0].forwarding):
+            # One stream: the guard reads the adapter's iterator itself (no layer between).
+            (started,) = starts
+            return Dispatched(names, guarded(started.agen, guard, started.first), started)
+        merged = Merged(starts, sink, prompt_counted_once=alone)
+        return Dispatched(names, guarded(merged, guard), merged)
+
+    async def _start(
+        self,
+        pool: ModelPool,
+        req: GenerationRequest,
+        offset: int,
+        sink: Sink | None,
+        alone: bool,
+        on_backoff: BackoffListener | None,
+    ) -> list[Started]:
         pools = [pool] + [self.backends.pools[f] for f in pool.config.fallback if f in self.backends.pools]
         last_error: GatewayError | None = None
-        rounds = pool.config.max_retries + 1
-        for attempt in range(rounds):
-            if attempt:
+        timed_out: set[str] = set()
+        attempt = 0
+        for round_ in range(pool.config.max_retries + 1):
+            if round_:
                 if on_backoff:
                     on_backoff(True)
-                await asyncio.sleep(pool.config.retry_backoff_s * (2 ** (attempt - 1)))
+                await asyncio.sleep(pool.config.retry_backoff_s * (2 ** (round_ - 1)))
                 if on_backoff:
                     on_backoff(False)
             for p in pools:
@@ -106,86 +153,106 @@ class Dispatcher:
                 if not candidates and why_not and p is pool and len(pools) == 1:
                     raise why_not
                 for backend in candidates:
+                    if backend.name in timed_out:
+                        continue
+                    # A retry is another upstream generation: it gets an id of its own.
+                    attempt_req = dataclasses.replace(req, request_id=f"{req.request_id}.{attempt}") if attempt else req
+                    attempt += 1
                     try:
-                        return await self._start_on(backend, req)
+                        return await self._start_on(backend, attempt_req, offset, sink, alone)
                     except GatewayError as exc:
+                        if self.on_failure is not None:
+                            self.on_failure(backend.name, exc)
                         if not exc.retryable:
                             raise
-                        log.warning("backend %s failed before first byte: %s", backend.name, exc.message)
+                        if exc.code == "upstream_timeout":
+                            timed_out.add(backend.name)
+                        log.warning("backend %s failed before the first event: %s", backend.name, exc.message)
                         last_error = exc
                 if why_not and last_error is None:
                     last_error = why_not
         raise last_error or GatewayError(
-            503, f"No backend of model `{model}` could take the request.", code="no_backend_available"
+            503,
+            f"No backend of model `{pool.name}` could take the request.",
+            code="no_backend_available",
+            retry_after=1.0,
         )
 
     def _candidates(self, pool: ModelPool, req: GenerationRequest) -> tuple[list[Backend], GatewayError | None]:
         routed = pool.route(req)
         if routed.unsupported:
-            reasons = "; ".join(str(gap) for gap in routed.refused)
-            return [], GatewayError(400, f"This request cannot be served: {reasons}.", code="unsupported_by_runtime")
+            # What the runtimes lack, never which backends (their names stay in the config).
+            gaps = dict.fromkeys(f"{gap.adapter} does not support {gap.feature}" for gap in routed.refused)
+            return [], GatewayError(
+                400, f"This request cannot be served: {'; '.join(gaps)}.", code="unsupported_by_runtime"
+            )
         by_name = {b.name: b for b in pool.backends}
         return [by_name[v.name] for v in routed.candidates], None
 
-    async def _start_on(self, backend: Backend, req: GenerationRequest) -> list[tuple[int, Started]]:
+    async def _start_on(
+        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, alone: bool
+    ) -> list[Started]:
         n = req.sampling.n
         if n > 1 and not backend.adapter.capabilities.n:
-            # Fan out: n single requests; seeds stay reproducible and differ per choice.
+            # Fan out: n single requests, all at once; seeds stay reproducible and differ per choice.
             subs = []
             for i in range(n):
                 s = dataclasses.replace(
                     req.sampling, n=1, seed=None if req.sampling.seed is None else req.sampling.seed + i
                 )
-                subs.append(dataclasses.replace(req, sampling=s, request_id=f"{req.request_id}-{i}"))
-            started: list[tuple[int, Started]] = []
-            try:
-                for i, sub in enumerate(subs):
-                    started.append((i, await self._start_one(backend, sub)))
-            except BaseException:
-                await asyncio.gather(*(s.aclose() for _, s in started), return_exceptions=True)
-                raise
-            return started
-        return [(0, await self._start_one(backend, req))]
+                sub = dataclasses.replace(req, sampling=s, request_id=f"{req.request_id}-{i}")
+                subs.append(self._start_one(backend, sub, offset + i, sink))
+            return await _together(subs)
+        return await self._start_one(backend, req, offset, None if alone else sink)
 
-    async def _start_one(self, backend: Backend, req: GenerationRequest) -> Started:
-        backend.inflight += 1
+    async def _start_one(
+        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None
+    ) -> list[Started]:
+        units = req.sampling.n
+        backend.inflight += units
         agen = backend.adapter.generate(req)
         try:
             first = await agen.__anext__()
         except StopAsyncIteration:
-            first = ErrorEvent(upstream_failed(backend.name, "the stream ended before any event"))
+            first = ErrorEvent(upstream_failed(backend.name, "it ended its answer before sending anything"))
         except BaseException:
-            backend.inflight -= 1
+            backend.inflight -= units
             await agen.aclose()  # type: ignore[attr-defined]
             raise
         if isinstance(first, ErrorEvent):
             # Nothing reached the client yet: answer with the error's own status
             # (or fail over when it is retryable) instead of a 200 stream.
-            backend.inflight -= 1
+            backend.inflight -= units
             await agen.aclose()  # type: ignore[attr-defined]
             raise first.error
-        return Started(backend, agen, first)
+        started = Started(backend, agen, first, offset, units)
+        if sink is not None:
+            started.forward(sink)
+        return [started]
 
 
-class Started:
-    """A started sub-request: the adapter's iterator, its first event (already read)
-    and one in-flight slot of its backend, held until `aclose`, which also closes
-    the iterator (aborting the upstream work), whether it was read or not."""
+async def _together(starters: list[Coroutine[Any, Any, list[Started]]]) -> list[Started]:
+    """Run the starters at once; every sub-request they started, in their order.
+    When one fails, or this is cancelled (the client left), the others are
+    cancelled and whatever did start is closed before the error is raised."""
+    if len(starters) == 1:
+        return await starters[0]
+    tasks = [asyncio.ensure_future(s) for s in starters]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException:
+        await _unwind(tasks)
+        raise
+    failed = next((t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None), None)
+    if failed is None:
+        return [s for t in tasks for s in t.result()]
+    await _unwind(tasks)
+    raise failed.exception()  # type: ignore[misc]
 
-    def __init__(self, backend: Backend, agen: AsyncIterator[Event], first: Event) -> None:
-        self.backend = backend
-        self.agen = agen
-        self.first = first
-        self.closed = False
 
-    async def __aiter__(self) -> AsyncIterator[Event]:
-        yield self.first
-        async for event in self.agen:
-            yield event
-
-    async def aclose(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.backend.inflight -= 1
-        await self.agen.aclose()  # type: ignore[attr-defined]
+async def _unwind(tasks: list[asyncio.Future[list[Started]]]) -> None:
+    for t in tasks:
+        t.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    started = [s for r in results if isinstance(r, list) for s in r]
+    await asyncio.gather(*(s.aclose() for s in started), return_exceptions=True)

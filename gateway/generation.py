@@ -56,7 +56,9 @@ class Generation:
         self.n = sum(r.sampling.n for r in requests)
         self.created = int(time.time())
         prefix = "chatcmpl-" if ctx.chat else "cmpl-"
-        self.response_id = prefix + ctx.request_id.replace("-", "")[:32]
+        # From the gateway's own id (32 hex characters; a batch's prompts add "-i"),
+        # never the client's x-request-id, which another tenant may send too.
+        self.response_id = prefix + self.first.request_id.replace("-", "")[:32]
         # Where a client leaving would find the request: before the first event.
         self.waiting_phase = CancelPhase.UPSTREAM_HEADERS if self.first.stream else CancelPhase.NON_STREAMING
         self.phase = self.waiting_phase

@@ -1,28 +1,83 @@
 """Several event streams as one: the sub-requests of an n > 1 fan-out, or the
-prompts of a batched legacy completion, with dense choice indices and one usage."""
+prompts of a batched legacy completion, with dense choice indices and one usage.
+
+Each sub-stream is read ahead into the merge's queue from the moment it started
+(`SubStream.forward`), not only once every sibling has started and the client
+reads: a sub-request that finishes early gives its upstream connection back at
+once, so the sub-requests of one request never wait on each other for the
+backend's connections (one request with more sub-requests than the pool has
+connections, or two such requests at once, would otherwise wedge the pool).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterator
 
 from adapters.base import ErrorEvent, Event, Usage
 
 _END = object()
 
+# What the merge's queue holds: (the sub-stream, an event, an exception it raised, or _END).
+Sink = asyncio.Queue
+
+
+class SubStream:
+    """One sub-stream of a merged request: its events (with `first`, already read,
+    ahead of the rest) shifted by `offset` choices. `forward` starts reading it
+    into a merge's queue (`Sink`); `aclose` stops that and closes the iterator
+    (aborting the upstream work), whether it was read or not."""
+
+    def __init__(self, offset: int, agen: AsyncIterator[Event], first: Event | None = None) -> None:
+        self.offset = offset
+        self.agen = agen
+        self.first = first
+        self.closed = False
+        self._reader: asyncio.Task | None = None
+
+    def forward(self, sink: Sink) -> None:
+        self._reader = asyncio.create_task(self._read_into(sink))
+
+    @property
+    def forwarding(self) -> bool:
+        return self._reader is not None
+
+    async def _read_into(self, sink: Sink) -> None:
+        try:
+            if self.first is not None:
+                sink.put_nowait((self, self.first))
+            async for event in self.agen:
+                sink.put_nowait((self, event))
+        except Exception as exc:
+            sink.put_nowait((self, exc))
+        finally:
+            sink.put_nowait((self, _END))
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._reader is not None:
+            # Cancelling the reader inside the iterator runs the iterator's own
+            # cleanup; the aclose after it finds it closed.
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+        await self.agen.aclose()  # type: ignore[attr-defined]
+
 
 class Merged:
-    """Interleaves `subs` as their events arrive, shifting each one's choice indices
-    by its offset, and sums their usage into one `Usage` at the end: the prompt once
-    when every sub-stream read the same prompt (`prompt_counted_once`), summed when
-    they read different ones. A sub-stream's error event ends the stream; what a
-    sub-stream raised is raised here. `aclose` closes every sub-stream, started or not."""
+    """Interleaves `subs` (each forwarding into `sink`) as their events arrive,
+    shifting each one's choice indices by its offset, and sums their usage into
+    one `Usage` at the end: the prompt once when every sub-stream read the same
+    prompt (`prompt_counted_once`), summed when they read different ones. A
+    sub-stream's error event ends the stream; what a sub-stream raised is raised
+    here. What the sink holds from sub-streams not in `subs` (closed when their
+    start failed over elsewhere) is skipped. `aclose` closes every sub-stream."""
 
-    def __init__(self, subs: list[tuple[int, AsyncIterable[Event]]], prompt_counted_once: bool) -> None:
+    def __init__(self, subs: list[SubStream], sink: Sink, prompt_counted_once: bool) -> None:
         self.subs = subs
+        self.sink = sink
         self.prompt_counted_once = prompt_counted_once
-        self.queue: asyncio.Queue = asyncio.Queue()
-        self.tasks: list[asyncio.Task] = []
         self.remaining = len(subs)
         self.prompt = self.completion = 0
         self.cached: int | None = None
@@ -32,20 +87,11 @@ class Merged:
     def __aiter__(self) -> Merged:
         return self
 
-    async def _pump(self, offset: int, events: AsyncIterable[Event]) -> None:
-        try:
-            async for ev in events:
-                await self.queue.put((offset, ev))
-        except Exception as exc:
-            await self.queue.put((offset, exc))
-        finally:
-            await self.queue.put((offset, _END))
-
     async def __anext__(self) -> Event:
-        if not self.tasks and not self.closed:
-            self.tasks = [asyncio.create_task(self._pump(off, ev)) for off, ev in self.subs]
         while self.remaining:
-            offset, ev = await self.queue.get()
+            sub, ev = await self.sink.get()
+            if sub.closed:
+                continue
             if ev is _END:
                 self.remaining -= 1
             elif isinstance(ev, Usage):
@@ -57,7 +103,7 @@ class Merged:
                 self._stop()
                 raise ev
             else:
-                ev.index += offset
+                ev.index += sub.offset
                 return ev
         if self.saw_usage:
             self.saw_usage = False
@@ -83,11 +129,4 @@ class Merged:
         if self.closed:
             return
         self.closed = True
-        for t in self.tasks:
-            t.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-        await asyncio.gather(*(ev.aclose() for _, ev in self.subs), return_exceptions=True)  # type: ignore[attr-defined]
-
-
-def merge(subs: list[tuple[int, AsyncIterable[Event]]], prompt_counted_once: bool) -> Merged:
-    return Merged(subs, prompt_counted_once)
+        await asyncio.gather(*(sub.aclose() for sub in self.subs), return_exceptions=True)

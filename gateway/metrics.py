@@ -72,7 +72,14 @@ class GatewayMetrics:
             "switchyard_backend_healthy", "1 when the backend's last health check passed.", ["backend"], registry=r
         )
         self.backend_inflight = Gauge(
-            "switchyard_backend_inflight", "Requests in flight per backend.", ["backend"], registry=r
+            "switchyard_backend_inflight", "Generations (choices) in flight per backend.", ["backend"], registry=r
+        )
+        self.backend_failures = Counter(
+            "switchyard_backend_failures_total",
+            "Upstream attempts that failed before their first event, by backend and error code "
+            "(backend_busy: no free connection within pool_wait_s; upstream_timeout).",
+            ["backend", "code"],
+            registry=r,
         )
         self._children: dict[tuple, object] = {}
 

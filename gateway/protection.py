@@ -170,26 +170,28 @@ class Protection:
         """403 unless `principal` may use `model`; then the quota reservation and
         the model's queue. `choices`: completions the request will produce in all
         (a legacy completion with k prompts and n each makes k * n); default
-        request.sampling.n."""
+        request.sampling.n. Each is one upstream generation, so the request holds
+        that many units of the tenant's concurrency and of the model's capacity."""
         if not self.may_use(principal, model):
             raise GatewayError(
                 403, f"Your key may not use the model `{model}`.", param="model", code="model_not_allowed"
             )
         tenant_cfg: TenantConfig | None = self.config.tenants.get(principal.tenant)
         cap = tenant_cfg.max_tokens_cap if tenant_cfg and tenant_cfg.max_tokens_cap else DEFAULT_COMPLETION_RESERVATION
-        tokens = reservation_tokens(
-            prompt_tokens_estimate,
-            request.sampling.max_tokens,
-            choices if choices is not None else request.sampling.n,
-            cap,
-        )
+        units = max(1, choices if choices is not None else request.sampling.n)
+        tokens = reservation_tokens(prompt_tokens_estimate, request.sampling.max_tokens, units, cap)
         scopes = self.leases.scopes_for(principal)
-        reservation = await self.leases.reserve(principal, scopes, tokens) if scopes else None
+        reservation = await self.leases.reserve(principal, scopes, tokens, units) if scopes else None
         if reservation is not None:
             self.leases.queued[reservation.lease_id] = reservation
         try:
             slot = await self.queue.enter(
-                model, principal.tenant, principal.tier, deadline=request.deadline, client_gone=client_gone
+                model,
+                principal.tenant,
+                principal.tier,
+                deadline=request.deadline,
+                client_gone=client_gone,
+                units=units,
             )
         except ClientGoneWhileQueued:
             await self._unwind(reservation)

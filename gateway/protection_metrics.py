@@ -66,7 +66,9 @@ class StateCollector:
     def collect(self):
         depth = GaugeMetricFamily("switchyard_admission_queue_depth", "Requests waiting per model.", labels=["model"])
         inflight = GaugeMetricFamily(
-            "switchyard_admission_inflight", "Dispatched, unreleased requests per model.", labels=["model"]
+            "switchyard_admission_inflight",
+            "Generations of dispatched, unreleased requests per model.",
+            labels=["model"],
         )
         for model in self.queue.models():
             depth.add_metric([model], self.queue.waiting(model))

@@ -129,7 +129,10 @@ class QuotaLeases:
             )
         return tuple(scopes)
 
-    async def reserve(self, principal: Principal, scopes: tuple[ScopeLimits, ...], tokens: int) -> Reservation:
+    async def reserve(
+        self, principal: Principal, scopes: tuple[ScopeLimits, ...], tokens: int, units: int = 1
+    ) -> Reservation:
+        """`units`: the concurrency leases to take, one per generation the request starts."""
         lease_id = uuid.uuid4().hex
         start = time.perf_counter()
         store = self.store
@@ -137,7 +140,7 @@ class QuotaLeases:
             try:
                 if store is not self.local and time.monotonic() < self._redis_down_until:
                     raise QuotaStoreUnavailable("marked down")
-                reservation = await store.reserve(principal.tenant, scopes, tokens, lease_id, self.lease_ttl_ms)
+                reservation = await store.reserve(principal.tenant, scopes, tokens, lease_id, self.lease_ttl_ms, units)
             except QuotaStoreUnavailable as exc:
                 if store is not self.local:
                     if self._redis_down_until <= time.monotonic():
@@ -153,7 +156,7 @@ class QuotaLeases:
                         retry_after=REDIS_RETRY_S,
                     ) from None
                 store = self.local
-                reservation = await store.reserve(principal.tenant, scopes, tokens, lease_id, self.lease_ttl_ms)
+                reservation = await store.reserve(principal.tenant, scopes, tokens, lease_id, self.lease_ttl_ms, units)
                 reservation.store = "local-fallback"
         except QuotaExceeded as exc:
             self.metrics.decisions.labels(exc.limit).inc()
@@ -201,6 +204,15 @@ def _has_limits(*limits: int | None) -> bool:
 def _too_many(principal: Principal, exc: QuotaExceeded) -> GatewayError:
     who = f"tenant {principal.tenant}" if exc.scope == "t" else f"key {exc.scope.removeprefix('k:')}"
     headers = ratelimit_headers(exc.states)
+    if exc.limit == "concurrency" and exc.requested > exc.limit_value > 0:
+        return GatewayError(
+            429,
+            f"This request starts {exc.requested} generations at once (its prompts x n), more than the "
+            f"{exc.limit_value} concurrent ones {who} may run. Reduce n or the number of prompts.",
+            code="concurrency_limit_exceeded",
+            param="n",
+            headers=headers,
+        )
     if exc.limit == "concurrency":
         return GatewayError(
             429,

@@ -17,9 +17,10 @@ from gateway.phases import CancelPhase
 class RequestContext:
     """One request's identity and timings, filled in along its way."""
 
-    request_id: str
+    request_id: str  # the client's x-request-id when it sent a plain one, else the gateway's
     started: float  # time.perf_counter() at arrival
     chat: bool
+    upstream_id: str | None = None  # the gateway's own id, the one runtimes saw (their logs name it)
     model: str | None = None
     tenant: str | None = None
     stream: bool = False
@@ -88,6 +89,7 @@ class RequestRecorder:
         record = {
             "ts": round(time.time(), 3),
             "request_id": ctx.request_id,
+            "upstream_id": ctx.upstream_id,
             "tenant": ctx.tenant,
             "model": ctx.model,
             "backend": backend,

@@ -4,11 +4,13 @@ Every request's events pass through one `StreamGuard` on the way out of the
 dispatcher, after n > 1 fan-out and the prompts of a batched completion are
 merged, so each rule is enforced once, for every adapter, and the encoder trusts
 what it gets. The guard runs once per event: a plain class, isinstance checks,
-events rewritten in place, nothing allocated for text.
+events rewritten in place, nothing allocated for text. Its error messages reach
+the tenant, so they never name the backend (the log does).
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import AsyncIterator
 
@@ -23,8 +25,10 @@ from adapters.base import (
     ToolCallDelta,
     Usage,
 )
-from adapters.errors import GatewayError
+from adapters.errors import THE_BACKEND, GatewayError
 from adapters.runtime_errors import mid_stream_failure
+
+log = logging.getLogger("switchyard.stream_guard")
 
 
 def new_tool_call_id() -> str:
@@ -117,10 +121,11 @@ class StreamGuard:
         reason = event.reason
         if reason not in FINISH_REASONS:
             self.ended = True
+            log.warning("backend %s ended choice %d with finish_reason %r", self.backend, index, reason)
             return ErrorEvent(
                 GatewayError(
                     502,
-                    f"Backend {self.backend} ended choice {index} with finish_reason {reason!r}, "
+                    f"{THE_BACKEND} ended choice {index} with finish_reason {reason!r}, "
                     "which is a failure, not an answer.",
                     code="upstream_error",
                 )
@@ -138,11 +143,10 @@ class StreamGuard:
         the usage (None when the runtime gave none)."""
         missing = [i for i in range(self.choices) if i not in self.finished]
         if missing:
+            log.warning("backend %s ended the stream without finishing choice(s) %s", self.backend, missing)
             return ErrorEvent(
                 GatewayError(
-                    502,
-                    f"Backend {self.backend} ended the stream without finishing choice(s) {missing}.",
-                    code="upstream_error",
+                    502, f"{THE_BACKEND} ended the stream without finishing choice(s) {missing}.", code="upstream_error"
                 )
             )
         return self.usage

@@ -6,11 +6,14 @@ have capacity.
 * Fairness: inside a band, tenants take turns (round robin over tenants that
   have someone waiting), so a tenant flooding the queue gets one dispatch per
   turn like everyone else instead of the whole backend.
-* Capacity: `capacity(model)` returns how many requests the model's backends
+* Capacity: `capacity(model)` returns how many generations the model's backends
   can hold (the sum of their max in-flight, except that a backend whose runtime
   reports saturation by policies/saturation.py's definition holds only what it
-  has), or None for unbounded. A request is dispatched when fewer than that
-  many are in flight from this gateway.
+  has), or None for unbounded. A request holds one unit per generation it starts
+  (`units`: its prompts x n), and is dispatched when its units fit beside those
+  in flight from this gateway; one larger than the whole capacity waits until
+  nothing else is in flight and then runs alone. Requests leave the queue in
+  turn: a large one at the head is not overtaken by smaller ones behind it.
 * A full queue answers 429 or 503 with Retry-After estimated from the recent
   drain rate, except that a tenant with few places pushes out the newest
   request of the tenant holding the most (longest-queue drop), so fairness
@@ -73,6 +76,7 @@ class _Waiter:
     tier: int
     future: asyncio.Future[None]
     enqueued_at: float
+    units: int = 1
     dispatched: bool = False
 
 
@@ -93,10 +97,11 @@ class _ModelQueue:
 
 @dataclass(eq=False)
 class Slot:
-    """A dispatched request's place in its model's in-flight count."""
+    """A dispatched request's place in its model's in-flight count: `units` of it."""
 
     model: str
     waited_s: float
+    units: int = 1
     released: bool = False
 
 
@@ -122,9 +127,12 @@ class AdmissionQueue:
     def set_capacity_provider(self, capacity: CapacityFn) -> None:
         self.capacity = capacity
 
-    def _has_room(self, model: str, q: _ModelQueue) -> bool:
+    def _has_room(self, model: str, q: _ModelQueue, units: int) -> bool:
         cap = self.capacity(model)
-        return cap is None or q.in_flight < cap
+        if cap is None:
+            return True
+        # A request larger than the whole capacity would never fit: it runs alone.
+        return q.in_flight + units <= cap or (units > cap > 0 and q.in_flight == 0)
 
     def models(self) -> list[str]:
         return list(self._models)
@@ -155,13 +163,15 @@ class AdmissionQueue:
         *,
         deadline: float | None = None,
         client_gone: ClientGone | None = None,
+        units: int = 1,
     ) -> Slot:
-        """Wait for a dispatch slot. `deadline` is a time.monotonic() value."""
+        """Wait for `units` of the model's capacity (the generations the request
+        starts). `deadline` is a time.monotonic() value."""
         q = self._models.setdefault(model, _ModelQueue())
         start = time.monotonic()
-        if q.waiting == 0 and self._has_room(model, q):
-            q.in_flight += 1
-            return Slot(model, 0.0)
+        if q.waiting == 0 and self._has_room(model, q, units):
+            q.in_flight += units
+            return Slot(model, 0.0, units)
         if q.waiting >= self.max_queue:
             victim = self._push_out_candidate(q, tenant, tier)
             if victim is None:
@@ -173,7 +183,7 @@ class AdmissionQueue:
         limit = start + self.max_wait_s
         if deadline is not None:
             limit = min(limit, deadline)
-        waiter = _Waiter(tenant, tier, asyncio.get_running_loop().create_future(), start)
+        waiter = _Waiter(tenant, tier, asyncio.get_running_loop().create_future(), start, units)
         self._push(q, waiter)
         try:
             while True:
@@ -181,7 +191,7 @@ class AdmissionQueue:
                 remaining = limit - time.monotonic()
                 if waiter.future.done():
                     if waiter.dispatched:
-                        return Slot(model, time.monotonic() - start)
+                        return Slot(model, time.monotonic() - start, units)
                     raise waiter.future.exception()  # pushed out by a tenant with fewer places
                 if remaining <= 0:
                     raise GatewayError(
@@ -200,7 +210,7 @@ class AdmissionQueue:
         except BaseException:
             if waiter.dispatched:
                 # Dispatched while we were leaving: hand the slot to the next one.
-                q.in_flight -= 1
+                q.in_flight -= units
                 self._dispatch(model, q)
             elif not waiter.future.done():
                 waiter.future.cancel()
@@ -236,7 +246,7 @@ class AdmissionQueue:
             return
         slot.released = True
         q = self._models[slot.model]
-        q.in_flight -= 1
+        q.in_flight -= slot.units
         # Completions are the drain rate while a queue exists.
         q.done_times.append(time.monotonic())
         self._dispatch(slot.model, q)
@@ -269,6 +279,14 @@ class AdmissionQueue:
             del band.queues[w.tenant]
             band.turns.remove(w.tenant)
 
+    def _next(self, q: _ModelQueue) -> _Waiter | None:
+        """Whose turn it is (without taking it)."""
+        for tier in sorted(q.bands, reverse=True):
+            band = q.bands[tier]
+            if band.turns:
+                return band.queues[band.turns[0]][0]
+        return None
+
     def _pop_next(self, q: _ModelQueue) -> _Waiter | None:
         for tier in sorted(q.bands, reverse=True):
             band = q.bands[tier]
@@ -285,12 +303,15 @@ class AdmissionQueue:
         return None
 
     def _dispatch(self, model: str, q: _ModelQueue) -> None:
-        while q.waiting and self._has_room(model, q):
+        while q.waiting:
+            head = self._next(q)
+            if head is not None and not head.future.done() and not self._has_room(model, q, head.units):
+                return
             w = self._pop_next(q)
             if w is None:
                 return
             if w.future.done():  # cancelled while queued; already counted out
                 continue
-            q.in_flight += 1
+            q.in_flight += w.units
             w.dispatched = True
             w.future.set_result(None)

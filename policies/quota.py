@@ -15,7 +15,10 @@ Semantics (identical in `quota_memory` and `quota_redis`, tested against both):
   to the current bucket. This closes the check-then-charge race (LiteLLM #18730).
 * Concurrency is a set of leases with an expiry. The holder refreshes its leases
   (heartbeat); a crashed replica stops refreshing, so its leases expire within
-  the TTL instead of leaking slots for good (LiteLLM #27955).
+  the TTL instead of leaking slots for good (LiteLLM #27955). A request holds one
+  lease per upstream generation it starts (`units`: its prompts x n, members
+  `lease_id`, `lease_id#1`, ...), so `max_concurrent` bounds generations; one
+  that needs more units than the limit is refused for good (no Retry-After).
 * Every check reads the store's clock (Redis `TIME` for the Redis store), so
   replicas with skewed clocks still agree.
 """
@@ -70,6 +73,15 @@ class Reservation:
     tokens: int
     states: list[ScopeState] = field(default_factory=list)
     store: str = ""  # which store holds it ("memory", "redis", "local-fallback")
+    units: int = 1  # concurrency leases held: one per generation
+
+    def lease_members(self) -> list[str]:
+        return lease_members(self.lease_id, self.units)
+
+
+def lease_members(lease_id: str, units: int) -> list[str]:
+    """The lease-set members of one request holding `units` concurrency units."""
+    return [lease_id] + [f"{lease_id}#{i}" for i in range(1, units)]
 
 
 class QuotaExceeded(Exception):
@@ -102,10 +114,16 @@ class QuotaStore(Protocol):
     kind: str
 
     async def reserve(
-        self, tenant: str, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str, lease_ttl_ms: int
+        self,
+        tenant: str,
+        scopes: tuple[ScopeLimits, ...],
+        tokens: int,
+        lease_id: str,
+        lease_ttl_ms: int,
+        units: int = 1,
     ) -> Reservation:
-        """Check every limit of every scope and take the request, the tokens and a
-        lease atomically; raise QuotaExceeded and take nothing if any would break."""
+        """Check every limit of every scope and take the request, the tokens and
+        `units` leases atomically; raise QuotaExceeded and take nothing if any would break."""
         ...
 
     async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:

@@ -16,6 +16,7 @@ from policies.quota import (
     Reservation,
     ScopeLimits,
     ScopeState,
+    lease_members,
     next_release_ms,
     time_until_fits,
 )
@@ -58,7 +59,13 @@ class MemoryQuotaStore:
         return leases
 
     async def reserve(
-        self, tenant: str, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str, lease_ttl_ms: int
+        self,
+        tenant: str,
+        scopes: tuple[ScopeLimits, ...],
+        tokens: int,
+        lease_id: str,
+        lease_ttl_ms: int,
+        units: int = 1,
     ) -> Reservation:
         now = self._clock_ms()
         current = now // self.bucket_ms
@@ -79,12 +86,12 @@ class MemoryQuotaStore:
                         tpm_buckets, tpm_used, tokens, scope.tokens_per_window, now, self.window_ms, self.bucket_ms
                     )
                     failure = (scope.name, "tokens", wait, tokens, scope.tokens_per_window)
-                elif scope.max_concurrent != UNLIMITED and len(leases) >= scope.max_concurrent:
+                elif scope.max_concurrent != UNLIMITED and len(leases) + units > scope.max_concurrent:
                     failure = (
                         scope.name,
                         "concurrency",
-                        None if scope.max_concurrent == 0 else 1000,
-                        1,
+                        None if units > scope.max_concurrent else 1000,
+                        units,
                         scope.max_concurrent,
                     )
             states.append(
@@ -107,15 +114,17 @@ class MemoryQuotaStore:
             rpm[current] = rpm.get(current, 0) + 1
             tpm = self._windows.setdefault((tenant, scope.name, "tpm"), {})
             tpm[current] = tpm.get(current, 0) + tokens
-            self._leases[(tenant, scope.name)][lease_id] = now + lease_ttl_ms
+            leases = self._leases[(tenant, scope.name)]
+            for member in lease_members(lease_id, units):
+                leases[member] = now + lease_ttl_ms
             state.requests_remaining -= 1
             state.tokens_remaining -= tokens
-            state.concurrent += 1
+            state.concurrent += units
             if state.requests_reset_ms == 0:
                 state.requests_reset_ms = self.window_ms - now % self.bucket_ms
             if state.tokens_reset_ms == 0 and tokens:
                 state.tokens_reset_ms = self.window_ms - now % self.bucket_ms
-        return Reservation(tenant, scopes, lease_id, current, tokens, states, self.kind)
+        return Reservation(tenant, scopes, lease_id, current, tokens, states, self.kind, units)
 
     async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:
         now = self._clock_ms()
@@ -133,15 +142,18 @@ class MemoryQuotaStore:
                 rpm = self._windows.get((reservation.tenant, scope.name, "rpm"), {})
                 if reservation.bucket >= oldest and rpm.get(reservation.bucket, 0) > 0:
                     rpm[reservation.bucket] -= 1
-            self._leases.get((reservation.tenant, scope.name), {}).pop(reservation.lease_id, None)
+            leases = self._leases.get((reservation.tenant, scope.name), {})
+            for member in reservation.lease_members():
+                leases.pop(member, None)
 
     async def heartbeat(self, reservations: list[Reservation], lease_ttl_ms: int) -> None:
         now = self._clock_ms()
         for r in reservations:
             for scope in r.scopes:
                 leases = self._leases.get((r.tenant, scope.name), {})
-                if r.lease_id in leases:
-                    leases[r.lease_id] = now + lease_ttl_ms
+                for member in r.lease_members():
+                    if member in leases:
+                        leases[member] = now + lease_ttl_ms
 
     async def concurrent(self, tenant: str, scope: str) -> int:
         return len(self._live_leases((tenant, scope), self._clock_ms()))

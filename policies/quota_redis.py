@@ -6,7 +6,8 @@ tag `{<prefix>:<tenant>}`, so each script touches one Redis Cluster slot.
 Layout per tenant and scope ("t" = the tenant, "k:<id>" = an API key):
   {p:tenant}:<scope>:rpm    HASH bucket index -> requests
   {p:tenant}:<scope>:tpm    HASH bucket index -> tokens
-  {p:tenant}:<scope>:lease  ZSET lease id -> expiry (ms, Redis clock)
+  {p:tenant}:<scope>:lease  ZSET lease member -> expiry (ms, Redis clock); a request
+                            holding k units has k members (policies/quota.py `lease_members`)
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from policies.quota import (
 )
 
 # KEYS: per scope, rpm, tpm, lease (3 * nscopes keys).
-# ARGV: window_ms, bucket_ms, lease_id, lease_ttl_ms, tokens, then per scope
+# ARGV: window_ms, bucket_ms, lease_id, lease_ttl_ms, tokens, units, then per scope
 #       rpm_limit, tpm_limit, conc_limit (-1 = unlimited).
 # Returns {ok, failed_scope_index, failed_limit, retry_ms, bucket, per-scope
 #          rpm_used, rpm_reset_ms, tpm_used, tpm_reset_ms, concurrent}.
@@ -39,6 +40,7 @@ local bucket_ms = tonumber(ARGV[2])
 local lease_id = ARGV[3]
 local ttl = tonumber(ARGV[4])
 local tokens = tonumber(ARGV[5])
+local units = tonumber(ARGV[6])
 local nb = window / bucket_ms
 local current = math.floor(now / bucket_ms)
 local oldest = current - nb + 1
@@ -69,6 +71,11 @@ local function wait_until_fits(items, used, need, limit)
   return window
 end
 
+local function lease_member(i)
+  if i == 0 then return lease_id end
+  return lease_id .. '#' .. i
+end
+
 local function next_release(items)
   for _, it in ipairs(items) do
     if it[2] > 0 then return math.max(0, (it[1] + nb) * bucket_ms - now) end
@@ -80,7 +87,7 @@ local out = {1, 0, '', 0, current}
 local states = {}
 for s = 1, nscopes do
   local rk, tk, lk = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
-  local base = 5 + 3 * (s - 1)
+  local base = 6 + 3 * (s - 1)
   local rpm_limit, tpm_limit, conc_limit = tonumber(ARGV[base + 1]), tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
   local rused, ritems = read_window(rk)
   local tused, titems = read_window(tk)
@@ -91,9 +98,9 @@ for s = 1, nscopes do
       out = {0, s, 'requests', wait_until_fits(ritems, rused, 1, rpm_limit), current}
     elseif tpm_limit >= 0 and tused + tokens > tpm_limit then
       out = {0, s, 'tokens', wait_until_fits(titems, tused, tokens, tpm_limit), current}
-    elseif conc_limit >= 0 and conc >= conc_limit then
+    elseif conc_limit >= 0 and conc + units > conc_limit then
       local w = 1000
-      if conc_limit == 0 then w = -1 end
+      if units > conc_limit then w = -1 end
       out = {0, s, 'concurrency', w, current}
     end
   end
@@ -108,10 +115,10 @@ if out[1] == 1 then
     redis.call('PEXPIRE', rk, window + bucket_ms)
     redis.call('HINCRBY', tk, current, tokens)
     redis.call('PEXPIRE', tk, window + bucket_ms)
-    redis.call('ZADD', lk, now + ttl, lease_id)
+    for i = 0, units - 1 do redis.call('ZADD', lk, now + ttl, lease_member(i)) end
     redis.call('PEXPIRE', lk, ttl * 2)
     local st = states[s]
-    st[1] = st[1] + 1; st[3] = st[3] + tokens; st[5] = st[5] + 1
+    st[1] = st[1] + 1; st[3] = st[3] + tokens; st[5] = st[5] + units
     if st[2] == 0 then st[2] = into_bucket end
     if st[4] == 0 and tokens > 0 then st[4] = into_bucket end
   end
@@ -123,13 +130,14 @@ return out
 """
 
 # KEYS: per scope, rpm, tpm, lease. ARGV: window_ms, bucket_ms, lease_id, bucket,
-# delta_tokens (used - reserved), refund_request (0/1).
+# delta_tokens (used - reserved), refund_request (0/1), units.
 RELEASE_LUA = r"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window, bucket_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local lease_id, bucket = ARGV[3], ARGV[4]
 local delta, refund = tonumber(ARGV[5]), ARGV[6] == '1'
+local units = tonumber(ARGV[7])
 local current = math.floor(now / bucket_ms)
 local in_window = tonumber(bucket) >= current - window / bucket_ms + 1
 for s = 1, #KEYS / 3 do
@@ -146,11 +154,12 @@ for s = 1, #KEYS / 3 do
     if have > 0 then redis.call('HINCRBY', rk, bucket, -1) end
   end
   redis.call('ZREM', lk, lease_id)
+  for i = 1, units - 1 do redis.call('ZREM', lk, lease_id .. '#' .. i) end
 end
 return 1
 """
 
-# KEYS: lease zsets. ARGV: lease_ttl_ms, then one lease id per key.
+# KEYS: lease zsets. ARGV: lease_ttl_ms, then one lease member per key.
 HEARTBEAT_LUA = r"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -226,10 +235,16 @@ class RedisQuotaStore:
             raise QuotaStoreUnavailable(str(exc)) from exc
 
     async def reserve(
-        self, tenant: str, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str, lease_ttl_ms: int
+        self,
+        tenant: str,
+        scopes: tuple[ScopeLimits, ...],
+        tokens: int,
+        lease_id: str,
+        lease_ttl_ms: int,
+        units: int = 1,
     ) -> Reservation:
         keys: list[str] = []
-        args: list[int | str] = [self.window_ms, self.bucket_ms, lease_id, lease_ttl_ms, tokens]
+        args: list[int | str] = [self.window_ms, self.bucket_ms, lease_id, lease_ttl_ms, tokens, units]
         for scope in scopes:
             keys += self._keys(tenant, scope.name)
             args += [scope.requests_per_window, scope.tokens_per_window, scope.max_concurrent]
@@ -256,7 +271,7 @@ class RedisQuotaStore:
         if not ok:
             scope = scopes[int(failed_index) - 1]
             limit = failed_limit.decode() if isinstance(failed_limit, bytes) else str(failed_limit)
-            requested = tokens if limit == "tokens" else 1
+            requested = {"tokens": tokens, "concurrency": units}.get(limit, 1)
             value = {
                 "requests": scope.requests_per_window,
                 "tokens": scope.tokens_per_window,
@@ -264,7 +279,7 @@ class RedisQuotaStore:
             }[limit]
             wait = None if int(retry_ms) < 0 else int(retry_ms) / 1000
             raise QuotaExceeded(scope.name, limit, wait, states, requested, value)
-        return Reservation(tenant, scopes, lease_id, int(bucket), tokens, states, self.kind)
+        return Reservation(tenant, scopes, lease_id, int(bucket), tokens, states, self.kind, units)
 
     async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:
         keys: list[str] = []
@@ -277,6 +292,7 @@ class RedisQuotaStore:
             reservation.bucket,
             used_tokens - reservation.tokens,
             1 if refund_request else 0,
+            reservation.units,
         ]
         try:
             await self._release(keys=keys, args=args)
@@ -289,8 +305,10 @@ class RedisQuotaStore:
         for r in reservations:
             keys, ids = by_tenant.setdefault(r.tenant, ([], []))
             for scope in r.scopes:
-                keys.append(self._keys(r.tenant, scope.name)[2])
-                ids.append(r.lease_id)
+                lease_key = self._keys(r.tenant, scope.name)[2]
+                for member in r.lease_members():
+                    keys.append(lease_key)
+                    ids.append(member)
         try:
             for keys, ids in by_tenant.values():
                 await self._heartbeat(keys=keys, args=[lease_ttl_ms, *ids])

@@ -9,7 +9,7 @@ import httpx
 import orjson
 import pytest
 
-from adapters.http_client import ConnectError, ConnectionClosed, ConnectionPool, ReadTimeout
+from adapters.http_client import ConnectError, ConnectionClosed, ConnectionPool, PoolTimeout, ReadTimeout
 from processes import free_port
 
 MSG = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -95,13 +95,13 @@ async def test_read_timeout_and_cut_response():
     handle.mode = "slow"
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    pool = ConnectionPool(f"http://127.0.0.1:{port}", read_timeout=0.2)
+    pool = ConnectionPool(f"http://127.0.0.1:{port}")
     t = time.monotonic()
-    with pytest.raises(ReadTimeout):
-        await pool.request("POST", "/", b"x", H)
-    assert time.monotonic() - t < 1.5
+    with pytest.raises(ReadTimeout) as info:
+        await pool.request("POST", "/", b"x", H, first_byte=0.2)
+    assert time.monotonic() - t < 1.5 and info.value.first_byte
     handle.mode = "cut"
-    r = await pool.request("POST", "/", b"x", H)
+    r = await pool.request("POST", "/", b"x", H, first_byte=0.2)
     with pytest.raises(ConnectionClosed):
         await r.read()
     r.close()
@@ -129,5 +129,42 @@ async def test_stale_keep_alive_connection_is_retried_once():
         r.release()
         await asyncio.sleep(0.05)
     assert len(served) == 3
+    server.close()
+    await server.wait_closed()
+
+
+async def test_a_full_pool_waits_at_most_pool_wait_for_a_connection(upstream):
+    pool = ConnectionPool(upstream.url, limit=1, pool_wait=0.2)
+    held = await pool.request("POST", "/v1/chat/completions", body(stream=True, sim={"chunks": 50, "itl_ms": 20}), H)
+    t = time.monotonic()
+    with pytest.raises(PoolTimeout) as info:
+        await pool.request("POST", "/v1/chat/completions", body(max_tokens=2), H)
+    assert 0.15 < time.monotonic() - t < 1 and info.value.waited_s == 0.2
+    held.close()  # its slot is free again at once
+    r = await pool.request("POST", "/v1/chat/completions", body(max_tokens=2), H)
+    await r.read()
+    r.release()
+    pool.close()
+
+
+async def test_a_stream_that_goes_quiet_times_out_between_chunks_not_before_the_first():
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(0.4)  # a slow first byte: within first_byte
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await asyncio.sleep(5)  # then silence: past idle
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    pool = ConnectionPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    r = await pool.request("POST", "/", b"x", H, first_byte=2.0, idle=0.2)
+    chunks = r.iter_chunks()
+    assert await anext(chunks) == b"first"
+    t = time.monotonic()
+    with pytest.raises(ReadTimeout) as info:
+        await anext(chunks)
+    assert time.monotonic() - t < 1 and not info.value.first_byte and info.value.waited_s == 0.2
+    r.close()
     server.close()
     await server.wait_closed()

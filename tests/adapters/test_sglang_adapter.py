@@ -1,4 +1,4 @@
-"""SGLangAdapter against recorded SGLang wire samples (RUNTIMES.md 2.2-2.11)."""
+"""SGLangAdapter against recorded SGLang wire samples (docs/runtimes.md §2.2-2.11)."""
 
 from __future__ import annotations
 

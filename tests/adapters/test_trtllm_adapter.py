@@ -1,4 +1,4 @@
-"""TRTLLMAdapter against recorded trtllm-serve wire samples (RUNTIMES.md 3.2-3.10)."""
+"""TRTLLMAdapter against recorded trtllm-serve wire samples (docs/runtimes.md §3.2-3.10)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,8 @@ Script = Callable[[GenerationRequest], list[Any]]
 class ScriptedAdapter(Adapter):
     """Each `generate` call plays the script for its request: events are yielded, a
     `GatewayError` is raised where it stands, a `Pause` sleeps, `HANG` waits until
-    the stream is closed or cancelled. Records what it was asked and how many streams ended."""
+    the stream is closed or cancelled, a callable is called and awaited (a wait on
+    something). Records what it was asked, how many streams ended and how many ran at once."""
 
     def __init__(self, name: str, script: Script, *, n: bool = True) -> None:
         super().__init__(name)
@@ -38,10 +39,14 @@ class ScriptedAdapter(Adapter):
         self.requests: list[GenerationRequest] = []
         self.called = asyncio.Event()
         self.ended = 0  # streams whose generator finished, however
+        self.active = 0
+        self.max_active = 0  # the most streams open at once
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:
         self.requests.append(request)
         self.called.set()
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
         try:
             for item in self.script(request):
                 if isinstance(item, GatewayError):
@@ -51,8 +56,13 @@ class ScriptedAdapter(Adapter):
                     continue
                 if item == HANG:
                     await asyncio.sleep(3600)
+                    continue
+                if callable(item):
+                    await item()
+                    continue
                 yield item
         finally:
+            self.active -= 1
             self.ended += 1
 
     async def health(self) -> Health:

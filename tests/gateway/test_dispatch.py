@@ -4,12 +4,15 @@ usage, and nothing left open when a start fails."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from adapters.base import ErrorEvent, Event, Finish, GenerationRequest, SamplingParams, TextDelta, Usage
 from adapters.errors import GatewayError
-from gateway.dispatch import Dispatcher, merge
-from tests.gateway.scripted import ScriptedAdapter, always, backend_set
+from gateway.dispatch import Dispatcher, check_choices
+from gateway.merge import Merged, SubStream
+from tests.gateway.scripted import HANG, ScriptedAdapter, always, backend_set
 
 
 def chat(n: int = 1, seed: int | None = None, request_id: str = "req") -> GenerationRequest:
@@ -37,6 +40,15 @@ def unavailable() -> GatewayError:
 
 def answer(text: str = "ok", usage: Usage | None = None) -> list:
     return [TextDelta(0, text), Finish(0, "stop"), usage or Usage(5, 1)]
+
+
+def merge(subs, prompt_counted_once: bool) -> Merged:
+    """`subs` (offset, events) merged, each read ahead from now on."""
+    sink: asyncio.Queue = asyncio.Queue()
+    streams = [SubStream(offset, events) for offset, events in subs]
+    for stream in streams:
+        stream.forward(sink)
+    return Merged(streams, sink, prompt_counted_once)
 
 
 async def drain(events) -> list[Event]:
@@ -255,3 +267,174 @@ async def test_closing_before_the_first_read_frees_everything(n):
     assert dispatcher.backends.backends["b1"].inflight == n
     await dispatched.aclose()
     assert dispatcher.backends.backends["b1"].inflight == 0 and b1.ended == n
+
+
+# ---- sub-requests start together and are read ahead ---------------------------------------
+
+
+async def test_a_fan_out_starts_every_sub_request_at_once():
+    # Each sub-request answers only once all three are under way: a serial start
+    # (each after the previous one's first event) would never get past the first.
+    barrier = asyncio.Barrier(3)
+    b1 = ScriptedAdapter("b1", lambda r: [barrier.wait, *answer(r.request_id)], n=False)
+    dispatcher = Dispatcher(backend_set({"m": {"backends": ["b1"]}}, {"b1": b1}))
+    dispatched = await asyncio.wait_for(dispatcher.open("m", [chat(n=3)]), 5)
+    events = await read(dispatched)
+    assert sorted(e.index for e in events if isinstance(e, Finish)) == [0, 1, 2]
+    assert b1.max_active == 3 and dispatcher.backends.backends["b1"].inflight == 0
+
+
+async def test_the_prompts_of_a_batch_start_at_once_too():
+    barrier = asyncio.Barrier(4)
+    b1 = ScriptedAdapter("b1", lambda r: [barrier.wait, *answer(r.prompt)], n=False)
+    dispatcher = Dispatcher(backend_set({"m": {"backends": ["b1"]}}, {"b1": b1}))
+    dispatched = await asyncio.wait_for(dispatcher.open("m", completion(["a", "b"], n=2)), 5)
+    texts = {e.index: e.text for e in await read(dispatched) if isinstance(e, TextDelta)}
+    assert texts == {0: "a", 1: "a", 2: "b", 3: "b"} and b1.max_active == 4
+
+
+async def test_a_started_sub_stream_is_read_to_its_end_while_a_sibling_still_starts():
+    # The second sub-request starts only once the first one's upstream stream has
+    # ended: it does, because started streams are read ahead (their connections
+    # go back to the pool), not only once every sibling has started.
+    b1 = ScriptedAdapter("b1", lambda r: [], n=False)
+
+    async def first_one_ended():
+        while b1.ended < 1:
+            await asyncio.sleep(0.001)
+
+    b1.script = lambda r: answer("first") if r.request_id.endswith("-0") else [first_one_ended, *answer("second")]
+    dispatcher = Dispatcher(backend_set({"m": {"backends": ["b1"]}}, {"b1": b1}))
+    dispatched = await asyncio.wait_for(dispatcher.open("m", [chat(n=2)]), 5)
+    texts = {e.index: e.text for e in await read(dispatched) if isinstance(e, TextDelta)}
+    assert texts == {0: "first", 1: "second"}
+
+
+async def test_a_failed_sub_request_cancels_the_others_and_frees_every_slot():
+    def script(request):
+        i = request.request_id.rsplit("-", 1)[1]
+        return {"0": [HANG], "1": answer(), "2": [GatewayError(400, "no")]}[i]
+
+    b1 = ScriptedAdapter("b1", script, n=False)
+    dispatcher = Dispatcher(backend_set({"m": {"backends": ["b1"]}}, {"b1": b1}))
+    with pytest.raises(GatewayError) as info:
+        await asyncio.wait_for(dispatcher.open("m", [chat(n=3)]), 5)
+    assert info.value.status == 400
+    assert b1.ended == 3 and b1.active == 0 and dispatcher.backends.backends["b1"].inflight == 0
+
+
+async def test_a_client_leaving_during_a_fan_out_start_frees_every_slot():
+    b1 = ScriptedAdapter("b1", lambda r: [HANG] if r.request_id.endswith("-2") else answer(), n=False)
+    dispatcher = Dispatcher(backend_set({"m": {"backends": ["b1"]}}, {"b1": b1}))
+    task = asyncio.create_task(dispatcher.open("m", [chat(n=3)]))
+    while len(b1.requests) < 3:
+        await asyncio.sleep(0.001)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert b1.ended == 3 and dispatcher.backends.backends["b1"].inflight == 0
+
+
+async def test_a_sub_group_that_fails_over_leaves_nothing_of_its_first_try_in_the_stream():
+    # On b1 the first choice speaks, the second is refused (retryable): the request
+    # fails over to b2 and the client sees b2's choices only.
+    def on_b1(request):
+        return answer("stale") if request.request_id.endswith("-0") else [unavailable()]
+
+    b1 = ScriptedAdapter("b1", on_b1, n=False)
+    b2 = ScriptedAdapter("b2", lambda r: answer("fresh"), n=False)
+    dispatcher = two_models(b1, b2)
+    dispatched = await dispatcher.open("m", [chat(n=2)])
+    events = await read(dispatched)
+    assert [e.text for e in events if isinstance(e, TextDelta)] == ["fresh", "fresh"]
+    assert [b.inflight for b in dispatcher.backends.backends.values()] == [0, 0]
+
+
+# ---- in-flight units, the leak of a failed batch ----------------------------------------
+
+
+async def test_native_n_holds_one_in_flight_unit_per_choice():
+    b1 = ScriptedAdapter("b1", lambda r: [TextDelta(0, "a"), HANG])
+    dispatcher = Dispatcher(backend_set({"m": {"backends": ["b1"]}}, {"b1": b1}))
+    dispatched = await dispatcher.open("m", [chat(n=3)])
+    assert dispatcher.backends.backends["b1"].inflight == 3
+    await dispatched.aclose()
+    assert dispatcher.backends.backends["b1"].inflight == 0
+
+
+async def test_a_batch_with_a_refused_prompt_leaves_no_in_flight_count_behind():
+    # Issue 12 defect 6: {"prompt": ["hello", <refused>]}, repeated. The first
+    # prompt is mid-stream when the second is refused.
+    def script(request):
+        if request.prompt == "refused":
+            return [GatewayError(400, "too long", param="prompt", code="context_length_exceeded")]
+        return [TextDelta(0, "he"), HANG]
+
+    b1 = ScriptedAdapter("b1", script)
+    backends = backend_set({"m": {"backends": ["b1"]}}, {"b1": b1})
+    backends.backends["b1"].config.max_inflight = 2
+    dispatcher = Dispatcher(backends)
+    for _ in range(20):
+        with pytest.raises(GatewayError) as info:
+            await dispatcher.open("m", completion(["hello", "refused"]))
+        assert info.value.code == "context_length_exceeded"
+    pool = backends.pools["m"]
+    assert backends.backends["b1"].inflight == 0 and b1.active == 0
+    assert pool.capacity() == 2 and not pool.route(chat()).candidates[0].saturated
+
+
+# ---- ids, retries, timeouts, counting ---------------------------------------------------
+
+
+async def test_each_retry_goes_upstream_under_an_id_of_its_own():
+    seen = []
+
+    def flaky(request):
+        seen.append(request.request_id)
+        return [unavailable()] if len(seen) < 3 else answer()
+
+    b1 = ScriptedAdapter("b1", flaky)
+    dispatcher = Dispatcher(
+        backend_set({"m": {"backends": ["b1"], "max_retries": 2, "retry_backoff_s": 0.001}}, {"b1": b1})
+    )
+    await read(await dispatcher.open("m", [chat(request_id="abc")]))
+    assert seen == ["abc", "abc.1", "abc.2"]
+
+
+async def test_a_backend_that_timed_out_is_not_tried_again_in_a_later_round():
+    timeout = GatewayError(504, "slow", code="upstream_timeout", retryable=True)
+    b1 = ScriptedAdapter("b1", always(timeout))
+    failures = []
+    dispatcher = Dispatcher(
+        backend_set({"m": {"backends": ["b1"], "max_retries": 3, "retry_backoff_s": 0.001}}, {"b1": b1}),
+        on_failure=lambda backend, err: failures.append((backend, err.code)),
+    )
+    with pytest.raises(GatewayError) as info:
+        await dispatcher.open("m", [chat()])
+    assert info.value.status == 504 and len(b1.requests) == 1
+    assert failures == [("b1", "upstream_timeout")]
+
+
+async def test_every_failure_before_the_first_event_is_told_to_the_listener():
+    b1 = ScriptedAdapter("b1", always(unavailable()))
+    b2 = ScriptedAdapter("b2", always(GatewayError(400, "bad", code="invalid_value")))
+    failures = []
+    dispatcher = Dispatcher(
+        backend_set({"m": {"backends": ["b1", "b2"], "max_retries": 0}}, {"b1": b1, "b2": b2}),
+        on_failure=lambda backend, err: failures.append((backend, err.code)),
+    )
+    with pytest.raises(GatewayError):
+        await dispatcher.open("m", [chat()])
+    assert sorted(failures) == [("b1", "backend_unavailable"), ("b2", "invalid_value")]
+
+
+@pytest.mark.parametrize(
+    "prompts, n, param",
+    [(["p"] * 129, 1, "prompt"), (["p"] * 2, 65, "n"), (["p"], 129, "n")],
+)
+def test_more_choices_than_the_cap_is_a_400_naming_the_parameter(prompts, n, param):
+    with pytest.raises(GatewayError) as info:
+        check_choices(completion(prompts, n=n), 128)
+    assert (info.value.status, info.value.param, info.value.code) == (400, param, "too_many_choices")
+    assert "128" in info.value.message
+    check_choices(completion(["p"] * 2, n=64), 128)  # at the cap: fine

@@ -424,7 +424,8 @@ async def test_without_auth_and_tenants_protection_is_there_and_limits_nothing()
     assert p.leases.scopes_for(who) == ()
     held = [await p.admit(who, "m", request(max_tokens=10_000, n=8), 100_000, never_gone) for _ in range(50)]
     assert all(t.reservation is None and t.headers == {} for t in held)
-    assert p.snapshot() == {"live_tickets": 50, "queued": 0, "in_flight": 50}
+    # in_flight counts generations: 50 requests of n=8 each
+    assert p.snapshot() == {"live_tickets": 50, "queued": 0, "in_flight": 400}
     for t in held:
         await t.release(Usage(1, 1))
     assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
