@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from policies.quota import (
@@ -184,7 +185,8 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
 """
 
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+# A read-only replica (a failover in progress) cannot take a reservation either.
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
 
 
 def _tag(text: str) -> str:

@@ -255,3 +255,14 @@ async def test_redis_down_raises_unavailable(private_redis):
     with pytest.raises(QuotaStoreUnavailable):
         await store.reserve("acme", (ScopeLimits("t"),), 1, lid(), TTL_MS)
     await store.aclose()
+
+
+async def test_a_read_only_replica_is_unavailable_not_an_error(private_redis):
+    from policies.quota import QuotaStoreUnavailable
+    from processes import free_port
+
+    store = RedisQuotaStore(private_redis.url, key_prefix="p", timeout_s=0.3)
+    await store.client.execute_command("REPLICAOF", "127.0.0.1", str(free_port()))  # demoted, as in a failover
+    with pytest.raises(QuotaStoreUnavailable):
+        await store.reserve("acme", (ScopeLimits("t"),), 1, lid(), TTL_MS)
+    await store.aclose()
