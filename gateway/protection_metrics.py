@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from policies.admission import AdmissionQueue
@@ -24,6 +24,17 @@ class ProtectionMetrics:
             "switchyard_quota_store_unavailable_total",
             "Quota checks that found the shared store unreachable, by the policy applied.",
             ["policy"],
+            registry=r,
+        )
+        self.store_up = Gauge(
+            "switchyard_quota_store_up",
+            "1 while the quota store answers (always for kind=memory); 0 while the fail policy applies.",
+            registry=r,
+        )
+        self.store_transitions = Counter(
+            "switchyard_quota_store_transitions_total",
+            "Times the quota store was found down, or answering again.",
+            ["to"],
             registry=r,
         )
         self.check_seconds = Histogram(
@@ -57,11 +68,20 @@ class ProtectionMetrics:
 
 
 class StateCollector:
-    """Queue depth and in-flight requests per model, and the live tickets."""
+    """Queue depth and in-flight requests per model, the live tickets, the
+    quota leases this replica holds and its releases waiting for the store."""
 
-    def __init__(self, queue: AdmissionQueue, live_tickets: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        queue: AdmissionQueue,
+        live_tickets: Callable[[], int],
+        leases_held: Callable[[], int],
+        pending_releases: Callable[[], int],
+    ) -> None:
         self.queue = queue
         self.live_tickets = live_tickets
+        self.leases_held = leases_held
+        self.pending_releases = pending_releases
 
     def collect(self):
         depth = GaugeMetricFamily("switchyard_admission_queue_depth", "Requests waiting per model.", labels=["model"])
@@ -75,9 +95,23 @@ class StateCollector:
             inflight.add_metric([model], self.queue.in_flight(model))
         yield depth
         yield inflight
-        live = GaugeMetricFamily("switchyard_live_tickets", "Admitted requests not yet released.")
-        live.add_metric([], self.live_tickets())
-        yield live
+        yield _gauge("switchyard_live_tickets", "Admitted requests not yet released.", self.live_tickets())
+        yield _gauge(
+            "switchyard_quota_leases_held",
+            "Quota reservations (each with its concurrency lease) this replica holds, queued or dispatched.",
+            self.leases_held(),
+        )
+        yield _gauge(
+            "switchyard_quota_pending_releases",
+            "Releases kept for the quota store until it answers again.",
+            self.pending_releases(),
+        )
 
     def describe(self):
         return []
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation)
+    family.add_metric([], value)
+    return family

@@ -5,8 +5,18 @@ A reservation charges a request's estimated tokens and takes its concurrency
 leases in one atomic step (policies/quota.py); `release` reconciles it with the
 real usage. Leases are refreshed by a heartbeat while they are held, so a replica
 that dies stops refreshing and its leases expire within `quota_store.lease_ttl_s`
-instead of leaking. Redis unreachable: `fail_open` falls back to per-replica limits
-in memory, `fail_closed` refuses with 503; both are counted.
+instead of leaking.
+
+Redis out of reach (refusing, or hung past `quota_store.timeout_s`): the call
+that found out marks the store down (policies/quota_health.py) and the fail
+policy applies at once to every request until a background probe, on its own
+schedule, finds it answering again: `fail_open` falls back to per-replica limits
+in memory, `fail_closed` refuses with 503; both are counted, and
+`switchyard_quota_store_up` says which state the replica is in. Releases that
+cannot reach the store wait in a bounded list and are sent when it answers
+again, and so is the lease of a reservation whose answer never came (a hung
+Redis runs the script when it wakes up): nothing stays charged longer than the
+outage, and what falls off the list expires by its TTL.
 """
 
 from __future__ import annotations
@@ -15,7 +25,9 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from adapters.errors import GatewayError
 from gateway.config import GatewayConfig
@@ -30,16 +42,27 @@ from policies.quota import (
     QuotaStoreUnavailable,
     Reservation,
     ScopeLimits,
+    TokenBudget,
     ratelimit_headers,
 )
+from policies.quota_health import StoreHealth, StoreTransition, stop_task
 from policies.quota_memory import MemoryQuotaStore
 from policies.quota_redis import RedisQuotaStore
 
 log = logging.getLogger("switchyard.protection")
 
-# After Redis fails, go straight to the fail policy for this long instead of
-# paying a connection timeout on every request.
-REDIS_RETRY_S = 1.0
+# Releases kept for a store that is down; beyond this the oldest are dropped and
+# their leases expire by their TTL (a long outage at a high request rate).
+MAX_PENDING_RELEASES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRelease:
+    """A release the store has not taken yet."""
+
+    reservation: Reservation
+    used_tokens: int
+    refund_request: bool = False
 
 
 class QuotaLeases:
@@ -64,41 +87,46 @@ class QuotaLeases:
             self.store: QuotaStore = store
         elif store_cfg.kind == "redis":
             self.store = RedisQuotaStore(
-                store_cfg.url, key_prefix=store_cfg.key_prefix, window_ms=window_ms, bucket_ms=bucket_ms
+                store_cfg.url,
+                key_prefix=store_cfg.key_prefix,
+                window_ms=window_ms,
+                bucket_ms=bucket_ms,
+                timeout_s=store_cfg.timeout_s,
             )
         else:
             self.store = self.local
+        self.health = StoreHealth(self._probe, self._on_transition)
+        metrics.store_up.set(1)
         # Reservations of requests still in the admission queue, by lease id: their
         # leases need the heartbeat too, or a wait longer than the TTL would free a
         # concurrency slot the request still holds.
         self.queued: dict[str, Reservation] = {}
-        self._redis_down_until = 0.0
+        self.pending: deque[PendingRelease] = deque(maxlen=MAX_PENDING_RELEASES)
         self._heartbeat_task: asyncio.Task[None] | None = None
+        self._replay_task: asyncio.Task[None] | None = None
+
+    @property
+    def shared(self) -> bool:
+        """The store is another process (Redis), which can be out of reach."""
+        return self.store is not self.local
 
     async def start(self, held: Callable[[], Iterable[Reservation]]) -> None:
         """Check the store and start the heartbeat for `held()` and the queued reservations."""
-        if isinstance(self.store, RedisQuotaStore):
+        if self.shared:
             try:
                 await self.store.ping()
             except QuotaStoreUnavailable as exc:
-                log.error(
-                    "quota store %s unreachable at start (%s); applying %s until it is back",
-                    self.config.quota_store.url,
-                    exc,
-                    self.on_unavailable,
-                )
+                self.health.mark_down(f"unreachable at start: {exc}")
         self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(held), name="lease-heartbeat")
 
     async def stop_heartbeat(self) -> None:
-        if self._heartbeat_task is not None:
-            self._heartbeat_task.cancel()
-            try:
-                await self._heartbeat_task
-            except asyncio.CancelledError:
-                pass
+        for task in (self._heartbeat_task, self._replay_task):
+            if task is not None:
+                await stop_task(task)
 
     async def aclose(self) -> None:
         await self.stop_heartbeat()
+        await self.health.aclose()
         await self.store.aclose()
 
     def scopes_for(self, principal: Principal) -> tuple[ScopeLimits, ...]:
@@ -130,51 +158,98 @@ class QuotaLeases:
         return tuple(scopes)
 
     async def reserve(
-        self, principal: Principal, scopes: tuple[ScopeLimits, ...], tokens: int, units: int = 1
+        self, principal: Principal, scopes: tuple[ScopeLimits, ...], budget: TokenBudget, units: int = 1
     ) -> Reservation:
         """`units`: the concurrency leases to take, one per generation the request starts."""
         lease_id = uuid.uuid4().hex
+        tokens = budget.total
         start = time.perf_counter()
         store = self.store
         try:
-            try:
-                if store is not self.local and time.monotonic() < self._redis_down_until:
-                    raise QuotaStoreUnavailable("marked down")
-                reservation = await store.reserve(principal.tenant, scopes, tokens, lease_id, self.lease_ttl_ms, units)
-            except QuotaStoreUnavailable as exc:
-                if store is not self.local:
-                    if self._redis_down_until <= time.monotonic():
-                        log.error("quota store unreachable (%s); applying %s", exc, self.on_unavailable)
-                    self._redis_down_until = time.monotonic() + REDIS_RETRY_S
-                self.metrics.store_unavailable.labels(self.on_unavailable).inc()
-                if self.on_unavailable == "fail_closed":
-                    self.metrics.decisions.labels("store_unavailable").inc()
-                    raise GatewayError(
-                        503,
-                        "The quota store is unavailable; the request was not admitted.",
-                        code="quota_store_unavailable",
-                        retry_after=REDIS_RETRY_S,
-                    ) from None
+            if self.shared and not self.health.up:
                 store = self.local
-                reservation = await store.reserve(principal.tenant, scopes, tokens, lease_id, self.lease_ttl_ms, units)
-                reservation.store = "local-fallback"
+                reservation = await self._store_unavailable(principal, scopes, tokens, lease_id, units)
+            else:
+                try:
+                    reservation = await self.store.reserve(
+                        principal.tenant, scopes, tokens, lease_id, self.lease_ttl_ms, units
+                    )
+                except QuotaStoreUnavailable as exc:
+                    # No answer is not "not charged": a hung Redis runs the script when
+                    # it wakes up. Its lease is dropped once the store answers again.
+                    orphan = Reservation(
+                        principal.tenant, scopes, lease_id, bucket=-1, tokens=0, store=self.store.kind, units=units
+                    )
+                    self.pending.append(PendingRelease(orphan, 0))
+                    self.health.mark_down(str(exc) or type(exc).__name__)
+                    store = self.local
+                    reservation = await self._store_unavailable(principal, scopes, tokens, lease_id, units)
         except QuotaExceeded as exc:
             self.metrics.decisions.labels(exc.limit).inc()
-            raise _too_many(principal, exc) from None
+            raise _refusal(principal, exc, budget) from None
         finally:
             self.metrics.check_seconds.labels(store.kind).observe(time.perf_counter() - start)
         self.metrics.decisions.labels("admitted").inc()
         return reservation
 
+    async def _store_unavailable(
+        self, principal: Principal, scopes: tuple[ScopeLimits, ...], tokens: int, lease_id: str, units: int
+    ) -> Reservation:
+        """The fail policy: 503, or the same limits per replica."""
+        self.metrics.store_unavailable.labels(self.on_unavailable).inc()
+        if self.on_unavailable == "fail_closed":
+            self.metrics.decisions.labels("store_unavailable").inc()
+            raise GatewayError(
+                503,
+                "The quota store is unavailable; the request was not admitted. Retry shortly.",
+                code="quota_store_unavailable",
+                retry_after=self.health.max_delay_s,
+            )
+        reservation = await self.local.reserve(principal.tenant, scopes, tokens, lease_id, self.lease_ttl_ms, units)
+        reservation.store = "local-fallback"
+        return reservation
+
     async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:
-        store = self.store if reservation.store == self.store.kind else self.local
+        if reservation.store != self.store.kind or not self.shared:
+            await self.local.release(reservation, used_tokens, refund_request)
+            return
+        if not self.health.up:
+            self.pending.append(PendingRelease(reservation, used_tokens, refund_request))
+            return
         try:
-            await store.release(reservation, used_tokens, refund_request)
+            await self.store.release(reservation, used_tokens, refund_request)
         except QuotaStoreUnavailable as exc:
-            # The lease expires by its TTL (no heartbeat refreshes it any more);
-            # the unreconciled tokens stay charged, the safe side.
             self.metrics.store_unavailable.labels("release").inc()
-            log.warning("quota release for %s failed (%s); its lease will expire", reservation.tenant, exc)
+            self.pending.append(PendingRelease(reservation, used_tokens, refund_request))
+            self.health.mark_down(str(exc) or type(exc).__name__)
+
+    async def _probe(self) -> None:
+        # Pooled connections may be dead (a restarted Redis): ask on a fresh one.
+        await self.store.reset_connections()
+        await self.store.ping()
+
+    def _on_transition(self, change: StoreTransition) -> None:
+        self.metrics.store_up.set(1 if change.up else 0)
+        self.metrics.store_transitions.labels("up" if change.up else "down").inc()
+        url = self.config.quota_store.url
+        if change.up:
+            log.warning("quota store %s answers again after %.1f s; shared limits apply again", url, change.down_for_s)
+            self._replay_task = asyncio.get_running_loop().create_task(self._send_pending(), name="quota-replay")
+        else:
+            log.error(
+                "quota store %s unreachable (%s); applying %s until it answers", url, change.reason, self.on_unavailable
+            )
+
+    async def _send_pending(self) -> None:
+        """Releases kept while the store was down, oldest first."""
+        while self.pending and self.health.up:
+            item = self.pending.popleft()
+            try:
+                await self.store.release(item.reservation, item.used_tokens, item.refund_request)
+            except QuotaStoreUnavailable as exc:
+                self.pending.appendleft(item)
+                self.health.mark_down(str(exc) or type(exc).__name__)
+                return
 
     async def _heartbeat_loop(self, held: Callable[[], Iterable[Reservation]]) -> None:
         interval = max(0.05, self.lease_ttl_ms / 3000)
@@ -184,13 +259,20 @@ class QuotaLeases:
             for reservation in [*held(), *self.queued.values()]:
                 by_store.setdefault(reservation.store, []).append(reservation)
             for kind, reservations in by_store.items():
-                store = self.store if kind == self.store.kind else self.local
+                shared = kind == self.store.kind and self.shared
+                if shared and not self.health.up:
+                    continue  # the probe owns a store that is down
                 try:
-                    await store.heartbeat(reservations, self.lease_ttl_ms)
-                except QuotaStoreUnavailable:
+                    await (self.store if kind == self.store.kind else self.local).heartbeat(
+                        reservations, self.lease_ttl_ms
+                    )
+                except QuotaStoreUnavailable as exc:
                     self.metrics.store_unavailable.labels("heartbeat").inc()
+                    self.health.mark_down(str(exc) or type(exc).__name__)
                 except Exception:  # the loop must outlive any one failure
                     log.exception("lease heartbeat failed")
+            if self.pending and self.health.up:
+                await self._send_pending()
 
 
 def _limit(value: int | None) -> int:
@@ -201,16 +283,32 @@ def _has_limits(*limits: int | None) -> bool:
     return any(v is not None for v in limits)
 
 
-def _too_many(principal: Principal, exc: QuotaExceeded) -> GatewayError:
+def _refusal(principal: Principal, exc: QuotaExceeded, budget: TokenBudget) -> GatewayError:
+    """A refusal a client can act on. Waiting helps: 429 with Retry-After from the
+    limiter. Waiting cannot help (the request alone exceeds a limit, or the limit
+    is 0): a status no client retries, saying what to change."""
     who = f"tenant {principal.tenant}" if exc.scope == "t" else f"key {exc.scope.removeprefix('k:')}"
     headers = ratelimit_headers(exc.states)
+    setting = {"requests": "requests_per_minute", "tokens": "tokens_per_minute", "concurrency": "max_concurrent"}[
+        exc.limit
+    ]
     if exc.limit == "concurrency" and exc.requested > exc.limit_value > 0:
+        # 400 for the same reason as _cannot_fit: no wait makes it fit.
         return GatewayError(
-            429,
+            400,
             f"This request starts {exc.requested} generations at once (its prompts x n), more than the "
             f"{exc.limit_value} concurrent ones {who} may run. Reduce n or the number of prompts.",
-            code="concurrency_limit_exceeded",
+            code="request_exceeds_concurrency_limit",
             param="n",
+            headers=headers,
+        )
+    if exc.retry_after_s is None and exc.limit == "tokens" and exc.limit_value > 0:
+        return _cannot_fit(who, exc.limit_value, budget, headers)
+    if exc.retry_after_s is None:
+        return GatewayError(
+            403,
+            f"The {setting} limit of {who} is 0: it may send no requests. Ask the gateway operator to raise it.",
+            code="quota_zero",
             headers=headers,
         )
     if exc.limit == "concurrency":
@@ -223,19 +321,38 @@ def _too_many(principal: Principal, exc: QuotaExceeded) -> GatewayError:
             headers=headers,
         )
     unit = "requests per minute (RPM)" if exc.limit == "requests" else "tokens per minute (TPM)"
-    if exc.retry_after_s is None:
-        return GatewayError(
-            429,
-            f"Request too large for {who} on {unit}: limit {exc.limit_value}, requested "
-            f"{exc.requested}. Reduce the prompt or max_tokens.",
-            code="rate_limit_exceeded",
-            headers=headers,
-        )
     return GatewayError(
         429,
         f"Rate limit reached for {who} on {unit}: limit {exc.limit_value}, requested "
         f"{exc.requested}. Please try again in {exc.retry_after_s:.3g}s.",
         code="rate_limit_exceeded",
         retry_after=exc.retry_after_s,
+        headers=headers,
+    )
+
+
+def _cannot_fit(who: str, limit: int, budget: TokenBudget, headers: dict[str, str]) -> GatewayError:
+    """400, not 429: the request is larger than the whole per-minute limit, so no
+    wait makes it fit, and every 429 invites a retry (the OpenAI SDKs retry each
+    one, and this gateway's 429s carry Retry-After). Like a prompt over the
+    context length, it must be changed before it is sent again."""
+    completion = "max_tokens" if not budget.from_cap else "the default completion budget (no max_tokens sent)"
+    size = (
+        f"this request reserves {budget.total} tokens: a prompt of about {budget.prompt} plus "
+        f"{budget.choices} x {budget.per_choice} for {completion}"
+    )
+    room = (limit - budget.prompt) // budget.choices
+    if room < 1:
+        fix = "Shorten the prompt"
+    elif budget.choices > 1:
+        fix = f"Set max_tokens to at most {room}, lower n, or shorten the prompt"
+    else:
+        fix = f"Set max_tokens to at most {room}, or shorten the prompt"
+    return GatewayError(
+        400,
+        f"Request too large for {who}: its tokens-per-minute (TPM) limit is {limit} and {size}, so it can never "
+        f"be admitted. {fix}, or ask for a higher tokens_per_minute.",
+        code="request_exceeds_tpm_limit",
+        param="max_tokens" if room >= 1 else None,
         headers=headers,
     )

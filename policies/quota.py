@@ -50,7 +50,12 @@ class ScopeLimits:
 
 @dataclass(slots=True)
 class ScopeState:
-    """What one scope looks like after a decision: the source of x-ratelimit-*."""
+    """What one scope looks like after a decision: the source of x-ratelimit-*.
+
+    The reset times are the limiter's own answer to "when could I send this
+    again": the milliseconds until enough of the window frees for one more
+    request (`requests_reset_ms`) and for as many tokens as this request took
+    (`tokens_reset_ms`); 0 while it fits now (`reset_ms`)."""
 
     scope: str
     requests_limit: int
@@ -139,6 +144,15 @@ class QuotaStore(Protocol):
         """Live (unexpired) leases of one scope: for tests and metrics."""
         ...
 
+    async def ping(self) -> None:
+        """Raise QuotaStoreUnavailable unless the store answers now."""
+        ...
+
+    async def reset_connections(self) -> None:
+        """Drop idle pooled connections, so the next call opens a fresh one
+        (after a store restart every pooled connection is dead)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -164,12 +178,15 @@ def time_until_fits(
     return window_ms  # reconciliation debt beyond the window's content: a full window clears it
 
 
-def next_release_ms(buckets: list[tuple[int, int]], now_ms: int, window_ms: int, bucket_ms: int) -> int:
-    """Milliseconds until the oldest counted bucket leaves the window (0 if none)."""
-    counted = [index for index, amount in buckets if amount > 0]
-    if not counted:
+def reset_ms(
+    buckets: list[tuple[int, int]], used: int, need: int, limit: int, now_ms: int, window_ms: int, bucket_ms: int
+) -> int:
+    """Milliseconds until `need` more fits under `limit` (0: it fits now); a need
+    larger than the whole limit waits until the window is empty. 0 for no limit."""
+    if limit < 0:
         return 0
-    return max(0, (min(counted) + window_ms // bucket_ms) * bucket_ms - now_ms)
+    wait = time_until_fits(buckets, used, min(need, limit), limit, now_ms, window_ms, bucket_ms)
+    return window_ms if wait is None else wait
 
 
 def format_reset(ms: int) -> str:
@@ -202,7 +219,22 @@ def ratelimit_headers(states: list[ScopeState]) -> dict[str, str]:
     return headers
 
 
-def reservation_tokens(prompt_tokens_estimate: int, max_tokens: int | None, n: int, cap: int) -> int:
-    """Tokens to reserve: the prompt once plus every choice's completion budget."""
+@dataclass(frozen=True, slots=True)
+class TokenBudget:
+    """What a request reserves: the prompt once plus every choice's completion
+    budget, which is the request's max_tokens or, when it sent none, the
+    tenant's cap (`from_cap`)."""
+
+    prompt: int
+    per_choice: int
+    choices: int
+    from_cap: bool
+
+    @property
+    def total(self) -> int:
+        return self.prompt + self.per_choice * self.choices
+
+
+def token_budget(prompt_tokens_estimate: int, max_tokens: int | None, n: int, cap: int) -> TokenBudget:
     completion = max_tokens if max_tokens is not None else cap
-    return max(0, prompt_tokens_estimate) + max(0, completion) * max(1, n)
+    return TokenBudget(max(0, prompt_tokens_estimate), max(0, completion), max(1, n), max_tokens is None)

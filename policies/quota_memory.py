@@ -17,7 +17,7 @@ from policies.quota import (
     ScopeLimits,
     ScopeState,
     lease_members,
-    next_release_ms,
+    reset_ms,
     time_until_fits,
 )
 
@@ -99,10 +99,10 @@ class MemoryQuotaStore:
                     scope=scope.name,
                     requests_limit=scope.requests_per_window,
                     requests_remaining=scope.requests_per_window - rpm_used,
-                    requests_reset_ms=next_release_ms(rpm_buckets, now, self.window_ms, self.bucket_ms),
+                    requests_reset_ms=self._reset(rpm_buckets, rpm_used, 1, scope.requests_per_window, now),
                     tokens_limit=scope.tokens_per_window,
                     tokens_remaining=scope.tokens_per_window - tpm_used,
-                    tokens_reset_ms=next_release_ms(tpm_buckets, now, self.window_ms, self.bucket_ms),
+                    tokens_reset_ms=self._reset(tpm_buckets, tpm_used, tokens, scope.tokens_per_window, now),
                     concurrent=len(leases),
                 )
             )
@@ -120,11 +120,21 @@ class MemoryQuotaStore:
             state.requests_remaining -= 1
             state.tokens_remaining -= tokens
             state.concurrent += units
-            if state.requests_reset_ms == 0:
-                state.requests_reset_ms = self.window_ms - now % self.bucket_ms
-            if state.tokens_reset_ms == 0 and tokens:
-                state.tokens_reset_ms = self.window_ms - now % self.bucket_ms
+            # After the charge: when could the same request be sent again.
+            rpm_used, rpm_buckets = self._window((tenant, scope.name, "rpm"), now)
+            tpm_used, tpm_buckets = self._window((tenant, scope.name, "tpm"), now)
+            state.requests_reset_ms = self._reset(rpm_buckets, rpm_used, 1, scope.requests_per_window, now)
+            state.tokens_reset_ms = self._reset(tpm_buckets, tpm_used, tokens, scope.tokens_per_window, now)
         return Reservation(tenant, scopes, lease_id, current, tokens, states, self.kind, units)
+
+    def _reset(self, buckets: list[tuple[int, int]], used: int, need: int, limit: int, now: int) -> int:
+        return reset_ms(buckets, used, need, limit, now, self.window_ms, self.bucket_ms)
+
+    async def ping(self) -> None:
+        return None
+
+    async def reset_connections(self) -> None:
+        return None
 
     async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:
         now = self._clock_ms()

@@ -13,7 +13,10 @@ Layout per tenant and scope ("t" = the tenant, "k:<id>" = an API key):
 from __future__ import annotations
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from policies.quota import (
@@ -30,7 +33,8 @@ from policies.quota import (
 # ARGV: window_ms, bucket_ms, lease_id, lease_ttl_ms, tokens, units, then per scope
 #       rpm_limit, tpm_limit, conc_limit (-1 = unlimited).
 # Returns {ok, failed_scope_index, failed_limit, retry_ms, bucket, per-scope
-#          rpm_used, rpm_reset_ms, tpm_used, tpm_reset_ms, concurrent}.
+#          rpm_used, rpm_reset_ms, tpm_used, tpm_reset_ms, concurrent}
+# (the reset times as policies/quota.py `ScopeState` defines them).
 # retry_ms = -1 when no wait can help.
 RESERVE_LUA = r"""
 local t = redis.call('TIME')
@@ -76,15 +80,25 @@ local function lease_member(i)
   return lease_id .. '#' .. i
 end
 
-local function next_release(items)
-  for _, it in ipairs(items) do
-    if it[2] > 0 then return math.max(0, (it[1] + nb) * bucket_ms - now) end
-  end
-  return 0
+-- When the same request could be sent again: 0 while it fits (a need over the
+-- whole limit waits for an empty window).
+local function reset(items, used, need, limit)
+  if limit < 0 then return 0 end
+  if need > limit then need = limit end
+  return wait_until_fits(items, used, need, limit)
+end
+
+local function with_charge(items, amount)
+  local out = {}
+  for i, it in ipairs(items) do out[i] = {it[1], it[2]} end
+  local last = out[#out]
+  if last and last[1] == current then last[2] = last[2] + amount
+  else out[#out + 1] = {current, amount} end
+  return out
 end
 
 local out = {1, 0, '', 0, current}
-local states = {}
+local states, windows, limits = {}, {}, {}
 for s = 1, nscopes do
   local rk, tk, lk = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
   local base = 6 + 3 * (s - 1)
@@ -104,11 +118,12 @@ for s = 1, nscopes do
       out = {0, s, 'concurrency', w, current}
     end
   end
-  states[s] = {rused, next_release(ritems), tused, next_release(titems), conc}
+  states[s] = {rused, reset(ritems, rused, 1, rpm_limit), tused, reset(titems, tused, tokens, tpm_limit), conc}
+  windows[s] = {ritems, titems}
+  limits[s] = {rpm_limit, tpm_limit}
 end
 
 if out[1] == 1 then
-  local into_bucket = window - now % bucket_ms
   for s = 1, nscopes do
     local rk, tk, lk = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
     redis.call('HINCRBY', rk, current, 1)
@@ -119,8 +134,8 @@ if out[1] == 1 then
     redis.call('PEXPIRE', lk, ttl * 2)
     local st = states[s]
     st[1] = st[1] + 1; st[3] = st[3] + tokens; st[5] = st[5] + units
-    if st[2] == 0 then st[2] = into_bucket end
-    if st[4] == 0 and tokens > 0 then st[4] = into_bucket end
+    st[2] = reset(with_charge(windows[s][1], 1), st[1], 1, limits[s][1])
+    st[4] = reset(with_charge(windows[s][2], tokens), st[3], tokens, limits[s][2])
   end
 end
 for s = 1, nscopes do
@@ -179,7 +194,8 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
 """
 
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError)
+# A read-only replica (a failover in progress) cannot take a reservation either.
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
 
 
 def _tag(text: str) -> str:
@@ -211,12 +227,17 @@ class RedisQuotaStore:
         # wait for a connection: the default pool raises "Too many connections"
         # instead, which would look like an outage and open the fail policy
         # (per-replica limits) in exactly the burst the shared limits are for.
+        # One retry on a connection error, on a fresh connection: after a Redis
+        # restart every pooled connection is dead, and each would otherwise fail
+        # one request and mark the store down again. Never on a timeout: a hung
+        # Redis would double the wait.
         self._pool = aioredis.BlockingConnectionPool.from_url(
             url,
             max_connections=max_connections,
             timeout=pool_wait_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )
         self.client = aioredis.Redis(connection_pool=self._pool)
         self._reserve = self.client.register_script(RESERVE_LUA)
@@ -233,6 +254,9 @@ class RedisQuotaStore:
             await self.client.ping()
         except _UNAVAILABLE as exc:
             raise QuotaStoreUnavailable(str(exc)) from exc
+
+    async def reset_connections(self) -> None:
+        await self._pool.disconnect(inuse_connections=False)
 
     async def reserve(
         self,

@@ -101,10 +101,11 @@ async def test_a_capped_backend_runs_two_fan_outs_one_after_the_other(tgi_fleet)
 async def test_a_tenant_cannot_run_more_generations_than_its_concurrency_limit(tgi_fleet):
     gw, sim = tgi_fleet
     small = openai.AsyncOpenAI(base_url=gw.url + "/v1", api_key=key_of("small"), max_retries=0, timeout=30)
-    with pytest.raises(openai.RateLimitError) as info:
+    with pytest.raises(openai.BadRequestError) as info:
         await small.chat.completions.create(**chat_body(8))
+    assert "retry-after" not in info.value.response.headers
     err = info.value.body
-    assert err["code"] == "concurrency_limit_exceeded" and err["param"] == "n" and "4" in err["message"]
+    assert err["code"] == "request_exceeds_concurrency_limit" and err["param"] == "n" and "4" in err["message"]
     sim.reset()
     answer = await small.chat.completions.create(**chat_body(4))
     assert len(answer.choices) == 4 and sim.stats()["max_in_flight"] == 4

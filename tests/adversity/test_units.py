@@ -116,7 +116,8 @@ async def test_admit_holds_the_requests_choices_in_the_lease_and_the_queue():
 
     with pytest.raises(GatewayError) as info:
         await p.admit(who, "m", req, 1, never_gone, choices=8)
-    assert (info.value.status, info.value.code, info.value.param) == (429, "concurrency_limit_exceeded", "n")
+    assert (info.value.status, info.value.code, info.value.param) == (400, "request_exceeds_concurrency_limit", "n")
+    assert info.value.retry_after is None  # no wait makes it fit: nothing invites a retry
     assert "8" in info.value.message and "4" in info.value.message
     ticket = await p.admit(who, "m", req, 1, never_gone, choices=3)
     assert p.snapshot()["in_flight"] == 3 and await p.leases.local.concurrent("a", "t") == 3

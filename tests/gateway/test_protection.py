@@ -1,78 +1,24 @@
 """gateway/protection.py called directly, as the HTTP handlers call it: auth,
-admission, release in every cancellation phase, shared Redis state, and the
-fail policy when Redis goes away."""
+admission, release in every cancellation phase and shared Redis state. Redis
+going away: tests/gateway/test_quota_store_outage.py; refusals, reset headers
+and the max_tokens clamp: tests/gateway/test_quota_details.py."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from adapters.base import GenerationRequest, SamplingParams, Usage
+from adapters.base import Usage
 from adapters.errors import GatewayError
 from gateway.config import ConfigError, parse_config
 from gateway.phases import CancelPhase
 from gateway.protection import Protection
 from policies.auth import hash_key
-
-KEY_A = "sk-sy-tenant-a-key"
-KEY_B = "sk-sy-tenant-b-key"
-
-
-def config(store: dict | None = None, **tenant_a) -> dict:
-    return {
-        "auth": {
-            "mode": "keys",
-            "api_keys": [
-                {"sha256": hash_key(KEY_A), "tenant": "a", "name": "ka"},
-                {"sha256": hash_key(KEY_B), "tenant": "b"},
-            ],
-        },
-        "quota_store": store or {"kind": "memory"},
-        "tenants": {"a": {"models": ["m*"], **tenant_a}, "b": {"models": ["*"], "requests_per_minute": 1000}},
-        "admission": {"max_queue": 4, "max_queue_wait_s": 2},
-    }
-
-
-async def make(cfg: dict, **kw) -> Protection:
-    p = Protection(parse_config(cfg), CollectorRegistry(), **kw)
-    await p.start()
-    return p
-
-
-def request(max_tokens: int | None = 100, n: int = 1) -> GenerationRequest:
-    return GenerationRequest(
-        request_id=uuid.uuid4().hex,
-        model="m",
-        messages=[{"role": "user", "content": "hi"}],
-        sampling=SamplingParams(max_tokens=max_tokens, n=n),
-    )
-
-
-async def never_gone() -> bool:
-    return False
-
-
-def _sample(p: Protection, name: str, labels: dict) -> float:
-    for collector in (
-        p.metrics.cancelled,
-        p.metrics.decisions,
-        p.metrics.store_unavailable,
-        p.metrics.queue_rejected,
-        p.metrics.leaked,
-    ):
-        for fam in collector.collect():
-            for s in fam.samples:
-                if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
-                    return s.value
-    return 0.0
-
-
-async def principal(p: Protection, key: str = KEY_A):
-    return await p.authenticate({"authorization": f"Bearer {key}"})
+from tests.gateway.protection_kit import KEY_B, config, make, never_gone, principal, request
+from tests.gateway.protection_kit import sample as _sample
 
 
 async def test_admit_and_release_return_headers_and_leave_nothing_held():
@@ -109,11 +55,15 @@ async def test_rpm_exhausted_is_429_with_retry_after_and_headers():
 
 
 async def test_a_request_that_can_never_fit_says_so_without_retry_after():
+    # 400, not 429: no wait makes it fit, and every 429 gets Retry-After (gateway/responses.py).
     p = await make(config(tokens_per_minute=500))
     with pytest.raises(GatewayError) as exc:
         await p.admit(await principal(p), "m", request(max_tokens=1000), 10, never_gone)
-    assert exc.value.status == 429 and exc.value.retry_after is None
+    assert exc.value.status == 400 and exc.value.retry_after is None
+    assert exc.value.type == "invalid_request_error" and exc.value.code == "request_exceeds_tpm_limit"
     assert "Request too large" in exc.value.message
+    assert "limit is 500" in exc.value.message and "reserves 1010 tokens" in exc.value.message
+    assert "max_tokens to at most 490" in exc.value.message
     await p.aclose()
 
 
@@ -261,39 +211,6 @@ async def test_leases_of_a_crashed_replica_expire_and_live_ones_are_kept(redis_s
     await doomed.leases.store.aclose()
 
 
-async def test_redis_down_fail_open_uses_local_limits(redis_server):
-    p = await make(
-        config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_open"}, requests_per_minute=3)
-    )
-    who = await principal(p)
-    await (await p.admit(who, "m", request(), 1, never_gone)).release(None)
-    redis_server.stop()
-    admitted = 0
-    for _ in range(5):
-        try:
-            await (await p.admit(who, "m", request(), 1, never_gone)).release(None)
-            admitted += 1
-        except GatewayError as e:
-            assert e.status == 429
-    assert admitted == 3  # the local store enforces the same limit on its own
-    assert _sample(p, "switchyard_quota_store_unavailable_total", {"policy": "fail_open"}) >= 1
-    await p.aclose()
-
-
-async def test_redis_down_fail_closed_is_503(redis_server):
-    p = await make(
-        config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_closed"}, requests_per_minute=3)
-    )
-    who = await principal(p)
-    redis_server.stop()
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(who, "m", request(), 1, never_gone)
-    assert exc.value.status == 503 and exc.value.code == "quota_store_unavailable"
-    assert exc.value.retry_after is not None
-    assert _sample(p, "switchyard_quota_store_unavailable_total", {"policy": "fail_closed"}) == 1
-    await p.aclose()
-
-
 async def test_auth_off_needs_saying_so_on_a_public_address():
     with pytest.raises(ConfigError):
         Protection.from_config(parse_config({"listen": {"host": "0.0.0.0"}}), CollectorRegistry())
@@ -332,35 +249,6 @@ async def test_a_ticket_dropped_without_release_frees_its_slot_and_lease():
     await t.release(None)
     assert _sample(p, "switchyard_protection_leaked_tickets_total", {}) == 1  # a released one is not counted
     await p.aclose()
-
-
-async def test_redis_coming_back_is_used_again(redis_server, tmp_path):
-    from gateway.quota_leases import REDIS_RETRY_S
-    from tests.procs import start_redis
-
-    p = await make(
-        config({"kind": "redis", "url": redis_server.url, "on_unavailable": "fail_closed"}, requests_per_minute=100)
-    )
-    who = await principal(p)
-    redis_server.stop()
-    with pytest.raises(GatewayError):
-        await p.admit(who, "m", request(), 1, never_gone)
-    port = redis_server.url.rsplit(":", 1)[1].split("/")[0]
-    revived = start_redis(tmp_path / "revived", port=int(port))
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            await asyncio.sleep(REDIS_RETRY_S)
-            try:
-                t = await p.admit(who, "m", request(), 1, never_gone)
-                break
-            except GatewayError as e:
-                assert e.code == "quota_store_unavailable" and time.monotonic() < deadline
-        assert t.reservation.store == "redis"
-        await t.release(None)
-    finally:
-        await p.aclose()
-        revived.stop()
 
 
 async def test_a_key_limit_applies_to_that_key_only():

@@ -16,7 +16,7 @@ from policies.quota import (
     ScopeLimits,
     format_reset,
     ratelimit_headers,
-    reservation_tokens,
+    token_budget,
 )
 from policies.quota_memory import MemoryQuotaStore
 from policies.quota_redis import RedisQuotaStore
@@ -103,6 +103,30 @@ async def test_a_request_larger_than_the_whole_limit_gets_no_retry_after(make_st
     with pytest.raises(QuotaExceeded) as exc:
         await store.reserve("acme", (ScopeLimits("t", tokens_per_window=100),), 101, lid(), TTL_MS)
     assert exc.value.retry_after_s is None
+
+
+async def test_reset_times_say_when_the_same_request_fits_again(make_store):
+    store = make_store()
+    scopes = (ScopeLimits("t", requests_per_window=3, tokens_per_window=1000),)
+    first = await store.reserve("acme", scopes, 400, lid(), TTL_MS)
+    assert first.states[0].requests_reset_ms == 0  # two more requests fit now
+    assert first.states[0].tokens_reset_ms == 0  # another 400 tokens fit now
+    second = await store.reserve("acme", scopes, 400, lid(), TTL_MS)
+    # 800 of 1000 used: another 400 fits only once the first leaves the window
+    assert 0 < second.states[0].tokens_reset_ms <= WINDOW_MS
+    assert second.states[0].requests_reset_ms == 0
+    third = await store.reserve("acme", scopes, 100, lid(), TTL_MS)
+    assert 0 < third.states[0].requests_reset_ms <= WINDOW_MS  # 3 of 3 requests used
+    assert third.states[0].tokens_reset_ms == 0  # 900 used: another 100 fits
+    with pytest.raises(QuotaExceeded) as exc:
+        await store.reserve("acme", scopes, 100, lid(), TTL_MS)
+    # the refusal's reset is its Retry-After: the limiter's one answer
+    assert exc.value.states[0].requests_reset_ms == pytest.approx(exc.value.retry_after_s * 1000)
+    with pytest.raises(QuotaExceeded) as exc:
+        await store.reserve("acme", (ScopeLimits("t", tokens_per_window=1000),), 5000, lid(), TTL_MS)
+    # a request over the whole limit: the reset is when the window is empty
+    assert exc.value.retry_after_s is None
+    assert 0 < exc.value.states[0].tokens_reset_ms <= WINDOW_MS
 
 
 async def test_concurrency_lease_is_freed_by_release(make_store):
@@ -209,8 +233,9 @@ def test_reset_format_matches_openai():
 
 
 def test_reservation_counts_every_choice():
-    assert reservation_tokens(10, 100, 3, cap=50) == 310
-    assert reservation_tokens(10, None, 1, cap=50) == 60
+    assert token_budget(10, 100, 3, cap=50).total == 310
+    assert token_budget(10, None, 1, cap=50).total == 60
+    assert token_budget(10, None, 1, cap=50).from_cap and not token_budget(10, 100, 3, cap=50).from_cap
 
 
 async def test_redis_keys_of_one_tenant_share_one_cluster_slot(shared_redis):
@@ -227,6 +252,17 @@ async def test_redis_down_raises_unavailable(private_redis):
     store = RedisQuotaStore(private_redis.url, key_prefix="p", timeout_s=0.3)
     await store.reserve("acme", (ScopeLimits("t"),), 1, lid(), TTL_MS)
     private_redis.stop()
+    with pytest.raises(QuotaStoreUnavailable):
+        await store.reserve("acme", (ScopeLimits("t"),), 1, lid(), TTL_MS)
+    await store.aclose()
+
+
+async def test_a_read_only_replica_is_unavailable_not_an_error(private_redis):
+    from policies.quota import QuotaStoreUnavailable
+    from processes import free_port
+
+    store = RedisQuotaStore(private_redis.url, key_prefix="p", timeout_s=0.3)
+    await store.client.execute_command("REPLICAOF", "127.0.0.1", str(free_port()))  # demoted, as in a failover
     with pytest.raises(QuotaStoreUnavailable):
         await store.reserve("acme", (ScopeLimits("t"),), 1, lid(), TTL_MS)
     await store.aclose()

@@ -1,0 +1,69 @@
+"""What the in-process Protection tests share: a config with two tenants, a
+started Protection, a request, and reading one of its metrics."""
+
+from __future__ import annotations
+
+import uuid
+import weakref
+
+from prometheus_client import CollectorRegistry
+
+from adapters.base import GenerationRequest, SamplingParams
+from gateway.config import parse_config
+from gateway.protection import Protection
+from policies.auth import hash_key
+
+KEY_A = "sk-sy-tenant-a-key"
+KEY_B = "sk-sy-tenant-b-key"
+
+
+def config(store: dict | None = None, **tenant_a) -> dict:
+    return {
+        "auth": {
+            "mode": "keys",
+            "api_keys": [
+                {"sha256": hash_key(KEY_A), "tenant": "a", "name": "ka"},
+                {"sha256": hash_key(KEY_B), "tenant": "b"},
+            ],
+        },
+        "quota_store": store or {"kind": "memory"},
+        "tenants": {"a": {"models": ["m*"], **tenant_a}, "b": {"models": ["*"], "requests_per_minute": 1000}},
+        "admission": {"max_queue": 4, "max_queue_wait_s": 2},
+    }
+
+
+_registries: weakref.WeakKeyDictionary[Protection, CollectorRegistry] = weakref.WeakKeyDictionary()
+
+
+async def make(cfg: dict, **kw) -> Protection:
+    registry = CollectorRegistry()
+    p = Protection(parse_config(cfg), registry, **kw)
+    _registries[p] = registry
+    await p.start()
+    return p
+
+
+def request(max_tokens: int | None = 100, n: int = 1) -> GenerationRequest:
+    return GenerationRequest(
+        request_id=uuid.uuid4().hex,
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        sampling=SamplingParams(max_tokens=max_tokens, n=n),
+    )
+
+
+async def never_gone() -> bool:
+    return False
+
+
+async def principal(p: Protection, key: str = KEY_A):
+    return await p.authenticate({"authorization": f"Bearer {key}"})
+
+
+def sample(p: Protection, name: str, labels: dict | None = None) -> float:
+    """The value of one sample of the metrics of a Protection from `make` (0 when absent)."""
+    for fam in _registries[p].collect():
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
+                return s.value
+    return 0.0
