@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from adapters.errors import GatewayError, context_length_exceeded
+from adapters.errors import THE_BACKEND, GatewayError, context_length_exceeded
 
 log = logging.getLogger("switchyard.upstream")
 
@@ -195,7 +195,11 @@ def mid_stream_failure(error: GatewayError, backend: str) -> GatewayError:
     fault, whatever status the runtime put on it (SGLang sends an engine failure in
     a stream as a 400 `BadRequestError`, TGI says 422 for every in-stream error):
     one classification for every runtime, 502 `server_error` `upstream_error`."""
-    if error.status == BACKEND_FAULT.status:
-        return error  # the backend's fault already, in the adapter's words
-    message = error.message if error.message.startswith("Backend ") else f"Backend {backend} failed: {error.message}"
+    if error.status in (BACKEND_FAULT.status, 504):
+        return error  # the backend's fault already (or the gateway's timeout on it), in the adapter's words
+    # A tenant reads it: the runtime's words, never the backend's name (logged instead).
+    log.warning("backend %s failed mid-stream: %s", backend, error.message)
+    message = (
+        error.message if "backend serving this model" in error.message else f"{THE_BACKEND} failed: {error.message}"
+    )
     return GatewayError(BACKEND_FAULT.status, message, code=BACKEND_FAULT.code)

@@ -68,7 +68,7 @@ def test_a_request_with_more_prompts_than_the_cap_is_refused_at_once(default_gat
 
 
 def test_a_cap_that_one_request_could_fill_a_pool_with_is_a_config_error():
-    backend = {"name": "b", "adapter": "openai", "url": "http://127.0.0.1:9", "max_connections": 64}
+    backend = {"name": "b", "adapter": "openai", "url": "http://127.0.0.1:9/v1", "max_connections": 64}
     with pytest.raises(ConfigError, match="max_choices_per_request"):
         parse_config({"models": {"m": {"backends": [backend]}}})  # the default cap, 128
     parse_config({"models": {"m": {"backends": [backend]}}, "limits": {"max_choices_per_request": 63}})

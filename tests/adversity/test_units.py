@@ -104,7 +104,7 @@ async def test_admit_holds_the_requests_choices_in_the_lease_and_the_queue():
     cfg = {
         "auth": {"mode": "keys", "api_keys": [{"sha256": hash_key(KEY), "tenant": "a"}]},
         "tenants": {"a": {"max_concurrent": 4}},
-        "models": {"m": {"backends": [{"name": "b", "adapter": "openai", "url": "http://x"}]}},
+        "models": {"m": {"backends": [{"name": "b", "adapter": "openai", "url": "http://x/v1"}]}},
     }
     p = Protection(parse_config(cfg), CollectorRegistry())
     await p.start()
