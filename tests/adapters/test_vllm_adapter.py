@@ -1,4 +1,4 @@
-"""VLLMAdapter against recorded vLLM wire samples (RUNTIMES.md 1.3-1.10), replayed
+"""VLLMAdapter against recorded vLLM wire samples (docs/runtimes.md §1.3-1.10), replayed
 byte for byte by a real server process."""
 
 from __future__ import annotations
