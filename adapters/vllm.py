@@ -16,16 +16,26 @@ What differs from OpenAI and is handled here:
 - load from Prometheus `/metrics` (`vllm:*`).
 - request ids: vLLM aborts a disconnected request by its id, so the id is the
   gateway's own (`request_id` in the body and `X-Request-Id`), never a client's.
+- cancellation: closing the connection is not always noticed (docs/vllm-cpu.md), so
+  with option `explicit_abort: true` (the server runs with `--enable-scale-out`) the
+  adapter also calls `POST /inference/v1/abort_requests` with vLLM's id of the request.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from typing import Any
+
+import aiohttp
+import orjson
 
 from adapters import prometheus_text as prom
 from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
 from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
+
+log = logging.getLogger(__name__)
 
 # vllm/renderers/params.py and get_max_tokens (0.33; "However, you requested" in <= 0.10);
 # the engine's own input check says "... is longer than the maximum model length of N".
@@ -46,6 +56,12 @@ GUIDED_TO_STRUCTURED = {
 # Chose a decoding backend per request; vLLM v1 picks it per server.
 GUIDED_DROPPED = ("guided_decoding_backend",)
 
+# Registered by `--enable-scale-out` (entrypoints/scale_out/token_in_token_out/api_router.py,
+# 403 without it); it answers 200 at once and aborts in the background. A server in
+# developer mode (VLLM_SERVER_DEV_MODE=1) has `/abort_requests` with the same body.
+ABORT_PATH = "/inference/v1/abort_requests"
+ABORT_TIMEOUT_S = 2.0
+
 
 def translate_guided(body: dict[str, Any]) -> None:
     """Move legacy `guided_*` fields into `structured_outputs` (in place)."""
@@ -59,6 +75,16 @@ def translate_guided(body: dict[str, Any]) -> None:
         body.pop(old, None)
     if structured and "structured_outputs" not in body:
         body["structured_outputs"] = structured
+
+
+def abort_ids(request: GenerationRequest) -> list[str]:
+    """vLLM's external id of a request the gateway sent with `X-Request-Id: <id>`:
+    `chatcmpl-<id>` for chat, `cmpl-<id>-<prompt index>` for a completion, whose one
+    prompt is index 0 (chat_completion/serving.py, completion/serving.py). Aborting
+    it aborts every n > 1 sample too (v1/engine/output_processor.py `abort_requests`)."""
+    if request.kind == "chat":
+        return [f"chatcmpl-{request.request_id}"]
+    return [f"cmpl-{request.request_id}-0"]
 
 
 class VLLMAdapter(RuntimeAdapter):
@@ -75,10 +101,13 @@ class VLLMAdapter(RuntimeAdapter):
             structured_output=True,
             cached_tokens=bool(self.options.get("prompt_tokens_details", False)),
             usage_in_stream=True,
-            explicit_abort=False,
+            explicit_abort=bool(self.options.get("explicit_abort", False)),
             completions=True,
         )
         self._prefix_counters: tuple[float, float] | None = None
+        self._abort_path = str(self.options.get("abort_path", ABORT_PATH))
+        self._abort_tasks: set[asyncio.Task[None]] = set()
+        self._abort_refusal_logged = False
 
     def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
         body = super()._build_body(request, stream)
@@ -88,6 +117,44 @@ class VLLMAdapter(RuntimeAdapter):
         if not self.options.get("legacy_guided", False):  # a vLLM <= 0.10 still reads guided_*
             translate_guided(body)
         return body
+
+    async def _on_abort(self, request: GenerationRequest) -> None:
+        if not self.capabilities.explicit_abort:
+            return
+        # A task of its own: the caller is usually being cancelled (the client went
+        # away), and a cancelled scope would cancel the call too.
+        task = asyncio.get_running_loop().create_task(self._abort(abort_ids(request)))
+        self._abort_tasks.add(task)
+        task.add_done_callback(self._abort_tasks.discard)
+
+    async def _abort(self, ids: list[str]) -> None:
+        try:
+            async with self.session.post(
+                f"{self.base_url}{self._abort_path}",
+                data=orjson.dumps({"request_ids": ids}),
+                headers={"content-type": "application/json"},
+                timeout=aiohttp.ClientTimeout(total=ABORT_TIMEOUT_S),
+            ) as resp:
+                await resp.read()
+                status = resp.status
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            # The closed connection may still stop it, only later.
+            log.debug("vLLM abort of %s on %s failed: %s", ids, self.name, exc)
+            return
+        if status != 200 and not self._abort_refusal_logged:
+            self._abort_refusal_logged = True
+            log.warning(
+                "vLLM backend %s answered HTTP %d to %s: start it with --enable-scale-out "
+                "or drop the option explicit_abort",
+                self.name,
+                status,
+                self._abort_path,
+            )
+
+    async def aclose(self) -> None:
+        if self._abort_tasks:
+            await asyncio.wait(set(self._abort_tasks), timeout=ABORT_TIMEOUT_S + 0.5)
+        await super().aclose()
 
     async def load(self) -> LoadSnapshot:
         samples, read_at = await self._scrape("/metrics")

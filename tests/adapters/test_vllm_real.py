@@ -27,6 +27,18 @@ from tests.procs import ROOT, Process, free_port, start_gateway
 pytestmark = pytest.mark.vllm
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+# Long enough that a generation the cancellation fails to stop takes tens of
+# seconds: under load vLLM's engine process runs seconds ahead of its API server,
+# which is where the abort arrives. The tiny model says 4096 positions; RoPE has no
+# limit, so the server overrides it.
+MAX_MODEL_LEN = 16384
+# The recommended flags (docs/adapters.md): the abort endpoint, and JSON without
+# free whitespace, which vLLM 0.32 can only be asked for per server.
+RECOMMENDED_FLAGS = [
+    "--enable-scale-out",
+    "--structured-outputs-config",
+    json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
+]
 TOOLS = [
     {
         "type": "function",
@@ -63,13 +75,16 @@ def vllm_server(tmp_path_factory):
             "--port",
             str(port),
             "--max-model-len",
-            "1024",
+            str(MAX_MODEL_LEN),
+            "--hf-overrides",
+            json.dumps({"max_position_embeddings": MAX_MODEL_LEN}),
             "--dtype",
             "float32",
             "--enable-auto-tool-choice",
             "--tool-call-parser",
             "hermes",
             "--enable-prompt-tokens-details",
+            *RECOMMENDED_FLAGS,
         ],
         f"http://127.0.0.1:{port}",
         tmp / "vllm.log",
@@ -95,7 +110,7 @@ def client(vllm_server, tmp_path_factory):
                         "adapter": "vllm",
                         "url": vllm_server.url,
                         "served_model": "tiny",
-                        "options": {"prompt_tokens_details": True},
+                        "options": {"prompt_tokens_details": True, "explicit_abort": True},
                     }
                 ]
             }
@@ -148,7 +163,7 @@ def test_named_tool_choice(client):
 
 
 def test_context_length_exceeded(client):
-    long_prompt = "word " * 3000
+    long_prompt = "word " * MAX_MODEL_LEN  # two tokens a word
     for stream in (False, True):
         with pytest.raises(openai.BadRequestError) as info:
             r = client.chat.completions.create(model="m", messages=ask(long_prompt), max_tokens=4, stream=stream)
@@ -164,6 +179,26 @@ def test_legacy_guided_choice_still_constrains(client):
     assert resp.choices[0].message.content in ("yes", "no")
 
 
+def test_json_schema_without_free_whitespace(client):
+    # Without --structured-outputs-config disable_any_whitespace this model wrote
+    # `{"answer": "yes"` and then whitespace up to max_tokens.
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    resp = client.chat.completions.create(
+        model="m",
+        messages=ask("Tell me a short story about a quick brown fox."),
+        max_tokens=200,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema, "strict": True}},
+    )
+    assert resp.choices[0].message.content in ('{"answer":"yes"}', '{"answer":"no"}')
+    assert resp.choices[0].finish_reason == "stop"
+
+
 def _metric(url: str, name: str, label: str = "") -> float:
     text = httpx.get(url + "/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name) and label in line)
@@ -177,6 +212,14 @@ def _generated(url: str) -> float:
     return _metric(url, "vllm:generation_tokens_total")
 
 
+def _ran_to_length(url: str) -> float:
+    return _metric(url, "vllm:request_success_total", 'finished_reason="length"')
+
+
+def _abort_calls(url: str) -> float:
+    return _metric(url, "http_requests_total", 'handler="/inference/v1/abort_requests",method="POST",status="2xx"')
+
+
 def _wait(predicate, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -187,29 +230,46 @@ def _wait(predicate, seconds: float) -> bool:
 
 
 def test_cancellation_frees_the_engine(client, vllm_server):
-    assert _wait(lambda: _running(vllm_server.url) == 0, 20)
-    generated_before = _generated(vllm_server.url)
-    body = {"model": "m", "messages": ask("tell a long story"), "max_tokens": 900, "stream": True, "ignore_eos": True}
+    url = vllm_server.url
+    assert _wait(lambda: _running(url) == 0, 20)
+    generated_before, lengths_before, aborts_before = _generated(url), _ran_to_length(url), _abort_calls(url)
+    max_tokens = MAX_MODEL_LEN - 384
+    body = {
+        "model": "m",
+        "messages": ask("tell a long story"),
+        "max_tokens": max_tokens,
+        "stream": True,
+        "ignore_eos": True,
+    }
 
-    # Leave after 0.3 s by the clock, whatever arrived: on a random-weight model
-    # many tokens detokenize to nothing visible, so neither content chunks nor
-    # read timeouts are a reliable clock.
-    async def consume() -> None:
+    # Leave once vLLM runs the request. Neither text nor a clock says when that is:
+    # many tokens of a random-weight model detokenize to nothing visible, and on a
+    # loaded machine the whole answer can be generated before a timer fires.
+    async def leave_once_running() -> None:
         async with httpx.AsyncClient(timeout=30) as http:
-            async with http.stream("POST", f"{client.base_url}chat/completions", json=body) as resp:
-                async for _ in resp.aiter_raw():
-                    pass
 
-    async def leave_early() -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(consume(), timeout=0.3)
+            async def consume() -> None:
+                async with http.stream("POST", f"{client.base_url}chat/completions", json=body) as resp:
+                    async for _ in resp.aiter_raw():
+                        pass
 
-    asyncio.run(leave_early())
-    assert _wait(lambda: _running(vllm_server.url) == 0, 20)
-    # The engine stopped well short of the 900 tokens it was asked for (about
-    # 2 s of work here): the gateway's closed connection reached it.
-    generated = _generated(vllm_server.url) - generated_before
-    assert generated < 900, generated
+            reading = asyncio.create_task(consume())
+            while not reading.done() and await asyncio.to_thread(_running, url) < 1:
+                await asyncio.sleep(0.05)
+            assert not reading.done(), "the stream ended before vLLM reported it running"
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+
+    asyncio.run(leave_once_running())
+    # The gateway called vLLM's abort endpoint with vLLM's id of the request...
+    assert _wait(lambda: _abort_calls(url) == aborts_before + 1, 10), _abort_calls(url) - aborts_before
+    # ...and the engine stopped well short of what it was asked for (tens of seconds
+    # of work), without running to its length.
+    assert _wait(lambda: _running(url) == 0, 60)
+    generated = _generated(url) - generated_before
+    assert generated < max_tokens, generated
+    assert _ran_to_length(url) == lengths_before
 
 
 def test_load_and_health_from_the_real_server(vllm_server):
