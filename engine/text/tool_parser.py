@@ -58,6 +58,10 @@ class HermesToolParser:
         self._call: _OpenCall | None = None
         self._after_call = False  # just after a call's JSON: whitespace and END_TAG are layout
         self._held_space = ""  # whitespace right after a call, dropped if another call follows
+        self._content_tail = ""  # the end of the content released so far (shorter than a tag)
+        # A partial tag that content already released and a dropped stray closing tag
+        # cut off from its rest (`<tool` + `</tool_call>` + `_call>`): the rest is markup.
+        self._orphan = ""
         self.num_calls = 0  # calls reported (each complete and valid)
 
     @property
@@ -108,12 +112,36 @@ class HermesToolParser:
     def _read_content(self, out: list[ParsedPiece]) -> bool:
         """Release content up to a tag; return True when a call begins or a stray closing tag was dropped."""
         text = self._pending
+        if self._orphan:
+            joined = self._orphan + text
+            for tag in (START_TAG, END_TAG):
+                if joined.startswith(tag):
+                    self._orphan = ""
+                    self._pending = joined[len(tag) :]
+                    if tag == START_TAG:
+                        self._call = _OpenCall()
+                    else:
+                        out.append(DroppedCallPiece(END_TAG, "a closing tag outside a call"))
+                    return True
+            if any(tag.startswith(joined) for tag in (START_TAG, END_TAG)):
+                return False  # the rest of the tag may still come
+            self._orphan = ""
         start, stray = text.find(START_TAG), text.find(END_TAG)
         if stray != -1 and (start == -1 or stray < start):
             # A closing tag with no call open is markup all the same: never content.
-            self._emit_content(out, text[:stray])
+            # The text is read as if the tag were not there, so a partial tag just
+            # before it (`<tool` + `</tool_call>` + `_call>`) joins what follows it
+            # instead of reaching the content as two halves of a tag.
+            before = text[:stray]
+            keep = max(_partial_tag_len(before, START_TAG), _partial_tag_len(before, END_TAG))
+            self._emit_content(out, before[: len(before) - keep])
             out.append(DroppedCallPiece(END_TAG, "a closing tag outside a call"))
-            self._pending = text[stray + len(END_TAG) :]
+            self._pending = before[len(before) - keep :] + text[stray + len(END_TAG) :]
+            if not keep:
+                tail = self._content_tail
+                self._orphan = tail[
+                    len(tail) - max(_partial_tag_len(tail, START_TAG), _partial_tag_len(tail, END_TAG)) :
+                ]
             return True
         if start != -1:
             self._emit_content(out, text[:start], before_call=True)
@@ -137,6 +165,7 @@ class HermesToolParser:
                 self._held_space = text
                 return
         if text:
+            self._content_tail = (self._content_tail + text)[-len(END_TAG) :]
             if out and isinstance(out[-1], ContentPiece):
                 out[-1].text += text
             else:

@@ -210,3 +210,15 @@ def test_text_after_the_calls_keeps_only_its_own_leading_space() -> None:
     content, calls = summary(parse(list(TWO_CALLS.rstrip("\n") + "\nDone.")))
     assert len(calls) == 2
     assert content == "Let me check.\n\nDone."
+
+
+@pytest.mark.parametrize(
+    "chunks", [["<tool</tool_call>_call>"], ["<tool<", "/tool_call>_call>"], list("<tool</tool_call>_call>")]
+)
+def test_a_stray_closing_tag_does_not_join_two_halves_of_a_tag_into_content(chunks: list[str]) -> None:
+    # Found by the property test: dropping the stray tag must not leave `<tool` and
+    # `_call>` side by side in the content.
+    pieces = parse(chunks)
+    content = "".join(p.text for p in pieces if isinstance(p, ContentPiece))
+    assert "<tool_call>" not in content and "</tool_call>" not in content
+    assert not any(isinstance(p, ToolCallPiece) for p in pieces)
