@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.config import BackendConfig, ConfigError, GatewayConfig, ModelConfig, load_config
+from gateway.config import BackendConfig, ConfigError, GatewayConfig, ModelConfig, load_config, parse_config
 
 BUILTIN_MODEL = "tiny"
 
@@ -19,28 +19,27 @@ def embedded_config(model_path: str = "builtin:tiny", name: str = BUILTIN_MODEL)
 
 
 def serve_config(config: GatewayConfig, host: str | None, port: int | None, workers: int = 1) -> int:
-    import uvicorn
+    from gateway.server import run_server
 
-    from gateway.app import HotPath, create_app
-
-    if host:
-        config.listen.host = host
-    if port is not None:
-        config.listen.port = port
-    app = HotPath(create_app(config))
-    uvicorn.run(
-        app,
-        host=config.listen.host,
-        port=config.listen.port,
-        log_level=config.log_level.lower(),
-        access_log=False,
-        http="httptools",
-        loop="uvloop",
-        timeout_keep_alive=30,
-        proxy_headers=False,
-        server_header=False,
-    )
+    try:
+        config = with_listen(config, host, port)
+        run_server(config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     return 0
+
+
+def with_listen(config: GatewayConfig, host: str | None, port: int | None) -> GatewayConfig:
+    """`config` listening where the command line says, validated again: a rule may
+    depend on the address (auth and the ops views on a non-loopback one)."""
+    if not host and port is None:
+        return config
+    data = config.model_dump(exclude_unset=True)
+    data["listen"] = {**data.get("listen", {}), **({"host": host} if host else {})}
+    if port is not None:
+        data["listen"]["port"] = port
+    return parse_config(data, "the config with --host/--port applied")
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
