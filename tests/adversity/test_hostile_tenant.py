@@ -53,7 +53,7 @@ def post(gw: Process, body, key: str | None = ACME, headers: list | None = None)
 
 def access_log_status(gw: Process, request_id: str) -> int:
     for _ in range(50):
-        for line in gw.log().splitlines():
+        for line in gw.child.log().splitlines():
             if line.startswith("{") and f'"request_id":"{request_id}"' in line:
                 return json.loads(line)["status"]
         time.sleep(0.1)
