@@ -68,7 +68,11 @@ class TenantRecord:
 
 
 def model_allowed(patterns: list[str], model: str) -> bool:
-    return any(fnmatch.fnmatchcase(model, p) for p in patterns)
+    # "*" and exact names spare fnmatch, which costs a microsecond on every request.
+    for p in patterns:
+        if p == "*" or p == model or fnmatch.fnmatchcase(model, p):
+            return True
+    return False
 
 
 def unauthorized(message: str, *, error: str | None = "invalid_token", code: str = "invalid_api_key") -> GatewayError:
