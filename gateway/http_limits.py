@@ -46,6 +46,9 @@ class HeadLimits:
     max_pipelined: int = 16
 
 
+LINGER_S = 2.0  # how long a refused connection's further bytes (up to max_head_bytes) are read and dropped
+
+
 class _Refused(Exception):
     """Raised inside a parser callback to stop parsing; `status` None closes without an answer."""
 
@@ -77,6 +80,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._idle_deadline = 0.0
         self._refused = False
+        self._dropped = 0  # bytes read and dropped after a refusal
 
     # ---- connection ---------------------------------------------------------------
 
@@ -91,6 +95,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
+            # Lingering after a refusal: dropped, and only so much of it.
+            self._dropped += len(data)
+            if self._dropped > self.limits.max_head_bytes:
+                self.transport.close()
             return
         if self.timeout_keep_alive_task is not None:
             # Reads that start no request (blank lines) must not extend the idle time.
@@ -211,6 +219,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 return
         elif not self._busy():
             self.transport.write(_raw_error(refusal.status, refusal.message, refusal.code))
+            if self.transport.can_write_eof():
+                # Close our side after the answer, and drop what the client still
+                # sends for a moment: closing with unread bytes would reset the
+                # connection, and a reset can discard the answer before it is read.
+                self.transport.write_eof()
+                self.loop.call_later(LINGER_S, self.transport.close)
+                return
         self.transport.close()
 
     def _invalid(self) -> None:
