@@ -7,7 +7,7 @@ use, a one-slot model that overflows), then:
 1. runs the suite through the gateway for every model: every MUST that applies
    must pass (the simulators are declared simulators, the native engine a
    non-simulator; all of them with tools and structured output: `declarations`);
-2. runs the gateway profile (401/403/429/503) once, on its own column;
+2. runs the gateway profile (401/404/429/503) once, on its own column;
 3. runs the suite directly against each simulator: those failures are the
    runtime's own deviations, listed as expected, and never fail the build.
 
@@ -65,7 +65,7 @@ def build_config(sim_urls: dict[str, str], port: int, keys: dict[str, str]) -> d
         models[f"sim-{kind}"] = {
             "backends": [{"name": f"sim-{kind}", "adapter": kind, "url": url, "served_model": SIM_MODEL}]
         }
-    # The main key may use every model but `restricted` (403), and `overload`
+    # The main key may use every model but `restricted` (404, as if missing), and `overload`
     # has one slot and a two-deep queue, so a burst must be shed (503).
     models["restricted"] = {
         "backends": [{"name": "native-restricted", "adapter": "native", "model_path": "builtin:tiny"}]

@@ -259,7 +259,9 @@ def _add_target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--only", action="append", help="check id or id prefix (e.g. stream.) to run; repeatable")
     p.add_argument("--report", required=True, help="directory for the JSON, Markdown and HTML reports")
     p.add_argument("--bad-api-key", help="gateway: a key that must be refused (default: a random one)")
-    p.add_argument("--forbidden-model", help="gateway: a configured model the --api-key may not use (403)")
+    p.add_argument(
+        "--forbidden-model", help="gateway: a configured model the --api-key may not use (answered as missing: 404)"
+    )
     p.add_argument("--rate-limited-key", help="gateway: a key whose tenant allows only a few requests per minute (429)")
     p.add_argument("--overload-model", help="gateway: a model whose queue overflows under a burst (503)")
     p.add_argument("--metrics-url", help="Prometheus endpoint with a running-requests gauge (cancellation check)")

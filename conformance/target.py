@@ -24,7 +24,7 @@ class Target:
     name: str = ""  # a label for reports, e.g. "gateway/vllm" or "vllm (direct)"
     api_key: str | None = None
     bad_api_key: str | None = None
-    forbidden_model: str | None = None  # a model this api_key may not use (403)
+    forbidden_model: str | None = None  # a model this api_key may not use (answered as missing: 404)
     rate_limited_key: str | None = None  # a key whose tenant has a small requests-per-minute limit (429)
     overload_model: str | None = None  # a model whose queue is small enough to overflow (503)
     metrics_url: str | None = None  # Prometheus text endpoint to watch running requests after a cancel

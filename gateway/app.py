@@ -1,8 +1,11 @@
-"""App assembly: the OpenAI routes, health, readiness and metrics.
+"""App assembly: the OpenAI routes, and the operational ones (gateway/ops.py).
 
 Routes are plain Starlette routes on the FastAPI app (no per-request pydantic
-model or dependency injection): the request path is parse -> auth -> quota and
-admission -> dispatch -> encode, and each step is a function call.
+model or dependency injection): the request path is auth -> read and parse ->
+model check -> quota and admission -> dispatch -> encode, and each step is a
+function call. Authentication comes first, so that an anonymous caller learns
+nothing from validation; a model the caller may not use answers exactly as one
+that does not exist (404 `model_not_found`), so that models cannot be enumerated.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ import re
 import time
 
 from fastapi import FastAPI
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from adapters.errors import GatewayError, model_not_found
 from gateway.backends import BackendSet
@@ -25,10 +29,12 @@ from gateway.config import GatewayConfig
 from gateway.dispatch import Dispatcher, check_choices
 from gateway.generation import Generation
 from gateway.metrics import GatewayMetrics, access_logger
+from gateway.ops import OpsCollector, OpsViews
 from gateway.protection import Protection
 from gateway.recorder import Outcome, RequestContext, RequestRecorder
 from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
 from gateway.responses import error_response, json_response
+from policies.auth import credential_headers
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -62,13 +68,25 @@ class Gateway:
             self.metrics, self.backends.pools, access_logger() if config.access_log else None
         )
         self.started_at = int(time.time())
+        self.started = False
+        # Set by a graceful stop: the process finishes what it has and takes nothing new.
+        self.draining = False
+        self.ops = OpsViews(self.backends, self.metrics, lambda: self.ready)
+        self.metrics.registry.register(OpsCollector(self.backends, self.protection.auth.keys))
+
+    @property
+    def ready(self) -> bool:
+        """This process can serve: started (config loaded, backends checked once) and not draining."""
+        return self.started and not self.draining
 
     async def startup(self) -> None:
         await self.protection.start()
         self.protection.set_capacity_provider(self._capacity)
         await self.backends.start()
+        self.started = True
 
     async def shutdown(self) -> None:
+        self.started = False
         await self.backends.aclose()
         await self.protection.aclose()
 
@@ -97,13 +115,13 @@ class Gateway:
             upstream_id=upstream_id,
         )
         try:
+            principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
+            ctx.tenant = principal.tenant
             raw = await self._read_body(request)
-            body = parse_json_body(raw)
+            body = parse_json_body(raw, self.config.limits.max_json_depth)
             reqs = [parse_chat(body, upstream_id)] if chat else parse_completion(body, upstream_id)
             ctx.model = reqs[0].model
             check_choices(reqs, self.config.limits.max_choices_per_request)
-            principal = await self.protection.authenticate(_headers(request))
-            ctx.tenant = principal.tenant
             session_id = request.headers.get("x-session-id")
             for r in reqs:
                 r.tenant = principal.tenant
@@ -111,7 +129,7 @@ class Gateway:
                 if session_id:
                     r.session_keys["x-session-id"] = session_id
             pool = self.dispatcher.pool(ctx.model)
-            if pool is None:
+            if pool is None or not self.protection.may_use(principal, ctx.model):
                 raise model_not_found(ctx.model)
             for r in reqs:
                 r.unsupported_params = pool.config.unsupported_params
@@ -129,6 +147,9 @@ class Gateway:
             return self._fail(ctx, err)
         except ClientDisconnect:
             return self._fail(ctx, GatewayError(499, "client closed the request", code="client_closed"))
+        except Exception:
+            log.exception("unhandled error on %s", request.url.path)
+            return self._fail(ctx, internal_error())
         return Generation(self.dispatcher, self.recorder, ctx, ticket, reqs)
 
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
@@ -170,36 +191,16 @@ class Gateway:
 
     async def _allowed_models(self, request: Request) -> list[str]:
         names = list(self.backends.pools)
-        principal = await self.protection.authenticate(_headers(request))
+        principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
         return [m for m in names if self.protection.may_use(principal, m)]
 
     def _model_card(self, name: str) -> dict:
         owned_by = self.backends.pools[name].config.owned_by
         return {"id": name, "object": "model", "created": self.started_at, "owned_by": owned_by}
 
-    # ---- operations --------------------------------------------------------------------
 
-    async def healthz(self, request: Request) -> Response:
-        return json_response({"status": "ok"})
-
-    async def readyz(self, request: Request) -> Response:
-        ready = self.backends.ready()
-        ok = bool(ready) and all(ready.values())
-        detail = {
-            name: [{"backend": b.name, "healthy": b.health.ok, "detail": b.health.detail} for b in pool.backends]
-            for name, pool in self.backends.pools.items()
-        }
-        return json_response({"status": "ready" if ok else "not_ready", "models": detail}, 200 if ok else 503)
-
-    async def metrics_endpoint(self, request: Request) -> Response:
-        for b in self.backends.backends.values():
-            self.metrics.backend_healthy.labels(b.name).set(1 if b.health.ok else 0)
-            self.metrics.backend_inflight.labels(b.name).set(b.inflight)
-        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-def _headers(request: Request) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
+def internal_error() -> GatewayError:
+    return GatewayError(500, "The gateway hit an internal error; it has been logged.", code="internal_error")
 
 
 class HotPath:
@@ -207,15 +208,28 @@ class HotPath:
     handlers; everything else (models, health, metrics, 404s, lifespan) goes
     through the FastAPI app. Skipping the framework's middleware layers on the
     routes that carry the traffic is a measurable part of the per-request cost
-    (`make bench-overhead`)."""
+    (`make bench-overhead`). Requests that arrive on the ops listener (when there
+    is one) go to the ops app and nowhere else."""
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
         gw: Gateway = app.state.gateway
         self.routes = {"/v1/chat/completions": gw.chat, "/v1/completions": gw.completions}
+        self.ops_app = ops_app(gw)
+        self.ops_port: int | None = None
+
+    def serve_ops_on(self, port: int) -> None:
+        """Requests to local port `port` are the ops listener's."""
+        self.ops_port = port
 
     async def __call__(self, scope, receive, send) -> None:
-        handler = self.routes.get(scope.get("path")) if scope["type"] == "http" else None
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.ops_port is not None and (scope.get("server") or (None, None))[1] == self.ops_port:
+            await self.ops_app(scope, receive, send)
+            return
+        handler = self.routes.get(scope["path"])
         if handler is None or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
@@ -224,9 +238,7 @@ class HotPath:
             response = await handler(request)
         except Exception:
             log.exception("unhandled error on %s", scope["path"])
-            response = error_response(
-                GatewayError(500, "The gateway hit an internal error; it has been logged.", code="internal_error")
-            )
+            response = error_response(internal_error())
         await response(scope, receive, send)
 
 
@@ -247,32 +259,49 @@ def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None) -> 
     app.add_route("/v1/completions", gw.completions, methods=["POST"])
     app.add_route("/v1/models", gw.list_models, methods=["GET"])
     app.add_route("/v1/models/{model_id:path}", gw.get_model, methods=["GET"])
-    app.add_route("/healthz", gw.healthz, methods=["GET"])
-    app.add_route("/readyz", gw.readyz, methods=["GET"])
-    app.add_route("/metrics", gw.metrics_endpoint, methods=["GET"])
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        if exc.status_code == 404:
-            err = GatewayError(
-                404,
-                f"No route {request.method} {request.url.path}. This gateway serves "
-                "/v1/chat/completions, /v1/completions and /v1/models.",
-                code="not_found",
-            )
-        elif exc.status_code == 405:
-            err = GatewayError(
-                405, f"Method {request.method} is not allowed on {request.url.path}.", code="method_not_allowed"
-            )
-        else:
-            err = GatewayError(exc.status_code, str(exc.detail))
-        return error_response(err)
+    app.add_route("/healthz", gw.ops.healthz, methods=["GET"])
+    if config.ops.listen is None:
+        app.add_route("/readyz", gw.ops.readyz, methods=["GET"])
+        app.add_route("/metrics", gw.ops.metrics_endpoint, methods=["GET"])
+    else:
+        app.add_route("/readyz", gw.ops.readiness, methods=["GET"])
+    app.add_exception_handler(
+        StarletteHTTPException, _http_error("/v1/chat/completions, /v1/completions and /v1/models")
+    )
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unhandled error on %s", request.url.path)
-        return error_response(
-            GatewayError(500, "The gateway hit an internal error; it has been logged.", code="internal_error")
-        )
+        return error_response(internal_error())
 
     return app
+
+
+def ops_app(gw: Gateway) -> Starlette:
+    """What the ops listener serves (gateway/ops.py)."""
+    routes = [
+        Route("/healthz", gw.ops.healthz, methods=["GET"]),
+        Route("/readyz", gw.ops.readyz, methods=["GET"]),
+        Route("/metrics", gw.ops.metrics_endpoint, methods=["GET"]),
+    ]
+    handler = _http_error("/healthz, /readyz and /metrics (the ops listener)")
+    return Starlette(routes=routes, exception_handlers={StarletteHTTPException: handler})
+
+
+def _http_error(served: str):
+    """Starlette's 404 and 405 in the gateway's error envelope, naming what this listener serves."""
+
+    async def handler(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
+        if status == 404:
+            message = f"No route {request.method} {request.url.path}. This gateway serves {served}."
+            err = GatewayError(404, message, code="not_found")
+        elif status == 405:
+            err = GatewayError(
+                405, f"Method {request.method} is not allowed on {request.url.path}.", code="method_not_allowed"
+            )
+        else:
+            err = GatewayError(status, str(getattr(exc, "detail", "")))
+        return error_response(err)
+
+    return handler

@@ -21,27 +21,14 @@ def embedded_config(
 
 
 def serve_config(config: GatewayConfig, host: str | None, port: int | None, workers: int = 1) -> int:
-    import uvicorn
+    from gateway.server import run_server
 
-    from gateway.app import HotPath, create_app
-
-    if host:
-        config.listen.host = host
-    if port is not None:
-        config.listen.port = port
-    app = HotPath(create_app(config))
-    uvicorn.run(
-        app,
-        host=config.listen.host,
-        port=config.listen.port,
-        log_level=config.log_level.lower(),
-        access_log=False,
-        http="httptools",
-        loop="uvloop",
-        timeout_keep_alive=30,
-        proxy_headers=False,
-        server_header=False,
-    )
+    try:
+        config = with_listen(config, host, port)
+        run_server(config)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     return 0
 
 

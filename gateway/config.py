@@ -303,6 +303,30 @@ class LimitsConfig(_Strict):
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     # Upstream generations one request may start: prompts x n (400 above it).
     max_choices_per_request: int = Field(128, ge=1)
+    # Checked by the HTTP protocol itself (gateway/http_limits.py), before any other work:
+    # a request head (request line and headers) over the size or count is answered 431,
+    # one not complete in time 408; an idle keep-alive connection is closed.
+    max_head_bytes: int = Field(64 * 1024, ge=1024)
+    max_headers: int = Field(100, ge=8)
+    head_timeout_s: float = Field(10.0, gt=0)
+    keepalive_timeout_s: float = Field(30.0, gt=0)
+    # Requests pipelined on one connection beyond this are not read: the connection
+    # closes after answering them.
+    max_pipelined: int = Field(16, ge=1)
+    # JSON nesting a request body may use (gateway/requests.py says why 64); at most 200,
+    # well inside what the JSON encoder can write back.
+    max_json_depth: int = Field(64, ge=8, le=200)
+
+
+class OpsConfig(_Strict):
+    """Where the operational views are served: /metrics and /readyz's per-model detail
+    name every model and backend and carry upstream error text."""
+
+    # A second listener for /metrics, /readyz and /healthz; the main one then answers
+    # /readyz with the process's readiness only, and has no /metrics.
+    listen: ListenConfig | None = None
+    # Serve them on the main listener although it is not loopback and auth is on.
+    public: bool = False
 
 
 class GatewayConfig(_Strict):
@@ -313,6 +337,7 @@ class GatewayConfig(_Strict):
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    ops: OpsConfig = Field(default_factory=OpsConfig)
     access_log: bool = True
     log_level: str = "info"
 
@@ -346,6 +371,9 @@ class GatewayConfig(_Strict):
         for key in self.auth.api_keys:
             if self.tenants and key.tenant not in self.tenants:
                 raise ValueError(f"auth.api_keys: tenant {key.tenant!r} is not in tenants")
+        refusal = ops_exposure_refusal(self)
+        if refusal:
+            raise ValueError(refusal)
         return self
 
     @model_validator(mode="after")
@@ -366,15 +394,37 @@ def open_auth_problem(config: GatewayConfig) -> str | None:
     if config.auth.mode != "none" or "mode" in config.auth.model_fields_set:
         return None
     host = config.listen.host
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if loopback:
+    if is_loopback(host):
         return None
     return (
         f"listen.host is {host!r} but auth is not configured: set auth.mode "
         "(keys, jwt, keys+jwt), or `auth: {mode: none}` to serve without auth on purpose."
+    )
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def ops_exposure_refusal(config: GatewayConfig) -> str | None:
+    """Why `config` must not be served as it is, for where it would serve the
+    operational views; None when it may. The views go with the API when the main
+    listener is loopback or the API is open to anyone anyway (`auth.mode: none`);
+    otherwise the config must choose: an ops listener, or `ops.public: true`."""
+    ops, listen = config.ops, config.listen
+    if ops.listen is not None:
+        if ops.listen.port == listen.port and listen.port != 0:
+            return f"ops.listen.port is {ops.listen.port}, the same as listen.port: give the ops listener its own port"
+        return None
+    if ops.public or config.auth.mode == "none" or is_loopback(listen.host):
+        return None
+    return (
+        f"listen.host is {listen.host!r} and auth is on, but /metrics and /readyz's detail (every model, "
+        "backend and upstream error) would be served on it to anyone: set ops.listen (a second listener, "
+        "e.g. {host: 127.0.0.1, port: 9090}) or `ops: {public: true}` to serve them on the main port on purpose."
     )
 
 

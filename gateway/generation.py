@@ -14,6 +14,7 @@ finished, or an error event ended the stream; nothing here checks the stream aga
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -28,6 +29,8 @@ from gateway.protection import Ticket
 from gateway.recorder import Outcome, RequestContext, RequestRecorder
 from gateway.requests import estimate_prompt_tokens
 from gateway.responses import error_response
+
+log = logging.getLogger("switchyard.gateway")
 
 CONTENT_EVENTS = (TextDelta, ToolCallDelta)
 WATCH_AFTER_S = 0.02
@@ -67,6 +70,7 @@ class Generation:
         self.backend: str | None = None
         self.status = 200
         self.error: str | None = None
+        self.started = False  # http.response.start was sent
         self._last_content: float | None = None
         self._backoff_since: float | None = None
         self.dropped_params: tuple[str, ...] = ()
@@ -130,6 +134,15 @@ class Generation:
             cancelled_phase = self.phase
             self.status = 499
             self.error = "client disconnected"
+        except Exception:
+            # A bug, not the client: the access log says 500, and so does the client
+            # when nothing was sent yet (else the connection is cut mid-answer).
+            log.exception("generation failed")
+            err = GatewayError(500, "The gateway hit an internal error; it has been logged.", code="internal_error")
+            if self.started:
+                self.status, self.error = 500, err.message
+                raise
+            await self._send_error(send, err)
         finally:
             state["done"] = True
             timer.cancel()
@@ -179,6 +192,7 @@ class Generation:
         resp = error_response(err, self.ctx.request_id)
         for k, v in self._extra_headers().items():
             resp.headers[k] = v
+        self.started = True
         await send({"type": "http.response.start", "status": resp.status_code, "headers": resp.raw_headers})
         await send({"type": "http.response.body", "body": resp.body})
 
@@ -227,6 +241,7 @@ class Generation:
 
     async def _stream(self, events: AsyncIterator[Event], send) -> None:
         self.phase = CancelPhase.MID_STREAM
+        self.started = True
         enc = StreamEncoder(
             self.response_id,
             self.created,
@@ -278,6 +293,7 @@ class Generation:
             return
         usage = self.usage or self._estimated_usage() or Usage(0, 0)
         payload = orjson.dumps(builder.build(usage))
+        self.started = True
         await send(
             {
                 "type": "http.response.start",

@@ -11,6 +11,18 @@ from adapters.errors import invalid_request
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
+def shown(value: Any) -> str:
+    """A client value quoted in an error message, clipped: a hostile request must not
+    make the message (or the log line that carries it) arbitrarily large."""
+    text = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    return text if len(text) <= 64 else text[:61] + "..."
+
+
+def shown_key(key: str) -> str:
+    """A client-chosen object key inside a `param`, clipped."""
+    return key if len(key) <= 64 else key[:64] + "..."
+
+
 def number(body: dict, name: str, lo: float, hi: float) -> float | None:
     v = body.get(name)
     if v is None:
@@ -77,13 +89,14 @@ def logit_bias(body: dict) -> dict[int, float] | None:
             token = int(k)
         except ValueError:
             raise invalid_request(
-                f"'logit_bias' keys must be token ids (integers as strings); got {k!r}.", param="logit_bias"
+                f"'logit_bias' keys must be token ids (integers as strings); got {shown(k)}.", param="logit_bias"
             ) from None
         if token < 0:
             raise invalid_request(f"'logit_bias' has a negative token id {token}.", param="logit_bias")
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not -100 <= v <= 100:
             raise invalid_request(
-                f"'logit_bias' values must be numbers between -100 and 100; got {v!r} for {k}.", param="logit_bias"
+                f"'logit_bias' values must be numbers between -100 and 100; got {shown(v)} for {shown(k)}.",
+                param="logit_bias",
             )
         out[token] = float(v)
     return out

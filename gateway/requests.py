@@ -25,10 +25,18 @@ from gateway.request_fields import (
     integer,
     model_name,
     sampling_params,
+    shown,
+    shown_key,
     stream_options,
 )
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+# Nesting a request may use. orjson reads 1,024 levels but writes only 254, and every
+# level costs a frame wherever the body is walked; legitimate requests stay far below
+# this: OpenAI's structured outputs allow 10 levels of object nesting in a schema,
+# which is about 25 JSON levels inside `tools[i].function.parameters` or
+# `response_format.json_schema.schema` (tests/gateway/test_requests.py measures one).
+MAX_JSON_DEPTH = 64
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 # Chat fields the gateway reads; everything else goes to `extra`.
@@ -72,7 +80,9 @@ COMPLETION_FIELDS = (
 ) | {"prompt", "echo", "best_of", "suffix"}
 
 
-def parse_json_body(raw: bytes) -> dict[str, Any]:
+def parse_json_body(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> dict[str, Any]:
+    """The request body as a JSON object, refused with 400 before any other check
+    when it is not one or when it nests deeper than `max_depth` levels."""
     if not raw:
         raise invalid_request("The request body is empty; send a JSON object.")
     try:
@@ -83,12 +93,38 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
         ) from None
     if not isinstance(body, dict):
         raise invalid_request(f"The request body must be a JSON object, not {type(body).__name__}.")
+    # Depth needs at least that many brackets: counting them (in C) spares the walk
+    # for almost every request.
+    if raw.count(b"[") + raw.count(b"{") > max_depth:
+        too_deep = deepest_field(body, max_depth)
+        if too_deep is not None:
+            raise invalid_request(
+                f"'{shown_key(too_deep)}' nests JSON deeper than {max_depth} levels; flatten it.",
+                param=shown_key(too_deep),
+            )
     return body
 
 
 def session_keys(body: dict[str, Any]) -> dict[str, str]:
     """The body's explicit conversation keys, for routing's session affinity."""
     return {name: v for name in ("prompt_cache_key", "user") if isinstance(v := body.get(name), str) and v}
+
+
+def deepest_field(body: dict[str, Any], max_depth: int) -> str | None:
+    """The first top-level field whose value takes the body past `max_depth` levels
+    (the body itself is level 1), or None."""
+    for key, value in body.items():
+        if not isinstance(value, (dict, list)):
+            continue
+        stack = [(value, 2)]
+        while stack:
+            node, depth = stack.pop()
+            if depth > max_depth:
+                return key
+            for child in node.values() if isinstance(node, dict) else node:
+                if isinstance(child, (dict, list)):
+                    stack.append((child, depth + 1))
+    return None
 
 
 # ---- chat ------------------------------------------------------------------------
@@ -102,9 +138,10 @@ def _messages(body: dict) -> list[dict[str, Any]]:
         if not isinstance(m, dict):
             raise invalid_request(f"'messages[{i}]' must be an object.", param=f"messages[{i}]")
         role = m.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise invalid_request(
-                f"'messages[{i}].role' must be one of {sorted(ROLES)}; got {role!r}.", param=f"messages[{i}].role"
+                f"'messages[{i}].role' must be one of {sorted(ROLES)}; got {shown(role)}.",
+                param=f"messages[{i}].role",
             )
         content = m.get("content")
         if content is not None and not isinstance(content, (str, list)):
@@ -141,7 +178,7 @@ def _tools(body: dict) -> list[dict[str, Any]] | None:
         name = fn.get("name")
         if not isinstance(name, str) or not TOOL_NAME.match(name):
             raise invalid_request(
-                f"'tools[{i}].function.name' must be 1-64 letters, digits, '_' or '-'; got {name!r}.",
+                f"'tools[{i}].function.name' must be 1-64 letters, digits, '_' or '-'; got {shown(name)}.",
                 param=f"tools[{i}].function.name",
             )
         params = fn.get("parameters")
@@ -162,16 +199,16 @@ def _tool_choice(body: dict, tools: list[dict] | None) -> str | dict | None:
     if isinstance(tc, str):
         if tc not in ("none", "auto", "required"):
             raise invalid_request(
-                f"'tool_choice' must be 'none', 'auto', 'required' or a named function; got {tc!r}.",
+                f"'tool_choice' must be 'none', 'auto', 'required' or a named function; got {shown(tc)}.",
                 param="tool_choice",
             )
         return tc
     if isinstance(tc, dict) and tc.get("type") == "function" and isinstance(tc.get("function"), dict):
         name = tc["function"].get("name")
         names = {t["function"]["name"] for t in tools}
-        if name not in names:
+        if not isinstance(name, str) or name not in names:
             raise invalid_request(
-                f"'tool_choice' names function {name!r}, which is not in 'tools' ({', '.join(sorted(names))}).",
+                f"'tool_choice' names function {shown(name)}, which is not in 'tools' ({', '.join(sorted(names))}).",
                 param="tool_choice",
             )
         return tc

@@ -1,6 +1,6 @@
-"""Who is calling: API keys (stored only as SHA-256 digests) and JWTs (PyJWT,
-per-issuer algorithm allow-list, keys from a JWKS file or URL), mapped to a
-`Principal`: the tenant, the models it may use, and its priority tier.
+"""Who is calling: API keys (policies/api_keys.py: stored only as SHA-256 digests)
+and JWTs (PyJWT, per-issuer algorithm allow-list, keys from a JWKS file or URL),
+mapped to a `Principal`: the tenant, the models it may use, and its priority tier.
 
 Failures are 401 with OpenAI's envelope and a `WWW-Authenticate` header
 (RFC 6750). The messages never echo a full key or token.
@@ -10,25 +10,34 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import hashlib
-import hmac
 import json
 import logging
 import os
-import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
-import yaml
 
 from adapters.errors import GatewayError
+from policies.api_keys import KEY_PREFIX, ApiKeyTable, KeyRecord, generate_key, hash_key, key_record
+
+__all__ = [
+    "KEY_PREFIX",
+    "ApiKeyTable",
+    "Authenticator",
+    "KeyRecord",
+    "Principal",
+    "TenantRecord",
+    "credential_headers",
+    "generate_key",
+    "hash_key",
+    "key_record",
+]
 
 log = logging.getLogger("switchyard.auth")
 
-KEY_PREFIX = "sk-sy-"
 ANONYMOUS_TENANT = "anonymous"
 REALM = "switchyard"
 
@@ -36,6 +45,7 @@ REALM = "switchyard"
 # only trusting the library) is what stops algorithm confusion: an RS256 public
 # key can never be fed to HS256 as a shared secret, and `none` is never allowed.
 ALG_KEY_TYPES = {"RS256": "RSA", "ES256": "EC", "EdDSA": "OKP", "HS256": "oct"}
+TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
 @dataclass(slots=True)
@@ -52,37 +62,17 @@ class Principal:
 
 
 @dataclass(frozen=True, slots=True)
-class KeyRecord:
-    sha256: str
-    tenant: str
-    name: str | None = None
-    models: list[str] | None = None
-    tier: int | None = None
-    requests_per_minute: int | None = None
-    tokens_per_minute: int | None = None
-    max_concurrent: int | None = None
-
-    @property
-    def key_id(self) -> str:
-        return self.name or self.sha256[:12]
-
-
-@dataclass(frozen=True, slots=True)
 class TenantRecord:
     models: list[str]
     tier: int
 
 
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def generate_key() -> str:
-    return KEY_PREFIX + secrets.token_urlsafe(32)
-
-
 def model_allowed(patterns: list[str], model: str) -> bool:
-    return any(fnmatch.fnmatchcase(model, p) for p in patterns)
+    # "*" and exact names spare fnmatch, which costs a microsecond on every request.
+    for p in patterns:
+        if p == "*" or p == model or fnmatch.fnmatchcase(model, p):
+            return True
+    return False
 
 
 def unauthorized(message: str, *, error: str | None = "invalid_token", code: str = "invalid_api_key") -> GatewayError:
@@ -95,82 +85,6 @@ def unauthorized(message: str, *, error: str | None = "invalid_token", code: str
 
 def _mask(secret: str) -> str:
     return f"{secret[:6]}***{secret[-4:]}" if len(secret) > 14 else "***"
-
-
-class ApiKeyTable:
-    """Digest -> key record, from the config and an optional mounted file that
-    is re-read when it changes (secret rotation without a restart)."""
-
-    def __init__(
-        self, entries: list[KeyRecord], file: str | None, known_tenants: set[str] | None, recheck_s: float = 1.0
-    ) -> None:
-        self._static = {e.sha256: e for e in entries}
-        self._file = file
-        self._known_tenants = known_tenants
-        self._recheck_s = recheck_s
-        self._file_entries: dict[str, KeyRecord] = {}
-        self._file_mtime: float | None = None
-        self._checked_at = 0.0
-
-    def load_file(self) -> None:
-        if not self._file:
-            return
-        try:
-            mtime = os.stat(self._file).st_mtime
-        except OSError as exc:
-            log.error("api_keys_file %s unreadable: %s", self._file, exc)
-            return
-        if mtime == self._file_mtime:
-            return
-        with open(self._file) as f:
-            data = yaml.safe_load(f) or []
-        if isinstance(data, dict):
-            data = data.get("api_keys", [])
-        entries: dict[str, KeyRecord] = {}
-        for raw in data:
-            record = key_record(raw)
-            if self._known_tenants is not None and record.tenant not in self._known_tenants:
-                log.error(
-                    "api_keys_file %s: key %s names unknown tenant %r; ignored",
-                    self._file,
-                    record.key_id,
-                    record.tenant,
-                )
-                continue
-            entries[record.sha256] = record
-        self._file_entries = entries
-        self._file_mtime = mtime
-
-    def lookup(self, key: str) -> KeyRecord | None:
-        now = time.monotonic()
-        if self._file and now - self._checked_at >= self._recheck_s:
-            self._checked_at = now
-            self.load_file()
-        digest = hash_key(key)
-        # The lookup is by digest, so timing can only reveal digest bytes, which
-        # say nothing usable about the key; the final compare is constant time anyway.
-        record = self._static.get(digest) or self._file_entries.get(digest)
-        if record is None or not hmac.compare_digest(record.sha256, digest):
-            return None
-        return record
-
-
-def key_record(raw: Any) -> KeyRecord:
-    """Build a record from a config entry (pydantic model) or a file's mapping."""
-    data = raw.model_dump() if hasattr(raw, "model_dump") else dict(raw)
-    digest = str(data["sha256"]).lower()
-    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise ValueError("sha256 must be a 64-character hex digest")
-    return KeyRecord(
-        sha256=digest,
-        tenant=str(data["tenant"]),
-        name=data.get("name"),
-        models=data.get("models"),
-        tier=data.get("tier"),
-        requests_per_minute=data.get("requests_per_minute"),
-        tokens_per_minute=data.get("tokens_per_minute"),
-        max_concurrent=data.get("max_concurrent"),
-    )
 
 
 class JwksKeys:
@@ -296,7 +210,7 @@ class JwtVerifier:
                 raise unauthorized(f"The JWT's key does not match algorithm {alg}.", code="invalid_token")
             key = jwk.key
         try:
-            return jwt.decode(
+            claims = jwt.decode(
                 token,
                 key,
                 algorithms=[alg],
@@ -315,6 +229,14 @@ class JwtVerifier:
             raise unauthorized("The JWT's issuer is not trusted.", code="invalid_token") from None
         except jwt.PyJWTError as exc:
             raise unauthorized(f"The JWT was rejected: {type(exc).__name__}.", code="invalid_token") from None
+        # PyJWT reads a numeric string as a time; RFC 7519's NumericDate is a JSON number.
+        for name in TIME_CLAIMS:
+            value = claims.get(name)
+            if name in claims and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise unauthorized(
+                    f"The JWT's '{name}' claim must be a JSON number (RFC 7519 NumericDate).", code="invalid_token"
+                )
+        return claims
 
 
 def _looks_like_jwt(token: str) -> bool:
@@ -409,11 +331,39 @@ class Authenticator:
         return tenant is None or model_allowed(tenant.models, model)
 
 
+CREDENTIAL_HEADERS = (b"authorization", b"api-key")
+
+
+def credential_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The credential headers of a request as sent (ASGI's lower-case name/value
+    pairs). A header sent twice is refused: which one to believe is exactly what
+    two layers (a proxy and this gateway) could decide differently."""
+    found: dict[str, str] = {}
+    for name, value in raw:
+        if name in CREDENTIAL_HEADERS:
+            key = name.decode("latin-1")
+            if key in found:
+                raise _more_than_one_credential()
+            found[key] = value.decode("latin-1")
+    return found
+
+
 def _credential(headers: Mapping[str, str]) -> str | None:
     auth = headers.get("authorization")
+    api_key = headers.get("api-key")
+    if auth is not None and api_key is not None:
+        raise _more_than_one_credential()
     if auth:
         scheme, _, value = auth.strip().partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             return value.strip()
-    api_key = headers.get("api-key")
+        return None
     return api_key.strip() if api_key and api_key.strip() else None
+
+
+def _more_than_one_credential() -> GatewayError:
+    return unauthorized(
+        "Send exactly one credential: one 'Authorization: Bearer <key>' header or one 'api-key' header.",
+        error="invalid_request",
+        code="invalid_request",
+    )

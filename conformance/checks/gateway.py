@@ -1,5 +1,5 @@
 """Gateway behaviour a runtime alone does not have: authentication (401),
-authorization (403), rate limits (429 with Retry-After and x-ratelimit-*) and
+authorization (a model the key may not use looks missing: 404), rate limits (429 with Retry-After and x-ratelimit-*) and
 overload (503). Each needs knowledge of the gateway's config, given as CLI
 options; without it the check is skipped, with the option it needs named."""
 
@@ -63,13 +63,32 @@ async def auth_bad(ctx: Context) -> None:
     _judge_envelope(ctx, ex, "401")
 
 
-@CHECKS.must("gateway.forbidden_model_403", "a key asking for a model it may not use gets 403 with the error envelope")
+@CHECKS.must(
+    "gateway.forbidden_model_hidden",
+    "a key asking for a model it may not use gets the same 404 as for a model that does not exist",
+)
 async def forbidden(ctx: Context) -> None:
     if not ctx.target.forbidden_model:
         raise ctx.skip("needs --forbidden-model (a configured model the --api-key may not use)")
-    ex = await ctx.chat(model=ctx.target.forbidden_model)
-    ctx.expect_client_error(ex, (403,), f"model {ctx.target.forbidden_model!r} for this key")
-    _judge_envelope(ctx, ex, "403")
+    forbidden_model = ctx.target.forbidden_model
+    ex = await ctx.chat(model=forbidden_model)
+    ctx.expect_client_error(ex, (404,), f"model {forbidden_model!r} for this key")
+    _judge_envelope(ctx, ex, "404")
+    missing_model = f"conformance-no-such-model-{secrets.token_hex(4)}"
+    missing = await ctx.chat(model=missing_model)
+    ctx.expect_client_error(missing, (404,), f"model {missing_model!r}")
+    seen, expected = ex.json()["error"], missing.json()["error"]
+    if (seen["code"], seen["type"], seen["message"].replace(forbidden_model, "M")) != (
+        expected["code"],
+        expected["type"],
+        expected["message"].replace(missing_model, "M"),
+    ):
+        raise ctx.fail(
+            "a forbidden model is told apart from a missing one (a tenant could enumerate models)",
+            expected=f"the error of a missing model: {expected}",
+            seen=str(seen),
+            exchange=ex,
+        )
 
 
 @CHECKS.must(

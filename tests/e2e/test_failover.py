@@ -67,10 +67,14 @@ def test_all_dead_is_503_with_error_envelope(failover_gateway):
     assert r.json()["error"]["code"] == "backend_unavailable"
 
 
-def test_readyz_reports_unhealthy_model(failover_gateway):
+def test_readyz_reports_unhealthy_model_and_the_process_stays_ready(failover_gateway):
     r = httpx.get(failover_gateway.url + "/readyz")
-    assert r.status_code == 503
-    assert r.json()["status"] == "not_ready"
+    assert r.status_code == 200 and r.json()["status"] == "ready"
+    assert r.json()["models"]["all-dead"]["ready"] is False and r.json()["models"]["m"]["ready"] is True
+    dead = httpx.get(failover_gateway.url + "/readyz", params={"model": "all-dead"})
+    assert dead.status_code == 503
+    assert dead.json()["status"] == "not_ready"
+    assert httpx.get(failover_gateway.url + "/readyz", params={"model": "m"}).status_code == 200
 
 
 def test_client_leaving_during_retry_backoff_is_counted_in_that_phase(failover_gateway):

@@ -1,5 +1,6 @@
-"""JWT and API keys through a real gateway process: who gets in, what 401s and
-403s look like on the wire, and /v1/models showing only the caller's models."""
+"""JWT and API keys through a real gateway process: who gets in, what 401s look
+like on the wire, a model outside the caller's list answering as a missing one,
+and /v1/models showing only the caller's models."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def test_valid_token_is_served(rig, alg, kid):
     assert chat(gateway, issuer.token(alg, kid)).status_code == 200
 
 
-def test_models_list_and_403_follow_the_tenant(rig):
+def test_models_list_and_model_refusals_follow_the_tenant(rig):
     issuer, gateway = rig
     acme, globex = issuer.token(), issuer.token(tenant="globex")
 
@@ -91,10 +92,15 @@ def test_models_list_and_403_follow_the_tenant(rig):
     assert listed(globex) == ["m", "other"]
     assert listed(API_KEY) == ["m"]
     denied = chat(gateway, acme, model="other")
-    assert denied.status_code == 403 and denied.json()["error"]["type"] == "permission_error"
+    missing = chat(gateway, acme, model="nope")
+    assert denied.status_code == missing.status_code == 404
+    assert denied.json()["error"] == {
+        **missing.json()["error"],
+        "message": missing.json()["error"]["message"].replace("nope", "other"),
+    }
     assert chat(gateway, globex, model="other").status_code == 200
     claim_narrowed = issuer.token(tenant="globex", models=["m"])
-    assert chat(gateway, claim_narrowed, model="other").status_code == 403
+    assert chat(gateway, claim_narrowed, model="other").status_code == 404
 
 
 def test_no_credentials(rig):

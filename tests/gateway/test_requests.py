@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from adapters.errors import GatewayError
@@ -130,3 +132,79 @@ def test_completions_carry_response_format():
     rf = {"type": "json_object"}
     (r,) = parse_completion({"model": "m", "prompt": "x", "response_format": rf}, "rid")
     assert r.response_format == rf
+
+
+@pytest.mark.parametrize("role", [[], ["user"], {}, {"a": 1}, 1, None])
+def test_a_role_of_the_wrong_type_is_400(role):
+    bad(lambda: parse_chat({"model": "m", "messages": [{"role": role, "content": "x"}]}, "r"), "messages[0].role")
+
+
+@pytest.mark.parametrize("name", [[], ["get_weather"], {}, 7, None])
+def test_a_tool_choice_name_of_the_wrong_type_is_400(name):
+    bad(lambda: chat(tools=TOOLS, tool_choice={"type": "function", "function": {"name": name}}), "tool_choice")
+
+
+def test_client_values_in_messages_are_clipped():
+    err = bad(lambda: parse_chat({"model": "m", "messages": [{"role": "x" * 100_000, "content": "x"}]}, "r"))
+    assert len(err.message) < 300
+    err = bad(lambda: chat(logit_bias={"y" * 100_000: 1}), "logit_bias")
+    assert len(err.message) < 300
+
+
+def nested(levels: int, inner=1):
+    """`levels` levels of JSON: levels-1 arrays around `inner` (a scalar is no level)."""
+    value = inner
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def body_bytes(**fields) -> bytes:
+    return json.dumps({"model": "m", "messages": MSG, **fields}).encode()
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["vendor_field", "messages", "tools", "response_format", "stop"],
+)
+def test_nesting_past_the_limit_is_400_naming_the_field(field):
+    # The body is level 1: 64 levels in all is the most a body may have.
+    assert parse_json_body(body_bytes(**{field: nested(63)}))[field] == nested(63)
+    err = bad(lambda: parse_json_body(body_bytes(**{field: nested(64)})), field)
+    assert "64 levels" in err.message
+
+
+@pytest.mark.parametrize("levels", [253, 254, 1020])
+def test_nesting_the_encoder_cannot_write_is_refused_before_anything(levels):
+    # orjson reads up to 1,024 levels and writes only 254.
+    raw = b'{"model": "m", "messages": [{"role": "user", "content": ' + b"[" * levels + b"]" * levels + b"}]}"
+    bad(lambda: parse_json_body(raw), "messages")
+    beyond_the_decoder = raw.replace(b"[" * levels, b"[" * 1100).replace(b"]" * levels, b"]" * 1100)
+    assert "could not parse" in bad(lambda: parse_json_body(beyond_the_decoder)).message
+
+
+def test_the_depth_limit_is_configurable():
+    assert parse_json_body(body_bytes(x=nested(99)), max_depth=100)["x"] == nested(99)
+    bad(lambda: parse_json_body(body_bytes(x=nested(99)), max_depth=64), "x")
+
+
+def test_a_deep_legitimate_json_schema_fits_with_room_to_spare():
+    # OpenAI's structured outputs allow 10 levels of object nesting: each is two JSON
+    # levels (`properties` -> the property), plus an array of objects at the bottom.
+    schema: dict = {"type": "array", "items": {"type": "object", "properties": {"leaf": {"type": "string"}}}}
+    for i in range(10):
+        schema = {"type": "object", "properties": {f"level{i}": schema}, "required": [f"level{i}"]}
+    tools = [{"type": "function", "function": {"name": "deep", "parameters": schema}}]
+    rf = {"type": "json_schema", "json_schema": {"name": "deep", "schema": schema}}
+    body = parse_json_body(body_bytes(tools=tools, response_format=rf))
+    depth = depth_of(body)
+    assert depth <= 64 // 2, depth  # half the limit still unused
+    assert parse_chat(body, "r").tools == tools
+
+
+def depth_of(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max((depth_of(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((depth_of(v) for v in value), default=0)
+    return 0

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapters.errors import GatewayError
 from gateway.config import AuthConfig
-from policies.auth import Authenticator, TenantRecord, generate_key, hash_key
+from policies.auth import Authenticator, TenantRecord, credential_headers, generate_key, hash_key
 from tests.policies.jwt_issuer import AUD, ISS, Issuer
 
 TENANTS = {"acme": TenantRecord(models=["llama-*", "tiny"], tier=1), "globex": TenantRecord(models=["*"], tier=2)}
@@ -357,3 +357,83 @@ async def test_concurrent_cache_misses_fetch_the_jwks_once(issuer, tmp_path):
     results = await asyncio.gather(*(auth.authenticate({"authorization": f"Bearer {token}"}) for _ in range(20)))
     assert all(p.tenant == "acme" for p in results)
     assert reads == 1
+
+
+# ---- one credential, one rule -------------------------------------------------
+
+
+async def test_two_credentials_are_refused_whichever_headers_carry_them():
+    auth = keys_auth()
+    for headers in (
+        [(b"authorization", b"Bearer sk-sy-acme"), (b"authorization", b"Bearer sk-sy-narrow")],
+        [(b"api-key", b"sk-sy-acme"), (b"api-key", b"sk-sy-acme")],
+        [(b"authorization", b"Bearer sk-sy-acme"), (b"api-key", b"sk-sy-narrow")],
+    ):
+        with pytest.raises(GatewayError) as exc:
+            await auth.authenticate(credential_headers(headers))
+        assert exc.value.status == 401 and 'error="invalid_request"' in exc.value.headers["WWW-Authenticate"]
+    one = credential_headers([(b"content-type", b"application/json"), (b"authorization", b"Bearer sk-sy-acme")])
+    assert one == {"authorization": "Bearer sk-sy-acme"}
+    assert (await auth.authenticate(one)).tenant == "acme"
+
+
+# ---- a broken key file --------------------------------------------------------
+
+
+def rotate(path: Path, text: str) -> None:
+    path.write_text(text)
+    st = path.stat()  # mtime granularity can hide a rewrite within the same tick
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "- {sha256: [unclosed",  # not YAML
+        "just a string",
+        "- 42",
+        "- {tenant: globex}",  # no digest
+        "- {sha256: nothex, tenant: globex}",
+        f"- {{sha256: {hash_key('sk-sy-x')}, tenant: globex, tier: high}}",
+        f"- {{sha256: {hash_key('sk-sy-x')}, tenant: globex, models: tiny}}",
+    ],
+)
+async def test_a_broken_key_file_keeps_the_last_good_keys_and_is_counted_once(tmp_path, broken, caplog):
+    auth = keys_auth(tmp_path, [{"sha256": hash_key("sk-sy-file-1"), "tenant": "globex"}])
+    auth.keys._recheck_s = 0
+    await auth.start()
+    path = tmp_path / "keys.yaml"
+    rotate(path, broken)
+    for _ in range(3):
+        assert (await auth.authenticate({"api-key": "sk-sy-file-1"})).tenant == "globex"
+        assert (await auth.authenticate({"api-key": "sk-sy-acme"})).tenant == "acme"  # the config's keys too
+    assert auth.keys.reload_errors == 1
+    assert sum("api_keys_file" in r.getMessage() for r in caplog.records if r.levelname == "ERROR") == 1
+    rotate(path, f"- {{sha256: {hash_key('sk-sy-file-2')}, tenant: globex}}")
+    assert (await auth.authenticate({"api-key": "sk-sy-file-2"})).tenant == "globex"
+    rotate(path, broken)
+    await auth.authenticate({"api-key": "sk-sy-file-2"})
+    assert auth.keys.reload_errors == 2
+
+
+async def test_a_key_file_broken_from_the_start_leaves_the_config_keys_serving(tmp_path):
+    auth = keys_auth(tmp_path, [])
+    rotate(tmp_path / "keys.yaml", "- {sha256: [unclosed")
+    await auth.start()
+    assert (await auth.authenticate({"api-key": "sk-sy-acme"})).tenant == "acme"
+    assert auth.keys.reload_errors == 1
+
+
+# ---- NumericDate ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("claim", ["exp", "nbf", "iat"])
+async def test_time_claims_must_be_json_numbers(issuer, tmp_path, claim):
+    auth = jwt_auth(issuer, tmp_path)
+    now = int(time.time())
+    value = {"exp": now + 300, "nbf": now - 10, "iat": now}[claim]
+    accepted = await auth.authenticate({"authorization": f"Bearer {issuer.token(**{claim: value})}"})
+    assert accepted.tenant == "acme"
+    e = await rejected(auth, issuer.token(**{claim: str(value)}))
+    assert claim in e.message and "number" in e.message
+    await rejected(auth, issuer.token(**{claim: True}))
