@@ -83,6 +83,10 @@ class GenerationRequest:
     # Explicit conversation keys the client sent, by source ("x-session-id",
     # "prompt_cache_key", "user"); routing's session affinity picks one per model.
     session_keys: dict[str, str] = field(default_factory=dict)
+    # The W3C trace context of this upstream attempt (`traceparent`, `tracestate`) as
+    # header pairs, sent with every call about this generation (its abort included);
+    # empty when the request is not traced.
+    trace_headers: tuple[tuple[str, str], ...] = ()
 
 
 # ---- events an adapter yields ------------------------------------------------

@@ -15,7 +15,8 @@ Each wait on the upstream has its own bound (docs/adapters.md, "Timeouts"): a fr
 pool connection (`pool_wait_s`), the connect, a streamed answer's first byte
 (`first_byte_timeout_s`) and the silence between its chunks
 (`stream_idle_timeout_s`), a non-streamed answer as a whole (`timeout_s`). The
-request id sent upstream (`X-Request-Id`) is the gateway's own, never the client's.
+request id sent upstream (`X-Request-Id`) is the gateway's own, never the client's;
+a traced request also carries its attempt's W3C `traceparent` (`trace_headers`).
 """
 
 from __future__ import annotations
@@ -199,7 +200,11 @@ class OpenAIAdapter(Adapter):
         chat = request.kind == "chat"
         path = "/chat/completions" if chat else "/completions"
         body = orjson.dumps(self._build_body(request, request.stream))
-        headers = {"Content-Type": "application/json", "X-Request-Id": request.request_id}
+        headers = {
+            "Content-Type": "application/json",
+            "X-Request-Id": request.request_id,
+            **dict(request.trace_headers),
+        }
         resp = None
         completed = False
         try:

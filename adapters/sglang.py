@@ -86,18 +86,18 @@ class SGLangAdapter(RuntimeAdapter):
     async def _on_abort(self, request: GenerationRequest) -> None:
         # Sent from a task of its own: the caller is usually being cancelled (the
         # client went away), and a cancelled scope would cancel the call too.
-        task = asyncio.get_running_loop().create_task(self._abort(self._abort_rids(request)))
+        task = asyncio.get_running_loop().create_task(self._abort(self._abort_rids(request), request.trace_headers))
         self._abort_tasks.add(task)
         task.add_done_callback(self._abort_tasks.discard)
 
-    async def _abort(self, rids: list[str]) -> None:
+    async def _abort(self, rids: list[str], trace_headers: tuple[tuple[str, str], ...]) -> None:
         timeout = aiohttp.ClientTimeout(total=2.0)
         for rid in rids:
             try:
                 async with self.session.post(
                     f"{self.base_url}/abort_request",
                     data=orjson.dumps({"rid": rid}),
-                    headers={"content-type": "application/json"},
+                    headers={"content-type": "application/json", **dict(trace_headers)},
                     timeout=timeout,
                 ) as resp:
                     await resp.read()

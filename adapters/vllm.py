@@ -123,16 +123,16 @@ class VLLMAdapter(RuntimeAdapter):
             return
         # A task of its own: the caller is usually being cancelled (the client went
         # away), and a cancelled scope would cancel the call too.
-        task = asyncio.get_running_loop().create_task(self._abort(abort_ids(request)))
+        task = asyncio.get_running_loop().create_task(self._abort(abort_ids(request), request.trace_headers))
         self._abort_tasks.add(task)
         task.add_done_callback(self._abort_tasks.discard)
 
-    async def _abort(self, ids: list[str]) -> None:
+    async def _abort(self, ids: list[str], trace_headers: tuple[tuple[str, str], ...]) -> None:
         try:
             async with self.session.post(
                 f"{self.base_url}{self._abort_path}",
                 data=orjson.dumps({"request_ids": ids}),
-                headers={"content-type": "application/json"},
+                headers={"content-type": "application/json", **dict(trace_headers)},
                 timeout=aiohttp.ClientTimeout(total=ABORT_TIMEOUT_S),
             ) as resp:
                 await resp.read()

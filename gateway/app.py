@@ -31,9 +31,10 @@ from gateway.generation import Generation
 from gateway.metrics import GatewayMetrics, access_logger
 from gateway.ops import OpsCollector, OpsViews
 from gateway.protection import Protection
-from gateway.recorder import Outcome, RequestContext, RequestRecorder
+from gateway.recorder import Outcome, RequestContext, RequestRecorder, TenantLabels
 from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
 from gateway.responses import error_response, json_response
+from gateway.tracing import Tracing, build_tracing
 from policies.auth import credential_headers
 
 log = logging.getLogger("switchyard.gateway")
@@ -58,14 +59,17 @@ def client_request_id(value: str | None) -> str | None:
 
 
 class Gateway:
-    def __init__(self, config: GatewayConfig, metrics: GatewayMetrics | None = None) -> None:
+    def __init__(
+        self, config: GatewayConfig, metrics: GatewayMetrics | None = None, tracing: Tracing | None = None
+    ) -> None:
         self.config = config
         self.metrics = metrics or GatewayMetrics()
+        self.tracing = tracing or build_tracing(config.tracing)
         self.backends = BackendSet(config, registry=self.metrics.registry)
         self.dispatcher = Dispatcher(self.backends, self._count_backend_failure)
         self.protection = Protection.from_config(config, self.metrics.registry)
         self.recorder = RequestRecorder(
-            self.metrics, self.backends.pools, access_logger() if config.access_log else None
+            self.metrics, self.backends.pools, access_logger() if config.access_log else None, TenantLabels.of(config)
         )
         self.started_at = int(time.time())
         self.started = False
@@ -89,6 +93,7 @@ class Gateway:
         self.started = False
         await self.backends.aclose()
         await self.protection.aclose()
+        await self.tracing.aclose()
 
     def _count_backend_failure(self, backend: str, err: GatewayError) -> None:
         m = self.metrics
@@ -113,6 +118,7 @@ class Gateway:
             started=time.perf_counter(),
             chat=chat,
             upstream_id=upstream_id,
+            trace=self.tracing.request(request.scope["headers"], chat),
         )
         try:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
@@ -121,6 +127,7 @@ class Gateway:
             body = parse_json_body(raw, self.config.limits.max_json_depth)
             reqs = [parse_chat(body, upstream_id)] if chat else parse_completion(body, upstream_id)
             ctx.model = reqs[0].model
+            ctx.trace.parsed(reqs[0])
             check_choices(reqs, self.config.limits.max_choices_per_request)
             session_id = request.headers.get("x-session-id")
             for r in reqs:
@@ -153,7 +160,7 @@ class Gateway:
         return Generation(self.dispatcher, self.recorder, ctx, ticket, reqs)
 
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
-        self.recorder.finish(ctx, Outcome(err.status, error=err.message))
+        self.recorder.finish(ctx, Outcome(err.status, error=err.message, code=err.code, admitted=False))
         return error_response(err, ctx.request_id)
 
     async def _read_body(self, request: Request) -> bytes:
@@ -242,8 +249,8 @@ class HotPath:
         await response(scope, receive, send)
 
 
-def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None) -> FastAPI:
-    gw = Gateway(config, metrics)
+def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None, tracing: Tracing | None = None) -> FastAPI:
+    gw = Gateway(config, metrics, tracing)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):

@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.builtin import model_path_problem
+from gateway.tracing_config import TracingConfig
 from policies.ejection import EjectionConfig
 from policies.saturation import DEFAULT_DETECTOR
 from policies.scorers import SCORERS
@@ -338,6 +339,7 @@ class GatewayConfig(_Strict):
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     ops: OpsConfig = Field(default_factory=OpsConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)  # gateway/tracing_config.py
     access_log: bool = True
     log_level: str = "info"
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from adapters.base import ErrorEvent, Event, GenerationRequest
 from adapters.errors import GatewayError, upstream_failed
+from gateway import tracing
 from gateway.backends import Backend, BackendSet, ModelPool
 from gateway.merge import Merged, Sink, SubStream
 from gateway.stream_guard import StreamGuard, guarded
@@ -81,17 +82,29 @@ class Started(SubStream):
     """A started sub-request: the adapter's iterator, its first event (already
     read) and `units` in-flight slots of its backend (one per choice it makes),
     held until `aclose`, which also closes the iterator (aborting the upstream
-    work), whether it was read or not."""
+    work) and ends the attempt's span, whether it was read or not."""
 
-    def __init__(self, backend: Backend, agen: AsyncIterator[Event], first: Event, offset: int, units: int) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        agen: AsyncIterator[Event],
+        first: Event,
+        offset: int,
+        units: int,
+        attempt: tracing.Attempt = tracing.NO_ATTEMPT,
+    ) -> None:
         super().__init__(offset, agen, first)
         self.backend = backend
         self.units = units
+        self.attempt = attempt
 
     async def aclose(self) -> None:
         if not self.closed:
             self.backend.inflight -= self.units
-        await super().aclose()
+        try:
+            await super().aclose()
+        finally:
+            self.attempt.end()
 
 
 class Dispatcher:
@@ -179,7 +192,9 @@ class Dispatcher:
         )
 
     def _candidates(self, pool: ModelPool, req: GenerationRequest) -> tuple[list[Backend], GatewayError | None]:
-        routed = pool.route(req)
+        with tracing.current().step("switchyard.route") as step:
+            routed = pool.route(req)
+            step.set("switchyard.route.candidates", len(routed.candidates))
         if routed.unsupported:
             # What the runtimes lack, never which backends (their names stay in the config).
             gaps = dict.fromkeys(f"{gap.adapter} does not support {gap.feature}" for gap in routed.refused)
@@ -210,22 +225,25 @@ class Dispatcher:
     ) -> list[Started]:
         units = req.sampling.n
         backend.inflight += units
-        agen = backend.adapter.generate(req)
+        attempt = tracing.current().attempt(backend, req)
+        agen = backend.adapter.generate(attempt.stamp(req))
         try:
             first = await agen.__anext__()
         except StopAsyncIteration:
             first = ErrorEvent(upstream_failed(backend.name, "it ended its answer before sending anything"))
-        except BaseException:
+        except BaseException as exc:
             backend.inflight -= units
             await agen.aclose()  # type: ignore[attr-defined]
+            attempt.end(exc)
             raise
         if isinstance(first, ErrorEvent):
             # Nothing reached the client yet: answer with the error's own status
             # (or fail over when it is retryable) instead of a 200 stream.
             backend.inflight -= units
             await agen.aclose()  # type: ignore[attr-defined]
+            attempt.end(first.error)
             raise first.error
-        started = Started(backend, agen, first, offset, units)
+        started = Started(backend, agen, first, offset, units, attempt)
         if sink is not None:
             started.forward(sink)
         return [started]

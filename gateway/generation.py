@@ -20,7 +20,16 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from adapters.base import SAMPLING_PARAMETERS, ErrorEvent, Event, GenerationRequest, TextDelta, ToolCallDelta, Usage
+from adapters.base import (
+    SAMPLING_PARAMETERS,
+    ErrorEvent,
+    Event,
+    Finish,
+    GenerationRequest,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
 from adapters.errors import GatewayError
 from gateway.dispatch import Dispatched, Dispatcher
 from gateway.encoder import ResponseBuilder, StreamEncoder
@@ -61,7 +70,7 @@ class Generation:
         prefix = "chatcmpl-" if ctx.chat else "cmpl-"
         # From the gateway's own id (32 hex characters; a batch's prompts add "-i"),
         # never the client's x-request-id, which another tenant may send too.
-        self.response_id = prefix + self.first.request_id.replace("-", "")[:32]
+        self.response_id = ctx.response_id = prefix + self.first.request_id.replace("-", "")[:32]
         # Where a client leaving would find the request: before the first event.
         self.waiting_phase = CancelPhase.UPSTREAM_HEADERS if self.first.stream else CancelPhase.NON_STREAMING
         self.phase = self.waiting_phase
@@ -70,6 +79,7 @@ class Generation:
         self.backend: str | None = None
         self.status = 200
         self.error: str | None = None
+        self.code: str | None = None
         self.started = False  # http.response.start was sent
         self._last_content: float | None = None
         self._backoff_since: float | None = None
@@ -151,7 +161,9 @@ class Generation:
             usage = self.usage or self._estimated_usage()
             release = self.ticket.release(usage, cancelled_phase)
             await (release if clean else asyncio.shield(release))
-            outcome = Outcome(self.status, usage, self.backend, self.error, cancelled_phase, self.dropped_params)
+            outcome = Outcome(
+                self.status, usage, self.backend, self.error, cancelled_phase, self.dropped_params, self.code
+            )
             self.recorder.finish(self.ctx, outcome)
 
     def _estimated_usage(self) -> Usage | None:
@@ -187,8 +199,7 @@ class Generation:
             self.ctx.upstream_wait += time.perf_counter() - started - backoff
 
     async def _send_error(self, send, err: GatewayError) -> None:
-        self.status = err.status
-        self.error = err.message
+        self.status, self.error, self.code = err.status, err.message, err.code
         resp = error_response(err, self.ctx.request_id)
         for k, v in self._extra_headers().items():
             resp.headers[k] = v
@@ -210,13 +221,16 @@ class Generation:
             if self.ctx.ttft is None:
                 self.ctx.ttft = now - self.ctx.started
                 self.recorder.first_token(self.model, self.backend or "-", self.ctx.ttft)
+                self.ctx.trace.first_token(self.ctx.ttft)
             elif self._last_content is not None:
                 self.recorder.inter_token(self.model, now - self._last_content)
             self._last_content = now
         elif isinstance(event, Usage):
             self.usage = event
+        elif isinstance(event, Finish):
+            self.ctx.trace.finish_reason(event.reason)
         elif isinstance(event, ErrorEvent):
-            self.status, self.error = event.error.status, event.error.message
+            self.status, self.error, self.code = event.error.status, event.error.message, event.error.code
 
     async def _run(self, send) -> None:
         gauge = self.recorder.inflight(self.model)

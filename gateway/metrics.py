@@ -81,6 +81,27 @@ class GatewayMetrics:
             ["backend", "code"],
             registry=r,
         )
+        # Per tenant: the tenant label is a configured tenant's name or OTHER_TENANT
+        # (gateway/recorder.py `TenantLabels`), so the series stay as few as the config's.
+        self.tenant_requests = Counter(
+            "switchyard_tenant_requests_total",
+            "Requests by tenant, model and HTTP status.",
+            ["tenant", "model", "status"],
+            registry=r,
+        )
+        self.tenant_tokens = Counter(
+            "switchyard_tenant_tokens_total",
+            "Tokens by tenant and model; direction: input (prompt) or output (completion).",
+            ["tenant", "model", "direction"],
+            registry=r,
+        )
+        self.tenant_rejections = Counter(
+            "switchyard_tenant_rejections_total",
+            "Requests refused before any work, by tenant and reason "
+            "(auth, rate_limited, concurrency, quota, quota_store_unavailable, queue_full, queue_timeout).",
+            ["tenant", "reason"],
+            registry=r,
+        )
         self._children: dict[tuple, object] = {}
 
     def child(self, metric, *labels: str):

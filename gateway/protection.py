@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from adapters.base import GenerationRequest, Usage
 from adapters.errors import GatewayError
+from gateway import tracing
 from gateway.config import ConfigError, GatewayConfig, TenantConfig, open_auth_problem
 from gateway.phases import CancelPhase
 from gateway.protection_metrics import ProtectionMetrics, StateCollector
@@ -159,7 +160,8 @@ class Protection:
     # ---- the request path ----------------------------------------------------------
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
-        return await self.auth.authenticate(headers)
+        with tracing.current().step("switchyard.authenticate"):
+            return await self.auth.authenticate(headers)
 
     def may_use(self, principal: Principal, model: str) -> bool:
         return self.auth.may_use(principal, model)
@@ -190,7 +192,10 @@ class Protection:
         units = max(1, choices if choices is not None else request.sampling.n)
         budget = token_budget(prompt_tokens_estimate, request.sampling.max_tokens, units, cap)
         scopes = self.leases.scopes_for(principal)
-        reservation = await self.leases.reserve(principal, scopes, budget, units) if scopes else None
+        reservation = None
+        if scopes:
+            with tracing.current().step("switchyard.quota"):
+                reservation = await self.leases.reserve(principal, scopes, budget, units)
         if budget.from_cap and any(s.tokens_per_window != UNLIMITED for s in scopes):
             # Generate no more than was reserved: without max_tokens a runtime may
             # write up to its context length, and a few such requests would spend
@@ -199,14 +204,15 @@ class Protection:
         if reservation is not None:
             self.leases.queued[reservation.lease_id] = reservation
         try:
-            slot = await self.queue.enter(
-                model,
-                principal.tenant,
-                principal.tier,
-                deadline=request.deadline,
-                client_gone=client_gone,
-                units=units,
-            )
+            with tracing.current().step("switchyard.queue"):
+                slot = await self.queue.enter(
+                    model,
+                    principal.tenant,
+                    principal.tier,
+                    deadline=request.deadline,
+                    client_gone=client_gone,
+                    units=units,
+                )
         except ClientGoneWhileQueued:
             await self._unwind(reservation)
             raise GatewayError(

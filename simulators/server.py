@@ -333,7 +333,7 @@ class QueuedGeneration(Generation):
 
 
 def _interesting_headers(request: web.Request) -> dict[str, str]:
-    keep = ("x-request-id", "authorization", "content-type", "user-agent")
+    keep = ("x-request-id", "authorization", "content-type", "user-agent", "traceparent", "tracestate")
     return {str(k).lower(): v for k, v in request.headers.items() if k.lower() in keep}
 
 
