@@ -31,7 +31,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_
 from adapters.base import GenerationRequest
 from gateway.backends import Backend
 from gateway.recorder import Outcome, RequestContext
-from gateway.tracing import Attempt, RawHeaders, RequestTrace, Step, error_type, make_current
+from gateway.tracing import NO_STEP, Attempt, RawHeaders, RequestTrace, Step, error_type, make_current
 from gateway.tracing_config import TracingSettings
 
 # gen_ai.provider.name per adapter kind: the runtime that generates, as the GenAI
@@ -84,7 +84,15 @@ class OtelTracing:
     def request(self, headers: RawHeaders, chat: bool) -> RequestTrace:
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers if k in CONTEXT_HEADERS}
         parent = propagate.extract(carrier, context=Context()) if carrier else Context()
-        trace = OtelRequestTrace(self, parent, "chat" if chat else "text_completion")
+        operation = "chat" if chat else "text_completion"
+        span = self.tracer.start_span(
+            operation, context=parent, kind=SpanKind.SERVER, attributes={"gen_ai.operation.name": operation}
+        )
+        trace: RequestTrace
+        if span.is_recording():
+            trace = OtelRequestTrace(self, span, parent, operation)
+        else:
+            trace = UnsampledTrace(span, parent)
         make_current(trace)
         return trace
 
@@ -144,16 +152,48 @@ class OtelAttempt:
         self.span.end()
 
 
+class UnsampledTrace:
+    """A request the sampler left out: no spans are recorded, but the runtimes still
+    get its trace context (flagged not sampled), so that they leave it out too."""
+
+    __slots__ = ("span", "parent", "headers")
+
+    def __init__(self, span: Span, parent: Context) -> None:
+        self.span = span
+        self.parent = parent
+        self.headers: tuple[tuple[str, str], ...] | None = None
+
+    def step(self, name: str) -> Step:
+        return NO_STEP
+
+    def attempt(self, backend: Backend, request: GenerationRequest) -> Attempt:
+        if self.headers is None:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier, context=set_span_in_context(self.span, self.parent))
+            self.headers = tuple(carrier.items())
+        return OtelAttempt(self.span, self.headers)
+
+    def parsed(self, request: GenerationRequest) -> None:
+        pass
+
+    def first_token(self, ttft: float) -> None:
+        pass
+
+    def finish_reason(self, reason: str) -> None:
+        pass
+
+    def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
+        pass
+
+
 class OtelRequestTrace:
     __slots__ = ("tracing", "span", "context", "operation", "finish_reasons")
 
-    def __init__(self, tracing: OtelTracing, parent: Context, operation: str) -> None:
+    def __init__(self, tracing: OtelTracing, span: Span, parent: Context, operation: str) -> None:
         self.tracing = tracing
         self.operation = operation
-        self.span = tracing.tracer.start_span(
-            operation, context=parent, kind=SpanKind.SERVER, attributes={"gen_ai.operation.name": operation}
-        )
-        self.context = set_span_in_context(self.span, parent)
+        self.span = span
+        self.context = set_span_in_context(span, parent)
         self.finish_reasons: list[str] = []
 
     def step(self, name: str) -> Step:

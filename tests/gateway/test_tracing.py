@@ -15,6 +15,7 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, Sampler, TraceIdRatioBased
 from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.otel_trace import OtelTracing
@@ -53,8 +54,8 @@ def exporter() -> InMemorySpanExporter:
     return InMemorySpanExporter()
 
 
-def tracing_to(exporter: InMemorySpanExporter) -> OtelTracing:
-    provider = TracerProvider()
+def tracing_to(exporter: InMemorySpanExporter, sampler: Sampler | None = None) -> OtelTracing:
+    provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return OtelTracing(provider)
 
@@ -253,6 +254,26 @@ async def test_a_refused_request_is_traced_with_its_reason_and_no_attempt(vllm, 
     assert refused.status.status_code == StatusCode.UNSET
     quota = next(s for s in children if s.name == "switchyard.quota")
     assert quota.status.status_code == StatusCode.ERROR and quota.attributes["error.type"] == "rate_limit_exceeded"
+
+
+async def test_a_request_the_sampler_leaves_out_records_nothing_but_still_tells_the_runtime(vllm, exporter):
+    vllm.reset()
+    none_sampled = tracing_to(exporter, ParentBased(TraceIdRatioBased(0.0)))
+    async with serving(config(backend("v1", "vllm", vllm)), none_sampled) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=10) as client:
+            body = {"model": "m", "messages": MSG, "max_tokens": 2}
+            assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+            # A client's sampled trace is kept whatever the ratio (parent-based sampling).
+            continued = {"traceparent": CLIENT_TRACEPARENT}
+            assert (await client.post("/v1/chat/completions", json=body, headers=continued)).status_code == 200
+        spans = await request_spans(exporter)
+
+    unsampled, sampled = generation_headers(vllm)
+    assert int(unsampled["traceparent"].rsplit("-", 1)[1], 16) & 1 == 0  # the sampled flag is off
+    assert TRACEPARENT.fullmatch(unsampled["traceparent"]).group(1) != f"{CLIENT_TRACE:032x}"
+    assert {s.context.trace_id for s in spans} == {CLIENT_TRACE}
+    (attempt,) = [s for s in spans if s.kind == SpanKind.CLIENT]
+    assert sampled["traceparent"] == sent_traceparent(attempt)
 
 
 async def test_tracing_off_sends_no_trace_context_upstream(vllm):
