@@ -28,7 +28,8 @@ class TracingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # None: on when the environment names an OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT
-    # or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) and OTEL_SDK_DISABLED is not true.
+    # or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) and OTEL_TRACES_EXPORTER is not "none".
+    # OTEL_SDK_DISABLED=true turns tracing off whatever this says.
     enabled: bool | None = None
     # The collector's OTLP/HTTP address, e.g. http://otel-collector:4318 (/v1/traces is
     # added unless the path already ends with it). None: the OTEL_* variables, then localhost.
@@ -70,12 +71,14 @@ class TracingSettings:
 
 def resolve(config: TracingConfig, env: Mapping[str, str]) -> TracingSettings:
     endpoint_env = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if config.enabled is not None:
+    # OTEL_SDK_DISABLED is the SDK's own off switch: it wins over the config too.
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        enabled = False
+    elif config.enabled is not None:
         enabled = config.enabled
     else:
-        disabled = env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
         no_exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none"
-        enabled = bool(endpoint_env) and not disabled and not no_exporter
+        enabled = bool(endpoint_env) and not no_exporter
     protocol = (
         config.protocol
         or env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")

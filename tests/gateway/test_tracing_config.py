@@ -27,6 +27,9 @@ def test_off_unless_the_config_or_the_environment_turns_it_on():
     assert not resolve(TracingConfig(), {**COLLECTOR, "OTEL_TRACES_EXPORTER": "none"}).enabled
     assert not resolve(TracingConfig(enabled=False), COLLECTOR).enabled
     assert resolve(TracingConfig(enabled=True), {}).enabled
+    assert resolve(TracingConfig(enabled=True), {"OTEL_TRACES_EXPORTER": "none"}).enabled
+    # The SDK's own off switch wins over the config.
+    assert not resolve(TracingConfig(enabled=True), {"OTEL_SDK_DISABLED": "TRUE"}).enabled
 
 
 def test_config_settings_win_and_the_environment_fills_the_rest():
