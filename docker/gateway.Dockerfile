@@ -17,10 +17,11 @@ COPY simulators ./simulators
 COPY conformance ./conformance
 COPY bench ./bench
 COPY processes ./processes
-# `.[kv-events]`: the gateway's dependencies as pyproject.toml lists them plus the
-# KV-event subscriber (pyzmq, msgpack) for precise prefix routing; no torch, openai,
+# `.[kv-events,otel]`: the gateway's dependencies as pyproject.toml lists them plus the
+# KV-event subscriber (pyzmq, msgpack) for precise prefix routing and the OTLP trace
+# exporter (tracing stays off unless configured); no torch, openai,
 # httpx or numpy (`switchyard` imports only the command it runs).
-RUN /opt/switchyard/bin/pip install --no-cache-dir ".[kv-events]"
+RUN /opt/switchyard/bin/pip install --no-cache-dir ".[kv-events,otel]"
 
 FROM ${PYTHON_IMAGE}
 ENV PATH=/opt/switchyard/bin:$PATH \

@@ -78,13 +78,13 @@ def test_health_check_asks_healthz_on_the_port_the_chart_uses(image):
     assert last(IMAGES[image], "EXPOSE") == str(port)
 
 
-def test_gateway_image_installs_no_torch_and_only_the_kv_events_extra():
+def test_gateway_image_installs_no_torch_and_only_the_light_extras():
     installs = pip_install_args(GATEWAY_DOCKERFILE)
     assert installs, "no pip install in the gateway Dockerfile"
     requirements = [r for args in installs for r in args]
-    # The base dependencies plus the light KV-event subscriber, nothing heavier.
-    assert ".[kv-events]" in requirements
-    assert not any("torch" in r or ("[" in r and r != ".[kv-events]") for r in requirements), requirements
+    # The base dependencies plus the light KV-event subscriber and trace exporter, nothing heavier.
+    assert ".[kv-events,otel]" in requirements
+    assert not any("torch" in r or ("[" in r and r != ".[kv-events,otel]") for r in requirements), requirements
     closure = installed_closure(requirements)
     assert "switchyard" in closure and "fastapi" in closure
     assert not closure & {"torch", "transformers", "safetensors", "llguidance"}
