@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import engine.block_pool as engine_kv
+from adapters import native_calls
+from adapters import non_generation as ng
 from adapters.base import (
     Adapter,
     Capabilities,
@@ -64,6 +66,8 @@ class NativeAdapter(Adapter):
         usage_in_stream=True,
         explicit_abort=True,
         completions=True,
+        embeddings=True,
+        tokenize=True,
     )
 
     def __init__(
@@ -231,6 +235,20 @@ class NativeAdapter(Adapter):
             completion_tokens=sum(c.num_tokens for c in choices),
             cached_tokens=cached_tokens,
         )
+
+    # ---- calls that generate nothing (adapters/native_calls.py) -------------
+
+    async def embed(self, request: ng.EmbeddingRequest) -> ng.EmbeddingResult:
+        await self.start()
+        return await native_calls.embed(self.async_engine, self.tokenizer, request)
+
+    async def tokenize(self, request: ng.TokenizeRequest) -> ng.TokenizeResult:
+        await self.start()
+        return native_calls.tokenize(self.tokenizer, self.async_engine.engine.max_model_len, request)
+
+    async def detokenize(self, request: ng.DetokenizeRequest) -> ng.DetokenizeResult:
+        await self.start()
+        return native_calls.detokenize(self.tokenizer, request)
 
     # ---- structured output (helper "structured"; the logic lives in engine/structured/) ----
 

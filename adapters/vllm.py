@@ -16,6 +16,10 @@ What differs from OpenAI and is handled here:
 - load from Prometheus `/metrics` (`vllm:*`).
 - request ids: vLLM aborts a disconnected request by its id, so the id is the
   gateway's own (`request_id` in the body and `X-Request-Id`), never a client's.
+- `/v1/embeddings` only when the server runs an embedding model (`--runner pooling`;
+  otherwise the route does not exist): option `embeddings: true` declares it.
+  `/tokenize` and `/detokenize` (server root, always served) are vLLM's own shape,
+  which is the gateway's.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from adapters import non_generation_wire as ngw
 from adapters import prometheus_text as prom
 from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
+from adapters.non_generation import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
 from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
 
 # vllm/renderers/params.py and get_max_tokens (0.33; "However, you requested" in <= 0.10);
@@ -77,6 +83,8 @@ class VLLMAdapter(RuntimeAdapter):
             usage_in_stream=True,
             explicit_abort=False,
             completions=True,
+            embeddings=bool(self.options.get("embeddings", False)),
+            tokenize=True,
         )
         self._prefix_counters: tuple[float, float] | None = None
 
@@ -88,6 +96,16 @@ class VLLMAdapter(RuntimeAdapter):
         if not self.options.get("legacy_guided", False):  # a vLLM <= 0.10 still reads guided_*
             translate_guided(body)
         return body
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        body = ngw.tokenize_body(request, self.served_model)
+        payload = await self._call_json("/tokenize", body, request.request_id, under_api=False)
+        return ngw.decode_tokenize(payload, self.name, request.return_token_strs)
+
+    async def detokenize(self, request: DetokenizeRequest) -> DetokenizeResult:
+        body = ngw.detokenize_body(request, self.served_model)
+        payload = await self._call_json("/detokenize", body, request.request_id, under_api=False)
+        return ngw.decode_detokenize(payload, self.name, "prompt")
 
     async def load(self) -> LoadSnapshot:
         samples, read_at = await self._scrape("/metrics")
