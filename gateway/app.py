@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import time
+from functools import partial
 
 from fastapi import FastAPI
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -23,12 +24,15 @@ from adapters.errors import GatewayError, model_not_found
 from gateway.backends import BackendSet
 from gateway.config import GatewayConfig
 from gateway.dispatch import Dispatcher, check_choices
+from gateway.embeddings import embeddings_route
 from gateway.generation import Generation
 from gateway.metrics import GatewayMetrics, access_logger
 from gateway.protection import Protection
 from gateway.recorder import Outcome, RequestContext, RequestRecorder
 from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
 from gateway.responses import error_response, json_response
+from gateway.tokenize import detokenize_route, tokenize_route
+from gateway.unary import UnaryGate
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -247,6 +251,11 @@ def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None) -> 
     app.add_route("/v1/completions", gw.completions, methods=["POST"])
     app.add_route("/v1/models", gw.list_models, methods=["GET"])
     app.add_route("/v1/models/{model_id:path}", gw.get_model, methods=["GET"])
+    # The calls that generate nothing (gateway/unary.py): one upstream call, one JSON answer.
+    gate = UnaryGate(config, gw.protection, gw.backends, gw.recorder, gw.dispatcher.on_failure)
+    app.add_route("/v1/embeddings", partial(embeddings_route, gate), methods=["POST"])
+    app.add_route("/tokenize", partial(tokenize_route, gate), methods=["POST"])
+    app.add_route("/detokenize", partial(detokenize_route, gate), methods=["POST"])
     app.add_route("/healthz", gw.healthz, methods=["GET"])
     app.add_route("/readyz", gw.readyz, methods=["GET"])
     app.add_route("/metrics", gw.metrics_endpoint, methods=["GET"])
@@ -256,8 +265,8 @@ def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None) -> 
         if exc.status_code == 404:
             err = GatewayError(
                 404,
-                f"No route {request.method} {request.url.path}. This gateway serves "
-                "/v1/chat/completions, /v1/completions and /v1/models.",
+                f"No route {request.method} {request.url.path}. This gateway serves /v1/chat/completions, "
+                "/v1/completions, /v1/embeddings, /v1/models, /tokenize and /detokenize.",
                 code="not_found",
             )
         elif exc.status_code == 405:
