@@ -20,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import engine.block_pool as engine_kv
-from adapters import native_calls
-from adapters import non_generation as ng
 from adapters.base import (
     Adapter,
     Capabilities,
@@ -40,6 +38,7 @@ from adapters.base import (
 )
 from adapters.errors import GatewayError, context_length_exceeded, invalid_request, upstream_failed
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from adapters.native_calls import NativeNonGeneration
 from engine.builtin import BUILTIN_PREFIX, resolve_model_path
 
 # The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
@@ -55,7 +54,7 @@ from engine.text.tool_call_stage import ToolCallStage
 logger = logging.getLogger(__name__)
 
 
-class NativeAdapter(Adapter):
+class NativeAdapter(NativeNonGeneration, Adapter):
     capabilities = Capabilities(
         tools=True,
         parallel_tool_calls=True,
@@ -235,20 +234,6 @@ class NativeAdapter(Adapter):
             completion_tokens=sum(c.num_tokens for c in choices),
             cached_tokens=cached_tokens,
         )
-
-    # ---- calls that generate nothing (adapters/native_calls.py) -------------
-
-    async def embed(self, request: ng.EmbeddingRequest) -> ng.EmbeddingResult:
-        await self.start()
-        return await native_calls.embed(self.async_engine, self.tokenizer, request)
-
-    async def tokenize(self, request: ng.TokenizeRequest) -> ng.TokenizeResult:
-        await self.start()
-        return native_calls.tokenize(self.tokenizer, self.async_engine.engine.max_model_len, request)
-
-    async def detokenize(self, request: ng.DetokenizeRequest) -> ng.DetokenizeResult:
-        await self.start()
-        return native_calls.detokenize(self.tokenizer, request)
 
     # ---- structured output (helper "structured"; the logic lives in engine/structured/) ----
 

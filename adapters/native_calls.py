@@ -1,7 +1,9 @@
 """The native engine's calls that generate nothing: embeddings, tokenize, detokenize.
 
-The text side of them, given the adapter's engine (`engine.async_engine.AsyncEngine`)
-and tokenizer (`engine.text.tokenizer.TextTokenizer`); nothing here imports the engine.
+`NativeNonGeneration` gives the native adapter (adapters/native.py) its `embed`,
+`tokenize` and `detokenize`: the text side of them, on the adapter's engine
+(`engine.async_engine.AsyncEngine`) and tokenizer (`engine.text.tokenizer.TextTokenizer`),
+which it only uses (only adapters/native.py imports the engine).
 Texts are tokenized as vLLM does for each call: embedding inputs with special tokens,
 `/tokenize` prompts with them unless told otherwise, chat messages through the model's
 chat template without them (the template writes its own).
@@ -23,6 +25,28 @@ from adapters.non_generation import (
 
 # What `chat_template_kwargs` may not override: the call's own arguments.
 _TEMPLATE_ARGUMENTS = {"messages", "tools", "add_generation_prompt", "continue_final_message"}
+
+
+class NativeNonGeneration:
+    """The native adapter's `embed`, `tokenize` and `detokenize` (the engine loads first)."""
+
+    tokenizer: Any
+    async_engine: Any
+
+    async def start(self) -> None:
+        raise NotImplementedError  # NativeAdapter.start loads the model
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        await self.start()
+        return await embed(self.async_engine, self.tokenizer, request)
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        await self.start()
+        return tokenize(self.tokenizer, self.async_engine.engine.max_model_len, request)
+
+    async def detokenize(self, request: DetokenizeRequest) -> DetokenizeResult:
+        await self.start()
+        return detokenize(self.tokenizer, request)
 
 
 async def embed(engine: Any, tokenizer: Any, request: EmbeddingRequest) -> EmbeddingResult:
