@@ -1,7 +1,7 @@
 """The way of a call that generates nothing (`/v1/embeddings`, `/tokenize`,
 `/detokenize`): one upstream call, one JSON answer.
 
-The order is the chat route's: read the body, authenticate, validate, check the model
+The order is the chat route's: authenticate, read and validate the body, check the model
 (a model outside the tenant's list answers exactly as a missing one: 404), check that a
 backend of the model serves the call (400 naming the model when none does: nothing is
 reserved for a request that cannot be served), admit (quota and the model's fair queue,
@@ -118,10 +118,9 @@ class UnaryGate:
             upstream_id=upstream_id,
         )
         try:
-            raw = await self._read_body(request)
             principal = await self.protection.authenticate(_headers(request))
             ctx.tenant = principal.tenant
-            parsed = parse(parse_json_body(raw), upstream_id)
+            parsed = parse(parse_json_body(await self._read_body(request)), upstream_id)
             ctx.model = parsed.model
             pool = self.backends.pools.get(parsed.model)
             if pool is None or not self.protection.may_use(principal, parsed.model):
