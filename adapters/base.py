@@ -19,6 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from adapters.errors import GatewayError
+from adapters.non_generation import (
+    DetokenizeRequest,
+    DetokenizeResult,
+    EmbeddingRequest,
+    EmbeddingResult,
+    TokenizeRequest,
+    TokenizeResult,
+)
 
 FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
 FINISH_REASONS: frozenset[str] = frozenset({"stop", "length", "tool_calls", "content_filter"})
@@ -211,6 +219,10 @@ class Capabilities:
     usage_in_stream: bool = True  # can report usage at the end of a stream
     explicit_abort: bool = False  # has an abort call beyond closing the connection
     completions: bool = True  # legacy /v1/completions
+    # The calls that generate nothing (adapters/non_generation.py); off unless the
+    # runtime, as configured, serves them.
+    embeddings: bool = False  # /v1/embeddings
+    tokenize: bool = False  # /tokenize and /detokenize
 
 
 # The sampling parameters whose support may differ by runtime (`SamplingParams`
@@ -316,3 +328,20 @@ class Adapter(ABC):
 
     async def aclose(self) -> None:
         return None
+
+    # ---- calls that generate nothing: only routed to adapters whose capabilities say so ----
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        raise _not_served(self, "embeddings")
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        raise _not_served(self, "tokenize")
+
+    async def detokenize(self, request: DetokenizeRequest) -> DetokenizeResult:
+        raise _not_served(self, "detokenize")
+
+
+def _not_served(adapter: Adapter, what: str) -> GatewayError:
+    return GatewayError(
+        400, f"The backend serving this model does not serve {what}.", param="model", code="unsupported_by_runtime"
+    )

@@ -38,6 +38,7 @@ from adapters.base import (
 )
 from adapters.errors import GatewayError, context_length_exceeded, invalid_request, upstream_failed
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
+from adapters.native_calls import NativeNonGeneration
 from engine.builtin import BUILTIN_PREFIX, resolve_model_path
 
 # The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
@@ -53,7 +54,7 @@ from engine.text.tool_call_stage import ToolCallStage
 logger = logging.getLogger(__name__)
 
 
-class NativeAdapter(Adapter):
+class NativeAdapter(NativeNonGeneration, Adapter):
     capabilities = Capabilities(
         tools=True,
         parallel_tool_calls=True,
@@ -64,6 +65,8 @@ class NativeAdapter(Adapter):
         usage_in_stream=True,
         explicit_abort=True,
         completions=True,
+        embeddings=True,
+        tokenize=True,
     )
 
     def __init__(

@@ -21,6 +21,7 @@ a traced request also carries its attempt's W3C `traceparent` (`trace_headers`).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
@@ -30,6 +31,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
+from adapters import non_generation_wire as ngw
 from adapters import openai_wire as wire
 from adapters.base import (
     Adapter,
@@ -47,6 +49,7 @@ from adapters.errors import (
     upstream_unavailable,
 )
 from adapters.http_client import ConnectionPool, HTTPError, PoolTimeout, ReadTimeout
+from adapters.non_generation import EmbeddingRequest, EmbeddingResult
 from adapters.runtime_errors import ParsedError, runtime_error
 
 
@@ -74,6 +77,7 @@ class OpenAIAdapter(Adapter):
         usage_in_stream=True,
         explicit_abort=False,
         completions=True,
+        embeddings=True,  # OpenAI's /v1/embeddings; `options.embeddings: false` when the upstream's model cannot
     )
     # Path under `base_url`; runtime adapters whose url is the server root use "/v1".
     api_prefix = ""
@@ -98,6 +102,8 @@ class OpenAIAdapter(Adapter):
         self.base_url = url.rstrip("/")
         self.served_model = served_model
         self.options = options or {}
+        if type(self).capabilities.embeddings and "embeddings" in self.options:
+            self.capabilities = dataclasses.replace(self.capabilities, embeddings=bool(self.options["embeddings"]))
         self.timeout_s = timeout_s
         self.first_byte_timeout_s = first_byte_timeout_s
         self.stream_idle_timeout_s = stream_idle_timeout_s
@@ -303,6 +309,67 @@ class OpenAIAdapter(Adapter):
         if saw_done and quirks is not None:
             for out in quirks.at_done():
                 yield out
+
+    # ---- calls that generate nothing (adapters/non_generation.py) --------------
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        body = ngw.embedding_body(request, self.served_model)
+        try:
+            payload = await self._call_json("/embeddings", body, request.request_id)
+        except GatewayError as err:
+            raise ngw.embedding_error(err) from None
+        return ngw.decode_embeddings(payload, len(request.inputs), self.name)
+
+    async def _call_json(self, path: str, body: dict[str, Any], request_id: str, *, under_api: bool = True) -> Any:
+        """POST one JSON body, read one JSON answer: `path` under the API prefix, or under
+        the server root (`under_api=False`: vLLM's /tokenize). The whole answer within
+        `timeout_s`; an error status through the one status table. Unless the answer was
+        read to its end, the connection is closed: a cancelled call stops the runtime's work."""
+        root = urlsplit(self.base_url).path.rstrip("/")
+        url_path = (self._url_path if under_api else root) + path
+        data = orjson.dumps(body)
+        headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
+        resp: Any = None  # the fast client's Response, or aiohttp's behind the same interface
+        read = False
+        try:
+            try:
+                if self._pool is not None:
+                    resp = await self._pool.request(
+                        "POST", url_path, data, headers, first_byte=self.timeout_s, idle=self.timeout_s
+                    )
+                else:
+                    timeout = aiohttp.ClientTimeout(
+                        total=None,
+                        connect=self._pool_wait_s + self._connect_timeout_s,
+                        sock_connect=self._connect_timeout_s,
+                        sock_read=self.timeout_s,
+                    )
+                    origin = self.base_url[: len(self.base_url) - len(root)] if root else self.base_url
+                    resp = _AiohttpResponse(
+                        await self.session.post(origin + url_path, data=data, headers=headers, timeout=timeout)
+                    )
+            except PoolTimeout as exc:
+                raise upstream_busy(self.name, str(exc), exc.waited_s) from None
+            except ReadTimeout as exc:
+                raise upstream_timeout(self.name, str(exc), exc.waited_s, first_byte=True) from None
+            except TimeoutError as exc:  # aiohttp (https)
+                raise upstream_timeout(self.name, str(exc) or "timeout", self.timeout_s, first_byte=True) from None
+            except (HTTPError, aiohttp.ClientConnectionError, OSError) as exc:
+                raise upstream_unavailable(self.name, str(exc) or type(exc).__name__) from None
+            raw = await self._read(resp)
+            read = True
+            if resp.status >= 400:
+                raise self._error(resp.status, raw)
+            try:
+                return orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                raise upstream_failed(self.name, "its answer was not JSON", internal=repr(raw[:200])) from None
+        finally:
+            if resp is not None:
+                if read:
+                    resp.release()
+                else:
+                    resp.close()
 
     # ---- health, load, models ------------------------------------------------
 

@@ -21,6 +21,11 @@ What differs from OpenAI and is handled here:
 - `/health` runs a 1-token generation and answers after about 1 s (503 while
   warming up): the health check waits for it.
 - load from `GET /v1/loads` (JSON, no flag needed), else Prometheus `/metrics`.
+- `/v1/embeddings` needs a server launched with `--is-embedding` (which then cannot
+  generate): option `embeddings: true` declares it. `/v1/tokenize` answers without
+  token strings (`return_token_strs` is refused) and adds the generation prompt to
+  messages unless `continue_final_message`; `/v1/detokenize` answers `{"text"}` and skips special tokens unless told
+  not to (the gateway keeps them, as vLLM does).
 """
 
 from __future__ import annotations
@@ -34,8 +39,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from adapters import non_generation_wire as ngw
 from adapters import prometheus_text as prom
 from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
+from adapters.non_generation import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
 from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
 
 log = logging.getLogger(__name__)
@@ -67,6 +74,8 @@ class SGLangAdapter(RuntimeAdapter):
             usage_in_stream=True,
             explicit_abort=True,
             completions=True,
+            embeddings=bool(self.options.get("embeddings", False)),
+            tokenize=True,
         )
         self._load_source: str = str(self.options.get("load_source", "auto"))  # auto | loads | metrics
         self._abort_tasks: set[asyncio.Task[None]] = set()
@@ -76,6 +85,21 @@ class SGLangAdapter(RuntimeAdapter):
         # SGLang names the request after `rid`, so the abort call can name it too.
         body["rid"] = request.request_id
         return body
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        if request.return_token_strs:
+            raise self._unsupported("token strings in /tokenize answers", "return_token_strs")
+        if request.messages is not None and not (request.add_generation_prompt or request.continue_final_message):
+            raise self._unsupported("tokenizing messages without the generation prompt", "add_generation_prompt")
+        body = ngw.tokenize_body(request, self.served_model)
+        body.pop("add_generation_prompt", None)  # SGLang renders messages as a chat request does
+        payload = await self._call_json("/tokenize", body, request.request_id)
+        return ngw.decode_tokenize(payload, self.name, want_strs=False)
+
+    async def detokenize(self, request: DetokenizeRequest) -> DetokenizeResult:
+        body = {**ngw.detokenize_body(request, self.served_model), "skip_special_tokens": False}
+        payload = await self._call_json("/detokenize", body, request.request_id)
+        return ngw.decode_detokenize(payload, self.name, "text")
 
     def _abort_rids(self, request: GenerationRequest) -> list[str]:
         # With n > 1 SGLang runs one request per sample, named `{rid}_{i}`

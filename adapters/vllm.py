@@ -19,6 +19,10 @@ What differs from OpenAI and is handled here:
 - cancellation: closing the connection is not always noticed (docs/vllm-cpu.md), so
   with option `explicit_abort: true` (the server runs with `--enable-scale-out`) the
   adapter also calls `POST /inference/v1/abort_requests` with vLLM's id of the request.
+- `/v1/embeddings` only when the server runs an embedding model (`--runner pooling`;
+  otherwise the route does not exist): option `embeddings: true` declares it.
+  `/tokenize` and `/detokenize` (server root, always served) are vLLM's own shape,
+  which is the gateway's.
 """
 
 from __future__ import annotations
@@ -31,8 +35,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from adapters import non_generation_wire as ngw
 from adapters import prometheus_text as prom
 from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
+from adapters.non_generation import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
 from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
 
 log = logging.getLogger(__name__)
@@ -103,6 +109,8 @@ class VLLMAdapter(RuntimeAdapter):
             usage_in_stream=True,
             explicit_abort=bool(self.options.get("explicit_abort", False)),
             completions=True,
+            embeddings=bool(self.options.get("embeddings", False)),
+            tokenize=True,
         )
         self._prefix_counters: tuple[float, float] | None = None
         self._abort_path = str(self.options.get("abort_path", ABORT_PATH))
@@ -155,6 +163,16 @@ class VLLMAdapter(RuntimeAdapter):
         if self._abort_tasks:
             await asyncio.wait(set(self._abort_tasks), timeout=ABORT_TIMEOUT_S + 0.5)
         await super().aclose()
+
+    async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
+        body = ngw.tokenize_body(request, self.served_model)
+        payload = await self._call_json("/tokenize", body, request.request_id, under_api=False)
+        return ngw.decode_tokenize(payload, self.name, request.return_token_strs)
+
+    async def detokenize(self, request: DetokenizeRequest) -> DetokenizeResult:
+        body = ngw.detokenize_body(request, self.served_model)
+        payload = await self._call_json("/detokenize", body, request.request_id, under_api=False)
+        return ngw.decode_detokenize(payload, self.name, "prompt")
 
     async def load(self) -> LoadSnapshot:
         samples, read_at = await self._scrape("/metrics")

@@ -117,6 +117,16 @@ class AsyncEngine:
 
             self._call(close)
 
+    async def embed(self, prompts: list[list[int]], dimensions: int | None = None) -> list[list[float]]:
+        """The prompts' embeddings (engine/pooling.py). Each forward pass takes the engine
+        lock like one step, so generation goes on between the passes of a large request;
+        cancelling stops it before its next pass (the one running finishes unseen)."""
+        self.engine.check_embedding_inputs(prompts, dimensions)
+        vectors: list[list[float]] = []
+        for batch in self.engine.embedding_batches(prompts):
+            vectors += await asyncio.to_thread(self._call, self.engine.embed_batch, batch, dimensions)
+        return vectors
+
     def abort(self, request_id: str) -> None:
         """Stop a request from outside its consumer; its stream ends with finish_reason "abort"."""
 

@@ -31,6 +31,10 @@ class ModelConfig:
     # Attention window, when the model uses one. The engine attends to the full context,
     # so it caps max_model_len here rather than silently diverge past the window.
     sliding_window: int | None = None
+    # Matryoshka-trained embeddings (the keys vLLM reads from config.json): a request's
+    # `dimensions` may shorten the vector only then, and only to a listed size if any are.
+    is_matryoshka: bool = False
+    matryoshka_dimensions: list[int] | None = None
 
     @classmethod
     def from_dir(cls, model_dir: str) -> ModelConfig:
@@ -78,6 +82,10 @@ class ModelConfig:
             sliding_window=(
                 raw.get("sliding_window") if model_type == "mistral" or raw.get("use_sliding_window") else None
             ),
+            is_matryoshka=bool(raw.get("matryoshka_dimensions") or raw.get("is_matryoshka")),
+            matryoshka_dimensions=[int(d) for d in raw["matryoshka_dimensions"]]
+            if raw.get("matryoshka_dimensions")
+            else None,
         )
 
 

@@ -11,6 +11,7 @@ from engine.block_pool import BlockPool
 from engine.config import EngineConfig, ModelConfig
 from engine.kv_cache_manager import KVCacheManager
 from engine.model_runner import ModelRunner
+from engine.pooling import batches, check_inputs, pool
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledChunk, Scheduler
@@ -274,6 +275,26 @@ class LLMEngine:
             seq.num_prompt_tokens,
             seq.num_cached_tokens,
         )
+
+    # ---- embeddings (engine/pooling.py) --------------------------------------------
+
+    def check_embedding_inputs(self, prompts: list[list[int]], dimensions: int | None = None) -> None:
+        """Raise PoolingInputError for inputs `embed_batch` could not honour."""
+        check_inputs(self.model_config, self.max_model_len, prompts, dimensions)
+
+    def embedding_batches(self, prompts: list[list[int]]) -> list[list[list[int]]]:
+        """`prompts` in forward passes of at most the step's token budget each."""
+        return batches(prompts, self.config.max_num_batched_tokens)
+
+    @torch.inference_mode()
+    def embed_batch(self, prompts: list[list[int]], dimensions: int | None = None) -> list[list[float]]:
+        """One forward pass of checked prompts -> their embeddings (vLLM's pooling of a
+        decoder model: last token, Matryoshka cut, L2 norm). Needs no free KV block."""
+        return pool(self.runner.last_token_states(prompts), dimensions)
+
+    def embed(self, prompts: list[list[int]], dimensions: int | None = None) -> list[list[float]]:
+        self.check_embedding_inputs(prompts, dimensions)
+        return [vec for batch in self.embedding_batches(prompts) for vec in self.embed_batch(batch, dimensions)]
 
     # ---- introspection -------------------------------------------------------------
 

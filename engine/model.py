@@ -185,8 +185,12 @@ class LlamaModel:
             h = residual + F.linear(F.silu(gate) * up, layer.down)
         return h
 
+    def final_norm(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The final RMSNorm: `forward`'s hidden states as transformers' `last_hidden_state` has them."""
+        return rms_norm(hidden, self.norm, self.eps)
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(rms_norm(hidden, self.norm, self.eps), self.lm_head)
+        return F.linear(self.final_norm(hidden), self.lm_head)
 
     def _attention(
         self,

@@ -8,6 +8,7 @@ import torch
 
 from engine.config import EngineConfig, ModelConfig
 from engine.model import AttentionGroup, AttentionMetadata, LlamaModel, rope_tables
+from engine.sampling_params import SamplingParams
 from engine.scheduler import ScheduledChunk
 from engine.sequence import Sequence
 from engine.weights import load_state_dict
@@ -22,6 +23,8 @@ DTYPES = {
     "half": torch.float16,
 }
 DEFAULT_KV_CACHE_BYTES = 128 * 1024 * 1024
+# A pooling pass samples nothing; its sequences only carry token ids and block tables.
+_POOLING_PARAMS = SamplingParams(max_tokens=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,42 @@ class ModelRunner:
         rows = torch.tensor(sample_rows, dtype=torch.long).to(self.device, non_blocking=True)
         logits = self.model.logits(hidden.index_select(0, rows))
         return ForwardOutput(logits.float(), sampled)
+
+    @torch.inference_mode()
+    def last_token_states(self, prompts: list[list[int]]) -> torch.Tensor:
+        """Each prompt's last-token hidden state after the final norm, fp32 [len(prompts), hidden],
+        from one prefill pass. The pass writes KV tensors of its own, sized to these prompts
+        and dropped afterwards: the paged cache and the sequences in it are not touched."""
+        bs = self.block_size
+        chunks: list[ScheduledChunk] = []
+        num_blocks = 0
+        for ids in prompts:
+            seq = Sequence("pooling", 0, ids, _POOLING_PARAMS)
+            blocks = -(-len(ids) // bs)
+            seq.block_ids = list(range(num_blocks, num_blocks + blocks))
+            num_blocks += blocks
+            chunks.append(ScheduledChunk(seq, len(ids)))
+        singles = [chunk for chunk in chunks if chunk.num_tokens == 1]
+        groups = split_by_context(singles) + split_prefills([chunk for chunk in chunks if chunk.num_tokens != 1])
+        ordered = [chunk for group in groups for chunk in group]
+        m = self.model_cfg
+        shape = (num_blocks * bs, m.num_key_value_heads, m.head_dim)
+        scratch = [
+            (
+                torch.zeros(shape, dtype=self.dtype, device=self.device),
+                torch.zeros(shape, dtype=self.dtype, device=self.device),
+            )
+            for _ in range(m.num_hidden_layers)
+        ]
+        last_row: dict[int, int] = {}
+        input_ids: list[int] = []
+        for chunk in ordered:
+            input_ids.extend(chunk.seq.token_ids)
+            last_row[id(chunk)] = len(input_ids) - 1
+        ids = torch.tensor(input_ids, dtype=torch.long).to(self.device, non_blocking=True)
+        hidden = self.model.forward(ids, self._metadata(groups), scratch)
+        rows = torch.tensor([last_row[id(chunk)] for chunk in chunks], dtype=torch.long).to(self.device)
+        return self.model.final_norm(hidden.index_select(0, rows)).float()
 
     def _metadata(self, parts: list[list[ScheduledChunk]]) -> AttentionMetadata:
         groups: list[AttentionGroup] = []

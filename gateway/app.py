@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import re
 import time
+from functools import partial
 
 from fastapi import FastAPI
 from starlette.applications import Starlette
@@ -27,35 +26,21 @@ from adapters.errors import GatewayError, model_not_found
 from gateway.backends import BackendSet
 from gateway.config import GatewayConfig
 from gateway.dispatch import Dispatcher, check_choices
+from gateway.embeddings import embeddings_route
 from gateway.generation import Generation
 from gateway.metrics import GatewayMetrics, access_logger
 from gateway.ops import OpsCollector, OpsViews
 from gateway.protection import Protection
 from gateway.recorder import Outcome, RequestContext, RequestRecorder, TenantLabels
+from gateway.request_io import client_request_id, new_request_id, read_body
 from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
 from gateway.responses import error_response, json_response
+from gateway.tokenize import detokenize_route, tokenize_route
 from gateway.tracing import Tracing, build_tracing
+from gateway.unary import UnaryGate
 from policies.auth import credential_headers
 
 log = logging.getLogger("switchyard.gateway")
-
-# A client's x-request-id is kept for the logs and the response header when it
-# is this shape; otherwise the gateway's own id stands in for it.
-_CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-
-
-def new_request_id() -> str:
-    """The gateway's id for one request: 128 random bits (32 hex characters), so
-    it can be neither guessed nor repeated. It names the request's generations
-    upstream (SGLang's rid, vLLM's request id, the native engine's sequences), so
-    one tenant cannot reach another's generation by naming it (an abort by id)."""
-    return os.urandom(16).hex()
-
-
-def client_request_id(value: str | None) -> str | None:
-    """The client's x-request-id if it is 1-128 characters of [A-Za-z0-9._:-]; it
-    goes to the logs, the traces and the response header, never upstream."""
-    return value if value is not None and _CLIENT_ID.fullmatch(value) else None
 
 
 class Gateway:
@@ -123,7 +108,7 @@ class Gateway:
         try:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
             ctx.tenant = principal.tenant
-            raw = await self._read_body(request)
+            raw = await read_body(request, self.config.limits.max_body_bytes)
             body = parse_json_body(raw, self.config.limits.max_json_depth)
             reqs = [parse_chat(body, upstream_id)] if chat else parse_completion(body, upstream_id)
             ctx.model = reqs[0].model
@@ -162,22 +147,6 @@ class Gateway:
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
         self.recorder.finish(ctx, Outcome(err.status, error=err.message, code=err.code, admitted=False))
         return error_response(err, ctx.request_id)
-
-    async def _read_body(self, request: Request) -> bytes:
-        limit = self.config.limits.max_body_bytes
-        declared = request.headers.get("content-length")
-        too_big = GatewayError(
-            413, f"The request body is larger than this gateway accepts ({limit} bytes).", code="request_too_large"
-        )
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise too_big
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_big
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     async def list_models(self, request: Request) -> Response:
         try:
@@ -266,6 +235,11 @@ def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None, tra
     app.add_route("/v1/completions", gw.completions, methods=["POST"])
     app.add_route("/v1/models", gw.list_models, methods=["GET"])
     app.add_route("/v1/models/{model_id:path}", gw.get_model, methods=["GET"])
+    # The calls that generate nothing (gateway/unary.py): one upstream call, one JSON answer.
+    gate = UnaryGate(config, gw.protection, gw.backends, gw.recorder, gw.dispatcher.on_failure)
+    app.add_route("/v1/embeddings", partial(embeddings_route, gate), methods=["POST"])
+    app.add_route("/tokenize", partial(tokenize_route, gate), methods=["POST"])
+    app.add_route("/detokenize", partial(detokenize_route, gate), methods=["POST"])
     app.add_route("/healthz", gw.ops.healthz, methods=["GET"])
     if config.ops.listen is None:
         app.add_route("/readyz", gw.ops.readyz, methods=["GET"])
@@ -273,7 +247,8 @@ def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None, tra
     else:
         app.add_route("/readyz", gw.ops.readiness, methods=["GET"])
     app.add_exception_handler(
-        StarletteHTTPException, _http_error("/v1/chat/completions, /v1/completions and /v1/models")
+        StarletteHTTPException,
+        _http_error("/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /tokenize and /detokenize"),
     )
 
     @app.exception_handler(Exception)

@@ -16,6 +16,7 @@ passes unknown fields through), for example:
 - tool_call: answer with a tool call to the first tool (also when tool_choice
   is "required" or names a function)
 
+`POST /v1/embeddings` answers in OpenAI's shape (simulators/embeddings.py).
 `GET /_sim/stats` reports in-flight, max concurrency seen, completed, aborted
 (client went away before the end) and the last request body; `POST /_sim/reset`
 clears them.
@@ -30,6 +31,8 @@ import uuid
 from typing import Any
 
 import orjson
+
+from simulators.embeddings import openai_embeddings
 
 WORDS = (
     "alpha",
@@ -114,6 +117,8 @@ class Upstream:
         if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
             body = await _read_body(receive)
             await self._generate(path.endswith("chat/completions"), body, receive, send)
+        elif method == "POST" and path == "/v1/embeddings":
+            await _json(send, *openai_embeddings(await _read_body(receive), self.model, self.stats))
         elif path == "/v1/models":
             await _json(
                 send,

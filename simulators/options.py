@@ -40,6 +40,10 @@ class SimOptions:
     enable_prompt_tokens_details: bool = False
     enable_force_include_usage: bool = False
     max_num_queued_reqs: int | None = None
+    runner: str = "generate"  # generate | pooling (an embedding model: /v1/embeddings, no generation)
+    # vLLM and SGLang embedding models
+    is_matryoshka: bool = False  # `dimensions` may shorten vectors (the model config's flag)
+    embedding_dim: int = 64
     # SGLang
     enable_metrics: bool = False
     enable_cache_report: bool = False
@@ -48,6 +52,7 @@ class SimOptions:
     disconnect_abort_delay: float | None = None  # None: the runtime's own default
     max_queued_requests: int | None = None
     stream_response_default_include_usage: bool = False
+    is_embedding: bool = False
     # TRT-LLM
     max_num_tokens: int | None = None
     return_perf_metrics: bool = False
@@ -102,6 +107,13 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
         parser.add_argument("--enable-prompt-tokens-details", action="store_true")
         parser.add_argument("--enable-force-include-usage", action="store_true")
         parser.add_argument("--max-num-queued-reqs", type=int, default=None)
+        parser.add_argument(
+            "--runner",
+            choices=("generate", "pooling"),
+            default="generate",
+            help="pooling: an embedding model (/v1/embeddings served, the generation routes not)",
+        )
+        _add_embedding_arguments(parser)
     elif kind == "sglang":
         parser.add_argument("--tool-call-parser", default=None)
         parser.add_argument("--enable-metrics", action="store_true")
@@ -123,6 +135,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
         )
         parser.add_argument("--max-queued-requests", type=int, default=None)
         parser.add_argument("--stream-response-default-include-usage", action="store_true")
+        parser.add_argument("--is-embedding", action="store_true", help="an embedding model: /v1/embeddings answers")
+        _add_embedding_arguments(parser)
     elif kind == "trtllm":
         parser.add_argument(
             "--tool-parser", "--tool_parser", "--tool-call-parser", dest="tool_call_parser", default=None
@@ -154,6 +168,15 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
         )
         parser.add_argument("--max-concurrent-requests", type=int, default=128)
         parser.add_argument("--max-stop-sequences", type=int, default=4)
+
+
+def _add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--is-matryoshka",
+        action="store_true",
+        help="the model takes `dimensions` (vLLM: --hf-overrides '{\"is_matryoshka\": true}')",
+    )
+    parser.add_argument("--embedding-dim", type=int, default=SimOptions.embedding_dim, help="embedding vector size")
 
 
 def options_from_args(kind: str, args: argparse.Namespace) -> SimOptions:

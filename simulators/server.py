@@ -33,6 +33,7 @@ from simulators.prefix_cache import PrefixCache
 from simulators.promtext import Histogram
 from simulators.recorder import Recorder
 from simulators.request import SimRequest, from_openai_body
+from simulators.sim_tokenizer import ModelTokenizer, SimTokenizer, WordTokenizer
 from simulators.sources import synthetic_source
 from simulators.sse import DONE_FRAME, ClientGone, SSEStream
 from simulators.tokens import Generation, SyntheticSource
@@ -72,6 +73,14 @@ class Simulator:
         self._bg_tasks: set[asyncio.Task[Any]] = set()
         self.waiting = 0
         self.slots = asyncio.Semaphore(opts.max_num_seqs) if opts.max_num_seqs else None
+        self._words = WordTokenizer()
+
+    @property
+    def tokenizer(self) -> SimTokenizer:
+        """The tokenizer behind the tokenize and embeddings endpoints: the model's with the
+        engine source (once loaded), else the synthetic word rule."""
+        model = getattr(self.source, "tokenizer", None)
+        return ModelTokenizer(model) if model is not None else self._words
 
     # ---- app ---------------------------------------------------------------
 

@@ -17,7 +17,8 @@ queue-full answers (503 `type:"503"`, or SSE `SERVICE_UNAVAILABLE` in a stream);
 a client disconnect is noticed only 2 s later; native `/generate` with cumulative
 streamed `text`; guided decoding from `response_format` (`json_schema` with its
 `schema`, `json_object`), the top-level `regex` and `ebnf` (and `json_schema` on
-completions), at most one of them.
+completions), at most one of them. `/v1/tokenize`, `/v1/detokenize` and
+`/v1/embeddings` (`--is-embedding`): simulators/sglang_tokens.py.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ import asyncio
 import datetime
 import os
 import time
+from functools import partial
 from typing import Any
 
 from aiohttp import web
 
+from simulators import sglang_tokens
 from simulators.faults import NO_FAULTS
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, int_or_none, object_field, prompt_words_completion, stop_list, texts_of
@@ -81,6 +84,14 @@ class SglangSimulator(Simulator):
         router.add_get("/v1/models/{model}", self.model_card)
         router.add_get("/v1/loads", self.loads)
         router.add_route("*", "/flush_cache", self.flush_cache)
+        for path, handler in (
+            ("tokenize", sglang_tokens.tokenize),
+            ("detokenize", sglang_tokens.detokenize),
+            ("embeddings", sglang_tokens.embeddings),
+        ):
+            router.add_post(f"/v1/{path}", partial(handler, self))
+            if path != "embeddings":
+                router.add_post(f"/{path}", partial(handler, self))
         if self.opts.enable_metrics:
             router.add_get("/metrics", self.metrics)
 

@@ -21,7 +21,9 @@ key, `finish_reason: "stop"`; 3.3 streams array deltas with `name:null` repeated
 and no finish chunk after a tool call; 3.1 streams a single-object delta with
 `id:""` and the raw `{"function": {"_name": ...}}` text, and object `arguments`
 in non-stream answers; `tool_choice:"auto"` without a call re-runs the generation
-(twice the TTFT); native `/generate` and `/generate_stream` (no `[DONE]`).
+(twice the TTFT); native `/generate` and `/generate_stream` (no `[DONE]`); native
+`/tokenize` (`[{"id", "text", "start", "stop"}]`) and `/chat_tokenize`; no embeddings
+(TGI has none: that is TEI, another server).
 """
 
 from __future__ import annotations
@@ -34,8 +36,16 @@ from aiohttp import web
 
 from simulators.driver import Outcome
 from simulators.promtext import Exposition, Histogram
-from simulators.request import SimRequest, int_or_none, object_field, prompt_words_completion, texts_of
+from simulators.request import (
+    SimRequest,
+    int_or_none,
+    object_field,
+    prompt_words_completion,
+    render_chat_plain,
+    texts_of,
+)
 from simulators.server import Simulator, json_response
+from simulators.sim_tokenizer import WordTokenizer
 from simulators.sse import DONE_FRAME, error_stream
 from simulators.tgi_validation import (
     MAX_CLIENT_BATCH_SIZE,
@@ -81,6 +91,7 @@ class TgiSimulator(Simulator):
         router.add_post("/generate_stream", self.generate_stream)
         router.add_post("/", self.compat)
         router.add_post("/tokenize", self.tokenize)
+        router.add_post("/chat_tokenize", self.chat_tokenize)
         router.add_get("/", self.health)
         router.add_get("/health", self.health)
         router.add_get("/ping", self.health)
@@ -129,16 +140,34 @@ class TgiSimulator(Simulator):
         )
 
     async def tokenize(self, request: web.Request) -> web.Response:
+        """`GenerateRequest` -> `[{"id", "text", "start", "stop"}]` (`encoding_to_tokens`)."""
         body, _ = await self.read_body(request)
         inputs = body.get("inputs") if isinstance(body, dict) else None
         if not isinstance(inputs, str):
             return rejection("missing field `inputs` at line 1 column 2")
+        return json_response(200, self._simple_tokens(inputs, body.get("add_special_tokens", True) is not False))
+
+    async def chat_tokenize(self, request: web.Request) -> web.Response:
+        """A chat request, templated then tokenized: `{"tokenize_response", "templated_text"}`."""
+        body, _ = await self.read_body(request)
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+            return rejection("missing field `messages` at line 1 column 2")
+        text = render_chat_plain(messages)
+        return json_response(200, {"tokenize_response": self._simple_tokens(text, True), "templated_text": text})
+
+    def _simple_tokens(self, text: str, add_special_tokens: bool) -> list[dict[str, Any]]:
+        """Each token with the bytes of `text` it covers; the word tokenizer's offsets are
+        the words'. Without offsets (the model tokenizer here) TGI writes empty texts and 0, 0."""
+        ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+        if not isinstance(self.tokenizer, WordTokenizer):
+            return [{"id": i, "text": "", "start": 0, "stop": 0} for i in ids]
         out, at = [], 0
-        for i, word in enumerate(inputs.split()):
-            start = inputs.index(word, at)
+        for token, word in zip(ids, text.split()):
+            start = text.index(word, at)
             at = start + len(word)
-            out.append({"id": 100 + i, "text": word, "start": start, "stop": at})
-        return json_response(200, out)
+            out.append({"id": token, "text": word, "start": start, "stop": at})
+        return out
 
     async def metrics(self, request: web.Request) -> web.Response:
         ex = Exposition({})

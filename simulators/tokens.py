@@ -29,7 +29,7 @@ from simulators.request import SimRequest
 from simulators.structured import pieces
 
 EOS_TOKEN_ID = 2
-_VOCAB_OFFSET = 100  # token ids of vocabulary words start here
+VOCAB_OFFSET = 100  # token ids of vocabulary words start here
 
 VOCABULARY = (
     "the a of and to in is it that on for with as was at by this be from or an are "
@@ -112,7 +112,7 @@ class SyntheticGeneration(Generation):
         fixed_text: list[str] | None,
     ) -> list[Token]:
         if fixed_text is not None:  # a tool call's argument fragments, then EOS
-            scripted = [Token(index, t, _VOCAB_OFFSET + i) for i, t in enumerate(fixed_text)]
+            scripted = [Token(index, t, VOCAB_OFFSET + i) for i, t in enumerate(fixed_text)]
             scripted.append(Token(index, "", EOS_TOKEN_ID, finish="eos", matched=EOS_TOKEN_ID))
             return scripted
         key = f"{seed}:{request.seed}:{index}:{zlib.crc32(' '.join(request.prompt_words[-64:]).encode())}"
@@ -138,7 +138,7 @@ class SyntheticGeneration(Generation):
                     Token(
                         index,
                         text[: max(0, cut - start)],
-                        _VOCAB_OFFSET + words[position],
+                        VOCAB_OFFSET + words[position],
                         finish="stop_sequence",
                         matched=matched,
                     )
@@ -146,7 +146,7 @@ class SyntheticGeneration(Generation):
                 return tokens
             if hit is not None and end > hit[0]:
                 text = text[: max(0, hit[0] - start)]
-            tokens.append(Token(index, text, _VOCAB_OFFSET + words[position]))
+            tokens.append(Token(index, text, VOCAB_OFFSET + words[position]))
             start = end
         if by_length:
             tokens[-1].finish = "length"
@@ -192,7 +192,7 @@ def _constrained(request: SimRequest, index: int, parts: list[str], max_model_le
     short with finish `length`, leaving an unfinished document as a runtime would."""
     room = max(1, max_model_len - request.context_tokens)
     cap = min(request.max_tokens, room) if request.max_tokens is not None else room
-    tokens = [Token(index, text, _VOCAB_OFFSET + i) for i, text in enumerate(parts[: max(1, cap)])]
+    tokens = [Token(index, text, VOCAB_OFFSET + i) for i, text in enumerate(parts[: max(1, cap)])]
     if len(parts) + 1 > cap:
         tokens[-1].finish = "length"
     else:

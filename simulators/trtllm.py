@@ -106,8 +106,8 @@ class TrtllmSimulator(Simulator):
         prompt = body.get("prompt") if isinstance(body, dict) else None
         if not isinstance(prompt, str):
             return validation_error([{"type": "missing", "loc": ("body", "prompt"), "msg": "Field required"}])
-        count = len(prompt.split())
-        return json_response(200, {"count": count, "tokens": list(range(100, 100 + count))})
+        tokens = self.tokenizer.encode(prompt, add_special_tokens=True)
+        return json_response(200, {"count": len(tokens), "tokens": tokens})
 
     # ---- load signals -----------------------------------------------------------------
 

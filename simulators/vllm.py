@@ -14,16 +14,20 @@ hermes-style tool-call deltas with `chatcmpl-tool-<16 hex>` ids, `finish_reason`
 `auto` refused without `--enable-auto-tool-choice --tool-call-parser`; guided
 decoding from `response_format` (`json_schema`, `json_object`) or
 `structured_outputs` (`json`, `regex`, `choice`, `grammar`, `json_object`; exactly
-one), with vLLM's refusals as 400 "Bad Request".
+one), with vLLM's refusals as 400 "Bad Request". `/tokenize`, `/detokenize` and, with
+`--runner pooling` (an embedding model, no generation routes), `/v1/embeddings`:
+simulators/vllm_tokens.py.
 """
 
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any
 
 from aiohttp import web
 
+from simulators import vllm_tokens
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
 from simulators.server import Simulator, json_response
@@ -44,15 +48,20 @@ class VllmSimulator(Simulator):
         self.labels = {"model_name": self.opts.model_name, "engine": "0"}
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
-        router.add_post("/v1/chat/completions", self.chat)
-        router.add_post("/v1/completions", self.completions)
+        # Routes follow the model's tasks: generation, or embeddings (`--runner pooling`).
+        if self.opts.runner == "pooling":
+            router.add_post("/v1/embeddings", partial(vllm_tokens.embeddings, self))
+        else:
+            router.add_post("/v1/chat/completions", self.chat)
+            router.add_post("/v1/completions", self.completions)
         router.add_get("/v1/models", self.models)
         router.add_get("/health", self.health)
         router.add_route("*", "/ping", self.health)
         router.add_get("/version", self.version)
         router.add_get("/load", self.load_endpoint)
         router.add_get("/metrics", self.metrics)
-        router.add_post("/tokenize", self.tokenize)
+        router.add_post("/tokenize", partial(vllm_tokens.tokenize, self))
+        router.add_post("/detokenize", partial(vllm_tokens.detokenize, self))
 
     # ---- small endpoints -----------------------------------------------------
 
@@ -96,22 +105,6 @@ class VllmSimulator(Simulator):
             ],
         }
         return json_response(200, {"object": "list", "data": [card]})
-
-    async def tokenize(self, request: web.Request) -> web.Response:
-        body, bad = await self.read_body(request)
-        if bad is not None or not isinstance(body, dict):
-            return error(400, f"JSON decode error: {bad}", "Bad Request")
-        kind = "chat" if "messages" in body else "completion"
-        sim = self.sim_request(body, kind, "tokenize", self.faults([], {}))
-        return json_response(
-            200,
-            {
-                "count": sim.prompt_tokens,
-                "max_model_len": self.opts.max_model_len,
-                "tokens": list(range(100, 100 + sim.prompt_tokens)),
-                "token_strs": None,
-            },
-        )
 
     async def metrics(self, request: web.Request) -> web.Response:
         ex = Exposition(self.labels)

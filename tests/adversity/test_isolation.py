@@ -23,7 +23,7 @@ import torch
 from adapters.base import Finish, GenerationRequest, SamplingParams, Usage
 from adapters.errors import GatewayError
 from adapters.native import NativeAdapter
-from gateway.app import client_request_id, new_request_id
+from gateway.request_io import client_request_id, new_request_id
 from simulators.testing import start_simulator
 from tests.adversity.fleet import RUNTIMES, auth, key_of, sim_backend, start_fleet_gateway, tenancy
 from tests.procs import start_gateway, start_upstream

@@ -1,0 +1,90 @@
+"""Embeddings from the decoder: the pooling vLLM applies to a decoder-only model run for
+embedding (`--runner pooling`, `--convert embed`).
+
+vLLM's defaults for such a model: pooling type LAST (the hidden state of the prompt's last
+token, after the model's final norm; `get_default_pooling_type` in
+`model_executor/models/interfaces_base.py`), then the Matryoshka cut to `dimensions` when
+the model declares it supports one, then L2 normalization (`normalize` defaults to true for
+the embed task, `pooling_params.py`). This module does exactly that, in fp32.
+
+The pass is a prefill only: KV tensors of its own for the batch (the paged cache and the
+sequences in it are untouched), no sampling, nothing kept afterwards. Prompts are batched
+up to the engine's token budget per forward pass; a longer prompt runs alone.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from engine.config import ModelConfig
+
+
+class PoolingInputError(ValueError):
+    """An input the engine cannot embed: a 400 naming `param` (`input` or `dimensions`);
+    `code` is "context_length_exceeded" for an input longer than the model's context."""
+
+    def __init__(self, message: str, param: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+def check_inputs(model: ModelConfig, max_model_len: int, prompts: list[list[int]], dimensions: int | None) -> None:
+    """Raise PoolingInputError for anything `embed` could not honour, before any work."""
+    if not prompts:
+        raise PoolingInputError("there is nothing to embed", "input")
+    vocab = model.vocab_size
+    for i, ids in enumerate(prompts):
+        if not ids:
+            raise PoolingInputError(f"input {i} is empty", "input")
+        if min(ids) < 0 or max(ids) >= vocab:
+            raise PoolingInputError(f"input {i} has token ids outside the vocabulary [0, {vocab})", "input")
+        if len(ids) > max_model_len:
+            raise PoolingInputError(
+                f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                f"{len(ids)} tokens in the input for embedding generation. Please reduce the length of the input.",
+                "input",
+                "context_length_exceeded",
+            )
+    if dimensions is None:
+        return
+    if not model.is_matryoshka:
+        raise PoolingInputError(
+            "This model does not support matryoshka representation, changing output dimensions will lead to "
+            "poor results.",
+            "dimensions",
+        )
+    allowed = model.matryoshka_dimensions
+    if allowed and dimensions not in allowed:
+        raise PoolingInputError(
+            f"This model only supports {allowed} matryoshka dimensions, using other output dimensions will lead "
+            "to poor results.",
+            "dimensions",
+        )
+    if not 1 <= dimensions <= model.hidden_size:
+        raise PoolingInputError(f"dimensions must be between 1 and {model.hidden_size}", "dimensions")
+
+
+def batches(prompts: list[list[int]], token_budget: int) -> list[list[list[int]]]:
+    """Consecutive prompts grouped so each forward pass holds at most `token_budget` tokens
+    (a prompt longer than that alone), in order."""
+    out: list[list[list[int]]] = []
+    batch: list[list[int]] = []
+    size = 0
+    for ids in prompts:
+        if batch and size + len(ids) > token_budget:
+            out.append(batch)
+            batch, size = [], 0
+        batch.append(ids)
+        size += len(ids)
+    if batch:
+        out.append(batch)
+    return out
+
+
+def pool(states: torch.Tensor, dimensions: int | None) -> list[list[float]]:
+    """Last-token states [B, hidden] -> the embeddings: Matryoshka cut, then L2 norm."""
+    if dimensions is not None:
+        states = states[:, :dimensions]
+    return F.normalize(states.float(), p=2, dim=-1).tolist()
