@@ -10,6 +10,7 @@ is over. An invalid config is refused the same ways, and nothing changes."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -62,6 +63,10 @@ def gateway_on(tmp_path, sims, kind: str, watch: bool):
     return config_file, start_on_file(tmp_path, config_file, port), top
 
 
+def access_log(gw) -> list[dict]:
+    return [json.loads(line) for line in gw.child.log().splitlines() if line.startswith('{"ts"')]
+
+
 def version_counter(gw) -> int:
     return admin_config(gw)["version"]["counter"]
 
@@ -99,6 +104,9 @@ async def test_a_runtime_is_swapped_under_load_without_a_failed_or_cut_request(t
         await asyncio.to_thread(wait_for, lambda: established_to(vllm.port) == 0, 20, "vLLM's connections closed")
     finally:
         gw.stop()
+    # The access log names the version each request started under, and what served it.
+    served = {(r["config_version"].split("-")[0], r["backend"]) for r in access_log(gw)}
+    assert {("1", "vllm-backend"), ("2", "sglang-backend")} <= served and ("2", "vllm-backend") not in served
 
     failed = [a.error for a in answers if a.error or a.finish != "stop"]
     assert not failed, f"{len(failed)} of {len(answers)} requests failed or were cut: {failed[:3]}"
@@ -149,3 +157,21 @@ async def test_an_invalid_config_is_refused_and_nothing_changes(tmp_path, fresh,
     assert all(a.text == texts["vllm"] for a in answers)
     assert fresh["sglang"].stats()["requests_total"] == 0
     assert vllm.stats()["requests_total"] == len(answers)
+
+
+def test_the_admin_api_is_on_the_ops_listener_behind_an_admin_key(tmp_path, fresh):
+    port, ops_port = free_port(), free_port()
+    top = {"listen": {"host": "127.0.0.1", "port": port}, "ops": {"listen": {"host": "127.0.0.1", "port": ops_port}}}
+    config_file = ConfigFile(tmp_path / "configmap", sim_config(fresh["vllm"], "vllm", **top))
+    gw = start_on_file(tmp_path, config_file, port)
+    ops = f"http://127.0.0.1:{ops_port}"
+    try:
+        assert httpx.get(gw.url + "/admin/config", headers=ADMIN).status_code == 404  # not on the main port
+        assert httpx.get(ops + "/admin/config").status_code == 401
+        assert httpx.post(ops + "/admin/reload", headers={"authorization": "Bearer not-the-key"}).status_code == 401
+        shown = httpx.get(ops + "/admin/config", headers=ADMIN).json()
+        assert shown["version"]["counter"] == 1 and shown["source"] == str(config_file.path)
+        again = httpx.post(ops + "/admin/reload", headers=ADMIN).json()
+        assert again["result"] == "unchanged" and again["version"] == shown["version"]
+    finally:
+        gw.stop()
