@@ -147,6 +147,10 @@ class Gateway:
         self.recorder.access_log = access_logger() if config.access_log else None
         self.lifecycle.retire(left, retired)
         built, gone = {b.name for b in plan.built}, {b.name for b in retired.backends}
+        for name in gone - set(self.backends.backends):  # no stale series for a backend that is no more
+            for gauge in (self.metrics.backend_healthy, self.metrics.backend_inflight):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(name)
         return (
             f"backends: {len(built - gone)} added, {len(gone - built)} removed, {len(built & gone)} changed, "
             f"{len(self.backends.backends) - len(built)} kept"

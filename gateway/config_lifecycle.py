@@ -45,7 +45,7 @@ class DrainConfig(_Strict):
     accept_grace_s: float = Field(0.0, ge=0)
     # Fits Kubernetes' default terminationGracePeriodSeconds (30) with time to end what is left.
     timeout_s: float = Field(25.0, ge=0)
-    retry_after_s: int = Field(1, ge=0)  # in the 503s refused during a drain
+    retry_after_s: int = Field(1, ge=1)  # in the 503s refused during a drain
 
 
 class ReloadConfig(_Strict):
