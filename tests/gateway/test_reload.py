@@ -14,7 +14,8 @@ from gateway.app import Gateway
 from gateway.cli import main
 from gateway.config import parse_config
 from gateway.reload import ConfigSource, FileWatch, ReloadResult, restart_only_changes
-from policies.quota import ScopeLimits
+from policies.api_keys import hash_key
+from policies.quota import ScopeLimits, token_budget
 from tests.e2e.lifecycle_kit import ConfigFile
 
 DEAD = "http://127.0.0.1:9"  # nothing listens: health checks fail fast, nothing is sent
@@ -28,13 +29,18 @@ def config(**top) -> dict:
     return {**base, **top}
 
 
-@pytest.fixture()
-async def running(tmp_path):
+async def started(tmp_path, **top):
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config()))
+    path.write_text(yaml.safe_dump(config(**top)))
     source = ConfigSource(str(path))
     gw = Gateway(source.load(), source=source)
     await gw.startup()
+    return gw, path
+
+
+@pytest.fixture()
+async def running(tmp_path):
+    gw, path = await started(tmp_path)
     yield gw, path
     await gw.shutdown()
 
@@ -66,6 +72,31 @@ async def test_tenants_and_routing_change_at_once_and_the_quota_store_is_kept(ru
     after = await store.reserve("a", scopes, 0, "after-the-reload", 30_000)
     assert after.states[0].requests_remaining == 8
     assert reloads(gw, "applied") == 1
+
+
+async def test_keys_and_counters_in_redis_carry_on_across_a_reload(tmp_path, redis_server):
+    store = {"quota_store": {"kind": "redis", "url": redis_server.url}}
+    keys = {"mode": "keys", "api_keys": [{"sha256": hash_key("sk-old"), "tenant": "a"}]}
+    gw, path = await started(tmp_path, auth=keys, **store)
+    try:
+        principal = await gw.protection.authenticate({"authorization": "Bearer sk-old"})
+        await gw.protection.leases.reserve(principal, gw.protection.leases.scopes_for(principal), budget(), 1)
+        redis_store = gw.protection.leases.store
+
+        keys["api_keys"].append({"sha256": hash_key("sk-new"), "tenant": "a"})
+        path.write_text(yaml.safe_dump(config(auth=keys, **store)))
+        assert (await gw.reloader.reload("test")).result == ReloadResult.APPLIED
+
+        new = await gw.protection.authenticate({"authorization": "Bearer sk-new"})  # at once
+        assert gw.protection.leases.store is redis_store
+        second = await gw.protection.leases.reserve(new, gw.protection.leases.scopes_for(new), budget(), 1)
+        assert second.states[0].requests_remaining == 8  # the minute's first request still counts
+    finally:
+        await gw.shutdown()
+
+
+def budget():
+    return token_budget(1, 1, 1, 1)
 
 
 async def test_an_invalid_file_is_refused_and_the_version_stays(running):
