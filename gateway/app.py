@@ -10,10 +10,13 @@ that does not exist (404 `model_not_found`), so that models cannot be enumerated
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
+import os
+import signal
 import time
-from functools import partial
 
 from fastapi import FastAPI
 from starlette.applications import Starlette
@@ -23,45 +26,76 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from adapters.errors import GatewayError, model_not_found
+from gateway.admin import AdminViews
 from gateway.backends import BackendSet
 from gateway.config import GatewayConfig
 from gateway.dispatch import Dispatcher, check_choices
 from gateway.embeddings import embeddings_route
 from gateway.generation import Generation
+from gateway.inflight import Exchange, InFlight
+from gateway.lifecycle import Lifecycle, shutting_down
 from gateway.metrics import GatewayMetrics, access_logger
 from gateway.ops import OpsCollector, OpsViews
 from gateway.protection import Protection
 from gateway.recorder import Outcome, RequestContext, RequestRecorder, TenantLabels
+from gateway.reload import ConfigReloader, ConfigSource, ConfigVersion
 from gateway.request_io import client_request_id, new_request_id, read_body
 from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
 from gateway.responses import error_response, json_response
 from gateway.tokenize import detokenize_route, tokenize_route
 from gateway.tracing import Tracing, build_tracing
 from gateway.unary import UnaryGate
+from gateway.worker_metrics import WorkerMetrics
+from gateway.worker_quota import WorkerShareStore
+from gateway.workers import WorkerSlot
 from policies.auth import credential_headers
 
 log = logging.getLogger("switchyard.gateway")
 
 
 class Gateway:
+    """`source`: the config file a reload reads again (gateway/reload.py); `worker`:
+    this process's place among `serve --workers` (gateway/workers.py)."""
+
     def __init__(
-        self, config: GatewayConfig, metrics: GatewayMetrics | None = None, tracing: Tracing | None = None
+        self,
+        config: GatewayConfig,
+        metrics: GatewayMetrics | None = None,
+        source: ConfigSource | None = None,
+        worker: WorkerSlot | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or GatewayMetrics()
         self.tracing = tracing or build_tracing(config.tracing)
         self.backends = BackendSet(config, registry=self.metrics.registry)
         self.dispatcher = Dispatcher(self.backends, self._count_backend_failure)
-        self.protection = Protection.from_config(config, self.metrics.registry)
+        # One of several workers on the port (gateway/workers.py): quotas in memory are shared out.
+        siblings = worker if worker is not None and worker.count > 1 else None
+        self.protection = Protection.from_config(
+            config, self.metrics.registry, local_store=WorkerShareStore(siblings.count) if siblings else None
+        )
         self.recorder = RequestRecorder(
             self.metrics, self.backends.pools, access_logger() if config.access_log else None, TenantLabels.of(config)
         )
         self.started_at = int(time.time())
         self.started = False
-        # Set by a graceful stop: the process finishes what it has and takes nothing new.
+        # Set by a graceful stop (gateway/lifecycle.py): /readyz answers 503 while the
+        # process finishes what it has; then new API requests are refused too.
         self.draining = False
+        self.refusing = False
+        self.inflight = InFlight()
+        self.reloader = ConfigReloader(source or ConfigSource(None), config, self.apply_config, self.metrics.registry)
+        self.lifecycle = Lifecycle(self, self.inflight, self.reloader, worker.supervisor_pid if worker else None)
         self.ops = OpsViews(self.backends, self.metrics, lambda: self.ready)
-        self.metrics.registry.register(OpsCollector(self.backends, self.protection.auth.keys))
+        self.metrics.registry.register(OpsCollector(self.backends, lambda: self.protection.auth.keys))
+        self.worker_metrics = (
+            WorkerMetrics(siblings, self.ops.metrics_text, self.metrics.registry) if siblings else None
+        )
+        self.metrics_view = self.worker_metrics.endpoint if self.worker_metrics else self.ops.metrics_endpoint
+        # An admin reload one worker applied reaches the others through the supervisor.
+        fan_out = functools.partial(os.kill, siblings.supervisor_pid, signal.SIGHUP) if siblings else None
+        self.admin = AdminViews(lambda: self.config, self.reloader, worker.describe() if worker else None, fan_out)
 
     @property
     def ready(self) -> bool:
@@ -72,13 +106,44 @@ class Gateway:
         await self.protection.start()
         self.protection.set_capacity_provider(self._capacity)
         await self.backends.start()
+        if self.worker_metrics is not None:
+            await self.worker_metrics.start()
+        self.lifecycle.start()
         self.started = True
 
     async def shutdown(self) -> None:
         self.started = False
+        await self.lifecycle.aclose()
+        if self.worker_metrics is not None:
+            await self.worker_metrics.aclose()
         await self.backends.aclose()
         await self.protection.aclose()
         await self.tracing.aclose()
+
+    async def apply_config(self, config: GatewayConfig, version: ConfigVersion) -> str:
+        """Put a validated config in force (gateway/reload.py checked what may change).
+        Nothing changes when it raises. Requests under way finish on what they hold."""
+        plan = await self.backends.plan(config)
+        try:
+            await self.protection.reconfigure(config)
+        except BaseException:
+            await self.backends.discard(plan)
+            raise
+        # From here on no await: the new config is in force for every request that starts after.
+        left = self.reloader.version.counter
+        retired = self.backends.apply(plan)
+        self.config = config
+        self.recorder.access_log = access_logger() if config.access_log else None
+        self.lifecycle.retire(left, retired)
+        built, gone = {b.name for b in plan.built}, {b.name for b in retired.backends}
+        for name in gone - set(self.backends.backends):  # no stale series for a backend that is no more
+            for gauge in (self.metrics.backend_healthy, self.metrics.backend_inflight):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(name)
+        return (
+            f"backends: {len(built - gone)} added, {len(gone - built)} removed, {len(built & gone)} changed, "
+            f"{len(self.backends.backends) - len(built)} kept"
+        )
 
     def _count_backend_failure(self, backend: str, err: GatewayError) -> None:
         m = self.metrics
@@ -104,6 +169,7 @@ class Gateway:
             chat=chat,
             upstream_id=upstream_id,
             trace=self.tracing.request(request.scope["headers"], chat),
+            config_version=self.reloader.version.id,
         )
         try:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
@@ -185,11 +251,17 @@ class HotPath:
     through the FastAPI app. Skipping the framework's middleware layers on the
     routes that carry the traffic is a measurable part of the per-request cost
     (`make bench-overhead`). Requests that arrive on the ops listener (when there
-    is one) go to the ops app and nowhere else."""
+    is one) go to the ops app and nowhere else.
+
+    Every API request (under /v1/) is held in the gateway's `InFlight` while it
+    runs, with the config version it started under: a drain waits for it and,
+    when its time is up, ends it with an error the client can read
+    (gateway/lifecycle.py); once the drain refuses new work, it is answered 503."""
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
         gw: Gateway = app.state.gateway
+        self.gateway = gw
         self.routes = {"/v1/chat/completions": gw.chat, "/v1/completions": gw.completions}
         self.ops_app = ops_app(gw)
         self.ops_port: int | None = None
@@ -205,6 +277,28 @@ class HotPath:
         if self.ops_port is not None and (scope.get("server") or (None, None))[1] == self.ops_port:
             await self.ops_app(scope, receive, send)
             return
+        if not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        gw = self.gateway
+        if gw.refusing:
+            refusal = error_response(shutting_down(gw.config.drain.retry_after_s))
+            refusal.headers["connection"] = "close"
+            await refusal(scope, receive, send)
+            return
+        exchange = gw.inflight.enter(gw.reloader.version.counter, send)
+        try:
+            await self._api(scope, receive, exchange)
+        except asyncio.CancelledError:
+            if not exchange.cut:
+                raise
+            exchange.task.uncancel()  # the drain's cut, answered here rather than a silent close
+            await exchange.end_cut(shutting_down(gw.config.drain.retry_after_s))
+        finally:
+            gw.inflight.leave(exchange)
+
+    async def _api(self, scope, receive, exchange: Exchange) -> None:
+        send = exchange.send
         handler = self.routes.get(scope["path"])
         if handler is None or scope["method"] != "POST":
             await self.app(scope, receive, send)
@@ -215,11 +309,24 @@ class HotPath:
         except Exception:
             log.exception("unhandled error on %s", scope["path"])
             response = error_response(internal_error())
+        if isinstance(response, Generation):
+            exchange.on_cut = functools.partial(_cut_by_drain, response)
         await response(scope, receive, send)
 
 
-def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None, tracing: Tracing | None = None) -> FastAPI:
-    gw = Gateway(config, metrics, tracing)
+def _cut_by_drain(generation: Generation) -> None:
+    """What the access log says of a generation the drain ends."""
+    generation.status, generation.error = 503, "ended by the drain: the process was shutting down"
+
+
+def create_app(
+    config: GatewayConfig,
+    metrics: GatewayMetrics | None = None,
+    source: ConfigSource | None = None,
+    worker: WorkerSlot | None = None,
+    tracing: Tracing | None = None,
+) -> FastAPI:
+    gw = Gateway(config, metrics, source, worker, tracing)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -237,13 +344,15 @@ def create_app(config: GatewayConfig, metrics: GatewayMetrics | None = None, tra
     app.add_route("/v1/models/{model_id:path}", gw.get_model, methods=["GET"])
     # The calls that generate nothing (gateway/unary.py): one upstream call, one JSON answer.
     gate = UnaryGate(config, gw.protection, gw.backends, gw.recorder, gw.dispatcher.on_failure)
-    app.add_route("/v1/embeddings", partial(embeddings_route, gate), methods=["POST"])
-    app.add_route("/tokenize", partial(tokenize_route, gate), methods=["POST"])
-    app.add_route("/detokenize", partial(detokenize_route, gate), methods=["POST"])
+    app.add_route("/v1/embeddings", functools.partial(embeddings_route, gate), methods=["POST"])
+    app.add_route("/tokenize", functools.partial(tokenize_route, gate), methods=["POST"])
+    app.add_route("/detokenize", functools.partial(detokenize_route, gate), methods=["POST"])
     app.add_route("/healthz", gw.ops.healthz, methods=["GET"])
     if config.ops.listen is None:
         app.add_route("/readyz", gw.ops.readyz, methods=["GET"])
-        app.add_route("/metrics", gw.ops.metrics_endpoint, methods=["GET"])
+        app.add_route("/metrics", gw.metrics_view, methods=["GET"])
+        app.add_route("/admin/reload", gw.admin.reload, methods=["POST"])
+        app.add_route("/admin/config", gw.admin.show_config, methods=["GET"])
     else:
         app.add_route("/readyz", gw.ops.readiness, methods=["GET"])
     app.add_exception_handler(
@@ -264,9 +373,11 @@ def ops_app(gw: Gateway) -> Starlette:
     routes = [
         Route("/healthz", gw.ops.healthz, methods=["GET"]),
         Route("/readyz", gw.ops.readyz, methods=["GET"]),
-        Route("/metrics", gw.ops.metrics_endpoint, methods=["GET"]),
+        Route("/metrics", gw.metrics_view, methods=["GET"]),
+        Route("/admin/reload", gw.admin.reload, methods=["POST"]),
+        Route("/admin/config", gw.admin.show_config, methods=["GET"]),
     ]
-    handler = _http_error("/healthz, /readyz and /metrics (the ops listener)")
+    handler = _http_error("/healthz, /readyz, /metrics and /admin/* (the ops listener)")
     return Starlette(routes=routes, exception_handlers={StarletteHTTPException: handler})
 
 

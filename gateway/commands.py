@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from gateway.config import ConfigError, GatewayConfig, load_config, parse_config, with_listen
+from gateway.config import ConfigError, GatewayConfig, parse_config, with_listen
+from gateway.reload import ConfigSource
 
 BUILTIN_MODEL = "tiny"
 
@@ -20,23 +21,38 @@ def embedded_config(
     return parse_config({"models": {name: {"backends": [backend]}}}, "the engine's config")
 
 
-def serve_config(config: GatewayConfig, host: str | None, port: int | None, workers: int = 1) -> int:
-    from gateway.server import run_server
+def serve_config(config: GatewayConfig, source: ConfigSource) -> int:
+    """Serve `config` (read from `source`, which a reload reads again): in this
+    process, or in `config.workers` worker processes under a supervisor."""
+    from gateway.server import log_to_stderr, run_server
 
+    if config.workers == 1:
+        run_server(config, source)
+        return 0
+    from gateway.workers import Supervisor
+
+    def run_worker(slot) -> int:
+        run_server(config, source, slot)
+        return 0
+
+    log_to_stderr(config.log_level)
+    ops = (config.ops.listen.host, config.ops.listen.port) if config.ops.listen else None
     try:
-        config = with_listen(config, host, port)
-        run_server(config)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    return 0
+        supervisor = Supervisor(config.workers, run_worker, (config.listen.host, config.listen.port), ops)
+    except OSError as exc:
+        print(f"cannot listen on {config.listen.host}:{config.listen.port}: {exc.strerror}", file=sys.stderr)
+        return 1
+    return supervisor.run()
 
 
-def servable_config(path: str | None, host: str | None = None, port: int | None = None) -> GatewayConfig:
+def servable_config(
+    path: str | None, host: str | None = None, port: int | None = None, workers: int | None = None
+) -> GatewayConfig:
     """The config `serve` would run, with every check it makes before starting: the one
-    validation `config check` runs too. Raises ConfigError."""
-    config = load_config(path) if path else embedded_config()
-    return with_listen(config, host, port)
+    validation `config check` and a reload run too. Raises ConfigError."""
+    if path:
+        return ConfigSource(path, host, port, workers).load()
+    return with_listen(embedded_config(), host, port, workers)
 
 
 def refused(exc: ConfigError) -> int:
@@ -47,10 +63,10 @@ def refused(exc: ConfigError) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
-        config = servable_config(args.config, args.host, args.port)
+        config = servable_config(args.config, args.host, args.port, args.workers)
     except ConfigError as exc:
         return refused(exc)
-    return serve_config(config, args.host, args.port)
+    return serve_config(config, ConfigSource(args.config, args.host, args.port, args.workers))
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
@@ -74,7 +90,7 @@ def cmd_engine_serve(args: argparse.Namespace) -> int:
         config = with_listen(embedded_config(model_path=args.model, name=name, served_model=name), args.host, args.port)
     except ConfigError as exc:
         return refused(exc)
-    return serve_config(config, args.host, args.port)
+    return serve_config(config, ConfigSource(None))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,6 +98,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", help="YAML config file")
     p.add_argument("--host", help="listen address (default 127.0.0.1 or the config's)")
     p.add_argument("--port", type=int, help="listen port (default 8080 or the config's)")
+    p.add_argument(
+        "--workers", type=_positive, help="worker processes on the one port (default 1 or the config's `workers`)"
+    )
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("config", help="config tools")
@@ -97,6 +116,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--host", default=None)
     e.add_argument("--port", type=int, default=None)
     e.set_defaults(func=cmd_engine_serve)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def _group(sub, name: str, attr: str, module_name: str, help_text: str):

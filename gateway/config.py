@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.builtin import model_path_problem
+from gateway.config_lifecycle import AdminConfig, DrainConfig, ReloadConfig, sha256_digest
 from gateway.tracing_config import TracingConfig
 from policies.ejection import EjectionConfig
 from policies.saturation import DEFAULT_DETECTOR
@@ -57,10 +58,7 @@ class ApiKeyEntry(_Strict):
     @field_validator("sha256")
     @classmethod
     def _hex(cls, v: str) -> str:
-        v = v.lower()
-        if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
-            raise ValueError("must be the 64-character hex SHA-256 digest of the key (see `switchyard keys create`)")
-        return v
+        return sha256_digest(v)
 
 
 class JwtConfig(_Strict):
@@ -340,6 +338,11 @@ class GatewayConfig(_Strict):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     ops: OpsConfig = Field(default_factory=OpsConfig)
     tracing: TracingConfig = Field(default_factory=TracingConfig)  # gateway/tracing_config.py
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+    drain: DrainConfig = Field(default_factory=DrainConfig)
+    reload: ReloadConfig = Field(default_factory=ReloadConfig)
+    # Worker processes on the one port (`serve --workers` overrides it); docs/operations.md, "Workers".
+    workers: int = Field(1, ge=1, le=64)
     access_log: bool = True
     log_level: str = "info"
 
@@ -472,10 +475,11 @@ def load_config(path: str | os.PathLike[str] | None, env: dict[str, str] | None 
     return parse_config(data, str(path) if path else "config")
 
 
-def with_listen(config: GatewayConfig, host: str | None, port: int | None) -> GatewayConfig:
-    """`config` listening where the command line says (None: as configured), validated
-    again: moving a no-auth config off loopback must fail here, not at start."""
-    if not host and port is None:
+def with_listen(config: GatewayConfig, host: str | None, port: int | None, workers: int | None = None) -> GatewayConfig:
+    """`config` listening where the command line says (None: as configured), with its
+    worker count, validated again: moving a no-auth config off loopback must fail
+    here, not at start."""
+    if not host and port is None and workers is None:
         return config
     data = config.model_dump(exclude_unset=True)
     listen = dict(data.get("listen") or {})
@@ -484,6 +488,8 @@ def with_listen(config: GatewayConfig, host: str | None, port: int | None) -> Ga
     if port is not None:
         listen["port"] = port
     data["listen"] = listen
+    if workers is not None:
+        data["workers"] = workers
     return parse_config(data, "the command line")
 
 

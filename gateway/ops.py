@@ -78,19 +78,23 @@ class OpsViews:
         models = {name: {"ready": h.ready, "backends": h.backends} for name, h in health.items()}
         return json_response({"status": "ready" if ready else "not_ready", "models": models}, 200 if ready else 503)
 
-    async def metrics_endpoint(self, request: Request) -> Response:
+    def metrics_text(self) -> bytes:
+        """This process's exposition (gateway/worker_metrics.py merges several workers')."""
         for b in self.backends.backends.values():
             self.metrics.backend_healthy.labels(b.name).set(1 if b.health.ok else 0)
             self.metrics.backend_inflight.labels(b.name).set(b.inflight)
-        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return generate_latest(self.metrics.registry)
+
+    async def metrics_endpoint(self, request: Request) -> Response:
+        return Response(self.metrics_text(), media_type=CONTENT_TYPE_LATEST)
 
 
 class OpsCollector:
     """Read at scrape time: each model's readiness, and the key file's reload errors."""
 
-    def __init__(self, backends: BackendSet, keys: ApiKeyTable) -> None:
+    def __init__(self, backends: BackendSet, keys: Callable[[], ApiKeyTable]) -> None:
         self.backends = backends
-        self.keys = keys
+        self.keys = keys  # the key table in force (a config reload replaces it)
 
     def collect(self):
         ready = GaugeMetricFamily(
@@ -103,7 +107,7 @@ class OpsCollector:
             "switchyard_auth_keys_reload_errors",
             "Versions of auth.api_keys_file that could not be used (the last good key set stayed in force).",
         )
-        errors.add_metric([], self.keys.reload_errors)
+        errors.add_metric([], self.keys().reload_errors)
         yield errors
 
     def describe(self):

@@ -31,6 +31,7 @@ from gateway.quota_leases import QuotaLeases
 from policies.admission import AdmissionQueue, CapacityFn, ClientGoneWhileQueued, Slot
 from policies.auth import Authenticator, Principal, TenantRecord
 from policies.quota import BUCKET_MS, UNLIMITED, WINDOW_MS, QuotaStore, Reservation, ratelimit_headers, token_budget
+from policies.quota_memory import MemoryQuotaStore
 
 __all__ = ["Principal", "Protection", "Ticket"]
 
@@ -111,14 +112,16 @@ class Protection:
         registry: CollectorRegistry,
         *,
         store: QuotaStore | None = None,
+        local_store: MemoryQuotaStore | None = None,
         window_ms: int = WINDOW_MS,
         bucket_ms: int = BUCKET_MS,
     ) -> None:
         self.config = config
-        tenants = {name: TenantRecord(models=list(t.models), tier=t.tier) for name, t in config.tenants.items()}
-        self.auth = Authenticator(config.auth, tenants)
+        self.auth = _authenticator(config)
         self.metrics = ProtectionMetrics(registry)
-        self.leases = QuotaLeases(config, self.metrics, store=store, window_ms=window_ms, bucket_ms=bucket_ms)
+        self.leases = QuotaLeases(
+            config, self.metrics, store=store, local_store=local_store, window_ms=window_ms, bucket_ms=bucket_ms
+        )
         adm = config.admission
         self.queue = AdmissionQueue(
             max_queue=adm.max_queue, max_wait_s=adm.max_queue_wait_s, full_status=adm.full_status
@@ -134,9 +137,25 @@ class Protection:
         )
 
     @classmethod
-    def from_config(cls, config: GatewayConfig, registry: CollectorRegistry) -> Protection:
+    def from_config(
+        cls, config: GatewayConfig, registry: CollectorRegistry, local_store: MemoryQuotaStore | None = None
+    ) -> Protection:
         _refuse_open_auth_on_public_address(config)
-        return cls(config, registry)
+        return cls(config, registry, local_store=local_store)
+
+    async def reconfigure(self, config: GatewayConfig) -> None:
+        """A reloaded config (gateway/reload.py): tenants, keys, limits and the queue's
+        bounds change at once. The quota store with its counters, the leases held and
+        the requests waiting stay (a reload that changes `quota_store` is refused)."""
+        _refuse_open_auth_on_public_address(config)
+        auth = _authenticator(config)
+        await auth.start()
+        auth.keys.reload_errors = self.auth.keys.reload_errors  # a counter: it carries on
+        self.config = self.leases.config = config
+        self.auth = auth
+        adm = config.admission
+        self.queue.max_queue, self.queue.max_wait_s = adm.max_queue, adm.max_queue_wait_s
+        self.queue.full_status = adm.full_status
 
     # ---- lifecycle ---------------------------------------------------------------
 
@@ -263,6 +282,11 @@ def _release_leaked(protection: Protection, slot: Slot, reservation: Reservation
         except RuntimeError:
             return  # no loop left (shutdown): the lease expires by its TTL
         loop.create_task(protection.leases.release(reservation, reservation.tokens))
+
+
+def _authenticator(config: GatewayConfig) -> Authenticator:
+    tenants = {name: TenantRecord(models=list(t.models), tier=t.tier) for name, t in config.tenants.items()}
+    return Authenticator(config.auth, tenants)
 
 
 def _refuse_open_auth_on_public_address(config: GatewayConfig) -> None:

@@ -72,6 +72,7 @@ class QuotaLeases:
         metrics: ProtectionMetrics,
         *,
         store: QuotaStore | None = None,
+        local_store: MemoryQuotaStore | None = None,
         window_ms: int = WINDOW_MS,
         bucket_ms: int = BUCKET_MS,
     ) -> None:
@@ -81,8 +82,9 @@ class QuotaLeases:
         self.lease_ttl_ms = int(store_cfg.lease_ttl_s * 1000)
         self.on_unavailable = store_cfg.on_unavailable
         # The local store is the whole truth for kind=memory, and the fallback
-        # (per-replica limits) for kind=redis with fail_open.
-        self.local = MemoryQuotaStore(window_ms=window_ms, bucket_ms=bucket_ms)
+        # (per-replica limits) for kind=redis with fail_open. A worker of several
+        # brings its own, which enforces its share (gateway/worker_quota.py).
+        self.local = local_store or MemoryQuotaStore(window_ms=window_ms, bucket_ms=bucket_ms)
         if store is not None:
             self.store: QuotaStore = store
         elif store_cfg.kind == "redis":

@@ -41,6 +41,7 @@ class RequestContext:
     started: float  # time.perf_counter() at arrival
     chat: bool
     upstream_id: str | None = None  # the gateway's own id, the one runtimes saw (their logs name it)
+    config_version: str | None = None  # the config version in force when it arrived (gateway/reload.py)
     model: str | None = None
     tenant: str | None = None
     stream: bool = False
@@ -162,6 +163,7 @@ class RequestRecorder:
             "status": outcome.status,
             "latency_ms": round(elapsed * 1000, 3),
             "stream": ctx.stream,
+            "config_version": ctx.config_version,
         }
         if usage is not None:
             record["prompt_tokens"] = usage.prompt_tokens

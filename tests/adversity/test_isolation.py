@@ -216,12 +216,13 @@ def test_the_response_header_keeps_a_plain_client_id_and_replaces_any_other(flee
         assert echoed == sent if kept else GATEWAY_ID.fullmatch(echoed)
         # The response id is the gateway's, never the client's.
         assert r.json()["id"].startswith("chatcmpl-") and "trace" not in r.json()["id"]
-    # The access log keeps both: the client's id, and the gateway's the runtime saw.
-    record = next(
+    # The access log keeps both: the client's id, and the gateway's the runtime saw (the
+    # last line with that id is this test's: the attacks before it sent the same id).
+    record = [
         json.loads(line)
-        for line in gateway.log().splitlines()
+        for line in gateway.child.log().splitlines()
         if line.startswith("{") and f'"request_id":"{SHARED_ID}"' in line
-    )
+    ][-1]
     assert GATEWAY_ID.fullmatch(record["upstream_id"]) and record["tenant"] == "victim"
 
 

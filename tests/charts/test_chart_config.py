@@ -187,6 +187,14 @@ def test_config_checksum_rolls_pods_unless_reload_is_live():
     live = render(sets={"reload.live": "true", "config.admission.max_queue": "100"}).gateway_pod()["metadata"]
     assert "checksum/config" not in live.get("annotations", {})
     assert "reload.live is set" in render_notes(sets={"reload.live": "true"})
+    # Live: an edit the gateway reloads rolls nothing; one to a setting it fixes at start still rolls.
+    restart_only = live["annotations"]["checksum/config-restart-only"]
+    reloaded = render(sets={"reload.live": "true", "config.admission.max_queue": "200"}).gateway_pod()["metadata"]
+    assert reloaded["annotations"]["checksum/config-restart-only"] == restart_only
+    for fixed in ("config.workers=2", "config.limits.max_headers=50", "config.quota_store.key_prefix=other"):
+        key, _, value = fixed.partition("=")
+        moved = render(sets={"reload.live": "true", key: value}).gateway_pod()["metadata"]
+        assert moved["annotations"]["checksum/config-restart-only"] != restart_only, fixed
 
 
 def test_gateway_pod_stops_cleanly_and_runs_unprivileged():
@@ -195,8 +203,13 @@ def test_gateway_pod_stops_cleanly_and_runs_unprivileged():
     gateway = container(pod)
     assert gateway["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert gateway["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert gateway["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "10"]
-    assert pod["spec"]["terminationGracePeriodSeconds"] >= 10 + 600
+    # No preStop sleep: the gateway's own drain keeps serving for its grace while /readyz says 503.
+    assert "lifecycle" not in gateway
+    drain = release.gateway_config()["drain"]
+    assert drain == {"accept_grace_s": 10, "timeout_s": 600}
+    assert pod["spec"]["terminationGracePeriodSeconds"] >= 10 + 600 + 5
+    slept = container(render(sets={"preStopSleepSeconds": "10", "terminationGracePeriodSeconds": "640"}).gateway_pod())
+    assert slept["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "10"]
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     assert gateway["securityContext"]["readOnlyRootFilesystem"] is True
     assert gateway["securityContext"]["allowPrivilegeEscalation"] is False
@@ -212,6 +225,11 @@ def test_grace_period_must_cover_the_longest_stream():
     with pytest.raises(HelmFailed, match="1200"):
         render(sets={"runtimes.tiny.backend.timeout_s": "1200"})
     render(sets={"runtimes.tiny.backend.timeout_s": "1200", "terminationGracePeriodSeconds": "1230"})
+    # The drain's own timeout, when set, is what the grace must cover: longer streams are ended with an error.
+    short = {"config.drain.timeout_s": "60", "terminationGracePeriodSeconds": "75"}
+    assert render(sets=short).gateway_config()["drain"]["timeout_s"] == 60
+    with pytest.raises(HelmFailed, match="preStopSleepSeconds"):
+        render(sets={**short, "preStopSleepSeconds": "10"})
 
 
 def test_autoscaling_on_queue_depth_uses_the_gateway_metric():

@@ -162,22 +162,27 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 {{- $_ := set $cfg "models" $models -}}
+{{- /* A stopping pod lets its longest stream finish unless config.drain says otherwise. */ -}}
+{{- $drain := deepCopy (get $cfg "drain" | default dict) -}}
+{{- if not (hasKey $drain "timeout_s") -}}
+{{- $longest := 0.0 -}}
+{{- range $model := $models -}}
+{{- range $backend := $model.backends -}}
+{{- $longest = max $longest (float64 (default 600 $backend.timeout_s)) | float64 -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $drain "timeout_s" $longest -}}
+{{- end -}}
+{{- $_ := set $cfg "drain" $drain -}}
 {{- toYaml $cfg -}}
 {{- end -}}
 
-{{/* The longest backend timeout_s in the gateway config (600, the gateway's default, when unset). */}}
-{{- define "switchyard.longestBackendTimeout" -}}
+{{/* The settings the gateway fixes at start (gateway/reload.py RESTART_ONLY): with
+     reload.live, an edit to these still rolls the pods. */}}
+{{- define "switchyard.restartOnlyConfig" -}}
 {{- $cfg := include "switchyard.gatewayConfig" . | fromYaml -}}
-{{- $longest := 0.0 -}}
-{{- range $model := $cfg.models -}}
-{{- range $backend := $model.backends -}}
-{{- $timeout := float64 (default 600 $backend.timeout_s) -}}
-{{- if gt $timeout $longest -}}
-{{- $longest = $timeout -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- $longest -}}
+{{- $limits := pick (get $cfg "limits" | default dict) "max_head_bytes" "max_headers" "head_timeout_s" "keepalive_timeout_s" "max_pipelined" -}}
+{{- toYaml (merge (pick $cfg "listen" "ops" "workers" "quota_store" "log_level") (dict "limits" $limits)) -}}
 {{- end -}}
 
 {{/* Label matchers the alert rules select this release's gateway with. */}}
