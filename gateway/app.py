@@ -343,7 +343,7 @@ def create_app(
     app.add_route("/v1/models", gw.list_models, methods=["GET"])
     app.add_route("/v1/models/{model_id:path}", gw.get_model, methods=["GET"])
     # The calls that generate nothing (gateway/unary.py): one upstream call, one JSON answer.
-    gate = UnaryGate(config, gw.protection, gw.backends, gw.recorder, gw.dispatcher.on_failure)
+    gate = UnaryGate(lambda: gw.config, gw.protection, gw.backends, gw.recorder, gw.dispatcher.on_failure)
     app.add_route("/v1/embeddings", functools.partial(embeddings_route, gate), methods=["POST"])
     app.add_route("/tokenize", functools.partial(tokenize_route, gate), methods=["POST"])
     app.add_route("/detokenize", functools.partial(detokenize_route, gate), methods=["POST"])

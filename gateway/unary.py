@@ -88,13 +88,13 @@ class UnaryGate:
 
     def __init__(
         self,
-        config: GatewayConfig,
+        config: Callable[[], GatewayConfig],
         protection: Protection,
         backends: BackendSet,
         recorder: RequestRecorder,
         on_failure: FailureListener | None = None,
     ) -> None:
-        self.config = config
+        self.config = config  # the config in force: a reload replaces it (gateway/reload.py)
         self.protection = protection
         self.backends = backends
         self.recorder = recorder
@@ -115,8 +115,9 @@ class UnaryGate:
         try:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
             ctx.tenant = principal.tenant
-            raw = await read_body(request, self.config.limits.max_body_bytes)
-            parsed = parse(parse_json_body(raw, self.config.limits.max_json_depth), upstream_id)
+            limits = self.config().limits
+            raw = await read_body(request, limits.max_body_bytes)
+            parsed = parse(parse_json_body(raw, limits.max_json_depth), upstream_id)
             ctx.model = parsed.model
             pool = self.backends.pools.get(parsed.model)
             if pool is None or not self.protection.may_use(principal, parsed.model):

@@ -69,8 +69,9 @@ async def run_call(adapters: dict[str, EmbedAdapter], leave_after: float | None 
     protection = Protection(parse_config({}), CollectorRegistry())
     await protection.start()
     failures: list[tuple[str, str | None]] = []
+    config = parse_config({})
     gate = UnaryGate(
-        parse_config({}),
+        lambda: config,
         protection,
         backends,
         RequestRecorder(metrics, backends.pools, None),
