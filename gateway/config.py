@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from engine.builtin import model_path_problem
+from gateway.redis_config import RedisDeploymentConfig
 from policies.ejection import EjectionConfig
 from policies.saturation import DEFAULT_DETECTOR
 from policies.scorers import SCORERS
@@ -108,7 +109,10 @@ class AuthConfig(_Strict):
         return self
 
 
-class QuotaStoreConfig(_Strict):
+class QuotaStoreConfig(RedisDeploymentConfig):
+    """`kind: redis` shares the limits through the Redis deployment that the
+    fields of gateway/redis_config.py describe (`mode`: single, cluster, sentinel)."""
+
     kind: Literal["memory", "redis"] = "memory"
     url: str = "redis://127.0.0.1:6379/0"
     on_unavailable: Literal["fail_open", "fail_closed"] = "fail_open"
