@@ -15,7 +15,13 @@ What it gives every store, in all three shapes:
   lack of replicas (`min-replicas-to-write`). Redirections (MOVED, ASK) and
   TRYAGAIN are followed by the cluster client and never surface.
 * A probe, `ping`, that passes only when writes would be taken: every cluster
-  primary answers, or the single server / Sentinel's master runs a write.
+  primary answers and says the cluster is ok, or the single server / Sentinel's
+  master runs a write.
+* Sentinel: a failover is seen within `MASTER_WATCH_S` even while every pooled
+  connection still reaches the old master (Sentinel demotes it only on its next
+  look, about 10 s later, and until then it takes writes that will be lost):
+  the master's address is asked again on that schedule, connections to the old
+  one are dropped, and `on_master_change` is called.
 * Bounded waits: each call waits at most `timeout_s` per attempt and is retried
   once on a connection error (on a fresh connection: after a restart or a
   failover every pooled one is dead), never on a timeout (a hung server would
@@ -51,7 +57,11 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from policies.quota_health import stop_task
+
 RedisMode = Literal["single", "cluster", "sentinel"]
+# How often Sentinel is asked which server is master (one cheap command to one sentinel).
+MASTER_WATCH_S = 0.5
 Address = tuple[str, int]
 
 # Errors that say the deployment cannot take the call now, not that the call is wrong.
@@ -152,8 +162,21 @@ class _BlockingSentinelPool(SentinelConnectionPool, BlockingConnectionPool):
 
 
 class _Cluster(RedisCluster):
-    # The cluster client retries a call after reloading the topology (a failover
-    # moved the slot); never after a timeout, so a hung node costs one timeout.
+    """redis-py's cluster client, with three of its behaviours worked around.
+
+    * It retries a call after reloading the topology (a failover moved the slot);
+      here never after a timeout, so a hung node costs one timeout, not two.
+    * A command that starts while the slot map is not loaded yet (the first calls,
+      or the calls after a reload) is routed as if it had no key, to any node, and
+      answered MOVED; every few MOVED it closes every connection to reload the map
+      (`reinitialize_steps`). `RedisConnection` loads the map before each call, and
+      a MOVED here only moves its slot (0: never a full reload for it).
+    * Closing every connection (it also does so on CLUSTERDOWN, which every node
+      answers while a failed master has not been replaced yet) breaks the calls
+      that were opening one at that moment with AttributeError: `RedisConnection`
+      counts that as the deployment being unavailable, which is what happened.
+    """
+
     ERRORS_ALLOW_RETRY = (RedisConnectionError, ClusterDownError, SlotNotCoveredError)  # type: ignore[assignment]
 
 
@@ -186,6 +209,8 @@ class RedisConnection:
         # `max_connections` run at once, so no node's limit is ever reached.
         self._calls: asyncio.Semaphore | None = None
         self._sentinel: Sentinel | None = None
+        self._master_pool: _BlockingSentinelPool | None = None
+        self._watch: asyncio.Task[None] | None = None
         self._pool: BlockingConnectionPool | None = None
         self.client: aioredis.Redis | RedisCluster
         if target.mode == "cluster":
@@ -194,6 +219,7 @@ class RedisConnection:
                 startup_nodes=[ClusterNode(h, p) for h, p in target.startup_nodes],
                 max_connections=max_connections,
                 retry=Retry(NoBackoff(), 1),
+                reinitialize_steps=0,
                 **common,
             )
         elif target.mode == "sentinel":
@@ -216,7 +242,7 @@ class RedisConnection:
             pool = master.connection_pool
             assert isinstance(pool, _BlockingSentinelPool)
             pool.on_master_change = on_master_change
-            self._pool = pool
+            self._pool = self._master_pool = pool
         else:
             if target.tls_ca_file:
                 common["ssl_ca_certs"] = target.tls_ca_file
@@ -245,8 +271,9 @@ class RedisConnection:
 
     async def ping(self, probe_key: str) -> None:
         """Raise RedisUnavailable unless writes would be taken now."""
-        if isinstance(self.client, RedisCluster):
-            await self._call(lambda: self.client.execute_command("PING", target_nodes=RedisCluster.PRIMARIES))
+        cluster = self.client
+        if isinstance(cluster, RedisCluster):
+            await self._call(lambda: _cluster_serves(cluster))
         else:
             await self.script(_PROBE, [probe_key], [])
 
@@ -259,6 +286,8 @@ class RedisConnection:
             await self._pool.disconnect(inuse_connections=False)
 
     async def aclose(self) -> None:
+        if self._watch is not None:
+            await stop_task(self._watch)
         await self.client.aclose()
         if self._pool is not None:
             await self._pool.disconnect()
@@ -266,8 +295,15 @@ class RedisConnection:
             await self._sentinel.aclose()
 
     async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
+        if self._master_pool is not None and self._watch is None:
+            self._watch = asyncio.get_running_loop().create_task(
+                _watch_master(self._master_pool), name="redis-master-watch"
+            )
+        cluster = self.client if isinstance(self.client, RedisCluster) else None
         try:
             async with self._slot():
+                if cluster is not None:
+                    await cluster.initialize()  # no-op once the slot map is loaded
                 return await call()
         except _UNAVAILABLE as exc:
             raise RedisUnavailable(str(exc) or type(exc).__name__) from exc
@@ -275,11 +311,39 @@ class RedisConnection:
             if str(exc).startswith(_NOREPLICAS):
                 raise RedisUnavailable(str(exc)) from exc
             raise
+        except AttributeError as exc:
+            if cluster is None:
+                raise
+            # A connection closed under the call by a topology reload (see _Cluster).
+            raise RedisUnavailable(f"connection closed by a cluster topology reload ({exc})") from exc
 
     def _slot(self) -> AbstractAsyncContextManager[object]:
         if self._calls is None:
             return nullcontext()
         return _acquire(self._calls, self.pool_wait_s)
+
+
+async def _cluster_serves(cluster: RedisCluster) -> None:
+    """Every primary of the slot map answers and says the cluster is ok: during a
+    failover a dead master is still in the map until its replica takes over, and
+    nodes answer CLUSTERDOWN until they agree it has."""
+    await cluster.initialize()
+    for node in cluster.get_primaries():
+        state = (await cluster.execute_command("CLUSTER INFO", target_nodes=node)).get("cluster_state")
+        if state != "ok":
+            raise ClusterDownError(f"{node.name} says the cluster is {state}")
+
+
+async def _watch_master(pool: _BlockingSentinelPool) -> None:
+    """Ask the sentinels for the master on a schedule: the pool drops its idle
+    connections to a master that is no longer one (and calls on_master_change);
+    connections in use are dropped when they come back."""
+    while True:
+        await asyncio.sleep(MASTER_WATCH_S)
+        try:
+            await pool.get_master_address()
+        except _UNAVAILABLE:
+            continue  # no sentinel answers now: the calls find out for themselves
 
 
 @asynccontextmanager
