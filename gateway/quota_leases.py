@@ -236,7 +236,7 @@ class QuotaLeases:
         await self.store.ping()
         # Before shared limits apply again: a failover may have lost leases this
         # replica still holds, and without them the new master would admit too many.
-        await self._reassert_leases()
+        await self.reassert_leases()
 
     def _on_transition(self, change: StoreTransition) -> None:
         self.metrics.store_up.set(1 if change.up else 0)
@@ -270,7 +270,7 @@ class QuotaLeases:
         """Every reservation whose leases this replica holds: running and queued."""
         return [*self._held(), *self.queued.values()]
 
-    async def _reassert_leases(self) -> None:
+    async def reassert_leases(self) -> None:
         """Refresh the shared store's leases of what this replica holds, re-creating
         any it lost. A release sent while the refresh was on its way may have run
         first, and the refresh then re-created a lease just dropped: drop those again
@@ -294,7 +294,7 @@ class QuotaLeases:
             self._master_changed.clear()
             if self.shared and self.health.up:
                 try:
-                    await self._reassert_leases()
+                    await self.reassert_leases()
                 except QuotaStoreUnavailable as exc:
                     self.metrics.store_unavailable.labels("heartbeat").inc()
                     self.health.mark_down(str(exc) or type(exc).__name__)

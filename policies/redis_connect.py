@@ -17,11 +17,12 @@ What it gives every store, in all three shapes:
 * A probe, `ping`, that passes only when writes would be taken: every cluster
   primary answers and says the cluster is ok, or the single server / Sentinel's
   master runs a write.
-* Sentinel: a failover is seen within `MASTER_WATCH_S` even while every pooled
-  connection still reaches the old master (Sentinel demotes it only on its next
-  look, about 10 s later, and until then it takes writes that will be lost):
-  the master's address is asked again on that schedule, connections to the old
-  one are dropped, and `on_master_change` is called.
+* Sentinel: the sentinels are asked every `MASTER_WATCH_S` whether a failover
+  of the master is in progress and which server is master. While one is in
+  progress the deployment counts as unavailable: the old master still takes
+  writes (Sentinel demotes it only on its next look, about 10 s later) and they
+  would be lost. Once Sentinel names the new master, connections to the old one
+  are dropped and `on_master_change` is called.
 * Bounded waits: each call waits at most `timeout_s` per attempt and is retried
   once on a connection error (on a fresh connection: after a restart or a
   failover every pooled one is dead), never on a timeout (a hung server would
@@ -211,6 +212,7 @@ class RedisConnection:
         self._sentinel: Sentinel | None = None
         self._master_pool: _BlockingSentinelPool | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._failing_over = False  # what the sentinels said at the last look
         self._pool: BlockingConnectionPool | None = None
         self.client: aioredis.Redis | RedisCluster
         if target.mode == "cluster":
@@ -296,9 +298,9 @@ class RedisConnection:
 
     async def _call(self, call: Callable[[], Awaitable[Any]]) -> Any:
         if self._master_pool is not None and self._watch is None:
-            self._watch = asyncio.get_running_loop().create_task(
-                _watch_master(self._master_pool), name="redis-master-watch"
-            )
+            self._watch = asyncio.get_running_loop().create_task(self._watch_master(), name="redis-master-watch")
+        if self._failing_over:
+            raise RedisUnavailable(f"Sentinel is failing over master {self.target.service_name!r}")
         cluster = self.client if isinstance(self.client, RedisCluster) else None
         try:
             async with self._slot():
@@ -317,6 +319,27 @@ class RedisConnection:
             # A connection closed under the call by a topology reload (see _Cluster).
             raise RedisUnavailable(f"connection closed by a cluster topology reload ({exc})") from exc
 
+    async def _watch_master(self) -> None:
+        """Ask the sentinels on a schedule whether they are failing the master over,
+        and which server is master: the pool drops its idle connections to one that
+        no longer is (and calls on_master_change); those in use, when they come back."""
+        assert self._sentinel is not None and self._master_pool is not None
+        while True:
+            await asyncio.sleep(MASTER_WATCH_S)
+            states = await asyncio.gather(
+                *(s.sentinel_master(self.target.service_name) for s in self._sentinel.sentinels),
+                return_exceptions=True,
+            )
+            self._failing_over = any(
+                isinstance(state, dict) and "failover_in_progress" in _flags(state) for state in states
+            )
+            if self._failing_over:
+                continue
+            try:
+                await self._master_pool.get_master_address()
+            except _UNAVAILABLE:
+                continue  # no sentinel answers now: the calls find out for themselves
+
     def _slot(self) -> AbstractAsyncContextManager[object]:
         if self._calls is None:
             return nullcontext()
@@ -334,18 +357,6 @@ async def _cluster_serves(cluster: RedisCluster) -> None:
             raise ClusterDownError(f"{node.name} says the cluster is {state}")
 
 
-async def _watch_master(pool: _BlockingSentinelPool) -> None:
-    """Ask the sentinels for the master on a schedule: the pool drops its idle
-    connections to a master that is no longer one (and calls on_master_change);
-    connections in use are dropped when they come back."""
-    while True:
-        await asyncio.sleep(MASTER_WATCH_S)
-        try:
-            await pool.get_master_address()
-        except _UNAVAILABLE:
-            continue  # no sentinel answers now: the calls find out for themselves
-
-
 @asynccontextmanager
 async def _acquire(calls: asyncio.Semaphore, wait_s: float) -> AsyncIterator[None]:
     try:
@@ -357,6 +368,11 @@ async def _acquire(calls: asyncio.Semaphore, wait_s: float) -> AsyncIterator[Non
         yield
     finally:
         calls.release()
+
+
+def _flags(state: dict[str, Any]) -> set[str]:
+    flags = state.get("flags", "")
+    return set(flags.split(",")) if isinstance(flags, str) else set(flags)
 
 
 def _credentials(username: str | None, password: str | None) -> dict[str, str]:

@@ -31,10 +31,11 @@ def require_redis_cli() -> None:
         raise RuntimeError("redis-server and redis-cli are needed (Debian/Ubuntu: apt-get install redis-server)")
 
 
-def cli(port: int, *args: str) -> str:
+def cli(port: int, *args: str, password: str | None = None) -> str:
     """One redis-cli command against 127.0.0.1:`port`; its output, stripped."""
+    auth = ["-a", password, "--no-auth-warning"] if password else []
     done = subprocess.run(
-        ["redis-cli", "-h", "127.0.0.1", "-p", str(port), *args], capture_output=True, text=True, timeout=10
+        ["redis-cli", "-h", "127.0.0.1", "-p", str(port), *auth, *args], capture_output=True, text=True, timeout=10
     )
     return done.stdout.strip()
 
@@ -49,9 +50,9 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = SETT
     return time.monotonic() - start
 
 
-def info(port: int, section: str) -> dict[str, str]:
+def info(port: int, section: str, password: str | None = None) -> dict[str, str]:
     out: dict[str, str] = {}
-    for line in cli(port, "INFO", section).splitlines():
+    for line in cli(port, "INFO", section, password=password).splitlines():
         key, sep, value = line.partition(":")
         if sep:
             out[key] = value.strip()
