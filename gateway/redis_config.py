@@ -56,7 +56,7 @@ class RedisDeploymentConfig(BaseModel):
                 return "mode sentinel needs sentinels (host:port of each) and service_name (the master's name)"
             if "url" in self.model_fields_set:
                 return "url names one server; mode sentinel asks the sentinels for the master"
-        elif self.tls:
+        elif self.tls or (self.tls_ca_file and urlsplit(self.url).scheme != "rediss"):
             return "mode single takes TLS from its url: rediss://host:port/0"
         for name, mode in (("startup_nodes", "cluster"), ("sentinels", "sentinel"), ("service_name", "sentinel")):
             if getattr(self, name) and self.mode != mode:

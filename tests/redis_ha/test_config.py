@@ -26,7 +26,13 @@ def test_each_deployment_shape_passes_config_check(tmp_path, capsys):
     secret.write_text("s3cret\n")
     shapes = [
         {"kind": "redis", "url": "redis://redis:6379/0"},
-        {"kind": "redis", "url": "rediss://redis:6380/0", "username": "gw", "password_file": str(secret)},
+        {
+            "kind": "redis",
+            "url": "rediss://redis:6380/0",
+            "username": "gw",
+            "password_file": str(secret),
+            "tls_ca_file": str(secret),
+        },
         {"kind": "redis", "mode": "cluster", "startup_nodes": ["10.0.0.1:6379", "10.0.0.2", "[fd00::3]:7000"]},
         {
             "kind": "redis",
@@ -61,6 +67,7 @@ REFUSED = {
     "a node with a bad port": ({"mode": "cluster", "startup_nodes": ["a:99999"]}, "has no valid port"),
     "an unreadable password file": ({"password_file": "/nonexistent/secret"}, "password_file /nonexistent/secret"),
     "tls on one server": ({"tls": True}, "mode single takes TLS from its url: rediss://"),
+    "a CA for a plain url": ({"tls_ca_file": __file__}, "mode single takes TLS from its url: rediss://"),
     "two passwords": ({"url": "redis://:pw@a:1/0", "password_file": __file__}, "keep one"),
 }
 
