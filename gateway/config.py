@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engine.builtin import model_path_problem
 from gateway.config_lifecycle import AdminConfig, DrainConfig, ReloadConfig, sha256_digest
+from gateway.redis_config import RedisDeploymentConfig
 from gateway.tracing_config import TracingConfig
 from policies.ejection import EjectionConfig
 from policies.saturation import DEFAULT_DETECTOR
@@ -107,7 +108,10 @@ class AuthConfig(_Strict):
         return self
 
 
-class QuotaStoreConfig(_Strict):
+class QuotaStoreConfig(RedisDeploymentConfig):
+    """`kind: redis` shares the limits through the Redis deployment that the
+    fields of gateway/redis_config.py describe (`mode`: single, cluster, sentinel)."""
+
     kind: Literal["memory", "redis"] = "memory"
     url: str = "redis://127.0.0.1:6379/0"
     on_unavailable: Literal["fail_open", "fail_closed"] = "fail_open"

@@ -85,15 +85,19 @@ class QuotaLeases:
         # (per-replica limits) for kind=redis with fail_open. A worker of several
         # brings its own, which enforces its share (gateway/worker_quota.py).
         self.local = local_store or MemoryQuotaStore(window_ms=window_ms, bucket_ms=bucket_ms)
+        self.where = store_cfg.redis_target().describe() if store_cfg.kind == "redis" else "memory"
+        # Set when Sentinel names a new master: the heartbeat puts the leases back now.
+        self._master_changed = asyncio.Event()
         if store is not None:
             self.store: QuotaStore = store
         elif store_cfg.kind == "redis":
             self.store = RedisQuotaStore(
-                store_cfg.url,
+                store_cfg.redis_target(),
                 key_prefix=store_cfg.key_prefix,
                 window_ms=window_ms,
                 bucket_ms=bucket_ms,
                 timeout_s=store_cfg.timeout_s,
+                on_master_change=self._master_changed.set,
             )
         else:
             self.store = self.local
@@ -104,6 +108,7 @@ class QuotaLeases:
         # concurrency slot the request still holds.
         self.queued: dict[str, Reservation] = {}
         self.pending: deque[PendingRelease] = deque(maxlen=MAX_PENDING_RELEASES)
+        self._held: Callable[[], Iterable[Reservation]] = tuple
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._replay_task: asyncio.Task[None] | None = None
 
@@ -114,12 +119,13 @@ class QuotaLeases:
 
     async def start(self, held: Callable[[], Iterable[Reservation]]) -> None:
         """Check the store and start the heartbeat for `held()` and the queued reservations."""
+        self._held = held
         if self.shared:
             try:
                 await self.store.ping()
             except QuotaStoreUnavailable as exc:
                 self.health.mark_down(f"unreachable at start: {exc}")
-        self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(held), name="lease-heartbeat")
+        self._heartbeat_task = asyncio.create_task(self._heartbeat_loop(), name="lease-heartbeat")
 
     async def stop_heartbeat(self) -> None:
         for task in (self._heartbeat_task, self._replay_task):
@@ -226,20 +232,29 @@ class QuotaLeases:
             self.health.mark_down(str(exc) or type(exc).__name__)
 
     async def _probe(self) -> None:
-        # Pooled connections may be dead (a restarted Redis): ask on a fresh one.
+        # Pooled connections may be dead (a restarted Redis, a failed-over master):
+        # ask on a fresh one, of whoever is master now.
         await self.store.reset_connections()
         await self.store.ping()
+        # Before shared limits apply again: a failover may have lost leases this
+        # replica still holds, and without them the new master would admit too many.
+        await self.reassert_leases()
 
     def _on_transition(self, change: StoreTransition) -> None:
         self.metrics.store_up.set(1 if change.up else 0)
         self.metrics.store_transitions.labels("up" if change.up else "down").inc()
-        url = self.config.quota_store.url
+        where = self.where
         if change.up:
-            log.warning("quota store %s answers again after %.1f s; shared limits apply again", url, change.down_for_s)
+            log.warning(
+                "quota store %s answers again after %.1f s; shared limits apply again", where, change.down_for_s
+            )
             self._replay_task = asyncio.get_running_loop().create_task(self._send_pending(), name="quota-replay")
         else:
             log.error(
-                "quota store %s unreachable (%s); applying %s until it answers", url, change.reason, self.on_unavailable
+                "quota store %s unreachable (%s); applying %s until it answers",
+                where,
+                change.reason,
+                self.on_unavailable,
             )
 
     async def _send_pending(self) -> None:
@@ -253,26 +268,44 @@ class QuotaLeases:
                 self.health.mark_down(str(exc) or type(exc).__name__)
                 return
 
-    async def _heartbeat_loop(self, held: Callable[[], Iterable[Reservation]]) -> None:
+    def _holding(self) -> list[Reservation]:
+        """Every reservation whose leases this replica holds: running and queued."""
+        return [*self._held(), *self.queued.values()]
+
+    async def reassert_leases(self) -> None:
+        """Refresh the shared store's leases of what this replica holds, re-creating
+        any it lost. A release sent while the refresh was on its way may have run
+        first, and the refresh then re-created a lease just dropped: drop those again
+        (the same release with the tokens left as they are: the leases only)."""
+        sent = [r for r in self._holding() if r.store == self.store.kind]
+        if not sent:
+            return
+        await self.store.heartbeat(sent, self.lease_ttl_ms)
+        still = {r.lease_id for r in self._holding()}
+        for r in sent:
+            if r.lease_id not in still:
+                await self.store.release(r, r.tokens)
+
+    async def _heartbeat_loop(self) -> None:
         interval = max(0.05, self.lease_ttl_ms / 3000)
         while True:
-            await asyncio.sleep(interval)
-            by_store: dict[str, list[Reservation]] = {}
-            for reservation in [*held(), *self.queued.values()]:
-                by_store.setdefault(reservation.store, []).append(reservation)
-            for kind, reservations in by_store.items():
-                shared = kind == self.store.kind and self.shared
-                if shared and not self.health.up:
-                    continue  # the probe owns a store that is down
+            try:
+                await asyncio.wait_for(self._master_changed.wait(), interval)
+            except TimeoutError:
+                pass
+            self._master_changed.clear()
+            if self.shared and self.health.up:
                 try:
-                    await (self.store if kind == self.store.kind else self.local).heartbeat(
-                        reservations, self.lease_ttl_ms
-                    )
+                    await self.reassert_leases()
                 except QuotaStoreUnavailable as exc:
                     self.metrics.store_unavailable.labels("heartbeat").inc()
                     self.health.mark_down(str(exc) or type(exc).__name__)
                 except Exception:  # the loop must outlive any one failure
                     log.exception("lease heartbeat failed")
+            # Nothing is awaited between reading the list and refreshing it here.
+            local = [r for r in self._holding() if r.store != self.store.kind or not self.shared]
+            if local:
+                await self.local.heartbeat(local, self.lease_ttl_ms)
             if self.pending and self.health.up:
                 await self._send_pending()
 

@@ -1,23 +1,27 @@
 """The Redis quota store: the same semantics as `quota_memory`, shared by every
-gateway replica. Each decision is one Lua script, so the check and the charge
-cannot be interleaved by another replica. All keys of one tenant share the hash
-tag `{<prefix>:<tenant>}`, so each script touches one Redis Cluster slot.
+gateway replica, on one Redis server, a Redis Cluster or a Sentinel-managed master
+(policies/redis_connect.py). Each decision is one Lua script, so the check and the
+charge cannot be interleaved by another replica. Every key a script touches carries
+the tenant's hash tag `{<prefix>:<tenant>}`, so each script touches one Cluster slot.
 
 Layout per tenant and scope ("t" = the tenant, "k:<id>" = an API key):
   {p:tenant}:<scope>:rpm    HASH bucket index -> requests
   {p:tenant}:<scope>:tpm    HASH bucket index -> tokens
   {p:tenant}:<scope>:lease  ZSET lease member -> expiry (ms, Redis clock); a request
                             holding k units has k members (policies/quota.py `lease_members`)
+
+Replication is asynchronous, so a failover can lose what the old master took in its
+last moments. The heartbeat therefore re-creates (not only refreshes) the lease
+members of the reservations the gateway still holds: a lease lost in a failover is
+back by the next heartbeat. docs/operations.md ("Redis in production") states the
+window.
 """
 
 from __future__ import annotations
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+import logging
+from collections.abc import Callable
+from typing import Any
 
 from policies.quota import (
     BUCKET_MS,
@@ -28,6 +32,9 @@ from policies.quota import (
     ScopeLimits,
     ScopeState,
 )
+from policies.redis_connect import LuaScript, RedisConnection, RedisTarget, RedisUnavailable, hash_tag
+
+log = logging.getLogger("switchyard.quota")
 
 # KEYS: per scope, rpm, tpm, lease (3 * nscopes keys).
 # ARGV: window_ms, bucket_ms, lease_id, lease_ttl_ms, tokens, units, then per scope
@@ -36,7 +43,7 @@ from policies.quota import (
 #          rpm_used, rpm_reset_ms, tpm_used, tpm_reset_ms, concurrent}
 # (the reset times as policies/quota.py `ScopeState` defines them).
 # retry_ms = -1 when no wait can help.
-RESERVE_LUA = r"""
+RESERVE_LUA = LuaScript(r"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
@@ -142,11 +149,11 @@ for s = 1, nscopes do
   for _, v in ipairs(states[s]) do out[#out + 1] = v end
 end
 return out
-"""
+""")
 
 # KEYS: per scope, rpm, tpm, lease. ARGV: window_ms, bucket_ms, lease_id, bucket,
 # delta_tokens (used - reserved), refund_request (0/1), units.
-RELEASE_LUA = r"""
+RELEASE_LUA = LuaScript(r"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window, bucket_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -172,35 +179,31 @@ for s = 1, #KEYS / 3 do
   for i = 1, units - 1 do redis.call('ZREM', lk, lease_id .. '#' .. i) end
 end
 return 1
-"""
+""")
 
 # KEYS: lease zsets. ARGV: lease_ttl_ms, then one lease member per key.
-HEARTBEAT_LUA = r"""
+# Adds a member that is missing (lost in a failover, or expired while its request
+# still runs): the gateway's own list of what it holds is the truth. Returns how
+# many it re-created.
+HEARTBEAT_LUA = LuaScript(r"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[1])
+local added = 0
 for i = 1, #KEYS do
-  redis.call('ZADD', KEYS[i], 'XX', now + ttl, ARGV[i + 1])
+  added = added + redis.call('ZADD', KEYS[i], now + ttl, ARGV[i + 1])
   redis.call('PEXPIRE', KEYS[i], ttl * 2)
 end
-return 1
-"""
+return added
+""")
 
 # KEYS: one lease zset. Returns live leases.
-COUNT_LUA = r"""
+COUNT_LUA = LuaScript(r"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 return redis.call('ZCARD', KEYS[1])
-"""
-
-# A read-only replica (a failover in progress) cannot take a reservation either.
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, OSError)
-
-
-def _tag(text: str) -> str:
-    # Braces would end the hash tag early and split one tenant across slots.
-    return text.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+""")
 
 
 class RedisQuotaStore:
@@ -208,7 +211,7 @@ class RedisQuotaStore:
 
     def __init__(
         self,
-        url: str,
+        target: str | RedisTarget,
         *,
         key_prefix: str = "switchyard",
         window_ms: int = WINDOW_MS,
@@ -216,47 +219,49 @@ class RedisQuotaStore:
         timeout_s: float = 1.0,
         max_connections: int = 64,
         pool_wait_s: float = 2.0,
+        on_master_change: Callable[[], None] | None = None,
     ) -> None:
+        """`target`: a redis:// URL (one server) or any RedisTarget. A short
+        timeout: a hung Redis must turn into the fail policy quickly, not into
+        requests that hang with it. A burst waits for a connection (up to
+        `pool_wait_s`) rather than failing, which would look like an outage and
+        open the fail policy in exactly the burst the shared limits are for."""
         if window_ms % bucket_ms:
             raise ValueError("window_ms must be a multiple of bucket_ms")
         self.window_ms = window_ms
         self.bucket_ms = bucket_ms
         self.prefix = key_prefix
-        # A short timeout: a hung Redis must turn into the fail policy quickly,
-        # not into requests that hang with it. A bounded pool that makes a burst
-        # wait for a connection: the default pool raises "Too many connections"
-        # instead, which would look like an outage and open the fail policy
-        # (per-replica limits) in exactly the burst the shared limits are for.
-        # One retry on a connection error, on a fresh connection: after a Redis
-        # restart every pooled connection is dead, and each would otherwise fail
-        # one request and mark the store down again. Never on a timeout: a hung
-        # Redis would double the wait.
-        self._pool = aioredis.BlockingConnectionPool.from_url(
-            url,
+        self.leases_recreated = 0  # lease members the heartbeat found missing and added back
+        self.redis = RedisConnection(
+            RedisTarget(url=target) if isinstance(target, str) else target,
+            timeout_s=timeout_s,
             max_connections=max_connections,
-            timeout=pool_wait_s,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
+            pool_wait_s=pool_wait_s,
+            on_master_change=on_master_change,
         )
-        self.client = aioredis.Redis(connection_pool=self._pool)
-        self._reserve = self.client.register_script(RESERVE_LUA)
-        self._release = self.client.register_script(RELEASE_LUA)
-        self._heartbeat = self.client.register_script(HEARTBEAT_LUA)
-        self._count = self.client.register_script(COUNT_LUA)
 
-    def _keys(self, tenant: str, scope: str) -> list[str]:
-        base = f"{{{_tag(self.prefix)}:{_tag(tenant)}}}:{scope}"
+    def describe(self) -> str:
+        return self.redis.describe()
+
+    def keys(self, tenant: str, scope: str) -> list[str]:
+        """The rpm, tpm and lease keys of one scope of `tenant` (one hash tag per tenant)."""
+        base = f"{hash_tag(self.prefix, tenant)}:{scope}"
         return [f"{base}:rpm", f"{base}:tpm", f"{base}:lease"]
+
+    async def _run(self, script: LuaScript, keys: list[str], args: list[int | str]) -> Any:
+        try:
+            return await self.redis.script(script, keys, args)
+        except RedisUnavailable as exc:
+            raise QuotaStoreUnavailable(str(exc)) from exc
 
     async def ping(self) -> None:
         try:
-            await self.client.ping()
-        except _UNAVAILABLE as exc:
+            await self.redis.ping(f"{hash_tag(self.prefix, '')}:probe")
+        except RedisUnavailable as exc:
             raise QuotaStoreUnavailable(str(exc)) from exc
 
     async def reset_connections(self) -> None:
-        await self._pool.disconnect(inuse_connections=False)
+        await self.redis.reset_connections()
 
     async def reserve(
         self,
@@ -270,12 +275,9 @@ class RedisQuotaStore:
         keys: list[str] = []
         args: list[int | str] = [self.window_ms, self.bucket_ms, lease_id, lease_ttl_ms, tokens, units]
         for scope in scopes:
-            keys += self._keys(tenant, scope.name)
+            keys += self.keys(tenant, scope.name)
             args += [scope.requests_per_window, scope.tokens_per_window, scope.max_concurrent]
-        try:
-            out = await self._reserve(keys=keys, args=args)
-        except _UNAVAILABLE as exc:
-            raise QuotaStoreUnavailable(str(exc)) from exc
+        out = await self._run(RESERVE_LUA, keys, args)
         ok, failed_index, failed_limit, retry_ms, bucket = out[:5]
         states = []
         for i, scope in enumerate(scopes):
@@ -308,8 +310,8 @@ class RedisQuotaStore:
     async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:
         keys: list[str] = []
         for scope in reservation.scopes:
-            keys += self._keys(reservation.tenant, scope.name)
-        args = [
+            keys += self.keys(reservation.tenant, scope.name)
+        args: list[int | str] = [
             self.window_ms,
             self.bucket_ms,
             reservation.lease_id,
@@ -318,33 +320,29 @@ class RedisQuotaStore:
             1 if refund_request else 0,
             reservation.units,
         ]
-        try:
-            await self._release(keys=keys, args=args)
-        except _UNAVAILABLE as exc:
-            raise QuotaStoreUnavailable(str(exc)) from exc
+        await self._run(RELEASE_LUA, keys, args)
 
     async def heartbeat(self, reservations: list[Reservation], lease_ttl_ms: int) -> None:
+        """Refresh the leases of `reservations`, re-creating any the store lost
+        (counted in `leases_recreated`, and logged)."""
         # One script per tenant: a script's keys must share one Cluster slot.
-        by_tenant: dict[str, tuple[list[str], list[str]]] = {}
+        by_tenant: dict[str, tuple[list[str], list[int | str]]] = {}
         for r in reservations:
-            keys, ids = by_tenant.setdefault(r.tenant, ([], []))
+            keys, ids = by_tenant.setdefault(r.tenant, ([], [lease_ttl_ms]))
             for scope in r.scopes:
-                lease_key = self._keys(r.tenant, scope.name)[2]
+                lease_key = self.keys(r.tenant, scope.name)[2]
                 for member in r.lease_members():
                     keys.append(lease_key)
                     ids.append(member)
-        try:
-            for keys, ids in by_tenant.values():
-                await self._heartbeat(keys=keys, args=[lease_ttl_ms, *ids])
-        except _UNAVAILABLE as exc:
-            raise QuotaStoreUnavailable(str(exc)) from exc
+        recreated = 0
+        for keys, args in by_tenant.values():
+            recreated += int(await self._run(HEARTBEAT_LUA, keys, args))
+        if recreated:
+            self.leases_recreated += recreated
+            log.warning("re-created %d lease(s) that %s had lost (a failover?)", recreated, self.describe())
 
     async def concurrent(self, tenant: str, scope: str) -> int:
-        try:
-            return int(await self._count(keys=[self._keys(tenant, scope)[2]]))
-        except _UNAVAILABLE as exc:
-            raise QuotaStoreUnavailable(str(exc)) from exc
+        return int(await self._run(COUNT_LUA, [self.keys(tenant, scope)[2]], []))
 
     async def aclose(self) -> None:
-        await self.client.aclose()
-        await self._pool.disconnect()
+        await self.redis.aclose()

@@ -240,7 +240,7 @@ def test_reservation_counts_every_choice():
 
 async def test_redis_keys_of_one_tenant_share_one_cluster_slot(shared_redis):
     store = RedisQuotaStore(shared_redis.url, key_prefix="p")
-    keys = store._keys("ac{me}", "t") + store._keys("ac{me}", "k:x")
+    keys = store.keys("ac{me}", "t") + store.keys("ac{me}", "k:x")
     tags = {re.match(r"^\{([^}]*)\}", k).group(1) for k in keys}
     assert tags == {"p:ac%7Bme%7D"}
     await store.aclose()
@@ -262,7 +262,7 @@ async def test_a_read_only_replica_is_unavailable_not_an_error(private_redis):
     from processes import free_port
 
     store = RedisQuotaStore(private_redis.url, key_prefix="p", timeout_s=0.3)
-    await store.client.execute_command("REPLICAOF", "127.0.0.1", str(free_port()))  # demoted, as in a failover
+    await store.redis.client.execute_command("REPLICAOF", "127.0.0.1", str(free_port()))  # demoted, as in a failover
     with pytest.raises(QuotaStoreUnavailable):
         await store.reserve("acme", (ScopeLimits("t"),), 1, lid(), TTL_MS)
     await store.aclose()

@@ -143,9 +143,9 @@ async def test_redis_expiry_and_key_layout(redis_server):
     store = RedisResponseStore(redis_server.url, ttl_s=0.4, key_prefix="sy")
     try:
         await store.put("te{n}ant", record("resp_1"))
-        keys = await store.client.keys("*")
+        keys = await store.redis.client.keys("*")
         assert keys == [b"{sy:te%7Bn%7Dant}:response:resp_1"]
-        ttl = await store.client.pttl(keys[0])
+        ttl = await store.redis.client.pttl(keys[0])
         assert 0 < ttl <= 400
         await asyncio.sleep(0.6)
         with pytest.raises(ResponseNotFound):

@@ -1,0 +1,33 @@
+"""A Redis Cluster and a Sentinel set for the tests of this directory
+(tests/redis_ha/deployments.py), and the RedisTarget that reaches each."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.redis_connect import RedisTarget, parse_address
+from tests.redis_ha.deployments import SERVICE, ClusterDeployment, SentinelDeployment
+
+
+def cluster_target(cluster: ClusterDeployment) -> RedisTarget:
+    return RedisTarget(mode="cluster", startup_nodes=tuple(parse_address(n, 0) for n in cluster.startup_nodes))
+
+
+def sentinel_target(sentinel: SentinelDeployment) -> RedisTarget:
+    return RedisTarget(
+        mode="sentinel", sentinels=tuple(parse_address(n, 0) for n in sentinel.sentinels), service_name=SERVICE
+    )
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    deployment = ClusterDeployment(tmp_path_factory.mktemp("cluster"))
+    yield deployment
+    deployment.stop()
+
+
+@pytest.fixture(scope="module")
+def sentinel(tmp_path_factory):
+    deployment = SentinelDeployment(tmp_path_factory.mktemp("sentinel"))
+    yield deployment
+    deployment.stop()
