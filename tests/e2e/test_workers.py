@@ -114,7 +114,13 @@ def test_reload_and_drain_reach_both_workers(tmp_path, vllm):
         opened = [threading.Thread(target=stream, args=(gw.url, bodies)) for _ in range(8)]
         for t in opened:
             t.start()
-        wait_for(lambda: open_streams_by_worker(gw) == {"0", "1"}, 30, "streams open on both workers")
+        # Every stream under way before the signal (the drain's grace is 0: one still
+        # connecting would be refused, which is the drain working, not this test's case).
+        wait_for(
+            lambda: set(o := open_streams_by_worker(gw)) == {"0", "1"} and sum(o.values()) == 8,
+            30,
+            "all 8 streams open, on both workers",
+        )
         os.kill(gw.child.pid, signal.SIGTERM)
         for t in opened:
             t.join(60)
@@ -133,9 +139,11 @@ def stream(url: str, bodies: list[str]) -> None:
         bodies.append(r.read().decode())
 
 
-def open_streams_by_worker(gw) -> set[str]:
-    workers = set()
+def open_streams_by_worker(gw) -> dict[str, int]:
+    """Streams in flight per worker, from the merged /metrics."""
+    open_: dict[str, int] = {}
     for line in httpx.get(gw.url + "/metrics", timeout=10).text.splitlines():
         if line.startswith("switchyard_inflight_requests{") and float(line.rpartition(" ")[2]) > 0:
-            workers.add(re.search(r'worker="(\d+)"', line).group(1))
-    return workers
+            worker = re.search(r'worker="(\d+)"', line).group(1)
+            open_[worker] = open_.get(worker, 0) + int(float(line.rpartition(" ")[2]))
+    return open_
