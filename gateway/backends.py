@@ -1,8 +1,8 @@
 """Backends as the gateway holds them: adapters built from config, with the
 health, load and in-flight state that routing and admission read, refreshed in
 the background; and per model, the routing state a scoring profile reads (the
-approximate prefix index, the session table, the outlier detector) next to each
-backend's KV-event feed (gateway/kv_feeds.py)."""
+approximate prefix index, the session table, the outlier detector and the retry
+budget) next to each backend's KV-event feed (gateway/kv_feeds.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from gateway.kv_feeds import KVFeed, build_feed
 from policies.admission import BackendLoad, model_capacity
 from policies.ejection import EjectionConfig, OutlierDetector
 from policies.prefix_index import PrefixIndex, prompt_blocks
+from policies.retry_budget import RetryBudget
 from policies.routing import BackendView, RouteResult, RoutingPolicy, make_policy, prefix_key, route
 from policies.saturation import SaturationDetector
 from policies.scorers import BLENDED
@@ -138,15 +139,16 @@ class ModelPool:
     prefixes: dict[str, PrefixIndex] = field(init=False)
     sessions: SessionTable = field(init=False)
     ejection: OutlierDetector = field(init=False)
+    retry_budget: RetryBudget = field(init=False)
 
     def __post_init__(self) -> None:
         self.prefixes = {b.name: PrefixIndex(self.config.prefix_index_blocks) for b in self.backends}
         s = self.config.session_affinity
         self.sessions = SessionTable(s.ttl_s, s.max_sessions)
-        # Fed by dispatch's outcomes (record_success / record_failure); until then every circuit is closed.
-        self.ejection = OutlierDetector(
-            [b.name for b in self.backends], EjectionConfig(**self.config.ejection.model_dump())
-        )
+        # Fed by dispatch with the outcome of every attempt before its first byte (gateway/dispatch.py).
+        e = self.config.ejection
+        self.ejection = OutlierDetector([b.name for b in self.backends], EjectionConfig(**e.model_dump()))
+        self.retry_budget = RetryBudget(e.retry_ratio, e.min_retries, e.window_s)
 
     def route(self, req: GenerationRequest) -> RouteResult:
         """The pool's backends in the order to try them (policies/routing.py,

@@ -37,6 +37,7 @@ from gateway import tracing
 from gateway.backends import Backend, BackendSet, ModelPool
 from gateway.merge import Merged, Sink, SubStream
 from gateway.stream_guard import StreamGuard, guarded
+from policies.ejection import FailureKind
 
 log = logging.getLogger("switchyard.dispatch")
 
@@ -151,11 +152,15 @@ class Dispatcher:
         on_backoff: BackoffListener | None,
     ) -> list[Started]:
         pools = [pool] + [self.backends.pools[f] for f in pool.config.fallback if f in self.backends.pools]
+        budget = pool.retry_budget
+        budget.record_request()
         last_error: GatewayError | None = None
         timed_out: set[str] = set()
         attempt = 0
         for round_ in range(pool.config.max_retries + 1):
             if round_:
+                if last_error is not None and budget.exhausted():
+                    raise last_error  # the pool is failing: no backoff, no more rounds
                 if on_backoff:
                     on_backoff(True)
                 await asyncio.sleep(pool.config.retry_backoff_s * (2 ** (round_ - 1)))
@@ -165,33 +170,44 @@ class Dispatcher:
                 candidates, why_not = self._candidates(p, req)
                 if not candidates and why_not and p is pool and len(pools) == 1:
                     raise why_not
-                for backend in candidates:
+                for backend, held_out in candidates:
                     if backend.name in timed_out:
                         continue
+                    # Routing saw the circuit as it stood; asking now takes the half-open
+                    # probe for this request, or learns another request took it. A backend
+                    # routing kept although ejected (nothing else left) is tried anyway.
+                    if not held_out and p.ejection.is_ejected(backend.name):
+                        continue
+                    if attempt and not budget.may_retry():
+                        log.warning("model %s: retry budget spent, answering the last error", pool.name)
+                        raise last_error or why_not or _no_backend(pool)
                     # A retry is another upstream generation: it gets an id of its own.
                     attempt_req = dataclasses.replace(req, request_id=f"{req.request_id}.{attempt}") if attempt else req
                     attempt += 1
                     try:
-                        return await self._start_on(backend, attempt_req, offset, sink, alone)
+                        started = await self._start_on(backend, attempt_req, offset, sink, alone)
                     except GatewayError as exc:
                         if self.on_failure is not None:
                             self.on_failure(backend.name, exc)
-                        if not exc.retryable:
+                        if not fails_over(exc):
+                            _record(p, backend.name, None)  # the backend answered: the fault is the request's
                             raise
+                        _record(p, backend.name, failure_kind(exc))
                         if exc.code == "upstream_timeout":
                             timed_out.add(backend.name)
                         log.warning("backend %s failed before the first event: %s", backend.name, exc.message)
                         last_error = exc
+                    else:
+                        _record(p, backend.name, None)
+                        return started
                 if why_not and last_error is None:
                     last_error = why_not
-        raise last_error or GatewayError(
-            503,
-            f"No backend of model `{pool.name}` could take the request.",
-            code="no_backend_available",
-            retry_after=1.0,
-        )
+        raise last_error or _no_backend(pool)
 
-    def _candidates(self, pool: ModelPool, req: GenerationRequest) -> tuple[list[Backend], GatewayError | None]:
+    def _candidates(
+        self, pool: ModelPool, req: GenerationRequest
+    ) -> tuple[list[tuple[Backend, bool]], GatewayError | None]:
+        """The backends to try in order, each with whether routing kept it although ejected."""
         with tracing.current().step("switchyard.route") as step:
             routed = pool.route(req)
             step.set("switchyard.route.candidates", len(routed.candidates))
@@ -202,7 +218,7 @@ class Dispatcher:
                 400, f"This request cannot be served: {'; '.join(gaps)}.", code="unsupported_by_runtime"
             )
         by_name = {b.name: b for b in pool.backends}
-        return [by_name[v.name] for v in routed.candidates], None
+        return [(by_name[v.name], v.ejected) for v in routed.candidates], None
 
     async def _start_on(
         self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, alone: bool
@@ -247,6 +263,38 @@ class Dispatcher:
         if sink is not None:
             started.forward(sink)
         return [started]
+
+
+def fails_over(error: GatewayError) -> bool:
+    """Whether a failure before the first byte is tried on another backend: the
+    retryable ones (no connection, overload: 429/503, a first-byte timeout) and
+    every other fault of the backend's (a runtime's 500). A client's mistake (4xx)
+    would fail the same way anywhere: never retried."""
+    return error.retryable or error.status >= 500
+
+
+def failure_kind(error: GatewayError) -> FailureKind:
+    if error.code == "upstream_timeout":
+        return FailureKind.TIMEOUT
+    if error.status == 429 or error.code in ("upstream_overloaded", "backend_busy"):
+        return FailureKind.OVERLOAD
+    if error.code == "backend_unavailable":
+        return FailureKind.CONNECT
+    return FailureKind.SERVER_ERROR
+
+
+def _record(pool: ModelPool, backend: str, failure: FailureKind | None) -> None:
+    """One attempt's outcome into the pool's outlier detector; a change of circuit is logged."""
+    ejection = pool.ejection
+    change = ejection.record_success(backend) if failure is None else ejection.record_failure(backend, failure)
+    if change is not None:
+        log.warning("model %s: %s", pool.name, change.describe())
+
+
+def _no_backend(pool: ModelPool) -> GatewayError:
+    return GatewayError(
+        503, f"No backend of model `{pool.name}` could take the request.", code="no_backend_available", retry_after=1.0
+    )
 
 
 async def _together(starters: list[Coroutine[Any, Any, list[Started]]]) -> list[Started]:

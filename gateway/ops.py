@@ -6,7 +6,8 @@ without a healthy backend would take every replica out of its Service at once,
 the models that still work included. Per-model health is reported instead: in
 the body of `/readyz`, as `GET /readyz?model=M` (503 for a model none of whose
 backends is healthy, for a probe that should follow one model), and as
-`switchyard_model_ready{model}`.
+`switchyard_model_ready{model}`. Each backend's entry says its circuit (closed,
+open or half_open: policies/ejection.py) and, while held out, why and for how long.
 
 Where the views are served (gateway/config.py `ops_exposure_refusal` decides what
 a config may do): without an ops listener, `/metrics` and the detailed `/readyz`
@@ -29,6 +30,7 @@ from gateway.backends import BackendSet
 from gateway.metrics import GatewayMetrics
 from gateway.responses import error_response, json_response
 from policies.auth import ApiKeyTable
+from policies.ejection import CircuitState
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +43,10 @@ def model_health(backends: BackendSet) -> dict[str, ModelHealth]:
     return {
         name: ModelHealth(
             any(b.health.ok for b in pool.backends),
-            [{"backend": b.name, "healthy": b.health.ok, "detail": b.health.detail} for b in pool.backends],
+            [
+                {"backend": b.name, "healthy": b.health.ok, "detail": b.health.detail, **pool.ejection.describe(b.name)}
+                for b in pool.backends
+            ],
         )
         for name, pool in backends.pools.items()
     }
@@ -103,12 +108,42 @@ class OpsCollector:
         for name, health in model_health(self.backends).items():
             ready.add_metric([name], 1 if health.ready else 0)
         yield ready
+        yield from self._ejections()
         errors = CounterMetricFamily(
             "switchyard_auth_keys_reload_errors",
             "Versions of auth.api_keys_file that could not be used (the last good key set stayed in force).",
         )
         errors.add_metric([], self.keys().reload_errors)
         yield errors
+
+    def _ejections(self):
+        """Each pool's circuits (policies/ejection.py) and retry budget (policies/retry_budget.py).
+        A reload that changes a pool starts them afresh: the counters reset with it."""
+        ejected = GaugeMetricFamily(
+            "switchyard_backend_ejected",
+            "1 while the outlier detector holds the backend out of the model's pool (open or half-open circuit).",
+            labels=["model", "backend"],
+        )
+        ejections = CounterMetricFamily(
+            "switchyard_backend_ejections",
+            "Ejections of a backend from a model's pool, by reason (consecutive_failures, error_rate, probe_failed).",
+            labels=["model", "backend", "reason"],
+        )
+        refused = CounterMetricFamily(
+            "switchyard_retry_budget_exhausted",
+            "Failovers not made because the model's retry budget was spent (the client got the error).",
+            labels=["model"],
+        )
+        for name, pool in self.backends.pools.items():
+            for b in pool.backends:
+                closed = pool.ejection.state(b.name) is CircuitState.CLOSED
+                ejected.add_metric([name, b.name], 0 if closed else 1)
+                for reason, count in pool.ejection.ejections(b.name).items():
+                    ejections.add_metric([name, b.name, reason], count)
+            refused.add_metric([name], pool.retry_budget.refused)
+        yield ejected
+        yield ejections
+        yield refused
 
     def describe(self):
         return []

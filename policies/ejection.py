@@ -1,4 +1,4 @@
-"""Outlier ejection and circuit breaking for one pool's backends, and its retry budget.
+"""Outlier ejection and circuit breaking for one pool's backends.
 
 The health probe runs every 5 s; a backend that fails real requests in between
 is caught here, from the outcomes dispatch reports:
@@ -17,19 +17,16 @@ is caught here, from the outcomes dispatch reports:
   backend) is ejected at once. Past that a failing backend stays in: ejecting it
   would push its load onto too few others, and the failures may be the
   requests' fault, not the backends'.
-* Retry budget: retries (failover before the first byte) are allowed while
-  they stay under `retry_ratio` of the requests over the last `window_s`
-  seconds, with `min_retries` always allowed, so that a failing pool is not
-  hammered with every request several times over.
+* The retry budget (`retry_ratio`, `min_retries`) is configured here, beside
+  the ejection it complements, and kept by policies/retry_budget.py.
 
 Kinds of failure (`FailureKind`) are counted alike; they are kept apart for the
 metrics. Everything is pure state and arithmetic with an injectable clock.
 
-For the gateway to export (the lead wires these with dispatch):
-`switchyard_backend_circuit_state{backend}` (0 closed, 1 open, 2 half-open),
-`switchyard_backend_ejections_total{backend,reason}`,
-`switchyard_backend_failures_total{backend,kind}` and
-`switchyard_retry_budget_exhausted_total{model}`; and one log line per
+The gateway (gateway/dispatch.py) reports each attempt's outcome before the
+first byte; gateway/ops.py exports the circuits as
+`switchyard_backend_ejected{model,backend}` and
+`switchyard_backend_ejections_total{model,backend,reason}`, and logs one line per
 `Transition` (`Transition.describe()`).
 """
 
@@ -67,7 +64,8 @@ class EjectionConfig:
     max_ejected_share: float = 0.5
     probe_timeout_s: float = 10.0
     retry_ratio: float = 0.2
-    min_retries: int = 3
+    # Twice consecutive_failures: ejecting one dead backend of a quiet pool costs no client an error.
+    min_retries: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +118,8 @@ class _Backend:
     readmitted_at: float = -math.inf
     probe_started: float | None = None
     failures: dict[FailureKind, int] = field(default_factory=dict)
+    reason: str = ""  # why the last ejection happened
+    ejected: dict[str, int] = field(default_factory=dict)  # ejections by reason, since the start
 
 
 class OutlierDetector:
@@ -132,8 +132,6 @@ class OutlierDetector:
         self.config = config or EjectionConfig()
         self.clock = clock
         self._backends = {name: _Backend(_Window(self.config.window_s)) for name in backends}
-        self._requests = _Window(self.config.window_s)  # (requests, retries)
-        self.retries_refused = 0
 
     # ---- outcomes --------------------------------------------------------------------
 
@@ -177,6 +175,8 @@ class OutlierDetector:
         duration = min(cfg.base_ejection_s * 2 ** (b.ejections - 1), cfg.max_ejection_s)
         b.state, b.until, b.probe_started, b.consecutive = CircuitState.OPEN, now + duration, None, 0
         b.window.clear()
+        b.reason = reason
+        b.ejected[reason] = b.ejected.get(reason, 0) + 1
         return Transition(name, CircuitState.OPEN, reason, duration)
 
     # ---- the gate ------------------------------------------------------------------------
@@ -216,22 +216,20 @@ class OutlierDetector:
         b.probe_started = now
         return False
 
+    def describe(self, backend: str, now: float | None = None) -> dict:
+        """What `/readyz` shows: the circuit, and while it is not closed, why and
+        for how long more it is held out (0 once a half-open probe may go)."""
+        now = self.clock() if now is None else now
+        b = self._backends[backend]
+        state = self.state(backend, now)
+        if state is CircuitState.CLOSED:
+            return {"circuit": "closed"}
+        return {"circuit": state.name.lower(), "reason": b.reason, "ejected_for_s": round(max(0.0, b.until - now), 3)}
+
+    def ejections(self, backend: str) -> dict[str, int]:
+        """Ejections of `backend` by reason, since the start (for the metrics)."""
+        return dict(self._backends[backend].ejected)
+
     def failures(self, backend: str) -> dict[FailureKind, int]:
         """Failures of `backend` by kind, since the start (for the metrics)."""
         return dict(self._backends[backend].failures)
-
-    # ---- the retry budget ----------------------------------------------------------------
-
-    def record_request(self, now: float | None = None) -> None:
-        """Count one original request (not a retry) toward the budget."""
-        self._requests.add(self.clock() if now is None else now, a=1)
-
-    def may_retry(self, now: float | None = None) -> bool:
-        """Whether one more retry fits the budget; a True counts as that retry."""
-        now = self.clock() if now is None else now
-        requests, retries = self._requests.totals(now)
-        if retries >= max(self.config.min_retries, self.config.retry_ratio * requests):
-            self.retries_refused += 1
-            return False
-        self._requests.add(now, b=1)
-        return True

@@ -1,4 +1,4 @@
-"""Outlier ejection, circuit breaking and the retry budget, alone, on an injected clock."""
+"""Outlier ejection and circuit breaking, alone, on an injected clock."""
 
 from __future__ import annotations
 
@@ -136,12 +136,15 @@ def test_failures_are_counted_by_kind():
     assert d.failures("b0") == {FailureKind.OVERLOAD: 2, FailureKind.TIMEOUT: 1}
 
 
-def test_the_retry_budget_is_a_ratio_of_requests_with_a_floor():
-    d, clock = detector(retry_ratio=0.2, min_retries=2, window_s=10)
-    assert [d.may_retry() for _ in range(3)] == [True, True, False]  # the floor, with no requests yet
-    for _ in range(20):
-        d.record_request()
-    assert [d.may_retry() for _ in range(3)] == [True, True, False]  # 4 retries for 20 requests
-    assert d.retries_refused == 2
-    clock.now += 11  # the window moved on
-    assert d.may_retry()
+def test_the_reason_and_the_time_left_are_described_and_ejections_counted_by_reason():
+    d, clock = detector(consecutive_failures=2, base_ejection_s=5)
+    assert d.describe("b0") == {"circuit": "closed"}
+    fail(d, "b0", 2)
+    clock.now += 2
+    assert d.describe("b0") == {"circuit": "open", "reason": "consecutive_failures", "ejected_for_s": 3.0}
+    clock.now += 3
+    assert d.describe("b0")["circuit"] == "half_open"
+    assert not d.is_ejected("b0")  # the probe
+    fail(d, "b0", 1)
+    assert d.describe("b0") == {"circuit": "open", "reason": "probe_failed", "ejected_for_s": 10.0}
+    assert d.ejections("b0") == {"consecutive_failures": 1, "probe_failed": 1} and d.ejections("b1") == {}
