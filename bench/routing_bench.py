@@ -1,0 +1,316 @@
+"""`make bench-routing`: routing policies side by side on one pool of three backends.
+
+Three vLLM simulators of one model (engine-backed by default: the native engine
+on `builtin:tiny` generates and its prefix cache shortens prefill; `--source
+synthetic` for a fast, timing-free run) behind one gateway process, which
+serves one model per policy over the same three backends. A multi-tenant
+workload: users share a few long system prompts, drawn Zipf-distributed, and
+hold multi-turn conversations (turn k+1 carries the real answer of turn k);
+sessions arrive open loop (Poisson) at two rates. Each run uses system prompts
+of its own, so no run finds a cache warmed by another.
+
+Per policy and rate: prefix-cache hit rate (from the simulators' own
+counters), TTFT p50/p99, TPOT p50, goodput under an SLO, and the max/min ratio
+of requests served per backend. Then a hot-prefix run (every session the same
+system prompt) under `blended`, whose bounded load should keep a backend within
+`load_factor` of its share; and a run where one backend is killed halfway,
+which must lose no request that had not started streaming.
+
+Blended *precise* needs KV-cache events from the runtimes; the simulators
+publish none (and in-process native backends of one model share one engine), so
+it is reported as not measured. Judged over HTTP only (bench/ layering).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+import tempfile
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import yaml
+
+from bench.arrivals import poisson_arrivals
+from bench.client import Client, ClientConfig
+from bench.metrics import Slo, distribution_ms, meets_slo, request_metrics
+from bench.procs import Server, python_module
+from bench.records import RequestRecord
+from bench.routing_report import write_report
+from processes import free_port
+
+POLICIES = ("round_robin", "least_loaded", "prefix_affinity", "blended")
+BACKENDS = ("sim0", "sim1", "sim2")
+
+
+@dataclass
+class RoutingBenchConfig:
+    out_dir: Path = Path("docs/bench/routing")
+    source: str = "engine"  # the simulators' token source: engine (real generation) or synthetic
+    duration_s: float = 20.0  # arrivals of one run
+    rates: tuple[float, ...] = (0.4, 1.2)  # sessions per second: light, near saturation
+    policies: tuple[str, ...] = POLICIES
+    system_prompts: int = 4
+    zipf_s: float = 1.2
+    system_words: int = 220
+    turns: int = 3
+    max_tokens: int = 8
+    load_factor: float = 1.25
+    slo: Slo = field(default_factory=lambda: Slo(ttft_ms=2000, tpot_ms=250))
+    seed: int = 0
+
+
+# ---- workload ---------------------------------------------------------------------------------
+
+
+def zipf_weights(n: int, s: float) -> np.ndarray:
+    w = 1.0 / np.arange(1, n + 1) ** s
+    return w / w.sum()
+
+
+def words(rng: np.random.Generator, n: int) -> str:
+    vocab = ("route", "cache", "block", "token", "prefix", "engine", "backend", "queue", "model", "batch")
+    return " ".join(vocab[i] for i in rng.integers(0, len(vocab), n))
+
+
+def sessions(cfg: RoutingBenchConfig, tag: str, count: int, hot: bool = False) -> list[dict[str, Any]]:
+    """`count` conversations: a system prompt (Zipf over `system_prompts`, or the one
+    hot prompt) and `turns` user messages each."""
+    rng = np.random.default_rng(zlib.crc32(tag.encode()) + cfg.seed)
+    systems = [f"[{tag} system {p}] {words(rng, cfg.system_words)}" for p in range(cfg.system_prompts)]
+    choice = rng.choice(cfg.system_prompts, size=count, p=zipf_weights(cfg.system_prompts, cfg.zipf_s))
+    return [
+        {
+            "system": systems[0 if hot else int(choice[i])],
+            "turns": [f"user {tag}-{i} turn {k}: {words(rng, 12)}" for k in range(cfg.turns)],
+        }
+        for i in range(count)
+    ]
+
+
+async def run_load(
+    url: str, model: str, convs: list[dict[str, Any]], arrivals: list[float], max_tokens: int
+) -> list[RequestRecord]:
+    """Open loop: conversation i starts at `arrivals[i]`, its turns one after the other."""
+    records: list[RequestRecord] = []
+    async with Client(ClientConfig(base_url=url, model=model, timeout_s=120)) as client:
+        t0 = time.perf_counter()
+
+        async def converse(i: int, conv: dict[str, Any], at: float) -> None:
+            await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+            messages: list[dict[str, Any]] = [{"role": "system", "content": conv["system"]}]
+            for k, text in enumerate(conv["turns"]):
+                messages.append({"role": "user", "content": text})
+                rec = RequestRecord(len(records), "default", i, k, True, 0.0, at if k == 0 else None)
+                rec.max_tokens = max_tokens
+                records.append(rec)
+                answer = await client.send(rec, messages, t0, keep_text=True)
+                if rec.outcome != "ok":
+                    return
+                messages.append({"role": "assistant", "content": answer})
+
+        await asyncio.gather(*(converse(i, c, a) for i, (c, a) in enumerate(zip(convs, arrivals))))
+    return records
+
+
+# ---- what the backends and the gateway say ----------------------------------------------------
+
+
+def sim_counters(sims: dict[str, Server]) -> dict[str, dict[str, int]]:
+    out = {}
+    for name, sim in sims.items():
+        try:
+            s = httpx.get(sim.base_url + "/_sim/stats", timeout=10).json()
+        except httpx.HTTPError:
+            continue  # a killed backend
+        out[name] = {"requests": s["requests_total"], **s["prefix_cache"]}
+    return out
+
+
+async def sample_inflight(gateway_url: str, samples: list[dict[str, float]], stop: asyncio.Event) -> None:
+    async with httpx.AsyncClient(timeout=10) as http:
+        while not stop.is_set():
+            text = (await http.get(gateway_url + "/metrics")).text
+            row = {}
+            for line in text.splitlines():
+                if line.startswith("switchyard_backend_inflight{"):
+                    row[line.split('backend="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+            if sum(row.values()) > 0:
+                samples.append(row)
+            await asyncio.sleep(0.2)
+
+
+def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo, duration_s: float) -> dict[str, Any]:
+    pairs = [m for r in records if (m := request_metrics(r)) is not None]
+    served = {n: after[n]["requests"] - before[n]["requests"] for n in after if n in before}
+    queries = sum(after[n]["queries"] - before[n]["queries"] for n in served)
+    hits = sum(after[n]["hits"] - before[n]["hits"] for n in served)
+    loads = list(served.values())
+    ttft = distribution_ms(m.ttft_s for m in pairs if m.ttft_s is not None)
+    tpot = distribution_ms(m.tpot_s for m in pairs if m.tpot_s is not None)
+    return {
+        "requests": len(records),
+        "ok": len(pairs),
+        "failed": sum(r.outcome == "failed" for r in records),
+        "hit_rate": hits / queries if queries else None,
+        "ttft_p50_ms": ttft["p50"],
+        "ttft_p99_ms": ttft["p99"],
+        "tpot_p50_ms": tpot["p50"],
+        "goodput_rps": sum(meets_slo(m, slo) for m in pairs) / duration_s,
+        "served": served,
+        "load_ratio": (max(loads) / min(loads) if min(loads) > 0 else math.inf) if loads else None,
+    }
+
+
+# ---- the runs -------------------------------------------------------------------------------------
+
+
+def gateway_config(cfg: RoutingBenchConfig, sims: dict[str, Server], port: int) -> dict[str, Any]:
+    backends = [
+        {"name": n, "adapter": "vllm", "url": s.base_url, "served_model": "sim-model", "max_inflight": 64}
+        for n, s in sims.items()
+    ]
+    models: dict[str, Any] = {p: {"routing": p, "backends": backends} for p in cfg.policies}
+    # The blended profile's weights (policies/scorers.py BLENDED), with the bound under test.
+    weights = {"prefix": 3.0, "queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 10.0}
+    models["hot"] = {"routing": {"scorers": weights, "load_factor": cfg.load_factor}, "backends": backends}
+    models["kill"] = {"routing": "blended", "backends": backends}
+    return {"listen": {"host": "127.0.0.1", "port": port}, "auth": {"mode": "none"}, "models": models}
+
+
+async def one_run(
+    cfg: RoutingBenchConfig,
+    gw: str,
+    sims: dict[str, Server],
+    model: str,
+    rate: float,
+    tag: str,
+    hot: bool = False,
+    kill: Server | None = None,
+) -> dict[str, Any]:
+    count = max(2, round(rate * cfg.duration_s))
+    convs = sessions(cfg, tag, count, hot)
+    arrivals = poisson_arrivals(count, rate, seed=cfg.seed)
+    before = sim_counters(sims)
+    samples: list[dict[str, float]] = []
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(sample_inflight(gw, samples, stop))
+    load = asyncio.create_task(run_load(gw, model, convs, arrivals, cfg.max_tokens))
+    if kill is not None:
+        await asyncio.sleep(cfg.duration_s / 2)
+        kill.child.kill()  # type: ignore[union-attr]
+    records = await load
+    stop.set()
+    await sampler
+    result = summarize(records, before, sim_counters(sims), cfg.slo, cfg.duration_s)
+    result.update({"model": model, "rate": rate, "tag": tag})
+    if samples:
+        # The bound, as the pick applies it: no backend past ceil(load_factor x its share of what is in flight).
+        within = [max(s.values()) <= math.ceil(cfg.load_factor * sum(s.values()) / len(BACKENDS)) for s in samples]
+        result["inflight_samples"] = len(samples)
+        result["inflight_within_bound"] = sum(within) / len(within)
+        result["inflight_mean_total"] = sum(sum(s.values()) for s in samples) / len(samples)
+    if kill is not None:
+        failed = [r for r in records if r.outcome == "failed"]
+        result["lost_before_streaming"] = sum(not r.chunk_times for r in failed)
+        result["cut_mid_stream"] = sum(bool(r.chunk_times) for r in failed)
+    return result
+
+
+def start_sims(cfg: RoutingBenchConfig, logs: Path) -> dict[str, Server]:
+    sims = {}
+    for name in BACKENDS:
+        port = free_port()
+        argv = python_module(
+            "gateway.cli",
+            "simulate",
+            "vllm",
+            "--port",
+            str(port),
+            "--model-name",
+            "sim-model",
+            "--output-tokens",
+            str(cfg.max_tokens),
+        )
+        if cfg.source == "engine":
+            argv += ["--source", "engine", "--model-dir", "builtin:tiny"]
+        else:
+            argv += ["--ttft-ms", "20", "--itl-ms", "5"]
+        sims[name] = Server(name, argv, f"http://127.0.0.1:{port}/health", logs, env=_one_thread(), ready_timeout_s=180)
+    return sims
+
+
+def _one_thread() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+async def bench(cfg: RoutingBenchConfig) -> dict[str, Any]:
+    logs = Path(tempfile.mkdtemp(prefix="routing-bench-"))  # the servers' logs, kept out of the report
+    sims = start_sims(cfg, logs)
+    started: list[Server] = []
+    try:
+        for s in sims.values():
+            started.append(s.__enter__())
+        port = free_port()
+        config_path = logs / "gateway.yaml"
+        config_path.write_text(yaml.safe_dump(gateway_config(cfg, sims, port)))
+        gateway = Server(
+            "gateway",
+            python_module("gateway.cli", "serve", "--config", str(config_path)),
+            f"http://127.0.0.1:{port}/healthz",
+            logs,
+        )
+        with gateway:
+            gw = gateway.base_url
+            runs = []
+            for rate in cfg.rates:
+                for policy in cfg.policies:
+                    runs.append(await one_run(cfg, gw, sims, policy, rate, f"{policy}@{rate:g}"))
+            hot = await one_run(cfg, gw, sims, "hot", max(cfg.rates), "hot", hot=True)
+            killed = await one_run(cfg, gw, sims, "kill", min(cfg.rates), "kill", kill=sims[BACKENDS[-1]])
+    finally:
+        for s in started:
+            s.__exit__(None, None, None)
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
+    return {"config": config, "runs": runs, "hot": hot, "kill": killed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.routing_bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=RoutingBenchConfig.out_dir)
+    p.add_argument("--source", choices=("engine", "synthetic"), default="engine")
+    p.add_argument("--duration", type=float, default=RoutingBenchConfig.duration_s, help="seconds of arrivals per run")
+    p.add_argument("--rates", default="0.4,1.2", help="sessions per second, comma-separated (light,heavy)")
+    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--turns", type=int, default=RoutingBenchConfig.turns)
+    p.add_argument("--system-words", type=int, default=RoutingBenchConfig.system_words)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    cfg = RoutingBenchConfig(
+        out_dir=a.out,
+        source=a.source,
+        duration_s=a.duration,
+        rates=tuple(float(r) for r in a.rates.split(",")),
+        policies=tuple(a.policies.split(",")),
+        turns=a.turns,
+        system_words=a.system_words,
+        seed=a.seed,
+    )
+    started = time.perf_counter()
+    result = asyncio.run(bench(cfg))
+    result["wall_s"] = round(time.perf_counter() - started, 1)
+    for path in write_report(result, cfg.out_dir):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""The report of `make bench-routing` (bench/routing_bench.py): result.json, a
+markdown summary with one row per policy and rate, and a PNG of TTFT p99 and
+goodput per policy."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from matplotlib.figure import Figure
+
+COLUMNS = (
+    ("policy", "model"),
+    ("rate (sessions/s)", "rate"),
+    ("requests", "requests"),
+    ("ok", "ok"),
+    ("prefix-cache hit rate", "hit_rate"),
+    ("TTFT p50 ms", "ttft_p50_ms"),
+    ("TTFT p99 ms", "ttft_p99_ms"),
+    ("TPOT p50 ms", "tpot_p50_ms"),
+    ("goodput req/s", "goodput_rps"),
+    ("load max/min", "load_ratio"),
+)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if v == float("inf"):
+        return "inf (one backend served none)"
+    if isinstance(v, float):
+        return f"{v:.3f}" if v < 10 else f"{v:.1f}"
+    return str(v)
+
+
+def table(runs: list[dict[str, Any]]) -> list[str]:
+    lines = ["| " + " | ".join(c for c, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in runs:
+        lines.append("| " + " | ".join(_fmt(r.get(k)) for _, k in COLUMNS) + " |")
+    return lines
+
+
+def markdown(result: dict[str, Any], plot: str) -> str:
+    cfg, hot, kill = result["config"], result["hot"], result["kill"]
+    slo = cfg["slo"]
+    lines = [
+        "# Routing policies side by side (`make bench-routing`)",
+        "",
+        f"Three vLLM simulators of one model (token source: `{cfg['source']}`"
+        + (", the native engine on builtin:tiny" if cfg["source"] == "engine" else ", fixed synthetic timing")
+        + "), one gateway, one model per policy over the same three backends. "
+        f"{cfg['system_prompts']} shared system prompts of about {cfg['system_words']} words, drawn Zipf "
+        f"(s={cfg['zipf_s']}); {cfg['turns']}-turn conversations, {cfg['max_tokens']} output tokens per turn; "
+        f"sessions arrive open loop (Poisson) for {cfg['duration_s']:g} s per run. Each run has system prompts "
+        "of its own (no cache warmed by an earlier run).",
+        "",
+        f"SLO for goodput: TTFT <= {slo['ttft_ms']} ms and TPOT <= {slo['tpot_ms']} ms; goodput = requests "
+        "meeting it / seconds of arrivals. Hit rate = prompt tokens found in the simulators' prefix caches / prompt "
+        "tokens looked up (their `/_sim/stats` counters, the same as `vllm:prefix_cache_*`). Load max/min = "
+        "requests served by the busiest backend / by the least busy one.",
+        "",
+        *table(result["runs"]),
+        "",
+        "**blended precise: not measured.** It needs the runtimes' KV-cache events; the simulators publish none, "
+        "and native backends in one gateway process share one engine (one cache), so there is nothing for a "
+        "per-backend KV-event index to tell apart here.",
+        "",
+        f"![TTFT p99 and goodput per policy]({plot})",
+        "",
+        "## One hot prefix",
+        "",
+        f"Every session the same system prompt, at {hot['rate']:g} sessions/s, under the blended profile with "
+        f"`load_factor: {cfg['load_factor']}`. Requests per backend: {hot['served']}. The bound, sampled every "
+        "0.2 s from the gateway's `switchyard_backend_inflight`: share of samples where no backend held more than "
+        f"ceil({cfg['load_factor']} x in-flight / 3): **{_fmt(hot.get('inflight_within_bound'))}** "
+        f"({hot.get('inflight_samples', 0)} samples with work in flight, {_fmt(hot.get('inflight_mean_total'))} "
+        f"in flight on average). Hit rate {_fmt(hot['hit_rate'])}, TTFT p99 {_fmt(hot['ttft_p99_ms'])} ms. "
+        "(The bound limits concurrent load, not totals: while little is in flight one backend may take every "
+        "request, which is what keeps the hot prefix's cache in one place.)",
+        "",
+        "## One backend killed mid-run",
+        "",
+        f"Blended, {kill['rate']:g} sessions/s; the third backend is killed (SIGKILL) halfway. Requests: "
+        f"{kill['requests']}, ok {kill['ok']}; failed before any content reached the client (must be 0): "
+        f"**{kill.get('lost_before_streaming')}**; cut mid-stream (already streaming when the backend died; "
+        f"never failed over, by design): {kill.get('cut_mid_stream')}.",
+        "",
+        f"Wall time of the whole bench: {result.get('wall_s', 'n/a')} s. Every number is in `result.json`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def figure(runs: list[dict[str, Any]]) -> Figure:
+    fig = Figure(figsize=(10, 4))
+    ttft_ax, good_ax = fig.subplots(1, 2)
+    rates = sorted({r["rate"] for r in runs})
+    policies = list(dict.fromkeys(r["model"] for r in runs))
+    width = 0.8 / max(1, len(rates))
+    for j, rate in enumerate(rates):
+        row = {r["model"]: r for r in runs if r["rate"] == rate}
+        xs = [i + j * width for i in range(len(policies))]
+        ttft_ax.bar(xs, [row[p]["ttft_p99_ms"] or 0 for p in policies], width, label=f"{rate:g} sessions/s")
+        good_ax.bar(xs, [row[p]["goodput_rps"] or 0 for p in policies], width, label=f"{rate:g} sessions/s")
+    for ax, title in ((ttft_ax, "TTFT p99 (ms)"), (good_ax, "goodput (req/s under SLO)")):
+        ax.set_title(title)
+        ax.set_xticks([i + width * (len(rates) - 1) / 2 for i in range(len(policies))])
+        ax.set_xticklabels(policies, fontsize=8)
+        ax.legend(fontsize=7)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle("Routing policies over three backends (bench/routing_bench.py)")
+    fig.tight_layout()
+    return fig
+
+
+def write_report(result: dict[str, Any], out_dir: Path) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / "result.json"
+    json_path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
+    png = out_dir / "policies.png"
+    figure(result["runs"]).savefig(png, dpi=100)
+    md = out_dir / "README.md"
+    md.write_text(markdown(result, png.name))
+    return [json_path, md, png]
