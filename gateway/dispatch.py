@@ -7,7 +7,14 @@
   nothing has reached the client: a backend counts as started once its first
   event arrived (a stream that ends before any event never started: 502). A
   backend that timed out is not tried again in a later round (each try would
-  wait its whole limit again).
+  wait its whole limit again). What fails over: a runtime's 5xx and overload
+  answers (429, 503), no connection, a first-byte timeout; a 4xx it answered is
+  the client's mistake and goes to the client at once (`fails_over`).
+- Tells the pool's outlier detector (policies/ejection.py) the outcome of every
+  attempt before its first byte, and asks it just before trying a backend, which
+  hands the half-open probe to exactly one request. Every attempt after a
+  request's first spends the pool's retry budget (policies/retry_budget.py); when
+  it is spent the last error goes to the client.
 - Emulates n > 1 for runtimes without it by fanning out n single requests, and
   merges the prompts of a batched legacy completion into one stream with dense
   choice indices and one usage. The sub-requests of one request (its prompts,
