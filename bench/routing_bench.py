@@ -175,7 +175,7 @@ def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo,
         "tpot_p50_ms": tpot["p50"],
         "goodput_rps": sum(meets_slo(m, slo) for m in pairs) / duration_s,
         "served": served,
-        "load_ratio": (max(loads) / min(loads) if min(loads) > 0 else math.inf) if loads else None,
+        "load_ratio": max(loads) / min(loads) if loads and min(loads) > 0 else None,  # None: one served none
     }
 
 

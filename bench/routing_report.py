@@ -27,17 +27,28 @@ COLUMNS = (
 def _fmt(v: Any) -> str:
     if v is None:
         return "n/a"
-    if v == float("inf"):
-        return "inf (one backend served none)"
     if isinstance(v, float):
         return f"{v:.3f}" if v < 10 else f"{v:.1f}"
     return str(v)
 
 
+def load_ratio(run: dict[str, Any]) -> str:
+    """Requests of the busiest backend / of the least busy one (from `served`, so that
+    a backend that served nothing reads as such, not as a missing number)."""
+    loads = list((run.get("served") or {}).values())
+    if not loads:
+        return "n/a"
+    if min(loads) == 0:
+        return f"inf ({max(loads)}:0, one backend served none)"
+    return _fmt(max(loads) / min(loads))
+
+
 def table(runs: list[dict[str, Any]]) -> list[str]:
     lines = ["| " + " | ".join(c for c, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for r in runs:
-        lines.append("| " + " | ".join(_fmt(r.get(k)) for _, k in COLUMNS) + " |")
+        lines.append(
+            "| " + " | ".join(load_ratio(r) if k == "load_ratio" else _fmt(r.get(k)) for _, k in COLUMNS) + " |"
+        )
     return lines
 
 

@@ -132,9 +132,9 @@ async def test_while_the_probe_is_out_no_other_request_reaches_the_backend():
     await serve(dispatcher, "r0")
     assert pool.ejection.state("b1") is CircuitState.OPEN
     probing, clock.now = True, clock.now + 5
-    opened = [asyncio.ensure_future(dispatcher.open("m", [chat(f"p{i}")])) for i in range(8)]
-    await b1.called.wait()
     b1.called.clear()
+    opened = [asyncio.ensure_future(dispatcher.open("m", [chat(f"p{i}")])) for i in range(8)]
+    await b1.called.wait()  # the probe reached b1
     # Until every request but the probe started on b2, or one more reached b1.
     while sum(t.done() for t in opened) < 7 and len(b1.requests) == 2:
         await asyncio.sleep(0)
