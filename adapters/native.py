@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import engine.block_pool as engine_kv
 from adapters.base import (
@@ -25,6 +25,7 @@ from adapters.base import (
     Capabilities,
     Event,
     Finish,
+    FinishReason,
     GenerationRequest,
     Health,
     LoadSnapshot,
@@ -252,10 +253,12 @@ class NativeAdapter(NativeNonGeneration, Adapter):
                 param="response_format" if wants_json else "tool_choice",
             ) from exc
         vocab = engine.model_config.vocab_size
+        tokenizer = self.tokenizer
+        assert tokenizer is not None  # generate() started the engine
 
         def plan() -> Any:  # compiling a large schema can take a while: off the event loop
             return plan_structured(
-                grammar_tokenizer(self.tokenizer, vocab, engine.eos_token_ids),
+                grammar_tokenizer(tokenizer, vocab, engine.eos_token_ids),
                 response_format=request.response_format,
                 tools=request.tools,
                 tool_choice=request.tool_choice,
@@ -344,7 +347,7 @@ class NativeAdapter(NativeNonGeneration, Adapter):
         return params
 
 
-async def _engine_errors(stream: AsyncIterator[Any], backend: str) -> AsyncIterator[Any]:
+async def _engine_errors(stream: AsyncIterator[Any], backend: str) -> AsyncGenerator[Any, None]:
     """The engine's outputs, with its exceptions turned into gateway errors."""
     from engine.llm_engine import ContextLengthError
 
@@ -424,7 +427,7 @@ class _Choice:
             self._attach_logprobs(events, out)
         if finishing:
             self.done = True
-            events.append(Finish(self.index, reason if reason in ("stop", "length", "tool_calls") else "stop"))
+            events.append(Finish(self.index, _finish_reason(reason, self.request_id)))
         return events
 
     def _tool_event(self, piece: ContentPiece | ToolCallPiece) -> Event:
@@ -477,3 +480,14 @@ def _default_served_name(model_path: str) -> str:
     if model_path.startswith(BUILTIN_PREFIX):
         return model_path[len(BUILTIN_PREFIX) :]
     return Path(model_path).expanduser().resolve().name
+
+
+def _finish_reason(reason: str | None, request_id: str) -> FinishReason:
+    """The engine finishes a sequence on stop or length (abort is raised before this);
+    anything else is a defect, answered as an upstream failure rather than passed off
+    as a normal stop."""
+    if reason in ("stop", "length", "tool_calls"):
+        return cast(FinishReason, reason)
+    raise upstream_failed(
+        "native", "the engine ended the generation unexpectedly", internal=f"finish reason {reason!r} on {request_id}"
+    )

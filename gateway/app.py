@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import time
+from typing import cast
 
 from fastapi import FastAPI
 from starlette.applications import Starlette
@@ -208,7 +209,8 @@ class Gateway:
         except Exception:
             log.exception("unhandled error on %s", request.url.path)
             return self._fail(ctx, internal_error())
-        return Generation(self.dispatcher, self.recorder, ctx, ticket, reqs)
+        # Generation is an ASGI callable that Starlette awaits exactly as it awaits a Response.
+        return cast(Response, Generation(self.dispatcher, self.recorder, ctx, ticket, reqs))
 
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
         self.recorder.finish(ctx, Outcome(err.status, error=err.message, code=err.code, admitted=False))

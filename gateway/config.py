@@ -68,7 +68,7 @@ class JwtConfig(_Strict):
     jwks_file: str | None = None
     jwks_url: str | None = None
     hs256_secret_file: str | None = None
-    algorithms: list[Literal["RS256", "ES256", "EdDSA", "HS256"]] = Field(default_factory=lambda: ["RS256"])
+    algorithms: list[Literal["RS256", "ES256", "EdDSA", "HS256"]] = Field(default_factory=lambda: ["RS256"])  # type: ignore[arg-type]  # a literal list; mypy infers list[str]
     tenant_claim: str = "tenant"
     models_claim: str = "models"
     tier_claim: str = "tier"
