@@ -222,81 +222,63 @@ def judge_tool_stream(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]]) 
     calls: dict[int, dict[str, str]] = {}
     per_chunk: dict[int, list[int]] = {}
     for n, delta in streams[0].tool_deltas:
-        where = f"chunk {n} delta.tool_calls"
+        bad = _DeltaFailure(ctx, ex, chunks, n)
         idx = delta.get("index")
         if not isinstance(idx, int) or isinstance(idx, bool):
-            raise ctx.fail(
-                "tool-call delta without an integer index",
-                expected="index: int",
-                seen=repr(delta)[:200],
-                where=where,
-                offending=chunks[n],
-                exchange=ex,
-            )
+            raise bad("tool-call delta without an integer index", "index: int", repr(delta)[:200])
         if idx in per_chunk.setdefault(n, []):
-            raise ctx.fail(
+            raise bad(
                 "two entries for one tool index in one chunk (the client stores them apart)",
-                expected="at most one entry per index per chunk",
-                seen=repr(delta)[:200],
-                where=where,
-                offending=chunks[n],
-                exchange=ex,
+                "at most one entry per index per chunk",
+                repr(delta)[:200],
             )
         per_chunk[n].append(idx)
         fn = delta.get("function")
         if not isinstance(fn, dict):
-            raise ctx.fail(
+            raise bad(
                 "tool-call delta without a function object (the client's .stream() asserts on it)",
-                expected='"function": {...} in every delta',
-                seen=repr(delta)[:200],
-                where=where,
-                offending=chunks[n],
-                exchange=ex,
+                '"function": {...} in every delta',
+                repr(delta)[:200],
             )
         if idx not in calls:
             if idx != len(calls):
-                raise ctx.fail(
-                    "tool indices not dense from 0",
-                    expected=f"index {len(calls)}",
-                    seen=f"index {idx}",
-                    where=where,
-                    offending=chunks[n],
-                    exchange=ex,
-                )
+                raise bad("tool indices not dense from 0", f"index {len(calls)}", f"index {idx}")
             if not delta.get("id") or delta.get("type") != "function" or not fn.get("name"):
-                raise ctx.fail(
+                raise bad(
                     "the first delta of a tool call must carry id, type and function.name",
-                    expected='{"index", "id", "type": "function", "function": {"name", ...}}',
-                    seen=repr(delta)[:300],
-                    where=where,
-                    offending=chunks[n],
-                    exchange=ex,
+                    '{"index", "id", "type": "function", "function": {"name", ...}}',
+                    repr(delta)[:300],
                 )
             calls[idx] = {"id": delta["id"], "name": fn["name"], "arguments": ""}
-        else:
-            repeated = [k for k in ("id", "type") if k in delta] + (["function.name"] if "name" in fn else [])
-            if repeated:
-                raise ctx.fail(
-                    "id/type/name repeated in a later delta (the client concatenates them)",
-                    expected="only function.arguments after the first delta",
-                    seen=repr(delta)[:300],
-                    where=where,
-                    offending=chunks[n],
-                    exchange=ex,
-                )
+        elif "id" in delta or "type" in delta or "name" in fn:
+            raise bad(
+                "id/type/name repeated in a later delta (the client concatenates them)",
+                "only function.arguments after the first delta",
+                repr(delta)[:300],
+            )
         args = fn.get("arguments")
         if args is not None:
             if not isinstance(args, str):
-                raise ctx.fail(
-                    "streamed arguments must be string fragments",
-                    expected="a string",
-                    seen=repr(args)[:200],
-                    where=where,
-                    offending=chunks[n],
-                    exchange=ex,
-                )
+                raise bad("streamed arguments must be string fragments", "a string", repr(args)[:200])
             calls[idx]["arguments"] += args
     return calls
+
+
+class _DeltaFailure:
+    """The failure for one tool-call delta: where it sits, its chunk, the request."""
+
+    def __init__(self, ctx: Context, ex: Exchange, chunks: list[dict[str, Any]], n: int) -> None:
+        self.ctx, self.ex, self.chunk, self.n = ctx, ex, chunks[n], n
+
+    def __call__(self, message: str, expected: str, seen: str) -> CheckFailed:
+        return self.ctx.fail(
+            message,
+            expected=expected,
+            seen=seen,
+            where=f"chunk {self.n} delta.tool_calls",
+            offending=self.chunk,
+            exchange=self.ex,
+        )
 
 
 @CHECKS.must(
