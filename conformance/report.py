@@ -1,6 +1,7 @@
 """Write one run as JSON (the machine-readable record `diff` reads), Markdown
-(for a PR or a ticket) and one self-contained HTML page (inline CSS, no
-scripts, no external assets).
+(for a PR or a ticket) and one HTML page (no scripts, no external assets) that
+links `report.css`, the one stylesheet every page of a report tree shares: it is
+written once at the top of the tree (a matrix's per-target pages link `../report.css`).
 
 Both human formats put what needs attention first: every failure, error and
 skip, MUST before SHOULD, each with its rule (the check's description) and its
@@ -28,6 +29,7 @@ STATUS_MARK = {
 # Order of the "needs attention" list: what blocks first.
 ATTENTION = (Status.FAIL, Status.ERROR, Status.SKIP)
 
+STYLESHEET = "report.css"
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#1d2327;max-width:1200px}
 h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}h3{font-size:1rem;margin:1.2rem 0 .3rem}
@@ -180,14 +182,20 @@ def _html_row(r: CheckResult) -> str:
     )
 
 
-def page(title: str, body: str) -> str:
+def page(title: str, body: str, stylesheet: str = STYLESHEET) -> str:
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>{CSS}</style></head><body>{body}</body></html>\n"
+        f'<link rel="stylesheet" href="{html.escape(stylesheet)}"></head><body>{body}</body></html>\n'
     )
 
 
-def render_html(report: RunReport, title: str = "Conformance report") -> str:
+def write_stylesheet(directory: Path) -> Path:
+    path = directory / STYLESHEET
+    path.write_text(CSS.lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def render_html(report: RunReport, title: str = "Conformance report", stylesheet: str = STYLESHEET) -> str:
     t = report.target
     c = report.counts()
     verdict = report.verdict
@@ -215,13 +223,19 @@ def render_html(report: RunReport, title: str = "Conformance report") -> str:
         "<h2>All checks</h2><table><tr><th>Status</th><th>Level</th><th>Check</th><th>Area</th><th>Description</th>"
         "<th>Message</th></tr>" + "".join(_html_row(r) for r in report.results) + "</table>"
     )
-    return page(title, body)
+    return page(title, body, stylesheet)
 
 
-def write_reports(report: RunReport, directory: Path, title: str = "Conformance report") -> dict[str, Path]:
+def write_reports(
+    report: RunReport, directory: Path, title: str = "Conformance report", stylesheet: str | None = None
+) -> dict[str, Path]:
+    """Write the three reports into `directory`; without `stylesheet` (the href of
+    a stylesheet written elsewhere, e.g. by the matrix above) `report.css` goes beside them."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = {"json": directory / "report.json", "md": directory / "report.md", "html": directory / "report.html"}
+    if stylesheet is None:
+        paths["css"] = write_stylesheet(directory)
     write_json(report, paths["json"])
     paths["md"].write_text(render_markdown(report, title), encoding="utf-8")
-    paths["html"].write_text(render_html(report, title), encoding="utf-8")
+    paths["html"].write_text(render_html(report, title, stylesheet or STYLESHEET), encoding="utf-8")
     return paths

@@ -94,7 +94,8 @@ async def test_reports(tmp_path: Path) -> None:
     assert "bad &lt;chunk&gt;" in page  # escaped, not markup
     assert "<script" not in page
     assert not re.search(r'(src|href)="?https?://', page)  # self-contained: no external assets
-    assert page.startswith("<!DOCTYPE html>") and "<style>" in page
+    assert page.startswith("<!DOCTYPE html>") and '<link rel="stylesheet" href="report.css">' in page
+    assert paths["css"] == tmp_path / "report.css" and ".attention{" in paths["css"].read_text()
 
 
 def test_base_url_normalization() -> None:
