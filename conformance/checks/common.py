@@ -122,6 +122,29 @@ def usage_of(body: dict[str, Any], ex: Exchange) -> dict[str, int]:
     return usage
 
 
+def chunk_failure(
+    ctx: Context, ex: Exchange, chunk: Any, where: str, message: str, expected: str, seen: str
+) -> CheckFailed:
+    """A failure found in one stream chunk: the chunk itself is the offending evidence."""
+    return ctx.fail(message, expected=expected, seen=seen, where=where, offending=chunk, exchange=ex)
+
+
+def usage_failure(
+    ctx: Context, ex: Exchange, field: str, message: str, expected: str, seen: str, offending: Any = None
+) -> CheckFailed:
+    """A wrong usage count: the failure points at `usage.<field>`."""
+    return ctx.fail(message, expected=expected, seen=seen, where=f"usage.{field}", offending=offending, exchange=ex)
+
+
+def judge_total(ctx: Context, ex: Exchange, usage: dict[str, int]) -> None:
+    """total_tokens is prompt_tokens + completion_tokens."""
+    total = usage["prompt_tokens"] + usage["completion_tokens"]
+    if usage["total_tokens"] != total:
+        raise usage_failure(
+            ctx, ex, "total_tokens", "total is not the sum", f"{total}", f"{usage['total_tokens']}", usage
+        )
+
+
 def usage_chunks(chunks: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
     return [(n, c) for n, c in enumerate(chunks) if c.get("usage") is not None]
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 import openai
 
 from conformance.check import CheckList
-from conformance.checks.common import by_choice, choice_of, message_of, sdk_final_completion
+from conformance.checks.common import by_choice, choice_of, chunk_failure, message_of, sdk_final_completion
 from conformance.context import Context, refuses_feature
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
@@ -222,7 +223,7 @@ def judge_tool_stream(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]]) 
     calls: dict[int, dict[str, str]] = {}
     per_chunk: dict[int, list[int]] = {}
     for n, delta in streams[0].tool_deltas:
-        bad = _DeltaFailure(ctx, ex, chunks, n)
+        bad = functools.partial(chunk_failure, ctx, ex, chunks[n], f"chunk {n} delta.tool_calls")
         idx = delta.get("index")
         if not isinstance(idx, int) or isinstance(idx, bool):
             raise bad("tool-call delta without an integer index", "index: int", repr(delta)[:200])
@@ -262,23 +263,6 @@ def judge_tool_stream(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]]) 
                 raise bad("streamed arguments must be string fragments", "a string", repr(args)[:200])
             calls[idx]["arguments"] += args
     return calls
-
-
-class _DeltaFailure:
-    """The failure for one tool-call delta: where it sits, its chunk, the request."""
-
-    def __init__(self, ctx: Context, ex: Exchange, chunks: list[dict[str, Any]], n: int) -> None:
-        self.ctx, self.ex, self.chunk, self.n = ctx, ex, chunks[n], n
-
-    def __call__(self, message: str, expected: str, seen: str) -> CheckFailed:
-        return self.ctx.fail(
-            message,
-            expected=expected,
-            seen=seen,
-            where=f"chunk {self.n} delta.tool_calls",
-            offending=self.chunk,
-            exchange=self.ex,
-        )
 
 
 @CHECKS.must(
