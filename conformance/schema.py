@@ -9,6 +9,7 @@ nullable key (`content`, `refusal`, `logprobs`) from an optional one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,31 @@ class _Checker:
             self.bad(path, "a required key", _ABSENT)
         return value
 
+    def constant(self, obj: dict[str, Any], key: str, path: str, wanted: str) -> None:
+        """A required key whose value is fixed (`object`, a tool call's `type`)."""
+        value = self.present(obj, key, path)
+        if value is not _ABSENT and value != wanted:
+            self.bad(path, repr(wanted), value)
+
+    def array(
+        self,
+        value: Any,
+        path: str,
+        item: Callable[[Any, str], None],
+        *,
+        null_ok: bool = True,
+        expected: str = "an array",
+    ) -> None:
+        """An array judged item by item (`item(value, path)`); absent, or null
+        where `null_ok`, is no issue."""
+        if value is _ABSENT or (value is None and null_ok):
+            return
+        if not isinstance(value, list):
+            self.bad(path, expected, value)
+            return
+        for j, entry in enumerate(value):
+            item(entry, f"{path}[{j}]")
+
 
 def _usage(c: _Checker, usage: Any, path: str) -> None:
     if not c.obj(usage, path):
@@ -111,9 +137,7 @@ def _envelope_head(c: _Checker, body: Any, object_name: str) -> list[Any]:
     if not c.obj(body, "$"):
         return []
     c.string(c.present(body, "id", "id"), "id", nonempty=True)
-    obj = c.present(body, "object", "object")
-    if obj is not _ABSENT and obj != object_name:
-        c.bad("object", repr(object_name), obj)
+    c.constant(body, "object", "object", object_name)
     c.integer(c.present(body, "created", "created"), "created", minimum=0)
     c.string(c.present(body, "model", "model"), "model", nonempty=True)
     choices = c.present(body, "choices", "choices")
@@ -129,9 +153,7 @@ def _tool_call(c: _Checker, call: Any, path: str) -> None:
     if not c.obj(call, path):
         return
     c.string(c.present(call, "id", f"{path}.id"), f"{path}.id", nonempty=True)
-    type_ = c.present(call, "type", f"{path}.type")
-    if type_ is not _ABSENT and type_ != "function":
-        c.bad(f"{path}.type", "'function'", type_)
+    c.constant(call, "type", f"{path}.type", "function")
     fn = c.present(call, "function", f"{path}.function")
     if fn is not _ABSENT and c.obj(fn, f"{path}.function"):
         c.string(c.present(fn, "name", f"{path}.function.name"), f"{path}.function.name", nonempty=True)
@@ -151,13 +173,12 @@ def _token_logprob(c: _Checker, entry: Any, path: str, *, top: bool) -> None:
     if b is not _ABSENT and b is not None and not (isinstance(b, list) and all(isinstance(x, int) for x in b)):
         c.bad(f"{path}.bytes", "an array of integers or null", b)
     if top:
-        tops = c.present(entry, "top_logprobs", f"{path}.top_logprobs")
-        if tops is not _ABSENT:
-            if not isinstance(tops, list):
-                c.bad(f"{path}.top_logprobs", "an array", tops)
-            else:
-                for j, t in enumerate(tops):
-                    _token_logprob(c, t, f"{path}.top_logprobs[{j}]", top=False)
+        c.array(
+            c.present(entry, "top_logprobs", f"{path}.top_logprobs"),
+            f"{path}.top_logprobs",
+            lambda t, p: _token_logprob(c, t, p, top=False),
+            null_ok=False,
+        )
 
 
 def _chat_logprobs(c: _Checker, logprobs: Any, path: str) -> None:
@@ -165,14 +186,12 @@ def _chat_logprobs(c: _Checker, logprobs: Any, path: str) -> None:
         return
     if not c.obj(logprobs, path):
         return
-    content = c.get(logprobs, "content")
-    if content is _ABSENT or content is None:
-        return
-    if not isinstance(content, list):
-        c.bad(f"{path}.content", "an array or null", content)
-        return
-    for i, entry in enumerate(content):
-        _token_logprob(c, entry, f"{path}.content[{i}]", top=True)
+    c.array(
+        c.get(logprobs, "content"),
+        f"{path}.content",
+        lambda entry, p: _token_logprob(c, entry, p, top=True),
+        expected="an array or null",
+    )
 
 
 def chat_completion_issues(body: Any) -> list[FieldIssue]:
@@ -198,13 +217,7 @@ def chat_completion_issues(body: Any) -> list[FieldIssue]:
         refusal = c.present(message, "refusal", f"{m}.refusal")
         if refusal is not _ABSENT:
             c.string(refusal, f"{m}.refusal", nullable=True)
-        calls = c.get(message, "tool_calls")
-        if calls is not _ABSENT and calls is not None:
-            if not isinstance(calls, list):
-                c.bad(f"{m}.tool_calls", "an array", calls)
-            else:
-                for j, call in enumerate(calls):
-                    _tool_call(c, call, f"{m}.tool_calls[{j}]")
+        c.array(c.get(message, "tool_calls"), f"{m}.tool_calls", lambda call, p: _tool_call(c, call, p))
     if isinstance(body, dict) and c.get(body, "usage") not in (_ABSENT, None):
         _usage(c, body["usage"], "usage")
     return c.issues
@@ -256,13 +269,7 @@ def chat_chunk_issues(chunk: Any) -> list[FieldIssue]:
             value = c.get(delta, key)
             if value is not _ABSENT:
                 c.string(value, f"{d}.{key}", nullable=True)
-        calls = c.get(delta, "tool_calls")
-        if calls is not _ABSENT and calls is not None:
-            if not isinstance(calls, list):
-                c.bad(f"{d}.tool_calls", "an array", calls)
-            else:
-                for j, call in enumerate(calls):
-                    _tool_call_chunk(c, call, f"{d}.tool_calls[{j}]")
+        c.array(c.get(delta, "tool_calls"), f"{d}.tool_calls", lambda call, p: _tool_call_chunk(c, call, p))
     if isinstance(chunk, dict):
         usage = c.get(chunk, "usage")
         if usage not in (_ABSENT, None):
@@ -301,9 +308,7 @@ def model_issues(model: Any, path: str = "$") -> list[FieldIssue]:
     c = _Checker()
     if c.obj(model, path):
         c.string(c.present(model, "id", f"{path}.id"), f"{path}.id", nonempty=True)
-        obj = c.present(model, "object", f"{path}.object")
-        if obj is not _ABSENT and obj != "model":
-            c.bad(f"{path}.object", "'model'", obj)
+        c.constant(model, "object", f"{path}.object", "model")
         c.integer(c.present(model, "created", f"{path}.created"), f"{path}.created", minimum=0)
         c.string(c.present(model, "owned_by", f"{path}.owned_by"), f"{path}.owned_by")
     return c.issues
@@ -313,9 +318,7 @@ def model_list_issues(body: Any) -> list[FieldIssue]:
     c = _Checker()
     if not c.obj(body, "$"):
         return c.issues
-    obj = c.present(body, "object", "object")
-    if obj is not _ABSENT and obj != "list":
-        c.bad("object", "'list'", obj)
+    c.constant(body, "object", "object", "list")
     data = c.present(body, "data", "data")
     if data is _ABSENT:
         return c.issues
