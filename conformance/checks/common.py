@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,6 +145,32 @@ def judge_total(ctx: Context, ex: Exchange, usage: dict[str, int]) -> None:
         raise usage_failure(
             ctx, ex, "total_tokens", "total is not the sum", f"{total}", f"{usage['total_tokens']}", usage
         )
+
+
+def judge_json_text(
+    ctx: Context,
+    ex: Exchange,
+    text: Any,
+    *,
+    unparsed: str,
+    where: str,
+    fits: Callable[[Any], bool],
+    misfit: str,
+    expected: str,
+    unparsed_evidence: tuple[str, str] | None = None,
+) -> Any:
+    """`text` (a message's content, a tool call's arguments) must parse as JSON
+    that `fits`: the failure is `unparsed` when it does not parse (with
+    `unparsed_evidence` as its expected and seen, if given), `misfit` when it
+    does not fit. Returns the parsed value."""
+    try:
+        parsed = json.loads(text or "")
+    except ValueError:
+        want, seen = unparsed_evidence or (expected, repr(text)[:300])
+        raise ctx.fail(unparsed, expected=want, seen=seen, where=where, exchange=ex) from None
+    if not fits(parsed):
+        raise ctx.fail(misfit, expected=expected, seen=repr(text)[:300], where=where, exchange=ex)
+    return parsed
 
 
 def usage_chunks(chunks: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from conformance.check import CheckList
-from conformance.checks.common import choice_of, message_of
+from conformance.checks.common import choice_of, judge_json_text, message_of
 from conformance.context import Context
 
 CHECKS = CheckList("structured", profile="structured", needs=("structured_output",))
@@ -19,6 +17,7 @@ ENUM_SCHEMA = {
     "additionalProperties": False,
 }
 STRUCTURED_MAX_TOKENS = 200
+CONTENT = "choices[0].message.content"
 
 
 @CHECKS.must("structured.json_schema", "response_format json_schema yields content that validates against the schema")
@@ -33,24 +32,18 @@ async def json_schema(ctx: Context) -> None:
     body = ctx.ok_json(ex, capability="structured_output")
     content = message_of(body).get("content")
     finish = choice_of(body).get("finish_reason")
-    try:
-        parsed = json.loads(content or "")
-    except ValueError:
-        raise ctx.fail(
-            "content is not JSON",
-            expected='{"answer": "yes"|"no"}',
-            seen=f"{content!r} (finish_reason {finish!r})"[:300],
-            where="choices[0].message.content",
-            exchange=ex,
-        ) from None
-    if not isinstance(parsed, dict) or set(parsed) != {"answer"} or parsed["answer"] not in ("yes", "no"):
-        raise ctx.fail(
-            "content does not follow the schema",
-            expected='{"answer": "yes"|"no"}',
-            seen=repr(content)[:300],
-            where="choices[0].message.content",
-            exchange=ex,
-        )
+    expected = '{"answer": "yes"|"no"}'
+    judge_json_text(
+        ctx,
+        ex,
+        content,
+        unparsed="content is not JSON",
+        where=CONTENT,
+        fits=lambda v: isinstance(v, dict) and set(v) == {"answer"} and v["answer"] in ("yes", "no"),
+        misfit="content does not follow the schema",
+        expected=expected,
+        unparsed_evidence=(expected, f"{content!r} (finish_reason {finish!r})"[:300]),
+    )
 
 
 @CHECKS.should("structured.json_object", "response_format json_object yields content that parses as a JSON object")
@@ -68,24 +61,16 @@ async def json_object(ctx: Context) -> None:
             f"the model's JSON did not finish within {STRUCTURED_MAX_TOKENS} tokens "
             "(an open-ended JSON grammar lets a random model run on)"
         )
-    try:
-        parsed = json.loads(content or "")
-    except ValueError:
-        raise ctx.fail(
-            "content is not JSON",
-            expected="a JSON object",
-            seen=repr(content)[:300],
-            where="choices[0].message.content",
-            exchange=ex,
-        ) from None
-    if not isinstance(parsed, dict):
-        raise ctx.fail(
-            "content is JSON but not an object",
-            expected="a JSON object",
-            seen=repr(content)[:300],
-            where="choices[0].message.content",
-            exchange=ex,
-        )
+    judge_json_text(
+        ctx,
+        ex,
+        content,
+        unparsed="content is not JSON",
+        where=CONTENT,
+        fits=lambda v: isinstance(v, dict),
+        misfit="content is JSON but not an object",
+        expected="a JSON object",
+    )
 
 
 @CHECKS.must("structured.schema_missing_400", "response_format json_schema without a schema is refused with 400")

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any
 
 import openai
 
 from conformance.check import CheckList
-from conformance.checks.common import by_choice, choice_of, chunk_failure, message_of, sdk_final_completion
+from conformance.checks.common import (
+    by_choice,
+    choice_of,
+    chunk_failure,
+    judge_json_text,
+    message_of,
+    sdk_final_completion,
+)
 from conformance.context import Context, refuses_feature
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
@@ -153,25 +159,17 @@ async def named(ctx: Context) -> None:
 async def arguments_json(ctx: Context) -> None:
     ex, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
     calls = judge_tool_calls(ctx, ex, body, names={"get_weather"}, finish=("stop", "tool_calls"))
-    args = calls[0]["function"]["arguments"]
-    try:
-        parsed = json.loads(args)
-    except ValueError:
-        raise ctx.fail(
-            "arguments are not JSON",
-            expected="a JSON object string",
-            seen=repr(args)[:300],
-            where="choices[0].message.tool_calls[0].function.arguments",
-            exchange=ex,
-        ) from None
-    if not isinstance(parsed, dict) or "city" not in parsed:
-        raise ctx.fail(
-            "arguments do not follow the tool's parameters",
-            expected='an object with key "city"',
-            seen=repr(args)[:300],
-            where="choices[0].message.tool_calls[0].function.arguments",
-            exchange=ex,
-        )
+    judge_json_text(
+        ctx,
+        ex,
+        calls[0]["function"]["arguments"],
+        unparsed="arguments are not JSON",
+        where="choices[0].message.tool_calls[0].function.arguments",
+        fits=lambda v: isinstance(v, dict) and "city" in v,
+        misfit="arguments do not follow the tool's parameters",
+        expected='an object with key "city"',
+        unparsed_evidence=("a JSON object string", repr(calls[0]["function"]["arguments"])[:300]),
+    )
 
 
 @CHECKS.must("tools.none", "tool_choice=none yields no tool_calls")
