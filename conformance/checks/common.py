@@ -131,20 +131,52 @@ def chunk_failure(
     return ctx.fail(message, expected=expected, seen=seen, where=where, offending=chunk, exchange=ex)
 
 
+def judge_same(ctx: Context, ex: Exchange, message: str, want: Any, got: Any, where: str) -> None:
+    """Two answers that must agree (a repeat, a stream and its non-stream twin)."""
+    if got != want:
+        raise ctx.fail(message, expected=repr(want)[:300], seen=repr(got)[:300], where=where, exchange=ex)
+
+
+def judge_no_tool_calls(ctx: Context, ex: Exchange, body: dict[str, Any], message: str, limit: int = 300) -> None:
+    calls = message_of(body).get("tool_calls")
+    if calls:
+        raise ctx.fail(
+            message,
+            expected="no tool_calls",
+            seen=repr(calls)[:limit],
+            where="choices[0].message.tool_calls",
+            exchange=ex,
+        )
+
+
 def usage_failure(
-    ctx: Context, ex: Exchange, field: str, message: str, expected: str, seen: str, offending: Any = None
+    ctx: Context,
+    ex: Exchange,
+    usage: dict[str, Any],
+    field: str,
+    message: str,
+    expected: str,
+    *,
+    seen: str | None = None,
+    show_usage: bool = False,
 ) -> CheckFailed:
-    """A wrong usage count: the failure points at `usage.<field>`."""
-    return ctx.fail(message, expected=expected, seen=seen, where=f"usage.{field}", offending=offending, exchange=ex)
+    """A wrong usage count: the failure points at `usage.<field>` and shows the
+    count (or `seen`); with `show_usage` the whole usage object is the offending value."""
+    return ctx.fail(
+        message,
+        expected=expected,
+        seen=str(usage.get(field)) if seen is None else seen,
+        where=f"usage.{field}",
+        offending=usage if show_usage else None,
+        exchange=ex,
+    )
 
 
 def judge_total(ctx: Context, ex: Exchange, usage: dict[str, int]) -> None:
     """total_tokens is prompt_tokens + completion_tokens."""
     total = usage["prompt_tokens"] + usage["completion_tokens"]
     if usage["total_tokens"] != total:
-        raise usage_failure(
-            ctx, ex, "total_tokens", "total is not the sum", f"{total}", f"{usage['total_tokens']}", usage
-        )
+        raise usage_failure(ctx, ex, usage, "total_tokens", "total is not the sum", f"{total}", show_usage=True)
 
 
 def judge_json_text(

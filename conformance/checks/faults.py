@@ -32,6 +32,21 @@ def _fault_body(ctx: Context, marker: str, **overrides: Any) -> dict[str, Any]:
     return ctx.chat_body(messages=[{"role": "user", "content": f"{DEFAULT_PROMPT} [[sim:{marker}]]"}], **overrides)
 
 
+def _head(ex: Exchange) -> str:
+    """The first 300 bytes of the body, as evidence."""
+    return ex.raw[:300].decode("utf-8", "replace")
+
+
+def _wrong_status(ctx: Context, ex: Exchange, message: str, expected: str) -> CheckFailed:
+    return ctx.fail(message, expected=expected, seen=f"HTTP {ex.status}", offending=_head(ex), exchange=ex)
+
+
+def _judge_envelope(ctx: Context, ex: Exchange, message: str) -> None:
+    issues = ctx.envelope_issues(ex)
+    if issues:
+        raise ctx.field_issues(message, issues, ex, _head(ex))
+
+
 def _stream_error_event(ctx: Context, ex: Exchange) -> dict[str, Any]:
     """A failed stream must end `data: {"error": {...}}` then `data: [DONE]`,
     with the error in OpenAI's envelope; returns the error event."""
@@ -78,13 +93,7 @@ def _stream_error_event(ctx: Context, ex: Exchange) -> dict[str, Any]:
 async def midstream_error(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "error_after=3", stream=True))
     if ex.status != 200:
-        raise ctx.fail(
-            "the stream did not start",
-            expected="HTTP 200 then an in-stream error",
-            seen=f"HTTP {ex.status}",
-            offending=ex.raw[:300].decode("utf-8", "replace"),
-            exchange=ex,
-        )
+        raise _wrong_status(ctx, ex, "the stream did not start", "HTTP 200 then an in-stream error")
     _stream_error_event(ctx, ex)
 
 
@@ -160,7 +169,7 @@ async def engine_finish_reason(ctx: Context) -> None:
                 "HTTP 200 with an enum finish_reason, or an error envelope",
                 f"HTTP {ex.status}",
                 "",
-                ex.raw[:300].decode("utf-8", "replace"),
+                _head(ex),
                 ex.request_summary(),
             )
         )
@@ -180,18 +189,8 @@ async def engine_finish_reason(ctx: Context) -> None:
 async def upstream_error_status(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "status=503"))
     if ex.status < 500:
-        raise ctx.fail(
-            "a runtime failure hidden or misreported",
-            expected="HTTP 5xx",
-            seen=f"HTTP {ex.status}",
-            offending=ex.raw[:300].decode("utf-8", "replace"),
-            exchange=ex,
-        )
-    issues = ctx.envelope_issues(ex)
-    if issues:
-        raise ctx.field_issues(
-            "the error is not OpenAI's envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace")
-        )
+        raise _wrong_status(ctx, ex, "a runtime failure hidden or misreported", "HTTP 5xx")
+    _judge_envelope(ctx, ex, "the error is not OpenAI's envelope")
 
 
 @CHECKS.should(
@@ -200,18 +199,8 @@ async def upstream_error_status(ctx: Context) -> None:
 async def upstream_overload(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "overloaded"))
     if ex.status not in (429, 503):
-        raise ctx.fail(
-            "overload status",
-            expected="HTTP 429 or 503",
-            seen=f"HTTP {ex.status}",
-            offending=ex.raw[:300].decode("utf-8", "replace"),
-            exchange=ex,
-        )
-    issues = ctx.envelope_issues(ex)
-    if issues:
-        raise ctx.field_issues(
-            "the overload error is not OpenAI's envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace")
-        )
+        raise _wrong_status(ctx, ex, "overload status", "HTTP 429 or 503")
+    _judge_envelope(ctx, ex, "the overload error is not OpenAI's envelope")
     if not (ex.headers.get("retry-after") or "").strip():
         raise ctx.fail(
             "no Retry-After", expected="a Retry-After header", seen="<absent>", where="header retry-after", exchange=ex

@@ -13,6 +13,7 @@ from conformance.checks.common import (
     choice_of,
     chunk_failure,
     judge_json_text,
+    judge_no_tool_calls,
     message_of,
     sdk_final_completion,
 )
@@ -175,23 +176,8 @@ async def arguments_json(ctx: Context) -> None:
 @CHECKS.must("tools.none", "tool_choice=none yields no tool_calls")
 async def choice_none(ctx: Context) -> None:
     ex, body = await tool_chat(ctx, tool_choice="none", max_tokens=16)
-    message = message_of(body)
-    if message.get("tool_calls"):
-        raise ctx.fail(
-            "tool calls despite tool_choice=none",
-            expected="no tool_calls",
-            seen=repr(message["tool_calls"])[:300],
-            where="choices[0].message.tool_calls",
-            exchange=ex,
-        )
-    if choice_of(body).get("finish_reason") == "tool_calls":
-        raise ctx.fail(
-            "finish_reason tool_calls despite tool_choice=none",
-            expected="stop or length",
-            seen="tool_calls",
-            where="choices[0].finish_reason",
-            exchange=ex,
-        )
+    judge_no_tool_calls(ctx, ex, body, "tool calls despite tool_choice=none")
+    _judge_no_tool_calls_finish(ctx, ex, body, "despite tool_choice=none")
 
 
 @CHECKS.must("tools.auto_shape", "tool_choice=auto answers 200 and any tool calls it makes are well-formed")
@@ -199,9 +185,14 @@ async def auto(ctx: Context) -> None:
     ex, body = await tool_chat(ctx, tool_choice="auto", max_tokens=32)
     if message_of(body).get("tool_calls"):
         judge_tool_calls(ctx, ex, body, names=TOOL_NAMES, finish=("tool_calls",))
-    elif choice_of(body).get("finish_reason") == "tool_calls":
+    else:
+        _judge_no_tool_calls_finish(ctx, ex, body, "without tool_calls")
+
+
+def _judge_no_tool_calls_finish(ctx: Context, ex: Exchange, body: dict[str, Any], why: str) -> None:
+    if choice_of(body).get("finish_reason") == "tool_calls":
         raise ctx.fail(
-            "finish_reason tool_calls without tool_calls",
+            f"finish_reason tool_calls {why}",
             expected="stop or length",
             seen="tool_calls",
             where="choices[0].finish_reason",

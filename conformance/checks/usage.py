@@ -26,9 +26,7 @@ async def chat_totals(ctx: Context) -> None:
         raise ctx.field_issues("usage does not match CompletionUsage", issues, ex, usage)
     judge_total(ctx, ex, usage)
     if usage["prompt_tokens"] <= 0:
-        raise usage_failure(
-            ctx, ex, "prompt_tokens", "no prompt tokens counted", "prompt_tokens > 0", str(usage["prompt_tokens"])
-        )
+        raise usage_failure(ctx, ex, usage, "prompt_tokens", "no prompt tokens counted", "prompt_tokens > 0")
 
 
 @CHECKS.must("usage.completions.totals", "legacy completion usage has integer counts and total = prompt + completion")
@@ -54,7 +52,7 @@ async def matches_max_tokens(ctx: Context) -> None:
             message, expected = "more tokens than max_tokens", f"completion_tokens <= {max_tokens}"
         else:
             continue
-        raise usage_failure(ctx, ex, "completion_tokens", message, expected, f"{tokens}", usage)
+        raise usage_failure(ctx, ex, usage, "completion_tokens", message, expected, show_usage=True)
 
 
 @CHECKS.should(
@@ -67,23 +65,11 @@ async def prompt_tokens_consistent(ctx: Context) -> None:
     ex_c = await ctx.chat(max_tokens=2, messages=[{"role": "user", "content": long_prompt}])
     a, b, c = (usage_of(body_a, ex_a), usage_of(ctx.ok_json(ex_b), ex_b), usage_of(ctx.ok_json(ex_c), ex_c))
     if a["prompt_tokens"] != b["prompt_tokens"]:
-        raise usage_failure(
-            ctx,
-            ex_b,
-            "prompt_tokens",
-            "the same prompt was counted differently",
-            f"prompt_tokens {a['prompt_tokens']}",
-            f"{b['prompt_tokens']}",
-        )
+        message = "the same prompt was counted differently"
+        raise usage_failure(ctx, ex_b, b, "prompt_tokens", message, f"prompt_tokens {a['prompt_tokens']}")
     if c["prompt_tokens"] <= a["prompt_tokens"]:
-        raise usage_failure(
-            ctx,
-            ex_c,
-            "prompt_tokens",
-            "a four-times longer prompt did not count more tokens",
-            f"> {a['prompt_tokens']}",
-            f"{c['prompt_tokens']}",
-        )
+        message = "a four-times longer prompt did not count more tokens"
+        raise usage_failure(ctx, ex_c, c, "prompt_tokens", message, f"> {a['prompt_tokens']}")
 
 
 @CHECKS.should(
@@ -105,11 +91,12 @@ async def cached_tokens(ctx: Context) -> None:
     for ex, usage, cached in details:
         if not isinstance(cached, int) or not 0 <= cached <= usage["prompt_tokens"]:
             expected = f"an integer in [0, {usage['prompt_tokens']}]"
-            raise usage_failure(ctx, ex, field, "cached_tokens out of range", expected, repr(cached), usage)
+            message = "cached_tokens out of range"
+            raise usage_failure(ctx, ex, usage, field, message, expected, seen=repr(cached), show_usage=True)
     ex, usage, cached = details[1]
     if cached == 0:
         message = "an identical second request reported no cached tokens"
-        raise usage_failure(ctx, ex, field, message, "cached_tokens > 0", "0", usage)
+        raise usage_failure(ctx, ex, usage, field, message, "cached_tokens > 0", seen="0", show_usage=True)
 
 
 @CHECKS.should("usage.n_aggregated", "with n>1 usage counts the prompt once and sums completion tokens")
@@ -125,11 +112,11 @@ async def n_aggregated(ctx: Context) -> None:
     if two["prompt_tokens"] != one["prompt_tokens"]:
         expected = f"prompt_tokens {one['prompt_tokens']} as with n=1"
         raise usage_failure(
-            ctx, ex2, "prompt_tokens", "the prompt was not counted once", expected, f"{two['prompt_tokens']}", two
+            ctx, ex2, two, "prompt_tokens", "the prompt was not counted once", expected, show_usage=True
         )
     lengths = sum(1 for c in body.get("choices") or [] if c.get("finish_reason") == "length")
     low, high = lengths * max_tokens, 2 * max_tokens
     if not low <= two["completion_tokens"] <= high:
         expected = f"between {low} and {high} ({lengths} choice(s) hit max_tokens={max_tokens})"
         message = "completion tokens are not summed over choices"
-        raise usage_failure(ctx, ex2, "completion_tokens", message, expected, f"{two['completion_tokens']}", two)
+        raise usage_failure(ctx, ex2, two, "completion_tokens", message, expected, show_usage=True)

@@ -71,8 +71,11 @@ def test_total_must_be_the_sum() -> None:
 
 
 def test_usage_and_chunk_failures_point_at_their_place() -> None:
-    e = usage_failure(CTX, EX, "prompt_tokens", "msg", "exp", "seen").evidence[0]
-    assert (e.where, e.offending, e.request) == ("usage.prompt_tokens", None, EX.request_summary())
+    usage = {"prompt_tokens": 7}
+    e = usage_failure(CTX, EX, usage, "prompt_tokens", "msg", "exp").evidence[0]
+    assert (e.where, e.seen, e.offending, e.request) == ("usage.prompt_tokens", "7", None, EX.request_summary())
+    e = usage_failure(CTX, EX, usage, "x.y", "msg", "exp", seen="'z'", show_usage=True).evidence[0]
+    assert (e.where, e.seen, e.offending) == ("usage.x.y", "'z'", usage)
     chunk = {"choices": []}
     e = chunk_failure(CTX, EX, chunk, "chunk 4", "msg", "exp", "seen").evidence[0]
     assert (e.where, e.offending, e.expected, e.seen) == ("chunk 4", chunk, "exp", "seen")
