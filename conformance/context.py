@@ -111,14 +111,7 @@ class Context:
         (tools, structured output), an explicit refusal is a skip, not a failure."""
         self._require_200(ex, what, capability)
         if not ex.content_type.startswith("application/json"):
-            raise self.fail(
-                f"{what}: not JSON",
-                expected="Content-Type: application/json",
-                seen=f"Content-Type: {ex.content_type or '<none>'}",
-                where="header content-type",
-                offending=_body_excerpt(ex),
-                exchange=ex,
-            )
+            raise self._wrong_content_type(ex, f"{what}: not JSON", "application/json")
         body = ex.json()
         if not isinstance(body, dict):
             raise self.fail(
@@ -131,15 +124,18 @@ class Context:
         judged by its own check, so it is not enforced here)."""
         self._require_200(ex, what, capability)
         if ex.sse is None:
-            raise self.fail(
-                f"{what}: not an event stream",
-                expected="Content-Type: text/event-stream",
-                seen=f"Content-Type: {ex.content_type or '<none>'}",
-                where="header content-type",
-                offending=_body_excerpt(ex),
-                exchange=ex,
-            )
+            raise self._wrong_content_type(ex, f"{what}: not an event stream", "text/event-stream")
         return ex.sse.chunks
+
+    def _wrong_content_type(self, ex: Exchange, message: str, wanted: str) -> CheckFailed:
+        return self.fail(
+            message,
+            expected=f"Content-Type: {wanted}",
+            seen=f"Content-Type: {ex.content_type or '<none>'}",
+            where="header content-type",
+            offending=_body_excerpt(ex),
+            exchange=ex,
+        )
 
     def _require_200(self, ex: Exchange, what: str, capability: str | None) -> None:
         """A complete body, HTTP 200; with `capability`, an explicit refusal is a skip."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -126,31 +127,39 @@ def render_markdown(report: RunReport, title: str = "Conformance report") -> str
     return "\n".join(lines) + "\n"
 
 
-def _md_evidence(e: dict[str, Any]) -> list[str]:
-    out = []
-    if e.get("where"):
-        out.append(f"- where: `{_md_cell(str(e['where']))}`")
-    out.append(f"- expected: {_md_cell(str(e.get('expected', '')))}")
-    out.append(f"- seen: {_md_cell(_json_text(e.get('seen', ''), 600))}")
+def _evidence_fields(e: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """What a report shows of one piece of evidence, in order, as (name, kind,
+    value): where (when known), expected, seen, then the offending value and the
+    request when present. Each format renders a kind its own way."""
+    fields: list[tuple[str, str, Any]] = [("where", "code", e["where"])] if e.get("where") else []
+    fields += [("expected", "text", e.get("expected", "")), ("seen", "excerpt", e.get("seen", ""))]
     if e.get("offending") is not None:
-        out += ["- offending:", "", "```json", _json_text(e["offending"], 1500), "```"]
+        fields.append(("offending", "json", e["offending"]))
     if e.get("request"):
-        out += ["- request:", "", "```json", _json_text(e["request"], 1500), "```"]
-    out.append("")
-    return out
+        fields.append(("request", "json", e["request"]))
+    return fields
+
+
+_MD_KINDS: dict[str, Callable[[str, Any], list[str]]] = {
+    "code": lambda name, v: [f"- {name}: `{_md_cell(str(v))}`"],
+    "text": lambda name, v: [f"- {name}: {_md_cell(str(v))}"],
+    "excerpt": lambda name, v: [f"- {name}: {_md_cell(_json_text(v, 600))}"],
+    "json": lambda name, v: [f"- {name}:", "", "```json", _json_text(v, 1500), "```"],
+}
+_HTML_KINDS: dict[str, Callable[[str, Any], str]] = {
+    "code": lambda name, v: f"<div><b>{name}</b> <code>{html.escape(str(v))}</code></div>",
+    "text": lambda name, v: f"<div><b>{name}</b> {html.escape(str(v))}</div>",
+    "excerpt": lambda name, v: f"<div><b>{name}</b> <pre>{html.escape(_json_text(v, 1200))}</pre></div>",
+    "json": lambda name, v: f"<div><b>{name}</b><pre>{html.escape(_json_text(v))}</pre></div>",
+}
+
+
+def _md_evidence(e: dict[str, Any]) -> list[str]:
+    return [line for name, kind, value in _evidence_fields(e) for line in _MD_KINDS[kind](name, value)] + [""]
 
 
 def _html_evidence(e: dict[str, Any]) -> str:
-    parts = []
-    if e.get("where"):
-        parts.append(f"<div><b>where</b> <code>{html.escape(str(e['where']))}</code></div>")
-    parts.append(f"<div><b>expected</b> {html.escape(str(e.get('expected', '')))}</div>")
-    parts.append(f"<div><b>seen</b> <pre>{html.escape(_json_text(e.get('seen', ''), 1200))}</pre></div>")
-    if e.get("offending") is not None:
-        parts.append(f"<div><b>offending</b><pre>{html.escape(_json_text(e['offending']))}</pre></div>")
-    if e.get("request"):
-        parts.append(f"<div><b>request</b><pre>{html.escape(_json_text(e['request']))}</pre></div>")
-    return "".join(parts)
+    return "".join(_HTML_KINDS[kind](name, value) for name, kind, value in _evidence_fields(e))
 
 
 def _anchor(r: CheckResult) -> str:
