@@ -179,29 +179,36 @@ def judge_total(ctx: Context, ex: Exchange, usage: dict[str, int]) -> None:
         raise usage_failure(ctx, ex, usage, "total_tokens", "total is not the sum", f"{total}", show_usage=True)
 
 
+@dataclass(frozen=True, slots=True)
+class JsonShape:
+    """What a JSON text must be: `expected` in words, `fits` as a test, and
+    `misfit`, the failure of a text that parses but does not fit."""
+
+    expected: str
+    fits: Callable[[Any], bool]
+    misfit: str
+
+
 def judge_json_text(
     ctx: Context,
     ex: Exchange,
     text: Any,
-    *,
-    unparsed: str,
     where: str,
-    fits: Callable[[Any], bool],
-    misfit: str,
-    expected: str,
+    unparsed: str,
+    shape: JsonShape,
     unparsed_evidence: tuple[str, str] | None = None,
 ) -> Any:
     """`text` (a message's content, a tool call's arguments) must parse as JSON
-    that `fits`: the failure is `unparsed` when it does not parse (with
-    `unparsed_evidence` as its expected and seen, if given), `misfit` when it
-    does not fit. Returns the parsed value."""
+    of `shape`: the failure is `unparsed` when it does not parse (with
+    `unparsed_evidence` as its expected and seen, if given), `shape.misfit` when
+    it does not fit. Returns the parsed value."""
     try:
         parsed = json.loads(text or "")
     except ValueError:
-        want, seen = unparsed_evidence or (expected, repr(text)[:300])
+        want, seen = unparsed_evidence or (shape.expected, repr(text)[:300])
         raise ctx.fail(unparsed, expected=want, seen=seen, where=where, exchange=ex) from None
-    if not fits(parsed):
-        raise ctx.fail(misfit, expected=expected, seen=repr(text)[:300], where=where, exchange=ex)
+    if not shape.fits(parsed):
+        raise ctx.fail(shape.misfit, expected=shape.expected, seen=repr(text)[:300], where=where, exchange=ex)
     return parsed
 
 

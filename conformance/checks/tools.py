@@ -9,6 +9,7 @@ import openai
 
 from conformance.check import CheckList
 from conformance.checks.common import (
+    JsonShape,
     by_choice,
     choice_of,
     chunk_failure,
@@ -50,6 +51,11 @@ NAMED = {"type": "function", "function": {"name": "get_weather"}}
 # Enough room for a random-weight model under a grammar to finish one call.
 TOOL_MAX_TOKENS = 200
 TOOL_PROMPT = [{"role": "user", "content": "What is the weather in Paris?"}]
+CITY_ARGUMENTS = JsonShape(
+    'an object with key "city"',
+    lambda v: isinstance(v, dict) and "city" in v,
+    "arguments do not follow the tool's parameters",
+)
 
 
 def tool_body(ctx: Context, **overrides: Any) -> dict[str, Any]:
@@ -140,6 +146,12 @@ def judge_tool_calls(
     return calls
 
 
+async def named_calls(ctx: Context) -> tuple[Exchange, list[dict[str, Any]]]:
+    """The judged calls of the (memoized) answer to a tool_choice naming get_weather."""
+    ex, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
+    return ex, judge_tool_calls(ctx, ex, body, names={"get_weather"}, finish=("stop", "tool_calls"))
+
+
 @CHECKS.must("tools.required", "tool_choice=required yields well-formed tool_calls and finish_reason tool_calls")
 async def required(ctx: Context) -> None:
     ex, body = await tool_chat(ctx, "tools.required", tool_choice="required")
@@ -148,8 +160,7 @@ async def required(ctx: Context) -> None:
 
 @CHECKS.must("tools.named", "a named tool_choice yields a call to exactly that function")
 async def named(ctx: Context) -> None:
-    ex, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
-    calls = judge_tool_calls(ctx, ex, body, names={"get_weather"}, finish=("stop", "tool_calls"))
+    ex, calls = await named_calls(ctx)
     if len(calls) != 1:
         raise ctx.fail(
             "a named tool_choice calls one function", expected="exactly 1 call", seen=f"{len(calls)}", exchange=ex
@@ -158,19 +169,11 @@ async def named(ctx: Context) -> None:
 
 @CHECKS.should("tools.arguments_json", "tool-call arguments parse as a JSON object with the schema's required keys")
 async def arguments_json(ctx: Context) -> None:
-    ex, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
-    calls = judge_tool_calls(ctx, ex, body, names={"get_weather"}, finish=("stop", "tool_calls"))
-    judge_json_text(
-        ctx,
-        ex,
-        calls[0]["function"]["arguments"],
-        unparsed="arguments are not JSON",
-        where="choices[0].message.tool_calls[0].function.arguments",
-        fits=lambda v: isinstance(v, dict) and "city" in v,
-        misfit="arguments do not follow the tool's parameters",
-        expected='an object with key "city"',
-        unparsed_evidence=("a JSON object string", repr(calls[0]["function"]["arguments"])[:300]),
-    )
+    ex, calls = await named_calls(ctx)
+    args = calls[0]["function"]["arguments"]
+    where = "choices[0].message.tool_calls[0].function.arguments"
+    unparsed_evidence = ("a JSON object string", repr(args)[:300])
+    judge_json_text(ctx, ex, args, where, "arguments are not JSON", CITY_ARGUMENTS, unparsed_evidence)
 
 
 @CHECKS.must("tools.none", "tool_choice=none yields no tool_calls")
@@ -285,8 +288,7 @@ async def stream_required(ctx: Context) -> None:
     "tools.stream_matches_nonstream", "streamed named-tool arguments concatenate to the non-stream arguments"
 )
 async def stream_matches(ctx: Context) -> None:
-    ex_n, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
-    plain = judge_tool_calls(ctx, ex_n, body, names={"get_weather"}, finish=("stop", "tool_calls"))
+    _, plain = await named_calls(ctx)
     ex = await ctx.http.post("/chat/completions", tool_body(ctx, tool_choice=NAMED, stream=True))
     calls = judge_tool_stream(ctx, ex, ctx.ok_stream(ex, capability="tools"))
     if len(calls) != len(plain) or any(calls[i]["arguments"] != plain[i]["function"]["arguments"] for i in calls):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.checks.common import chunk_failure, judge_json_text, judge_total, usage_failure
+from conformance.checks.common import JsonShape, chunk_failure, judge_json_text, judge_total, usage_failure
 from conformance.checks.tools import judge_tool_stream
 from conformance.context import Context
 from conformance.http import Exchange
@@ -16,17 +16,11 @@ CTX = Context(Target("http://127.0.0.1:9", "m"))  # nothing is sent
 EX = Exchange("POST", "/chat/completions", {"model": "m"})
 
 
+AN_OBJECT = JsonShape("a JSON object", lambda v: isinstance(v, dict), "content is JSON but not an object")
+
+
 def judge_object(text: object) -> object:
-    return judge_json_text(
-        CTX,
-        EX,
-        text,
-        unparsed="content is not JSON",
-        where="choices[0].message.content",
-        fits=lambda v: isinstance(v, dict),
-        misfit="content is JSON but not an object",
-        expected="a JSON object",
-    )
+    return judge_json_text(CTX, EX, text, "choices[0].message.content", "content is not JSON", AN_OBJECT)
 
 
 def test_json_text_parses_fits_or_names_the_failure() -> None:
@@ -46,17 +40,7 @@ def test_json_text_parses_fits_or_names_the_failure() -> None:
 
 def test_json_text_unparsed_evidence_overrides_expected_and_seen() -> None:
     with pytest.raises(CheckFailed) as err:
-        judge_json_text(
-            CTX,
-            EX,
-            "nope",
-            unparsed="x",
-            where="w",
-            fits=bool,
-            misfit="m",
-            expected="E",
-            unparsed_evidence=("E2", "S2"),
-        )
+        judge_json_text(CTX, EX, "nope", "w", "x", AN_OBJECT, ("E2", "S2"))
     assert (err.value.evidence[0].expected, err.value.evidence[0].seen) == ("E2", "S2")
 
 
