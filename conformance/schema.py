@@ -9,7 +9,7 @@ nullable key (`content`, `refusal`, `logprobs`) from an optional one.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,21 @@ class _Checker:
             self.bad(path, "a required key", _ABSENT)
         return value
 
+    def string_key(
+        self,
+        obj: dict[str, Any],
+        key: str,
+        path: str,
+        *,
+        required: bool,
+        nullable: bool = False,
+        nonempty: bool = False,
+    ) -> None:
+        """A string under `key`, when there: a missing required key is one issue, not two."""
+        value = self.present(obj, key, path) if required else self.get(obj, key)
+        if value is not _ABSENT:
+            self.string(value, path, nullable=nullable, nonempty=nonempty)
+
     def constant(self, obj: dict[str, Any], key: str, path: str, wanted: str) -> None:
         """A required key whose value is fixed (`object`, a tool call's `type`)."""
         value = self.present(obj, key, path)
@@ -149,6 +164,36 @@ def _envelope_head(c: _Checker, body: Any, object_name: str) -> list[Any]:
     return choices
 
 
+def _choices(c: _Checker, body: Any, object_name: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """Each choice that is an object, with its path, after the envelope's own fields."""
+    for i, choice in enumerate(_envelope_head(c, body, object_name)):
+        p = f"choices[{i}]"
+        if c.obj(choice, p):
+            yield choice, p
+
+
+def _choice_head(
+    c: _Checker,
+    choice: dict[str, Any],
+    p: str,
+    finish_reasons: tuple[str, ...],
+    *,
+    finish_nullable: bool,
+    text: bool = False,
+) -> None:
+    """index and finish_reason, which every kind of choice has (with `text`, the
+    legacy completion's text between them)."""
+    c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
+    if text:
+        c.string(c.present(choice, "text", f"{p}.text"), f"{p}.text")
+    c.enum(
+        c.present(choice, "finish_reason", f"{p}.finish_reason"),
+        f"{p}.finish_reason",
+        finish_reasons,
+        nullable=finish_nullable,
+    )
+
+
 def _tool_call(c: _Checker, call: Any, path: str) -> None:
     if not c.obj(call, path):
         return
@@ -197,12 +242,8 @@ def _chat_logprobs(c: _Checker, logprobs: Any, path: str) -> None:
 def chat_completion_issues(body: Any) -> list[FieldIssue]:
     """`CreateChatCompletionResponse` (non-stream)."""
     c = _Checker()
-    for i, choice in enumerate(_envelope_head(c, body, "chat.completion")):
-        p = f"choices[{i}]"
-        if not c.obj(choice, p):
-            continue
-        c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
-        c.enum(c.present(choice, "finish_reason", f"{p}.finish_reason"), f"{p}.finish_reason", CHAT_FINISH_REASONS)
+    for choice, p in _choices(c, body, "chat.completion"):
+        _choice_head(c, choice, p, CHAT_FINISH_REASONS, finish_nullable=False)
         _chat_logprobs(c, c.present(choice, "logprobs", f"{p}.logprobs"), f"{p}.logprobs")
         message = c.present(choice, "message", f"{p}.message")
         if message is _ABSENT or not c.obj(message, f"{p}.message"):
@@ -211,12 +252,8 @@ def chat_completion_issues(body: Any) -> list[FieldIssue]:
         role = c.present(message, "role", f"{m}.role")
         if role is not _ABSENT and role != "assistant":
             c.bad(f"{m}.role", "'assistant'", role)
-        content = c.present(message, "content", f"{m}.content")
-        if content is not _ABSENT:
-            c.string(content, f"{m}.content", nullable=True)
-        refusal = c.present(message, "refusal", f"{m}.refusal")
-        if refusal is not _ABSENT:
-            c.string(refusal, f"{m}.refusal", nullable=True)
+        for key in ("content", "refusal"):
+            c.string_key(message, key, f"{m}.{key}", required=True, nullable=True)
         c.array(c.get(message, "tool_calls"), f"{m}.tool_calls", lambda call, p: _tool_call(c, call, p))
     if isinstance(body, dict) and c.get(body, "usage") not in (_ABSENT, None):
         _usage(c, body["usage"], "usage")
@@ -228,35 +265,21 @@ def _tool_call_chunk(c: _Checker, call: Any, path: str) -> None:
         return
     c.integer(c.present(call, "index", f"{path}.index"), f"{path}.index", minimum=0)
     # Optional keys, but not nullable in the spec: a `null` id or name is a deviation.
-    for key in ("id",):
-        value = c.get(call, key)
-        if value is not _ABSENT:
-            c.string(value, f"{path}.{key}", nonempty=True)
+    c.string_key(call, "id", f"{path}.id", required=False, nonempty=True)
     type_ = c.get(call, "type")
     if type_ is not _ABSENT and type_ != "function":
         c.bad(f"{path}.type", "'function'", type_)
     fn = c.get(call, "function")
     if fn is not _ABSENT and c.obj(fn, f"{path}.function"):
         for key in ("name", "arguments"):
-            value = c.get(fn, key)
-            if value is not _ABSENT:
-                c.string(value, f"{path}.function.{key}")
+            c.string_key(fn, key, f"{path}.function.{key}", required=False)
 
 
 def chat_chunk_issues(chunk: Any) -> list[FieldIssue]:
     """`CreateChatCompletionStreamResponse` (one SSE payload)."""
     c = _Checker()
-    for i, choice in enumerate(_envelope_head(c, chunk, "chat.completion.chunk")):
-        p = f"choices[{i}]"
-        if not c.obj(choice, p):
-            continue
-        c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
-        c.enum(
-            c.present(choice, "finish_reason", f"{p}.finish_reason"),
-            f"{p}.finish_reason",
-            CHAT_FINISH_REASONS,
-            nullable=True,
-        )
+    for choice, p in _choices(c, chunk, "chat.completion.chunk"):
+        _choice_head(c, choice, p, CHAT_FINISH_REASONS, finish_nullable=True)
         _chat_logprobs(c, c.get(choice, "logprobs"), f"{p}.logprobs")
         delta = c.present(choice, "delta", f"{p}.delta")
         if delta is _ABSENT or not c.obj(delta, f"{p}.delta"):
@@ -266,9 +289,7 @@ def chat_chunk_issues(chunk: Any) -> list[FieldIssue]:
         if role is not _ABSENT:
             c.enum(role, f"{d}.role", DELTA_ROLES)
         for key in ("content", "refusal"):
-            value = c.get(delta, key)
-            if value is not _ABSENT:
-                c.string(value, f"{d}.{key}", nullable=True)
+            c.string_key(delta, key, f"{d}.{key}", required=False, nullable=True)
         c.array(c.get(delta, "tool_calls"), f"{d}.tool_calls", lambda call, p: _tool_call_chunk(c, call, p))
     if isinstance(chunk, dict):
         usage = c.get(chunk, "usage")
@@ -281,18 +302,8 @@ def completion_issues(body: Any, *, stream: bool) -> list[FieldIssue]:
     """`CreateCompletionResponse` (legacy); stream chunks share the shape but
     `finish_reason` is null until the last chunk."""
     c = _Checker()
-    for i, choice in enumerate(_envelope_head(c, body, "text_completion")):
-        p = f"choices[{i}]"
-        if not c.obj(choice, p):
-            continue
-        c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
-        c.string(c.present(choice, "text", f"{p}.text"), f"{p}.text")
-        c.enum(
-            c.present(choice, "finish_reason", f"{p}.finish_reason"),
-            f"{p}.finish_reason",
-            COMPLETION_FINISH_REASONS,
-            nullable=stream,
-        )
+    for choice, p in _choices(c, body, "text_completion"):
+        _choice_head(c, choice, p, COMPLETION_FINISH_REASONS, finish_nullable=stream, text=True)
         lp = c.present(choice, "logprobs", f"{p}.logprobs")
         if lp not in (_ABSENT, None) and c.obj(lp, f"{p}.logprobs"):
             for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
@@ -345,7 +356,5 @@ def error_envelope_issues(body: Any) -> list[FieldIssue]:
     c.string(c.present(err, "message", "error.message"), "error.message", nonempty=True)
     c.string(c.present(err, "type", "error.type"), "error.type")
     for key in ("param", "code"):
-        value = c.present(err, key, f"error.{key}")
-        if value is not _ABSENT:
-            c.string(value, f"error.{key}", nullable=True)
+        c.string_key(err, key, f"error.{key}", required=True, nullable=True)
     return c.issues
