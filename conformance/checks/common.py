@@ -124,6 +124,23 @@ def usage_of(body: dict[str, Any], ex: Exchange) -> dict[str, int]:
     return usage
 
 
+def body_head(ex: Exchange, limit: int = 300) -> str:
+    """The first `limit` bytes of the body, as evidence."""
+    return ex.raw[:limit].decode("utf-8", "replace")
+
+
+def status_failure(ctx: Context, ex: Exchange, message: str, expected: str, limit: int = 300) -> CheckFailed:
+    """A wrong HTTP status, with the head of the body that came with it."""
+    return ctx.fail(message, expected=expected, seen=f"HTTP {ex.status}", offending=body_head(ex, limit), exchange=ex)
+
+
+def judge_error_envelope(ctx: Context, ex: Exchange, message: str) -> None:
+    """An error answer's body must be OpenAI's error envelope."""
+    issues = ctx.envelope_issues(ex)
+    if issues:
+        raise ctx.field_issues(message, issues, ex, body_head(ex))
+
+
 def chunk_failure(
     ctx: Context, ex: Exchange, chunk: Any, where: str, message: str, expected: str, seen: str
 ) -> CheckFailed:

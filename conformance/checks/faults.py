@@ -19,7 +19,7 @@ import openai
 
 from conformance.capabilities import SIM_FAULTS
 from conformance.check import CheckList
-from conformance.checks.common import choice_of
+from conformance.checks.common import body_head, choice_of, judge_error_envelope, status_failure
 from conformance.context import DEFAULT_PROMPT, Context
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
@@ -30,21 +30,6 @@ CHECKS = CheckList("faults", profile="gateway", needs=(SIM_FAULTS,))
 
 def _fault_body(ctx: Context, marker: str, **overrides: Any) -> dict[str, Any]:
     return ctx.chat_body(messages=[{"role": "user", "content": f"{DEFAULT_PROMPT} [[sim:{marker}]]"}], **overrides)
-
-
-def _head(ex: Exchange) -> str:
-    """The first 300 bytes of the body, as evidence."""
-    return ex.raw[:300].decode("utf-8", "replace")
-
-
-def _wrong_status(ctx: Context, ex: Exchange, message: str, expected: str) -> CheckFailed:
-    return ctx.fail(message, expected=expected, seen=f"HTTP {ex.status}", offending=_head(ex), exchange=ex)
-
-
-def _judge_envelope(ctx: Context, ex: Exchange, message: str) -> None:
-    issues = ctx.envelope_issues(ex)
-    if issues:
-        raise ctx.field_issues(message, issues, ex, _head(ex))
 
 
 def _stream_error_event(ctx: Context, ex: Exchange) -> dict[str, Any]:
@@ -93,7 +78,7 @@ def _stream_error_event(ctx: Context, ex: Exchange) -> dict[str, Any]:
 async def midstream_error(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "error_after=3", stream=True))
     if ex.status != 200:
-        raise _wrong_status(ctx, ex, "the stream did not start", "HTTP 200 then an in-stream error")
+        raise status_failure(ctx, ex, "the stream did not start", "HTTP 200 then an in-stream error")
     _stream_error_event(ctx, ex)
 
 
@@ -169,7 +154,7 @@ async def engine_finish_reason(ctx: Context) -> None:
                 "HTTP 200 with an enum finish_reason, or an error envelope",
                 f"HTTP {ex.status}",
                 "",
-                _head(ex),
+                body_head(ex),
                 ex.request_summary(),
             )
         )
@@ -189,8 +174,8 @@ async def engine_finish_reason(ctx: Context) -> None:
 async def upstream_error_status(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "status=503"))
     if ex.status < 500:
-        raise _wrong_status(ctx, ex, "a runtime failure hidden or misreported", "HTTP 5xx")
-    _judge_envelope(ctx, ex, "the error is not OpenAI's envelope")
+        raise status_failure(ctx, ex, "a runtime failure hidden or misreported", "HTTP 5xx")
+    judge_error_envelope(ctx, ex, "the error is not OpenAI's envelope")
 
 
 @CHECKS.should(
@@ -199,8 +184,8 @@ async def upstream_error_status(ctx: Context) -> None:
 async def upstream_overload(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "overloaded"))
     if ex.status not in (429, 503):
-        raise _wrong_status(ctx, ex, "overload status", "HTTP 429 or 503")
-    _judge_envelope(ctx, ex, "the overload error is not OpenAI's envelope")
+        raise status_failure(ctx, ex, "overload status", "HTTP 429 or 503")
+    judge_error_envelope(ctx, ex, "the overload error is not OpenAI's envelope")
     if not (ex.headers.get("retry-after") or "").strip():
         raise ctx.fail(
             "no Retry-After", expected="a Retry-After header", seen="<absent>", where="header retry-after", exchange=ex

@@ -10,6 +10,7 @@ import openai
 from conformance.check import CheckList
 from conformance.checks.common import (
     JsonShape,
+    body_head,
     by_choice,
     choice_of,
     chunk_failure,
@@ -398,7 +399,7 @@ async def round_trip(ctx: Context) -> None:
                 [
                     Evidence(
                         expected="HTTP 200",
-                        seen=f"HTTP {ex.status}: {ex.raw[:300].decode('utf-8', 'replace')}",
+                        seen=f"HTTP {ex.status}: {body_head(ex)}",
                         request=ex.request_summary(),
                     )
                 ],
