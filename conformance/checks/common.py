@@ -60,7 +60,7 @@ def by_choice(chunks: list[dict[str, Any]]) -> dict[int, ChoiceStream]:
                 continue
             cs = out.setdefault(choice["index"], ChoiceStream())
             cs.chunk_numbers.append(n)
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta: dict[str, Any] = choice["delta"] if isinstance(choice.get("delta"), dict) else {}
             if "role" in delta:
                 cs.roles.append((n, delta["role"]))
             text = delta.get("content")
