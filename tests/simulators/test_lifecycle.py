@@ -105,11 +105,15 @@ def test_vllm_refuses_connections_while_loading() -> None:
 
 
 def test_sglang_health_is_503_during_warmup() -> None:
-    with start_simulator("sglang", warmup_delay=1.0, health_latency=0.1) as sim:
+    # 2 s of warm-up from the bind: room for this process to ask twice on a loaded
+    # machine; then the end of the warm-up is waited for as state.
+    with start_simulator("sglang", warmup_delay=2.0, health_latency=0.1) as sim:
         assert httpx.get(sim.url + "/health").status_code == 503
         assert httpx.get(sim.url + "/ready").status_code == 503
-        time.sleep(1.1)
-        assert httpx.get(sim.url + "/health").status_code == 200
+        deadline = time.monotonic() + 10
+        while httpx.get(sim.url + "/health").status_code != 200:
+            assert time.monotonic() < deadline, "still warming up 10 s later"
+            time.sleep(0.05)
         assert httpx.get(sim.url + "/ready").status_code == 200
 
 
