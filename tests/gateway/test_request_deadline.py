@@ -16,10 +16,14 @@ import openai
 import orjson
 import pytest
 
+from adapters.base import GenerationRequest, TextDelta
 from adapters.errors import GatewayError
+from gateway.phases import CancelPhase
 from gateway.request_deadline import TIMEOUT_HEADERS, request_deadline
 from simulators.testing import start_in_process
+from tests.gateway.scripted import HANG, ScriptedAdapter, always
 from tests.gateway.serving import serving
+from tests.gateway.test_generation import Run, chat, generate, sse_data
 
 SLOW_TOKENS = 400  # at ITL_MS each: a 20 s answer
 ITL_MS = 50
@@ -45,7 +49,7 @@ def config(sim, **limits: float) -> dict:
     }
 
 
-def body(stream: bool = False, max_tokens: int = SLOW_TOKENS) -> dict:
+def body(stream: bool = False, max_tokens: int = SLOW_TOKENS) -> dict:  # over HTTP
     return {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens, "stream": stream}
 
 
@@ -188,3 +192,62 @@ async def test_the_openai_clients_own_timeout_header_is_read_and_capped(sim):
     assert exc.value.status_code == 504 and exc.value.body["code"] == "deadline_exceeded"
     assert elapsed < WELL_BEFORE_S, elapsed
     await settled(sim)
+
+
+# ---- in process: what is released and closed at the deadline ------------------------------------
+
+
+def chat_until(seconds: float, stream: bool) -> GenerationRequest:
+    return chat(stream=stream, deadline=time.monotonic() + seconds)
+
+
+async def test_at_the_deadline_before_any_event_the_upstream_is_closed_and_504_sent():
+    adapter = ScriptedAdapter("b1", always(HANG))
+    run = await generate(adapter, chat_until(0.1, stream=True))
+    assert run.status == 504 and orjson.loads(run.body)["error"]["code"] == "deadline_exceeded"
+    assert run.releases == [(None, None)]  # released once, and not as a client cancellation
+    assert run.metric("switchyard_client_cancellations_total", phase="upstream_headers") == 0
+    assert run.metric("switchyard_requests_total", model="m", backend="-", status="504") == 1
+    assert run.inflight == 0 and adapter.ended == 1
+
+
+async def test_at_the_deadline_mid_stream_an_error_event_ends_the_stream():
+    adapter = ScriptedAdapter("b1", always(TextDelta(0, "Hi"), HANG))
+    run = await generate(adapter, chat_until(0.2, stream=True))
+    frames = sse_data(run.body)
+    assert run.status == 200 and frames[0]["choices"][0]["delta"]["content"] == "Hi"
+    assert frames[-2]["error"]["code"] == "deadline_exceeded" and frames[-1] == "[DONE]"
+    [(usage, phase)] = run.releases
+    assert phase is None and usage.completion_tokens == 1  # what was seen
+    assert run.metric("switchyard_requests_total", model="m", backend="b1", status="504") == 1
+    assert run.inflight == 0 and adapter.ended == 1
+
+
+async def test_at_the_deadline_a_whole_answer_is_504_and_nothing_else_is_sent():
+    adapter = ScriptedAdapter("b1", always(TextDelta(0, "Hi"), HANG))
+    run = await generate(adapter, chat_until(0.1, stream=False))
+    starts = [m for m in run.sent if m["type"] == "http.response.start"]
+    assert [m["status"] for m in starts] == [504]
+    assert orjson.loads(run.body)["error"]["code"] == "deadline_exceeded"
+    assert len(run.releases) == 1 and adapter.ended == 1
+
+
+async def test_the_deadline_ends_a_retry_backoff_too():
+    adapter = ScriptedAdapter("b1", always(GatewayError(503, "down", retryable=True)))
+    model = {"backends": ["b1"], "max_retries": 1, "retry_backoff_s": 60}
+    t0 = time.monotonic()
+    run = await generate(adapter, chat_until(0.1, stream=True), model=model)
+    assert run.status == 504 and len(adapter.requests) == 1  # not retried after its deadline
+    assert time.monotonic() - t0 < WELL_BEFORE_S  # long before the 60 s backoff
+    assert run.releases == [(None, None)]
+
+
+async def test_a_client_leaving_before_its_deadline_is_still_a_cancellation():
+    adapter = ScriptedAdapter("b1", always(HANG))
+
+    async def once_called(run: Run) -> None:
+        await adapter.called.wait()
+
+    run = await generate(adapter, chat_until(30, stream=True), leave=once_called)
+    assert run.releases == [(None, CancelPhase.UPSTREAM_HEADERS)]
+    assert not any(m["type"] == "http.response.start" for m in run.sent)
