@@ -18,6 +18,7 @@ import pytest
 
 from adapters.base import GenerationRequest, TextDelta
 from adapters.errors import GatewayError
+from gateway.config import ConfigError, parse_config
 from gateway.phases import CancelPhase
 from gateway.request_deadline import TIMEOUT_HEADERS, request_deadline
 from simulators.testing import start_in_process
@@ -109,6 +110,13 @@ def test_a_bad_value_is_400_naming_the_header(name, raw):
         request_deadline({name: raw}, 600)
     assert exc.value.status == 400 and name in exc.value.message
     assert exc.value.code == "invalid_request_timeout"
+
+
+@pytest.mark.parametrize("cap", [0, -1, "long"])
+def test_the_cap_must_be_a_positive_number_of_seconds(cap):
+    with pytest.raises(ConfigError, match="max_request_timeout_s"):
+        parse_config({"limits": {"max_request_timeout_s": cap}})
+    assert parse_config({}).limits.max_request_timeout_s == 600  # the SDKs' default timeout
 
 
 # ---- honoured over HTTP ------------------------------------------------------------------------
