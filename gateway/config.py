@@ -253,6 +253,10 @@ class LimitsConfig(_Strict):
     # JSON nesting a request body may use (gateway/requests.py says why 64); at most 200,
     # well inside what the JSON encoder can write back.
     max_json_depth: int = Field(64, ge=8, le=200)
+    # The longest deadline a client's timeout header (x-request-timeout, the OpenAI SDKs')
+    # may set; a longer one is clamped to it (gateway/request_deadline.py). 600 s is the
+    # OpenAI SDKs' default timeout, which they send on every request.
+    max_request_timeout_s: float = Field(600.0, gt=0)
 
 
 class OpsConfig(_Strict):

@@ -58,11 +58,9 @@ class Stack:
         self.client = openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=30)
 
 
-# TGI before 3.2 differs only in tool-call shapes, which the replayed samples of
-# test_tgi_adapter.py cover in the fast tier; its full stack runs in the slow tier.
-@pytest.fixture(
-    scope="module", params=[pytest.param(k, marks=pytest.mark.slow) if k == "tgi-3.1" else k for k in STACKS]
-)
+# TGI before 3.2 differs only in tool-call shapes, but its whole stack is cheap (about
+# 3 s for all of its tests here), so it runs in the default tier with the others.
+@pytest.fixture(scope="module", params=list(STACKS))
 def stack(request, module_tmp):
     adapter, flags, options = STACKS[request.param]
     # Both processes start at once: the gateway does not need the runtime to boot.
