@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -145,41 +146,19 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     if not 0.0 <= args.cancel_rate <= 1.0:
         raise ValueError("--cancel-rate must be within [0, 1]")
     out = args.out or Path("reports/bench") / time.strftime("%Y%m%d-%H%M%S")
+    # Options the command line names alike are taken as they are; the rest are converted here.
+    given = vars(args)
+    alike = {f.name: given[f.name] for f in dataclasses.fields(BenchOptions) if f.name in given}
     return BenchOptions(
-        base_url=args.base_url,
-        model=args.model,
-        out_dir=out,
-        rate=args.rate,
-        rates=args.rates or [],
-        burstiness=args.burstiness,
-        concurrency=args.concurrency,
-        duration_s=args.duration_s,
-        trace=args.trace,
-        time_scale=args.time_scale,
-        num_requests=args.num_requests,
-        input_tokens=args.input_tokens,
-        output_tokens=args.output_tokens,
-        range_ratio=args.range_ratio,
-        prefixes=args.prefixes,
-        suffixes_per_prefix=args.suffixes_per_prefix,
-        prefix_tokens=args.prefix_tokens,
-        turns=args.turns,
-        think_time_s=args.think_time_ms / 1000.0,
-        prompts=args.prompts,
-        tokenizer=args.tokenizer,
-        tenants=args.tenants,
-        stream=args.stream,
-        ignore_eos=args.ignore_eos,
-        extra_body=args.extra_body,
-        timeout_s=args.timeout_s,
-        cancel_rate=args.cancel_rate,
-        cancel_delay_s=args.cancel_delay_ms / 1000.0,
-        slo=Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms),
-        slo_attainment=args.slo_attainment,
-        sweep_all=args.sweep_all,
-        seed=args.seed,
-        progress=args.progress and sys.stderr.isatty(),
-        plots=args.plots,
+        **{
+            **alike,
+            "out_dir": out,
+            "rates": args.rates or [],
+            "think_time_s": args.think_time_ms / 1000.0,
+            "cancel_delay_s": args.cancel_delay_ms / 1000.0,
+            "slo": Slo(args.slo_ttft_ms, args.slo_tpot_ms, args.slo_e2e_ms),
+            "progress": args.progress and sys.stderr.isatty(),
+        }
     )
 
 

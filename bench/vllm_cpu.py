@@ -7,10 +7,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.procs import ROOT, Server
+from bench.procs import Server
 from processes import free_port
-
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+from processes.vllm_cpu import VLLM_CPU_ENV, VLLM_PYTHON, vllm_server_argv
 
 
 @dataclass(frozen=True)
@@ -29,32 +28,14 @@ def vllm_available() -> VllmCheck:
 
 
 def vllm_server(model_dir: str, log_dir: Path) -> Server:
-    """The server module rather than the `vllm` script, which fails in this build
-    (its distribution is named vllm-cpu); VLLM_CPU_KVCACHE_SPACE is the KV cache in
-    GiB. Start-up takes about 40 s on 2 idle cores, minutes on a loaded machine."""
+    """Start-up takes about 40 s on 2 idle cores, minutes on a loaded machine."""
     port = free_port()
-    argv = [
-        str(VLLM_PYTHON),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        model_dir,
-        "--served-model-name",
-        "tiny",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "2048",
-        "--dtype",
-        "float32",
-    ]
+    argv = vllm_server_argv(model_dir, port, 2048)
     return Server(
         "vllm",
         argv,
         f"http://127.0.0.1:{port}/health",
         log_dir,
-        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        env=VLLM_CPU_ENV,
         ready_timeout_s=900,
     )

@@ -53,24 +53,17 @@ class Context:
         return self._sdk
 
     def chat_body(self, **overrides: Any) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "model": self.target.model,
-            "messages": [{"role": "user", "content": DEFAULT_PROMPT}],
-            "temperature": 0,
-            "seed": SEED,
-            "max_tokens": DEFAULT_MAX_TOKENS,
-        }
-        for key, value in overrides.items():
-            if value is _DROP:
-                body.pop(key, None)
-            else:
-                body[key] = copy.deepcopy(value)
-        return body
+        return self._body({"messages": [{"role": "user", "content": DEFAULT_PROMPT}]}, overrides)
 
     def completion_body(self, **overrides: Any) -> dict[str, Any]:
+        return self._body({"prompt": DEFAULT_PROMPT}, overrides)
+
+    def _body(self, input_fields: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+        """The deterministic defaults around `input_fields`, then `overrides`
+        (copied, so a check never shares a nested value with another; DROP removes a key)."""
         body: dict[str, Any] = {
             "model": self.target.model,
-            "prompt": DEFAULT_PROMPT,
+            **input_fields,
             "temperature": 0,
             "seed": SEED,
             "max_tokens": DEFAULT_MAX_TOKENS,
@@ -116,26 +109,9 @@ class Context:
     def ok_json(self, ex: Exchange, what: str = "response", capability: str | None = None) -> dict[str, Any]:
         """Require 200 with a JSON object body; return it. With `capability`
         (tools, structured output), an explicit refusal is a skip, not a failure."""
-        self.complete_body(ex, what)
-        if capability:
-            self.skip_if_unsupported(ex, capability)
-        if ex.status != 200:
-            raise self.fail(
-                f"{what}: HTTP {ex.status}",
-                expected="HTTP 200",
-                seen=f"HTTP {ex.status}",
-                offending=_body_excerpt(ex),
-                exchange=ex,
-            )
+        self._require_200(ex, what, capability)
         if not ex.content_type.startswith("application/json"):
-            raise self.fail(
-                f"{what}: not JSON",
-                expected="Content-Type: application/json",
-                seen=f"Content-Type: {ex.content_type or '<none>'}",
-                where="header content-type",
-                offending=_body_excerpt(ex),
-                exchange=ex,
-            )
+            raise self._wrong_content_type(ex, f"{what}: not JSON", "application/json")
         body = ex.json()
         if not isinstance(body, dict):
             raise self.fail(
@@ -146,27 +122,37 @@ class Context:
     def ok_stream(self, ex: Exchange, what: str = "stream", capability: str | None = None) -> list[dict[str, Any]]:
         """Require 200 text/event-stream; return the JSON chunks (framing is
         judged by its own check, so it is not enforced here)."""
+        self._require_200(ex, what, capability)
+        if ex.sse is None:
+            raise self._wrong_content_type(ex, f"{what}: not an event stream", "text/event-stream")
+        return ex.sse.chunks
+
+    def _wrong_content_type(self, ex: Exchange, message: str, wanted: str) -> CheckFailed:
+        return self.fail(
+            message,
+            expected=f"Content-Type: {wanted}",
+            seen=f"Content-Type: {ex.content_type or '<none>'}",
+            where="header content-type",
+            offending=_body_excerpt(ex),
+            exchange=ex,
+        )
+
+    def _require_200(self, ex: Exchange, what: str, capability: str | None) -> None:
+        """A complete body, HTTP 200; with `capability`, an explicit refusal is a skip."""
         self.complete_body(ex, what)
         if capability:
             self.skip_if_unsupported(ex, capability)
-        if ex.status != 200:
+        self._require_status(ex, what, (200,))
+
+    def _require_status(self, ex: Exchange, what: str, allowed: tuple[int, ...]) -> None:
+        if ex.status not in allowed:
             raise self.fail(
                 f"{what}: HTTP {ex.status}",
-                expected="HTTP 200",
+                expected="HTTP " + " or ".join(map(str, allowed)),
                 seen=f"HTTP {ex.status}",
                 offending=_body_excerpt(ex),
                 exchange=ex,
             )
-        if ex.sse is None:
-            raise self.fail(
-                f"{what}: not an event stream",
-                expected="Content-Type: text/event-stream",
-                seen=f"Content-Type: {ex.content_type or '<none>'}",
-                where="header content-type",
-                offending=_body_excerpt(ex),
-                exchange=ex,
-            )
-        return ex.sse.chunks
 
     def complete_body(self, ex: Exchange, what: str) -> None:
         if ex.transport_error:
@@ -221,14 +207,7 @@ class Context:
         client can show. Where the message sits (`error.message`, a string
         `error`, or a flat top-level `message`) is judged once, by
         `errors.envelope`, so one shape deviation does not fail every check."""
-        if ex.status not in allowed:
-            raise self.fail(
-                f"{what}: HTTP {ex.status}",
-                expected="HTTP " + " or ".join(map(str, allowed)),
-                seen=f"HTTP {ex.status}",
-                offending=_body_excerpt(ex),
-                exchange=ex,
-            )
+        self._require_status(ex, what, allowed)
         if not error_message(ex.json()):
             raise self.fail(
                 f"{what}: HTTP {ex.status} without an error message",

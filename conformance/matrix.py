@@ -20,7 +20,7 @@ import yaml
 
 from conformance.capabilities import UnknownCapability, parse_features
 from conformance.check import Check
-from conformance.report import ATTENTION, STATUS_MARK, page, write_reports
+from conformance.report import ATTENTION, STATUS_MARK, STYLESHEET, page, write_reports, write_stylesheet
 from conformance.result import CheckResult, Level, Status, Verdict
 from conformance.runner import RunReport, run_checks
 from conformance.target import Target
@@ -320,9 +320,11 @@ def _slug(name: str) -> str:
 
 def write_matrix(m: MatrixReport, directory: Path, title: str = "Conformance matrix") -> dict[str, Path]:
     directory.mkdir(parents=True, exist_ok=True)
+    css = write_stylesheet(directory)  # one stylesheet for the matrix and every target's page
     for target, run in m.runs:
-        write_reports(run, directory / _slug(target.name), f"Conformance report: {target.name}")
+        write_reports(run, directory / _slug(target.name), f"Conformance report: {target.name}", f"../{STYLESHEET}")
     paths = {"json": directory / "matrix.json", "md": directory / "matrix.md", "html": directory / "matrix.html"}
+    paths["css"] = css
     paths["json"].write_text(json.dumps(m.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     paths["md"].write_text(render_matrix_markdown(m, title), encoding="utf-8")
     paths["html"].write_text(render_matrix_html(m, title), encoding="utf-8")

@@ -30,8 +30,8 @@ from conformance.matrix import MatrixReport, targets_from_config, write_matrix
 from conformance.procs import ROOT, SWITCHYARD, ManagedProcess, free_port, start_gateway
 from conformance.result import Verdict
 from conformance.runner import run_checks
+from processes.vllm_cpu import VLLM_CPU_ENV, VLLM_PYTHON, vllm_server_argv
 
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 SERVED_NAME = "tiny"
 MAX_MODEL_LEN = 1024
 
@@ -46,25 +46,14 @@ def start_vllm(model_dir: Path, log_dir: Path) -> ManagedProcess:
     if not VLLM_PYTHON.exists():
         raise RuntimeError(f"{VLLM_PYTHON} is missing: run scripts/install-vllm.sh first")
     port = free_port()
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    p = ManagedProcess(
-        "vllm",
-        [
-            str(VLLM_PYTHON),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model_dir),
-            "--served-model-name",
-            SERVED_NAME,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--max-model-len",
-            str(MAX_MODEL_LEN),
-            "--dtype",
-            "float32",
+    for name, value in VLLM_CPU_ENV.items():
+        os.environ.setdefault(name, value)
+    argv = vllm_server_argv(
+        model_dir,
+        port,
+        MAX_MODEL_LEN,
+        served_name=SERVED_NAME,
+        extra=[
             "--enable-auto-tool-choice",
             "--tool-call-parser",
             "hermes",
@@ -72,6 +61,10 @@ def start_vllm(model_dir: Path, log_dir: Path) -> ManagedProcess:
             "--structured-outputs-config",
             json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
         ],
+    )
+    p = ManagedProcess(
+        "vllm",
+        argv,
         f"http://127.0.0.1:{port}",
         log_dir / "vllm.log",
     )

@@ -1,6 +1,7 @@
 """Write one run as JSON (the machine-readable record `diff` reads), Markdown
-(for a PR or a ticket) and one self-contained HTML page (inline CSS, no
-scripts, no external assets).
+(for a PR or a ticket) and one HTML page (no scripts, no external assets) that
+links `report.css`, the one stylesheet every page of a report tree shares: it is
+written once at the top of the tree (a matrix's per-target pages link `../report.css`).
 
 Both human formats put what needs attention first: every failure, error and
 skip, MUST before SHOULD, each with its rule (the check's description) and its
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ STATUS_MARK = {
 # Order of the "needs attention" list: what blocks first.
 ATTENTION = (Status.FAIL, Status.ERROR, Status.SKIP)
 
+STYLESHEET = "report.css"
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#1d2327;max-width:1200px}
 h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}h3{font-size:1rem;margin:1.2rem 0 .3rem}
@@ -124,31 +127,39 @@ def render_markdown(report: RunReport, title: str = "Conformance report") -> str
     return "\n".join(lines) + "\n"
 
 
-def _md_evidence(e: dict[str, Any]) -> list[str]:
-    out = []
-    if e.get("where"):
-        out.append(f"- where: `{_md_cell(str(e['where']))}`")
-    out.append(f"- expected: {_md_cell(str(e.get('expected', '')))}")
-    out.append(f"- seen: {_md_cell(_json_text(e.get('seen', ''), 600))}")
+def _evidence_fields(e: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    """What a report shows of one piece of evidence, in order, as (name, kind,
+    value): where (when known), expected, seen, then the offending value and the
+    request when present. Each format renders a kind its own way."""
+    fields: list[tuple[str, str, Any]] = [("where", "code", e["where"])] if e.get("where") else []
+    fields += [("expected", "text", e.get("expected", "")), ("seen", "excerpt", e.get("seen", ""))]
     if e.get("offending") is not None:
-        out += ["- offending:", "", "```json", _json_text(e["offending"], 1500), "```"]
+        fields.append(("offending", "json", e["offending"]))
     if e.get("request"):
-        out += ["- request:", "", "```json", _json_text(e["request"], 1500), "```"]
-    out.append("")
-    return out
+        fields.append(("request", "json", e["request"]))
+    return fields
+
+
+_MD_KINDS: dict[str, Callable[[str, Any], list[str]]] = {
+    "code": lambda name, v: [f"- {name}: `{_md_cell(str(v))}`"],
+    "text": lambda name, v: [f"- {name}: {_md_cell(str(v))}"],
+    "excerpt": lambda name, v: [f"- {name}: {_md_cell(_json_text(v, 600))}"],
+    "json": lambda name, v: [f"- {name}:", "", "```json", _json_text(v, 1500), "```"],
+}
+_HTML_KINDS: dict[str, Callable[[str, Any], str]] = {
+    "code": lambda name, v: f"<div><b>{name}</b> <code>{html.escape(str(v))}</code></div>",
+    "text": lambda name, v: f"<div><b>{name}</b> {html.escape(str(v))}</div>",
+    "excerpt": lambda name, v: f"<div><b>{name}</b> <pre>{html.escape(_json_text(v, 1200))}</pre></div>",
+    "json": lambda name, v: f"<div><b>{name}</b><pre>{html.escape(_json_text(v))}</pre></div>",
+}
+
+
+def _md_evidence(e: dict[str, Any]) -> list[str]:
+    return [line for name, kind, value in _evidence_fields(e) for line in _MD_KINDS[kind](name, value)] + [""]
 
 
 def _html_evidence(e: dict[str, Any]) -> str:
-    parts = []
-    if e.get("where"):
-        parts.append(f"<div><b>where</b> <code>{html.escape(str(e['where']))}</code></div>")
-    parts.append(f"<div><b>expected</b> {html.escape(str(e.get('expected', '')))}</div>")
-    parts.append(f"<div><b>seen</b> <pre>{html.escape(_json_text(e.get('seen', ''), 1200))}</pre></div>")
-    if e.get("offending") is not None:
-        parts.append(f"<div><b>offending</b><pre>{html.escape(_json_text(e['offending']))}</pre></div>")
-    if e.get("request"):
-        parts.append(f"<div><b>request</b><pre>{html.escape(_json_text(e['request']))}</pre></div>")
-    return "".join(parts)
+    return "".join(_HTML_KINDS[kind](name, value) for name, kind, value in _evidence_fields(e))
 
 
 def _anchor(r: CheckResult) -> str:
@@ -180,14 +191,20 @@ def _html_row(r: CheckResult) -> str:
     )
 
 
-def page(title: str, body: str) -> str:
+def page(title: str, body: str, stylesheet: str = STYLESHEET) -> str:
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-        f"<style>{CSS}</style></head><body>{body}</body></html>\n"
+        f'<link rel="stylesheet" href="{html.escape(stylesheet)}"></head><body>{body}</body></html>\n'
     )
 
 
-def render_html(report: RunReport, title: str = "Conformance report") -> str:
+def write_stylesheet(directory: Path) -> Path:
+    path = directory / STYLESHEET
+    path.write_text(CSS.lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def render_html(report: RunReport, title: str = "Conformance report", stylesheet: str = STYLESHEET) -> str:
     t = report.target
     c = report.counts()
     verdict = report.verdict
@@ -215,13 +232,19 @@ def render_html(report: RunReport, title: str = "Conformance report") -> str:
         "<h2>All checks</h2><table><tr><th>Status</th><th>Level</th><th>Check</th><th>Area</th><th>Description</th>"
         "<th>Message</th></tr>" + "".join(_html_row(r) for r in report.results) + "</table>"
     )
-    return page(title, body)
+    return page(title, body, stylesheet)
 
 
-def write_reports(report: RunReport, directory: Path, title: str = "Conformance report") -> dict[str, Path]:
+def write_reports(
+    report: RunReport, directory: Path, title: str = "Conformance report", stylesheet: str | None = None
+) -> dict[str, Path]:
+    """Write the three reports into `directory`; without `stylesheet` (the href of
+    a stylesheet written elsewhere, e.g. by the matrix above) `report.css` goes beside them."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = {"json": directory / "report.json", "md": directory / "report.md", "html": directory / "report.html"}
+    if stylesheet is None:
+        paths["css"] = write_stylesheet(directory)
     write_json(report, paths["json"])
     paths["md"].write_text(render_markdown(report, title), encoding="utf-8")
-    paths["html"].write_text(render_html(report, title), encoding="utf-8")
+    paths["html"].write_text(render_html(report, title, stylesheet or STYLESHEET), encoding="utf-8")
     return paths

@@ -9,6 +9,7 @@ nullable key (`content`, `refusal`, `logprobs`) from an optional one.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,6 +86,46 @@ class _Checker:
             self.bad(path, "a required key", _ABSENT)
         return value
 
+    def string_key(
+        self,
+        obj: dict[str, Any],
+        key: str,
+        path: str,
+        *,
+        required: bool,
+        nullable: bool = False,
+        nonempty: bool = False,
+    ) -> None:
+        """A string under `key`, when there: a missing required key is one issue, not two."""
+        value = self.present(obj, key, path) if required else self.get(obj, key)
+        if value is not _ABSENT:
+            self.string(value, path, nullable=nullable, nonempty=nonempty)
+
+    def constant(self, obj: dict[str, Any], key: str, path: str, wanted: str) -> None:
+        """A required key whose value is fixed (`object`, a tool call's `type`)."""
+        value = self.present(obj, key, path)
+        if value is not _ABSENT and value != wanted:
+            self.bad(path, repr(wanted), value)
+
+    def array(
+        self,
+        value: Any,
+        path: str,
+        item: Callable[[Any, str], None],
+        *,
+        null_ok: bool = True,
+        expected: str = "an array",
+    ) -> None:
+        """An array judged item by item (`item(value, path)`); absent, or null
+        where `null_ok`, is no issue."""
+        if value is _ABSENT or (value is None and null_ok):
+            return
+        if not isinstance(value, list):
+            self.bad(path, expected, value)
+            return
+        for j, entry in enumerate(value):
+            item(entry, f"{path}[{j}]")
+
 
 def _usage(c: _Checker, usage: Any, path: str) -> None:
     if not c.obj(usage, path):
@@ -111,9 +152,7 @@ def _envelope_head(c: _Checker, body: Any, object_name: str) -> list[Any]:
     if not c.obj(body, "$"):
         return []
     c.string(c.present(body, "id", "id"), "id", nonempty=True)
-    obj = c.present(body, "object", "object")
-    if obj is not _ABSENT and obj != object_name:
-        c.bad("object", repr(object_name), obj)
+    c.constant(body, "object", "object", object_name)
     c.integer(c.present(body, "created", "created"), "created", minimum=0)
     c.string(c.present(body, "model", "model"), "model", nonempty=True)
     choices = c.present(body, "choices", "choices")
@@ -125,13 +164,41 @@ def _envelope_head(c: _Checker, body: Any, object_name: str) -> list[Any]:
     return choices
 
 
+def _choices(c: _Checker, body: Any, object_name: str) -> Iterator[tuple[dict[str, Any], str]]:
+    """Each choice that is an object, with its path, after the envelope's own fields."""
+    for i, choice in enumerate(_envelope_head(c, body, object_name)):
+        p = f"choices[{i}]"
+        if c.obj(choice, p):
+            yield choice, p
+
+
+def _choice_head(
+    c: _Checker,
+    choice: dict[str, Any],
+    p: str,
+    finish_reasons: tuple[str, ...],
+    *,
+    finish_nullable: bool,
+    text: bool = False,
+) -> None:
+    """index and finish_reason, which every kind of choice has (with `text`, the
+    legacy completion's text between them)."""
+    c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
+    if text:
+        c.string(c.present(choice, "text", f"{p}.text"), f"{p}.text")
+    c.enum(
+        c.present(choice, "finish_reason", f"{p}.finish_reason"),
+        f"{p}.finish_reason",
+        finish_reasons,
+        nullable=finish_nullable,
+    )
+
+
 def _tool_call(c: _Checker, call: Any, path: str) -> None:
     if not c.obj(call, path):
         return
     c.string(c.present(call, "id", f"{path}.id"), f"{path}.id", nonempty=True)
-    type_ = c.present(call, "type", f"{path}.type")
-    if type_ is not _ABSENT and type_ != "function":
-        c.bad(f"{path}.type", "'function'", type_)
+    c.constant(call, "type", f"{path}.type", "function")
     fn = c.present(call, "function", f"{path}.function")
     if fn is not _ABSENT and c.obj(fn, f"{path}.function"):
         c.string(c.present(fn, "name", f"{path}.function.name"), f"{path}.function.name", nonempty=True)
@@ -151,13 +218,12 @@ def _token_logprob(c: _Checker, entry: Any, path: str, *, top: bool) -> None:
     if b is not _ABSENT and b is not None and not (isinstance(b, list) and all(isinstance(x, int) for x in b)):
         c.bad(f"{path}.bytes", "an array of integers or null", b)
     if top:
-        tops = c.present(entry, "top_logprobs", f"{path}.top_logprobs")
-        if tops is not _ABSENT:
-            if not isinstance(tops, list):
-                c.bad(f"{path}.top_logprobs", "an array", tops)
-            else:
-                for j, t in enumerate(tops):
-                    _token_logprob(c, t, f"{path}.top_logprobs[{j}]", top=False)
+        c.array(
+            c.present(entry, "top_logprobs", f"{path}.top_logprobs"),
+            f"{path}.top_logprobs",
+            lambda t, p: _token_logprob(c, t, p, top=False),
+            null_ok=False,
+        )
 
 
 def _chat_logprobs(c: _Checker, logprobs: Any, path: str) -> None:
@@ -165,25 +231,19 @@ def _chat_logprobs(c: _Checker, logprobs: Any, path: str) -> None:
         return
     if not c.obj(logprobs, path):
         return
-    content = c.get(logprobs, "content")
-    if content is _ABSENT or content is None:
-        return
-    if not isinstance(content, list):
-        c.bad(f"{path}.content", "an array or null", content)
-        return
-    for i, entry in enumerate(content):
-        _token_logprob(c, entry, f"{path}.content[{i}]", top=True)
+    c.array(
+        c.get(logprobs, "content"),
+        f"{path}.content",
+        lambda entry, p: _token_logprob(c, entry, p, top=True),
+        expected="an array or null",
+    )
 
 
 def chat_completion_issues(body: Any) -> list[FieldIssue]:
     """`CreateChatCompletionResponse` (non-stream)."""
     c = _Checker()
-    for i, choice in enumerate(_envelope_head(c, body, "chat.completion")):
-        p = f"choices[{i}]"
-        if not c.obj(choice, p):
-            continue
-        c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
-        c.enum(c.present(choice, "finish_reason", f"{p}.finish_reason"), f"{p}.finish_reason", CHAT_FINISH_REASONS)
+    for choice, p in _choices(c, body, "chat.completion"):
+        _choice_head(c, choice, p, CHAT_FINISH_REASONS, finish_nullable=False)
         _chat_logprobs(c, c.present(choice, "logprobs", f"{p}.logprobs"), f"{p}.logprobs")
         message = c.present(choice, "message", f"{p}.message")
         if message is _ABSENT or not c.obj(message, f"{p}.message"):
@@ -192,19 +252,9 @@ def chat_completion_issues(body: Any) -> list[FieldIssue]:
         role = c.present(message, "role", f"{m}.role")
         if role is not _ABSENT and role != "assistant":
             c.bad(f"{m}.role", "'assistant'", role)
-        content = c.present(message, "content", f"{m}.content")
-        if content is not _ABSENT:
-            c.string(content, f"{m}.content", nullable=True)
-        refusal = c.present(message, "refusal", f"{m}.refusal")
-        if refusal is not _ABSENT:
-            c.string(refusal, f"{m}.refusal", nullable=True)
-        calls = c.get(message, "tool_calls")
-        if calls is not _ABSENT and calls is not None:
-            if not isinstance(calls, list):
-                c.bad(f"{m}.tool_calls", "an array", calls)
-            else:
-                for j, call in enumerate(calls):
-                    _tool_call(c, call, f"{m}.tool_calls[{j}]")
+        for key in ("content", "refusal"):
+            c.string_key(message, key, f"{m}.{key}", required=True, nullable=True)
+        c.array(c.get(message, "tool_calls"), f"{m}.tool_calls", lambda call, p: _tool_call(c, call, p))
     if isinstance(body, dict) and c.get(body, "usage") not in (_ABSENT, None):
         _usage(c, body["usage"], "usage")
     return c.issues
@@ -215,35 +265,21 @@ def _tool_call_chunk(c: _Checker, call: Any, path: str) -> None:
         return
     c.integer(c.present(call, "index", f"{path}.index"), f"{path}.index", minimum=0)
     # Optional keys, but not nullable in the spec: a `null` id or name is a deviation.
-    for key in ("id",):
-        value = c.get(call, key)
-        if value is not _ABSENT:
-            c.string(value, f"{path}.{key}", nonempty=True)
+    c.string_key(call, "id", f"{path}.id", required=False, nonempty=True)
     type_ = c.get(call, "type")
     if type_ is not _ABSENT and type_ != "function":
         c.bad(f"{path}.type", "'function'", type_)
     fn = c.get(call, "function")
     if fn is not _ABSENT and c.obj(fn, f"{path}.function"):
         for key in ("name", "arguments"):
-            value = c.get(fn, key)
-            if value is not _ABSENT:
-                c.string(value, f"{path}.function.{key}")
+            c.string_key(fn, key, f"{path}.function.{key}", required=False)
 
 
 def chat_chunk_issues(chunk: Any) -> list[FieldIssue]:
     """`CreateChatCompletionStreamResponse` (one SSE payload)."""
     c = _Checker()
-    for i, choice in enumerate(_envelope_head(c, chunk, "chat.completion.chunk")):
-        p = f"choices[{i}]"
-        if not c.obj(choice, p):
-            continue
-        c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
-        c.enum(
-            c.present(choice, "finish_reason", f"{p}.finish_reason"),
-            f"{p}.finish_reason",
-            CHAT_FINISH_REASONS,
-            nullable=True,
-        )
+    for choice, p in _choices(c, chunk, "chat.completion.chunk"):
+        _choice_head(c, choice, p, CHAT_FINISH_REASONS, finish_nullable=True)
         _chat_logprobs(c, c.get(choice, "logprobs"), f"{p}.logprobs")
         delta = c.present(choice, "delta", f"{p}.delta")
         if delta is _ABSENT or not c.obj(delta, f"{p}.delta"):
@@ -253,16 +289,8 @@ def chat_chunk_issues(chunk: Any) -> list[FieldIssue]:
         if role is not _ABSENT:
             c.enum(role, f"{d}.role", DELTA_ROLES)
         for key in ("content", "refusal"):
-            value = c.get(delta, key)
-            if value is not _ABSENT:
-                c.string(value, f"{d}.{key}", nullable=True)
-        calls = c.get(delta, "tool_calls")
-        if calls is not _ABSENT and calls is not None:
-            if not isinstance(calls, list):
-                c.bad(f"{d}.tool_calls", "an array", calls)
-            else:
-                for j, call in enumerate(calls):
-                    _tool_call_chunk(c, call, f"{d}.tool_calls[{j}]")
+            c.string_key(delta, key, f"{d}.{key}", required=False, nullable=True)
+        c.array(c.get(delta, "tool_calls"), f"{d}.tool_calls", lambda call, p: _tool_call_chunk(c, call, p))
     if isinstance(chunk, dict):
         usage = c.get(chunk, "usage")
         if usage not in (_ABSENT, None):
@@ -274,18 +302,8 @@ def completion_issues(body: Any, *, stream: bool) -> list[FieldIssue]:
     """`CreateCompletionResponse` (legacy); stream chunks share the shape but
     `finish_reason` is null until the last chunk."""
     c = _Checker()
-    for i, choice in enumerate(_envelope_head(c, body, "text_completion")):
-        p = f"choices[{i}]"
-        if not c.obj(choice, p):
-            continue
-        c.integer(c.present(choice, "index", f"{p}.index"), f"{p}.index", minimum=0)
-        c.string(c.present(choice, "text", f"{p}.text"), f"{p}.text")
-        c.enum(
-            c.present(choice, "finish_reason", f"{p}.finish_reason"),
-            f"{p}.finish_reason",
-            COMPLETION_FINISH_REASONS,
-            nullable=stream,
-        )
+    for choice, p in _choices(c, body, "text_completion"):
+        _choice_head(c, choice, p, COMPLETION_FINISH_REASONS, finish_nullable=stream, text=True)
         lp = c.present(choice, "logprobs", f"{p}.logprobs")
         if lp not in (_ABSENT, None) and c.obj(lp, f"{p}.logprobs"):
             for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset"):
@@ -301,9 +319,7 @@ def model_issues(model: Any, path: str = "$") -> list[FieldIssue]:
     c = _Checker()
     if c.obj(model, path):
         c.string(c.present(model, "id", f"{path}.id"), f"{path}.id", nonempty=True)
-        obj = c.present(model, "object", f"{path}.object")
-        if obj is not _ABSENT and obj != "model":
-            c.bad(f"{path}.object", "'model'", obj)
+        c.constant(model, "object", f"{path}.object", "model")
         c.integer(c.present(model, "created", f"{path}.created"), f"{path}.created", minimum=0)
         c.string(c.present(model, "owned_by", f"{path}.owned_by"), f"{path}.owned_by")
     return c.issues
@@ -313,9 +329,7 @@ def model_list_issues(body: Any) -> list[FieldIssue]:
     c = _Checker()
     if not c.obj(body, "$"):
         return c.issues
-    obj = c.present(body, "object", "object")
-    if obj is not _ABSENT and obj != "list":
-        c.bad("object", "'list'", obj)
+    c.constant(body, "object", "object", "list")
     data = c.present(body, "data", "data")
     if data is _ABSENT:
         return c.issues
@@ -342,7 +356,5 @@ def error_envelope_issues(body: Any) -> list[FieldIssue]:
     c.string(c.present(err, "message", "error.message"), "error.message", nonempty=True)
     c.string(c.present(err, "type", "error.type"), "error.type")
     for key in ("param", "code"):
-        value = c.present(err, key, f"error.{key}")
-        if value is not _ABSENT:
-            c.string(value, f"error.{key}", nullable=True)
+        c.string_key(err, key, f"error.{key}", required=True, nullable=True)
     return c.issues

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import time
+from typing import cast
 
 from fastapi import FastAPI
 from starlette.applications import Starlette
@@ -39,6 +40,7 @@ from gateway.ops import OpsCollector, OpsViews
 from gateway.protection import Protection
 from gateway.recorder import Outcome, RequestContext, RequestRecorder, TenantLabels
 from gateway.reload import ConfigReloader, ConfigSource, ConfigVersion
+from gateway.request_deadline import request_deadline
 from gateway.request_io import client_request_id, new_request_id, read_body
 from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
 from gateway.responses import error_response, json_response
@@ -181,7 +183,11 @@ class Gateway:
             ctx.trace.parsed(reqs[0])
             check_choices(reqs, self.config.limits.max_choices_per_request)
             session_id = request.headers.get("x-session-id")
+            deadline = request_deadline(
+                request.headers, self.config.limits.max_request_timeout_s, stream=reqs[0].stream
+            )
             for r in reqs:
+                r.deadline = deadline
                 r.tenant = principal.tenant
                 r.priority = principal.tier
                 if session_id:
@@ -208,7 +214,8 @@ class Gateway:
         except Exception:
             log.exception("unhandled error on %s", request.url.path)
             return self._fail(ctx, internal_error())
-        return Generation(self.dispatcher, self.recorder, ctx, ticket, reqs)
+        # Generation is an ASGI callable that Starlette awaits exactly as it awaits a Response.
+        return cast(Response, Generation(self.dispatcher, self.recorder, ctx, ticket, reqs))
 
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
         self.recorder.finish(ctx, Outcome(err.status, error=err.message, code=err.code, admitted=False))

@@ -36,6 +36,7 @@ from gateway.encoder import ResponseBuilder, StreamEncoder
 from gateway.phases import CancelPhase
 from gateway.protection import Ticket
 from gateway.recorder import Outcome, RequestContext, RequestRecorder
+from gateway.request_deadline import deadline_exceeded
 from gateway.requests import estimate_prompt_tokens
 from gateway.responses import error_response
 
@@ -84,6 +85,7 @@ class Generation:
         self._last_content: float | None = None
         self._backoff_since: float | None = None
         self.dropped_params: tuple[str, ...] = ()
+        self._encoder: StreamEncoder | None = None  # a stream's, for an error event at the deadline
 
     def _extra_headers(self) -> dict[str, str]:
         headers = {k: str(v) for k, v in self.ticket.headers.items()}
@@ -135,7 +137,7 @@ class Generation:
         cancelled_phase: CancelPhase | None = None
         clean = False
         try:
-            await self._run(send)
+            await self._run_by_deadline(send)
             clean = True
         except asyncio.CancelledError:
             if not state["gone"]:
@@ -232,6 +234,28 @@ class Generation:
         elif isinstance(event, ErrorEvent):
             self.status, self.error, self.code = event.error.status, event.error.message, event.error.code
 
+    async def _run_by_deadline(self, send) -> None:
+        """The generation, cancelled at the deadline its client set (the upstream work
+        is aborted as when the client leaves): 504 before the answer started, an error
+        event in a stream already going."""
+        deadline = self.first.deadline
+        if deadline is None:
+            await self._run(send)
+            return
+        scope = asyncio.timeout_at(deadline)  # the event loop's clock is time.monotonic()
+        try:
+            async with scope:
+                await self._run(send)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            err = deadline_exceeded()
+            if not self.started:
+                await self._send_error(send, err)
+            elif self._encoder is not None and not self._encoder.closed:
+                self.status, self.error, self.code = err.status, err.message, err.code
+                await send({"type": "http.response.body", "body": self._encoder.error(err), "more_body": False})
+
     async def _run(self, send) -> None:
         gauge = self.recorder.inflight(self.model)
         gauge.inc()
@@ -265,6 +289,7 @@ class Generation:
             include_usage=self.first.include_usage,
             logprobs=self.first.sampling.logprobs,
         )
+        self._encoder = enc
         await send(
             {
                 "type": "http.response.start",

@@ -9,7 +9,7 @@ backends is healthy, for a probe that should follow one model), and as
 `switchyard_model_ready{model}`. Each backend's entry says its circuit (closed,
 open or half_open: policies/ejection.py) and, while held out, why and for how long.
 
-Where the views are served (gateway/config.py `ops_exposure_refusal` decides what
+Where the views are served (gateway/config_exposure.py `ops_exposure_refusal` decides what
 a config may do): without an ops listener, `/metrics` and the detailed `/readyz`
 are on the main listener; with one, they are there, and the main listener keeps
 only `/healthz` and `/readyz` with the process's readiness and nothing else.

@@ -18,8 +18,11 @@ have capacity.
   drain rate, except that a tenant with few places pushes out the newest
   request of the tenant holding the most (longest-queue drop), so fairness
   covers the queue's space and not only its order.
-* A request that waited past its deadline gets 503; a request whose client
-  left is removed at once (its slot goes to the next one).
+* A request that waited past the queue's own limit (`max_wait_s`) gets 503 with
+  Retry-After (the gateway is busy); one that waited past the deadline its client
+  set (`deadline`, shorter than that limit) gets 504 `deadline_exceeded`, the code
+  a generation running past it gets too (gateway/generation.py). A request whose
+  client left is removed at once (its slot goes to the next one).
 """
 
 from __future__ import annotations
@@ -181,6 +184,7 @@ class AdmissionQueue:
             self._remove(q, victim)
             victim.future.set_exception(self._full(model))
         limit = start + self.max_wait_s
+        client_limit = deadline is not None and deadline < limit
         if deadline is not None:
             limit = min(limit, deadline)
         waiter = _Waiter(tenant, tier, asyncio.get_running_loop().create_future(), start, units)
@@ -192,8 +196,17 @@ class AdmissionQueue:
                 if waiter.future.done():
                     if waiter.dispatched:
                         return Slot(model, time.monotonic() - start, units)
-                    raise waiter.future.exception()  # pushed out by a tenant with fewer places
+                    pushed_out = waiter.future.exception()  # by a tenant with fewer places
+                    assert pushed_out is not None
+                    raise pushed_out
                 if remaining <= 0:
+                    if client_limit:
+                        raise GatewayError(
+                            504,
+                            f"The request waited {time.monotonic() - start:.1f}s in the queue for model "
+                            f"`{model}` and passed the timeout the client set.",
+                            code="deadline_exceeded",
+                        )
                     raise GatewayError(
                         503,
                         f"The request waited {time.monotonic() - start:.1f}s in the queue for "
@@ -271,7 +284,7 @@ class AdmissionQueue:
     def _remove(self, q: _ModelQueue, w: _Waiter) -> None:
         band = q.bands.get(w.tier)
         fifo = band.queues.get(w.tenant) if band else None
-        if fifo is None or w not in fifo:
+        if band is None or fifo is None or w not in fifo:
             return
         fifo.remove(w)
         q.waiting -= 1

@@ -9,6 +9,7 @@ import time
 import httpx
 
 from conformance.check import CheckList
+from conformance.checks.common import status_failure
 from conformance.context import Context
 from conformance.http import encode_json
 
@@ -34,13 +35,7 @@ async def _drop_streams(ctx: Context) -> None:
             body.pop("ignore_eos")
             ex = await ctx.http.stream_then_drop("/chat/completions", body, read_chunks=1)
         if ex.status != 200:
-            raise ctx.fail(
-                "could not start a stream to cancel",
-                expected="HTTP 200",
-                seen=f"HTTP {ex.status}",
-                offending=ex.raw[:400].decode("utf-8", "replace"),
-                exchange=ex,
-            )
+            raise status_failure(ctx, ex, "could not start a stream to cancel", "HTTP 200", limit=400)
 
 
 async def _running(metrics_url: str) -> float | None:

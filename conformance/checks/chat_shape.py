@@ -7,7 +7,7 @@ import time
 import openai
 
 from conformance.check import CheckList
-from conformance.checks.common import choice_of, greedy_chat, greedy_completion, message_of
+from conformance.checks.common import choice_of, greedy_chat, greedy_completion, judge_no_tool_calls, usage_failure
 from conformance.context import DROP, Context
 from conformance.schema import chat_completion_issues, completion_issues
 
@@ -66,15 +66,7 @@ async def chat_values(ctx: Context) -> None:
             where="choices[0].finish_reason",
             exchange=ex,
         )
-    message = message_of(body)
-    if message.get("tool_calls"):
-        raise ctx.fail(
-            "tool calls without tools",
-            expected="no tool_calls",
-            seen=repr(message["tool_calls"])[:200],
-            where="choices[0].message.tool_calls",
-            exchange=ex,
-        )
+    judge_no_tool_calls(ctx, ex, body, "tool calls without tools", limit=200)
     created = body.get("created")
     if isinstance(created, int) and abs(created - time.time()) > CREATED_TOLERANCE_S:
         raise ctx.fail(
@@ -165,10 +157,5 @@ async def completion_default_max_tokens(ctx: Context) -> None:
     if not isinstance(tokens, int):
         raise ctx.skip("needs usage.completion_tokens to count the answer")
     if tokens > 16:
-        raise ctx.fail(
-            "default max_tokens",
-            expected="at most 16 completion tokens (the spec default)",
-            seen=f"{tokens}",
-            where="usage.completion_tokens",
-            exchange=ex,
-        )
+        expected = "at most 16 completion tokens (the spec default)"
+        raise usage_failure(ctx, ex, usage, "completion_tokens", "default max_tokens", expected)

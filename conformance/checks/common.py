@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +60,7 @@ def by_choice(chunks: list[dict[str, Any]]) -> dict[int, ChoiceStream]:
                 continue
             cs = out.setdefault(choice["index"], ChoiceStream())
             cs.chunk_numbers.append(n)
-            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            delta: dict[str, Any] = choice["delta"] if isinstance(choice.get("delta"), dict) else {}
             if "role" in delta:
                 cs.roles.append((n, delta["role"]))
             text = delta.get("content")
@@ -120,6 +122,111 @@ def usage_of(body: dict[str, Any], ex: Exchange) -> dict[str, int]:
             ],
         )
     return usage
+
+
+def body_head(ex: Exchange, limit: int = 300) -> str:
+    """The first `limit` bytes of the body, as evidence."""
+    return ex.raw[:limit].decode("utf-8", "replace")
+
+
+def status_failure(ctx: Context, ex: Exchange, message: str, expected: str, limit: int = 300) -> CheckFailed:
+    """A wrong HTTP status, with the head of the body that came with it."""
+    return ctx.fail(message, expected=expected, seen=f"HTTP {ex.status}", offending=body_head(ex, limit), exchange=ex)
+
+
+def judge_error_envelope(ctx: Context, ex: Exchange, message: str) -> None:
+    """An error answer's body must be OpenAI's error envelope."""
+    issues = ctx.envelope_issues(ex)
+    if issues:
+        raise ctx.field_issues(message, issues, ex, body_head(ex))
+
+
+def chunk_failure(
+    ctx: Context, ex: Exchange, chunk: Any, where: str, message: str, expected: str, seen: str
+) -> CheckFailed:
+    """A failure found in one stream chunk: the chunk itself is the offending evidence."""
+    return ctx.fail(message, expected=expected, seen=seen, where=where, offending=chunk, exchange=ex)
+
+
+def judge_same(ctx: Context, ex: Exchange, message: str, want: Any, got: Any, where: str) -> None:
+    """Two answers that must agree (a repeat, a stream and its non-stream twin)."""
+    if got != want:
+        raise ctx.fail(message, expected=repr(want)[:300], seen=repr(got)[:300], where=where, exchange=ex)
+
+
+def judge_no_tool_calls(ctx: Context, ex: Exchange, body: dict[str, Any], message: str, limit: int = 300) -> None:
+    calls = message_of(body).get("tool_calls")
+    if calls:
+        raise ctx.fail(
+            message,
+            expected="no tool_calls",
+            seen=repr(calls)[:limit],
+            where="choices[0].message.tool_calls",
+            exchange=ex,
+        )
+
+
+def usage_failure(
+    ctx: Context,
+    ex: Exchange,
+    usage: dict[str, Any],
+    field: str,
+    message: str,
+    expected: str,
+    *,
+    seen: str | None = None,
+    show_usage: bool = False,
+) -> CheckFailed:
+    """A wrong usage count: the failure points at `usage.<field>` and shows the
+    count (or `seen`); with `show_usage` the whole usage object is the offending value."""
+    return ctx.fail(
+        message,
+        expected=expected,
+        seen=str(usage.get(field)) if seen is None else seen,
+        where=f"usage.{field}",
+        offending=usage if show_usage else None,
+        exchange=ex,
+    )
+
+
+def judge_total(ctx: Context, ex: Exchange, usage: dict[str, int]) -> None:
+    """total_tokens is prompt_tokens + completion_tokens."""
+    total = usage["prompt_tokens"] + usage["completion_tokens"]
+    if usage["total_tokens"] != total:
+        raise usage_failure(ctx, ex, usage, "total_tokens", "total is not the sum", f"{total}", show_usage=True)
+
+
+@dataclass(frozen=True, slots=True)
+class JsonShape:
+    """What a JSON text must be: `expected` in words, `fits` as a test, and
+    `misfit`, the failure of a text that parses but does not fit."""
+
+    expected: str
+    fits: Callable[[Any], bool]
+    misfit: str
+
+
+def judge_json_text(
+    ctx: Context,
+    ex: Exchange,
+    text: Any,
+    where: str,
+    unparsed: str,
+    shape: JsonShape,
+    unparsed_evidence: tuple[str, str] | None = None,
+) -> Any:
+    """`text` (a message's content, a tool call's arguments) must parse as JSON
+    of `shape`: the failure is `unparsed` when it does not parse (with
+    `unparsed_evidence` as its expected and seen, if given), `shape.misfit` when
+    it does not fit. Returns the parsed value."""
+    try:
+        parsed = json.loads(text or "")
+    except ValueError:
+        want, seen = unparsed_evidence or (shape.expected, repr(text)[:300])
+        raise ctx.fail(unparsed, expected=want, seen=seen, where=where, exchange=ex) from None
+    if not shape.fits(parsed):
+        raise ctx.fail(shape.misfit, expected=shape.expected, seen=repr(text)[:300], where=where, exchange=ex)
+    return parsed
 
 
 def usage_chunks(chunks: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conformance.check import CheckList
+from conformance.checks.common import body_head, judge_error_envelope
 from conformance.context import Context
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
@@ -64,7 +65,7 @@ async def envelope(ctx: Context) -> None:
                     expected=issue.expected,
                     seen=issue.seen,
                     where=f"{what}: {issue.path}",
-                    offending=ex.raw[:400].decode("utf-8", "replace"),
+                    offending=body_head(ex, 400),
                     request=ex.request_summary(),
                 )
             )
@@ -79,8 +80,4 @@ async def unknown_route(ctx: Context) -> None:
     ex = await ctx.http.get("/conformance/no-such-route")
     if ex.status != 404:
         raise ctx.fail("unknown route", expected="HTTP 404", seen=f"HTTP {ex.status}", exchange=ex)
-    issues = ctx.envelope_issues(ex)
-    if issues:
-        raise ctx.field_issues(
-            "404 body is not the error envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace")
-        )
+    judge_error_envelope(ctx, ex, "404 body is not the error envelope")

@@ -19,7 +19,7 @@ import openai
 
 from conformance.capabilities import SIM_FAULTS
 from conformance.check import CheckList
-from conformance.checks.common import choice_of
+from conformance.checks.common import body_head, choice_of, judge_error_envelope, status_failure
 from conformance.context import DEFAULT_PROMPT, Context
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
@@ -78,13 +78,7 @@ def _stream_error_event(ctx: Context, ex: Exchange) -> dict[str, Any]:
 async def midstream_error(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "error_after=3", stream=True))
     if ex.status != 200:
-        raise ctx.fail(
-            "the stream did not start",
-            expected="HTTP 200 then an in-stream error",
-            seen=f"HTTP {ex.status}",
-            offending=ex.raw[:300].decode("utf-8", "replace"),
-            exchange=ex,
-        )
+        raise status_failure(ctx, ex, "the stream did not start", "HTTP 200 then an in-stream error")
     _stream_error_event(ctx, ex)
 
 
@@ -160,7 +154,7 @@ async def engine_finish_reason(ctx: Context) -> None:
                 "HTTP 200 with an enum finish_reason, or an error envelope",
                 f"HTTP {ex.status}",
                 "",
-                ex.raw[:300].decode("utf-8", "replace"),
+                body_head(ex),
                 ex.request_summary(),
             )
         )
@@ -180,18 +174,8 @@ async def engine_finish_reason(ctx: Context) -> None:
 async def upstream_error_status(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "status=503"))
     if ex.status < 500:
-        raise ctx.fail(
-            "a runtime failure hidden or misreported",
-            expected="HTTP 5xx",
-            seen=f"HTTP {ex.status}",
-            offending=ex.raw[:300].decode("utf-8", "replace"),
-            exchange=ex,
-        )
-    issues = ctx.envelope_issues(ex)
-    if issues:
-        raise ctx.field_issues(
-            "the error is not OpenAI's envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace")
-        )
+        raise status_failure(ctx, ex, "a runtime failure hidden or misreported", "HTTP 5xx")
+    judge_error_envelope(ctx, ex, "the error is not OpenAI's envelope")
 
 
 @CHECKS.should(
@@ -200,18 +184,8 @@ async def upstream_error_status(ctx: Context) -> None:
 async def upstream_overload(ctx: Context) -> None:
     ex = await ctx.http.post("/chat/completions", _fault_body(ctx, "overloaded"))
     if ex.status not in (429, 503):
-        raise ctx.fail(
-            "overload status",
-            expected="HTTP 429 or 503",
-            seen=f"HTTP {ex.status}",
-            offending=ex.raw[:300].decode("utf-8", "replace"),
-            exchange=ex,
-        )
-    issues = ctx.envelope_issues(ex)
-    if issues:
-        raise ctx.field_issues(
-            "the overload error is not OpenAI's envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace")
-        )
+        raise status_failure(ctx, ex, "overload status", "HTTP 429 or 503")
+    judge_error_envelope(ctx, ex, "the overload error is not OpenAI's envelope")
     if not (ex.headers.get("retry-after") or "").strip():
         raise ctx.fail(
             "no Retry-After", expected="a Retry-After header", seen="<absent>", where="header retry-after", exchange=ex

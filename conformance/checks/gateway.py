@@ -13,6 +13,7 @@ import httpx
 import orjson
 
 from conformance.check import CheckList
+from conformance.checks.common import body_head, judge_error_envelope
 from conformance.context import Context
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
@@ -37,11 +38,7 @@ def _retry_after_ok(value: str | None) -> bool:
 
 
 def _judge_envelope(ctx: Context, ex: Exchange, what: str) -> None:
-    issues = ctx.envelope_issues(ex)
-    if issues:
-        raise ctx.field_issues(
-            f"{what}: the body is not the error envelope", issues, ex, ex.raw[:300].decode("utf-8", "replace")
-        )
+    judge_error_envelope(ctx, ex, f"{what}: the body is not the error envelope")
 
 
 @CHECKS.must("gateway.auth_missing_401", "a request without credentials is 401 with the error envelope")
@@ -167,7 +164,7 @@ async def overload(ctx: Context) -> None:
             "a burst produced other failures",
             expected="200, or 503/429 when shedding",
             seen=f"statuses {others}",
-            offending=bad.raw[:300].decode("utf-8", "replace"),
+            offending=body_head(bad),
             exchange=bad,
         )
     if not shed:

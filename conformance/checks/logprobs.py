@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.check import CheckList
-from conformance.checks.common import by_choice, choice_of, usage_of
+from conformance.checks.common import by_choice, choice_of, judge_same, usage_of
 from conformance.context import Context
 from conformance.http import Exchange
 from conformance.schema import chat_completion_issues
@@ -90,14 +90,7 @@ async def stream_matches(ctx: Context) -> None:
     ex = await ctx.chat(logprobs=True, top_logprobs=TOP, max_tokens=LP_MAX_TOKENS, stream=True)
     streams = by_choice(ctx.ok_stream(ex))
     streamed = [e.get("token") for e in streams[0].logprobs] if 0 in streams else []
-    if streamed != plain:
-        raise ctx.fail(
-            "streamed logprob tokens differ",
-            expected=repr(plain)[:300],
-            seen=repr(streamed)[:300],
-            where="choices[0].logprobs.content (concatenated)",
-            exchange=ex,
-        )
+    judge_same(ctx, ex, "streamed logprob tokens differ", plain, streamed, "choices[0].logprobs.content (concatenated)")
 
 
 @CHECKS.must("logprobs.off_by_default", "without logprobs the streamed chunks carry no logprobs content")

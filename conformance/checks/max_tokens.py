@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conformance.check import CheckList
-from conformance.checks.common import choice_of, greedy_chat, usage_of
+from conformance.checks.common import choice_of, greedy_chat, usage_failure, usage_of
 from conformance.context import DROP, Context
 
 CHECKS = CheckList("max_tokens")
@@ -25,13 +25,8 @@ async def max_completion_tokens(ctx: Context) -> None:
     body = ctx.ok_json(ex)
     usage = usage_of(body, ex)
     if usage["completion_tokens"] > 3:
-        raise ctx.fail(
-            "max_completion_tokens ignored",
-            expected="at most 3 completion tokens",
-            seen=str(usage["completion_tokens"]),
-            where="usage.completion_tokens",
-            exchange=ex,
-        )
+        expected = "at most 3 completion tokens"
+        raise usage_failure(ctx, ex, usage, "completion_tokens", "max_completion_tokens ignored", expected)
     if await _baseline_ran_to(ctx, 3) and (
         usage["completion_tokens"] != 3 or choice_of(body).get("finish_reason") != "length"
     ):
@@ -50,13 +45,8 @@ async def precedence(ctx: Context) -> None:
     ex = await ctx.chat(max_tokens=6, max_completion_tokens=3)
     usage = usage_of(ctx.ok_json(ex), ex)
     if usage["completion_tokens"] != 3:
-        raise ctx.fail(
-            "max_completion_tokens did not take precedence",
-            expected="3 completion tokens",
-            seen=str(usage["completion_tokens"]),
-            where="usage.completion_tokens",
-            exchange=ex,
-        )
+        message = "max_completion_tokens did not take precedence"
+        raise usage_failure(ctx, ex, usage, "completion_tokens", message, "3 completion tokens")
 
 
 @CHECKS.must("max_tokens.one", "max_tokens=1 yields exactly one token (finish_reason length unless the model stopped)")

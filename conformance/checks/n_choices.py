@@ -5,7 +5,7 @@ from __future__ import annotations
 import openai
 
 from conformance.check import CheckList
-from conformance.checks.common import greedy_chat, sdk_final_completion, usage_of
+from conformance.checks.common import greedy_chat, sdk_final_completion, usage_failure, usage_of
 from conformance.checks.streaming import judge_roles_and_finishes, judge_usage_chunk
 from conformance.context import Context
 
@@ -71,21 +71,11 @@ async def stream_usage(ctx: Context) -> None:
     judge_roles_and_finishes(ctx, ex, chunks[:-1], N)
     ex1, one = await greedy_chat(ctx)
     if usage["prompt_tokens"] != usage_of(one, ex1)["prompt_tokens"]:
-        raise ctx.fail(
-            "the prompt was not counted once",
-            expected=f"prompt_tokens {one['usage']['prompt_tokens']}",
-            seen=str(usage["prompt_tokens"]),
-            where="usage.prompt_tokens",
-            exchange=ex,
-        )
+        expected = f"prompt_tokens {one['usage']['prompt_tokens']}"
+        raise usage_failure(ctx, ex, usage, "prompt_tokens", "the prompt was not counted once", expected)
     if not N <= usage["completion_tokens"] <= N * N_MAX_TOKENS:
-        raise ctx.fail(
-            "completion tokens do not cover all choices",
-            expected=f"between {N} and {N * N_MAX_TOKENS}",
-            seen=str(usage["completion_tokens"]),
-            where="usage.completion_tokens",
-            exchange=ex,
-        )
+        message, expected = "completion tokens do not cover all choices", f"between {N} and {N * N_MAX_TOKENS}"
+        raise usage_failure(ctx, ex, usage, "completion_tokens", message, expected)
 
 
 @CHECKS.must("n.sdk_stream", "the official client's get_final_completion() rebuilds all n=2 choices")

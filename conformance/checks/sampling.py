@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.check import CheckList
-from conformance.checks.common import choice_of, greedy_chat, message_of, usage_of
+from conformance.checks.common import choice_of, greedy_chat, judge_same, message_of, usage_of
 from conformance.context import Context
 from conformance.result import CheckFailed, Evidence
 
@@ -34,14 +34,7 @@ async def deterministic(ctx: Context) -> None:
     ex_b = await ctx.chat()
     b = ctx.ok_json(ex_b)
     ca, cb = message_of(a).get("content"), message_of(b).get("content")
-    if ca != cb:
-        raise ctx.fail(
-            "greedy answers differ",
-            expected=repr(ca)[:300],
-            seen=repr(cb)[:300],
-            where="choices[0].message.content",
-            exchange=ex_b,
-        )
+    judge_same(ctx, ex_b, "greedy answers differ", ca, cb, "choices[0].message.content")
 
 
 @CHECKS.should("sampling.seed_reproducible", "temperature 1 with a fixed seed reproduces the answer")
@@ -50,14 +43,7 @@ async def seed_reproducible(ctx: Context) -> None:
     for _ in range(2):
         ex = await ctx.chat(temperature=1.0, seed=4242)
         answers.append((ex, message_of(ctx.ok_json(ex)).get("content")))
-    if answers[0][1] != answers[1][1]:
-        raise ctx.fail(
-            "seeded answers differ",
-            expected=repr(answers[0][1])[:300],
-            seen=repr(answers[1][1])[:300],
-            where="choices[0].message.content",
-            exchange=answers[1][0],
-        )
+    judge_same(ctx, answers[1][0], "seeded answers differ", answers[0][1], answers[1][1], "choices[0].message.content")
 
 
 @CHECKS.must(

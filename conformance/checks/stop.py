@@ -7,6 +7,8 @@ stopped answer must then be exactly the text before that place.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from conformance.check import CheckList
 from conformance.checks.common import by_choice, choice_of, message_of, usage_of
 from conformance.context import Context
@@ -87,24 +89,24 @@ async def _judge_stopped(ctx: Context, stop: object, prefix: str) -> None:
         )
 
 
-@CHECKS.must("stop.string", "stop as a string ends the answer before the sequence, finish_reason stop")
-async def stop_string(ctx: Context) -> None:
+async def _judge_within_token_stop(ctx: Context, as_request: Callable[[str], object]) -> None:
+    """Stop on a sequence inside one token of the greedy answer, sent as `as_request(sequence)`."""
     _, text, _, _ = await _baseline(ctx)
     found = _within_token_stop(text)
     if not found:
         raise ctx.skip(f"the greedy answer {text!r} has no usable stop candidate")
     stop, k = found
-    await _judge_stopped(ctx, stop, text[:k])
+    await _judge_stopped(ctx, as_request(stop), text[:k])
+
+
+@CHECKS.must("stop.string", "stop as a string ends the answer before the sequence, finish_reason stop")
+async def stop_string(ctx: Context) -> None:
+    await _judge_within_token_stop(ctx, lambda stop: stop)
 
 
 @CHECKS.must("stop.list", "stop as a list (≤4) ends the answer at the first sequence that matches")
 async def stop_list(ctx: Context) -> None:
-    _, text, _, _ = await _baseline(ctx)
-    found = _within_token_stop(text)
-    if not found:
-        raise ctx.skip(f"the greedy answer {text!r} has no usable stop candidate")
-    stop, k = found
-    await _judge_stopped(ctx, [NEVER, stop, NEVER + "2"], text[:k])
+    await _judge_within_token_stop(ctx, lambda stop: [NEVER, stop, NEVER + "2"])
 
 
 @CHECKS.must(

@@ -10,6 +10,7 @@ import openai
 from conformance.check import CheckList
 from conformance.checks.common import (
     by_choice,
+    chunk_failure,
     greedy_chat,
     greedy_chat_stream,
     greedy_completion,
@@ -90,13 +91,14 @@ async def consistent_ids(ctx: Context) -> None:
     for n, chunk in enumerate(chunks[1:], start=1):
         for key in ("id", "created", "model"):
             if chunk.get(key) != first.get(key):
-                raise ctx.fail(
+                raise chunk_failure(
+                    ctx,
+                    ex,
+                    chunk,
+                    f"chunk {n}.{key}",
                     f"{key} changes within the stream",
-                    expected=repr(first.get(key)),
-                    seen=repr(chunk.get(key)),
-                    where=f"chunk {n}.{key}",
-                    offending=chunk,
-                    exchange=ex,
+                    repr(first.get(key)),
+                    repr(chunk.get(key)),
                 )
 
 
@@ -115,33 +117,30 @@ def judge_roles_and_finishes(ctx: Context, ex: Exchange, chunks: list[dict[str, 
     for index, cs in streams.items():
         for n, role in cs.roles:
             if role != "assistant":
-                raise ctx.fail(
-                    "role value",
-                    expected="'assistant'",
-                    seen=repr(role),
-                    where=f"chunk {n} choice {index} delta.role",
-                    offending=chunks[n],
-                    exchange=ex,
+                raise chunk_failure(
+                    ctx, ex, chunks[n], f"chunk {n} choice {index} delta.role", "role value", "'assistant'", repr(role)
                 )
         if len(cs.roles) > 1:
             n = cs.roles[1][0]
-            raise ctx.fail(
+            raise chunk_failure(
+                ctx,
+                ex,
+                chunks[n],
+                f"chunk {n} choice {index} delta.role",
                 "role repeated (the official client concatenates it: 'assistantassistant')",
-                expected="role only in the first delta of the choice",
-                seen=f"role in chunks {[r[0] for r in cs.roles]}",
-                where=f"chunk {n} choice {index} delta.role",
-                offending=chunks[n],
-                exchange=ex,
+                "role only in the first delta of the choice",
+                f"role in chunks {[r[0] for r in cs.roles]}",
             )
         if cs.roles and cs.roles[0][0] != cs.chunk_numbers[0]:
             n = cs.roles[0][0]
-            raise ctx.fail(
+            raise chunk_failure(
+                ctx,
+                ex,
+                chunks[n],
+                f"chunk {n} choice {index}",
                 "role arrives after content",
-                expected="role in the first delta of the choice",
-                seen=f"first in chunk {n}",
-                where=f"chunk {n} choice {index}",
-                offending=chunks[n],
-                exchange=ex,
+                "role in the first delta of the choice",
+                f"first in chunk {n}",
             )
         if len(cs.finishes) != 1:
             raise ctx.fail(
@@ -153,23 +152,25 @@ def judge_roles_and_finishes(ctx: Context, ex: Exchange, chunks: list[dict[str, 
             )
         n, reason = cs.finishes[0]
         if reason not in ("stop", "length", "tool_calls", "content_filter", "function_call"):
-            raise ctx.fail(
+            raise chunk_failure(
+                ctx,
+                ex,
+                chunks[n],
+                f"chunk {n} choice {index} finish_reason",
                 "finish_reason outside the enum",
-                expected="stop|length|tool_calls|content_filter",
-                seen=repr(reason),
-                where=f"chunk {n} choice {index} finish_reason",
-                offending=chunks[n],
-                exchange=ex,
+                "stop|length|tool_calls|content_filter",
+                repr(reason),
             )
         if cs.chunk_numbers[-1] != n:
             later = cs.chunk_numbers[cs.chunk_numbers.index(n) + 1]
-            raise ctx.fail(
+            raise chunk_failure(
+                ctx,
+                ex,
+                chunks[later],
+                f"chunk {later} choice {index}",
                 "choice chunks after its finish_reason",
-                expected="finish_reason on the last chunk of the choice",
-                seen=f"finish in chunk {n}, another chunk for the choice at {later}",
-                where=f"chunk {later} choice {index}",
-                offending=chunks[later],
-                exchange=ex,
+                "finish_reason on the last chunk of the choice",
+                f"finish in chunk {n}, another chunk for the choice at {later}",
             )
 
 
@@ -282,22 +283,24 @@ async def no_usage_unless_asked(ctx: Context) -> None:
             raise ctx.fail("no chunks to judge", expected="a stream of chunks", seen="none", exchange=ex)
         for n, chunk in enumerate(chunks):
             if chunk.get("usage") is not None:
-                raise ctx.fail(
+                raise chunk_failure(
+                    ctx,
+                    ex,
+                    chunk,
+                    f"chunk {n}.usage",
                     "usage sent without include_usage",
-                    expected="usage absent or null",
-                    seen=repr(chunk.get("usage")),
-                    where=f"chunk {n}.usage",
-                    offending=chunk,
-                    exchange=ex,
+                    "usage absent or null",
+                    repr(chunk.get("usage")),
                 )
             if chunk.get("choices") == []:
-                raise ctx.fail(
+                raise chunk_failure(
+                    ctx,
+                    ex,
+                    chunk,
+                    f"chunk {n}",
                     "an empty-choices chunk breaks chunk.choices[0] loops",
-                    expected="no chunk with choices: []",
-                    seen="choices: []",
-                    where=f"chunk {n}",
-                    offending=chunk,
-                    exchange=ex,
+                    "no chunk with choices: []",
+                    "choices: []",
                 )
 
 
@@ -315,41 +318,45 @@ def judge_usage_chunk(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]]) 
         )
     n, chunk = with_usage[0]
     if n != len(chunks) - 1:
-        raise ctx.fail(
+        raise chunk_failure(
+            ctx,
+            ex,
+            chunk,
+            f"chunk {n}",
             "usage chunk is not last (the official client overwrites usage with later nulls)",
-            expected="the usage chunk just before [DONE]",
-            seen=f"chunk {n} of {len(chunks)}",
-            where=f"chunk {n}",
-            offending=chunk,
-            exchange=ex,
+            "the usage chunk just before [DONE]",
+            f"chunk {n} of {len(chunks)}",
         )
     if "choices" not in chunk or chunk["choices"] != []:
-        raise ctx.fail(
+        raise chunk_failure(
+            ctx,
+            ex,
+            chunk,
+            f"chunk {n}.choices",
             "usage chunk choices",
-            expected="choices: [] (key present, empty)",
-            seen=repr(chunk.get("choices", "<absent>"))[:200],
-            where=f"chunk {n}.choices",
-            offending=chunk,
-            exchange=ex,
+            "choices: [] (key present, empty)",
+            repr(chunk.get("choices", "<absent>"))[:200],
         )
     usage = chunk["usage"]
     if not all(isinstance(usage.get(k), int) for k in ("prompt_tokens", "completion_tokens", "total_tokens")):
-        raise ctx.fail(
+        raise chunk_failure(
+            ctx,
+            ex,
+            chunk,
+            f"chunk {n}.usage",
             "incomplete usage",
-            expected="prompt_tokens, completion_tokens, total_tokens as integers",
-            seen=repr(usage),
-            where=f"chunk {n}.usage",
-            offending=chunk,
-            exchange=ex,
+            "prompt_tokens, completion_tokens, total_tokens as integers",
+            repr(usage),
         )
     if usage["total_tokens"] != usage["prompt_tokens"] + usage["completion_tokens"]:
-        raise ctx.fail(
+        raise chunk_failure(
+            ctx,
+            ex,
+            chunk,
+            f"chunk {n}.usage.total_tokens",
             "total is not the sum",
-            expected=str(usage["prompt_tokens"] + usage["completion_tokens"]),
-            seen=str(usage["total_tokens"]),
-            where=f"chunk {n}.usage.total_tokens",
-            offending=chunk,
-            exchange=ex,
+            str(usage["prompt_tokens"] + usage["completion_tokens"]),
+            str(usage["total_tokens"]),
         )
     return usage
 

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-import json
+import functools
 from typing import Any
 
 import openai
 
 from conformance.check import CheckList
-from conformance.checks.common import by_choice, choice_of, message_of, sdk_final_completion
+from conformance.checks.common import (
+    JsonShape,
+    body_head,
+    by_choice,
+    choice_of,
+    chunk_failure,
+    judge_json_text,
+    judge_no_tool_calls,
+    message_of,
+    sdk_final_completion,
+)
 from conformance.context import Context, refuses_feature
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
@@ -42,6 +52,11 @@ NAMED = {"type": "function", "function": {"name": "get_weather"}}
 # Enough room for a random-weight model under a grammar to finish one call.
 TOOL_MAX_TOKENS = 200
 TOOL_PROMPT = [{"role": "user", "content": "What is the weather in Paris?"}]
+CITY_ARGUMENTS = JsonShape(
+    'an object with key "city"',
+    lambda v: isinstance(v, dict) and "city" in v,
+    "arguments do not follow the tool's parameters",
+)
 
 
 def tool_body(ctx: Context, **overrides: Any) -> dict[str, Any]:
@@ -132,6 +147,12 @@ def judge_tool_calls(
     return calls
 
 
+async def named_calls(ctx: Context) -> tuple[Exchange, list[dict[str, Any]]]:
+    """The judged calls of the (memoized) answer to a tool_choice naming get_weather."""
+    ex, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
+    return ex, judge_tool_calls(ctx, ex, body, names={"get_weather"}, finish=("stop", "tool_calls"))
+
+
 @CHECKS.must("tools.required", "tool_choice=required yields well-formed tool_calls and finish_reason tool_calls")
 async def required(ctx: Context) -> None:
     ex, body = await tool_chat(ctx, "tools.required", tool_choice="required")
@@ -140,8 +161,7 @@ async def required(ctx: Context) -> None:
 
 @CHECKS.must("tools.named", "a named tool_choice yields a call to exactly that function")
 async def named(ctx: Context) -> None:
-    ex, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
-    calls = judge_tool_calls(ctx, ex, body, names={"get_weather"}, finish=("stop", "tool_calls"))
+    ex, calls = await named_calls(ctx)
     if len(calls) != 1:
         raise ctx.fail(
             "a named tool_choice calls one function", expected="exactly 1 call", seen=f"{len(calls)}", exchange=ex
@@ -150,49 +170,18 @@ async def named(ctx: Context) -> None:
 
 @CHECKS.should("tools.arguments_json", "tool-call arguments parse as a JSON object with the schema's required keys")
 async def arguments_json(ctx: Context) -> None:
-    ex, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
-    calls = judge_tool_calls(ctx, ex, body, names={"get_weather"}, finish=("stop", "tool_calls"))
+    ex, calls = await named_calls(ctx)
     args = calls[0]["function"]["arguments"]
-    try:
-        parsed = json.loads(args)
-    except ValueError:
-        raise ctx.fail(
-            "arguments are not JSON",
-            expected="a JSON object string",
-            seen=repr(args)[:300],
-            where="choices[0].message.tool_calls[0].function.arguments",
-            exchange=ex,
-        ) from None
-    if not isinstance(parsed, dict) or "city" not in parsed:
-        raise ctx.fail(
-            "arguments do not follow the tool's parameters",
-            expected='an object with key "city"',
-            seen=repr(args)[:300],
-            where="choices[0].message.tool_calls[0].function.arguments",
-            exchange=ex,
-        )
+    where = "choices[0].message.tool_calls[0].function.arguments"
+    unparsed_evidence = ("a JSON object string", repr(args)[:300])
+    judge_json_text(ctx, ex, args, where, "arguments are not JSON", CITY_ARGUMENTS, unparsed_evidence)
 
 
 @CHECKS.must("tools.none", "tool_choice=none yields no tool_calls")
 async def choice_none(ctx: Context) -> None:
     ex, body = await tool_chat(ctx, tool_choice="none", max_tokens=16)
-    message = message_of(body)
-    if message.get("tool_calls"):
-        raise ctx.fail(
-            "tool calls despite tool_choice=none",
-            expected="no tool_calls",
-            seen=repr(message["tool_calls"])[:300],
-            where="choices[0].message.tool_calls",
-            exchange=ex,
-        )
-    if choice_of(body).get("finish_reason") == "tool_calls":
-        raise ctx.fail(
-            "finish_reason tool_calls despite tool_choice=none",
-            expected="stop or length",
-            seen="tool_calls",
-            where="choices[0].finish_reason",
-            exchange=ex,
-        )
+    judge_no_tool_calls(ctx, ex, body, "tool calls despite tool_choice=none")
+    _judge_no_tool_calls_finish(ctx, ex, body, "despite tool_choice=none")
 
 
 @CHECKS.must("tools.auto_shape", "tool_choice=auto answers 200 and any tool calls it makes are well-formed")
@@ -200,9 +189,14 @@ async def auto(ctx: Context) -> None:
     ex, body = await tool_chat(ctx, tool_choice="auto", max_tokens=32)
     if message_of(body).get("tool_calls"):
         judge_tool_calls(ctx, ex, body, names=TOOL_NAMES, finish=("tool_calls",))
-    elif choice_of(body).get("finish_reason") == "tool_calls":
+    else:
+        _judge_no_tool_calls_finish(ctx, ex, body, "without tool_calls")
+
+
+def _judge_no_tool_calls_finish(ctx: Context, ex: Exchange, body: dict[str, Any], why: str) -> None:
+    if choice_of(body).get("finish_reason") == "tool_calls":
         raise ctx.fail(
-            "finish_reason tool_calls without tool_calls",
+            f"finish_reason tool_calls {why}",
             expected="stop or length",
             seen="tool_calls",
             where="choices[0].finish_reason",
@@ -222,79 +216,44 @@ def judge_tool_stream(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]]) 
     calls: dict[int, dict[str, str]] = {}
     per_chunk: dict[int, list[int]] = {}
     for n, delta in streams[0].tool_deltas:
-        where = f"chunk {n} delta.tool_calls"
+        bad = functools.partial(chunk_failure, ctx, ex, chunks[n], f"chunk {n} delta.tool_calls")
         idx = delta.get("index")
         if not isinstance(idx, int) or isinstance(idx, bool):
-            raise ctx.fail(
-                "tool-call delta without an integer index",
-                expected="index: int",
-                seen=repr(delta)[:200],
-                where=where,
-                offending=chunks[n],
-                exchange=ex,
-            )
+            raise bad("tool-call delta without an integer index", "index: int", repr(delta)[:200])
         if idx in per_chunk.setdefault(n, []):
-            raise ctx.fail(
+            raise bad(
                 "two entries for one tool index in one chunk (the client stores them apart)",
-                expected="at most one entry per index per chunk",
-                seen=repr(delta)[:200],
-                where=where,
-                offending=chunks[n],
-                exchange=ex,
+                "at most one entry per index per chunk",
+                repr(delta)[:200],
             )
         per_chunk[n].append(idx)
         fn = delta.get("function")
         if not isinstance(fn, dict):
-            raise ctx.fail(
+            raise bad(
                 "tool-call delta without a function object (the client's .stream() asserts on it)",
-                expected='"function": {...} in every delta',
-                seen=repr(delta)[:200],
-                where=where,
-                offending=chunks[n],
-                exchange=ex,
+                '"function": {...} in every delta',
+                repr(delta)[:200],
             )
         if idx not in calls:
             if idx != len(calls):
-                raise ctx.fail(
-                    "tool indices not dense from 0",
-                    expected=f"index {len(calls)}",
-                    seen=f"index {idx}",
-                    where=where,
-                    offending=chunks[n],
-                    exchange=ex,
-                )
+                raise bad("tool indices not dense from 0", f"index {len(calls)}", f"index {idx}")
             if not delta.get("id") or delta.get("type") != "function" or not fn.get("name"):
-                raise ctx.fail(
+                raise bad(
                     "the first delta of a tool call must carry id, type and function.name",
-                    expected='{"index", "id", "type": "function", "function": {"name", ...}}',
-                    seen=repr(delta)[:300],
-                    where=where,
-                    offending=chunks[n],
-                    exchange=ex,
+                    '{"index", "id", "type": "function", "function": {"name", ...}}',
+                    repr(delta)[:300],
                 )
             calls[idx] = {"id": delta["id"], "name": fn["name"], "arguments": ""}
-        else:
-            repeated = [k for k in ("id", "type") if k in delta] + (["function.name"] if "name" in fn else [])
-            if repeated:
-                raise ctx.fail(
-                    "id/type/name repeated in a later delta (the client concatenates them)",
-                    expected="only function.arguments after the first delta",
-                    seen=repr(delta)[:300],
-                    where=where,
-                    offending=chunks[n],
-                    exchange=ex,
-                )
+        elif "id" in delta or "type" in delta or "name" in fn:
+            raise bad(
+                "id/type/name repeated in a later delta (the client concatenates them)",
+                "only function.arguments after the first delta",
+                repr(delta)[:300],
+            )
         args = fn.get("arguments")
         if args is not None:
             if not isinstance(args, str):
-                raise ctx.fail(
-                    "streamed arguments must be string fragments",
-                    expected="a string",
-                    seen=repr(args)[:200],
-                    where=where,
-                    offending=chunks[n],
-                    exchange=ex,
-                )
+                raise bad("streamed arguments must be string fragments", "a string", repr(args)[:200])
             calls[idx]["arguments"] += args
     return calls
 
@@ -330,8 +289,7 @@ async def stream_required(ctx: Context) -> None:
     "tools.stream_matches_nonstream", "streamed named-tool arguments concatenate to the non-stream arguments"
 )
 async def stream_matches(ctx: Context) -> None:
-    ex_n, body = await tool_chat(ctx, "tools.named", tool_choice=NAMED)
-    plain = judge_tool_calls(ctx, ex_n, body, names={"get_weather"}, finish=("stop", "tool_calls"))
+    _, plain = await named_calls(ctx)
     ex = await ctx.http.post("/chat/completions", tool_body(ctx, tool_choice=NAMED, stream=True))
     calls = judge_tool_stream(ctx, ex, ctx.ok_stream(ex, capability="tools"))
     if len(calls) != len(plain) or any(calls[i]["arguments"] != plain[i]["function"]["arguments"] for i in calls):
@@ -441,7 +399,7 @@ async def round_trip(ctx: Context) -> None:
                 [
                     Evidence(
                         expected="HTTP 200",
-                        seen=f"HTTP {ex.status}: {ex.raw[:300].decode('utf-8', 'replace')}",
+                        seen=f"HTTP {ex.status}: {body_head(ex)}",
                         request=ex.request_summary(),
                     )
                 ],

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from conformance.check import CheckList
-from conformance.checks.common import choice_of, greedy_chat, greedy_completion, usage_of
+from conformance.checks.common import (
+    choice_of,
+    greedy_chat,
+    greedy_completion,
+    judge_total,
+    usage_failure,
+    usage_of,
+)
 from conformance.context import Context
 from conformance.schema import usage_issues
 
@@ -17,38 +24,15 @@ async def chat_totals(ctx: Context) -> None:
     issues = usage_issues(usage)
     if issues:
         raise ctx.field_issues("usage does not match CompletionUsage", issues, ex, usage)
-    if usage["total_tokens"] != usage["prompt_tokens"] + usage["completion_tokens"]:
-        raise ctx.fail(
-            "total is not the sum",
-            expected=f"{usage['prompt_tokens'] + usage['completion_tokens']}",
-            seen=f"{usage['total_tokens']}",
-            where="usage.total_tokens",
-            offending=usage,
-            exchange=ex,
-        )
+    judge_total(ctx, ex, usage)
     if usage["prompt_tokens"] <= 0:
-        raise ctx.fail(
-            "no prompt tokens counted",
-            expected="prompt_tokens > 0",
-            seen=str(usage["prompt_tokens"]),
-            where="usage.prompt_tokens",
-            exchange=ex,
-        )
+        raise usage_failure(ctx, ex, usage, "prompt_tokens", "no prompt tokens counted", "prompt_tokens > 0")
 
 
 @CHECKS.must("usage.completions.totals", "legacy completion usage has integer counts and total = prompt + completion")
 async def completion_totals(ctx: Context) -> None:
     ex, body = await greedy_completion(ctx)
-    usage = usage_of(body, ex)
-    if usage["total_tokens"] != usage["prompt_tokens"] + usage["completion_tokens"]:
-        raise ctx.fail(
-            "total is not the sum",
-            expected=f"{usage['prompt_tokens'] + usage['completion_tokens']}",
-            seen=f"{usage['total_tokens']}",
-            where="usage.total_tokens",
-            offending=usage,
-            exchange=ex,
-        )
+    judge_total(ctx, ex, usage_of(body, ex))
 
 
 @CHECKS.must("usage.matches_max_tokens", "completion_tokens == max_tokens when finish_reason is length, ≤ otherwise")
@@ -60,23 +44,15 @@ async def matches_max_tokens(ctx: Context) -> None:
         finish = choice_of(body).get("finish_reason")
         tokens = usage["completion_tokens"]
         if finish == "length" and tokens != max_tokens:
-            raise ctx.fail(
+            message, expected = (
                 "a length finish must have used exactly max_tokens",
-                expected=f"completion_tokens == {max_tokens}",
-                seen=f"{tokens}",
-                where="usage.completion_tokens",
-                offending=usage,
-                exchange=ex,
+                f"completion_tokens == {max_tokens}",
             )
-        if tokens > max_tokens:
-            raise ctx.fail(
-                "more tokens than max_tokens",
-                expected=f"completion_tokens <= {max_tokens}",
-                seen=f"{tokens}",
-                where="usage.completion_tokens",
-                offending=usage,
-                exchange=ex,
-            )
+        elif tokens > max_tokens:
+            message, expected = "more tokens than max_tokens", f"completion_tokens <= {max_tokens}"
+        else:
+            continue
+        raise usage_failure(ctx, ex, usage, "completion_tokens", message, expected, show_usage=True)
 
 
 @CHECKS.should(
@@ -89,21 +65,11 @@ async def prompt_tokens_consistent(ctx: Context) -> None:
     ex_c = await ctx.chat(max_tokens=2, messages=[{"role": "user", "content": long_prompt}])
     a, b, c = (usage_of(body_a, ex_a), usage_of(ctx.ok_json(ex_b), ex_b), usage_of(ctx.ok_json(ex_c), ex_c))
     if a["prompt_tokens"] != b["prompt_tokens"]:
-        raise ctx.fail(
-            "the same prompt was counted differently",
-            expected=f"prompt_tokens {a['prompt_tokens']}",
-            seen=f"{b['prompt_tokens']}",
-            where="usage.prompt_tokens",
-            exchange=ex_b,
-        )
+        message = "the same prompt was counted differently"
+        raise usage_failure(ctx, ex_b, b, "prompt_tokens", message, f"prompt_tokens {a['prompt_tokens']}")
     if c["prompt_tokens"] <= a["prompt_tokens"]:
-        raise ctx.fail(
-            "a four-times longer prompt did not count more tokens",
-            expected=f"> {a['prompt_tokens']}",
-            seen=f"{c['prompt_tokens']}",
-            where="usage.prompt_tokens",
-            exchange=ex_c,
-        )
+        message = "a four-times longer prompt did not count more tokens"
+        raise usage_failure(ctx, ex_c, c, "prompt_tokens", message, f"> {a['prompt_tokens']}")
 
 
 @CHECKS.should(
@@ -121,26 +87,16 @@ async def cached_tokens(ctx: Context) -> None:
         details.append((ex, usage, cached))
     if all(cached is None for _, _, cached in details):
         raise ctx.skip("the server does not report prompt_tokens_details.cached_tokens")
+    field = "prompt_tokens_details.cached_tokens"
     for ex, usage, cached in details:
         if not isinstance(cached, int) or not 0 <= cached <= usage["prompt_tokens"]:
-            raise ctx.fail(
-                "cached_tokens out of range",
-                expected=f"an integer in [0, {usage['prompt_tokens']}]",
-                seen=repr(cached),
-                where="usage.prompt_tokens_details.cached_tokens",
-                offending=usage,
-                exchange=ex,
-            )
+            expected = f"an integer in [0, {usage['prompt_tokens']}]"
+            message = "cached_tokens out of range"
+            raise usage_failure(ctx, ex, usage, field, message, expected, seen=repr(cached), show_usage=True)
     ex, usage, cached = details[1]
     if cached == 0:
-        raise ctx.fail(
-            "an identical second request reported no cached tokens",
-            expected="cached_tokens > 0",
-            seen="0",
-            where="usage.prompt_tokens_details.cached_tokens",
-            offending=usage,
-            exchange=ex,
-        )
+        message = "an identical second request reported no cached tokens"
+        raise usage_failure(ctx, ex, usage, field, message, "cached_tokens > 0", seen="0", show_usage=True)
 
 
 @CHECKS.should("usage.n_aggregated", "with n>1 usage counts the prompt once and sums completion tokens")
@@ -154,22 +110,13 @@ async def n_aggregated(ctx: Context) -> None:
         raise ctx.skip(f"n=2 returned {len(body.get('choices') or [])} choice(s) (n.nonstream judges that)")
     two = usage_of(body, ex2)
     if two["prompt_tokens"] != one["prompt_tokens"]:
-        raise ctx.fail(
-            "the prompt was not counted once",
-            expected=f"prompt_tokens {one['prompt_tokens']} as with n=1",
-            seen=f"{two['prompt_tokens']}",
-            where="usage.prompt_tokens",
-            offending=two,
-            exchange=ex2,
+        expected = f"prompt_tokens {one['prompt_tokens']} as with n=1"
+        raise usage_failure(
+            ctx, ex2, two, "prompt_tokens", "the prompt was not counted once", expected, show_usage=True
         )
     lengths = sum(1 for c in body.get("choices") or [] if c.get("finish_reason") == "length")
     low, high = lengths * max_tokens, 2 * max_tokens
     if not low <= two["completion_tokens"] <= high:
-        raise ctx.fail(
-            "completion tokens are not summed over choices",
-            expected=f"between {low} and {high} ({lengths} choice(s) hit max_tokens={max_tokens})",
-            seen=f"{two['completion_tokens']}",
-            where="usage.completion_tokens",
-            offending=two,
-            exchange=ex2,
-        )
+        expected = f"between {low} and {high} ({lengths} choice(s) hit max_tokens={max_tokens})"
+        message = "completion tokens are not summed over choices"
+        raise usage_failure(ctx, ex2, two, "completion_tokens", message, expected, show_usage=True)

@@ -4,6 +4,7 @@ a sweep finds its highest rate; `bench compare` reads two reports."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -24,15 +25,19 @@ def main(argv: list[str]) -> int:
     return int(args.func(args) or 0)
 
 
+def quiet_options(upstream: str, out_dir: Path, **overrides: Any) -> BenchOptions:
+    """A run against the simulator `upstream` under model "m", without a progress line."""
+    return BenchOptions(base_url=upstream, model="m", out_dir=out_dir, progress=False, **overrides)
+
+
 def png_ok(path: Path) -> bool:
     return path.is_file() and path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_run_writes_complete_report_with_plots(upstream: str, tmp_path: Path) -> None:
-    o = BenchOptions(
-        base_url=upstream,
-        model="m",
-        out_dir=tmp_path / "run",
+    o = quiet_options(
+        upstream,
+        tmp_path / "run",
         rate=100.0,
         num_requests=40,
         input_tokens=16,
@@ -42,7 +47,6 @@ def test_run_writes_complete_report_with_plots(upstream: str, tmp_path: Path) ->
         cancel_delay_s=0.002,
         extra_body={"sim": {"itl_ms": 2}},
         slo=Slo(ttft_ms=1000, tpot_ms=1000),
-        progress=False,
     )
     summary = run_once(o, o.rate, o.out_dir)
     doc = orjson.loads((o.out_dir / "result.json").read_bytes())
@@ -64,15 +68,13 @@ def test_run_writes_complete_report_with_plots(upstream: str, tmp_path: Path) ->
 
 
 def test_failures_show_up_by_kind(upstream: str, tmp_path: Path) -> None:
-    o = BenchOptions(
-        base_url=upstream,
-        model="m",
-        out_dir=tmp_path / "fail",
+    o = quiet_options(
+        upstream,
+        tmp_path / "fail",
         concurrency=4,
         num_requests=8,
         output_tokens=6,
         extra_body={"sim": {"fail_after": 2}},
-        progress=False,
         plots=False,
     )
     summary = run_once(o, None, o.out_dir)
@@ -82,23 +84,17 @@ def test_failures_show_up_by_kind(upstream: str, tmp_path: Path) -> None:
 
 def test_sweep_finds_highest_rate_meeting_the_slo(upstream: str, tmp_path: Path) -> None:
     # A 30 ms TTFT on every request: SLO 20 ms is missed at every rate, 200 ms met at both.
-    common = dict(
-        base_url=upstream,
-        model="m",
-        rates=[20.0, 40.0],
-        num_requests=12,
-        output_tokens=4,
-        extra_body={"sim": {"ttft_ms": 30}},
-        progress=False,
+    common: dict[str, Any] = dict(
+        rates=[20.0, 40.0], num_requests=12, output_tokens=4, extra_body={"sim": {"ttft_ms": 30}}
     )
-    doc = run_sweep(BenchOptions(out_dir=tmp_path / "ok", slo=Slo(ttft_ms=200), **common))
+    doc = run_sweep(quiet_options(upstream, tmp_path / "ok", slo=Slo(ttft_ms=200), **common))
     assert doc["best_rate"] == 40.0 and [p["meets_slo"] for p in doc["points"]] == [True, True]
     assert png_ok(tmp_path / "ok" / "throughput_goodput_vs_rate.png")
     assert (tmp_path / "ok" / "rate-20" / "result.json").is_file()
-    missed = run_sweep(BenchOptions(out_dir=tmp_path / "miss", slo=Slo(ttft_ms=20), plots=False, **common))
+    missed = run_sweep(quiet_options(upstream, tmp_path / "miss", slo=Slo(ttft_ms=20), plots=False, **common))
     assert missed["best_rate"] is None and len(missed["points"]) == 1  # stops at the first miss
     with pytest.raises(ValueError, match="SLO"):
-        run_sweep(BenchOptions(out_dir=tmp_path / "x", **common))
+        run_sweep(quiet_options(upstream, tmp_path / "x", **common))
 
 
 def test_cli_run_and_compare(upstream: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -61,22 +61,14 @@ def tgi_sim(logs: Path) -> Iterator[ManagedProcess]:
     p.stop()
 
 
+def conformance_run(server: ManagedProcess, model: str, report: Path, *options: str) -> int:
+    """`switchyard conformance run` against `server`, quietly; its exit code."""
+    argv = ["conformance", "run", "--base-url", server.url, "--model", model, *options]
+    return main([*argv, "--report", str(report), "--quiet"])
+
+
 def test_core_profile_through_the_gateway_passes_every_must(native_gateway: ManagedProcess, tmp_path: Path) -> None:
-    code = main(
-        [
-            "conformance",
-            "run",
-            "--base-url",
-            native_gateway.url,
-            "--model",
-            "tiny",
-            "--profile",
-            "core",
-            "--report",
-            str(tmp_path),
-            "--quiet",
-        ]
-    )
+    code = conformance_run(native_gateway, "tiny", tmp_path, "--profile", "core")
     data = json.loads((tmp_path / "report.json").read_text())
     failing = [
         (r["id"], r["message"]) for r in data["results"] if r["level"] == "MUST" and r["status"] in ("fail", "error")
@@ -119,20 +111,6 @@ async def test_tgi_wire_deviations_are_caught(tgi_sim: ManagedProcess) -> None:
 
 
 def test_cli_run_exits_nonzero_on_a_must_failure(vllm_sim: ManagedProcess, tmp_path: Path) -> None:
-    code = main(
-        [
-            "conformance",
-            "run",
-            "--base-url",
-            vllm_sim.url,
-            "--model",
-            "sim-model",
-            "--only",
-            "errors.envelope",
-            "--report",
-            str(tmp_path),
-            "--quiet",
-        ]
-    )
+    code = conformance_run(vllm_sim, "sim-model", tmp_path, "--only", "errors.envelope")
     assert code == 1
     assert json.loads((tmp_path / "report.json").read_text())["results"][0]["status"] == "fail"

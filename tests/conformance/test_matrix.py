@@ -85,6 +85,11 @@ def test_matrix_rows_and_reports(tmp_path: Path) -> None:
     assert json.loads(paths["json"].read_text())["matrix"][0]["cells"]["v (direct vllm)"] == "fail"
     assert "| `a.x` | MUST | ✅ pass | ❌ FAIL |" in paths["md"].read_text()
     assert (tmp_path / "gateway_llama" / "report.html").exists()  # each target's own full report
+    # one stylesheet for the whole tree: the target pages link the matrix's
+    assert paths["css"] == tmp_path / "report.css" and paths["css"].is_file()
+    assert 'href="../report.css"' in (tmp_path / "gateway_llama" / "report.html").read_text()
+    assert not (tmp_path / "gateway_llama" / "report.css").exists()
+    assert 'href="report.css"' in paths["html"].read_text()
 
 
 def test_direct_deviations_are_sorted_never_hidden() -> None:

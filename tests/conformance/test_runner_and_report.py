@@ -3,55 +3,19 @@ formats."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from pathlib import Path
 
-from conformance.check import Check
 from conformance.context import Context
 from conformance.report import render_html, render_markdown, write_reports
-from conformance.result import CheckFailed, Evidence, Level, Skipped, Status
+from conformance.result import Level, Status
 from conformance.runner import RunReport, run_check, run_checks
 from conformance.target import Target, normalize_base_url
+from tests.conformance.fake_checks import breaks, check, fails, hangs, passes, skips
 
 # Nothing listens here: these checks never make a request.
 TARGET = Target(base_url="http://127.0.0.1:9", model="m", api_key="sk-secret")
-
-
-async def passes(ctx: Context) -> None:
-    return None
-
-
-async def fails(ctx: Context) -> None:
-    raise CheckFailed(
-        "bad <chunk>",
-        [
-            Evidence(
-                expected="role once",
-                seen="role twice",
-                where="chunk 3",
-                offending={"delta": {"role": "assistant"}},
-                request={"method": "POST", "path": "/chat/completions", "body": {}},
-            )
-        ],
-    )
-
-
-async def skips(ctx: Context) -> None:
-    raise Skipped("needs --api-key")
-
-
-async def breaks(ctx: Context) -> None:
-    raise KeyError("boom")
-
-
-async def hangs(ctx: Context) -> None:
-    await asyncio.sleep(30)
-
-
-def check(fn, level: Level = Level.MUST) -> Check:
-    return Check(f"t.{fn.__name__}", "test", level, "core", f"a check that {fn.__name__}", fn)
 
 
 async def test_statuses() -> None:
@@ -59,7 +23,7 @@ async def test_statuses() -> None:
     try:
         assert (await run_check(check(passes), ctx)).status is Status.PASS
         failed = await run_check(check(fails), ctx)
-        assert failed.status is Status.FAIL and failed.evidence[0]["where"] == "chunk 3"
+        assert failed.status is Status.FAIL and failed.evidence[0]["where"] == "chunk 3 choices[0].delta.role"
         skipped = await run_check(check(skips), ctx)
         assert skipped.status is Status.SKIP and "needs --api-key" in skipped.message
         errored = await run_check(check(breaks), ctx)
@@ -91,10 +55,11 @@ async def test_reports(tmp_path: Path) -> None:
     assert "**FAIL**" in md and "role twice" in md and "`t.fails`" in md and "skipped: needs --api-key" in md
 
     page = render_html(report)
-    assert "bad &lt;chunk&gt;" in page  # escaped, not markup
+    assert "role twice in &lt;chunk 3&gt;" in page  # escaped, not markup
     assert "<script" not in page
     assert not re.search(r'(src|href)="?https?://', page)  # self-contained: no external assets
-    assert page.startswith("<!DOCTYPE html>") and "<style>" in page
+    assert page.startswith("<!DOCTYPE html>") and '<link rel="stylesheet" href="report.css">' in page
+    assert paths["css"] == tmp_path / "report.css" and ".attention{" in paths["css"].read_text()
 
 
 def test_base_url_normalization() -> None:

@@ -234,12 +234,15 @@ async def test_a_killed_replica_leases_expire_within_the_ttl(fleet, gw):
             if r.status_code == 200:
                 break
             assert r.status_code == 429
-            assert time.monotonic() - killed_at < LEASE_TTL_S + 1.0, "leases outlived their TTL"
+            # Redis expires the lease by its own clock at most LEASE_TTL_S after the last
+            # heartbeat; the margin is for this loop's requests on a loaded machine. A lease
+            # that never expired would keep this at 429 until the bound.
+            assert time.monotonic() - killed_at < LEASE_TTL_S + 5.0, "leases outlived their TTL"
             await asyncio.sleep(0.05)
         for resp, _ in streams:
             await resp.aclose()
     # the dead replica's other lease (same heartbeat schedule) and the survivor's finished request
-    await wait_until(lambda: redis_leases(fleet.redis, "kill") == 0, timeout=1.0)
+    await wait_until(lambda: redis_leases(fleet.redis, "kill") == 0, timeout=5.0)
 
 
 async def test_redis_stopped_mid_run_fail_open_keeps_serving_and_fail_closed_answers_503(fleet, tmp_path):
@@ -263,8 +266,9 @@ async def test_redis_stopped_mid_run_fail_open_keeps_serving_and_fail_closed_ans
         assert r_closed.status_code == 503
         assert r_closed.json()["error"]["code"] == "quota_store_unavailable"
         assert "retry-after" in r_closed.headers
-        assert scrape(open_gw)['switchyard_quota_store_unavailable_total{policy="fail_open"}'] >= 1
-        assert scrape(closed_gw)['switchyard_quota_store_unavailable_total{policy="fail_closed"}'] >= 1
+        # Each gateway is this test's own, and each answered one request after the stop.
+        assert scrape(open_gw)['switchyard_quota_store_unavailable_total{policy="fail_open"}'] == 1
+        assert scrape(closed_gw)['switchyard_quota_store_unavailable_total{policy="fail_closed"}'] == 1
     finally:
         for p in (open_gw, closed_gw, redis):
             if p is not None:
@@ -277,39 +281,47 @@ async def test_redis_stopped_mid_run_fail_open_keeps_serving_and_fail_closed_ans
 async def test_a_flooding_tenant_does_not_starve_a_modest_one(fleet, gw):
     """Model "q" takes one request at a time, 300 ms each. The greedy tenant keeps
     30 requests queued; the modest one still gets each request served after at
-    most about one greedy turn, where a FIFO would make it wait for all 30 (9 s)."""
+    most about one greedy turn, where a FIFO would make it wait for all 30.
+
+    Counted in greedy answers served while the modest request waited, not in
+    seconds: a loaded machine stretches every answer alike, the count stays."""
     answer_s = 0.3
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as c:
         stop = asyncio.Event()
+        greedy_served = 0
 
         async def greedy_client() -> None:
+            nonlocal greedy_served
             while not stop.is_set():
-                await c.post(
+                r = await c.post(
                     gw.url + "/v1/chat/completions",
                     json=body(model="q", ttft_ms=answer_s * 1000),
                     headers=auth("greedy"),
                 )
+                greedy_served += r.status_code == 200
 
         flood = [asyncio.create_task(greedy_client()) for _ in range(30)]
         try:
             await wait_until(lambda: scrape(gw).get('switchyard_admission_queue_depth{model="q"}', 0) >= 25, timeout=10)
-            latencies = []
+            overtaken = []
             for _ in range(4):
-                t0 = time.monotonic()
+                before = greedy_served
                 r = await c.post(
                     gw.url + "/v1/chat/completions",
                     json=body(model="q", ttft_ms=answer_s * 1000),
                     headers=auth("modest"),
                 )
-                latencies.append(time.monotonic() - t0)
+                overtaken.append(greedy_served - before)
                 assert r.status_code == 200
         finally:
             stop.set()
             for t in flood:  # the greedy clients hang up; their queued requests are dropped
                 t.cancel()
             await asyncio.gather(*flood, return_exceptions=True)
-    # one request in flight + one greedy turn + its own answer, with room for a loaded machine
-    assert max(latencies) < 3 * answer_s + 1.5, latencies
+    # The greedy request in flight when it arrived, at most one greedy turn before its
+    # own, and one answer that had reached the gateway's client but not yet this counter.
+    # FIFO would be about 25 (the greedy queue depth waited for above).
+    assert max(overtaken) <= 3, overtaken
     await wait_until(lambda: idle(gw), timeout=10)
     # nothing left in flight to leak into the next test's upstream counters
     await wait_until(lambda: upstream_stats(fleet.slow_lane)["inflight"] == 0)
@@ -382,13 +394,15 @@ async def test_cancel_mid_stream_aborts_upstream_and_frees_everything(fleet, gw)
 
 
 async def test_cancel_non_streaming_aborts_upstream_and_frees_everything(fleet, gw):
-    # A non-streamed upstream answer comes in one piece with its headers, so the
-    # gateway may label the wait either way; what matters is that it is counted once.
-    phases = ("non_streaming", "upstream_headers")
-    before = sum(cancelled(gw, p) for p in phases)
+    # A client leaving a non-streamed request is counted in `non_streaming`, whether
+    # or not the upstream had started answering (gateway/generation.py), and in no other.
+    phases = ("non_streaming", "upstream_headers", "mid_stream")
+    before = {p: cancelled(gw, p) for p in phases}
     await open_and_leave(gw.url, body(max_tokens=50, model="q", chunks=50, itl_ms=40), after_s=0.5)
     await wait_until(lambda: upstream_stats(fleet.slow_lane)["aborted"] == 1)
-    await wait_until(lambda: sum(cancelled(gw, p) for p in phases) == before + 1)
+    await wait_until(
+        lambda: {p: cancelled(gw, p) for p in phases} == {**before, "non_streaming": before["non_streaming"] + 1}
+    )
     await wait_until(lambda: idle(gw))
     assert redis_leases(fleet.redis, "cancel") == 0
 

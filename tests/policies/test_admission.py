@@ -102,8 +102,14 @@ async def test_waiting_past_the_deadline_is_503_and_leaves_no_trace():
 async def test_request_deadline_shorter_than_queue_wait_wins():
     q = queue(1, max_wait_s=10)
     held = await q.enter("m", "a", 1)
-    with pytest.raises(GatewayError):
+    t0 = time.monotonic()
+    with pytest.raises(GatewayError) as exc:
         await q.enter("m", "a", 1, deadline=time.monotonic() + 0.05)
+    # The client's deadline, not the queue's limit: 504 (no Retry-After), long before
+    # the 10 s wait a deadline ignored would take (the bound is loose for a loaded machine).
+    assert exc.value.status == 504 and exc.value.code == "deadline_exceeded" and exc.value.retry_after is None
+    assert 0.05 <= time.monotonic() - t0 < 5
+    assert q.waiting("m") == 0
     q.release(held)
 
 

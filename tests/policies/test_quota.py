@@ -145,11 +145,13 @@ async def test_concurrency_lease_is_freed_by_release(make_store):
 async def test_unreleased_lease_expires_after_ttl_unless_refreshed(make_store):
     store = make_store()
     scopes = (ScopeLimits("t", max_concurrent=2),)
-    kept = await store.reserve("acme", scopes, 0, lid(), 300)
-    await store.reserve("acme", scopes, 0, lid(), 300)  # its holder "crashes"
-    for _ in range(3):
-        await asyncio.sleep(0.15)
-        await store.heartbeat([kept], 300)
+    # A 1 s TTL refreshed every 0.25 s: a stall of up to 0.75 s on a loaded machine
+    # still finds the kept lease alive (0.3 s refreshed every 0.15 s left 0.15 s).
+    kept = await store.reserve("acme", scopes, 0, lid(), 1000)
+    await store.reserve("acme", scopes, 0, lid(), 1000)  # its holder "crashes"
+    for _ in range(5):
+        await asyncio.sleep(0.25)
+        await store.heartbeat([kept], 1000)
     assert await store.concurrent("acme", "t") == 1
 
 

@@ -124,6 +124,7 @@ def test_prometheus_metrics_and_info_endpoints(sim, make_sim) -> None:
 
 def test_disconnect_is_noticed_by_a_one_second_poll(sim) -> None:
     sim.reset()
+    sent = time.time()  # before the request: the first poll is a second after it began
     with httpx.Client(base_url=sim.url, timeout=10) as c:
         with c.stream(
             "POST",
@@ -134,11 +135,15 @@ def test_disconnect_is_noticed_by_a_one_second_poll(sim) -> None:
                 if '"content"' in line:
                     break
     closed = time.monotonic()
-    assert sim.stats()["aborted"] == 0
-    while sim.stats()["aborted"] == 0 and time.monotonic() - closed < 3:
+    while sim.stats()["aborted"] == 0 and time.monotonic() - closed < 5:
         time.sleep(0.05)
-    assert sim.stats()["aborts"][0]["how"] == "disconnect"
-    assert time.monotonic() - closed <= 1.5
+    abort = sim.stats()["aborts"][0]
+    assert abort["how"] == "disconnect"
+    # By the simulator's own record (its clock, not this test's polling): not before
+    # the first poll, a second after the request began (an abort on the spot would be
+    # tens of milliseconds after sending), and at the first poll after the disconnect
+    # or, on a loaded machine, the one after.
+    assert 1.0 <= abort["at"] - sent < 3.0, abort["at"] - sent
 
 
 @pytest.mark.parametrize("bad", [{"messages": ["x"]}, {"max_tokens": "abc"}, {"n": 0}])
