@@ -18,8 +18,9 @@ which must lose no request that had not started streaming (round robin at the
 heavy rate, so that the dead backend is tried before the health probe notices).
 
 Blended *precise* needs KV-cache events from the runtimes; the simulators
-publish none (and in-process native backends of one model share one engine), so
-it is reported as not measured. Judged over HTTP only (bench/ layering).
+publish none, and three in-process native engines cannot load side by side in
+one gateway yet (their metrics collide), so it is reported as not measured.
+Judged over HTTP only (bench/ layering).
 """
 
 from __future__ import annotations

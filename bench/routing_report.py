@@ -98,9 +98,11 @@ def markdown(result: dict[str, Any], plot: str) -> str:
         "One run on a shared 2-core machine (other work loaded it): differences of a few tens of ms in TTFT p99 "
         "are within run-to-run noise here; the hit rates and load ratios are the steadier signal.",
         "",
-        "**blended precise: not measured.** It needs the runtimes' KV-cache events; the simulators publish none, "
-        "and native backends in one gateway process share one engine (one cache), so there is nothing for a "
-        "per-backend KV-event index to tell apart here.",
+        "**blended precise: not measured.** It needs KV-cache events from each backend: the simulators publish "
+        "none, and the native engine publishes them only in process. Native backends of one model path in one "
+        "gateway share one engine (one cache) unless their `served_model` differs, and then the second engine "
+        "fails to load (its Prometheus metrics collide in the gateway's registry: `Duplicated timeseries ... "
+        "switchyard_engine_running_sequences`), so three precise-indexed engines cannot run side by side yet.",
         "",
         f"![TTFT p99 and goodput per policy]({plot})",
         "",
