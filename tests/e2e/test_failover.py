@@ -8,6 +8,7 @@ model's backends are all gone. vLLM simulators fail on command
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -124,9 +125,12 @@ def test_a_backend_that_dies_after_readiness_is_never_seen_by_a_client(failover_
     assert backend_entry(failover_gateway, "dies", "doomed")["healthy"] is True
     assert ask(client, "dies")  # both backends answer while alive
     sims["doomed"].kill()
-    # The health probe (every 5 s) has not seen the death yet: the failover loop
-    # is what keeps the clients from it. Round robin sends every second request there.
-    answers = [ask(client, "dies", stream=i % 2 == 0) for i in range(10)]
+    # The health probe (every 5 s) has not seen the death yet: the failover loop is
+    # what keeps the clients from it. Round robin sends every second request there; a
+    # burst at once makes it reach the dead backend within milliseconds of the kill.
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda i: ask(client, "dies", stream=i % 2 == 0), range(6)))
+    answers += [ask(client, "dies", stream=i % 2 == 0) for i in range(4)]
     assert all(answers)
     assert metric(failover_gateway, "switchyard_backend_failures_total", backend="doomed") >= 1
 
