@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from adapters.base import Finish, GenerationRequest, SamplingParams, TextDelta, Usage
+from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, Usage
 from adapters.errors import GatewayError
 from gateway.dispatch import Dispatcher
 from gateway.ops import OpsCollector, model_health
@@ -220,3 +220,18 @@ async def test_ejections_are_in_the_metrics_and_readyz_with_their_reason():
     assert entries["b1"]["circuit"] == "open" and entries["b1"]["reason"] == "consecutive_failures"
     assert 0 < entries["b1"]["ejected_for_s"] <= 30
     assert entries["b2"]["circuit"] == "closed" and entries["b1"]["healthy"] is True  # the probe never saw it
+
+
+async def test_a_failure_after_the_first_byte_is_neither_failed_over_nor_counted():
+    broke = GatewayError(502, "cut", code="upstream_error")
+    b1 = ScriptedAdapter("b1", always(TextDelta(0, "par"), broke))
+    b2 = ScriptedAdapter("b2", lambda r: answer("from b2"))
+    model = {"backends": ["b1", "b2"], "routing": "round_robin", "ejection": {"consecutive_failures": 1}}
+    dispatcher = Dispatcher(backend_set({"m": model}, {"b1": b1, "b2": b2}))
+    dispatched = await dispatcher.open("m", [chat()])
+    assert dispatched.backend == "b1"
+    events = [e async for e in dispatched.events]
+    await dispatched.aclose()
+    assert events[0] == TextDelta(0, "par") and isinstance(events[-1], ErrorEvent)  # the stream ends in an error
+    assert len(b2.requests) == 0  # the client had its first byte: no failover
+    assert dispatcher.pool("m").ejection.state("b1") is CircuitState.CLOSED
