@@ -108,7 +108,7 @@ class NativeAdapter(NativeNonGeneration, Adapter):
             engine = LLMEngine(str(model_dir), **self.engine_options)
         except TypeError as exc:
             raise ValueError(f"bad engine_options {sorted(self.engine_options)}: {exc}") from exc
-        return tokenizer, AsyncEngine(engine, registry=self._registry)
+        return tokenizer, AsyncEngine(engine, registry=self._registry, name=self.name)
 
     async def aclose(self) -> None:
         if self.async_engine is not None:

@@ -19,9 +19,9 @@ from engine.sampling_params import SamplingParams
 
 
 class AsyncEngine:
-    def __init__(self, engine: LLMEngine, registry=None) -> None:
+    def __init__(self, engine: LLMEngine, registry=None, name: str = "engine") -> None:
         self.engine = engine
-        self.metrics = EngineMetrics(registry) if registry is not None else None
+        self.metrics = EngineMetrics(registry, name) if registry is not None else None
         self._lock = threading.Lock()
         self._wakeup = threading.Event()
         self._thread: threading.Thread | None = None
