@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from engine.builtin import model_path_problem
 from gateway.config_lifecycle import AdminConfig, DrainConfig, ReloadConfig, sha256_digest
 from gateway.redis_config import RedisDeploymentConfig
+from gateway.response_store_config import ResponseStoreConfig
 from gateway.tracing_config import TracingConfig
 from policies.ejection import EjectionConfig
 from policies.saturation import DEFAULT_DETECTOR
@@ -336,6 +337,7 @@ class GatewayConfig(_Strict):
     listen: ListenConfig = Field(default_factory=ListenConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     quota_store: QuotaStoreConfig = Field(default_factory=QuotaStoreConfig)
+    response_store: ResponseStoreConfig = Field(default_factory=ResponseStoreConfig)  # the Responses API's
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     models: dict[str, ModelConfig] = Field(default_factory=dict)

@@ -9,6 +9,10 @@ with the partial usage and the phase it happened in.
 
 The events come from `Dispatcher.open` under the stream guard, so every choice
 finished, or an error event ended the stream; nothing here checks the stream again.
+
+What the client reads is the answer format's (gateway/answer_format.py): chat
+and legacy completions by default, the Responses API's when its route passes
+one; everything else on this path is the same for every API.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from adapters.base import (
     Usage,
 )
 from adapters.errors import GatewayError
+from gateway.answer_format import AnswerFormat, ChatAnswer
 from gateway.dispatch import Dispatched, Dispatcher
-from gateway.encoder import ResponseBuilder, StreamEncoder
 from gateway.phases import CancelPhase
 from gateway.protection import Ticket
 from gateway.recorder import Outcome, RequestContext, RequestRecorder
@@ -56,6 +60,7 @@ class Generation:
         ctx: RequestContext,
         ticket: Ticket,
         requests: list[GenerationRequest],
+        answer: AnswerFormat | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.recorder = recorder
@@ -67,10 +72,8 @@ class Generation:
         self.model = self.first.model
         self.n = sum(r.sampling.n for r in requests)
         self.created = int(time.time())
-        prefix = "chatcmpl-" if ctx.chat else "cmpl-"
-        # From the gateway's own id (32 hex characters; a batch's prompts add "-i"),
-        # never the client's x-request-id, which another tenant may send too.
-        self.response_id = ctx.response_id = prefix + self.first.request_id.replace("-", "")[:32]
+        self.answer: AnswerFormat = answer or ChatAnswer(self.first, self.created, self.n, ctx.chat)
+        self.response_id = ctx.response_id = self.answer.response_id
         # Where a client leaving would find the request: before the first event.
         self.waiting_phase = CancelPhase.UPSTREAM_HEADERS if self.first.stream else CancelPhase.NON_STREAMING
         self.phase = self.waiting_phase
@@ -256,15 +259,8 @@ class Generation:
     async def _stream(self, events: AsyncIterator[Event], send) -> None:
         self.phase = CancelPhase.MID_STREAM
         self.started = True
-        enc = StreamEncoder(
-            self.response_id,
-            self.created,
-            self.model,
-            self.n,
-            chat=self.ctx.chat,
-            include_usage=self.first.include_usage,
-            logprobs=self.first.sampling.logprobs,
-        )
+        answer = self.answer
+        opening = answer.stream_start()
         await send(
             {
                 "type": "http.response.start",
@@ -272,28 +268,23 @@ class Generation:
                 "headers": self._headers(b"text/event-stream") + [(b"cache-control", b"no-cache")],
             }
         )
-        body = {"type": "http.response.body", "body": b"", "more_body": True}
+        body = {"type": "http.response.body", "body": opening, "more_body": True}
+        if opening:
+            await send(body)
         while True:
             try:
                 event = await self._next(events)
             except StopAsyncIteration:
                 break
             self._saw(event)
-            frames = enc.feed(event)
+            frames = answer.stream_feed(event)
             if frames:
                 body["body"] = frames
                 await send(body)
-        await send({"type": "http.response.body", "body": enc.close(), "more_body": False})
+        await send({"type": "http.response.body", "body": await answer.stream_end(), "more_body": False})
 
     async def _whole(self, events: AsyncIterator[Event], send) -> None:
-        builder = ResponseBuilder(
-            self.response_id,
-            self.created,
-            self.model,
-            self.n,
-            chat=self.ctx.chat,
-            logprobs=self.first.sampling.logprobs,
-        )
+        answer = self.answer
         try:
             while True:
                 try:
@@ -301,12 +292,12 @@ class Generation:
                 except StopAsyncIteration:
                     break
                 self._saw(event)
-                builder.feed(event)
+                answer.whole_feed(event)
+            usage = self.usage or self._estimated_usage() or Usage(0, 0)
+            payload = orjson.dumps(await answer.whole_body(usage))
         except GatewayError as err:
             await self._send_error(send, err)
             return
-        usage = self.usage or self._estimated_usage() or Usage(0, 0)
-        payload = orjson.dumps(builder.build(usage))
         self.started = True
         await send(
             {
