@@ -260,6 +260,8 @@ class Generation:
         self.phase = CancelPhase.MID_STREAM
         self.started = True
         answer = self.answer
+        # The answer's opening frames go out with the first event's (already read by the
+        # dispatcher, so nothing waits for it): one write fewer per stream.
         opening = answer.stream_start()
         await send(
             {
@@ -268,9 +270,7 @@ class Generation:
                 "headers": self._headers(b"text/event-stream") + [(b"cache-control", b"no-cache")],
             }
         )
-        body = {"type": "http.response.body", "body": opening, "more_body": True}
-        if opening:
-            await send(body)
+        body = {"type": "http.response.body", "body": b"", "more_body": True}
         while True:
             try:
                 event = await self._next(events)
@@ -278,10 +278,12 @@ class Generation:
                 break
             self._saw(event)
             frames = answer.stream_feed(event)
+            if opening:
+                frames, opening = opening + frames, b""
             if frames:
                 body["body"] = frames
                 await send(body)
-        await send({"type": "http.response.body", "body": await answer.stream_end(), "more_body": False})
+        await send({"type": "http.response.body", "body": opening + await answer.stream_end(), "more_body": False})
 
     async def _whole(self, events: AsyncIterator[Event], send) -> None:
         answer = self.answer

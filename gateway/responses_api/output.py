@@ -57,6 +57,8 @@ class OutputState:
 
     def feed(self, event: Event) -> list[dict[str, Any]]:
         """The stream events (without sequence numbers) that `event` causes."""
+        if type(event) is TextDelta and event.index == 0 and self.finish_reason is None:
+            return self._text(event.text, event.logprobs)  # the common event first (a measured path)
         if isinstance(event, Usage):
             self.usage = event
             return []
@@ -77,6 +79,21 @@ class OutputState:
     # ---- text -------------------------------------------------------------------
 
     def _text(self, text: str, logprobs: list[TokenLogprob] | None) -> list[dict[str, Any]]:
+        index = self.open
+        if index is not None and text and not (self.want_logprobs and logprobs):
+            item = self.items[index]
+            if type(item) is _Message:  # more text for the open message: one delta, nothing else
+                item.text.append(text)
+                return [
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": item.id,
+                        "output_index": index,
+                        "content_index": 0,
+                        "delta": text,
+                        "logprobs": [],
+                    }
+                ]
         lps = _delta_logprobs(logprobs) if self.want_logprobs and logprobs else []
         if not text and not lps:
             return []
