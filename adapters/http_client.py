@@ -94,6 +94,7 @@ class _Connection(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self.error = ConnectionClosed(f"invalid HTTP response: {exc}")
+            assert self.transport is not None  # data only arrives after connection_made
             self.transport.close()
         self._wake()
 
@@ -294,6 +295,7 @@ class ConnectionPool:
         loop = asyncio.get_running_loop()
         for attempt in range(2):
             conn = await self._acquire()
+            assert conn.transport is not None  # _acquire returns connected connections only
             conn.transport.write(payload)
             deadline = None if first_byte is None else loop.time() + first_byte
             try:
@@ -342,7 +344,8 @@ class ConnectionPool:
                 conn._reset()
                 conn.active = True
                 return conn
-            conn.transport.close()
+            if conn.transport is not None:
+                conn.transport.close()
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(

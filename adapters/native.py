@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,32 +23,24 @@ from adapters.base import (
     Adapter,
     Capabilities,
     Event,
-    Finish,
     GenerationRequest,
     Health,
     LoadSnapshot,
-    LogprobsDelta,
     SamplingParams,
     TextDelta,
-    TokenLogprob,
-    ToolCallDelta,
-    TopLogprob,
     Usage,
 )
 from adapters.errors import GatewayError, context_length_exceeded, invalid_request, upstream_failed
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from adapters.native_calls import NativeNonGeneration
+from adapters.native_choice import ChoiceEvents, tool_stage
 from engine.builtin import BUILTIN_PREFIX, resolve_model_path
 
 # The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
 from engine.sampling_params import SamplingParams as EngineSamplingParams
 from engine.text.chat_template import ChatTemplateError
-from engine.text.detokenizer import IncrementalDetokenizer
 from engine.text.forced_tool_calls import ToolCallFormatError
-from engine.text.hermes_format import ContentPiece, ToolCallPiece
-from engine.text.stop import StopStringMatcher
 from engine.text.tokenizer import TextTokenizer
-from engine.text.tool_call_stage import ToolCallStage
 
 logger = logging.getLogger(__name__)
 
@@ -191,13 +182,13 @@ class NativeAdapter(NativeNonGeneration, Adapter):
             # only cut one in half, so neither applies (the grammar ends on EOS by itself).
             params.stop_token_ids = []
         choices = [
-            _Choice(
+            ChoiceEvents(
                 i,
                 tok,
                 [] if forced else sampling.stop,
                 params.stop_token_ids,
                 engine.eos_token_ids,
-                _tool_stage(request, forced),
+                tool_stage(request, forced),
                 request.request_id,
             )
             for i in range(params.n)
@@ -252,10 +243,12 @@ class NativeAdapter(NativeNonGeneration, Adapter):
                 param="response_format" if wants_json else "tool_choice",
             ) from exc
         vocab = engine.model_config.vocab_size
+        tokenizer = self.tokenizer
+        assert tokenizer is not None  # generate() started the engine
 
         def plan() -> Any:  # compiling a large schema can take a while: off the event loop
             return plan_structured(
-                grammar_tokenizer(self.tokenizer, vocab, engine.eos_token_ids),
+                grammar_tokenizer(tokenizer, vocab, engine.eos_token_ids),
                 response_format=request.response_format,
                 tools=request.tools,
                 tool_choice=request.tool_choice,
@@ -344,7 +337,7 @@ class NativeAdapter(NativeNonGeneration, Adapter):
         return params
 
 
-async def _engine_errors(stream: AsyncIterator[Any], backend: str) -> AsyncIterator[Any]:
+async def _engine_errors(stream: AsyncIterator[Any], backend: str) -> AsyncGenerator[Any, None]:
     """The engine's outputs, with its exceptions turned into gateway errors."""
     from engine.llm_engine import ContextLengthError
 
@@ -363,114 +356,9 @@ async def _engine_errors(stream: AsyncIterator[Any], backend: str) -> AsyncItera
         raise upstream_failed(backend, "the engine failed", status=500, internal=repr(exc)) from exc
 
 
-@dataclass
-class _Choice:
-    """One choice's way from token ids to events."""
-
-    index: int
-    tokenizer: TextTokenizer
-    stop: list[str]
-    stop_token_ids: list[int]
-    eos_token_ids: set[int]
-    tools: ToolCallStage | None
-    request_id: str = ""
-    num_tokens: int = 0
-    done: bool = False
-    detok: IncrementalDetokenizer = field(init=False)
-    matcher: StopStringMatcher = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.detok = IncrementalDetokenizer(self.tokenizer)
-        self.matcher = StopStringMatcher(self.stop)
-
-    def step(self, out: Any, want_logprobs: bool) -> list[Event]:
-        """Events for one engine output of this choice."""
-        self.num_tokens += len(out.token_ids)
-        text_ids = out.token_ids
-        if (
-            out.finished
-            and out.finish_reason == "stop"
-            and text_ids
-            and (text_ids[-1] in self.stop_token_ids or text_ids[-1] in self.eos_token_ids)
-        ):
-            text_ids = text_ids[:-1]  # the token that stopped generation is not text (vLLM alike)
-        text = self.detok.add(text_ids)
-        if out.finished:
-            text += self.detok.flush()
-        released = self.matcher.feed(text)
-        visible, stopped = released.text, released.stopped
-        finishing = out.finished or stopped
-        if finishing and not stopped:
-            visible += self.matcher.flush()
-
-        events: list[Event] = []
-        reason = "stop" if stopped else out.finish_reason
-        if self.tools is None:
-            if visible:
-                events.append(TextDelta(self.index, visible))
-        else:
-            tool_step = self.tools.step(visible, finishing=finishing, reason=reason)
-            finishing, reason = tool_step.finishing, tool_step.reason
-            for dropped in tool_step.dropped:
-                logger.warning(
-                    "request %s: dropped a malformed tool call (%s): %.300r",
-                    self.request_id,
-                    dropped.reason,
-                    dropped.text,
-                )
-            events += [self._tool_event(piece) for piece in tool_step.pieces]
-
-        if want_logprobs and out.logprobs:
-            self._attach_logprobs(events, out)
-        if finishing:
-            self.done = True
-            events.append(Finish(self.index, reason if reason in ("stop", "length", "tool_calls") else "stop"))
-        return events
-
-    def _tool_event(self, piece: ContentPiece | ToolCallPiece) -> Event:
-        if isinstance(piece, ContentPiece):
-            return TextDelta(self.index, piece.text)
-        # No id: the gateway gives every tool call its own.
-        return ToolCallDelta(self.index, piece.tool_index, id=None, name=piece.name, arguments=piece.arguments)
-
-    def _attach_logprobs(self, events: list[Event], out: Any) -> None:
-        tok = self.tokenizer
-        logprobs = []
-        for token_id, (chosen, top) in zip(out.token_ids, out.logprobs):
-            logprobs.append(
-                TokenLogprob(
-                    token=tok.token_text(token_id),
-                    logprob=chosen,
-                    bytes=list(tok.token_bytes(token_id)),
-                    top=[
-                        TopLogprob(token=tok.token_text(t), logprob=lp, bytes=list(tok.token_bytes(t))) for t, lp in top
-                    ],
-                )
-            )
-        first_text = next((e for e in events if isinstance(e, TextDelta)), None)
-        if first_text is not None:
-            first_text.logprobs = logprobs
-        else:
-            events.insert(0, LogprobsDelta(self.index, logprobs))
-
-
 def _forces_tool_calls(request: GenerationRequest) -> bool:
     """Whether the grammar makes the answer tool calls (tool_choice "required" or a named function)."""
     return request.tool_choice == "required" or isinstance(request.tool_choice, dict)
-
-
-def _tool_stage(request: GenerationRequest, forced: bool) -> ToolCallStage | None:
-    """A choice's tool-call stage: none without tools or with tool_choice "none"."""
-    if not request.tools or request.tool_choice == "none":
-        return None
-    names = {name for name in map(_tool_name, request.tools) if name is not None}
-    return ToolCallStage(forced=forced, tool_names=names, parallel_tool_calls=request.parallel_tool_calls)
-
-
-def _tool_name(tool: dict) -> str | None:
-    fn = tool.get("function") if isinstance(tool, dict) else None
-    name = fn.get("name") if isinstance(fn, dict) else None
-    return name if isinstance(name, str) else None
 
 
 def _default_served_name(model_path: str) -> str:

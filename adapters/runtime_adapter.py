@@ -92,7 +92,7 @@ class RuntimeAdapter(OpenAIAdapter):
 
 def gauge_snapshot(
     samples: list[prom.Sample],
-    read_at: float,
+    read_at: float | None,
     running: str,
     waiting: str,
     kv_usage: float | None,
@@ -106,5 +106,5 @@ def gauge_snapshot(
         running=None if r is None else int(r),
         kv_usage=kv_usage,
         prefix_hit_rate=prefix_hit_rate,
-        read_at=read_at,
+        read_at=time.time() if read_at is None else read_at,
     )

@@ -178,7 +178,7 @@ def parse_loads(data: Any, read_at: float) -> LoadSnapshot:
         return LoadSnapshot(read_at=read_at)
 
     def ints(key: str) -> int | None:
-        values = [r.get(key) for r in loads if isinstance(r, dict) and isinstance(r.get(key), (int, float))]
+        values: list[float] = [r[key] for r in loads if isinstance(r, dict) and isinstance(r.get(key), (int, float))]
         return int(sum(values)) if values else None
 
     def ratio(key: str) -> float | None:

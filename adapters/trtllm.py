@@ -215,7 +215,8 @@ def parse_iteration_stats(stats: Any, read_at: float) -> LoadSnapshot | None:
         value = newest.get(key)
         return int(value) if isinstance(value, (int, float)) else None
 
-    kv = newest.get("kvCacheStats") if isinstance(newest.get("kvCacheStats"), dict) else {}
+    stats = newest.get("kvCacheStats")
+    kv: dict = stats if isinstance(stats, dict) else {}
     kv_usage = None
     used, total_blocks = kv.get("usedNumBlocks"), kv.get("maxNumBlocks")
     if isinstance(used, (int, float)) and isinstance(total_blocks, (int, float)) and total_blocks > 0:

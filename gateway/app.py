@@ -18,7 +18,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from fastapi import FastAPI
 from starlette.applications import Starlette
@@ -219,7 +219,8 @@ class Gateway:
         except Exception:
             log.exception("unhandled error on %s", request.url.path)
             return self._fail(ctx, internal_error())
-        return Generation(self.dispatcher, self.recorder, ctx, ticket, reqs, answer)
+        # Generation is an ASGI callable that Starlette awaits exactly as it awaits a Response.
+        return cast(Response, Generation(self.dispatcher, self.recorder, ctx, ticket, reqs, answer))
 
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
         self.recorder.finish(ctx, Outcome(err.status, error=err.message, code=err.code, admitted=False))

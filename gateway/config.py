@@ -9,17 +9,19 @@ SWITCHYARD_REDIS_URL, SWITCHYARD_AUTH_MODE, SWITCHYARD_LOG_LEVEL.
 from __future__ import annotations
 
 import importlib.util
-import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from engine.builtin import model_path_problem
-from gateway.config_lifecycle import AdminConfig, DrainConfig, ReloadConfig, sha256_digest
+from gateway.config_auth import AuthConfig
+from gateway.config_exposure import open_auth_problem, ops_exposure_refusal
+from gateway.config_lifecycle import AdminConfig, DrainConfig, ReloadConfig
+from gateway.config_section import StrictSection as _Strict
 from gateway.redis_config import RedisDeploymentConfig
 from gateway.response_store_config import ResponseStoreConfig
 from gateway.tracing_config import TracingConfig
@@ -36,77 +38,9 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvico
 REDIS_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url accepts
 
 
-class _Strict(BaseModel):
-    # A typo in a platform team's config must fail loudly, not be ignored.
-    model_config = ConfigDict(extra="forbid")
-
-
 class ListenConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
-
-
-class ApiKeyEntry(_Strict):
-    sha256: str
-    tenant: str
-    name: str | None = None
-    models: list[str] | None = None  # narrows the tenant's models for this key
-    tier: int | None = None
-    # Per-key limits, checked together with the tenant's (None = only the tenant's apply).
-    requests_per_minute: int | None = Field(None, ge=0)
-    tokens_per_minute: int | None = Field(None, ge=0)
-    max_concurrent: int | None = Field(None, ge=0)
-
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, v: str) -> str:
-        return sha256_digest(v)
-
-
-class JwtConfig(_Strict):
-    issuer: str
-    audience: str | list[str]
-    jwks_file: str | None = None
-    jwks_url: str | None = None
-    hs256_secret_file: str | None = None
-    algorithms: list[Literal["RS256", "ES256", "EdDSA", "HS256"]] = Field(default_factory=lambda: ["RS256"])
-    tenant_claim: str = "tenant"
-    models_claim: str = "models"
-    tier_claim: str = "tier"
-    leeway_s: float = 30.0
-    jwks_cache_s: float = 300.0
-
-    @model_validator(mode="after")
-    def _key_source(self) -> JwtConfig:
-        asym = [a for a in self.algorithms if a != "HS256"]
-        if asym and not (self.jwks_file or self.jwks_url):
-            raise ValueError(f"algorithms {asym} need jwks_file or jwks_url")
-        if "HS256" in self.algorithms and not self.hs256_secret_file:
-            raise ValueError("HS256 needs hs256_secret_file")
-        if self.hs256_secret_file and not os.access(self.hs256_secret_file, os.R_OK):
-            # Read once at start (a JWKS file, by contrast, is re-read and may come later).
-            raise ValueError(f"hs256_secret_file {self.hs256_secret_file} cannot be read")
-        return self
-
-
-class AuthConfig(_Strict):
-    mode: Literal["none", "keys", "jwt", "keys+jwt"] = "none"
-    api_keys: list[ApiKeyEntry] = Field(default_factory=list)
-    api_keys_file: str | None = None  # a mounted secret: YAML list of ApiKeyEntry
-    jwt: JwtConfig | None = None
-    # More trusted issuers beside auth.jwt, each with its own algorithm allow-list and keys.
-    jwt_issuers: list[JwtConfig] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> AuthConfig:
-        if "jwt" in self.mode and self.jwt is None:
-            raise ValueError(f"auth.mode {self.mode!r} needs an auth.jwt section")
-        issuers = [j.issuer for j in ([self.jwt] if self.jwt else []) + self.jwt_issuers]
-        if len(set(issuers)) != len(issuers):
-            raise ValueError("auth.jwt and auth.jwt_issuers name the same issuer twice")
-        if "keys" in self.mode and not (self.api_keys or self.api_keys_file):
-            raise ValueError(f"auth.mode {self.mode!r} needs auth.api_keys or auth.api_keys_file")
-        return self
 
 
 class QuotaStoreConfig(RedisDeploymentConfig):
@@ -398,45 +332,6 @@ class GatewayConfig(_Strict):
                         f"{b.name!r} max_connections ({b.max_connections}): one request could hold every connection"
                     )
         return self
-
-
-def open_auth_problem(config: GatewayConfig) -> str | None:
-    """Auth may be off only when the config says so, or on a loopback address."""
-    if config.auth.mode != "none" or "mode" in config.auth.model_fields_set:
-        return None
-    host = config.listen.host
-    if is_loopback(host):
-        return None
-    return (
-        f"listen.host is {host!r} but auth is not configured: set auth.mode "
-        "(keys, jwt, keys+jwt), or `auth: {mode: none}` to serve without auth on purpose."
-    )
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def ops_exposure_refusal(config: GatewayConfig) -> str | None:
-    """Why `config` must not be served as it is, for where it would serve the
-    operational views; None when it may. The views go with the API when the main
-    listener is loopback or the API is open to anyone anyway (`auth.mode: none`);
-    otherwise the config must choose: an ops listener, or `ops.public: true`."""
-    ops, listen = config.ops, config.listen
-    if ops.listen is not None:
-        if ops.listen.port == listen.port and listen.port != 0:
-            return f"ops.listen.port is {ops.listen.port}, the same as listen.port: give the ops listener its own port"
-        return None
-    if ops.public or config.auth.mode == "none" or is_loopback(listen.host):
-        return None
-    return (
-        f"listen.host is {listen.host!r} and auth is on, but /metrics and /readyz's detail (every model, "
-        "backend and upstream error) would be served on it to anyone: set ops.listen (a second listener, "
-        "e.g. {host: 127.0.0.1, port: 9090}) or `ops: {public: true}` to serve them on the main port on purpose."
-    )
 
 
 class ConfigError(Exception):

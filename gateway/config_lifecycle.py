@@ -4,7 +4,9 @@ how a stop drains, how the config file is watched. Part of `GatewayConfig`
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from gateway.config_section import StrictSection as _Strict
 
 
 def sha256_digest(value: str) -> str:
@@ -13,10 +15,6 @@ def sha256_digest(value: str) -> str:
     if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
         raise ValueError("must be the 64-character hex SHA-256 digest of the key (see `switchyard keys create`)")
     return value
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class AdminKeyEntry(_Strict):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,7 +268,7 @@ async def _together(starters: list[Coroutine[Any, Any, list[Started]]]) -> list[
     raise failed.exception()  # type: ignore[misc]
 
 
-async def _unwind(tasks: list[asyncio.Future[list[Started]]]) -> None:
+async def _unwind(tasks: Sequence[asyncio.Future[list[Started]]]) -> None:
     for t in tasks:
         t.cancel()
     results = await asyncio.gather(*tasks, return_exceptions=True)

@@ -12,7 +12,7 @@ connections, or two such requests at once, would otherwise wedge the pool).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from adapters.base import ErrorEvent, Event, Usage
 
@@ -74,8 +74,8 @@ class Merged:
     here. What the sink holds from sub-streams not in `subs` (closed when their
     start failed over elsewhere) is skipped. `aclose` closes every sub-stream."""
 
-    def __init__(self, subs: list[SubStream], sink: Sink, prompt_counted_once: bool) -> None:
-        self.subs = subs
+    def __init__(self, subs: Sequence[SubStream], sink: Sink, prompt_counted_once: bool) -> None:
+        self.subs = list(subs)
         self.sink = sink
         self.prompt_counted_once = prompt_counted_once
         self.remaining = len(subs)

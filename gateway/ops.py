@@ -8,7 +8,7 @@ the body of `/readyz`, as `GET /readyz?model=M` (503 for a model none of whose
 backends is healthy, for a probe that should follow one model), and as
 `switchyard_model_ready{model}`.
 
-Where the views are served (gateway/config.py `ops_exposure_refusal` decides what
+Where the views are served (gateway/config_exposure.py `ops_exposure_refusal` decides what
 a config may do): without an ops listener, `/metrics` and the detailed `/readyz`
 are on the main listener; with one, they are there, and the main listener keeps
 only `/healthz` and `/readyz` with the process's readiness and nothing else.

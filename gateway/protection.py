@@ -24,7 +24,8 @@ from prometheus_client import CollectorRegistry
 from adapters.base import GenerationRequest, Usage
 from adapters.errors import GatewayError
 from gateway import tracing
-from gateway.config import ConfigError, GatewayConfig, TenantConfig, open_auth_problem
+from gateway.config import ConfigError, GatewayConfig, TenantConfig
+from gateway.config_exposure import open_auth_problem
 from gateway.phases import CancelPhase
 from gateway.protection_metrics import ProtectionMetrics, StateCollector
 from gateway.quota_leases import QuotaLeases

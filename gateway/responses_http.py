@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from adapters.base import GenerationRequest
 from adapters.errors import GatewayError
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, QuotaStoreConfig
 from gateway.protection import Protection
 from gateway.redis_config import RedisDeploymentConfig
 from gateway.response_store_config import ResponseStoreConfig
@@ -38,15 +38,16 @@ from policies.auth import credential_headers
 log = logging.getLogger("switchyard.gateway")
 
 
-def build_response_store(store: ResponseStoreConfig, quota: RedisDeploymentConfig) -> ResponseStore:
+def build_response_store(store: ResponseStoreConfig, quota: QuotaStoreConfig) -> ResponseStore:
     """The store `store` describes; `quota`: the quota store's config (kind `auto` follows it)."""
-    kind, deployment = store.kind, store
+    kind = store.kind
+    deployment: RedisDeploymentConfig = store
     if kind == "auto":
-        kind = "redis" if getattr(quota, "kind", "memory") == "redis" else "memory"
-        deployment = quota  # type: ignore[assignment]
+        kind = "redis" if quota.kind == "redis" else "memory"
+        deployment = quota
     if kind == "memory":
         return MemoryResponseStore(ttl_s=store.ttl_s, max_entries=store.max_entries, max_bytes=store.max_bytes)
-    prefix = store.key_prefix or getattr(quota, "key_prefix", "switchyard")
+    prefix = store.key_prefix or quota.key_prefix
     return RedisResponseStore(
         deployment.redis_target(), key_prefix=prefix, ttl_s=store.ttl_s, timeout_s=store.timeout_s
     )

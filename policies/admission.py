@@ -192,7 +192,9 @@ class AdmissionQueue:
                 if waiter.future.done():
                     if waiter.dispatched:
                         return Slot(model, time.monotonic() - start, units)
-                    raise waiter.future.exception()  # pushed out by a tenant with fewer places
+                    pushed_out = waiter.future.exception()  # by a tenant with fewer places
+                    assert pushed_out is not None
+                    raise pushed_out
                 if remaining <= 0:
                     raise GatewayError(
                         503,
@@ -271,7 +273,7 @@ class AdmissionQueue:
     def _remove(self, q: _ModelQueue, w: _Waiter) -> None:
         band = q.bands.get(w.tier)
         fifo = band.queues.get(w.tenant) if band else None
-        if fifo is None or w not in fifo:
+        if band is None or fifo is None or w not in fifo:
             return
         fifo.remove(w)
         q.waiting -= 1

@@ -117,6 +117,8 @@ class JwksKeys:
                 return json.load(f)
         import aiohttp  # only JWKS-by-URL deployments need it at run time
 
+        assert self.url is not None  # a JWKS source is a file or a url (config validation)
+
         timeout = aiohttp.ClientTimeout(total=self.fetch_timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             async with session.get(self.url) as resp:
@@ -196,7 +198,7 @@ class JwtVerifier:
         except jwt.PyJWTError:
             raise unauthorized("The bearer token is not a valid JWT.", code="invalid_token") from None
         alg = header.get("alg")
-        if alg not in self.algorithms:
+        if not isinstance(alg, str) or alg not in self.algorithms:
             raise unauthorized(f"JWT algorithm {alg!r} is not allowed for this issuer.", code="invalid_token")
         key: Any
         if alg == "HS256":

@@ -81,13 +81,13 @@ class OutputState:
     def _text(self, text: str, logprobs: list[TokenLogprob] | None) -> list[dict[str, Any]]:
         index = self.open
         if index is not None and text and not (self.want_logprobs and logprobs):
-            item = self.items[index]
-            if type(item) is _Message:  # more text for the open message: one delta, nothing else
-                item.text.append(text)
+            current = self.items[index]
+            if type(current) is _Message:  # more text for the open message: one delta, nothing else
+                current.text.append(text)
                 return [
                     {
                         "type": "response.output_text.delta",
-                        "item_id": item.id,
+                        "item_id": current.id,
                         "output_index": index,
                         "content_index": 0,
                         "delta": text,

@@ -312,5 +312,9 @@ def test_parameter_table_through_the_gateway(stack):
     sent = stack.sim.stats()["last_requests"][-1]["body"]
     assert not set(rejected) & set(sent) and sent.get("max_tokens") == PARAMETER_VALUES["max_tokens"]
     if rejected:
-        logged = [line for line in stack.gateway.log().splitlines() if '"dropped_params"' in line]
-        assert logged and json.loads(logged[-1])["dropped_params"] == list(rejected)
+        # The access-log line is written as the response ends: it may trail the client's read.
+        deadline = time.monotonic() + 10
+        while not (logged := [ln for ln in stack.gateway.log().splitlines() if '"dropped_params"' in ln]):
+            assert time.monotonic() < deadline, "no access-log line with dropped_params"
+            time.sleep(0.05)
+        assert json.loads(logged[-1])["dropped_params"] == list(rejected)

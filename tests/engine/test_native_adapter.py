@@ -17,7 +17,8 @@ from adapters.base import (
     Usage,
 )
 from adapters.errors import GatewayError
-from adapters.native import NativeAdapter, _Choice
+from adapters.native import NativeAdapter
+from adapters.native_choice import ChoiceEvents
 from engine.llm_engine import TokenOutput
 from engine.make_tiny import make_tiny
 from engine.text.tokenizer import TextTokenizer
@@ -326,7 +327,7 @@ def scripted(tok: TextTokenizer, text: str, finish_reason: str = "stop", end_wit
 
 
 def run_choice(tok: TextTokenizer, outputs: list, *, stop=(), parallel=True, tools=True) -> list:
-    choice = _Choice(
+    choice = ChoiceEvents(
         0,
         tok,
         list(stop),
@@ -419,3 +420,13 @@ async def test_default_max_tokens_fits_a_small_kv_cache(model_dir: Path) -> None
         assert finishes(events) == {0: "length"}
     finally:
         await small.aclose()
+
+
+@pytest.mark.parametrize("reason", ["error", "abort_later", None])
+def test_an_engine_finish_outside_stop_and_length_is_an_upstream_error_not_a_stop(tok, reason):
+    """A finish reason the adapter does not know is a defect somewhere below it: the
+    client gets an upstream error, never a normal-looking `stop`."""
+    outputs = scripted(tok, "Hello", finish_reason=reason, end_with_eos=False)
+    with pytest.raises(GatewayError) as info:
+        run_choice(tok, outputs, tools=False)
+    assert info.value.status == 502 and info.value.code == "upstream_error"

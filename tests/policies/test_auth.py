@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapters.errors import GatewayError
-from gateway.config import AuthConfig
+from gateway.config_auth import AuthConfig
 from policies.auth import Authenticator, TenantRecord, credential_headers, generate_key, hash_key
 from tests.policies.jwt_issuer import AUD, ISS, Issuer
 
