@@ -32,8 +32,9 @@ class AnswerFormat(Protocol):
 
     def stream_feed(self, event: Event) -> bytes: ...
 
-    async def stream_end(self) -> bytes:
-        """The last frames, once the events ended."""
+    async def stream_end(self, usage: Usage | None) -> bytes:
+        """The last frames, once the events ended; `usage`: the runtime's, else what the
+        gateway counted (None: nothing was seen)."""
         ...
 
     def whole_feed(self, event: Event) -> None:
@@ -80,8 +81,8 @@ class ChatAnswer:
         assert self._stream is not None
         return self._stream.feed(event)
 
-    async def stream_end(self) -> bytes:
-        assert self._stream is not None
+    async def stream_end(self, usage: Usage | None) -> bytes:
+        assert self._stream is not None  # the usage chunk is the runtime's own (stream_options)
         return self._stream.close()
 
     def whole_feed(self, event: Event) -> None:

@@ -283,7 +283,8 @@ class Generation:
             if frames:
                 body["body"] = frames
                 await send(body)
-        await send({"type": "http.response.body", "body": opening + await answer.stream_end(), "more_body": False})
+        ending = await answer.stream_end(self.usage or self._estimated_usage())
+        await send({"type": "http.response.body", "body": opening + ending, "more_body": False})
 
     async def _whole(self, events: AsyncIterator[Event], send) -> None:
         answer = self.answer

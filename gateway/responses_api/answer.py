@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.base import Event, Usage
+from adapters.base import Event, TextDelta, Usage
 from adapters.errors import GatewayError
 from gateway.responses_api.encoder import ResponseAssembly, ResponseStreamEncoder
 from gateway.responses_api.handlers import PreparedResponse
@@ -36,10 +36,16 @@ class ResponsesAnswer:
         return self.encoder.start()
 
     def stream_feed(self, event: Event) -> bytes:
+        state = self.assembly.state
+        if state.more_text(event):  # the common event, on the shortest path (a measured one)
+            assert state.open is not None and isinstance(event, TextDelta)
+            return self.encoder.text_delta(state.items[state.open].id, state.open, event.text)
         return self.encoder.feed(event)
 
-    async def stream_end(self) -> bytes:
+    async def stream_end(self, usage: Usage | None) -> bytes:
         self.assembly.end_of_events()
+        if self.assembly.state.usage is None:
+            self.assembly.state.usage = usage  # the runtime sent none: what the gateway counted
         final = self.assembly.result()
         try:
             await self._store(final)
@@ -52,6 +58,8 @@ class ResponsesAnswer:
     # ---- whole ---------------------------------------------------------------------------
 
     def whole_feed(self, event: Event) -> None:
+        if self.assembly.state.more_text(event):
+            return  # nothing can fail here, and a whole answer needs no event payload
         self.assembly.feed(event)
         if self.assembly.error is not None:
             raise self.assembly.error

@@ -55,6 +55,20 @@ class OutputState:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    def more_text(self, event: Event) -> bool:
+        """Take `event` when it is more text for the open message and nothing else
+        follows from it (no item opens, no logprobs): the whole answer's common case,
+        which needs no event payload. False: `feed` it."""
+        if type(event) is not TextDelta or event.index != 0 or self.finish_reason is not None or not event.text:
+            return False
+        if self.open is None or (self.want_logprobs and event.logprobs):
+            return False
+        current = self.items[self.open]
+        if type(current) is not _Message:
+            return False
+        current.text.append(event.text)
+        return True
+
     def feed(self, event: Event) -> list[dict[str, Any]]:
         """The stream events (without sequence numbers) that `event` causes."""
         if type(event) is TextDelta and event.index == 0 and self.finish_reason is None:
