@@ -8,7 +8,9 @@ machine noise hits both alike:
 - latency at concurrency 1 (this harness, closed loop): non-streaming and
   16-chunk streaming; added p50/p99 = gateway - direct;
 - requests/s at concurrency 16: with `wrk` when installed (a Python client would
-  compete with the gateway for the CPU), else with this harness; say which.
+  compete with the gateway for the CPU), else with this harness; say which;
+- the Responses rows (bench/responses_latency.py): `/v1/responses` through the
+  gateway next to its chat, both over direct chat, at concurrency 1.
 
 Prints the figures, the ratios and the issue's targets; writes reports/overhead/.
 """
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import wrk
+from bench import responses_latency, wrk
 from bench.client import Client, ClientConfig
 from bench.metrics import Slo, summarize
 from bench.procs import Server, python_module
@@ -41,6 +43,7 @@ PROMPT = "Say hello to the benchmark."
 TARGET_ADDED_P50_MS_NONSTREAM = 0.5
 TARGET_RPS_C16 = 1500.0
 TARGET_ADDED_P50_MS_STREAM = 2.0
+TARGET_RESPONSES_OVER_CHAT_P50_MS = 0.1  # issue 15: /v1/responses adds within 0.1 ms of chat
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +167,20 @@ def _slug(sc: Scenario) -> str:
     return ("stream" if sc.stream else "nonstream") + f"-c{sc.concurrency}"
 
 
-def verdicts(latency: list[dict[str, Any]], throughput: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def verdicts(
+    latency: list[dict[str, Any]], throughput: list[dict[str, Any]], responses: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     nonstream, stream = latency
-    return [
+    extra = [
+        {
+            "target": f"/v1/responses adds within {TARGET_RESPONSES_OVER_CHAT_P50_MS} ms of chat (p50, "
+            f"{r['scenario']}, concurrency 1)",
+            "measured": r["responses_minus_chat_p50_ms"],
+            "met": r["responses_minus_chat_p50_ms"] <= TARGET_RESPONSES_OVER_CHAT_P50_MS,
+        }
+        for r in responses or []
+    ]
+    return extra + [
         {
             "target": f"added p50 <= {TARGET_ADDED_P50_MS_NONSTREAM} ms, non-streaming, concurrency 1",
             "measured": nonstream["gateway"]["added_p50_ms"],
@@ -227,7 +241,19 @@ def render(doc: dict[str, Any]) -> str:
         "",
     ]
     lines += tables(doc["latency"], doc["throughput"], ["direct", "gateway"])
-    lines += ["", "Targets (issue 2, item 10):", ""]
+    if doc.get("responses"):
+        lines += [
+            "",
+            "| Responses vs chat, concurrency 1 (one plain client for all three) | path | p50 ms | p99 ms "
+            "| added p50 ms |",
+            "|---|---|---|---|---|",
+        ]
+        for r in doc["responses"]:
+            for name in ("direct chat", "gateway chat", "gateway responses"):
+                t = r[name]
+                added = f"{t['added_p50_ms']:.3f}" if "added_p50_ms" in t else "-"
+                lines.append(f"| {r['scenario']} | {name} | {t['e2e_p50_ms']:.3f} | {t['e2e_p99_ms']:.3f} | {added} |")
+    lines += ["", "Targets (issue 2, item 10; issue 15 for /v1/responses):", ""]
     lines += [
         f"- {'MET ' if v['met'] else 'MISSED'} {v['target']}: measured {v['measured']:,.3f}" for v in doc["targets"]
     ]
@@ -324,6 +350,15 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     with up, gw:
         latency, throughput = measure_all({"direct": up.base_url, "gateway": gw.base_url}, args)
+        responses = []
+        for stream in (False, True):
+            row = responses_latency.compare(up.base_url, gw.base_url, MODEL, PROMPT, stream, args.requests, args.rounds)
+            responses.append({"scenario": "16-chunk streaming" if stream else "non-streaming", **row})
+            print(
+                f"{responses[-1]['scenario']}: /v1/responses adds {row['gateway responses']['added_p50_ms']:.3f} ms "
+                f"p50, chat {row['gateway chat']['added_p50_ms']:.3f} ms",
+                file=sys.stderr,
+            )
     doc = {
         "kind": "switchyard.bench.overhead",
         "version": 1,
@@ -335,13 +370,17 @@ def main(argv: list[str] | None = None) -> int:
         "access_log": args.access_log,
         "latency": latency,
         "throughput": throughput,
-        "targets": verdicts(latency, throughput),
+        "responses": responses,
+        "targets": verdicts(latency, throughput, responses),
     }
     write_json(args.out / "overhead.json", doc)
     text = render(doc)
     (args.out / "overhead.md").write_text(text)
     print(text)
     failures = failed_requests(latency, throughput, ["direct", "gateway"])
+    failures += sum(
+        r[name]["failed"] for r in responses for name in ("direct chat", "gateway chat", "gateway responses")
+    )
     if failures:
         print(f"{failures} requests failed during the measurement: see {args.out}", file=sys.stderr)
         return 1

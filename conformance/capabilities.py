@@ -18,6 +18,8 @@ from __future__ import annotations
 FEATURES: dict[str, str] = {
     "tools": "tool calling (tools, tool_choice)",
     "structured_output": "response_format json_object / json_schema (guided decoding)",
+    "responses": "the Responses API (/v1/responses)",
+    "embeddings": "/v1/embeddings (an embedding model)",
 }
 SIM_FAULTS = "sim_faults"
 

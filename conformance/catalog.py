@@ -6,6 +6,7 @@ from conformance.check import Check
 from conformance.checks import (
     cancellation,
     chat_shape,
+    embeddings,
     errors,
     faults,
     gateway,
@@ -13,6 +14,7 @@ from conformance.checks import (
     max_tokens,
     models,
     n_choices,
+    responses,
     sampling,
     stop,
     streaming,
@@ -37,6 +39,8 @@ ALL_CHECKS: list[Check] = [
     *cancellation.CHECKS,
     *gateway.CHECKS,
     *faults.CHECKS,
+    *responses.ALL,
+    *embeddings.CHECKS,
 ]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from conformance.context import Context
 from conformance.result import Level
 
-PROFILES = ("core", "tools", "structured", "gateway")
+PROFILES = ("core", "tools", "structured", "gateway", "responses", "embeddings")
 
 CheckFn = Callable[[Context], Awaitable[None]]
 

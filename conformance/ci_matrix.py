@@ -46,9 +46,19 @@ SIMULATOR_FLAGS: dict[str, list[str]] = {
 }
 # Structured output: the native engine has a grammar engine, and each simulator
 # imitates its runtime's guided decoding (a document valid against the schema).
-CI_PROFILES = ["core", "tools", "structured"]
-SIMULATOR_FEATURES = frozenset({"tools", "structured_output"})
-NATIVE_FEATURES = frozenset({"tools", "structured_output"})
+CI_PROFILES = ["core", "tools", "structured", "responses", "embeddings"]
+# Through the gateway every model speaks the Responses API (the gateway encodes it,
+# whatever the runtime); the simulators themselves do not serve it.
+SIMULATOR_FEATURES = frozenset({"tools", "structured_output", "responses"})
+NATIVE_FEATURES = frozenset({"tools", "structured_output", "responses", "embeddings"})
+GATEWAY_ONLY_FEATURES = frozenset({"responses"})
+# Embedding models (vLLM's pooling runner, SGLang's --is-embedding): the embeddings
+# profile alone runs on them, through the gateway and directly.
+EMBEDDING_SIMULATORS: dict[str, tuple[str, list[str]]] = {
+    "emb-vllm": ("vllm", ["--runner", "pooling", "--embedding-dim", "32"]),
+    "emb-sglang": ("sglang", ["--is-embedding", "--embedding-dim", "32", "--health-latency", "0"]),
+}
+EMBEDDING_FEATURES = frozenset({"embeddings"})
 RATE_LIMIT_RPM = 3
 EXPECTED_DEVIATIONS = Path(__file__).with_name("expected_deviations.yaml")
 
@@ -62,6 +72,11 @@ def build_config(sim_urls: dict[str, str], port: int, keys: dict[str, str]) -> d
         "native": {"backends": [{"name": "native", "adapter": "native", "model_path": "builtin:tiny"}]}
     }
     for kind, url in sim_urls.items():
+        if kind in EMBEDDING_SIMULATORS:
+            adapter = EMBEDDING_SIMULATORS[kind][0]
+            backend = {"name": kind, "adapter": adapter, "url": url, "served_model": SIM_MODEL}
+            models[kind] = {"backends": [{**backend, "options": {"embeddings": True}}]}
+            continue
         models[f"sim-{kind}"] = {
             "backends": [{"name": f"sim-{kind}", "adapter": kind, "url": url, "served_model": SIM_MODEL}]
         }
@@ -96,7 +111,9 @@ def declarations(config: dict[str, Any]) -> dict[str, Declaration]:
     runtime does; the native engine has both features and no fault markers."""
     out = {}
     for name in config["models"]:
-        if name.startswith("sim-"):
+        if name in EMBEDDING_SIMULATORS:
+            out[name] = Declaration(simulator=True, capabilities=EMBEDDING_FEATURES)
+        elif name.startswith("sim-"):
             out[name] = Declaration(simulator=True, capabilities=SIMULATOR_FEATURES)
         else:
             out[name] = Declaration(capabilities=NATIVE_FEATURES)
@@ -105,13 +122,14 @@ def declarations(config: dict[str, Any]) -> dict[str, Declaration]:
 
 def start_simulators(log_dir: Path) -> dict[str, ManagedProcess]:
     procs: dict[str, ManagedProcess] = {}
-    for kind, flags in SIMULATOR_FLAGS.items():
+    runs = {kind: (kind, flags) for kind, flags in SIMULATOR_FLAGS.items()} | EMBEDDING_SIMULATORS
+    for name, (kind, flags) in runs.items():
         port = free_port()
-        procs[kind] = ManagedProcess(
-            f"sim-{kind}",
+        procs[name] = ManagedProcess(
+            name if name in EMBEDDING_SIMULATORS else f"sim-{kind}",
             [*SWITCHYARD, "simulate", kind, "--port", str(port), "--model-name", SIM_MODEL, *flags],
             f"http://127.0.0.1:{port}",
-            log_dir / f"sim-{kind}.log",
+            log_dir / f"{name if name in EMBEDDING_SIMULATORS else f'sim-{kind}'}.log",
         )
     try:
         for p in procs.values():
@@ -149,7 +167,11 @@ async def run_all(
         declarations=declarations(config),
         metrics_url=gateway_url + "/metrics",
     ):
-        run = await run_checks(target, checks, profiles, progress=lambda r, t=target: progress(t, r))
+        if target.runtime is not None and target.capabilities is not None:
+            target.capabilities = target.capabilities - GATEWAY_ONLY_FEATURES  # the runtime's own URL
+        embedding_model = target.capabilities == EMBEDDING_FEATURES
+        chosen = [c for c in checks if c.profile == "embeddings"] if embedding_model else checks
+        run = await run_checks(target, chosen, profiles, progress=lambda r, t=target: progress(t, r))
         matrix.runs.append((target, run))
     policies = Target(
         base_url=gateway_url,

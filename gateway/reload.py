@@ -43,6 +43,7 @@ RESTART_ONLY = (
     "ops.listen",
     "workers",
     "quota_store",
+    "response_store",
     "log_level",
     "limits.max_head_bytes",
     "limits.max_headers",

@@ -47,7 +47,7 @@ class ResponseAssembly:
 
     def feed(self, event: Event) -> list[dict[str, Any]]:
         """The item events `event` causes; a failure is recorded, never raised."""
-        if self.failed:
+        if self.error is not None:
             return []
         if isinstance(event, ErrorEvent):
             self.fail(event.error)
@@ -106,7 +106,23 @@ class ResponseStreamEncoder:
         )
 
     def feed(self, event: Event) -> bytes:
-        return b"".join(self._frame(p) for p in self.assembly.feed(event))
+        payloads = self.assembly.feed(event)
+        if len(payloads) == 1:
+            return self._frame(payloads[0])
+        return b"".join([self._frame(p) for p in payloads])
+
+    def text_delta(self, item_id: str, output_index: int, text: str) -> bytes:
+        """`response.output_text.delta` for text the assembly already took (`OutputState.more_text`)."""
+        return self._frame(
+            {
+                "type": "response.output_text.delta",
+                "item_id": item_id,
+                "output_index": output_index,
+                "content_index": 0,
+                "delta": text,
+                "logprobs": [],
+            }
+        )
 
     def terminal(self, final: dict[str, Any]) -> bytes:
         """The last events, for `final` (the assembly's `result()`, as stored)."""
@@ -120,4 +136,9 @@ class ResponseStreamEncoder:
     def _frame(self, payload: dict[str, Any]) -> bytes:
         payload["sequence_number"] = self.sequence
         self.sequence += 1
-        return b"event: " + payload["type"].encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+        kind = payload["type"]
+        head = _HEADS.get(kind) or _HEADS.setdefault(kind, b"event: " + kind.encode() + b"\ndata: ")
+        return head + orjson.dumps(payload) + b"\n\n"
+
+
+_HEADS: dict[str, bytes] = {}  # event type -> its `event:` line and the start of its `data:` line

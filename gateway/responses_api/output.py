@@ -55,8 +55,24 @@ class OutputState:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    def more_text(self, event: Event) -> bool:
+        """Take `event` when it is more text for the open message and nothing else
+        follows from it (no item opens, no logprobs): the whole answer's common case,
+        which needs no event payload. False: `feed` it."""
+        if type(event) is not TextDelta or event.index != 0 or self.finish_reason is not None or not event.text:
+            return False
+        if self.open is None or (self.want_logprobs and event.logprobs):
+            return False
+        current = self.items[self.open]
+        if type(current) is not _Message:
+            return False
+        current.text.append(event.text)
+        return True
+
     def feed(self, event: Event) -> list[dict[str, Any]]:
         """The stream events (without sequence numbers) that `event` causes."""
+        if type(event) is TextDelta and event.index == 0 and self.finish_reason is None:
+            return self._text(event.text, event.logprobs)  # the common event first (a measured path)
         if isinstance(event, Usage):
             self.usage = event
             return []
@@ -77,6 +93,21 @@ class OutputState:
     # ---- text -------------------------------------------------------------------
 
     def _text(self, text: str, logprobs: list[TokenLogprob] | None) -> list[dict[str, Any]]:
+        index = self.open
+        if index is not None and text and not (self.want_logprobs and logprobs):
+            current = self.items[index]
+            if type(current) is _Message:  # more text for the open message: one delta, nothing else
+                current.text.append(text)
+                return [
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": current.id,
+                        "output_index": index,
+                        "content_index": 0,
+                        "delta": text,
+                        "logprobs": [],
+                    }
+                ]
         lps = _delta_logprobs(logprobs) if self.want_logprobs and logprobs else []
         if not text and not lps:
             return []

@@ -26,7 +26,7 @@ from gateway.responses_api.request_options import (
 )
 
 MIN_OUTPUT_TOKENS = 16  # OpenAI's documented minimum for max_output_tokens
-MAX_SAFETY_IDENTIFIER = 128
+MAX_SAFETY_IDENTIFIER = 64  # OpenAI's schema (request and response)
 
 SUPPORTED = frozenset(
     {

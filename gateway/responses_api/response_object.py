@@ -37,7 +37,7 @@ class ResponseShell:
         incomplete_reason: str | None = None,
         completed_at: int | None = None,
     ) -> dict[str, Any]:
-        return {
+        out = {
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
@@ -46,9 +46,11 @@ class ResponseShell:
             "error": response_error(error) if error is not None else None,
             "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None,
             "output": output,
-            "usage": usage_object(usage) if usage is not None else None,
             **self.echo,
         }
+        if usage is not None:  # an object or absent in OpenAI's schema, never null
+            out["usage"] = usage_object(usage)
+        return out
 
 
 def new_shell(request: ResponsesRequest, response_id: str, created_at: int) -> ResponseShell:
@@ -72,9 +74,10 @@ def new_shell(request: ResponsesRequest, response_id: str, created_at: int) -> R
         "top_logprobs": request.top_logprobs,
         "top_p": request.top_p,
         "truncation": "disabled",
-        "user": request.user,
         "metadata": request.metadata,
     }
+    if request.user is not None:  # a string or absent in OpenAI's schema, never null
+        echo["user"] = request.user
     return ResponseShell(response_id, created_at, echo)
 
 

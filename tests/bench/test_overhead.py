@@ -74,7 +74,13 @@ def test_overhead_run_writes_figures(tmp_path: Path, capsys: pytest.CaptureFixtu
             r["gateway"]["e2e_p50_ms"] - r["direct"]["e2e_p50_ms"]
         )
     assert all(r["direct"]["requests_per_s"] > 0 and r["gateway"]["requests_per_s"] > 0 for r in doc["throughput"])
-    assert len(doc["targets"]) == 3
+    assert len(doc["targets"]) == 5  # issue 2's three, and /v1/responses next to chat for both scenarios
+    for r in doc["responses"]:
+        for path in ("direct chat", "gateway chat", "gateway responses"):
+            assert r[path]["failed"] == 0 and r[path]["e2e_p50_ms"] > 0
+        assert r["responses_minus_chat_p50_ms"] == pytest.approx(
+            r["gateway responses"]["e2e_p50_ms"] - r["gateway chat"]["e2e_p50_ms"]
+        )
     printed = capsys.readouterr().out
     assert "added p50" in printed and "| non-streaming, concurrency 1 | gateway |" in printed
     assert (out / "nonstream-c1-gateway" / "result.json").is_file()

@@ -123,8 +123,21 @@ def test_ci_declares_the_simulators_and_the_native_engine() -> None:
     config = build_config({"vllm": "http://127.0.0.1:1", "tgi": "http://127.0.0.1:2"}, 9, {"main": "a", "limited": "b"})
     declared = declarations(config)
     # Simulators understand the fault markers, call tools and imitate their runtime's guided decoding.
+    # Through the gateway every model speaks the Responses API.
     for sim in ("sim-vllm", "sim-tgi"):
-        assert declared[sim].simulator and declared[sim].capabilities == {"tools", "structured_output"}
+        assert declared[sim].simulator
+        assert declared[sim].capabilities == {"tools", "structured_output", "responses"}
     assert not declared["native"].simulator
-    assert declared["native"].capabilities == {"tools", "structured_output"}
-    assert "structured" in CI_PROFILES  # runs on every column
+    assert declared["native"].capabilities == {"tools", "structured_output", "responses", "embeddings"}
+    assert {"structured", "responses", "embeddings"} <= set(CI_PROFILES)  # runs on every column
+
+
+def test_ci_embedding_models_are_declared_embedding_only() -> None:
+    urls = {"vllm": "http://127.0.0.1:1", "emb-vllm": "http://127.0.0.1:3", "emb-sglang": "http://127.0.0.1:4"}
+    config = build_config(urls, 9, {"main": "a", "limited": "b"})
+    declared = declarations(config)
+    for name, adapter in (("emb-vllm", "vllm"), ("emb-sglang", "sglang")):
+        backend = config["models"][name]["backends"][0]
+        assert backend["adapter"] == adapter and backend["options"] == {"embeddings": True}
+        assert declared[name].capabilities == {"embeddings"}
+    assert "sim-emb-vllm" not in config["models"]

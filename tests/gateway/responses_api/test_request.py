@@ -307,7 +307,7 @@ INVALID = [
     ({"metadata": {"k": "v" * 513}}, "metadata.k"),
     ({"metadata": {"k": 1}}, "metadata.k"),
     ({"user": 1}, "user"),
-    ({"safety_identifier": "s" * 129}, "safety_identifier"),
+    ({"safety_identifier": "s" * 65}, "safety_identifier"),
     ({"prompt_cache_key": []}, "prompt_cache_key"),
     ({"store": "no"}, "store"),
     ({"stream": 1}, "stream"),

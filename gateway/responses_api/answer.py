@@ -1,0 +1,79 @@
+"""The Responses API as an answer format of the gateway's one generation path
+(`AnswerFormat`, gateway/answer_format.py): canonical events -> the `response`
+object or its event stream, and the finished response stored for `GET`,
+`input_items` and a continuation.
+
+The same decisions as `run_response` (handlers.py), driven by `Generation`
+instead of pulling the events itself, so admission, dispatch, failover,
+cancellation, metrics and the access log are the chat path's own. The final
+object is stored before the terminal event is sent, so a client that continues
+from a response the moment it completes finds it; a response the client left
+before its end is never stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adapters.base import Event, TextDelta, Usage
+from adapters.errors import GatewayError
+from gateway.responses_api.encoder import ResponseAssembly, ResponseStreamEncoder
+from gateway.responses_api.handlers import PreparedResponse
+from gateway.responses_api.store import ResponseStore, StoredResponse
+
+
+class ResponsesAnswer:
+    def __init__(self, prepared: PreparedResponse, store: ResponseStore) -> None:
+        self.prepared = prepared
+        self.store = store
+        self.response_id = prepared.shell.id
+        self.assembly = ResponseAssembly(prepared.shell, logprobs=prepared.request.logprobs)
+        self.encoder = ResponseStreamEncoder(self.assembly)
+
+    # ---- stream ---------------------------------------------------------------------
+
+    def stream_start(self) -> bytes:
+        return self.encoder.start()
+
+    def stream_feed(self, event: Event) -> bytes:
+        state = self.assembly.state
+        if state.more_text(event):  # the common event, on the shortest path (a measured one)
+            assert state.open is not None and isinstance(event, TextDelta)
+            return self.encoder.text_delta(state.items[state.open].id, state.open, event.text)
+        return self.encoder.feed(event)
+
+    async def stream_end(self, usage: Usage | None) -> bytes:
+        self.assembly.end_of_events()
+        if self.assembly.state.usage is None:
+            self.assembly.state.usage = usage  # the runtime sent none: what the gateway counted
+        final = self.assembly.result()
+        try:
+            await self._store(final)
+        except GatewayError as err:
+            if not self.assembly.failed:  # the client could not continue from it: say so
+                self.assembly.fail(err)
+                final = self.assembly.result()
+        return self.encoder.terminal(final)
+
+    # ---- whole ---------------------------------------------------------------------------
+
+    def whole_feed(self, event: Event) -> None:
+        if self.assembly.state.more_text(event):
+            return  # nothing can fail here, and a whole answer needs no event payload
+        self.assembly.feed(event)
+        if self.assembly.error is not None:
+            raise self.assembly.error
+
+    async def whole_body(self, usage: Usage) -> dict[str, Any]:
+        self.assembly.end_of_events()
+        if self.assembly.error is not None:
+            raise self.assembly.error
+        if self.assembly.state.usage is None:
+            self.assembly.state.usage = usage  # the runtime sent none: what the gateway counted
+        final = self.assembly.result()
+        await self._store(final)
+        return final
+
+    async def _store(self, final: dict[str, Any]) -> None:
+        if self.prepared.request.store:
+            await self.store.put(self.prepared.tenant, StoredResponse(final, self.prepared.context))
