@@ -26,10 +26,11 @@ from typing import Any
 from policies.quota import (
     BUCKET_MS,
     WINDOW_MS,
+    QuotaAsk,
     QuotaExceeded,
+    QuotaStore,
     QuotaStoreUnavailable,
     Reservation,
-    ScopeLimits,
     ScopeState,
 )
 from policies.redis_connect import LuaScript, RedisConnection, RedisTarget, RedisUnavailable, hash_tag
@@ -206,7 +207,7 @@ return redis.call('ZCARD', KEYS[1])
 """)
 
 
-class RedisQuotaStore:
+class RedisQuotaStore(QuotaStore):
     kind = "redis"
 
     def __init__(
@@ -263,17 +264,10 @@ class RedisQuotaStore:
     async def reset_connections(self) -> None:
         await self.redis.reset_connections()
 
-    async def reserve(
-        self,
-        tenant: str,
-        scopes: tuple[ScopeLimits, ...],
-        tokens: int,
-        lease_id: str,
-        lease_ttl_ms: int,
-        units: int = 1,
-    ) -> Reservation:
+    async def take(self, ask: QuotaAsk) -> Reservation:
+        tenant, scopes, tokens, lease_id, units = ask.tenant, ask.scopes, ask.tokens, ask.lease_id, ask.units
         keys: list[str] = []
-        args: list[int | str] = [self.window_ms, self.bucket_ms, lease_id, lease_ttl_ms, tokens, units]
+        args: list[int | str] = [self.window_ms, self.bucket_ms, lease_id, ask.lease_ttl_ms, tokens, units]
         for scope in scopes:
             keys += self.keys(tenant, scope.name)
             args += [scope.requests_per_window, scope.tokens_per_window, scope.max_concurrent]
