@@ -16,10 +16,12 @@ import base64
 import math
 import struct
 import zlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from simulators.faults import Faults
 from simulators.request import SimRequest
 from simulators.sim_tokenizer import SimTokenizer, WordTokenizer
 
@@ -84,6 +86,48 @@ async def run_embedding(sim: Simulator, path: str, request_id: str, ids: list[li
         if delay_s > 0:
             await asyncio.sleep(delay_s)
     sim.recorder.finished(request_id, finish=None, prompt_tokens=sum(len(i) for i in ids), completion_tokens=0)
+
+
+def dimensions_problem(dimensions: Any, matryoshka: bool, model: str, too_small: str) -> str | None:
+    """Why a `dimensions` is refused, as vLLM and SGLang both rule (their pooling
+    params): only a Matryoshka model takes one, and only a positive whole number.
+    `model` as the runtime quotes it; `too_small`, its words for a number below 1."""
+    if dimensions is None:
+        return None
+    if not matryoshka:
+        return f"Model {model} does not support matryoshka representation, changing output dimensions will lead to poor results."
+    if not isinstance(dimensions, int) or dimensions < 1:
+        return too_small
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingCall:
+    """One embedding call past the runtime's own checks: each item's tokens and the
+    faults its texts ask for."""
+
+    ids: list[list[int]]
+    faults: Faults
+
+    @classmethod
+    def of(cls, sim: Simulator, items: Inputs, body: dict[str, Any]) -> EmbeddingCall:
+        texts = [item for item in items if isinstance(item, str)]
+        return cls(token_ids(items, sim.tokenizer), sim.faults(texts, body))
+
+    @property
+    def failure_status(self) -> int | None:
+        """The error status a fault injects, if any."""
+        status = self.faults.status
+        return status if status is not None and status >= 400 else None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(one) for one in self.ids)
+
+    async def run(self, sim: Simulator, path: str, request_id: str) -> None:
+        """`run_embedding` for the time to first token the faults or the options say."""
+        delay_ms = self.faults.ttft_ms if self.faults.ttft_ms is not None else sim.opts.ttft_ms
+        await run_embedding(sim, path, request_id, self.ids, delay_ms / 1000.0)
 
 
 def float32_base64(vector: list[float]) -> str:
