@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -94,6 +95,15 @@ class Simulator:
         return app
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
+        raise NotImplementedError
+
+    def add_openai_routes(self, router: web.UrlDispatcher) -> None:
+        """OpenAI's two generation routes, both served by `openai_endpoint`."""
+        router.add_post("/v1/chat/completions", partial(self.openai_endpoint, kind="chat"))
+        router.add_post("/v1/completions", partial(self.openai_endpoint, kind="completion"))
+
+    async def openai_endpoint(self, request: web.Request, kind: str) -> web.StreamResponse:
+        """A chat (`kind` "chat") or completions request, in the runtime's dialect."""
         raise NotImplementedError
 
     # ---- API key -------------------------------------------------------------

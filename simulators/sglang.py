@@ -68,8 +68,7 @@ class SglangSimulator(Simulator):
         }
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
-        router.add_post("/v1/chat/completions", self.chat)
-        router.add_post("/v1/completions", self.completions)
+        self.add_openai_routes(router)
         router.add_route("POST", "/generate", self.generate)
         router.add_route("PUT", "/generate", self.generate)
         router.add_post("/abort_request", self.abort_request)
@@ -342,13 +341,7 @@ class SglangSimulator(Simulator):
 
     # ---- OpenAI endpoints ------------------------------------------------------------
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "chat")
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "completion")
-
-    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
+    async def openai_endpoint(self, request: web.Request, kind: str) -> web.StreamResponse:
         body, bad = await self.read_body(request)
         if bad is not None:
             return error(400, f"JSON decode error: {bad}", "Bad Request")

@@ -65,8 +65,7 @@ class TrtllmSimulator(Simulator):
         self.labels = {"model_name": self.opts.model_name, "engine_type": "trtllm"}
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
-        router.add_post("/v1/chat/completions", self.chat)
-        router.add_post("/v1/completions", self.completions)
+        self.add_openai_routes(router)
         router.add_get("/v1/models", self.models)
         router.add_get("/health", self.health)
         router.add_get("/health_generate", self.health_generate)
@@ -216,13 +215,7 @@ class TrtllmSimulator(Simulator):
 
     # ---- OpenAI endpoints ------------------------------------------------------------
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "chat")
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "completion")
-
-    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
+    async def openai_endpoint(self, request: web.Request, kind: str) -> web.StreamResponse:
         body, bad = await self.read_body(request)
         if bad is not None:
             return json_decode_error(bad)

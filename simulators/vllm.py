@@ -52,8 +52,7 @@ class VllmSimulator(Simulator):
         if self.opts.runner == "pooling":
             router.add_post("/v1/embeddings", partial(vllm_tokens.embeddings, self))
         else:
-            router.add_post("/v1/chat/completions", self.chat)
-            router.add_post("/v1/completions", self.completions)
+            self.add_openai_routes(router)
         router.add_get("/v1/models", self.models)
         router.add_get("/health", self.health)
         router.add_route("*", "/ping", self.health)
@@ -244,13 +243,7 @@ class VllmSimulator(Simulator):
             return error(f.status, f"Simulated failure with status {f.status}", kind)
         return None
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "chat")
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "completion")
-
-    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
+    async def openai_endpoint(self, request: web.Request, kind: str) -> web.StreamResponse:
         if request.content_type != "application/json":
             return error(400, "Unsupported Media Type: Only 'application/json' is allowed")
         body, bad = await self.read_body(request)
