@@ -7,6 +7,7 @@ import asyncio
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.sglang import SGLangAdapter, parse_loads
 from tests.adapters.wire_samples import (
+    SGLANG_QUEUE_FULL,
     chat,
     collect,
     collect_closed,
@@ -19,43 +20,26 @@ from tests.adapters.wire_samples import (
 RID = "0123456789abcdef0123456789abcdef"
 
 
-def content(delta: dict, finish=None, matched=None) -> dict:
-    # msgspec layout: reasoning_content first, None fields omitted, no usage key.
+def _chunk(delta: dict, finish=None, matched=None) -> dict:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
     return {
         "id": RID,
         "object": "chat.completion.chunk",
         "created": 1700000000,
         "model": "default",
-        "choices": [
-            {
-                "index": 0,
-                "delta": {"reasoning_content": None, **delta},
-                "logprobs": None,
-                "finish_reason": finish,
-                "matched_stop": matched,
-            }
-        ],
+        "choices": [choice],
     }
+
+
+def content(delta: dict, finish=None, matched=None) -> dict:
+    # msgspec layout: reasoning_content first, None fields omitted, no usage key.
+    return _chunk({"reasoning_content": None, **delta}, finish, matched)
 
 
 def tool_chunk(call: dict) -> dict:
     # pydantic layout: every null present, usage: null.
-    return {
-        "id": RID,
-        "object": "chat.completion.chunk",
-        "created": 1700000000,
-        "model": "default",
-        "choices": [
-            {
-                "index": 0,
-                "delta": {"role": None, "content": None, "reasoning_content": None, "tool_calls": [call]},
-                "logprobs": None,
-                "finish_reason": None,
-                "matched_stop": None,
-            }
-        ],
-        "usage": None,
-    }
+    delta = {"role": None, "content": None, "reasoning_content": None, "tool_calls": [call]}
+    return {**_chunk(delta), "usage": None}
 
 
 USAGE = {
@@ -203,17 +187,7 @@ async def test_queue_full_inside_a_200_stream_is_raised_before_any_event(replay)
     # Nothing reached the client yet: raised, the gateway can fail over.
     replay.reply(
         streamed(
-            sse(
-                {
-                    "error": {
-                        "object": "error",
-                        "message": "The request queue is full.",
-                        "type": "SERVICE_UNAVAILABLE",
-                        "param": None,
-                        "code": 503,
-                    }
-                }
-            ),
+            sse(SGLANG_QUEUE_FULL),
             sse("[DONE]"),
         )
     )

@@ -59,6 +59,19 @@ USAGE = {
 }
 
 
+def completion(message: dict, finish: str, prompt: int, generated: int, fingerprint: str = "3.1.0-native") -> dict:
+    """A non-streamed chat answer in TGI's layout (`id` empty, `model` as served)."""
+    return {
+        "object": "chat.completion",
+        "id": "",
+        "created": 1,
+        "model": "tgi",
+        "system_fingerprint": fingerprint,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated},
+    }
+
+
 def adapter(replay, **options) -> TGIAdapter:
     return TGIAdapter("tgi-d", replay.url, "meta-llama/Llama-3.1-8B-Instruct", options=options)
 
@@ -78,27 +91,8 @@ async def test_stream_without_role_chunk(replay):
 
 
 async def test_stop_sequence_finish_is_stop(replay):
-    replay.reply(
-        json_response(
-            200,
-            {
-                "object": "chat.completion",
-                "id": "",
-                "created": 1,
-                "model": "tgi",
-                "system_fingerprint": "3.3.6-dev0-native",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": "Hi"},
-                        "logprobs": None,
-                        "finish_reason": "stop_sequence",
-                    }
-                ],
-                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-            },
-        )
-    )
+    message = {"role": "assistant", "content": "Hi"}
+    replay.reply(json_response(200, completion(message, "stop_sequence", 3, 1, "3.3.6-dev0-native")))
     events = await collect_closed(adapter(replay), chat(stream=False))
     assert events == [TextDelta(0, "Hi"), Finish(0, "stop"), Usage(3, 1)]
 
@@ -208,40 +202,9 @@ async def test_unreadable_old_tool_stream_is_an_error(replay):
     "arguments", [{"city": "Paris"}, {"_name": "get_weather", "city": "Paris"}, '{"city":"Paris"}']
 )
 async def test_non_stream_tool_call_object_or_string_arguments(replay, arguments):
-    replay.reply(
-        json_response(
-            200,
-            {
-                "object": "chat.completion",
-                "id": "",
-                "created": 1,
-                "model": "tgi",
-                "system_fingerprint": "3.1.0-native",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {
-                            "role": "assistant",
-                            "tool_calls": [
-                                {
-                                    "id": "0",
-                                    "type": "function",
-                                    "function": {
-                                        "description": None,
-                                        "name": "get_weather",
-                                        "arguments": arguments,
-                                    },
-                                }
-                            ],
-                        },
-                        "logprobs": None,
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-            },
-        )
-    )
+    function = {"description": None, "name": "get_weather", "arguments": arguments}
+    message = {"role": "assistant", "tool_calls": [{"id": "0", "type": "function", "function": function}]}
+    replay.reply(json_response(200, completion(message, "stop", 10, 5)))
     events = await delivered_closed(adapter(replay), chat(stream=False, tools=TOOLS))
     call = events[0]
     assert isinstance(call, ToolCallDelta) and call.id.startswith("call_") and call.name == "get_weather"

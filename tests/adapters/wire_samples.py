@@ -11,6 +11,17 @@ from adapters.base import Adapter, ErrorEvent, Event, GenerationRequest
 from adapters.errors import GatewayError, upstream_failed
 from gateway.stream_guard import StreamGuard, guarded
 
+# SGLang's answer when its request queue is full (an error object in the stream of a 200).
+SGLANG_QUEUE_FULL = {
+    "error": {
+        "object": "error",
+        "message": "The request queue is full.",
+        "type": "SERVICE_UNAVAILABLE",
+        "param": None,
+        "code": 503,
+    }
+}
+
 
 def sse(obj: Any, tail: str = "") -> str:
     """One SSE frame as a runtime writes it (`tail` for TRT-LLM's trailing space)."""
