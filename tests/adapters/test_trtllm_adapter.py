@@ -7,12 +7,12 @@ import asyncio
 import orjson
 
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
-from adapters.errors import GatewayError
 from adapters.trtllm import TRTLLMAdapter, parse_iteration_stats
 from tests.adapters.wire_samples import (
     chat,
     collect,
     collect_closed,
+    collect_refusal,
     delivered,
     json_response,
     sse,
@@ -209,14 +209,8 @@ async def test_context_length_json_400_even_for_streams(replay):
             },
         )
     )
-    a = adapter(replay)
-    try:
-        await collect(a, chat())
-        raise AssertionError("no error")
-    except GatewayError as exc:
-        assert exc.code == "context_length_exceeded"
-    finally:
-        await a.aclose()
+    exc = await collect_refusal(adapter(replay), chat())
+    assert exc.code == "context_length_exceeded"
 
 
 def stats(it: int, active: int, queued: int, used: int, cap: int, hit: float) -> dict:

@@ -7,12 +7,12 @@ import asyncio
 import logging
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, ToolCallDelta, Usage
-from adapters.errors import GatewayError
 from adapters.vllm import VLLMAdapter, translate_guided
 from tests.adapters.wire_samples import (
     chat,
     collect,
     collect_closed,
+    collect_refusal,
     json_response,
     sse,
     streamed,
@@ -219,14 +219,8 @@ async def test_context_length_before_the_stream(replay):
             },
         )
     )
-    a = adapter(replay)
-    try:
-        await collect(a, chat())
-        raise AssertionError("no error")
-    except GatewayError as exc:
-        assert (exc.status, exc.code) == (400, "context_length_exceeded")
-    finally:
-        await a.aclose()
+    exc = await collect_refusal(adapter(replay), chat())
+    assert (exc.status, exc.code) == (400, "context_length_exceeded")
 
 
 def test_guided_fields_move_to_structured_outputs():
