@@ -22,11 +22,11 @@ import openai
 import pytest
 
 from adapters.vllm import VLLMAdapter
+from processes import VLLM_CPU_ENV, VLLM_PYTHON, vllm_server_argv
 from tests.procs import ROOT, Process, free_port, start_gateway
 
 pytestmark = pytest.mark.vllm
 
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 # Long enough that a generation the cancellation fails to stop takes tens of
 # seconds: under load vLLM's engine process runs seconds ahead of its API server,
 # which is where the abort arrives. The tiny model says 4096 positions; RoPE has no
@@ -63,32 +63,14 @@ def vllm_server(tmp_path_factory):
     port = free_port()
     p = Process(
         [
-            str(VLLM_PYTHON),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model),
-            "--served-model-name",
-            "tiny",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--max-model-len",
-            str(MAX_MODEL_LEN),
-            "--hf-overrides",
-            json.dumps({"max_position_embeddings": MAX_MODEL_LEN}),
-            "--dtype",
-            "float32",
-            "--enable-auto-tool-choice",
-            "--tool-call-parser",
-            "hermes",
+            *vllm_server_argv(model, port, MAX_MODEL_LEN, hermes_tools=True),
+            *("--hf-overrides", json.dumps({"max_position_embeddings": MAX_MODEL_LEN})),
             "--enable-prompt-tokens-details",
             *RECOMMENDED_FLAGS,
         ],
         f"http://127.0.0.1:{port}",
         tmp / "vllm.log",
-        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        env=VLLM_CPU_ENV,
     )
     try:
         p.wait_ready("/health", timeout=float(os.environ.get("VLLM_START_TIMEOUT", "600")))
