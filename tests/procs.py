@@ -6,11 +6,21 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol, TypeVar
 
+import httpx
 import yaml
 
 from processes import Child, free_port, http_probe, redis_ping, redis_server_argv
+
+
+class _HasStop(Protocol):
+    def stop(self) -> None: ...
+
+
+Stoppable = TypeVar("Stoppable", bound=_HasStop)
 
 ROOT = Path(__file__).resolve().parent.parent
 SWITCHYARD = [sys.executable, "-m", "gateway.cli"]
@@ -37,6 +47,30 @@ class Process:
 
     def stop(self) -> None:
         self.child.stop()
+
+
+def stopped_after(thing: Stoppable) -> Iterator[Stoppable]:
+    """A fixture's body for anything with `stop()` (a process, a fleet, a deployment):
+    `yield from stopped_after(start_x(...))` hands it to the tests, then stops it."""
+    try:
+        yield thing
+    finally:
+        thing.stop()
+
+
+def metric_samples(text: str) -> dict[str, float]:
+    """Prometheus text as {'name{labels}': value} (comments dropped)."""
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def scrape(gateway: Process) -> dict[str, float]:
+    """The gateway's /metrics as `metric_samples`."""
+    return metric_samples(httpx.get(gateway.url + "/metrics", timeout=5).text)
 
 
 def start_upstream(tmp: Path, *extra: str) -> Process:
