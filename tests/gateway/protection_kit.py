@@ -6,9 +6,11 @@ from __future__ import annotations
 import uuid
 import weakref
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from adapters.base import GenerationRequest, SamplingParams
+from adapters.errors import GatewayError
 from gateway.config import parse_config
 from gateway.protection import Protection
 from policies.auth import hash_key
@@ -58,6 +60,14 @@ async def never_gone() -> bool:
 
 async def principal(p: Protection, key: str = KEY_A):
     return await p.authenticate({"authorization": f"Bearer {key}"})
+
+
+async def refusal(p: Protection, who, model: str, req: GenerationRequest, prompt_tokens: int) -> GatewayError:
+    """The error admission refuses `req` with (a client that stays); fails the test
+    when it is admitted."""
+    with pytest.raises(GatewayError) as exc:
+        await p.admit(who, model, req, prompt_tokens, never_gone)
+    return exc.value
 
 
 def sample(p: Protection, name: str, labels: dict | None = None) -> float:
