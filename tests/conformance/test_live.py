@@ -47,6 +47,13 @@ def simulator(kind: str, logs: Path, *flags: str) -> ManagedProcess:
     return p.wait_ready("/health", timeout_s=60)
 
 
+def run_cli(base_url: str, model: str, report_dir: Path, *options: str) -> tuple[int, dict]:
+    """`switchyard conformance run` against `base_url`, quiet: its exit code and report.json."""
+    argv = ["conformance", "run", "--base-url", base_url, "--model", model, *options]
+    code = main([*argv, "--report", str(report_dir), "--quiet"])
+    return code, json.loads((report_dir / "report.json").read_text())
+
+
 @pytest.fixture(scope="module")
 def vllm_sim(logs: Path) -> Iterator[ManagedProcess]:
     p = simulator("vllm", logs, "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
@@ -62,22 +69,7 @@ def tgi_sim(logs: Path) -> Iterator[ManagedProcess]:
 
 
 def test_core_profile_through_the_gateway_passes_every_must(native_gateway: ManagedProcess, tmp_path: Path) -> None:
-    code = main(
-        [
-            "conformance",
-            "run",
-            "--base-url",
-            native_gateway.url,
-            "--model",
-            "tiny",
-            "--profile",
-            "core",
-            "--report",
-            str(tmp_path),
-            "--quiet",
-        ]
-    )
-    data = json.loads((tmp_path / "report.json").read_text())
+    code, data = run_cli(native_gateway.url, "tiny", tmp_path, "--profile", "core")
     failing = [
         (r["id"], r["message"]) for r in data["results"] if r["level"] == "MUST" and r["status"] in ("fail", "error")
     ]
@@ -119,20 +111,6 @@ async def test_tgi_wire_deviations_are_caught(tgi_sim: ManagedProcess) -> None:
 
 
 def test_cli_run_exits_nonzero_on_a_must_failure(vllm_sim: ManagedProcess, tmp_path: Path) -> None:
-    code = main(
-        [
-            "conformance",
-            "run",
-            "--base-url",
-            vllm_sim.url,
-            "--model",
-            "sim-model",
-            "--only",
-            "errors.envelope",
-            "--report",
-            str(tmp_path),
-            "--quiet",
-        ]
-    )
+    code, data = run_cli(vllm_sim.url, "sim-model", tmp_path, "--only", "errors.envelope")
     assert code == 1
-    assert json.loads((tmp_path / "report.json").read_text())["results"][0]["status"] == "fail"
+    assert data["results"][0]["status"] == "fail"

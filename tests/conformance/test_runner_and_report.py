@@ -11,31 +11,13 @@ from pathlib import Path
 from conformance.check import Check
 from conformance.context import Context
 from conformance.report import render_html, render_markdown, write_reports
-from conformance.result import CheckFailed, Evidence, Level, Skipped, Status
+from conformance.result import Level, Skipped, Status
 from conformance.runner import RunReport, run_check, run_checks
 from conformance.target import Target, normalize_base_url
+from tests.conformance.sample_checks import fails, passes
 
 # Nothing listens here: these checks never make a request.
 TARGET = Target(base_url="http://127.0.0.1:9", model="m", api_key="sk-secret")
-
-
-async def passes(ctx: Context) -> None:
-    return None
-
-
-async def fails(ctx: Context) -> None:
-    raise CheckFailed(
-        "bad <chunk>",
-        [
-            Evidence(
-                expected="role once",
-                seen="role twice",
-                where="chunk 3",
-                offending={"delta": {"role": "assistant"}},
-                request={"method": "POST", "path": "/chat/completions", "body": {}},
-            )
-        ],
-    )
 
 
 async def skips(ctx: Context) -> None:
@@ -59,7 +41,7 @@ async def test_statuses() -> None:
     try:
         assert (await run_check(check(passes), ctx)).status is Status.PASS
         failed = await run_check(check(fails), ctx)
-        assert failed.status is Status.FAIL and failed.evidence[0]["where"] == "chunk 3"
+        assert failed.status is Status.FAIL and failed.evidence[0]["where"] == "chunk 3 choices[0].delta.role"
         skipped = await run_check(check(skips), ctx)
         assert skipped.status is Status.SKIP and "needs --api-key" in skipped.message
         errored = await run_check(check(breaks), ctx)

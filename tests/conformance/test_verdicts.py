@@ -16,31 +16,13 @@ from conformance.check import Check
 from conformance.context import Context
 from conformance.matrix import ConfigError, Declaration, load_declarations, targets_from_config
 from conformance.report import render_html, render_markdown
-from conformance.result import CheckFailed, Evidence, Level, Skipped, Status, Verdict
+from conformance.result import Evidence, Level, Skipped, Status, Verdict
 from conformance.runner import run_check, run_checks
 from conformance.target import Target
+from tests.conformance.sample_checks import fails, passes
 
 # Nothing listens here: a check that sends a request errors, so `na` proves nothing was sent.
 NOWHERE = "http://127.0.0.1:9"
-
-
-async def passes(ctx: Context) -> None:
-    return None
-
-
-async def fails(ctx: Context) -> None:
-    raise CheckFailed(
-        "role twice",
-        [
-            Evidence(
-                expected="role once",
-                seen="role in chunk 3",
-                where="chunk 3 choices[0].delta.role",
-                offending={"delta": {"role": "assistant"}},
-                request={"method": "POST", "path": "/chat/completions", "body": {"stream": True}},
-            )
-        ],
-    )
 
 
 async def skips(ctx: Context) -> None:
