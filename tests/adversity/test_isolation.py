@@ -18,14 +18,13 @@ import re
 import httpx
 import openai
 import pytest
-import torch
 
 from adapters.base import Finish, GenerationRequest, SamplingParams, Usage
 from adapters.errors import GatewayError
-from adapters.native import NativeAdapter
 from gateway.request_io import client_request_id, new_request_id
 from simulators.testing import start_simulator
 from tests.adversity.fleet import RUNTIMES, auth, key_of, sim_backend, start_fleet_gateway, tenancy
+from tests.native_adapters import started_native
 from tests.procs import start_gateway, start_upstream
 
 SHARED_ID = "trace-abc-1"
@@ -231,15 +230,7 @@ def test_the_response_header_keeps_a_plain_client_id_and_replaces_any_other(flee
 
 @pytest.fixture(scope="module")
 def native_adapter(tiny_model_dir):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model on a shared machine: one intra-op thread is faster
-    adapter = NativeAdapter(
-        "local", str(tiny_model_dir), engine_options={"max_model_len": 512, "num_blocks": 256, "max_num_seqs": 8}
-    )
-    asyncio.run(adapter.start())
-    yield adapter
-    asyncio.run(adapter.aclose())
-    torch.set_num_threads(threads)
+    yield from started_native(tiny_model_dir, one_thread=True, max_model_len=512, num_blocks=256, max_num_seqs=8)
 
 
 def native_request(prompt: str, max_tokens: int, request_id: str = SHARED_ID) -> GenerationRequest:
