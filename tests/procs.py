@@ -102,6 +102,18 @@ def start_redis(tmp: Path, port: int | None = None) -> Process:
     return p
 
 
+def native_backend_config(model_dir: Path, model: str = "tiny", **options) -> dict:
+    """One model served by the native engine on `model_dir` (engine `options`)."""
+    backend = {"name": "local", "adapter": "native", "model_path": str(model_dir), "options": options}
+    return {"models": {model: {"backends": [backend]}}}
+
+
+def start_native_gateway(tmp: Path, config: dict) -> Process:
+    """A gateway whose engine runs in it: on one intra-op thread, many times faster for
+    a tiny model on a shared 2-core machine."""
+    return start_gateway(tmp, config, env={"OMP_NUM_THREADS": "1"})
+
+
 def openai_backend_config(upstream: Process, model: str = "m", **backend) -> dict:
     return {
         "models": {
