@@ -23,6 +23,7 @@ import pytest
 
 from adapters.vllm import VLLMAdapter
 from processes import VLLM_CPU_ENV, VLLM_PYTHON, vllm_server_argv
+from tests.adapters.wire_samples import WEATHER_TOOLS as TOOLS
 from tests.procs import ROOT, Process, free_port, start_gateway
 
 pytestmark = pytest.mark.vllm
@@ -38,16 +39,6 @@ RECOMMENDED_FLAGS = [
     "--enable-scale-out",
     "--structured-outputs-config",
     json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
-]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather in a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
 ]
 
 

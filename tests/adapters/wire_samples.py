@@ -11,6 +11,18 @@ from adapters.base import Adapter, ErrorEvent, Event, GenerationRequest
 from adapters.errors import GatewayError, upstream_failed
 from gateway.stream_guard import StreamGuard, guarded
 
+# One function tool as a client sends it (the simulators' scripted tool calls name it).
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+
 # SGLang's answer when its request queue is full (an error object in the stream of a 200).
 SGLANG_QUEUE_FULL = {
     "error": {
