@@ -24,15 +24,19 @@ def main(argv: list[str]) -> int:
     return int(args.func(args) or 0)
 
 
+def options(upstream: str, out_dir: Path, **run) -> BenchOptions:
+    """A quiet run of model "m" at `upstream`, written to `out_dir`."""
+    return BenchOptions(base_url=upstream, model="m", out_dir=out_dir, progress=False, **run)
+
+
 def png_ok(path: Path) -> bool:
     return path.is_file() and path.stat().st_size > 1000 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_run_writes_complete_report_with_plots(upstream: str, tmp_path: Path) -> None:
-    o = BenchOptions(
-        base_url=upstream,
-        model="m",
-        out_dir=tmp_path / "run",
+    o = options(
+        upstream,
+        tmp_path / "run",
         rate=100.0,
         num_requests=40,
         input_tokens=16,
@@ -42,7 +46,6 @@ def test_run_writes_complete_report_with_plots(upstream: str, tmp_path: Path) ->
         cancel_delay_s=0.002,
         extra_body={"sim": {"itl_ms": 2}},
         slo=Slo(ttft_ms=1000, tpot_ms=1000),
-        progress=False,
     )
     summary = run_once(o, o.rate, o.out_dir)
     doc = orjson.loads((o.out_dir / "result.json").read_bytes())
@@ -64,15 +67,13 @@ def test_run_writes_complete_report_with_plots(upstream: str, tmp_path: Path) ->
 
 
 def test_failures_show_up_by_kind(upstream: str, tmp_path: Path) -> None:
-    o = BenchOptions(
-        base_url=upstream,
-        model="m",
-        out_dir=tmp_path / "fail",
+    o = options(
+        upstream,
+        tmp_path / "fail",
         concurrency=4,
         num_requests=8,
         output_tokens=6,
         extra_body={"sim": {"fail_after": 2}},
-        progress=False,
         plots=False,
     )
     summary = run_once(o, None, o.out_dir)
@@ -82,23 +83,15 @@ def test_failures_show_up_by_kind(upstream: str, tmp_path: Path) -> None:
 
 def test_sweep_finds_highest_rate_meeting_the_slo(upstream: str, tmp_path: Path) -> None:
     # A 30 ms TTFT on every request: SLO 20 ms is missed at every rate, 200 ms met at both.
-    common = dict(
-        base_url=upstream,
-        model="m",
-        rates=[20.0, 40.0],
-        num_requests=12,
-        output_tokens=4,
-        extra_body={"sim": {"ttft_ms": 30}},
-        progress=False,
-    )
-    doc = run_sweep(BenchOptions(out_dir=tmp_path / "ok", slo=Slo(ttft_ms=200), **common))
+    common = dict(rates=[20.0, 40.0], num_requests=12, output_tokens=4, extra_body={"sim": {"ttft_ms": 30}})
+    doc = run_sweep(options(upstream, tmp_path / "ok", slo=Slo(ttft_ms=200), **common))
     assert doc["best_rate"] == 40.0 and [p["meets_slo"] for p in doc["points"]] == [True, True]
     assert png_ok(tmp_path / "ok" / "throughput_goodput_vs_rate.png")
     assert (tmp_path / "ok" / "rate-20" / "result.json").is_file()
-    missed = run_sweep(BenchOptions(out_dir=tmp_path / "miss", slo=Slo(ttft_ms=20), plots=False, **common))
+    missed = run_sweep(options(upstream, tmp_path / "miss", slo=Slo(ttft_ms=20), plots=False, **common))
     assert missed["best_rate"] is None and len(missed["points"]) == 1  # stops at the first miss
     with pytest.raises(ValueError, match="SLO"):
-        run_sweep(BenchOptions(out_dir=tmp_path / "x", **common))
+        run_sweep(options(upstream, tmp_path / "x", **common))
 
 
 def test_cli_run_and_compare(upstream: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -54,6 +54,17 @@ def request(max_tokens: int | None = 100, n: int = 1) -> GenerationRequest:
     )
 
 
+async def with_named_key(name: str, tenant_limits: dict, **key_limits):
+    """A started Protection (`make`) whose tenant a, limited by `tenant_limits`, has one
+    more key, `sk-sy-<name>-key`, named `name` and limited by `key_limits`; and that
+    key's principal."""
+    cfg = config(**tenant_limits)
+    secret = f"sk-sy-{name}-key"
+    cfg["auth"]["api_keys"].append({"sha256": hash_key(secret), "tenant": "a", "name": name, **key_limits})
+    p = await make(cfg)
+    return p, await p.authenticate({"api-key": secret})
+
+
 async def never_gone() -> bool:
     return False
 

@@ -16,8 +16,7 @@ from adapters.errors import GatewayError
 from gateway.config import ConfigError, parse_config
 from gateway.phases import CancelPhase
 from gateway.protection import Protection
-from policies.auth import hash_key
-from tests.gateway.protection_kit import KEY_B, config, make, never_gone, principal, refusal, request
+from tests.gateway.protection_kit import KEY_B, config, make, never_gone, principal, refusal, request, with_named_key
 from tests.gateway.protection_kit import sample as _sample
 
 
@@ -246,12 +245,7 @@ async def test_a_ticket_dropped_without_release_frees_its_slot_and_lease():
 
 
 async def test_a_key_limit_applies_to_that_key_only():
-    cfg = config(requests_per_minute=100)
-    cfg["auth"]["api_keys"].append(
-        {"sha256": hash_key("sk-sy-narrow-key"), "tenant": "a", "name": "narrow", "requests_per_minute": 1}
-    )
-    p = await make(cfg)
-    narrow = await p.authenticate({"api-key": "sk-sy-narrow-key"})
+    p, narrow = await with_named_key("narrow", {"requests_per_minute": 100}, requests_per_minute=1)
     await (await p.admit(narrow, "m", request(), 1, never_gone)).release(None)
     error = await refusal(p, narrow, "m", request(), 1)
     assert error.status == 429 and "key narrow" in error.message

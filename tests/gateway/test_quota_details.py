@@ -9,8 +9,7 @@ import re
 
 import pytest
 
-from policies.auth import hash_key
-from tests.gateway.protection_kit import KEY_B, config, make, never_gone, principal, refusal, request
+from tests.gateway.protection_kit import KEY_B, config, make, never_gone, principal, refusal, request, with_named_key
 
 OPENAI_DURATION = re.compile(r"^(\d+ms|\d+s|\d+m\d+s)$")
 
@@ -19,12 +18,7 @@ OPENAI_DURATION = re.compile(r"^(\d+ms|\d+s|\d+m\d+s)$")
 
 
 async def test_a_request_over_a_key_token_limit_names_the_key_and_the_fix():
-    cfg = config(tokens_per_minute=100_000)
-    cfg["auth"]["api_keys"].append(
-        {"sha256": hash_key("sk-sy-small-key"), "tenant": "a", "name": "small", "tokens_per_minute": 300}
-    )
-    p = await make(cfg)
-    small = await p.authenticate({"api-key": "sk-sy-small-key"})
+    p, small = await with_named_key("small", {"tokens_per_minute": 100_000}, tokens_per_minute=300)
     e = await refusal(p, small, "m", request(max_tokens=200, n=2), 20)
     assert e.status == 400 and e.retry_after is None and e.param == "max_tokens"
     assert "key small" in e.message and "limit is 300" in e.message and "reserves 420 tokens" in e.message
