@@ -36,6 +36,13 @@ from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_n
 from simulators.validation import check_body, pydantic_text
 from simulators.vllm_wire import VllmChat, VllmCompletion, VllmReply, error
 
+# The latency histograms' names and help texts, as the runtime writes them.
+LATENCY = (
+    ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+    ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
+    ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."),
+)
+
 VERSION = "0.33.0"
 
 
@@ -128,12 +135,7 @@ class VllmSimulator(Simulator):
             "Count of successfully processed requests.",
             {(("finished_reason", r),): float(n) for r, n in self.recorder.openai_finish_counts().items()},
         )
-        ex.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft_hist)
-        ex.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl_hist)
-        ex.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e_hist)
-        return web.Response(
-            status=200, body=ex.text().encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
-        )
+        return self.metrics_response(ex, LATENCY)
 
     def kv_usage(self) -> float:
         capacity = self.opts.max_model_len * 16
