@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol, TypeVar
 
@@ -21,6 +22,7 @@ class _HasStop(Protocol):
 
 
 Stoppable = TypeVar("Stoppable", bound=_HasStop)
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 SWITCHYARD = [sys.executable, "-m", "gateway.cli"]
@@ -56,6 +58,18 @@ def stopped_after(thing: Stoppable) -> Iterator[Stoppable]:
         yield thing
     finally:
         thing.stop()
+
+
+def eventually(predicate: Callable[[], T], timeout_s: float = 5.0, interval_s: float = 0.05) -> T:
+    """Poll `predicate` until it gives something truthy or `timeout_s` passes; its
+    last answer (falsy when it never held), for the test to assert on."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    return predicate()
 
 
 def metric_samples(text: str) -> dict[str, float]:

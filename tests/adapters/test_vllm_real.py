@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import httpx
 import openai
@@ -24,7 +23,7 @@ import pytest
 from adapters.vllm import VLLMAdapter
 from processes import VLLM_CPU_ENV, VLLM_PYTHON, vllm_server_argv
 from tests.adapters.wire_samples import WEATHER_TOOLS as TOOLS
-from tests.procs import ROOT, Process, free_port, start_gateway
+from tests.procs import ROOT, Process, eventually, free_port, start_gateway
 
 pytestmark = pytest.mark.vllm
 
@@ -193,18 +192,9 @@ def _abort_calls(url: str) -> float:
     return _metric(url, "http_requests_total", 'handler="/inference/v1/abort_requests",method="POST",status="2xx"')
 
 
-def _wait(predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
-
-
 def test_cancellation_frees_the_engine(client, vllm_server):
     url = vllm_server.url
-    assert _wait(lambda: _running(url) == 0, 20)
+    assert eventually(lambda: _running(url) == 0, 20, 0.1)
     generated_before, lengths_before, aborts_before = _generated(url), _ran_to_length(url), _abort_calls(url)
     max_tokens = MAX_MODEL_LEN - 384
     body = {
@@ -236,10 +226,10 @@ def test_cancellation_frees_the_engine(client, vllm_server):
 
     asyncio.run(leave_once_running())
     # The gateway called vLLM's abort endpoint with vLLM's id of the request...
-    assert _wait(lambda: _abort_calls(url) == aborts_before + 1, 10), _abort_calls(url) - aborts_before
+    assert eventually(lambda: _abort_calls(url) == aborts_before + 1, 10, 0.1), _abort_calls(url) - aborts_before
     # ...and the engine stopped well short of what it was asked for (tens of seconds
     # of work), without running to its length.
-    assert _wait(lambda: _running(url) == 0, 60)
+    assert eventually(lambda: _running(url) == 0, 60, 0.1)
     generated = _generated(url) - generated_before
     assert generated < max_tokens, generated
     assert _ran_to_length(url) == lengths_before

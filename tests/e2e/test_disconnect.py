@@ -8,21 +8,13 @@ import time
 import httpx
 import pytest
 
+from tests.procs import eventually
+
 MSG = [{"role": "user", "content": "hi"}]
 
 
 def stats(upstream) -> dict:
     return httpx.get(upstream.url + "/_sim/stats").json()
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return predicate()
 
 
 def metric(gateway, name: str, **labels) -> float:
@@ -49,10 +41,12 @@ def test_disconnect_mid_stream_aborts_upstream(gateway, upstream):
         got = [next(lines) for _ in range(3)]
         assert any(line.startswith("data: ") for line in got)
     # the client closed the connection: the upstream must see its request end early
-    s = wait_for(lambda: (st := stats(upstream))["aborted"] == 1 and st["inflight"] == 0 and st)
+    s = eventually(lambda: (st := stats(upstream))["aborted"] == 1 and st["inflight"] == 0 and st)
     assert s and s["completed"] == 0
-    assert wait_for(lambda: metric(gateway, "switchyard_client_cancellations_total", phase="mid_stream") == before + 1)
-    assert wait_for(lambda: metric(gateway, "switchyard_inflight_requests", model="m") == 0)
+    assert eventually(
+        lambda: metric(gateway, "switchyard_client_cancellations_total", phase="mid_stream") == before + 1
+    )
+    assert eventually(lambda: metric(gateway, "switchyard_inflight_requests", model="m") == 0)
     assert metric(gateway, "switchyard_backend_inflight", backend="up") == 0
 
 
@@ -61,9 +55,9 @@ def test_disconnect_while_waiting_for_first_byte(gateway, upstream):
     with pytest.raises(httpx.ReadTimeout):
         with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, timeout=0.5) as r:
             r.read()
-    s = wait_for(lambda: (st := stats(upstream))["aborted"] == 1 and st)
+    s = eventually(lambda: (st := stats(upstream))["aborted"] == 1 and st)
     assert s and s["completed"] == 0
-    assert wait_for(lambda: metric(gateway, "switchyard_client_cancellations_total", phase="upstream_headers") >= 1)
+    assert eventually(lambda: metric(gateway, "switchyard_client_cancellations_total", phase="upstream_headers") >= 1)
 
 
 def test_disconnect_mid_request_non_streaming(gateway, upstream):
@@ -71,10 +65,10 @@ def test_disconnect_mid_request_non_streaming(gateway, upstream):
     started = time.monotonic()
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=0.5)
-    s = wait_for(lambda: (st := stats(upstream))["aborted"] == 1 and st)
+    s = eventually(lambda: (st := stats(upstream))["aborted"] == 1 and st)
     assert s and s["completed"] == 0
     assert time.monotonic() - started < 2.5  # well before the upstream would have answered
-    assert wait_for(lambda: metric(gateway, "switchyard_inflight_requests", model="m") == 0)
+    assert eventually(lambda: metric(gateway, "switchyard_inflight_requests", model="m") == 0)
 
 
 def test_access_log_is_json_with_request_fields(gateway):
@@ -91,7 +85,7 @@ def test_access_log_is_json_with_request_fields(gateway):
                 return json.loads(line)
         return None
 
-    rec = wait_for(find)
+    rec = eventually(find)
     assert rec["request_id"] == "log-me-1" and rec["model"] == "m" and rec["backend"] == "up"
     assert rec["status"] == 200 and rec["completion_tokens"] == 2 and rec["latency_ms"] > 0
     assert re.match(r"^\d+\.\d+$", str(rec["ts"]))
