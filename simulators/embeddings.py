@@ -16,10 +16,12 @@ import base64
 import math
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from aiohttp import web
 
 from simulators.faults import Faults
 from simulators.request import SimRequest
@@ -88,6 +90,16 @@ async def run_embedding(sim: Simulator, path: str, request_id: str, ids: list[li
     sim.recorder.finished(request_id, finish=None, prompt_tokens=sum(len(i) for i in ids), completion_tokens=0)
 
 
+@dataclass(frozen=True, slots=True)
+class EmbeddingDialect:
+    """How one runtime (vLLM, SGLang) words its refusals of an embedding call."""
+
+    error: Callable[..., web.Response]  # its error answer for (status, message, type)
+    too_small: str  # a `dimensions` below 1
+    too_long: Callable[[int, int], str]  # (an input's tokens, the context length) -> message
+    full_context_refused: bool  # an input of exactly the context length is refused too
+
+
 def dimensions_problem(dimensions: Any, matryoshka: bool, model: str, too_small: str) -> str | None:
     """Why a `dimensions` is refused, as vLLM and SGLang both rule (their pooling
     params): only a Matryoshka model takes one, and only a positive whole number.
@@ -99,6 +111,27 @@ def dimensions_problem(dimensions: Any, matryoshka: bool, model: str, too_small:
     if not isinstance(dimensions, int) or dimensions < 1:
         return too_small
     return None
+
+
+def checked_call(
+    sim: Simulator, items: Inputs, body: dict[str, Any], model: str, dialect: EmbeddingDialect
+) -> EmbeddingCall | web.Response:
+    """The call once the checks both runtimes make in this order pass (`dimensions`,
+    then an injected failure, then each input against the context), else the
+    runtime's refusal. `model` as the runtime quotes it."""
+    problem = dimensions_problem(body.get("dimensions"), sim.opts.is_matryoshka, model, dialect.too_small)
+    if problem is not None:
+        return dialect.error(400, problem)
+    call = EmbeddingCall.of(sim, items, body)
+    if call.failure_status is not None:
+        return dialect.error(
+            call.failure_status, f"Simulated failure with status {call.failure_status}", "InternalServerError"
+        )
+    limit = sim.opts.max_model_len - (1 if dialect.full_context_refused else 0)
+    too_long = next((len(one) for one in call.ids if len(one) > limit), None)
+    if too_long is not None:
+        return dialect.error(400, dialect.too_long(too_long, sim.opts.max_model_len))
+    return call
 
 
 @dataclass(frozen=True, slots=True)

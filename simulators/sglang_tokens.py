@@ -20,11 +20,19 @@ from typing import Any
 
 from aiohttp import web
 
-from simulators.embeddings import EmbeddingCall, dimensions_problem, hashed_vector, parse_input
+from simulators.embeddings import EmbeddingDialect, checked_call, hashed_vector, parse_input
 from simulators.server import Simulator, json_response
 from simulators.sglang_wire import error
 from simulators.shapes import usage_counts
 
+EMBEDDING_DIALECT = EmbeddingDialect(
+    error=error,
+    too_small="Requested dimensions must be greater than 0",
+    too_long=lambda tokens, limit: (
+        f"The input ({tokens} tokens) is longer than the model's context length ({limit} tokens)."
+    ),
+    full_context_refused=True,
+)
 NOT_EMBEDDING = (
     "This model does not appear to be an embedding model by default. "
     "Please add `--is-embedding` when launching the server or try another model."
@@ -104,20 +112,11 @@ async def embeddings(sim: Simulator, request: web.Request) -> web.Response:
         return error(400, problem or "Input cannot be empty")
     if not sim.opts.is_embedding:
         return error(400, NOT_EMBEDDING)
-    dimensions = body.get("dimensions")
     model_path = sim.opts.model_dir or sim.opts.model_name
-    problem = dimensions_problem(
-        dimensions, sim.opts.is_matryoshka, f"'{model_path}'", "Requested dimensions must be greater than 0"
-    )
-    if problem is not None:
-        return error(400, problem)
-    call = EmbeddingCall.of(sim, items, body)
-    if call.failure_status is not None:
-        return error(call.failure_status, f"Simulated failure with status {call.failure_status}", "InternalServerError")
-    limit = sim.opts.max_model_len
-    too_long = next((len(one) for one in call.ids if len(one) >= limit), None)
-    if too_long is not None:
-        return error(400, f"The input ({too_long} tokens) is longer than the model's context length ({limit} tokens).")
+    call = checked_call(sim, items, body, f"'{model_path}'", EMBEDDING_DIALECT)
+    if isinstance(call, web.Response):
+        return call
+    dimensions = body.get("dimensions")
     rid = body.get("rid") if isinstance(body.get("rid"), str) else request.headers.get("X-Request-Id", "embd")
     await call.run(sim, request.path, rid)
     data = [

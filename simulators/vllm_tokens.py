@@ -20,9 +20,19 @@ from typing import Any
 
 from aiohttp import web
 
-from simulators.embeddings import EmbeddingCall, dimensions_problem, float32_base64, hashed_vector, parse_input
+from simulators.embeddings import EmbeddingDialect, checked_call, float32_base64, hashed_vector, parse_input
 from simulators.server import Simulator, json_response
 from simulators.vllm_wire import error
+
+EMBEDDING_DIALECT = EmbeddingDialect(
+    error=error,
+    too_small="Dimensions must be greater than 0",
+    too_long=lambda tokens, limit: (
+        f"This model's maximum context length is {limit} tokens. However, you requested {tokens} tokens "
+        "in the input for embedding generation. Please reduce the length of the input."
+    ),
+    full_context_refused=False,
+)
 
 
 def _missing(field: str) -> web.Response:
@@ -112,23 +122,10 @@ async def embeddings(sim: Simulator, request: web.Request) -> web.Response:
     fmt = body.get("encoding_format", "float")
     if fmt not in ("float", "base64"):
         return error(400, f"1 validation error:\n  encoding_format: Input should be 'float' or 'base64', got {fmt!r}")
+    call = checked_call(sim, items, body, f'"{sim.opts.model_name}"', EMBEDDING_DIALECT)
+    if isinstance(call, web.Response):
+        return call
     dimensions = body.get("dimensions")
-    refused = dimensions_problem(
-        dimensions, sim.opts.is_matryoshka, f'"{sim.opts.model_name}"', "Dimensions must be greater than 0"
-    )
-    if refused is not None:
-        return error(400, refused)
-    call = EmbeddingCall.of(sim, items, body)
-    if call.failure_status is not None:
-        return error(call.failure_status, f"Simulated failure with status {call.failure_status}", "InternalServerError")
-    limit = sim.opts.max_model_len
-    too_long = next((len(one) for one in call.ids if len(one) > limit), None)
-    if too_long is not None:
-        return error(
-            400,
-            f"This model's maximum context length is {limit} tokens. However, you requested {too_long} tokens "
-            "in the input for embedding generation. Please reduce the length of the input.",
-        )
     rid = f"embd-{request.headers.get('X-Request-Id') or os.urandom(16).hex()}"
     await call.run(sim, request.path, rid)
     data = []
