@@ -101,7 +101,7 @@ class RuntimeAdapter(OpenAIAdapter):
         """Load from a Prometheus endpoint whose gauges say it all: the running and
         waiting counts summed over engines, KV usage and prefix hit rate averaged."""
         samples, read_at = await self._scrape(path)
-        if samples is None:
+        if samples is None or read_at is None:
             return LoadSnapshot() if read_at is None else LoadSnapshot(read_at=read_at)
         kv, hits = prom.mean(samples, kv_usage), prom.mean(samples, hit_rate)
         return gauge_snapshot(samples, read_at, running, waiting, kv, hits)
