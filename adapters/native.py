@@ -46,19 +46,8 @@ logger = logging.getLogger(__name__)
 
 
 class NativeAdapter(NativeNonGeneration, Adapter):
-    capabilities = Capabilities(
-        tools=True,
-        parallel_tool_calls=True,
-        n=True,
-        logprobs=True,
-        structured_output=True,
-        cached_tokens=True,
-        usage_in_stream=True,
-        explicit_abort=True,
-        completions=True,
-        embeddings=True,
-        tokenize=True,
-    )
+    # Everything: the defaults plus what only our own engine reports or serves.
+    capabilities = Capabilities(cached_tokens=True, explicit_abort=True, embeddings=True, tokenize=True)
 
     def __init__(
         self,

@@ -67,18 +67,8 @@ class EventFilter(ABC):
 
 
 class OpenAIAdapter(Adapter):
-    capabilities = Capabilities(
-        tools=True,
-        parallel_tool_calls=True,
-        n=True,
-        logprobs=True,
-        structured_output=True,
-        cached_tokens=True,
-        usage_in_stream=True,
-        explicit_abort=False,
-        completions=True,
-        embeddings=True,  # OpenAI's /v1/embeddings; `options.embeddings: false` when the upstream's model cannot
-    )
+    # OpenAI's /v1/embeddings; `options.embeddings: false` when the upstream's model cannot.
+    capabilities = Capabilities(cached_tokens=True, embeddings=True)
     # Path under `base_url`; runtime adapters whose url is the server root use "/v1".
     api_prefix = ""
     runtime = "OpenAI-compatible"  # the name users know, used in error messages

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from adapters import prometheus_text as prom
-from adapters.base import GenerationRequest, Health, LoadSnapshot
+from adapters.base import Capabilities, GenerationRequest, Health, LoadSnapshot
 from adapters.errors import GatewayError, invalid_request
 from adapters.openai import OpenAIAdapter
 
@@ -31,6 +31,12 @@ class RuntimeAdapter(OpenAIAdapter):
     api_prefix = "/v1"
     health_path = "/health"
     health_timeout_s = 5.0
+
+    def _capabilities(self, **native: bool) -> Capabilities:
+        """The defaults (what an OpenAI-shaped server does) with what this runtime does
+        differently; tools can be switched off per model (`options.tools: false`, for
+        a server started without a tool parser)."""
+        return Capabilities(tools=bool(self.options.get("tools", True)), **native)
 
     def _unsupported(self, feature: str, param: str | None = None) -> GatewayError:
         return invalid_request(
@@ -88,6 +94,17 @@ class RuntimeAdapter(OpenAIAdapter):
         if status != 200:
             return None, read_at
         return prom.parse(raw.decode(errors="replace")), read_at
+
+    async def _load_from_gauges(
+        self, path: str, running: str, waiting: str, kv_usage: str, hit_rate: str
+    ) -> LoadSnapshot:
+        """Load from a Prometheus endpoint whose gauges say it all: the running and
+        waiting counts summed over engines, KV usage and prefix hit rate averaged."""
+        samples, read_at = await self._scrape(path)
+        if samples is None or read_at is None:
+            return LoadSnapshot() if read_at is None else LoadSnapshot(read_at=read_at)
+        kv, hits = prom.mean(samples, kv_usage), prom.mean(samples, hit_rate)
+        return gauge_snapshot(samples, read_at, running, waiting, kv, hits)
 
 
 def gauge_snapshot(

@@ -40,10 +40,9 @@ import aiohttp
 import orjson
 
 from adapters import non_generation_wire as ngw
-from adapters import prometheus_text as prom
-from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
+from adapters.base import GenerationRequest, LoadSnapshot
 from adapters.non_generation import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
-from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
+from adapters.runtime_adapter import RuntimeAdapter
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +63,9 @@ class SGLangAdapter(RuntimeAdapter):
 
     def __init__(self, name: str, url: str, served_model: str | None = None, **kwargs: Any) -> None:
         super().__init__(name, url, served_model, **kwargs)
-        self.capabilities = Capabilities(
-            tools=bool(self.options.get("tools", True)),
-            parallel_tool_calls=True,
-            n=True,
-            logprobs=True,
-            structured_output=True,
+        self.capabilities = self._capabilities(
             cached_tokens=bool(self.options.get("cache_report", False)),
-            usage_in_stream=True,
             explicit_abort=True,
-            completions=True,
             embeddings=bool(self.options.get("embeddings", False)),
             tokenize=True,
         )
@@ -158,16 +150,12 @@ class SGLangAdapter(RuntimeAdapter):
         return parse_loads(data, read_at)
 
     async def _load_from_metrics(self) -> LoadSnapshot:
-        samples, read_at = await self._scrape("/metrics")
-        if samples is None:
-            return LoadSnapshot() if read_at is None else LoadSnapshot(read_at=read_at)
-        return gauge_snapshot(
-            samples,
-            read_at,
+        return await self._load_from_gauges(
+            "/metrics",
             "sglang:num_running_reqs",
             "sglang:num_queue_reqs",
-            prom.mean(samples, "sglang:token_usage"),
-            prom.mean(samples, "sglang:cache_hit_rate"),
+            "sglang:token_usage",
+            "sglang:cache_hit_rate",
         )
 
 

@@ -88,17 +88,7 @@ _STATUS_BY_ERROR_TYPE = {
 class TGIAdapter(RuntimeAdapter):
     runtime = "TGI"
     context_pattern = CONTEXT
-    capabilities = Capabilities(
-        tools=True,
-        parallel_tool_calls=False,
-        n=False,
-        logprobs=True,
-        structured_output=True,
-        cached_tokens=False,
-        usage_in_stream=True,
-        explicit_abort=False,
-        completions=True,
-    )
+    capabilities = Capabilities(parallel_tool_calls=False, n=False)
     parameters = ParameterSupport(
         emulated={
             "top_p": "TGI takes only 0 < top_p < 1: 1 (no cut) is left out, 0 is sent as temperature 0",

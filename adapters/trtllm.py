@@ -37,65 +37,27 @@ from typing import Any
 import aiohttp
 import orjson
 
-from adapters import prometheus_text as prom
-from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
-from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
+from adapters.base import SAMPLING_PARAMETERS, GenerationRequest, LoadSnapshot
+from adapters.runtime_adapter import RuntimeAdapter
 from adapters.runtime_errors import ParsedError
 
 # tensorrt_llm/llmapi/llm.py `_check_arguments`.
 CONTEXT = re.compile(r"should not exceed max_num_tokens|should not exceed max_seq_len", re.IGNORECASE)
 
-# Fields both request models declare (openai_protocol.py, sampling and extra params).
-_COMMON = {
-    "model",
-    "frequency_penalty",
-    "logit_bias",
-    "max_tokens",
-    "max_completion_tokens",
-    "n",
-    "presence_penalty",
-    "response_format",
-    "seed",
-    "stop",
-    "stream",
-    "stream_options",
-    "temperature",
-    "top_p",
-    "user",
-    "best_of",
-    "use_beam_search",
-    "top_k",
-    "top_p_min",
-    "min_p",
-    "repetition_penalty",
-    "length_penalty",
-    "early_stopping",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "ignore_eos",
-    "min_tokens",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "truncate_prompt_tokens",
-    "lora_request",
-    "add_special_tokens",
-    "cache_salt",
-    "priority",
+# What we may send that both request models declare (openai_protocol.py): every
+# sampling parameter of the contract, the request envelope, and TRT-LLM's own
+# extensions a client may pass through. What the gateway adds beyond these
+# (`parallel_tool_calls`, `store`, `metadata`, ...) would be a 400.
+_ENVELOPE = {"model", "max_completion_tokens", "response_format", "stream", "stream_options", "user", "priority"}
+_EXTENSIONS = {
+    *("best_of", "use_beam_search", "top_p_min", "length_penalty", "early_stopping"),
+    *("include_stop_str_in_output", "skip_special_tokens", "spaces_between_special_tokens"),
+    *("truncate_prompt_tokens", "lora_request", "add_special_tokens", "cache_salt"),
 }
-CHAT_FIELDS = _COMMON | {
-    "messages",
-    "logprobs",
-    "top_logprobs",
-    "tools",
-    "tool_choice",
-    "reasoning_effort",
-    "thinking_token_budget",
-    "add_generation_prompt",
-    "documents",
-    "chat_template",
-    "chat_template_kwargs",
-}
-COMPLETION_FIELDS = _COMMON | {"prompt", "logprobs", "echo", "suffix"}
+_COMMON = set(SAMPLING_PARAMETERS) | _ENVELOPE | _EXTENSIONS
+_CHAT_ONLY = {"messages", "top_logprobs", "tools", "tool_choice", "reasoning_effort", "thinking_token_budget"}
+CHAT_FIELDS = _COMMON | _CHAT_ONLY | {"add_generation_prompt", "documents", "chat_template", "chat_template_kwargs"}
+COMPLETION_FIELDS = _COMMON | {"prompt", "echo", "suffix"}
 
 # Generation failures are raised as 400 BadRequestError by the server's catch-all.
 _BACKEND_FAULT = re.compile(r"Generation failed|internal error|CUDA|out of memory", re.IGNORECASE)
@@ -122,17 +84,7 @@ class TRTLLMAdapter(RuntimeAdapter):
 
     def __init__(self, name: str, url: str, served_model: str | None = None, **kwargs: Any) -> None:
         super().__init__(name, url, served_model, **kwargs)
-        self.capabilities = Capabilities(
-            tools=bool(self.options.get("tools", True)),
-            parallel_tool_calls=True,
-            n=True,
-            logprobs=True,
-            structured_output=True,
-            cached_tokens=True,
-            usage_in_stream=True,
-            explicit_abort=False,
-            completions=True,
-        )
+        self.capabilities = self._capabilities(cached_tokens=True)
         self._metrics = str(self.options.get("metrics", "json"))  # json | prometheus
         # Reads closer together than this reuse the last snapshot, so that two
         # callers do not split one server's iteration stats between them.
@@ -189,16 +141,12 @@ class TRTLLMAdapter(RuntimeAdapter):
             return snapshot
 
     async def _load_prometheus(self) -> LoadSnapshot:
-        samples, read_at = await self._scrape("/prometheus/metrics")
-        if samples is None:
-            return LoadSnapshot() if read_at is None else LoadSnapshot(read_at=read_at)
-        return gauge_snapshot(
-            samples,
-            read_at,
+        return await self._load_from_gauges(
+            "/prometheus/metrics",
             "trtllm_num_requests_running",
             "trtllm_num_requests_waiting",
-            prom.mean(samples, "trtllm_kv_cache_utilization"),
-            prom.mean(samples, "trtllm_kv_cache_hit_rate"),
+            "trtllm_kv_cache_utilization",
+            "trtllm_kv_cache_hit_rate",
         )
 
 

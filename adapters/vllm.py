@@ -37,7 +37,7 @@ import orjson
 
 from adapters import non_generation_wire as ngw
 from adapters import prometheus_text as prom
-from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
+from adapters.base import GenerationRequest, LoadSnapshot
 from adapters.non_generation import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
 from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
 
@@ -99,16 +99,9 @@ class VLLMAdapter(RuntimeAdapter):
 
     def __init__(self, name: str, url: str, served_model: str | None = None, **kwargs: Any) -> None:
         super().__init__(name, url, served_model, **kwargs)
-        self.capabilities = Capabilities(
-            tools=bool(self.options.get("tools", True)),
-            parallel_tool_calls=True,
-            n=True,
-            logprobs=True,
-            structured_output=True,
+        self.capabilities = self._capabilities(
             cached_tokens=bool(self.options.get("prompt_tokens_details", False)),
-            usage_in_stream=True,
             explicit_abort=bool(self.options.get("explicit_abort", False)),
-            completions=True,
             embeddings=bool(self.options.get("embeddings", False)),
             tokenize=True,
         )

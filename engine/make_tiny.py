@@ -13,6 +13,7 @@ byte-identical files.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,8 +131,9 @@ class TinySpec:
         return self.hidden // self.heads
 
 
-def train_tokenizer(vocab_size: int) -> Tokenizer:
-    """A byte-level BPE tokenizer of exactly `vocab_size` tokens.
+def train_tokenizer(vocab_size: int, corpus: Iterable[str] = (CORPUS,)) -> Tokenizer:
+    """A byte-level BPE tokenizer of exactly `vocab_size` tokens, trained on `corpus`
+    (the built-in one by default; a benchmark may want a wider one).
 
     If the corpus yields fewer merges than needed, reserved special tokens fill the
     rest, so every id the random model can sample decodes to something.
@@ -149,7 +151,7 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    tokenizer.train_from_iterator([CORPUS], trainer=trainer)
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
     tokenizer.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in TOOL_TAGS])
     reserved = [
         AddedToken(f"<|reserved_{i}|>", special=True, normalized=False)

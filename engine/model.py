@@ -96,18 +96,18 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
     return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
 
+@dataclass(slots=True, eq=False)
 class LayerWeights:
-    __slots__ = ("input_norm", "qkv", "qkv_bias", "o", "o_bias", "post_norm", "gate_up", "down")
+    """One decoder layer's tensors (q, k and v fused; gate and up fused)."""
 
-    def __init__(self, input_norm, qkv, qkv_bias, o, o_bias, post_norm, gate_up, down) -> None:
-        self.input_norm = input_norm
-        self.qkv = qkv
-        self.qkv_bias = qkv_bias
-        self.o = o
-        self.o_bias = o_bias
-        self.post_norm = post_norm
-        self.gate_up = gate_up
-        self.down = down
+    input_norm: torch.Tensor
+    qkv: torch.Tensor
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
 
 
 class LlamaModel:

@@ -31,7 +31,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_
 from adapters.base import GenerationRequest
 from gateway.backends import Backend
 from gateway.recorder import Outcome, RequestContext
-from gateway.tracing import NO_STEP, Attempt, RawHeaders, RequestTrace, Step, error_type, make_current
+from gateway.tracing import Attempt, NoTrace, RawHeaders, RequestTrace, Step, error_type, make_current
 from gateway.tracing_config import TracingSettings
 
 # gen_ai.provider.name per adapter kind: the runtime that generates, as the GenAI
@@ -152,9 +152,10 @@ class OtelAttempt:
         self.span.end()
 
 
-class UnsampledTrace:
-    """A request the sampler left out: no spans are recorded, but the runtimes still
-    get its trace context (flagged not sampled), so that they leave it out too."""
+class UnsampledTrace(NoTrace):
+    """A request the sampler left out: no spans are recorded (every other hook does
+    nothing), but the runtimes still get its trace context (flagged not sampled), so
+    that they leave it out too."""
 
     __slots__ = ("span", "parent", "headers")
 
@@ -163,27 +164,12 @@ class UnsampledTrace:
         self.parent = parent
         self.headers: tuple[tuple[str, str], ...] | None = None
 
-    def step(self, name: str) -> Step:
-        return NO_STEP
-
     def attempt(self, backend: Backend, request: GenerationRequest) -> Attempt:
         if self.headers is None:
             carrier: dict[str, str] = {}
             propagate.inject(carrier, context=set_span_in_context(self.span, self.parent))
             self.headers = tuple(carrier.items())
         return OtelAttempt(self.span, self.headers)
-
-    def parsed(self, request: GenerationRequest) -> None:
-        pass
-
-    def first_token(self, ttft: float) -> None:
-        pass
-
-    def finish_reason(self, reason: str) -> None:
-        pass
-
-    def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
-        pass
 
 
 class OtelRequestTrace:

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -31,7 +32,7 @@ from gateway.protection_metrics import ProtectionMetrics, StateCollector
 from gateway.quota_leases import QuotaLeases
 from policies.admission import AdmissionQueue, CapacityFn, ClientGoneWhileQueued, Slot
 from policies.auth import Authenticator, Principal, TenantRecord
-from policies.quota import BUCKET_MS, UNLIMITED, WINDOW_MS, QuotaStore, Reservation, ratelimit_headers, token_budget
+from policies.quota import UNLIMITED, Reservation, ratelimit_headers, token_budget
 from policies.quota_memory import MemoryQuotaStore
 
 __all__ = ["Principal", "Protection", "Ticket"]
@@ -107,22 +108,13 @@ class Ticket:
 
 
 class Protection:
-    def __init__(
-        self,
-        config: GatewayConfig,
-        registry: CollectorRegistry,
-        *,
-        store: QuotaStore | None = None,
-        local_store: MemoryQuotaStore | None = None,
-        window_ms: int = WINDOW_MS,
-        bucket_ms: int = BUCKET_MS,
-    ) -> None:
+    def __init__(self, config: GatewayConfig, registry: CollectorRegistry, **quota_stores: Any) -> None:
+        """`quota_stores` go to QuotaLeases as they are: its `store`, `local_store`,
+        `window_ms` and `bucket_ms` (tests choose them; a gateway takes the config's)."""
         self.config = config
         self.auth = _authenticator(config)
         self.metrics = ProtectionMetrics(registry)
-        self.leases = QuotaLeases(
-            config, self.metrics, store=store, local_store=local_store, window_ms=window_ms, bucket_ms=bucket_ms
-        )
+        self.leases = QuotaLeases(config, self.metrics, **quota_stores)
         adm = config.admission
         self.queue = AdmissionQueue(
             max_queue=adm.max_queue, max_wait_s=adm.max_queue_wait_s, full_status=adm.full_status

@@ -156,18 +156,14 @@ async def guarded(events: AsyncIterator[Event], guard: StreamGuard, first: Event
     """`first` (an event already read) and then `events`, under `guard`. An error
     event, or closing this iterator, closes `events` at once."""
     try:
-        if first is not None:
-            out = guard.feed(first)
-            if out is not None:
-                yield out
-                if guard.ended:
-                    return
-        async for event in events:
+        event = first if first is not None else await anext(events, None)
+        while event is not None:
             out = guard.feed(event)
             if out is not None:
                 yield out
                 if guard.ended:
                     return
+            event = await anext(events, None)
     except GatewayError as exc:
         yield ErrorEvent(mid_stream_failure(exc, guard.backend))
         return

@@ -16,18 +16,21 @@ count one request against the tenant's requests per minute and no tokens.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from adapters.base import Adapter, Usage
 from adapters.errors import invalid_request
-from adapters.non_generation import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
+from adapters.non_generation import DetokenizeRequest, TokenizeRequest, TokenizeResult
 from gateway.request_fields import boolean, model_name
 from gateway.requests import ROLES
 from gateway.unary import Parsed, UnaryGate, route_request
 
+C = TypeVar("C")  # the parsed call
+R = TypeVar("R")  # the adapter's result
 TOKEN_ID_MAX = 2**63 - 1
 NO_TOKENS = Usage(0, 0)
 
@@ -114,24 +117,38 @@ def tokenize_payload(result: TokenizeResult) -> dict[str, Any]:
 
 async def tokenize_route(gate: UnaryGate, request: Request) -> Any:
     """The route: an error Response, or the UnaryCall that answers (an ASGI app Starlette runs)."""
-    admitted = await gate.admit(request, "tokenize", "tokenize (/tokenize)", parse_tokenize)
-    if isinstance(admitted, Response):
-        return admitted
-    call = admitted.parsed.call
-
-    async def invoke(adapter: Adapter) -> TokenizeResult:
-        return await adapter.tokenize(call)
-
-    return gate.call(admitted, invoke, lambda result: (tokenize_payload(result), NO_TOKENS))
+    return await _route(
+        gate, request, "tokenize (/tokenize)", parse_tokenize, lambda a, c: a.tokenize(c), tokenize_payload
+    )
 
 
 async def detokenize_route(gate: UnaryGate, request: Request) -> Any:
-    admitted = await gate.admit(request, "tokenize", "detokenize (/detokenize)", parse_detokenize)
+    return await _route(
+        gate,
+        request,
+        "detokenize (/detokenize)",
+        parse_detokenize,
+        lambda a, c: a.detokenize(c),
+        lambda result: {"prompt": result.prompt},
+    )
+
+
+async def _route(
+    gate: UnaryGate,
+    request: Request,
+    what: str,
+    parse: Callable[[dict[str, Any], str], Parsed[C]],
+    method: Callable[[Adapter, C], Awaitable[R]],
+    payload: Callable[[R], dict[str, Any]],
+) -> Any:
+    """Either call: admitted as a tokenize call (`what`, its name for users), then
+    `method` on each backend in order, answered with `payload` and no tokens."""
+    admitted = await gate.admit(request, "tokenize", what, parse)
     if isinstance(admitted, Response):
         return admitted
     call = admitted.parsed.call
 
-    async def invoke(adapter: Adapter) -> DetokenizeResult:
-        return await adapter.detokenize(call)
+    async def invoke(adapter: Adapter) -> R:
+        return await method(adapter, call)
 
-    return gate.call(admitted, invoke, lambda result: ({"prompt": result.prompt}, NO_TOKENS))
+    return gate.call(admitted, invoke, lambda result: (payload(result), NO_TOKENS))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from policies.quota import UNLIMITED, Reservation, ScopeLimits
+from policies.quota import UNLIMITED, QuotaAsk, Reservation, ScopeLimits
 from policies.quota_memory import MemoryQuotaStore
 
 
@@ -40,14 +40,6 @@ class WorkerShareStore(MemoryQuotaStore):
         super().__init__(**kwargs)
         self.workers = workers
 
-    async def reserve(
-        self,
-        tenant: str,
-        scopes: tuple[ScopeLimits, ...],
-        tokens: int,
-        lease_id: str,
-        lease_ttl_ms: int,
-        units: int = 1,
-    ) -> Reservation:
-        shares = tuple(scope_share(s, self.workers) for s in scopes)
-        return await super().reserve(tenant, shares, tokens, lease_id, lease_ttl_ms, units)
+    async def take(self, ask: QuotaAsk) -> Reservation:
+        shares = tuple(scope_share(s, self.workers) for s in ask.scopes)
+        return await super().take(dataclasses.replace(ask, scopes=shares))

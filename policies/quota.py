@@ -26,8 +26,8 @@ Semantics (identical in `quota_memory` and `quota_redis`, tested against both):
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Protocol
 
 WINDOW_MS = 60_000
 BUCKET_MS = 1_000
@@ -115,7 +115,24 @@ class QuotaStoreUnavailable(Exception):
     """The shared store cannot be reached; the caller applies the fail policy."""
 
 
-class QuotaStore(Protocol):
+@dataclass(frozen=True, slots=True)
+class QuotaAsk:
+    """What one request asks of its tenant's quota, the one shape every store takes:
+    one request, `tokens` reserved tokens and `units` concurrency leases (members of
+    `lease_id`, expiring after `lease_ttl_ms` unless heartbeated), in every scope."""
+
+    tenant: str
+    scopes: tuple[ScopeLimits, ...]
+    tokens: int
+    lease_id: str
+    lease_ttl_ms: int
+    units: int = 1
+
+
+class QuotaStore(ABC):
+    """A quota store (`quota_memory`, `quota_redis`): the same semantics, tested
+    against both."""
+
     kind: str
 
     async def reserve(
@@ -129,31 +146,37 @@ class QuotaStore(Protocol):
     ) -> Reservation:
         """Check every limit of every scope and take the request, the tokens and
         `units` leases atomically; raise QuotaExceeded and take nothing if any would break."""
-        ...
+        return await self.take(QuotaAsk(tenant, scopes, tokens, lease_id, lease_ttl_ms, units))
 
+    @abstractmethod
+    async def take(self, ask: QuotaAsk) -> Reservation:
+        """`reserve`, for one ask: what each store implements."""
+
+    @abstractmethod
     async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:
         """Reconcile tokens (reserved -> used), drop the lease; `refund_request`
         also uncounts the request (it was rejected after the quota step)."""
-        ...
 
+    @abstractmethod
     async def heartbeat(self, reservations: list[Reservation], lease_ttl_ms: int) -> None:
         """Push the expiry of live leases forward."""
-        ...
 
+    @abstractmethod
     async def concurrent(self, tenant: str, scope: str) -> int:
         """Live (unexpired) leases of one scope: for tests and metrics."""
-        ...
 
+    @abstractmethod
     async def ping(self) -> None:
         """Raise QuotaStoreUnavailable unless the store answers now."""
-        ...
 
+    @abstractmethod
     async def reset_connections(self) -> None:
         """Drop idle pooled connections, so the next call opens a fresh one
         (after a store restart every pooled connection is dead)."""
-        ...
 
-    async def aclose(self) -> None: ...
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Close connections; the store is not used again."""
 
 
 def time_until_fits(
@@ -204,18 +227,18 @@ def format_reset(ms: int) -> str:
 def ratelimit_headers(states: list[ScopeState]) -> dict[str, str]:
     """x-ratelimit-* for the tightest scope of each kind (the one a client hits first)."""
     headers: dict[str, str] = {}
-    req = [s for s in states if s.requests_limit >= 0]
-    if req:
-        tight = min(req, key=lambda s: s.requests_remaining)
-        headers["x-ratelimit-limit-requests"] = str(tight.requests_limit)
-        headers["x-ratelimit-remaining-requests"] = str(max(0, tight.requests_remaining))
-        headers["x-ratelimit-reset-requests"] = format_reset(tight.requests_reset_ms)
-    tok = [s for s in states if s.tokens_limit >= 0]
-    if tok:
-        tight = min(tok, key=lambda s: s.tokens_remaining)
-        headers["x-ratelimit-limit-tokens"] = str(tight.tokens_limit)
-        headers["x-ratelimit-remaining-tokens"] = str(max(0, tight.tokens_remaining))
-        headers["x-ratelimit-reset-tokens"] = format_reset(tight.tokens_reset_ms)
+    # (limit, remaining, reset ms) of each window of each scope.
+    windows = {
+        "requests": [(s.requests_limit, s.requests_remaining, s.requests_reset_ms) for s in states],
+        "tokens": [(s.tokens_limit, s.tokens_remaining, s.tokens_reset_ms) for s in states],
+    }
+    for kind, scopes in windows.items():
+        limited = [w for w in scopes if w[0] >= 0]
+        if limited:
+            limit, remaining, reset = min(limited, key=lambda w: w[1])
+            headers[f"x-ratelimit-limit-{kind}"] = str(limit)
+            headers[f"x-ratelimit-remaining-{kind}"] = str(max(0, remaining))
+            headers[f"x-ratelimit-reset-{kind}"] = format_reset(reset)
     return headers
 
 

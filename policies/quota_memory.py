@@ -12,9 +12,10 @@ from policies.quota import (
     BUCKET_MS,
     UNLIMITED,
     WINDOW_MS,
+    QuotaAsk,
     QuotaExceeded,
+    QuotaStore,
     Reservation,
-    ScopeLimits,
     ScopeState,
     lease_members,
     reset_ms,
@@ -26,7 +27,7 @@ def _wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class MemoryQuotaStore:
+class MemoryQuotaStore(QuotaStore):
     kind = "memory"
 
     def __init__(
@@ -58,15 +59,8 @@ class MemoryQuotaStore:
             del leases[lease_id]
         return leases
 
-    async def reserve(
-        self,
-        tenant: str,
-        scopes: tuple[ScopeLimits, ...],
-        tokens: int,
-        lease_id: str,
-        lease_ttl_ms: int,
-        units: int = 1,
-    ) -> Reservation:
+    async def take(self, ask: QuotaAsk) -> Reservation:
+        tenant, scopes, tokens, lease_id, units = ask.tenant, ask.scopes, ask.tokens, ask.lease_id, ask.units
         now = self._clock_ms()
         current = now // self.bucket_ms
         states: list[ScopeState] = []
@@ -116,7 +110,7 @@ class MemoryQuotaStore:
             tpm[current] = tpm.get(current, 0) + tokens
             leases = self._leases[(tenant, scope.name)]
             for member in lease_members(lease_id, units):
-                leases[member] = now + lease_ttl_ms
+                leases[member] = now + ask.lease_ttl_ms
             state.requests_remaining -= 1
             state.tokens_remaining -= tokens
             state.concurrent += units

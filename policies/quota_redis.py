@@ -20,19 +20,19 @@ window.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from policies.quota import (
     BUCKET_MS,
     WINDOW_MS,
+    QuotaAsk,
     QuotaExceeded,
+    QuotaStore,
     QuotaStoreUnavailable,
     Reservation,
-    ScopeLimits,
     ScopeState,
 )
-from policies.redis_connect import LuaScript, RedisConnection, RedisTarget, RedisUnavailable, hash_tag
+from policies.redis_connect import ConnectionOptions, LuaScript, RedisTarget, RedisUnavailable, connect, hash_tag
 
 log = logging.getLogger("switchyard.quota")
 
@@ -206,7 +206,7 @@ return redis.call('ZCARD', KEYS[1])
 """)
 
 
-class RedisQuotaStore:
+class RedisQuotaStore(QuotaStore):
     kind = "redis"
 
     def __init__(
@@ -216,14 +216,11 @@ class RedisQuotaStore:
         key_prefix: str = "switchyard",
         window_ms: int = WINDOW_MS,
         bucket_ms: int = BUCKET_MS,
-        timeout_s: float = 1.0,
-        max_connections: int = 64,
-        pool_wait_s: float = 2.0,
-        on_master_change: Callable[[], None] | None = None,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
-        """`target`: a redis:// URL (one server) or any RedisTarget. A short
-        timeout: a hung Redis must turn into the fail policy quickly, not into
-        requests that hang with it. A burst waits for a connection (up to
+        """`target`: a redis:// URL (one server) or any RedisTarget. The connection's
+        default timeout is short: a hung Redis must turn into the fail policy quickly,
+        not into requests that hang with it. A burst waits for a connection (up to
         `pool_wait_s`) rather than failing, which would look like an outage and
         open the fail policy in exactly the burst the shared limits are for."""
         if window_ms % bucket_ms:
@@ -232,13 +229,7 @@ class RedisQuotaStore:
         self.bucket_ms = bucket_ms
         self.prefix = key_prefix
         self.leases_recreated = 0  # lease members the heartbeat found missing and added back
-        self.redis = RedisConnection(
-            RedisTarget(url=target) if isinstance(target, str) else target,
-            timeout_s=timeout_s,
-            max_connections=max_connections,
-            pool_wait_s=pool_wait_s,
-            on_master_change=on_master_change,
-        )
+        self.redis = connect(target, **connection)
 
     def describe(self) -> str:
         return self.redis.describe()
@@ -263,17 +254,10 @@ class RedisQuotaStore:
     async def reset_connections(self) -> None:
         await self.redis.reset_connections()
 
-    async def reserve(
-        self,
-        tenant: str,
-        scopes: tuple[ScopeLimits, ...],
-        tokens: int,
-        lease_id: str,
-        lease_ttl_ms: int,
-        units: int = 1,
-    ) -> Reservation:
+    async def take(self, ask: QuotaAsk) -> Reservation:
+        tenant, scopes, tokens, lease_id, units = ask.tenant, ask.scopes, ask.tokens, ask.lease_id, ask.units
         keys: list[str] = []
-        args: list[int | str] = [self.window_ms, self.bucket_ms, lease_id, lease_ttl_ms, tokens, units]
+        args: list[int | str] = [self.window_ms, self.bucket_ms, lease_id, ask.lease_ttl_ms, tokens, units]
         for scope in scopes:
             keys += self.keys(tenant, scope.name)
             args += [scope.requests_per_window, scope.tokens_per_window, scope.max_concurrent]

@@ -37,7 +37,7 @@ import hashlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -179,6 +179,20 @@ class _Cluster(RedisCluster):
     """
 
     ERRORS_ALLOW_RETRY = (RedisConnectionError, ClusterDownError, SlotNotCoveredError)  # type: ignore[assignment]
+
+
+class ConnectionOptions(TypedDict, total=False):
+    """RedisConnection's options, as the stores take them through to it."""
+
+    timeout_s: float
+    max_connections: int
+    pool_wait_s: float
+    on_master_change: Callable[[], None] | None
+
+
+def connect(target: str | RedisTarget, **options: Unpack[ConnectionOptions]) -> RedisConnection:
+    """A connection to a redis:// URL (one server) or to any RedisTarget."""
+    return RedisConnection(RedisTarget(url=target) if isinstance(target, str) else target, **options)
 
 
 class RedisConnection:

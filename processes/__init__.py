@@ -17,16 +17,21 @@ from processes.child import Child, ChildExited, ChildFailed, NotReady
 from processes.ports import free_port
 from processes.probes import Probe, http_probe, tcp_probe
 from processes.redis import redis_ping, redis_server_argv
+from processes.vllm_cpu import HERMES_TOOLS, VLLM_CPU_ENV, VLLM_PYTHON, vllm_server_argv
 
 __all__ = [
     "Child",
     "ChildExited",
     "ChildFailed",
     "NotReady",
+    "HERMES_TOOLS",
+    "VLLM_CPU_ENV",
+    "VLLM_PYTHON",
     "Probe",
     "free_port",
     "http_probe",
     "redis_ping",
     "redis_server_argv",
+    "vllm_server_argv",
     "tcp_probe",
 ]

@@ -40,3 +40,7 @@ def vllm_server_argv(
         "float32",
         *extra,
     ]
+
+
+# vLLM's automatic tool choice with the Hermes parser (what the tiny models' template speaks).
+HERMES_TOOLS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")

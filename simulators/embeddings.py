@@ -16,10 +16,14 @@ import base64
 import math
 import struct
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
+from aiohttp import web
 
+from simulators.faults import Faults
 from simulators.request import SimRequest
 from simulators.sim_tokenizer import SimTokenizer, WordTokenizer
 
@@ -84,6 +88,79 @@ async def run_embedding(sim: Simulator, path: str, request_id: str, ids: list[li
         if delay_s > 0:
             await asyncio.sleep(delay_s)
     sim.recorder.finished(request_id, finish=None, prompt_tokens=sum(len(i) for i in ids), completion_tokens=0)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingDialect:
+    """How one runtime (vLLM, SGLang) words its refusals of an embedding call."""
+
+    error: Callable[..., web.Response]  # its error answer for (status, message, type)
+    too_small: str  # a `dimensions` below 1
+    too_long: Callable[[int, int], str]  # (an input's tokens, the context length) -> message
+    full_context_refused: bool  # an input of exactly the context length is refused too
+
+
+def dimensions_problem(dimensions: Any, matryoshka: bool, model: str, too_small: str) -> str | None:
+    """Why a `dimensions` is refused, as vLLM and SGLang both rule (their pooling
+    params): only a Matryoshka model takes one, and only a positive whole number.
+    `model` as the runtime quotes it; `too_small`, its words for a number below 1."""
+    if dimensions is None:
+        return None
+    if not matryoshka:
+        return f"Model {model} does not support matryoshka representation, changing output dimensions will lead to poor results."
+    if not isinstance(dimensions, int) or dimensions < 1:
+        return too_small
+    return None
+
+
+def checked_call(
+    sim: Simulator, items: Inputs, body: dict[str, Any], model: str, dialect: EmbeddingDialect
+) -> EmbeddingCall | web.Response:
+    """The call once the checks both runtimes make in this order pass (`dimensions`,
+    then an injected failure, then each input against the context), else the
+    runtime's refusal. `model` as the runtime quotes it."""
+    problem = dimensions_problem(body.get("dimensions"), sim.opts.is_matryoshka, model, dialect.too_small)
+    if problem is not None:
+        return dialect.error(400, problem)
+    call = EmbeddingCall.of(sim, items, body)
+    if call.failure_status is not None:
+        return dialect.error(
+            call.failure_status, f"Simulated failure with status {call.failure_status}", "InternalServerError"
+        )
+    limit = sim.opts.max_model_len - (1 if dialect.full_context_refused else 0)
+    too_long = next((len(one) for one in call.ids if len(one) > limit), None)
+    if too_long is not None:
+        return dialect.error(400, dialect.too_long(too_long, sim.opts.max_model_len))
+    return call
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingCall:
+    """One embedding call past the runtime's own checks: each item's tokens and the
+    faults its texts ask for."""
+
+    ids: list[list[int]]
+    faults: Faults
+
+    @classmethod
+    def of(cls, sim: Simulator, items: Inputs, body: dict[str, Any]) -> EmbeddingCall:
+        texts = [item for item in items if isinstance(item, str)]
+        return cls(token_ids(items, sim.tokenizer), sim.faults(texts, body))
+
+    @property
+    def failure_status(self) -> int | None:
+        """The error status a fault injects, if any."""
+        status = self.faults.status
+        return status if status is not None and status >= 400 else None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(one) for one in self.ids)
+
+    async def run(self, sim: Simulator, path: str, request_id: str) -> None:
+        """`run_embedding` for the time to first token the faults or the options say."""
+        delay_ms = self.faults.ttft_ms if self.faults.ttft_ms is not None else sim.opts.ttft_ms
+        await run_embedding(sim, path, request_id, self.ids, delay_ms / 1000.0)
 
 
 def float32_base64(vector: list[float]) -> str:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -30,7 +31,7 @@ from simulators.driver import Outcome, Reply, StreamEnded, collect, pump
 from simulators.faults import NO_FAULTS, Faults, faults_for, merge, parse_spec
 from simulators.options import SimOptions
 from simulators.prefix_cache import PrefixCache
-from simulators.promtext import Histogram
+from simulators.promtext import Exposition, Histogram
 from simulators.recorder import Recorder
 from simulators.request import SimRequest, from_openai_body
 from simulators.sim_tokenizer import ModelTokenizer, SimTokenizer, WordTokenizer
@@ -44,6 +45,17 @@ JSON_TYPE = "application/json"
 
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body), content_type=JSON_TYPE, headers=headers)
+
+
+# A runtime's (name, help) for time to first token, time between tokens, end to end.
+LatencyFamilies = tuple[tuple[str, str], tuple[str, str], tuple[str, str]]
+
+
+def prometheus_response(text: str) -> web.Response:
+    """Prometheus text exposition format 0.0.4, as every runtime serves it."""
+    return web.Response(
+        status=200, body=text.encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
+    )
 
 
 class Simulator:
@@ -94,6 +106,22 @@ class Simulator:
         return app
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
+        raise NotImplementedError
+
+    def metrics_response(self, ex: Exposition, latency: LatencyFamilies) -> web.Response:
+        """The runtime's Prometheus text: `ex`, then the three latency histograms
+        under the runtime's own names and help texts."""
+        for (name, help_text), hist in zip(latency, (self.ttft_hist, self.itl_hist, self.e2e_hist)):
+            ex.histogram(name, help_text, hist)
+        return prometheus_response(ex.text())
+
+    def add_openai_routes(self, router: web.UrlDispatcher) -> None:
+        """OpenAI's two generation routes, both served by `openai_endpoint`."""
+        router.add_post("/v1/chat/completions", partial(self.openai_endpoint, kind="chat"))
+        router.add_post("/v1/completions", partial(self.openai_endpoint, kind="completion"))
+
+    async def openai_endpoint(self, request: web.Request, kind: str) -> web.StreamResponse:
+        """A chat (`kind` "chat") or completions request, in the runtime's dialect."""
         raise NotImplementedError
 
     # ---- API key -------------------------------------------------------------

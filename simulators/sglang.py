@@ -36,12 +36,19 @@ from simulators import sglang_tokens
 from simulators.faults import NO_FAULTS
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, int_or_none, object_field, prompt_words_completion, stop_list, texts_of
-from simulators.server import Simulator, json_response
+from simulators.server import Simulator, json_response, prometheus_response
 from simulators.sglang_wire import SglangChat, SglangCompletion, SglangNative, SglangReply, error, flat_error
 from simulators.sse import DONE_FRAME, error_stream, frame
 from simulators.structured_requests import ConstraintRefused, sglang_constraint
 from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_names
 from simulators.validation import check_body, pydantic_text
+
+# The latency histograms' names and help texts, as the runtime writes them.
+LATENCY = (
+    ("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+    ("sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
+    ("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds"),
+)
 
 VERSION = "0.5.23"
 _STATUS_NAMES = {
@@ -68,8 +75,7 @@ class SglangSimulator(Simulator):
         }
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
-        router.add_post("/v1/chat/completions", self.chat)
-        router.add_post("/v1/completions", self.completions)
+        self.add_openai_routes(router)
         router.add_route("POST", "/generate", self.generate)
         router.add_route("PUT", "/generate", self.generate)
         router.add_post("/abort_request", self.abort_request)
@@ -225,11 +231,7 @@ class SglangSimulator(Simulator):
                 )
                 for name, number in items:
                     lines += [f"# TYPE {name} gauge", f'{name}{{dp_rank="0"}} {number}']
-            return web.Response(
-                status=200,
-                body=("\n".join(lines) + "\n").encode(),
-                headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
-            )
+            return prometheus_response("\n".join(lines) + "\n")
         return json_response(
             200,
             {
@@ -259,18 +261,7 @@ class SglangSimulator(Simulator):
         ex.counter("sglang:cached_tokens", "Number of cached prompt tokens.", self.prefix_cache.hits)
         ex.counter("sglang:num_requests", "The number of processed requests.", self.recorder.completed)
         ex.counter("sglang:num_aborted_requests", "Number of requests aborted.", self.recorder.aborted)
-        ex.histogram(
-            "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft_hist
-        )
-        ex.histogram(
-            "sglang:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl_hist
-        )
-        ex.histogram(
-            "sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", self.e2e_hist
-        )
-        return web.Response(
-            status=200, body=ex.text().encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
-        )
+        return self.metrics_response(ex, LATENCY)
 
     # ---- abort ------------------------------------------------------------------
 
@@ -342,13 +333,7 @@ class SglangSimulator(Simulator):
 
     # ---- OpenAI endpoints ------------------------------------------------------------
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "chat")
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "completion")
-
-    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
+    async def openai_endpoint(self, request: web.Request, kind: str) -> web.StreamResponse:
         body, bad = await self.read_body(request)
         if bad is not None:
             return error(400, f"JSON decode error: {bad}", "Bad Request")

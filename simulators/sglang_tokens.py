@@ -20,11 +20,19 @@ from typing import Any
 
 from aiohttp import web
 
-from simulators.embeddings import hashed_vector, parse_input, run_embedding, token_ids
+from simulators.embeddings import EmbeddingDialect, checked_call, hashed_vector, parse_input
 from simulators.server import Simulator, json_response
 from simulators.sglang_wire import error
 from simulators.shapes import usage_counts
 
+EMBEDDING_DIALECT = EmbeddingDialect(
+    error=error,
+    too_small="Requested dimensions must be greater than 0",
+    too_long=lambda tokens, limit: (
+        f"The input ({tokens} tokens) is longer than the model's context length ({limit} tokens)."
+    ),
+    full_context_refused=True,
+)
 NOT_EMBEDDING = (
     "This model does not appear to be an embedding model by default. "
     "Please add `--is-embedding` when launching the server or try another model."
@@ -104,35 +112,16 @@ async def embeddings(sim: Simulator, request: web.Request) -> web.Response:
         return error(400, problem or "Input cannot be empty")
     if not sim.opts.is_embedding:
         return error(400, NOT_EMBEDDING)
-    dimensions = body.get("dimensions")
     model_path = sim.opts.model_dir or sim.opts.model_name
-    if dimensions is not None:
-        if not sim.opts.is_matryoshka:
-            return error(
-                400,
-                f"Model '{model_path}' does not support matryoshka representation, "
-                "changing output dimensions will lead to poor results.",
-            )
-        if not isinstance(dimensions, int) or dimensions < 1:
-            return error(400, "Requested dimensions must be greater than 0")
-    texts = [item for item in items if isinstance(item, str)]
-    faults = sim.faults(texts, body)
-    if faults.status is not None and faults.status >= 400:
-        return error(faults.status, f"Simulated failure with status {faults.status}", "InternalServerError")
-    ids = token_ids(items, sim.tokenizer)
-    limit = sim.opts.max_model_len
-    for one in ids:
-        if len(one) >= limit:
-            return error(
-                400, f"The input ({len(one)} tokens) is longer than the model's context length ({limit} tokens)."
-            )
+    call = checked_call(sim, items, body, f"'{model_path}'", EMBEDDING_DIALECT)
+    if isinstance(call, web.Response):
+        return call
+    dimensions = body.get("dimensions")
     rid = body.get("rid") if isinstance(body.get("rid"), str) else request.headers.get("X-Request-Id", "embd")
-    delay = faults.ttft_ms if faults.ttft_ms is not None else sim.opts.ttft_ms
-    await run_embedding(sim, request.path, rid, ids, delay / 1000.0)
+    await call.run(sim, request.path, rid)
     data = [
         {"embedding": hashed_vector(one, sim.opts.embedding_dim, dimensions), "index": index, "object": "embedding"}
-        for index, one in enumerate(ids)
+        for index, one in enumerate(call.ids)
     ]
-    prompt_tokens = sum(len(one) for one in ids)
-    usage = {**usage_counts(prompt_tokens, 0), "prompt_tokens_details": None, "reasoning_tokens": 0}
+    usage = {**usage_counts(call.prompt_tokens, 0), "prompt_tokens_details": None, "reasoning_tokens": 0}
     return json_response(200, {"data": data, "model": model_path, "object": "list", "usage": usage})

@@ -47,6 +47,13 @@ from simulators.toolcalls import fragments, plan_tool_call
 from simulators.trtllm_validation import json_decode_error, validate, validation_error
 from simulators.trtllm_wire import TrtllmChat, TrtllmCompletion, flat_error
 
+# The latency histograms' names and help texts, as the runtime writes them.
+LATENCY = (
+    ("trtllm_time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+    ("trtllm_time_per_output_token_seconds", "Histogram of time per output token in seconds."),
+    ("trtllm_e2e_request_latency_seconds", "Histogram of end to end request latency in seconds."),
+)
+
 VERSION = "1.3.0rc0"
 ITER_STATS_MAX = 1000
 
@@ -65,8 +72,7 @@ class TrtllmSimulator(Simulator):
         self.labels = {"model_name": self.opts.model_name, "engine_type": "trtllm"}
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
-        router.add_post("/v1/chat/completions", self.chat)
-        router.add_post("/v1/completions", self.completions)
+        self.add_openai_routes(router)
         router.add_get("/v1/models", self.models)
         router.add_get("/health", self.health)
         router.add_get("/health_generate", self.health_generate)
@@ -188,18 +194,7 @@ class TrtllmSimulator(Simulator):
         ex.counter(
             "trtllm_generation_tokens", "Number of generation tokens processed.", self.recorder.generation_tokens_total
         )
-        ex.histogram(
-            "trtllm_time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft_hist
-        )
-        ex.histogram(
-            "trtllm_time_per_output_token_seconds", "Histogram of time per output token in seconds.", self.itl_hist
-        )
-        ex.histogram(
-            "trtllm_e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", self.e2e_hist
-        )
-        return web.Response(
-            status=200, body=ex.text().encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
-        )
+        return self.metrics_response(ex, LATENCY)
 
     def end_generation(self, sim: SimRequest, outcome: Outcome) -> None:
         super().end_generation(sim, outcome)
@@ -216,13 +211,7 @@ class TrtllmSimulator(Simulator):
 
     # ---- OpenAI endpoints ------------------------------------------------------------
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "chat")
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "completion")
-
-    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
+    async def openai_endpoint(self, request: web.Request, kind: str) -> web.StreamResponse:
         body, bad = await self.read_body(request)
         if bad is not None:
             return json_decode_error(bad)

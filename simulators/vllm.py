@@ -36,6 +36,13 @@ from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_n
 from simulators.validation import check_body, pydantic_text
 from simulators.vllm_wire import VllmChat, VllmCompletion, VllmReply, error
 
+# The latency histograms' names and help texts, as the runtime writes them.
+LATENCY = (
+    ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+    ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds."),
+    ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds."),
+)
+
 VERSION = "0.33.0"
 
 
@@ -52,8 +59,7 @@ class VllmSimulator(Simulator):
         if self.opts.runner == "pooling":
             router.add_post("/v1/embeddings", partial(vllm_tokens.embeddings, self))
         else:
-            router.add_post("/v1/chat/completions", self.chat)
-            router.add_post("/v1/completions", self.completions)
+            self.add_openai_routes(router)
         router.add_get("/v1/models", self.models)
         router.add_get("/health", self.health)
         router.add_route("*", "/ping", self.health)
@@ -129,12 +135,7 @@ class VllmSimulator(Simulator):
             "Count of successfully processed requests.",
             {(("finished_reason", r),): float(n) for r, n in self.recorder.openai_finish_counts().items()},
         )
-        ex.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft_hist)
-        ex.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl_hist)
-        ex.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e_hist)
-        return web.Response(
-            status=200, body=ex.text().encode(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}
-        )
+        return self.metrics_response(ex, LATENCY)
 
     def kv_usage(self) -> float:
         capacity = self.opts.max_model_len * 16
@@ -244,13 +245,7 @@ class VllmSimulator(Simulator):
             return error(f.status, f"Simulated failure with status {f.status}", kind)
         return None
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "chat")
-
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._openai(request, "completion")
-
-    async def _openai(self, request: web.Request, kind: str) -> web.StreamResponse:
+    async def openai_endpoint(self, request: web.Request, kind: str) -> web.StreamResponse:
         if request.content_type != "application/json":
             return error(400, "Unsupported Media Type: Only 'application/json' is allowed")
         body, bad = await self.read_body(request)

@@ -20,9 +20,19 @@ from typing import Any
 
 from aiohttp import web
 
-from simulators.embeddings import float32_base64, hashed_vector, parse_input, run_embedding, token_ids
+from simulators.embeddings import EmbeddingDialect, checked_call, float32_base64, hashed_vector, parse_input
 from simulators.server import Simulator, json_response
 from simulators.vllm_wire import error
+
+EMBEDDING_DIALECT = EmbeddingDialect(
+    error=error,
+    too_small="Dimensions must be greater than 0",
+    too_long=lambda tokens, limit: (
+        f"This model's maximum context length is {limit} tokens. However, you requested {tokens} tokens "
+        "in the input for embedding generation. Please reduce the length of the input."
+    ),
+    full_context_refused=False,
+)
 
 
 def _missing(field: str) -> web.Response:
@@ -43,13 +53,20 @@ def _wrong_model(sim: Simulator, body: dict[str, Any]) -> web.Response | None:
     return None
 
 
-async def tokenize(sim: Simulator, request: web.Request) -> web.Response:
+async def _read(sim: Simulator, request: web.Request) -> dict[str, Any] | web.Response:
+    """The JSON object body of a tokenize or detokenize call, or vLLM's refusal of it
+    (not JSON, or another model's name)."""
     body, bad = await sim.read_body(request)
     if bad is not None or not isinstance(body, dict):
         return error(400, f"JSON decode error: {bad}", "Bad Request")
-    problem = _wrong_model(sim, body)
-    if problem is not None:
-        return problem
+    refusal = _wrong_model(sim, body)
+    return body if refusal is None else refusal
+
+
+async def tokenize(sim: Simulator, request: web.Request) -> web.Response:
+    body = await _read(sim, request)
+    if isinstance(body, web.Response):
+        return body
     tokenizer = sim.tokenizer
     if "messages" in body:
         messages = body.get("messages")
@@ -77,12 +94,9 @@ async def tokenize(sim: Simulator, request: web.Request) -> web.Response:
 
 
 async def detokenize(sim: Simulator, request: web.Request) -> web.Response:
-    body, bad = await sim.read_body(request)
-    if bad is not None or not isinstance(body, dict):
-        return error(400, f"JSON decode error: {bad}", "Bad Request")
-    problem = _wrong_model(sim, body)
-    if problem is not None:
-        return problem
+    body = await _read(sim, request)
+    if isinstance(body, web.Response):
+        return body
     tokens = body.get("tokens")
     if not isinstance(tokens, list):
         return _missing("tokens")
@@ -108,38 +122,18 @@ async def embeddings(sim: Simulator, request: web.Request) -> web.Response:
     fmt = body.get("encoding_format", "float")
     if fmt not in ("float", "base64"):
         return error(400, f"1 validation error:\n  encoding_format: Input should be 'float' or 'base64', got {fmt!r}")
+    call = checked_call(sim, items, body, f'"{sim.opts.model_name}"', EMBEDDING_DIALECT)
+    if isinstance(call, web.Response):
+        return call
     dimensions = body.get("dimensions")
-    if dimensions is not None:
-        if not sim.opts.is_matryoshka:
-            return error(
-                400,
-                f'Model "{sim.opts.model_name}" does not support matryoshka representation, '
-                "changing output dimensions will lead to poor results.",
-            )
-        if not isinstance(dimensions, int) or dimensions < 1:
-            return error(400, "Dimensions must be greater than 0")
-    texts = [item for item in items if isinstance(item, str)]
-    faults = sim.faults(texts, body)
-    if faults.status is not None and faults.status >= 400:
-        return error(faults.status, f"Simulated failure with status {faults.status}", "InternalServerError")
-    ids = token_ids(items, sim.tokenizer)
-    limit = sim.opts.max_model_len
-    for one in ids:
-        if len(one) > limit:
-            return error(
-                400,
-                f"This model's maximum context length is {limit} tokens. However, you requested {len(one)} tokens "
-                "in the input for embedding generation. Please reduce the length of the input.",
-            )
     rid = f"embd-{request.headers.get('X-Request-Id') or os.urandom(16).hex()}"
-    delay = faults.ttft_ms if faults.ttft_ms is not None else sim.opts.ttft_ms
-    await run_embedding(sim, request.path, rid, ids, delay / 1000.0)
+    await call.run(sim, request.path, rid)
     data = []
-    for index, one in enumerate(ids):
+    for index, one in enumerate(call.ids):
         vector = hashed_vector(one, sim.opts.embedding_dim, dimensions)
         embedding: Any = vector if fmt == "float" else float32_base64(vector)
         data.append({"index": index, "object": "embedding", "embedding": embedding})
-    prompt_tokens = sum(len(one) for one in ids)
+    prompt_tokens = call.prompt_tokens
     return json_response(
         200,
         {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.procs import openai_backend_config, start_gateway, start_redis, start_upstream
+from tests.procs import openai_backend_config, start_gateway, start_redis, start_upstream, stopped_after
 
 
 @pytest.fixture(scope="module")
@@ -15,24 +15,18 @@ def module_tmp(tmp_path_factory):
 @pytest.fixture(scope="module")
 def upstream(module_tmp):
     """The fast scriptable OpenAI upstream (simulators/openai_upstream.py)."""
-    p = start_upstream(module_tmp)
-    yield p
-    p.stop()
+    yield from stopped_after(start_upstream(module_tmp))
 
 
 @pytest.fixture(scope="module")
 def gateway(module_tmp, upstream):
     """A gateway process in front of `upstream`, model name "m", no auth."""
-    p = start_gateway(module_tmp, openai_backend_config(upstream))
-    yield p
-    p.stop()
+    yield from stopped_after(start_gateway(module_tmp, openai_backend_config(upstream)))
 
 
 @pytest.fixture()
 def redis_server(tmp_path):
-    p = start_redis(tmp_path)
-    yield p
-    p.stop()
+    yield from stopped_after(start_redis(tmp_path))
 
 
 @pytest.fixture(scope="session")

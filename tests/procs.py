@@ -6,11 +6,23 @@ from __future__ import annotations
 
 import sys
 import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol, TypeVar
 
+import httpx
 import yaml
 
 from processes import Child, free_port, http_probe, redis_ping, redis_server_argv
+
+
+class _HasStop(Protocol):
+    def stop(self) -> None: ...
+
+
+Stoppable = TypeVar("Stoppable", bound=_HasStop)
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 SWITCHYARD = [sys.executable, "-m", "gateway.cli"]
@@ -37,6 +49,42 @@ class Process:
 
     def stop(self) -> None:
         self.child.stop()
+
+
+def stopped_after(thing: Stoppable) -> Iterator[Stoppable]:
+    """A fixture's body for anything with `stop()` (a process, a fleet, a deployment):
+    `yield from stopped_after(start_x(...))` hands it to the tests, then stops it."""
+    try:
+        yield thing
+    finally:
+        thing.stop()
+
+
+def eventually(predicate: Callable[[], T], timeout_s: float = 5.0, interval_s: float = 0.05) -> T:
+    """Poll `predicate` until it gives something truthy or `timeout_s` passes; its
+    last answer (falsy when it never held), for the test to assert on."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    return predicate()
+
+
+def metric_samples(text: str) -> dict[str, float]:
+    """Prometheus text as {'name{labels}': value} (comments dropped)."""
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def scrape(gateway: Process) -> dict[str, float]:
+    """The gateway's /metrics as `metric_samples`."""
+    return metric_samples(httpx.get(gateway.url + "/metrics", timeout=5).text)
 
 
 def start_upstream(tmp: Path, *extra: str) -> Process:
@@ -66,6 +114,18 @@ def start_redis(tmp: Path, port: int | None = None) -> Process:
     p = Process(redis_server_argv(port, tmp), f"redis://127.0.0.1:{port}/0", tmp / f"redis-{port}.log")
     p.child.wait_ready(redis_ping(port), timeout_s=10)
     return p
+
+
+def native_backend_config(model_dir: Path, model: str = "tiny", **options) -> dict:
+    """One model served by the native engine on `model_dir` (engine `options`)."""
+    backend = {"name": "local", "adapter": "native", "model_path": str(model_dir), "options": options}
+    return {"models": {model: {"backends": [backend]}}}
+
+
+def start_native_gateway(tmp: Path, config: dict) -> Process:
+    """A gateway whose engine runs in it: on one intra-op thread, many times faster for
+    a tiny model on a shared 2-core machine."""
+    return start_gateway(tmp, config, env={"OMP_NUM_THREADS": "1"})
 
 
 def openai_backend_config(upstream: Process, model: str = "m", **backend) -> dict:

@@ -144,8 +144,8 @@ async def _load(store: ResponseStore, tenant: str, response_id: str, param: str)
         raise not_found(response_id, param) from None
 
 
-async def _consume(events: AsyncIterator[Event], assembly: ResponseAssembly) -> None:
-    """Feed `events` until they end or the answer failed; a raised GatewayError is a failure."""
+async def _until_failed(events: AsyncIterator[Event], assembly: ResponseAssembly) -> AsyncIterator[Event]:
+    """`events` until they end or the answer failed; a raised GatewayError fails it."""
     while not assembly.failed:
         try:
             event = await anext(events)
@@ -154,6 +154,11 @@ async def _consume(events: AsyncIterator[Event], assembly: ResponseAssembly) -> 
         except GatewayError as err:
             assembly.fail(err)
             return
+        yield event
+
+
+async def _consume(events: AsyncIterator[Event], assembly: ResponseAssembly) -> None:
+    async for event in _until_failed(events, assembly):
         assembly.feed(event)
 
 
@@ -163,14 +168,7 @@ async def _stream(
     encoder = ResponseStreamEncoder(assembly)
     try:
         yield encoder.start()
-        while not assembly.failed:
-            try:
-                event = await anext(events)
-            except StopAsyncIteration:
-                break
-            except GatewayError as err:
-                assembly.fail(err)
-                break
+        async for event in _until_failed(events, assembly):
             frames = encoder.feed(event)
             if frames:
                 yield frames

@@ -10,11 +10,13 @@ one key.
 
 from __future__ import annotations
 
+from typing import Unpack
+
 from redis.exceptions import RedisError
 
 from gateway.responses_api.errors import store_unavailable
 from gateway.responses_api.store import DEFAULT_TTL_S, ResponseNotFound, ResponseStore, StoredResponse
-from policies.redis_connect import RedisConnection, RedisTarget, RedisUnavailable, hash_tag
+from policies.redis_connect import ConnectionOptions, RedisTarget, RedisUnavailable, connect, hash_tag
 
 
 class RedisResponseStore(ResponseStore):
@@ -26,19 +28,12 @@ class RedisResponseStore(ResponseStore):
         *,
         key_prefix: str = "switchyard",
         ttl_s: float = DEFAULT_TTL_S,
-        timeout_s: float = 1.0,
-        max_connections: int = 64,
-        pool_wait_s: float = 2.0,
+        **connection: Unpack[ConnectionOptions],
     ) -> None:
         """`target`: a redis:// URL (one server) or any RedisTarget."""
         self.prefix = key_prefix
         self.ttl_ms = max(1, int(ttl_s * 1000))
-        self.redis = RedisConnection(
-            RedisTarget(url=target) if isinstance(target, str) else target,
-            timeout_s=timeout_s,
-            max_connections=max_connections,
-            pool_wait_s=pool_wait_s,
-        )
+        self.redis = connect(target, **connection)
 
     def key(self, tenant: str, response_id: str) -> str:
         return f"{hash_tag(self.prefix, tenant)}:response:{response_id}"

@@ -21,6 +21,11 @@ class ReplayServer:
     def script(self, routes: dict[str, list[dict[str, Any]]]) -> None:
         httpx.post(self.url + "/_replay/script", json={"routes": routes}, timeout=5).raise_for_status()
 
+    def reply(self, *responses: dict[str, Any], route: str = "POST /v1/chat/completions") -> None:
+        """Script one route's answers, one per request in order (`streamed(...)`,
+        `json_response(...)` from wire_samples)."""
+        self.script({route: list(responses)})
+
     def recorded(self) -> dict[str, Any]:
         return httpx.get(self.url + "/_replay/requests", timeout=5).json()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import msgpack
@@ -67,6 +68,22 @@ class Runtime:
         self.ctx.term()
 
 
+@asynccontextmanager
+async def subscriber(runtime: Runtime, index: KVBlockIndex, *, replay: bool = False, **options):
+    """A subscriber of `runtime`'s publisher (and of its replay socket with `replay`),
+    started and subscribed; closed on the way out."""
+    endpoint = f"tcp://127.0.0.1:{runtime.replay_port}" if replay else None
+    sub = KVEventSubscriber(
+        "v", f"tcp://127.0.0.1:{runtime.pub_port}", index, replay_endpoint=endpoint, topic="kv", **options
+    )
+    sub.start()
+    try:
+        await runtime.subscribed()
+        yield sub
+    finally:
+        await sub.aclose()
+
+
 @pytest.fixture
 async def runtime():
     r = Runtime()
@@ -77,10 +94,7 @@ async def runtime():
 async def test_recorded_vllm_batches_reach_the_index_in_order(runtime):
     rec = json.loads(RECORDING.read_text())
     index = KVBlockIndex()
-    sub = KVEventSubscriber("v", f"tcp://127.0.0.1:{runtime.pub_port}", index, topic="kv")
-    sub.start()
-    try:
-        await runtime.subscribed()
+    async with subscriber(runtime, index) as sub:
         for frame in rec["frames"]:
             topic, seq, payload = (bytes.fromhex(f) for f in frame)
             await runtime.publish(int.from_bytes(seq, "big"), payload)
@@ -88,22 +102,11 @@ async def test_recorded_vllm_batches_reach_the_index_in_order(runtime):
         b = rec["prompts"]["b"]
         assert index.match(vllm_block_hashes(b, index.block_size)) == 4
         assert (sub.stats.batches, sub.stats.replays, index.gaps) == (2, 0, 0)
-    finally:
-        await sub.aclose()
 
 
 async def test_a_gap_is_filled_from_the_replay_socket(runtime):
     index = KVBlockIndex()
-    sub = KVEventSubscriber(
-        "v",
-        f"tcp://127.0.0.1:{runtime.pub_port}",
-        index,
-        replay_endpoint=f"tcp://127.0.0.1:{runtime.replay_port}",
-        topic="kv",
-    )
-    sub.start()
-    try:
-        await runtime.subscribed()
+    async with subscriber(runtime, index, replay=True) as sub:
         await runtime.publish(0, stored([1, 2]))
         await until(lambda: index.last_seq == 0)
         await runtime.publish(1, stored([3], parent=2), lose=True)  # the subscriber never sees this one
@@ -112,23 +115,11 @@ async def test_a_gap_is_filled_from_the_replay_socket(runtime):
         await until(lambda: index.last_seq == 2)
         assert index.match([1, 2, 3, 4]) == 4 and index.gaps == 0
         assert (sub.stats.replays, sub.stats.replayed_batches, sub.stats.replay_failures) == (1, 1, 0)
-    finally:
-        await sub.aclose()
 
 
 async def test_without_a_replay_a_gap_clears_the_index(runtime):
     index = KVBlockIndex()
-    sub = KVEventSubscriber(
-        "v",
-        f"tcp://127.0.0.1:{runtime.pub_port}",
-        index,
-        replay_endpoint=f"tcp://127.0.0.1:{runtime.replay_port}",
-        topic="kv",
-        replay_timeout_s=0.3,
-    )
-    sub.start()
-    try:
-        await runtime.subscribed()
+    async with subscriber(runtime, index, replay=True, replay_timeout_s=0.3) as sub:
         await runtime.publish(0, stored([1, 2]))
         await until(lambda: index.last_seq == 0)
         await runtime.publish(1, stored([9]), lose=True)
@@ -136,20 +127,13 @@ async def test_without_a_replay_a_gap_clears_the_index(runtime):
         await until(lambda: index.last_seq == 2)
         assert index.match([1]) == 0 and index.match([5]) == 1 and index.gaps == 1
         assert sub.stats.replay_failures == 1
-    finally:
-        await sub.aclose()
 
 
 async def test_an_undecodable_batch_is_skipped_and_counted(runtime):
     index = KVBlockIndex()
-    sub = KVEventSubscriber("v", f"tcp://127.0.0.1:{runtime.pub_port}", index, topic="kv")
-    sub.start()
-    try:
-        await runtime.subscribed()
+    async with subscriber(runtime, index) as sub:
         await runtime.publish(0, b"\xc1not msgpack")
         await runtime.pub.send_multipart([b"kv", b"\x00" * 8])  # two frames: not a batch
         await runtime.publish(1, stored([7]))
         await until(lambda: index.last_seq == 1)
         assert sub.stats.undecodable == 2 and index.match([7]) == 1
-    finally:
-        await sub.aclose()

@@ -17,7 +17,11 @@ from adapters.sglang import SGLangAdapter
 from adapters.tgi import TGIAdapter
 from adapters.trtllm import TRTLLMAdapter
 from adapters.vllm import VLLMAdapter
-from tests.adapters.wire_samples import chat, delivered, sse
+from tests.adapters.wire_samples import (
+    chat,
+    delivered,
+    sse,
+)
 
 
 def text_chunk(text: str) -> dict:
@@ -93,7 +97,7 @@ FAILURES = {
 @pytest.mark.parametrize("runtime", list(FAILURES))
 async def test_a_failure_after_the_first_event_is_the_backends_for_every_runtime(replay, runtime):
     cls, frames, cut = FAILURES[runtime]
-    replay.script({"POST /v1/chat/completions": [{"status": 200, "frames": frames, "cut": cut}]})
+    replay.reply({"status": 200, "frames": frames, "cut": cut})
     url = replay.url + "/v1" if cls is OpenAIAdapter else replay.url
     adapter = cls("be-1", url, "m")
     events = await delivered(adapter, chat())

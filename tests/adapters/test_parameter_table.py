@@ -15,7 +15,6 @@ tests/adapters/test_runtimes_e2e.py."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import re
 from pathlib import Path
@@ -188,13 +187,9 @@ async def test_several_rejected_parameters_are_named_together():
 
 @pytest.fixture(scope="module")
 def native(tiny_model_dir):
-    from adapters.native import NativeAdapter
+    from tests.native_adapters import started_native  # torch, only when this fixture runs
 
-    options = {"num_blocks": 32, "block_size": 16, "max_model_len": 128}
-    adapter = NativeAdapter("local", str(tiny_model_dir), served_name="m", engine_options=options)
-    asyncio.run(adapter.start())
-    yield adapter
-    asyncio.run(adapter.aclose())
+    yield from started_native(tiny_model_dir, served_name="m", num_blocks=32, block_size=16, max_model_len=128)
 
 
 # engine parameter the native adapter sets for each table row (stop is the adapter's own)

@@ -13,6 +13,7 @@ from adapters.sglang import SGLangAdapter
 from adapters.tgi import TGIAdapter
 from adapters.trtllm import TRTLLMAdapter
 from adapters.vllm import VLLMAdapter
+from tests.adapters.wire_samples import SGLANG_QUEUE_FULL
 
 VLLM = VLLMAdapter("vllm-a", "http://127.0.0.1:1")
 SGL = SGLangAdapter("sglang-a", "http://127.0.0.1:1")
@@ -172,20 +173,7 @@ def test_sglang_queue_full_non_stream_type_is_the_string_503():
 
 
 def test_sglang_queue_full_in_stream():
-    err = SGL._error(
-        500,
-        b(
-            {
-                "error": {
-                    "object": "error",
-                    "message": "The request queue is full.",
-                    "type": "SERVICE_UNAVAILABLE",
-                    "param": None,
-                    "code": 503,
-                }
-            }
-        ),
-    )
+    err = SGL._error(500, b(SGLANG_QUEUE_FULL))
     assert err.status == 503
 
 

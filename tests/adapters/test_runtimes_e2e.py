@@ -19,18 +19,8 @@ from adapters.base import SAMPLING_PARAMETERS
 from gateway.backends import ADAPTER_CLASSES
 from simulators.testing import start_simulator
 from tests.adapters.wire_samples import PARAMETER_VALUES, parameter_on_the_wire
+from tests.adapters.wire_samples import WEATHER_TOOLS as TOOLS
 from tests.procs import start_gateway
-
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather in a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
-]
 
 # kind -> (adapter, simulator flags, backend options)
 STACKS = {

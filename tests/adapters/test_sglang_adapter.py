@@ -4,53 +4,42 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
-from adapters.errors import GatewayError
 from adapters.sglang import SGLangAdapter, parse_loads
-from tests.adapters.wire_samples import chat, collect, delivered, json_response, sse
+from tests.adapters.wire_samples import (
+    SGLANG_QUEUE_FULL,
+    chat,
+    collect,
+    collect_closed,
+    json_response,
+    refusal,
+    sse,
+    streamed,
+)
 
 RID = "0123456789abcdef0123456789abcdef"
 
 
-def content(delta: dict, finish=None, matched=None) -> dict:
-    # msgspec layout: reasoning_content first, None fields omitted, no usage key.
+def _chunk(delta: dict, finish=None, matched=None) -> dict:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish, "matched_stop": matched}
     return {
         "id": RID,
         "object": "chat.completion.chunk",
         "created": 1700000000,
         "model": "default",
-        "choices": [
-            {
-                "index": 0,
-                "delta": {"reasoning_content": None, **delta},
-                "logprobs": None,
-                "finish_reason": finish,
-                "matched_stop": matched,
-            }
-        ],
+        "choices": [choice],
     }
+
+
+def content(delta: dict, finish=None, matched=None) -> dict:
+    # msgspec layout: reasoning_content first, None fields omitted, no usage key.
+    return _chunk({"reasoning_content": None, **delta}, finish, matched)
 
 
 def tool_chunk(call: dict) -> dict:
     # pydantic layout: every null present, usage: null.
-    return {
-        "id": RID,
-        "object": "chat.completion.chunk",
-        "created": 1700000000,
-        "model": "default",
-        "choices": [
-            {
-                "index": 0,
-                "delta": {"role": None, "content": None, "reasoning_content": None, "tool_calls": [call]},
-                "logprobs": None,
-                "finish_reason": None,
-                "matched_stop": None,
-            }
-        ],
-        "usage": None,
-    }
+    delta = {"role": None, "content": None, "reasoning_content": None, "tool_calls": [call]}
+    return {**_chunk(delta), "usage": None}
 
 
 USAGE = {
@@ -75,80 +64,64 @@ def adapter(replay, **options) -> SGLangAdapter:
 
 
 async def test_stream_with_separate_finish_chunk(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        sse(content({"role": "assistant", "content": ""})),
-                        sse(content({"content": "Hi"})),
-                        sse(content({"content": "!"})),
-                        sse(content({}, "stop", 151645)),
-                        sse(USAGE),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            sse(content({"role": "assistant", "content": ""})),
+            sse(content({"content": "Hi"})),
+            sse(content({"content": "!"})),
+            sse(content({}, "stop", 151645)),
+            sse(USAGE),
+            sse("[DONE]"),
+        )
     )
-    a = adapter(replay)
-    events = await collect(a, chat(request_id="gw-42"))
-    await a.aclose()
+    events = await collect_closed(adapter(replay), chat(request_id="gw-42"))
     assert events == [TextDelta(0, "Hi"), TextDelta(0, "!"), Finish(0, "stop"), Usage(12, 3, 4)]
     body = replay.bodies("/v1/chat/completions")[0]
     assert body["rid"] == "gw-42" and body["model"] == "qwen"
 
 
 async def test_tool_stream_with_repeated_null_id_and_name(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        sse(content({"role": "assistant", "content": ""})),
-                        sse(
-                            tool_chunk(
-                                {
-                                    "id": "call_0123456789abcdef01234567",
-                                    "index": 0,
-                                    "type": "function",
-                                    "function": {"name": "get_weather", "arguments": ""},
-                                }
-                            )
-                        ),
-                        sse(
-                            tool_chunk(
-                                {
-                                    "id": None,
-                                    "index": 0,
-                                    "type": "function",
-                                    "function": {"name": None, "arguments": '{"city":'},
-                                }
-                            )
-                        ),
-                        sse(
-                            tool_chunk(
-                                {
-                                    "id": None,
-                                    "index": 0,
-                                    "type": "function",
-                                    "function": {"name": None, "arguments": ' "Paris"}'},
-                                }
-                            )
-                        ),
-                        sse(content({}, "tool_calls")),
-                        sse(USAGE),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            sse(content({"role": "assistant", "content": ""})),
+            sse(
+                tool_chunk(
+                    {
+                        "id": "call_0123456789abcdef01234567",
+                        "index": 0,
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": ""},
+                    }
+                )
+            ),
+            sse(
+                tool_chunk(
+                    {
+                        "id": None,
+                        "index": 0,
+                        "type": "function",
+                        "function": {"name": None, "arguments": '{"city":'},
+                    }
+                )
+            ),
+            sse(
+                tool_chunk(
+                    {
+                        "id": None,
+                        "index": 0,
+                        "type": "function",
+                        "function": {"name": None, "arguments": ' "Paris"}'},
+                    }
+                )
+            ),
+            sse(content({}, "tool_calls")),
+            sse(USAGE),
+            sse("[DONE]"),
+        )
     )
-    a = adapter(replay)
-    events = await collect(a, chat(tools=[{"type": "function", "function": {"name": "get_weather"}}]))
-    await a.aclose()
+    events = await collect_closed(
+        adapter(replay), chat(tools=[{"type": "function", "function": {"name": "get_weather"}}])
+    )
     calls = [e for e in events if isinstance(e, ToolCallDelta)]
     assert calls[0].id == "call_0123456789abcdef01234567"
     assert [c.id for c in calls[1:]] == [None, None] and [c.name for c in calls[1:]] == [None, None]
@@ -157,49 +130,45 @@ async def test_tool_stream_with_repeated_null_id_and_name(replay):
 
 
 async def test_named_tool_choice_non_stream(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                json_response(
-                    200,
+    replay.reply(
+        json_response(
+            200,
+            {
+                "id": RID,
+                "object": "chat.completion",
+                "created": 1,
+                "model": "default",
+                "choices": [
                     {
-                        "id": RID,
-                        "object": "chat.completion",
-                        "created": 1,
-                        "model": "default",
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {
-                                    "role": "assistant",
-                                    "content": "",
-                                    "reasoning_content": None,
-                                    "tool_calls": [
-                                        {
-                                            "id": "call_x",
-                                            "index": 0,
-                                            "type": "function",
-                                            "function": {"name": "f", "arguments": "{}"},
-                                        }
-                                    ],
-                                },
-                                "logprobs": None,
-                                "finish_reason": "tool_calls",
-                                "matched_stop": None,
-                            }
-                        ],
-                        "usage": {
-                            "prompt_tokens": 5,
-                            "total_tokens": 6,
-                            "completion_tokens": 1,
-                            "prompt_tokens_details": None,
-                            "reasoning_tokens": 0,
-                            "completion_tokens_details": None,
+                        "index": 0,
+                        "message": {
+                            "role": "assistant",
+                            "content": "",
+                            "reasoning_content": None,
+                            "tool_calls": [
+                                {
+                                    "id": "call_x",
+                                    "index": 0,
+                                    "type": "function",
+                                    "function": {"name": "f", "arguments": "{}"},
+                                }
+                            ],
                         },
-                    },
-                )
-            ]
-        }
+                        "logprobs": None,
+                        "finish_reason": "tool_calls",
+                        "matched_stop": None,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": 5,
+                    "total_tokens": 6,
+                    "completion_tokens": 1,
+                    "prompt_tokens_details": None,
+                    "reasoning_tokens": 0,
+                    "completion_tokens_details": None,
+                },
+            },
+        )
     )
     a = adapter(replay)
     events = await collect(
@@ -216,47 +185,19 @@ async def test_named_tool_choice_non_stream(replay):
 
 async def test_queue_full_inside_a_200_stream_is_raised_before_any_event(replay):
     # Nothing reached the client yet: raised, the gateway can fail over.
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        sse(
-                            {
-                                "error": {
-                                    "object": "error",
-                                    "message": "The request queue is full.",
-                                    "type": "SERVICE_UNAVAILABLE",
-                                    "param": None,
-                                    "code": 503,
-                                }
-                            }
-                        ),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            sse(SGLANG_QUEUE_FULL),
+            sse("[DONE]"),
+        )
     )
-    a = adapter(replay)
-    with pytest.raises(GatewayError) as info:
-        await delivered(a, chat())
-    await a.aclose()
-    assert info.value.status == 503 and info.value.retryable
+    error = await refusal(adapter(replay), chat())
+    assert error.status == 503 and error.retryable
 
 
 async def test_abort_finish_is_an_error(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {"status": 200, "frames": [sse(content({"content": "x"})), sse(content({}, "abort")), sse("[DONE]")]}
-            ]
-        }
-    )
-    a = adapter(replay)
-    events = await collect(a, chat())
-    await a.aclose()
+    replay.reply(streamed(sse(content({"content": "x"})), sse(content({}, "abort")), sse("[DONE]")))
+    events = await collect_closed(adapter(replay), chat())
     assert isinstance(events[-1], ErrorEvent)
 
 
@@ -299,9 +240,7 @@ async def test_a_finished_stream_sends_no_abort(replay):
             "POST /abort_request": [{"status": 200, "body": ""}],
         }
     )
-    a = adapter(replay)
-    await collect(a, chat())
-    await a.aclose()
+    await collect_closed(adapter(replay), chat())
     assert replay.bodies("/abort_request") == []
 
 
@@ -365,7 +304,7 @@ async def test_load_falls_back_to_metrics_without_v1_loads(replay):
 
 
 async def test_health_waits_for_the_slow_generation_check(replay):
-    replay.script({"GET /health": [{"status": 503, "body": ""}, {"status": 200, "frames": [], "hold_ms": 1200}]})
+    replay.reply({"status": 503, "body": ""}, {"status": 200, "frames": [], "hold_ms": 1200}, route="GET /health")
     a = adapter(replay)
     warming = await a.health()
     started = asyncio.get_running_loop().time()

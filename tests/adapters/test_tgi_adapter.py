@@ -11,7 +11,18 @@ import pytest
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
 from adapters.tgi import TGIAdapter, parse_tgi_metrics, tgi_grammar
-from tests.adapters.wire_samples import chat, collect, delivered, json_response, sse
+from tests.adapters.wire_samples import (
+    chat,
+    collect,
+    collect_closed,
+    collect_refusal,
+    delivered,
+    delivered_closed,
+    json_response,
+    refusal,
+    sse,
+    streamed,
+)
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
 # Asked for model "tgi", TGI answers with its model id (router/src/server.rs `chat_completions`).
@@ -48,69 +59,46 @@ USAGE = {
 }
 
 
+def completion(message: dict, finish: str, prompt: int, generated: int, fingerprint: str = "3.1.0-native") -> dict:
+    """A non-streamed chat answer in TGI's layout (`id` empty, `model` as served)."""
+    return {
+        "object": "chat.completion",
+        "id": "",
+        "created": 1,
+        "model": "tgi",
+        "system_fingerprint": fingerprint,
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated},
+    }
+
+
 def adapter(replay, **options) -> TGIAdapter:
     return TGIAdapter("tgi-d", replay.url, "meta-llama/Llama-3.1-8B-Instruct", options=options)
 
 
 async def test_stream_without_role_chunk(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        sse(chunk({"content": "Hi"})),
-                        sse(chunk({"content": "!"})),
-                        sse(chunk({"content": ""}, "stop")),
-                        sse(USAGE),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            sse(chunk({"content": "Hi"})),
+            sse(chunk({"content": "!"})),
+            sse(chunk({"content": ""}, "stop")),
+            sse(USAGE),
+            sse("[DONE]"),
+        )
     )
-    a = adapter(replay)
-    events = await collect(a, chat())
-    await a.aclose()
+    events = await collect_closed(adapter(replay), chat())
     assert events == [TextDelta(0, "Hi"), TextDelta(0, "!"), Finish(0, "stop"), Usage(12, 3)]
 
 
 async def test_stop_sequence_finish_is_stop(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                json_response(
-                    200,
-                    {
-                        "object": "chat.completion",
-                        "id": "",
-                        "created": 1,
-                        "model": "tgi",
-                        "system_fingerprint": "3.3.6-dev0-native",
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": "Hi"},
-                                "logprobs": None,
-                                "finish_reason": "stop_sequence",
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-                    },
-                )
-            ]
-        }
-    )
-    a = adapter(replay)
-    events = await collect(a, chat(stream=False))
-    await a.aclose()
+    message = {"role": "assistant", "content": "Hi"}
+    replay.reply(json_response(200, completion(message, "stop_sequence", 3, 1, "3.3.6-dev0-native")))
+    events = await collect_closed(adapter(replay), chat(stream=False))
     assert events == [TextDelta(0, "Hi"), Finish(0, "stop"), Usage(3, 1)]
 
 
 async def test_request_rewriting(replay):
-    replay.script(
-        {"POST /v1/chat/completions": [{"status": 200, "frames": [sse(chunk({"content": ""}, "stop")), sse("[DONE]")]}]}
-    )
+    replay.reply(streamed(sse(chunk({"content": ""}, "stop")), sse("[DONE]")))
     a = adapter(replay)
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     await collect(
@@ -149,21 +137,14 @@ def test_grammar_translation():
 )
 async def test_what_tgi_cannot_do_is_a_400_naming_tgi(replay, sampling, param):
     replay.script({})
-    a = adapter(replay)
-    with pytest.raises(GatewayError) as info:
-        await collect(a, chat(sampling=sampling))
-    await a.aclose()
-    assert info.value.status == 400 and info.value.param == param and "TGI" in info.value.message
+    error = await collect_refusal(adapter(replay), chat(sampling=sampling))
+    assert error.status == 400 and error.param == param and "TGI" in error.message
     assert replay.recorded()["requests"] == []  # refused before any call
 
 
 async def test_presence_penalty_zero_is_fine(replay):
-    replay.script(
-        {"POST /v1/chat/completions": [{"status": 200, "frames": [sse(chunk({"content": ""}, "stop")), sse("[DONE]")]}]}
-    )
-    a = adapter(replay)
-    await collect(a, chat(sampling=SamplingParams(presence_penalty=0.0)))
-    await a.aclose()
+    replay.reply(streamed(sse(chunk({"content": ""}, "stop")), sse("[DONE]")))
+    await collect_closed(adapter(replay), chat(sampling=SamplingParams(presence_penalty=0.0)))
     assert "presence_penalty" not in replay.bodies("/v1/chat/completions")[0]  # 0 would mean repetition 2.0
 
 
@@ -173,26 +154,17 @@ async def test_tool_stream_3_2_counter_ids_and_missing_finish(replay):
             {"tool_calls": [{"index": 0, "id": "0", "type": "function", "function": {"name": name, "arguments": args}}]}
         )
 
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        sse(piece("get_weather", "{")),
-                        sse(piece(None, '"city"')),
-                        sse(piece(None, ': "Paris"')),
-                        sse(piece(None, "}")),
-                        sse(USAGE),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            sse(piece("get_weather", "{")),
+            sse(piece(None, '"city"')),
+            sse(piece(None, ': "Paris"')),
+            sse(piece(None, "}")),
+            sse(USAGE),
+            sse("[DONE]"),
+        )
     )
-    a = adapter(replay)
-    events = await delivered(a, chat(tools=TOOLS))
-    await a.aclose()
+    events = await delivered_closed(adapter(replay), chat(tools=TOOLS))
     calls = [e for e in events if isinstance(e, ToolCallDelta)]
     assert calls[0].id.startswith("call_") and calls[0].name == "get_weather"
     assert all(c.id is None and c.name is None for c in calls[1:])
@@ -202,19 +174,8 @@ async def test_tool_stream_3_2_counter_ids_and_missing_finish(replay):
 
 async def test_tool_stream_before_3_2_single_object_raw_grammar(replay):
     text = ['{"', "function", '": {"', "_name", '": "', "get_weather", '", "', "city", '": "', "Paris", '"}}']
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [*[sse(old_piece(t)) for t in text], sse(old_piece("<|eot_id|>", "stop")), sse("[DONE]")],
-                }
-            ]
-        }
-    )
-    a = adapter(replay)
-    events = await delivered(a, chat(tools=TOOLS))
-    await a.aclose()
+    replay.reply(streamed(*[sse(old_piece(t)) for t in text], sse(old_piece("<|eot_id|>", "stop")), sse("[DONE]")))
+    events = await delivered_closed(adapter(replay), chat(tools=TOOLS))
     calls = [e for e in events if isinstance(e, ToolCallDelta)]
     assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].id.startswith("call_")
     assert json.loads(calls[0].arguments) == {"city": "Paris"}
@@ -223,37 +184,13 @@ async def test_tool_stream_before_3_2_single_object_raw_grammar(replay):
 
 async def test_old_stream_choosing_no_tool_is_text(replay):
     body = '{"function": {"_name": "no_tool", "content": "It is sunny."}}'
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [sse(old_piece(body)), sse(old_piece("<|eot_id|>", "stop")), sse("[DONE]")],
-                }
-            ]
-        }
-    )
-    a = adapter(replay)
-    events = await collect(a, chat(tools=TOOLS))
-    await a.aclose()
+    replay.reply(streamed(sse(old_piece(body)), sse(old_piece("<|eot_id|>", "stop")), sse("[DONE]")))
+    events = await collect_closed(adapter(replay), chat(tools=TOOLS))
     assert events == [TextDelta(0, "It is sunny."), Finish(0, "stop")]
 
 
 async def test_unreadable_old_tool_stream_is_an_error(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        sse(old_piece('{"function": {"_na')),
-                        sse(chunk({"content": ""}, "length")),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
-    )
+    replay.reply(streamed(sse(old_piece('{"function": {"_na')), sse(chunk({"content": ""}, "length")), sse("[DONE]")))
     a = adapter(replay)
     with pytest.raises(GatewayError) as info:  # nothing else came: raised, not an event
         await delivered(a, chat(tools=TOOLS))
@@ -265,47 +202,10 @@ async def test_unreadable_old_tool_stream_is_an_error(replay):
     "arguments", [{"city": "Paris"}, {"_name": "get_weather", "city": "Paris"}, '{"city":"Paris"}']
 )
 async def test_non_stream_tool_call_object_or_string_arguments(replay, arguments):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                json_response(
-                    200,
-                    {
-                        "object": "chat.completion",
-                        "id": "",
-                        "created": 1,
-                        "model": "tgi",
-                        "system_fingerprint": "3.1.0-native",
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {
-                                    "role": "assistant",
-                                    "tool_calls": [
-                                        {
-                                            "id": "0",
-                                            "type": "function",
-                                            "function": {
-                                                "description": None,
-                                                "name": "get_weather",
-                                                "arguments": arguments,
-                                            },
-                                        }
-                                    ],
-                                },
-                                "logprobs": None,
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-                    },
-                )
-            ]
-        }
-    )
-    a = adapter(replay)
-    events = await delivered(a, chat(stream=False, tools=TOOLS))
-    await a.aclose()
+    function = {"description": None, "name": "get_weather", "arguments": arguments}
+    message = {"role": "assistant", "tool_calls": [{"id": "0", "type": "function", "function": function}]}
+    replay.reply(json_response(200, completion(message, "stop", 10, 5)))
+    events = await delivered_closed(adapter(replay), chat(stream=False, tools=TOOLS))
     call = events[0]
     assert isinstance(call, ToolCallDelta) and call.id.startswith("call_") and call.name == "get_weather"
     assert json.loads(call.arguments) == {"city": "Paris"}
@@ -324,92 +224,56 @@ async def test_completions_empty_finish_mid_stream_is_not_a_finish(replay):
             "usage": usage,
         }
 
-    replay.script(
-        {
-            "POST /v1/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        sse(c("a", "")),
-                        sse(c("b", "")),
-                        sse(c("", "eos_token", {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4})),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            sse(c("a", "")),
+            sse(c("b", "")),
+            sse(c("", "eos_token", {"prompt_tokens": 2, "completion_tokens": 2, "total_tokens": 4})),
+            sse("[DONE]"),
+        ),
+        route="POST /v1/completions",
     )
-    a = adapter(replay)
-    events = await collect(a, chat(messages=None, kind="completion", prompt="x"))
-    await a.aclose()
+    events = await collect_closed(adapter(replay), chat(messages=None, kind="completion", prompt="x"))
     assert events == [TextDelta(0, "a"), TextDelta(0, "b"), Finish(0, "stop"), Usage(2, 2)]
 
 
 async def test_in_stream_validation_error_with_hardcoded_422(replay):
     # TGI validates inside a 200 stream; before any event it is raised as a 400.
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
+    replay.reply(
+        streamed(
+            sse(
                 {
-                    "status": 200,
-                    "frames": [
-                        sse(
-                            {
-                                "error": {
-                                    "message": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. "
-                                    "Given: 4000 `inputs` tokens and 200 `max_new_tokens`",
-                                    "http_status_code": 422,
-                                }
-                            }
-                        ),
-                        sse("[DONE]"),
-                    ],
+                    "error": {
+                        "message": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 4096. "
+                        "Given: 4000 `inputs` tokens and 200 `max_new_tokens`",
+                        "http_status_code": 422,
+                    }
                 }
-            ]
-        }
+            ),
+            sse("[DONE]"),
+        )
     )
-    a = adapter(replay)
-    with pytest.raises(GatewayError) as info:
-        await delivered(a, chat())
-    await a.aclose()
-    assert (info.value.status, info.value.code) == (400, "context_length_exceeded")
+    error = await refusal(adapter(replay), chat())
+    assert (error.status, error.code) == (400, "context_length_exceeded")
 
 
 async def test_in_stream_overload_after_text_is_an_error_event(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        sse(chunk({"content": "Hi"})),
-                        sse({"error": {"message": "Model is overloaded", "http_status_code": 422}}),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            sse(chunk({"content": "Hi"})),
+            sse({"error": {"message": "Model is overloaded", "http_status_code": 422}}),
+            sse("[DONE]"),
+        )
     )
-    a = adapter(replay)
-    events = await collect(a, chat())
-    await a.aclose()
+    events = await collect_closed(adapter(replay), chat())
     assert events[0] == TextDelta(0, "Hi")
     assert isinstance(events[-1], ErrorEvent) and events[-1].error.status == 429
 
 
 async def test_overloaded_429_before_the_stream(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                json_response(429, {"error": "Model is overloaded", "error_type": "overloaded"})
-            ]
-        }
-    )
-    a = adapter(replay)
-    with pytest.raises(GatewayError) as info:
-        await collect(a, chat())
-    await a.aclose()
-    assert info.value.status == 429 and info.value.retryable
+    replay.reply(json_response(429, {"error": "Model is overloaded", "error_type": "overloaded"}))
+    error = await collect_refusal(adapter(replay), chat())
+    assert error.status == 429 and error.retryable
 
 
 def test_capabilities_make_the_gateway_fan_out_n():

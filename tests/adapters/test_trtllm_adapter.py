@@ -7,9 +7,17 @@ import asyncio
 import orjson
 
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
-from adapters.errors import GatewayError
 from adapters.trtllm import TRTLLMAdapter, parse_iteration_stats
-from tests.adapters.wire_samples import chat, collect, delivered, json_response, sse
+from tests.adapters.wire_samples import (
+    chat,
+    collect,
+    collect_closed,
+    collect_refusal,
+    delivered,
+    json_response,
+    sse,
+    streamed,
+)
 
 CID = "chatcmpl-7"
 
@@ -42,36 +50,21 @@ def adapter(replay, **options) -> TRTLLMAdapter:
 
 
 async def test_stream_with_trailing_space_and_reasoning_noise(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        ROLE,
-                        sse(chunk({"content": "Hi", "reasoning_content": ""})),
-                        sse(chunk({"content": "", "reasoning_content": ""}, "stop")),
-                        sse(USAGE),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            ROLE,
+            sse(chunk({"content": "Hi", "reasoning_content": ""})),
+            sse(chunk({"content": "", "reasoning_content": ""}, "stop")),
+            sse(USAGE),
+            sse("[DONE]"),
+        )
     )
-    a = adapter(replay)
-    events = await collect(a, chat())
-    await a.aclose()
+    events = await collect_closed(adapter(replay), chat())
     assert events == [TextDelta(0, "Hi"), Finish(0, "stop"), Usage(12, 3, 0)]
 
 
 async def test_undeclared_fields_never_reach_trtllm(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {"status": 200, "frames": [ROLE, sse(chunk({"content": "x"}, "stop")), sse(USAGE), sse("[DONE]")]}
-            ]
-        }
-    )
+    replay.reply(streamed(ROLE, sse(chunk({"content": "x"}, "stop")), sse(USAGE), sse("[DONE]")))
     a = adapter(replay)
     await collect(
         a,
@@ -99,21 +92,14 @@ async def test_parallel_tool_calls_false_is_enforced_by_the_gateway(replay):
             "function": {"name": name, "arguments": "{}"},
         }
 
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        ROLE,
-                        sse(chunk({"tool_calls": [call(0, "f")]})),
-                        sse(chunk({"tool_calls": [call(1, "g")]})),
-                        sse(chunk({"content": ""}, "tool_calls")),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            ROLE,
+            sse(chunk({"tool_calls": [call(0, "f")]})),
+            sse(chunk({"tool_calls": [call(1, "g")]})),
+            sse(chunk({"content": ""}, "tool_calls")),
+            sse("[DONE]"),
+        )
     )
     a = adapter(replay)
     events = await delivered(
@@ -124,44 +110,35 @@ async def test_parallel_tool_calls_false_is_enforced_by_the_gateway(replay):
 
 
 async def test_repeated_type_on_argument_deltas(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        ROLE,
-                        sse(
-                            chunk(
-                                {
-                                    "tool_calls": [
-                                        {
-                                            "id": "chatcmpl-tool-aa",
-                                            "type": "function",
-                                            "index": 0,
-                                            "function": {"name": "f", "arguments": ""},
-                                        }
-                                    ]
-                                }
-                            )
-                        ),
-                        sse(
-                            chunk(
-                                {
-                                    "tool_calls": [
-                                        {"type": "function", "index": 0, "function": {"arguments": '{"a":1}'}}
-                                    ],
-                                    "content": "",
-                                    "reasoning_content": "",
-                                }
-                            )
-                        ),
-                        sse(chunk({"content": ""}, "tool_calls")),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            ROLE,
+            sse(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "id": "chatcmpl-tool-aa",
+                                "type": "function",
+                                "index": 0,
+                                "function": {"name": "f", "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            ),
+            sse(
+                chunk(
+                    {
+                        "tool_calls": [{"type": "function", "index": 0, "function": {"arguments": '{"a":1}'}}],
+                        "content": "",
+                        "reasoning_content": "",
+                    }
+                )
+            ),
+            sse(chunk({"content": ""}, "tool_calls")),
+            sse("[DONE]"),
+        )
     )
     a = adapter(replay)
     events = await collect(
@@ -178,84 +155,62 @@ async def test_repeated_type_on_argument_deltas(replay):
 
 
 async def test_chat_failure_cuts_the_connection_without_done(replay):
-    replay.script(
-        {"POST /v1/chat/completions": [{"status": 200, "frames": [ROLE, sse(chunk({"content": "Hi"}))], "cut": True}]}
-    )
-    a = adapter(replay)
-    events = await collect(a, chat())
-    await a.aclose()
+    replay.reply({"status": 200, "frames": [ROLE, sse(chunk({"content": "Hi"}))], "cut": True})
+    events = await collect_closed(adapter(replay), chat())
     assert events[0] == TextDelta(0, "Hi")
     assert isinstance(events[-1], ErrorEvent) and events[-1].error.status == 502
 
 
 async def test_completions_in_stream_error(replay):
-    replay.script(
-        {
-            "POST /v1/completions": [
+    replay.reply(
+        streamed(
+            sse(
                 {
-                    "status": 200,
-                    "frames": [
-                        sse(
-                            {
-                                "id": "cmpl-7",
-                                "object": "text_completion",
-                                "created": 1,
-                                "model": "m",
-                                "choices": [
-                                    {
-                                        "index": 0,
-                                        "text": "a",
-                                        "token_ids": None,
-                                        "logprobs": None,
-                                        "finish_reason": None,
-                                        "stop_reason": None,
-                                        "avg_decoded_tokens_per_iter": None,
-                                    }
-                                ],
-                                "usage": None,
-                            }
-                        ),
-                        sse({"error": {"message": "boom", "type": "server_error", "code": None, "param": None}}),
-                        sse("[DONE]"),
+                    "id": "cmpl-7",
+                    "object": "text_completion",
+                    "created": 1,
+                    "model": "m",
+                    "choices": [
+                        {
+                            "index": 0,
+                            "text": "a",
+                            "token_ids": None,
+                            "logprobs": None,
+                            "finish_reason": None,
+                            "stop_reason": None,
+                            "avg_decoded_tokens_per_iter": None,
+                        }
                     ],
+                    "usage": None,
                 }
-            ]
-        }
+            ),
+            sse({"error": {"message": "boom", "type": "server_error", "code": None, "param": None}}),
+            sse("[DONE]"),
+        ),
+        route="POST /v1/completions",
     )
-    a = adapter(replay)
-    events = await collect(a, chat(messages=None, kind="completion", prompt="hello"))
-    await a.aclose()
+    events = await collect_closed(adapter(replay), chat(messages=None, kind="completion", prompt="hello"))
     assert events[0] == TextDelta(0, "a") and isinstance(events[-1], ErrorEvent)
     body = replay.bodies("/v1/completions")[0]
     assert body["prompt"] == "hello" and "messages" not in body
 
 
 async def test_context_length_json_400_even_for_streams(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                json_response(
-                    400,
-                    {
-                        "object": "error",
-                        "message": "The sum of prompt length (4000.0), query length (0) should not exceed "
-                        "max_num_tokens (2048)",
-                        "type": "BadRequestError",
-                        "param": None,
-                        "code": 400,
-                    },
-                )
-            ]
-        }
+    replay.reply(
+        json_response(
+            400,
+            {
+                "object": "error",
+                "message": "The sum of prompt length (4000.0), query length (0) should not exceed "
+                "max_num_tokens (2048)",
+                "type": "BadRequestError",
+                "param": None,
+                "code": 400,
+            },
+        )
     )
-    a = adapter(replay)
-    try:
-        await collect(a, chat())
-        raise AssertionError("no error")
-    except GatewayError as exc:
-        assert exc.code == "context_length_exceeded"
-    finally:
-        await a.aclose()
+    exc = await collect_refusal(adapter(replay), chat())
+    assert exc.code == "context_length_exceeded"
 
 
 def stats(it: int, active: int, queued: int, used: int, cap: int, hit: float) -> dict:
@@ -289,13 +244,10 @@ def test_iteration_stats_newest_entry_wins():
 
 
 async def test_destructive_json_metrics_one_reader_then_idle(replay):
-    replay.script(
-        {
-            "GET /metrics": [
-                {"status": 200, "body": orjson.dumps([stats(1, 3, 2, 25, 100, 0.5)]).decode()},
-                {"status": 200, "body": "[]"},
-            ]
-        }
+    replay.reply(
+        {"status": 200, "body": orjson.dumps([stats(1, 3, 2, 25, 100, 0.5)]).decode()},
+        {"status": 200, "body": "[]"},
+        route="GET /metrics",
     )
     a = adapter(replay, metrics_min_interval_s=0.2)
     b = adapter(replay, metrics_min_interval_s=0.2)  # a second adapter on the same server
@@ -311,7 +263,7 @@ async def test_destructive_json_metrics_one_reader_then_idle(replay):
 
 
 async def test_json_metrics_never_seen_is_unknown(replay):
-    replay.script({"GET /metrics": [{"status": 200, "body": "[]"}]})
+    replay.reply({"status": 200, "body": "[]"}, route="GET /metrics")
     a = adapter(replay)  # this test has its own event loop, so its own reader
     snap = await a.load()
     await a.aclose()
@@ -319,18 +271,15 @@ async def test_json_metrics_never_seen_is_unknown(replay):
 
 
 async def test_prometheus_metrics_option(replay):
-    replay.script(
+    replay.reply(
         {
-            "GET /prometheus/metrics": [
-                {
-                    "status": 200,
-                    "body": 'trtllm_num_requests_running{model_name="m"} 5\n'
-                    'trtllm_num_requests_waiting{model_name="m"} 1\n'
-                    'trtllm_kv_cache_utilization{model_name="m"} 0.6\n'
-                    'trtllm_kv_cache_hit_rate{model_name="m"} 0.1\n',
-                }
-            ]
-        }
+            "status": 200,
+            "body": 'trtllm_num_requests_running{model_name="m"} 5\n'
+            'trtllm_num_requests_waiting{model_name="m"} 1\n'
+            'trtllm_kv_cache_utilization{model_name="m"} 0.6\n'
+            'trtllm_kv_cache_hit_rate{model_name="m"} 0.1\n',
+        },
+        route="GET /prometheus/metrics",
     )
     a = adapter(replay, metrics="prometheus")
     snap = await a.load()

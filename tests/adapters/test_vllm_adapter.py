@@ -7,9 +7,16 @@ import asyncio
 import logging
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, ToolCallDelta, Usage
-from adapters.errors import GatewayError
 from adapters.vllm import VLLMAdapter, translate_guided
-from tests.adapters.wire_samples import chat, collect, json_response, sse
+from tests.adapters.wire_samples import (
+    chat,
+    collect,
+    collect_closed,
+    collect_refusal,
+    json_response,
+    sse,
+    streamed,
+)
 
 ID = "chatcmpl-0123456789abcdef"
 
@@ -95,75 +102,58 @@ def adapter(replay, **options) -> VLLMAdapter:
 
 
 async def test_stream_text_finish_and_usage(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        sse(ROLE),
-                        sse(chunk({"content": "Hi"}, token_ids=None)),
-                        sse(chunk({"content": "!"})),
-                        sse(chunk({"content": ""}, "stop", system_fingerprint="vllm-0.33.0-x")),
-                        sse(USAGE),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            sse(ROLE),
+            sse(chunk({"content": "Hi"}, token_ids=None)),
+            sse(chunk({"content": "!"})),
+            sse(chunk({"content": ""}, "stop", system_fingerprint="vllm-0.33.0-x")),
+            sse(USAGE),
+            sse("[DONE]"),
+        )
     )
-    a = adapter(replay)
-    events = await collect(a, chat())
-    await a.aclose()
+    events = await collect_closed(adapter(replay), chat())
     assert events == [TextDelta(0, "Hi"), TextDelta(0, "!"), Finish(0, "stop"), Usage(12, 3)]
     body = replay.bodies("/v1/chat/completions")[0]
     assert body["model"] == "tiny" and body["stream_options"] == {"include_usage": True}
 
 
 async def test_non_stream_with_cached_tokens(replay):
-    replay.script({"POST /v1/chat/completions": [json_response(200, NON_STREAM)]})
+    replay.reply(json_response(200, NON_STREAM))
     a = adapter(replay, prompt_tokens_details=True)
-    events = await collect(a, chat(stream=False))
-    await a.aclose()
+    events = await collect_closed(a, chat(stream=False))
     assert events == [TextDelta(0, "Hi!"), Finish(0, "stop"), Usage(12, 3, 8)]
     assert a.capabilities.cached_tokens and not adapter(replay).capabilities.cached_tokens
 
 
 async def test_tool_call_stream_hermes_shape(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        sse(ROLE),
-                        sse(
-                            chunk(
-                                {
-                                    "tool_calls": [
-                                        {
-                                            "id": "chatcmpl-tool-0123456789abcdef",
-                                            "type": "function",
-                                            "index": 0,
-                                            "function": {"name": "get_weather"},
-                                        }
-                                    ]
-                                }
-                            )
-                        ),
-                        sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]})),
-                        sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]})),
-                        sse(chunk({"content": ""}, "tool_calls")),
-                        sse(USAGE),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(
+            sse(ROLE),
+            sse(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "id": "chatcmpl-tool-0123456789abcdef",
+                                "type": "function",
+                                "index": 0,
+                                "function": {"name": "get_weather"},
+                            }
+                        ]
+                    }
+                )
+            ),
+            sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]})),
+            sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]})),
+            sse(chunk({"content": ""}, "tool_calls")),
+            sse(USAGE),
+            sse("[DONE]"),
+        )
     )
-    a = adapter(replay)
-    events = await collect(a, chat(tools=[{"type": "function", "function": {"name": "get_weather"}}]))
-    await a.aclose()
+    events = await collect_closed(
+        adapter(replay), chat(tools=[{"type": "function", "function": {"name": "get_weather"}}])
+    )
     calls = [e for e in events if isinstance(e, ToolCallDelta)]
     assert calls[0].id == "chatcmpl-tool-0123456789abcdef" and calls[0].name == "get_weather"
     assert "".join(c.arguments for c in calls) == '{"city": "Paris"}'
@@ -171,115 +161,66 @@ async def test_tool_call_stream_hermes_shape(replay):
 
 
 async def test_in_stream_error_then_done(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
+    replay.reply(
+        streamed(
+            sse(ROLE),
+            sse(chunk({"content": "Hi"})),
+            sse(
                 {
-                    "status": 200,
-                    "frames": [
-                        sse(ROLE),
-                        sse(chunk({"content": "Hi"})),
-                        sse(
-                            {
-                                "error": {
-                                    "message": "engine failed",
-                                    "type": "InternalServerError",
-                                    "param": None,
-                                    "code": 500,
-                                }
-                            }
-                        ),
-                        sse("[DONE]"),
-                    ],
+                    "error": {
+                        "message": "engine failed",
+                        "type": "InternalServerError",
+                        "param": None,
+                        "code": 500,
+                    }
                 }
-            ]
-        }
+            ),
+            sse("[DONE]"),
+        )
     )
-    a = adapter(replay)
-    events = await collect(a, chat())
-    await a.aclose()
+    events = await collect_closed(adapter(replay), chat())
     assert events[0] == TextDelta(0, "Hi")
     assert isinstance(events[-1], ErrorEvent) and events[-1].error.status == 502
     assert not any(isinstance(e, Finish) for e in events)
 
 
 async def test_abort_finish_reason_is_an_error(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {
-                    "status": 200,
-                    "frames": [
-                        sse(ROLE),
-                        sse(chunk({"content": "Hi"})),
-                        sse(chunk({"content": ""}, "abort")),
-                        sse("[DONE]"),
-                    ],
-                }
-            ]
-        }
+    replay.reply(
+        streamed(sse(ROLE), sse(chunk({"content": "Hi"})), sse(chunk({"content": ""}, "abort")), sse("[DONE]"))
     )
-    a = adapter(replay)
-    events = await collect(a, chat())
-    await a.aclose()
+    events = await collect_closed(adapter(replay), chat())
     assert isinstance(events[-1], ErrorEvent) and "abort" in events[-1].error.message
 
 
 async def test_repetition_finish_is_stop(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "la la"}, "repetition")), sse("[DONE]")]}
-            ]
-        }
-    )
-    a = adapter(replay)
-    events = await collect(a, chat())
-    await a.aclose()
+    replay.reply(streamed(sse(ROLE), sse(chunk({"content": "la la"}, "repetition")), sse("[DONE]")))
+    events = await collect_closed(adapter(replay), chat())
     assert events == [TextDelta(0, "la la"), Finish(0, "stop")]
 
 
 async def test_stream_cut_without_done_is_an_error_event(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "Hi"}))], "cut": True}
-            ]
-        }
-    )
-    a = adapter(replay)
-    events = await collect(a, chat())
-    await a.aclose()
+    replay.reply({"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "Hi"}))], "cut": True})
+    events = await collect_closed(adapter(replay), chat())
     assert events[0] == TextDelta(0, "Hi") and isinstance(events[-1], ErrorEvent)
 
 
 async def test_context_length_before_the_stream(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                json_response(
-                    400,
-                    {
-                        "error": {
-                            "message": "This model's maximum context length is 1024 tokens. However, your prompt contains 2000 input "
-                            "tokens, which exceeds this limit even without any output tokens.",
-                            "type": "BadRequestError",
-                            "param": "input_tokens",
-                            "code": 400,
-                        }
-                    },
-                )
-            ]
-        }
+    replay.reply(
+        json_response(
+            400,
+            {
+                "error": {
+                    "message": "This model's maximum context length is 1024 tokens. However, your prompt contains 2000 input "
+                    "tokens, which exceeds this limit even without any output tokens.",
+                    "type": "BadRequestError",
+                    "param": "input_tokens",
+                    "code": 400,
+                }
+            },
+        )
     )
-    a = adapter(replay)
-    try:
-        await collect(a, chat())
-        raise AssertionError("no error")
-    except GatewayError as exc:
-        assert (exc.status, exc.code) == (400, "context_length_exceeded")
-    finally:
-        await a.aclose()
+    exc = await collect_refusal(adapter(replay), chat())
+    assert (exc.status, exc.code) == (400, "context_length_exceeded")
 
 
 def test_guided_fields_move_to_structured_outputs():
@@ -294,7 +235,7 @@ def test_guided_fields_move_to_structured_outputs():
 
 
 async def test_guided_choice_reaches_the_wire_translated(replay):
-    replay.script({"POST /v1/chat/completions": [json_response(200, NON_STREAM)]})
+    replay.reply(json_response(200, NON_STREAM))
     a = adapter(replay)
     await collect(a, chat(stream=False, extra={"guided_choice": ["yes", "no"]}))
     legacy = adapter(replay, legacy_guided=True)
@@ -317,8 +258,10 @@ vllm:prefix_cache_hits_total{engine="0",model_name="tiny"} %s
 
 
 async def test_load_from_prometheus_and_prefix_rate_between_reads(replay):
-    replay.script(
-        {"GET /metrics": [{"status": 200, "body": METRICS % (100, 25)}, {"status": 200, "body": METRICS % (200, 115)}]}
+    replay.reply(
+        {"status": 200, "body": METRICS % (100, 25)},
+        {"status": 200, "body": METRICS % (200, 115)},
+        route="GET /metrics",
     )
     a = adapter(replay)
     first = await a.load()
@@ -331,7 +274,7 @@ async def test_load_from_prometheus_and_prefix_rate_between_reads(replay):
 
 
 async def test_health_ready_dead_and_refused(replay):
-    replay.script({"GET /health": [{"status": 200, "body": ""}, {"status": 503, "body": ""}]})
+    replay.reply({"status": 200, "body": ""}, {"status": 503, "body": ""}, route="GET /health")
     a = adapter(replay)
     assert (await a.health()).ok
     assert not (await a.health()).ok
@@ -345,13 +288,7 @@ async def test_health_ready_dead_and_refused(replay):
 
 
 async def test_closing_the_stream_closes_the_connection(replay):
-    replay.script(
-        {
-            "POST /v1/chat/completions": [
-                {"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "a"}))], "hold_ms": 3000}
-            ]
-        }
-    )
+    replay.reply({"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "a"}))], "hold_ms": 3000})
     a = adapter(replay)
     gen = a.generate(chat(sampling=SamplingParams(max_tokens=5)))
     assert await gen.__anext__() == TextDelta(0, "a")
@@ -445,12 +382,10 @@ async def test_json_schema_goes_as_response_format_alone(replay):
     # --structured-outputs-config, and a `structured_outputs` object next to
     # response_format that names no constraint is a 400 ("You must use one kind of
     # structured outputs constraint"), so the adapter adds nothing here.
-    replay.script({"POST /v1/chat/completions": [json_response(200, NON_STREAM)]})
+    replay.reply(json_response(200, NON_STREAM))
     schema = {"type": "object", "properties": {"answer": {"enum": ["yes", "no"]}}, "required": ["answer"]}
     response_format = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema, "strict": True}}
-    a = adapter(replay)
-    await collect(a, chat(stream=False, response_format=response_format))
-    await a.aclose()
+    await collect_closed(adapter(replay), chat(stream=False, response_format=response_format))
     (body,) = replay.bodies("/v1/chat/completions")
     assert body["response_format"] == response_format
     assert "structured_outputs" not in body

@@ -15,18 +15,18 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import httpx
 import openai
 import pytest
 
 from adapters.vllm import VLLMAdapter
-from tests.procs import ROOT, Process, free_port, start_gateway
+from processes import HERMES_TOOLS, VLLM_CPU_ENV, VLLM_PYTHON, vllm_server_argv
+from tests.adapters.wire_samples import WEATHER_TOOLS as TOOLS
+from tests.procs import ROOT, Process, eventually, free_port, start_gateway
 
 pytestmark = pytest.mark.vllm
 
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 # Long enough that a generation the cancellation fails to stop takes tens of
 # seconds: under load vLLM's engine process runs seconds ahead of its API server,
 # which is where the abort arrives. The tiny model says 4096 positions; RoPE has no
@@ -38,16 +38,6 @@ RECOMMENDED_FLAGS = [
     "--enable-scale-out",
     "--structured-outputs-config",
     json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
-]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather in a city",
-            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-        },
-    }
 ]
 
 
@@ -63,32 +53,14 @@ def vllm_server(tmp_path_factory):
     port = free_port()
     p = Process(
         [
-            str(VLLM_PYTHON),
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model),
-            "--served-model-name",
-            "tiny",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--max-model-len",
-            str(MAX_MODEL_LEN),
-            "--hf-overrides",
-            json.dumps({"max_position_embeddings": MAX_MODEL_LEN}),
-            "--dtype",
-            "float32",
-            "--enable-auto-tool-choice",
-            "--tool-call-parser",
-            "hermes",
+            *vllm_server_argv(model, port, MAX_MODEL_LEN, extra=HERMES_TOOLS),
+            *("--hf-overrides", json.dumps({"max_position_embeddings": MAX_MODEL_LEN})),
             "--enable-prompt-tokens-details",
             *RECOMMENDED_FLAGS,
         ],
         f"http://127.0.0.1:{port}",
         tmp / "vllm.log",
-        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+        env=VLLM_CPU_ENV,
     )
     try:
         p.wait_ready("/health", timeout=float(os.environ.get("VLLM_START_TIMEOUT", "600")))
@@ -220,18 +192,9 @@ def _abort_calls(url: str) -> float:
     return _metric(url, "http_requests_total", 'handler="/inference/v1/abort_requests",method="POST",status="2xx"')
 
 
-def _wait(predicate, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
-
-
 def test_cancellation_frees_the_engine(client, vllm_server):
     url = vllm_server.url
-    assert _wait(lambda: _running(url) == 0, 20)
+    assert eventually(lambda: _running(url) == 0, 20, 0.1)
     generated_before, lengths_before, aborts_before = _generated(url), _ran_to_length(url), _abort_calls(url)
     max_tokens = MAX_MODEL_LEN - 384
     body = {
@@ -263,10 +226,10 @@ def test_cancellation_frees_the_engine(client, vllm_server):
 
     asyncio.run(leave_once_running())
     # The gateway called vLLM's abort endpoint with vLLM's id of the request...
-    assert _wait(lambda: _abort_calls(url) == aborts_before + 1, 10), _abort_calls(url) - aborts_before
+    assert eventually(lambda: _abort_calls(url) == aborts_before + 1, 10, 0.1), _abort_calls(url) - aborts_before
     # ...and the engine stopped well short of what it was asked for (tens of seconds
     # of work), without running to its length.
-    assert _wait(lambda: _running(url) == 0, 60)
+    assert eventually(lambda: _running(url) == 0, 60, 0.1)
     generated = _generated(url) - generated_before
     assert generated < max_tokens, generated
     assert _ran_to_length(url) == lengths_before

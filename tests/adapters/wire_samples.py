@@ -5,10 +5,34 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
 from adapters.base import Adapter, ErrorEvent, Event, GenerationRequest
-from adapters.errors import upstream_failed
+from adapters.errors import GatewayError, upstream_failed
 from gateway.stream_guard import StreamGuard, guarded
+
+# One function tool as a client sends it (the simulators' scripted tool calls name it).
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+
+# SGLang's answer when its request queue is full (an error object in the stream of a 200).
+SGLANG_QUEUE_FULL = {
+    "error": {
+        "object": "error",
+        "message": "The request queue is full.",
+        "type": "SERVICE_UNAVAILABLE",
+        "param": None,
+        "code": 503,
+    }
+}
 
 
 def sse(obj: Any, tail: str = "") -> str:
@@ -21,9 +45,46 @@ def json_response(status: int, obj: Any) -> dict[str, Any]:
     return {"status": status, "body": obj if isinstance(obj, str) else orjson.dumps(obj).decode()}
 
 
+def streamed(*frames: str, status: int = 200) -> dict[str, Any]:
+    """A scripted streaming answer of the replay server: the frames as written."""
+    return {"status": status, "frames": list(frames)}
+
+
 async def collect(adapter: Adapter, request: GenerationRequest) -> list[Event]:
     """The adapter's own events, as it decoded them."""
     return [event async for event in adapter.generate(request)]
+
+
+async def collect_closed(adapter: Adapter, request: GenerationRequest) -> list[Event]:
+    """`collect` for a fresh adapter's one request, then the adapter closed."""
+    try:
+        return await collect(adapter, request)
+    finally:
+        await adapter.aclose()
+
+
+async def delivered_closed(adapter: Adapter, request: GenerationRequest) -> list[Event]:
+    """`delivered` for a fresh adapter's one request, then the adapter closed."""
+    try:
+        return await delivered(adapter, request)
+    finally:
+        await adapter.aclose()
+
+
+async def refusal(adapter: Adapter, request: GenerationRequest) -> GatewayError:
+    """The error a fresh adapter's one request is answered with before any event (as
+    `delivered` raises it), the adapter then closed; fails the test if none is."""
+    with pytest.raises(GatewayError) as info:
+        await delivered_closed(adapter, request)
+    return info.value
+
+
+async def collect_refusal(adapter: Adapter, request: GenerationRequest) -> GatewayError:
+    """The error the adapter itself raises for a fresh adapter's one request, the
+    adapter then closed; fails the test if none is."""
+    with pytest.raises(GatewayError) as info:
+        await collect_closed(adapter, request)
+    return info.value
 
 
 async def delivered(adapter: Adapter, request: GenerationRequest) -> list[Event]:

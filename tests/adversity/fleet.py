@@ -8,11 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 
 from policies.auth import hash_key
-from tests.procs import Process, start_gateway
+from tests.procs import Process, scrape, start_gateway
 
 TENANTS = ("victim", "attacker")
 RUNTIMES = ("vllm", "sglang", "trtllm", "tgi")
@@ -62,16 +61,6 @@ def sse_events(raw: bytes) -> list[Any]:
         if line.startswith(b"data: "):
             data = line[6:].strip()
             out.append("[DONE]" if data == b"[DONE]" else orjson.loads(data))
-    return out
-
-
-def scrape(gateway: Process) -> dict[str, float]:
-    """The gateway's Prometheus text as {'name{labels}': value}."""
-    out: dict[str, float] = {}
-    for line in httpx.get(gateway.url + "/metrics", timeout=5).text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
     return out
 
 

@@ -18,15 +18,14 @@ import re
 import httpx
 import openai
 import pytest
-import torch
 
 from adapters.base import Finish, GenerationRequest, SamplingParams, Usage
 from adapters.errors import GatewayError
-from adapters.native import NativeAdapter
 from gateway.request_io import client_request_id, new_request_id
 from simulators.testing import start_simulator
 from tests.adversity.fleet import RUNTIMES, auth, key_of, sim_backend, start_fleet_gateway, tenancy
-from tests.procs import start_gateway, start_upstream
+from tests.native_adapters import started_native
+from tests.procs import native_backend_config, start_native_gateway, start_upstream, stopped_after
 
 SHARED_ID = "trace-abc-1"
 VICTIM_TOKENS = 60
@@ -100,6 +99,12 @@ async def victim_stream(gateway, model: str, first_chunk: asyncio.Event) -> tupl
         stream_options={"include_usage": True},
         extra_body=upstream_script(model, chunks=2 * VICTIM_TOKENS, itl_ms=15),
     )
+    return await read_to_the_end(stream, first_chunk)
+
+
+async def read_to_the_end(stream, first_chunk: asyncio.Event) -> tuple[int, str | None]:
+    """A victim's whole stream (`first_chunk` set on its first chunk): its completion
+    tokens (from usage) and its last finish reason."""
     finish, tokens = None, 0
     async for chunk in stream:
         first_chunk.set()
@@ -231,15 +236,7 @@ def test_the_response_header_keeps_a_plain_client_id_and_replaces_any_other(flee
 
 @pytest.fixture(scope="module")
 def native_adapter(tiny_model_dir):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model on a shared machine: one intra-op thread is faster
-    adapter = NativeAdapter(
-        "local", str(tiny_model_dir), engine_options={"max_model_len": 512, "num_blocks": 256, "max_num_seqs": 8}
-    )
-    asyncio.run(adapter.start())
-    yield adapter
-    asyncio.run(adapter.aclose())
-    torch.set_num_threads(threads)
+    yield from started_native(tiny_model_dir, one_thread=True, max_model_len=512, num_blocks=256, max_num_seqs=8)
 
 
 def native_request(prompt: str, max_tokens: int, request_id: str = SHARED_ID) -> GenerationRequest:
@@ -266,25 +263,8 @@ async def test_two_engine_requests_under_one_id_do_not_reach_each_other(native_a
 
 @pytest.fixture(scope="module")
 def native_gateway(module_tmp, tiny_model_dir):
-    config = {
-        "models": {
-            "tiny": {
-                "backends": [
-                    {
-                        "name": "local",
-                        "adapter": "native",
-                        "model_path": str(tiny_model_dir),
-                        "options": {"max_model_len": 512, "num_blocks": 512, "max_num_seqs": 8},
-                    }
-                ]
-            }
-        },
-        **tenancy(),
-        "access_log": False,
-    }
-    gateway = start_gateway(module_tmp, config, env={"OMP_NUM_THREADS": "1"})
-    yield gateway
-    gateway.stop()
+    config = native_backend_config(tiny_model_dir, max_model_len=512, num_blocks=512, max_num_seqs=8)
+    yield from stopped_after(start_native_gateway(module_tmp, {**config, **tenancy(), "access_log": False}))
 
 
 @pytest.mark.slow  # a gateway process with the engine: a minute on a loaded 2-core machine
@@ -303,14 +283,7 @@ async def test_nothing_one_tenant_does_reaches_the_others_generation_on_the_nati
             stream_options={"include_usage": True},
             extra_body={"ignore_eos": True},
         )
-        finish, used = None, 0
-        async for chunk in stream:
-            first_chunk.set()
-            for choice in chunk.choices:
-                finish = choice.finish_reason or finish
-            if chunk.usage is not None:
-                used = chunk.usage.completion_tokens
-        return used, finish
+        return await read_to_the_end(stream, first_chunk)
 
     task = asyncio.create_task(victim())
     await asyncio.wait_for(first_chunk.wait(), 60)

@@ -21,16 +21,8 @@ import pytest
 from gateway.config import ConfigError, parse_config
 from simulators.testing import start_simulator
 from tests.adversity.fleet import auth, backend_inflight, scrape, sim_backend, start_fleet_gateway
-from tests.procs import start_upstream
 
 POOL = 4  # connections to the backend; a request may start at most POOL - 1 generations
-
-
-@pytest.fixture(scope="module")
-def upstream(module_tmp):
-    p = start_upstream(module_tmp)
-    yield p
-    p.stop()
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from aiohttp import web
 from bench.client import Client, ClientConfig
 from bench.runner import LoadPlan, Runner
 from bench.workloads import assign_tenants, synthetic
+from tests.served_app import served
 
 STREAM = b'data: {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
 
@@ -23,21 +24,12 @@ async def test_each_tenant_sends_its_own_key() -> None:
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
+    async with served(app) as url:
         sessions = synthetic(40, 4, 2)
         assign_tenants(sessions, [("acme", 1.0), ("beta", 1.0), ("anon", 1.0)])
-        cfg = ClientConfig(
-            base_url=f"http://127.0.0.1:{port}", model="m", api_keys={"acme": "sk-acme", "beta": "sk-beta"}
-        )
+        cfg = ClientConfig(base_url=url, model="m", api_keys={"acme": "sk-acme", "beta": "sk-beta"})
         async with Client(cfg) as client:
             records = await Runner(client, LoadPlan(sessions, concurrency=4)).run()
-    finally:
-        await runner.cleanup()
     assert all(r.outcome == "ok" for r in records)
     expected = {"acme": "Bearer sk-acme", "beta": "Bearer sk-beta", "anon": None}
     assert sorted(seen, key=str) == sorted((expected[r.tenant] for r in records), key=str)

@@ -30,3 +30,10 @@ def test_recipe_flags() -> None:
     }
     assert argv[-1] == "--enable-scale-out"
     assert VLLM_PYTHON.parts[-3:] == (".venv-vllm", "bin", "python")
+
+
+def test_tools_only_when_asked() -> None:
+    from processes.vllm_cpu import HERMES_TOOLS
+
+    assert "--tool-call-parser" not in vllm_server_argv("m", 1, 16)
+    assert vllm_server_argv("m", 1, 16, extra=HERMES_TOOLS)[-3:] == list(HERMES_TOOLS)

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from policies.auth import hash_key
-from tests.procs import Process, openai_backend_config, start_gateway, start_redis, start_upstream
+from tests.procs import Process, metric_samples, openai_backend_config, start_gateway, start_redis, start_upstream
 
 KEY = "sk-sy-chaos-tenant-key"
 # A short call timeout keeps a hung Redis's cost small; the default is 1 s.
@@ -88,13 +88,7 @@ class Fleet:
 
 async def scrape(client: httpx.AsyncClient, gateway: Process) -> dict[str, float]:
     """The gateway's /metrics as {sample with labels: value}."""
-    text = (await client.get(gateway.url + "/metrics")).text
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
-    return samples
+    return metric_samples((await client.get(gateway.url + "/metrics")).text)
 
 
 @dataclass

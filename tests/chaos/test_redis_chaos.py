@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
@@ -66,14 +67,14 @@ def check_outage(traffic: Traffic, before: dict, recovered: dict, settled: dict,
     assert refused and {(a.status, a.code) for a in refused} == {(503, "quota_store_unavailable")}
 
 
-async def test_redis_paused_for_1_5_s_under_traffic(fleet):
+async def outage_under_traffic(fleet, outage: Callable[[httpx.AsyncClient], Awaitable[dict]]) -> None:
+    """Traffic through an outage: `outage` breaks Redis, returns every gateway's
+    metrics scraped while it is broken, and returns once Redis answers again."""
     async with httpx.AsyncClient(timeout=10) as client:
         before = await scrape_all(client, fleet)
         async with Traffic(fleet) as traffic:
             await asyncio.sleep(1.0)
-            with fleet.redis_paused():
-                await asyncio.sleep(1.5)
-                during = await scrape_all(client, fleet)
+            during = await outage(client)
             answered_at = time.monotonic()
             recovered = await recovery_times(client, fleet)
             settled = await scrape_all(client, fleet)
@@ -81,24 +82,26 @@ async def test_redis_paused_for_1_5_s_under_traffic(fleet):
         after = await scrape_all(client, fleet)
     assert {s[UP] for s in during.values()} == {0.0}
     check_outage(traffic, before, recovered, settled, after, answered_at)
+
+
+async def test_redis_paused_for_1_5_s_under_traffic(fleet):
+    async def pause(client: httpx.AsyncClient) -> dict:
+        with fleet.redis_paused():
+            await asyncio.sleep(1.5)
+            return await scrape_all(client, fleet)
+
+    await outage_under_traffic(fleet, pause)
 
 
 async def test_redis_killed_and_restarted_under_traffic(fleet):
-    async with httpx.AsyncClient(timeout=10) as client:
-        before = await scrape_all(client, fleet)
-        async with Traffic(fleet) as traffic:
-            await asyncio.sleep(1.0)
-            fleet.kill_redis()
-            await asyncio.sleep(1.0)
-            during = await scrape_all(client, fleet)
-            fleet.restart_redis()  # returns once it answers PING
-            answered_at = time.monotonic()
-            recovered = await recovery_times(client, fleet)
-            settled = await scrape_all(client, fleet)
-            await asyncio.sleep(2.0)
-        after = await scrape_all(client, fleet)
-    assert {s[UP] for s in during.values()} == {0.0}
-    check_outage(traffic, before, recovered, settled, after, answered_at)
+    async def kill_and_restart(client: httpx.AsyncClient) -> dict:
+        fleet.kill_redis()
+        await asyncio.sleep(1.0)
+        during = await scrape_all(client, fleet)
+        fleet.restart_redis()  # returns once it answers PING
+        return during
+
+    await outage_under_traffic(fleet, kill_and_restart)
 
 
 @pytest.mark.slow

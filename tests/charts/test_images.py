@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.blocked_imports import cli_without
 from tests.charts.dockerfile import (
     ENGINE_DOCKERFILE,
     GATEWAY_DOCKERFILE,
@@ -34,19 +35,6 @@ from tests.procs import Process, free_port
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VALUES = yaml.safe_load((ROOT / "charts/switchyard/values.yaml").read_text())
 IMAGES = {"gateway": GATEWAY_DOCKERFILE, "engine": ENGINE_DOCKERFILE}
-# Runs gateway/cli.py with an import hook that refuses the modules named in argv[1].
-ONLY_IMAGE_PACKAGES = """
-import sys
-blocked = set(sys.argv[1].split(","))
-class RefuseOutsideImage:
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in blocked:
-            raise ModuleNotFoundError(f"No module named {name!r} in the gateway image", name=name)
-        return None
-sys.meta_path.insert(0, RefuseOutsideImage())
-from gateway.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
 
 
 def last(path: Path, keyword: str) -> str:
@@ -137,7 +125,7 @@ def test_gateway_serves_with_only_the_gateway_image_packages(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(render().gateway_config_text())
     check = subprocess.run(
-        [sys.executable, "-c", ONLY_IMAGE_PACKAGES, ",".join(sorted(blocked)), "config", "check", str(config)],
+        cli_without(blocked, "config", "check", str(config)),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -146,7 +134,7 @@ def test_gateway_serves_with_only_the_gateway_image_packages(tmp_path):
     assert check.returncode == 0, check.stderr
     port = free_port()
     gateway = Process(
-        [sys.executable, "-c", ONLY_IMAGE_PACKAGES, ",".join(sorted(blocked)), "serve", "--config", str(config)],
+        cli_without(blocked, "serve", "--config", str(config)),
         f"http://127.0.0.1:{port}",
         tmp_path / "gateway.log",
         env={"SWITCHYARD_HOST": "127.0.0.1", "SWITCHYARD_PORT": str(port), "SWITCHYARD_CACHE_DIR": str(tmp_path)},

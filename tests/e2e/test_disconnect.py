@@ -3,26 +3,17 @@
 from __future__ import annotations
 
 import re
-import time
 
 import httpx
 import pytest
+
+from tests.procs import eventually
 
 MSG = [{"role": "user", "content": "hi"}]
 
 
 def stats(upstream) -> dict:
     return httpx.get(upstream.url + "/_sim/stats").json()
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return predicate()
 
 
 def metric(gateway, name: str, **labels) -> float:
@@ -63,10 +54,10 @@ def test_disconnect_mid_stream_aborts_upstream(gateway, upstream):
         got = [next(lines) for _ in range(3)]
         assert any(line.startswith("data: ") for line in got)
     # the client closed the connection: the upstream must see its request end early
-    s = wait_for(lambda: (st := stats(upstream))["aborted"] == 1 and st["inflight"] == 0 and st)
+    s = eventually(lambda: (st := stats(upstream))["aborted"] == 1 and st["inflight"] == 0 and st)
     assert s and s["completed"] == 0
-    assert wait_for(lambda: counted_in(gateway, before, "mid_stream")), cancellations(gateway)
-    assert wait_for(lambda: metric(gateway, "switchyard_inflight_requests", model="m") == 0)
+    assert eventually(lambda: counted_in(gateway, before, "mid_stream")), cancellations(gateway)
+    assert eventually(lambda: metric(gateway, "switchyard_inflight_requests", model="m") == 0)
     assert metric(gateway, "switchyard_backend_inflight", backend="up") == 0
 
 
@@ -76,9 +67,9 @@ def test_disconnect_while_waiting_for_first_byte(gateway, upstream):
     with pytest.raises(httpx.ReadTimeout):
         with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, timeout=0.5) as r:
             r.read()
-    s = wait_for(lambda: (st := stats(upstream))["aborted"] == 1 and st)
+    s = eventually(lambda: (st := stats(upstream))["aborted"] == 1 and st)
     assert s and s["completed"] == 0
-    assert wait_for(lambda: counted_in(gateway, before, "upstream_headers")), cancellations(gateway)
+    assert eventually(lambda: counted_in(gateway, before, "upstream_headers")), cancellations(gateway)
 
 
 def test_disconnect_mid_request_non_streaming(gateway, upstream):
@@ -88,10 +79,10 @@ def test_disconnect_mid_request_non_streaming(gateway, upstream):
         httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=0.5)
     # Aborted, not completed: the upstream saw the request end before its answer (no
     # wall-clock bound needed; an answer delivered would count as completed).
-    s = wait_for(lambda: (st := stats(upstream))["aborted"] == 1 and st)
+    s = eventually(lambda: (st := stats(upstream))["aborted"] == 1 and st)
     assert s and s["completed"] == 0
-    assert wait_for(lambda: counted_in(gateway, before, "non_streaming")), cancellations(gateway)
-    assert wait_for(lambda: metric(gateway, "switchyard_inflight_requests", model="m") == 0)
+    assert eventually(lambda: counted_in(gateway, before, "non_streaming")), cancellations(gateway)
+    assert eventually(lambda: metric(gateway, "switchyard_inflight_requests", model="m") == 0)
 
 
 def test_access_log_is_json_with_request_fields(gateway):
@@ -108,7 +99,7 @@ def test_access_log_is_json_with_request_fields(gateway):
                 return json.loads(line)
         return None
 
-    rec = wait_for(find)
+    rec = eventually(find)
     assert rec["request_id"] == "log-me-1" and rec["model"] == "m" and rec["backend"] == "up"
     assert rec["status"] == 200 and rec["completion_tokens"] == 2 and rec["latency_ms"] > 0
     assert re.match(r"^\d+\.\d+$", str(rec["ts"]))

@@ -15,7 +15,7 @@ import yaml
 from gateway.config import ConfigError, load_config
 from policies.auth import hash_key
 from processes import free_port
-from tests.procs import ROOT, SWITCHYARD, openai_backend_config, start_gateway
+from tests.procs import ROOT, SWITCHYARD, openai_backend_config, start_gateway, stopped_after
 
 KEY = "sk-sy-ops-test-key"
 
@@ -41,9 +41,7 @@ def split(module_tmp, upstream):
 
 @pytest.fixture(scope="module")
 def together(module_tmp, upstream):
-    p = start_gateway(module_tmp, with_dead_model(upstream))
-    yield p
-    p.stop()
+    yield from stopped_after(start_gateway(module_tmp, with_dead_model(upstream)))
 
 
 def model_ready(metrics_text: str) -> dict[str, float]:

@@ -28,7 +28,7 @@ from tests.engine.structured_cases import (
 from tests.engine.tool_call_cases import FORCED_MODES, REPRODUCTION, ToolMode, check_tool_answer
 from tests.engine.tool_call_cases import MAX_TOKENS as TOOL_MAX_TOKENS
 from tests.engine.tool_call_cases import MESSAGES as TOOL_MESSAGES
-from tests.procs import start_gateway
+from tests.procs import native_backend_config, start_native_gateway, stopped_after
 
 MAX_TOKENS = 128
 
@@ -40,24 +40,8 @@ def tiny_dir(module_tmp):
 
 @pytest.fixture(scope="module")
 def native_gateway(module_tmp, tiny_dir):
-    config = {
-        "models": {
-            "tiny": {
-                "backends": [
-                    {
-                        "name": "local",
-                        "adapter": "native",
-                        "model_path": str(tiny_dir),
-                        "options": {"max_model_len": 1024, "num_blocks": 1024, "max_num_seqs": 64},
-                    }
-                ]
-            }
-        }
-    }
-    # One intra-op thread: many times faster for a tiny model on a shared 2-core machine.
-    gw = start_gateway(module_tmp, config, env={"OMP_NUM_THREADS": "1"})
-    yield gw
-    gw.stop()
+    config = native_backend_config(tiny_dir, max_model_len=1024, num_blocks=1024, max_num_seqs=64)
+    yield from stopped_after(start_native_gateway(module_tmp, config))
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,15 @@ import httpx
 import pytest
 
 from policies.auth import hash_key
-from tests.procs import Process, openai_backend_config, start_gateway, start_redis, start_upstream
+from tests.procs import (
+    Process,
+    openai_backend_config,
+    scrape,
+    start_gateway,
+    start_redis,
+    start_upstream,
+    stopped_after,
+)
 
 LEASE_TTL_S = 1.5
 # One tenant per test, so tests sharing the fleet cannot eat each other's quota.
@@ -64,16 +72,6 @@ def body(max_tokens: int = 8, stream: bool = False, model: str = "m", **sim) -> 
 
 def auth(tenant: str) -> dict[str, str]:
     return {"authorization": f"Bearer {key_of(tenant)}"}
-
-
-def scrape(gateway: Process) -> dict[str, float]:
-    """Prometheus text -> {'name{labels}': value} (comments dropped)."""
-    out: dict[str, float] = {}
-    for line in httpx.get(gateway.url + "/metrics", timeout=5).text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
 
 
 def upstream_stats(upstream: Process) -> dict:
@@ -124,9 +122,7 @@ class Fleet:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
     """One redis-server, two upstreams and three gateway replicas for the module."""
-    f = Fleet(tmp_path_factory.mktemp("tenancy"))
-    yield f
-    f.stop()
+    yield from stopped_after(Fleet(tmp_path_factory.mktemp("tenancy")))
 
 
 @pytest.fixture

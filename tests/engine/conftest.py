@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 import torch
 
-from adapters.native import NativeAdapter
 from engine.make_tiny import make_tiny
 from engine.text.tokenizer import TextTokenizer
+from tests.native_adapters import started_native
 
 
 def build_tiny_model(
@@ -122,17 +121,8 @@ def structured_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def structured_adapter(structured_dir: Path):
-    # 50 sequences of a tiny model: one intra-op thread is several times faster than
-    # two on a shared 2-core machine, and the test is about the answers, not speed.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    adapter = NativeAdapter(
-        "local", str(structured_dir), engine_options={"max_num_seqs": 64, "num_blocks": 1024, "max_model_len": 1024}
-    )
-    asyncio.run(adapter.start())
-    yield adapter
-    asyncio.run(adapter.aclose())
-    torch.set_num_threads(threads)
+    # 50 sequences of a tiny model at once.
+    yield from started_native(structured_dir, one_thread=True, max_num_seqs=64, num_blocks=1024, max_model_len=1024)
 
 
 @pytest.fixture(scope="module")

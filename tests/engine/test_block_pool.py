@@ -16,6 +16,14 @@ def _seq(tokens, rid="r"):
     return Sequence(rid, 0, tokens, SamplingParams())
 
 
+def _computed(kv: KVCacheManager, length: int) -> Sequence:
+    """A sequence of `length` prompt tokens with slots for all of them, all computed."""
+    seq = _seq(list(range(length)))
+    assert kv.allocate_slots(seq, length)
+    seq.num_computed_tokens = length
+    return seq
+
+
 def test_allocate_free_lru_order():
     pool = BlockPool(6)
     blocks = [pool.allocate() for _ in range(4)]
@@ -68,9 +76,7 @@ def test_integrity_check_catches_a_leak():
 def test_prefix_hit_never_covers_whole_prompt():
     pool = BlockPool(8)
     kv = KVCacheManager(pool, block_size=4)
-    a = _seq(list(range(8)))
-    assert kv.allocate_slots(a, 8)
-    a.num_computed_tokens = 8
+    a = _computed(kv, 8)
     kv.cache_full_blocks(a)
     kv.free(a)
     b = _seq(list(range(8)), "b")
@@ -83,9 +89,7 @@ def test_prefix_hit_never_covers_whole_prompt():
 def test_fork_shares_full_blocks_and_copies_partial():
     pool = BlockPool(8)
     kv = KVCacheManager(pool, block_size=4)
-    parent = _seq(list(range(10)))
-    assert kv.allocate_slots(parent, 10)
-    parent.num_computed_tokens = 10
+    parent = _computed(kv, 10)
     child = _seq(list(range(10)), "p")
     fork = kv.fork(parent, child)
     assert child.block_ids[:2] == parent.block_ids[:2]
@@ -100,9 +104,7 @@ def test_fork_shares_full_blocks_and_copies_partial():
 def test_fork_of_full_blocks_copies_nothing():
     pool = BlockPool(4)
     kv = KVCacheManager(pool, block_size=4)
-    parent = _seq(list(range(8)))
-    assert kv.allocate_slots(parent, 8)
-    parent.num_computed_tokens = 8
+    parent = _computed(kv, 8)
     child = _seq(list(range(8)), "p")
     assert kv.fork(parent, child) == ForkResult(forked=True)
     assert child.block_ids == parent.block_ids and child.num_computed_tokens == 8
@@ -112,9 +114,7 @@ def test_fork_of_full_blocks_copies_nothing():
 def test_fork_without_a_block_for_the_copy_changes_nothing():
     pool = BlockPool(3)
     kv = KVCacheManager(pool, block_size=4)
-    parent = _seq(list(range(10)))
-    assert kv.allocate_slots(parent, 10)  # all three blocks, the last one partly filled
-    parent.num_computed_tokens = 10
+    parent = _computed(kv, 10)  # three blocks, the last one partly filled
     child = _seq(list(range(10)), "p")
     assert kv.fork(parent, child) == ForkResult(forked=False)
     assert child.blocks == [] and child.num_computed_tokens == 0

@@ -16,10 +16,9 @@ from adapters.base import GenerationRequest, LogprobsDelta, SamplingParams, Text
 from adapters.native import NativeAdapter
 from engine.builtin import builtin_model_dir, resolve_model_path
 from engine.make_tiny import TinySpec, make_tiny
-from processes import Child, free_port, http_probe
+from processes import HERMES_TOOLS, VLLM_CPU_ENV, VLLM_PYTHON, Child, free_port, http_probe, vllm_server_argv
 
 REPO = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 FILES = ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"]
 
 
@@ -176,28 +175,9 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory):
     assert VLLM_PYTHON.exists(), "run scripts/install-vllm.sh (make test-vllm does) to build .venv-vllm"
     model = make_tiny(tmp_path_factory.mktemp("vllm") / "tiny")
     port = free_port()
-    argv = [
-        str(VLLM_PYTHON),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(model),
-        "--served-model-name",
-        "tiny",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "1024",
-        "--dtype",
-        "float32",
-        "--enable-auto-tool-choice",
-        "--tool-call-parser",
-        "hermes",
-    ]
+    argv = vllm_server_argv(model, port, 1024, extra=HERMES_TOOLS)
     log = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
-    with Child(argv, log, name="vLLM", env={"VLLM_CPU_KVCACHE_SPACE": "1"}, stop_timeout_s=30) as server:
+    with Child(argv, log, name="vLLM", env=VLLM_CPU_ENV, stop_timeout_s=30) as server:
         server.wait_ready(http_probe(f"http://127.0.0.1:{port}/health", timeout_s=2), timeout_s=240, interval_s=1)
         yield model, port
 

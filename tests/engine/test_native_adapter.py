@@ -23,6 +23,7 @@ from engine.llm_engine import TokenOutput
 from engine.make_tiny import make_tiny
 from engine.text.tokenizer import TextTokenizer
 from engine.text.tool_call_stage import ToolCallStage
+from tests.native_adapters import started_native
 
 MAX_MODEL_LEN = 256
 TOOLS = [
@@ -43,12 +44,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def adapter(model_dir: Path):
-    adapter = NativeAdapter(
-        "local", str(model_dir), engine_options={"num_blocks": 96, "block_size": 16, "max_model_len": MAX_MODEL_LEN}
-    )
-    asyncio.run(adapter.start())
-    yield adapter
-    asyncio.run(adapter.aclose())
+    yield from started_native(model_dir, num_blocks=96, block_size=16, max_model_len=MAX_MODEL_LEN)
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from adapters.errors import GatewayError
-from adapters.native import NativeAdapter
 from adapters.non_generation import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
 from engine.make_tiny import make_tiny
+from tests.native_adapters import started_native
 
 transformers = pytest.importorskip("transformers")
 
@@ -36,14 +36,7 @@ def hf(model_dir: Path):
 
 @pytest.fixture(scope="module")
 def adapter(model_dir: Path):
-    adapter = NativeAdapter(
-        "local",
-        str(model_dir),
-        engine_options={"num_blocks": 64, "max_model_len": MAX_MODEL_LEN, "max_num_batched_tokens": 32},
-    )
-    asyncio.run(adapter.start())
-    yield adapter
-    asyncio.run(adapter.aclose())
+    yield from started_native(model_dir, num_blocks=64, max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=32)
 
 
 def run(coro):

@@ -35,6 +35,13 @@ class RecordingHook:
         return None
 
 
+def person_request(request_id: str, **sampling) -> GenerationRequest:
+    """A chat request for a person JSON (PERSON_FORMAT), sampled as `sampling` says."""
+    return GenerationRequest(
+        request_id, "tiny", messages=MESSAGES, response_format=PERSON_FORMAT, sampling=SamplingParams(**sampling)
+    )
+
+
 def test_engine_prefetches_each_mask_before_the_forward_pass(structured_dir, monkeypatch):
     engine = LLMEngine(str(structured_dir), num_blocks=64)
     events: list = []
@@ -113,13 +120,7 @@ async def _choices(adapter, request):
 
 
 def test_every_choice_of_n_follows_the_schema(structured_adapter):
-    request = GenerationRequest(
-        "n4",
-        "tiny",
-        messages=MESSAGES,
-        response_format=PERSON_FORMAT,
-        sampling=SamplingParams(n=4, temperature=1.0, seed=7, max_tokens=128),
-    )
+    request = person_request("n4", n=4, temperature=1.0, seed=7, max_tokens=128)
     texts, finishes = asyncio.run(_choices(structured_adapter, request))
     assert sorted(finishes) == [0, 1, 2, 3] and set(finishes.values()) == {"stop"}
     values = [json.loads(texts[i]) for i in range(4)]
@@ -129,23 +130,11 @@ def test_every_choice_of_n_follows_the_schema(structured_adapter):
 
 
 def test_length_only_when_max_tokens_cut_it(structured_adapter):
-    cut = GenerationRequest(
-        "cut",
-        "tiny",
-        messages=MESSAGES,
-        response_format=PERSON_FORMAT,
-        sampling=SamplingParams(temperature=1.0, seed=1, max_tokens=5),
-    )
+    cut = person_request("cut", temperature=1.0, seed=1, max_tokens=5)
     answer = asyncio.run(collect(structured_adapter, cut))
     assert answer.finish_reason == "length" and answer.completion_tokens == 5
     assert answer.content and answer.content.startswith("{")
-    whole = GenerationRequest(
-        "whole",
-        "tiny",
-        messages=MESSAGES,
-        response_format=PERSON_FORMAT,
-        sampling=SamplingParams(temperature=1.0, seed=1, max_tokens=128),
-    )
+    whole = person_request("whole", temperature=1.0, seed=1, max_tokens=128)
     answer = asyncio.run(collect(structured_adapter, whole))
     assert answer.finish_reason == "stop" and answer.completion_tokens < 128
     jsonschema.validate(json.loads(answer.content), PERSON_SCHEMA)
@@ -190,13 +179,7 @@ def test_background_overlap_gives_the_same_answers(structured_adapter, monkeypat
                 *(
                     collect(
                         structured_adapter,
-                        GenerationRequest(
-                            f"o{seed}",
-                            "tiny",
-                            messages=MESSAGES,
-                            response_format=PERSON_FORMAT,
-                            sampling=SamplingParams(temperature=1.0, seed=seed, max_tokens=128),
-                        ),
+                        person_request(f"o{seed}", temperature=1.0, seed=seed, max_tokens=128),
                     )
                     for seed in range(6)
                 )

@@ -6,9 +6,11 @@ from __future__ import annotations
 import uuid
 import weakref
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from adapters.base import GenerationRequest, SamplingParams
+from adapters.errors import GatewayError
 from gateway.config import parse_config
 from gateway.protection import Protection
 from policies.auth import hash_key
@@ -52,12 +54,31 @@ def request(max_tokens: int | None = 100, n: int = 1) -> GenerationRequest:
     )
 
 
+async def with_named_key(name: str, tenant_limits: dict, **key_limits):
+    """A started Protection (`make`) whose tenant a, limited by `tenant_limits`, has one
+    more key, `sk-sy-<name>-key`, named `name` and limited by `key_limits`; and that
+    key's principal."""
+    cfg = config(**tenant_limits)
+    secret = f"sk-sy-{name}-key"
+    cfg["auth"]["api_keys"].append({"sha256": hash_key(secret), "tenant": "a", "name": name, **key_limits})
+    p = await make(cfg)
+    return p, await p.authenticate({"api-key": secret})
+
+
 async def never_gone() -> bool:
     return False
 
 
 async def principal(p: Protection, key: str = KEY_A):
     return await p.authenticate({"authorization": f"Bearer {key}"})
+
+
+async def refusal(p: Protection, who, model: str, req: GenerationRequest, prompt_tokens: int) -> GatewayError:
+    """The error admission refuses `req` with (a client that stays); fails the test
+    when it is admitted."""
+    with pytest.raises(GatewayError) as exc:
+        await p.admit(who, model, req, prompt_tokens, never_gone)
+    return exc.value
 
 
 def sample(p: Protection, name: str, labels: dict | None = None) -> float:

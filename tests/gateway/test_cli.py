@@ -7,40 +7,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 import yaml
 
+from tests.blocked_imports import cli_without
 from tests.procs import ROOT
 
 OPTIONAL = ("openai", "httpx", "numpy", "matplotlib", "torch")
 
-# Runs gateway/cli.py with an import hook that refuses the optional modules, then
-# prints the optional or command-group modules that got imported anyway.
-BASE_ONLY = """
-import json, sys
-blocked = set(sys.argv[1].split(","))
-class RefuseOptional:
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in blocked:
-            raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
-        return None
-sys.meta_path.insert(0, RefuseOptional())
-from gateway.cli import main
-try:
-    status = main(sys.argv[2:])
-except SystemExit as exc:
-    status = exc.code
-heavy = sorted({m.partition(".")[0] for m in sys.modules} & (blocked | {"conformance", "bench", "uvicorn"}))
-print("IMPORTED " + json.dumps(heavy), flush=True)
-sys.exit(status)
-"""
-
 
 def switchyard_base_only(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", BASE_ONLY, ",".join(OPTIONAL), *argv],
+        cli_without(OPTIONAL, *argv, watched=("conformance", "bench", "uvicorn")),
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -16,8 +16,7 @@ from adapters.errors import GatewayError
 from gateway.config import ConfigError, parse_config
 from gateway.phases import CancelPhase
 from gateway.protection import Protection
-from policies.auth import hash_key
-from tests.gateway.protection_kit import KEY_B, config, make, never_gone, principal, request
+from tests.gateway.protection_kit import KEY_B, config, make, never_gone, principal, refusal, request, with_named_key
 from tests.gateway.protection_kit import sample as _sample
 
 
@@ -45,9 +44,7 @@ async def test_rpm_exhausted_is_429_with_retry_after_and_headers():
     who = await principal(p)
     for _ in range(2):
         await (await p.admit(who, "m", request(), 1, never_gone)).release(None)
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(who, "m", request(), 1, never_gone)
-    e = exc.value
+    e = await refusal(p, who, "m", request(), 1)
     assert e.status == 429 and e.code == "rate_limit_exceeded"
     assert 0 < e.retry_after <= 60
     assert e.headers["x-ratelimit-remaining-requests"] == "0"
@@ -57,13 +54,12 @@ async def test_rpm_exhausted_is_429_with_retry_after_and_headers():
 async def test_a_request_that_can_never_fit_says_so_without_retry_after():
     # 400, not 429: no wait makes it fit, and every 429 gets Retry-After (gateway/responses.py).
     p = await make(config(tokens_per_minute=500))
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(await principal(p), "m", request(max_tokens=1000), 10, never_gone)
-    assert exc.value.status == 400 and exc.value.retry_after is None
-    assert exc.value.type == "invalid_request_error" and exc.value.code == "request_exceeds_tpm_limit"
-    assert "Request too large" in exc.value.message
-    assert "limit is 500" in exc.value.message and "reserves 1010 tokens" in exc.value.message
-    assert "max_tokens to at most 490" in exc.value.message
+    error = await refusal(p, await principal(p), "m", request(max_tokens=1000), 10)
+    assert error.status == 400 and error.retry_after is None
+    assert error.type == "invalid_request_error" and error.code == "request_exceeds_tpm_limit"
+    assert "Request too large" in error.message
+    assert "limit is 500" in error.message and "reserves 1010 tokens" in error.message
+    assert "max_tokens to at most 490" in error.message
     await p.aclose()
 
 
@@ -80,9 +76,8 @@ async def test_no_max_tokens_reserves_the_tenant_cap():
 
 async def test_model_outside_the_tenant_list_is_403():
     p = await make(config())
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(await principal(p), "other", request(), 1, never_gone)
-    assert exc.value.status == 403
+    error = await refusal(p, await principal(p), "other", request(), 1)
+    assert error.status == 403
     await p.aclose()
 
 
@@ -162,9 +157,8 @@ async def test_full_queue_refunds_the_request_it_turned_away():
     p.set_capacity_provider(lambda model: 1)
     who = await principal(p)
     holder = await p.admit(who, "m", request(), 1, never_gone)
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(who, "m", request(), 1, never_gone)
-    assert exc.value.status == 503 and exc.value.retry_after >= 1
+    error = await refusal(p, who, "m", request(), 1)
+    assert error.status == 503 and error.retry_after >= 1
     await holder.release(None)
     t = await p.admit(who, "m", request(), 1, never_gone)
     assert t.headers["x-ratelimit-remaining-requests"] == "98"  # the refused one did not count
@@ -181,9 +175,8 @@ async def test_two_replicas_share_concurrency_through_redis(redis_server):
         await b.admit(who, "m", request(), 1, never_gone),
         await a.admit(who, "m", request(), 1, never_gone),
     ]
-    with pytest.raises(GatewayError) as exc:
-        await b.admit(who, "m", request(), 1, never_gone)
-    assert exc.value.code == "concurrency_limit_exceeded"
+    error = await refusal(b, who, "m", request(), 1)
+    assert error.code == "concurrency_limit_exceeded"
     await held[0].release(None)
     held[0] = await b.admit(who, "m", request(), 1, never_gone)
     for t in held:
@@ -258,17 +251,11 @@ async def test_a_ticket_dropped_without_release_frees_its_slot_and_lease():
 
 
 async def test_a_key_limit_applies_to_that_key_only():
-    cfg = config(requests_per_minute=100)
-    cfg["auth"]["api_keys"].append(
-        {"sha256": hash_key("sk-sy-narrow-key"), "tenant": "a", "name": "narrow", "requests_per_minute": 1}
-    )
-    p = await make(cfg)
-    narrow = await p.authenticate({"api-key": "sk-sy-narrow-key"})
+    p, narrow = await with_named_key("narrow", {"requests_per_minute": 100}, requests_per_minute=1)
     await (await p.admit(narrow, "m", request(), 1, never_gone)).release(None)
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(narrow, "m", request(), 1, never_gone)
-    assert exc.value.status == 429 and "key narrow" in exc.value.message
-    assert exc.value.headers["x-ratelimit-limit-requests"] == "1"
+    error = await refusal(p, narrow, "m", request(), 1)
+    assert error.status == 429 and "key narrow" in error.message
+    assert error.headers["x-ratelimit-limit-requests"] == "1"
     t = await p.admit(await principal(p), "m", request(), 1, never_gone)  # the tenant's other key
     assert t.headers["x-ratelimit-remaining-requests"] == "98"  # both requests counted for the tenant
     await t.release(None)
@@ -288,9 +275,8 @@ async def test_without_auth_the_anonymous_tenant_limits_apply():
     p = await make({"auth": {"mode": "none"}, "tenants": {"anonymous": {"requests_per_minute": 1}}})
     who = await p.authenticate({})
     await (await p.admit(who, "m", request(), 1, never_gone)).release(None)
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(who, "m", request(), 1, never_gone)
-    assert exc.value.status == 429
+    error = await refusal(p, who, "m", request(), 1)
+    assert error.status == 429
     await p.aclose()
 
 

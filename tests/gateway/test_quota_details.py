@@ -9,9 +9,7 @@ import re
 
 import pytest
 
-from adapters.errors import GatewayError
-from policies.auth import hash_key
-from tests.gateway.protection_kit import KEY_B, config, make, never_gone, principal, request
+from tests.gateway.protection_kit import KEY_B, config, make, never_gone, principal, refusal, request, with_named_key
 
 OPENAI_DURATION = re.compile(r"^(\d+ms|\d+s|\d+m\d+s)$")
 
@@ -20,15 +18,8 @@ OPENAI_DURATION = re.compile(r"^(\d+ms|\d+s|\d+m\d+s)$")
 
 
 async def test_a_request_over_a_key_token_limit_names_the_key_and_the_fix():
-    cfg = config(tokens_per_minute=100_000)
-    cfg["auth"]["api_keys"].append(
-        {"sha256": hash_key("sk-sy-small-key"), "tenant": "a", "name": "small", "tokens_per_minute": 300}
-    )
-    p = await make(cfg)
-    small = await p.authenticate({"api-key": "sk-sy-small-key"})
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(small, "m", request(max_tokens=200, n=2), 20, never_gone)
-    e = exc.value
+    p, small = await with_named_key("small", {"tokens_per_minute": 100_000}, tokens_per_minute=300)
+    e = await refusal(p, small, "m", request(max_tokens=200, n=2), 20)
     assert e.status == 400 and e.retry_after is None and e.param == "max_tokens"
     assert "key small" in e.message and "limit is 300" in e.message and "reserves 420 tokens" in e.message
     assert "2 x 200" in e.message and "max_tokens to at most 140, lower n" in e.message
@@ -37,28 +28,24 @@ async def test_a_request_over_a_key_token_limit_names_the_key_and_the_fix():
 
 async def test_without_max_tokens_the_message_says_the_default_budget_was_reserved():
     p = await make(config(tokens_per_minute=500, max_tokens_cap=600))
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(await principal(p), "m", request(max_tokens=None), 10, never_gone)
-    assert exc.value.status == 400
-    assert "no max_tokens sent" in exc.value.message and "max_tokens to at most 490" in exc.value.message
+    error = await refusal(p, await principal(p), "m", request(max_tokens=None), 10)
+    assert error.status == 400
+    assert "no max_tokens sent" in error.message and "max_tokens to at most 490" in error.message
     await p.aclose()
 
 
 async def test_a_prompt_alone_over_the_limit_asks_for_a_shorter_prompt():
     p = await make(config(tokens_per_minute=500))
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(await principal(p), "m", request(max_tokens=10), 800, never_gone)
-    assert exc.value.status == 400 and exc.value.param is None
-    assert "Shorten the prompt" in exc.value.message and "max_tokens to at most" not in exc.value.message
+    error = await refusal(p, await principal(p), "m", request(max_tokens=10), 800)
+    assert error.status == 400 and error.param is None
+    assert "Shorten the prompt" in error.message and "max_tokens to at most" not in error.message
     await p.aclose()
 
 
 @pytest.mark.parametrize("limit", ["requests_per_minute", "max_concurrent"])
 async def test_a_limit_of_zero_is_403_not_a_retry_loop(limit):
     p = await make(config(**{limit: 0}))
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(await principal(p), "m", request(), 1, never_gone)
-    e = exc.value
+    e = await refusal(p, await principal(p), "m", request(), 1)
     assert e.status == 403 and e.code == "quota_zero" and e.retry_after is None
     assert f"{limit} limit of tenant a is 0" in e.message
     await p.aclose()
@@ -68,10 +55,9 @@ async def test_a_request_that_fits_later_is_still_429_with_retry_after():
     p = await make(config(tokens_per_minute=1000))
     who = await principal(p)
     held = await p.admit(who, "m", request(max_tokens=500), 10, never_gone)
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(who, "m", request(max_tokens=500), 10, never_gone)
-    assert exc.value.status == 429 and exc.value.code == "rate_limit_exceeded"
-    assert 0 < exc.value.retry_after <= 60
+    error = await refusal(p, who, "m", request(max_tokens=500), 10)
+    assert error.status == 429 and error.code == "rate_limit_exceeded"
+    assert 0 < error.retry_after <= 60
     await held.release(None)
     await p.aclose()
 
@@ -92,9 +78,7 @@ async def test_reset_headers_say_when_the_same_request_fits_again():
     assert 0 < _seconds(second.headers["x-ratelimit-reset-tokens"]) <= 2
     third = await p.admit(who, "m", request(max_tokens=90), 10, never_gone)
     assert third.headers["x-ratelimit-reset-requests"] != "0s"  # 3 of 3 requests used
-    with pytest.raises(GatewayError) as exc:
-        await p.admit(who, "m", request(max_tokens=90), 10, never_gone)
-    refused = exc.value
+    refused = await refusal(p, who, "m", request(max_tokens=90), 10)
     assert refused.status == 429
     reset = refused.headers["x-ratelimit-reset-requests"]
     assert OPENAI_DURATION.match(reset)

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.procs import start_redis
+from tests.procs import start_redis, stopped_after
 
 
 @pytest.fixture(scope="session")
 def shared_redis(tmp_path_factory):
-    p = start_redis(tmp_path_factory.mktemp("redis"))
-    yield p
-    p.stop()
+    yield from stopped_after(start_redis(tmp_path_factory.mktemp("redis")))
 
 
 @pytest.fixture
 def private_redis(tmp_path):
-    p = start_redis(tmp_path)
-    yield p
-    p.stop()
+    yield from stopped_after(start_redis(tmp_path))

@@ -3,6 +3,9 @@ file it publishes (rewritten on rotation)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 import os
 import time
@@ -10,9 +13,14 @@ from pathlib import Path
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 ISS = "https://idp.test"
 AUD = "switchyard"
+
+
+def _b64url(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 class Issuer:
@@ -41,6 +49,15 @@ class Issuer:
         base = {"iss": ISS, "aud": AUD, "exp": now + 300, "iat": now, "tenant": "acme", "sub": "u1"}
         base.update(over)
         return {k: v for k, v in base.items() if v is not None}
+
+    def forged_hs256(self, kid: str = "r1") -> str:
+        """The algorithm-confusion forgery: HS256 "signed" with the RSA key's public PEM
+        as the HMAC secret (written by hand: PyJWT refuses to HMAC with a PEM key)."""
+        pem = self.rsa[kid].public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+        head = _b64url(json.dumps({"alg": "HS256", "typ": "JWT", "kid": kid}).encode())
+        body = _b64url(json.dumps(self.claims()).encode())
+        sig = _b64url(hmac.new(pem, f"{head}.{body}".encode(), hashlib.sha256).digest())
+        return f"{head}.{body}.{sig}"
 
     def token(self, alg: str = "RS256", kid: str = "r1", **over) -> str:
         key = {"RS256": self.rsa.get(kid), "ES256": self.ec, "EdDSA": self.ed}[alg]

@@ -18,6 +18,18 @@ def queue(cap: int | None, **kw) -> AdmissionQueue:
     return AdmissionQueue(capacity=lambda model: cap, poll_s=0.01, **kw)
 
 
+async def queued(q: AdmissionQueue, count: int, tenant: str = "a", tier: int = 1, **enter) -> list[asyncio.Task]:
+    """`count` requests of `tenant` for model "m", started and seen waiting in `q`
+    (waits on the queue's own count, not on a clock)."""
+    expected = q.waiting("m") + count
+    tasks = [asyncio.create_task(q.enter("m", tenant, tier, **enter)) for _ in range(count)]
+    deadline = time.monotonic() + 10
+    while q.waiting("m") < expected:
+        assert time.monotonic() < deadline, f"{count} requests never queued"
+        await asyncio.sleep(0.001)
+    return tasks
+
+
 async def test_unbounded_capacity_dispatches_at_once():
     q = queue(None)
     slots = [await q.enter("m", "a", 1) for _ in range(50)]
@@ -31,8 +43,7 @@ async def test_unbounded_capacity_dispatches_at_once():
 async def test_capacity_gates_dispatch_until_a_release():
     q = queue(1)
     first = await q.enter("m", "a", 1)
-    second = asyncio.create_task(q.enter("m", "a", 1))
-    await asyncio.sleep(0.05)
+    (second,) = await queued(q, 1)
     assert not second.done() and q.waiting("m") == 1
     q.release(first)
     slot = await asyncio.wait_for(second, 1)
@@ -75,8 +86,7 @@ async def test_higher_tier_band_is_served_first():
 async def test_full_queue_is_rejected_with_retry_after():
     q = queue(1, max_queue=2, full_status=503)
     held = await q.enter("m", "a", 1)
-    waiting = [asyncio.create_task(q.enter("m", "a", 1)) for _ in range(2)]
-    await asyncio.sleep(0.02)
+    waiting = await queued(q, 2)
     with pytest.raises(GatewayError) as exc:
         await q.enter("m", "a", 1)  # the same tenant: nobody to push out
     assert exc.value.status == 503 and exc.value.code == "queue_full"
@@ -121,9 +131,7 @@ async def test_a_client_that_leaves_is_dropped_at_once():
     async def client_gone() -> bool:
         return gone.is_set()
 
-    task = asyncio.create_task(q.enter("m", "a", 1, client_gone=client_gone))
-    await asyncio.sleep(0.03)
-    assert q.waiting("m") == 1
+    (task,) = await queued(q, 1, client_gone=client_gone)
     gone.set()
     with pytest.raises(ClientGoneWhileQueued):
         await asyncio.wait_for(task, 0.5)
@@ -135,8 +143,7 @@ async def test_a_client_that_leaves_is_dropped_at_once():
 async def test_cancelling_a_queued_task_removes_it():
     q = queue(1)
     held = await q.enter("m", "a", 1)
-    task = asyncio.create_task(q.enter("m", "a", 1))
-    await asyncio.sleep(0.02)
+    (task,) = await queued(q, 1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -176,8 +183,7 @@ async def test_retry_after_follows_the_drain_rate():
 async def test_a_flood_that_fills_the_queue_is_pushed_out_for_a_quiet_tenant():
     q = queue(1, max_queue=4, full_status=429)
     held = await q.enter("m", "flood", 1)
-    flood = [asyncio.create_task(q.enter("m", "flood", 1)) for _ in range(4)]
-    await asyncio.sleep(0.02)
+    flood = await queued(q, 4, "flood")
     quiet = [asyncio.create_task(q.enter("m", "quiet", 1)) for _ in range(2)]
     await asyncio.sleep(0.02)
     # Each quiet arrival pushed out the flood's newest: 2 places each now.
@@ -201,8 +207,7 @@ async def test_a_flood_that_fills_the_queue_is_pushed_out_for_a_quiet_tenant():
 async def test_a_lower_tier_never_pushes_out_a_higher_one():
     q = queue(1, max_queue=2)
     held = await q.enter("m", "vip", 2)
-    vips = [asyncio.create_task(q.enter("m", "vip", 2)) for _ in range(2)]
-    await asyncio.sleep(0.02)
+    vips = await queued(q, 2, "vip", 2)
     with pytest.raises(GatewayError):
         await q.enter("m", "low", 1)
     q.release(held)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import jwt
 import pytest
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapters.errors import GatewayError
 from gateway.config_auth import AuthConfig
 from policies.auth import Authenticator, TenantRecord, credential_headers, generate_key, hash_key
 from tests.policies.jwt_issuer import AUD, ISS, Issuer
+from tests.served_app import served
 
 TENANTS = {"acme": TenantRecord(models=["llama-*", "tiny"], tier=1), "globex": TenantRecord(models=["*"], tier=2)}
 
@@ -196,23 +196,7 @@ async def test_alg_none_is_refused(issuer, tmp_path):
 
 
 async def test_hs256_signed_with_the_rsa_public_key_is_refused(issuer, tmp_path):
-    pem = (
-        issuer.rsa["r1"]
-        .public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-    )
-    # Forge by hand: PyJWT itself refuses to HMAC with a PEM key.
-    import base64
-    import hashlib
-    import hmac as hm
-
-    def b64(b: bytes) -> str:
-        return base64.urlsafe_b64encode(b).rstrip(b"=").decode()
-
-    head = b64(json.dumps({"alg": "HS256", "typ": "JWT", "kid": "r1"}).encode())
-    body = b64(json.dumps(issuer.claims()).encode())
-    sig = b64(hm.new(pem, f"{head}.{body}".encode(), hashlib.sha256).digest())
-    forged = f"{head}.{body}.{sig}"
+    forged = issuer.forged_hs256()
     # RS256-only issuer: HS256 is not on the allow-list.
     await rejected(jwt_auth(issuer, tmp_path), forged)
     # An issuer that also allows HS256 verifies with its own secret, never the public key.
@@ -306,19 +290,14 @@ async def test_jwks_from_a_url_is_cached_and_refetched_for_a_new_kid(issuer, tmp
 
     app = web.Application()
     app.router.add_get("/jwks.json", jwks)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
+    async with served(app) as url:
         cfg = {
             "mode": "jwt",
             "jwt": {
                 "issuer": ISS,
                 "audience": AUD,
                 "algorithms": ["RS256"],
-                "jwks_url": f"http://127.0.0.1:{port}/jwks.json",
+                "jwks_url": f"{url}/jwks.json",
                 "jwks_cache_s": 300,
             },
         }
@@ -332,8 +311,6 @@ async def test_jwks_from_a_url_is_cached_and_refetched_for_a_new_kid(issuer, tmp
         issuer.publish()
         assert (await auth.authenticate({"authorization": f"Bearer {issuer.token(kid='r2')}"})).tenant == "acme"
         assert len(fetches) == 2  # the unknown kid made it look again
-    finally:
-        await runner.cleanup()
 
 
 async def test_concurrent_cache_misses_fetch_the_jwks_once(issuer, tmp_path):

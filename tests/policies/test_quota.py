@@ -52,26 +52,27 @@ def lid() -> str:
     return uuid.uuid4().hex
 
 
-async def test_requests_limit_rejects_the_next_and_says_when_to_retry(make_store):
-    store = make_store()
-    scopes = (ScopeLimits("t", requests_per_window=5),)
-    for _ in range(5):
+async def refused_after(store, scopes: tuple[ScopeLimits, ...], admitted: int) -> QuotaExceeded:
+    """`admitted` requests taken, then the refusal of one more (fails if it is taken)."""
+    for _ in range(admitted):
         await store.reserve("acme", scopes, 0, lid(), TTL_MS)
     with pytest.raises(QuotaExceeded) as exc:
         await store.reserve("acme", scopes, 0, lid(), TTL_MS)
-    assert exc.value.limit == "requests"
-    assert 0 < exc.value.retry_after_s <= WINDOW_MS / 1000
-    assert exc.value.states[0].requests_remaining == 0
+    return exc.value
+
+
+async def test_requests_limit_rejects_the_next_and_says_when_to_retry(make_store):
+    refused = await refused_after(make_store(), (ScopeLimits("t", requests_per_window=5),), 5)
+    assert refused.limit == "requests"
+    assert 0 < refused.retry_after_s <= WINDOW_MS / 1000
+    assert refused.states[0].requests_remaining == 0
 
 
 async def test_window_slides_and_retry_after_is_honest(make_store):
     store = make_store()
     scopes = (ScopeLimits("t", requests_per_window=3),)
-    for _ in range(3):
-        await store.reserve("acme", scopes, 0, lid(), TTL_MS)
-    with pytest.raises(QuotaExceeded) as exc:
-        await store.reserve("acme", scopes, 0, lid(), TTL_MS)
-    await asyncio.sleep(exc.value.retry_after_s + 0.02)
+    refused = await refused_after(store, scopes, 3)
+    await asyncio.sleep(refused.retry_after_s + 0.02)
     await store.reserve("acme", scopes, 0, lid(), TTL_MS)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from processes import Child, ChildExited, ChildFailed, NotReady, free_port, http_probe, tcp_probe
+from tests.procs import eventually
 
 PY = sys.executable
 IGNORES_SIGTERM = (
@@ -26,15 +27,6 @@ def process_gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] == "Z"
-
-
-def wait_until(condition, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 def test_http_server_becomes_ready_and_stops(tmp_path: Path) -> None:
@@ -76,7 +68,7 @@ def test_not_ready_in_time_stops_the_child(tmp_path: Path) -> None:
         child.wait_ready(lambda: False, timeout_s=0.5)
     assert isinstance(exc.value, TimeoutError)
     assert child.poll() is not None
-    assert wait_until(lambda: "starting" in child.log())
+    assert eventually(lambda: "starting" in child.log())
 
 
 def test_a_probe_that_raises_stops_the_child(tmp_path: Path) -> None:
@@ -115,30 +107,30 @@ def test_stop_reaches_grandchildren(tmp_path: Path) -> None:
     grandchild = int(child.log().split()[-1])
     assert not process_gone(grandchild)
     child.stop()
-    assert wait_until(lambda: process_gone(grandchild))
+    assert eventually(lambda: process_gone(grandchild))
 
 
 def test_stop_kills_what_an_exited_child_left_behind(tmp_path: Path) -> None:
     orphaner = "import os; print('orphan', os.spawnlp(os.P_NOWAIT, 'sleep', 'sleep', '60'), flush=True)"
     child = Child([PY, "-c", orphaner], tmp_path / "orphaner.log")
-    assert wait_until(lambda: child.poll() is not None, timeout_s=30)
+    assert eventually(lambda: child.poll() is not None, timeout_s=30)
     orphan = int(child.log().split()[-1])
     assert not process_gone(orphan)
     assert child.stop() == 0
-    assert wait_until(lambda: process_gone(orphan))
+    assert eventually(lambda: process_gone(orphan))
 
 
 def test_terminate_signals_without_waiting(tmp_path: Path) -> None:
     children = [Child([PY, "-c", "import time; time.sleep(60)"], tmp_path / f"t{i}.log") for i in range(2)]
     for child in children:
         child.terminate()
-    assert wait_until(lambda: all(c.poll() is not None for c in children), timeout_s=10)
+    assert eventually(lambda: all(c.poll() is not None for c in children), timeout_s=10)
     assert [c.stop() for c in children] == [-signal.SIGTERM, -signal.SIGTERM]
 
 
 def test_env_adds_to_the_environment_and_cwd_is_used(tmp_path: Path) -> None:
     code = "import os; print(os.environ['SY_TEST_VALUE'], 'PATH' in os.environ, os.getcwd())"
     child = Child([PY, "-c", code], tmp_path / "logs" / "env.log", cwd=tmp_path, env={"SY_TEST_VALUE": "forty-two"})
-    assert wait_until(lambda: child.poll() is not None, timeout_s=30)
+    assert eventually(lambda: child.poll() is not None, timeout_s=30)
     assert child.stop() == 0
     assert child.log().split() == ["forty-two", "True", str(tmp_path)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from policies.redis_connect import RedisTarget, parse_address
+from tests.procs import stopped_after
 from tests.redis_ha.deployments import SERVICE, ClusterDeployment, SentinelDeployment
 
 
@@ -21,13 +22,9 @@ def sentinel_target(sentinel: SentinelDeployment) -> RedisTarget:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    deployment = ClusterDeployment(tmp_path_factory.mktemp("cluster"))
-    yield deployment
-    deployment.stop()
+    yield from stopped_after(ClusterDeployment(tmp_path_factory.mktemp("cluster")))
 
 
 @pytest.fixture(scope="module")
 def sentinel(tmp_path_factory):
-    deployment = SentinelDeployment(tmp_path_factory.mktemp("sentinel"))
-    yield deployment
-    deployment.stop()
+    yield from stopped_after(SentinelDeployment(tmp_path_factory.mktemp("sentinel")))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from processes import Child, free_port, redis_ping
+from processes import Child, free_port, redis_ping, redis_server_argv
 
 NODE_TIMEOUT_MS = 1000
 SERVICE = "mymaster"
@@ -77,28 +77,15 @@ class Server:
         return self.child.poll() is None
 
 
-def _redis_server(tmp: Path, name: str, argv: list[str], port: int) -> Server:
+def _redis_server(tmp: Path, name: str, port: int, *flags: str) -> Server:
+    """One node (the throwaway recipe of processes/redis.py plus `flags`), answering PING."""
     work = tmp / name
     work.mkdir(parents=True, exist_ok=True)
-    child = Child(["redis-server", *argv], work / "log", cwd=work)
+    # A replica's first sync starts at once (the default waits 5 s for more replicas to share it).
+    argv = [*redis_server_argv(port, work), "--repl-diskless-sync-delay", "0", *flags]
+    child = Child(argv, work / "log", cwd=work)
     child.wait_ready(redis_ping(port), timeout_s=SETTLE_S)
     return Server(port, child)
-
-
-def _node_argv(port: int) -> list[str]:
-    # A replica's first sync starts at once (the default waits 5 s for more replicas to share it).
-    return [
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--repl-diskless-sync-delay",
-        "0",
-    ]
 
 
 class ClusterDeployment:
@@ -111,8 +98,7 @@ class ClusterDeployment:
         try:
             for i in range(masters * 2):
                 port, bus = free_port(), free_port()
-                argv = [
-                    *_node_argv(port),
+                flags = [
                     "--cluster-enabled",
                     "yes",
                     "--cluster-port",
@@ -125,7 +111,7 @@ class ClusterDeployment:
                     "--cluster-replica-validity-factor",
                     "0",
                 ]
-                self.servers[port] = _redis_server(tmp, f"node-{i}-{port}", argv, port)
+                self.servers[port] = _redis_server(tmp, f"node-{i}-{port}", port, *flags)
             nodes = [f"127.0.0.1:{p}" for p in self.servers]
             done = subprocess.run(
                 ["redis-cli", "--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes"],
@@ -233,10 +219,10 @@ class SentinelDeployment:
         self.sentinel_ports: list[int] = []
         try:
             master = free_port()
-            self.servers[master] = _redis_server(tmp, f"master-{master}", _node_argv(master), master)
+            self.servers[master] = _redis_server(tmp, f"master-{master}", master)
             replica = free_port()
-            argv = [*_node_argv(replica), "--replicaof", "127.0.0.1", str(master)]
-            self.servers[replica] = _redis_server(tmp, f"replica-{replica}", argv, replica)
+            replica_of = ("--replicaof", "127.0.0.1", str(master))
+            self.servers[replica] = _redis_server(tmp, f"replica-{replica}", replica, *replica_of)
             wait_until(lambda: info(replica, "replication").get("master_link_status") == "up", "the replica to sync")
             for i in range(sentinels):
                 port = free_port()

@@ -47,9 +47,8 @@ def fleet(request, tmp_path_factory):
     f.stop()
 
 
-@pytest.fixture
-def cluster_fleet(tmp_path):
-    deployment = ClusterDeployment(tmp_path / "cluster")
+def own_fleet(tmp_path, deployment):
+    """A fleet on a deployment of its own, both stopped after the test."""
     try:
         f = Fleet(tmp_path, deployment)
     except BaseException:
@@ -58,19 +57,16 @@ def cluster_fleet(tmp_path):
     yield f
     f.stop()
     deployment.stop()
+
+
+@pytest.fixture
+def cluster_fleet(tmp_path):
+    yield from own_fleet(tmp_path, ClusterDeployment(tmp_path / "cluster"))
 
 
 @pytest.fixture
 def sentinel_fleet(tmp_path):
-    deployment = SentinelDeployment(tmp_path / "sentinel")
-    try:
-        f = Fleet(tmp_path, deployment)
-    except BaseException:
-        deployment.stop()
-        raise
-    yield f
-    f.stop()
-    deployment.stop()
+    yield from own_fleet(tmp_path, SentinelDeployment(tmp_path / "sentinel"))
 
 
 async def test_two_gateways_admit_exactly_60_of_200(fleet):

@@ -158,3 +158,19 @@ def test_trtllm_internal_tokenize_uses_the_same_tokenizer(make_sim) -> None:
     body = http.post("/_internal/tokenize", json={"prompt": "the cat the"}).json()
     assert body["count"] == 3 and body["tokens"][0] == body["tokens"][2] != body["tokens"][1]
     assert http.post("/v1/embeddings", json={"input": "x"}).status_code == 404
+
+
+# ---- the context boundary, which the two runtimes draw one token apart ---------------------
+
+
+def test_an_input_of_exactly_the_context_length_is_refused_by_sglang_only(vllm_pool, make_sim) -> None:
+    sglang = client(make_sim("sglang", health_latency=0, is_embedding=True, embedding_dim=24, max_model_len=16))
+    vllm = client(vllm_pool)  # max_model_len 16 too
+    full, over = list(range(1, 17)), list(range(1, 18))
+    assert vllm.post("/v1/embeddings", json={"input": full}).status_code == 200
+    refused = vllm.post("/v1/embeddings", json={"input": over})
+    assert refused.status_code == 400 and "you requested 17 tokens" in refused.json()["error"]["message"]
+    assert sglang.post("/v1/embeddings", json={"input": full[:-1]}).status_code == 200
+    refused = sglang.post("/v1/embeddings", json={"input": full})
+    assert refused.status_code == 400
+    assert refused.json()["message"] == "The input (16 tokens) is longer than the model's context length (16 tokens)."

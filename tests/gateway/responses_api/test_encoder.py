@@ -41,16 +41,20 @@ def types(evs) -> list[str]:
 
 
 TEXT = [TextDelta(0, "Hel"), TextDelta(0, "lo"), Finish(0, "stop"), Usage(7, 2)]
+# A text answer's events up to its first delta.
+TEXT_OPENING = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+]
 
 
 def test_text_stream_order_and_sequence_numbers():
     evs = stream(TEXT)
     assert types(evs) == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.content_part.added",
-        "response.output_text.delta",
+        *TEXT_OPENING,
         "response.output_text.delta",
         "response.output_text.done",
         "response.content_part.done",
@@ -232,15 +236,7 @@ def test_error_mid_stream_is_an_error_event_then_response_failed():
     err = GatewayError(503, "backend went away", code="backend_unavailable")
     events = [TextDelta(0, "par"), ErrorEvent(err), TextDelta(0, "never"), Finish(0, "stop")]
     evs = stream(events)
-    assert types(evs) == [
-        "response.created",
-        "response.in_progress",
-        "response.output_item.added",
-        "response.content_part.added",
-        "response.output_text.delta",
-        "error",
-        "response.failed",
-    ]
+    assert types(evs) == [*TEXT_OPENING, "error", "response.failed"]
     assert evs[5]["code"] == "backend_unavailable" and evs[5]["message"] == "backend went away"
     assert evs[5]["param"] is None
     r = validate_response(evs[6]["response"])

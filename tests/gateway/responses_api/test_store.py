@@ -58,18 +58,20 @@ async def test_a_stored_record_cannot_be_changed_through_an_object(store):
 async def test_delete_then_missing(store):
     await store.put("t", record())
     await store.delete("t", "resp_1")
+    await assert_absent(store, "t", "resp_1")
+
+
+async def assert_absent(store, tenant: str, response_id: str) -> None:
+    """Neither read nor deleted: the tenant has no such response."""
     with pytest.raises(ResponseNotFound):
-        await store.get("t", "resp_1")
+        await store.get(tenant, response_id)
     with pytest.raises(ResponseNotFound):
-        await store.delete("t", "resp_1")
+        await store.delete(tenant, response_id)
 
 
 async def test_tenants_never_see_each_other(store):
     await store.put("alice", record("resp_1", "alice's"))
-    with pytest.raises(ResponseNotFound):
-        await store.get("bob", "resp_1")
-    with pytest.raises(ResponseNotFound):
-        await store.delete("bob", "resp_1")
+    await assert_absent(store, "bob", "resp_1")
     assert (await store.get("alice", "resp_1")).context[0]["content"][0]["text"] == "alice's"
     # the same id under two tenants is two records
     await store.put("bob", record("resp_1", "bob's"))
