@@ -28,6 +28,9 @@ import httptools
 
 # Stop reading from the socket when this much body is buffered unread.
 HIGH_WATER = 1 << 20
+# How long a stream read to its last event may wait for its message end before its
+# connection is closed rather than reused (a runtime sends it right after [DONE]).
+FINISH_S = 1.0
 
 
 class HTTPError(Exception):
@@ -68,6 +71,9 @@ class _Connection(asyncio.Protocol):
         self.closed = False
         self.reused = False
         self.active = False  # holds one of the pool's slots
+        # A stream read to its last event whose message end has not arrived yet: the
+        # timer that gives up on it (see ConnectionPool._put_back_when_done).
+        self.finishing: asyncio.TimerHandle | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -100,6 +106,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.closed = True
+        if self.finishing is not None:
+            self.pool._finished(self)
         if not self.message_done and self.error is None:
             self.error = ConnectionClosed("the server closed the connection" + (f": {exc}" if exc else ""))
         self._wake()
@@ -114,6 +122,8 @@ class _Connection(asyncio.Protocol):
         self.headers_done = True
 
     def on_body(self, body: bytes) -> None:
+        if self.finishing is not None:
+            return  # what follows the last event of a stream nobody reads any more
         self.chunks.append(body)
         self.buffered += len(body)
         if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
@@ -123,6 +133,8 @@ class _Connection(asyncio.Protocol):
     def on_message_complete(self) -> None:
         self.message_done = True
         self.keep_alive = self.parser.should_keep_alive()
+        if self.finishing is not None:
+            self.pool._finished(self)
 
     # ---- waiting -----------------------------------------------------------------------
 
@@ -235,10 +247,13 @@ class Response:
             yield tail
 
     def release(self) -> None:
-        if self._done:
+        """Done with a response read to its end. A stream's reader stops at its last
+        event (`[DONE]`), usually a moment before the message end (the chunked
+        terminator) arrives: the connection waits for it briefly, then is reused."""
+        if self._done or self._conn.message_done:
             self._pool._put_back(self._conn)
         else:
-            self.close()
+            self._pool._put_back_when_done(self._conn)
 
     def close(self) -> None:
         self._pool._discard(self._conn)
@@ -266,6 +281,7 @@ class ConnectionPool:
         self.pool_wait = pool_wait
         self.connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
+        self._finishing: set[_Connection] = set()
         self._slots: asyncio.Semaphore | None = None
 
     async def request(
@@ -377,6 +393,28 @@ class ConnectionPool:
         self._deactivate(conn)
         self._idle.append(conn)
 
+    def _put_back_when_done(self, conn: _Connection) -> None:
+        """Keep `conn` (and its slot) until its message ends, at most FINISH_S, then
+        put it back; closed instead if it does not end in time or the server closes it."""
+        if conn.closed or conn.error is not None:
+            self._discard(conn)
+            return
+        conn.chunks.clear()
+        conn.buffered = 0
+        if conn.paused and conn.transport is not None:
+            conn.paused = False
+            conn.transport.resume_reading()
+        conn.finishing = asyncio.get_running_loop().call_later(FINISH_S, self._finished, conn)
+        self._finishing.add(conn)
+
+    def _finished(self, conn: _Connection) -> None:
+        """The message of a finishing connection ended, it closed, or time ran out."""
+        timer, conn.finishing = conn.finishing, None
+        if timer is not None:
+            timer.cancel()
+        self._finishing.discard(conn)
+        self._put_back(conn)  # discards it unless the message ended on a keep-alive connection
+
     def _discard(self, conn: _Connection) -> None:
         if conn in self._idle:
             self._idle.remove(conn)
@@ -385,5 +423,11 @@ class ConnectionPool:
             conn.transport.close()
 
     def close(self) -> None:
+        for conn in list(self._finishing):
+            if conn.finishing is not None:
+                conn.finishing.cancel()
+                conn.finishing = None
+            self._discard(conn)
+        self._finishing.clear()
         for conn in list(self._idle):
             self._discard(conn)

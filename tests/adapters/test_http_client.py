@@ -168,3 +168,68 @@ async def test_a_stream_that_goes_quiet_times_out_between_chunks_not_before_the_
     r.close()
     server.close()
     await server.wait_closed()
+
+
+async def chunked_stream_server(terminator_after_s: float | None):
+    """A server answering each request on a connection with a chunked SSE stream whose
+    `[DONE]` goes out first and whose terminating chunk follows `terminator_after_s`
+    later (None: never); it counts the connections it accepted."""
+    accepted = []
+
+    async def handle(reader, writer):
+        accepted.append(writer)
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(1)  # the one-byte body the tests send
+                event = b"data: [DONE]\n\n"
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                )
+                writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                await writer.drain()
+                if terminator_after_s is None:
+                    await asyncio.sleep(3600)
+                await asyncio.sleep(terminator_after_s)
+                writer.write(b"0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, accepted
+
+
+async def read_to_done(pool: ConnectionPool) -> None:
+    r = await pool.request("POST", "/", b"x", H)
+    async for line in r.iter_lines():
+        if line.startswith(b"data: [DONE]"):
+            break  # as the adapters stop: at the last event, before the message end
+    r.release()
+
+
+async def test_a_stream_read_to_done_reuses_its_connection_once_the_message_ends():
+    """The message end (chunked terminator) trails `[DONE]`: the connection waits for
+    it and is reused, instead of one new upstream connection per streamed request."""
+    server, accepted = await chunked_stream_server(terminator_after_s=0.05)
+    pool = ConnectionPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", limit=1)
+    for _ in range(3):
+        await read_to_done(pool)
+        for _ in range(100):
+            if pool._idle:
+                break
+            await asyncio.sleep(0.01)
+    assert len(accepted) == 1 and len(pool._idle) == 1
+    pool.close()
+    server.close()
+
+
+async def test_a_stream_whose_message_never_ends_is_closed_and_frees_its_slot(monkeypatch):
+    monkeypatch.setattr("adapters.http_client.FINISH_S", 0.1)
+    server, accepted = await chunked_stream_server(terminator_after_s=None)
+    pool = ConnectionPool(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", limit=1, pool_wait=2.0)
+    await read_to_done(pool)
+    await read_to_done(pool)  # waits for the one slot, freed when the first gave up
+    assert len(accepted) == 2 and pool._idle == []
+    pool.close()
+    server.close()
