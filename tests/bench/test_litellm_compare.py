@@ -1,5 +1,5 @@
 """The LiteLLM comparison's own pieces; the full run needs .venv-litellm
-(`make bench-litellm`) and is marked slow."""
+(`make test-litellm` installs it) and is marked litellm."""
 
 from __future__ import annotations
 
@@ -34,10 +34,9 @@ def test_missing_litellm_env_is_a_clear_error(
     assert "install-litellm.sh" in capsys.readouterr().err
 
 
-@pytest.mark.slow
+@pytest.mark.litellm
 def test_full_comparison(tmp_path) -> None:
-    if not LITELLM.exists():
-        pytest.skip("needs .venv-litellm: bash scripts/install-litellm.sh")
+    assert LITELLM.exists(), "needs .venv-litellm: `make test-litellm` installs it (scripts/install-litellm.sh)"
     assert (
         main(
             [
