@@ -50,6 +50,10 @@ class KVFeed:
     pending: deque[KVEvent] = field(default_factory=deque)
     overflowed: bool = False
     subscriber: KVEventSubscriber | None = None  # for a runtime publishing over ZMQ
+    # The native engine names a request's blocks itself (its own block size): an index
+    # that has seen no event yet is an empty cache, which matches nothing (0, not None).
+    # A runtime over ZMQ needs the block size from its events first.
+    names_own_blocks: bool = False
 
     def sink(self, event: KVEvent) -> None:
         """Take one in-process event (any thread: deque appends are atomic)."""
@@ -69,15 +73,15 @@ class KVFeed:
 
     def match(self, req: GenerationRequest, hashed: dict[tuple, list[int] | None]) -> float | None:
         """The fraction of the request's leading blocks the runtime holds, or None when
-        the runtime's block size is not known yet or the request's blocks cannot be
-        named. `hashed` carries the names across the feeds of one decision."""
+        the runtime's block size is not known yet (a runtime over ZMQ) or the request's
+        blocks cannot be named. `hashed` carries the names across the feeds of one decision."""
         self.drain()
         block_size = self.index.block_size
-        if block_size is None:
+        if block_size is None and not self.names_own_blocks:
             return None
         key = (self.scheme, block_size)
         if key not in hashed:
-            hashed[key] = self.hasher(req, block_size)
+            hashed[key] = self.hasher(req, block_size or 0)  # 0: only where the feed names its own blocks
         hashes = hashed[key]
         if not hashes:
             return None
@@ -93,7 +97,8 @@ def build_feed(bcfg: BackendConfig, adapter: Adapter) -> KVFeed:
     cfg = bcfg.kv_events or KVEventsConfig.model_validate({})
     index = _index(cfg)
     if bcfg.adapter == "native":
-        feed = KVFeed(index, lambda req, _: adapter.kv_block_hashes(req), ("native", id(adapter)))  # type: ignore[attr-defined]
+        hasher: RequestHasher = lambda req, _: adapter.kv_block_hashes(req)  # type: ignore[attr-defined]  # noqa: E731
+        feed = KVFeed(index, hasher, ("native", id(adapter)), names_own_blocks=True)
         adapter.subscribe_kv_events(feed.sink)  # type: ignore[attr-defined]
         return feed
     if bcfg.adapter == "vllm":
