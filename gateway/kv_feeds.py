@@ -9,7 +9,8 @@ prompt blocks (adapters/kv_events.py).
 * Native: the engine's events in process (the adapter calls `sink` from the
   engine's thread; the queue is applied on the event loop, before each match
   and at each load refresh), and the engine's own tokenizer and chain hash.
-  Backends sharing one native engine share its feed.
+  Backends sharing one native engine share its feed; engines of one model path
+  and block size name blocks alike, so one decision names a prompt's blocks once.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class KVFeed:
         block_size = self.index.block_size
         if block_size is None and not self.names_own_blocks:
             return None
-        key = (self.scheme, block_size)
+        key = (self.scheme, None if self.names_own_blocks else block_size)  # a native scheme holds its size
         if key not in hashed:
             hashed[key] = self.hasher(req, block_size or 0)  # 0: only where the feed names its own blocks
         hashes = hashed[key]
@@ -98,7 +99,10 @@ def build_feed(bcfg: BackendConfig, adapter: Adapter) -> KVFeed:
     index = _index(cfg)
     if bcfg.adapter == "native":
         hasher: RequestHasher = lambda req, _: adapter.kv_block_hashes(req)  # type: ignore[attr-defined]  # noqa: E731
-        feed = KVFeed(index, hasher, ("native", id(adapter)), names_own_blocks=True)
+        # Engines of one model and block size in one process name blocks alike (one tokenizer,
+        # one chain hash): a decision over several tokenizes its prompt once, not once each.
+        native_scheme = ("native", bcfg.model_path, bcfg.options.get("block_size"))
+        feed = KVFeed(index, hasher, native_scheme, names_own_blocks=True)
         adapter.subscribe_kv_events(feed.sink)  # type: ignore[attr-defined]
         return feed
     if bcfg.adapter == "vllm":

@@ -199,6 +199,24 @@ async def test_native_engines_events_steer_a_chat_to_the_engine_holding_its_pref
     first.sampling.max_tokens = 2
     async for _ in bs.backends["n1"].adapter.generate(first):
         pass
+    # One model, one block size: the three engines name blocks alike, so a decision names them once.
+    named: list[str] = []
+    for b in bs.backends.values():
+        adapter, own = b.adapter, b.adapter.kv_block_hashes
+        adapter.kv_block_hashes = lambda req, own=own, name=b.name: named.append(name) or own(req)
     result = pool.route(chat("And soldering irons?"))
     assert result.candidates[0].name == "n1" and result.candidates[0].prefix_precise > 0.5
     assert [b.prefix_precise for b in result.candidates[1:]] == [0.0, 0.0]
+    assert len(named) == 1
+
+
+async def test_native_engines_of_other_block_sizes_do_not_share_block_names(sets, tiny_model_dir):
+    backends = [
+        {"name": f"n{bs}", "adapter": "native", "model_path": str(tiny_model_dir), "served_model": f"t{bs}"}
+        | {"options": {"block_size": bs}}
+        for bs in (16, 32)
+    ]
+    profile = {"scorers": {"prefix_precise": 1}}
+    sets.append(BackendSet(parse_config({"models": {"m": {"routing": profile, "backends": backends}}})))
+    feeds = sets[-1].feeds
+    assert feeds["n16"].scheme != feeds["n32"].scheme
