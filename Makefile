@@ -92,7 +92,7 @@ bench-litellm: install
 bench-quota: install
 	$(PY) -m bench.quota_bench $(ARGS)
 
-# Routing policies side by side over three engine-backed simulators (report in docs/bench/routing/).
+# Routing policies side by side over three engine-backed simulators and three native engines (report in docs/bench/routing/).
 bench-routing: install
 	$(PY) -m bench.routing_bench $(ARGS)
 

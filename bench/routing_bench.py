@@ -1,25 +1,27 @@
-"""`make bench-routing`: routing policies side by side on one pool of three backends.
+"""`make bench-routing`: routing policies side by side on two pools of three backends.
 
-Three vLLM simulators of one model (engine-backed by default: the native engine
-on `builtin:tiny` generates and its prefix cache shortens prefill; `--source
-synthetic` for a fast, timing-free run) behind one gateway process, which
-serves one model per policy over the same three backends. A multi-tenant
+Pool one: three vLLM simulators of one model (engine-backed by default: the
+native engine on `builtin:tiny` generates and its prefix cache shortens prefill;
+`--source synthetic` for a fast, timing-free run). Pool two: three native-engine
+backends (`builtin:tiny`, a `served_model` each, so three engines and three
+caches) inside the gateway process, whose KV-cache events feed the gateway's
+per-backend KV index: the only pool where `blended_precise` (the blended
+weights with the precise prefix scorer) has a signal. One gateway process
+serves one model per policy and pool, each over the same three backends. A multi-tenant
 workload: users share a few long system prompts, drawn Zipf-distributed, and
 hold multi-turn conversations (turn k+1 carries the real answer of turn k);
 sessions arrive open loop (Poisson) at two rates. Each run uses system prompts
 of its own, so no run finds a cache warmed by another.
 
-Per policy and rate: prefix-cache hit rate (from the simulators' own
-counters), TTFT p50/p99, TPOT p50, goodput under an SLO, and the max/min ratio
+Per pool, policy and rate: prefix-cache hit rate (the engines' own counters:
+the simulators' `/_sim/stats`, the gateway's `switchyard_engine_prefix_cache_*`
+for the native engines), TTFT p50/p99, TPOT p50, goodput under an SLO, and the max/min ratio
 of requests served per backend. Then a hot-prefix run (every session the same
 system prompt) under `blended`, whose bounded load should keep a backend within
 `load_factor` of its share; and a run where one backend is killed halfway,
 which must lose no request that had not started streaming (round robin at the
 heavy rate, so that the dead backend is tried before the health probe notices).
 
-Blended *precise* needs KV-cache events from the runtimes; the simulators
-publish none, and three in-process native engines cannot load side by side in
-one gateway yet (their metrics collide), so it is reported as not measured.
 Judged over HTTP only (bench/ layering).
 """
 
@@ -31,6 +33,7 @@ import math
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,13 @@ from processes import free_port
 
 POLICIES = ("round_robin", "least_loaded", "prefix_affinity", "blended")
 BACKENDS = ("sim0", "sim1", "sim2")
+# Over the native engines `blended` is the approximate one (what routing remembers),
+# `blended_precise` the same weights on what the engines' KV events say they hold.
+NATIVE_POLICIES = (*POLICIES, "blended_precise")
+NATIVE = ("nat0", "nat1", "nat2")
+# The blended profile's weights (policies/scorers.py BLENDED) but the prefix scorer's.
+LOAD_WEIGHTS = {"queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 10.0}
+Counters = Callable[[], dict[str, dict[str, float]]]
 
 
 @dataclass
@@ -58,6 +68,8 @@ class RoutingBenchConfig:
     duration_s: float = 15.0  # arrivals of one run
     rates: tuple[float, ...] = (1.0, 5.0)  # sessions per second: light, near saturation (engine source, 2 cores)
     policies: tuple[str, ...] = POLICIES
+    native_policies: tuple[str, ...] = NATIVE_POLICIES  # () leaves the native pool out
+    native_duration_s: float = 10.0  # shorter: three engines and the gateway share one process
     system_prompts: int = 4
     zipf_s: float = 1.2
     system_words: int = 450  # about 2,000 tokens of builtin:tiny: prefill is most of TTFT
@@ -124,7 +136,7 @@ async def run_load(
 # ---- what the backends and the gateway say ----------------------------------------------------
 
 
-def sim_counters(sims: dict[str, Server]) -> dict[str, dict[str, int]]:
+def sim_counters(sims: dict[str, Server]) -> dict[str, dict[str, float]]:
     out = {}
     for name, sim in sims.items():
         try:
@@ -135,14 +147,49 @@ def sim_counters(sims: dict[str, Server]) -> dict[str, dict[str, int]]:
     return out
 
 
-async def sample_inflight(gateway_url: str, samples: list[dict[str, float]], stop: asyncio.Event) -> None:
+# The gateway's series of the native backends: requests it sent each, and each engine's prefix cache.
+NATIVE_SERIES = (
+    ("switchyard_requests_total{", "backend", "requests"),
+    ("switchyard_engine_prefix_cache_queries_tokens_total{", "engine", "queries"),
+    ("switchyard_engine_prefix_cache_hits_tokens_total{", "engine", "hits"),
+)
+
+
+def native_counters(gateway_url: str) -> dict[str, dict[str, float]]:
+    out = {n: {"requests": 0.0, "queries": 0.0, "hits": 0.0} for n in NATIVE}
+    for line in httpx.get(gateway_url + "/metrics", timeout=10).text.splitlines():
+        for prefix, label, key in NATIVE_SERIES:
+            if line.startswith(prefix) and f'{label}="' in line:
+                name = line.split(f'{label}="', 1)[1].split('"', 1)[0]
+                if name in out:
+                    out[name][key] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+async def settled(counters: Counters, before: dict, expected: int) -> dict[str, dict[str, float]]:
+    """The counters once every request of the run is counted: the gateway counts a
+    request when its stream has ended, which can be just after the client saw the end."""
+    after = counters()
+    for _ in range(50):
+        if sum(after[n]["requests"] - before[n]["requests"] for n in after if n in before) >= expected:
+            break
+        await asyncio.sleep(0.1)
+        after = counters()
+    return after
+
+
+async def sample_inflight(
+    gateway_url: str, backends: tuple[str, ...], samples: list[dict[str, float]], stop: asyncio.Event
+) -> None:
     async with httpx.AsyncClient(timeout=10) as http:
         while not stop.is_set():
             text = (await http.get(gateway_url + "/metrics")).text
             row = {}
             for line in text.splitlines():
                 if line.startswith("switchyard_backend_inflight{"):
-                    row[line.split('backend="', 1)[1].split('"', 1)[0]] = float(line.rsplit(" ", 1)[1])
+                    name = line.split('backend="', 1)[1].split('"', 1)[0]
+                    if name in backends:
+                        row[name] = float(line.rsplit(" ", 1)[1])
             if sum(row.values()) > 0:
                 samples.append(row)
             await asyncio.sleep(0.2)
@@ -160,7 +207,7 @@ def gateway_counter(gateway_url: str, name: str, backend: str, *also: str) -> fl
 
 def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo, duration_s: float) -> dict[str, Any]:
     pairs = [m for r in records if (m := request_metrics(r)) is not None]
-    served = {n: after[n]["requests"] - before[n]["requests"] for n in after if n in before}
+    served = {n: round(after[n]["requests"] - before[n]["requests"]) for n in after if n in before}
     queries = sum(after[n]["queries"] - before[n]["queries"] for n in served)
     hits = sum(after[n]["hits"] - before[n]["hits"] for n in served)
     loads = list(served.values())
@@ -183,14 +230,41 @@ def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo,
 # ---- the runs -------------------------------------------------------------------------------------
 
 
+def native_routing(policy: str) -> str | dict[str, Any]:
+    if policy == "blended_precise":
+        return {"scorers": {"prefix_precise": 3.0, **LOAD_WEIGHTS}}
+    if policy == "blended":
+        return {"scorers": {"prefix_approx": 3.0, **LOAD_WEIGHTS}}
+    return policy
+
+
+def native_model(policy: str) -> str:
+    return f"native-{policy}"
+
+
 def gateway_config(cfg: RoutingBenchConfig, sims: dict[str, Server], port: int) -> dict[str, Any]:
     backends = [
         {"name": n, "adapter": "vllm", "url": s.base_url, "served_model": "sim-model", "max_inflight": 64}
         for n, s in sims.items()
     ]
     models: dict[str, Any] = {p: {"routing": p, "backends": backends} for p in cfg.policies}
+    # A served_model each: native backends of one model path and name would share one engine.
+    # max_model_len as the simulators' engines have it (their default).
+    natives = [
+        {
+            "name": n,
+            "adapter": "native",
+            "model_path": "builtin:tiny",
+            "served_model": f"tiny-{i}",
+            "max_inflight": 64,
+            "options": {"max_model_len": 4096},
+        }
+        for i, n in enumerate(NATIVE)
+    ]
+    for p in cfg.native_policies:
+        models[native_model(p)] = {"routing": native_routing(p), "backends": natives}
     # The blended profile's weights (policies/scorers.py BLENDED), with the bound under test.
-    weights = {"prefix": 3.0, "queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 10.0}
+    weights = {"prefix": 3.0, **LOAD_WEIGHTS}
     models["hot"] = {"routing": {"scorers": weights, "load_factor": cfg.load_factor}, "backends": backends}
     # Round robin keeps sending the dead backend its share until the health probe (5 s) sees it:
     # the failover path, not the probe, is what the kill run measures.
@@ -201,29 +275,32 @@ def gateway_config(cfg: RoutingBenchConfig, sims: dict[str, Server], port: int) 
 async def one_run(
     cfg: RoutingBenchConfig,
     gw: str,
-    sims: dict[str, Server],
+    counters: Counters,
     model: str,
     rate: float,
     tag: str,
     hot: bool = False,
     kill: Server | None = None,
+    pool: str = "simulators",
 ) -> dict[str, Any]:
-    count = max(2, round(rate * cfg.duration_s))
+    backends, duration = (NATIVE, cfg.native_duration_s) if pool == "native" else (BACKENDS, cfg.duration_s)
+    count = max(2, round(rate * duration))
     convs = sessions(cfg, tag, count, hot)
     arrivals = poisson_arrivals(count, rate, seed=cfg.seed)
-    before = sim_counters(sims)
+    before = counters()
     samples: list[dict[str, float]] = []
     stop = asyncio.Event()
-    sampler = asyncio.create_task(sample_inflight(gw, samples, stop))
+    sampler = asyncio.create_task(sample_inflight(gw, backends, samples, stop))
     load = asyncio.create_task(run_load(gw, model, convs, arrivals, cfg.max_tokens))
     if kill is not None:
-        await asyncio.sleep(cfg.duration_s / 2)
+        await asyncio.sleep(duration / 2)
         kill.child.kill()  # type: ignore[union-attr]
     records = await load
     stop.set()
     await sampler
-    result = summarize(records, before, sim_counters(sims), cfg.slo, cfg.duration_s)
-    result.update({"model": model, "rate": rate, "tag": tag})
+    after = counters() if kill is not None else await settled(counters, before, len(records))
+    result = summarize(records, before, after, cfg.slo, duration)
+    result.update({"model": model, "rate": rate, "tag": tag, "pool": pool, "duration_s": duration})
     if samples:
         # The bound, as the pick applies it: no backend past ceil(load_factor x its share of what is in flight).
         within = [max(s.values()) <= math.ceil(cfg.load_factor * sum(s.values()) / len(BACKENDS)) for s in samples]
@@ -284,20 +361,37 @@ async def bench(cfg: RoutingBenchConfig) -> dict[str, Any]:
             python_module("gateway.cli", "serve", "--config", str(config_path)),
             f"http://127.0.0.1:{port}/healthz",
             logs,
+            # One thread per engine, as each simulator has; the gateway loads its engines before it answers.
+            env=_one_thread(),
+            ready_timeout_s=180,
         )
         with gateway:
             gw = gateway.base_url
-            runs = []
+
+            def sim_pool() -> dict[str, dict[str, float]]:
+                return sim_counters(sims)
+
+            def native_pool() -> dict[str, dict[str, float]]:
+                return native_counters(gw)
+
+            runs, native_runs = [], []
             for rate in cfg.rates:
                 for policy in cfg.policies:
-                    runs.append(await one_run(cfg, gw, sims, policy, rate, f"{policy}@{rate:g}"))
-            hot = await one_run(cfg, gw, sims, "hot", max(cfg.rates), "hot", hot=True)
-            killed = await one_run(cfg, gw, sims, "kill", max(cfg.rates), "kill", kill=sims[BACKENDS[-1]])
+                    runs.append(await one_run(cfg, gw, sim_pool, policy, rate, f"{policy}@{rate:g}"))
+                    runs[-1]["policy"] = policy
+                for policy in cfg.native_policies:
+                    tag = f"native-{policy}@{rate:g}"
+                    native_runs.append(
+                        await one_run(cfg, gw, native_pool, native_model(policy), rate, tag, pool="native")
+                    )
+                    native_runs[-1]["policy"] = policy
+            hot = await one_run(cfg, gw, sim_pool, "hot", max(cfg.rates), "hot", hot=True)
+            killed = await one_run(cfg, gw, sim_pool, "kill", max(cfg.rates), "kill", kill=sims[BACKENDS[-1]])
     finally:
         for s in started:
             s.__exit__(None, None, None)
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
-    return {"config": config, "runs": runs, "hot": hot, "kill": killed}
+    return {"config": config, "runs": runs, "native_runs": native_runs, "hot": hot, "kill": killed}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,17 +400,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", choices=("engine", "synthetic"), default="engine")
     p.add_argument("--duration", type=float, default=RoutingBenchConfig.duration_s, help="seconds of arrivals per run")
     p.add_argument("--rates", default="1,5", help="sessions per second, comma-separated (light,heavy)")
-    p.add_argument("--policies", default=",".join(POLICIES))
+    p.add_argument("--policies", default=",".join(POLICIES), help=f"over the simulators, of {POLICIES}")
+    p.add_argument(
+        "--native-policies",
+        default=",".join(NATIVE_POLICIES),
+        help=f"over the native engines, of {NATIVE_POLICIES}; empty leaves the native pool out",
+    )
+    p.add_argument("--native-duration", type=float, default=RoutingBenchConfig.native_duration_s)
     p.add_argument("--turns", type=int, default=RoutingBenchConfig.turns)
     p.add_argument("--system-words", type=int, default=RoutingBenchConfig.system_words)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    policies = tuple(x for x in a.policies.split(",") if x)
+    native_policies = tuple(x for x in a.native_policies.split(",") if x)
+    if not set(policies) <= set(POLICIES) or not set(native_policies) <= set(NATIVE_POLICIES):
+        p.error(f"--policies: of {POLICIES}; --native-policies: of {NATIVE_POLICIES}")
     cfg = RoutingBenchConfig(
         out_dir=a.out,
         source=a.source,
         duration_s=a.duration,
         rates=tuple(float(r) for r in a.rates.split(",")),
-        policies=tuple(a.policies.split(",")),
+        policies=policies,
+        native_policies=native_policies,
+        native_duration_s=a.native_duration,
         turns=a.turns,
         system_words=a.system_words,
         seed=a.seed,

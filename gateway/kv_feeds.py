@@ -9,7 +9,8 @@ prompt blocks (adapters/kv_events.py).
 * Native: the engine's events in process (the adapter calls `sink` from the
   engine's thread; the queue is applied on the event loop, before each match
   and at each load refresh), and the engine's own tokenizer and chain hash.
-  Backends sharing one native engine share its feed.
+  Backends sharing one native engine share its feed; engines of one model path
+  and block size name blocks alike, so one decision names a prompt's blocks once.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ class KVFeed:
     pending: deque[KVEvent] = field(default_factory=deque)
     overflowed: bool = False
     subscriber: KVEventSubscriber | None = None  # for a runtime publishing over ZMQ
+    # The native engine names a request's blocks itself (its own block size): an index
+    # that has seen no event yet is an empty cache, which matches nothing (0, not None).
+    # A runtime over ZMQ needs the block size from its events first.
+    names_own_blocks: bool = False
 
     def sink(self, event: KVEvent) -> None:
         """Take one in-process event (any thread: deque appends are atomic)."""
@@ -69,15 +74,15 @@ class KVFeed:
 
     def match(self, req: GenerationRequest, hashed: dict[tuple, list[int] | None]) -> float | None:
         """The fraction of the request's leading blocks the runtime holds, or None when
-        the runtime's block size is not known yet or the request's blocks cannot be
-        named. `hashed` carries the names across the feeds of one decision."""
+        the runtime's block size is not known yet (a runtime over ZMQ) or the request's
+        blocks cannot be named. `hashed` carries the names across the feeds of one decision."""
         self.drain()
         block_size = self.index.block_size
-        if block_size is None:
+        if block_size is None and not self.names_own_blocks:
             return None
-        key = (self.scheme, block_size)
+        key = (self.scheme, None if self.names_own_blocks else block_size)  # a native scheme holds its size
         if key not in hashed:
-            hashed[key] = self.hasher(req, block_size)
+            hashed[key] = self.hasher(req, block_size or 0)  # 0: only where the feed names its own blocks
         hashes = hashed[key]
         if not hashes:
             return None
@@ -93,7 +98,11 @@ def build_feed(bcfg: BackendConfig, adapter: Adapter) -> KVFeed:
     cfg = bcfg.kv_events or KVEventsConfig.model_validate({})
     index = _index(cfg)
     if bcfg.adapter == "native":
-        feed = KVFeed(index, lambda req, _: adapter.kv_block_hashes(req), ("native", id(adapter)))  # type: ignore[attr-defined]
+        hasher: RequestHasher = lambda req, _: adapter.kv_block_hashes(req)  # type: ignore[attr-defined]  # noqa: E731
+        # Engines of one model and block size in one process name blocks alike (one tokenizer,
+        # one chain hash): a decision over several tokenizes its prompt once, not once each.
+        native_scheme = ("native", bcfg.model_path, bcfg.options.get("block_size"))
+        feed = KVFeed(index, hasher, native_scheme, names_own_blocks=True)
         adapter.subscribe_kv_events(feed.sink)  # type: ignore[attr-defined]
         return feed
     if bcfg.adapter == "vllm":

@@ -1,34 +1,61 @@
 """`make bench-routing` in a tiny configuration (synthetic simulators, seconds per
-run): the report has a row per policy and rate with measured numbers, the hot-prefix
-and killed-backend sections, and a PNG."""
+run; three native engines on builtin:tiny in the gateway): the report has a row per
+pool, policy and rate with measured numbers, blended precise among the native ones,
+the hot-prefix and killed-backend sections, and a PNG."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import orjson
+import pytest
 
-from bench.routing_bench import POLICIES, main
+from bench.routing_bench import NATIVE, POLICIES, main
+
+RATES = (2.0, 4.0)
+NATIVE_POLICIES = ("round_robin", "blended", "blended_precise")  # a few, to keep it to seconds
 
 
-def test_a_tiny_run_reports_every_policy_at_both_rates(tmp_path: Path) -> None:
-    out = tmp_path / "routing"
-    assert main(["--out", str(out), "--source", "synthetic", "--duration", "2", "--rates", "2,4", "--turns", "2"]) == 0
-    result = orjson.loads((out / "result.json").read_bytes())
-    rows = {(r["model"], r["rate"]): r for r in result["runs"]}
-    assert set(rows) == {(p, rate) for p in POLICIES for rate in (2.0, 4.0)}
+def check_rows(runs: list[dict], policies: tuple[str, ...], backends: tuple[str, ...] | None = None) -> dict:
+    rows = {(r["policy"], r["rate"]): r for r in runs}
+    assert set(rows) == {(p, rate) for p in policies for rate in RATES}
     for row in rows.values():
         assert row["requests"] > 0 and row["ok"] == row["requests"]
         assert 0 <= row["hit_rate"] <= 1 and row["ttft_p50_ms"] > 0 and row["goodput_rps"] > 0
         assert sum(row["served"].values()) == row["requests"]  # every request counted by exactly one backend
+        if backends is not None:
+            assert set(row["served"]) == set(backends)
+    return rows
+
+
+def test_a_tiny_run_reports_every_policy_at_both_rates(tmp_path: Path) -> None:
+    out = tmp_path / "routing"
+    argv = ["--out", str(out), "--source", "synthetic", "--duration", "2", "--rates", "2,4", "--turns", "2"]
+    argv += ["--native-duration", "2", "--native-policies", ",".join(NATIVE_POLICIES)]
+    assert main(argv) == 0
+    result = orjson.loads((out / "result.json").read_bytes())
+    rows = check_rows(result["runs"], POLICIES)
     # Prefix affinity keeps each system prompt (and each conversation's history) on one backend.
-    for rate in (2.0, 4.0):
+    for rate in RATES:
         assert rows[("prefix_affinity", rate)]["hit_rate"] >= rows[("round_robin", rate)]["hit_rate"]
+    # The native pool: its engines' own counters, read from the gateway, per engine.
+    native = check_rows(result["native_runs"], NATIVE_POLICIES, NATIVE)
+    # Every turn after the first repeats its conversation, so engines that serve requests find prefixes.
+    assert all(native[("blended_precise", rate)]["hit_rate"] > 0 for rate in RATES)
     assert result["kill"]["lost_before_streaming"] == 0
     assert result["hot"]["requests"] > 0 and result["hot"]["ok"] == result["hot"]["requests"]
     text = (out / "README.md").read_text()
     for policy in POLICIES:
-        assert text.count(f"| {policy} |") == 2
-    assert "blended precise: not measured" in text and "## One hot prefix" in text and "killed mid-run" in text
+        assert text.count(f"| {policy} |") == 2 + 2 * (policy in NATIVE_POLICIES)
+    assert text.count("| blended_precise |") == 2 and "## Three native engines in the gateway" in text
+    assert text.count("best TTFT p99 **") == 2  # the issue's goal, judged at each rate
+    assert "## One hot prefix" in text and "killed mid-run" in text
     png = (out / "policies.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+
+
+def test_a_policy_a_pool_cannot_run_is_refused(tmp_path: Path) -> None:
+    # blended_precise over the simulators would read no KV events: a row of nothing, refused.
+    with pytest.raises(SystemExit):
+        main(["--out", str(tmp_path), "--policies", "blended_precise"])
+    assert not (tmp_path / "result.json").exists()

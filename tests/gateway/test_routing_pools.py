@@ -176,3 +176,47 @@ def test_the_session_keys_come_from_the_body():
     assert (
         parse_chat({"model": "m", "messages": [{"role": "user", "content": "hi"}], "user": ""}, "r").session_keys == {}
     )
+
+
+async def test_native_engines_events_steer_a_chat_to_the_engine_holding_its_prefix(sets, tiny_model_dir):
+    # Three engines (a served_model each) in one gateway; none has cached anything yet.
+    backends = [
+        {"name": f"n{i}", "adapter": "native", "model_path": str(tiny_model_dir), "served_model": f"tiny-{i}"}
+        for i in range(3)
+    ]
+    profile = {"scorers": {"prefix_precise": 3, "inflight": 2}}
+    sets.append(BackendSet(parse_config({"models": {"m": {"routing": profile, "backends": backends}}})))
+    bs = sets[-1]
+    assert len({id(b.adapter) for b in bs.backends.values()}) == 3 and sorted(bs.feeds) == ["n0", "n1", "n2"]
+    pool = bs.pools["m"]
+    # Not loaded yet: no engine to name the blocks with, the scorer has no signal.
+    assert all(b.prefix_precise is None for b in pool.route(chat("Do you sell fuses?")).candidates)
+    for b in bs.backends.values():
+        await b.adapter.start()
+    # Loaded and empty: every engine holds none of it (0, not "unknown", which would score like a hit).
+    assert [b.prefix_precise for b in pool.route(chat("Do you sell fuses?")).candidates] == [0.0, 0.0, 0.0]
+    first = chat("Do you sell fuses?")
+    first.sampling.max_tokens = 2
+    async for _ in bs.backends["n1"].adapter.generate(first):
+        pass
+    # One model, one block size: the three engines name blocks alike, so a decision names them once.
+    named: list[str] = []
+    for b in bs.backends.values():
+        adapter, own = b.adapter, b.adapter.kv_block_hashes
+        adapter.kv_block_hashes = lambda req, own=own, name=b.name: named.append(name) or own(req)
+    result = pool.route(chat("And soldering irons?"))
+    assert result.candidates[0].name == "n1" and result.candidates[0].prefix_precise > 0.5
+    assert [b.prefix_precise for b in result.candidates[1:]] == [0.0, 0.0]
+    assert len(named) == 1
+
+
+async def test_native_engines_of_other_block_sizes_do_not_share_block_names(sets, tiny_model_dir):
+    backends = [
+        {"name": f"n{bs}", "adapter": "native", "model_path": str(tiny_model_dir), "served_model": f"t{bs}"}
+        | {"options": {"block_size": bs}}
+        for bs in (16, 32)
+    ]
+    profile = {"scorers": {"prefix_precise": 1}}
+    sets.append(BackendSet(parse_config({"models": {"m": {"routing": profile, "backends": backends}}})))
+    feeds = sets[-1].feeds
+    assert feeds["n16"].scheme != feeds["n32"].scheme
