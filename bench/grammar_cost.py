@@ -73,9 +73,8 @@ WIDE_VOCAB = 32768
 
 def wide_model(root: Path) -> Path:
     """A tiny random model whose tokenizer is a real 32k BPE (trained on stdlib sources)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    from engine.make_tiny import SPECIAL_TOKENS, TOOL_TAGS, TinySpec, make_tiny
+    from engine.make_tiny import TinySpec, make_tiny, train_tokenizer
 
     out = root / "wide"
     if (out / "config.json").is_file():
@@ -89,23 +88,7 @@ def wide_model(root: Path) -> Path:
         size += len(text)
         if size > 6_000_000:
             break
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
-    )
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=WIDE_VOCAB - len(TOOL_TAGS),
-        min_frequency=2,
-        show_progress=False,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
-    tok.train_from_iterator(texts, trainer=trainer)
-    tok.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in TOOL_TAGS])
-    fill = WIDE_VOCAB - tok.get_vocab_size()
-    if fill > 0:
-        tok.add_special_tokens([AddedToken(f"<|reserved_{i}|>", special=True, normalized=False) for i in range(fill)])
+    tok = train_tokenizer(WIDE_VOCAB, texts)
     tok.save(str(out / "tokenizer.json"))
     return out
 

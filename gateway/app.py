@@ -31,6 +31,7 @@ from adapters.base import GenerationRequest
 from adapters.errors import GatewayError, model_not_found
 from gateway.admin import AdminViews
 from gateway.answer_format import AnswerFormat
+from gateway.api_routes import gateway_version, mount_documented, openapi_route
 from gateway.backends import BackendSet
 from gateway.config import GatewayConfig
 from gateway.dispatch import Dispatcher, check_choices
@@ -46,7 +47,7 @@ from gateway.reload import ConfigReloader, ConfigSource, ConfigVersion
 from gateway.request_deadline import request_deadline
 from gateway.request_io import client_request_id, new_request_id, read_body
 from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
-from gateway.responses import error_response, json_response
+from gateway.responses import error_response, json_response, route_error_handler
 from gateway.responses_http import ResponsesRoutes
 from gateway.tokenize import detokenize_route, tokenize_route
 from gateway.tracing import Tracing, build_tracing
@@ -370,29 +371,49 @@ def create_app(
         finally:
             await gw.shutdown()
 
-    app = FastAPI(title="Switchyard", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    # FastAPI's own /openapi.json and docs pages are off: the document is served by
+    # gateway/api_routes.py (with the generating routes added), the docs pages would
+    # load their scripts from a CDN.
+    app = FastAPI(
+        title="Switchyard",
+        version=gateway_version(),
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        lifespan=lifespan,
+    )
     app.state.gateway = gw
     app.add_route("/v1/chat/completions", gw.chat, methods=["POST"])
     app.add_route("/v1/completions", gw.completions, methods=["POST"])
-    gw.responses_api.mount(app, gw.responses)
-    app.add_route("/v1/models", gw.list_models, methods=["GET"])
-    app.add_route("/v1/models/{model_id:path}", gw.get_model, methods=["GET"])
+    app.add_route("/v1/responses", gw.responses, methods=["POST"])
     # The calls that generate nothing (gateway/unary.py): one upstream call, one JSON answer.
     gate = UnaryGate(lambda: gw.config, gw.protection, gw.backends, gw.recorder, gw.dispatcher.on_failure)
-    app.add_route("/v1/embeddings", functools.partial(embeddings_route, gate), methods=["POST"])
-    app.add_route("/tokenize", functools.partial(tokenize_route, gate), methods=["POST"])
-    app.add_route("/detokenize", functools.partial(detokenize_route, gate), methods=["POST"])
-    app.add_route("/healthz", gw.ops.healthz, methods=["GET"])
+    stored = gw.responses_api
+    # Declared to FastAPI with their shapes: GET /openapi.json documents them.
+    mount_documented(
+        app,
+        {
+            "list_models": gw.list_models,
+            "get_model": gw.get_model,
+            "embeddings": functools.partial(embeddings_route, gate),
+            "tokenize": functools.partial(tokenize_route, gate),
+            "detokenize": functools.partial(detokenize_route, gate),
+            "retrieve_response": stored.retrieve,
+            "delete_response": stored.delete,
+            "response_input_items": stored.input_items,
+            "healthz": gw.ops.healthz,
+            # The process's readiness only, when the detail is served on the ops listener.
+            "readyz": gw.ops.readyz if config.ops.listen is None else gw.ops.readiness,
+        },
+    )
+    app.add_route("/openapi.json", openapi_route(app), methods=["GET"])
     if config.ops.listen is None:
-        app.add_route("/readyz", gw.ops.readyz, methods=["GET"])
         app.add_route("/metrics", gw.metrics_view, methods=["GET"])
         app.add_route("/admin/reload", gw.admin.reload, methods=["POST"])
         app.add_route("/admin/config", gw.admin.show_config, methods=["GET"])
-    else:
-        app.add_route("/readyz", gw.ops.readiness, methods=["GET"])
     app.add_exception_handler(
         StarletteHTTPException,
-        _http_error(
+        route_error_handler(
             "/v1/chat/completions, /v1/completions, /v1/responses, /v1/embeddings, /v1/models, "
             "/tokenize and /detokenize"
         ),
@@ -415,24 +436,5 @@ def ops_app(gw: Gateway) -> Starlette:
         Route("/admin/reload", gw.admin.reload, methods=["POST"]),
         Route("/admin/config", gw.admin.show_config, methods=["GET"]),
     ]
-    handler = _http_error("/healthz, /readyz, /metrics and /admin/* (the ops listener)")
+    handler = route_error_handler("/healthz, /readyz, /metrics and /admin/* (the ops listener)")
     return Starlette(routes=routes, exception_handlers={StarletteHTTPException: handler})
-
-
-def _http_error(served: str):
-    """Starlette's 404 and 405 in the gateway's error envelope, naming what this listener serves."""
-
-    async def handler(request: Request, exc: Exception) -> Response:
-        status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
-        if status == 404:
-            message = f"No route {request.method} {request.url.path}. This gateway serves {served}."
-            err = GatewayError(404, message, code="not_found")
-        elif status == 405:
-            err = GatewayError(
-                405, f"Method {request.method} is not allowed on {request.url.path}.", code="method_not_allowed"
-            )
-        else:
-            err = GatewayError(status, str(getattr(exc, "detail", "")))
-        return error_response(err)
-
-    return handler

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from adapters.base import GenerationRequest
+from adapters.base import SAMPLING_PARAMETERS, GenerationRequest
 from adapters.errors import GatewayError, invalid_request
 from gateway.request_fields import (
     boolean,
@@ -40,30 +40,14 @@ MAX_JSON_DEPTH = 64
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 # Chat fields the gateway reads; everything else goes to `extra`.
-CHAT_FIELDS = {
+CHAT_FIELDS = set(SAMPLING_PARAMETERS) | {
     "model",
     "messages",
     "tools",
     "tool_choice",
     "parallel_tool_calls",
     "response_format",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "logit_bias",
-    "seed",
-    "n",
-    "stop",
-    "stop_token_ids",
-    "max_tokens",
     "max_completion_tokens",
-    "min_tokens",
-    "ignore_eos",
-    "logprobs",
     "top_logprobs",
     "stream",
     "stream_options",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
 from starlette.responses import Response
 
 from adapters.errors import GatewayError
@@ -24,3 +26,22 @@ def error_response(err: GatewayError, request_id: str | None = None) -> Response
     if retry_after is not None:
         headers["retry-after"] = str(max(1, int(retry_after + 0.999)))
     return json_response(err.to_dict(), err.status, headers)
+
+
+def route_error_handler(served: str):
+    """Starlette's 404 and 405 in the gateway's error envelope, naming what this listener serves."""
+
+    async def handler(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, StarletteHTTPException) else 500
+        if status == 404:
+            message = f"No route {request.method} {request.url.path}. This gateway serves {served}."
+            err = GatewayError(404, message, code="not_found")
+        elif status == 405:
+            err = GatewayError(
+                405, f"Method {request.method} is not allowed on {request.url.path}.", code="method_not_allowed"
+            )
+        else:
+            err = GatewayError(status, str(getattr(exc, "detail", "")))
+        return error_response(err)
+
+    return handler

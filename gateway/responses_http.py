@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -57,13 +56,6 @@ class ResponsesRoutes:
     def __init__(self, config: GatewayConfig, protection: Protection) -> None:
         self.store = build_response_store(config.response_store, config.quota_store)
         self.protection = protection
-
-    def mount(self, app: FastAPI, create) -> None:
-        """`create`: the generating handler (`Gateway.responses`)."""
-        app.add_route("/v1/responses", create, methods=["POST"])
-        app.add_route("/v1/responses/{response_id}", self.retrieve, methods=["GET"])
-        app.add_route("/v1/responses/{response_id}", self.delete, methods=["DELETE"])
-        app.add_route("/v1/responses/{response_id}/input_items", self.input_items, methods=["GET"])
 
     async def aclose(self) -> None:
         await self.store.aclose()

@@ -178,9 +178,13 @@ def capable_order(pool: ModelPool, capability: str, what: str, req: GenerationRe
     return [by_name[v.name] for v in routed.candidates] or capable
 
 
-class UnaryCall(Generic[T]):
+class UnaryCall(Response, Generic[T]):
     """An ASGI response that makes the call it answers: the backends in order until one
-    answers (a retryable failure moves on), then `answer` -> (JSON payload, usage)."""
+    answers (a retryable failure moves on), then `answer` -> (JSON payload, usage). A
+    `Response` so that FastAPI's routes (gateway/api_routes.py) pass it through as they
+    pass any response; Response's own body and headers are not used."""
+
+    background = None  # FastAPI attaches its background tasks to a returned Response
 
     def __init__(
         self,

@@ -58,6 +58,15 @@ class _Handle:
     def stats(self) -> dict[str, Any]:
         return self._call("GET", "/_sim/stats")
 
+    async def settled(self, timeout_s: float = 10.0) -> dict[str, Any]:
+        """The stats once nothing is in flight (TimeoutError after `timeout_s`: a leak)."""
+        async with asyncio.timeout(timeout_s):
+            while True:
+                stats = await asyncio.to_thread(self.stats)
+                if stats["in_flight"] == 0:
+                    return stats
+                await asyncio.sleep(0.02)
+
     def reset(self) -> None:
         self._call("POST", "/_sim/reset")
 

@@ -44,17 +44,6 @@ def body(**kw: Any) -> dict:
     return {"model": "m", "messages": PROMPT, "max_tokens": 4, **kw}
 
 
-async def settled(sim) -> dict:
-    """The simulator's stats once nothing is in flight there (bounded: 10 s, less
-    than the 50 x 40 ms generations a leak would leave running... plus margin)."""
-    async with asyncio.timeout(10):
-        while True:
-            stats = await asyncio.to_thread(sim.stats)
-            if stats["in_flight"] == 0:
-                return stats
-            await asyncio.sleep(0.02)
-
-
 def texts(answer: dict) -> list[str]:
     choices = sorted(answer["choices"], key=lambda c: c["index"])
     assert [c["index"] for c in choices] == list(range(len(choices)))
@@ -91,11 +80,11 @@ async def test_usage_counts_the_prompt_once_and_every_choices_completion(sim):
     assert three["completion_tokens"] == 3 * 4
     assert three["total_tokens"] == one["prompt_tokens"] + 12
     assert stream_usage == three
-    await settled(sim)
+    await sim.settled()
 
 
 async def test_a_client_leaving_a_fan_out_aborts_every_sub_request(sim):
-    before = await settled(sim)
+    before = await sim.settled()
     async with serving(config(sim)) as served:
         async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
             req = body(n=3, seed=3, stream=True, max_tokens=50)
@@ -106,7 +95,7 @@ async def test_a_client_leaving_a_fan_out_aborts_every_sub_request(sim):
                 running = await asyncio.to_thread(sim.stats)
                 assert running["in_flight"] == 3
             # Out of the block: the response is closed, the client has left.
-        after = await settled(sim)
+        after = await sim.settled()
     assert after["aborted"] == before["aborted"] + 3
     assert after["completed"] == before["completed"]
 
@@ -114,10 +103,10 @@ async def test_a_client_leaving_a_fan_out_aborts_every_sub_request(sim):
 async def test_a_sub_request_refused_at_its_start_closes_the_ones_running(sim):
     """Four choices against a runtime that holds three: the fourth is refused (TGI's
     429), and the three that started are closed, not left to run for nobody."""
-    before = await settled(sim)
+    before = await sim.settled()
     async with serving(config(sim)) as served, httpx.AsyncClient(base_url=served.url, timeout=30) as client:
         r = await client.post("/v1/chat/completions", json=body(n=4, seed=5, max_tokens=50))
-        after = await settled(sim)
+        after = await sim.settled()
     assert r.status_code in (429, 503), r.text
     assert "error" in r.json()
     refused = after["statuses"].get("429", 0) - before["statuses"].get("429", 0)

@@ -15,6 +15,7 @@ import httpx
 import openai
 import pytest
 
+from conformance.checks.responses import UNIT_TOOL as UNIT
 from policies.auth import hash_key
 from simulators.testing import start_simulator
 from tests.procs import start_gateway
@@ -28,18 +29,6 @@ SIMULATORS = {
 }
 MODELS = ["native", *(f"sim-{k}" for k in SIMULATORS)]
 TENANTS = {"a": {"models": ["*"]}, "b": {"models": ["sim-*"]}, "capped": {"models": ["*"], "max_concurrent": 1}}
-UNIT = {
-    "type": "function",
-    "name": "set_unit",
-    "description": "Choose the temperature unit",
-    "parameters": {
-        "type": "object",
-        "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-        "required": ["unit"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
 VERDICT = {
     "type": "json_schema",
     "name": "verdict",

@@ -54,16 +54,6 @@ def body(stream: bool = False, max_tokens: int = SLOW_TOKENS) -> dict:  # over H
     return {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens, "stream": stream}
 
 
-async def settled(sim) -> dict:
-    """The simulator's stats once nothing is in flight there (bounded: 10 s)."""
-    async with asyncio.timeout(10):
-        while True:
-            stats = await asyncio.to_thread(sim.stats)
-            if stats["in_flight"] == 0:
-                return stats
-            await asyncio.sleep(0.02)
-
-
 def counted_504(served) -> float:
     """Requests counted as 504, whether a backend had answered yet ("-" when not)."""
     return sum(served.metric("switchyard_requests_total", model="m", backend=b, status="504") for b in ("v1", "-"))
@@ -123,13 +113,13 @@ def test_the_cap_must_be_a_positive_number_of_seconds(cap):
 
 
 async def test_a_bad_header_is_a_400_over_http_and_starts_nothing(sim):
-    before = (await settled(sim))["requests_total"]
+    before = (await sim.settled())["requests_total"]
     async with serving(config(sim)) as served, httpx.AsyncClient(base_url=served.url, timeout=30) as client:
         r = await client.post("/v1/chat/completions", json=body(), headers={"x-request-timeout": "soon"})
     assert r.status_code == 400
     error = r.json()["error"]
     assert "x-request-timeout" in error["message"] and error["type"] == "invalid_request_error"
-    assert (await settled(sim))["requests_total"] == before
+    assert (await sim.settled())["requests_total"] == before
 
 
 async def test_a_deadline_passed_in_the_queue_is_504_at_the_deadline(sim):
@@ -148,25 +138,25 @@ async def test_a_deadline_passed_in_the_queue_is_504_at_the_deadline(sim):
     assert r.json()["error"]["code"] == "deadline_exceeded" and "retry-after" not in r.headers
     assert 0.2 <= elapsed < WELL_BEFORE_S, elapsed
     assert served.metric("switchyard_admission_rejected_total", model="m", reason="deadline_exceeded") == 1
-    await settled(sim)
+    await sim.settled()
 
 
 async def test_a_whole_answer_past_its_deadline_is_504_and_aborted_upstream(sim):
-    before = await settled(sim)
+    before = await sim.settled()
     async with serving(config(sim)) as served, httpx.AsyncClient(base_url=served.url, timeout=60) as client:
         t0 = time.monotonic()
         r = await client.post("/v1/chat/completions", json=body(), headers={"x-request-timeout": "0.3"})
         elapsed = time.monotonic() - t0
     assert r.status_code == 504 and r.json()["error"]["code"] == "deadline_exceeded", r.text
     assert 0.3 <= elapsed < WELL_BEFORE_S, elapsed
-    after = await settled(sim)
+    after = await sim.settled()
     assert after["aborted"] == before["aborted"] + 1
     assert after["completed"] == before["completed"]
     assert counted_504(served) == 1
 
 
 async def test_a_stream_past_its_deadline_ends_with_an_error_event_and_is_aborted_upstream(sim):
-    before = await settled(sim)
+    before = await sim.settled()
     async with serving(config(sim)) as served, httpx.AsyncClient(base_url=served.url, timeout=60) as client:
         t0 = time.monotonic()
         r = await client.post("/v1/chat/completions", json=body(stream=True), headers={"x-request-timeout": "0.5"})
@@ -177,7 +167,7 @@ async def test_a_stream_past_its_deadline_ends_with_an_error_event_and_is_aborte
     assert orjson.loads(frames[-2])["error"]["code"] == "deadline_exceeded"
     assert any(orjson.loads(f).get("choices") for f in frames[:-2])  # content came before it
     assert 0.5 <= elapsed < WELL_BEFORE_S, elapsed
-    after = await settled(sim)
+    after = await sim.settled()
     assert after["aborted"] == before["aborted"] + 1
     assert counted_504(served) == 1
 
@@ -199,7 +189,7 @@ async def test_the_openai_clients_own_timeout_header_is_read_and_capped(sim):
         await client.close()
     assert exc.value.status_code == 504 and exc.value.body["code"] == "deadline_exceeded"
     assert elapsed < WELL_BEFORE_S, elapsed
-    await settled(sim)
+    await sim.settled()
 
 
 # ---- in process: what is released and closed at the deadline ------------------------------------
