@@ -15,9 +15,12 @@ Probe = Callable[[], bool]
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-def http_probe(url: str, timeout_s: float = 1.0) -> Probe:
+def http_probe(url: str, timeout_s: float = 5.0) -> Probe:
     """Ready when a GET of `url` answers with a status below 500: a 4xx still
-    means the server is up and serving; a 5xx (e.g. 503 while warming up) does not."""
+    means the server is up and serving; a 5xx (e.g. 503 while warming up) does not.
+    `timeout_s` is generous because a runtime's health check may itself take a
+    second or more (SGLang's /health runs a generation and polls for it once a
+    second): a shorter one never sees it ready on a loaded machine."""
 
     def probe() -> bool:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,10 +16,14 @@ from processes import Child, free_port, http_probe, redis_ping, redis_server_arg
 
 
 class StatusHandler(http.server.BaseHTTPRequestHandler):
-    """GET /<status> answers that status."""
+    """GET /<status> answers that status; GET /slow/<status> after 1.5 s."""
 
     def do_GET(self) -> None:
-        self.send_response(int(self.path.strip("/")))
+        path = self.path.strip("/")
+        if path.startswith("slow/"):
+            time.sleep(1.5)
+            path = path.removeprefix("slow/")
+        self.send_response(int(path))
         self.send_header("content-length", "0")
         self.end_headers()
 
@@ -83,3 +88,10 @@ def test_redis_ping_against_a_real_redis_server(tmp_path: Path, status_server: s
     assert redis_ping(port)() is False
     # An HTTP server accepts the connection but does not answer PONG.
     assert redis_ping(int(status_server.rsplit(":", 1)[1]))() is False
+
+
+def test_http_probe_waits_for_a_health_check_that_takes_its_time(status_server: str) -> None:
+    """SGLang's /health runs a generation and polls for it once a second: a probe that
+    gave up after a second never saw such a runtime ready on a loaded machine."""
+    assert http_probe(f"{status_server}/slow/200")() is True
+    assert http_probe(f"{status_server}/slow/200", timeout_s=0.5)() is False
