@@ -62,6 +62,7 @@ MODULES: dict[str, list[str]] = {
     "adapters/errors.py": ["tests/adapters/test_runtime_errors.py", "tests/gateway/test_encoder.py"],
     "adapters/runtime_errors.py": ["tests/adapters/test_runtime_errors.py"],
     "adapters/openai_wire.py": [
+        "tests/adapters/test_openai_wire*.py",
         "tests/adapters/test_mid_stream_errors.py",
         "tests/adapters/test_vllm_adapter.py",
         "tests/adapters/test_sglang_adapter.py",
