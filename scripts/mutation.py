@@ -162,9 +162,30 @@ def function_span(source: str, mutant: str) -> tuple[str, int, int]:
     return qual, 1, len(source.splitlines())
 
 
-def describe(work: Path, module: str, mutant: str, source: str) -> dict:
-    """file:line and the changed lines of one mutant, from `mutmut show`."""
-    diff = mutmut(work, "show", mutant).stdout
+# Run inside a module's copy: the diff of each named mutant, as JSON (one process for
+# all of them; `mutmut show` per mutant costs a process start each).
+_DIFFS = """
+import json, sys
+from mutmut.__main__ import *  # noqa: F403 (loads mutmut's configuration as its CLI does)
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+print(json.dumps({name: get_diff_for_mutant(name) for name in json.loads(sys.stdin.read())}))
+"""
+
+
+def diffs(work: Path, names: list[str]) -> dict[str, str]:
+    if not names:
+        return {}
+    env = dict(os.environ, PYTHONPATH=str(work))
+    proc = subprocess.run(
+        [sys.executable, "-c", _DIFFS], cwd=work, env=env, input=json.dumps(names), capture_output=True, text=True
+    )
+    if proc.returncode == 0:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    return {name: mutmut(work, "show", name).stdout for name in names}
+
+
+def describe(diff: str, mutant: str, source: str) -> dict:
+    """file:line and the changed lines of one mutant, from its diff."""
     removed = [ln[1:] for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
     added = [ln[1:] for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
     qual, first, last = function_span(source, mutant)
@@ -208,9 +229,9 @@ def run_module(module: str, max_children: int, budget: float) -> dict:
         else:
             key = "survived" if code in SURVIVED else "no_tests" if code in NO_TESTS else "not_run"
             counts[key] += 1
-            entry = describe(work, module, name, source)
-            entry["status"] = key.replace("_", " ")
-            survivors.append(entry)
+            survivors.append({"mutant": name, "status": key.replace("_", " ")})
+    found = diffs(work, [s["mutant"] for s in survivors])
+    survivors = [describe(found.get(s["mutant"], ""), s["mutant"], source) | s for s in survivors]
     survivors.sort(key=lambda s: (s["line"], s["mutant"]))
     total = sum(counts.values()) - counts["skipped"]
     return {
