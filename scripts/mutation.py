@@ -75,16 +75,20 @@ MODULES: dict[str, list[str]] = {
     "gateway/dispatch.py": ["tests/gateway/test_dispatch.py"],
     "gateway/generation.py": ["tests/gateway/test_generation.py"],
     "gateway/protection.py": ["tests/gateway/test_protection.py", "tests/gateway/test_quota_store_outage.py"],
-    "engine/block_pool.py": ["tests/engine/test_block_pool.py"],
-    "engine/kv_cache_manager.py": ["tests/engine/test_block_pool.py", "tests/engine/test_scheduler.py"],
-    "engine/scheduler.py": ["tests/engine/test_scheduler.py", "tests/engine/test_block_pool.py"],
+    "engine/block_pool.py": ["tests/engine/test_block_pool*.py", "tests/engine/test_kv_events.py"],
+    "engine/kv_cache_manager.py": [
+        "tests/engine/test_block_pool*.py",
+        "tests/engine/test_scheduler*.py",
+        "tests/engine/test_kv_events.py",
+    ],
+    "engine/scheduler.py": ["tests/engine/test_scheduler*.py", "tests/engine/test_block_pool*.py"],
 }
 
 # pytest arguments a module's run adds (to leave out a slow test in a listed file)
 EXTRA_ARGS: dict[str, list[str]] = {
     # the random engine workload loads a model per example: seconds per mutant
-    "engine/block_pool.py": ["-k", "not test_engine_random"],
-    "engine/kv_cache_manager.py": ["-k", "not test_engine_random"],
+    "engine/block_pool.py": ["-k", "not test_engine_random and not adapters_events"],
+    "engine/kv_cache_manager.py": ["-k", "not test_engine_random and not adapters_events"],
     "engine/scheduler.py": ["-k", "not test_engine_random"],
 }
 
