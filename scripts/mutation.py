@@ -45,7 +45,7 @@ MODULES: dict[str, list[str]] = {
     "policies/saturation.py": ["tests/policies/test_saturation*.py"],
     "policies/scorers.py": ["tests/policies/test_scorers*.py"],
     "policies/scoring.py": ["tests/policies/test_routing_scoring.py", "tests/policies/test_scoring*.py"],
-    "policies/prefix_index.py": ["tests/policies/test_prefix_index.py"],
+    "policies/prefix_index.py": ["tests/policies/test_prefix_*.py"],
     "policies/kv_index.py": ["tests/policies/test_kv_index.py"],
     "policies/quota_health.py": ["tests/policies/test_quota_health.py"],
     "policies/quota.py": ["tests/policies/test_quota*.py"],
