@@ -47,7 +47,7 @@ MODULES: dict[str, list[str]] = {
     "policies/scoring.py": ["tests/policies/test_routing_scoring.py", "tests/policies/test_scoring*.py"],
     "policies/prefix_index.py": ["tests/policies/test_prefix_*.py"],
     "policies/kv_index.py": ["tests/policies/test_kv_index*.py"],
-    "policies/quota_health.py": ["tests/policies/test_quota_health.py"],
+    "policies/quota_health.py": ["tests/policies/test_quota_health*.py"],
     "policies/quota.py": ["tests/policies/test_quota*.py"],
     "policies/quota_memory.py": ["tests/policies/test_quota.py"],
     "policies/ejection.py": ["tests/policies/test_ejection.py"],
