@@ -59,7 +59,11 @@ MODULES: dict[str, list[str]] = {
     "policies/admission.py": ["tests/policies/test_admission.py"],
     "policies/auth.py": ["tests/policies/test_auth.py"],
     "policies/api_keys.py": ["tests/gateway/test_lifecycle_parts.py"],
-    "adapters/errors.py": ["tests/adapters/test_runtime_errors.py", "tests/gateway/test_encoder.py"],
+    "adapters/errors.py": [
+        "tests/adapters/test_error_builders.py",
+        "tests/adapters/test_runtime_errors.py",
+        "tests/gateway/test_encoder.py",
+    ],
     "adapters/runtime_errors.py": ["tests/adapters/test_runtime_errors.py"],
     "adapters/openai_wire.py": [
         "tests/adapters/test_openai_wire*.py",
