@@ -346,7 +346,15 @@ def main() -> int:
         unknown = [m for m in args.modules if m not in MODULES]
         if unknown:
             ap.error(f"not in MODULES: {unknown}")
-        for module in args.modules or list(MODULES):
+        modules = args.modules or list(MODULES)
+        if len(modules) > 1:
+            # one process per module, so that the table and the tests are read afresh
+            # for each (a long run picks up a test added meanwhile)
+            for module in modules:
+                options = ["--max-children", str(args.max_children), "--budget", str(args.budget)]
+                subprocess.run([sys.executable, __file__, module, *options], check=False)
+            return 0
+        for module in modules:
             print(f"mutating {module} against {' '.join(MODULES[module])}", flush=True)
             results[module] = run_module(module, args.max_children, args.budget)
             r = results[module]
