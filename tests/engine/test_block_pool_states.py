@@ -21,9 +21,9 @@ def seq(tokens, rid="r") -> Sequence:
 def test_a_pool_of_one_block_works_and_an_empty_one_is_refused():
     pool = BlockPool(1)
     assert pool.allocate().block_id == 0
-    with pytest.raises(NoFreeBlocksError, match="no free KV blocks"):
+    with pytest.raises(NoFreeBlocksError, match="^no free KV blocks$"):
         pool.allocate()
-    with pytest.raises(ValueError, match="at least one block"):
+    with pytest.raises(ValueError, match="^the KV cache needs at least one block$"):
         BlockPool(0)
 
 
@@ -237,3 +237,17 @@ def test_a_fork_shares_only_what_the_parent_published():
     assert kv.fork(parent, child).forked
     assert child.num_published_blocks == 2 and child.block_hashes == parent.block_hashes[:3]
     assert child.num_computed_tokens == 6 and child.block_ids == parent.block_ids
+
+
+def test_a_reused_block_can_be_published_under_its_new_contents():
+    pool = BlockPool(1)
+    events: list = []
+    pool.event_sink = events.append
+    b = pool.allocate()
+    pool.cache(b, 1, (1,))
+    pool.free(b)
+    again = pool.allocate()  # evicts the cached contents
+    assert again is b and b.block_hash is None and b.token_ids is None
+    pool.cache(again, 2, (2,))
+    assert pool.cached_prefix([(2, (2,))]) == [b] and pool.num_cached_blocks == 1
+    assert [type(e).__name__ for e in events] == ["BlockStored", "BlockRemoved", "BlockStored"]
