@@ -251,3 +251,14 @@ def test_a_reused_block_can_be_published_under_its_new_contents():
     pool.cache(again, 2, (2,))
     assert pool.cached_prefix([(2, (2,))]) == [b] and pool.num_cached_blocks == 1
     assert [type(e).__name__ for e in events] == ["BlockStored", "BlockRemoved", "BlockStored"]
+
+
+def test_a_fork_with_exactly_one_free_block_copies_into_it():
+    pool = BlockPool(4)
+    kv = KVCacheManager(pool, block_size=4)
+    parent = seq(range(10))
+    assert kv.allocate_slots(parent, 10)  # three blocks, the last partly filled
+    parent.num_computed_tokens = 10
+    child = seq(range(10), "c")
+    fork = kv.fork(parent, child)
+    assert fork.forked and len(fork.copies) == 1 and pool.num_free_blocks == 0
