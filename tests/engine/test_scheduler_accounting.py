@@ -60,6 +60,11 @@ def test_removing_a_waiting_sequence_whose_order_changed_still_finds_it():
     b.priority = -5  # its sort key moved after it was queued
     sched.remove(b)
     assert sched.waiting == [a]
+    c = seq("c", 4)
+    sched.add(c)
+    c.priority = 99  # now it would sort past the end of the queue
+    sched.remove(c)
+    assert sched.waiting == [a]
 
 
 def test_a_forked_choice_joins_the_running_set_and_decodes_with_it():
@@ -137,3 +142,43 @@ def test_prefix_counters_count_every_admission_and_cached_tokens_only_the_first(
     sched.schedule()
     assert sched.prefix_query_tokens == 10 + 6 and sched.prefix_hit_tokens == 4
     assert again.num_cached_tokens == 4  # the first admission's figure is kept
+
+
+def test_a_victim_scheduled_earlier_in_the_step_gives_its_tokens_back():
+    # "low" (priority 5) decodes; "high" (priority 0) is still prefilling and needs
+    # a block the pool no longer has. "low" was already given a token this step;
+    # preempting it returns that token to the budget before "high" takes its chunk.
+    pool, _, sched = setup(num_blocks=4, block_size=2, budget=4)
+    low = seq("low", 2, priority=5)
+    sched.add(low)
+    complete(sched, sched.schedule())  # low: prefill of 2, then a decode token
+    high = seq("high", 10, priority=0, start=100)
+    sched.add(high)
+    out = sched.schedule()
+    assert plan(out) == [("low", 1), ("high", 3)]
+    complete(sched, out)
+    assert pool.num_free_blocks == 0
+    out = sched.schedule()
+    assert plan(out) == [("high", 3)] and out.num_preempted == 1
+    assert out.num_batched_tokens == 3  # low's token was handed back
+    assert sched.waiting == [low] and low.num_preemptions == 1
+
+
+def test_preemptions_are_counted_per_sequence_and_in_total():
+    _, _, sched = setup()
+    a, b = seq("a", 4), seq("b", 4, start=50)
+    sched.add(a)
+    sched.add(b)
+    sched.schedule()
+    for _ in range(2):  # the step's preemption path, taken by hand, then re-admission
+        sched._preempt(a)
+        sched.schedule()
+    sched._preempt(b)
+    assert (a.num_preemptions, b.num_preemptions, sched.num_preemptions) == (2, 1, 3)
+
+
+def test_a_single_token_of_budget_still_admits():
+    _, _, sched = setup(budget=1)
+    a = seq("a", 3)
+    sched.add(a)
+    assert plan(sched.schedule()) == [("a", 1)]
