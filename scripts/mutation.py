@@ -74,7 +74,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "adapters/tgi.py": ["tests/adapters/test_tgi_adapter.py", "tests/adapters/test_recorded_tgi.py"],
     "adapters/trtllm.py": ["tests/adapters/test_trtllm_adapter.py"],
-    "gateway/encoder.py": ["tests/gateway/test_encoder.py"],
+    "gateway/encoder.py": ["tests/gateway/test_encoder*.py"],
     "gateway/requests.py": ["tests/gateway/test_requests.py"],
     "gateway/dispatch.py": ["tests/gateway/test_dispatch.py"],
     "gateway/generation.py": ["tests/gateway/test_generation.py"],
