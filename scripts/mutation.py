@@ -200,6 +200,19 @@ def diffs(work: Path, names: list[str]) -> dict[str, str]:
     return {name: mutmut(work, "show", name).stdout for name in names}
 
 
+def _hunk_lines(diff: str) -> list[str]:
+    """The function's lines as the diff numbers them, from its first line: the
+    context and removed lines of its hunks, placed by the hunk headers."""
+    out: list[str] = []
+    for ln in diff.splitlines():
+        m = re.match(r"^@@ -(\d+)", ln)
+        if m:
+            out += [" "] * (int(m.group(1)) - 1 - len(out))
+        elif ln.startswith((" ", "-")) and not ln.startswith("---"):
+            out.append(ln)
+    return out
+
+
 def describe(diff: str, mutant: str, source: str) -> dict:
     """file:line and the changed lines of one mutant, from its diff."""
     removed = [ln[1:] for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
@@ -208,10 +221,17 @@ def describe(diff: str, mutant: str, source: str) -> dict:
     lines = source.splitlines()
     line = first
     if removed:
+        # the same text may occur twice in a function: take the occurrence nearest to
+        # where the diff's hunk places it (mutmut's function text can be a line off)
+        expected = first
+        for n, ln in enumerate(_hunk_lines(diff)):
+            if ln.startswith("-"):
+                expected = first + n
+                break
         want = removed[0].strip()
         hits = [i + 1 for i in range(first - 1, min(last, len(lines))) if lines[i].strip() == want]
         if hits:
-            line = hits[0]
+            line = min(hits, key=lambda h: abs(h - expected))
     return {
         "mutant": mutant,
         "function": qual,

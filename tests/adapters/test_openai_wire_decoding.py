@@ -344,3 +344,41 @@ async def test_server_sent_events_yield_their_data_fields():
 
 async def test_an_event_without_data_yields_nothing():
     assert await _collect(b"retry: 10\n", b"\n", b"\n") == []
+
+
+def test_a_chat_response_keeps_its_logprobs_and_numbers_whole_tool_calls_by_position():
+    payload = {
+        "choices": [
+            {
+                "message": {
+                    "content": "hi",
+                    "tool_calls": [{"index": 7, "id": "t", "function": {"name": "f", "arguments": "{}"}}],
+                },
+                "logprobs": {"content": [{"token": "hi", "logprob": -0.5}]},
+                "finish_reason": "stop",
+            }
+        ]
+    }
+    events = decode_response(payload, True, "b")
+    assert events[0] == TextDelta(0, "hi", [TokenLogprob("hi", -0.5, None, [])])
+    assert events[1] == ToolCallDelta(0, 0, "t", "f", "{}")  # a whole message's calls: by position, not `index`
+
+
+def test_streamed_tool_calls_keep_their_choice_and_their_own_index():
+    chunk = {"choices": [{"index": 1, "delta": {"tool_calls": [{"index": 3, "function": {"arguments": "{"}}]}}]}
+    assert decode_chunk(chunk, True, "b") == [ToolCallDelta(1, 3, None, None, "{")]
+
+
+def test_a_failed_finish_names_the_backend_in_the_log_only(caplog):
+    with pytest.raises(GatewayError) as caught:
+        decode_chunk({"choices": [{"delta": {}, "finish_reason": "abort"}]}, True, "gpu-9")
+    assert "gpu-9" in caplog.text and "gpu-9" not in caught.value.message
+    caplog.clear()
+    with pytest.raises(GatewayError):
+        decode_response({"choices": [{"message": {}, "finish_reason": "error"}]}, True, "gpu-8")
+    assert "gpu-8" in caplog.text
+
+
+async def test_sse_data_keeps_its_own_trailing_characters():
+    got = await _collect(b"data: MAX  \r\n", b"\n", b"data: a\n", b"data: b")
+    assert got == [b"MAX  ", b"a\nb"]  # only the line ending is cut; a last event needs no blank line
