@@ -64,7 +64,11 @@ MODULES: dict[str, list[str]] = {
         "tests/adapters/test_runtime_errors.py",
         "tests/gateway/test_encoder.py",
     ],
-    "adapters/runtime_errors.py": ["tests/adapters/test_runtime_errors.py"],
+    "adapters/runtime_errors.py": [
+        "tests/adapters/test_error_bodies.py",
+        "tests/adapters/test_runtime_errors.py",
+        "tests/adapters/test_mid_stream_errors.py",
+    ],
     "adapters/openai_wire.py": [
         "tests/adapters/test_openai_wire*.py",
         "tests/adapters/test_mid_stream_errors.py",
