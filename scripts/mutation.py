@@ -331,7 +331,15 @@ def render(results: dict) -> str:
         "| module | killed / total | score | survived | no tests | not run | run (s) | date |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for module in [m for m in MODULES if m in results] + sorted(set(results) - set(MODULES)):
+    ran = [m for m in MODULES if m in results]
+    met = [m for m in ran if results[m]["score"] >= GOAL]
+    unexplained = [s for m in ran for s in results[m]["survivors"] if reason_for(m, s, reasons) == "**unexplained**"]
+    summary = (
+        f"Modules run: {len(ran)} of {len(MODULES)}; at or above the goal: {len(met)}; "
+        f"survivors without a recorded reason: {len(unexplained)}."
+    )
+    out[5:5] = ["", summary]
+    for module in ran + sorted(set(results) - set(MODULES)):
         r = results[module]
         c = r["counts"]
         flag = "" if r["score"] >= GOAL else " (below goal)"
