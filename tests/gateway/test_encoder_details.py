@@ -148,3 +148,124 @@ def test_whole_response_logprobs_gather_text_and_logprob_pieces():
     assert out["message"]["content"] == "ab"
     assert [(t["token"], t["logprob"]) for t in out["logprobs"]["content"]] == [("a", -1.0), ("b", -9999.0)]
     assert out["logprobs"]["refusal"] is None
+
+
+HEAD = {"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 77, "model": "m"}
+
+
+def test_frames_are_written_whole_for_text_and_tool_calls():
+    e = StreamEncoder("chatcmpl-9", 77, "m")
+    first = parse(e.feed(ToolCallDelta(0, 0, "call_1", None, "{")))[0]
+    assert first == {
+        **HEAD,
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"index": 0, "id": "call_1", "type": "function", "function": {"name": "", "arguments": "{"}}
+                    ],
+                },
+                "finish_reason": None,
+            }
+        ],
+    }
+    more = parse(e.feed(ToolCallDelta(0, 0, None, None, "}")))[0]
+    assert more["choices"] == [
+        {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "}"}}]}, "finish_reason": None}
+    ]
+    text = parse(e.feed(TextDelta(0, "ok")))[0]
+    assert text == {**HEAD, "choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": None}]}
+
+
+def test_completion_text_frames_are_written_whole():
+    e = StreamEncoder("cmpl-9", 77, "m", chat=False)
+    frame = parse(e.feed(TextDelta(0, "hi")))[0]
+    assert frame == {
+        "id": "cmpl-9",
+        "object": "text_completion",
+        "created": 77,
+        "model": "m",
+        "choices": [{"index": 0, "text": "hi", "logprobs": None, "finish_reason": None}],
+    }
+
+
+def test_completion_offsets_add_up_over_several_plain_pieces():
+    e = StreamEncoder("cmpl-1", 1, "m", chat=False, logprobs=True)
+    e.feed(TextDelta(0, "ab"))
+    e.feed(TextDelta(0, "cde"))
+    frame = parse(e.feed(TextDelta(0, "f", [TokenLogprob("f", -1.0)])))[0]
+    assert choice(frame)["logprobs"]["text_offset"] == [5]
+
+
+def test_choices_in_order_are_each_written_at_once_with_their_role():
+    e = StreamEncoder("c-1", 1, "m", n=3)
+    for i in range(3):
+        fs = parse(e.feed(TextDelta(i, f"t{i}")))
+        assert [(choice(f)["index"], choice(f)["delta"]) for f in fs] == [
+            (i, {"role": "assistant", "content": f"t{i}"})
+        ]
+
+
+def test_a_flushed_choice_gets_its_role_once():
+    e = StreamEncoder("c-1", 1, "m", n=2)
+    e.feed(TextDelta(1, "b"))
+    e.feed(Finish(1, "stop"))
+    fs = parse(e.feed(TextDelta(0, "a")))
+    assert [choice(f) for f in fs[1:]] == [
+        {"index": 1, "delta": {"role": "assistant", "content": "b"}, "finish_reason": None},
+        {"index": 1, "delta": {}, "finish_reason": "stop"},
+    ]
+
+
+def test_pending_choices_come_before_the_usage_chunk():
+    e = StreamEncoder("c-1", 1, "m", n=2, include_usage=True)
+    e.feed(Finish(1, "stop"))
+    e.feed(Usage(2, 1))
+    fs = parse(e.close())
+    assert choice(fs[0])["index"] == 1 and fs[1]["usage"]["total_tokens"] == 3 and fs[2] == "[DONE]"
+
+
+def test_asking_for_usage_when_none_came_writes_only_done():
+    e = StreamEncoder("c-1", 1, "m", include_usage=True)
+    e.feed(Finish(0, "stop"))
+    fs = parse(e.close())
+    assert fs[-1] == "[DONE]" and not any("usage" in f for f in fs[:-1])
+
+
+def test_a_whole_response_is_written_whole():
+    b = ResponseBuilder("chatcmpl-9", 77, "m")
+    b.feed(ToolCallDelta(0, 1, "call_b", "second", "{}"))
+    b.feed(ToolCallDelta(0, 0, "call_a", None, "{}"))
+    b.feed(Finish(0, "tool_calls"))
+    assert b.build(Usage(1, 2)) == {
+        "id": "chatcmpl-9",
+        "object": "chat.completion",
+        "created": 77,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": None,
+                    "refusal": None,
+                    "tool_calls": [
+                        {"id": "call_b", "type": "function", "function": {"name": "second", "arguments": "{}"}},
+                        {"id": "call_a", "type": "function", "function": {"name": "", "arguments": "{}"}},
+                    ],
+                },
+                "logprobs": None,
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+    }
+
+
+def test_whole_completion_logprobs_count_offsets_from_the_start():
+    b = ResponseBuilder("cmpl-9", 77, "m", chat=False, logprobs=True)
+    b.feed(TextDelta(0, "ab", [TokenLogprob("a", -1.0), TokenLogprob("b", -2.0)]))
+    assert b.build(Usage(1, 2))["choices"][0]["logprobs"]["text_offset"] == [0, 1]
