@@ -50,7 +50,7 @@ MODULES: dict[str, list[str]] = {
     "policies/quota_health.py": ["tests/policies/test_quota_health*.py"],
     "policies/quota.py": ["tests/policies/test_quota*.py"],
     "policies/quota_memory.py": ["tests/policies/test_quota.py"],
-    "policies/ejection.py": ["tests/policies/test_ejection.py"],
+    "policies/ejection.py": ["tests/policies/test_ejection*.py"],
     "policies/routing.py": [
         "tests/policies/test_routing.py",
         "tests/policies/test_routing_pipeline.py",
