@@ -269,3 +269,23 @@ def test_whole_completion_logprobs_count_offsets_from_the_start():
     b = ResponseBuilder("cmpl-9", 77, "m", chat=False, logprobs=True)
     b.feed(TextDelta(0, "ab", [TokenLogprob("a", -1.0), TokenLogprob("b", -2.0)]))
     assert b.build(Usage(1, 2))["choices"][0]["logprobs"]["text_offset"] == [0, 1]
+
+
+def test_after_a_flush_the_next_choice_in_order_is_written_at_once():
+    e = StreamEncoder("c-1", 1, "m", n=3)
+    e.feed(TextDelta(1, "b"))
+    e.feed(Finish(1, "stop"))
+    e.feed(TextDelta(0, "a"))  # flushes choice 1's two frames
+    fs = parse(e.feed(TextDelta(2, "c")))
+    assert [(choice(f)["index"], choice(f)["delta"]) for f in fs] == [(2, {"role": "assistant", "content": "c"})]
+
+
+def test_each_pending_choice_written_at_the_end_gets_its_own_role():
+    e = StreamEncoder("c-1", 1, "m", n=3)
+    e.feed(TextDelta(2, "c"))
+    e.feed(TextDelta(1, "b"))
+    fs = [f for f in parse(e.close()) if f != "[DONE]"]
+    assert [(choice(f)["index"], choice(f)["delta"]) for f in fs] == [
+        (1, {"role": "assistant", "content": "b"}),
+        (2, {"role": "assistant", "content": "c"}),
+    ]

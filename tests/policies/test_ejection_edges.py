@@ -96,7 +96,16 @@ def test_a_time_given_by_the_caller_is_the_one_used():
     assert d.state("b0", now=t0 + 1005) is CircuitState.HALF_OPEN and d.admits("b0", now=t0 + 1005)
     assert not d.is_ejected("b0", now=t0 + 1005)  # the probe
     assert d.record_success("b0", now=t0 + 1006) is not None
+    # readmitted at t0 + 1006, so a failure 4 s later doubles the backoff
+    assert d.record_failure("b0", CONNECT, now=t0 + 1010).ejected_for_s == 10
     d.record_request(now=t0 + 1000)
     d.record_request(now=t0 + 1000)
     assert d.may_retry(now=t0 + 1000)  # one retry for two requests at half (no floor)
     assert not d.may_retry(now=t0 + 1000)
+
+
+def test_the_retry_budget_is_judged_at_the_time_given():
+    d, clock = detector(retry_ratio=0.5, min_retries=0, window_s=10)
+    d.record_request(now=clock.now + 1000)
+    d.record_request(now=clock.now + 1000)
+    assert not d.may_retry(now=clock.now + 5000)  # those requests left the window long ago
