@@ -62,9 +62,9 @@ def test_removing_a_waiting_sequence_whose_order_changed_still_finds_it():
     assert sched.waiting == [a]
     c = seq("c", 4)
     sched.add(c)
-    c.priority = 99  # now it would sort past the end of the queue
-    sched.remove(c)
-    assert sched.waiting == [a]
+    a.priority = 99  # the head now sorts past the end of the queue
+    sched.remove(a)
+    assert sched.waiting == [c]
 
 
 def test_a_forked_choice_joins_the_running_set_and_decodes_with_it():
