@@ -141,3 +141,29 @@ async def test_the_default_clock_is_the_wall_clock_in_milliseconds():
     before = int(time.time() * 1000) // 1000
     r = await MemoryQuotaStore().reserve("t", RPM1, 0, "a", 1_000)
     assert before <= r.bucket <= int(time.time() * 1000) // 1000
+
+
+async def test_a_token_refusal_still_says_another_request_fits_now():
+    s, clock = store()
+    scopes = (ScopeLimits("tenant", requests_per_window=2, tokens_per_window=10),)
+    await s.reserve("t", scopes, 5, "a", 1_000)
+    clock.ms = 1_000
+    with pytest.raises(QuotaExceeded) as refused:
+        await s.reserve("t", scopes, 10, "b", 1_000)
+    state = refused.value.states[0]
+    assert (state.requests_remaining, state.requests_reset_ms) == (1, 0)
+
+
+async def test_the_reported_concurrency_counts_the_leases_already_held():
+    s, _ = store()
+    scopes = (ScopeLimits("tenant", max_concurrent=5),)
+    await s.reserve("t", scopes, 0, "a", 10_000, units=2)
+    assert (await s.reserve("t", scopes, 0, "b", 10_000)).states[0].concurrent == 3
+
+
+async def test_a_release_keeps_the_request_counted_unless_told_to_refund_it():
+    s, _ = store()
+    r = await s.reserve("t", RPM1, 0, "a", 1_000)
+    await s.release(r, used_tokens=0)
+    with pytest.raises(QuotaExceeded):
+        await s.reserve("t", RPM1, 0, "b", 1_000)
