@@ -92,6 +92,20 @@ MODULES: dict[str, list[str]] = {
     "engine/scheduler.py": ["tests/engine/test_scheduler*.py", "tests/engine/test_block_pool*.py"],
 }
 
+# A word on a module's result where the table alone would mislead.
+NOTES: dict[str, str] = {
+    "gateway/requests.py": "Scored here by tests/gateway/test_requests.py alone. The request-validation rules of "
+    "issue 17 (content required for user messages, `echo` with `stream`, `best_of`) get their own failing cases "
+    "from the helper writing tests/gateway and tests/e2e for that issue; rerun after that lands.",
+    "gateway/dispatch.py": "Scored here by tests/gateway/test_dispatch.py alone; failover between healthy "
+    "backends and fan-out usage/seeds (issue 17) are being pinned in tests/gateway and tests/e2e by another "
+    "helper: rerun after that lands.",
+    "gateway/generation.py": "Scored here by tests/gateway/test_generation.py alone; the cancellation-phase "
+    "tests of issue 17 come from another helper: rerun after that lands.",
+    "gateway/protection.py": "Scored here by tests/gateway/test_protection.py and test_quota_store_outage.py; "
+    "the quota store's down-window short-circuit (issue 17) is being pinned by another helper.",
+}
+
 # pytest arguments a module's run adds (to leave out a slow test in a listed file)
 EXTRA_ARGS: dict[str, list[str]] = {
     # the random engine workload loads a model per example: seconds per mutant
@@ -359,6 +373,8 @@ def render(results: dict) -> str:
     for module in [m for m in MODULES if m in results]:
         r = results[module]
         out += ["", f"## {module}", "", "Tests: " + ", ".join(f"`{t}`" for t in r["tests"]) + "."]
+        if module in NOTES:
+            out += ["", NOTES[module]]
         if not r["survivors"]:
             out += ["", "No survivors."]
             continue
