@@ -79,7 +79,7 @@ MODULES: dict[str, list[str]] = {
     "adapters/tgi.py": ["tests/adapters/test_tgi_adapter.py", "tests/adapters/test_recorded_tgi.py"],
     "adapters/trtllm.py": ["tests/adapters/test_trtllm_adapter.py"],
     "gateway/encoder.py": ["tests/gateway/test_encoder*.py"],
-    "gateway/requests.py": ["tests/gateway/test_requests.py"],
+    "gateway/requests.py": ["tests/gateway/test_requests.py", "tests/fuzz/test_request_handling.py"],
     "gateway/dispatch.py": ["tests/gateway/test_dispatch.py"],
     "gateway/generation.py": ["tests/gateway/test_generation.py"],
     "gateway/protection.py": ["tests/gateway/test_protection.py", "tests/gateway/test_quota_store_outage.py"],
