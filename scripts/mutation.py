@@ -101,9 +101,12 @@ NOTES: dict[str, str] = {
     "backends and fan-out usage/seeds (issue 17) are being pinned in tests/gateway and tests/e2e by another "
     "helper: rerun after that lands.",
     "gateway/generation.py": "Scored here by tests/gateway/test_generation.py alone; the cancellation-phase "
-    "tests of issue 17 come from another helper: rerun after that lands.",
+    "tests of issue 17 come from another helper: rerun after that lands. The last run was stopped by its "
+    "budget (`--budget 240`): its 'not run' mutants were never tried, neither killed nor surviving.",
     "gateway/protection.py": "Scored here by tests/gateway/test_protection.py and test_quota_store_outage.py; "
-    "the quota store's down-window short-circuit (issue 17) is being pinned by another helper.",
+    "the quota store's down-window short-circuit (issue 17) is being pinned by another helper. The last run "
+    "was stopped by its budget (`--budget 240`; the outage tests wait on real Redis processes): its 'not run' "
+    "mutants were never tried.",
 }
 
 # pytest arguments a module's run adds (to leave out a slow test in a listed file)
