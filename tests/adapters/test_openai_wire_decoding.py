@@ -380,5 +380,5 @@ def test_a_failed_finish_names_the_backend_in_the_log_only(caplog):
 
 
 async def test_sse_data_keeps_its_own_trailing_characters():
-    got = await _collect(b"data: MAX  \r\n", b"\n", b"data: a\n", b"data: b")
-    assert got == [b"MAX  ", b"a\nb"]  # only the line ending is cut; a last event needs no blank line
+    got = await _collect(b"data: MAX  \r\n", b"\n", b"data: XX\n", b"\n", b"data: a\n", b"data: b")
+    assert got == [b"MAX  ", b"XX", b"a\nb"]  # only the line ending is cut; a last event needs no blank line
