@@ -136,6 +136,10 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     )
 }
 
+DESCRIPTION = (
+    "One OpenAI-compatible API in front of interchangeable LLM runtimes (vLLM, SGLang, "
+    "TensorRT-LLM, TGI, the native engine). Errors use OpenAI's envelope."
+)
 GENERATING_ROUTES = {
     "/v1/chat/completions": "Chat completions, streamed or not: OpenAI's request and answer shapes.",
     "/v1/completions": "Legacy completions, streamed or not: OpenAI's request and answer shapes.",
@@ -201,7 +205,7 @@ def mount_documented(app: FastAPI, routes: dict[str, Handler]) -> None:
 def openapi_document(app: FastAPI) -> dict[str, Any]:
     """FastAPI's document of the declared routes, plus the generating routes by name."""
     if app.openapi_schema is None:
-        doc = get_openapi(title=app.title, version=app.version, description=__doc__.split("\n\n")[0], routes=app.routes)
+        doc = get_openapi(title=app.title, version=app.version, description=DESCRIPTION, routes=app.routes)
         for path, summary in GENERATING_ROUTES.items():
             doc["paths"][path] = {
                 "post": {
