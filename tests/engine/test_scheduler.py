@@ -2,37 +2,20 @@
 
 from __future__ import annotations
 
-from engine.block_pool import BlockPool
-from engine.kv_cache_manager import KVCacheManager
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
 from engine.sequence import Sequence
-
-
-def _setup(num_blocks=64, block_size=4, budget=16, max_seqs=8):
-    pool = BlockPool(num_blocks)
-    kv = KVCacheManager(pool, block_size)
-    return pool, kv, Scheduler(kv, max_num_seqs=max_seqs, max_num_batched_tokens=budget)
-
-
-def _complete(sched, out, new_token=1):
-    for chunk in out.scheduled:
-        seq = chunk.seq
-        seq.num_computed_tokens += chunk.num_tokens
-        sched.kv.cache_full_blocks(seq)
-        if seq.num_computed_tokens == seq.num_tokens:
-            seq.token_ids.append(new_token)
+from tests.engine.scheduler_kit import complete, setup
 
 
 def test_budget_chunks_prefill_and_decodes_go_first():
-    _, _, sched = _setup(budget=16)
+    _, _, sched = setup(budget=16)
     a = Sequence("a", 0, list(range(10)), SamplingParams())
     b = Sequence("b", 0, list(range(100, 130)), SamplingParams())
     sched.add(a)
     sched.add(b)
     out = sched.schedule()
     assert [(c.seq.request_id, c.num_tokens) for c in out.scheduled] == [("a", 10), ("b", 6)]
-    _complete(sched, out)
+    complete(sched, out)
     out = sched.schedule()
     # a decodes first (1 token), b's prefill continues with the rest of the budget
     assert [(c.seq.request_id, c.num_tokens) for c in out.scheduled] == [("a", 1), ("b", 15)]
@@ -40,7 +23,7 @@ def test_budget_chunks_prefill_and_decodes_go_first():
 
 
 def test_max_num_seqs_caps_running():
-    _, _, sched = _setup(budget=100, max_seqs=2)
+    _, _, sched = setup(budget=100, max_seqs=2)
     for i in range(4):
         sched.add(Sequence(f"s{i}", 0, [i] * 3, SamplingParams()))
     out = sched.schedule()
@@ -48,7 +31,7 @@ def test_max_num_seqs_caps_running():
 
 
 def test_priority_orders_admission_and_picks_the_victim():
-    _, _, sched = _setup(num_blocks=6, block_size=4, budget=64)
+    _, _, sched = setup(num_blocks=6, block_size=4, budget=64)
     low = Sequence("low", 0, list(range(8)), SamplingParams(), priority=5)
     high = Sequence("high", 0, list(range(20, 28)), SamplingParams(), priority=0)
     sched.add(low)
@@ -56,24 +39,24 @@ def test_priority_orders_admission_and_picks_the_victim():
     assert sched.waiting[0] is high  # smaller number = more urgent
     out = sched.schedule()
     assert [c.seq.request_id for c in out.scheduled] == ["high", "low"]
-    _complete(sched, out)
+    complete(sched, out)
     # both need a third block; only 2 blocks are left for 2 sequences... fill them up
     for _ in range(8):
         out = sched.schedule()
-        _complete(sched, out)
+        complete(sched, out)
     assert sched.num_preemptions >= 1
     assert high in sched.running  # the low-priority one was preempted
     assert low in sched.waiting and not low.blocks and low.num_computed_tokens == 0
 
 
 def test_preempted_sequence_resumes_from_prefix_cache():
-    pool, kv, sched = _setup(num_blocks=5, block_size=4, budget=64)
+    pool, kv, sched = setup(num_blocks=5, block_size=4, budget=64)
     a = Sequence("a", 0, list(range(8)), SamplingParams())
     b = Sequence("b", 0, list(range(50, 58)), SamplingParams())
     sched.add(a)
     sched.add(b)
     for _ in range(4):
-        _complete(sched, sched.schedule())
+        complete(sched, sched.schedule())
     assert b.num_preemptions >= 1 or a.num_preemptions >= 1
     victim = a if a.num_preemptions else b
     sched.remove(a if victim is b else b)  # make room

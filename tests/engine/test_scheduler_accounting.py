@@ -5,30 +5,13 @@ victim held and stopping admission for the step, and the prefix-cache counters."
 
 from __future__ import annotations
 
-from engine.block_pool import BlockPool
-from engine.kv_cache_manager import KVCacheManager
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
 from engine.sequence import Sequence, SequenceStatus
-
-
-def setup(num_blocks=64, block_size=4, budget=16, max_seqs=8):
-    pool = BlockPool(num_blocks)
-    kv = KVCacheManager(pool, block_size)
-    return pool, kv, Scheduler(kv, max_num_seqs=max_seqs, max_num_batched_tokens=budget)
+from tests.engine.scheduler_kit import complete, setup
 
 
 def seq(rid, n, priority=0, start=0) -> Sequence:
     return Sequence(rid, 0, list(range(start, start + n)), SamplingParams(), priority=priority)
-
-
-def complete(sched, out, token=1):
-    for chunk in out.scheduled:
-        s = chunk.seq
-        s.num_computed_tokens += chunk.num_tokens
-        sched.kv.cache_full_blocks(s)
-        if s.num_computed_tokens == s.num_tokens:
-            s.token_ids.append(token)
 
 
 def plan(out) -> list[tuple[str, int]]:
