@@ -9,7 +9,7 @@ import time
 import httpx
 
 from conformance.check import CheckList
-from conformance.checks.common import status_failure
+from conformance.checks.common import required_setting, status_failure
 from conformance.context import Context
 from conformance.http import encode_json
 
@@ -54,9 +54,7 @@ async def survives(ctx: Context) -> None:
 
 @CHECKS.should("cancel.frees_running", "a dropped stream stops counting as running within 10 s (needs --metrics-url)")
 async def frees_running(ctx: Context) -> None:
-    url = ctx.target.metrics_url
-    if not url:
-        raise ctx.skip("needs --metrics-url (a Prometheus endpoint with a running-requests gauge)")
+    url = required_setting(ctx, "metrics_url", "a Prometheus endpoint with a running-requests gauge")
     if await _running(url) is None:
         raise ctx.skip(f"no running-requests gauge found at {url}")
     # Earlier checks may have left aborted work winding down: start from a settled gauge.

@@ -3,17 +3,38 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
+from typing import Any
 
 import openai
 
 from conformance.check import CheckList
-from conformance.checks.common import choice_of, greedy_chat, greedy_completion, judge_no_tool_calls, usage_failure
+from conformance.checks.common import (
+    choice_of,
+    field_failure,
+    greedy_chat,
+    greedy_completion,
+    judge_no_tool_calls,
+    usage_failure,
+)
 from conformance.context import DROP, Context
 from conformance.schema import chat_completion_issues, completion_issues
 
 CHECKS = CheckList("response")
 
 CREATED_TOLERANCE_S = 300  # clocks of test machines and servers drift; a unit error (ms) is far beyond this
+
+
+async def _sdk_strict(ctx: Context, call: Awaitable[Any], parsed_as: str) -> Any:
+    """What the official client, validating strictly, parses the answer to `call` as."""
+    try:
+        return await call
+    except openai.APIResponseValidationError as exc:
+        raise ctx.fail(
+            "the official client rejects the response", expected=f"a valid {parsed_as}", seen=str(exc)[:500]
+        ) from None
+    except openai.APIStatusError as exc:
+        raise ctx.fail(f"HTTP {exc.status_code}", expected="HTTP 200", seen=str(exc)[:500]) from None
 
 
 @CHECKS.must("chat.response.schema", "a chat completion has every required field, typed, with no forbidden nulls")
@@ -32,49 +53,43 @@ async def chat_values(ctx: Context) -> None:
     ex, body = await greedy_chat(ctx)
     choices = body.get("choices") or []
     if len(choices) != 1:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices",
             "wrong number of choices",
-            expected="1 choice (n defaults to 1)",
-            seen=f"{len(choices)}",
-            where="choices",
+            "1 choice (n defaults to 1)",
+            f"{len(choices)}",
             offending=body,
-            exchange=ex,
         )
     choice = choice_of(body)
     if choice.get("index") != 0:
-        raise ctx.fail(
-            "choice index",
-            expected="0",
-            seen=repr(choice.get("index")),
-            where="choices[0].index",
-            offending=choice,
-            exchange=ex,
+        raise field_failure(
+            ctx, ex, "choices[0].index", "choice index", "0", repr(choice.get("index")), offending=choice
         )
     if choice.get("logprobs") is not None:
-        raise ctx.fail(
-            "logprobs without asking",
-            expected="null",
-            seen=repr(choice.get("logprobs"))[:200],
-            where="choices[0].logprobs",
-            exchange=ex,
+        raise field_failure(
+            ctx, ex, "choices[0].logprobs", "logprobs without asking", "null", repr(choice.get("logprobs"))[:200]
         )
     if choice.get("finish_reason") not in ("stop", "length"):
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[0].finish_reason",
             "finish_reason of a plain answer",
-            expected="stop or length",
-            seen=repr(choice.get("finish_reason")),
-            where="choices[0].finish_reason",
-            exchange=ex,
+            "stop or length",
+            repr(choice.get("finish_reason")),
         )
     judge_no_tool_calls(ctx, ex, body, "tool calls without tools", limit=200)
     created = body.get("created")
     if isinstance(created, int) and abs(created - time.time()) > CREATED_TOLERANCE_S:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "created",
             "created is not the current unix time in seconds",
-            expected=f"within {CREATED_TOLERANCE_S}s of now",
-            seen=f"{created} (now {int(time.time())})",
-            where="created",
-            exchange=ex,
+            f"within {CREATED_TOLERANCE_S}s of now",
+            f"{created} (now {int(time.time())})",
         )
 
 
@@ -82,12 +97,8 @@ async def chat_values(ctx: Context) -> None:
 async def chat_model_echo(ctx: Context) -> None:
     ex, body = await greedy_chat(ctx)
     if body.get("model") != ctx.target.model:
-        raise ctx.fail(
-            "model differs from the request",
-            expected=repr(ctx.target.model),
-            seen=repr(body.get("model")),
-            where="model",
-            exchange=ex,
+        raise field_failure(
+            ctx, ex, "model", "model differs from the request", repr(ctx.target.model), repr(body.get("model"))
         )
 
 
@@ -95,20 +106,12 @@ async def chat_model_echo(ctx: Context) -> None:
 async def chat_id_prefix(ctx: Context) -> None:
     ex, body = await greedy_chat(ctx)
     if not str(body.get("id", "")).startswith("chatcmpl-"):
-        raise ctx.fail("id format", expected="'chatcmpl-…'", seen=repr(body.get("id")), where="id", exchange=ex)
+        raise field_failure(ctx, ex, "id", "id format", "'chatcmpl-…'", repr(body.get("id")))
 
 
 @CHECKS.must("chat.response.sdk_strict", "the official client with strict validation parses the chat completion")
 async def chat_sdk_strict(ctx: Context) -> None:
-    body = ctx.chat_body()
-    try:
-        result = await ctx.sdk.chat.completions.create(**body)
-    except openai.APIResponseValidationError as exc:
-        raise ctx.fail(
-            "the official client rejects the response", expected="a valid ChatCompletion", seen=str(exc)[:500]
-        ) from None
-    except openai.APIStatusError as exc:
-        raise ctx.fail(f"HTTP {exc.status_code}", expected="HTTP 200", seen=str(exc)[:500]) from None
+    result = await _sdk_strict(ctx, ctx.sdk.chat.completions.create(**ctx.chat_body()), "ChatCompletion")
     if result.object != "chat.completion" or not result.choices:
         raise ctx.fail("unexpected parsed object", expected="chat.completion with choices", seen=repr(result)[:300])
 
@@ -122,28 +125,14 @@ async def completion_schema(ctx: Context) -> None:
     if issues:
         raise ctx.field_issues("the completion does not match CreateCompletionResponse", issues, ex, body)
     if len(body.get("choices") or []) != 1:
-        raise ctx.fail(
-            "wrong number of choices",
-            expected="1",
-            seen=str(len(body.get("choices") or [])),
-            where="choices",
-            exchange=ex,
-        )
+        raise field_failure(ctx, ex, "choices", "wrong number of choices", "1", str(len(body.get("choices") or [])))
 
 
 @CHECKS.must(
     "completions.response.sdk_strict", "the official client with strict validation parses the legacy completion"
 )
 async def completion_sdk_strict(ctx: Context) -> None:
-    body = ctx.completion_body()
-    try:
-        result = await ctx.sdk.completions.create(**body)
-    except openai.APIResponseValidationError as exc:
-        raise ctx.fail(
-            "the official client rejects the response", expected="a valid Completion", seen=str(exc)[:500]
-        ) from None
-    except openai.APIStatusError as exc:
-        raise ctx.fail(f"HTTP {exc.status_code}", expected="HTTP 200", seen=str(exc)[:500]) from None
+    result = await _sdk_strict(ctx, ctx.sdk.completions.create(**ctx.completion_body()), "Completion")
     if result.object != "text_completion":
         raise ctx.fail("unexpected parsed object", expected="text_completion", seen=repr(result)[:300])
 

@@ -141,6 +141,13 @@ def judge_error_envelope(ctx: Context, ex: Exchange, message: str) -> None:
         raise ctx.field_issues(message, issues, ex, body_head(ex))
 
 
+def field_failure(
+    ctx: Context, ex: Exchange, where: str, message: str, expected: str, seen: str, *, offending: Any = None
+) -> CheckFailed:
+    """A failure found at `where` in the answer of `ex`: the evidence of most checks."""
+    return ctx.fail(message, expected=expected, seen=seen, where=where, offending=offending, exchange=ex)
+
+
 def chunk_failure(
     ctx: Context, ex: Exchange, chunk: Any, where: str, message: str, expected: str, seen: str
 ) -> CheckFailed:
@@ -151,19 +158,13 @@ def chunk_failure(
 def judge_same(ctx: Context, ex: Exchange, message: str, want: Any, got: Any, where: str) -> None:
     """Two answers that must agree (a repeat, a stream and its non-stream twin)."""
     if got != want:
-        raise ctx.fail(message, expected=repr(want)[:300], seen=repr(got)[:300], where=where, exchange=ex)
+        raise field_failure(ctx, ex, where, message, repr(want)[:300], repr(got)[:300])
 
 
 def judge_no_tool_calls(ctx: Context, ex: Exchange, body: dict[str, Any], message: str, limit: int = 300) -> None:
     calls = message_of(body).get("tool_calls")
     if calls:
-        raise ctx.fail(
-            message,
-            expected="no tool_calls",
-            seen=repr(calls)[:limit],
-            where="choices[0].message.tool_calls",
-            exchange=ex,
-        )
+        raise field_failure(ctx, ex, "choices[0].message.tool_calls", message, "no tool_calls", repr(calls)[:limit])
 
 
 def usage_failure(
@@ -187,6 +188,33 @@ def usage_failure(
         offending=usage if show_usage else None,
         exchange=ex,
     )
+
+
+def judge_cap(
+    ctx: Context,
+    ex: Exchange,
+    body: dict[str, Any],
+    message: str,
+    tokens: int,
+    expected: str,
+    finishes: tuple[str, ...],
+) -> None:
+    """An answer a token cap must end: exactly `tokens` completion tokens and a
+    finish_reason in `finishes`."""
+    count = usage_of(body, ex)["completion_tokens"]
+    finish = choice_of(body).get("finish_reason")
+    if count != tokens or finish not in finishes:
+        seen = f"{count} tokens, finish_reason {finish!r}"
+        raise field_failure(ctx, ex, "usage.completion_tokens", message, expected, seen)
+
+
+def required_setting(ctx: Context, name: str, why: str) -> Any:
+    """The target setting `name` a check cannot run without: a skip naming its
+    command-line flag and `why` when it is not given."""
+    value = getattr(ctx.target, name)
+    if not value:
+        raise ctx.skip(f"needs --{name.replace('_', '-')} ({why})")
+    return value
 
 
 def judge_total(ctx: Context, ex: Exchange, usage: dict[str, int]) -> None:
@@ -223,10 +251,22 @@ def judge_json_text(
         parsed = json.loads(text or "")
     except ValueError:
         want, seen = unparsed_evidence or (shape.expected, repr(text)[:300])
-        raise ctx.fail(unparsed, expected=want, seen=seen, where=where, exchange=ex) from None
+        raise field_failure(ctx, ex, where, unparsed, want, seen) from None
     if not shape.fits(parsed):
-        raise ctx.fail(shape.misfit, expected=shape.expected, seen=repr(text)[:300], where=where, exchange=ex)
+        raise field_failure(ctx, ex, where, shape.misfit, shape.expected, repr(text)[:300])
     return parsed
+
+
+def sdk_stream_failure(ctx: Context, exc: Exception, valid: str = "valid chunks") -> CheckFailed:
+    """The official client's stream helper failed: it rejected a chunk (`valid`
+    says what it wanted), or it broke on what it was sent."""
+    if isinstance(exc, openai.APIResponseValidationError):
+        return ctx.fail("the official client rejects a chunk", expected=valid, seen=str(exc)[:500])
+    return ctx.fail(
+        "the official client's stream helper broke",
+        expected="a clean stream",
+        seen=f"{type(exc).__name__}: {exc}"[:500],
+    )
 
 
 def usage_chunks(chunks: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:

@@ -19,7 +19,7 @@ import openai
 
 from conformance.capabilities import SIM_FAULTS
 from conformance.check import CheckList
-from conformance.checks.common import body_head, choice_of, judge_error_envelope, status_failure
+from conformance.checks.common import body_head, choice_of, field_failure, judge_error_envelope, status_failure
 from conformance.context import DEFAULT_PROMPT, Context
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
@@ -187,6 +187,4 @@ async def upstream_overload(ctx: Context) -> None:
         raise status_failure(ctx, ex, "overload status", "HTTP 429 or 503")
     judge_error_envelope(ctx, ex, "the overload error is not OpenAI's envelope")
     if not (ex.headers.get("retry-after") or "").strip():
-        raise ctx.fail(
-            "no Retry-After", expected="a Retry-After header", seen="<absent>", where="header retry-after", exchange=ex
-        )
+        raise field_failure(ctx, ex, "header retry-after", "no Retry-After", "a Retry-After header", "<absent>")

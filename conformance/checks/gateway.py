@@ -13,7 +13,12 @@ import httpx
 import orjson
 
 from conformance.check import CheckList
-from conformance.checks.common import body_head, judge_error_envelope
+from conformance.checks.common import (
+    body_head,
+    field_failure,
+    judge_error_envelope,
+    required_setting,
+)
 from conformance.context import Context
 from conformance.http import Exchange
 from conformance.result import CheckFailed, Evidence
@@ -43,8 +48,7 @@ def _judge_envelope(ctx: Context, ex: Exchange, what: str) -> None:
 
 @CHECKS.must("gateway.auth_missing_401", "a request without credentials is 401 with the error envelope")
 async def auth_missing(ctx: Context) -> None:
-    if not ctx.target.api_key:
-        raise ctx.skip("needs --api-key (a gateway with authentication on)")
+    required_setting(ctx, "api_key", "a gateway with authentication on")
     ex = await ctx.http.post("/chat/completions", ctx.chat_body(), api_key=None)
     ctx.expect_client_error(ex, (401,), "no Authorization header")
     _judge_envelope(ctx, ex, "401")
@@ -52,8 +56,7 @@ async def auth_missing(ctx: Context) -> None:
 
 @CHECKS.must("gateway.auth_bad_401", "a request with a wrong key is 401 with the error envelope")
 async def auth_bad(ctx: Context) -> None:
-    if not ctx.target.api_key:
-        raise ctx.skip("needs --api-key (a gateway with authentication on)")
+    required_setting(ctx, "api_key", "a gateway with authentication on")
     bad = ctx.target.bad_api_key or f"sk-conformance-invalid-{secrets.token_hex(8)}"
     ex = await ctx.http.post("/chat/completions", ctx.chat_body(), api_key=bad)
     ctx.expect_client_error(ex, (401,), "a wrong API key")
@@ -65,8 +68,7 @@ async def auth_bad(ctx: Context) -> None:
     "a key asking for a model it may not use gets the same 404 as for a model that does not exist",
 )
 async def forbidden(ctx: Context) -> None:
-    if not ctx.target.forbidden_model:
-        raise ctx.skip("needs --forbidden-model (a configured model the --api-key may not use)")
+    required_setting(ctx, "forbidden_model", "a configured model the --api-key may not use")
     forbidden_model = ctx.target.forbidden_model
     ex = await ctx.chat(model=forbidden_model)
     ctx.expect_client_error(ex, (404,), f"model {forbidden_model!r} for this key")
@@ -92,9 +94,7 @@ async def forbidden(ctx: Context) -> None:
     "gateway.rate_limit_429", "past its request limit a key gets 429 with Retry-After and x-ratelimit-* headers"
 )
 async def rate_limit(ctx: Context) -> None:
-    key = ctx.target.rate_limited_key
-    if not key:
-        raise ctx.skip("needs --rate-limited-key (a key whose tenant allows a few requests per minute)")
+    key = required_setting(ctx, "rate_limited_key", "a key whose tenant allows a few requests per minute")
     body = ctx.chat_body(max_tokens=1)
     limited = None
     for _ in range(RATE_LIMIT_ATTEMPTS):
@@ -138,9 +138,7 @@ async def rate_limit(ctx: Context) -> None:
     "gateway.overload_503", "when a model's queue is full the gateway sheds load with 503 (or 429) and Retry-After"
 )
 async def overload(ctx: Context) -> None:
-    model = ctx.target.overload_model
-    if not model:
-        raise ctx.skip("needs --overload-model (a model whose queue overflows under a burst)")
+    model = required_setting(ctx, "overload_model", "a model whose queue overflows under a burst")
     body = ctx.chat_body(model=model, max_tokens=256, ignore_eos=True)
     headers = ctx.http.headers()
 
@@ -176,10 +174,11 @@ async def overload(ctx: Context) -> None:
     ex = shed[0]
     _judge_envelope(ctx, ex, str(ex.status))
     if not _retry_after_ok(ex.headers.get("retry-after")):
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "header retry-after",
             "shed without Retry-After",
-            expected="Retry-After: <seconds>",
-            seen=repr(ex.headers.get("retry-after")),
-            where="header retry-after",
-            exchange=ex,
+            "Retry-After: <seconds>",
+            repr(ex.headers.get("retry-after")),
         )

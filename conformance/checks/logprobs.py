@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.check import CheckList
-from conformance.checks.common import by_choice, choice_of, judge_same, usage_of
+from conformance.checks.common import by_choice, choice_of, field_failure, judge_same, usage_of
 from conformance.context import Context
 from conformance.http import Exchange
 from conformance.schema import chat_completion_issues
@@ -34,34 +34,32 @@ async def chat(ctx: Context) -> None:
     lp = choice_of(body).get("logprobs")
     content = lp.get("content") if isinstance(lp, dict) else None
     if not isinstance(content, list) or not content:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[0].logprobs",
             "no logprobs",
-            expected="choices[0].logprobs.content, a non-empty array",
-            seen=repr(lp)[:300],
-            where="choices[0].logprobs",
-            exchange=ex,
+            "choices[0].logprobs.content, a non-empty array",
+            repr(lp)[:300],
         )
     usage = usage_of(body, ex)
     if choice_of(body).get("finish_reason") == "length" and len(content) != usage["completion_tokens"]:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[0].logprobs.content",
             "one entry per generated token",
-            expected=f"{usage['completion_tokens']} entries",
-            seen=f"{len(content)}",
-            where="choices[0].logprobs.content",
-            exchange=ex,
+            f"{usage['completion_tokens']} entries",
+            f"{len(content)}",
         )
     for i, entry in enumerate(content):
         tops = entry.get("top_logprobs")
         where = f"choices[0].logprobs.content[{i}].top_logprobs"
         if not isinstance(tops, list) or not 1 <= len(tops) <= TOP:
-            raise ctx.fail(
-                "top_logprobs length", expected=f"1..{TOP} entries", seen=repr(tops)[:300], where=where, exchange=ex
-            )
+            raise field_failure(ctx, ex, where, "top_logprobs length", f"1..{TOP} entries", repr(tops)[:300])
         values = [t.get("logprob") for t in tops]
         if values != sorted(values, reverse=True):
-            raise ctx.fail(
-                "top_logprobs not sorted", expected="descending logprob", seen=str(values), where=where, exchange=ex
-            )
+            raise field_failure(ctx, ex, where, "top_logprobs not sorted", "descending logprob", str(values))
 
 
 @CHECKS.should("logprobs.top_exact", "top_logprobs=k gives exactly k alternatives per token")
@@ -72,12 +70,13 @@ async def top_exact(ctx: Context) -> None:
         raise ctx.fail("no logprobs to count", expected="choices[0].logprobs.content", seen=repr(lp)[:200], exchange=ex)
     for i, entry in enumerate(lp.get("content") or []):
         if len(entry.get("top_logprobs") or []) != TOP:
-            raise ctx.fail(
+            raise field_failure(
+                ctx,
+                ex,
+                f"choices[0].logprobs.content[{i}].top_logprobs",
                 "top_logprobs count",
-                expected=f"{TOP}",
-                seen=str(len(entry.get("top_logprobs") or [])),
-                where=f"choices[0].logprobs.content[{i}].top_logprobs",
-                exchange=ex,
+                f"{TOP}",
+                str(len(entry.get("top_logprobs") or [])),
             )
 
 
@@ -98,12 +97,13 @@ async def off_by_default(ctx: Context) -> None:
     ex = await ctx.chat(stream=True)
     streams = by_choice(ctx.ok_stream(ex))
     if 0 in streams and streams[0].logprobs:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[0].logprobs",
             "logprobs without asking",
-            expected="logprobs null or absent",
-            seen=repr(streams[0].logprobs[:2])[:300],
-            where="choices[0].logprobs",
-            exchange=ex,
+            "logprobs null or absent",
+            repr(streams[0].logprobs[:2])[:300],
         )
 
 
@@ -118,21 +118,18 @@ async def completions(ctx: Context) -> None:
         raise ctx.fail("no logprobs", expected="choices[0].logprobs object", seen=repr(lp)[:300], exchange=ex)
     lengths = {k: len(lp.get(k) or []) for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
     if len(set(lengths.values())) != 1 or not lengths["tokens"]:
-        raise ctx.fail(
-            "logprobs arrays differ in length",
-            expected="equal, non-zero lengths",
-            seen=str(lengths),
-            where="choices[0].logprobs",
-            exchange=ex,
+        raise field_failure(
+            ctx, ex, "choices[0].logprobs", "logprobs arrays differ in length", "equal, non-zero lengths", str(lengths)
         )
     for i, top in enumerate(lp.get("top_logprobs") or []):
         if not isinstance(top, dict) or not 1 <= len(top) <= TOP + 1:
-            raise ctx.fail(
+            raise field_failure(
+                ctx,
+                ex,
+                f"choices[0].logprobs.top_logprobs[{i}]",
                 "top_logprobs entry",
-                expected=f"a dict of {TOP} or {TOP + 1} token: logprob",
-                seen=repr(top)[:200],
-                where=f"choices[0].logprobs.top_logprobs[{i}]",
-                exchange=ex,
+                f"a dict of {TOP} or {TOP + 1} token: logprob",
+                repr(top)[:200],
             )
 
 
@@ -146,20 +143,22 @@ async def completions_echo(ctx: Context) -> None:
     choice = choice_of(body)
     text = choice.get("text") or ""
     if not text.startswith(ctx.completion_body()["prompt"]):
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[0].text",
             "echo did not return the prompt",
-            expected="text starting with the prompt",
-            seen=repr(text)[:200],
-            where="choices[0].text",
-            exchange=ex,
+            "text starting with the prompt",
+            repr(text)[:200],
         )
     lp = choice.get("logprobs")
     values = lp.get("token_logprobs") if isinstance(lp, dict) else None
     if not isinstance(values, list) or not values or values[0] is not None:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[0].logprobs.token_logprobs",
             "the first echoed token has no logprob to give",
-            expected="token_logprobs[0] is null",
-            seen=repr(values[:3] if isinstance(values, list) else values),
-            where="choices[0].logprobs.token_logprobs",
-            exchange=ex,
+            "token_logprobs[0] is null",
+            repr(values[:3] if isinstance(values, list) else values),
         )

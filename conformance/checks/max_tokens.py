@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from conformance.check import CheckList
-from conformance.checks.common import choice_of, greedy_chat, usage_failure, usage_of
+from conformance.checks.common import (
+    choice_of,
+    field_failure,
+    greedy_chat,
+    judge_cap,
+    usage_failure,
+    usage_of,
+)
 from conformance.context import DROP, Context
 
 CHECKS = CheckList("max_tokens")
@@ -27,15 +34,8 @@ async def max_completion_tokens(ctx: Context) -> None:
     if usage["completion_tokens"] > 3:
         expected = "at most 3 completion tokens"
         raise usage_failure(ctx, ex, usage, "completion_tokens", "max_completion_tokens ignored", expected)
-    if await _baseline_ran_to(ctx, 3) and (
-        usage["completion_tokens"] != 3 or choice_of(body).get("finish_reason") != "length"
-    ):
-        raise ctx.fail(
-            "the cap did not end the answer",
-            expected="3 tokens, finish_reason length",
-            seen=f"{usage['completion_tokens']} tokens, {choice_of(body).get('finish_reason')!r}",
-            exchange=ex,
-        )
+    if await _baseline_ran_to(ctx, 3):
+        judge_cap(ctx, ex, body, "the cap did not end the answer", 3, "3 tokens, finish_reason length", ("length",))
 
 
 @CHECKS.should("max_tokens.precedence", "with both set, max_completion_tokens wins over the deprecated max_tokens")
@@ -52,16 +52,8 @@ async def precedence(ctx: Context) -> None:
 @CHECKS.must("max_tokens.one", "max_tokens=1 yields exactly one token (finish_reason length unless the model stopped)")
 async def one(ctx: Context) -> None:
     ex = await ctx.chat(max_tokens=1)
-    body = ctx.ok_json(ex)
-    usage = usage_of(body, ex)
-    finish = choice_of(body).get("finish_reason")
-    if usage["completion_tokens"] != 1 or finish not in ("length", "stop"):
-        raise ctx.fail(
-            "max_tokens=1",
-            expected="1 completion token, finish_reason length (or stop on EOS)",
-            seen=f"{usage['completion_tokens']} tokens, finish_reason {finish!r}",
-            exchange=ex,
-        )
+    expected = "1 completion token, finish_reason length (or stop on EOS)"
+    judge_cap(ctx, ex, ctx.ok_json(ex), "max_tokens=1", 1, expected, ("length", "stop"))
 
 
 @CHECKS.must("max_tokens.prompt_too_long", "a prompt longer than the context is refused with 400, never 5xx")
@@ -83,9 +75,7 @@ async def context_code(ctx: Context) -> None:
         else None
     )
     if code != "context_length_exceeded":
-        raise ctx.fail(
-            "error code", expected="'context_length_exceeded'", seen=repr(code), where="error.code", exchange=ex
-        )
+        raise field_failure(ctx, ex, "error.code", "error code", "'context_length_exceeded'", repr(code))
 
 
 @CHECKS.must("max_tokens.huge_no_5xx", "max_tokens far beyond the context is refused (400) or clamped (200), never 5xx")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conformance.check import CheckList
+from conformance.checks.common import field_failure
 from conformance.context import Context, body_excerpt
 from conformance.schema import model_issues, model_list_issues
 
@@ -24,12 +25,13 @@ async def models_lists_target(ctx: Context) -> None:
     body = ctx.ok_json(ex, "GET /models")
     ids = [m.get("id") for m in body.get("data") or [] if isinstance(m, dict)]
     if ctx.target.model not in ids:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "data[].id",
             "the model under test is not listed",
-            expected=f"an entry with id {ctx.target.model!r}",
-            seen=f"ids {ids}",
-            where="data[].id",
-            exchange=ex,
+            f"an entry with id {ctx.target.model!r}",
+            f"ids {ids}",
         )
 
 
@@ -58,13 +60,14 @@ async def models_retrieve(ctx: Context) -> None:
     if listed is not None:
         for key in ("id", "object", "owned_by"):
             if body.get(key) != listed.get(key):
-                raise ctx.fail(
+                raise field_failure(
+                    ctx,
+                    ex,
+                    key,
                     "retrieve and list disagree",
-                    expected=f"{key}={listed.get(key)!r} as in the list",
-                    seen=f"{key}={body.get(key)!r}",
-                    where=key,
+                    f"{key}={listed.get(key)!r} as in the list",
+                    f"{key}={body.get(key)!r}",
                     offending=body,
-                    exchange=ex,
                 )
 
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 import openai
 
 from conformance.check import CheckList
-from conformance.checks.common import greedy_chat, sdk_final_completion, usage_failure, usage_of
+from conformance.checks.common import (
+    field_failure,
+    greedy_chat,
+    sdk_final_completion,
+    sdk_stream_failure,
+    usage_failure,
+    usage_of,
+)
 from conformance.checks.streaming import judge_roles_and_finishes, judge_usage_chunk
 from conformance.context import Context
 
@@ -22,22 +29,19 @@ async def nonstream(ctx: Context) -> None:
     choices = body.get("choices") or []
     indices = [c.get("index") for c in choices if isinstance(c, dict)]
     if indices != list(range(N)):
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[].index",
             "choices for n=3",
-            expected=f"indices {list(range(N))} in order",
-            seen=str(indices),
-            where="choices[].index",
+            f"indices {list(range(N))} in order",
+            str(indices),
             offending=body,
-            exchange=ex,
         )
     for i, c in enumerate(choices):
         if not isinstance(c.get("message"), dict) or c.get("finish_reason") not in ("stop", "length"):
-            raise ctx.fail(
-                "incomplete choice",
-                expected="a message and finish_reason stop|length",
-                seen=repr(c)[:300],
-                where=f"choices[{i}]",
-                exchange=ex,
+            raise field_failure(
+                ctx, ex, f"choices[{i}]", "incomplete choice", "a message and finish_reason stop|length", repr(c)[:300]
             )
     ctx.memo["n.nonstream"] = body
 
@@ -83,14 +87,8 @@ async def sdk_stream(ctx: Context) -> None:
     request = ctx.chat_body(n=2, temperature=1.0, max_tokens=N_MAX_TOKENS)
     try:
         final = await sdk_final_completion(ctx, request)
-    except openai.APIResponseValidationError as exc:
-        raise ctx.fail("the official client rejects a chunk", expected="valid chunks", seen=str(exc)[:500]) from None
     except (openai.APIError, IndexError, AssertionError) as exc:
-        raise ctx.fail(
-            "the official client's stream helper broke",
-            expected="a clean stream",
-            seen=f"{type(exc).__name__}: {exc}"[:500],
-        ) from None
+        raise sdk_stream_failure(ctx, exc) from None
     got = [(c.index, c.message.role, c.finish_reason) for c in final.choices]
     if [g[0] for g in got] != [0, 1] or any(g[1] != "assistant" or g[2] not in ("stop", "length") for g in got):
         raise ctx.fail("rebuilt choices", expected="indices [0, 1], role assistant, finish stop|length", seen=str(got))

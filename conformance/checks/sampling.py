@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.check import CheckList
-from conformance.checks.common import choice_of, greedy_chat, judge_same, message_of, usage_of
+from conformance.checks.common import (
+    choice_of,
+    field_failure,
+    greedy_chat,
+    judge_cap,
+    judge_same,
+    message_of,
+    usage_of,
+)
 from conformance.context import Context
 from conformance.result import CheckFailed, Evidence
 
@@ -99,12 +107,13 @@ async def logit_bias_forces(ctx: Context) -> None:
             continue  # an end-of-text or partial-byte token: no visible repetition to judge
         piece = content[: len(content) // max_tokens]
         if piece * max_tokens != content:
-            raise ctx.fail(
+            raise field_failure(
+                ctx,
+                ex,
+                "choices[0].message.content",
                 "logit_bias had no visible effect",
-                expected=f"token {token_id}'s text repeated {max_tokens} times",
-                seen=repr(content)[:300],
-                where="choices[0].message.content",
-                exchange=ex,
+                f"token {token_id}'s text repeated {max_tokens} times",
+                repr(content)[:300],
             )
         return
     raise ctx.skip(f"no token among {BIAS_CANDIDATES} decodes to visible text over {max_tokens} tokens")
@@ -134,13 +143,5 @@ async def extra_fields(ctx: Context) -> None:
 )
 async def ignore_eos(ctx: Context) -> None:
     ex = await ctx.chat(ignore_eos=True, max_tokens=24)
-    body = ctx.ok_json(ex)
-    usage = usage_of(body, ex)
-    if usage["completion_tokens"] != 24 or choice_of(body).get("finish_reason") != "length":
-        raise ctx.fail(
-            "ignore_eos not honoured",
-            expected="24 completion tokens, finish_reason length",
-            seen=f"{usage['completion_tokens']} tokens, finish_reason {choice_of(body).get('finish_reason')!r}",
-            where="usage.completion_tokens",
-            exchange=ex,
-        )
+    expected = "24 completion tokens, finish_reason length"
+    judge_cap(ctx, ex, ctx.ok_json(ex), "ignore_eos not honoured", 24, expected, ("length",))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from conformance.check import CheckList
-from conformance.checks.common import by_choice, choice_of, message_of, usage_of
+from conformance.checks.common import by_choice, choice_of, field_failure, message_of, usage_of
 from conformance.context import Context
 from conformance.http import Exchange
 
@@ -72,20 +72,17 @@ async def _judge_stopped(ctx: Context, stop: object, prefix: str) -> None:
     content = message_of(body).get("content") or ""
     finish = choice_of(body).get("finish_reason")
     if content != prefix:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[0].message.content",
             "stopped text is not the text before the stop sequence",
-            expected=repr(prefix),
-            seen=repr(content),
-            where="choices[0].message.content",
-            exchange=ex,
+            repr(prefix),
+            repr(content),
         )
     if finish != "stop":
-        raise ctx.fail(
-            "finish_reason after a stop sequence",
-            expected="'stop'",
-            seen=repr(finish),
-            where="choices[0].finish_reason",
-            exchange=ex,
+        raise field_failure(
+            ctx, ex, "choices[0].finish_reason", "finish_reason after a stop sequence", "'stop'", repr(finish)
         )
 
 
@@ -123,13 +120,14 @@ async def stop_across(ctx: Context) -> None:
     streams = by_choice(ctx.ok_stream(ex))
     got = streams[0].content if 0 in streams else ""
     if got != text[:k]:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "delta.content (concatenated)",
             "the stream leaked part of the stop sequence (or lost text)",
-            expected=repr(text[:k]),
-            seen=repr(got),
-            where="delta.content (concatenated)",
+            repr(text[:k]),
+            repr(got),
             offending={"stop": stop},
-            exchange=ex,
         )
     finishes = [f for _, f in streams[0].finishes] if 0 in streams else []
     if finishes != ["stop"]:

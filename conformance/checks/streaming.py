@@ -11,6 +11,7 @@ from conformance.check import CheckList
 from conformance.checks.common import (
     by_choice,
     chunk_failure,
+    field_failure,
     greedy_chat,
     greedy_chat_stream,
     greedy_completion,
@@ -107,12 +108,8 @@ def judge_roles_and_finishes(ctx: Context, ex: Exchange, chunks: list[dict[str, 
     choice (on its last chunk), and choices 0..n-1 all present."""
     streams = by_choice(chunks)
     if sorted(streams) != list(range(expect_indices)):
-        raise ctx.fail(
-            "choice indices",
-            expected=f"indices 0..{expect_indices - 1}",
-            seen=f"{sorted(streams)}",
-            where="choices[].index",
-            exchange=ex,
+        raise field_failure(
+            ctx, ex, "choices[].index", "choice indices", f"indices 0..{expect_indices - 1}", f"{sorted(streams)}"
         )
     for index, cs in streams.items():
         for n, role in cs.roles:
@@ -143,12 +140,13 @@ def judge_roles_and_finishes(ctx: Context, ex: Exchange, chunks: list[dict[str, 
                 f"first in chunk {n}",
             )
         if len(cs.finishes) != 1:
-            raise ctx.fail(
+            raise field_failure(
+                ctx,
+                ex,
+                f"choice {index} finish_reason",
                 "finish_reason count",
-                expected="exactly one non-null finish_reason per choice",
-                seen=f"{len(cs.finishes)}: {cs.finishes}",
-                where=f"choice {index} finish_reason",
-                exchange=ex,
+                "exactly one non-null finish_reason per choice",
+                f"{len(cs.finishes)}: {cs.finishes}",
             )
         n, reason = cs.finishes[0]
         if reason not in ("stop", "length", "tool_calls", "content_filter", "function_call"):
@@ -197,13 +195,14 @@ async def no_empty_chunks_before_content(ctx: Context) -> None:
     if len(before) == len(chunks):
         raise ctx.skip("the greedy answer has no text to time")
     if len(before) > 1:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            f"chunks {before}",
             "several empty chunks before the first text",
-            expected="at most one (the role chunk)",
-            seen=f"{len(before)} chunks",
-            where=f"chunks {before}",
+            "at most one (the role chunk)",
+            f"{len(before)} chunks",
             offending=chunks[before[1]],
-            exchange=ex,
         )
 
 
@@ -215,22 +214,19 @@ async def matches_nonstream(ctx: Context) -> None:
     content = message_of(body).get("content") or ""
     got = streamed.content if streamed else ""
     if got != content:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex_s,
+            "delta.content (concatenated)",
             "streamed text differs from the non-stream answer",
-            expected=repr(content[:300]),
-            seen=repr(got[:300]),
-            where="delta.content (concatenated)",
-            exchange=ex_s,
+            repr(content[:300]),
+            repr(got[:300]),
         )
     finish_s = streamed.finishes[0][1] if streamed and streamed.finishes else None
     finish_n = body["choices"][0].get("finish_reason")
     if finish_s != finish_n:
-        raise ctx.fail(
-            "streamed finish_reason differs",
-            expected=repr(finish_n),
-            seen=repr(finish_s),
-            where="finish_reason",
-            exchange=ex_s,
+        raise field_failure(
+            ctx, ex_s, "finish_reason", "streamed finish_reason differs", repr(finish_n), repr(finish_s)
         )
 
 
@@ -309,12 +305,13 @@ def judge_usage_chunk(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]]) 
     other chunk has usage null or absent. Returns the usage."""
     with_usage = usage_chunks(chunks)
     if len(with_usage) != 1:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "usage",
             "usage chunk count",
-            expected="exactly one chunk with non-null usage",
-            seen=f"{len(with_usage)} (chunks {[n for n, _ in with_usage]})",
-            where="usage",
-            exchange=ex,
+            "exactly one chunk with non-null usage",
+            f"{len(with_usage)} (chunks {[n for n, _ in with_usage]})",
         )
     n, chunk = with_usage[0]
     if n != len(chunks) - 1:
@@ -379,12 +376,13 @@ async def usage_matches(ctx: Context) -> None:
     plain = body.get("usage") or {}
     for key in ("prompt_tokens", "completion_tokens"):
         if streamed.get(key) != plain.get(key):
-            raise ctx.fail(
+            raise field_failure(
+                ctx,
+                ex,
+                f"usage.{key}",
                 "stream and non-stream usage differ",
-                expected=f"{key}={plain.get(key)}",
-                seen=f"{key}={streamed.get(key)}",
-                where=f"usage.{key}",
-                exchange=ex,
+                f"{key}={plain.get(key)}",
+                f"{key}={streamed.get(key)}",
             )
 
 
@@ -424,12 +422,13 @@ async def completions_stream(ctx: Context) -> None:
     _, body = await greedy_completion(ctx)
     text = body["choices"][0].get("text") or ""
     if streams[0].content != text:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[0].text (concatenated)",
             "streamed text differs from the non-stream text",
-            expected=repr(text[:300]),
-            seen=repr(streams[0].content[:300]),
-            where="choices[0].text (concatenated)",
-            exchange=ex,
+            repr(text[:300]),
+            repr(streams[0].content[:300]),
         )
 
 

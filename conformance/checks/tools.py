@@ -14,10 +14,12 @@ from conformance.checks.common import (
     by_choice,
     choice_of,
     chunk_failure,
+    field_failure,
     judge_json_text,
     judge_no_tool_calls,
     message_of,
     sdk_final_completion,
+    sdk_stream_failure,
 )
 from conformance.context import Context, refuses_feature
 from conformance.http import Exchange
@@ -84,65 +86,57 @@ def judge_tool_calls(
     message = message_of(body)
     calls = message.get("tool_calls")
     if not isinstance(calls, list) or not calls:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[0].message.tool_calls",
             "no tool_calls",
-            expected="message.tool_calls with at least one call",
-            seen=f"tool_calls={calls!r}, content={str(message.get('content'))[:200]!r}, "
+            "message.tool_calls with at least one call",
+            f"tool_calls={calls!r}, content={str(message.get('content'))[:200]!r}, "
             f"finish_reason={choice.get('finish_reason')!r}",
-            where="choices[0].message.tool_calls",
             offending=message,
-            exchange=ex,
         )
     ids = []
     for i, call in enumerate(calls):
         where = f"choices[0].message.tool_calls[{i}]"
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(call, dict) or not isinstance(call.get("id"), str) or not call["id"]:
-            raise ctx.fail(
-                "tool call id",
-                expected="a non-empty string id",
-                seen=repr(call)[:200],
-                where=f"{where}.id",
-                exchange=ex,
-            )
+            raise field_failure(ctx, ex, f"{where}.id", "tool call id", "a non-empty string id", repr(call)[:200])
         ids.append(call["id"])
         if call.get("type") != "function":
-            raise ctx.fail(
-                "tool call type", expected="'function'", seen=repr(call.get("type")), where=f"{where}.type", exchange=ex
-            )
+            raise field_failure(ctx, ex, f"{where}.type", "tool call type", "'function'", repr(call.get("type")))
         if not isinstance(fn, dict) or fn.get("name") not in names:
-            raise ctx.fail(
-                "tool call name",
-                expected=f"one of {sorted(names)}",
-                seen=repr(fn)[:200],
-                where=f"{where}.function.name",
-                exchange=ex,
+            raise field_failure(
+                ctx, ex, f"{where}.function.name", "tool call name", f"one of {sorted(names)}", repr(fn)[:200]
             )
         if not isinstance(fn.get("arguments"), str):
-            raise ctx.fail(
+            raise field_failure(
+                ctx,
+                ex,
+                f"{where}.function.arguments",
                 "arguments must be a JSON-encoded string",
-                expected="a string",
-                seen=f"{type(fn.get('arguments')).__name__}: {fn.get('arguments')!r}"[:200],
-                where=f"{where}.function.arguments",
-                exchange=ex,
+                "a string",
+                f"{type(fn.get('arguments')).__name__}: {fn.get('arguments')!r}"[:200],
             )
     if len(set(ids)) != len(ids):
         raise ctx.fail("tool call ids repeat", expected="unique ids", seen=str(ids), exchange=ex)
     if choice.get("finish_reason") not in finish:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[0].finish_reason",
             "finish_reason with tool calls",
-            expected=" or ".join(finish),
-            seen=repr(choice.get("finish_reason")),
-            where="choices[0].finish_reason",
-            exchange=ex,
+            " or ".join(finish),
+            repr(choice.get("finish_reason")),
         )
     if message.get("content") not in (None, ""):
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "choices[0].message.content",
             "text beside the tool calls",
-            expected="content null or empty",
-            seen=repr(message.get("content"))[:200],
-            where="choices[0].message.content",
-            exchange=ex,
+            "content null or empty",
+            repr(message.get("content"))[:200],
         )
     return calls
 
@@ -195,12 +189,8 @@ async def auto(ctx: Context) -> None:
 
 def _judge_no_tool_calls_finish(ctx: Context, ex: Exchange, body: dict[str, Any], why: str) -> None:
     if choice_of(body).get("finish_reason") == "tool_calls":
-        raise ctx.fail(
-            f"finish_reason tool_calls {why}",
-            expected="stop or length",
-            seen="tool_calls",
-            where="choices[0].finish_reason",
-            exchange=ex,
+        raise field_failure(
+            ctx, ex, "choices[0].finish_reason", f"finish_reason tool_calls {why}", "stop or length", "tool_calls"
         )
 
 
@@ -267,21 +257,18 @@ async def stream_required(ctx: Context) -> None:
     chunks = ctx.ok_stream(ex, capability="tools")
     calls = judge_tool_stream(ctx, ex, chunks)
     if not calls:
-        raise ctx.fail(
-            "no streamed tool calls",
-            expected="at least one tool-call delta",
-            seen="none",
-            where="delta.tool_calls",
-            exchange=ex,
+        raise field_failure(
+            ctx, ex, "delta.tool_calls", "no streamed tool calls", "at least one tool-call delta", "none"
         )
     finishes = by_choice(chunks)[0].finishes
     if [f for _, f in finishes] != ["tool_calls"]:
-        raise ctx.fail(
+        raise field_failure(
+            ctx,
+            ex,
+            "finish_reason",
             "finish_reason of a streamed required tool call",
-            expected="exactly one 'tool_calls'",
-            seen=str(finishes),
-            where="finish_reason",
-            exchange=ex,
+            "exactly one 'tool_calls'",
+            str(finishes),
         )
 
 
@@ -308,18 +295,12 @@ async def sdk_final(ctx: Context) -> None:
     request = tool_body(ctx, tool_choice=NAMED)
     try:
         final = await sdk_final_completion(ctx, request)
-    except openai.APIResponseValidationError as exc:
-        raise ctx.fail("the official client rejects a chunk", expected="valid chunks", seen=str(exc)[:500]) from None
     except openai.APIStatusError as exc:
         if refuses_feature(exc.status_code, str(exc), getattr(exc, "code", None)):
             raise ctx.skip(f"the server refuses tools: {exc}"[:300]) from None
         raise ctx.fail(f"HTTP {exc.status_code}", expected="HTTP 200", seen=str(exc)[:500]) from None
-    except (openai.APIError, AssertionError, IndexError) as exc:
-        raise ctx.fail(
-            "the official client's stream helper broke",
-            expected="a clean stream",
-            seen=f"{type(exc).__name__}: {exc}"[:500],
-        ) from None
+    except (openai.APIError, AssertionError, IndexError) as exc:  # a chunk rejected, or the helper broke
+        raise sdk_stream_failure(ctx, exc) from None
     calls = final.choices[0].message.tool_calls if final.choices else None
     if not calls:
         raise ctx.fail("no tool calls in the final completion", expected="one get_weather call", seen=repr(final)[:300])

@@ -3,17 +3,32 @@ carries the offending value and the request, and passes what conforms."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import httpx
+import openai
 import pytest
 
-from conformance.checks.common import JsonShape, chunk_failure, judge_json_text, judge_total, usage_failure
+from conformance.checks.common import (
+    JsonShape,
+    chunk_failure,
+    field_failure,
+    judge_cap,
+    judge_json_text,
+    judge_total,
+    required_setting,
+    sdk_stream_failure,
+    usage_failure,
+)
 from conformance.checks.tools import judge_tool_stream
 from conformance.context import Context
 from conformance.http import Exchange
-from conformance.result import CheckFailed
+from conformance.result import CheckFailed, Skipped
 from conformance.target import Target
 
 CTX = Context(Target("http://127.0.0.1:9", "m"))  # nothing is sent
 EX = Exchange("POST", "/chat/completions", {"model": "m"})
+REQUEST = httpx.Request("POST", "http://127.0.0.1:9/chat/completions")
 
 
 AN_OBJECT = JsonShape("a JSON object", lambda v: isinstance(v, dict), "content is JSON but not an object")
@@ -63,6 +78,48 @@ def test_usage_and_chunk_failures_point_at_their_place() -> None:
     chunk = {"choices": []}
     e = chunk_failure(CTX, EX, chunk, "chunk 4", "msg", "exp", "seen").evidence[0]
     assert (e.where, e.offending, e.expected, e.seen) == ("chunk 4", chunk, "exp", "seen")
+    body = {"choices": []}
+    e = field_failure(CTX, EX, "choices", "msg", "exp", "seen", offending=body).evidence[0]
+    assert (e.where, e.offending, e.expected, e.seen, e.request) == (
+        "choices",
+        body,
+        "exp",
+        "seen",
+        EX.request_summary(),
+    )
+
+
+def capped(tokens: int, finish: str) -> dict:
+    usage = {"prompt_tokens": 1, "completion_tokens": tokens, "total_tokens": tokens + 1}
+    return {"choices": [{"index": 0, "finish_reason": finish}], "usage": usage}
+
+
+def test_cap_wants_the_count_and_a_listed_finish() -> None:
+    judge_cap(CTX, EX, capped(3, "length"), "cap", 3, "3 tokens", ("length",))
+    judge_cap(CTX, EX, capped(1, "stop"), "cap", 1, "1 token", ("length", "stop"))
+    for body in (capped(2, "length"), capped(3, "stop")):
+        with pytest.raises(CheckFailed) as err:
+            judge_cap(CTX, EX, body, "cap", 3, "3 tokens", ("length",))
+        e = err.value.evidence[0]
+        finish = body["choices"][0]["finish_reason"]
+        want = f"{body['usage']['completion_tokens']} tokens, finish_reason {finish!r}"
+        assert (err.value.message, e.where, e.expected, e.seen) == ("cap", "usage.completion_tokens", "3 tokens", want)
+
+
+def test_a_missing_setting_skips_naming_its_flag() -> None:
+    with_key = Context(dataclasses.replace(CTX.target, api_key="k"))
+    assert required_setting(with_key, "api_key", "auth on") == "k"
+    with pytest.raises(Skipped, match=r"^needs --rate-limited-key \(a limited key\)$"):
+        required_setting(CTX, "rate_limited_key", "a limited key")
+
+
+def test_a_stream_helper_failure_says_whether_a_chunk_was_rejected() -> None:
+    rejected = openai.APIResponseValidationError(httpx.Response(200, request=REQUEST), None, message="bad chunk")
+    failure = sdk_stream_failure(CTX, rejected, "valid X")
+    assert (failure.message, failure.evidence[0].expected) == ("the official client rejects a chunk", "valid X")
+    failure = sdk_stream_failure(CTX, IndexError("list index out of range"))
+    assert failure.message == "the official client's stream helper broke"
+    assert failure.evidence[0].seen == "IndexError: list index out of range"
 
 
 def tool_chunk(delta: dict) -> dict:
