@@ -10,18 +10,7 @@ from engine.kv_cache_manager import BlockCopy, ForkResult, KVCacheManager
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence, SequenceStatus
-
-
-def _seq(tokens, rid="r"):
-    return Sequence(rid, 0, tokens, SamplingParams())
-
-
-def _computed(kv: KVCacheManager, length: int) -> Sequence:
-    """A sequence of `length` prompt tokens with slots for all of them, all computed."""
-    seq = _seq(list(range(length)))
-    assert kv.allocate_slots(seq, length)
-    seq.num_computed_tokens = length
-    return seq
+from tests.engine.kv_kit import computed, left_in_cache, seq
 
 
 def test_allocate_free_lru_order():
@@ -76,21 +65,19 @@ def test_integrity_check_catches_a_leak():
 def test_prefix_hit_never_covers_whole_prompt():
     pool = BlockPool(8)
     kv = KVCacheManager(pool, block_size=4)
-    a = _computed(kv, 8)
-    kv.cache_full_blocks(a)
-    kv.free(a)
-    b = _seq(list(range(8)), "b")
+    left_in_cache(kv, range(8))
+    b = seq(range(8), "b")
     hit = kv.lookup_prefix(b)
     assert len(hit.blocks) == 1 and hit.num_tokens == 4  # 8 tokens = 2 full blocks, but the last must be computed
-    c = _seq(list(range(9)), "c")
+    c = seq(range(9), "c")
     assert len(kv.lookup_prefix(c).blocks) == 2
 
 
 def test_fork_shares_full_blocks_and_copies_partial():
     pool = BlockPool(8)
     kv = KVCacheManager(pool, block_size=4)
-    parent = _computed(kv, 10)
-    child = _seq(list(range(10)), "p")
+    parent = computed(kv, range(10))
+    child = seq(range(10), "p")
     fork = kv.fork(parent, child)
     assert child.block_ids[:2] == parent.block_ids[:2]
     assert fork == ForkResult(forked=True, copies=(BlockCopy(parent.block_ids[2], child.block_ids[2]),))
@@ -104,8 +91,8 @@ def test_fork_shares_full_blocks_and_copies_partial():
 def test_fork_of_full_blocks_copies_nothing():
     pool = BlockPool(4)
     kv = KVCacheManager(pool, block_size=4)
-    parent = _computed(kv, 8)
-    child = _seq(list(range(8)), "p")
+    parent = computed(kv, range(8))
+    child = seq(range(8), "p")
     assert kv.fork(parent, child) == ForkResult(forked=True)
     assert child.block_ids == parent.block_ids and child.num_computed_tokens == 8
     pool.check_integrity()
@@ -114,8 +101,8 @@ def test_fork_of_full_blocks_copies_nothing():
 def test_fork_without_a_block_for_the_copy_changes_nothing():
     pool = BlockPool(3)
     kv = KVCacheManager(pool, block_size=4)
-    parent = _computed(kv, 10)  # three blocks, the last one partly filled
-    child = _seq(list(range(10)), "p")
+    parent = computed(kv, range(10))  # three blocks, the last one partly filled
+    child = seq(range(10), "p")
     assert kv.fork(parent, child) == ForkResult(forked=False)
     assert child.blocks == [] and child.num_computed_tokens == 0
     assert [b.ref_count for b in parent.blocks] == [1, 1, 1]

@@ -10,12 +10,7 @@ import pytest
 
 from engine.block_pool import AllBlocksCleared, BlockPool, BlockStored, NoFreeBlocksError
 from engine.kv_cache_manager import KVCacheManager, PrefixCacheHit
-from engine.sampling_params import SamplingParams
-from engine.sequence import Sequence
-
-
-def seq(tokens, rid="r") -> Sequence:
-    return Sequence(rid, 0, list(tokens), SamplingParams())
+from tests.engine.kv_kit import computed, left_in_cache, seq
 
 
 def test_a_pool_of_one_block_works_and_an_empty_one_is_refused():
@@ -137,11 +132,7 @@ def test_block_hashes_chain_each_full_block_to_the_previous_one():
 def test_lookup_finds_nothing_with_caching_off_or_once_computing_began():
     pool = BlockPool(8)
     kv = KVCacheManager(pool, block_size=2)
-    a = seq(range(6))
-    assert kv.allocate_slots(a, 6)
-    a.num_computed_tokens = 6
-    kv.cache_full_blocks(a)
-    kv.free(a)
+    left_in_cache(kv, range(6))
     b = seq(range(6), "b")
     assert kv.lookup_prefix(b).num_tokens == 4
     b.num_computed_tokens = 1
@@ -153,9 +144,7 @@ def test_lookup_finds_nothing_with_caching_off_or_once_computing_began():
 def test_with_caching_off_full_blocks_are_never_published():
     pool = BlockPool(4)
     kv = KVCacheManager(pool, block_size=2, enable_prefix_caching=False)
-    a = seq(range(4))
-    assert kv.allocate_slots(a, 4)
-    a.num_computed_tokens = 4
+    a = computed(kv, range(4))
     kv.cache_full_blocks(a)
     assert pool.num_cached_blocks == 0 and a.num_published_blocks == 0
 
@@ -181,11 +170,7 @@ def test_blocks_are_published_as_they_fill_each_naming_its_parent():
 def test_a_hit_on_cached_free_blocks_counts_them_as_taken():
     pool = BlockPool(3)
     kv = KVCacheManager(pool, block_size=2)
-    a = seq(range(5))
-    assert kv.allocate_slots(a, 5)  # three blocks
-    a.num_computed_tokens = 5
-    kv.cache_full_blocks(a)
-    kv.free(a)
+    left_in_cache(kv, range(5))  # three blocks
     b = seq(list(range(4)) + [7, 8], "b")
     hit = kv.lookup_prefix(b)
     assert hit.num_tokens == 4
@@ -216,11 +201,7 @@ def test_usage_is_the_share_of_blocks_not_allocatable():
 def test_freeing_a_sequence_resets_its_block_bookkeeping():
     pool = BlockPool(4)
     kv = KVCacheManager(pool, block_size=2)
-    a = seq(range(4))
-    assert kv.allocate_slots(a, 4)
-    a.num_computed_tokens = 4
-    kv.cache_full_blocks(a)
-    kv.free(a)
+    a = left_in_cache(kv, range(4))
     assert (a.blocks, a.block_ids, a.num_published_blocks, a.num_computed_tokens) == ([], [], 0, 0)
     assert pool.num_free_blocks == 4 and pool.num_cached_blocks == 2
 
@@ -256,9 +237,7 @@ def test_a_reused_block_can_be_published_under_its_new_contents():
 def test_a_fork_with_exactly_one_free_block_copies_into_it():
     pool = BlockPool(4)
     kv = KVCacheManager(pool, block_size=4)
-    parent = seq(range(10))
-    assert kv.allocate_slots(parent, 10)  # three blocks, the last partly filled
-    parent.num_computed_tokens = 10
+    parent = computed(kv, range(10))  # three blocks, the last partly filled
     child = seq(range(10), "c")
     fork = kv.fork(parent, child)
     assert fork.forked and len(fork.copies) == 1 and pool.num_free_blocks == 0

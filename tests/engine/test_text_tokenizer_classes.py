@@ -127,109 +127,44 @@ def checkpoint(path: Path, tok: Tokenizer, model_type: str | None, tokenizer_con
 QWEN_CONFIG = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
 LLAMA_CONFIG = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 
+
+def byte_level(case_id: str, model_type: str | None, pipeline: str, **config: object) -> tuple:
+    """A case on a byte-level BPE file (Qwen2's special tokens, plus `config`)."""
+    return (case_id, byte_level_bpe, model_type, {**QWEN_CONFIG, **config}, pipeline)
+
+
+def sentencepiece(case_id: str, model_type: str, pipeline: str, **config: object) -> tuple:
+    """A case on a SentencePiece-style file (Llama 2's special tokens, plus `config`)."""
+    return (case_id, sentencepiece_bpe, model_type, {**LLAMA_CONFIG, **config}, pipeline)
+
+
 # (id, tokenizer builder, model_type, tokenizer_config.json, the pipeline transformers runs)
 CASES = [
-    ("qwen2-Qwen2Tokenizer", byte_level_bpe, "qwen2", {**QWEN_CONFIG, "tokenizer_class": "Qwen2Tokenizer"}, "qwen2"),
-    (
-        "qwen2-Qwen2TokenizerFast",
-        byte_level_bpe,
-        "qwen2",
-        {**QWEN_CONFIG, "tokenizer_class": "Qwen2TokenizerFast"},
-        "qwen2",
-    ),
-    (
-        "qwen2-PreTrainedTokenizerFast",
-        byte_level_bpe,
-        "qwen2",
-        {**QWEN_CONFIG, "tokenizer_class": "PreTrainedTokenizerFast"},
-        "qwen2",
-    ),
-    ("qwen2-no-class", byte_level_bpe, "qwen2", QWEN_CONFIG, "qwen2"),
-    (
-        "qwen2-prefix-space",
-        byte_level_bpe,
-        "qwen2",
-        {**QWEN_CONFIG, "tokenizer_class": "Qwen2Tokenizer", "add_prefix_space": True},
-        "qwen2",
-    ),
-    (
-        "qwen2-add-eos",
-        byte_level_bpe,
-        "qwen2",
-        {**QWEN_CONFIG, "tokenizer_class": "Qwen2Tokenizer", "add_eos_token": True},
-        "qwen2",
-    ),
-    ("llama-Qwen2Tokenizer", byte_level_bpe, "llama", {**QWEN_CONFIG, "tokenizer_class": "Qwen2Tokenizer"}, "qwen2"),
-    ("no-config-Qwen2Tokenizer", byte_level_bpe, None, {**QWEN_CONFIG, "tokenizer_class": "Qwen2Tokenizer"}, "qwen2"),
+    byte_level("qwen2-Qwen2Tokenizer", "qwen2", "qwen2", tokenizer_class="Qwen2Tokenizer"),
+    byte_level("qwen2-Qwen2TokenizerFast", "qwen2", "qwen2", tokenizer_class="Qwen2TokenizerFast"),
+    byte_level("qwen2-PreTrainedTokenizerFast", "qwen2", "qwen2", tokenizer_class="PreTrainedTokenizerFast"),
+    byte_level("qwen2-no-class", "qwen2", "qwen2"),
+    byte_level("qwen2-prefix-space", "qwen2", "qwen2", tokenizer_class="Qwen2Tokenizer", add_prefix_space=True),
+    byte_level("qwen2-add-eos", "qwen2", "qwen2", tokenizer_class="Qwen2Tokenizer", add_eos_token=True),
+    byte_level("llama-Qwen2Tokenizer", "llama", "qwen2", tokenizer_class="Qwen2Tokenizer"),
+    byte_level("no-config-Qwen2Tokenizer", None, "qwen2", tokenizer_class="Qwen2Tokenizer"),
     # Llama 3: byte-level, declared as PreTrainedTokenizerFast or (wrongly) LlamaTokenizer.
-    (
-        "llama3-PreTrainedTokenizerFast",
-        byte_level_bpe,
-        "llama",
-        {**QWEN_CONFIG, "tokenizer_class": "PreTrainedTokenizerFast"},
-        "file",
-    ),
-    (
-        "llama3-LlamaTokenizer",
-        byte_level_bpe,
-        "llama",
-        {**QWEN_CONFIG, "tokenizer_class": "LlamaTokenizerFast"},
-        "file",
-    ),
-    (
-        "llama3-bos",
-        byte_level_bpe,
-        "llama",
-        {**QWEN_CONFIG, "bos_token": "<|endoftext|>", "add_bos_token": True},
-        "file",
-    ),
+    byte_level("llama3-PreTrainedTokenizerFast", "llama", "file", tokenizer_class="PreTrainedTokenizerFast"),
+    byte_level("llama3-LlamaTokenizer", "llama", "file", tokenizer_class="LlamaTokenizerFast"),
+    byte_level("llama3-bos", "llama", "file", bos_token="<|endoftext|>", add_bos_token=True),
     # Llama 2: SentencePiece-style file, declared LlamaTokenizer: the class rebuilds it.
-    ("llama2", sentencepiece_bpe, "llama", {**LLAMA_CONFIG, "tokenizer_class": "LlamaTokenizer"}, "llama"),
-    ("llama2-fast", sentencepiece_bpe, "llama", {**LLAMA_CONFIG, "tokenizer_class": "LlamaTokenizerFast"}, "llama"),
-    (
-        "llama2-legacy",
-        sentencepiece_bpe,
-        "llama",
-        {**LLAMA_CONFIG, "tokenizer_class": "LlamaTokenizer", "legacy": True},
-        "llama",
+    sentencepiece("llama2", "llama", "llama", tokenizer_class="LlamaTokenizer"),
+    sentencepiece("llama2-fast", "llama", "llama", tokenizer_class="LlamaTokenizerFast"),
+    sentencepiece("llama2-legacy", "llama", "llama", tokenizer_class="LlamaTokenizer", legacy=True),
+    sentencepiece("llama2-no-prefix-space", "llama", "llama", tokenizer_class="LlamaTokenizer", add_prefix_space=False),
+    sentencepiece(
+        "llama2-bos-eos", "llama", "llama", tokenizer_class="LlamaTokenizer", add_bos_token=True, add_eos_token=True
     ),
-    (
-        "llama2-no-prefix-space",
-        sentencepiece_bpe,
-        "llama",
-        {**LLAMA_CONFIG, "tokenizer_class": "LlamaTokenizer", "add_prefix_space": False},
-        "llama",
-    ),
-    (
-        "llama2-bos-eos",
-        sentencepiece_bpe,
-        "llama",
-        {**LLAMA_CONFIG, "tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": True},
-        "llama",
-    ),
-    (
-        "llama2-PreTrainedTokenizerFast",
-        sentencepiece_bpe,
-        "llama",
-        {**LLAMA_CONFIG, "tokenizer_class": "PreTrainedTokenizerFast"},
-        "file",
-    ),
+    sentencepiece("llama2-PreTrainedTokenizerFast", "llama", "file", tokenizer_class="PreTrainedTokenizerFast"),
     # Mistral (v0.1-v0.3 layout): whatever the declared class, the file is used as it is.
-    (
-        "mistral-LlamaTokenizer",
-        sentencepiece_bpe,
-        "mistral",
-        {**LLAMA_CONFIG, "tokenizer_class": "LlamaTokenizer", "legacy": False},
-        "file",
-    ),
-    ("mistral-no-class", sentencepiece_bpe, "mistral", LLAMA_CONFIG, "file"),
-    (
-        "mistral-bos-eos",
-        sentencepiece_bpe,
-        "mistral",
-        {**LLAMA_CONFIG, "add_bos_token": True, "add_eos_token": True},
-        "file",
-    ),
+    sentencepiece("mistral-LlamaTokenizer", "mistral", "file", tokenizer_class="LlamaTokenizer", legacy=False),
+    sentencepiece("mistral-no-class", "mistral", "file"),
+    sentencepiece("mistral-bos-eos", "mistral", "file", add_bos_token=True, add_eos_token=True),
 ]
 
 

@@ -1,0 +1,30 @@
+"""Sequences for the block pool and KV cache manager tests (shared by them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from engine.kv_cache_manager import KVCacheManager
+from engine.sampling_params import SamplingParams
+from engine.sequence import Sequence
+
+
+def seq(tokens: Iterable[int], rid: str = "r") -> Sequence:
+    return Sequence(rid, 0, list(tokens), SamplingParams())
+
+
+def computed(kv: KVCacheManager, tokens: Iterable[int], rid: str = "r") -> Sequence:
+    """A sequence of `tokens` with slots for all of them, all computed (none published yet)."""
+    s = seq(tokens, rid)
+    assert kv.allocate_slots(s, s.num_tokens)
+    s.num_computed_tokens = s.num_tokens
+    return s
+
+
+def left_in_cache(kv: KVCacheManager, tokens: Iterable[int], rid: str = "r") -> Sequence:
+    """A sequence computed, its full blocks published, then freed: those blocks stay
+    cached on the free list for a later prompt to hit."""
+    s = computed(kv, tokens, rid)
+    kv.cache_full_blocks(s)
+    kv.free(s)
+    return s
