@@ -25,11 +25,21 @@ def b(obj) -> bytes:
     return orjson.dumps(obj)
 
 
+def nested(message: str, type_: str, code: int | None, **param: str | None) -> bytes:
+    """The nested envelope {"error": {...}} (OpenAI's, vLLM's); `param` only when given."""
+    return b({"error": {"message": message, "type": type_, **param, "code": code}})
+
+
+def flat(message: str, type_: str = "BadRequestError", code: int = 400) -> bytes:
+    """The flat error object SGLang and TRT-LLM send."""
+    return b({"object": "error", "message": message, "type": type_, "param": None, "code": code})
+
+
 @pytest.mark.parametrize(
     "body, message, code",
     [
-        (b({"error": {"message": "m1", "type": "BadRequestError", "param": None, "code": 400}}), "m1", 400),
-        (b({"object": "error", "message": "m2", "type": "BadRequestError", "param": None, "code": 400}), "m2", 400),
+        (nested("m1", "BadRequestError", 400, param=None), "m1", 400),
+        (flat("m2"), "m2", 400),
         (b({"error": "m3"}), "m3", None),
         (b({"error": "m4", "error_type": "validation"}), "m4", None),
         (b({"error": {"message": "m5", "http_status_code": 422}}), "m5", 422),
@@ -52,79 +62,41 @@ def test_every_body_shape_is_read(body, message, code):
 
 
 def test_vllm_context_length_is_context_length_exceeded():
-    body = b(
-        {
-            "error": {
-                "message": "This model's maximum context length is 1024 tokens. However, your prompt "
-                "contains 2000 input tokens, which exceeds this limit even without any output "
-                "tokens.",
-                "type": "BadRequestError",
-                "param": "input_tokens",
-                "code": 400,
-            }
-        }
+    message = (
+        "This model's maximum context length is 1024 tokens. However, your prompt "
+        "contains 2000 input tokens, which exceeds this limit even without any output tokens."
     )
-    err = VLLM._error(400, body)
+    err = VLLM._error(400, nested(message, "BadRequestError", 400, param="input_tokens"))
     assert (err.status, err.code, err.param) == (400, "context_length_exceeded", "messages")
     assert "1024" in err.message
 
 
 def test_vllm_input_length_message_is_context_length_exceeded():
-    err = VLLM._error(
-        400,
-        b(
-            {
-                "error": {
-                    "message": "Input length (3000) exceeds model's maximum context length (1024).",
-                    "type": "BadRequestError",
-                    "code": 400,
-                }
-            }
-        ),
-    )
+    message = "Input length (3000) exceeds model's maximum context length (1024)."
+    err = VLLM._error(400, nested(message, "BadRequestError", 400))
     assert err.code == "context_length_exceeded"
 
 
 def test_vllm_validation_keeps_400_and_param():
-    err = VLLM._error(
-        400, b({"error": {"message": "1 validation error", "type": "Bad Request", "param": "temperature", "code": 400}})
-    )
+    err = VLLM._error(400, nested("1 validation error", "Bad Request", 400, param="temperature"))
     assert (err.status, err.param, err.type) == (400, "temperature", "invalid_request_error")
 
 
 def test_vllm_in_stream_error_uses_the_body_code():
     # The base adapter reports an in-stream error as status 500.
-    err = VLLM._error(
-        500, b({"error": {"message": "bad logits processor", "type": "BadRequestError", "param": None, "code": 400}})
-    )
+    err = VLLM._error(500, nested("bad logits processor", "BadRequestError", 400, param=None))
     assert err.status == 400
-    err = VLLM._error(
-        500, b({"error": {"message": "engine crashed", "type": "InternalServerError", "param": None, "code": 500}})
-    )
+    err = VLLM._error(500, nested("engine crashed", "InternalServerError", 500, param=None))
     assert (err.status, err.code) == (502, "upstream_error")
 
 
 def test_vllm_queue_limit_503_is_retryable():
-    err = VLLM._error(
-        503, b({"error": {"message": "The engine is currently busy", "type": "Service Unavailable", "code": 503}})
-    )
+    err = VLLM._error(503, nested("The engine is currently busy", "Service Unavailable", 503))
     assert err.status == 503 and err.retryable
 
 
 def test_vllm_unknown_model_404_is_a_backend_fault():
-    err = VLLM._error(
-        404,
-        b(
-            {
-                "error": {
-                    "message": "The model `x` does not exist.",
-                    "type": "NotFoundError",
-                    "param": "model",
-                    "code": 404,
-                }
-            }
-        ),
-    )
+    err = VLLM._error(404, nested("The model `x` does not exist.", "NotFoundError", 404, param="model"))
     assert err.status == 502 and err.retryable and "vLLM" in err.message
 
 
@@ -159,16 +131,12 @@ def test_vllm_flat_pre_0_10_shape():
     ],
 )
 def test_sglang_context_messages(message):
-    err = SGL._error(
-        400, b({"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400})
-    )
+    err = SGL._error(400, flat(message))
     assert (err.status, err.code) == (400, "context_length_exceeded")
 
 
 def test_sglang_queue_full_non_stream_type_is_the_string_503():
-    err = SGL._error(
-        503, b({"object": "error", "message": "The request queue is full.", "type": "503", "param": None, "code": 503})
-    )
+    err = SGL._error(503, flat("The request queue is full.", "503", 503))
     assert err.status == 503 and err.retryable
 
 
@@ -178,18 +146,7 @@ def test_sglang_queue_full_in_stream():
 
 
 def test_sglang_internal_error_is_502():
-    err = SGL._error(
-        500,
-        b(
-            {
-                "object": "error",
-                "message": "Internal server error: boom",
-                "type": "InternalServerError",
-                "param": None,
-                "code": 500,
-            }
-        ),
-    )
+    err = SGL._error(500, flat("Internal server error: boom", "InternalServerError", 500))
     assert err.status == 502 and "SGLang" in err.message
 
 
@@ -204,9 +161,7 @@ def test_sglang_internal_error_is_502():
     ],
 )
 def test_trtllm_context_messages(message):
-    err = TRT._error(
-        400, b({"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400})
-    )
+    err = TRT._error(400, flat(message))
     assert err.code == "context_length_exceeded"
 
 
@@ -224,23 +179,12 @@ def test_trtllm_string_error_is_a_400():
 
 
 def test_trtllm_generation_failure_sent_as_400_is_502():
-    err = TRT._error(
-        400,
-        b(
-            {
-                "object": "error",
-                "message": "Generation failed: executor error",
-                "type": "BadRequestError",
-                "param": None,
-                "code": 400,
-            }
-        ),
-    )
+    err = TRT._error(400, flat("Generation failed: executor error"))
     assert (err.status, err.code) == (502, "upstream_error")
 
 
 def test_trtllm_completions_in_stream_error_without_code():
-    err = TRT._error(500, b({"error": {"message": "boom", "type": "server_error", "code": None, "param": None}}))
+    err = TRT._error(500, nested("boom", "server_error", None, param=None))
     assert err.status == 502
 
 
