@@ -30,52 +30,57 @@ def store() -> tuple[MemoryQuotaStore, Clock]:
 RPM1 = (ScopeLimits("tenant", requests_per_window=1),)
 
 
+async def refusal(
+    s: MemoryQuotaStore, scopes, tokens: int, lease_id: str, ttl_ms: int, units: int = 1
+) -> QuotaExceeded:
+    """What the store says when it must refuse this reservation."""
+    with pytest.raises(QuotaExceeded) as refused:
+        await s.reserve("t", scopes, tokens, lease_id, ttl_ms, units=units)
+    return refused.value
+
+
 async def test_a_request_counts_until_its_bucket_leaves_the_window():
     s, clock = store()
     clock.ms = 1_500  # bucket 1
     first = await s.reserve("t", RPM1, 0, "a", 10_000)
     assert first.bucket == 1
     clock.ms = 60_999  # bucket 60: bucket 1 is the oldest still inside
-    with pytest.raises(QuotaExceeded) as refused:
-        await s.reserve("t", RPM1, 0, "b", 10_000)
-    assert refused.value.retry_after_s == 0.001  # bucket 1 leaves at 61 000 ms
-    assert (refused.value.limit, refused.value.requested, refused.value.limit_value) == ("requests", 1, 1)
+    refused = await refusal(s, RPM1, 0, "b", 10_000)
+    assert refused.retry_after_s == 0.001  # bucket 1 leaves at 61 000 ms
+    assert (refused.limit, refused.requested, refused.limit_value) == ("requests", 1, 1)
     clock.ms = 61_000
     assert (await s.reserve("t", RPM1, 0, "c", 10_000)).bucket == 61
 
 
-async def test_a_lease_ends_exactly_at_its_ttl():
+@pytest.mark.parametrize(
+    "scope, held, refused_at_ms, asked, limit, requested, retry_after_s",
+    [
+        # a lease ends exactly at its ttl (1 s)
+        (ScopeLimits("tenant", max_concurrent=1), 0, 999, 0, "concurrency", 1, 1.0),  # one lease
+        # the 80 tokens of bucket 0 leave the window at 60 s
+        (ScopeLimits("tenant", tokens_per_window=100), 80, 30_000, 50, "tokens", 50, 30.0),
+    ],
+)
+async def test_a_refusal_says_when_room_frees_and_it_does_then(
+    scope, held, refused_at_ms, asked, limit, requested, retry_after_s
+):
     s, clock = store()
-    one = (ScopeLimits("tenant", max_concurrent=1),)
-    await s.reserve("t", one, 0, "a", 1_000)
-    clock.ms = 999
-    with pytest.raises(QuotaExceeded) as refused:
-        await s.reserve("t", one, 0, "b", 1_000)
-    assert (refused.value.limit, refused.value.retry_after_s) == ("concurrency", 1.0)
-    clock.ms = 1_000
-    await s.reserve("t", one, 0, "c", 1_000)
+    await s.reserve("t", (scope,), held, "a", 1_000)
+    clock.ms = refused_at_ms
+    refused = await refusal(s, (scope,), asked, "b", 1_000)
+    assert (refused.limit, refused.retry_after_s, refused.requested) == (limit, retry_after_s, requested)
+    clock.ms = refused_at_ms + int(retry_after_s * 1_000)
+    await s.reserve("t", (scope,), asked, "c", 1_000)
 
 
 async def test_more_units_than_the_limit_can_never_fit_and_exactly_the_limit_can():
     s, _ = store()
     two = (ScopeLimits("tenant", max_concurrent=2),)
-    with pytest.raises(QuotaExceeded) as never:
-        await s.reserve("t", two, 0, "a", 1_000, units=3)
-    assert never.value.retry_after_s is None and never.value.requested == 3 and never.value.limit_value == 2
+    never = await refusal(s, two, 0, "a", 1_000, units=3)
+    assert never.retry_after_s is None and never.requested == 3 and never.limit_value == 2
     await s.reserve("t", two, 0, "b", 1_000, units=2)
-    with pytest.raises(QuotaExceeded) as later:
-        await s.reserve("t", two, 0, "c", 1_000, units=2)
-    assert later.value.retry_after_s == 1.0  # units == limit: it fits once the others end
-
-
-async def test_a_token_refusal_says_when_the_tokens_free():
-    s, clock = store()
-    tpm = (ScopeLimits("tenant", tokens_per_window=100),)
-    await s.reserve("t", tpm, 80, "a", 1_000)
-    clock.ms = 30_000
-    with pytest.raises(QuotaExceeded) as refused:
-        await s.reserve("t", tpm, 50, "b", 1_000)
-    assert (refused.value.limit, refused.value.retry_after_s, refused.value.requested) == ("tokens", 30.0, 50)
+    later = await refusal(s, two, 0, "c", 1_000, units=2)
+    assert later.retry_after_s == 1.0  # units == limit: it fits once the others end
 
 
 async def test_a_reservation_reports_each_scope_after_its_charge():
@@ -148,9 +153,8 @@ async def test_a_token_refusal_still_says_another_request_fits_now():
     scopes = (ScopeLimits("tenant", requests_per_window=2, tokens_per_window=10),)
     await s.reserve("t", scopes, 5, "a", 1_000)
     clock.ms = 1_000
-    with pytest.raises(QuotaExceeded) as refused:
-        await s.reserve("t", scopes, 10, "b", 1_000)
-    state = refused.value.states[0]
+    refused = await refusal(s, scopes, 10, "b", 1_000)
+    state = refused.states[0]
     assert (state.requests_remaining, state.requests_reset_ms) == (1, 0)
 
 
