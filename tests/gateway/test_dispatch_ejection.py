@@ -17,14 +17,7 @@ from gateway.dispatch import Dispatcher
 from gateway.ops import OpsCollector, model_health
 from policies.ejection import CircuitState
 from tests.gateway.scripted import ScriptedAdapter, always, backend_set
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.manual_clock import Clock
 
 
 def chat(request_id: str = "req") -> GenerationRequest:
@@ -91,7 +84,7 @@ async def test_a_client_mistake_is_answered_at_once_and_ejects_nothing():
 async def test_a_backend_failing_every_request_is_ejected_and_then_gets_only_the_probe():
     dispatcher, b1, b2 = pair(always(runtime_500()), {"ejection": {"consecutive_failures": 3, "base_ejection_s": 5}})
     pool = dispatcher.pool("m")
-    clock = pool.ejection.clock = Clock()
+    clock = pool.ejection.clock = Clock(1000.0)
     assert [await serve(dispatcher, f"r{i}") for i in range(20)] == ["b2"] * 20  # no client saw an error
     assert len(b1.requests) == 3  # three failures in a row, then held out
     assert pool.ejection.state("b1") is CircuitState.OPEN
@@ -109,7 +102,7 @@ async def test_a_probe_that_succeeds_puts_the_backend_back():
 
     dispatcher, b1, b2 = pair(script, {"ejection": {"consecutive_failures": 2, "base_ejection_s": 5}})
     pool = dispatcher.pool("m")
-    clock = pool.ejection.clock = Clock()
+    clock = pool.ejection.clock = Clock(1000.0)
     for i in range(6):
         await serve(dispatcher, f"r{i}")
     assert pool.ejection.state("b1") is CircuitState.OPEN
@@ -128,7 +121,7 @@ async def test_while_the_probe_is_out_no_other_request_reaches_the_backend():
 
     dispatcher, b1, b2 = pair(script, {"ejection": {"consecutive_failures": 1, "base_ejection_s": 5}})
     pool = dispatcher.pool("m")
-    clock = pool.ejection.clock = Clock()
+    clock = pool.ejection.clock = Clock(1000.0)
     await serve(dispatcher, "r0")
     assert pool.ejection.state("b1") is CircuitState.OPEN
     probing, clock.now = True, clock.now + 5

@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 from policies.ejection import CircuitState, EjectionConfig, FailureKind, OutlierDetector, Transition
+from tests.manual_clock import Clock
 
 CONNECT = FailureKind.CONNECT
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def detector(n=4, **cfg) -> tuple[OutlierDetector, Clock]:
-    clock = Clock()
+    clock = Clock(100.0)
     return OutlierDetector([f"b{i}" for i in range(n)], EjectionConfig(**cfg), clock), clock
 
 

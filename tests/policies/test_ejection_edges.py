@@ -8,16 +8,9 @@ from __future__ import annotations
 
 from policies.ejection import CircuitState, EjectionConfig, FailureKind, OutlierDetector
 from policies.retry_budget import RetryBudget
+from tests.manual_clock import Clock
 
 CONNECT = FailureKind.CONNECT
-
-
-class Clock:
-    def __init__(self, now: float = 100.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def detector(n=4, start=100.0, **cfg) -> tuple[OutlierDetector, Clock]:

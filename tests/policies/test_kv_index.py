@@ -21,6 +21,7 @@ from adapters.kv_events import (
     vllm_block_hashes,
 )
 from policies.kv_index import KVBlockIndex, SeqVerdict
+from tests.manual_clock import Clock
 
 BIG = 2**64 - 5  # vLLM's hashes are unsigned 64-bit: msgpack uint64
 
@@ -49,14 +50,6 @@ def vllm_removed(hashes, medium="GPU") -> dict:
 def payload(*events, ts=1.5, rank=0) -> bytes:
     """KVEventBatch: a positional array [ts, events, data_parallel_rank]."""
     return msgpack.packb([ts, list(events), rank])
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # ---- decoding ---------------------------------------------------------------------
@@ -184,7 +177,7 @@ def test_missing_says_what_to_ask_a_replay_for():
 
 
 def test_entries_expire_unless_announced_again():
-    clock = Clock()
+    clock = Clock(1000.0)
     index = KVBlockIndex(max_age_s=60, clock=clock)
     index.apply(KVEventBatch(0.0, (BlockStored((1, 2), None, 16),)))
     clock.now += 50

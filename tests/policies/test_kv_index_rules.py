@@ -7,14 +7,7 @@ from __future__ import annotations
 
 from adapters.kv_events import BlockRemoved, BlockStored, KVEventBatch
 from policies.kv_index import IndexStats, KVBlockIndex, SeqVerdict
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.manual_clock import Clock
 
 
 def batch(*events) -> KVEventBatch:
@@ -76,7 +69,7 @@ def test_what_is_missing_before_a_number():
 
 
 def test_a_block_exactly_max_age_old_still_matches():
-    clock = Clock()
+    clock = Clock(0.0)
     index = KVBlockIndex(max_age_s=10.0, clock=clock)
     index.apply(batch(BlockStored((1,))))
     clock.now = 10.0
@@ -86,7 +79,7 @@ def test_a_block_exactly_max_age_old_still_matches():
 
 
 def test_the_defaults_are_half_an_hour_and_131072_blocks():
-    clock = Clock()
+    clock = Clock(0.0)
     index = KVBlockIndex(clock=clock)
     index.apply(batch(BlockStored(tuple(range(131_073)))))
     assert len(index) == 131_072 and index.match([0]) == 0 and index.match([1]) == 1  # the oldest went
