@@ -5,65 +5,52 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
+from gateway.metrics import registered
 from policies.admission import AdmissionQueue
 
 
 class ProtectionMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        r = registry
-        self.decisions = Counter(
-            "switchyard_quota_decisions_total",
-            "Quota decisions: admitted, or the limit that refused.",
-            ["result"],
-            registry=r,
+        counter, gauge, histogram = registered(registry)
+        self.decisions = counter(
+            "switchyard_quota_decisions_total", "Quota decisions: admitted, or the limit that refused.", ["result"]
         )
-        self.store_unavailable = Counter(
+        self.store_unavailable = counter(
             "switchyard_quota_store_unavailable_total",
             "Quota checks that found the shared store unreachable, by the policy applied.",
             ["policy"],
-            registry=r,
         )
-        self.store_up = Gauge(
+        self.store_up = gauge(
             "switchyard_quota_store_up",
             "1 while the quota store answers (always for kind=memory); 0 while the fail policy applies.",
-            registry=r,
         )
-        self.store_transitions = Counter(
+        self.store_transitions = counter(
             "switchyard_quota_store_transitions_total",
             "Times the quota store was found down, or answering again.",
             ["to"],
-            registry=r,
         )
-        self.check_seconds = Histogram(
+        self.check_seconds = histogram(
             "switchyard_quota_check_seconds",
             "Time spent in one quota reservation.",
             ["store"],
-            registry=r,
             buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5),
         )
-        self.queue_rejected = Counter(
-            "switchyard_admission_rejected_total",
-            "Requests the admission queue turned away.",
-            ["model", "reason"],
-            registry=r,
+        self.queue_rejected = counter(
+            "switchyard_admission_rejected_total", "Requests the admission queue turned away.", ["model", "reason"]
         )
-        self.queue_wait = Histogram(
-            "switchyard_admission_wait_seconds", "Time spent waiting in the queue.", ["model"], registry=r
-        )
-        self.leaked = Counter(
+        self.queue_wait = histogram("switchyard_admission_wait_seconds", "Time spent waiting in the queue.", ["model"])
+        self.leaked = counter(
             "switchyard_protection_leaked_tickets_total",
             "Tickets collected without release (a bug; their resources were freed then).",
-            registry=r,
         )
-        self.cancelled = Counter(
+        self.cancelled = counter(
             "switchyard_protection_cancelled_total",
             "Tickets released because the client went away, by phase "
             "(each one had its lease, reservation and queue slot freed).",
             ["phase"],
-            registry=r,
         )
 
 
