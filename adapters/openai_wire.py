@@ -12,7 +12,7 @@ gateway's stream guard (adapters/base.py, "The stream rules").
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import orjson
@@ -188,11 +188,23 @@ def decode_tool_calls(index: int, calls: Any, whole: bool) -> list[ToolCallDelta
     return out
 
 
+def indexed_choices(payload: dict) -> Iterator[tuple[int, dict]]:
+    """Each choice of a response or chunk with its index (a runtime that leaves
+    `index` out means the choice's position)."""
+    for pos, choice in enumerate(payload.get("choices") or []):
+        yield int(choice.get("index", pos)), choice
+
+
+def trailing_usage(payload: dict) -> list[Usage]:
+    """The usage a response or chunk ends with, if it carries a readable one."""
+    usage = decode_usage(payload.get("usage"))
+    return [] if usage is None else [usage]
+
+
 def decode_response(payload: dict, chat: bool, backend: str) -> list[Event]:
     """A non-streamed response as the events a stream of it would have given."""
     events: list[Event] = []
-    for pos, choice in enumerate(payload.get("choices") or []):
-        index = int(choice.get("index", pos))
+    for index, choice in indexed_choices(payload):
         if chat:
             msg = choice.get("message") or {}
             calls = decode_tool_calls(index, msg.get("tool_calls"), whole=True)
@@ -206,17 +218,14 @@ def decode_response(payload: dict, chat: bool, backend: str) -> list[Event]:
                 events.append(TextDelta(index, text, decode_completion_logprobs(choice.get("logprobs"))))
         reason = normalize_finish(choice.get("finish_reason") or "stop", backend)
         events.append(Finish(index, reason))  # type: ignore[arg-type]
-    usage = decode_usage(payload.get("usage"))
-    if usage is not None:
-        events.append(usage)
+    events.extend(trailing_usage(payload))
     return events
 
 
 def decode_chunk(payload: dict, chat: bool, backend: str) -> list[Event]:
     """One streamed chunk as events (role-only and empty deltas give none)."""
     events: list[Event] = []
-    for pos, choice in enumerate(payload.get("choices") or []):
-        index = int(choice.get("index", pos))
+    for index, choice in indexed_choices(payload):
         if chat:
             delta = choice.get("delta") or {}
             content = delta.get("content")
@@ -232,9 +241,7 @@ def decode_chunk(payload: dict, chat: bool, backend: str) -> list[Event]:
         reason = choice.get("finish_reason")
         if reason is not None:
             events.append(Finish(index, normalize_finish(reason, backend)))  # type: ignore[arg-type]
-    usage = decode_usage(payload.get("usage"))
-    if usage is not None:
-        events.append(usage)
+    events.extend(trailing_usage(payload))
     return events
 
 
