@@ -31,21 +31,9 @@ STATUS_MARK = {
 ATTENTION = (Status.FAIL, Status.ERROR, Status.SKIP)
 
 STYLESHEET = "report.css"
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;color:#1d2327;max-width:1200px}
-h1{font-size:1.5rem}h2{font-size:1.2rem;margin-top:2rem}h3{font-size:1rem;margin:1.2rem 0 .3rem}
-table{border-collapse:collapse;width:100%;font-size:.9rem}
-th,td{border:1px solid #d0d7de;padding:.3rem .5rem;text-align:left;vertical-align:top}
-th{background:#f6f8fa}
-.pass{background:#e6ffec}.fail{background:#ffebe9}.skip{background:#f6f8fa;color:#57606a}.error{background:#fff8c5}
-.na{color:#8c959f}
-.MUST{font-weight:600}
-.attention{border-left:4px solid #cf222e;padding:.2rem .8rem;margin:.6rem 0}
-.attention.skip{border-left-color:#8c959f}.attention.error{border-left-color:#bf8700}
-pre{white-space:pre-wrap;word-break:break-all;background:#f6f8fa;padding:.5rem;font-size:.8rem;margin:.2rem 0}
-details summary{cursor:pointer}
-.summary td{text-align:center}
-"""
+# The one stylesheet, a file beside this module: the committed reports under
+# docs/conformance link it (their report.css is a symbolic link to it, not a copy).
+CSS = Path(__file__).with_name(STYLESHEET).read_text(encoding="utf-8")
 
 VERDICT_MEANING = {
     Verdict.PASS: "every MUST check that applies to this target ran and passed",
@@ -200,7 +188,7 @@ def page(title: str, body: str, stylesheet: str = STYLESHEET) -> str:
 
 def write_stylesheet(directory: Path) -> Path:
     path = directory / STYLESHEET
-    path.write_text(CSS.lstrip("\n"), encoding="utf-8")
+    path.write_text(CSS, encoding="utf-8")
     return path
 
 
