@@ -8,7 +8,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60000.0}
@@ -23,14 +23,7 @@ class WrkResult:
     errors: int  # socket errors + non-2xx answers
 
     def as_dict(self) -> dict:
-        return {
-            "requests": self.requests,
-            "duration_s": self.duration_s,
-            "requests_per_s": self.requests_per_s,
-            "latency_ms": self.latency_ms,
-            "errors": self.errors,
-            "client": "wrk",
-        }
+        return {**asdict(self), "client": "wrk"}
 
 
 def available() -> bool:

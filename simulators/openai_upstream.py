@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -54,29 +55,22 @@ WORDS = (
 )
 
 
+@dataclass
 class Stats:
-    def __init__(self) -> None:
-        self.reset()
+    inflight: int = 0
+    max_inflight: int = 0
+    total: int = 0
+    completed: int = 0
+    aborted: int = 0
+    last_body: Any = None
+    bodies: list[Any] = field(default_factory=list)
 
     def reset(self) -> None:
-        self.inflight = 0
-        self.max_inflight = 0
-        self.total = 0
-        self.completed = 0
-        self.aborted = 0
-        self.last_body: Any = None
-        self.bodies: list[Any] = []
+        """Back to a fresh count, in place: a request in flight holds this object."""
+        vars(self).update(vars(Stats()))
 
     def as_dict(self) -> dict:
-        return {
-            "inflight": self.inflight,
-            "max_inflight": self.max_inflight,
-            "total": self.total,
-            "completed": self.completed,
-            "aborted": self.aborted,
-            "last_body": self.last_body,
-            "bodies": self.bodies[-50:],
-        }
+        return {**vars(self), "bodies": self.bodies[-50:]}
 
 
 def _prompt_tokens(body: dict) -> int:
