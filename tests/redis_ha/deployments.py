@@ -88,43 +88,67 @@ def _redis_server(tmp: Path, name: str, port: int, *flags: str) -> Server:
     return Server(port, child)
 
 
-class ClusterDeployment:
-    """Three masters and three replicas, `redis-cli --cluster create`d."""
+class _Deployment:
+    """Redis processes on loopback in `tmp`, started together, stopped together."""
 
-    def __init__(self, tmp: Path, masters: int = 3) -> None:
+    def __init__(self, tmp: Path) -> None:
         require_redis_cli()
         self.tmp = tmp
         self.servers: dict[int, Server] = {}
+
+    def start(self, create: Callable[[], None]) -> None:
+        """`create` the processes and wait until the deployment settles; on any
+        failure (a Ctrl-C included) stop whatever had started, then re-raise."""
         try:
-            for i in range(masters * 2):
-                port, bus = free_port(), free_port()
-                flags = [
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-port",
-                    str(bus),
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    str(NODE_TIMEOUT_MS),
-                    # A replica may take over however long it was cut off: tests kill masters on purpose.
-                    "--cluster-replica-validity-factor",
-                    "0",
-                ]
-                self.servers[port] = _redis_server(tmp, f"node-{i}-{port}", port, *flags)
-            nodes = [f"127.0.0.1:{p}" for p in self.servers]
-            done = subprocess.run(
-                ["redis-cli", "--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes"],
-                capture_output=True,
-                text=True,
-                timeout=SETTLE_S,
-            )
-            if done.returncode != 0:
-                raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
+            create()
             self.wait_settled()
         except BaseException:
             self.stop()
             raise
+
+    def wait_settled(self) -> float:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.child.terminate()
+        for server in self.servers.values():
+            server.child.stop()
+
+
+class ClusterDeployment(_Deployment):
+    """Three masters and three replicas, `redis-cli --cluster create`d."""
+
+    def __init__(self, tmp: Path, masters: int = 3) -> None:
+        super().__init__(tmp)
+        self.start(lambda: self._create(masters))
+
+    def _create(self, masters: int) -> None:
+        for i in range(masters * 2):
+            port, bus = free_port(), free_port()
+            flags = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                str(bus),
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                str(NODE_TIMEOUT_MS),
+                # A replica may take over however long it was cut off: tests kill masters on purpose.
+                "--cluster-replica-validity-factor",
+                "0",
+            ]
+            self.servers[port] = _redis_server(self.tmp, f"node-{i}-{port}", port, *flags)
+        nodes = [f"127.0.0.1:{p}" for p in self.servers]
+        done = subprocess.run(
+            ["redis-cli", "--cluster", "create", *nodes, "--cluster-replicas", "1", "--cluster-yes"],
+            capture_output=True,
+            text=True,
+            timeout=SETTLE_S,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed: {done.stdout[-2000:]} {done.stderr[-2000:]}")
 
     @property
     def startup_nodes(self) -> list[str]:
@@ -202,48 +226,38 @@ class ClusterDeployment:
     def wait_promoted(self, replica_port: int) -> float:
         return wait_until(lambda: role(replica_port) == "master", f"replica {replica_port} to be promoted")
 
-    def stop(self) -> None:
-        for server in self.servers.values():
-            server.child.terminate()
-        for server in self.servers.values():
-            server.child.stop()
 
-
-class SentinelDeployment:
+class SentinelDeployment(_Deployment):
     """A master, one replica and three sentinels monitoring it as `mymaster` (quorum 2)."""
 
     def __init__(self, tmp: Path, sentinels: int = 3) -> None:
-        require_redis_cli()
-        self.tmp = tmp
-        self.servers: dict[int, Server] = {}
+        super().__init__(tmp)
         self.sentinel_ports: list[int] = []
-        try:
-            master = free_port()
-            self.servers[master] = _redis_server(tmp, f"master-{master}", master)
-            replica = free_port()
-            replica_of = ("--replicaof", "127.0.0.1", str(master))
-            self.servers[replica] = _redis_server(tmp, f"replica-{replica}", replica, *replica_of)
-            wait_until(lambda: info(replica, "replication").get("master_link_status") == "up", "the replica to sync")
-            for i in range(sentinels):
-                port = free_port()
-                work = tmp / f"sentinel-{i}-{port}"
-                work.mkdir(parents=True, exist_ok=True)
-                conf = work / "sentinel.conf"
-                conf.write_text(
-                    f"port {port}\nbind 127.0.0.1\ndir {work}\n"
-                    f"sentinel monitor {SERVICE} 127.0.0.1 {master} 2\n"
-                    f"sentinel down-after-milliseconds {SERVICE} {NODE_TIMEOUT_MS}\n"
-                    f"sentinel failover-timeout {SERVICE} 10000\n"
-                    f"sentinel parallel-syncs {SERVICE} 1\n"
-                )
-                child = Child(["redis-server", str(conf), "--sentinel"], work / "log", cwd=work)
-                child.wait_ready(redis_ping(port), timeout_s=SETTLE_S)
-                self.servers[port] = Server(port, child)
-                self.sentinel_ports.append(port)
-            self.wait_settled()
-        except BaseException:
-            self.stop()
-            raise
+        self.start(lambda: self._create(sentinels))
+
+    def _create(self, sentinels: int) -> None:
+        master = free_port()
+        self.servers[master] = _redis_server(self.tmp, f"master-{master}", master)
+        replica = free_port()
+        replica_of = ("--replicaof", "127.0.0.1", str(master))
+        self.servers[replica] = _redis_server(self.tmp, f"replica-{replica}", replica, *replica_of)
+        wait_until(lambda: info(replica, "replication").get("master_link_status") == "up", "the replica to sync")
+        for i in range(sentinels):
+            port = free_port()
+            work = self.tmp / f"sentinel-{i}-{port}"
+            work.mkdir(parents=True, exist_ok=True)
+            conf = work / "sentinel.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {work}\n"
+                f"sentinel monitor {SERVICE} 127.0.0.1 {master} 2\n"
+                f"sentinel down-after-milliseconds {SERVICE} {NODE_TIMEOUT_MS}\n"
+                f"sentinel failover-timeout {SERVICE} 10000\n"
+                f"sentinel parallel-syncs {SERVICE} 1\n"
+            )
+            child = Child(["redis-server", str(conf), "--sentinel"], work / "log", cwd=work)
+            child.wait_ready(redis_ping(port), timeout_s=SETTLE_S)
+            self.servers[port] = Server(port, child)
+            self.sentinel_ports.append(port)
 
     @property
     def sentinels(self) -> list[str]:
@@ -305,12 +319,6 @@ class SentinelDeployment:
     def wait_new_master(self, old: int) -> int:
         wait_until(lambda: self._promoted_from(old), "the sentinels to promote")
         return self.master()
-
-    def stop(self) -> None:
-        for server in self.servers.values():
-            server.child.terminate()
-        for server in self.servers.values():
-            server.child.stop()
 
 
 def _pairs(lines: list[str]) -> list[tuple[str, str]]:
