@@ -28,7 +28,6 @@ import argparse
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -55,19 +54,18 @@ WORDS = (
 )
 
 
-@dataclass
 class Stats:
-    inflight: int = 0
-    max_inflight: int = 0
-    total: int = 0
-    completed: int = 0
-    aborted: int = 0
-    last_body: Any = None
-    bodies: list[Any] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.reset()
 
     def reset(self) -> None:
-        """Back to a fresh count, in place: a request in flight holds this object."""
-        vars(self).update(vars(Stats()))
+        self.inflight = 0
+        self.max_inflight = 0
+        self.total = 0
+        self.completed = 0
+        self.aborted = 0
+        self.last_body: Any = None
+        self.bodies: list[Any] = []
 
     def as_dict(self) -> dict:
         return {**vars(self), "bodies": self.bodies[-50:]}
