@@ -8,6 +8,10 @@ What differs from OpenAI and is handled here:
 - context length: "The input (N tokens) is longer than the model's context length
   (M tokens)." / "Requested token count exceeds the model's maximum context length
   of M tokens ..." / "max_completion_tokens is too large".
+- newer SGLang refuses a model other than its served name with a 400 "The model `m`
+  does not exist. ..." (its own test, tests/adapters/recordings/sglang/unknown_model.json):
+  the gateway sent the configured served model, so that is the deployment's fault,
+  answered as a 404 would be (502, may fail over), not as the client's mistake.
 - `finish_reason` in a separate content-free chunk (the decoder does not care),
   `matched_stop` and top-level `reasoning_tokens` ignored, `abort` an error.
 - tool-call argument pieces repeat `id: null, name: null, type` (decoded as pieces
@@ -43,6 +47,7 @@ from adapters import non_generation_wire as ngw
 from adapters.base import GenerationRequest, LoadSnapshot
 from adapters.non_generation import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
 from adapters.runtime_adapter import RuntimeAdapter
+from adapters.runtime_errors import ParsedError
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +57,8 @@ CONTEXT = re.compile(
     r"|max_completion_tokens is too large",
     re.IGNORECASE,
 )
+# Newer main checks `model` (test/registered/openai_server/validation/test_strict_model_validation.py).
+UNKNOWN_MODEL = re.compile(r"The model `[^`]*` does not exist")
 
 
 class SGLangAdapter(RuntimeAdapter):
@@ -92,6 +99,11 @@ class SGLangAdapter(RuntimeAdapter):
         body = {**ngw.detokenize_body(request, self.served_model), "skip_special_tokens": False}
         payload = await self._call_json("/detokenize", body, request.request_id)
         return ngw.decode_detokenize(payload, self.name, "text")
+
+    def _classify(self, status: int, parsed: ParsedError) -> int | None:
+        if status == 400 and UNKNOWN_MODEL.search(parsed.message):
+            return 404  # the configured served model is wrong: the table's "does not serve" rule
+        return None
 
     def _abort_rids(self, request: GenerationRequest) -> list[str]:
         # With n > 1 SGLang runs one request per sample, named `{rid}_{i}`

@@ -14,7 +14,10 @@ What differs from OpenAI and is handled here:
   guard makes that an error event); the first frame has a trailing space (JSON
   tolerates it).
 - context length: "... should not exceed max_num_tokens (M)" (PyTorch backend) or
-  "... should not exceed max_seq_len (L)" (TensorRT backend).
+  "... should not exceed max_seq_len (L)" (TensorRT backend); newer main refuses a
+  prompt beyond max_seq_len in OpenAI's words, "This model's maximum context length
+  is N tokens. ...", with `code: "context_length_exceeded"` (its own test,
+  tests/adapters/recordings/trtllm/context_length.json).
 - stream ids `chatcmpl-<int>` and `model` echoes: the gateway writes its own.
 - `cached_tokens` always reported.
 - load: JSON `/metrics` is a destructive read (each read drains the iteration
@@ -41,8 +44,11 @@ from adapters.base import SAMPLING_PARAMETERS, GenerationRequest, LoadSnapshot
 from adapters.runtime_adapter import RuntimeAdapter
 from adapters.runtime_errors import ParsedError
 
-# tensorrt_llm/llmapi/llm.py `_check_arguments`.
-CONTEXT = re.compile(r"should not exceed max_num_tokens|should not exceed max_seq_len", re.IGNORECASE)
+# tensorrt_llm/llmapi/llm.py `_check_arguments`; executor/base_worker.py `_deduce_max_tokens` (newer main).
+CONTEXT = re.compile(
+    r"should not exceed max_num_tokens|should not exceed max_seq_len|maximum context length is \d+ tokens",
+    re.IGNORECASE,
+)
 
 # What we may send that both request models declare (openai_protocol.py): every
 # sampling parameter of the contract, the request envelope, and TRT-LLM's own

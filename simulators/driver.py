@@ -130,6 +130,9 @@ async def fail(stream: SSEStream, reply: Reply) -> None:
 async def pump(sim: SimRequest, gen: Generation, stream: SSEStream, reply: Reply, outcome: Outcome) -> Outcome:
     faults = sim.faults
     frames_sent = 0
+    if faults.error_after == 0:  # the engine fails the request before its first token
+        await fail(stream, reply)
+        raise StreamEnded()
     async for token in gen:
         outcome.add(token)
         for data in reply.emit(token, outcome):

@@ -53,6 +53,7 @@ class SimOptions:
     max_queued_requests: int | None = None
     stream_response_default_include_usage: bool = False
     is_embedding: bool = False
+    check_model_name: bool = False  # newer main: a model other than the served name is a 400
     # TRT-LLM
     max_num_tokens: int | None = None
     return_perf_metrics: bool = False
@@ -136,6 +137,11 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
         parser.add_argument("--max-queued-requests", type=int, default=None)
         parser.add_argument("--stream-response-default-include-usage", action="store_true")
         parser.add_argument("--is-embedding", action="store_true", help="an embedding model: /v1/embeddings answers")
+        parser.add_argument(
+            "--check-model-name",
+            action="store_true",
+            help="as newer SGLang main: refuse a model other than the served name (400); 0.5.23 echoes any",
+        )
         _add_embedding_arguments(parser)
     elif kind == "trtllm":
         parser.add_argument(

@@ -15,8 +15,13 @@ BLOCK_TOKENS = 16
 
 
 class PrefixCache:
-    def __init__(self, capacity_blocks: int = 65536) -> None:
+    def __init__(
+        self, capacity_blocks: int = 65536, block_tokens: int = BLOCK_TOKENS, recompute_last: bool = False
+    ) -> None:
         self.capacity = capacity_blocks
+        self.block_tokens = block_tokens
+        # A radix cache (SGLang) never reports the last prompt token as cached.
+        self.recompute_last = recompute_last
         self._blocks: OrderedDict[int, None] = OrderedDict()
         self.queries = 0  # prompt tokens looked up
         self.hits = 0  # prompt tokens found cached
@@ -26,17 +31,20 @@ class PrefixCache:
         cached = 0
         still_hitting = True
         key = 0
-        full_blocks = len(words) // BLOCK_TOKENS
+        size = self.block_tokens
+        full_blocks = len(words) // size
         for b in range(full_blocks):
-            key = hash((key, tuple(words[b * BLOCK_TOKENS : (b + 1) * BLOCK_TOKENS])))
+            key = hash((key, tuple(words[b * size : (b + 1) * size])))
             if still_hitting and key in self._blocks:
-                cached += BLOCK_TOKENS
+                cached += size
                 self._blocks.move_to_end(key)
             else:
                 still_hitting = False
                 self._blocks[key] = None
         while len(self._blocks) > self.capacity:
             self._blocks.popitem(last=False)
+        if self.recompute_last:
+            cached = min(cached, max(len(words) - 1, 0))
         self.queries += len(words)
         self.hits += cached
         return cached
@@ -48,3 +56,10 @@ class PrefixCache:
     @property
     def used_blocks(self) -> int:
         return len(self._blocks)
+
+
+def radix_cache() -> PrefixCache:
+    """SGLang's radix cache: it matches token by token and always computes the last
+    prompt token again, so a repeated prompt reports prompt_tokens - 1 cached tokens
+    (SGLang's test/srt/openai_server/features/test_cache_report.py), not whole blocks."""
+    return PrefixCache(block_tokens=1, recompute_last=True)

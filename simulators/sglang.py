@@ -6,7 +6,8 @@ empty body after about one second (SGLang submits a probe generation and polls i
 once a second; `--health-latency`); `/ready`, `/model_info`, `/server_info`,
 `/v1/models`, JSON `/v1/loads`; Prometheus `/metrics` only with
 `--enable-metrics`; bare 32-hex ids (or the client's `rid`); `model` echoed,
-default `"default"`, never a 404; msgspec-style content chunks
+default `"default"`, never a 404 (with `--check-model-name`, as newer main: a 400
+for a model other than the served name); msgspec-style content chunks
 (`reasoning_content:null` first in `delta`, `matched_stop` always present, no
 `usage` key) with `finish_reason` in a separate content-free chunk; the usage chunk
 with a top-level `reasoning_tokens`; pydantic-style tool-call chunks with every
@@ -34,6 +35,7 @@ from aiohttp import web
 
 from simulators import sglang_tokens
 from simulators.faults import NO_FAULTS
+from simulators.prefix_cache import radix_cache
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, int_or_none, object_field, prompt_words_completion, stop_list, texts_of
 from simulators.server import Simulator, json_response, prometheus_response
@@ -66,6 +68,7 @@ class SglangSimulator(Simulator):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.prefix_cache = radix_cache()
         self.labels = {
             "model_name": self.opts.model_name,
             "engine_type": "unified",
@@ -121,7 +124,7 @@ class SglangSimulator(Simulator):
         return web.Response(status=503 if self.warming_up else 200)
 
     async def flush_cache(self, request: web.Request) -> web.Response:
-        self.prefix_cache = type(self.prefix_cache)()
+        self.prefix_cache = radix_cache()
         return web.Response(
             status=200,
             text="Cache flushed.\nPlease check backend logs for more details. "
@@ -309,7 +312,30 @@ class SglangSimulator(Simulator):
                 return error(400, "Tools cannot be empty if tool choice is set to required.")
             if tool is not None and tool not in tool_names(tools or []):
                 return error(400, f"Tool '{tool}' not found in tools list.")
+            # serving_chat.py `_validate_request`, before the prompt is tokenized, so it
+            # comes before the context checks (SGLang's test_max_tokens_validation);
+            # the missing space after the period is SGLang's.
+            wanted = body.get("max_completion_tokens") or body.get("max_tokens")
+            if isinstance(wanted, int) and wanted > self.opts.max_model_len:
+                return error(
+                    400,
+                    f"max_completion_tokens is too large: {wanted}."
+                    f"This model supports at most {self.opts.max_model_len} completion tokens.",
+                )
+        if self.opts.check_model_name:
+            refused = self._unknown_model(body.get("model"))
+            if refused is not None:
+                return refused
         return None
+
+    def _unknown_model(self, model: Any) -> web.Response | None:
+        """Newer SGLang main refuses a model other than the served name (a LoRA
+        `served:adapter` passes); 0.5.23 echoes any. SGLang's test asserts the two
+        sentences, not how they are joined."""
+        served = self.opts.model_name
+        if model is None or model == served or (isinstance(model, str) and model.startswith(served + ":")):
+            return None
+        return error(400, f"The model `{model}` does not exist. The served model name is `{served}`.")
 
     def _context_message(self, sim: SimRequest) -> str | None:
         limit = self.opts.max_model_len

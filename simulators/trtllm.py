@@ -8,8 +8,10 @@ each read drains; Prometheus `/prometheus/metrics` only with
 field (`parallel_tool_calls`, `store`, `metadata`, ...) or a missing `model` gets
 400 `{"error":"<validation text>"}` with a *string* `error`; flat
 `{"object":"error",...}` 400s for nearly everything else, including generation
-failures; the context error worded "The sum of prompt length (N.0), query length
-(0) should not exceed max_num_tokens (M)"; `model` echoed; non-stream ids
+failures; the context errors worded "The sum of prompt length (N.0), query length
+(0) should not exceed max_num_tokens (M)" (with `--max-num-tokens`) and, beyond
+`--max-model-len`, "This model's maximum context length is L tokens. ..." with
+`code: "context_length_exceeded"` (newer main); `model` echoed; non-stream ids
 `chatcmpl-<32 hex>`, stream ids `chatcmpl-<int>` constant in one stream; the role
 frame `data: {...} \\n\\n` with a trailing space and no `content`; no nulls in chat
 chunks; `"reasoning_content":""` on every content delta; usage whenever
@@ -228,11 +230,18 @@ class TrtllmSimulator(Simulator):
             return flat_error(400, exc.message)
         if sim.faults.status is not None and sim.faults.status >= 400:
             return flat_error(sim.faults.status, f"Simulated failure with status {sim.faults.status}")
-        if sim.context_tokens > self.max_num_tokens:
+        if self.opts.max_num_tokens is not None and sim.context_tokens > self.opts.max_num_tokens:
             return flat_error(
                 400,
                 f"The sum of prompt length ({float(sim.context_tokens)}), query length (0) "
                 f"should not exceed max_num_tokens ({self.max_num_tokens})",
+            )
+        if sim.context_tokens > self.opts.max_model_len:  # newer main's _deduce_max_tokens, OpenAI's words
+            return flat_error(
+                400,
+                f"This model's maximum context length is {self.opts.max_model_len} tokens. However, your "
+                f"messages resulted in {sim.context_tokens} tokens. Please reduce the length of the messages.",
+                code="context_length_exceeded",
             )
         cached = self.cached_tokens(sim)
         if kind == "completion":

@@ -20,8 +20,17 @@ from simulators.tokens import Token
 from simulators.toolcalls import ToolCallPlan
 
 
-def flat_error(status: int, message: str, type_: str = "BadRequestError") -> web.Response:
-    return json_response(status, {"object": "error", "message": message, "type": type_, "param": None, "code": status})
+def flat_error(
+    status: int, message: str, type_: str = "BadRequestError", code: int | str | None = None
+) -> web.Response:
+    body = {
+        "object": "error",
+        "message": message,
+        "type": type_,
+        "param": None,
+        "code": status if code is None else code,
+    }
+    return json_response(status, body)
 
 
 def stop_reason(finish: str | None, matched: Any) -> Any:

@@ -1,4 +1,7 @@
-"""SGLangAdapter against recorded SGLang wire samples (docs/runtimes.md §2.2-2.11)."""
+"""SGLangAdapter against hand-written SGLang wire samples, each read from SGLang's serving
+code as docs/runtimes.md §2.2-2.11 cites it. SGLang's tests record no answers; what they
+assert is replayed by test_recorded_sglang.py, and runtimes.md §6 lists what rests on
+source reading only."""
 
 from __future__ import annotations
 

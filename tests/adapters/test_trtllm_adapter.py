@@ -1,4 +1,7 @@
-"""TRTLLMAdapter against recorded trtllm-serve wire samples (docs/runtimes.md §3.2-3.10)."""
+"""TRTLLMAdapter against hand-written trtllm-serve wire samples, each read from
+TensorRT-LLM's serving code as docs/runtimes.md §3.2-3.10 cites it. TensorRT-LLM's tests
+record no answers; what they assert is replayed by test_recorded_trtllm.py, and
+runtimes.md §6 lists what rests on source reading only."""
 
 from __future__ import annotations
 

@@ -68,7 +68,10 @@ def test_stream_has_separate_finish_chunk(sim) -> None:
     assert finish["delta"] == {"reasoning_content": None} and finish["finish_reason"] == "length"
     usage = chunks[-1]
     assert usage["choices"] == [] and usage["usage"]["reasoning_tokens"] == 0
-    assert usage["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    # --enable-cache-report: earlier requests shared this prompt's leading tokens (a radix
+    # cache matches token by token), never its last one.
+    details, prompt = usage["usage"]["prompt_tokens_details"], usage["usage"]["prompt_tokens"]
+    assert list(details) == ["cached_tokens"] and 0 < details["cached_tokens"] < prompt
 
 
 def test_tool_call_shapes_with_parser(sim) -> None:
@@ -114,9 +117,14 @@ def test_flat_errors_and_context_messages(sim) -> None:
     err = r.json()
     assert err["object"] == "error" and err["code"] == 400
     assert "is longer than the model's context length (64 tokens)" in err["message"]
-    r = c.post("/v1/chat/completions", json=chat("a b", max_tokens=100, stream=True))
+    r = c.post("/v1/chat/completions", json=chat("a b", max_tokens=63, stream=True))
     assert r.status_code == 400  # raised before the first chunk: JSON, not SSE
     assert r.json()["message"].startswith("Requested token count exceeds the model's maximum context length of 64")
+    r = c.post("/v1/chat/completions", json=chat("a b", max_tokens=100))  # checked before the prompt's length
+    assert (
+        r.json()["message"]
+        == "max_completion_tokens is too large: 100.This model supports at most 64 completion tokens."
+    )
     r = c.post("/v1/chat/completions", json=chat(tool_choice="required"))
     assert r.status_code == 400 and r.json()["message"] == "Tools cannot be empty if tool choice is set to required."
     r = c.post("/v1/chat/completions", json={"model": "m"})
