@@ -82,9 +82,10 @@ MODULES: dict[str, list[str]] = {
     "gateway/requests.py": [
         "tests/gateway/test_requests.py",
         "tests/gateway/test_request_rules.py",
+        "tests/gateway/test_requests_rules_*.py",
         "tests/fuzz/test_request_handling.py",
     ],
-    "gateway/dispatch.py": ["tests/gateway/test_dispatch.py", "tests/gateway/test_dispatch_ejection.py"],
+    "gateway/dispatch.py": ["tests/gateway/test_dispatch*.py"],
     "gateway/generation.py": ["tests/gateway/test_generation.py"],
     "gateway/protection.py": ["tests/gateway/test_protection.py", "tests/gateway/test_quota_store_outage.py"],
     "engine/block_pool.py": ["tests/engine/test_block_pool*.py", "tests/engine/test_kv_events.py"],
