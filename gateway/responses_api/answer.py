@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.base import Event, TextDelta, Usage
+from adapters.base import Event, Finish, Usage
 from adapters.errors import GatewayError
 from gateway.responses_api.encoder import ResponseAssembly, ResponseStreamEncoder
 from gateway.responses_api.handlers import PreparedResponse
@@ -29,6 +29,7 @@ class ResponsesAnswer:
         self.response_id = prepared.shell.id
         self.assembly = ResponseAssembly(prepared.shell, logprobs=prepared.request.logprobs)
         self.encoder = ResponseStreamEncoder(self.assembly)
+        self.state = self.assembly.state
 
     # ---- stream ---------------------------------------------------------------------
 
@@ -36,10 +37,9 @@ class ResponsesAnswer:
         return self.encoder.start()
 
     def stream_feed(self, event: Event) -> bytes:
-        state = self.assembly.state
+        state = self.state
         if state.more_text(event):  # the common event, on the shortest path (a measured one)
-            assert state.open is not None and isinstance(event, TextDelta)
-            return self.encoder.text_delta(state.items[state.open].id, state.open, event.text)
+            return self.encoder.text_delta(state.open, event.text)  # type: ignore[arg-type]  # open: set
         return self.encoder.feed(event)
 
     async def stream_end(self, usage: Usage | None) -> bytes:
@@ -58,8 +58,11 @@ class ResponsesAnswer:
     # ---- whole ---------------------------------------------------------------------------
 
     def whole_feed(self, event: Event) -> None:
-        if self.assembly.state.more_text(event):
+        state = self.state
+        if state.take_text(event):
             return  # nothing can fail here, and a whole answer needs no event payload
+        if type(event) is Finish and self.assembly.error is None and state.finish_quietly(event):
+            return  # the finish closes the open item; its event payloads would be dropped
         self.assembly.feed(event)
         if self.assembly.error is not None:
             raise self.assembly.error

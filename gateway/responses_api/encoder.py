@@ -98,12 +98,14 @@ class ResponseStreamEncoder:
     def __init__(self, assembly: ResponseAssembly) -> None:
         self.assembly = assembly
         self.sequence = 0
+        self._delta_index = -1  # the output index `_delta_head` was built for
+        self._delta_head = b""
 
     def start(self) -> bytes:
-        created = self.assembly.shell.build("in_progress", [], None)
-        return self._frame({"type": "response.created", "response": created}) + self._frame(
-            {"type": "response.in_progress", "response": created}
-        )
+        # One serialization of the response object for both frames (it is the
+        # biggest part of them), spliced as orjson would write the whole event.
+        created = orjson.dumps(self.assembly.shell.build("in_progress", [], None))
+        return self._spliced("response.created", created) + self._spliced("response.in_progress", created)
 
     def feed(self, event: Event) -> bytes:
         payloads = self.assembly.feed(event)
@@ -111,18 +113,26 @@ class ResponseStreamEncoder:
             return self._frame(payloads[0])
         return b"".join([self._frame(p) for p in payloads])
 
-    def text_delta(self, item_id: str, output_index: int, text: str) -> bytes:
-        """`response.output_text.delta` for text the assembly already took (`OutputState.more_text`)."""
-        return self._frame(
-            {
-                "type": "response.output_text.delta",
-                "item_id": item_id,
-                "output_index": output_index,
-                "content_index": 0,
-                "delta": text,
-                "logprobs": [],
-            }
-        )
+    def text_delta(self, output_index: int, text: str) -> bytes:
+        """`response.output_text.delta` for text the assembly already took
+        (`OutputState.more_text`), for the message at `output_index`.
+
+        The stream's most frequent event, on a measured path: everything before the
+        delta is the same for every delta of one item, so it is built once per item
+        and only the delta and the sequence number are serialized per event. The
+        bytes are exactly what `_frame` writes for the same payload (pinned by
+        tests/gateway/responses_api/test_wire_golden.py)."""
+        if output_index != self._delta_index:
+            item_id = self.assembly.state.items[output_index].id
+            self._delta_head = (
+                b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":'
+                + orjson.dumps(item_id)
+                + b',"output_index":%d,"content_index":0,"delta":' % output_index
+            )
+            self._delta_index = output_index
+        sequence = self.sequence
+        self.sequence = sequence + 1
+        return self._delta_head + orjson.dumps(text) + b',"logprobs":[],"sequence_number":%d}\n\n' % sequence
 
     def terminal(self, final: dict[str, Any]) -> bytes:
         """The last events, for `final` (the assembly's `result()`, as stored)."""
@@ -131,7 +141,19 @@ class ResponseStreamEncoder:
             error_event = {"type": "error", "code": err.code or err.type, "message": err.message, "param": err.param}
             return self._frame(error_event) + self._frame({"type": "response.failed", "response": final})
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-        return self._frame({"type": kind, "response": final})
+        return self._spliced(kind, orjson.dumps(final))
+
+    def _spliced(self, kind: str, response: bytes) -> bytes:
+        """The frame `_frame` writes for `{"type": kind, "response": <response>}`, from
+        the response object already serialized (`kind` is one of ours: plain ASCII)."""
+        sequence = self.sequence
+        self.sequence = sequence + 1
+        return b'event: %s\ndata: {"type":"%s","response":%s,"sequence_number":%d}\n\n' % (
+            kind.encode(),
+            kind.encode(),
+            response,
+            sequence,
+        )
 
     def _frame(self, payload: dict[str, Any]) -> bytes:
         payload["sequence_number"] = self.sequence

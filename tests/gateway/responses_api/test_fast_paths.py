@@ -1,0 +1,150 @@
+"""The Responses encoder's fast paths against its general one: the text delta built
+from a per-item template and the `response` events spliced from a serialized object
+write the bytes `_frame` writes for the same payload; the whole answer's quiet text
+and finish (`OutputState.take_text`, `finish_quietly`) leave the items exactly as
+`feed` does, and refuse whatever `feed` must handle itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from adapters.base import Finish, TextDelta, TokenLogprob, ToolCallDelta
+from gateway.responses_api.encoder import ResponseAssembly, ResponseStreamEncoder
+from gateway.responses_api.output import OutputState
+from gateway.responses_api.request import parse_request
+from gateway.responses_api.response_object import new_shell
+
+TEXTS = ["plain", "", 'quote " and \\ backslash', "line\nbreak\ttab\x01", "\u00e9\u2603\U0001f600", "</script>"]
+
+
+def encoder() -> ResponseStreamEncoder:
+    request = parse_request({"model": "m", "input": "hi", "metadata": {"k": "\u00e9"}})
+    return ResponseStreamEncoder(ResponseAssembly(new_shell(request, "resp_x", 1), logprobs=False))
+
+
+def general(kind: str, sequence: int, **fields: Any) -> bytes:
+    """What `_frame` writes (a second encoder at the same sequence number)."""
+    enc = encoder()
+    enc.sequence = sequence
+    return enc._frame({"type": kind, **fields})
+
+
+def test_text_delta_is_the_general_frame_byte_for_byte():
+    enc = encoder()
+    state = enc.assembly.state
+    enc.feed(TextDelta(0, "open"))  # opens message 0
+    enc.feed(ToolCallDelta(0, 0, "call_1", "f", "{}"))  # closes it, opens the call at 1
+    enc.feed(TextDelta(0, "again"))  # a new message at output index 2
+    for index in (2, 0, 2):  # the template follows the index it is asked for
+        item_id = state.items[index].id
+        for text in TEXTS:
+            sequence = enc.sequence
+            want = general(
+                "response.output_text.delta",
+                sequence,
+                item_id=item_id,
+                output_index=index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+            assert enc.text_delta(index, text) == want
+            assert enc.sequence == sequence + 1
+
+
+@pytest.mark.parametrize("kind", ["response.created", "response.completed", "response.incomplete"])
+def test_a_spliced_response_event_is_the_general_frame_byte_for_byte(kind):
+    enc = encoder()
+    obj = enc.assembly.result()
+    enc.sequence = 7
+    assert enc._spliced(kind, orjson.dumps(obj)) == general(kind, 7, response=obj)
+    assert enc.sequence == 8
+
+
+def test_start_is_two_frames_of_one_response():
+    enc = encoder()
+    created = enc.assembly.shell.build("in_progress", [], None)
+    want = general("response.created", 0, response=created) + general("response.in_progress", 1, response=created)
+    assert enc.start() == want and enc.sequence == 2
+
+
+def items(state: OutputState) -> list[dict[str, Any]]:
+    return [{k: v for k, v in item.items() if k != "id"} for item in state.output()]
+
+
+def twins(events, logprobs: bool = False) -> tuple[OutputState, OutputState]:
+    a, b = OutputState(logprobs=logprobs), OutputState(logprobs=logprobs)
+    for event in events:
+        a.feed(event)
+        b.feed(event)
+    return a, b
+
+
+@pytest.mark.parametrize(
+    "before",
+    [[], [TextDelta(0, "a")], [TextDelta(0, "a"), ToolCallDelta(0, 0, "c", "f", "{}"), Finish(0, "stop")]],
+    ids=["nothing open", "a message open", "finished"],
+)
+def test_take_text_leaves_the_items_as_feed_does(before):
+    event = TextDelta(0, "more")
+    quiet, fed = twins(before)
+    taken = quiet.take_text(event)
+    fed.feed(event)
+    assert taken is (fed.finish_reason is None)  # after the finish nothing is taken
+    assert items(quiet) == items(fed) and quiet.open == fed.open
+
+
+@pytest.mark.parametrize(
+    "before, event, logprobs",
+    [
+        ([], TextDelta(1, "other choice"), False),
+        ([], TextDelta(0, ""), False),
+        ([ToolCallDelta(0, 0, "c", "f", "{}")], TextDelta(0, "after a call"), False),  # the call must close
+        ([], TextDelta(0, "a", [TokenLogprob("a", -1.0)]), True),  # logprobs to keep
+        ([TextDelta(0, "a")], TextDelta(0, "b", [TokenLogprob("b", -1.0)]), True),
+        ([], Finish(0, "stop"), False),
+    ],
+)
+def test_take_text_refuses_what_feed_must_handle(before, event, logprobs):
+    quiet, _ = twins(before, logprobs)
+    snapshot = items(quiet)
+    assert quiet.take_text(event) is False
+    assert items(quiet) == snapshot
+
+
+def test_text_after_the_finish_is_never_taken():
+    state, _ = twins([TextDelta(0, "a"), Finish(0, "stop")])
+    assert state.open_text is None
+    assert state.more_text(TextDelta(0, "late")) is False and state.take_text(TextDelta(0, "late")) is False
+    assert items(state)[0]["content"][0]["text"] == "a"
+
+
+@pytest.mark.parametrize("reason", ["stop", "length", "content_filter", "tool_calls"])
+@pytest.mark.parametrize(
+    "before",
+    [
+        [],
+        [TextDelta(0, "a")],
+        [ToolCallDelta(0, 0, "c", None, '{"x')],  # a call whose name never came
+        [TextDelta(0, "a"), ToolCallDelta(0, 0, "c", "f", "{}")],
+    ],
+    ids=["nothing open", "message open", "unnamed call open", "call after text"],
+)
+def test_finish_quietly_leaves_the_items_as_feed_does(before, reason):
+    quiet, fed = twins(before)
+    assert quiet.finish_quietly(Finish(0, reason)) is True
+    fed.feed(Finish(0, reason))
+    assert items(quiet) == items(fed)
+    assert (quiet.finish_reason, quiet.open, quiet.open_text) == (fed.finish_reason, None, None)
+
+
+def test_finish_quietly_refuses_another_choice_and_a_second_finish():
+    state, _ = twins([TextDelta(0, "a")])
+    assert state.finish_quietly(Finish(1, "length")) is False
+    assert state.open == 0 and state.finish_reason is None
+    assert state.finish_quietly(Finish(0, "stop")) is True
+    assert state.finish_quietly(Finish(0, "length")) is False
+    assert state.finish_reason == "stop" and items(state)[0]["status"] == "completed"
