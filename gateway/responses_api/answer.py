@@ -46,6 +46,8 @@ class ResponsesAnswer:
         self.assembly.end_of_events()
         if self.assembly.state.usage is None:
             self.assembly.state.usage = usage  # the runtime sent none: what the gateway counted
+        if not self.prepared.request.store:
+            return self.encoder.terminal()  # serialized from the state: no object to build
         final = self.assembly.result()
         try:
             await self._store(final)

@@ -79,17 +79,17 @@ class ResponseAssembly:
 
     def result(self) -> dict[str, Any]:
         """The response object as it stands (final once the events ended)."""
+        return self.shell.build(*self._result())
+
+    def result_json(self) -> bytes:
+        """`result()` serialized (`orjson.dumps(result())`, without building it)."""
+        return self.shell.build_json(*self._result())
+
+    def _result(self) -> tuple[Any, ...]:
         status = self.status
-        return self.shell.build(
-            status,
-            self.state.output(),
-            self.state.usage,
-            error=self.error,
-            incomplete_reason=INCOMPLETE_REASONS.get(self.state.finish_reason or "")
-            if status == "incomplete"
-            else None,
-            completed_at=int(self.clock()) if status == "completed" else None,
-        )
+        incomplete = INCOMPLETE_REASONS.get(self.state.finish_reason or "") if status == "incomplete" else None
+        completed_at = int(self.clock()) if status == "completed" else None
+        return status, self.state.output(), self.state.usage, self.error, incomplete, completed_at
 
 
 class ResponseStreamEncoder:
@@ -104,7 +104,7 @@ class ResponseStreamEncoder:
     def start(self) -> bytes:
         # One serialization of the response object for both frames (it is the
         # biggest part of them), spliced as orjson would write the whole event.
-        created = orjson.dumps(self.assembly.shell.build("in_progress", [], None))
+        created = self.assembly.shell.build_json("in_progress", [], None)
         return self._spliced("response.created", created) + self._spliced("response.in_progress", created)
 
     def feed(self, event: Event) -> bytes:
@@ -134,14 +134,16 @@ class ResponseStreamEncoder:
         self.sequence = sequence + 1
         return self._delta_head + orjson.dumps(text) + b',"logprobs":[],"sequence_number":%d}\n\n' % sequence
 
-    def terminal(self, final: dict[str, Any]) -> bytes:
-        """The last events, for `final` (the assembly's `result()`, as stored)."""
+    def terminal(self, final: dict[str, Any] | None = None) -> bytes:
+        """The last events, for `final` (the assembly's `result()`, as stored); None:
+        the assembly's result as it stands (nothing was stored: it is never built)."""
+        response = self.assembly.result_json() if final is None else orjson.dumps(final)
         err = self.assembly.error
         if err is not None:
             error_event = {"type": "error", "code": err.code or err.type, "message": err.message, "param": err.param}
-            return self._frame(error_event) + self._frame({"type": "response.failed", "response": final})
-        kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-        return self._spliced(kind, orjson.dumps(final))
+            return self._frame(error_event) + self._spliced("response.failed", response)
+        kind = "response.incomplete" if self.assembly.status == "incomplete" else "response.completed"
+        return self._spliced(kind, response)
 
     def _spliced(self, kind: str, response: bytes) -> bytes:
         """The frame `_frame` writes for `{"type": kind, "response": <response>}`, from

@@ -1,6 +1,8 @@
 """The Responses encoder's fast paths against its general one: the text delta built
 from a per-item template and the `response` events spliced from a serialized object
-write the bytes `_frame` writes for the same payload; the whole answer's quiet text
+write the bytes `_frame` writes for the same payload, and the response object
+serialized around its cached echo is `orjson.dumps` of the built one; the whole
+answer's quiet text
 and finish (`OutputState.take_text`, `finish_quietly`) leave the items exactly as
 `feed` does, and refuse whatever `feed` must handle itself."""
 
@@ -11,7 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
-from adapters.base import Finish, TextDelta, TokenLogprob, ToolCallDelta
+from adapters.base import Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
+from adapters.errors import GatewayError
 from gateway.responses_api.encoder import ResponseAssembly, ResponseStreamEncoder
 from gateway.responses_api.output import OutputState
 from gateway.responses_api.request import parse_request
@@ -148,3 +151,35 @@ def test_finish_quietly_refuses_another_choice_and_a_second_finish():
     assert state.finish_quietly(Finish(0, "stop")) is True
     assert state.finish_quietly(Finish(0, "length")) is False
     assert state.finish_reason == "stop" and items(state)[0]["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{}, {"user": "u\u00e9", "instructions": 'say "hi"', "metadata": {"k": "v"}, "temperature": 0.25}],
+    ids=["defaults", "every echo kind"],
+)
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("in_progress", [], None, None, None, None),
+        ("completed", [{"id": "msg_1", "type": "message"}], Usage(3, 2, 1), None, None, 17),
+        ("incomplete", [], Usage(3, 2), None, "max_output_tokens", None),
+        ("failed", [], None, GatewayError(429, "slow", code="rate_limit_exceeded"), None, None),
+    ],
+    ids=["created", "completed", "incomplete", "failed"],
+)
+def test_build_json_is_the_built_object_serialized(fields, args):
+    request = parse_request({"model": "m", "input": "hi", **fields})
+    shell = new_shell(request, "resp_x", 1)
+    for _ in range(2):  # the second time from the cached echo
+        assert shell.build_json(*args) == orjson.dumps(shell.build(*args))
+
+
+def test_result_json_is_the_result_serialized():
+    enc = encoder()
+    enc.assembly.clock = lambda: 42.9
+    for event in (TextDelta(0, "a"), Finish(0, "length"), Usage(1, 1)):
+        enc.feed(event)
+        assert enc.assembly.result_json() == orjson.dumps(enc.assembly.result())
+    enc.assembly.fail(GatewayError(502, "gone", code="upstream_error"))
+    assert enc.assembly.result_json() == orjson.dumps(enc.assembly.result())
