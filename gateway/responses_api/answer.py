@@ -40,6 +40,13 @@ class ResponsesAnswer:
         state = self.state
         if state.more_text(event):  # the common event, on the shortest path (a measured one)
             return self.encoder.text_delta(state.open, event.text)  # type: ignore[arg-type]  # open: set
+        if not state.want_logprobs and self.assembly.error is None:
+            # A message's opening and its finish, from templates (no logprobs to write).
+            if state.open is None and state.take_text(event):
+                return self.encoder.message_opened(state.open, event.text)  # type: ignore[arg-type]
+            index = state.open
+            if type(event) is Finish and state.open_text is not None and state.finish_quietly(event):
+                return self.encoder.message_closed(index)  # type: ignore[arg-type]
         return self.encoder.feed(event)
 
     async def stream_end(self, usage: Usage | None) -> bytes:

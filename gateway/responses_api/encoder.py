@@ -134,6 +134,33 @@ class ResponseStreamEncoder:
         self.sequence = sequence + 1
         return self._delta_head + orjson.dumps(text) + b',"logprobs":[],"sequence_number":%d}\n\n' % sequence
 
+    def message_opened(self, output_index: int, text: str) -> bytes:
+        """What `feed` writes for text that opens a message (`output_item.added`,
+        `content_part.added`, the first delta), for the message the state opened
+        quietly (`OutputState.take_text`) at `output_index`; without logprobs."""
+        item_id = orjson.dumps(self.assembly.state.items[output_index].id)
+        sequence = self.sequence
+        self.sequence = sequence + 2
+        return (
+            _MESSAGE_OPENED % (output_index, item_id, sequence, item_id, output_index, sequence + 1)
+        ) + self.text_delta(output_index, text)
+
+    def message_closed(self, output_index: int) -> bytes:
+        """What `feed` writes for the finish that closes the message at `output_index`
+        (`output_text.done`, `content_part.done`, `output_item.done`), once the state
+        closed it quietly (`OutputState.finish_quietly`); without logprobs."""
+        item = self.assembly.state.items[output_index]
+        item_id = orjson.dumps(item.id)
+        text = orjson.dumps("".join(item.text))  # type: ignore[union-attr]  # a message
+        part = b'{"type":"output_text","text":%s,"annotations":[],"logprobs":[]}' % text
+        sequence = self.sequence
+        self.sequence = sequence + 3
+        return _MESSAGE_CLOSED % (
+            *(item_id, output_index, text, sequence),
+            *(item_id, output_index, part, sequence + 1),
+            *(output_index, item_id, item.status.encode(), part, sequence + 2),
+        )
+
     def terminal(self, final: dict[str, Any] | None = None) -> bytes:
         """The last events, for `final` (the assembly's `result()`, as stored); None:
         the assembly's result as it stands (nothing was stored: it is never built)."""
@@ -165,4 +192,26 @@ class ResponseStreamEncoder:
         return head + orjson.dumps(payload) + b"\n\n"
 
 
-_HEADS: dict[str, bytes] = {}  # event type -> its `event:` line and the start of its `data:` line
+_HEADS: dict[str, bytes] = {}
+
+# The frames around a message without logprobs, as `_frame` writes them (key order
+# included; pinned by tests/gateway/responses_api/test_fast_paths.py).
+_MESSAGE_OPENED = (
+    b"event: response.output_item.added\ndata: "
+    b'{"type":"response.output_item.added","output_index":%d,"item":{"id":%s,"type":"message",'
+    b'"status":"in_progress","role":"assistant","content":[]},"sequence_number":%d}\n\n'
+    b"event: response.content_part.added\ndata: "
+    b'{"type":"response.content_part.added","item_id":%s,"output_index":%d,"content_index":0,'
+    b'"part":{"type":"output_text","text":"","annotations":[],"logprobs":[]},"sequence_number":%d}\n\n'
+)
+_MESSAGE_CLOSED = (
+    b"event: response.output_text.done\ndata: "
+    b'{"type":"response.output_text.done","item_id":%s,"output_index":%d,"content_index":0,'
+    b'"text":%s,"logprobs":[],"sequence_number":%d}\n\n'
+    b"event: response.content_part.done\ndata: "
+    b'{"type":"response.content_part.done","item_id":%s,"output_index":%d,"content_index":0,'
+    b'"part":%s,"sequence_number":%d}\n\n'
+    b"event: response.output_item.done\ndata: "
+    b'{"type":"response.output_item.done","output_index":%d,"item":{"id":%s,"type":"message",'
+    b'"status":"%s","role":"assistant","content":[%s]},"sequence_number":%d}\n\n'
+)  # event type -> its `event:` line and the start of its `data:` line

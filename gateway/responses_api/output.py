@@ -72,7 +72,7 @@ class OutputState:
         texts.append(event.text)
         return True
 
-    def take_text(self, event: Event) -> bool:
+    def take_text(self, event: Event) -> TypeGuard[TextDelta]:
         """`more_text`, and also the text that opens a message when no item is open:
         for a whole answer, which reads only the items (the events that open an item
         are not built). False: `feed` it."""

@@ -13,13 +13,16 @@ from typing import Any
 import orjson
 import pytest
 
-from adapters.base import Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
+from adapters.base import ErrorEvent, Finish, TextDelta, TokenLogprob, ToolCallDelta, Usage
 from adapters.errors import GatewayError
+from gateway.responses_api import MemoryResponseStore, output, prepare_response
+from gateway.responses_api.answer import ResponsesAnswer
 from gateway.responses_api.encoder import ResponseAssembly, ResponseStreamEncoder
 from gateway.responses_api.output import OutputState
 from gateway.responses_api.request import parse_request
 from gateway.responses_api.response_object import new_shell
 
+WHERE: dict[str, Any] = {"tenant": "t", "store": MemoryResponseStore(), "request_id": "r"}
 TEXTS = ["plain", "", 'quote " and \\ backslash', "line\nbreak\ttab\x01", "\u00e9\u2603\U0001f600", "</script>"]
 
 
@@ -183,3 +186,71 @@ def test_result_json_is_the_result_serialized():
         assert enc.assembly.result_json() == orjson.dumps(enc.assembly.result())
     enc.assembly.fail(GatewayError(502, "gone", code="upstream_error"))
     assert enc.assembly.result_json() == orjson.dumps(enc.assembly.result())
+
+
+TOOL = {"tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}]}
+STREAMS = {
+    "stop": [TextDelta(0, "a"), TextDelta(0, ' "b"\n'), Finish(0, "stop"), Usage(1, 2)],
+    "length": [TextDelta(0, "\u00e9"), Finish(0, "length")],
+    "content filter": [TextDelta(0, "a"), Finish(0, "content_filter")],
+    "empty first": [TextDelta(0, ""), TextDelta(0, "a"), Finish(0, "stop")],
+    "other choice": [TextDelta(1, "x"), TextDelta(0, "a"), Finish(1, "stop"), Finish(0, "stop")],
+    "call then text": [ToolCallDelta(0, 0, "c", "f", "{}"), TextDelta(0, "a"), Finish(0, "stop")],
+    "text then call": [TextDelta(0, "a"), ToolCallDelta(0, 0, "c", "f", "{}"), Finish(0, "tool_calls")],
+    "failed, then text": [ErrorEvent(GatewayError(502, "x")), TextDelta(0, "a"), Finish(0, "stop")],
+}
+
+
+@pytest.mark.parametrize("name", STREAMS)
+async def test_the_answers_short_paths_write_what_feed_writes(name, monkeypatch):
+    counter = iter(range(1000))
+    # The ids in order of creation, the same for both answers (the rest is their own).
+    monkeypatch.setattr(output, "new_message_id", lambda: f"msg_{next(counter)}")
+    monkeypatch.setattr(output, "new_function_call_id", lambda: f"fc_{next(counter)}")
+    prepared = await prepare_response({"model": "m", "input": "hi", "stream": True, **TOOL}, **WHERE)
+    fast, general = ResponsesAnswer(prepared, WHERE["store"]), ResponsesAnswer(prepared, WHERE["store"])
+    counter = iter(range(1000))
+    got = [fast.stream_feed(event) for event in STREAMS[name]]
+    counter = iter(range(1000))
+    want = [general.encoder.feed(event) for event in STREAMS[name]]
+    assert got == want
+
+
+def test_a_message_opened_and_closed_from_templates_is_what_frame_writes():
+    enc = encoder()
+    state = enc.assembly.state
+    assert state.take_text(TextDelta(0, "h\u00e9"))
+    opened = enc.message_opened(0, "h\u00e9")
+    item_id = state.items[0].id
+    part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+    assert opened == (
+        general("response.output_item.added", 0, output_index=0, item=state.item(0, full=False))
+        + general("response.content_part.added", 1, item_id=item_id, output_index=0, content_index=0, part=part)
+        + general(
+            "response.output_text.delta",
+            2,
+            item_id=item_id,
+            output_index=0,
+            content_index=0,
+            delta="h\u00e9",
+            logprobs=[],
+        )
+    )
+    assert state.more_text(TextDelta(0, ' "x"'))
+    assert state.finish_quietly(Finish(0, "length"))
+    closed = enc.message_closed(0)
+    part = {"type": "output_text", "text": 'h\u00e9 "x"', "annotations": [], "logprobs": []}
+    assert closed == (
+        general(
+            "response.output_text.done",
+            3,
+            item_id=item_id,
+            output_index=0,
+            content_index=0,
+            text=part["text"],
+            logprobs=[],
+        )
+        + general("response.content_part.done", 4, item_id=item_id, output_index=0, content_index=0, part=part)
+        + general("response.output_item.done", 5, output_index=0, item=state.item(0))
+    )
+    assert state.item(0)["status"] == "incomplete" and enc.sequence == 6
