@@ -81,15 +81,17 @@ class ResponseAssembly:
         """The response object as it stands (final once the events ended)."""
         return self.shell.build(*self._result())
 
-    def result_json(self) -> bytes:
-        """`result()` serialized (`orjson.dumps(result())`, without building it)."""
-        return self.shell.build_json(*self._result())
+    def result_json(self, output: orjson.Fragment | None = None) -> bytes:
+        """`result()` serialized (`orjson.dumps(result())`, without building it);
+        `output`: the output items already serialized, if they are."""
+        return self.shell.build_json(*self._result(output))
 
-    def _result(self) -> tuple[Any, ...]:
+    def _result(self, output: Any = None) -> tuple[Any, ...]:
         status = self.status
         incomplete = INCOMPLETE_REASONS.get(self.state.finish_reason or "") if status == "incomplete" else None
         completed_at = int(self.clock()) if status == "completed" else None
-        return status, self.state.output(), self.state.usage, self.error, incomplete, completed_at
+        output = self.state.output() if output is None else output
+        return status, output, self.state.usage, self.error, incomplete, completed_at
 
 
 class ResponseStreamEncoder:
@@ -99,6 +101,10 @@ class ResponseStreamEncoder:
         self.assembly = assembly
         self.sequence = 0
         self._delta_index = -1  # the output index `_delta_head` was built for
+        # A message closed from a template (at the finish: nothing follows it), as
+        # `output_item.done` serialized it: the terminal object's whole output when
+        # it is the only item.
+        self._done_message: tuple[int, bytes] | None = None
         self._delta_head = b""
 
     def start(self) -> bytes:
@@ -153,18 +159,30 @@ class ResponseStreamEncoder:
         item_id = orjson.dumps(item.id)
         text = orjson.dumps("".join(item.text))  # type: ignore[union-attr]  # a message
         part = b'{"type":"output_text","text":%s,"annotations":[],"logprobs":[]}' % text
+        done = b'{"id":%s,"type":"message","status":"%s","role":"assistant","content":[%s]}' % (
+            item_id,
+            item.status.encode(),
+            part,
+        )
+        self._done_message = (output_index, done)  # a closed item never changes
         sequence = self.sequence
         self.sequence = sequence + 3
         return _MESSAGE_CLOSED % (
             *(item_id, output_index, text, sequence),
             *(item_id, output_index, part, sequence + 1),
-            *(output_index, item_id, item.status.encode(), part, sequence + 2),
+            *(output_index, done, sequence + 2),
         )
 
     def terminal(self, final: dict[str, Any] | None = None) -> bytes:
         """The last events, for `final` (the assembly's `result()`, as stored); None:
         the assembly's result as it stands (nothing was stored: it is never built)."""
-        response = self.assembly.result_json() if final is None else orjson.dumps(final)
+        if final is None:
+            done, output = self._done_message, None  # None: built from the state
+            if done is not None and done[0] == 0 and len(self.assembly.state.items) == 1:
+                output = orjson.Fragment(b"[" + done[1] + b"]")
+            response = self.assembly.result_json(output)
+        else:
+            response = orjson.dumps(final)
         err = self.assembly.error
         if err is not None:
             error_event = {"type": "error", "code": err.code or err.type, "message": err.message, "param": err.param}
@@ -212,6 +230,5 @@ _MESSAGE_CLOSED = (
     b'{"type":"response.content_part.done","item_id":%s,"output_index":%d,"content_index":0,'
     b'"part":%s,"sequence_number":%d}\n\n'
     b"event: response.output_item.done\ndata: "
-    b'{"type":"response.output_item.done","output_index":%d,"item":{"id":%s,"type":"message",'
-    b'"status":"%s","role":"assistant","content":[%s]},"sequence_number":%d}\n\n'
+    b'{"type":"response.output_item.done","output_index":%d,"item":%s,"sequence_number":%d}\n\n'
 )  # event type -> its `event:` line and the start of its `data:` line

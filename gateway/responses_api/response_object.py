@@ -59,7 +59,7 @@ class ResponseShell:
     def build_json(
         self,
         status: str,
-        output: list[dict[str, Any]],
+        output: list[dict[str, Any]] | orjson.Fragment,
         usage: Usage | None,
         error: GatewayError | None = None,
         incomplete_reason: str | None = None,

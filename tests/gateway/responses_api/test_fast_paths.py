@@ -214,6 +214,11 @@ async def test_the_answers_short_paths_write_what_feed_writes(name, monkeypatch)
     counter = iter(range(1000))
     want = [general.encoder.feed(event) for event in STREAMS[name]]
     assert got == want
+    # The terminal object, from the items the templates serialized when they all are.
+    for answer in (fast, general):
+        answer.assembly.clock = lambda: 1_700_000_005.0
+        answer.assembly.end_of_events()
+    assert fast.encoder.terminal() == general.encoder.terminal(general.assembly.result())
 
 
 def test_a_message_opened_and_closed_from_templates_is_what_frame_writes():
