@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.base import Event, TextDelta, Usage
+from adapters.base import Event, Finish, Usage
 from adapters.errors import GatewayError
 from gateway.responses_api.encoder import ResponseAssembly, ResponseStreamEncoder
 from gateway.responses_api.handlers import PreparedResponse
@@ -29,6 +29,7 @@ class ResponsesAnswer:
         self.response_id = prepared.shell.id
         self.assembly = ResponseAssembly(prepared.shell, logprobs=prepared.request.logprobs)
         self.encoder = ResponseStreamEncoder(self.assembly)
+        self.state = self.assembly.state
 
     # ---- stream ---------------------------------------------------------------------
 
@@ -36,16 +37,24 @@ class ResponsesAnswer:
         return self.encoder.start()
 
     def stream_feed(self, event: Event) -> bytes:
-        state = self.assembly.state
+        state = self.state
         if state.more_text(event):  # the common event, on the shortest path (a measured one)
-            assert state.open is not None and isinstance(event, TextDelta)
-            return self.encoder.text_delta(state.items[state.open].id, state.open, event.text)
+            return self.encoder.text_delta(state.open, event.text)  # type: ignore[arg-type]  # open: set
+        if not state.want_logprobs and self.assembly.error is None:
+            # A message's opening and its finish, from templates (no logprobs to write).
+            if state.open is None and state.take_text(event):
+                return self.encoder.message_opened(state.open, event.text)  # type: ignore[arg-type]
+            index = state.open
+            if type(event) is Finish and state.open_text is not None and state.finish_quietly(event):
+                return self.encoder.message_closed(index)  # type: ignore[arg-type]
         return self.encoder.feed(event)
 
     async def stream_end(self, usage: Usage | None) -> bytes:
         self.assembly.end_of_events()
         if self.assembly.state.usage is None:
             self.assembly.state.usage = usage  # the runtime sent none: what the gateway counted
+        if not self.prepared.request.store:
+            return self.encoder.terminal()  # serialized from the state: no object to build
         final = self.assembly.result()
         try:
             await self._store(final)
@@ -58,8 +67,11 @@ class ResponsesAnswer:
     # ---- whole ---------------------------------------------------------------------------
 
     def whole_feed(self, event: Event) -> None:
-        if self.assembly.state.more_text(event):
+        state = self.state
+        if state.take_text(event):
             return  # nothing can fail here, and a whole answer needs no event payload
+        if type(event) is Finish and self.assembly.error is None and state.finish_quietly(event):
+            return  # the finish closes the open item; its event payloads would be dropped
         self.assembly.feed(event)
         if self.assembly.error is not None:
             raise self.assembly.error

@@ -17,11 +17,13 @@ and reads the items, so both answers always agree. Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from adapters.base import Event, Finish, LogprobsDelta, TextDelta, TokenLogprob, ToolCallDelta, Usage
 from adapters.errors import GatewayError
 from gateway.responses_api.ids import new_call_id, new_function_call_id, new_message_id
+
+CUT = ("length", "content_filter")  # finishes that leave the item they cut `incomplete`
 
 
 @dataclass(slots=True)
@@ -48,6 +50,9 @@ class OutputState:
         self.items: list[_Message | _Call] = []
         self.calls: dict[int, int] = {}  # adapter tool index -> output index
         self.open: int | None = None  # output index of the item still receiving deltas
+        # The open item's text pieces when it is a message, else None: more text for it
+        # is the common event, taken with one lookup (`more_text`). Set with `open`, by `_open`.
+        self.open_text: list[str] | None = None
         self.finish_reason: str | None = None
         self.usage: Usage | None = None
 
@@ -55,18 +60,30 @@ class OutputState:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
-    def more_text(self, event: Event) -> bool:
+    def more_text(self, event: Event) -> TypeGuard[TextDelta]:
         """Take `event` when it is more text for the open message and nothing else
         follows from it (no item opens, no logprobs): the whole answer's common case,
         which needs no event payload. False: `feed` it."""
-        if type(event) is not TextDelta or event.index != 0 or self.finish_reason is not None or not event.text:
+        texts = self.open_text  # None also once finished: the finish closes the open item
+        if texts is None or type(event) is not TextDelta or event.index != 0 or not event.text:
             return False
-        if self.open is None or (self.want_logprobs and event.logprobs):
+        if self.want_logprobs and event.logprobs:
             return False
-        current = self.items[self.open]
-        if type(current) is not _Message:
+        texts.append(event.text)
+        return True
+
+    def take_text(self, event: Event) -> TypeGuard[TextDelta]:
+        """`more_text`, and also the text that opens a message when no item is open:
+        for a whole answer, which reads only the items (the events that open an item
+        are not built). False: `feed` it."""
+        if self.more_text(event):
+            return True
+        if type(event) is not TextDelta or self.open is not None or event.index != 0 or not event.text:
             return False
-        current.text.append(event.text)
+        if self.finish_reason is not None or (self.want_logprobs and event.logprobs):
+            return False
+        self.items.append(_Message(new_message_id(), [event.text]))  # what `_text` opens, nothing to close
+        self._open(len(self.items) - 1)
         return True
 
     def feed(self, event: Event) -> list[dict[str, Any]]:
@@ -86,9 +103,27 @@ class OutputState:
             return self._tool_call(event)
         if isinstance(event, Finish):
             self.finish_reason = event.reason
-            cut = event.reason in ("length", "content_filter")
-            return self._close(incomplete=cut)
+            return self._close(incomplete=event.reason in CUT)
         return []
+
+    def finish_quietly(self, event: Finish) -> bool:
+        """Take `event` as `feed` would, without building the stream events it causes
+        (a whole answer reads only the items). False: it is not this choice's finish
+        (or nothing can finish any more): `feed` it."""
+        if event.index != 0 or self.finish_reason is not None:
+            return False
+        self.finish_reason = event.reason
+        if self.open is not None:
+            # What `_close` leaves in the items: the status; a call never announced
+            # shows its name as "" either way (`item`).
+            self.items[self.open].status = "incomplete" if event.reason in CUT else "completed"
+            self._open(None)
+        return True
+
+    def _open(self, index: int | None) -> None:
+        self.open = index
+        item = self.items[index] if index is not None else None
+        self.open_text = item.text if type(item) is _Message else None
 
     # ---- text -------------------------------------------------------------------
 
@@ -118,7 +153,8 @@ class OutputState:
             out += self._close()
             item = _Message(new_message_id())
             self.items.append(item)
-            index = self.open = len(self.items) - 1
+            index = len(self.items) - 1
+            self._open(index)
             out.append(self._added(index))
             out.append(self._part_event("response.content_part.added", index, {**_text_part(""), "logprobs": []}))
         item.text.append(text)
@@ -135,7 +171,8 @@ class OutputState:
         if index is None:
             out += self._close()
             self.items.append(_Call(new_function_call_id(), ev.id or new_call_id(), ev.name or None))
-            index = self.open = self.calls[ev.tool_index] = len(self.items) - 1
+            index = self.calls[ev.tool_index] = len(self.items) - 1
+            self._open(index)
         elif index != self.open:
             # The call is already done (its arguments were final): a runtime that
             # interleaves calls cannot be told in this API's one-item-at-a-time order.
@@ -174,7 +211,8 @@ class OutputState:
     def _close(self, *, incomplete: bool = False) -> list[dict[str, Any]]:
         if self.open is None:
             return []
-        index, self.open = self.open, None
+        index = self.open
+        self._open(None)
         item = self.items[index]
         item.status = "incomplete" if incomplete else "completed"
         out: list[dict[str, Any]] = []
@@ -223,7 +261,7 @@ class OutputState:
         """The generation failed: the item still open stays unfinished (`incomplete`)."""
         if self.open is not None:
             self.items[self.open].status = "incomplete"
-            self.open = None
+            self._open(None)
 
     def _output_part(self, item: _Message) -> dict[str, Any]:
         part = _text_part("".join(item.text))

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from adapters.base import Usage
 from adapters.errors import GatewayError
 from gateway.responses_api.request import ResponsesRequest
@@ -26,13 +28,15 @@ class ResponseShell:
     id: str
     created_at: int
     echo: dict[str, Any]
+    # `echo` serialized, without its braces: a stream sends the object at least three
+    # times (created, in_progress, the terminal event), and the echo is most of it.
+    echo_json: bytes = b""
 
     def build(
         self,
         status: str,
         output: list[dict[str, Any]],
         usage: Usage | None,
-        *,
         error: GatewayError | None = None,
         incomplete_reason: str | None = None,
         completed_at: int | None = None,
@@ -51,6 +55,35 @@ class ResponseShell:
         if usage is not None:  # an object or absent in OpenAI's schema, never null
             out["usage"] = usage_object(usage)
         return out
+
+    def build_json(
+        self,
+        status: str,
+        output: list[dict[str, Any]] | orjson.Fragment,
+        usage: Usage | None,
+        error: GatewayError | None = None,
+        incomplete_reason: str | None = None,
+        completed_at: int | None = None,
+    ) -> bytes:
+        """`orjson.dumps(build(...))`, byte for byte, without rebuilding or
+        reserializing the echoed fields (the same keys in the same order: `build`'s
+        own fields, then the echo, then `usage`)."""
+        if not self.echo_json:
+            self.echo_json = orjson.dumps(self.echo)[1:-1]  # never empty: the schema's fields
+        own = orjson.dumps(
+            {
+                "id": self.id,
+                "object": "response",
+                "created_at": self.created_at,
+                "status": status,
+                "completed_at": completed_at,
+                "error": response_error(error) if error is not None else None,
+                "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None,
+                "output": output,
+            }
+        )
+        usage_json = b',"usage":' + orjson.dumps(usage_object(usage)) if usage is not None else b""
+        return own[:-1] + b"," + self.echo_json + usage_json + b"}"
 
 
 def new_shell(request: ResponsesRequest, response_id: str, created_at: int) -> ResponseShell:
