@@ -219,6 +219,17 @@ class Generation:
         finally:
             self.ctx.upstream_wait += time.perf_counter() - t
 
+    async def _seen(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """The upstream's events, each timed as upstream wait and counted (tokens,
+        usage, status) before the answer format gets it."""
+        while True:
+            try:
+                event = await self._next(events)
+            except StopAsyncIteration:
+                return
+            self._saw(event)
+            yield event
+
     def _saw(self, event: Event) -> None:
         if isinstance(event, CONTENT_EVENTS):
             self.completion_tokens_seen += 1
@@ -297,12 +308,7 @@ class Generation:
             }
         )
         body = {"type": "http.response.body", "body": b"", "more_body": True}
-        while True:
-            try:
-                event = await self._next(events)
-            except StopAsyncIteration:
-                break
-            self._saw(event)
+        async for event in self._seen(events):
             frames = answer.stream_feed(event)
             if opening:
                 frames, opening = opening + frames, b""
@@ -316,12 +322,7 @@ class Generation:
     async def _whole(self, events: AsyncIterator[Event], send) -> None:
         answer = self.answer
         try:
-            while True:
-                try:
-                    event = await self._next(events)
-                except StopAsyncIteration:
-                    break
-                self._saw(event)
+            async for event in self._seen(events):
                 answer.whole_feed(event)
             usage = self.usage or self._estimated_usage() or Usage(0, 0)
             payload = orjson.dumps(await answer.whole_body(usage))

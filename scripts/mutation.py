@@ -85,8 +85,21 @@ MODULES: dict[str, list[str]] = {
         "tests/fuzz/test_request_handling.py",
     ],
     "gateway/dispatch.py": ["tests/gateway/test_dispatch.py", "tests/gateway/test_dispatch_ejection.py"],
-    "gateway/generation.py": ["tests/gateway/test_generation.py"],
-    "gateway/protection.py": ["tests/gateway/test_protection.py", "tests/gateway/test_quota_store_outage.py"],
+    "gateway/generation.py": [
+        "tests/gateway/test_generation*.py",
+        "tests/gateway/test_request_deadline.py",
+        "tests/gateway/test_disconnect*.py",
+        "tests/gateway/test_internal_errors.py",
+    ],
+    "gateway/protection.py": [
+        "tests/gateway/test_protection*.py",
+        "tests/gateway/test_quota_store_outage.py",
+        "tests/gateway/test_quota_down_window.py",
+        "tests/gateway/test_quota_details.py",
+        "tests/gateway/test_unary.py",
+        "tests/gateway/test_generation.py",
+        "tests/adversity/test_units.py",
+    ],
     "engine/block_pool.py": ["tests/engine/test_block_pool*.py", "tests/engine/test_kv_events.py"],
     "engine/kv_cache_manager.py": [
         "tests/engine/test_block_pool*.py",
@@ -118,6 +131,8 @@ EXTRA_ARGS: dict[str, list[str]] = {
     "engine/block_pool.py": ["-k", "not test_engine_random and not adapters_events"],
     "engine/kv_cache_manager.py": ["-k", "not test_engine_random and not adapters_events"],
     "engine/scheduler.py": ["-k", "not test_engine_random"],
+    # the store's reconnect timings (gateway/quota_leases.py's, seconds each in real time)
+    "gateway/protection.py": ["-k", "not hung_redis_longer and not used_again_within_a_second"],
 }
 
 # (multiplier, constant) of the per-mutant timeout where the default 10x + 3 s is too
