@@ -431,8 +431,10 @@ def main() -> int:
             return 0
         for module in modules:
             print(f"mutating {module} against {' '.join(MODULES[module])}", flush=True)
-            results[module] = run_module(module, args.max_children, args.budget)
-            r = results[module]
+            r = run_module(module, args.max_children, args.budget)
+            # read again: a run of another module, side by side, may have written meanwhile
+            results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+            results[module] = r
             print(f"  {r['counts']['killed']}/{r['total']} killed ({r['score']:.1%}) in {r['seconds']} s", flush=True)
             RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
             REPORT.write_text(render(results))
