@@ -88,7 +88,7 @@ class Generation:
         self._last_content: float | None = None
         self._backoff_since: float | None = None
         self.dropped_params: tuple[str, ...] = ()
-        self.ended = False  # the stream's last frame was sent (nothing may follow it)
+        self.ended = False  # the answer's last message is being sent (nothing may follow it)
 
     def _extra_headers(self) -> dict[str, str]:
         headers = {k: str(v) for k, v in self.ticket.headers.items()}
@@ -337,4 +337,7 @@ class Generation:
                 "headers": self._headers(b"application/json") + [(b"content-length", str(len(payload)).encode())],
             }
         )
+        # The whole answer is written: a deadline striking while the client reads it
+        # (a slow reader) must add nothing after it.
+        self.ended = True
         await send({"type": "http.response.body", "body": payload})

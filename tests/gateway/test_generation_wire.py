@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, ParameterSupport, SamplingParams, TextDelta, Usage
 from adapters.errors import GatewayError
+from gateway.answer_format import AnswerFormat
 from gateway.config import parse_config
 from gateway.dispatch import Dispatcher
 from gateway.generation import Generation
@@ -57,6 +58,7 @@ class Served:
     releases: list[tuple[Usage | None, CancelPhase | None]] = field(default_factory=list)
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     trace: Trace = field(default_factory=Trace)
+    inflight: list[float] = field(default_factory=list)  # the model's in-flight gauge at each message
 
     @property
     def start(self) -> dict:
@@ -97,8 +99,11 @@ async def serve(
     model: dict | None = None,
     leave_after: float | None = None,
     served: Served | None = None,
+    answer: AnswerFormat | None = None,
+    last_send_s: float = 0.0,
 ) -> Served:
-    """Admit `requests` (one request's sub-requests) and run their Generation to its end."""
+    """Admit `requests` (one request's sub-requests) and run their Generation to its end.
+    `last_send_s`: how long the client takes to read the answer's last message."""
     served = served or Served()
     backends = backend_set({"m": model or {"backends": list(adapters)}}, adapters)
     protection = Protection(parse_config(config or {}), CollectorRegistry())
@@ -120,6 +125,9 @@ async def serve(
 
     async def send(message: dict) -> None:
         served.sent.append(dict(message))  # the stream reuses its body message
+        served.inflight.append(served.count("switchyard_inflight_requests", model="m"))
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            await asyncio.sleep(last_send_s)
 
     async def receive() -> dict:
         if leave_after is None:
@@ -130,7 +138,7 @@ async def serve(
     recorder = RequestRecorder(served.metrics, backends.pools, None)
     ctx = RequestContext("rid-7", time.perf_counter(), chat=requests[0].kind == "chat", model="m")
     ctx.trace = served.trace
-    generation = Generation(Dispatcher(backends), recorder, ctx, ticket, requests)
+    generation = Generation(Dispatcher(backends), recorder, ctx, ticket, requests, answer)
     await generation({"type": "http"}, receive, send)
     await protection.aclose()
     return served
@@ -163,6 +171,8 @@ async def test_a_stream_starts_with_its_headers_and_every_body_but_the_last_has_
     assert frames[0]["id"] == served.ctx.response_id and frames[0]["model"] == "m"
     assert abs(frames[0]["created"] - time.time()) < 5
     assert served.ctx.stream is True and frames[-1] == "[DONE]"
+    assert set(served.inflight) == {1.0}  # counted in flight while it answers
+    assert served.count("switchyard_inflight_requests", model="m") == 0
 
 
 async def test_a_whole_answer_has_its_length_and_the_same_headers():
@@ -186,7 +196,8 @@ async def test_an_error_response_carries_the_request_id_and_the_ticket_headers()
     assert h["x-ratelimit-limit-requests"] == "50" and h["content-type"] == "application/json"
     assert orjson.loads(served.body)["error"]["code"] == "bad_messages"
     assert (served.outcome.status, served.outcome.error, served.outcome.code) == (400, "bad", "bad_messages")
-    assert served.outcome.backend is None and served.releases == [(None, None)]
+    assert served.outcome.backend is None and served.outcome.dropped_params == ()
+    assert served.releases == [(None, None)]
 
 
 # ---- parameters a runtime dropped --------------------------------------------------------------------
@@ -288,11 +299,11 @@ async def test_a_retry_backoff_is_counted_as_such_and_a_client_leaving_after_it_
         calls.append(request)
         return [GatewayError(503, "down", retryable=True)] if len(calls) == 1 else [HANG]
 
-    model = {"backends": ["b1"], "max_retries": 1, "retry_backoff_s": 0.2}
+    model = {"backends": ["b1"], "max_retries": 1, "retry_backoff_s": 0.25}
     served = await one(ScriptedAdapter("b1", down_once), chat(), model=model, leave_after=0.4)
     assert len(calls) == 2
     assert served.releases == [(None, CancelPhase.UPSTREAM_HEADERS)]
-    assert 0.2 <= served.ctx.backoff_wait < 0.4, served.ctx.backoff_wait
+    assert 0.25 <= served.ctx.backoff_wait < 0.4, served.ctx.backoff_wait
     assert served.ctx.upstream_wait < 0.3, served.ctx.upstream_wait  # the backoff is not upstream time
 
 
