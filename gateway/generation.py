@@ -88,7 +88,7 @@ class Generation:
         self._last_content: float | None = None
         self._backoff_since: float | None = None
         self.dropped_params: tuple[str, ...] = ()
-        self.ended = False  # the answer's last message is being sent (nothing may follow it)
+        self.ended = False  # the answer's last message is being sent: nothing may follow it
 
     def _extra_headers(self) -> dict[str, str]:
         headers = {k: str(v) for k, v in self.ticket.headers.items()}
@@ -208,7 +208,7 @@ class Generation:
         resp = error_response(err, self.ctx.request_id)
         for k, v in self._extra_headers().items():
             resp.headers[k] = v
-        self.started = True
+        self.started = self.ended = True  # the error response is the whole answer
         await send({"type": "http.response.start", "status": resp.status_code, "headers": resp.raw_headers})
         await send({"type": "http.response.body", "body": resp.body})
 
@@ -329,7 +329,9 @@ class Generation:
         except GatewayError as err:
             await self._send_error(send, err)
             return
-        self.started = True
+        # The whole answer goes out now: a deadline striking while the client reads
+        # it (a slow reader) must add nothing after it.
+        self.started = self.ended = True
         await send(
             {
                 "type": "http.response.start",
@@ -337,7 +339,4 @@ class Generation:
                 "headers": self._headers(b"application/json") + [(b"content-length", str(len(payload)).encode())],
             }
         )
-        # The whole answer is written: a deadline striking while the client reads it
-        # (a slow reader) must add nothing after it.
-        self.ended = True
         await send({"type": "http.response.body", "body": payload})

@@ -112,6 +112,13 @@ async def test_a_deadline_while_a_whole_answer_is_written_adds_nothing_after_it(
     assert orjson.loads(served.body)["choices"][0]["message"]["content"] == "Hi there"
 
 
+async def test_a_deadline_while_an_error_response_is_written_adds_nothing_after_it():
+    refused = ScriptedAdapter("b1", always(GatewayError(400, "bad", param="messages")))
+    served = await one(refused, by(0.3, stream=True), last_send_s=0.6)
+    assert [m["type"] for m in served.sent] == ["http.response.start", "http.response.body"]
+    assert served.start["status"] == 400 and served.outcome.status == 400
+
+
 # ---- retry backoffs -------------------------------------------------------------------------------------
 
 
