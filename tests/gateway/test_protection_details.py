@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -196,4 +197,61 @@ async def test_a_collected_ticket_is_logged_as_leaked(caplog):
     assert any("dropped without release" in r.getMessage() for r in caplog.records)
     await asyncio.sleep(0)
     assert p.snapshot()["in_flight"] == 0
+    await p.aclose()
+
+
+# ---- what the queue is told ----------------------------------------------------------------------------
+
+
+async def queued_in_order(p: Protection, who_by_name: dict, names: list[str]) -> list[str]:
+    """Admit one request per name (in that order, each queued behind a holder of the
+    model's one unit of capacity), then free the capacity one ticket at a time:
+    the names in the order they were let through."""
+    p.set_capacity_provider(lambda model: 1)
+    holder = await p.admit(who_by_name[names[0]], "m", request(), 1, never_gone)
+    order: list[str] = []
+
+    async def enter(name: str) -> None:
+        t = await p.admit(who_by_name[name], "m", request(), 1, never_gone)
+        order.append(name)
+        await asyncio.sleep(0.01)
+        await t.release(None)
+
+    tasks = []
+    for name in names:
+        tasks.append(asyncio.create_task(enter(name)))
+        await asyncio.sleep(0.02)  # queued in this order
+    await holder.release(None)
+    await asyncio.wait_for(asyncio.gather(*tasks), 2)
+    return order
+
+
+async def test_tenants_take_turns_in_the_queue():
+    p = await make(config(max_concurrent=10))
+    who = {"a1": await principal(p), "a2": await principal(p), "b1": await principal(p, "sk-sy-tenant-b-key")}
+    assert await queued_in_order(p, who, ["a1", "a2", "b1"]) == ["a1", "b1", "a2"]
+    await p.aclose()
+
+
+async def test_a_higher_tier_is_let_through_first():
+    cfg = config(max_concurrent=10)
+    cfg["tenants"]["b"]["tier"] = 2
+    p = await make(cfg)
+    who = {"a1": await principal(p), "a2": await principal(p), "b1": await principal(p, "sk-sy-tenant-b-key")}
+    assert await queued_in_order(p, who, ["a1", "a2", "b1"]) == ["b1", "a1", "a2"]
+    await p.aclose()
+
+
+async def test_a_request_waits_in_the_queue_no_longer_than_its_deadline():
+    p = await make(config(max_concurrent=10))
+    p.set_capacity_provider(lambda model: 1)
+    who = await principal(p)
+    holder = await p.admit(who, "m", request(), 1, never_gone)
+    late = request()
+    late.deadline = time.monotonic() + 0.2
+    started = time.monotonic()
+    error = await refusal(p, who, "m", late, 1)
+    assert (error.status, error.code) == (504, "deadline_exceeded")
+    assert time.monotonic() - started < 1.0  # the queue's own limit is 2 s
+    await holder.release(None)
     await p.aclose()
