@@ -97,7 +97,7 @@ async def test_a_client_leaving_the_queue_is_charged_nothing():
 
 
 async def test_a_request_refused_by_the_full_queue_is_counted_by_model_and_code_with_the_headers():
-    cfg = config(requests_per_minute=100)
+    cfg = config(requests_per_minute=100, tokens_per_minute=10_000)
     cfg["admission"] = {"max_queue": 0, "max_queue_wait_s": 1}
     p = await make(cfg)
     p.set_capacity_provider(lambda model: 1)
@@ -107,14 +107,19 @@ async def test_a_request_refused_by_the_full_queue_is_counted_by_model_and_code_
     assert error.headers["x-ratelimit-limit-requests"] == "100"  # the tenant's state, for its retry
     labels = {"model": "m", "reason": error.code or str(error.status)}
     assert sample(p, "switchyard_admission_rejected_total", labels) == 1
-    await holder.release(None)
+    await holder.release(Usage(1, 0))
+    t = await p.admit(who, "m", request(max_tokens=0), 0, never_gone)
+    assert t.headers["x-ratelimit-remaining-tokens"] == str(10_000 - 1)  # the refused one charged nothing
+    await t.release(None)
     await p.aclose()
 
 
-async def test_the_queue_wait_is_observed_per_model():
+async def test_the_queue_wait_is_observed_per_model_and_the_ticket_says_whose_it_is():
     p = await make(config(max_concurrent=5))
-    t = await p.admit(await principal(p), "m", request(), 1, never_gone)
+    who = await principal(p)
+    t = await p.admit(who, "m", request(), 1, never_gone)
     assert sample(p, "switchyard_admission_wait_seconds_count", {"model": "m"}) == 1
+    assert (t.principal, t.model, t.prompt_estimate) == (who, "m", 1)
     await t.release(None)
     await p.aclose()
 
@@ -160,11 +165,21 @@ async def test_a_reload_puts_tenants_and_queue_bounds_in_force_and_keeps_the_cou
     await p.aclose()
 
 
-async def test_a_reload_that_would_open_auth_on_a_public_address_is_refused():
+def opened_after_validation():
+    """A config without auth that was valid on loopback, moved to a public address
+    after validation (as a command line's host option may): parse_config never saw it."""
+    cfg = parse_config({})
+    cfg.listen.host = "0.0.0.0"
+    return cfg
+
+
+async def test_a_config_opened_after_validation_is_refused_at_start_and_at_a_reload():
+    with pytest.raises(ConfigError, match="auth is not configured"):
+        Protection.from_config(opened_after_validation(), CollectorRegistry())
     p = await make(config(requests_per_minute=10))
     before = p.config
     with pytest.raises(ConfigError, match="auth is not configured"):
-        await p.reconfigure(parse_config({"listen": {"host": "0.0.0.0"}}))
+        await p.reconfigure(opened_after_validation())
     assert p.config is before
     await p.aclose()
 
@@ -254,4 +269,19 @@ async def test_a_request_waits_in_the_queue_no_longer_than_its_deadline():
     assert (error.status, error.code) == (504, "deadline_exceeded")
     assert time.monotonic() - started < 1.0  # the queue's own limit is 2 s
     await holder.release(None)
+    await p.aclose()
+
+
+async def test_the_leases_held_count_the_running_and_the_queued():
+    p = await make(config(max_concurrent=5))
+    p.set_capacity_provider(lambda model: 1)
+    who = await principal(p)
+    holder = await p.admit(who, "m", request(), 1, never_gone)
+    task = asyncio.create_task(p.admit(who, "m", request(), 1, never_gone))
+    await asyncio.sleep(0.05)
+    assert p.snapshot()["queued"] == 1
+    assert sample(p, "switchyard_quota_leases_held") == 2  # one running, one waiting in the queue
+    await holder.release(None)
+    await (await asyncio.wait_for(task, 1)).release(None)
+    assert sample(p, "switchyard_quota_leases_held") == 0
     await p.aclose()
