@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import orjson
+import pytest
 
 from adapters.base import Event, Finish, GenerationRequest, TextDelta, Usage
 from adapters.errors import GatewayError
@@ -17,7 +18,8 @@ from gateway.request_deadline import deadline_exceeded
 from gateway.requests import estimate_prompt_tokens
 from tests.gateway.scripted import HANG, ScriptedAdapter, always
 from tests.gateway.test_generation import chat, sse_data
-from tests.gateway.test_generation_wire import answered, one
+from tests.gateway.test_generation_wire import Served, answered, one
+from tests.gateway.test_internal_errors import Broken
 
 
 class Framed:
@@ -143,3 +145,21 @@ async def test_a_client_leaving_is_a_499_outcome_saying_so():
     o = served.outcome
     assert (o.status, o.error, o.cancelled_phase) == (499, "client disconnected", CancelPhase.MID_STREAM)
     assert o.backend == "b1" and o.usage is not None and o.usage.completion_tokens == 1
+
+
+# ---- a bug --------------------------------------------------------------------------------------------
+
+
+async def test_a_bug_is_an_internal_error_that_names_no_detail_and_is_recorded():
+    served = await one(Broken(0), chat(stream=False))
+    error = orjson.loads(served.body)["error"]
+    assert served.start["status"] == 500 and error["code"] == "internal_error"
+    assert "internal error" in error["message"] and "a bug" not in error["message"]
+    assert (served.outcome.status, served.outcome.error) == (500, error["message"])
+
+
+async def test_a_bug_mid_stream_is_recorded_as_an_internal_error():
+    served = Served()
+    with pytest.raises(RuntimeError, match="a bug"):
+        await one(Broken(2), chat(), served=served)
+    assert served.outcome.status == 500 and "internal error" in (served.outcome.error or "")
