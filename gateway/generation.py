@@ -88,7 +88,7 @@ class Generation:
         self._last_content: float | None = None
         self._backoff_since: float | None = None
         self.dropped_params: tuple[str, ...] = ()
-        self.ended = False  # the stream's last frame was sent (nothing may follow it)
+        self.ended = False  # the answer's last message is being sent: nothing may follow it
 
     def _extra_headers(self) -> dict[str, str]:
         headers = {k: str(v) for k, v in self.ticket.headers.items()}
@@ -208,7 +208,7 @@ class Generation:
         resp = error_response(err, self.ctx.request_id)
         for k, v in self._extra_headers().items():
             resp.headers[k] = v
-        self.started = True
+        self.started = self.ended = True  # the error response is the whole answer
         await send({"type": "http.response.start", "status": resp.status_code, "headers": resp.raw_headers})
         await send({"type": "http.response.body", "body": resp.body})
 
@@ -218,6 +218,17 @@ class Generation:
             return await events.__anext__()
         finally:
             self.ctx.upstream_wait += time.perf_counter() - t
+
+    async def _seen(self, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+        """The upstream's events, each timed as upstream wait and counted (tokens,
+        usage, status) before the answer format gets it."""
+        while True:
+            try:
+                event = await self._next(events)
+            except StopAsyncIteration:
+                return
+            self._saw(event)
+            yield event
 
     def _saw(self, event: Event) -> None:
         if isinstance(event, CONTENT_EVENTS):
@@ -297,12 +308,7 @@ class Generation:
             }
         )
         body = {"type": "http.response.body", "body": b"", "more_body": True}
-        while True:
-            try:
-                event = await self._next(events)
-            except StopAsyncIteration:
-                break
-            self._saw(event)
+        async for event in self._seen(events):
             frames = answer.stream_feed(event)
             if opening:
                 frames, opening = opening + frames, b""
@@ -316,19 +322,16 @@ class Generation:
     async def _whole(self, events: AsyncIterator[Event], send) -> None:
         answer = self.answer
         try:
-            while True:
-                try:
-                    event = await self._next(events)
-                except StopAsyncIteration:
-                    break
-                self._saw(event)
+            async for event in self._seen(events):
                 answer.whole_feed(event)
             usage = self.usage or self._estimated_usage() or Usage(0, 0)
             payload = orjson.dumps(await answer.whole_body(usage))
         except GatewayError as err:
             await self._send_error(send, err)
             return
-        self.started = True
+        # The whole answer goes out now: a deadline striking while the client reads
+        # it (a slow reader) must add nothing after it.
+        self.started = self.ended = True
         await send(
             {
                 "type": "http.response.start",

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -46,31 +47,26 @@ DEFAULT_COMPLETION_RESERVATION = 1024
 ClientGone = Callable[[], Awaitable[bool]]
 
 
+@dataclass(eq=False)  # eq=False: tickets are told apart by identity (a WeakSet holds the live ones)
 class Ticket:
     """What one admitted request holds. `release` is idempotent."""
 
-    def __init__(
-        self,
-        protection: Protection,
-        principal: Principal,
-        model: str,
-        reservation: Reservation | None,
-        slot: Slot,
-        prompt_estimate: int,
-    ) -> None:
-        self._protection = protection
-        self.principal = principal
-        self.model = model
-        self.reservation = reservation
-        self.slot = slot
-        self.prompt_estimate = prompt_estimate
-        self.headers: dict[str, str] = ratelimit_headers(reservation.states) if reservation else {}
-        self.released = False
-        self.charged_tokens: int | None = None
+    _protection: Protection = field(repr=False)
+    principal: Principal
+    model: str
+    reservation: Reservation | None
+    slot: Slot
+    prompt_estimate: int
+    headers: dict[str, str] = field(init=False)
+    released: bool = field(default=False, init=False)
+    charged_tokens: int | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.headers = ratelimit_headers(self.reservation.states) if self.reservation else {}
         # A safety net, not the protocol: a ticket dropped without release (a
         # handler bug) still frees its queue slot and reservation when collected,
         # instead of shrinking capacity and holding a lease forever.
-        self._finalizer = weakref.finalize(self, _release_leaked, protection, slot, reservation)
+        self._finalizer = weakref.finalize(self, _release_leaked, self._protection, self.slot, self.reservation)
 
     @property
     def queue_wait_s(self) -> float:
