@@ -55,8 +55,9 @@ MODULES: dict[str, list[str]] = {
         "tests/policies/test_routing.py",
         "tests/policies/test_routing_pipeline.py",
         "tests/policies/test_routing_scoring.py",
+        "tests/policies/test_routing_keys.py",
     ],
-    "policies/admission.py": ["tests/policies/test_admission.py"],
+    "policies/admission.py": ["tests/policies/test_admission*.py"],
     "policies/auth.py": ["tests/policies/test_auth.py"],
     "policies/api_keys.py": ["tests/gateway/test_lifecycle_parts.py"],
     "adapters/errors.py": [
