@@ -58,8 +58,8 @@ MODULES: dict[str, list[str]] = {
         "tests/policies/test_routing_keys.py",
     ],
     "policies/admission.py": ["tests/policies/test_admission*.py"],
-    "policies/auth.py": ["tests/policies/test_auth.py"],
-    "policies/api_keys.py": ["tests/gateway/test_lifecycle_parts.py"],
+    "policies/auth.py": ["tests/policies/test_auth*.py"],
+    "policies/api_keys.py": ["tests/policies/test_api_keys*.py", "tests/policies/test_auth.py"],
     "adapters/errors.py": [
         "tests/adapters/test_error_builders.py",
         "tests/adapters/test_runtime_errors.py",
@@ -77,8 +77,20 @@ MODULES: dict[str, list[str]] = {
         "tests/adapters/test_sglang_adapter.py",
         "tests/gateway/test_stream_guard.py",
     ],
-    "adapters/tgi.py": ["tests/adapters/test_tgi_adapter.py", "tests/adapters/test_recorded_tgi.py"],
-    "adapters/trtllm.py": ["tests/adapters/test_trtllm_adapter.py"],
+    # the replay tests over tests/adapters/recordings/<runtime>, and the shared tables
+    # (error classification, parameter support) read per runtime
+    "adapters/tgi.py": [
+        "tests/adapters/test_tgi*.py",
+        "tests/adapters/test_recorded_tgi*.py",
+        "tests/adapters/test_runtime_errors.py",
+        "tests/adapters/test_parameter_table.py",
+    ],
+    "adapters/trtllm.py": [
+        "tests/adapters/test_trtllm*.py",
+        "tests/adapters/test_recorded_trtllm*.py",
+        "tests/adapters/test_runtime_errors.py",
+        "tests/adapters/test_parameter_table.py",
+    ],
     "gateway/encoder.py": ["tests/gateway/test_encoder*.py"],
     "gateway/requests.py": [
         "tests/gateway/test_requests.py",
