@@ -267,3 +267,14 @@ async def test_an_hs256_only_issuer_has_no_key_set_to_fetch(tmp_path, issuer, ca
     assert auth.issuers[ISS].jwks is None and not [r for r in caplog.records if r.levelname == "ERROR"]
     good = pyjwt.encode(issuer.claims(), b"a-real-shared-secret-of-32-bytes!", algorithm="HS256")
     assert (await auth.authenticate(bearer(good))).tenant == "acme"
+
+
+async def test_an_hs256_secret_is_read_as_bytes_not_text(tmp_path, issuer):
+    import jwt as pyjwt
+
+    secret = bytes(range(200, 232))  # 32 bytes that are not UTF-8
+    (tmp_path / "hs").write_bytes(secret + b"\n")  # the trailing newline of a mounted file is not part of it
+    jwt_cfg = {"issuer": ISS, "audience": AUD, "algorithms": ["HS256"], "hs256_secret_file": str(tmp_path / "hs")}
+    auth = Authenticator(AuthConfig.model_validate({"mode": "jwt", "jwt": jwt_cfg}), TENANTS)
+    good = pyjwt.encode(issuer.claims(), secret, algorithm="HS256")
+    assert (await auth.authenticate(bearer(good))).tenant == "acme"
