@@ -311,3 +311,16 @@ def test_capacity_judges_freshness_by_the_given_clock():
     busy = LoadSnapshot(waiting=9, read_at=999.0)
     assert model_capacity([BackendLoad(4, 1, busy)], now=1000.0) == 1  # fresh at 1000: full
     assert model_capacity([BackendLoad(4, 1, busy)], now=2000.0) == 4  # stale: max_inflight decides
+
+
+async def test_a_client_deadline_says_how_long_the_request_waited():
+    q = strict({"m": 1}, max_wait_s=10)
+    held = await q.enter("m", "a", 1)
+    with pytest.raises(GatewayError) as exc:
+        await q.enter("m", "a", 1, deadline=time.monotonic() + 0.1)
+    m = re.fullmatch(
+        r"The request waited (\d+\.\d)s in the queue for model `m` and passed the timeout the client set\.",
+        exc.value.message,
+    )
+    assert m and 0.1 <= float(m.group(1)) < 5, exc.value.message
+    q.release(held)
