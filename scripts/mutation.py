@@ -131,6 +131,9 @@ EXTRA_ARGS: dict[str, list[str]] = {
     "engine/block_pool.py": ["-k", "not test_engine_random and not adapters_events"],
     "engine/kv_cache_manager.py": ["-k", "not test_engine_random and not adapters_events"],
     "engine/scheduler.py": ["-k", "not test_engine_random"],
+    # the table's tests that read docs/ and README.md (not in the mutation copy) or load the native engine
+    "adapters/tgi.py": ["-k", "not docs_table and not readme and not native"],
+    "adapters/trtllm.py": ["-k", "not docs_table and not readme and not native"],
 }
 
 # (multiplier, constant) of the per-mutant timeout where the default 10x + 3 s is too

@@ -101,7 +101,7 @@ def test_the_file_may_be_a_list_or_a_mapping_with_api_keys(tmp_path):
         table = ApiKeyTable([], str(path), None)
         table.load_file()
         assert table.lookup("sk-sy-one") == KeyRecord(DIGEST, "acme")
-    for empty in ("", "{}"):  # no keys, and not an error
+    for empty in ("", "{}", "{other_section: 1}"):  # no keys, and not an error
         write(path, empty)
         table = ApiKeyTable([], str(path), None)
         table.load_file()
@@ -111,7 +111,8 @@ def test_the_file_may_be_a_list_or_a_mapping_with_api_keys(tmp_path):
 def test_a_file_key_of_an_unknown_tenant_is_skipped_and_logged(tmp_path, caplog):
     path = tmp_path / "keys.yaml"
     other = hash_key("sk-sy-other")
-    write(path, [{"sha256": DIGEST, "tenant": "acme", "name": "ci"}, {"sha256": other, "tenant": "initech"}])
+    # The unknown tenant's key first: the keys after it are still read.
+    write(path, [{"sha256": other, "tenant": "initech"}, {"sha256": DIGEST, "tenant": "acme", "name": "ci"}])
     table = ApiKeyTable([], str(path), {"acme"})
     with caplog.at_level(logging.ERROR, "switchyard.auth"):
         table.load_file()
@@ -202,3 +203,13 @@ def test_a_file_back_with_its_old_mtime_after_vanishing_is_not_a_new_error(tmp_p
     path.unlink()
     table.load_file()
     assert table.reload_errors == 2
+
+
+def test_by_default_a_rotation_is_seen_within_a_second_or_so(tmp_path):
+    path = tmp_path / "keys.yaml"
+    write(path, [{"sha256": DIGEST, "tenant": "acme"}])
+    table = ApiKeyTable([], str(path), None)
+    assert table.lookup("sk-sy-one") is not None
+    write(path, [{"sha256": hash_key("sk-sy-two"), "tenant": "acme"}])
+    time.sleep(1.05)
+    assert table.lookup("sk-sy-two") is not None
