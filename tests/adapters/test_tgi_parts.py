@@ -1,0 +1,143 @@
+"""TGIAdapter's pure parts, each alone: the text pseudo-tools of a non-stream answer,
+the raw grammar output of an old stream, `response_format` as a grammar, the
+Prometheus gauges, the error classification, and `load()` over the replay server."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapters.runtime_errors import ParsedError
+from adapters.tgi import (
+    TGIAdapter,
+    _parse_args,
+    _text_tools_to_content,
+    decode_grammar_call,
+    parse_tgi_metrics,
+    tgi_grammar,
+)
+
+
+def call(name: str, arguments, **extra) -> dict:
+    return {"id": "0", "type": "function", "function": {"name": name, "arguments": arguments}, **extra}
+
+
+# ---- a non-stream answer's tool calls ----------------------------------------------------
+
+
+def test_a_chosen_no_tool_becomes_the_text_it_carries():
+    message = {"role": "assistant", "tool_calls": [call("no_tool", '{"content": "It is sunny."}')]}
+    _text_tools_to_content(message)
+    assert message == {"role": "assistant", "tool_calls": [], "content": "It is sunny."}
+    # notify_error (TGI 2.x) carries its text under "error"; object arguments too.
+    message = {"role": "assistant", "content": "Sorry: ", "tool_calls": [call("notify_error", {"error": "no data"})]}
+    _text_tools_to_content(message)
+    assert message == {"role": "assistant", "content": "Sorry: no data", "tool_calls": []}
+
+
+def test_real_calls_stay_and_lose_only_the_grammar_name():
+    weather = call("get_weather", {"_name": "get_weather", "city": "Paris"})
+    text = call("no_tool", {"_name": "no_tool", "content": "and some text"})
+    message = {"role": "assistant", "tool_calls": [weather, "junk", {"function": "junk"}, text]}
+    _text_tools_to_content(message)
+    assert message["tool_calls"] == [call("get_weather", {"city": "Paris"})]  # unreadable entries dropped
+    assert message["content"] == "and some text"
+
+
+def test_a_text_tool_without_its_field_adds_nothing():
+    message = {"role": "assistant", "tool_calls": [call("no_tool", "not json")]}
+    _text_tools_to_content(message)
+    assert message == {"role": "assistant", "tool_calls": [], "content": ""}
+
+
+def test_arguments_are_read_as_an_object_or_not_at_all():
+    assert _parse_args({"a": 1}) == {"a": 1}
+    assert _parse_args('{"a": 1}') == {"a": 1}
+    assert _parse_args("[1, 2]") == {} and _parse_args("{broken") == {} and _parse_args(None) == {}
+
+
+# ---- an old stream's raw grammar output --------------------------------------------------
+
+
+def test_the_grammar_output_gives_the_name_and_the_arguments():
+    assert decode_grammar_call('{"function": {"_name": "f", "x": 1}}') == ("f", {"x": 1})
+    assert decode_grammar_call('  noise {"_name": "f", "x": [1]} trailing') == ("f", {"x": [1]})  # bare object
+    for bad in ("no object", '{"function": {"x": 1}}', '{"function": 3}', '{"_name": 5}', "[1]", "{broken", '"s"'):
+        assert decode_grammar_call(bad) is None, bad
+
+
+# ---- response_format --------------------------------------------------------------------
+
+
+def test_response_format_becomes_a_json_grammar():
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert tgi_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}) == {
+        "type": "json",
+        "value": schema,
+    }
+    any_object = {"type": "json", "value": {"type": "object"}}
+    assert tgi_grammar({"type": "json_schema", "json_schema": {"name": "x"}}) == any_object  # no schema given
+    assert tgi_grammar({"type": "json_schema", "json_schema": "junk"}) == any_object
+    assert tgi_grammar({"type": "json_schema"}) == any_object
+    assert tgi_grammar({"type": "json_object"}) == any_object
+    assert tgi_grammar({"type": "text"}) is None
+
+
+# ---- gauges ---------------------------------------------------------------------------
+
+
+def test_gauges_absent_or_without_a_budget_are_unknown():
+    snap = parse_tgi_metrics("tgi_request_count 10\n", 5.0)
+    assert (snap.waiting, snap.running, snap.kv_usage, snap.prefix_hit_rate, snap.read_at) == (
+        None,
+        None,
+        None,
+        None,
+        5.0,
+    )
+    zero_budget = "tgi_batch_current_max_tokens 100\ntgi_batch_max_total_tokens 0\n"
+    assert parse_tgi_metrics(zero_budget, 1.0).kv_usage is None
+    over = "tgi_batch_current_max_tokens 9000\ntgi_batch_max_total_tokens 8192\n"
+    assert parse_tgi_metrics(over, 1.0).kv_usage == 1.0  # a batch may reserve past the budget: capped
+
+
+# ---- error classification ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "parsed", "expected"),
+    [
+        (422, ParsedError("x", type="overloaded"), 429),
+        (422, ParsedError("x", type="validation"), 400),
+        (424, ParsedError("Request failed"), 500),
+        (422, ParsedError("Model is OVERLOADED"), 429),  # a stream error: the message decides
+        (422, ParsedError("Incomplete generation"), 500),
+        (422, ParsedError("Request failed during generation: boom"), 500),
+        (422, ParsedError("Input validation error: bad"), None),
+    ],
+)
+def test_classify_by_type_then_status_then_message(status, parsed, expected):
+    assert TGIAdapter("t", "http://127.0.0.1:1")._classify(status, parsed) == expected
+
+
+# ---- load -------------------------------------------------------------------------------
+
+
+async def test_load_reads_the_gauges_and_says_when(replay):
+    body = (
+        "tgi_queue_size 2\ntgi_batch_current_size 3\ntgi_batch_current_max_tokens 100\ntgi_batch_max_total_tokens 400\n"
+    )
+    replay.reply({"status": 200, "body": body}, {"status": 503, "body": "loading"}, route="GET /metrics")
+    a = TGIAdapter("t", replay.url)
+    snap = await a.load()
+    down = await a.load()
+    await a.aclose()
+    assert (snap.waiting, snap.running, snap.kv_usage, snap.prefix_hit_rate) == (2, 3, 0.25, None)
+    assert snap.read_at > 0 and down.read_at >= snap.read_at
+    assert (down.waiting, down.running, down.kv_usage) == (None, None, None)
+
+
+async def test_load_of_an_unreachable_server_is_unknown():
+    a = TGIAdapter("t", "http://127.0.0.1:1")
+    snap = await a.load()
+    await a.aclose()
+    assert (snap.waiting, snap.running, snap.kv_usage) == (None, None, None)
