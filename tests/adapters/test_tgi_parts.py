@@ -6,9 +6,19 @@ from __future__ import annotations
 
 import pytest
 
+from adapters.base import (
+    ErrorEvent,
+    Finish,
+    GenerationRequest,
+    SamplingParams,
+    TextDelta,
+    TokenLogprob,
+    ToolCallDelta,
+)
 from adapters.runtime_errors import ParsedError
 from adapters.tgi import (
     TGIAdapter,
+    TGIQuirks,
     _parse_args,
     _text_tools_to_content,
     decode_grammar_call,
@@ -141,3 +151,80 @@ async def test_load_of_an_unreachable_server_is_unknown():
     snap = await a.load()
     await a.aclose()
     assert (snap.waiting, snap.running, snap.kv_usage) == (None, None, None)
+
+
+# ---- TGIQuirks: one request's filter ----------------------------------------------------------
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+
+
+def quirks(stop=(), tools=None) -> TGIQuirks:
+    return TGIQuirks(GenerationRequest("r", "m", tools=tools, sampling=SamplingParams(stop=list(stop))), "tgi-q")
+
+
+def test_the_filter_is_used_only_for_stops_or_tools():
+    a = TGIAdapter("tgi-q", "http://127.0.0.1:1")
+    assert a._event_filter(GenerationRequest("r", "m")) is None
+    assert isinstance(a._event_filter(GenerationRequest("r", "m", sampling=SamplingParams(stop=["x"]))), TGIQuirks)
+    assert isinstance(a._event_filter(GenerationRequest("r", "m", tools=TOOLS)), TGIQuirks)
+
+
+def test_a_stop_sequence_is_trimmed_per_choice():
+    q = quirks(stop=["END"])
+    out = [*q.feed(TextDelta(0, "abc E")), *q.feed(TextDelta(1, "xyz")), *q.feed(TextDelta(0, "ND tail"))]
+    assert out == [TextDelta(0, "abc "), TextDelta(1, "xyz")]  # choice 1 never sees choice 0's held "E"
+    # What was held back and turned out not to be a stop is written before the finish.
+    q = quirks(stop=["END"])
+    assert q.feed(TextDelta(2, "ab E")) == [TextDelta(2, "ab ")]
+    assert q.feed(Finish(2, "length")) == [TextDelta(2, "E"), Finish(2, "length")]
+    assert q.feed(Finish(3, "stop")) == [Finish(3, "stop")]  # a choice never trimmed
+
+
+def test_a_held_back_piece_keeps_its_logprobs():
+    q = quirks(stop=["END"])
+    lp = [TokenLogprob("E", -0.5)]
+    assert q.feed(TextDelta(0, "E", lp)) == [TextDelta(0, "", lp)]  # the text waits, the logprobs do not
+    assert q.feed(TextDelta(0, "N")) == []
+
+
+def test_old_grammar_pieces_are_decoded_when_the_choice_finishes():
+    q = quirks(tools=TOOLS)
+    pieces = [
+        '{"function": {"_name": "no_tool", "content": "hi"}}',
+        '{"function": {"_name": "get_weather", "city": "Zürich"}}',
+    ]
+    for tool_index, raw in enumerate(pieces):
+        assert q.feed(ToolCallDelta(0, tool_index, None, None, raw)) == []
+    assert q.feed(Finish(0, "stop")) == [
+        TextDelta(0, "hi"),
+        ToolCallDelta(0, 1, None, "get_weather", '{"city": "Zürich"}'),  # after a text tool: not stopped
+        Finish(0, "stop"),
+    ]
+    q = quirks(tools=TOOLS)
+    q.feed(ToolCallDelta(1, 0, None, None, '{"function": {"_name": "no_tool"}}'))
+    q.feed(ToolCallDelta(0, 0, None, None, '{"function": {"_name": "get_weather"}}'))
+    assert q.at_done() == [
+        ToolCallDelta(0, 0, None, "get_weather", "{}"),
+        TextDelta(1, ""),  # a text tool without its field says nothing
+        Finish(0, "stop"),
+        Finish(1, "stop"),
+    ]
+
+
+def test_an_unreadable_grammar_piece_is_an_error_naming_what_came(caplog):
+    q = quirks(tools=TOOLS)
+    q.feed(ToolCallDelta(0, 0, None, None, "x" * 300))
+    q.feed(ToolCallDelta(1, 0, None, None, '{"function": {"_name": "get_weather"}}'))
+    out = q.at_done()
+    assert len(out) == 1 and isinstance(out[0], ErrorEvent)  # stops there: nothing after the error
+    expected = "TGI sent a tool call the gateway could not read: " + repr("x" * 200)
+    assert out[0].error.message.endswith(expected) and out[0].error.status == 502
+    assert any("backend tgi-q failed" in r.getMessage() for r in caplog.records)
+    q = quirks(tools=TOOLS)
+    q.feed(ToolCallDelta(0, 0, None, None, "junk"))
+    (error,) = q.feed(Finish(0, "stop"))
+    assert isinstance(error, ErrorEvent)  # no finish after it
+
+
+def test_a_grammar_call_with_nested_arguments_is_read_from_its_first_brace():
+    assert decode_grammar_call('{"function": {"_name": "f", "x": {"y": 1}}}') == ("f", {"x": {"y": 1}})
