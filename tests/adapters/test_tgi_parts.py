@@ -228,3 +228,9 @@ def test_an_unreadable_grammar_piece_is_an_error_naming_what_came(caplog):
 
 def test_a_grammar_call_with_nested_arguments_is_read_from_its_first_brace():
     assert decode_grammar_call('{"function": {"_name": "f", "x": {"y": 1}}}') == ("f", {"x": {"y": 1}})
+
+
+def test_the_body_says_whether_to_stream():
+    a = TGIAdapter("tgi-q", "http://127.0.0.1:1")
+    req = GenerationRequest("r", "m", messages=[{"role": "user", "content": "hi"}])
+    assert a._build_body(req, True)["stream"] is True and a._build_body(req, False)["stream"] is False
