@@ -164,6 +164,7 @@ async def test_each_refused_token_gets_its_own_answer(issuer):
         (issuer.token(nbf=now + 600), "The JWT is not valid yet (nbf)."),
         (issuer.token(aud="someone-else"), "The JWT's audience is not this gateway."),
         (issuer.token(iss="https://evil.test"), "The JWT's issuer is not trusted."),
+        (issuer.token(iss=[ISS]), "The JWT's issuer is not trusted."),  # not a string: no issuer is looked up
         (issuer.token(exp=None), "The JWT was rejected: MissingRequiredClaimError."),
         (f"{head}.{body}.{sig[:-4]}AAAA", "The JWT was rejected: InvalidSignatureError."),
         (f"eyJhbGciOiJub25lIn0.{body}.", "JWT algorithm 'none' is not allowed for this issuer."),  # {"alg":"none"}
