@@ -5,6 +5,7 @@ has the accept/refuse cases; this file pins the answers and the edges."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from pathlib import Path
@@ -51,6 +52,10 @@ async def refused(auth: Authenticator, headers: dict) -> GatewayError:
     with pytest.raises(GatewayError) as exc:
         await auth.authenticate(headers)
     return exc.value
+
+
+def b64(obj) -> str:
+    return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
 
 
 def bearer(token: str) -> dict:
@@ -164,7 +169,7 @@ async def test_each_refused_token_gets_its_own_answer(issuer):
         (issuer.token(nbf=now + 600), "The JWT is not valid yet (nbf)."),
         (issuer.token(aud="someone-else"), "The JWT's audience is not this gateway."),
         (issuer.token(iss="https://evil.test"), "The JWT's issuer is not trusted."),
-        (issuer.token(iss=[ISS]), "The JWT's issuer is not trusted."),  # not a string: no issuer is looked up
+        (f"{head}.{b64(issuer.claims(iss=[ISS]))}.{sig}", "The JWT's issuer is not trusted."),  # iss not a string
         (issuer.token(exp=None), "The JWT was rejected: MissingRequiredClaimError."),
         (f"{head}.{body}.{sig[:-4]}AAAA", "The JWT was rejected: InvalidSignatureError."),
         (f"eyJhbGciOiJub25lIn0.{body}.", "JWT algorithm 'none' is not allowed for this issuer."),  # {"alg":"none"}
