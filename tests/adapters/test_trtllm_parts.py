@@ -3,6 +3,8 @@ classification, and the fields a request may carry to each endpoint."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from adapters.base import GenerationRequest, SamplingParams
@@ -77,3 +79,37 @@ def test_only_declared_fields_are_sent_to_each_endpoint():
     body = a._build_body(completion, False)
     assert set(body) <= COMPLETION_FIELDS and body["prompt"] == "hi" and "messages" not in body
     assert "messages" not in COMPLETION_FIELDS and "prompt" not in CHAT_FIELDS
+
+
+def test_the_smallest_counts_still_count():
+    assert parse_iteration_stats([entry(1, usedNumBlocks=1, maxNumBlocks=1)], 1.0).kv_usage == 1.0
+    assert parse_iteration_stats([entry(1, reusedBlocks=1, missedBlocks=0)], 1.0).prefix_hit_rate == 1.0
+    # A non-numeric iteration number ties with iteration 0; the first of a tie wins.
+    snap = parse_iteration_stats(
+        [entry(0, usedNumBlocks=1, maxNumBlocks=4), entry("x", usedNumBlocks=3, maxNumBlocks=4)], 1.0
+    )
+    assert snap.kv_usage == 0.25
+
+
+def test_the_adapter_keeps_its_name_and_reports_cached_tokens():
+    a = TRTLLMAdapter("trt-p", "http://127.0.0.1:1", "llama")
+    assert a.name == "trt-p" and a.capabilities.cached_tokens is True
+
+
+async def test_json_metrics_failures_and_idle_reads(replay):
+    stats = [entry(4, usedNumBlocks=1, maxNumBlocks=4, cacheHitRate=0.5)]
+    replay.reply(
+        {"status": 200, "body": json.dumps(stats)},
+        {"status": 200, "body": "[]"},  # no iteration since: idle, the last KV and hit rate kept
+        {"status": 503, "body": "busy"},
+        {"status": 200, "body": "not json"},
+        route="GET /metrics",
+    )
+    a = TRTLLMAdapter("trt-p", replay.url, "llama", options={"metrics_min_interval_s": 0})
+    first, idle, failed, garbled = [await a.load() for _ in range(4)]
+    await a.aclose()
+    assert (first.running, first.kv_usage, first.prefix_hit_rate) == (2, 0.25, 0.5)
+    assert (idle.running, idle.waiting, idle.kv_usage, idle.prefix_hit_rate) == (0, 0, 0.25, 0.5)
+    for snap in (failed, garbled):
+        assert (snap.running, snap.waiting, snap.kv_usage) == (None, None, None)
+        assert snap.read_at >= idle.read_at >= first.read_at > 0
