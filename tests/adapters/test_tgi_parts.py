@@ -15,6 +15,7 @@ from adapters.base import (
     TokenLogprob,
     ToolCallDelta,
 )
+from adapters.errors import GatewayError
 from adapters.runtime_errors import ParsedError
 from adapters.tgi import (
     TGIAdapter,
@@ -234,3 +235,70 @@ def test_the_body_says_whether_to_stream():
     a = TGIAdapter("tgi-q", "http://127.0.0.1:1")
     req = GenerationRequest("r", "m", messages=[{"role": "user", "content": "hi"}])
     assert a._build_body(req, True)["stream"] is True and a._build_body(req, False)["stream"] is False
+
+
+# ---- the request body and what TGI cannot do ------------------------------------------------------
+
+
+def body_of(request: GenerationRequest, **options) -> dict:
+    return TGIAdapter("tgi-q", "http://127.0.0.1:1", options=options)._build_body(request, False)
+
+
+def test_the_body_names_the_adapter_and_translates_what_tgi_reads_differently():
+    chat_req = GenerationRequest("r", "m", messages=[{"role": "user", "content": "hi"}], tools=TOOLS)
+    assert body_of(chat_req)["model"] == "tgi" and body_of(chat_req, adapter_id="lora-7")["model"] == "lora-7"
+    assert "parallel_tool_calls" not in body_of(chat_req)  # TGI has no such field
+    completion = GenerationRequest(
+        "r", "m", kind="completion", prompt="hi", sampling=SamplingParams(repetition_penalty=1.2)
+    )
+    body = body_of(completion)
+    assert body["repetition_penalty"] == 1.2 and "presence_penalty" not in body  # CompletionRequest has it
+    text = GenerationRequest("r", "m", messages=[{"role": "user", "content": "hi"}], response_format={"type": "text"})
+    assert "response_format" not in body_of(text)  # plain text: no grammar at all
+
+
+@pytest.mark.parametrize(
+    ("request_kw", "feature", "param"),
+    [
+        (
+            {"kind": "completion", "prompt": "hi", "sampling": SamplingParams(logprobs=True)},
+            "logprobs on /v1/completions",
+            "logprobs",
+        ),
+        ({"kind": "completion", "prompt": "hi", "echo": True}, "echo", "echo"),
+        ({"kind": "completion", "prompt": [1, 2, 3]}, "token-id prompts", "prompt"),
+        ({"response_format": {"type": "regex"}}, "response_format type 'regex'", "response_format"),
+    ],
+)
+def test_what_tgi_lacks_is_refused_naming_it(request_kw, feature, param):
+    request_kw.setdefault("messages", [{"role": "user", "content": "hi"}])
+    with pytest.raises(GatewayError) as exc:
+        body_of(GenerationRequest("r", "m", **request_kw))
+    e = exc.value
+    assert (e.status, e.code, e.param) == (400, "unsupported_by_backend", param)
+    assert e.message == f"The backend serving this model runs TGI, which does not support {feature}."
+
+
+def test_chat_logprobs_and_text_formats_are_not_refused():
+    chat_req = GenerationRequest(
+        "r", "m", messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(logprobs=True)
+    )
+    assert body_of(chat_req)["logprobs"] is True
+    for kind in ("text", "json_object", "json_schema"):
+        body_of(
+            GenerationRequest("r", "m", messages=[{"role": "user", "content": "hi"}], response_format={"type": kind})
+        )
+
+
+def test_the_adapters_filter_names_its_backend():
+    a = TGIAdapter("tgi-q", "http://127.0.0.1:1")
+    assert a._event_filter(GenerationRequest("r", "m", tools=TOOLS)).backend == "tgi-q"
+
+
+def test_calls_after_a_text_tool_are_kept():
+    message = {
+        "role": "assistant",
+        "tool_calls": [call("no_tool", {"content": "hi"}), call("get_weather", {"city": "Oslo"})],
+    }
+    _text_tools_to_content(message)
+    assert message == {"role": "assistant", "content": "hi", "tool_calls": [call("get_weather", {"city": "Oslo"})]}
