@@ -302,3 +302,22 @@ def test_calls_after_a_text_tool_are_kept():
     }
     _text_tools_to_content(message)
     assert message == {"role": "assistant", "content": "hi", "tool_calls": [call("get_weather", {"city": "Oslo"})]}
+
+
+@pytest.mark.parametrize(
+    ("name", "neutral"),
+    [
+        ("top_k", -1),
+        ("min_p", 0.0),
+        ("stop_token_ids", []),
+        ("min_tokens", 0),
+        ("ignore_eos", False),
+        ("logit_bias", {}),
+    ],
+)
+def test_a_neutral_value_of_what_tgi_lacks_is_not_sent(name, neutral):
+    # Not refused (it asks nothing), and not sent either: TGI's OpenAI API has no such field.
+    req = GenerationRequest(
+        "r", "m", messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(**{name: neutral})
+    )
+    assert name not in body_of(req)
