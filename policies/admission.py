@@ -214,10 +214,11 @@ class AdmissionQueue:
                         code="queue_timeout",
                         retry_after=self.drain_retry_after(model),
                     )
-                try:
-                    await asyncio.wait_for(asyncio.shield(waiter.future), min(self.poll_s, remaining))
-                except (TimeoutError, GatewayError):
-                    pass  # GatewayError: pushed out; raised at the top of the loop
+                # asyncio.wait, not wait_for: on Python 3.11 wait_for swallows a
+                # cancellation that arrives just after the future completed (our slot
+                # dispatched), and the task would carry on as if never cancelled. A
+                # pushed-out waiter's error is raised at the top of the loop.
+                await asyncio.wait((waiter.future,), timeout=min(self.poll_s, remaining))
                 if not waiter.future.done() and client_gone is not None and await client_gone():
                     raise ClientGoneWhileQueued()
         except BaseException:

@@ -87,28 +87,20 @@ def _mask(secret: str) -> str:
     return f"{secret[:6]}***{secret[-4:]}" if len(secret) > 14 else "***"
 
 
+@dataclass(eq=False, kw_only=True)
 class JwksKeys:
     """The issuer's public keys by `kid`, cached for `cache_s`; an unknown kid
     triggers one early refresh (rate-limited), which is how rotation is seen."""
 
-    def __init__(
-        self,
-        *,
-        file: str | None,
-        url: str | None,
-        cache_s: float,
-        min_refresh_s: float = 5.0,
-        fetch_timeout_s: float = 5.0,
-    ) -> None:
-        self.file = file
-        self.url = url
-        self.cache_s = cache_s
-        self.min_refresh_s = min_refresh_s
-        self.fetch_timeout_s = fetch_timeout_s
-        self._keys: dict[str | None, jwt.PyJWK] = {}
-        self._loaded_at = float("-inf")
-        self._file_mtime: float | None = None
-        self._lock = asyncio.Lock()
+    file: str | None
+    url: str | None
+    cache_s: float
+    min_refresh_s: float = 5.0
+    fetch_timeout_s: float = 5.0
+    _keys: dict[str | None, jwt.PyJWK] = field(default_factory=dict, init=False, repr=False)
+    _loaded_at: float = field(default=float("-inf"), init=False)  # never loaded: the first get() loads
+    _file_mtime: float | None = field(default=None, init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 
     async def _read(self) -> dict[str, Any]:
         if self.file:

@@ -55,10 +55,11 @@ MODULES: dict[str, list[str]] = {
         "tests/policies/test_routing.py",
         "tests/policies/test_routing_pipeline.py",
         "tests/policies/test_routing_scoring.py",
+        "tests/policies/test_routing_keys.py",
     ],
-    "policies/admission.py": ["tests/policies/test_admission.py"],
-    "policies/auth.py": ["tests/policies/test_auth.py"],
-    "policies/api_keys.py": ["tests/gateway/test_lifecycle_parts.py"],
+    "policies/admission.py": ["tests/policies/test_admission*.py"],
+    "policies/auth.py": ["tests/policies/test_auth*.py"],
+    "policies/api_keys.py": ["tests/policies/test_api_keys*.py", "tests/policies/test_auth.py"],
     "adapters/errors.py": [
         "tests/adapters/test_error_builders.py",
         "tests/adapters/test_runtime_errors.py",
@@ -76,8 +77,20 @@ MODULES: dict[str, list[str]] = {
         "tests/adapters/test_sglang_adapter.py",
         "tests/gateway/test_stream_guard.py",
     ],
-    "adapters/tgi.py": ["tests/adapters/test_tgi_adapter.py", "tests/adapters/test_recorded_tgi.py"],
-    "adapters/trtllm.py": ["tests/adapters/test_trtllm_adapter.py"],
+    # the replay tests over tests/adapters/recordings/<runtime>, and the shared tables
+    # (error classification, parameter support) read per runtime
+    "adapters/tgi.py": [
+        "tests/adapters/test_tgi*.py",
+        "tests/adapters/test_recorded_tgi*.py",
+        "tests/adapters/test_runtime_errors.py",
+        "tests/adapters/test_parameter_table.py",
+    ],
+    "adapters/trtllm.py": [
+        "tests/adapters/test_trtllm*.py",
+        "tests/adapters/test_recorded_trtllm*.py",
+        "tests/adapters/test_runtime_errors.py",
+        "tests/adapters/test_parameter_table.py",
+    ],
     "gateway/encoder.py": ["tests/gateway/test_encoder*.py"],
     "gateway/requests.py": [
         "tests/gateway/test_requests.py",
@@ -134,6 +147,9 @@ EXTRA_ARGS: dict[str, list[str]] = {
     "engine/scheduler.py": ["-k", "not test_engine_random"],
     # the store's reconnect timings (gateway/quota_leases.py's, seconds each in real time)
     "gateway/protection.py": ["-k", "not hung_redis_longer and not used_again_within_a_second"],
+    # the table's tests that read docs/ and README.md (not in the mutation copy) or load the native engine
+    "adapters/tgi.py": ["-k", "not docs_table and not readme and not native"],
+    "adapters/trtllm.py": ["-k", "not docs_table and not readme and not native"],
 }
 
 # (multiplier, constant) of the per-mutant timeout where the default 10x + 3 s is too
