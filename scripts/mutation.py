@@ -30,6 +30,8 @@ import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mutation_table import EXTRA_ARGS, MODULES, NOTES, TIMEOUTS  # scripts/ is sys.path[0]
+
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "reports" / "mutation"
 DOCS = ROOT / "docs" / "mutation"
@@ -38,127 +40,6 @@ REASONS = DOCS / "survivors.toml"
 REPORT = DOCS / "report.md"
 GOAL = 0.85
 
-# module -> the fast in-process tests that pin it (globs, from the repository root) (no subprocess servers, no engine
-# model load unless the module is the engine's). Ordered from the small pure modules out.
-MODULES: dict[str, list[str]] = {
-    "policies/session.py": ["tests/policies/test_session*.py"],
-    "policies/saturation.py": ["tests/policies/test_saturation*.py"],
-    "policies/scorers.py": ["tests/policies/test_scorers*.py"],
-    "policies/scoring.py": ["tests/policies/test_routing_scoring.py", "tests/policies/test_scoring*.py"],
-    "policies/prefix_index.py": ["tests/policies/test_prefix_*.py"],
-    "policies/kv_index.py": ["tests/policies/test_kv_index*.py"],
-    "policies/quota_health.py": ["tests/policies/test_quota_health*.py"],
-    "policies/quota.py": ["tests/policies/test_quota*.py"],
-    "policies/quota_memory.py": ["tests/policies/test_quota.py", "tests/policies/test_quota_memory*.py"],
-    "policies/ejection.py": ["tests/policies/test_ejection*.py"],
-    "policies/routing.py": [
-        "tests/policies/test_routing.py",
-        "tests/policies/test_routing_pipeline.py",
-        "tests/policies/test_routing_scoring.py",
-        "tests/policies/test_routing_keys.py",
-    ],
-    "policies/admission.py": ["tests/policies/test_admission*.py"],
-    "policies/auth.py": ["tests/policies/test_auth*.py"],
-    "policies/api_keys.py": ["tests/policies/test_api_keys*.py", "tests/policies/test_auth.py"],
-    "adapters/errors.py": [
-        "tests/adapters/test_error_builders.py",
-        "tests/adapters/test_runtime_errors.py",
-        "tests/gateway/test_encoder.py",
-    ],
-    "adapters/runtime_errors.py": [
-        "tests/adapters/test_error_bodies.py",
-        "tests/adapters/test_runtime_errors.py",
-        "tests/adapters/test_mid_stream_errors.py",
-    ],
-    "adapters/openai_wire.py": [
-        "tests/adapters/test_openai_wire*.py",
-        "tests/adapters/test_mid_stream_errors.py",
-        "tests/adapters/test_vllm_adapter.py",
-        "tests/adapters/test_sglang_adapter.py",
-        "tests/gateway/test_stream_guard.py",
-    ],
-    # the replay tests over tests/adapters/recordings/<runtime>, and the shared tables
-    # (error classification, parameter support) read per runtime
-    "adapters/tgi.py": [
-        "tests/adapters/test_tgi*.py",
-        "tests/adapters/test_recorded_tgi*.py",
-        "tests/adapters/test_runtime_errors.py",
-        "tests/adapters/test_parameter_table.py",
-    ],
-    "adapters/trtllm.py": [
-        "tests/adapters/test_trtllm*.py",
-        "tests/adapters/test_recorded_trtllm*.py",
-        "tests/adapters/test_runtime_errors.py",
-        "tests/adapters/test_parameter_table.py",
-    ],
-    "gateway/encoder.py": ["tests/gateway/test_encoder*.py"],
-    "gateway/requests.py": [
-        "tests/gateway/test_requests.py",
-        "tests/gateway/test_request_rules.py",
-        "tests/gateway/test_requests_rules_*.py",
-        "tests/fuzz/test_request_handling.py",
-    ],
-    "gateway/dispatch.py": ["tests/gateway/test_dispatch*.py"],
-    "gateway/generation.py": [
-        "tests/gateway/test_generation*.py",
-        "tests/gateway/test_request_deadline.py",
-        "tests/gateway/test_disconnect*.py",
-        "tests/gateway/test_internal_errors.py",
-    ],
-    "gateway/protection.py": [
-        "tests/gateway/test_protection*.py",
-        "tests/gateway/test_quota_store_outage.py",
-        "tests/gateway/test_quota_down_window.py",
-        "tests/gateway/test_quota_details.py",
-        "tests/gateway/test_unary.py",
-        "tests/gateway/test_generation.py",
-        "tests/adversity/test_units.py",
-    ],
-    "engine/block_pool.py": ["tests/engine/test_block_pool*.py", "tests/engine/test_kv_events.py"],
-    "engine/kv_cache_manager.py": [
-        "tests/engine/test_block_pool*.py",
-        "tests/engine/test_scheduler*.py",
-        "tests/engine/test_kv_events.py",
-    ],
-    "engine/scheduler.py": ["tests/engine/test_scheduler*.py", "tests/engine/test_block_pool*.py"],
-}
-
-# A word on a module's result where the table alone would mislead.
-NOTES: dict[str, str] = {
-    "gateway/requests.py": "Rerun with tests/gateway/test_requests_rules_*.py (the refusal messages, each field's "
-    "bounds and defaults, what every prompt of a batch carries, the prompt-token estimate): 82.3% before. "
-    "The survivors left are equivalent (survivors.toml).",
-    "gateway/dispatch.py": "Rerun with tests/gateway/test_dispatch_paths.py and test_dispatch_streams.py (no runtime "
-    "can serve the request, fallback, skipped backends, a spent budget, the backoff's doubling, failure kinds, no "
-    "read-ahead for a lone stream, attempt spans): 74.5% before. The survivors left are log lines, equivalents and "
-    "the unreachable `_no_backend` guard (survivors.toml). Failover is also pinned end to end in "
-    "tests/e2e/test_failover.py, which this per-module run does not include (real processes, too slow per mutant).",
-    "gateway/generation.py": "Judged by in-process tests only (the wire, the phases, a bug, the deadline, "
-    "a client leaving), with a per-mutant timeout of 3x the clean run + 5 s (TIMEOUTS).",
-    "gateway/protection.py": "The store's reconnect timings of test_quota_store_outage.py are left out "
-    "(EXTRA_ARGS): they pin gateway/quota_leases.py and cost seconds each per mutant.",
-}
-
-# pytest arguments a module's run adds (to leave out a slow test in a listed file)
-EXTRA_ARGS: dict[str, list[str]] = {
-    # the random engine workload loads a model per example: seconds per mutant
-    "engine/block_pool.py": ["-k", "not test_engine_random and not adapters_events"],
-    "engine/kv_cache_manager.py": ["-k", "not test_engine_random and not adapters_events"],
-    "engine/scheduler.py": ["-k", "not test_engine_random"],
-    # the store's reconnect timings (gateway/quota_leases.py's, seconds each in real time)
-    "gateway/protection.py": ["-k", "not hung_redis_longer and not used_again_within_a_second"],
-    # the table's tests that read docs/ and README.md (not in the mutation copy) or load the native engine
-    "adapters/tgi.py": ["-k", "not docs_table and not readme and not native"],
-    "adapters/trtllm.py": ["-k", "not docs_table and not readme and not native"],
-}
-
-# (multiplier, constant) of the per-mutant timeout where the default 10x + 3 s is too
-# generous: tests that wait in real time make every looping mutant cost that long
-TIMEOUTS: dict[str, tuple[float, float]] = {
-    "policies/quota_health.py": (3.0, 2.0),
-    # every test reaches Generation.__call__ (~20 s): a mutant hiding a client's leaving hangs till its timeout
-    "gateway/generation.py": (3.0, 5.0),
-}
 
 # mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code)
 KILLED = {1, 3, -11, -9, 36, 24, -24, 152, 255, 37}  # failed, crashed, timed out, caught by types
