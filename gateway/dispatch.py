@@ -197,15 +197,15 @@ class Dispatcher:
                         if self.on_failure is not None:
                             self.on_failure(backend.name, exc)
                         if not fails_over(exc):
-                            _record(p, backend.name, None)  # the backend answered: the fault is the request's
+                            record_outcome(p, backend.name, None)  # the backend answered: the fault is the request's
                             raise
-                        _record(p, backend.name, failure_kind(exc))
+                        record_outcome(p, backend.name, failure_kind(exc))
                         if exc.code == "upstream_timeout":
                             timed_out.add(backend.name)
                         log.warning("backend %s failed before the first event: %s", backend.name, exc.message)
                         last_error = exc
                     else:
-                        _record(p, backend.name, None)
+                        record_outcome(p, backend.name, None)
                         return started
                 if why_not and last_error is None:
                     last_error = why_not
@@ -290,7 +290,7 @@ def failure_kind(error: GatewayError) -> FailureKind:
     return FailureKind.SERVER_ERROR
 
 
-def _record(pool: ModelPool, backend: str, failure: FailureKind | None) -> None:
+def record_outcome(pool: ModelPool, backend: str, failure: FailureKind | None) -> None:
     """One attempt's outcome into the pool's outlier detector; a change of circuit is logged."""
     ejection = pool.ejection
     change = ejection.record_success(backend) if failure is None else ejection.record_failure(backend, failure)

@@ -12,7 +12,10 @@ so a client that leaves cancels it: HTTP adapters then close the upstream connec
 the native engine runs no further pass, and the ticket is released for the phase it was
 in. Backends are the model's capable ones in its routing order (`policies/routing.py`
 on their views only, so the capability filter is exact and routing state is not
-touched); a failure the runtime did no work for (`retryable`) fails over to the next.
+touched); a failure that is the backend's (no connection, overload, a runtime's 5xx:
+`dispatch.fails_over`) moves on to the next, a client's mistake (4xx) is the answer.
+Every attempt's outcome feeds the pool's outlier detector, and ejected backends are
+skipped, as for generations.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from adapters.base import Adapter, GenerationRequest, SamplingParams, Usage
 from adapters.errors import GatewayError, model_not_found
 from gateway.backends import Backend, BackendSet, ModelPool
 from gateway.config import GatewayConfig
-from gateway.dispatch import FailureListener
+from gateway.dispatch import FailureListener, fails_over, failure_kind, record_outcome
 from gateway.phases import CancelPhase
 from gateway.protection import Protection, Ticket
 from gateway.recorder import Outcome, RequestContext, RequestRecorder
@@ -180,7 +183,7 @@ def capable_order(pool: ModelPool, capability: str, what: str, req: GenerationRe
 
 class UnaryCall(Response, Generic[T]):
     """An ASGI response that makes the call it answers: the backends in order until one
-    answers (a retryable failure moves on), then `answer` -> (JSON payload, usage). A
+    answers (a backend's failure moves on), then `answer` -> (JSON payload, usage). A
     `Response` so that FastAPI's routes (gateway/api_routes.py) pass it through as they
     pass any response; Response's own body and headers are not used."""
 
@@ -253,19 +256,32 @@ class UnaryCall(Response, Generic[T]):
         return json_response(payload, 200, headers)
 
     async def _first_answer(self) -> T:
+        # Each attempt's outcome goes to the pool's outlier detector as a generation's
+        # does (gateway/dispatch.py), so a backend failing embeddings or tokenize calls is
+        # ejected too, and an ejected one (half-open: all but its one probe) is skipped.
+        pool = self.gate.backends.pools[self.ctx.model or ""]
         last: GatewayError | None = None
         for backend in self.backends:
+            if pool.ejection.is_ejected(backend.name):
+                continue
             self.backend = backend.name  # the one a client leaving would find at work
             backend.inflight += 1
             try:
-                return await self.invoke(backend.adapter)
+                result = await self.invoke(backend.adapter)
             except GatewayError as err:
                 if self.gate.on_failure is not None:
                     self.gate.on_failure(backend.name, err)
-                if not err.retryable:
+                if not fails_over(err):
+                    record_outcome(pool, backend.name, None)  # the backend answered: the fault is the request's
                     raise
+                record_outcome(pool, backend.name, failure_kind(err))
                 log.warning("backend %s failed a %s call: %s", backend.name, self.ctx.model, err.message)
                 last = err
+            else:
+                record_outcome(pool, backend.name, None)
+                return result
             finally:
                 backend.inflight -= 1
-        raise last or GatewayError(503, "No backend of this model could take the request.", code="no_backend_available")
+        raise last or GatewayError(
+            503, "No backend of this model could take the request.", code="no_backend_available", retry_after=1.0
+        )

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from adapters.base import Adapter, Capabilities, Health, Usage
 from adapters.errors import GatewayError
 from adapters.non_generation import EmbeddingRequest, EmbeddingResult
+from gateway.backends import BackendSet
 from gateway.config import parse_config
 from gateway.metrics import GatewayMetrics
 from gateway.phases import CancelPhase
@@ -63,8 +64,11 @@ RESULT = EmbeddingResult([[1.0, 0.0]], prompt_tokens=4)
 CALL = EmbeddingRequest("rid", "m", inputs=["hello"])
 
 
-async def run_call(adapters: dict[str, EmbedAdapter], leave_after: float | None = None) -> dict[str, Any]:
-    backends = backend_set({"m": {"backends": list(adapters)}}, adapters)  # type: ignore[arg-type]
+async def run_call(
+    adapters: dict[str, EmbedAdapter], leave_after: float | None = None, backends: BackendSet | None = None
+) -> dict[str, Any]:
+    if backends is None:
+        backends = backend_set({"m": {"backends": list(adapters)}}, adapters)  # type: ignore[arg-type]
     metrics = GatewayMetrics()
     protection = Protection(parse_config({}), CollectorRegistry())
     await protection.start()
@@ -115,6 +119,10 @@ async def run_call(adapters: dict[str, EmbedAdapter], leave_after: float | None 
         "releases": releases,
         "failures": failures,
         "inflight": {name: b.inflight for name, b in backends.backends.items()},
+        "ejection": {
+            name: {"failures": {k.value: n for k, n in backends.pools["m"].ejection.failures(name).items() if n}}
+            for name in adapters
+        },
         "requests": metrics.registry.get_sample_value(
             "switchyard_requests_total",
             {"model": "m", "backend": call.backend or "-", "status": str(start["status"] if start else 499)},
@@ -172,3 +180,39 @@ def test_no_capable_backend_is_a_400_naming_the_model_and_its_runtime():
     err = info.value
     assert (err.status, err.param, err.code) == (400, "model", "unsupported_by_runtime")
     assert "`m`" in err.message and "secret-box-1" not in err.message
+
+
+def server_error() -> GatewayError:
+    return GatewayError(500, "The runtime failed: boom", code="upstream_error")
+
+
+async def test_a_runtime_500_fails_over_and_counts_against_the_backend():
+    adapters = {"a": EmbedAdapter("a", server_error()), "b": EmbedAdapter("b", RESULT)}
+    out = await run_call(adapters)
+    assert out["status"] == 200 and adapters["a"].calls == 1 and adapters["b"].calls == 1
+    assert out["ejection"]["a"]["failures"] == {"server_error": 1}
+    assert out["ejection"]["b"]["failures"] == {}
+
+
+async def test_a_backend_failing_every_call_is_ejected_and_then_skipped():
+    # consecutive_failures defaults to 5: after its fifth failed call `a` is ejected,
+    # and the calls after that go to `b` alone (whatever the routing order).
+    adapters = {"a": EmbedAdapter("a", server_error()), "b": EmbedAdapter("b", RESULT)}
+    backends = backend_set({"m": {"backends": ["a", "b"]}}, adapters)  # type: ignore[arg-type]
+    ejection = backends.pools["m"].ejection
+    for _ in range(40):
+        assert (await run_call(adapters, backends=backends))["status"] == 200
+        assert ejection.is_ejected("a") == (adapters["a"].calls >= 5)
+        if adapters["a"].calls >= 5:
+            break
+    assert adapters["a"].calls == 5
+    for _ in range(3):
+        assert (await run_call(adapters, backends=backends))["status"] == 200
+    assert adapters["a"].calls == 5
+
+
+async def test_a_clients_mistake_is_no_failure_of_the_backend():
+    refused = GatewayError(400, "dimensions unsupported", param="dimensions")
+    adapters = {"a": EmbedAdapter("a", refused)}
+    out = await run_call(adapters)
+    assert out["status"] == 400 and out["ejection"]["a"]["failures"] == {}
