@@ -88,3 +88,13 @@ def sample(p: Protection, name: str, labels: dict | None = None) -> float:
             if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
                 return s.value
     return 0.0
+
+
+async def one_running(cfg: dict, prompt_tokens: int = 1):
+    """A started Protection (`make`) with room for one request at a time, tenant a's
+    principal, and the ticket of a request of `prompt_tokens` that took that room:
+    the next request queues behind it."""
+    p = await make(cfg)
+    p.set_capacity_provider(lambda model: 1)
+    who = await principal(p)
+    return p, who, await p.admit(who, "m", request(), prompt_tokens, never_gone)
