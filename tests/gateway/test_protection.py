@@ -23,6 +23,7 @@ from tests.gateway.protection_kit import (
     never_gone,
     one_running,
     principal,
+    queued_until_gone,
     refusal,
     request,
     with_named_key,
@@ -121,13 +122,7 @@ async def test_cancel_in_each_dispatched_phase_frees_everything_and_charges_part
 
 async def test_client_leaving_while_queued_is_499_and_refunds_everything():
     p, who, holder = await one_running(config(tokens_per_minute=10_000, max_concurrent=5), 10)
-    gone = asyncio.Event()
-
-    async def client_gone() -> bool:
-        return gone.is_set()
-
-    task = asyncio.create_task(p.admit(who, "m", request(), 10, client_gone))
-    await asyncio.sleep(0.1)
+    task, gone = await queued_until_gone(p, who, 10)
     assert p.snapshot()["queued"] == 1
     assert await p.leases.local.concurrent("a", "t") == 2  # the queued one holds its lease
     gone.set()

@@ -21,7 +21,17 @@ from gateway.phases import CancelPhase
 from gateway.protection import DEFAULT_COMPLETION_RESERVATION, Protection
 from gateway.tracing import NO_STEP, NoTrace
 from policies.quota_memory import MemoryQuotaStore
-from tests.gateway.protection_kit import config, make, never_gone, one_running, principal, refusal, request, sample
+from tests.gateway.protection_kit import (
+    config,
+    make,
+    never_gone,
+    one_running,
+    principal,
+    queued_until_gone,
+    refusal,
+    request,
+    sample,
+)
 
 
 class Steps(NoTrace):
@@ -76,13 +86,7 @@ async def test_a_reservation_is_charged_whole_unless_counted_or_left_in_the_queu
 
 async def test_a_client_leaving_the_queue_is_charged_nothing():
     p, who, holder = await one_running(config(tokens_per_minute=10_000, max_concurrent=5), 10)
-    gone = asyncio.Event()
-
-    async def client_gone() -> bool:
-        return gone.is_set()
-
-    task = asyncio.create_task(p.admit(who, "m", request(max_tokens=100), 10, client_gone))
-    await asyncio.sleep(0.1)
+    task, gone = await queued_until_gone(p, who, 10)
     gone.set()
     with pytest.raises(GatewayError):
         await asyncio.wait_for(task, 1)
