@@ -14,6 +14,7 @@ from typing import Protocol, TypeVar
 import httpx
 import yaml
 
+from policies.auth import hash_key
 from processes import Child, free_port, http_probe, redis_ping, redis_server_argv
 
 
@@ -137,4 +138,12 @@ def openai_backend_config(upstream: Process, model: str = "m", **backend) -> dic
                 ]
             }
         }
+    }
+
+
+def keys_auth_config(tenant_by_key: dict[str, str]) -> dict:
+    """A gateway config's `auth` section that knows each key (by its digest) as its tenant's."""
+    return {
+        "mode": "keys",
+        "api_keys": [{"sha256": hash_key(key), "tenant": tenant} for key, tenant in tenant_by_key.items()],
     }

@@ -9,6 +9,7 @@ import openai
 
 from conformance.check import CheckList
 from conformance.checks.common import (
+    ChoiceStream,
     by_choice,
     chunk_failure,
     field_failure,
@@ -103,6 +104,23 @@ async def consistent_ids(ctx: Context) -> None:
                 )
 
 
+def misplaced_role(cs: ChoiceStream) -> tuple[int, str, str, str, str] | None:
+    """Where one choice's role is misplaced, if it is: the chunk number, the field in
+    it, what is wrong, what was expected and what was seen."""
+    if len(cs.roles) > 1:
+        return (
+            cs.roles[1][0],
+            " delta.role",
+            "role repeated (the official client concatenates it: 'assistantassistant')",
+            "role only in the first delta of the choice",
+            f"role in chunks {[r[0] for r in cs.roles]}",
+        )
+    if cs.roles and cs.roles[0][0] != cs.chunk_numbers[0]:
+        n = cs.roles[0][0]
+        return n, "", "role arrives after content", "role in the first delta of the choice", f"first in chunk {n}"
+    return None
+
+
 def judge_roles_and_finishes(ctx: Context, ex: Exchange, chunks: list[dict[str, Any]], expect_indices: int) -> None:
     """Role only in the first delta of each choice, exactly one finish_reason per
     choice (on its last chunk), and choices 0..n-1 all present."""
@@ -117,28 +135,10 @@ def judge_roles_and_finishes(ctx: Context, ex: Exchange, chunks: list[dict[str, 
                 raise chunk_failure(
                     ctx, ex, chunks[n], f"chunk {n} choice {index} delta.role", "role value", "'assistant'", repr(role)
                 )
-        if len(cs.roles) > 1:
-            n = cs.roles[1][0]
-            raise chunk_failure(
-                ctx,
-                ex,
-                chunks[n],
-                f"chunk {n} choice {index} delta.role",
-                "role repeated (the official client concatenates it: 'assistantassistant')",
-                "role only in the first delta of the choice",
-                f"role in chunks {[r[0] for r in cs.roles]}",
-            )
-        if cs.roles and cs.roles[0][0] != cs.chunk_numbers[0]:
-            n = cs.roles[0][0]
-            raise chunk_failure(
-                ctx,
-                ex,
-                chunks[n],
-                f"chunk {n} choice {index}",
-                "role arrives after content",
-                "role in the first delta of the choice",
-                f"first in chunk {n}",
-            )
+        misplaced = misplaced_role(cs)
+        if misplaced is not None:
+            n, field, problem, expected, seen = misplaced
+            raise chunk_failure(ctx, ex, chunks[n], f"chunk {n} choice {index}{field}", problem, expected, seen)
         if len(cs.finishes) != 1:
             raise field_failure(
                 ctx,

@@ -32,6 +32,27 @@ class ResponseShell:
     # times (created, in_progress, the terminal event), and the echo is most of it.
     echo_json: bytes = b""
 
+    def own_fields(
+        self,
+        status: str,
+        output: list[dict[str, Any]] | orjson.Fragment,
+        error: GatewayError | None,
+        incomplete_reason: str | None,
+        completed_at: int | None,
+    ) -> dict[str, Any]:
+        """The fields this answer sets itself, in the wire's order (the echoed request
+        fields and `usage` follow them)."""
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "completed_at": completed_at,
+            "error": response_error(error) if error is not None else None,
+            "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None,
+            "output": output,
+        }
+
     def build(
         self,
         status: str,
@@ -41,17 +62,7 @@ class ResponseShell:
         incomplete_reason: str | None = None,
         completed_at: int | None = None,
     ) -> dict[str, Any]:
-        out = {
-            "id": self.id,
-            "object": "response",
-            "created_at": self.created_at,
-            "status": status,
-            "completed_at": completed_at,
-            "error": response_error(error) if error is not None else None,
-            "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None,
-            "output": output,
-            **self.echo,
-        }
+        out = {**self.own_fields(status, output, error, incomplete_reason, completed_at), **self.echo}
         if usage is not None:  # an object or absent in OpenAI's schema, never null
             out["usage"] = usage_object(usage)
         return out
@@ -70,18 +81,7 @@ class ResponseShell:
         own fields, then the echo, then `usage`)."""
         if not self.echo_json:
             self.echo_json = orjson.dumps(self.echo)[1:-1]  # never empty: the schema's fields
-        own = orjson.dumps(
-            {
-                "id": self.id,
-                "object": "response",
-                "created_at": self.created_at,
-                "status": status,
-                "completed_at": completed_at,
-                "error": response_error(error) if error is not None else None,
-                "incomplete_details": {"reason": incomplete_reason} if incomplete_reason else None,
-                "output": output,
-            }
-        )
+        own = orjson.dumps(self.own_fields(status, output, error, incomplete_reason, completed_at))
         usage_json = b',"usage":' + orjson.dumps(usage_object(usage)) if usage is not None else b""
         return own[:-1] + b"," + self.echo_json + usage_json + b"}"
 

@@ -1,6 +1,8 @@
 """The runtimes' own recordings (`tests/adapters/recordings/<runtime>/`), transcribed
 from their integration tests: loaded here for the adapter replay tests and the
-simulator comparisons. Each file names the recording it comes from."""
+simulator comparisons. Each file names the recording it comes from. The adapter tests
+serve a recording byte for byte from the replay server, or feed it to the decoder where
+the runtime's test captured a single frame of a stream."""
 
 from __future__ import annotations
 
@@ -63,3 +65,21 @@ def load(runtime: str, name: str) -> Recording:
 def names(runtime: str) -> list[str]:
     folder = RECORDINGS / runtime
     return sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.json"))
+
+
+def scripted(replay: Any, rec: Recording) -> str:
+    """Has the replay server answer the recording's request with the recorded answer;
+    returns the server's URL for the adapter under test."""
+    replay.script({f"POST {rec.request['path']}": [rec.replayed()]})
+    return str(replay.url)
+
+
+def assert_every_recording_cites_its_test(runtime: str, repository: str, folder: str) -> None:
+    """Each recording names the repository, the commit, the file under `folder` and the
+    test in it it was transcribed from, what that test asserts, and exactly one answer."""
+    for name in names(runtime):
+        rec = load(runtime, name)
+        assert rec.source["repository"] == repository, name
+        assert len(rec.source["commit"]) == 40 and rec.source["recording"].startswith(folder), name
+        assert rec.source["test"].startswith(rec.source["recording"] + "::") and rec.source["asserted"], name
+        assert (rec.events is None) != (rec.response is None), name

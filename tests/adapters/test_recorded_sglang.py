@@ -1,7 +1,4 @@
-"""SGLangAdapter against what SGLang's own test suite asserts about its answers
-(transcribed in tests/adapters/recordings/sglang, each file citing the test it comes
-from): served byte for byte by the replay server, or fed to the decoder where the
-test captured one frame of a stream."""
+"""SGLangAdapter against what SGLang's own test suite asserts about its answers (see recorded.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +6,7 @@ import json
 
 from adapters.base import Finish, TextDelta, ToolCallDelta, Usage
 from adapters.sglang import SGLangAdapter
-from tests.adapters.recorded import Recording, load, names
+from tests.adapters.recorded import Recording, assert_every_recording_cites_its_test, load, scripted
 from tests.adapters.wire_samples import chat, collect, collect_refusal, delivered_closed, json_response
 
 RUNTIME = "sglang"
@@ -20,8 +17,7 @@ def recording(name: str) -> Recording:
 
 
 def serve(replay, rec: Recording, **options) -> SGLangAdapter:
-    replay.script({f"POST {rec.request['path']}": [rec.replayed()]})
-    return SGLangAdapter("sgl-r", replay.url, "test_model_name", options=options)
+    return SGLangAdapter("sgl-r", scripted(replay, rec), "test_model_name", options=options)
 
 
 def asked(rec: Recording, **extra) -> object:
@@ -30,12 +26,7 @@ def asked(rec: Recording, **extra) -> object:
 
 
 def test_every_recording_names_its_source() -> None:
-    for name in names(RUNTIME):
-        rec = recording(name)
-        assert rec.source["repository"] == "sgl-project/sglang", name
-        assert len(rec.source["commit"]) == 40 and rec.source["recording"].startswith("test/"), name
-        assert rec.source["test"].startswith(rec.source["recording"] + "::") and rec.source["asserted"], name
-        assert (rec.events is None) != (rec.response is None), name
+    assert_every_recording_cites_its_test(RUNTIME, "sgl-project/sglang", "test/")
 
 
 async def test_prompt_beyond_the_context(replay) -> None:

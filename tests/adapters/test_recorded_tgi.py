@@ -11,7 +11,7 @@ import pytest
 from adapters.base import Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
 from adapters.tgi import TGIAdapter
-from tests.adapters.recorded import Recording, load, names
+from tests.adapters.recorded import Recording, load, names, scripted
 from tests.adapters.wire_samples import chat, collect, delivered
 
 SCHEMA_FORMAT_KEYS = {"type", "value"}
@@ -22,8 +22,7 @@ def recording(name: str) -> Recording:
 
 
 def serve(replay, rec: Recording) -> TGIAdapter:
-    replay.script({f"POST {rec.request['path']}": [rec.replayed()]})
-    return TGIAdapter("tgi-r", replay.url, "meta-llama/Llama-3.1-8B-Instruct")
+    return TGIAdapter("tgi-r", scripted(replay, rec), "meta-llama/Llama-3.1-8B-Instruct")
 
 
 def tools_of(rec: Recording) -> list[dict]:

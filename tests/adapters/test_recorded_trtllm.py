@@ -1,13 +1,10 @@
-"""TRTLLMAdapter against what TensorRT-LLM's own test suite asserts about its answers
-(transcribed in tests/adapters/recordings/trtllm, each file citing the test it comes
-from): served byte for byte by the replay server, or fed to the decoder where the
-test captured one frame of a stream."""
+"""TRTLLMAdapter against what TensorRT-LLM's own test suite asserts about its answers (see recorded.py)."""
 
 from __future__ import annotations
 
 from adapters.base import TextDelta
 from adapters.trtllm import TRTLLMAdapter
-from tests.adapters.recorded import Recording, load, names
+from tests.adapters.recorded import Recording, assert_every_recording_cites_its_test, load, scripted
 from tests.adapters.wire_samples import chat, collect_refusal, refusal
 
 RUNTIME = "trtllm"
@@ -18,17 +15,11 @@ def recording(name: str) -> Recording:
 
 
 def serve(replay, rec: Recording) -> TRTLLMAdapter:
-    replay.script({f"POST {rec.request['path']}": [rec.replayed()]})
-    return TRTLLMAdapter("trt-r", replay.url, "test-model")
+    return TRTLLMAdapter("trt-r", scripted(replay, rec), "test-model")
 
 
 def test_every_recording_names_its_source() -> None:
-    for name in names(RUNTIME):
-        rec = recording(name)
-        assert rec.source["repository"] == "NVIDIA/TensorRT-LLM", name
-        assert len(rec.source["commit"]) == 40 and rec.source["recording"].startswith("tests/unittest/"), name
-        assert rec.source["test"].startswith(rec.source["recording"] + "::") and rec.source["asserted"], name
-        assert (rec.events is None) != (rec.response is None), name
+    assert_every_recording_cites_its_test(RUNTIME, "NVIDIA/TensorRT-LLM", "tests/unittest/")
 
 
 async def test_context_length_in_openais_words(replay) -> None:

@@ -17,7 +17,7 @@ from tests.adapters.wire_samples import (
     json_response,
     refusal,
     sse,
-    streamed,
+    sse_stream,
 )
 
 RID = "0123456789abcdef0123456789abcdef"
@@ -68,13 +68,13 @@ def adapter(replay, **options) -> SGLangAdapter:
 
 async def test_stream_with_separate_finish_chunk(replay):
     replay.reply(
-        streamed(
-            sse(content({"role": "assistant", "content": ""})),
-            sse(content({"content": "Hi"})),
-            sse(content({"content": "!"})),
-            sse(content({}, "stop", 151645)),
-            sse(USAGE),
-            sse("[DONE]"),
+        sse_stream(
+            content({"role": "assistant", "content": ""}),
+            content({"content": "Hi"}),
+            content({"content": "!"}),
+            content({}, "stop", 151645),
+            USAGE,
+            "[DONE]",
         )
     )
     events = await collect_closed(adapter(replay), chat(request_id="gw-42"))
@@ -85,41 +85,35 @@ async def test_stream_with_separate_finish_chunk(replay):
 
 async def test_tool_stream_with_repeated_null_id_and_name(replay):
     replay.reply(
-        streamed(
-            sse(content({"role": "assistant", "content": ""})),
-            sse(
-                tool_chunk(
-                    {
-                        "id": "call_0123456789abcdef01234567",
-                        "index": 0,
-                        "type": "function",
-                        "function": {"name": "get_weather", "arguments": ""},
-                    }
-                )
+        sse_stream(
+            content({"role": "assistant", "content": ""}),
+            tool_chunk(
+                {
+                    "id": "call_0123456789abcdef01234567",
+                    "index": 0,
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": ""},
+                }
             ),
-            sse(
-                tool_chunk(
-                    {
-                        "id": None,
-                        "index": 0,
-                        "type": "function",
-                        "function": {"name": None, "arguments": '{"city":'},
-                    }
-                )
+            tool_chunk(
+                {
+                    "id": None,
+                    "index": 0,
+                    "type": "function",
+                    "function": {"name": None, "arguments": '{"city":'},
+                }
             ),
-            sse(
-                tool_chunk(
-                    {
-                        "id": None,
-                        "index": 0,
-                        "type": "function",
-                        "function": {"name": None, "arguments": ' "Paris"}'},
-                    }
-                )
+            tool_chunk(
+                {
+                    "id": None,
+                    "index": 0,
+                    "type": "function",
+                    "function": {"name": None, "arguments": ' "Paris"}'},
+                }
             ),
-            sse(content({}, "tool_calls")),
-            sse(USAGE),
-            sse("[DONE]"),
+            content({}, "tool_calls"),
+            USAGE,
+            "[DONE]",
         )
     )
     events = await collect_closed(
@@ -188,18 +182,13 @@ async def test_named_tool_choice_non_stream(replay):
 
 async def test_queue_full_inside_a_200_stream_is_raised_before_any_event(replay):
     # Nothing reached the client yet: raised, the gateway can fail over.
-    replay.reply(
-        streamed(
-            sse(SGLANG_QUEUE_FULL),
-            sse("[DONE]"),
-        )
-    )
+    replay.reply(sse_stream(SGLANG_QUEUE_FULL, "[DONE]"))
     error = await refusal(adapter(replay), chat())
     assert error.status == 503 and error.retryable
 
 
 async def test_abort_finish_is_an_error(replay):
-    replay.reply(streamed(sse(content({"content": "x"})), sse(content({}, "abort")), sse("[DONE]")))
+    replay.reply(sse_stream(content({"content": "x"}), content({}, "abort"), "[DONE]"))
     events = await collect_closed(adapter(replay), chat())
     assert isinstance(events[-1], ErrorEvent)
 

@@ -15,10 +15,14 @@ from tests.adapters.wire_samples import (
     collect_refusal,
     json_response,
     sse,
-    streamed,
+    sse_stream,
 )
 
 ID = "chatcmpl-0123456789abcdef"
+
+
+def adapter(replay, **options) -> VLLMAdapter:
+    return VLLMAdapter("vllm-a", replay.url, "tiny", options=options)
 
 
 def chunk(delta: dict, finish=None, **extra) -> dict:
@@ -97,19 +101,15 @@ NON_STREAM = {
 }
 
 
-def adapter(replay, **options) -> VLLMAdapter:
-    return VLLMAdapter("vllm-a", replay.url, "tiny", options=options)
-
-
 async def test_stream_text_finish_and_usage(replay):
     replay.reply(
-        streamed(
-            sse(ROLE),
-            sse(chunk({"content": "Hi"}, token_ids=None)),
-            sse(chunk({"content": "!"})),
-            sse(chunk({"content": ""}, "stop", system_fingerprint="vllm-0.33.0-x")),
-            sse(USAGE),
-            sse("[DONE]"),
+        sse_stream(
+            ROLE,
+            chunk({"content": "Hi"}, token_ids=None),
+            chunk({"content": "!"}),
+            chunk({"content": ""}, "stop", system_fingerprint="vllm-0.33.0-x"),
+            USAGE,
+            "[DONE]",
         )
     )
     events = await collect_closed(adapter(replay), chat())
@@ -128,27 +128,25 @@ async def test_non_stream_with_cached_tokens(replay):
 
 async def test_tool_call_stream_hermes_shape(replay):
     replay.reply(
-        streamed(
-            sse(ROLE),
-            sse(
-                chunk(
-                    {
-                        "tool_calls": [
-                            {
-                                "id": "chatcmpl-tool-0123456789abcdef",
-                                "type": "function",
-                                "index": 0,
-                                "function": {"name": "get_weather"},
-                            }
-                        ]
-                    }
-                )
+        sse_stream(
+            ROLE,
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "id": "chatcmpl-tool-0123456789abcdef",
+                            "type": "function",
+                            "index": 0,
+                            "function": {"name": "get_weather"},
+                        }
+                    ]
+                }
             ),
-            sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]})),
-            sse(chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]})),
-            sse(chunk({"content": ""}, "tool_calls")),
-            sse(USAGE),
-            sse("[DONE]"),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"city": '}}]}),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"Paris"}'}}]}),
+            chunk({"content": ""}, "tool_calls"),
+            USAGE,
+            "[DONE]",
         )
     )
     events = await collect_closed(
@@ -162,20 +160,18 @@ async def test_tool_call_stream_hermes_shape(replay):
 
 async def test_in_stream_error_then_done(replay):
     replay.reply(
-        streamed(
-            sse(ROLE),
-            sse(chunk({"content": "Hi"})),
-            sse(
-                {
-                    "error": {
-                        "message": "engine failed",
-                        "type": "InternalServerError",
-                        "param": None,
-                        "code": 500,
-                    }
+        sse_stream(
+            ROLE,
+            chunk({"content": "Hi"}),
+            {
+                "error": {
+                    "message": "engine failed",
+                    "type": "InternalServerError",
+                    "param": None,
+                    "code": 500,
                 }
-            ),
-            sse("[DONE]"),
+            },
+            "[DONE]",
         )
     )
     events = await collect_closed(adapter(replay), chat())
@@ -185,15 +181,13 @@ async def test_in_stream_error_then_done(replay):
 
 
 async def test_abort_finish_reason_is_an_error(replay):
-    replay.reply(
-        streamed(sse(ROLE), sse(chunk({"content": "Hi"})), sse(chunk({"content": ""}, "abort")), sse("[DONE]"))
-    )
+    replay.reply(sse_stream(ROLE, chunk({"content": "Hi"}), chunk({"content": ""}, "abort"), "[DONE]"))
     events = await collect_closed(adapter(replay), chat())
     assert isinstance(events[-1], ErrorEvent) and "abort" in events[-1].error.message
 
 
 async def test_repetition_finish_is_stop(replay):
-    replay.reply(streamed(sse(ROLE), sse(chunk({"content": "la la"}, "repetition")), sse("[DONE]")))
+    replay.reply(sse_stream(ROLE, chunk({"content": "la la"}, "repetition"), "[DONE]"))
     events = await collect_closed(adapter(replay), chat())
     assert events == [TextDelta(0, "la la"), Finish(0, "stop")]
 

@@ -140,3 +140,9 @@ PARAMETER_VALUES: dict[str, Any] = {
 def parameter_on_the_wire(name: str) -> Any:
     """`PARAMETER_VALUES[name]` as an OpenAI request body carries it (JSON object keys are strings)."""
     return {"logit_bias": {"5": 1.0}}.get(name, PARAMETER_VALUES[name])
+
+
+def sse_stream(*payloads: Any) -> dict[str, Any]:
+    """A scripted streaming answer of the replay server whose frames are `payloads`, each
+    written as `data: <payload>` (`sse`): how SGLang and vLLM write every frame."""
+    return streamed(*(sse(p) for p in payloads))

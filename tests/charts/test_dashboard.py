@@ -14,10 +14,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from policies.auth import hash_key
 from tests.charts.helm import CHART, PRODUCTION_VALUES, render
 from tests.charts.promql import Query, dashboard_queries, label_names, metric_names, rule_queries
-from tests.procs import openai_backend_config, start_gateway, start_upstream
+from tests.procs import keys_auth_config, openai_backend_config, start_gateway, start_upstream
 
 DASHBOARD = json.loads((CHART / "dashboards" / "switchyard.json").read_text())
 TENANT_METRICS = {
@@ -75,13 +74,7 @@ def exported(module_tmp) -> Exported:
     config["models"]["q"] = openai_backend_config(upstream, "q", name="up-q", max_inflight=1)["models"]["q"]
     config.update(
         {
-            "auth": {
-                "mode": "keys",
-                "api_keys": [
-                    {"sha256": hash_key("sk-dash-acme"), "tenant": "acme"},
-                    {"sha256": hash_key("sk-dash-tight"), "tenant": "tight"},
-                ],
-            },
+            "auth": keys_auth_config({"sk-dash-acme": "acme", "sk-dash-tight": "tight"}),
             "tenants": {"acme": {}, "tight": {"requests_per_minute": 1}},
             "admission": {"max_queue": 0},
         }

@@ -20,6 +20,7 @@ from conformance.checks.common import (
     sdk_stream_failure,
     usage_failure,
 )
+from conformance.checks.streaming import judge_roles_and_finishes
 from conformance.checks.tools import judge_tool_stream
 from conformance.context import Context
 from conformance.http import Exchange
@@ -145,3 +146,32 @@ def test_tool_stream_rebuilds_calls_and_locates_a_bad_delta() -> None:
         assert err.value.message.startswith(message)
         e = err.value.evidence[0]
         assert (e.where, e.offending) == ("chunk 1 delta.tool_calls", chunks[1])
+
+
+def delta(role: str | None = None, content: str = "", finish: str | None = None) -> dict:
+    d: dict = {"content": content} if role is None else {"role": role, "content": content}
+    return {"choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
+
+
+def test_a_stream_role_is_judged_once_and_first() -> None:
+    good = [delta("assistant"), delta(content="hi"), delta(finish="stop")]
+    judge_roles_and_finishes(CTX, EX, good, 1)
+    for chunks, where, message, seen in (
+        (
+            [delta("assistant"), delta("assistant", "hi"), delta(finish="stop")],
+            "chunk 1 choice 0 delta.role",
+            "role repeated (the official client concatenates it: 'assistantassistant')",
+            "role in chunks [0, 1]",
+        ),
+        (
+            [delta(content="hi"), delta("assistant"), delta(finish="stop")],
+            "chunk 1 choice 0",
+            "role arrives after content",
+            "first in chunk 1",
+        ),
+    ):
+        with pytest.raises(CheckFailed) as err:
+            judge_roles_and_finishes(CTX, EX, chunks, 1)
+        e = err.value.evidence[0]
+        assert (err.value.message, e.where, e.seen) == (message, where, seen)
+        assert e.offending == chunks[1]

@@ -1,12 +1,26 @@
-"""Sequences for the block pool and KV cache manager tests (shared by them)."""
+"""Blocks and sequences for the block pool and KV cache manager tests (shared by them)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from engine.block_pool import Block, BlockPool
 from engine.kv_cache_manager import KVCacheManager
 from engine.sampling_params import SamplingParams
 from engine.sequence import Sequence
+
+
+def manager(num_blocks: int, block_size: int, **options: bool) -> tuple[BlockPool, KVCacheManager]:
+    """A pool of `num_blocks` and the KV cache manager over it (`options`: the manager's)."""
+    pool = BlockPool(num_blocks)
+    return pool, KVCacheManager(pool, block_size=block_size, **options)
+
+
+def published(pool: BlockPool, block_hash: int, token_ids: tuple[int, ...]) -> Block:
+    """A block taken from `pool` and published under `block_hash` for `token_ids` (still held)."""
+    block = pool.allocate()
+    pool.cache(block, block_hash, token_ids)
+    return block
 
 
 def seq(tokens: Iterable[int], rid: str = "r") -> Sequence:

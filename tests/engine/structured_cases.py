@@ -18,6 +18,12 @@ import jsonschema
 
 from adapters.base import Adapter, Finish, GenerationRequest, TextDelta, ToolCallDelta, Usage
 
+
+def closed_object(**properties: dict[str, Any]) -> dict[str, Any]:
+    """A JSON Schema object that requires every one of its `properties`."""
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
 PERSON_SCHEMA = {
     "type": "object",
     "properties": {
@@ -25,14 +31,10 @@ PERSON_SCHEMA = {
         "age": {"type": "integer", "minimum": 0, "maximum": 120},
         "role": {"enum": ["admin", "user", "guest"]},
         "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3},
-        "address": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "maxLength": 6},
-                "zip": {"type": "integer", "minimum": 10000, "maximum": 99999},
-            },
-            "required": ["city", "zip"],
-        },
+        "address": closed_object(
+            city={"type": "string", "maxLength": 6},
+            zip={"type": "integer", "minimum": 10000, "maximum": 99999},
+        ),
     },
     "required": ["name", "age", "role", "address"],
 }
@@ -43,14 +45,10 @@ TOOLS = [
         "function": {
             "name": "get_weather",
             "description": "Current weather in a city",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "city": {"type": "string", "maxLength": 10},
-                    "unit": {"enum": ["celsius", "fahrenheit"]},
-                },
-                "required": ["city", "unit"],
-            },
+            "parameters": closed_object(
+                city={"type": "string", "maxLength": 10},
+                unit={"enum": ["celsius", "fahrenheit"]},
+            ),
         },
     },
     {
@@ -61,14 +59,10 @@ TOOLS = [
             "parameters": {
                 "type": "object",
                 "properties": {
-                    "item": {
-                        "type": "object",
-                        "properties": {
-                            "sku": {"type": "string", "maxLength": 6},
-                            "qty": {"type": "integer", "minimum": 1, "maximum": 9},
-                        },
-                        "required": ["sku", "qty"],
-                    },
+                    "item": closed_object(
+                        sku={"type": "string", "maxLength": 6},
+                        qty={"type": "integer", "minimum": 1, "maximum": 9},
+                    ),
                     "express": {"type": "boolean"},
                     "notes": {"type": "array", "items": {"type": "string", "maxLength": 4}, "maxItems": 2},
                 },

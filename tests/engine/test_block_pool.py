@@ -10,7 +10,7 @@ from engine.kv_cache_manager import BlockCopy, ForkResult, KVCacheManager
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.sequence import Sequence, SequenceStatus
-from tests.engine.kv_kit import computed, left_in_cache, seq
+from tests.engine.kv_kit import computed, left_in_cache, manager, published, seq
 
 
 def test_allocate_free_lru_order():
@@ -31,8 +31,7 @@ def test_allocate_free_lru_order():
 
 def test_touch_revives_cached_free_block_in_o1():
     pool = BlockPool(3)
-    b = pool.allocate()
-    pool.cache(b, 7, (1, 2))
+    b = published(pool, 7, (1, 2))
     pool.free(b)
     assert pool.num_free_blocks == 3
     hits = pool.cached_prefix([(7, (1, 2))])
@@ -44,8 +43,7 @@ def test_touch_revives_cached_free_block_in_o1():
 
 def test_hash_collision_is_a_miss():
     pool = BlockPool(2)
-    b = pool.allocate()
-    pool.cache(b, 42, (1, 2, 3))
+    b = published(pool, 42, (1, 2, 3))
     assert pool.cached_prefix([(42, (9, 9, 9))]) == []
     hits = pool.cached_prefix([(42, (1, 2, 3))])
     assert len(hits) == 1 and hits[0] is b
@@ -63,8 +61,7 @@ def test_integrity_check_catches_a_leak():
 
 
 def test_prefix_hit_never_covers_whole_prompt():
-    pool = BlockPool(8)
-    kv = KVCacheManager(pool, block_size=4)
+    pool, kv = manager(8, 4)
     left_in_cache(kv, range(8))
     b = seq(range(8), "b")
     hit = kv.lookup_prefix(b)
@@ -74,8 +71,7 @@ def test_prefix_hit_never_covers_whole_prompt():
 
 
 def test_fork_shares_full_blocks_and_copies_partial():
-    pool = BlockPool(8)
-    kv = KVCacheManager(pool, block_size=4)
+    pool, kv = manager(8, 4)
     parent = computed(kv, range(10))
     child = seq(range(10), "p")
     fork = kv.fork(parent, child)
@@ -89,8 +85,7 @@ def test_fork_shares_full_blocks_and_copies_partial():
 
 
 def test_fork_of_full_blocks_copies_nothing():
-    pool = BlockPool(4)
-    kv = KVCacheManager(pool, block_size=4)
+    pool, kv = manager(4, 4)
     parent = computed(kv, range(8))
     child = seq(range(8), "p")
     assert kv.fork(parent, child) == ForkResult(forked=True)
@@ -99,8 +94,7 @@ def test_fork_of_full_blocks_copies_nothing():
 
 
 def test_fork_without_a_block_for_the_copy_changes_nothing():
-    pool = BlockPool(3)
-    kv = KVCacheManager(pool, block_size=4)
+    pool, kv = manager(3, 4)
     parent = computed(kv, range(10))  # three blocks, the last one partly filled
     child = seq(range(10), "p")
     assert kv.fork(parent, child) == ForkResult(forked=False)

@@ -10,7 +10,7 @@ import pytest
 
 from engine.block_pool import AllBlocksCleared, BlockPool, BlockStored, NoFreeBlocksError
 from engine.kv_cache_manager import KVCacheManager, PrefixCacheHit
-from tests.engine.kv_kit import computed, left_in_cache, seq
+from tests.engine.kv_kit import computed, left_in_cache, manager, published, seq
 
 
 def test_a_pool_of_one_block_works_and_an_empty_one_is_refused():
@@ -63,8 +63,7 @@ def test_a_second_block_with_the_same_contents_is_left_unpublished():
 
 def test_publishing_without_a_sink_is_silent_and_still_cached():
     pool = BlockPool(2)
-    b = pool.allocate()
-    pool.cache(b, 1, (5,))
+    b = published(pool, 1, (5,))
     pool.free(b)
     assert pool.num_cached_blocks == 1
     pool.reset_prefix_cache()
@@ -93,8 +92,7 @@ def test_a_reset_forgets_every_cached_block_and_says_so():
 
 def test_the_integrity_check_finds_a_negative_count_and_a_stale_cache_entry():
     pool = BlockPool(2)
-    b = pool.allocate()
-    pool.cache(b, 5, (1,))
+    b = published(pool, 5, (1,))
     pool.check_integrity()
     b.block_hash = 6  # the map still names it under 5
     with pytest.raises(AssertionError, match="stale"):
@@ -130,8 +128,7 @@ def test_block_hashes_chain_each_full_block_to_the_previous_one():
 
 
 def test_lookup_finds_nothing_with_caching_off_or_once_computing_began():
-    pool = BlockPool(8)
-    kv = KVCacheManager(pool, block_size=2)
+    pool, kv = manager(8, 2)
     left_in_cache(kv, range(6))
     b = seq(range(6), "b")
     assert kv.lookup_prefix(b).num_tokens == 4
@@ -142,8 +139,7 @@ def test_lookup_finds_nothing_with_caching_off_or_once_computing_began():
 
 
 def test_with_caching_off_full_blocks_are_never_published():
-    pool = BlockPool(4)
-    kv = KVCacheManager(pool, block_size=2, enable_prefix_caching=False)
+    pool, kv = manager(4, 2, enable_prefix_caching=False)
     a = computed(kv, range(4))
     kv.cache_full_blocks(a)
     assert pool.num_cached_blocks == 0 and a.num_published_blocks == 0
@@ -168,8 +164,7 @@ def test_blocks_are_published_as_they_fill_each_naming_its_parent():
 
 
 def test_a_hit_on_cached_free_blocks_counts_them_as_taken():
-    pool = BlockPool(3)
-    kv = KVCacheManager(pool, block_size=2)
+    pool, kv = manager(3, 2)
     left_in_cache(kv, range(5))  # three blocks
     b = seq(list(range(4)) + [7, 8], "b")
     hit = kv.lookup_prefix(b)
@@ -191,24 +186,21 @@ def test_allocation_without_a_hit_keeps_the_published_count():
 
 
 def test_usage_is_the_share_of_blocks_not_allocatable():
-    pool = BlockPool(4)
-    kv = KVCacheManager(pool, block_size=2)
+    pool, kv = manager(4, 2)
     assert kv.usage == 0.0
     pool.allocate()
     assert kv.usage == 0.25
 
 
 def test_freeing_a_sequence_resets_its_block_bookkeeping():
-    pool = BlockPool(4)
-    kv = KVCacheManager(pool, block_size=2)
+    pool, kv = manager(4, 2)
     a = left_in_cache(kv, range(4))
     assert (a.blocks, a.block_ids, a.num_published_blocks, a.num_computed_tokens) == ([], [], 0, 0)
     assert pool.num_free_blocks == 4 and pool.num_cached_blocks == 2
 
 
 def test_a_fork_shares_only_what_the_parent_published():
-    pool = BlockPool(8)
-    kv = KVCacheManager(pool, block_size=2)
+    pool, kv = manager(8, 2)
     parent = seq(range(6))
     assert kv.allocate_slots(parent, 6)
     parent.num_computed_tokens = 4
@@ -224,8 +216,7 @@ def test_a_reused_block_can_be_published_under_its_new_contents():
     pool = BlockPool(1)
     events: list = []
     pool.event_sink = events.append
-    b = pool.allocate()
-    pool.cache(b, 1, (1,))
+    b = published(pool, 1, (1,))
     pool.free(b)
     again = pool.allocate()  # evicts the cached contents
     assert again is b and b.block_hash is None and b.token_ids is None
@@ -235,8 +226,7 @@ def test_a_reused_block_can_be_published_under_its_new_contents():
 
 
 def test_a_fork_with_exactly_one_free_block_copies_into_it():
-    pool = BlockPool(4)
-    kv = KVCacheManager(pool, block_size=4)
+    pool, kv = manager(4, 4)
     parent = computed(kv, range(10))  # three blocks, the last partly filled
     child = seq(range(10), "c")
     fork = kv.fork(parent, child)

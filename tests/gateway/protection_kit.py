@@ -3,6 +3,7 @@ started Protection, a request, and reading one of its metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 import weakref
 
@@ -88,3 +89,27 @@ def sample(p: Protection, name: str, labels: dict | None = None) -> float:
             if s.name == name and all(s.labels.get(k) == v for k, v in (labels or {}).items()):
                 return s.value
     return 0.0
+
+
+async def one_running(cfg: dict, prompt_tokens: int = 1):
+    """A started Protection (`make`) with room for one request at a time, tenant a's
+    principal, and the ticket of a request of `prompt_tokens` that took that room:
+    the next request queues behind it."""
+    p = await make(cfg)
+    p.set_capacity_provider(lambda model: 1)
+    who = await principal(p)
+    return p, who, await p.admit(who, "m", request(), prompt_tokens, never_gone)
+
+
+async def queued_until_gone(p: Protection, who, prompt_tokens: int):
+    """Starts admitting a request of tenant `who` behind a full slot (see `one_running`)
+    and returns once it waits in the queue: the task, and the event that, once set,
+    tells admission its client has left."""
+    gone = asyncio.Event()
+
+    async def client_gone() -> bool:
+        return gone.is_set()
+
+    task = asyncio.create_task(p.admit(who, "m", request(), prompt_tokens, client_gone))
+    await asyncio.sleep(0.1)
+    return task, gone

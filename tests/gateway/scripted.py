@@ -8,10 +8,12 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.base import Adapter, Capabilities, Event, GenerationRequest, Health
+from adapters.base import Adapter, Capabilities, Event, GenerationRequest, Health, Usage
 from adapters.errors import GatewayError
 from gateway.backends import BackendSet
 from gateway.config import parse_config
+from gateway.phases import CancelPhase
+from gateway.protection import Ticket
 
 HANG = "hang"  # in a script: wait until cancelled
 
@@ -90,3 +92,15 @@ def backend_set(models: dict[str, dict[str, Any]], adapters: dict[str, ScriptedA
 
 def always(*items: Any) -> Script:
     return lambda request: list(items)
+
+
+def count_releases(ticket: Ticket, releases: list[tuple[Usage | None, CancelPhase | None]]) -> None:
+    """Has `ticket` note each release's (usage, phase) in `releases` before releasing:
+    a test sees every release the code under test asks for, repeated ones included."""
+    release = ticket.release
+
+    async def counted_release(usage: Usage | None, phase: CancelPhase | None = None) -> None:
+        releases.append((usage, phase))
+        await release(usage, phase)
+
+    ticket.release = counted_release  # type: ignore[method-assign]

@@ -24,7 +24,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.phases import CancelPhase
 from gateway.protection import Protection
 from gateway.recorder import RequestContext, RequestRecorder
-from tests.gateway.scripted import HANG, Pause, ScriptedAdapter, always, backend_set
+from tests.gateway.scripted import HANG, Pause, ScriptedAdapter, always, backend_set, count_releases
 
 
 def chat(stream: bool = True, **kw: Any) -> GenerationRequest:
@@ -78,13 +78,7 @@ async def generate(
     await protection.start()
     run.protection = protection
     ticket = await protection.admit(await protection.authenticate({}), "m", request, 10, never_gone)
-    release = ticket.release
-
-    async def counted_release(usage, phase=None):
-        run.releases.append((usage, phase))
-        await release(usage, phase)
-
-    ticket.release = counted_release  # type: ignore[method-assign]
+    count_releases(ticket, run.releases)
 
     async def send(message: dict) -> None:
         run.sent.append(dict(message))  # the generation reuses its body message

@@ -28,7 +28,7 @@ from gateway.protection import Protection
 from gateway.recorder import Outcome, RequestContext, RequestRecorder
 from gateway.requests import estimate_prompt_tokens
 from gateway.tracing import NoTrace
-from tests.gateway.scripted import HANG, Pause, ScriptedAdapter, always, backend_set
+from tests.gateway.scripted import HANG, Pause, ScriptedAdapter, always, backend_set, count_releases
 from tests.gateway.test_generation import chat, sse_data
 
 LIMITED = {"tenants": {"anonymous": {"requests_per_minute": 50}}}
@@ -115,13 +115,7 @@ async def serve(
 
     principal = await protection.authenticate({})
     ticket = await protection.admit(principal, "m", requests[0], 10, never_gone, choices=units)
-    release = ticket.release
-
-    async def counted_release(usage, phase=None):
-        served.releases.append((usage, phase))
-        await release(usage, phase)
-
-    ticket.release = counted_release  # type: ignore[method-assign]
+    count_releases(ticket, served.releases)
 
     async def send(message: dict) -> None:
         served.sent.append(dict(message))  # the stream reuses its body message

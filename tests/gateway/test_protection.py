@@ -16,7 +16,18 @@ from adapters.errors import GatewayError
 from gateway.config import ConfigError, parse_config
 from gateway.phases import CancelPhase
 from gateway.protection import Protection
-from tests.gateway.protection_kit import KEY_B, config, make, never_gone, principal, refusal, request, with_named_key
+from tests.gateway.protection_kit import (
+    KEY_B,
+    config,
+    make,
+    never_gone,
+    one_running,
+    principal,
+    queued_until_gone,
+    refusal,
+    request,
+    with_named_key,
+)
 from tests.gateway.protection_kit import sample as _sample
 
 
@@ -110,17 +121,8 @@ async def test_cancel_in_each_dispatched_phase_frees_everything_and_charges_part
 
 
 async def test_client_leaving_while_queued_is_499_and_refunds_everything():
-    p = await make(config(tokens_per_minute=10_000, max_concurrent=5))
-    p.set_capacity_provider(lambda model: 1)
-    who = await principal(p)
-    holder = await p.admit(who, "m", request(), 10, never_gone)
-    gone = asyncio.Event()
-
-    async def client_gone() -> bool:
-        return gone.is_set()
-
-    task = asyncio.create_task(p.admit(who, "m", request(), 10, client_gone))
-    await asyncio.sleep(0.1)
+    p, who, holder = await one_running(config(tokens_per_minute=10_000, max_concurrent=5), 10)
+    task, gone = await queued_until_gone(p, who, 10)
     assert p.snapshot()["queued"] == 1
     assert await p.leases.local.concurrent("a", "t") == 2  # the queued one holds its lease
     gone.set()
@@ -135,10 +137,7 @@ async def test_client_leaving_while_queued_is_499_and_refunds_everything():
 
 
 async def test_task_cancelled_while_queued_frees_its_lease():
-    p = await make(config(max_concurrent=5))
-    p.set_capacity_provider(lambda model: 1)
-    who = await principal(p)
-    holder = await p.admit(who, "m", request(), 10, never_gone)
+    p, who, holder = await one_running(config(max_concurrent=5), 10)
     task = asyncio.create_task(p.admit(who, "m", request(), 10, never_gone))
     await asyncio.sleep(0.1)
     task.cancel()
@@ -153,10 +152,7 @@ async def test_task_cancelled_while_queued_frees_its_lease():
 async def test_full_queue_refunds_the_request_it_turned_away():
     cfg = config(requests_per_minute=100)
     cfg["admission"] = {"max_queue": 0, "max_queue_wait_s": 1, "full_status": 503}
-    p = await make(cfg)
-    p.set_capacity_provider(lambda model: 1)
-    who = await principal(p)
-    holder = await p.admit(who, "m", request(), 1, never_gone)
+    p, who, holder = await one_running(cfg)
     error = await refusal(p, who, "m", request(), 1)
     assert error.status == 503 and error.retry_after >= 1
     await holder.release(None)
@@ -283,10 +279,7 @@ async def test_without_auth_the_anonymous_tenant_limits_apply():
 async def test_a_lease_held_in_the_queue_outlives_the_ttl():
     # A TTL of 1 s: the heartbeat (every TTL / 3) keeps the lease through stalls of up to
     # 0.6 s on a loaded machine (0.3 s left only 0.2 s).
-    p = await make(config({"kind": "memory", "lease_ttl_s": 1.0}, max_concurrent=5))
-    p.set_capacity_provider(lambda model: 1)
-    who = await principal(p)
-    holder = await p.admit(who, "m", request(), 1, never_gone)
+    p, who, holder = await one_running(config({"kind": "memory", "lease_ttl_s": 1.0}, max_concurrent=5))
     queued = asyncio.create_task(p.admit(who, "m", request(), 1, never_gone))
     await asyncio.sleep(2.0)  # two TTLs in the queue
     assert p.snapshot()["queued"] == 1

@@ -21,7 +21,17 @@ from gateway.phases import CancelPhase
 from gateway.protection import DEFAULT_COMPLETION_RESERVATION, Protection
 from gateway.tracing import NO_STEP, NoTrace
 from policies.quota_memory import MemoryQuotaStore
-from tests.gateway.protection_kit import config, make, never_gone, principal, refusal, request, sample
+from tests.gateway.protection_kit import (
+    config,
+    make,
+    never_gone,
+    one_running,
+    principal,
+    queued_until_gone,
+    refusal,
+    request,
+    sample,
+)
 
 
 class Steps(NoTrace):
@@ -75,17 +85,8 @@ async def test_a_reservation_is_charged_whole_unless_counted_or_left_in_the_queu
 
 
 async def test_a_client_leaving_the_queue_is_charged_nothing():
-    p = await make(config(tokens_per_minute=10_000, max_concurrent=5))
-    p.set_capacity_provider(lambda model: 1)
-    who = await principal(p)
-    holder = await p.admit(who, "m", request(max_tokens=100), 10, never_gone)
-    gone = asyncio.Event()
-
-    async def client_gone() -> bool:
-        return gone.is_set()
-
-    task = asyncio.create_task(p.admit(who, "m", request(max_tokens=100), 10, client_gone))
-    await asyncio.sleep(0.1)
+    p, who, holder = await one_running(config(tokens_per_minute=10_000, max_concurrent=5), 10)
+    task, gone = await queued_until_gone(p, who, 10)
     gone.set()
     with pytest.raises(GatewayError):
         await asyncio.wait_for(task, 1)
@@ -99,10 +100,7 @@ async def test_a_client_leaving_the_queue_is_charged_nothing():
 async def test_a_request_refused_by_the_full_queue_is_counted_by_model_and_code_with_the_headers():
     cfg = config(requests_per_minute=100, tokens_per_minute=10_000)
     cfg["admission"] = {"max_queue": 0, "max_queue_wait_s": 1}
-    p = await make(cfg)
-    p.set_capacity_provider(lambda model: 1)
-    who = await principal(p)
-    holder = await p.admit(who, "m", request(), 1, never_gone)
+    p, who, holder = await one_running(cfg)
     error = await refusal(p, who, "m", request(), 1)
     assert error.headers["x-ratelimit-limit-requests"] == "100"  # the tenant's state, for its retry
     labels = {"model": "m", "reason": error.code or str(error.status)}
@@ -258,10 +256,7 @@ async def test_a_higher_tier_is_let_through_first():
 
 
 async def test_a_request_waits_in_the_queue_no_longer_than_its_deadline():
-    p = await make(config(max_concurrent=10))
-    p.set_capacity_provider(lambda model: 1)
-    who = await principal(p)
-    holder = await p.admit(who, "m", request(), 1, never_gone)
+    p, who, holder = await one_running(config(max_concurrent=10))
     late = request()
     late.deadline = time.monotonic() + 0.2
     started = time.monotonic()
@@ -273,10 +268,7 @@ async def test_a_request_waits_in_the_queue_no_longer_than_its_deadline():
 
 
 async def test_the_leases_held_count_the_running_and_the_queued():
-    p = await make(config(max_concurrent=5))
-    p.set_capacity_provider(lambda model: 1)
-    who = await principal(p)
-    holder = await p.admit(who, "m", request(), 1, never_gone)
+    p, who, holder = await one_running(config(max_concurrent=5))
     task = asyncio.create_task(p.admit(who, "m", request(), 1, never_gone))
     await asyncio.sleep(0.05)
     assert p.snapshot()["queued"] == 1

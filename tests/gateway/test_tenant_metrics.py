@@ -13,6 +13,7 @@ from policies.auth import hash_key
 from simulators.testing import start_in_process
 from tests.gateway.serving import serving
 from tests.policies.jwt_issuer import AUD, ISS, Issuer
+from tests.procs import keys_auth_config
 
 MSG = [{"role": "user", "content": "hi"}]
 
@@ -69,13 +70,7 @@ def test_refusals_before_admission_are_counted_by_reason_and_nothing_else_is():
 async def test_requests_tokens_and_refusals_are_counted_per_configured_tenant(sim):
     config = {
         "access_log": False,
-        "auth": {
-            "mode": "keys",
-            "api_keys": [
-                {"sha256": hash_key("sk-acme"), "tenant": "acme"},
-                {"sha256": hash_key("sk-tight"), "tenant": "tight"},
-            ],
-        },
+        "auth": keys_auth_config({"sk-acme": "acme", "sk-tight": "tight"}),
         "tenants": {"acme": {}, "tight": {"requests_per_minute": 1}},
         "models": models(sim),
     }

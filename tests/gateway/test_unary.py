@@ -23,7 +23,7 @@ from gateway.phases import CancelPhase
 from gateway.protection import Protection
 from gateway.recorder import RequestContext, RequestRecorder
 from gateway.unary import Admitted, Parsed, UnaryGate, capable_order, route_request
-from tests.gateway.scripted import backend_set
+from tests.gateway.scripted import backend_set, count_releases
 
 HANG = object()
 
@@ -84,13 +84,7 @@ async def run_call(
     parsed = Parsed(CALL, "m", route_request("rid", "m", prompt="hello"), 2)
     ticket = await protection.admit(await protection.authenticate({}), "m", parsed.route_request, 2, _never_gone)
     releases: list[tuple[Usage | None, CancelPhase | None]] = []
-    release = ticket.release
-
-    async def counted_release(usage, phase=None):
-        releases.append((usage, phase))
-        await release(usage, phase)
-
-    ticket.release = counted_release  # type: ignore[method-assign]
+    count_releases(ticket, releases)
     order = capable_order(backends.pools["m"], "embeddings", "embeddings", parsed.route_request)
     ctx = RequestContext("rid", time.perf_counter(), chat=False, model="m")
     call = gate.call(

@@ -26,6 +26,16 @@ def write(path: Path, entries) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
 
 
+def read_once(tmp_path: Path) -> tuple[Path, ApiKeyTable]:
+    """A keys file holding sk-sy-one for tenant acme, and a table over it that has read
+    it once and looks at it again on every lookup (recheck_s=0)."""
+    path = tmp_path / "keys.yaml"
+    write(path, [{"sha256": DIGEST, "tenant": "acme"}])
+    table = ApiKeyTable([], str(path), None, recheck_s=0)
+    table.load_file()
+    return path, table
+
+
 # ---- digests and records ---------------------------------------------------------------
 
 
@@ -139,10 +149,7 @@ def test_the_file_is_rechecked_only_after_the_interval(tmp_path):
 
 
 def test_an_unchanged_mtime_is_not_reread(tmp_path):
-    path = tmp_path / "keys.yaml"
-    write(path, [{"sha256": DIGEST, "tenant": "acme"}])
-    table = ApiKeyTable([], str(path), None, recheck_s=0)
-    table.load_file()
+    path, table = read_once(tmp_path)
     st = path.stat()
     path.write_text(yaml.safe_dump([{"sha256": hash_key("sk-sy-two"), "tenant": "acme"}]))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime: taken as the same version
@@ -150,10 +157,7 @@ def test_an_unchanged_mtime_is_not_reread(tmp_path):
 
 
 def test_a_broken_version_is_counted_and_logged_once_and_the_good_keys_stay(tmp_path, caplog):
-    path = tmp_path / "keys.yaml"
-    write(path, [{"sha256": DIGEST, "tenant": "acme"}])
-    table = ApiKeyTable([], str(path), None, recheck_s=0)
-    table.load_file()
+    path, table = read_once(tmp_path)
     write(path, "- 42")
     with caplog.at_level(logging.ERROR, "switchyard.auth"):
         for _ in range(3):
@@ -171,10 +175,7 @@ def test_a_broken_version_is_counted_and_logged_once_and_the_good_keys_stay(tmp_
 
 
 def test_a_file_that_vanishes_is_counted_once_and_read_again_when_it_returns(tmp_path, caplog):
-    path = tmp_path / "keys.yaml"
-    write(path, [{"sha256": DIGEST, "tenant": "acme"}])
-    table = ApiKeyTable([], str(path), None, recheck_s=0)
-    table.load_file()
+    path, table = read_once(tmp_path)
     path.unlink()
     with caplog.at_level(logging.ERROR, "switchyard.auth"):
         for _ in range(3):
@@ -189,10 +190,7 @@ def test_a_file_that_vanishes_is_counted_once_and_read_again_when_it_returns(tmp
 
 
 def test_a_file_back_with_its_old_mtime_after_vanishing_is_not_a_new_error(tmp_path):
-    path = tmp_path / "keys.yaml"
-    write(path, [{"sha256": DIGEST, "tenant": "acme"}])
-    table = ApiKeyTable([], str(path), None, recheck_s=0)
-    table.load_file()
+    path, table = read_once(tmp_path)
     st = path.stat()
     text = path.read_text()
     path.unlink()

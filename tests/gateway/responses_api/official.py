@@ -46,3 +46,16 @@ def official_client(handler: Callable[[httpx2.Request], Awaitable[httpx2.Respons
         _strict_response_validation=True,
         max_retries=0,
     )
+
+
+def message_item_events(deltas: int = 1) -> list[str]:
+    """The stream event types of one assistant message output item whose single text
+    part arrives in `deltas` deltas, in the order the Responses stream sends them."""
+    return [
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * deltas,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ]

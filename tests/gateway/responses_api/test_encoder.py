@@ -9,7 +9,7 @@ from adapters.errors import GatewayError
 from gateway.responses_api.encoder import ResponseAssembly, ResponseStreamEncoder
 from gateway.responses_api.request import parse_request
 from gateway.responses_api.response_object import new_shell
-from tests.gateway.responses_api.official import sse_events, validate_response
+from tests.gateway.responses_api.official import message_item_events, sse_events, validate_response
 
 NOW = 1_700_000_000
 
@@ -53,14 +53,7 @@ TEXT_OPENING = [
 
 def test_text_stream_order_and_sequence_numbers():
     evs = stream(TEXT)
-    assert types(evs) == [
-        *TEXT_OPENING,
-        "response.output_text.delta",
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
-        "response.completed",
-    ]
+    assert types(evs) == ["response.created", "response.in_progress", *message_item_events(2), "response.completed"]
     assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
     item_id = evs[2]["item"]["id"]
     assert item_id.startswith("msg_")
@@ -136,12 +129,7 @@ def test_text_then_tool_call_items_in_order_one_at_a_time():
     ]
     evs = stream(events, **TOOLS)
     assert types(evs)[2:] == [
-        "response.output_item.added",
-        "response.content_part.added",
-        "response.output_text.delta",
-        "response.output_text.done",
-        "response.content_part.done",
-        "response.output_item.done",
+        *message_item_events(),
         "response.output_item.added",
         "response.function_call_arguments.delta",
         "response.function_call_arguments.delta",
