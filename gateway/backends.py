@@ -182,10 +182,19 @@ class ModelPool:
                 )
             )
         result = route_scored(profile, views, req, session or prefix_key(req.messages, req.prompt), self.detector)
+        if log.isEnabledFor(logging.DEBUG):  # what each scorer saw, to check a profile against a workload
+            log.debug(
+                "route %s -> %s: %s",
+                self.name,
+                result.candidates[0].name if result.candidates else None,
+                {v.name: (v.inflight, v.prefix_approx, v.prefix_precise, result.scores.get(v.name)) for v in views},
+            )
         if result.candidates:
             chosen = result.candidates[0].name
             if blocks:
                 self.prefixes[chosen].record(blocks)
+            if precise and (feed := self.feeds.get(chosen)) is not None:
+                feed.expect(req, hashed)  # other requests of this prefix follow it before its prefill ends
             if session:
                 self.sessions.record(session, chosen, clock)
         return result

@@ -89,6 +89,9 @@ class KVEventsConfig(_Strict):
     block_size: int | None = Field(None, ge=1)  # else learned from the events
     max_blocks: int = Field(131072, ge=1)  # the index's memory bound
     max_age_s: float | None = Field(1800.0, gt=0)  # an entry not announced again for this long stops matching
+    # A routed request's blocks match on its backend at once, until the runtime announces them
+    # (after its prefill) or this long passes; 0 waits for the announcement (policies/kv_index.py).
+    expect_ttl_s: float = Field(5.0, ge=0)
 
 
 class BackendConfig(_Strict):

@@ -179,9 +179,11 @@ def test_the_session_keys_come_from_the_body():
 
 
 async def test_native_engines_events_steer_a_chat_to_the_engine_holding_its_prefix(sets, tiny_model_dir):
-    # Three engines (a served_model each) in one gateway; none has cached anything yet.
+    # Three engines (a served_model each) in one gateway; none has cached anything yet. The events
+    # alone: a routed request's expected blocks (tests/gateway/test_routing_expected.py) left out.
     backends = [
         {"name": f"n{i}", "adapter": "native", "model_path": str(tiny_model_dir), "served_model": f"tiny-{i}"}
+        | {"kv_events": {"expect_ttl_s": 0}}
         for i in range(3)
     ]
     profile = {"scorers": {"prefix_precise": 3, "inflight": 2}}
