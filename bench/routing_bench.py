@@ -5,8 +5,9 @@ native engine on `builtin:tiny` generates and its prefix cache shortens prefill;
 `--source synthetic` for a fast, timing-free run). Pool two: three native-engine
 backends (`builtin:tiny`, a `served_model` each, so three engines and three
 caches) inside the gateway process, whose KV-cache events feed the gateway's
-per-backend KV index: the only pool where `blended_precise` (the blended
-weights with the precise prefix scorer) has a signal. One gateway process
+per-backend KV index: the only pool where `blended_precise` (the `precise`
+scoring profile, policies/scorers.py: the prefix match its KV index gives
+dominates until a backend is really loaded) has a signal. One gateway process
 serves one model per policy and pool, each over the same three backends. A multi-tenant
 workload: users share a few long system prompts, drawn Zipf-distributed, and
 hold multi-turn conversations (turn k+1 carries the real answer of turn k);
@@ -52,7 +53,7 @@ from processes import free_port
 POLICIES = ("round_robin", "least_loaded", "prefix_affinity", "blended")
 BACKENDS = ("sim0", "sim1", "sim2")
 # Over the native engines `blended` is the approximate one (what routing remembers),
-# `blended_precise` the same weights on what the engines' KV events say they hold.
+# `blended_precise` the `precise` profile on what the engines' KV events say they hold.
 NATIVE_POLICIES = (*POLICIES, "blended_precise")
 NATIVE = ("nat0", "nat1", "nat2")
 # The blended profile's weights (policies/scorers.py BLENDED) but the prefix scorer's.
@@ -182,7 +183,7 @@ def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo,
 
 def native_routing(policy: str) -> str | dict[str, Any]:
     if policy == "blended_precise":
-        return {"scorers": {"prefix_precise": 3.0, **LOAD_WEIGHTS}}
+        return "precise"  # its `prefix` is the precise match wherever the engine is loaded: all of a run
     if policy == "blended":
         return {"scorers": {"prefix_approx": 3.0, **LOAD_WEIGHTS}}
     return policy

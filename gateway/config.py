@@ -32,7 +32,7 @@ from policies.scoring import DEFAULT_LOAD_FACTOR
 from policies.session import SESSION_SOURCES, SessionSource
 
 ADAPTER_KINDS = ("openai", "vllm", "sglang", "trtllm", "tgi", "native")
-ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity", "blended")
+ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity", "blended", "precise")
 _EJECTION = EjectionConfig()
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
 REDIS_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url accepts
@@ -221,10 +221,12 @@ class EjectionSettings(_Strict):
 
 
 class ModelConfig(_Strict):
-    # A policy name, "blended" (the default scoring profile) or an explicit profile.
-    routing: Literal["round_robin", "weighted", "least_loaded", "prefix_affinity", "blended"] | ScoringProfileConfig = (
-        "round_robin"
-    )
+    # A policy name, "blended" (the default scoring profile), "precise" (the profile for
+    # runtimes that publish KV events, policies/scorers.py) or an explicit profile.
+    routing: (
+        Literal["round_robin", "weighted", "least_loaded", "prefix_affinity", "blended", "precise"]
+        | ScoringProfileConfig
+    ) = "round_robin"
     fallback: list[str] = Field(default_factory=list)
     backends: list[BackendConfig] = Field(min_length=1)
     owned_by: str = "switchyard"

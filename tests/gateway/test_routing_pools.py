@@ -18,7 +18,7 @@ from gateway.config import ConfigError, parse_config
 from gateway.requests import parse_chat, parse_completion
 from policies.ejection import FailureKind
 from policies.routing import LeastLoaded, RoundRobin
-from policies.scorers import BLENDED
+from policies.scorers import BLENDED, PRECISE
 
 RECORDING = Path(__file__).parents[1] / "policies" / "data" / "vllm-0.32-kv-events.json"
 SYSTEM = "You are a support agent for a hardware shop. Be brief and precise. " * 6
@@ -54,13 +54,16 @@ def chat(question: str, **session) -> GenerationRequest:
     return GenerationRequest("r", "m", messages=messages, tenant="t", session_keys=session)
 
 
-async def test_routing_names_a_policy_the_blended_profile_or_an_explicit_one(pool_of):
+async def test_routing_names_a_policy_a_named_profile_or_an_explicit_one(pool_of):
     pool = pool_of("least_loaded")
     assert isinstance(pool.policy, LeastLoaded) and pool.profile is None
     pool = pool_of()  # no routing: round robin, as before
     assert isinstance(pool.policy, RoundRobin)
     pool = pool_of("blended")
     assert pool.profile is not None and dict(pool.profile.weights) == BLENDED
+    assert pool.profile.load_factor == 1.25
+    pool = pool_of("precise")  # for runtimes publishing KV events: the prefix dominates, a looser bound
+    assert pool.profile is not None and dict(pool.profile.weights) == PRECISE and pool.profile.load_factor == 2.0
     pool = pool_of({"scorers": {"queue": 1, "prefix": 4}, "load_factor": 1.5})
     assert dict(pool.profile.weights) == {"queue": 1, "prefix": 4} and pool.profile.load_factor == 1.5
     with pytest.raises(ConfigError, match="unknown scorers"):
