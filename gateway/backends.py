@@ -21,7 +21,7 @@ from policies.prefix_index import PrefixIndex, prompt_blocks
 from policies.retry_budget import RetryBudget
 from policies.routing import BackendView, RouteResult, RoutingPolicy, make_policy, prefix_key, route
 from policies.saturation import SaturationDetector
-from policies.scorers import BLENDED, PRECISE, PRECISE_LOAD_FACTOR
+from policies.scorers import BLENDED, PRECISE, PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR
 from policies.scoring import ScoringProfile, route_scored
 from policies.session import SessionTable, session_key
 
@@ -120,10 +120,10 @@ def scoring_profile(cfg: ModelConfig) -> ScoringProfile | None:
     if cfg.routing == "blended":
         return ScoringProfile(dict(BLENDED))
     if cfg.routing == "precise":
-        return ScoringProfile(dict(PRECISE), PRECISE_LOAD_FACTOR)
+        return ScoringProfile(dict(PRECISE), PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR)
     if isinstance(cfg.routing, str):
         return None
-    return ScoringProfile(dict(cfg.routing.scorers), cfg.routing.load_factor)
+    return ScoringProfile(dict(cfg.routing.scorers), cfg.routing.load_factor, cfg.routing.load_floor)
 
 
 @dataclass

@@ -185,6 +185,7 @@ class ScoringProfileConfig(_Strict):
 
     scorers: dict[str, float] = Field(min_length=1)
     load_factor: float = Field(DEFAULT_LOAD_FACTOR, ge=1)  # bounded load: at most this × a backend's share
+    load_floor: int = Field(1, ge=1)  # ...but never fewer in flight than this (1: no floor)
 
     @field_validator("scorers")
     @classmethod

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from adapters.base import Adapter, GenerationRequest
 from adapters.kv_events import AllBlocksCleared, KVEvent, KVEventBatch, sglang_block_hashes, vllm_block_hashes
 from gateway.config import BackendConfig, KVEventsConfig
-from policies.kv_index import KVBlockIndex
+from policies.kv_index import KVBlockIndex, match_fraction
 
 if TYPE_CHECKING:
     from adapters.kv_events_zmq import KVEventSubscriber
@@ -90,7 +90,7 @@ class KVFeed:
         hashes = self.hashes(req, hashed)
         if not hashes:
             return None
-        return self.index.match(hashes) / len(hashes)
+        return match_fraction(self.index.match(hashes), len(hashes))
 
     def expect(self, req: GenerationRequest, hashed: dict[tuple, list[int] | None]) -> None:
         """The request was routed to this runtime: its prompt blocks match here from now

@@ -49,6 +49,20 @@ from enum import Enum
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 
 DEVICE_MEDIA = (None, "GPU")
+# Fewer leading blocks than this match nothing: every chat shares its template's head (a block
+# or two), which says where no prompt's own prefix is, and 64 tokens (vLLM's and the native
+# engine's 16-token blocks) are no prefill worth a choice. Measured: a one-block match (1% of a
+# 100-block prompt) decided every cold placement when the backends were idle, and sent every new
+# prompt to the one backend that had served this run before (docs/bench/routing/).
+MIN_MATCH_BLOCKS = 4
+
+
+def match_fraction(matched: int, blocks: int, min_blocks: int = MIN_MATCH_BLOCKS) -> float:
+    """The prefix score of `matched` leading blocks of a prompt of `blocks`: their
+    fraction, or 0 below `min_blocks` (or the whole prompt, if it is shorter)."""
+    if blocks <= 0:
+        return 0.0
+    return matched / blocks if matched >= min(min_blocks, blocks) else 0.0
 
 
 class SeqVerdict(Enum):

@@ -59,13 +59,19 @@ events (the native engine, vLLM and SGLang with `kv_events`):
   takes over; the load scorers decide among backends whose matches are close (a
   cold prefix goes to the least loaded backend, a prefix two backends hold to
   the less loaded one), and against a partial match (half a prompt: 3).
-* Load factor 2, not 1.25: bounded load is what keeps one hot prefix off a
-  single backend, but at 1.25 with three backends and two requests in flight a
-  backend holding one of them is already past its share, so a low-concurrency
-  pool spilled requests to cold backends that the saturation filter would never
-  have needed. At 2 one backend may hold up to two thirds of what is in flight
-  (rounded up); the overflow goes to the next best, which then holds the prefix
-  too, and later overflow hits there.
+* Load factor 2 above a floor of 4 in flight, not 1.25 from the first: bounded
+  load is what keeps one hot prefix off a single backend at once (the queue and
+  KV readings are up to 2 s old), but with few requests in flight the share is
+  mostly rounding: at 1.25 with three backends and two in flight, a backend
+  holding one of them is past its share; at 2 with three in flight, one holding
+  two is. Each such spill sends a prefix to a backend that must compute it
+  (and that then spills again, for the conversation's next turn), which the
+  bench measured as the precise profile's slowest requests (TTFT p99 about 350 ms
+  against about 100 ms without spills, on a quiet machine). Four in flight is
+  light load for any batching runtime, so below it no backend is past its share;
+  above it one backend holds at most twice its share (two thirds of three
+  backends' work), the overflow going to the next best, which then holds the
+  prefix too.
 * session 13: more than the others together (6 + 2 + 2 + 2 = 12), as in the
   blended profile; where the runtime's blocks cannot be named (a text prompt to
   vLLM) the session still keeps a conversation in place.
@@ -139,6 +145,7 @@ BLENDED: dict[str, float] = {"prefix": 3.0, "queue": 2.0, "kv": 2.0, "inflight":
 # `prefix`: precise where the runtime publishes KV events, approximate elsewhere (a text prompt to vLLM).
 PRECISE: dict[str, float] = {"prefix": 6.0, "queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 13.0}
 PRECISE_LOAD_FACTOR = 2.0
+PRECISE_LOAD_FLOOR = 4
 
 
 def filled(scores: list[float | None]) -> list[float]:

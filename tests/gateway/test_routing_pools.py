@@ -63,9 +63,14 @@ async def test_routing_names_a_policy_a_named_profile_or_an_explicit_one(pool_of
     assert pool.profile is not None and dict(pool.profile.weights) == BLENDED
     assert pool.profile.load_factor == 1.25
     pool = pool_of("precise")  # for runtimes publishing KV events: the prefix dominates, a looser bound
-    assert pool.profile is not None and dict(pool.profile.weights) == PRECISE and pool.profile.load_factor == 2.0
+    assert pool.profile is not None and dict(pool.profile.weights) == PRECISE
+    assert (pool.profile.load_factor, pool.profile.load_floor) == (2.0, 4)
     pool = pool_of({"scorers": {"queue": 1, "prefix": 4}, "load_factor": 1.5})
     assert dict(pool.profile.weights) == {"queue": 1, "prefix": 4} and pool.profile.load_factor == 1.5
+    assert pool.profile.load_floor == 1
+    assert pool_of({"scorers": {"queue": 1}, "load_floor": 3}).profile.load_floor == 3
+    with pytest.raises(ConfigError):
+        pool_of({"scorers": {"queue": 1}, "load_floor": 0})
     with pytest.raises(ConfigError, match="unknown scorers"):
         pool_of({"scorers": {"latency": 1}})
     with pytest.raises(ConfigError, match="at least one must be positive"):

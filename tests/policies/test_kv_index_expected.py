@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
-from policies.kv_index import KVBlockIndex, SeqVerdict
+from policies.kv_index import KVBlockIndex, SeqVerdict, match_fraction
 
 
 class Clock:
@@ -128,3 +128,10 @@ def test_a_zero_ttl_expects_nothing_and_a_negative_one_is_refused(clock):
     assert idx.match([1, 2]) == 0 and idx.stats().expected == 0
     with pytest.raises(ValueError):
         index(clock, expect_ttl_s=-1.0)
+
+
+def test_a_match_shorter_than_the_template_head_scores_nothing():
+    assert match_fraction(1, 100) == 0.0 and match_fraction(3, 100) == 0.0  # the head every chat shares
+    assert match_fraction(4, 100) == 0.04 and match_fraction(95, 100) == 0.95
+    assert match_fraction(2, 2) == 1.0 and match_fraction(1, 2) == 0.0  # a short prompt: all of it, or nothing
+    assert match_fraction(0, 0) == 0.0 and match_fraction(1, 100, min_blocks=1) == 0.01

@@ -1,7 +1,7 @@
 """The `precise` profile (policies/scorers.py PRECISE): the prefix a KV-event index
 vouches for wins until its backend is really loaded; load decides among close
-matches; the bounded load lets a backend hold two thirds of what is in flight, not
-more; saturation still sends the holder last."""
+matches; the bounded load lets a backend hold four in flight, or two thirds of what
+is in flight where that is more, not more; saturation still sends the holder last."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import time
 from adapters.base import GenerationRequest, LoadSnapshot
 from policies.routing import BackendView
 from policies.saturation import SaturationDetector
-from policies.scorers import BLENDED, PRECISE, PRECISE_LOAD_FACTOR
+from policies.scorers import BLENDED, PRECISE, PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR
 from policies.scoring import ScoringProfile, route_scored
 
 DETECTOR = SaturationDetector(queue_depth=5, kv_cache_utilization=0.8)
-PROFILE = ScoringProfile(dict(PRECISE), PRECISE_LOAD_FACTOR)
+PROFILE = ScoringProfile(dict(PRECISE), PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR)
 
 
 def chat() -> GenerationRequest:
@@ -63,7 +63,16 @@ def test_the_holder_of_one_request_in_flight_takes_the_second_where_1_25_would_s
     assert first(tight, views) != "holder"
 
 
-def test_past_two_thirds_of_what_is_in_flight_the_next_best_takes_the_overflow():
-    views = [view("holder", 0.95, inflight=2), view("second", 0.5), view("cold", 0.0)]
-    # 3 with this one: the share is ceil(2 x 3 / 3) = 2, which the holder holds already.
+def test_below_four_in_flight_the_holder_keeps_its_prefix_whatever_the_share():
+    views = [view("holder", 0.95, inflight=3), view("second", 0.5), view("cold", 0.0)]
+    # 4 with this one: twice the share is ceil(2 x 4 / 3) = 3, which the holder holds, but the floor is 4.
+    assert first(PROFILE, views) == "holder"
+    assert first(ScoringProfile(dict(PRECISE), PRECISE_LOAD_FACTOR), views) == "second"  # no floor: spilled
+
+
+def test_past_the_floor_and_two_thirds_of_what_is_in_flight_the_next_best_takes_the_overflow():
+    views = [view("holder", 0.95, inflight=4), view("second", 0.5), view("cold", 0.0)]
+    # 5 with this one: twice the share is ceil(2 x 5 / 3) = 4, the floor 4: the holder has both.
     assert first(PROFILE, views) == "second"
+    views[2].inflight = 3  # 8 with this one: the share is now 6, the holder has room again
+    assert first(PROFILE, views) == "holder"
