@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.base import GenerationRequest
+from adapters.kv_events import KVEventBatch
 from gateway.backends import BackendSet
 from gateway.config import parse_config
 
@@ -63,3 +64,30 @@ async def test_the_engines_events_confirm_what_was_expected(pool):
     assert feed.index.stats().expected == 0 and len(feed.index) >= expected
     again = p.route(chat("Do you sell tomato seeds?"))
     assert again.candidates[0].name == name and again.candidates[0].prefix_precise == 1.0
+
+
+async def test_a_vllm_backend_expects_a_token_id_prompt_and_never_a_text_one():
+    def vllm(name: str) -> dict:
+        events = {"endpoint": "tcp://127.0.0.1:9", "block_size": 16}
+        return {"name": name, "adapter": "vllm", "url": "http://127.0.0.1:9", "kv_events": events}
+
+    profile = {"scorers": {"prefix_precise": 3}}
+    bs = BackendSet(parse_config({"models": {"m": {"routing": profile, "backends": [vllm("a"), vllm("b")]}}}))
+    try:
+        p = bs.pools["m"]
+        ids = list(range(100, 100 + 16 * 8))  # eight full blocks
+        chosen = p.route(GenerationRequest("r", "m", kind="completion", prompt=ids)).candidates[0].name
+        other = "b" if chosen == "a" else "a"
+        assert bs.feeds[chosen].index.stats().expected == 8 and bs.feeds[other].index.stats().expected == 0
+        again = p.route(GenerationRequest("r", "m", kind="completion", prompt=ids))
+        assert [(b.name, b.prefix_precise) for b in again.candidates] == [(chosen, 1.0), (other, 0.0)]
+        # Text cannot be named in vLLM's hashes: nothing expected anywhere.
+        p.route(GenerationRequest("r", "m", kind="completion", prompt="some text " * 50))
+        assert bs.feeds[other].index.stats().expected == 0 and bs.feeds[chosen].index.stats().expected == 8
+        # A gap in the runtime's sequence numbers: the index starts again, the guesses too.
+        index = bs.feeds[chosen].index
+        index.receive(0, KVEventBatch(0.0, ()))
+        index.receive(5, KVEventBatch(0.0, ()))
+        assert index.stats().expected == 0 and index.stats().gaps == 1
+    finally:
+        await bs.aclose()
