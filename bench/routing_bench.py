@@ -5,8 +5,9 @@ native engine on `builtin:tiny` generates and its prefix cache shortens prefill;
 `--source synthetic` for a fast, timing-free run). Pool two: three native-engine
 backends (`builtin:tiny`, a `served_model` each, so three engines and three
 caches) inside the gateway process, whose KV-cache events feed the gateway's
-per-backend KV index: the only pool where `blended_precise` (the blended
-weights with the precise prefix scorer) has a signal. One gateway process
+per-backend KV index: the only pool where `blended_precise` (the `precise`
+scoring profile, policies/scorers.py: the prefix match its KV index gives
+dominates until a backend is really loaded) has a signal. One gateway process
 serves one model per policy and pool, each over the same three backends. A multi-tenant
 workload: users share a few long system prompts, drawn Zipf-distributed, and
 hold multi-turn conversations (turn k+1 carries the real answer of turn k);
@@ -32,28 +33,27 @@ import asyncio
 import math
 import tempfile
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
+import orjson
 import yaml
 
 from bench.arrivals import poisson_arrivals
-from bench.client import Client, ClientConfig
 from bench.metrics import Slo, distribution_ms, meets_slo, request_metrics
 from bench.procs import Server, python_module
 from bench.records import RequestRecord
-from bench.routing_report import write_report
+from bench.routing_report import table, write_report
+from bench.routing_workload import run_load, sessions
 from processes import free_port
 
 POLICIES = ("round_robin", "least_loaded", "prefix_affinity", "blended")
 BACKENDS = ("sim0", "sim1", "sim2")
 # Over the native engines `blended` is the approximate one (what routing remembers),
-# `blended_precise` the same weights on what the engines' KV events say they hold.
+# `blended_precise` the `precise` profile on what the engines' KV events say they hold.
 NATIVE_POLICIES = (*POLICIES, "blended_precise")
 NATIVE = ("nat0", "nat1", "nat2")
 # The blended profile's weights (policies/scorers.py BLENDED) but the prefix scorer's.
@@ -78,59 +78,10 @@ class RoutingBenchConfig:
     load_factor: float = 1.25
     slo: Slo = field(default_factory=lambda: Slo(ttft_ms=300, tpot_ms=50))
     seed: int = 0
-
-
-# ---- workload ---------------------------------------------------------------------------------
-
-
-def zipf_weights(n: int, s: float) -> np.ndarray:
-    w = 1.0 / np.arange(1, n + 1) ** s
-    return w / w.sum()
-
-
-def words(rng: np.random.Generator, n: int) -> str:
-    vocab = ("route", "cache", "block", "token", "prefix", "engine", "backend", "queue", "model", "batch")
-    return " ".join(vocab[i] for i in rng.integers(0, len(vocab), n))
-
-
-def sessions(cfg: RoutingBenchConfig, tag: str, count: int, hot: bool = False) -> list[dict[str, Any]]:
-    """`count` conversations: a system prompt (Zipf over `system_prompts`, or the one
-    hot prompt) and `turns` user messages each."""
-    rng = np.random.default_rng(zlib.crc32(tag.encode()) + cfg.seed)
-    systems = [f"[{tag} system {p}] {words(rng, cfg.system_words)}" for p in range(cfg.system_prompts)]
-    choice = rng.choice(cfg.system_prompts, size=count, p=zipf_weights(cfg.system_prompts, cfg.zipf_s))
-    return [
-        {
-            "system": systems[0 if hot else int(choice[i])],
-            "turns": [f"user {tag}-{i} turn {k}: {words(rng, 12)}" for k in range(cfg.turns)],
-        }
-        for i in range(count)
-    ]
-
-
-async def run_load(
-    url: str, model: str, convs: list[dict[str, Any]], arrivals: list[float], max_tokens: int
-) -> list[RequestRecord]:
-    """Open loop: conversation i starts at `arrivals[i]`, its turns one after the other."""
-    records: list[RequestRecord] = []
-    async with Client(ClientConfig(base_url=url, model=model, timeout_s=120)) as client:
-        t0 = time.perf_counter()
-
-        async def converse(i: int, conv: dict[str, Any], at: float) -> None:
-            await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
-            messages: list[dict[str, Any]] = [{"role": "system", "content": conv["system"]}]
-            for k, text in enumerate(conv["turns"]):
-                messages.append({"role": "user", "content": text})
-                rec = RequestRecord(len(records), "default", i, k, True, 0.0, at if k == 0 else None)
-                rec.max_tokens = max_tokens
-                records.append(rec)
-                answer = await client.send(rec, messages, t0, keep_text=True)
-                if rec.outcome != "ok":
-                    return
-                messages.append({"role": "assistant", "content": answer})
-
-        await asyncio.gather(*(converse(i, c, a) for i, (c, a) in enumerate(zip(convs, arrivals))))
-    return records
+    # The native pool alone (no simulators, no hot-prefix or kill run), to compare its
+    # policies within minutes; its table is printed and result.json written, no README.
+    native_only: bool = False
+    log_level: str = "info"  # the gateway's; "debug" logs each scored routing decision
 
 
 # ---- what the backends and the gateway say ----------------------------------------------------
@@ -232,7 +183,7 @@ def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo,
 
 def native_routing(policy: str) -> str | dict[str, Any]:
     if policy == "blended_precise":
-        return {"scorers": {"prefix_precise": 3.0, **LOAD_WEIGHTS}}
+        return "precise"  # its `prefix` is the precise match wherever the engine is loaded: all of a run
     if policy == "blended":
         return {"scorers": {"prefix_approx": 3.0, **LOAD_WEIGHTS}}
     return policy
@@ -243,11 +194,12 @@ def native_model(policy: str) -> str:
 
 
 def gateway_config(cfg: RoutingBenchConfig, sims: dict[str, Server], port: int) -> dict[str, Any]:
+    listen = {"listen": {"host": "127.0.0.1", "port": port}, "auth": {"mode": "none"}, "log_level": cfg.log_level}
     backends = [
         {"name": n, "adapter": "vllm", "url": s.base_url, "served_model": "sim-model", "max_inflight": 64}
         for n, s in sims.items()
     ]
-    models: dict[str, Any] = {p: {"routing": p, "backends": backends} for p in cfg.policies}
+    models: dict[str, Any] = {p: {"routing": p, "backends": backends} for p in cfg.policies if sims}
     # A served_model each: native backends of one model path and name would share one engine.
     # max_model_len as the simulators' engines have it (their default).
     natives = [
@@ -263,13 +215,15 @@ def gateway_config(cfg: RoutingBenchConfig, sims: dict[str, Server], port: int) 
     ]
     for p in cfg.native_policies:
         models[native_model(p)] = {"routing": native_routing(p), "backends": natives}
+    if not sims:
+        return {**listen, "models": models}
     # The blended profile's weights (policies/scorers.py BLENDED), with the bound under test.
     weights = {"prefix": 3.0, **LOAD_WEIGHTS}
     models["hot"] = {"routing": {"scorers": weights, "load_factor": cfg.load_factor}, "backends": backends}
     # Round robin keeps sending the dead backend its share until the health probe (5 s) sees it:
     # the failover path, not the probe, is what the kill run measures.
     models["kill"] = {"routing": "round_robin", "backends": backends}
-    return {"listen": {"host": "127.0.0.1", "port": port}, "auth": {"mode": "none"}, "models": models}
+    return {**listen, "models": models}
 
 
 async def one_run(
@@ -301,6 +255,12 @@ async def one_run(
     after = counters() if kill is not None else await settled(counters, before, len(records))
     result = summarize(records, before, after, cfg.slo, duration)
     result.update({"model": model, "rate": rate, "tag": tag, "pool": pool, "duration_s": duration})
+    if cfg.native_only:  # per request, to see which ones make the tail: sent at, TTFT, prompt and cached tokens
+        result["per_request"] = [
+            (r.session, r.turn, r.sent_s, m.ttft_s, r.usage_prompt_tokens, r.cached_tokens)
+            for r in records
+            if (m := request_metrics(r)) is not None
+        ]
     if samples:
         # The bound, as the pick applies it: no backend past ceil(load_factor x its share of what is in flight).
         within = [max(s.values()) <= math.ceil(cfg.load_factor * sum(s.values()) / len(BACKENDS)) for s in samples]
@@ -348,7 +308,7 @@ def _one_thread() -> dict[str, str]:
 
 async def bench(cfg: RoutingBenchConfig) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="routing-bench-"))  # the servers' logs, kept out of the report
-    sims = start_sims(cfg, logs)
+    sims = {} if cfg.native_only else start_sims(cfg, logs)
     started: list[Server] = []
     try:
         for s in sims.values():
@@ -376,7 +336,7 @@ async def bench(cfg: RoutingBenchConfig) -> dict[str, Any]:
 
             runs, native_runs = [], []
             for rate in cfg.rates:
-                for policy in cfg.policies:
+                for policy in () if cfg.native_only else cfg.policies:
                     runs.append(await one_run(cfg, gw, sim_pool, policy, rate, f"{policy}@{rate:g}"))
                     runs[-1]["policy"] = policy
                 for policy in cfg.native_policies:
@@ -385,13 +345,18 @@ async def bench(cfg: RoutingBenchConfig) -> dict[str, Any]:
                         await one_run(cfg, gw, native_pool, native_model(policy), rate, tag, pool="native")
                     )
                     native_runs[-1]["policy"] = policy
+            if cfg.native_only:
+                return {"config": _config(cfg), "runs": runs, "native_runs": native_runs, "logs": str(logs)}
             hot = await one_run(cfg, gw, sim_pool, "hot", max(cfg.rates), "hot", hot=True)
             killed = await one_run(cfg, gw, sim_pool, "kill", max(cfg.rates), "kill", kill=sims[BACKENDS[-1]])
     finally:
         for s in started:
             s.__exit__(None, None, None)
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
-    return {"config": config, "runs": runs, "native_runs": native_runs, "hot": hot, "kill": killed}
+    return {"config": _config(cfg), "runs": runs, "native_runs": native_runs, "hot": hot, "kill": killed}
+
+
+def _config(cfg: RoutingBenchConfig) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -410,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=RoutingBenchConfig.turns)
     p.add_argument("--system-words", type=int, default=RoutingBenchConfig.system_words)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--native-only",
+        action="store_true",
+        help="only the native pool (no simulators, hot-prefix or kill run): its table printed, result.json written",
+    )
+    p.add_argument("--gateway-log-level", default="info", help="debug: the gateway logs each scored routing decision")
     a = p.parse_args(argv)
     policies = tuple(x for x in a.policies.split(",") if x)
     native_policies = tuple(x for x in a.native_policies.split(",") if x)
@@ -426,10 +397,18 @@ def main(argv: list[str] | None = None) -> int:
         turns=a.turns,
         system_words=a.system_words,
         seed=a.seed,
+        native_only=a.native_only,
+        log_level=a.gateway_log_level,
     )
     started = time.perf_counter()
     result = asyncio.run(bench(cfg))
     result["wall_s"] = round(time.perf_counter() - started, 1)
+    if cfg.native_only:
+        cfg.out_dir.mkdir(parents=True, exist_ok=True)
+        (cfg.out_dir / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+        print("\n".join(table(result["native_runs"])))
+        print(f"gateway log: {result['logs']}/gateway.log; wall {result['wall_s']} s")
+        return 0
     for path in write_report(result, cfg.out_dir):
         print(path)
     return 0

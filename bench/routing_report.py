@@ -105,22 +105,35 @@ def precise_verdict(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-# Why the native pool is a weak judge of balance-aware routing (what the numbers above show).
+# What the precise profile is, why, and how to read the native pool (what the numbers above show).
 NATIVE_CAVEAT = (
+    "Why blended precise is what it is: each scored decision, logged by the gateway at debug level "
+    "(`--native-only --gateway-log-level debug`), showed three causes of its misses, each fixed and pinned by "
+    "unit tests. (1) Event lag: an engine announces a block once it has computed it, so requests of a new "
+    "prefix arriving during its prefill went elsewhere and computed it again; a routed request's blocks are "
+    "now expected on its backend until its events confirm them (or a removal, a clear, a gap or 5 s end "
+    "them). (2) The bound: whenever precise routing left a prefix's holder for a cold backend it was the "
+    "bounded load, not the scores: at 1.25 with three backends and two in flight, a holder of one is past its "
+    "share; at 2 a holder of two of three is; each spill computed the prefix again (TTFT p99 about 350 ms "
+    "against about 100 ms without spills, on a quiet machine). The `precise` profile bounds at twice the "
+    "share above a floor of 4 in flight, and weighs prefix 6 against queue, KV and in-flight 2 each: a match "
+    "the engine's events vouch for wins until its backend nears saturation. (3) A one-block match (the chat "
+    "template's head, 1% of a prompt) decided every cold placement on idle backends and sent all of a run's "
+    "prompts to one engine; fewer than 4 matched blocks now score nothing, so a new prompt goes by load, "
+    "then by the rendezvous hash, as prefix affinity spreads them. "
     "How to read the native pool: its three engines are threads of the gateway process on a 2-core machine "
-    "that also runs the load generator (and other work), so three backends are not three times the "
-    "capacity. Spreading requests over them adds no compute, and prefills on two engines at once contend "
-    "for the same cores; sending everything to the engine that holds the prefix costs nothing here, which is "
-    "why prefix_affinity, which leaves a backend idle, is hard to beat on this machine (on three separate "
-    "machines that idle backend would be a third of the capacity unused). The blended weights (prefix 3 against queue, KV and in-flight 2 each) "
-    "give up some hits for balance, which this pool cannot reward. Precise against approximate: the engine "
-    "publishes a block once it has computed it (after the prefill step), while the approximate index "
-    "records a prompt when it is routed, so a session arriving while its system prompt is still being "
-    "prefilled elsewhere is steered by the approximate index and not by the precise one; where precise is "
-    "exact and approximate guesses (evictions, a restarted engine), this workload, whose caches hold a "
-    "run's prompts, asks little. Goodput hardly separates the policies: nearly every request meets the SLO "
-    "at both rates. TTFT p99 is the slowest one or two requests of a run: it moved by 100-200 ms between "
-    "repeated runs of the same policy here."
+    "that also runs the load generator (and other work). Two engines busy at once contend for the cores and "
+    "the interpreter: a cold prefill next to another engine's work took up to about 470 ms, the same prefill "
+    "batched with a hit on one engine about 100 ms. At 1 session/s the TTFT p99 of 30 requests is the "
+    "slowest of the two to four cold prefills of a run, so it is decided by which of them happen to coincide "
+    "with other work; it moved by 100-300 ms between repeated runs of the same policy here. The hit rate, "
+    "the 5 sessions/s tail and goodput are the steadier signal. Against prefix_affinity, whose hit rate it "
+    "now matches, blended precise has two costs this pool shows and separate machines would not: it sends a "
+    "new prompt to the least loaded engine, which here means two engines busy at once, while the hash "
+    "sometimes puts every prompt of a run on one engine (all 450 requests of a longer run), which this "
+    "pool rewards; and it names each prompt's blocks as the engine does (chat template, tokenizer, block "
+    "hashes: about 1 ms a decision on the event loop the engines' threads share). On a quiet machine its "
+    "TTFT p50 was 1-4 ms above prefix_affinity's in short runs."
 )
 
 
@@ -135,8 +148,9 @@ def markdown(result: dict[str, Any], plot: str) -> str:
         "every policy of a pool over the same three backends. "
         f"{cfg['system_prompts']} shared system prompts of about {cfg['system_words']} words, drawn Zipf "
         f"(s={cfg['zipf_s']}); {cfg['turns']}-turn conversations, {cfg['max_tokens']} output tokens per turn; "
-        "sessions arrive open loop (Poisson). Each run has system prompts of its own (no cache warmed by an "
-        "earlier run).",
+        "sessions arrive open loop (Poisson). Every policy of a rate is sent the same workload (the same "
+        "prompt for the same session, the same arrivals and turns), labelled in its first block so that no run "
+        "finds a cache another run warmed.",
         "",
         f"SLO for goodput: TTFT <= {slo['ttft_ms']} ms and TPOT <= {slo['tpot_ms']} ms; goodput = requests "
         "meeting it / seconds of arrivals. Hit rate = prompt tokens found in the engines' prefix caches / prompt "
@@ -167,8 +181,9 @@ def markdown(result: dict[str, Any], plot: str) -> str:
             "bench within minutes: the engines and the gateway share one process). Hit rate from the gateway's "
             "`switchyard_engine_prefix_cache_{queries,hits}_tokens_total{engine=...}`. `blended` is the blended "
             "weights with the approximate prefix scorer (`prefix_approx`, what the gateway routed where); "
-            "`blended_precise` the same weights with `prefix_precise`, read from the KV index each engine's "
-            "KV-cache events (block stored, removed, all cleared) keep per backend.",
+            "`blended_precise` is `routing: precise` (policies/scorers.py): its prefix match is read from the "
+            "KV index each engine's KV-cache events (block stored, removed, all cleared) keep per backend, plus "
+            "the blocks of the requests routed there and not yet announced.",
             "",
             *table(native),
             "",

@@ -21,7 +21,7 @@ from policies.prefix_index import PrefixIndex, prompt_blocks
 from policies.retry_budget import RetryBudget
 from policies.routing import BackendView, RouteResult, RoutingPolicy, make_policy, prefix_key, route
 from policies.saturation import SaturationDetector
-from policies.scorers import BLENDED
+from policies.scorers import BLENDED, PRECISE, PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR
 from policies.scoring import ScoringProfile, route_scored
 from policies.session import SessionTable, session_key
 
@@ -119,9 +119,11 @@ def scoring_profile(cfg: ModelConfig) -> ScoringProfile | None:
     """The model's scoring profile, or None when it names a plain policy."""
     if cfg.routing == "blended":
         return ScoringProfile(dict(BLENDED))
+    if cfg.routing == "precise":
+        return ScoringProfile(dict(PRECISE), PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR)
     if isinstance(cfg.routing, str):
         return None
-    return ScoringProfile(dict(cfg.routing.scorers), cfg.routing.load_factor)
+    return ScoringProfile(dict(cfg.routing.scorers), cfg.routing.load_factor, cfg.routing.load_floor)
 
 
 @dataclass
@@ -182,10 +184,19 @@ class ModelPool:
                 )
             )
         result = route_scored(profile, views, req, session or prefix_key(req.messages, req.prompt), self.detector)
+        if log.isEnabledFor(logging.DEBUG):  # what each scorer saw, to check a profile against a workload
+            log.debug(
+                "route %s -> %s: %s",
+                self.name,
+                result.candidates[0].name if result.candidates else None,
+                {v.name: (v.inflight, v.prefix_approx, v.prefix_precise, result.scores.get(v.name)) for v in views},
+            )
         if result.candidates:
             chosen = result.candidates[0].name
             if blocks:
                 self.prefixes[chosen].record(blocks)
+            if precise and (feed := self.feeds.get(chosen)) is not None:
+                feed.expect(req, hashed)  # other requests of this prefix follow it before its prefill ends
             if session:
                 self.sessions.record(session, chosen, clock)
         return result

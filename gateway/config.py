@@ -32,7 +32,7 @@ from policies.scoring import DEFAULT_LOAD_FACTOR
 from policies.session import SESSION_SOURCES, SessionSource
 
 ADAPTER_KINDS = ("openai", "vllm", "sglang", "trtllm", "tgi", "native")
-ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity", "blended")
+ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity", "blended", "precise")
 _EJECTION = EjectionConfig()
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
 REDIS_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url accepts
@@ -89,6 +89,9 @@ class KVEventsConfig(_Strict):
     block_size: int | None = Field(None, ge=1)  # else learned from the events
     max_blocks: int = Field(131072, ge=1)  # the index's memory bound
     max_age_s: float | None = Field(1800.0, gt=0)  # an entry not announced again for this long stops matching
+    # A routed request's blocks match on its backend at once, until the runtime announces them
+    # (after its prefill) or this long passes; 0 waits for the announcement (policies/kv_index.py).
+    expect_ttl_s: float = Field(5.0, ge=0)
 
 
 class BackendConfig(_Strict):
@@ -182,6 +185,7 @@ class ScoringProfileConfig(_Strict):
 
     scorers: dict[str, float] = Field(min_length=1)
     load_factor: float = Field(DEFAULT_LOAD_FACTOR, ge=1)  # bounded load: at most this × a backend's share
+    load_floor: int = Field(1, ge=1)  # ...but never fewer in flight than this (1: no floor)
 
     @field_validator("scorers")
     @classmethod
@@ -218,10 +222,12 @@ class EjectionSettings(_Strict):
 
 
 class ModelConfig(_Strict):
-    # A policy name, "blended" (the default scoring profile) or an explicit profile.
-    routing: Literal["round_robin", "weighted", "least_loaded", "prefix_affinity", "blended"] | ScoringProfileConfig = (
-        "round_robin"
-    )
+    # A policy name, "blended" (the default scoring profile), "precise" (the profile for
+    # runtimes that publish KV events, policies/scorers.py) or an explicit profile.
+    routing: (
+        Literal["round_robin", "weighted", "least_loaded", "prefix_affinity", "blended", "precise"]
+        | ScoringProfileConfig
+    ) = "round_robin"
     fallback: list[str] = Field(default_factory=list)
     backends: list[BackendConfig] = Field(min_length=1)
     owned_by: str = "switchyard"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from adapters.base import Adapter, GenerationRequest
 from adapters.kv_events import AllBlocksCleared, KVEvent, KVEventBatch, sglang_block_hashes, vllm_block_hashes
 from gateway.config import BackendConfig, KVEventsConfig
-from policies.kv_index import KVBlockIndex
+from policies.kv_index import KVBlockIndex, match_fraction
 
 if TYPE_CHECKING:
     from adapters.kv_events_zmq import KVEventSubscriber
@@ -72,25 +72,38 @@ class KVFeed:
         if events:
             self.index.apply(KVEventBatch(time.time(), tuple(events)))
 
-    def match(self, req: GenerationRequest, hashed: dict[tuple, list[int] | None]) -> float | None:
-        """The fraction of the request's leading blocks the runtime holds, or None when
-        the runtime's block size is not known yet (a runtime over ZMQ) or the request's
-        blocks cannot be named. `hashed` carries the names across the feeds of one decision."""
-        self.drain()
+    def hashes(self, req: GenerationRequest, hashed: dict[tuple, list[int] | None]) -> list[int] | None:
+        """The request's block names as this runtime names them, or None when they cannot be
+        named (yet). `hashed` carries the names across the feeds of one decision."""
         block_size = self.index.block_size
         if block_size is None and not self.names_own_blocks:
             return None
         key = (self.scheme, None if self.names_own_blocks else block_size)  # a native scheme holds its size
         if key not in hashed:
             hashed[key] = self.hasher(req, block_size or 0)  # 0: only where the feed names its own blocks
-        hashes = hashed[key]
+        return hashed[key]
+
+    def match(self, req: GenerationRequest, hashed: dict[tuple, list[int] | None]) -> float | None:
+        """The fraction of the request's leading blocks the runtime holds (or is expected
+        to, see `expect`), or None when the request's blocks cannot be named (yet)."""
+        self.drain()
+        hashes = self.hashes(req, hashed)
         if not hashes:
             return None
-        return self.index.match(hashes) / len(hashes)
+        return match_fraction(self.index.match(hashes), len(hashes))
+
+    def expect(self, req: GenerationRequest, hashed: dict[tuple, list[int] | None]) -> None:
+        """The request was routed to this runtime: its prompt blocks match here from now
+        on, before the runtime has computed and announced them (policies/kv_index.py)."""
+        hashes = self.hashes(req, hashed)
+        if hashes:
+            self.index.expect(hashes)
 
 
 def _index(cfg: KVEventsConfig) -> KVBlockIndex:
-    return KVBlockIndex(capacity=cfg.max_blocks, max_age_s=cfg.max_age_s, block_size=cfg.block_size)
+    return KVBlockIndex(
+        capacity=cfg.max_blocks, max_age_s=cfg.max_age_s, block_size=cfg.block_size, expect_ttl_s=cfg.expect_ttl_s
+    )
 
 
 def build_feed(bcfg: BackendConfig, adapter: Adapter) -> KVFeed:

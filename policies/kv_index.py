@@ -23,6 +23,17 @@ Losing events must not make the index lie for long:
   first (a runtime evicts the same way, so the dropped ones are the likeliest
   gone already).
 
+Expected blocks: the runtime announces a block once it has computed it, after
+the prefill, so a request with the same new prefix that is routed meanwhile
+would find no backend holding it and go elsewhere, to compute the prefix a
+second time. When a request is routed here, its blocks are therefore `expect`ed:
+they match at once, as entries of their own, until a `BlockStored` confirms one
+(it becomes a stored block), a `BlockRemoved`, `AllBlocksCleared`, a gap or a
+restart takes it away, or `expect_ttl_s` passes without a confirmation (the
+request failed over, was cancelled, or the runtime did not cache it). They have
+their own bound of `capacity` blocks, oldest dropped first, and never renew a
+stored block: a block the runtime already holds keeps its own entry.
+
 Only blocks on the device count (`medium` GPU, or none given): a block offloaded
 to host memory or disk still costs a copy.
 """
@@ -38,6 +49,20 @@ from enum import Enum
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 
 DEVICE_MEDIA = (None, "GPU")
+# Fewer leading blocks than this match nothing: every chat shares its template's head (a block
+# or two), which says where no prompt's own prefix is, and 64 tokens (vLLM's and the native
+# engine's 16-token blocks) are no prefill worth a choice. Measured: a one-block match (1% of a
+# 100-block prompt) decided every cold placement when the backends were idle, and sent every new
+# prompt to the one backend that had served this run before (docs/bench/routing/).
+MIN_MATCH_BLOCKS = 4
+
+
+def match_fraction(matched: int, blocks: int, min_blocks: int = MIN_MATCH_BLOCKS) -> float:
+    """The prefix score of `matched` leading blocks of a prompt of `blocks`: their
+    fraction, or 0 below `min_blocks` (or the whole prompt, if it is shorter)."""
+    if blocks <= 0:
+        return 0.0
+    return matched / blocks if matched >= min(min_blocks, blocks) else 0.0
 
 
 class SeqVerdict(Enum):
@@ -53,6 +78,7 @@ class IndexStats:
     gaps: int
     restarts: int
     block_size: int | None
+    expected: int = 0  # blocks expected from routed requests, not yet confirmed
 
 
 class KVBlockIndex:
@@ -62,9 +88,12 @@ class KVBlockIndex:
         max_age_s: float | None = 1800.0,
         block_size: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        expect_ttl_s: float = 5.0,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be at least 1 block")
+        if expect_ttl_s < 0:
+            raise ValueError("expect_ttl_s must not be negative (0: expect nothing)")
         self.capacity = capacity
         self.max_age_s = max_age_s
         # The runtime's block size: configured, or learned from its BlockStored events.
@@ -72,6 +101,9 @@ class KVBlockIndex:
         self._configured_block_size = block_size is not None
         self.clock = clock
         self._blocks: OrderedDict[int, float] = OrderedDict()  # block hash -> when last stored
+        # Block hash -> until when it matches unconfirmed; one TTL for all, so the order is the deadlines'.
+        self.expect_ttl_s = expect_ttl_s
+        self._expected: OrderedDict[int, float] = OrderedDict()
         self.last_seq: int | None = None
         self.gaps = 0
         self.restarts = 0
@@ -79,12 +111,17 @@ class KVBlockIndex:
     def __len__(self) -> int:
         return len(self._blocks)
 
+    def clear(self) -> None:
+        """Forget everything, stored and expected alike (the runtime's cache is new or unknown)."""
+        self._blocks.clear()
+        self._expected.clear()
+
     # ---- events ----------------------------------------------------------------------
 
     def apply(self, batch: KVEventBatch) -> None:
         """Apply one batch's events in order (no sequence number: in-process events)."""
         now = self.clock()
-        blocks = self._blocks
+        blocks, expected = self._blocks, self._expected
         for event in batch.events:
             if isinstance(event, BlockStored):
                 if event.medium not in DEVICE_MEDIA:
@@ -92,6 +129,7 @@ class KVBlockIndex:
                 if event.block_size and not self._configured_block_size:
                     self.block_size = max(self.block_size or 0, event.block_size)
                 for h in event.block_hashes:
+                    expected.pop(h, None)  # confirmed: a stored block from now on
                     blocks[h] = now
                     blocks.move_to_end(h)
             elif isinstance(event, BlockRemoved):
@@ -99,8 +137,9 @@ class KVBlockIndex:
                     continue
                 for h in event.block_hashes:
                     blocks.pop(h, None)
+                    expected.pop(h, None)
             elif isinstance(event, AllBlocksCleared):
-                blocks.clear()
+                self.clear()
         while len(blocks) > self.capacity:
             blocks.popitem(last=False)
 
@@ -121,27 +160,51 @@ class KVBlockIndex:
         verdict = self.verdict(seq)
         if verdict is SeqVerdict.GAP:
             self.gaps += 1
-            self._blocks.clear()
+            self.clear()
         elif verdict is SeqVerdict.RESTART:
             self.restarts += 1
-            self._blocks.clear()
+            self.clear()
         self.last_seq = seq
         self.apply(batch)
         return verdict
 
+    def expect(self, block_hashes: Sequence[int]) -> None:
+        """A request with these leading blocks was routed here: match them until the
+        runtime confirms, removes or clears them, or `expect_ttl_s` passes."""
+        if self.expect_ttl_s <= 0:
+            return
+        now = self.clock()
+        blocks, expected = self._blocks, self._expected
+        while expected and next(iter(expected.values())) <= now:  # the expired ones, oldest first
+            expected.popitem(last=False)
+        deadline = now + self.expect_ttl_s
+        for h in block_hashes:
+            if h in blocks:
+                continue  # held already: its own entry says so, and ages as the runtime renews it
+            expected[h] = deadline
+            expected.move_to_end(h)
+        while len(expected) > self.capacity:
+            expected.popitem(last=False)
+
     # ---- lookups ---------------------------------------------------------------------
 
     def match(self, block_hashes: Sequence[int]) -> int:
-        """How many of the leading `block_hashes` the runtime holds (and recently announced)."""
-        blocks = self._blocks
-        oldest = None if self.max_age_s is None else self.clock() - self.max_age_s
+        """How many of the leading `block_hashes` the runtime holds (and recently
+        announced) or is expected to hold soon."""
+        blocks, expected = self._blocks, self._expected
+        now = self.clock()
+        oldest = None if self.max_age_s is None else now - self.max_age_s
         n = 0
         for h in block_hashes:
             stored = blocks.get(h)
             if stored is None or (oldest is not None and stored < oldest):
-                break
+                deadline = expected.get(h)
+                if deadline is None or deadline <= now:
+                    break
             n += 1
         return n
 
     def stats(self) -> IndexStats:
-        return IndexStats(len(self._blocks), self.last_seq, self.gaps, self.restarts, self.block_size)
+        return IndexStats(
+            len(self._blocks), self.last_seq, self.gaps, self.restarts, self.block_size, len(self._expected)
+        )

@@ -39,6 +39,42 @@ Why the `blended` profile weighs them as it does:
   and the saturated-last partition, not scores.
 * weight 0: the static weight already counts through in-flight per weight and
   through the bounded-load limit (policies/scoring.py).
+
+Why the `precise` profile weighs them otherwise (prefix 6, queue 2, kv 2,
+inflight 2, session 13; load factor 2), for pools whose runtimes publish KV
+events (the native engine, vLLM and SGLang with `kv_events`):
+
+* The blended profile's argument for letting load outweigh the prefix is that
+  an approximate index guesses: it may send a request to a backend that no
+  longer holds its prefix. A KV-event index knows (and a routed request's blocks
+  are expected on its backend until the runtime confirms them,
+  policies/kv_index.py), so a match is a prefill saved for certain: for a long
+  shared system prompt most of the request's TTFT, and compute every other
+  request on that backend no longer waits behind. Measured on the routing bench
+  (docs/bench/routing/): with the blended weights the precise profile found
+  fewer cached tokens than prefix affinity, which ignores load altogether.
+* So the prefix dominates until a backend is really loaded: a whole match (6 x
+  0.9 or more) outweighs everything the load scorers can take off below the
+  saturation thresholds (queue 5, KV 0.8), where the saturated-last partition
+  takes over; the load scorers decide among backends whose matches are close (a
+  cold prefix goes to the least loaded backend, a prefix two backends hold to
+  the less loaded one), and against a partial match (half a prompt: 3).
+* Load factor 2 above a floor of 4 in flight, not 1.25 from the first: bounded
+  load is what keeps one hot prefix off a single backend at once (the queue and
+  KV readings are up to 2 s old), but with few requests in flight the share is
+  mostly rounding: at 1.25 with three backends and two in flight, a backend
+  holding one of them is past its share; at 2 with three in flight, one holding
+  two is. Each such spill sends a prefix to a backend that must compute it
+  (and that then spills again, for the conversation's next turn), which the
+  bench measured as the precise profile's slowest requests (TTFT p99 about 350 ms
+  against about 100 ms without spills, on a quiet machine). Four in flight is
+  light load for any batching runtime, so below it no backend is past its share;
+  above it one backend holds at most twice its share (two thirds of three
+  backends' work), the overflow going to the next best, which then holds the
+  prefix too.
+* session 13: more than the others together (6 + 2 + 2 + 2 = 12), as in the
+  blended profile; where the runtime's blocks cannot be named (a text prompt to
+  vLLM) the session still keeps a conversation in place.
 """
 
 from __future__ import annotations
@@ -106,6 +142,10 @@ SCORERS: dict[str, Scorer] = {
 }
 
 BLENDED: dict[str, float] = {"prefix": 3.0, "queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 10.0}
+# `prefix`: precise where the runtime publishes KV events, approximate elsewhere (a text prompt to vLLM).
+PRECISE: dict[str, float] = {"prefix": 6.0, "queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 13.0}
+PRECISE_LOAD_FACTOR = 2.0
+PRECISE_LOAD_FLOOR = 4
 
 
 def filled(scores: list[float | None]) -> list[float]:

@@ -18,6 +18,10 @@ The picker orders the candidates by total, best first, and then:
   next-best backend takes the overflow. The least loaded backend always fits, so
   this never empties the front of the list. The backend that holds the request's
   conversation is exempt: a session stays put until its backend is saturated.
+  `load_floor`: below this many in flight a backend is never past its share
+  (default 1, no floor). With few requests in flight the share is mostly
+  rounding (three backends, three in flight: twice the share is 2), while any
+  batching runtime takes a handful of requests at once without strain.
 
 Each step is timed (`RouteResult.timings`) with the monotonic nanosecond clock,
 which costs well under a microsecond per decision.
@@ -58,6 +62,7 @@ class ScoringProfile:
 
     weights: Mapping[str, float] = field(default_factory=lambda: dict(BLENDED))
     load_factor: float = DEFAULT_LOAD_FACTOR
+    load_floor: int = 1
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.weights) - set(SCORERS))
@@ -67,6 +72,8 @@ class ScoringProfile:
             raise ValueError("scorer weights must be finite and not negative")
         if self.load_factor < 1:
             raise ValueError("load_factor must be at least 1 (1 = never above the mean)")
+        if self.load_floor < 1:
+            raise ValueError("load_floor must be at least 1 (1 = no floor)")
 
     @property
     def active(self) -> list[tuple[str, float]]:
@@ -103,17 +110,21 @@ def tie_rank(key: int, name: str) -> int:
     return z ^ (z >> 31)
 
 
-def over_bound(backends: list[BackendView], load_factor: float) -> list[bool]:
-    """For each candidate: would one more request put it past its bounded-load share?"""
+def over_bound(backends: list[BackendView], load_factor: float, load_floor: int = 1) -> list[bool]:
+    """For each candidate: would one more request put it past its bounded-load share
+    (and past `load_floor`)?"""
     total = sum(b.inflight for b in backends) + 1
     weights = sum(b.weight for b in backends)
     return [
-        not b.session_owner and b.inflight + 1 > math.ceil(load_factor * total * b.weight / weights - 1e-9)
+        not b.session_owner
+        and b.inflight + 1 > max(load_floor, math.ceil(load_factor * total * b.weight / weights - 1e-9))
         for b in backends
     ]
 
 
-def pick(backends: list[BackendView], totals: list[float], key: str, load_factor: float) -> list[BackendView]:
+def pick(
+    backends: list[BackendView], totals: list[float], key: str, load_factor: float, load_floor: int = 1
+) -> list[BackendView]:
     """All candidates, best first: by total, ties by rendezvous rank of `key`, those
     over the bounded-load share behind the rest (each group keeps its order)."""
     rounded = [round(t, 9) for t in totals]
@@ -122,7 +133,7 @@ def pick(backends: list[BackendView], totals: list[float], key: str, load_factor
     else:
         digest = key_digest(key)
         order = sorted(range(len(backends)), key=lambda i: (-rounded[i], -tie_rank(digest, backends[i].name)))
-    over = over_bound(backends, load_factor)
+    over = over_bound(backends, load_factor, load_floor)
     return [backends[i] for i in order if not over[i]] + [backends[i] for i in order if over[i]]
 
 
@@ -149,7 +160,7 @@ def route_scored(
     t1 = time.perf_counter_ns()
     totals = total_scores(profile, marked, detector)
     t2 = time.perf_counter_ns()
-    ordered = saturated_last(pick(marked, totals, key, profile.load_factor))
+    ordered = saturated_last(pick(marked, totals, key, profile.load_factor, profile.load_floor))
     t3 = time.perf_counter_ns()
     return RouteResult(
         ordered,

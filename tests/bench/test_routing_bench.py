@@ -10,7 +10,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.routing_bench import NATIVE, POLICIES, main
+from bench.routing_bench import NATIVE, POLICIES, RoutingBenchConfig, main
+from bench.routing_workload import sessions
 
 RATES = (2.0, 4.0)
 NATIVE_POLICIES = ("round_robin", "blended", "blended_precise")  # a few, to keep it to seconds
@@ -59,3 +60,23 @@ def test_a_policy_a_pool_cannot_run_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main(["--out", str(tmp_path), "--policies", "blended_precise"])
     assert not (tmp_path / "result.json").exists()
+
+
+def test_every_policy_of_a_rate_gets_one_workload_under_a_label_of_its_own():
+    cfg = RoutingBenchConfig()
+    a, b = sessions(cfg, "native-prefix_affinity@5", 20), sessions(cfg, "native-blended_precise@5", 20)
+    label = [c["system"].split("]")[0].split()[-1] for c in a]  # which of the system prompts, per session
+    assert label == [c["system"].split("]")[0].split()[-1] for c in b] and len(set(label)) > 1
+    # ...but no text in common at its start, so no run finds what another cached; of one length, one cost.
+    assert all(x["system"][:8] != y["system"][:8] and len(x["system"]) == len(y["system"]) for x, y in zip(a, b))
+
+
+def test_the_native_pool_alone_prints_its_table_and_writes_each_request(tmp_path: Path, capsys) -> None:
+    argv = ["--native-only", "--out", str(tmp_path), "--rates", "2", "--native-duration", "2", "--turns", "2"]
+    assert main([*argv, "--native-policies", "blended_precise"]) == 0
+    result = orjson.loads((tmp_path / "result.json").read_bytes())
+    assert result["runs"] == [] and "hot" not in result and not (tmp_path / "README.md").exists()
+    (run,) = result["native_runs"]
+    assert run["policy"] == "blended_precise" and len(run["per_request"]) == run["ok"] == run["requests"] > 0
+    assert all(ttft > 0 and prompt > 0 for _, _, _, ttft, prompt, _ in run["per_request"])
+    assert "| blended_precise | 2.000 |" in capsys.readouterr().out

@@ -18,7 +18,7 @@ from gateway.config import ConfigError, parse_config
 from gateway.requests import parse_chat, parse_completion
 from policies.ejection import FailureKind
 from policies.routing import LeastLoaded, RoundRobin
-from policies.scorers import BLENDED
+from policies.scorers import BLENDED, PRECISE
 
 RECORDING = Path(__file__).parents[1] / "policies" / "data" / "vllm-0.32-kv-events.json"
 SYSTEM = "You are a support agent for a hardware shop. Be brief and precise. " * 6
@@ -54,15 +54,23 @@ def chat(question: str, **session) -> GenerationRequest:
     return GenerationRequest("r", "m", messages=messages, tenant="t", session_keys=session)
 
 
-async def test_routing_names_a_policy_the_blended_profile_or_an_explicit_one(pool_of):
+async def test_routing_names_a_policy_a_named_profile_or_an_explicit_one(pool_of):
     pool = pool_of("least_loaded")
     assert isinstance(pool.policy, LeastLoaded) and pool.profile is None
     pool = pool_of()  # no routing: round robin, as before
     assert isinstance(pool.policy, RoundRobin)
     pool = pool_of("blended")
     assert pool.profile is not None and dict(pool.profile.weights) == BLENDED
+    assert pool.profile.load_factor == 1.25
+    pool = pool_of("precise")  # for runtimes publishing KV events: the prefix dominates, a looser bound
+    assert pool.profile is not None and dict(pool.profile.weights) == PRECISE
+    assert (pool.profile.load_factor, pool.profile.load_floor) == (2.0, 4)
     pool = pool_of({"scorers": {"queue": 1, "prefix": 4}, "load_factor": 1.5})
     assert dict(pool.profile.weights) == {"queue": 1, "prefix": 4} and pool.profile.load_factor == 1.5
+    assert pool.profile.load_floor == 1
+    assert pool_of({"scorers": {"queue": 1}, "load_floor": 3}).profile.load_floor == 3
+    with pytest.raises(ConfigError):
+        pool_of({"scorers": {"queue": 1}, "load_floor": 0})
     with pytest.raises(ConfigError, match="unknown scorers"):
         pool_of({"scorers": {"latency": 1}})
     with pytest.raises(ConfigError, match="at least one must be positive"):
@@ -179,9 +187,11 @@ def test_the_session_keys_come_from_the_body():
 
 
 async def test_native_engines_events_steer_a_chat_to_the_engine_holding_its_prefix(sets, tiny_model_dir):
-    # Three engines (a served_model each) in one gateway; none has cached anything yet.
+    # Three engines (a served_model each) in one gateway; none has cached anything yet. The events
+    # alone: a routed request's expected blocks (tests/gateway/test_routing_expected.py) left out.
     backends = [
         {"name": f"n{i}", "adapter": "native", "model_path": str(tiny_model_dir), "served_model": f"tiny-{i}"}
+        | {"kv_events": {"expect_ttl_s": 0}}
         for i in range(3)
     ]
     profile = {"scorers": {"prefix_precise": 3, "inflight": 2}}

@@ -52,6 +52,17 @@ def test_the_bounded_share_counts_this_request_once():
     assert over_bound([BackendView("a", inflight=2), BackendView("b")], 1.25) == [True, False]
 
 
+def test_below_the_load_floor_no_backend_is_past_its_share():
+    bs = [BackendView("a", inflight=3), BackendView("b"), BackendView("c")]
+    # 4 with this one: the share at factor 2 is ceil(8 / 3) = 3, which "a" holds; a floor of 4 lets it take one more
+    assert over_bound(bs, 2.0) == [True, False, False]
+    assert over_bound(bs, 2.0, load_floor=4) == [False, False, False]
+    bs[0].inflight = 4  # the floor reached, and the share (ceil(10 / 3) = 4) too
+    assert over_bound(bs, 2.0, load_floor=4) == [True, False, False]
+    with pytest.raises(ValueError, match="load_floor"):
+        ScoringProfile({"queue": 1}, load_floor=0)
+
+
 def test_a_share_that_is_a_whole_number_is_not_rounded_up_by_float_noise():
     # load factor 1, one in flight: the share is exactly 1 and "a" already holds it
     assert over_bound([BackendView("a", inflight=1), BackendView("b")], 1.0) == [True, False]
