@@ -8,14 +8,7 @@ import pytest
 
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 from policies.kv_index import KVBlockIndex, SeqVerdict, match_fraction
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.manual_clock import Clock
 
 
 def batch(*events) -> KVEventBatch:
@@ -28,7 +21,7 @@ def stored(*hashes: int) -> BlockStored:
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(1000.0)
 
 
 def index(clock: Clock, **kw) -> KVBlockIndex:
@@ -134,4 +127,33 @@ def test_a_match_shorter_than_the_template_head_scores_nothing():
     assert match_fraction(1, 100) == 0.0 and match_fraction(3, 100) == 0.0  # the head every chat shares
     assert match_fraction(4, 100) == 0.04 and match_fraction(95, 100) == 0.95
     assert match_fraction(2, 2) == 1.0 and match_fraction(1, 2) == 0.0  # a short prompt: all of it, or nothing
+    assert match_fraction(1, 1) == 1.0 and match_fraction(0, 1) == 0.0  # a one-block prompt is a short prompt too
     assert match_fraction(0, 0) == 0.0 and match_fraction(1, 100, min_blocks=1) == 0.01
+
+
+def test_the_default_ttl_is_five_seconds(clock):
+    idx = KVBlockIndex(clock=clock)
+    idx.expect([1, 2])
+    clock.now += 4.99
+    assert idx.match([1, 2]) == 2
+    clock.now += 0.02
+    assert idx.match([1, 2]) == 0
+
+
+def test_a_ttl_under_a_second_still_expects(clock):
+    idx = index(clock, expect_ttl_s=0.5)
+    idx.expect([1, 2])
+    assert idx.match([1, 2]) == 2
+    clock.now += 0.6
+    assert idx.match([1, 2]) == 0
+
+
+def test_expiry_drops_only_the_expired_expectations(clock):
+    idx = index(clock)  # 5 s
+    idx.expect([1])  # until 1005
+    clock.now += 4.0
+    idx.expect([2])  # until 1009
+    clock.now += 2.0  # 1006: the first has expired, the second has not
+    idx.expect([3])
+    assert idx.match([1]) == 0 and idx.match([2]) == 1 and idx.match([3]) == 1
+    assert idx.stats().expected == 2
