@@ -270,7 +270,9 @@ def render(doc: dict[str, Any]) -> str:
 
 def add_measure_arguments(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--requests", type=int, default=2000, help="requests per latency scenario and target")
-    p.add_argument("--rounds", type=int, default=2, help="alternate the targets this many times")
+    # Many short blocks rather than two long ones: a change of machine load then hits
+    # every target alike (with 2 blocks of 750 the Responses row swung by 0.2 ms).
+    p.add_argument("--rounds", type=int, default=10, help="alternate the targets this many times")
     p.add_argument("--duration-s", type=float, default=5.0, help="seconds per throughput scenario and target")
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--no-wrk", action="store_true", help="use this harness for throughput even if wrk exists")
