@@ -218,7 +218,8 @@ def markdown(result: dict[str, Any], plot: str) -> str:
         "each takes every place in the order, every repetition the same workload under a label of its own. "
         "A row pools its repetitions: TTFT percentiles over all their requests, hit rate from the summed "
         "counters, requests per backend summed (load max/min), goodput the mean; `p99 per run` is the min-max "
-        "of the repetitions' own p99, the noise a difference must exceed. On a shared 2-core machine (other "
+        "of the repetitions' own p99, the noise a difference must exceed (the pooled p99 ranks all requests together, "
+        "so it can lie just outside that range). On a shared 2-core machine (other "
         "work loads it) that noise is tens to hundreds of ms; the hit rates and load ratios are steadier.",
         "",
         f"![TTFT p99 and goodput per policy]({plot})",
