@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 import engine.block_pool as engine_kv
 from adapters.base import (
@@ -44,6 +48,52 @@ from engine.text.tokenizer import TextTokenizer
 
 logger = logging.getLogger(__name__)
 
+RECENT_PROMPTS = 256  # prompts whose token ids a model directory's tokenizer keeps
+
+
+class SharedTokenizer:
+    """One model directory's tokenizer, one object for every native backend that loads
+    it, and the token ids of the prompts it rendered last.
+
+    Why: with precise routing the gateway names a prompt's blocks before it picks a
+    backend (`kv_block_hashes`: chat template, then tokenizer, about 1 ms on the event
+    loop), and the backend it picks would render and tokenize the same prompt again.
+    Ids are reused only by the very tokenizer object that computed them (so only by
+    backends of the same model files), and only for a prompt equal, byte for byte as
+    JSON, to the one they were computed for."""
+
+    def __init__(self, tokenizer: TextTokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.recent: OrderedDict[bytes, list[int]] = OrderedDict()
+        self.reused = 0  # prompts not tokenized again (tests, and to see it work)
+
+
+_SHARED: dict[tuple, SharedTokenizer] = {}
+_SHARED_LOCK = threading.Lock()  # engines are built in threads (asyncio.to_thread)
+
+
+def shared_tokenizer(model_dir: Path) -> SharedTokenizer:
+    """The tokenizer of `model_dir`, loaded once per process while its files are unchanged."""
+    files = ("tokenizer.json", "tokenizer_config.json", "config.json", "chat_template.jinja")
+    stamp = tuple((f, (model_dir / f).stat().st_mtime_ns) for f in files if (model_dir / f).is_file())
+    key = (str(model_dir.resolve()), stamp)
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            tokenizer = TextTokenizer(model_dir)
+            tokenizer.token_bytes(0)  # builds the per-token byte table here, off the event loop
+            _SHARED[key] = SharedTokenizer(tokenizer)
+        return _SHARED[key]
+
+
+def _prompt_key(request: GenerationRequest) -> bytes | None:
+    """What a prompt's token ids depend on; None where there is nothing to save (ids sent)."""
+    if request.kind == "completion" and not isinstance(request.prompt, str):
+        return None
+    try:
+        return orjson.dumps([request.kind, request.messages, request.tools, request.prompt])
+    except TypeError:
+        return None  # not JSON: tokenized each time
+
 
 class NativeAdapter(NativeNonGeneration, Adapter):
     # Everything: the defaults plus what only our own engine reports or serves.
@@ -65,6 +115,7 @@ class NativeAdapter(NativeNonGeneration, Adapter):
         self._registry = registry
         self._start_lock = asyncio.Lock()
         self.tokenizer: TextTokenizer | None = None
+        self._shared: SharedTokenizer | None = None
         self.async_engine: Any = None  # engine.async_engine.AsyncEngine once started
         self._kv_sink: Callable[[KVEvent], None] | None = None
 
@@ -78,7 +129,8 @@ class NativeAdapter(NativeNonGeneration, Adapter):
             if self.async_engine is not None:
                 return
             try:
-                self.tokenizer, self.async_engine = await asyncio.to_thread(self._build)
+                shared, self.async_engine = await asyncio.to_thread(self._build)
+                self._shared, self.tokenizer = shared, shared.tokenizer
             except Exception as exc:
                 raise upstream_failed(
                     self.name, "the model could not be loaded", status=503, internal=f"{self.model_path}: {exc}"
@@ -86,13 +138,12 @@ class NativeAdapter(NativeNonGeneration, Adapter):
             if self._kv_sink is not None:
                 self.subscribe_kv_events(self._kv_sink)
 
-    def _build(self) -> tuple[TextTokenizer, Any]:
+    def _build(self) -> tuple[SharedTokenizer, Any]:
         from engine.async_engine import AsyncEngine
         from engine.llm_engine import LLMEngine
 
         model_dir = resolve_model_path(self.model_path)
-        tokenizer = TextTokenizer(model_dir)
-        tokenizer.token_bytes(0)  # builds the per-token byte table here, off the event loop
+        tokenizer = shared_tokenizer(model_dir)
         try:
             engine = LLMEngine(str(model_dir), **self.engine_options)
         except TypeError as exc:
@@ -253,8 +304,23 @@ class NativeAdapter(NativeNonGeneration, Adapter):
     # ---- end of structured output ----
 
     def _prompt_ids(self, request: GenerationRequest) -> list[int]:
-        tok = self.tokenizer
-        assert tok is not None
+        """The prompt's token ids: reused where this tokenizer computed them for the same
+        prompt (at routing, by `kv_block_hashes` of any backend sharing it), else computed."""
+        shared = self._shared
+        assert shared is not None
+        key = _prompt_key(request)
+        if key is not None and (ids := shared.recent.get(key)) is not None:
+            shared.recent.move_to_end(key)
+            shared.reused += 1
+            return list(ids)  # a copy: the engine's sequence is not the cache's
+        ids = self._compute_prompt_ids(request, shared.tokenizer)
+        if key is not None:
+            shared.recent[key] = list(ids)
+            if len(shared.recent) > RECENT_PROMPTS:
+                shared.recent.popitem(last=False)
+        return ids
+
+    def _compute_prompt_ids(self, request: GenerationRequest, tok: TextTokenizer) -> list[int]:
         if request.kind == "chat":
             if not request.messages:
                 raise invalid_request("messages must be a non-empty list", param="messages")

@@ -46,6 +46,7 @@ from bench.arrivals import poisson_arrivals
 from bench.metrics import Slo, distribution_ms, meets_slo, request_metrics
 from bench.procs import Server, python_module
 from bench.records import RequestRecord
+from bench.routing_pool import pool, schedule
 from bench.routing_report import table, write_report
 from bench.routing_workload import run_load, sessions
 from processes import free_port
@@ -78,6 +79,10 @@ class RoutingBenchConfig:
     load_factor: float = 1.25
     slo: Slo = field(default_factory=lambda: Slo(ttft_ms=300, tpot_ms=50))
     seed: int = 0
+    # Runs of each policy per rate, the order rotated each repetition (bench/routing_pool.py):
+    # the native pool's TTFT tail is what the comparison is about, and one run of it is noise.
+    repeats: int = 3
+    sim_repeats: int = 1  # the simulators' pool: its own processes, steadier; 15 s runs
     # The native pool alone (no simulators, no hot-prefix or kill run), to compare its
     # policies within minutes; its table is printed and result.json written, no README.
     native_only: bool = False
@@ -175,6 +180,11 @@ def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo,
         "goodput_rps": sum(meets_slo(m, slo) for m in pairs) / duration_s,
         "served": served,
         "load_ratio": max(loads) / min(loads) if loads and min(loads) > 0 else None,  # None: one served none
+        # What bench/routing_pool.py pools over repetitions: the counters, each request's TTFT and TPOT.
+        "queries": queries,
+        "hits": hits,
+        "ttft_s": [round(m.ttft_s, 6) for m in pairs if m.ttft_s is not None],
+        "tpot_s": [round(m.tpot_s, 6) for m in pairs if m.tpot_s is not None],
     }
 
 
@@ -336,23 +346,25 @@ async def bench(cfg: RoutingBenchConfig) -> dict[str, Any]:
 
             runs, native_runs = [], []
             for rate in cfg.rates:
-                for policy in () if cfg.native_only else cfg.policies:
-                    runs.append(await one_run(cfg, gw, sim_pool, policy, rate, f"{policy}@{rate:g}"))
-                    runs[-1]["policy"] = policy
-                for policy in cfg.native_policies:
-                    tag = f"native-{policy}@{rate:g}"
+                # A label per repetition too: the same workload, but no run finds what another cached.
+                for k, policy in schedule(() if cfg.native_only else cfg.policies, cfg.sim_repeats):
+                    runs.append(await one_run(cfg, gw, sim_pool, policy, rate, f"{policy}@{rate:g}#{k}"))
+                    runs[-1].update({"policy": policy, "repetition": k})
+                for k, policy in schedule(cfg.native_policies, cfg.repeats):
+                    tag = f"native-{policy}@{rate:g}#{k}"
                     native_runs.append(
                         await one_run(cfg, gw, native_pool, native_model(policy), rate, tag, pool="native")
                     )
-                    native_runs[-1]["policy"] = policy
+                    native_runs[-1].update({"policy": policy, "repetition": k})
+            pooled = {"pooled": pool(runs), "native_pooled": pool(native_runs)}
             if cfg.native_only:
-                return {"config": _config(cfg), "runs": runs, "native_runs": native_runs, "logs": str(logs)}
+                return {"config": _config(cfg), "runs": runs, "native_runs": native_runs, **pooled, "logs": str(logs)}
             hot = await one_run(cfg, gw, sim_pool, "hot", max(cfg.rates), "hot", hot=True)
             killed = await one_run(cfg, gw, sim_pool, "kill", max(cfg.rates), "kill", kill=sims[BACKENDS[-1]])
     finally:
         for s in started:
             s.__exit__(None, None, None)
-    return {"config": _config(cfg), "runs": runs, "native_runs": native_runs, "hot": hot, "kill": killed}
+    return {"config": _config(cfg), "runs": runs, "native_runs": native_runs, **pooled, "hot": hot, "kill": killed}
 
 
 def _config(cfg: RoutingBenchConfig) -> dict[str, Any]:
@@ -376,6 +388,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--system-words", type=int, default=RoutingBenchConfig.system_words)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--repeats",
+        type=int,
+        default=RoutingBenchConfig.repeats,
+        help="runs of each native policy per rate, the order rotated each time; figures pooled over them",
+    )
+    p.add_argument("--sim-repeats", type=int, default=RoutingBenchConfig.sim_repeats, help="the same, simulators")
+    p.add_argument(
         "--native-only",
         action="store_true",
         help="only the native pool (no simulators, hot-prefix or kill run): its table printed, result.json written",
@@ -386,6 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     native_policies = tuple(x for x in a.native_policies.split(",") if x)
     if not set(policies) <= set(POLICIES) or not set(native_policies) <= set(NATIVE_POLICIES):
         p.error(f"--policies: of {POLICIES}; --native-policies: of {NATIVE_POLICIES}")
+    if a.repeats < 1 or a.sim_repeats < 1:
+        p.error("--repeats and --sim-repeats: at least 1")
     cfg = RoutingBenchConfig(
         out_dir=a.out,
         source=a.source,
@@ -397,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         turns=a.turns,
         system_words=a.system_words,
         seed=a.seed,
+        repeats=a.repeats,
+        sim_repeats=a.sim_repeats,
         native_only=a.native_only,
         log_level=a.gateway_log_level,
     )
@@ -406,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.native_only:
         cfg.out_dir.mkdir(parents=True, exist_ok=True)
         (cfg.out_dir / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
-        print("\n".join(table(result["native_runs"])))
+        print("\n".join(table(result["native_pooled"])))
         print(f"gateway log: {result['logs']}/gateway.log; wall {result['wall_s']} s")
         return 0
     for path in write_report(result, cfg.out_dir):

@@ -10,6 +10,8 @@ from typing import Any
 import orjson
 from matplotlib.figure import Figure
 
+from bench.routing_pool import within_spread
+
 COLUMNS = (
     ("policy", "policy"),
     ("rate (sessions/s)", "rate"),
@@ -18,7 +20,9 @@ COLUMNS = (
     ("prefix-cache hit rate", "hit_rate"),
     ("TTFT p50 ms", "ttft_p50_ms"),
     ("TTFT p99 ms", "ttft_p99_ms"),
+    ("p99 per run, min-max ms", "ttft_p99_spread_ms"),
     ("TPOT p50 ms", "tpot_p50_ms"),
+    ("runs", "repeats"),
     ("goodput req/s", "goodput_rps"),
     ("load max/min", "load_ratio"),
 )
@@ -27,6 +31,8 @@ COLUMNS = (
 def _fmt(v: Any) -> str:
     if v is None:
         return "n/a"
+    if isinstance(v, list):  # a spread: min-max
+        return "-".join(_fmt(x) for x in v)
     if isinstance(v, float):
         return f"{v:.3f}" if v < 10 else f"{v:.1f}"
     return str(v)
@@ -86,6 +92,9 @@ def precise_verdict(runs: list[dict[str, Any]]) -> list[str]:
         # A tie on goodput (every request met the SLO under several policies) counts as best.
         good_ok = good is not None and precise["goodput_rps"] >= good["goodput_rps"]
         tail_ok = tail is not None and tail is precise
+        # The nearest rival on the tail: the best other policy when precise won, the winner when it did not.
+        other = best([r for r in row if r is not precise], "ttft_p99_ms", True) if tail_ok else tail
+        noise = other is not None and within_spread(precise, other)
         rival = next((r for r in row if r["policy"] == "blended"), None)
         goods = [r["goodput_rps"] for r in row]
         lines.append(
@@ -93,7 +102,14 @@ def precise_verdict(runs: list[dict[str, Any]]) -> list[str]:
             f"({_fmt(precise['goodput_rps'])} req/s; best {_fmt(good and good['goodput_rps'])} of "
             f"{good and good['policy']}; every policy between {_fmt(min(goods))} and {_fmt(max(goods))}), "
             f"best TTFT p99 **{'yes' if tail_ok else 'no'}** ({_fmt(precise['ttft_p99_ms'])} ms; best "
-            f"{_fmt(tail and tail['ttft_p99_ms'])} of {tail and tail['policy']}). Hit rate "
+            f"{_fmt(tail and tail['ttft_p99_ms'])} of {tail and tail['policy']}"
+            + (
+                f"; **within the spread**: the per-run p99 of blended_precise {_fmt(precise.get('ttft_p99_spread_ms'))}"
+                f", of {other['policy']} {_fmt(other.get('ttft_p99_spread_ms'))} ms"
+                if noise and other is not None
+                else ""
+            )
+            + "). Hit rate "
             f"{_fmt(precise['hit_rate'])}, load max/min {load_ratio(precise)}"
             + (
                 f"; blended (approximate): hit rate {_fmt(rival['hit_rate'])}, TTFT p99 "
@@ -132,14 +148,15 @@ NATIVE_CAVEAT = (
     "new prompt to the least loaded engine, which here means two engines busy at once, while the hash "
     "sometimes puts every prompt of a run on one engine (all 450 requests of a longer run), which this "
     "pool rewards; and it names each prompt's blocks as the engine does (chat template, tokenizer, block "
-    "hashes: about 1 ms a decision on the event loop the engines' threads share). On a quiet machine its "
+    "hashes: about 1 ms a decision on the event loop the engines' threads share; the engine it picks "
+    "now reuses those token ids instead of tokenizing again). On a quiet machine its "
     "TTFT p50 was 1-4 ms above prefix_affinity's in short runs."
 )
 
 
 def markdown(result: dict[str, Any], plot: str) -> str:
     cfg, hot, kill = result["config"], result["hot"], result["kill"]
-    native = result.get("native_runs") or []
+    native = result.get("native_pooled") or []
     slo = cfg["slo"]
     lines = [
         "# Routing policies side by side (`make bench-routing`)",
@@ -166,9 +183,9 @@ def markdown(result: dict[str, Any], plot: str) -> str:
         "`vllm:prefix_cache_*`). They publish no KV events, so `blended` here matches prefixes approximately "
         "(what the gateway routed where) and blended precise has nothing to read.",
         "",
-        *table(result["runs"]),
+        *table(result["pooled"]),
         "",
-        *best_lines(result["runs"]),
+        *best_lines(result["pooled"]),
         "",
     ]
     if native:
@@ -197,8 +214,14 @@ def markdown(result: dict[str, Any], plot: str) -> str:
             "",
         ]
     lines += [
-        "One run on a shared 2-core machine (other work loaded it): TTFT p99 differences of a hundred ms or two "
-        "are within run-to-run noise here; the hit rates and load ratios are the steadier signal.",
+        f"Each policy ran {cfg.get('sim_repeats', 1)} time(s) per rate over the simulators and "
+        f"{cfg.get('repeats', 1)} over the native engines, repetition k starting at the k-th policy so that "
+        "each takes every place in the order, every repetition the same workload under a label of its own. "
+        "A row pools its repetitions: TTFT percentiles over all their requests, hit rate from the summed "
+        "counters, requests per backend summed (load max/min), goodput the mean; `p99 per run` is the min-max "
+        "of the repetitions' own p99, the noise a difference must exceed (the pooled p99 ranks all requests together, "
+        "so it can lie just outside that range). On a shared 2-core machine (other "
+        "work loads it) that noise is tens to hundreds of ms; the hit rates and load ratios are steadier.",
         "",
         f"![TTFT p99 and goodput per policy]({plot})",
         "",
@@ -262,7 +285,7 @@ def write_report(result: dict[str, Any], out_dir: Path) -> list[Path]:
     json_path = out_dir / "result.json"
     json_path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS))
     png = out_dir / "policies.png"
-    pools = {"vLLM simulators": result["runs"], "native engines": result.get("native_runs") or []}
+    pools = {"vLLM simulators": result["pooled"], "native engines": result.get("native_pooled") or []}
     figure(pools).savefig(png, dpi=100)
     md = out_dir / "README.md"
     md.write_text(markdown(result, png.name))

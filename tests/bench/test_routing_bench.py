@@ -32,15 +32,16 @@ def check_rows(runs: list[dict], policies: tuple[str, ...], backends: tuple[str,
 def test_a_tiny_run_reports_every_policy_at_both_rates(tmp_path: Path) -> None:
     out = tmp_path / "routing"
     argv = ["--out", str(out), "--source", "synthetic", "--duration", "2", "--rates", "2,4", "--turns", "2"]
-    argv += ["--native-duration", "2", "--native-policies", ",".join(NATIVE_POLICIES)]
+    argv += ["--native-duration", "2", "--native-policies", ",".join(NATIVE_POLICIES), "--repeats", "1"]
     assert main(argv) == 0
     result = orjson.loads((out / "result.json").read_bytes())
-    rows = check_rows(result["runs"], POLICIES)
+    rows = check_rows(result["pooled"], POLICIES)
+    assert len(result["runs"]) == len(POLICIES) * len(RATES)  # the simulators: one run each by default
     # Prefix affinity keeps each system prompt (and each conversation's history) on one backend.
     for rate in RATES:
         assert rows[("prefix_affinity", rate)]["hit_rate"] >= rows[("round_robin", rate)]["hit_rate"]
     # The native pool: its engines' own counters, read from the gateway, per engine.
-    native = check_rows(result["native_runs"], NATIVE_POLICIES, NATIVE)
+    native = check_rows(result["native_pooled"], NATIVE_POLICIES, NATIVE)
     # Every turn after the first repeats its conversation, so engines that serve requests find prefixes.
     assert all(native[("blended_precise", rate)]["hit_rate"] > 0 for rate in RATES)
     assert result["kill"]["lost_before_streaming"] == 0
@@ -73,10 +74,26 @@ def test_every_policy_of_a_rate_gets_one_workload_under_a_label_of_its_own():
 
 def test_the_native_pool_alone_prints_its_table_and_writes_each_request(tmp_path: Path, capsys) -> None:
     argv = ["--native-only", "--out", str(tmp_path), "--rates", "2", "--native-duration", "2", "--turns", "2"]
-    assert main([*argv, "--native-policies", "blended_precise"]) == 0
+    assert main([*argv, "--native-policies", "round_robin,blended_precise", "--repeats", "2"]) == 0
     result = orjson.loads((tmp_path / "result.json").read_bytes())
     assert result["runs"] == [] and "hot" not in result and not (tmp_path / "README.md").exists()
-    (run,) = result["native_runs"]
-    assert run["policy"] == "blended_precise" and len(run["per_request"]) == run["ok"] == run["requests"] > 0
-    assert all(ttft > 0 and prompt > 0 for _, _, _, ttft, prompt, _ in run["per_request"])
+    runs = result["native_runs"]
+    # Two repetitions, the second in the other order, each on a label (and so a cache) of its own.
+    assert [(r["repetition"], r["policy"]) for r in runs] == [
+        (0, "round_robin"),
+        (0, "blended_precise"),
+        (1, "blended_precise"),
+        (1, "round_robin"),
+    ]
+    assert len({r["tag"] for r in runs}) == 4
+    for run in runs:
+        assert len(run["per_request"]) == run["ok"] == run["requests"] > 0
+        assert all(ttft > 0 and prompt > 0 for _, _, _, ttft, prompt, _ in run["per_request"])
+    pooled = {r["policy"]: r for r in result["native_pooled"]}
+    assert set(pooled) == {"round_robin", "blended_precise"}
+    for policy, row in pooled.items():
+        mine = [r for r in runs if r["policy"] == policy]
+        assert row["repeats"] == 2 and row["requests"] == sum(r["requests"] for r in mine)
+        lo, hi = row["ttft_p99_spread_ms"]
+        assert lo == min(r["ttft_p99_ms"] for r in mine) and hi == max(r["ttft_p99_ms"] for r in mine)
     assert "| blended_precise | 2.000 |" in capsys.readouterr().out
