@@ -205,24 +205,32 @@ def test_cancellation_frees_the_engine(client, vllm_server):
         "ignore_eos": True,
     }
 
-    # Leave once vLLM runs the request. Neither text nor a clock says when that is:
-    # many tokens of a random-weight model detokenize to nothing visible, and on a
-    # loaded machine the whole answer can be generated before a timer fires.
+    # Leave once vLLM runs the request. Neither text nor a clock says when that is (many
+    # tokens of a random-weight model detokenize to nothing visible; on a loaded machine
+    # the whole answer can be generated before a timer fires), and vLLM's running gauge
+    # is refreshed only every few seconds. The gateway's first frame is: it answers
+    # only once the runtime's first chunk came (gateway/dispatch.py reads it before the
+    # answer starts), and vLLM then has thousands of tokens (tens of seconds) to go.
+    # The client is a plain socket closed by hand: an HTTP client's cancelled stream
+    # may keep its connection open until collected, and then the whole answer (a few
+    # MB) fits in the loopback's buffers and the gateway never sees anyone leave.
     async def leave_once_running() -> None:
-        async with httpx.AsyncClient(timeout=30) as http:
-
-            async def consume() -> None:
-                async with http.stream("POST", f"{client.base_url}chat/completions", json=body) as resp:
-                    async for _ in resp.aiter_raw():
-                        pass
-
-            reading = asyncio.create_task(consume())
-            while not reading.done() and await asyncio.to_thread(_running, url) < 1:
-                await asyncio.sleep(0.05)
-            assert not reading.done(), "the stream ended before vLLM reported it running"
-            reading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reading
+        gw = httpx.URL(str(client.base_url))
+        payload = json.dumps(body).encode()
+        reader, writer = await asyncio.open_connection(gw.host, gw.port)
+        writer.write(
+            f"POST {gw.path}chat/completions HTTP/1.1\r\nhost: {gw.host}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert b"data:" in await reader.readuntil(b"\n\n")
+        assert _ran_to_length(url) == lengths_before  # still running
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
 
     asyncio.run(leave_once_running())
     # The gateway called vLLM's abort endpoint with vLLM's id of the request...
