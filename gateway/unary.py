@@ -259,10 +259,12 @@ class UnaryCall(Response, Generic[T]):
         # Each attempt's outcome goes to the pool's outlier detector as a generation's
         # does (gateway/dispatch.py), so a backend failing embeddings or tokenize calls is
         # ejected too, and an ejected one (half-open: all but its one probe) is skipped.
-        pool = self.gate.backends.pools[self.ctx.model or ""]
+        # A reload may have dropped the model since admission: its backends still serve
+        # this call, with no detector left to tell.
+        pool = self.gate.backends.pools.get(self.ctx.model or "")
         last: GatewayError | None = None
         for backend in self.backends:
-            if pool.ejection.is_ejected(backend.name):
+            if pool is not None and pool.ejection.is_ejected(backend.name):
                 continue
             self.backend = backend.name  # the one a client leaving would find at work
             backend.inflight += 1
@@ -272,13 +274,16 @@ class UnaryCall(Response, Generic[T]):
                 if self.gate.on_failure is not None:
                     self.gate.on_failure(backend.name, err)
                 if not fails_over(err):
-                    record_outcome(pool, backend.name, None)  # the backend answered: the fault is the request's
+                    if pool is not None:
+                        record_outcome(pool, backend.name, None)  # the backend answered: the fault is the request's
                     raise
-                record_outcome(pool, backend.name, failure_kind(err))
+                if pool is not None:
+                    record_outcome(pool, backend.name, failure_kind(err))
                 log.warning("backend %s failed a %s call: %s", backend.name, self.ctx.model, err.message)
                 last = err
             else:
-                record_outcome(pool, backend.name, None)
+                if pool is not None:
+                    record_outcome(pool, backend.name, None)
                 return result
             finally:
                 backend.inflight -= 1

@@ -65,7 +65,10 @@ CALL = EmbeddingRequest("rid", "m", inputs=["hello"])
 
 
 async def run_call(
-    adapters: dict[str, EmbedAdapter], leave_after: float | None = None, backends: BackendSet | None = None
+    adapters: dict[str, EmbedAdapter],
+    leave_after: float | None = None,
+    backends: BackendSet | None = None,
+    reload_drops_model: bool = False,
 ) -> dict[str, Any]:
     if backends is None:
         backends = backend_set({"m": {"backends": list(adapters)}}, adapters)  # type: ignore[arg-type]
@@ -86,6 +89,7 @@ async def run_call(
     releases: list[tuple[Usage | None, CancelPhase | None]] = []
     count_releases(ticket, releases)
     order = capable_order(backends.pools["m"], "embeddings", "embeddings", parsed.route_request)
+    pool = backends.pools.pop("m") if reload_drops_model else None  # a reload between admission and the call
     ctx = RequestContext("rid", time.perf_counter(), chat=False, model="m")
     call = gate.call(
         Admitted(parsed, ctx, ticket, order),
@@ -114,7 +118,9 @@ async def run_call(
         "failures": failures,
         "inflight": {name: b.inflight for name, b in backends.backends.items()},
         "ejection": {
-            name: {"failures": {k.value: n for k, n in backends.pools["m"].ejection.failures(name).items() if n}}
+            name: {
+                "failures": {k.value: n for k, n in (pool or backends.pools["m"]).ejection.failures(name).items() if n}
+            }
             for name in adapters
         },
         "requests": metrics.registry.get_sample_value(
@@ -210,3 +216,10 @@ async def test_a_clients_mistake_is_no_failure_of_the_backend():
     adapters = {"a": EmbedAdapter("a", refused)}
     out = await run_call(adapters)
     assert out["status"] == 400 and out["ejection"]["a"]["failures"] == {}
+
+
+async def test_a_call_whose_model_a_reload_dropped_still_fails_over_and_answers():
+    adapters = {"a": EmbedAdapter("a", server_error()), "b": EmbedAdapter("b", RESULT)}
+    out = await run_call(adapters, reload_drops_model=True)
+    assert out["status"] == 200 and adapters["a"].calls == 1 and adapters["b"].calls == 1
+    assert out["ejection"]["a"]["failures"] == {}  # the dropped pool's detector is told nothing
