@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import orjson
 
@@ -89,6 +89,7 @@ class Generation:
         self._backoff_since: float | None = None
         self.dropped_params: tuple[str, ...] = ()
         self.ended = False  # the answer's last message is being sent: nothing may follow it
+        self._watch_now: Callable[[], None] = lambda: None  # set by __call__
 
     def _extra_headers(self) -> dict[str, str]:
         headers = {k: str(v) for k, v in self.ticket.headers.items()}
@@ -130,13 +131,20 @@ class Generation:
         watchers: list[asyncio.Task] = []
 
         def start_watching() -> None:
-            if not state["done"]:
+            if not state["done"] and not watchers:
+                timer.cancel()
                 watchers.append(asyncio.create_task(watch()))
 
         # Most answers are over before a client could notice a delay; the watcher
         # task (the only per-request task) starts only once a request has lasted
-        # WATCH_AFTER_S, so a disconnect is seen at most that much later.
+        # WATCH_AFTER_S, so a disconnect is seen at most that much later. A stream
+        # starts it when its answer starts, whatever the clock says: a stream lasts,
+        # and a timer alone is not enough (a loop asleep in its poll wakes for the
+        # client's close, and a timer due just after it waits for the next I/O,
+        # seconds later on a machine whose timer wakeups lag, as this project's CI
+        # machines' do while a CPU runtime works: docs/vllm-cpu.md).
         timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watching)
+        self._watch_now = start_watching
         cancelled_phase: CancelPhase | None = None
         clean = False
         try:
@@ -296,6 +304,7 @@ class Generation:
     async def _stream(self, events: AsyncIterator[Event], send) -> None:
         self.phase = CancelPhase.MID_STREAM
         self.started = True
+        self._watch_now()
         answer = self.answer
         # The answer's opening frames go out with the first event's (already read by the
         # dispatcher, so nothing waits for it): one write fewer per stream.

@@ -227,9 +227,8 @@ def test_cancellation_frees_the_engine(client, vllm_server):
         head = await reader.readuntil(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200"), head
         assert b"data:" in await reader.readuntil(b"\n\n")
-        # At once. A client that stops reading for seconds and only then leaves was seen
-        # to be noticed late (at the stream's end) against a fast vLLM stream: an open
-        # defect, not what this test pins.
+        # At once: this process's own timers lag while vLLM works (docs/vllm-cpu.md), so a
+        # client that "waits a second" may leave only when the stream is over.
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()

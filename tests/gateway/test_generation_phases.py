@@ -5,6 +5,7 @@ harness of test_generation_wire.py."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from adapters.base import Event, Finish, GenerationRequest, TextDelta, Usage
 from adapters.errors import GatewayError
+from gateway import generation as generation_module
 from gateway.phases import CancelPhase
 from gateway.request_deadline import deadline_exceeded
 from gateway.requests import estimate_prompt_tokens
@@ -145,6 +147,16 @@ async def test_a_client_leaving_is_a_499_outcome_saying_so():
     o = served.outcome
     assert (o.status, o.error, o.cancelled_phase) == (499, "client disconnected", CancelPhase.MID_STREAM)
     assert o.backend == "b1" and o.usage is not None and o.usage.completion_tokens == 1
+
+
+async def test_a_stream_watches_for_the_client_from_its_start_not_only_after_the_timer(monkeypatch):
+    # The watcher's timer never fires within the test: only the stream's start can have
+    # started the watcher (a timer can lag seconds behind the close that woke the loop).
+    monkeypatch.setattr(generation_module, "WATCH_AFTER_S", 3600.0)
+    served = await asyncio.wait_for(
+        one(ScriptedAdapter("b1", always(TextDelta(0, "Hi"), HANG)), chat(), leave_after=0.05), timeout=10
+    )
+    assert (served.outcome.status, served.outcome.cancelled_phase) == (499, CancelPhase.MID_STREAM)
 
 
 # ---- a bug --------------------------------------------------------------------------------------------
