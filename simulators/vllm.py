@@ -211,7 +211,8 @@ class VllmSimulator(Simulator):
         return self.metrics_response(ex, LATENCY)
 
     def kv_usage(self) -> float:
-        capacity = self.opts.max_model_len * 16
+        blocks = self.opts.num_gpu_blocks_override  # the pool's size when given, less the null block
+        capacity = (blocks - 1) * self.kv_cache.block_size if blocks else self.opts.max_model_len * 16
         live_tokens = self.live_tokens
         return min(1.0, live_tokens / capacity) if capacity else 0.0
 
