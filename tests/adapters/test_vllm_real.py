@@ -27,11 +27,13 @@ from tests.procs import ROOT, Process, eventually, free_port, start_gateway
 
 pytestmark = pytest.mark.vllm
 
-# Long enough that a generation the cancellation fails to stop takes tens of
-# seconds: under load vLLM's engine process runs seconds ahead of its API server,
-# which is where the abort arrives. The tiny model says 4096 positions; RoPE has no
-# limit, so the server overrides it.
-MAX_MODEL_LEN = 16384
+# Long enough that a generation the cancellation fails to stop takes about 30 s:
+# under load vLLM's engine process runs seconds ahead of its API server, which is
+# where the abort arrives, and on these machines a process may be woken seconds
+# late while the engine works (docs/vllm-cpu.md): at 16,384 one such lag lasted
+# nearly the whole answer. The tiny model says 4096 positions; RoPE has no limit,
+# so the server overrides it.
+MAX_MODEL_LEN = 32768
 # The recommended flags (docs/adapters.md): the abort endpoint, and JSON without
 # free whitespace, which vLLM 0.32 can only be asked for per server.
 RECOMMENDED_FLAGS = [
