@@ -25,7 +25,9 @@ async def test_open_loop_sends_on_schedule_against_a_slow_server(slow_upstream: 
     records = await run(slow_upstream, LoadPlan(synthetic(30, 8, 2), arrivals=arrivals))
     assert all(r.outcome == "ok" for r in records)
     lags = [r.sent_s - r.scheduled_s for r in records]
-    assert max(abs(x) for x in lags) < 0.05, lags
+    # Far below the 1 s an answer takes (what a closed loop would wait); not tighter:
+    # a loaded 2-core machine once held a send back 0.26 s.
+    assert max(abs(x) for x in lags) < 0.4, lags
     assert [r.scheduled_s for r in records] == arrivals
     # Every request was out before the first answer could come back.
     assert max(r.sent_s for r in records) < 0.9 < min(r.sent_s + r.end_s for r in records)
@@ -42,7 +44,7 @@ async def test_concurrency_cap_on_open_loop_shows_as_send_lag(slow_upstream: str
     arrivals = gamma_arrivals(3, rate=40.0, burstiness=math.inf)
     records = await run(slow_upstream, LoadPlan(synthetic(3, 8, 2), arrivals=arrivals, concurrency=2))
     lags = sorted(r.sent_s - r.scheduled_s for r in records)
-    assert lags[1] < 0.05 and lags[2] > 0.9
+    assert lags[1] < 0.4 and lags[2] > 0.9
 
 
 async def test_closed_loop_duration_stops_starting_sessions(slow_upstream: str) -> None:
