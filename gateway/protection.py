@@ -33,7 +33,7 @@ from gateway.protection_metrics import ProtectionMetrics, StateCollector
 from gateway.quota_leases import QuotaLeases
 from policies.admission import AdmissionQueue, CapacityFn, ClientGoneWhileQueued, Slot
 from policies.auth import Authenticator, Principal, TenantRecord
-from policies.quota import UNLIMITED, Reservation, ratelimit_headers, token_budget
+from policies.quota import UNLIMITED, Reservation, ratelimit_headers, refunded, token_budget
 from policies.quota_memory import MemoryQuotaStore
 
 __all__ = ["Principal", "Protection", "Ticket"]
@@ -234,7 +234,7 @@ class Protection:
             if reservation is not None:
                 # Turned away before any work: neither the request nor its tokens count.
                 await self.leases.release(reservation, 0, refund_request=True)
-                err.headers.update(ratelimit_headers(reservation.states))
+                err.headers.update(ratelimit_headers(refunded(reservation)))
             raise
         finally:
             if reservation is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 WINDOW_MS = 60_000
 BUCKET_MS = 1_000
@@ -222,6 +222,20 @@ def format_reset(ms: int) -> str:
     if seconds < 60:
         return f"{seconds}s"
     return f"{seconds // 60}m{seconds % 60}s"
+
+
+def refunded(reservation: Reservation) -> list[ScopeState]:
+    """The reservation's scope states as they stand once it is refunded whole (a
+    request turned away before any work): its request, tokens and leases given back."""
+    return [
+        replace(
+            s,
+            requests_remaining=s.requests_remaining + 1,
+            tokens_remaining=s.tokens_remaining + reservation.tokens,
+            concurrent=max(0, s.concurrent - reservation.units),
+        )
+        for s in reservation.states
+    ]
 
 
 def ratelimit_headers(states: list[ScopeState]) -> dict[str, str]:

@@ -103,6 +103,8 @@ async def test_a_request_refused_by_the_full_queue_is_counted_by_model_and_code_
     p, who, holder = await one_running(cfg)
     error = await refusal(p, who, "m", request(), 1)
     assert error.headers["x-ratelimit-limit-requests"] == "100"  # the tenant's state, for its retry
+    # ...as it stands after the refund: only the holder counted, not the refused request.
+    assert error.headers["x-ratelimit-remaining-requests"] == "99"
     labels = {"model": "m", "reason": error.code or str(error.status)}
     assert sample(p, "switchyard_admission_rejected_total", labels) == 1
     await holder.release(Usage(1, 0))

@@ -6,12 +6,15 @@ and the lease members of a request holding several concurrency units."""
 from __future__ import annotations
 
 from policies.quota import (
+    UNLIMITED,
     QuotaExceeded,
+    Reservation,
     ScopeState,
     TokenBudget,
     format_reset,
     lease_members,
     ratelimit_headers,
+    refunded,
     reset_ms,
     time_until_fits,
     token_budget,
@@ -121,3 +124,13 @@ def test_a_refusal_says_which_scope_and_limit_and_what_was_asked():
     )
     sized = QuotaExceeded("tenant", "tokens", 2.5, [], requested=400, limit_value=300)
     assert (sized.requested, sized.limit_value, sized.retry_after_s) == (400, 300, 2.5)
+
+
+def test_a_refund_gives_back_the_request_its_tokens_and_its_leases_in_every_scope():
+    states = [ScopeState("t", 100, 40, 2000, 1000, 900, 1500, 3), ScopeState("k", 50, 3, 0, UNLIMITED, 0, 0, 1)]
+    reservation = Reservation("a", (), "lease", 0, 60, states, units=2)
+    assert refunded(reservation) == [
+        ScopeState("t", 100, 41, 2000, 1000, 960, 1500, 1),
+        ScopeState("k", 50, 4, 0, UNLIMITED, 60, 0, 0),
+    ]
+    assert reservation.states[0].requests_remaining == 40  # the reservation itself is left as it was
