@@ -20,7 +20,10 @@ import httpx
 import openai
 import pytest
 
+from adapters.kv_events import vllm_block_hashes
+from adapters.kv_events_zmq import KVEventSubscriber
 from adapters.vllm import VLLMAdapter
+from policies.kv_index import KVBlockIndex
 from processes import HERMES_TOOLS, VLLM_CPU_ENV, VLLM_PYTHON, vllm_server_argv
 from tests.adapters.wire_samples import WEATHER_TOOLS as TOOLS
 from tests.procs import ROOT, Process, eventually, free_port, start_gateway
@@ -44,7 +47,13 @@ RECOMMENDED_FLAGS = [
 
 
 @pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory):
+def kv_ports():
+    """Where the server publishes its KV-cache events, and its replay socket."""
+    return free_port(), free_port()
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory, kv_ports):
     if not VLLM_PYTHON.exists():
         pytest.fail("no .venv-vllm: run `make test-vllm` (it runs scripts/install-vllm.sh first)")
     tmp = tmp_path_factory.mktemp("vllm")
@@ -59,6 +68,9 @@ def vllm_server(tmp_path_factory):
             *("--hf-overrides", json.dumps({"max_position_embeddings": MAX_MODEL_LEN})),
             "--enable-prompt-tokens-details",
             *RECOMMENDED_FLAGS,
+            # Its KV-cache events, as precise routing reads them. vLLM binds only a wildcard
+            # endpoint (`*`); given an address it connects, and a subscriber hears nothing.
+            *("--kv-events-config", json.dumps(kv_events_config(*kv_ports))),
         ],
         f"http://127.0.0.1:{port}",
         tmp / "vllm.log",
@@ -93,6 +105,16 @@ def client(vllm_server, tmp_path_factory):
     gateway = start_gateway(tmp_path_factory.mktemp("gw"), config)
     yield openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=120)
     gateway.stop()
+
+
+def kv_events_config(pub_port: int, replay_port: int) -> dict:
+    return {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{pub_port}",
+        "replay_endpoint": f"tcp://*:{replay_port}",
+        "topic": "kv",
+    }
 
 
 def ask(text: str) -> list[dict]:
@@ -258,3 +280,40 @@ def test_load_and_health_from_the_real_server(vllm_server):
     assert health.ok
     assert load.running is not None and load.waiting is not None
     assert load.kv_usage is not None and 0 <= load.kv_usage <= 1
+
+
+async def test_its_kv_events_name_the_blocks_it_then_finds_cached(vllm_server, kv_ports):
+    # The gateway's own subscriber and index, fed by the live server: after prompt a, the
+    # index must predict exactly the prefix vLLM then reports cached for prompt b, which
+    # shares a's head (hashes computed by the gateway from token ids, as routing does).
+    pub, replay = kv_ports
+    index = KVBlockIndex()
+    sub = KVEventSubscriber(
+        "vllm-real", f"tcp://127.0.0.1:{pub}", index, replay_endpoint=f"tcp://127.0.0.1:{replay}", topic="kv"
+    )
+    sub.start()
+    a = [7 + (i * 37) % 480 for i in range(700)]
+    b = a[:450] + [11 + (i * 53) % 480 for i in range(250)]
+    try:
+        async with httpx.AsyncClient(base_url=vllm_server.url, timeout=60) as http:
+            await asyncio.sleep(0.5)  # a PUB socket drops what it sends before a subscriber joins
+
+            async def complete(prompt: list[int]) -> int:
+                body = {"model": "tiny", "prompt": prompt, "max_tokens": 1, "temperature": 0}
+                r = await http.post("/v1/completions", json=body)
+                assert r.status_code == 200, r.text
+                return int((r.json()["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+
+            await complete(a)
+            deadline = asyncio.get_running_loop().time() + 30
+            while index.block_size is None or index.match(vllm_block_hashes(a, index.block_size)) == 0:
+                assert asyncio.get_running_loop().time() < deadline, "no KV event reached the index"
+                await asyncio.sleep(0.05)
+            size = index.block_size
+            assert index.match(vllm_block_hashes(a, size)) == len(a) // size  # every full block of a
+            predicted = index.match(vllm_block_hashes(b, size))
+            assert predicted == 450 // size  # the shared head's full blocks, none of b's own
+            assert await complete(b) == predicted * size  # what vLLM found is what the index said
+    finally:
+        await sub.aclose()
+    assert sub.stats.batches >= 1 and index.gaps == 0
