@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from gateway.config import ConfigError, GatewayConfig, parse_config, with_listen
 from gateway.reload import ConfigSource
+from gateway.response_store_config import workers_warning
 
 BUILTIN_MODEL = "tiny"
 
@@ -36,6 +38,9 @@ def serve_config(config: GatewayConfig, source: ConfigSource) -> int:
         return 0
 
     log_to_stderr(config.log_level)
+    warning = workers_warning(config.response_store, config.quota_store.kind, config.workers)
+    if warning:
+        logging.getLogger("switchyard.workers").warning(warning)
     ops = (config.ops.listen.host, config.ops.listen.port) if config.ops.listen else None
     try:
         supervisor = Supervisor(config.workers, run_worker, (config.listen.host, config.listen.port), ops)

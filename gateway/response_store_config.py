@@ -33,3 +33,21 @@ class ResponseStoreConfig(RedisDeploymentConfig):
     timeout_s: float = Field(1.0, gt=0)  # the longest one Redis call waits (then 503)
     max_entries: int = Field(10_000, ge=1)  # memory
     max_bytes: int = Field(256 << 20, ge=1024)  # memory: serialized records
+
+
+def resolved_kind(store: ResponseStoreConfig, quota_kind: str) -> str:
+    """`memory` or `redis`: what `kind` means with the quota store's kind (`auto` follows it)."""
+    if store.kind == "auto":
+        return "redis" if quota_kind == "redis" else "memory"
+    return store.kind
+
+
+def workers_warning(store: ResponseStoreConfig, quota_kind: str, workers: int) -> str | None:
+    """What `serve` says at start when several workers would each keep their own store."""
+    if workers < 2 or resolved_kind(store, quota_kind) != "memory":
+        return None
+    return (
+        f"{workers} workers, and the Responses API's store is in memory: each worker keeps its own, "
+        "so a GET, a delete or a continuation (previous_response_id) that lands on another worker "
+        "answers 404; set response_store (or quota_store) to redis"
+    )

@@ -19,7 +19,7 @@ from adapters.errors import GatewayError
 from gateway.config import GatewayConfig, QuotaStoreConfig
 from gateway.protection import Protection
 from gateway.redis_config import RedisDeploymentConfig
-from gateway.response_store_config import ResponseStoreConfig
+from gateway.response_store_config import ResponseStoreConfig, resolved_kind
 from gateway.responses import error_response, json_response
 from gateway.responses_api import (
     MemoryResponseStore,
@@ -39,12 +39,8 @@ log = logging.getLogger("switchyard.gateway")
 
 def build_response_store(store: ResponseStoreConfig, quota: QuotaStoreConfig) -> ResponseStore:
     """The store `store` describes; `quota`: the quota store's config (kind `auto` follows it)."""
-    kind = store.kind
-    deployment: RedisDeploymentConfig = store
-    if kind == "auto":
-        kind = "redis" if quota.kind == "redis" else "memory"
-        deployment = quota
-    if kind == "memory":
+    deployment: RedisDeploymentConfig = quota if store.kind == "auto" else store
+    if resolved_kind(store, quota.kind) == "memory":
         return MemoryResponseStore(ttl_s=store.ttl_s, max_entries=store.max_entries, max_bytes=store.max_bytes)
     prefix = store.key_prefix or quota.key_prefix
     return RedisResponseStore(

@@ -74,6 +74,7 @@ def test_with_redis_a_tenants_limit_is_exact_across_the_workers(tmp_path, vllm, 
         counted = requests_by_worker(gw)
     finally:
         gw.stop()
+    assert "Responses API's store is in memory" not in gw.child.log()  # it follows the quota store to Redis
     assert statuses.count(200) == 60 and statuses.count(429) == 15
     served = {w: n for (w, status), n in counted.items() if status == "200"}
     assert set(served) == {"0", "1"} and sum(served.values()) == 60, counted
@@ -86,6 +87,8 @@ def test_with_the_memory_store_each_worker_enforces_its_share(tmp_path, vllm):
         counted = requests_by_worker(gw)
     finally:
         gw.stop()
+    # Said at start: a stored response lives in one worker.
+    assert "2 workers, and the Responses API's store is in memory" in gw.child.log()
     for worker in ("0", "1"):
         reached = counted.get((worker, "200"), 0) + counted.get((worker, "429"), 0)
         assert reached >= 5, f"worker {worker} got {reached} of 40 requests: too few to judge its share"

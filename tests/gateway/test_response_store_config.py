@@ -7,6 +7,7 @@ import pytest
 
 from gateway.config import ConfigError, parse_config
 from gateway.reload import restart_only_changes
+from gateway.response_store_config import workers_warning
 from gateway.responses_api import MemoryResponseStore, RedisResponseStore
 from gateway.responses_http import build_response_store
 
@@ -49,3 +50,20 @@ def test_a_reload_may_not_change_the_store():
     before = parse_config({})
     after = parse_config({"response_store": {"kind": "memory", "ttl_s": 5}})
     assert "response_store" in restart_only_changes(before, after)
+
+
+def test_serve_warns_when_workers_would_each_keep_their_own_store():
+    def warning(data: dict, workers: int) -> str | None:
+        config = parse_config(data)
+        return workers_warning(config.response_store, config.quota_store.kind, workers)
+
+    said = warning({}, 4)
+    assert said is not None and "4 workers" in said and "404" in said and "redis" in said
+    assert warning({}, 1) is None  # one process: one store
+    assert warning({"quota_store": {"kind": "redis", "url": "redis://10.0.0.9:6379"}}, 4) is None  # auto follows
+    assert warning({"response_store": {"kind": "redis", "url": "redis://10.0.0.7:6379"}}, 4) is None
+    redis_quota_memory_store = {
+        "quota_store": {"kind": "redis", "url": "redis://h:6379"},
+        "response_store": {"kind": "memory"},
+    }
+    assert warning(redis_quota_memory_store, 2) is not None
