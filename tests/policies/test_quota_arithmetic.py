@@ -89,6 +89,14 @@ def test_headers_come_from_the_tightest_scope_of_each_kind():
     }
 
 
+def test_the_tightest_scope_is_the_one_with_least_left_not_the_smallest_limit():
+    nearly_spent = state("tenant", req_limit=100, req_left=3, tok_limit=10_000, tok_left=50)
+    small_but_fresh = state("key", req_limit=10, req_left=10, tok_limit=500, tok_left=500)
+    headers = ratelimit_headers([small_but_fresh, nearly_spent])
+    assert (headers["x-ratelimit-limit-requests"], headers["x-ratelimit-remaining-requests"]) == ("100", "3")
+    assert (headers["x-ratelimit-limit-tokens"], headers["x-ratelimit-remaining-tokens"]) == ("10000", "50")
+
+
 def test_a_limit_of_zero_is_reported_and_remaining_is_never_negative():
     headers = ratelimit_headers([state("t", req_limit=0, req_left=-3, tok_limit=0, tok_left=0)])
     assert headers["x-ratelimit-limit-requests"] == "0" and headers["x-ratelimit-remaining-requests"] == "0"
