@@ -1,18 +1,22 @@
 """`make bench-routing`: routing policies side by side on two pools of three backends.
 
-Pool one: three vLLM simulators of one model (engine-backed by default: the
-native engine on `builtin:tiny` generates and its prefix cache shortens prefill;
-`--source synthetic` for a fast, timing-free run). Pool two: three native-engine
-backends (`builtin:tiny`, a `served_model` each, so three engines and three
-caches) inside the gateway process, whose KV-cache events feed the gateway's
-per-backend KV index: the only pool where `blended_precise` (the `precise`
-scoring profile, policies/scorers.py: the prefix match its KV index gives
-dominates until a backend is really loaded) has a signal. One gateway process
-serves one model per policy and pool, each over the same three backends. A multi-tenant
-workload: users share a few long system prompts, drawn Zipf-distributed, and
-hold multi-turn conversations (turn k+1 carries the real answer of turn k);
-sessions arrive open loop (Poisson) at two rates. Each run uses system prompts
-of its own, so no run finds a cache warmed by another.
+Pool one: three vLLM simulators of one model (bench/routing_sims.py). By default
+modelled GPUs: prefills serialized per simulator and charged per uncached prompt
+token, all sleep-based (three independent devices even on 2 cores), a bounded
+prefix cache, and vLLM's KV-cache events over ZMQ, to which each gateway backend
+subscribes; the workload is token ids (bench/routing_tokens.py), so every policy,
+`blended_precise` included, runs here. `--source engine` (the native engine on
+builtin:tiny generates, text prompts, no events) and `synthetic` remain. Pool two:
+three native-engine backends (`builtin:tiny`, a `served_model` each, so three
+engines and three caches) inside the gateway process, whose KV-cache events feed
+the gateway's per-backend KV index. `blended_precise` is the `precise` scoring
+profile (policies/scorers.py: the prefix match the KV index gives dominates until
+a backend is really loaded); `blended` the blended weights on the approximate
+prefix scorer. One gateway process serves one model per policy and pool, each over
+the same three backends. A multi-tenant workload: users share a few long system
+prompts, drawn Zipf-distributed, and hold multi-turn conversations; sessions
+arrive open loop (Poisson) at two rates per pool. Each run labels its prompts'
+first block, so no run finds a cache warmed by another.
 
 Per pool, policy and rate: prefix-cache hit rate (the engines' own counters:
 the simulators' `/_sim/stats`, the gateway's `switchyard_engine_prefix_cache_*`
@@ -170,6 +174,9 @@ def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo,
     served = {n: round(after[n]["requests"] - before[n]["requests"]) for n in after if n in before}
     queries = sum(after[n]["queries"] - before[n]["queries"] for n in served)
     hits = sum(after[n]["hits"] - before[n]["hits"] for n in served)
+    # Blocks evicted: only the modelled simulators count them (None elsewhere, not 0).
+    known = served and all("evicted" in after[n] and "evicted" in before[n] for n in served)
+    evicted = sum(after[n]["evicted"] - before[n]["evicted"] for n in served) if known else None
     loads = list(served.values())
     ttft = distribution_ms(m.ttft_s for m in pairs if m.ttft_s is not None)
     tpot = distribution_ms(m.tpot_s for m in pairs if m.tpot_s is not None)
@@ -187,6 +194,7 @@ def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo,
         # What bench/routing_pool.py pools over repetitions: the counters, each request's TTFT and TPOT.
         "queries": queries,
         "hits": hits,
+        "evicted": evicted,
         "ttft_s": [round(m.ttft_s, 6) for m in pairs if m.ttft_s is not None],
         "tpot_s": [round(m.tpot_s, 6) for m in pairs if m.tpot_s is not None],
     }

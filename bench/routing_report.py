@@ -19,6 +19,7 @@ COLUMNS = (
     ("requests", "requests"),
     ("ok", "ok"),
     ("prefix-cache hit rate", "hit_rate"),
+    ("blocks evicted", "evicted"),
     ("TTFT p50 ms", "ttft_p50_ms"),
     ("TTFT p99 ms", "ttft_p99_ms"),
     ("p99 per run, min-max ms", "ttft_p99_spread_ms"),

@@ -114,12 +114,14 @@ def one_thread() -> dict[str, str]:
 
 def sim_counters(sims: dict[str, Server]) -> dict[str, dict[str, float]]:
     """Per simulator: requests served and its prefix cache's counters (tokens looked up,
-    tokens found), from `/_sim/stats` (the same as vLLM's `vllm:prefix_cache_*`)."""
+    tokens found) and, for a bounded cache, the blocks it evicted, from `/_sim/stats`
+    (the same as vLLM's `vllm:prefix_cache_*`)."""
     out = {}
     for name, sim in sims.items():
         try:
             s = httpx.get(sim.base_url + "/_sim/stats", timeout=10).json()
         except httpx.HTTPError:
             continue  # a killed backend
-        out[name] = {"requests": s["requests_total"], **s["prefix_cache"]}
+        kv = s.get("kv_cache") or {}  # the modelled simulators' bounded cache
+        out[name] = {"requests": s["requests_total"], **s["prefix_cache"], "evicted": kv.get("evicted", 0)}
     return out
