@@ -118,6 +118,7 @@ class EngineSource:
         ids = self.tokenizer.encode(text) or [0]
         request.prompt_text = text
         request.prompt_words = [str(i) for i in ids]
+        request.prompt_ids = ids  # what the prefix cache hashes
 
     def generate(self, request: SimRequest) -> Generation:
         return EngineGeneration(self, request, f"{request.request_id}#{next(self._ids)}")

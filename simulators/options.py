@@ -41,6 +41,9 @@ class SimOptions:
     enable_force_include_usage: bool = False
     max_num_queued_reqs: int | None = None
     runner: str = "generate"  # generate | pooling (an embedding model: /v1/embeddings, no generation)
+    kv_events_config: str | None = None  # vLLM's JSON KVEventsConfig
+    num_gpu_blocks_override: int | None = None  # prefix-cache size in 16-token blocks (one is the null block)
+    prefill_ms_per_token: float = 0.0  # the modelled device (synthetic source); 0: off
     # vLLM and SGLang embedding models
     is_matryoshka: bool = False  # `dimensions` may shorten vectors (the model config's flag)
     embedding_dim: int = 64
@@ -115,6 +118,21 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
             help="pooling: an embedding model (/v1/embeddings served, the generation routes not)",
         )
         _add_embedding_arguments(parser)
+        parser.add_argument(
+            "--kv-events-config",
+            default=None,
+            help='vLLM\'s KV-cache events, e.g. \'{"enable_kv_cache_events": true, "publisher": "zmq", '
+            '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}\'',
+        )
+        parser.add_argument(
+            "--num-gpu-blocks-override", type=int, default=None, help="KV-cache blocks of 16 tokens (LRU eviction)"
+        )
+        parser.add_argument(
+            "--prefill-ms-per-token",
+            type=float,
+            default=0.0,
+            help="simulator only: one prefill at a time, lasting ttft + F x uncached prompt tokens (0: off)",
+        )
     elif kind == "sglang":
         parser.add_argument("--tool-call-parser", default=None)
         parser.add_argument("--enable-metrics", action="store_true")

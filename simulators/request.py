@@ -33,6 +33,9 @@ class SimRequest:
     # prompt-major (`n` per prompt) and `prompt_words` holds the longest prompt.
     prompt_counts: list[int] = field(default_factory=list)
     generation: Any = None  # the running Generation, once started
+    # The (longest) prompt's token ids when the client sent ids (completions), else None.
+    prompt_ids: list[int] | None = None
+    reply: Any = None  # the runtime's Reply answering it, where a runtime sets it
 
     @property
     def prompt_tokens(self) -> int:
@@ -128,6 +131,7 @@ def from_openai_body(
     body: dict[str, Any], kind: str, request_id: str, faults: Any, max_tokens: int | None = None
 ) -> SimRequest:
     """A `SimRequest` from an OpenAI chat or completions body (already validated)."""
+    ids: list[int] | None = None
     if kind == "chat":
         messages = body.get("messages") or []
         words = prompt_words_chat(messages)
@@ -138,6 +142,9 @@ def from_openai_body(
         batch = prompt_batch(body.get("prompt"))
         word_lists = [prompt_words_completion(p) for p in batch]
         words = max(word_lists, key=len)
+        longest = batch[word_lists.index(words)]
+        if isinstance(longest, list) and longest and all(isinstance(t, int) for t in longest):
+            ids = list(longest)
         text = batch[0] if len(batch) == 1 and isinstance(batch[0], str) else " ".join(words)
     if max_tokens is None:
         max_tokens = int_or_none(body.get("max_completion_tokens"))
@@ -159,6 +166,7 @@ def from_openai_body(
         messages=messages,
         faults=faults,
         prompt_counts=counts,
+        prompt_ids=ids,
     )
 
 

@@ -187,12 +187,16 @@ class Simulator:
     def start_generation(self, sim: SimRequest, path: str, fixed: list[str] | None = None) -> Generation:
         # Scripted and constrained output always comes from the synthetic source.
         scripted = fixed is not None or sim.constraint is not None
-        gen = self.synthetic.generate(sim, fixed) if scripted else self.source.generate(sim)
+        gen = self.wrap_generation(self.synthetic.generate(sim, fixed) if scripted else self.source.generate(sim), sim)
         if self.slots is not None:
             gen = QueuedGeneration(gen, self)
         sim.generation = gen
         self.generations[sim.request_id] = gen  # by id, for abort endpoints (the latest wins)
         self.recorder.started(sim.request_id, path)
+        return gen
+
+    def wrap_generation(self, gen: Generation, sim: SimRequest) -> Generation:
+        """A runtime's hook around each generation (the vLLM double's modelled device)."""
         return gen
 
     def paced(self, sim: SimRequest) -> bool:

@@ -25,6 +25,7 @@ import os
 from functools import partial
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from simulators import vllm_tokens
@@ -32,8 +33,12 @@ from simulators.promtext import Exposition
 from simulators.request import SimRequest, texts_of
 from simulators.server import Simulator, json_response
 from simulators.structured_requests import ConstraintRefused, vllm_constraint
+from simulators.tokens import Generation, SyntheticGeneration
 from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_names
 from simulators.validation import check_body, pydantic_text
+from simulators.vllm_device import Device, DeviceGeneration
+from simulators.vllm_kv_cache import VllmBlockCache
+from simulators.vllm_kv_events import KVEventsConfig, ZmqEventPublisher
 from simulators.vllm_wire import VllmChat, VllmCompletion, VllmReply, error
 
 # The latency histograms' names and help texts, as the runtime writes them.
@@ -53,6 +58,70 @@ class VllmSimulator(Simulator):
         super().__init__(*args, **kwargs)
         self.fingerprint = f"vllm-{VERSION}-{os.urandom(4).hex()}"
         self.labels = {"model_name": self.opts.model_name, "engine": "0"}
+        opts = self.opts
+        self.kv_events = KVEventsConfig.parse(opts.kv_events_config) if opts.kv_events_config else KVEventsConfig()
+        self.publisher: ZmqEventPublisher | None = None
+        # vLLM's paged prefix cache with its block hashes, bounded by --num-gpu-blocks-override.
+        self.kv_cache = VllmBlockCache.from_override(opts.num_gpu_blocks_override, self._publish)
+        self.prefix_cache = self.kv_cache  # type: ignore[assignment]
+        modelled = opts.prefill_ms_per_token > 0 and opts.source == "synthetic"
+        self.device: Device | None = Device() if modelled else None
+
+    # ---- prefix cache, KV events, modelled device (vllm_kv_*.py, vllm_device.py) ----
+
+    async def load(self) -> None:
+        await super().load()
+        if self.kv_events.publishes:  # bound before the HTTP port, as vLLM's engine starts first
+            self.publisher = ZmqEventPublisher(self.kv_events)
+
+    def make_app(self) -> web.Application:
+        app = super().make_app()
+        app.on_cleanup.append(self._close_publisher)
+        return app
+
+    async def _close_publisher(self, app: web.Application) -> None:
+        if self.publisher is not None:
+            await self.publisher.close()
+            self.publisher = None
+
+    def _publish(self, events: list[dict[str, Any]]) -> None:
+        if self.publisher is not None:
+            self.publisher.publish(events)
+
+    def prompt_ids(self, sim: SimRequest) -> list[int]:
+        """The ids the prefix cache hashes: the client's token ids, else the double's tokenizer's."""
+        if sim.prompt_ids is not None:
+            return sim.prompt_ids
+        return [self._words.word_id(w) for w in sim.prompt_words]
+
+    def cached_tokens(self, sim: SimRequest) -> int:
+        if self.device is not None:
+            return 0  # looked up when the request gets the device (vllm_device.py)
+        return self.kv_cache.lookup_and_commit(self.prompt_ids(sim))
+
+    def wrap_generation(self, gen: Generation, sim: SimRequest) -> Generation:
+        if self.device is not None and isinstance(gen, SyntheticGeneration):
+            return DeviceGeneration(gen, self, sim)
+        return gen
+
+    def paced(self, sim: SimRequest) -> bool:
+        return self.device is not None or super().paced(sim)
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """vLLM's `POST /reset_prefix_cache` (served by vLLM with VLLM_SERVER_DEV_MODE=1)."""
+        self.kv_cache.reset()
+        return web.Response(status=200)
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        response = await super()._stats(request)
+        snap = orjson.loads(response.body)  # type: ignore[arg-type]
+        snap["kv_cache"] = {
+            "blocks": self.kv_cache.used_blocks,
+            "capacity": self.kv_cache.capacity,
+            "evicted": self.kv_cache.evicted,
+            "batches_published": self.publisher.seq if self.publisher is not None else 0,
+        }
+        return json_response(200, snap)
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
         # Routes follow the model's tasks: generation, or embeddings (`--runner pooling`).
@@ -68,6 +137,7 @@ class VllmSimulator(Simulator):
         router.add_get("/metrics", self.metrics)
         router.add_post("/tokenize", partial(vllm_tokens.tokenize, self))
         router.add_post("/detokenize", partial(vllm_tokens.detokenize, self))
+        router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
 
     # ---- small endpoints -----------------------------------------------------
 
@@ -276,4 +346,5 @@ class VllmSimulator(Simulator):
             fixed = fragments(plan.arguments_json) if plan is not None else None
         else:
             reply = VllmCompletion(self.opts, self.fingerprint, body, sim, cached)
+        sim.reply = reply  # the modelled device sets its cached tokens
         return await self.run_generation(request, sim, reply, bool(body.get("stream")), fixed)
