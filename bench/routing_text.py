@@ -56,12 +56,34 @@ def modelled_costs(cfg: dict[str, Any]) -> dict[str, float]:
     }
 
 
-# Why the rates of the modelled pool are what they are (measured: bench/routing_bench.py docstring).
-MODELLED_RATES = (
-    "The light rate is well under the pool's capacity for every policy; the heavy rate is near saturation "
-    "for a policy that concentrates (prefix affinity sends the hottest prompt's whole share, about half of "
-    "the sessions at Zipf s=1.2 over 4 prompts, to one device) and within capacity for one that spreads."
-)
+def modelled_rates(cfg: dict[str, Any]) -> str:
+    """Why the rates of the modelled pool are what they are: the device load they put on
+    one simulator if every turn hits (the floor), spread evenly or concentrated as prefix
+    affinity concentrates the hottest system prompt's sessions on one device."""
+    c = modelled_costs(cfg)
+    w = [1.0 / (p + 1) ** cfg["zipf_s"] for p in range(cfg["system_prompts"])]
+    hot = w[0] / sum(w)
+    rates = cfg["sim_rates"]
+
+    def load(rate: float, share: float) -> str:
+        return f"{share * rate * cfg['turns'] * c['hit_ms'] / 1000:.2f}"
+
+    per = ", ".join(
+        f"{r:g} sessions/s: {load(r, 1 / 3)} spread evenly, {load(r, hot)} on the hottest prompt's device"
+        for r in rates
+    )
+    return (
+        f"The rates: device time per second on one simulator if every turn hits ({c['hit_ms']:.0f} ms each, "
+        f"{cfg['turns']} turns a session), the floor that misses only add to: {per}. The hottest of "
+        f"{cfg['system_prompts']} prompts at Zipf s={cfg['zipf_s']} draws {hot:.0%} of the sessions, and prefix "
+        "affinity sends them all to one device (more when another prompt hashes there too). So the light "
+        "rate is well under capacity whatever the routing, and the heavy one is near saturation for a "
+        "policy that concentrates and within capacity for one that spreads while keeping its hits; a policy "
+        "that spreads without regard to the caches pays cold prefills on top (the cache bound is too small "
+        "for every prompt and conversation on every device; the evicted blocks are in the table). Rates "
+        "were picked by measurement (short runs, bench/routing_bench.py `--out /tmp/...`); higher ones put "
+        "the 2-core machine's own work (gateway, load generator) into the tail."
+    )
 
 
 def simulator_pool(cfg: dict[str, Any]) -> str:
@@ -100,5 +122,5 @@ def simulator_pool(cfg: dict[str, Any]) -> str:
         f"{cfg['user_tokens']} user ids a turn, each turn's prompt the whole conversation so far with a seeded "
         f"answer of {cfg['max_tokens']} ids per earlier turn; each run's prompts start with a block of ids of "
         "its own, so no run finds a cache another warmed (the simulators are not reset). Hit rate from their "
-        f"`/_sim/stats` (the same as `vllm:prefix_cache_*`). {MODELLED_RATES}"
+        f"`/_sim/stats` (the same as `vllm:prefix_cache_*`). {modelled_rates(cfg)}"
     )
