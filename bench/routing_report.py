@@ -11,7 +11,7 @@ import orjson
 from matplotlib.figure import Figure
 
 from bench.routing_pool import within_spread
-from bench.routing_text import NATIVE_CAVEAT, simulator_pool
+from bench.routing_text import MODELLED_READING, NATIVE_CAVEAT, simulator_pool
 
 COLUMNS = (
     ("policy", "policy"),
@@ -102,7 +102,14 @@ def precise_verdict(runs: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"- {rate:g} sessions/s: best goodput **{'yes' if good_ok else 'no'}** "
             f"({_fmt(precise['goodput_rps'])} req/s; best {_fmt(good and good['goodput_rps'])} of "
-            f"{good and good['policy']}; every policy between {_fmt(min(goods))} and {_fmt(max(goods))}), "
+            f"{good and good['policy']}; every policy between {_fmt(min(goods))} and {_fmt(max(goods))}"
+            + (
+                f"; **within the spread**: the per-run goodput of blended_precise "
+                f"{_fmt(precise.get('goodput_spread_rps'))}, of {good['policy']} {_fmt(good.get('goodput_spread_rps'))}"
+                if not good_ok and good is not None and within_spread(precise, good, "goodput_rps")
+                else ""
+            )
+            + "), "
             f"best TTFT p99 **{'yes' if tail_ok else 'no'}** ({_fmt(precise['ttft_p99_ms'])} ms; best "
             f"{_fmt(tail and tail['ttft_p99_ms'])} of {tail and tail['policy']}"
             + (
@@ -161,6 +168,7 @@ def markdown(result: dict[str, Any], plot: str) -> str:
         *best_lines(result["pooled"]),
         "",
         *verdict(result["pooled"]),
+        *([MODELLED_READING, ""] if cfg["source"] == "modelled" else []),
     ]
     if native:
         lines += [

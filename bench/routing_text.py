@@ -124,3 +124,20 @@ def simulator_pool(cfg: dict[str, Any]) -> str:
         "its own, so no run finds a cache another warmed (the simulators are not reset). Hit rate from their "
         f"`/_sim/stats` (the same as `vllm:prefix_cache_*`). {modelled_rates(cfg)}"
     )
+
+
+# How to read the modelled pool's rows: what separates the policies there (mechanisms, not results).
+MODELLED_READING = (
+    "How to read the modelled pool: a request's TTFT is its wait for its simulator's device plus its own "
+    "prefill, so the policies differ in two things only, how many prompt tokens they make a device compute "
+    "(the hit rate, and the cold prefills of a system prompt or a conversation on a device that lacks or "
+    "evicted it) and how long the queues they build are. Round robin and least loaded spread without regard "
+    "to the caches: every device must hold every prompt, the bound evicts the colder ones, and a "
+    "conversation's next turn usually lands where its history is not. Prefix affinity keeps each prompt on "
+    "the device its hash picks: few misses, but the hottest prompt's device queues at the heavy rate, and "
+    "a run whose hashes put several prompts on one device (each run's label changes them) queues even at "
+    "the light rate. Blended (approximate) scores the prefixes the gateway routed, not what each cache "
+    "still holds after evictions; blended precise scores what each simulator's events say it holds, and "
+    "its load terms spread the rest. With a few hundred requests a run, the TTFT p99 is set by the few "
+    "cold prefills of a system prompt (about the cold-turn cost above) plus whatever queue they meet."
+)
