@@ -33,11 +33,20 @@ def test_a_tiny_run_reports_every_policy_at_both_rates(tmp_path: Path) -> None:
     out = tmp_path / "routing"
     argv = ["--out", str(out), "--source", "synthetic", "--duration", "2", "--rates", "2,4", "--sim-rates", "2,4"]
     argv += ["--turns", "2"]
-    argv += ["--native-duration", "2", "--native-policies", ",".join(NATIVE_POLICIES), "--repeats", "1"]
+    argv += [
+        "--native-duration",
+        "2",
+        "--native-policies",
+        ",".join(NATIVE_POLICIES),
+        "--repeats",
+        "1",
+        "--sim-repeats",
+        "1",
+    ]
     assert main(argv) == 0
     result = orjson.loads((out / "result.json").read_bytes())
     rows = check_rows(result["pooled"], UNEVENTED_POLICIES)  # no KV events: no blended precise
-    assert len(result["runs"]) == len(UNEVENTED_POLICIES) * len(RATES)  # the simulators: one run each by default
+    assert len(result["runs"]) == len(UNEVENTED_POLICIES) * len(RATES)  # the simulators: one run each here
     # Prefix affinity keeps each system prompt (and each conversation's history) on one backend.
     for rate in RATES:
         assert rows[("prefix_affinity", rate)]["hit_rate"] >= rows[("round_robin", rate)]["hit_rate"]
