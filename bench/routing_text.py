@@ -138,6 +138,9 @@ MODELLED_READING = (
     "a run whose hashes put several prompts on one device (each run's label changes them) queues even at "
     "the light rate. Blended (approximate) scores the prefixes the gateway routed, not what each cache "
     "still holds after evictions; blended precise scores what each simulator's events say it holds, and "
-    "its load terms spread the rest. With a few hundred requests a run, the TTFT p99 is set by the few "
-    "cold prefills of a system prompt (about the cold-turn cost above) plus whatever queue they meet."
+    "its load terms spread the rest. The two differ only where an eviction made the approximate memory "
+    "wrong (the gap between their hit rates says how often), so where neither queues they are close. With "
+    "a few hundred requests a run, the TTFT p99 of a policy that keeps its hits is set by the few cold "
+    "prefills of a system prompt (about the cold-turn cost above) plus whatever queue they meet; goodput "
+    "differences of one or two requests a run at the light rate are such a prefill queued behind another."
 )
