@@ -120,6 +120,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
         _add_embedding_arguments(parser)
         parser.add_argument(
             "--kv-events-config",
+            type=_kv_events_config,
             default=None,
             help='vLLM\'s KV-cache events, e.g. \'{"enable_kv_cache_events": true, "publisher": "zmq", '
             '"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}\'',
@@ -192,6 +193,17 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
         )
         parser.add_argument("--max-concurrent-requests", type=int, default=128)
         parser.add_argument("--max-stop-sequences", type=int, default=4)
+
+
+def _kv_events_config(text: str) -> str:
+    """vLLM's KVEventsConfig JSON, checked here so a bad one is a usage error."""
+    from simulators.vllm_kv_events import KVEventsConfig
+
+    try:
+        KVEventsConfig.parse(text)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
 
 
 def _add_embedding_arguments(parser: argparse.ArgumentParser) -> None:

@@ -16,7 +16,10 @@ decoding from `response_format` (`json_schema`, `json_object`) or
 `structured_outputs` (`json`, `regex`, `choice`, `grammar`, `json_object`; exactly
 one), with vLLM's refusals as 400 "Bad Request". `/tokenize`, `/detokenize` and, with
 `--runner pooling` (an embedding model, no generation routes), `/v1/embeddings`:
-simulators/vllm_tokens.py.
+simulators/vllm_tokens.py. The prefix cache as vLLM's block pool with its block
+hashes (`--num-gpu-blocks-override`), its KV-cache events over ZMQ
+(`--kv-events-config`) and `/reset_prefix_cache`: vllm_kv_*.py; a modelled GPU that
+prefills one prompt at a time (`--prefill-ms-per-token`): vllm_device.py.
 """
 
 from __future__ import annotations
@@ -208,7 +211,8 @@ class VllmSimulator(Simulator):
         return self.metrics_response(ex, LATENCY)
 
     def kv_usage(self) -> float:
-        capacity = self.opts.max_model_len * 16
+        blocks = self.opts.num_gpu_blocks_override  # the pool's size when given, less the null block
+        capacity = (blocks - 1) * self.kv_cache.block_size if blocks else self.opts.max_model_len * 16
         live_tokens = self.live_tokens
         return min(1.0, live_tokens / capacity) if capacity else 0.0
 

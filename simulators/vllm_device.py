@@ -28,10 +28,6 @@ class Device:
         self.busy = False
         self._queue: deque[asyncio.Future[None]] = deque()
 
-    @property
-    def queued(self) -> int:
-        return sum(1 for f in self._queue if not f.done())
-
     async def acquire(self, wake: asyncio.Future[None]) -> bool:
         """True once the device is this caller's; False if `wake` fired first."""
         if not self.busy and not self._queue:

@@ -56,14 +56,14 @@ def test_prefills_run_one_at_a_time_and_a_cached_prefix_is_shorter(device_sim) -
             await asyncio.sleep(0.1)
             waiting = await _gauge(http, "vllm:num_requests_waiting")
             a, b = await asyncio.gather(first, second)
-            repeat = await _ttft(http, _ids(10_000))  # 144 of 160 tokens cached
+            repeat = await _ttft(http, _ids(10_000))  # all 10 blocks cached
             return a, b, repeat, waiting
 
     a, b, repeat, waiting = asyncio.run(main())
     assert waiting == 1
     # The second waited for the first's whole prefill, then ran its own (+ the 50 ms head start).
     assert 1.5 < (b + 0.05) / a < 2.8, (a, b)
-    # Cached: 40 + 2 x 16 = 72 ms instead of 360.
+    # Cached: 40 ms instead of 360.
     assert repeat < 0.5 * a, (a, repeat)
 
 
@@ -88,3 +88,28 @@ def test_a_client_that_leaves_while_waiting_frees_the_device(device_sim) -> None
     assert c / a < 2.5, (a, c)
     stats = httpx.get(device_sim.url + "/_sim/stats").json()
     assert stats["aborted"] >= 1
+
+
+def test_a_client_that_leaves_while_prefilling_frees_the_device(device_sim) -> None:
+    async def main() -> tuple[float, float, dict]:
+        async with httpx.AsyncClient(base_url=device_sim.url, timeout=30) as http:
+            solo = await _ttft(http, _ids(60_000))  # a cold prefill alone
+            t0 = time.monotonic()
+            leaver = asyncio.create_task(_ttft(http, _ids(70_000)))
+            await asyncio.sleep(0.03)
+            second = asyncio.create_task(_ttft(http, _ids(80_000), t0))
+            await asyncio.sleep(0.07)
+            leaver.cancel()  # gone 100 ms into its 360 ms prefill
+            b = await second
+            again = {"model": "sim-model", "prompt": _ids(70_000), "max_tokens": 1}
+            usage = (await http.post("/v1/completions", json=again)).json()["usage"]
+            return solo, b, {**(await http.get("/_sim/stats")).json(), "usage": usage}
+
+    solo, b, stats = asyncio.run(main())
+    # Freed at once: the second starts about 0.1 s after t0 (about 1.3 x solo); had the
+    # leaver kept the device to the end of its prefill, about 2 x solo.
+    assert b / solo < 1.7, (solo, b)
+    assert stats["aborted"] >= 1
+    # The abandoned prefill cached nothing: its prompt was still cold.
+    assert stats["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+    assert stats["in_flight"] == 0
