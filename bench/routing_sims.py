@@ -58,9 +58,11 @@ def sim_argv(cfg: RoutingBenchConfig, ports: SimPorts) -> list[str]:
         return argv + ["--source", "engine", "--model-dir", "builtin:tiny"]
     if cfg.source == "synthetic":
         return argv + ["--ttft-ms", "20", "--itl-ms", "5"]
+    # Wildcard endpoints, as a real vLLM needs them to bind (it connects otherwise); the gateway
+    # connects to 127.0.0.1 (sim_backends).
     kv = (
         '{"enable_kv_cache_events":true,"publisher":"zmq",'
-        f'"endpoint":"tcp://127.0.0.1:{ports.pub}","replay_endpoint":"tcp://127.0.0.1:{ports.replay}","topic":""}}'
+        f'"endpoint":"tcp://*:{ports.pub}","replay_endpoint":"tcp://*:{ports.replay}","topic":""}}'
     )
     return argv + [
         "--source",

@@ -65,8 +65,8 @@ def test_modelled_simulators_publish_kv_events_that_each_gateway_backend_reads(t
     assert kv == {
         "enable_kv_cache_events": True,
         "publisher": "zmq",
-        "endpoint": f"tcp://127.0.0.1:{p.pub}",
-        "replay_endpoint": f"tcp://127.0.0.1:{p.replay}",
+        "endpoint": f"tcp://*:{p.pub}",  # bound, as vLLM binds only a wildcard endpoint
+        "replay_endpoint": f"tcp://*:{p.replay}",
         "topic": "",
     }
     data = gateway_config(cfg, sims, 8000, ports)
