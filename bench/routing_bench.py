@@ -93,10 +93,13 @@ class RoutingBenchConfig:
     sim_ttft_ms: float = 10.0  # a prefill's fixed cost
     prefill_ms_per_token: float = 0.4  # and per prompt token the cache does not hold
     sim_itl_ms: float = 5.0  # a decoded token
-    # The cache bound per simulator, in blocks of 16: the 4 system prompts (33 blocks each with the
-    # label) and a few conversations. 128 thrashed so hard that spreading policies saturated at the
-    # light rate; at 192 every policy runs within capacity at the light rate and blocks are evicted at both.
-    gpu_blocks: int = 192
+    # The KV pool per simulator, in blocks of 16: the 4 system prompts (33 blocks each with the label)
+    # and some conversations; older conversations are evicted at both rates. 128 thrashed so hard that
+    # spreading policies saturated at the light rate. The simulator reports vllm:kv_cache_usage_perc as
+    # its in-flight tokens over this pool and the gateway calls a backend saturated at 0.8: at 192 that
+    # was about 4 requests in flight, so at the heavy rate routing flipped on saturation marks and the
+    # repetitions' p99 differed by over a second; 320 (about 8) leaves that to real load.
+    gpu_blocks: int = 320
     max_tokens: int = 8
     load_factor: float = 1.25
     slo: Slo = field(default_factory=lambda: Slo(ttft_ms=300, tpot_ms=50))
