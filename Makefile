@@ -97,7 +97,8 @@ bench-litellm: install
 bench-quota: install
 	$(PY) -m bench.quota_bench $(ARGS)
 
-# Routing policies side by side over three engine-backed simulators and three native engines (report in docs/bench/routing/).
+# Routing policies side by side over three modelled-GPU vLLM simulators (KV events, all five policies) and three
+# native engines (report in docs/bench/routing/; about 10 minutes). ARGS="--source engine" for engine-backed simulators.
 bench-routing: install
 	$(PY) -m bench.routing_bench $(ARGS)
 

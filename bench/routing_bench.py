@@ -1,18 +1,22 @@
 """`make bench-routing`: routing policies side by side on two pools of three backends.
 
-Pool one: three vLLM simulators of one model (engine-backed by default: the
-native engine on `builtin:tiny` generates and its prefix cache shortens prefill;
-`--source synthetic` for a fast, timing-free run). Pool two: three native-engine
-backends (`builtin:tiny`, a `served_model` each, so three engines and three
-caches) inside the gateway process, whose KV-cache events feed the gateway's
-per-backend KV index: the only pool where `blended_precise` (the `precise`
-scoring profile, policies/scorers.py: the prefix match its KV index gives
-dominates until a backend is really loaded) has a signal. One gateway process
-serves one model per policy and pool, each over the same three backends. A multi-tenant
-workload: users share a few long system prompts, drawn Zipf-distributed, and
-hold multi-turn conversations (turn k+1 carries the real answer of turn k);
-sessions arrive open loop (Poisson) at two rates. Each run uses system prompts
-of its own, so no run finds a cache warmed by another.
+Pool one: three vLLM simulators of one model (bench/routing_sims.py). By default
+modelled GPUs: prefills serialized per simulator and charged per uncached prompt
+token, all sleep-based (three independent devices even on 2 cores), a bounded
+prefix cache, and vLLM's KV-cache events over ZMQ, to which each gateway backend
+subscribes; the workload is token ids (bench/routing_tokens.py), so every policy,
+`blended_precise` included, runs here. `--source engine` (the native engine on
+builtin:tiny generates, text prompts, no events) and `synthetic` remain. Pool two:
+three native-engine backends (`builtin:tiny`, a `served_model` each, so three
+engines and three caches) inside the gateway process, whose KV-cache events feed
+the gateway's per-backend KV index. `blended_precise` is the `precise` scoring
+profile (policies/scorers.py: the prefix match the KV index gives dominates until
+a backend is really loaded); `blended` the blended weights on the approximate
+prefix scorer. One gateway process serves one model per policy and pool, each over
+the same three backends. A multi-tenant workload: users share a few long system
+prompts, drawn Zipf-distributed, and hold multi-turn conversations; sessions
+arrive open loop (Poisson) at two rates per pool. Each run labels its prompts'
+first block, so no run finds a cache warmed by another.
 
 Per pool, policy and rate: prefix-cache hit rate (the engines' own counters:
 the simulators' `/_sim/stats`, the gateway's `switchyard_engine_prefix_cache_*`
@@ -48,14 +52,17 @@ from bench.procs import Server, python_module
 from bench.records import RequestRecord
 from bench.routing_pool import pool, schedule
 from bench.routing_report import table, write_report
+from bench.routing_sims import BACKENDS, SimPorts, one_thread, sim_backends, sim_counters, start_sims
+from bench.routing_tokens import run_token_load, token_sessions
 from bench.routing_workload import run_load, sessions
 from processes import free_port
 
-POLICIES = ("round_robin", "least_loaded", "prefix_affinity", "blended")
-BACKENDS = ("sim0", "sim1", "sim2")
-# Over the native engines `blended` is the approximate one (what routing remembers),
-# `blended_precise` the `precise` profile on what the engines' KV events say they hold.
-NATIVE_POLICIES = (*POLICIES, "blended_precise")
+# `blended` is the approximate one (what routing remembers), `blended_precise` the `precise`
+# profile on what the backends' KV events say they hold: the native engines and the modelled
+# simulators publish them; the engine-backed and synthetic simulators do not.
+POLICIES = ("round_robin", "least_loaded", "prefix_affinity", "blended", "blended_precise")
+NATIVE_POLICIES = POLICIES
+UNEVENTED_POLICIES = POLICIES[:-1]  # over simulators that publish no KV events
 NATIVE = ("nat0", "nat1", "nat2")
 # The blended profile's weights (policies/scorers.py BLENDED) but the prefix scorer's.
 LOAD_WEIGHTS = {"queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 10.0}
@@ -65,9 +72,14 @@ Counters = Callable[[], dict[str, dict[str, float]]]
 @dataclass
 class RoutingBenchConfig:
     out_dir: Path = Path("docs/bench/routing")
-    source: str = "engine"  # the simulators' token source: engine (real generation) or synthetic
-    duration_s: float = 15.0  # arrivals of one run
-    rates: tuple[float, ...] = (1.0, 5.0)  # sessions per second: light, near saturation (engine source, 2 cores)
+    # The simulators: modelled (a sleep-based GPU each, KV events, token ids; bench/routing_sims.py),
+    # engine (the native engine generates, text) or synthetic (fixed timing, text).
+    source: str = "modelled"
+    duration_s: float = 15.0  # arrivals of one run over the simulators
+    # Sessions per second over the simulators: light, near saturation. Modelled: see the report (and
+    # docs/bench/routing/README.md) for why these; engine source on 2 cores: 1 and 5.
+    sim_rates: tuple[float, ...] = (5.0, 18.0)
+    rates: tuple[float, ...] = (1.0, 5.0)  # the native pool's (its engines share 2 cores)
     policies: tuple[str, ...] = POLICIES
     native_policies: tuple[str, ...] = NATIVE_POLICIES  # () leaves the native pool out
     native_duration_s: float = 10.0  # shorter: three engines and the gateway share one process
@@ -75,14 +87,29 @@ class RoutingBenchConfig:
     zipf_s: float = 1.2
     system_words: int = 450  # about 2,000 tokens of builtin:tiny: prefill is most of TTFT
     turns: int = 3
+    # The modelled pool's workload (token ids) and device (bench/routing_sims.py).
+    system_tokens: int = 512  # a system prompt: 32 blocks of 16
+    user_tokens: int = 40  # a user message
+    sim_ttft_ms: float = 10.0  # a prefill's fixed cost
+    prefill_ms_per_token: float = 0.4  # and per prompt token the cache does not hold
+    sim_itl_ms: float = 5.0  # a decoded token
+    # The KV pool per simulator, in blocks of 16: the 4 system prompts (33 blocks each with the label)
+    # and some conversations; older conversations are evicted at both rates. 128 thrashed so hard that
+    # spreading policies saturated at the light rate. The simulator reports vllm:kv_cache_usage_perc as
+    # its in-flight tokens over this pool and the gateway calls a backend saturated at 0.8: at 192 that
+    # was about 4 requests in flight, so at the heavy rate routing flipped on saturation marks and the
+    # repetitions' p99 differed by over a second; 320 (about 8) leaves that to real load.
+    gpu_blocks: int = 320
     max_tokens: int = 8
     load_factor: float = 1.25
     slo: Slo = field(default_factory=lambda: Slo(ttft_ms=300, tpot_ms=50))
     seed: int = 0
     # Runs of each policy per rate, the order rotated each repetition (bench/routing_pool.py):
     # the native pool's TTFT tail is what the comparison is about, and one run of it is noise.
-    repeats: int = 3
-    sim_repeats: int = 1  # the simulators' pool: its own processes, steadier; 15 s runs
+    # 2 of each (was 3 of the native pool, 1 of the simulators): the modelled pool is now the comparison
+    # that matters, and the whole bench stays near 10 minutes.
+    repeats: int = 2
+    sim_repeats: int = 2
     # The native pool alone (no simulators, no hot-prefix or kill run), to compare its
     # policies within minutes; its table is printed and result.json written, no README.
     native_only: bool = False
@@ -90,17 +117,6 @@ class RoutingBenchConfig:
 
 
 # ---- what the backends and the gateway say ----------------------------------------------------
-
-
-def sim_counters(sims: dict[str, Server]) -> dict[str, dict[str, float]]:
-    out = {}
-    for name, sim in sims.items():
-        try:
-            s = httpx.get(sim.base_url + "/_sim/stats", timeout=10).json()
-        except httpx.HTTPError:
-            continue  # a killed backend
-        out[name] = {"requests": s["requests_total"], **s["prefix_cache"]}
-    return out
 
 
 # The gateway's series of the native backends: requests it sent each, and each engine's prefix cache.
@@ -166,6 +182,9 @@ def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo,
     served = {n: round(after[n]["requests"] - before[n]["requests"]) for n in after if n in before}
     queries = sum(after[n]["queries"] - before[n]["queries"] for n in served)
     hits = sum(after[n]["hits"] - before[n]["hits"] for n in served)
+    # Blocks evicted: only the modelled simulators count them (None elsewhere, not 0).
+    known = served and all("evicted" in after[n] and "evicted" in before[n] for n in served)
+    evicted = sum(after[n]["evicted"] - before[n]["evicted"] for n in served) if known else None
     loads = list(served.values())
     ttft = distribution_ms(m.ttft_s for m in pairs if m.ttft_s is not None)
     tpot = distribution_ms(m.tpot_s for m in pairs if m.tpot_s is not None)
@@ -183,6 +202,7 @@ def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo,
         # What bench/routing_pool.py pools over repetitions: the counters, each request's TTFT and TPOT.
         "queries": queries,
         "hits": hits,
+        "evicted": evicted,
         "ttft_s": [round(m.ttft_s, 6) for m in pairs if m.ttft_s is not None],
         "tpot_s": [round(m.tpot_s, 6) for m in pairs if m.tpot_s is not None],
     }
@@ -191,7 +211,7 @@ def summarize(records: list[RequestRecord], before: dict, after: dict, slo: Slo,
 # ---- the runs -------------------------------------------------------------------------------------
 
 
-def native_routing(policy: str) -> str | dict[str, Any]:
+def routing_of(policy: str) -> str | dict[str, Any]:
     if policy == "blended_precise":
         return "precise"  # its `prefix` is the precise match wherever the engine is loaded: all of a run
     if policy == "blended":
@@ -203,13 +223,12 @@ def native_model(policy: str) -> str:
     return f"native-{policy}"
 
 
-def gateway_config(cfg: RoutingBenchConfig, sims: dict[str, Server], port: int) -> dict[str, Any]:
+def gateway_config(
+    cfg: RoutingBenchConfig, sims: dict[str, Server], port: int, ports: dict[str, SimPorts] | None = None
+) -> dict[str, Any]:
     listen = {"listen": {"host": "127.0.0.1", "port": port}, "auth": {"mode": "none"}, "log_level": cfg.log_level}
-    backends = [
-        {"name": n, "adapter": "vllm", "url": s.base_url, "served_model": "sim-model", "max_inflight": 64}
-        for n, s in sims.items()
-    ]
-    models: dict[str, Any] = {p: {"routing": p, "backends": backends} for p in cfg.policies if sims}
+    backends = sim_backends(cfg, {n: s.base_url for n, s in sims.items()}, ports or {})
+    models: dict[str, Any] = {p: {"routing": routing_of(p), "backends": backends} for p in cfg.policies if sims}
     # A served_model each: native backends of one model path and name would share one engine.
     # max_model_len as the simulators' engines have it (their default).
     natives = [
@@ -224,7 +243,7 @@ def gateway_config(cfg: RoutingBenchConfig, sims: dict[str, Server], port: int) 
         for i, n in enumerate(NATIVE)
     ]
     for p in cfg.native_policies:
-        models[native_model(p)] = {"routing": native_routing(p), "backends": natives}
+        models[native_model(p)] = {"routing": routing_of(p), "backends": natives}
     if not sims:
         return {**listen, "models": models}
     # The blended profile's weights (policies/scorers.py BLENDED), with the bound under test.
@@ -249,13 +268,15 @@ async def one_run(
 ) -> dict[str, Any]:
     backends, duration = (NATIVE, cfg.native_duration_s) if pool == "native" else (BACKENDS, cfg.duration_s)
     count = max(2, round(rate * duration))
-    convs = sessions(cfg, tag, count, hot)
+    tokens = pool == "simulators" and cfg.source == "modelled"
+    convs = token_sessions(cfg, tag, count, hot) if tokens else sessions(cfg, tag, count, hot)
     arrivals = poisson_arrivals(count, rate, seed=cfg.seed)
     before = counters()
     samples: list[dict[str, float]] = []
     stop = asyncio.Event()
     sampler = asyncio.create_task(sample_inflight(gw, backends, samples, stop))
-    load = asyncio.create_task(run_load(gw, model, convs, arrivals, cfg.max_tokens))
+    send = run_token_load if tokens else run_load
+    load = asyncio.create_task(send(gw, model, convs, arrivals, cfg.max_tokens))
     if kill is not None:
         await asyncio.sleep(duration / 2)
         kill.child.kill()  # type: ignore[union-attr]
@@ -287,52 +308,23 @@ async def one_run(
     return result
 
 
-def start_sims(cfg: RoutingBenchConfig, logs: Path) -> dict[str, Server]:
-    sims = {}
-    for name in BACKENDS:
-        port = free_port()
-        argv = python_module(
-            "gateway.cli",
-            "simulate",
-            "vllm",
-            "--port",
-            str(port),
-            "--model-name",
-            "sim-model",
-            "--output-tokens",
-            str(cfg.max_tokens),
-        )
-        if cfg.source == "engine":
-            argv += ["--source", "engine", "--model-dir", "builtin:tiny"]
-        else:
-            argv += ["--ttft-ms", "20", "--itl-ms", "5"]
-        sims[name] = Server(name, argv, f"http://127.0.0.1:{port}/health", logs, env=_one_thread(), ready_timeout_s=180)
-    return sims
-
-
-def _one_thread() -> dict[str, str]:
-    import os
-
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
 async def bench(cfg: RoutingBenchConfig) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="routing-bench-"))  # the servers' logs, kept out of the report
-    sims = {} if cfg.native_only else start_sims(cfg, logs)
+    sims, ports = ({}, {}) if cfg.native_only else start_sims(cfg, logs)
     started: list[Server] = []
     try:
         for s in sims.values():
             started.append(s.__enter__())
         port = free_port()
         config_path = logs / "gateway.yaml"
-        config_path.write_text(yaml.safe_dump(gateway_config(cfg, sims, port)))
+        config_path.write_text(yaml.safe_dump(gateway_config(cfg, sims, port, ports)))
         gateway = Server(
             "gateway",
             python_module("gateway.cli", "serve", "--config", str(config_path)),
             f"http://127.0.0.1:{port}/healthz",
             logs,
             # One thread per engine, as each simulator has; the gateway loads its engines before it answers.
-            env=_one_thread(),
+            env=one_thread(),
             ready_timeout_s=180,
         )
         with gateway:
@@ -345,11 +337,12 @@ async def bench(cfg: RoutingBenchConfig) -> dict[str, Any]:
                 return native_counters(gw)
 
             runs, native_runs = [], []
-            for rate in cfg.rates:
+            for rate in () if cfg.native_only else cfg.sim_rates:
                 # A label per repetition too: the same workload, but no run finds what another cached.
-                for k, policy in schedule(() if cfg.native_only else cfg.policies, cfg.sim_repeats):
+                for k, policy in schedule(cfg.policies, cfg.sim_repeats):
                     runs.append(await one_run(cfg, gw, sim_pool, policy, rate, f"{policy}@{rate:g}#{k}"))
                     runs[-1].update({"policy": policy, "repetition": k})
+            for rate in cfg.rates:
                 for k, policy in schedule(cfg.native_policies, cfg.repeats):
                     tag = f"native-{policy}@{rate:g}#{k}"
                     native_runs.append(
@@ -359,8 +352,8 @@ async def bench(cfg: RoutingBenchConfig) -> dict[str, Any]:
             pooled = {"pooled": pool(runs), "native_pooled": pool(native_runs)}
             if cfg.native_only:
                 return {"config": _config(cfg), "runs": runs, "native_runs": native_runs, **pooled, "logs": str(logs)}
-            hot = await one_run(cfg, gw, sim_pool, "hot", max(cfg.rates), "hot", hot=True)
-            killed = await one_run(cfg, gw, sim_pool, "kill", max(cfg.rates), "kill", kill=sims[BACKENDS[-1]])
+            hot = await one_run(cfg, gw, sim_pool, "hot", max(cfg.sim_rates), "hot", hot=True)
+            killed = await one_run(cfg, gw, sim_pool, "kill", max(cfg.sim_rates), "kill", kill=sims[BACKENDS[-1]])
     finally:
         for s in started:
             s.__exit__(None, None, None)
@@ -374,26 +367,22 @@ def _config(cfg: RoutingBenchConfig) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.routing_bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=RoutingBenchConfig.out_dir)
-    p.add_argument("--source", choices=("engine", "synthetic"), default="engine")
+    p.add_argument("--source", choices=("modelled", "engine", "synthetic"), default="modelled", help="the simulators")
     p.add_argument("--duration", type=float, default=RoutingBenchConfig.duration_s, help="seconds of arrivals per run")
-    p.add_argument("--rates", default="1,5", help="sessions per second, comma-separated (light,heavy)")
-    p.add_argument("--policies", default=",".join(POLICIES), help=f"over the simulators, of {POLICIES}")
+    p.add_argument("--sim-rates", default=None, help="sessions per second over the simulators (light,heavy)")
+    p.add_argument("--rates", default="1,5", help="sessions per second over the native engines (light,heavy)")
+    p.add_argument("--policies", default=None, help=f"over the simulators, of {POLICIES} (default: all they can run)")
     p.add_argument(
         "--native-policies",
         default=",".join(NATIVE_POLICIES),
         help=f"over the native engines, of {NATIVE_POLICIES}; empty leaves the native pool out",
     )
     p.add_argument("--native-duration", type=float, default=RoutingBenchConfig.native_duration_s)
-    p.add_argument("--turns", type=int, default=RoutingBenchConfig.turns)
-    p.add_argument("--system-words", type=int, default=RoutingBenchConfig.system_words)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--repeats",
-        type=int,
-        default=RoutingBenchConfig.repeats,
-        help="runs of each native policy per rate, the order rotated each time; figures pooled over them",
-    )
-    p.add_argument("--sim-repeats", type=int, default=RoutingBenchConfig.sim_repeats, help="the same, simulators")
+    # The modelled pool's device and workload (bench/routing_sims.py, bench/routing_tokens.py).
+    model = ("sim_ttft_ms", "prefill_ms_per_token", "sim_itl_ms", "gpu_blocks", "system_tokens", "user_tokens")
+    for name in ("turns", "system_words", "seed", "repeats", "sim_repeats", *model):
+        default = getattr(RoutingBenchConfig, name)
+        p.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
     p.add_argument(
         "--native-only",
         action="store_true",
@@ -401,27 +390,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--gateway-log-level", default="info", help="debug: the gateway logs each scored routing decision")
     a = p.parse_args(argv)
-    policies = tuple(x for x in a.policies.split(",") if x)
+    sim_can = POLICIES if a.source == "modelled" else UNEVENTED_POLICIES
+    policies = tuple(x for x in (a.policies or ",".join(sim_can)).split(",") if x)
     native_policies = tuple(x for x in a.native_policies.split(",") if x)
-    if not set(policies) <= set(POLICIES) or not set(native_policies) <= set(NATIVE_POLICIES):
-        p.error(f"--policies: of {POLICIES}; --native-policies: of {NATIVE_POLICIES}")
+    if not set(policies) <= set(sim_can) or not set(native_policies) <= set(NATIVE_POLICIES):
+        p.error(f"--policies: of {sim_can} (source {a.source}); --native-policies: of {NATIVE_POLICIES}")
     if a.repeats < 1 or a.sim_repeats < 1:
         p.error("--repeats and --sim-repeats: at least 1")
+    sim_rates = a.sim_rates or (
+        "1,5" if a.source == "engine" else ",".join(f"{r:g}" for r in RoutingBenchConfig.sim_rates)
+    )
     cfg = RoutingBenchConfig(
         out_dir=a.out,
         source=a.source,
         duration_s=a.duration,
+        sim_rates=tuple(float(r) for r in sim_rates.split(",")),
         rates=tuple(float(r) for r in a.rates.split(",")),
         policies=policies,
         native_policies=native_policies,
         native_duration_s=a.native_duration,
-        turns=a.turns,
-        system_words=a.system_words,
-        seed=a.seed,
-        repeats=a.repeats,
-        sim_repeats=a.sim_repeats,
         native_only=a.native_only,
         log_level=a.gateway_log_level,
+        **{n: getattr(a, n) for n in ("turns", "system_words", "seed", "repeats", "sim_repeats", *model)},
     )
     started = time.perf_counter()
     result = asyncio.run(bench(cfg))

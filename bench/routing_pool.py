@@ -61,6 +61,7 @@ def pool(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "ok": sum(r["ok"] for r in reps),
                 "failed": sum(r["failed"] for r in reps),
                 "hit_rate": hits / queries if queries else None,
+                "evicted": None if any(r.get("evicted") is None for r in reps) else sum(r["evicted"] for r in reps),
                 "ttft_p50_ms": ttft["p50"],
                 "ttft_p99_ms": ttft["p99"],
                 "tpot_p50_ms": tpot["p50"],

@@ -11,6 +11,7 @@ import orjson
 from matplotlib.figure import Figure
 
 from bench.routing_pool import within_spread
+from bench.routing_text import MODELLED_READING, NATIVE_CAVEAT, simulator_pool
 
 COLUMNS = (
     ("policy", "policy"),
@@ -18,6 +19,7 @@ COLUMNS = (
     ("requests", "requests"),
     ("ok", "ok"),
     ("prefix-cache hit rate", "hit_rate"),
+    ("blocks evicted", "evicted"),
     ("TTFT p50 ms", "ttft_p50_ms"),
     ("TTFT p99 ms", "ttft_p99_ms"),
     ("p99 per run, min-max ms", "ttft_p99_spread_ms"),
@@ -100,7 +102,14 @@ def precise_verdict(runs: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"- {rate:g} sessions/s: best goodput **{'yes' if good_ok else 'no'}** "
             f"({_fmt(precise['goodput_rps'])} req/s; best {_fmt(good and good['goodput_rps'])} of "
-            f"{good and good['policy']}; every policy between {_fmt(min(goods))} and {_fmt(max(goods))}), "
+            f"{good and good['policy']}; every policy between {_fmt(min(goods))} and {_fmt(max(goods))}"
+            + (
+                f"; **within the spread**: the per-run goodput of blended_precise "
+                f"{_fmt(precise.get('goodput_spread_rps'))}, of {good['policy']} {_fmt(good.get('goodput_spread_rps'))}"
+                if not good_ok and good is not None and within_spread(precise, good, "goodput_rps")
+                else ""
+            )
+            + "), "
             f"best TTFT p99 **{'yes' if tail_ok else 'no'}** ({_fmt(precise['ttft_p99_ms'])} ms; best "
             f"{_fmt(tail and tail['ttft_p99_ms'])} of {tail and tail['policy']}"
             + (
@@ -121,37 +130,11 @@ def precise_verdict(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-# What the precise profile is, why, and how to read the native pool (what the numbers above show).
-NATIVE_CAVEAT = (
-    "Why blended precise is what it is: each scored decision, logged by the gateway at debug level "
-    "(`--native-only --gateway-log-level debug`), showed three causes of its misses, each fixed and pinned by "
-    "unit tests. (1) Event lag: an engine announces a block once it has computed it, so requests of a new "
-    "prefix arriving during its prefill went elsewhere and computed it again; a routed request's blocks are "
-    "now expected on its backend until its events confirm them (or a removal, a clear, a gap or 5 s end "
-    "them). (2) The bound: whenever precise routing left a prefix's holder for a cold backend it was the "
-    "bounded load, not the scores: at 1.25 with three backends and two in flight, a holder of one is past its "
-    "share; at 2 a holder of two of three is; each spill computed the prefix again (TTFT p99 about 350 ms "
-    "against about 100 ms without spills, on a quiet machine). The `precise` profile bounds at twice the "
-    "share above a floor of 4 in flight, and weighs prefix 6 against queue, KV and in-flight 2 each: a match "
-    "the engine's events vouch for wins until its backend nears saturation. (3) A one-block match (the chat "
-    "template's head, 1% of a prompt) decided every cold placement on idle backends and sent all of a run's "
-    "prompts to one engine; fewer than 4 matched blocks now score nothing, so a new prompt goes by load, "
-    "then by the rendezvous hash, as prefix affinity spreads them. "
-    "How to read the native pool: its three engines are threads of the gateway process on a 2-core machine "
-    "that also runs the load generator (and other work). Two engines busy at once contend for the cores and "
-    "the interpreter: a cold prefill next to another engine's work took up to about 470 ms, the same prefill "
-    "batched with a hit on one engine about 100 ms. At 1 session/s the TTFT p99 of 30 requests is the "
-    "slowest of the two to four cold prefills of a run, so it is decided by which of them happen to coincide "
-    "with other work; it moved by 100-300 ms between repeated runs of the same policy here. The hit rate, "
-    "the 5 sessions/s tail and goodput are the steadier signal. Against prefix_affinity, whose hit rate it "
-    "now matches, blended precise has two costs this pool shows and separate machines would not: it sends a "
-    "new prompt to the least loaded engine, which here means two engines busy at once, while the hash "
-    "sometimes puts every prompt of a run on one engine (all 450 requests of a longer run), which this "
-    "pool rewards; and it names each prompt's blocks as the engine does (chat template, tokenizer, block "
-    "hashes: about 1 ms a decision on the event loop the engines' threads share; the engine it picks "
-    "now reuses those token ids instead of tokenizing again). On a quiet machine its "
-    "TTFT p50 was 1-4 ms above prefix_affinity's in short runs."
-)
+def verdict(rows: list[dict[str, Any]]) -> list[str]:
+    lines = precise_verdict(rows)
+    if not lines:
+        return []
+    return ["Did blended precise have the best goodput and TTFT p99 (the issue's goal)?", "", *lines, ""]
 
 
 def markdown(result: dict[str, Any], plot: str) -> str:
@@ -163,9 +146,11 @@ def markdown(result: dict[str, Any], plot: str) -> str:
         "",
         "Two pools of three backends of one model, one gateway process serving one model per policy and pool, "
         "every policy of a pool over the same three backends. "
-        f"{cfg['system_prompts']} shared system prompts of about {cfg['system_words']} words, drawn Zipf "
-        f"(s={cfg['zipf_s']}); {cfg['turns']}-turn conversations, {cfg['max_tokens']} output tokens per turn; "
-        "sessions arrive open loop (Poisson). Every policy of a rate is sent the same workload (the same "
+        f"{cfg['system_prompts']} shared system prompts drawn Zipf (s={cfg['zipf_s']}); {cfg['turns']}-turn "
+        f"conversations, {cfg['max_tokens']} output tokens per turn; sessions arrive open loop (Poisson). The "
+        "native pool's prompts are text (system prompts of about "
+        f"{cfg['system_words']} words, chat completions, each turn carrying the real answer of the one before); "
+        "the simulators' are as their section says. Every policy of a rate is sent the same workload (the same "
         "prompt for the same session, the same arrivals and turns), labelled in its first block so that no run "
         "finds a cache another run warmed.",
         "",
@@ -176,17 +161,14 @@ def markdown(result: dict[str, Any], plot: str) -> str:
         "",
         "## Three vLLM simulators",
         "",
-        f"Token source `{cfg['source']}`"
-        + (" (each simulator runs the native engine on builtin:tiny" if cfg["source"] == "engine" else " (fixed")
-        + (", one thread, its own process)" if cfg["source"] == "engine" else " synthetic timing)")
-        + f"; {cfg['duration_s']:g} s of arrivals per run. Hit rate from their `/_sim/stats` (the same as "
-        "`vllm:prefix_cache_*`). They publish no KV events, so `blended` here matches prefixes approximately "
-        "(what the gateway routed where) and blended precise has nothing to read.",
+        simulator_pool(cfg),
         "",
         *table(result["pooled"]),
         "",
         *best_lines(result["pooled"]),
         "",
+        *verdict(result["pooled"]),
+        *([MODELLED_READING, ""] if cfg["source"] == "modelled" else []),
     ]
     if native:
         lines += [
@@ -206,10 +188,7 @@ def markdown(result: dict[str, Any], plot: str) -> str:
             "",
             *best_lines(native),
             "",
-            "Did blended precise have the best goodput and TTFT p99 (the issue's goal)?",
-            "",
-            *precise_verdict(native),
-            "",
+            *verdict(native),
             NATIVE_CAVEAT,
             "",
         ]

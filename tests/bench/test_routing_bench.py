@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.routing_bench import NATIVE, POLICIES, RoutingBenchConfig, main
+from bench.routing_bench import NATIVE, UNEVENTED_POLICIES, RoutingBenchConfig, main
 from bench.routing_workload import sessions
 
 RATES = (2.0, 4.0)
@@ -31,12 +31,22 @@ def check_rows(runs: list[dict], policies: tuple[str, ...], backends: tuple[str,
 
 def test_a_tiny_run_reports_every_policy_at_both_rates(tmp_path: Path) -> None:
     out = tmp_path / "routing"
-    argv = ["--out", str(out), "--source", "synthetic", "--duration", "2", "--rates", "2,4", "--turns", "2"]
-    argv += ["--native-duration", "2", "--native-policies", ",".join(NATIVE_POLICIES), "--repeats", "1"]
+    argv = ["--out", str(out), "--source", "synthetic", "--duration", "2", "--rates", "2,4", "--sim-rates", "2,4"]
+    argv += ["--turns", "2"]
+    argv += [
+        "--native-duration",
+        "2",
+        "--native-policies",
+        ",".join(NATIVE_POLICIES),
+        "--repeats",
+        "1",
+        "--sim-repeats",
+        "1",
+    ]
     assert main(argv) == 0
     result = orjson.loads((out / "result.json").read_bytes())
-    rows = check_rows(result["pooled"], POLICIES)
-    assert len(result["runs"]) == len(POLICIES) * len(RATES)  # the simulators: one run each by default
+    rows = check_rows(result["pooled"], UNEVENTED_POLICIES)  # no KV events: no blended precise
+    assert len(result["runs"]) == len(UNEVENTED_POLICIES) * len(RATES)  # the simulators: one run each here
     # Prefix affinity keeps each system prompt (and each conversation's history) on one backend.
     for rate in RATES:
         assert rows[("prefix_affinity", rate)]["hit_rate"] >= rows[("round_robin", rate)]["hit_rate"]
@@ -47,7 +57,7 @@ def test_a_tiny_run_reports_every_policy_at_both_rates(tmp_path: Path) -> None:
     assert result["kill"]["lost_before_streaming"] == 0
     assert result["hot"]["requests"] > 0 and result["hot"]["ok"] == result["hot"]["requests"]
     text = (out / "README.md").read_text()
-    for policy in POLICIES:
+    for policy in UNEVENTED_POLICIES:
         assert text.count(f"| {policy} |") == 2 + 2 * (policy in NATIVE_POLICIES)
     assert text.count("| blended_precise |") == 2 and "## Three native engines in the gateway" in text
     assert text.count("best TTFT p99 **") == 2  # the goal, judged at each rate
@@ -57,9 +67,10 @@ def test_a_tiny_run_reports_every_policy_at_both_rates(tmp_path: Path) -> None:
 
 
 def test_a_policy_a_pool_cannot_run_is_refused(tmp_path: Path) -> None:
-    # blended_precise over the simulators would read no KV events: a row of nothing, refused.
-    with pytest.raises(SystemExit):
-        main(["--out", str(tmp_path), "--policies", "blended_precise"])
+    # blended_precise over simulators that publish no KV events would read nothing: refused.
+    for source in ("engine", "synthetic"):
+        with pytest.raises(SystemExit):
+            main(["--out", str(tmp_path), "--source", source, "--policies", "blended_precise"])
     assert not (tmp_path / "result.json").exists()
 
 

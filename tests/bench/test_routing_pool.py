@@ -87,3 +87,14 @@ def test_a_difference_smaller_than_the_spread_is_called_so():
     # Winning by less than it: the caveat names the runner-up.
     (line,) = precise_verdict([row("blended_precise", 77.0, 70.0, 90.0), rival])
     assert "**yes**" in line and "within the spread" in line and "of prefix_affinity 75.0-82.0" in line
+
+
+def test_a_goodput_behind_by_less_than_the_runs_differ_is_called_so():
+    precise = {**row("blended_precise", 50.0, 45.0, 55.0), "goodput_rps": 14.9, "goodput_spread_rps": [14.8, 15.0]}
+    rival = {**row("blended", 60.0, 58.0, 62.0), "goodput_rps": 15.0, "goodput_spread_rps": [15.0, 15.0]}
+    (line,) = precise_verdict([precise, rival])
+    assert "best goodput **no**" in line and "per-run goodput of blended_precise 14.8-15.0" in line
+    # Behind by more than the spread: no caveat.
+    far = {**rival, "goodput_rps": 16.0, "goodput_spread_rps": [15.9, 16.1]}
+    (line,) = precise_verdict([precise, far])
+    assert "best goodput **no**" in line and "per-run goodput" not in line
