@@ -14,7 +14,15 @@ first; when the replay does not fill the gap, the consumer sees the gap and
 starts again from empty. On the first batch it also asks for everything from 0,
 which teaches the index what the runtime cached before the gateway subscribed.
 A payload that does not decode is skipped and counted; the number it leaves
-unused then shows as a gap. Needs `pyzmq` and `msgpack` (the `kv-events` extra).
+unused then shows as a gap.
+
+A connection to the publisher lost and made again (ZMQ reconnects by itself) may
+hide a restart the numbers cannot show: a new process numbers from 0 again, and
+the batches it sends before our subscription reaches it are lost, so its first
+batch heard may carry the very number the old process would have sent next. So a
+reconnect is a new start: the consumer forgets what it knew (`reconnected`), and
+the replay socket, if any, is asked for everything the runtime still buffers.
+Needs `pyzmq` and `msgpack` (the `kv-events` extra).
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ class EventConsumer(Protocol):
 
     def receive(self, seq: int, batch: KVEventBatch) -> object: ...
 
+    def reconnected(self) -> None: ...
+
 
 @dataclass
 class SubscriberStats:
@@ -45,6 +55,7 @@ class SubscriberStats:
     replays: int = 0
     replayed_batches: int = 0
     replay_failures: int = 0
+    reconnects: int = 0
 
 
 class KVEventSubscriber:
@@ -69,6 +80,7 @@ class KVEventSubscriber:
         self.stats = SubscriberStats()
         self._ctx = zmq.asyncio.Context.instance()
         self._task: asyncio.Task | None = None
+        self._lock = asyncio.Lock()  # one batch, replay or restart handed to the consumer at a time
 
     def start(self) -> None:
         if self._task is None:
@@ -86,16 +98,43 @@ class KVEventSubscriber:
 
         sub = self._ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, self.topic)
+        monitor = sub.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
         sub.connect(self.endpoint)
+        watcher = asyncio.create_task(self._watch(monitor), name=f"kv-events-{self.name}-connection")
         try:
             while True:
                 frames = await sub.recv_multipart()
                 if len(frames) != 3:
                     self.stats.undecodable += 1
                     continue
-                await self._handle(int.from_bytes(frames[1], "big"), frames[2])
+                async with self._lock:
+                    await self._handle(int.from_bytes(frames[1], "big"), frames[2])
         finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            sub.disable_monitor()
+            monitor.close(linger=0)
             sub.close(linger=0)
+
+    async def _watch(self, monitor) -> None:
+        """A connection made again after one was lost: a new start (module docstring)."""
+        import zmq
+        from zmq.utils.monitor import parse_monitor_message
+
+        lost = False
+        while True:
+            event = parse_monitor_message(await monitor.recv_multipart())["event"]
+            if event == zmq.EVENT_DISCONNECTED:
+                lost = True
+            elif event == zmq.EVENT_CONNECTED and lost:
+                lost = False
+                async with self._lock:
+                    self.stats.reconnects += 1
+                    log.warning("kv events from %s: publisher reconnected; its index starts over", self.name)
+                    self.consumer.reconnected()
+                    if self.replay_endpoint is not None:
+                        await self._replay(range(0, 1 << 62))  # everything it still buffers
 
     async def _handle(self, seq: int, payload: bytes) -> None:
         try:

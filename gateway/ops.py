@@ -109,6 +109,7 @@ class OpsCollector:
             ready.add_metric([name], 1 if health.ready else 0)
         yield ready
         yield from self._ejections()
+        yield from self._kv_events()
         errors = CounterMetricFamily(
             "switchyard_auth_keys_reload_errors",
             "Versions of auth.api_keys_file that could not be used (the last good key set stayed in force).",
@@ -144,6 +145,38 @@ class OpsCollector:
         yield ejected
         yield ejections
         yield refused
+
+    def _kv_events(self):
+        """Each backend's KV-event feed (gateway/kv_feeds.py): what precise routing knows
+        and how it heard it. Feeds shared by backends (one native engine) show under each."""
+        blocks = GaugeMetricFamily(
+            "switchyard_kv_index_blocks", "Blocks the backend's KV-event index holds.", labels=["backend"]
+        )
+        batches = CounterMetricFamily(
+            "switchyard_kv_events_batches",
+            "KV-event batches received from the runtime's publisher (ZMQ), replayed ones included.",
+            labels=["backend"],
+        )
+        lost = CounterMetricFamily(
+            "switchyard_kv_events_lost",
+            "What the KV-event feed could not trust, by kind: gap (sequence numbers skipped), restart "
+            "(the numbers started again), reconnect (the connection to the publisher was made again: "
+            "the index started over), undecodable (a batch not understood), replay_failed.",
+            labels=["backend", "kind"],
+        )
+        for name, feed in sorted(self.backends.feeds.items()):
+            blocks.add_metric([name], len(feed.index))
+            lost.add_metric([name, "gap"], feed.index.gaps)
+            lost.add_metric([name, "restart"], feed.index.restarts)
+            lost.add_metric([name, "reconnect"], feed.index.reconnects)
+            if feed.subscriber is not None:
+                stats = feed.subscriber.stats
+                batches.add_metric([name], stats.batches + stats.replayed_batches)
+                lost.add_metric([name, "undecodable"], stats.undecodable)
+                lost.add_metric([name, "replay_failed"], stats.replay_failures)
+        yield blocks
+        yield batches
+        yield lost
 
     def describe(self):
         return []

@@ -77,6 +77,7 @@ class IndexStats:
     last_seq: int | None
     gaps: int
     restarts: int
+    reconnects: int
     block_size: int | None
     expected: int = 0  # blocks expected from routed requests, not yet confirmed
 
@@ -107,6 +108,7 @@ class KVBlockIndex:
         self.last_seq: int | None = None
         self.gaps = 0
         self.restarts = 0
+        self.reconnects = 0
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -154,6 +156,13 @@ class KVBlockIndex:
         teach the index what the runtime cached before we subscribed."""
         first = 0 if self.last_seq is None else self.last_seq + 1
         return range(first, seq) if seq > first else range(0)
+
+    def reconnected(self) -> None:
+        """The publisher's connection was lost and made again: what it sent meanwhile, and
+        whether it is the same process, is unknown. Start over, numbering included."""
+        self.reconnects += 1
+        self.clear()
+        self.last_seq = None
 
     def receive(self, seq: int, batch: KVEventBatch) -> SeqVerdict:
         """Apply a numbered batch; after a gap or a restart, start again from empty."""
@@ -206,5 +215,11 @@ class KVBlockIndex:
 
     def stats(self) -> IndexStats:
         return IndexStats(
-            len(self._blocks), self.last_seq, self.gaps, self.restarts, self.block_size, len(self._expected)
+            len(self._blocks),
+            self.last_seq,
+            self.gaps,
+            self.restarts,
+            self.reconnects,
+            self.block_size,
+            len(self._expected),
         )

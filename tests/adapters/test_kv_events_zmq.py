@@ -38,12 +38,17 @@ async def until(predicate, seconds: float = 10.0) -> None:
 class Runtime:
     """The publishing side: an XPUB (a PUB that also sees subscriptions) and a replay ROUTER."""
 
-    def __init__(self) -> None:
+    def __init__(self, ports: tuple[int, int] | None = None) -> None:
         self.ctx = zmq.asyncio.Context()
         self.pub = self.ctx.socket(zmq.XPUB)
-        self.pub_port = self.pub.bind_to_random_port("tcp://127.0.0.1")
         self.router = self.ctx.socket(zmq.ROUTER)
-        self.replay_port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        if ports is None:  # a fresh runtime; else one started again where the last one was
+            self.pub_port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+            self.replay_port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        else:
+            self.pub_port, self.replay_port = ports
+            self.pub.bind(f"tcp://127.0.0.1:{self.pub_port}")
+            self.router.bind(f"tcp://127.0.0.1:{self.replay_port}")
         self.buffer: dict[int, bytes] = {}
 
     async def subscribed(self) -> None:
@@ -127,6 +132,28 @@ async def test_without_a_replay_a_gap_clears_the_index(runtime):
         await until(lambda: index.last_seq == 2)
         assert index.match([1]) == 0 and index.match([5]) == 1 and index.gaps == 1
         assert sub.stats.replay_failures == 1
+
+
+async def test_a_publisher_started_again_is_a_new_start_even_when_its_numbers_look_like_the_next(runtime):
+    index = KVBlockIndex()
+    async with subscriber(runtime, index, replay=True) as sub:
+        await runtime.publish(0, stored([1, 2]))
+        await until(lambda: index.last_seq == 0)
+        runtime.close()
+        again = Runtime((runtime.pub_port, runtime.replay_port))
+        try:
+            # The new process's batches 0 and 1 go out before the subscription reaches it:
+            # numbered from 0 again, its first batch heard (1) would pass for the old one's next.
+            await again.publish(0, stored([7, 8]), lose=True)
+            await again.publish(1, stored([9], parent=8), lose=True)
+            await again.subscribed()
+            assert await again.serve_one_replay() == 0  # asked for everything it buffers
+            await until(lambda: index.last_seq == 1)
+            assert index.match([1, 2]) == 0  # the old process's cache is gone
+            assert index.match([7, 8, 9]) == 3
+            assert (index.reconnects, index.restarts, index.gaps, sub.stats.reconnects) == (1, 0, 0, 1)
+        finally:
+            again.close()
 
 
 async def test_an_undecodable_batch_is_skipped_and_counted(runtime):

@@ -99,4 +99,14 @@ def test_stats_report_what_the_index_holds():
     index = KVBlockIndex()
     index.receive(0, batch(BlockStored((1, 2), block_size=16)))
     index.receive(2, batch(BlockStored((3,))))
-    assert index.stats() == IndexStats(blocks=1, last_seq=2, gaps=1, restarts=0, block_size=16)
+    assert index.stats() == IndexStats(blocks=1, last_seq=2, gaps=1, restarts=0, reconnects=0, block_size=16)
+
+
+def test_a_reconnect_forgets_the_blocks_and_the_numbering():
+    index = KVBlockIndex(block_size=16)
+    index.receive(4, KVEventBatch(0.0, (BlockStored((1, 2), None, 16),)))
+    index.reconnected()
+    assert (len(index), index.last_seq, index.reconnects) == (0, None, 1)
+    assert index.missing(3) == range(0, 3)  # a replay may teach it what came before
+    assert index.receive(3, KVEventBatch(0.0, (BlockStored((5,), None, 16),))) is SeqVerdict.NEXT
+    assert (index.gaps, index.restarts, index.match([5])) == (0, 0, 1)
