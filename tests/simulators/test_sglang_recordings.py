@@ -54,7 +54,8 @@ def request_body(rec: Recording) -> dict[str, Any]:
     return body
 
 
-ERRORS = [n for n in names("sglang") if load("sglang", n).status != 200]
+# The transcribed assertions; v0.5.23/ (our own run of SGLang) is checked by test_sglang_run.py.
+ERRORS = [n for n in names("sglang") if "/" not in n and load("sglang", n).status != 200]
 
 
 @pytest.mark.parametrize("name", ERRORS)
