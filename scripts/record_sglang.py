@@ -198,11 +198,17 @@ class StubScheduler:
             }
             await async_sock_send(self.send, AbortReq(rid=req.rid, finished_reason=reason))
             return
-        pieces = PIECES[pieces_key]
+        # A model's last token is the EOS, or the stop string's token: one more step
+        # whose text the detokenizer leaves out (EOS skipped as special, a stop string
+        # trimmed), so its delta is "" while completion_tokens counts it.
+        steps = [(p, self.tokenizer.convert_tokens_to_ids(p)) for p in PIECES[pieces_key]]
+        if finish == "eos":
+            steps.append(("", self.eos_id))
+        elif finish.startswith("stop:"):
+            steps.append(("", self.tokenizer.convert_tokens_to_ids(finish[5:])))
         prompt = len(req.input_ids)
-        for step, piece in enumerate(pieces, start=1):
-            token = self.tokenizer.convert_tokens_to_ids(piece)
-            last = step == len(pieces)
+        for step, (piece, token) in enumerate(steps, start=1):
+            last = step == len(steps)
             reason = finish_of(finish, step, self.eos_id) if last else None
             lp = [-0.25 * step] if req.return_logprob else None
             top = [[-0.25 * step, -1.5 - step]] if req.return_logprob and req.top_logprobs_num else None

@@ -39,7 +39,15 @@ from simulators.prefix_cache import radix_cache
 from simulators.promtext import Exposition
 from simulators.request import SimRequest, int_or_none, object_field, prompt_words_completion, stop_list, texts_of
 from simulators.server import Simulator, json_response, prometheus_response
-from simulators.sglang_wire import SglangChat, SglangCompletion, SglangNative, SglangReply, error, flat_error
+from simulators.sglang_wire import (
+    SglangChat,
+    SglangCompletion,
+    SglangNative,
+    SglangReply,
+    error,
+    flat_error,
+    missing_field_message,
+)
 from simulators.sse import DONE_FRAME, error_stream, frame
 from simulators.structured_requests import ConstraintRefused, sglang_constraint
 from simulators.toolcalls import fragments, named_choice, plan_tool_call, tool_names
@@ -293,13 +301,7 @@ class SglangSimulator(Simulator):
             )
         field_name = "messages" if kind == "chat" else "prompt"
         if body.get(field_name) is None or (kind == "chat" and not isinstance(body[field_name], list)):
-            name = "ChatCompletionRequest" if kind == "chat" else "CompletionRequest"
-            return error(
-                400,
-                f"1 validation error for {name}\n{field_name}\n  Field required [type=missing]"
-                f"[{{'type': 'missing', 'loc': ('body', '{field_name}'), 'msg': 'Field required'}}]",
-                "Bad Request",
-            )
+            return error(400, missing_field_message(body, kind, field_name), "Bad Request")
         problems = check_body(body, kind)
         if problems:  # the validation handler: str(exc) + str(exc.errors())
             model = "ChatCompletionRequest" if kind == "chat" else "CompletionRequest"

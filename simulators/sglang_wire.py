@@ -202,20 +202,25 @@ class SglangCompletion(SglangReply):
         return self.whole(choices, outcome)
 
     def emit(self, token: Token, outcome: Outcome) -> list[bytes]:
-        out: list[bytes] = []
-        if token.text:
-            choice = {**self.text_choice(token), "finish_reason": None, "matched_stop": None}
-            out.append(self.content_chunk(choice, outcome))
+        # Unlike chat, `_generate_completion_stream` writes the finish on the chunk of
+        # the scheduler's last output, text and all (an empty text if it had none):
+        # recorded in tests/adapters/recordings/sglang/v0.5.23/completion_stream.json.
+        if not token.text and token.finish is None:
+            return []
+        choice = {**self.text_choice(token), "finish_reason": None, "matched_stop": None}
         if token.finish is not None:
-            finish = {
-                "index": token.index,
-                "text": "",
-                "logprobs": None,
-                "finish_reason": openai_finish(token.finish, False),
-                "matched_stop": matched_stop(token.finish, token.matched),
-            }
-            self.finish_chunks.append(frame({**self.head, "choices": [finish]}))
-        return out
+            choice["finish_reason"] = openai_finish(token.finish, False)
+            choice["matched_stop"] = matched_stop(token.finish, token.matched)
+        # A pydantic dump: `usage` is there, null, unless continuous stats fill it.
+        usage = self.running_usage(outcome) if self.continuous else None
+        return [frame({**self.head, "choices": [choice], "usage": usage})]
+
+    def closing(self, outcome: Outcome) -> list[bytes]:
+        if not self.include_usage:
+            return []
+        # The usage chunk is dumped with exclude_none: no null details (recorded).
+        usage = {k: v for k, v in self.usage(outcome.completion_tokens).items() if v is not None}
+        return [frame({**self.head, "choices": [], "usage": usage})]
 
 
 class SglangNative(Reply):
@@ -266,3 +271,27 @@ class SglangNative(Reply):
             "retryable": False,
         }
         return frame({"error": failure})
+
+
+# FastAPI's `str(RequestValidationError)` names the route's file and line; these are
+# 0.5.23's (tests/adapters/recordings/sglang/v0.5.23/bad_request.json).
+_ROUTES = {
+    "chat": ("/v1/chat/completions", 1870, "openai_v1_chat_completions"),
+    "completion": ("/v1/completions", 1860, "openai_v1_completions"),
+}
+
+
+def missing_field_message(body: dict[str, Any], kind: str, field_name: str) -> str:
+    """SGLang's validation handler: `str(exc)` (the error, then where the route failed)
+    followed by `str(exc.errors())`. `input` is the body after the request model's
+    before-validators, which set a chat request's `tool_choice`."""
+    seen = dict(body)
+    if kind == "chat" and seen.get("tool_choice") is None:
+        seen["tool_choice"] = "none" if seen.get("tools") is None else "auto"
+    problem = {"type": "missing", "loc": ("body", field_name), "msg": "Field required", "input": seen}
+    path, line, function = _ROUTES[kind]
+    return (
+        f"1 validation error:\n  {problem}\n\n"
+        f'  File "<site-packages>/sglang/srt/entrypoints/http_server.py", line {line}, in {function}\n'
+        f"    POST {path} {[problem]}"
+    )

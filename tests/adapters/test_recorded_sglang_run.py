@@ -37,6 +37,13 @@ def asked(rec: Recording, **extra) -> object:
     return chat(stream=stream, messages=body["messages"], **extra)
 
 
+def usage_of(rec: Recording) -> Usage:
+    """The counts the recording reports (the answer's usage, or the stream's usage chunk)."""
+    u = rec.response["usage"] if rec.events is None else next(c["usage"] for c in rec.chunks if c.get("usage"))
+    cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens")
+    return Usage(u["prompt_tokens"], u["completion_tokens"], cached)
+
+
 def texts(events: list, index: int = 0) -> str:
     return "".join(e.text for e in events if isinstance(e, TextDelta) and e.index == index)
 
@@ -64,7 +71,8 @@ async def test_chat(replay) -> None:
     a = serve(replay, rec)
     events = await collect(a, asked(rec))
     await a.aclose()
-    assert events == [TextDelta(0, "Rivers carry water to the sea."), Finish(0, "stop"), Usage(11, 7)]
+    # completion_tokens count the EOS, which has no text
+    assert events == [TextDelta(0, "Rivers carry water to the sea."), Finish(0, "stop"), Usage(11, 8)]
 
 
 @pytest.mark.parametrize("name", ["chat_stream", "chat_stream_usage"])
@@ -74,7 +82,7 @@ async def test_chat_stream_with_its_lone_finish_chunk(replay, name) -> None:
     events = await delivered(a, asked(rec, include_usage=name.endswith("usage")))
     await a.aclose()
     assert texts(events) == "Rivers carry water to the sea."
-    tail = [Finish(0, "stop"), Usage(11, 7)] if name.endswith("usage") else [Finish(0, "stop")]
+    tail = [Finish(0, "stop"), Usage(11, 8)] if name.endswith("usage") else [Finish(0, "stop")]
     assert [e for e in events if not isinstance(e, TextDelta)] == tail
 
 
@@ -116,7 +124,7 @@ async def test_two_choices(replay, name) -> None:
     await a.aclose()
     by_index = {texts(events, i): f for i in (0, 1) for f in events if isinstance(f, Finish) and f.index == i}
     assert by_index == {" A river runs": Finish(0, "stop"), "Rivers carry water": Finish(1, "length")}
-    assert events[-1] == Usage(11, 6)
+    assert events[-1] == Usage(11, 7) == usage_of(rec)  # 3 + 3, and the EOS
 
 
 @pytest.mark.parametrize("name", ["tool_call", "tool_call_stream", "tool_call_named_stream"])
@@ -141,7 +149,8 @@ async def test_completion(replay, name) -> None:
     events = await delivered(a, asked(rec, include_usage=True))
     await a.aclose()
     assert texts(events) == "Rivers carry water to the sea."
-    assert [e for e in events if not isinstance(e, TextDelta)] == [Finish(0, "stop"), Usage(2, 7)]
+    assert [e for e in events if not isinstance(e, TextDelta)] == [Finish(0, "stop"), usage_of(rec)]
+    assert usage_of(rec).completion_tokens == 8
 
 
 def test_completion_of_two_prompts_decodes_by_index() -> None:
