@@ -26,12 +26,22 @@ Re-run (outside the repository's environment; SGLang is not a project dependency
         openai==2.8.0 pydantic jinja2 jsonschema partial_json_parser pybase64 requests \
         numpy psutil regex httpx packaging pillow pyzmq IPython aiohttp transformers dill \
         apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 compressed_tensors gguf xgrammar \
-        uvloop setproctitle einops soundfile
+        uvloop setproctitle einops soundfile python-multipart
     /tmp/sglang-venv/bin/python scripts/record_sglang.py tests/adapters/recordings/sglang/v0.5.23
 
 (`torch==2.13.0` is the CPU wheel; do not install torchvision: PyPI's build needs
 CUDA torch, so this script stands in an empty module for it, which only multimodal
-configs import.) Ids and `created` differ on every run; everything else is stable.
+configs import; torchvision, if present, pulls a CUDA torch of several GB.) Installed
+for the committed recordings: fastapi 0.165.0, starlette 1.10.0, pydantic 2.14.4,
+msgspec 0.23.0, orjson 3.13.0, openai 2.8.0, transformers 5.24.0, pyzmq 27.3.0. The
+validation message (`bad_request.json`) is FastAPI's text and follows its version.
+Ids and `created` differ on every run; everything else is stable.
+
+Why the stub cannot change the wire layout: it sits below the tokenizer manager,
+which turns every message into `meta_info` itself (`_handle_batch_output`), and the
+serving classes write the response from that. The stub's only freedom is the values a
+scheduler may send (texts, ids, counts, logprobs, a finish reason from SGLang's own
+`FINISH_*` classes, an `AbortReq` as `Scheduler._abort_on_queued_limit` builds it).
 """
 
 from __future__ import annotations
