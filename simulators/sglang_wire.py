@@ -2,8 +2,10 @@
 `matched_stop` and a `metadata` block, msgspec-style content chunks
 (`reasoning_content:null` first in `delta`, no `usage` key) with each choice's
 `finish_reason` in a separate content-free chunk after all content, pydantic-style
-tool-call chunks with every null key, and the native `/generate` shapes with
-cumulative streamed `text`."""
+tool-call chunks with every null key; completions chunks as pydantic dumps
+(`"usage": null`) with the finish on the last output's chunk; and the native
+`/generate` shapes with cumulative streamed `text`. Checked against SGLang 0.5.23's
+own answers (tests/adapters/recordings/sglang/v0.5.23)."""
 
 from __future__ import annotations
 
