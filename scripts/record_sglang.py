@@ -18,16 +18,17 @@ is a made-up directory: a Qwen2 `config.json` (never loaded into weights) and a
 word-level tokenizer with our own chat template, so prompt token counts are this
 tokenizer's, not a real model's.
 
-Re-run (outside the repository's environment; SGLang is not a project dependency):
+Re-run in a virtual environment of its own, $VENV, anywhere outside the repository
+(SGLang is not a project dependency):
 
-    python3 -m venv /tmp/sglang-venv
-    /tmp/sglang-venv/bin/pip install --no-deps sglang==0.5.23
-    /tmp/sglang-venv/bin/pip install torch==2.13.0 triton fastapi uvicorn orjson msgspec \
+    python3 -m venv $VENV
+    $VENV/bin/pip install --no-deps sglang==0.5.23
+    $VENV/bin/pip install torch==2.13.0 triton fastapi uvicorn orjson msgspec \
         openai==2.8.0 pydantic jinja2 jsonschema partial_json_parser pybase64 requests \
         numpy psutil regex httpx packaging pillow pyzmq IPython aiohttp transformers dill \
         apache-tvm-ffi==0.1.11 sentencepiece==0.2.1 compressed_tensors gguf xgrammar \
         uvloop setproctitle einops soundfile python-multipart
-    /tmp/sglang-venv/bin/python scripts/record_sglang.py tests/adapters/recordings/sglang/v0.5.23
+    $VENV/bin/python scripts/record_sglang.py tests/adapters/recordings/sglang/v0.5.23
 
 (`torch==2.13.0` is the CPU wheel; do not install torchvision: PyPI's build needs
 CUDA torch, so this script stands in an empty module for it, which only multimodal
