@@ -23,6 +23,7 @@ its frames are bigger and its parse does more, and both are spent per request.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from adapters.base import Event, Finish, Usage
@@ -41,11 +42,26 @@ class ResponsesAnswer:
         self.encoder = ResponseStreamEncoder(self.assembly)
         self.state = self.assembly.state
         self.held = b""  # frames caused once the generation finished: sent with the terminal ones
+        self.opening: bytes | None = None
+        if prepared.request.stream:
+            # The opening frames (the response object twice) depend only on the request:
+            # built at the event loop's next turn, which comes while the request waits
+            # on its upstream (the gateway idle), not after the first event arrived,
+            # where they delayed the first byte. stream_start builds them if no turn came.
+            try:
+                asyncio.get_running_loop().call_soon(self._build_opening)
+            except RuntimeError:  # no running loop (a synchronous caller)
+                pass
 
     # ---- stream ---------------------------------------------------------------------
 
+    def _build_opening(self) -> None:
+        if self.opening is None:
+            self.opening = self.encoder.start()
+
     def stream_start(self) -> bytes:
-        return self.encoder.start()
+        self._build_opening()
+        return self.opening  # type: ignore[return-value]  # just built
 
     def stream_feed(self, event: Event) -> bytes:
         state = self.state
