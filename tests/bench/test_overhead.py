@@ -84,3 +84,14 @@ def test_overhead_run_writes_figures(tmp_path: Path, capsys: pytest.CaptureFixtu
     printed = capsys.readouterr().out
     assert "added p50" in printed and "| non-streaming, concurrency 1 | gateway |" in printed
     assert (out / "nonstream-c1-gateway" / "result.json").is_file()
+
+
+def test_only_the_responses_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "overhead"
+    assert main(["--only", "responses", "--requests", "30", "--rounds", "1", "--warmup", "5", "--out", str(out)]) == 0
+    doc = orjson.loads((out / "overhead.json").read_bytes())
+    assert doc["latency"] == [] and doc["throughput"] == []  # neither the chat rows nor wrk ran
+    assert [r["scenario"] for r in doc["responses"]] == ["non-streaming", "16-chunk streaming"]
+    assert [t["target"].startswith("/v1/responses adds within") for t in doc["targets"]] == [True, True]
+    printed = capsys.readouterr().out
+    assert "| non-streaming | gateway responses |" in printed and "| latency, concurrency 1 |" not in printed

@@ -6,6 +6,7 @@ and a store that fails turns a stream's end into `response.failed`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -118,3 +119,18 @@ async def test_store_false_stores_nothing():
     final = await whole.whole_body(Usage(1, 1))
     with pytest.raises(ResponseNotFound):
         await store.get("t", final["id"])
+
+
+async def test_the_opening_frames_are_built_while_the_request_waits_and_sent_once():
+    streamed = await answer(MemoryResponseStore(), True)
+    assert streamed.opening is None
+    await asyncio.sleep(0)  # the loop's next turn: where the request would wait on its upstream
+    built = streamed.opening
+    assert built is not None and parse_responses_stream(built).kinds == ["response.created", "response.in_progress"]
+    raw = streamed.stream_start() + b"".join(streamed.stream_feed(e) for e in SCRIPTS["text"])
+    parsed = parse_responses_stream(raw + await streamed.stream_end(Usage(3, 3)))
+    assert raw.startswith(built) and parsed.violations == []  # once, and numbered 0 and 1
+    # A whole answer sends no stream frames: nothing is built for it.
+    whole = await answer(MemoryResponseStore(), False)
+    await asyncio.sleep(0)
+    assert whole.opening is None
