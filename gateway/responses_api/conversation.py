@@ -104,7 +104,14 @@ def build_generation(
         stream=request.stream,
         include_usage=True,  # the response object always reports usage
         tenant=tenant,
+        # The same explicit conversation keys as chat's (gateway/requests.py), so a
+        # model's session affinity keeps a Responses conversation on its backend too.
+        session_keys={name: key for name, key in _session_sources(request) if key},
     )
+
+
+def _session_sources(request: ResponsesRequest) -> tuple[tuple[str, str | None], ...]:
+    return (("prompt_cache_key", request.prompt_cache_key), ("user", request.user))
 
 
 def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:

@@ -342,3 +342,12 @@ def test_error_messages_stay_short_whatever_the_client_sends():
     assert len(err.message) < 400
     err = refused({"model": "m", "input": "hi", "y" * 100_000: 1})
     assert len(err.message) < 400 and len(err.param or "") < 100
+
+
+def test_conversation_keys_reach_session_affinity_as_for_chat():
+    # Routing's session affinity reads GenerationRequest.session_keys; chat fills it
+    # from the same two fields (gateway/requests.py session_keys).
+    gen = generation(input="hi", prompt_cache_key="conv-7", user="u-1")
+    assert gen.session_keys == {"prompt_cache_key": "conv-7", "user": "u-1"}
+    assert generation(input="hi", user="").session_keys == {}
+    assert generation(input="hi").session_keys == {}
