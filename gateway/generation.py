@@ -330,9 +330,18 @@ class Generation:
 
     async def _whole(self, events: AsyncIterator[Event], send) -> None:
         answer = self.answer
+        # The timer that starts the disconnect watcher can fire seconds late on a
+        # machine whose wakeups lag (see __call__), while the upstream's events keep
+        # the loop awake: a whole answer also starts watching at its first event
+        # after WATCH_AFTER_S, so a long one notices its client leaving in time.
+        watch_at = self.ctx.started + WATCH_AFTER_S
+        watching = False
         try:
             async for event in self._seen(events):
                 answer.whole_feed(event)
+                if not watching and time.perf_counter() >= watch_at:
+                    watching = True
+                    self._watch_now()
             usage = self.usage or self._estimated_usage() or Usage(0, 0)
             payload = orjson.dumps(await answer.whole_body(usage))
         except GatewayError as err:

@@ -18,7 +18,7 @@ from gateway import generation as generation_module
 from gateway.phases import CancelPhase
 from gateway.request_deadline import deadline_exceeded
 from gateway.requests import estimate_prompt_tokens
-from tests.gateway.scripted import HANG, ScriptedAdapter, always
+from tests.gateway.scripted import HANG, Pause, ScriptedAdapter, always
 from tests.gateway.test_generation import chat, sse_data
 from tests.gateway.test_generation_wire import Served, answered, one
 from tests.gateway.test_internal_errors import Broken
@@ -157,6 +157,29 @@ async def test_a_stream_watches_for_the_client_from_its_start_not_only_after_the
         one(ScriptedAdapter("b1", always(TextDelta(0, "Hi"), HANG)), chat(), leave_after=0.05), timeout=10
     )
     assert (served.outcome.status, served.outcome.cancelled_phase) == (499, CancelPhase.MID_STREAM)
+
+
+async def test_a_stream_started_after_the_timer_keeps_its_one_watcher(monkeypatch):
+    # The timer fires while the upstream is still silent, then the stream starts:
+    # the start must not add a second watcher (two readers of one ASGI receive).
+    monkeypatch.setattr(generation_module, "WATCH_AFTER_S", 0.0)
+    script = always(Pause(0.05), TextDelta(0, "Hi"), HANG)
+    served = await asyncio.wait_for(one(ScriptedAdapter("b1", script), chat(), leave_after=0.2), timeout=10)
+    assert (served.outcome.status, served.outcome.cancelled_phase) == (499, CancelPhase.MID_STREAM)
+    assert served.receives == 1
+
+
+async def test_a_whole_answer_watches_from_an_event_when_the_timer_lags(monkeypatch):
+    # The timer is set for an hour (it never fires here); once the request is under
+    # way the threshold drops, and an upstream event must start the watcher.
+    monkeypatch.setattr(generation_module, "WATCH_AFTER_S", 3600.0)
+    script = always(Pause(0.15), TextDelta(0, "a"), Pause(0.05), TextDelta(0, "b"), HANG)
+    request = asyncio.ensure_future(one(ScriptedAdapter("b1", script), chat(stream=False), leave_after=0.3))
+    await asyncio.sleep(0.05)
+    monkeypatch.setattr(generation_module, "WATCH_AFTER_S", 0.0)
+    served = await asyncio.wait_for(request, timeout=10)
+    assert (served.outcome.status, served.outcome.cancelled_phase) == (499, CancelPhase.NON_STREAMING)
+    assert served.receives == 1
 
 
 # ---- a bug --------------------------------------------------------------------------------------------

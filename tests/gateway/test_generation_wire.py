@@ -59,6 +59,7 @@ class Served:
     metrics: GatewayMetrics = field(default_factory=GatewayMetrics)
     trace: Trace = field(default_factory=Trace)
     inflight: list[float] = field(default_factory=list)  # the model's in-flight gauge at each message
+    receives: int = 0  # calls of the ASGI receive: one per disconnect watcher
 
     @property
     def start(self) -> dict:
@@ -124,6 +125,7 @@ async def serve(
             await asyncio.sleep(last_send_s)
 
     async def receive() -> dict:
+        served.receives += 1
         if leave_after is None:
             await asyncio.Event().wait()
         await asyncio.sleep(leave_after)
