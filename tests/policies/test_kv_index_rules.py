@@ -110,3 +110,12 @@ def test_a_reconnect_forgets_the_blocks_and_the_numbering():
     assert index.missing(3) == range(0, 3)  # a replay may teach it what came before
     assert index.receive(3, KVEventBatch(0.0, (BlockStored((5,), None, 16),))) is SeqVerdict.NEXT
     assert (index.gaps, index.restarts, index.match([5])) == (0, 0, 1)
+
+
+def test_reconnects_are_counted_each_time():
+    # The count feeds switchyard_kv_events_lost_total{kind="reconnect"}: a flapping
+    # publisher must show as many reconnects as happened, not one.
+    index = KVBlockIndex(block_size=16)
+    for _ in range(3):
+        index.reconnected()
+    assert index.stats().reconnects == 3
