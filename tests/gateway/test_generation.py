@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
+from gateway.answer_format import AnswerFormat
 from gateway.config import parse_config
 from gateway.dispatch import Dispatcher
 from gateway.generation import Generation
@@ -59,6 +60,11 @@ class Run:
     def body(self) -> bytes:
         return b"".join(m.get("body", b"") for m in self.sent if m["type"] == "http.response.body")
 
+    @property
+    def writes(self) -> list[bytes]:
+        """The non-empty body writes, in order."""
+        return [m["body"] for m in self.sent if m["type"] == "http.response.body" and m.get("body")]
+
     def metric(self, name: str, **labels: str) -> float:
         value = self.metrics.registry.get_sample_value(name, labels)
         return 0.0 if value is None else value
@@ -70,8 +76,10 @@ async def generate(
     *,
     leave: Callable[[Run], Awaitable[None]] | None = None,
     model: dict | None = None,
+    answer: AnswerFormat | None = None,
 ) -> Run:
-    """Run one Generation to its end. `leave` returns when the client should go away."""
+    """Run one Generation to its end (chat's answer format unless `answer` is given).
+    `leave` returns when the client should go away."""
     run = Run()
     backends = backend_set({"m": model or {"backends": ["b1"]}}, {"b1": adapter})
     protection = Protection(parse_config({}), CollectorRegistry())
@@ -94,7 +102,8 @@ async def generate(
 
     recorder = RequestRecorder(run.metrics, backends.pools, None)
     ctx = RequestContext("rid-1", time.perf_counter(), chat=request.kind == "chat", model="m")
-    await Generation(Dispatcher(backends), recorder, ctx, ticket, [request])({"type": "http"}, receive, send)
+    generation = Generation(Dispatcher(backends), recorder, ctx, ticket, [request], answer)
+    await generation({"type": "http"}, receive, send)
     run.inflight = backends.backends["b1"].inflight
     await protection.aclose()
     return run

@@ -10,47 +10,25 @@ deadline, the client leaving), and a client that leaves still frees everything.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from adapters.base import Event, Finish, TextDelta, Usage
 from conformance.responses_sse import parse_responses_stream
-from gateway.config import parse_config
-from gateway.dispatch import Dispatcher
-from gateway.generation import Generation
-from gateway.metrics import GatewayMetrics
 from gateway.phases import CancelPhase
-from gateway.protection import Protection
-from gateway.recorder import RequestContext, RequestRecorder
 from gateway.responses_api import MemoryResponseStore, prepare_response
 from gateway.responses_api.answer import ResponsesAnswer
-from tests.gateway.scripted import HANG, ScriptedAdapter, always, backend_set, count_releases
+from tests.gateway.scripted import HANG, ScriptedAdapter, always
+from tests.gateway.test_generation import Run
+from tests.gateway.test_generation import generate as generate_with
 
 TEXT = [TextDelta(0, "Hel"), TextDelta(0, "lo"), TextDelta(0, " there")]
 
 
-async def never_gone() -> bool:
-    return False
-
-
-@dataclass
-class Run:
-    writes: list[bytes] = field(default_factory=list)  # the non-empty body writes, in order
-    releases: list[tuple[Usage | None, CancelPhase | None]] = field(default_factory=list)
-    inflight: int = -1
-    body_seen: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def body(self) -> bytes:
-        return b"".join(self.writes)
-
-    def types(self) -> list[str]:
-        return [e["type"] for e in parse_responses_stream(self.body).events]
+def types(run: Run) -> list[str]:
+    return [e["type"] for e in parse_responses_stream(run.body).events]
 
 
 async def generate(
@@ -60,8 +38,8 @@ async def generate(
     deadline_s: float | None = None,
     **body: Any,
 ) -> Run:
-    """One `POST /v1/responses` stream answered by `adapter`, run to its end."""
-    run = Run()
+    """One `POST /v1/responses` stream answered by `adapter`, run to its end (the
+    harness of tests/gateway/test_generation.py with the Responses answer format)."""
     store = MemoryResponseStore()
     prepared = await prepare_response(
         {"model": "m", "input": "hi", "stream": True, **body}, tenant="", store=store, request_id="rid-1"
@@ -69,31 +47,7 @@ async def generate(
     request = prepared.generation
     if deadline_s is not None:
         request.deadline = asyncio.get_running_loop().time() + deadline_s
-    backends = backend_set({"m": {"backends": ["b1"]}}, {"b1": adapter})
-    protection = Protection(parse_config({}), CollectorRegistry())
-    await protection.start()
-    ticket = await protection.admit(await protection.authenticate({}), "m", request, 10, never_gone)
-    count_releases(ticket, run.releases)
-
-    async def send(message: dict) -> None:
-        if message["type"] == "http.response.body" and message.get("body"):
-            run.writes.append(message["body"])
-            run.body_seen.set()
-
-    async def receive() -> dict:
-        if leave is None:
-            await asyncio.Event().wait()  # the client stays
-        else:
-            await leave(run)
-        return {"type": "http.disconnect"}
-
-    recorder = RequestRecorder(GatewayMetrics(), backends.pools, None)
-    ctx = RequestContext("rid-1", time.perf_counter(), chat=True, model="m")
-    answer = ResponsesAnswer(prepared, store)
-    await Generation(Dispatcher(backends), recorder, ctx, ticket, [request], answer)({"type": "http"}, receive, send)
-    run.inflight = backends.backends["b1"].inflight
-    await protection.aclose()
-    return run
+    return await generate_with(adapter, request, leave=leave, answer=ResponsesAnswer(prepared, store))
 
 
 @pytest.mark.parametrize("store", [False, True])
@@ -122,7 +76,7 @@ async def test_a_deadline_after_the_finish_sends_what_the_finish_caused_before_t
     run = await generate(ScriptedAdapter("b1", always(*TEXT, Finish(0, "stop"), HANG)), deadline_s=0.3)
     stream = parse_responses_stream(run.body)
     assert stream.violations == []
-    assert run.types()[-5:] == [
+    assert types(run)[-5:] == [
         "response.output_text.done",
         "response.content_part.done",
         "response.output_item.done",
