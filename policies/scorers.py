@@ -14,6 +14,16 @@ neither helps nor hurts a backend.
 * `inflight`: the gateway's own in-flight requests per unit of weight, as a
   ratio to the least loaded: (min + 1) / (x + 1). Exact and instant, where the
   runtime's signals are read every 2 s.
+* `backlog`: the prefill work queued on the backend, per unit of weight: the
+  uncached prompt tokens of the requests the gateway routed there whose first
+  event has not come back (gateway/dispatch.py holds it), as a ratio to the
+  least: (min + C) / (x + C), C = `BACKLOG_SCALE_TOKENS` (256). A runtime
+  prefills in turn, so this is what a new prompt waits behind before its own
+  prefill starts; the in-flight count cannot tell a backend computing a cold
+  550-token prompt from one decoding a warm one. C is about the prefill a
+  request brings itself (16 blocks: a chat turn with its template), so a
+  difference well below it hardly counts (a 40-token turn ahead scores 0.87),
+  one of a cold prompt does (550 tokens ahead: 0.32 against an idle backend's 1).
 * `prefix_approx`, `prefix_precise`: the fraction of the request's leading
   prompt blocks the backend holds, estimated from what was routed there
   (policies/prefix_index.py) or read from the runtime's KV-cache events
@@ -41,8 +51,8 @@ Why the `blended` profile weighs them as it does:
   through the bounded-load limit (policies/scoring.py).
 
 Why the `precise` profile weighs them otherwise (prefix 6, queue 2, kv 2,
-inflight 2, session 13; load factor 2), for pools whose runtimes publish KV
-events (the native engine, vLLM and SGLang with `kv_events`):
+inflight 2, backlog 2, session 15; load factor 2), for pools whose runtimes
+publish KV events (the native engine, vLLM and SGLang with `kv_events`):
 
 * The blended profile's argument for letting load outweigh the prefix is that
   an approximate index guesses: it may send a request to a backend that no
@@ -54,9 +64,11 @@ events (the native engine, vLLM and SGLang with `kv_events`):
   (docs/bench/routing/): with the blended weights the precise profile found
   fewer cached tokens than prefix affinity, which ignores load altogether.
 * So the prefix dominates until a backend is really loaded: a whole match (6 x
-  0.9 or more) outweighs everything the load scorers can take off below the
-  saturation thresholds (queue 5, KV 0.8), where the saturated-last partition
-  takes over; the load scorers decide among backends whose matches are close (a
+  0.9 or more) outweighs what the load scorers take off a loaded backend short
+  of the saturation thresholds (queue 5, KV 0.8; 4 waiting, KV at 0.6 and twice
+  the others in flight take 3.7, a backlog many times the others' at most 2
+  more), and past them the saturated-last partition takes over; the load
+  scorers decide among backends whose matches are close (a
   cold prefix goes to the least loaded backend, a prefix two backends hold to
   the less loaded one), and against a partial match (half a prompt: 3).
 * Load factor 2 above a floor of 4 in flight, not 1.25 from the first: bounded
@@ -72,7 +84,22 @@ events (the native engine, vLLM and SGLang with `kv_events`):
   above it one backend holds at most twice its share (two thirds of three
   backends' work), the overflow going to the next best, which then holds the
   prefix too.
-* session 13: more than the others together (6 + 2 + 2 + 2 = 12), as in the
+* backlog 2: where the matches tie (a prompt no backend holds, a system prompt
+  every backend holds) the backend with the least prefill ahead wins, before
+  the in-flight count: at light load every backend has a request or so in
+  flight and the in-flight scores tie, while one of them is computing a cold
+  prompt and another only a warm turn. Measured on the routing bench at 5
+  sessions/s: without it, a new prompt went to a device with about 237 ms of
+  prefill ahead rather than one with 32 ms, and took about 470 ms. Its weight
+  is below what a whole match scores (6 x 0.9), so a backend holding the
+  prompt keeps it against any backlog difference alone: the backlog ahead
+  there is at most what the match saves (a cold prefill elsewhere costs the
+  same device time and warms a second copy), and a holder that is really
+  loaded shows it in the queue, KV and in-flight scores and then in the
+  saturation partition. Not in the blended profile: its uncached estimate
+  would rest on the approximate index and on four characters a token, and it
+  is measured only where the runtime publishes KV events.
+* session 15: more than the others together (6 + 2 + 2 + 2 + 2 = 14), as in the
   blended profile; where the runtime's blocks cannot be named (a text prompt to
   vLLM) the session still keeps a conversation in place.
 """
@@ -83,6 +110,9 @@ from collections.abc import Callable
 
 from policies.routing import BackendView
 from policies.saturation import SaturationDetector
+
+# The backlog (in prompt tokens) below which a difference hardly counts; see `backlog` above.
+BACKLOG_SCALE_TOKENS = 256.0
 
 Scorer = Callable[[list[BackendView], SaturationDetector], list[float | None]]
 
@@ -107,6 +137,12 @@ def inflight(backends: list[BackendView], detector: SaturationDetector) -> list[
     per_weight = [b.inflight / b.weight for b in backends]
     least = min(per_weight, default=0.0)
     return [(least + 1.0) / (x + 1.0) for x in per_weight]
+
+
+def backlog(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
+    per_weight = [b.backlog_tokens / b.weight for b in backends]
+    least = min(per_weight, default=0.0)
+    return [(least + BACKLOG_SCALE_TOKENS) / (x + BACKLOG_SCALE_TOKENS) for x in per_weight]
 
 
 def prefix_approx(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
@@ -134,6 +170,7 @@ SCORERS: dict[str, Scorer] = {
     "queue": queue,
     "kv": kv,
     "inflight": inflight,
+    "backlog": backlog,
     "prefix": prefix,
     "prefix_approx": prefix_approx,
     "prefix_precise": prefix_precise,
@@ -143,7 +180,14 @@ SCORERS: dict[str, Scorer] = {
 
 BLENDED: dict[str, float] = {"prefix": 3.0, "queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 10.0}
 # `prefix`: precise where the runtime publishes KV events, approximate elsewhere (a text prompt to vLLM).
-PRECISE: dict[str, float] = {"prefix": 6.0, "queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 13.0}
+PRECISE: dict[str, float] = {
+    "prefix": 6.0,
+    "queue": 2.0,
+    "kv": 2.0,
+    "inflight": 2.0,
+    "backlog": 2.0,
+    "session": 15.0,
+}
 PRECISE_LOAD_FACTOR = 2.0
 PRECISE_LOAD_FLOOR = 4
 

@@ -161,6 +161,9 @@ async def test_a_vllm_backends_events_steer_a_token_id_prompt_to_it(sets):
     result = pool.route(GenerationRequest("r", "m", kind="completion", prompt=prompt))
     assert [b.name for b in result.candidates] == ["warm", "cold"]
     assert [b.prefix_precise for b in result.candidates] == [1.0, 0.0]
+    # What each would compute (dispatch puts it on the backend's prefill backlog): the
+    # warm one only the prompt's last partial block, the cold one all of it.
+    assert [b.prefill_tokens for b in result.candidates] == [len(prompt) % rec["block_size"], len(prompt)]
     # Text cannot be named in vLLM's hashes without its tokenizer: the approximate index stands in.
     text = pool.route(GenerationRequest("r", "m", kind="completion", prompt="some text"))
     assert all(b.prefix_precise is None for b in text.candidates)
