@@ -12,7 +12,7 @@ import asyncio
 
 import pytest
 
-from adapters.base import Finish, GenerationRequest, SamplingParams, TextDelta, Usage
+from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, Usage
 from adapters.errors import GatewayError
 from gateway.dispatch import Dispatcher
 from gateway.requests import estimate_prompt_tokens
@@ -84,9 +84,10 @@ async def test_the_prompt_is_on_the_backlog_until_the_first_event_not_until_the_
     [
         [GatewayError(400, "bad prompt")],  # the client's mistake: answered at once
         [GatewayError(503, "down", code="backend_unavailable", retryable=True)],  # nowhere else to go
+        [ErrorEvent(GatewayError(500, "boom"))],  # an error as the stream's first event
         [],  # the upstream ended without a word: 502
     ],
-    ids=["a 4xx", "a 5xx", "an empty answer"],
+    ids=["a 4xx", "a 5xx", "an error event", "an empty answer"],
 )
 async def test_a_request_failing_before_its_first_event_leaves_no_backlog(script):
     gate = Gate()
