@@ -91,23 +91,25 @@ publish KV events (the native engine, vLLM and SGLang with `kv_events`):
   prompt and another only a warm turn. Measured on the routing bench at 5
   sessions/s: without it, a new prompt went to a device with about 237 ms of
   prefill ahead rather than one with 32 ms, and took about 470 ms (one request
-  a run over the 300 ms SLO; none with it). Where the
-  matches differ, the request's own prefill is in the sum, so the holder of a
-  prompt already scores better by what the match saves; it loses the prompt
-  only when the prefill queued ahead of it exceeds that saving by nearly S
-  (5.6 of a whole match against 6 x (excess / S)): at 18 sessions/s, at the
-  start, the holder of a cold system prompt had two cold prefills queued
-  (1,176 tokens to wait for) while a backend finishing a warm turn would have
-  computed the prompt in 608; those that waited (360-450 ms) were most of the
-  profile's requests over the SLO (5 a run before this scorer, 6 with a first
-  version that scored the backlog alone, as a ratio, at weight 2, which no
-  backlog could make give up a whole match; 2 now, the start's fourth cold
-  prompt when every device was computing one). A difference smaller than
-  that (a few warm turns, a holder computing the prompt's own first prefill)
-  leaves the prompt where it is cached: a cold placement costs the same device time and
-  warms a second copy. Not in the blended profile: its uncached estimate
-  would rest on the approximate index and on four characters a token, and it
-  is measured only where the runtime publishes KV events.
+  a run over the 300 ms SLO; none with it). Where the matches differ, the
+  request's own prefill is in the sum, so the holder of a prompt already
+  scores better by what the match saves; it loses the prompt only when the
+  prefill queued ahead of it exceeds that saving by nearly S (5.6 of a whole
+  match against 6 x (excess / S)): at 18 sessions/s, at the start, the holder
+  of a cold system prompt had two cold prefills queued (1,176 tokens to wait
+  for) while a backend finishing a warm turn would have computed the prompt in
+  608; those that waited (360-450 ms) were most of the profile's requests over
+  the SLO (5 a run before this scorer, 6 with a first version that scored the
+  backlog alone, as a ratio, at weight 2, which no backlog could make give up
+  a whole match; 2 now: the start's fourth cold prompt, when every device was
+  computing one, and a request of its prompt routed while the other devices'
+  cold prefills, nearly done, still counted in full: the backlog does not know
+  how far a prefill has got). A difference smaller than that (a few warm
+  turns, a holder computing the prompt's own first prefill) leaves the prompt
+  where it is cached: a cold placement costs the same device time and warms a
+  second copy. Not in the blended profile: its uncached estimate would rest on
+  the approximate index and on four characters a token, and it is measured
+  only where the runtime publishes KV events.
 * session 19: more than the others together (6 + 2 + 2 + 2 + 6 = 18), as in the
   blended profile; where the runtime's blocks cannot be named (a text prompt to
   vLLM) the session still keeps a conversation in place.
