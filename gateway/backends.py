@@ -15,11 +15,20 @@ from dataclasses import dataclass, field
 from adapters.base import Adapter, GenerationRequest, Health, LoadSnapshot
 from gateway.config import BackendConfig, GatewayConfig, ModelConfig
 from gateway.kv_feeds import KVFeed, build_feed
+from gateway.requests import estimate_prompt_tokens
 from policies.admission import BackendLoad, model_capacity
 from policies.ejection import EjectionConfig, OutlierDetector
-from policies.prefix_index import PrefixIndex, prompt_blocks
+from policies.prefix_index import BLOCK_TOKENS, PrefixIndex, prompt_blocks
 from policies.retry_budget import RetryBudget
-from policies.routing import BackendView, RouteResult, RoutingPolicy, make_policy, prefix_key, route
+from policies.routing import (
+    BackendView,
+    RouteResult,
+    RoutingPolicy,
+    make_policy,
+    prefix_key,
+    route,
+    uncached_tokens,
+)
 from policies.saturation import SaturationDetector
 from policies.scorers import BLENDED, PRECISE, PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR
 from policies.scoring import ScoringProfile, route_scored
@@ -75,6 +84,8 @@ class Backend:
     config: BackendConfig
     adapter: Adapter
     inflight: int = 0
+    # Uncached prompt tokens of the requests sent here whose first event is not back (gateway/dispatch.py).
+    backlog: int = 0
     health: Health = field(default_factory=lambda: Health(True, "not checked yet"))
     load: LoadSnapshot | None = None
 
@@ -88,6 +99,7 @@ class Backend:
         prefix_approx: float | None = None,
         prefix_precise: float | None = None,
         session_owner: bool = False,
+        prefill_tokens: int | None = None,
     ) -> BackendView:
         """What routing reads; the arguments are what the pool knows about this
         request on this backend (what a profile's scorers read)."""
@@ -105,6 +117,8 @@ class Backend:
             prefix_approx=prefix_approx,
             prefix_precise=prefix_precise,
             session_owner=session_owner,
+            backlog_tokens=self.backlog,
+            prefill_tokens=prefill_tokens,
         )
 
 
@@ -155,12 +169,16 @@ class ModelPool:
     def route(self, req: GenerationRequest) -> RouteResult:
         """The pool's backends in the order to try them (policies/routing.py,
         policies/scoring.py). A profile's choice is remembered: the prompt's
-        blocks in the chosen backend's prefix index, the session on it."""
+        blocks in the chosen backend's prefix index, the session on it. Each
+        view says the prompt tokens the request would have its backend compute
+        (all of them, less what the backend's index matched), which dispatch
+        adds to that backend's backlog while it waits for the first event."""
+        tokens = estimate_prompt_tokens(req)
         if self.profile is None:
             assert self.policy is not None
             return route(
                 self.policy,
-                [b.view(not self.ejection.admits(b.config.name)) for b in self.backends],
+                [b.view(not self.ejection.admits(b.config.name), prefill_tokens=tokens) for b in self.backends],
                 req,
                 self.detector,
             )
@@ -175,21 +193,23 @@ class ModelPool:
         for b in self.backends:
             name = b.config.name
             feed = self.feeds.get(name) if precise else None
-            views.append(
-                b.view(
-                    not self.ejection.admits(name),
-                    self.prefixes[name].match(blocks) / len(blocks) if blocks else None,
-                    None if feed is None else feed.match(req, hashed),
-                    name == owner,
-                )
-            )
+            approx = self.prefixes[name].match(blocks) / len(blocks) if blocks else None
+            exact = None if feed is None else feed.match(req, hashed)
+            if feed is not None and exact is not None:  # what the runtime holds, where it can be named
+                uncached = feed.uncached(req, hashed, tokens, exact)
+            else:
+                uncached = uncached_tokens(tokens, approx, len(blocks), BLOCK_TOKENS)
+            views.append(b.view(not self.ejection.admits(name), approx, exact, name == owner, uncached))
         result = route_scored(profile, views, req, session or prefix_key(req.messages, req.prompt), self.detector)
         if log.isEnabledFor(logging.DEBUG):  # what each scorer saw, to check a profile against a workload
             log.debug(
                 "route %s -> %s: %s",
                 self.name,
                 result.candidates[0].name if result.candidates else None,
-                {v.name: (v.inflight, v.prefix_approx, v.prefix_precise, result.scores.get(v.name)) for v in views},
+                {
+                    v.name: (v.inflight, v.backlog_tokens, v.prefix_approx, v.prefix_precise, result.scores.get(v.name))
+                    for v in views
+                },
             )
         if result.candidates:
             chosen = result.candidates[0].name

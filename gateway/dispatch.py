@@ -23,6 +23,15 @@
 - Holds each backend's in-flight count, one unit per generation (choice), from
   the start until the request is closed (`Dispatched.aclose`), whether its events
   were read or not.
+- Holds each backend's prefill backlog (what the `backlog` scorer reads,
+  policies/scorers.py): an attempt adds the prompt tokens routing estimated it
+  would have that backend compute, and takes them off when its first event
+  arrives, and on every other way its wait ends (an error, a failover, the
+  client leaving, the upstream ending without a word): one try/finally around
+  the wait for the first event, so no exit can leak tokens that would skew
+  routing for good. A fan-out adds them once per sub-request, each being a
+  prefill of its own upstream; a non-streamed answer holds them until it has
+  come (its first event), longer than its prefill.
 - Sends every attempt upstream under an id of the gateway's own: the request's
   random id, suffixed per sub-request and per retry, so that one id names one
   upstream generation (an abort by id reaches nothing else).
@@ -177,7 +186,7 @@ class Dispatcher:
                 candidates, why_not = self._candidates(p, req)
                 if not candidates and why_not and p is pool and len(pools) == 1:
                     raise why_not
-                for backend, held_out in candidates:
+                for backend, held_out, prefill in candidates:
                     if backend.name in timed_out:
                         continue
                     # Routing saw the circuit as it stood; asking now takes the half-open
@@ -192,7 +201,7 @@ class Dispatcher:
                     attempt_req = dataclasses.replace(req, request_id=f"{req.request_id}.{attempt}") if attempt else req
                     attempt += 1
                     try:
-                        started = await self._start_on(backend, attempt_req, offset, sink, alone)
+                        started = await self._start_on(backend, attempt_req, offset, sink, alone, prefill)
                     except GatewayError as exc:
                         if self.on_failure is not None:
                             self.on_failure(backend.name, exc)
@@ -213,8 +222,9 @@ class Dispatcher:
 
     def _candidates(
         self, pool: ModelPool, req: GenerationRequest
-    ) -> tuple[list[tuple[Backend, bool]], GatewayError | None]:
-        """The backends to try in order, each with whether routing kept it although ejected."""
+    ) -> tuple[list[tuple[Backend, bool, int]], GatewayError | None]:
+        """The backends to try in order, each with whether routing kept it although
+        ejected and the prompt tokens it would compute for the request."""
         with tracing.current().step("switchyard.route") as step:
             routed = pool.route(req)
             step.set("switchyard.route.candidates", len(routed.candidates))
@@ -225,10 +235,10 @@ class Dispatcher:
                 400, f"This request cannot be served: {'; '.join(gaps)}.", code="unsupported_by_runtime"
             )
         by_name = {b.name: b for b in pool.backends}
-        return [(by_name[v.name], v.ejected) for v in routed.candidates], None
+        return [(by_name[v.name], v.ejected, v.prefill_tokens or 0) for v in routed.candidates], None
 
     async def _start_on(
-        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, alone: bool
+        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, alone: bool, prefill: int = 0
     ) -> list[Started]:
         n = req.sampling.n
         if n > 1 and not backend.adapter.capabilities.n:
@@ -239,19 +249,19 @@ class Dispatcher:
                     req.sampling, n=1, seed=None if req.sampling.seed is None else req.sampling.seed + i
                 )
                 sub = dataclasses.replace(req, sampling=s, request_id=f"{req.request_id}-{i}")
-                subs.append(self._start_one(backend, sub, offset + i, sink))
+                subs.append(self._start_one(backend, sub, offset + i, sink, prefill))
             return await _together(subs)
-        return await self._start_one(backend, req, offset, None if alone else sink)
+        return await self._start_one(backend, req, offset, None if alone else sink, prefill)
 
     async def _start_one(
-        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None
+        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, prefill: int = 0
     ) -> list[Started]:
         units = req.sampling.n
         backend.inflight += units
         attempt = tracing.current().attempt(backend, req)
         agen = backend.adapter.generate(attempt.stamp(req))
         try:
-            first = await agen.__anext__()
+            first = await _first_event(agen, backend, prefill)
         except StopAsyncIteration:
             first = ErrorEvent(upstream_failed(backend.name, "it ended its answer before sending anything"))
         except BaseException as exc:
@@ -270,6 +280,16 @@ class Dispatcher:
         if sink is not None:
             started.forward(sink)
         return [started]
+
+
+async def _first_event(agen: AsyncIterator[Event], backend: Backend, prefill: int) -> Event:
+    """The stream's first event, `prefill` on the backend's backlog while it is
+    awaited: however the wait ends (the event, an error, a cancellation), it comes off."""
+    backend.backlog += prefill
+    try:
+        return await agen.__anext__()
+    finally:
+        backend.backlog -= prefill
 
 
 def fails_over(error: GatewayError) -> bool:

@@ -25,6 +25,8 @@ from adapters.base import Adapter, GenerationRequest
 from adapters.kv_events import AllBlocksCleared, KVEvent, KVEventBatch, sglang_block_hashes, vllm_block_hashes
 from gateway.config import BackendConfig, KVEventsConfig
 from policies.kv_index import KVBlockIndex, match_fraction
+from policies.prefix_index import BLOCK_TOKENS
+from policies.routing import uncached_tokens
 
 if TYPE_CHECKING:
     from adapters.kv_events_zmq import KVEventSubscriber
@@ -91,6 +93,14 @@ class KVFeed:
         if not hashes:
             return None
         return match_fraction(self.index.match(hashes), len(hashes))
+
+    def uncached(
+        self, req: GenerationRequest, hashed: dict[tuple, list[int] | None], prompt_tokens: int, matched: float
+    ) -> int:
+        """The request's prompt tokens this runtime would compute, `matched` being what
+        `match` said: the fraction is of the blocks named (a long prompt's head only)."""
+        named = len(self.hashes(req, hashed) or ())
+        return uncached_tokens(prompt_tokens, matched, named, self.index.block_size or BLOCK_TOKENS)
 
     def expect(self, req: GenerationRequest, hashed: dict[tuple, list[int] | None]) -> None:
         """The request was routed to this runtime: its prompt blocks match here from now

@@ -60,6 +60,22 @@ class BackendView:
     prefix_approx: float | None = None
     prefix_precise: float | None = None
     session_owner: bool = False
+    # The prefill backlog (policies/scorers.py `backlog`): the uncached prompt tokens of the
+    # requests routed to this backend whose first event has not come back yet, and the
+    # tokens this request would add to it here (its prompt less the blocks matched here;
+    # None: not estimated, dispatch then adds nothing).
+    backlog_tokens: int = 0
+    prefill_tokens: int | None = None
+
+
+def uncached_tokens(prompt_tokens: int, matched: float | None, head_blocks: int, block_tokens: int) -> int:
+    """The prompt tokens a backend would have to compute: all of them less the leading
+    blocks its index matched. `matched` is the fraction of the `head_blocks` blocks an
+    index named (an index names a long prompt's head only, so the fraction is of the
+    head, not of the prompt); None or no head: nothing is known to be cached."""
+    if not matched or head_blocks <= 0:
+        return max(0, prompt_tokens)
+    return max(0, prompt_tokens - round(matched * head_blocks) * block_tokens)
 
 
 @dataclass(frozen=True, slots=True)

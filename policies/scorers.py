@@ -14,6 +14,16 @@ neither helps nor hurts a backend.
 * `inflight`: the gateway's own in-flight requests per unit of weight, as a
   ratio to the least loaded: (min + 1) / (x + 1). Exact and instant, where the
   runtime's signals are read every 2 s.
+* `backlog`: the prefill this request would wait for on the backend, per unit
+  of weight: the uncached prompt tokens of the requests the gateway routed
+  there whose first event has not come back (gateway/dispatch.py holds them),
+  plus its own (its prompt less what the backend holds). A runtime prefills in
+  turn, so this is the backend's time to first token in tokens; the in-flight
+  count cannot tell a backend computing a cold 550-token prompt from one
+  decoding a warm one. Scored against the least, on a scale:
+  1 - min(x - least, S) / S, S = `BACKLOG_SCALE_TOKENS` (512, about a cold
+  prefill of a long shared system prompt: 32 blocks), so a backend that would
+  make the request wait one such prefill longer than the best scores 0.
 * `prefix_approx`, `prefix_precise`: the fraction of the request's leading
   prompt blocks the backend holds, estimated from what was routed there
   (policies/prefix_index.py) or read from the runtime's KV-cache events
@@ -41,8 +51,8 @@ Why the `blended` profile weighs them as it does:
   through the bounded-load limit (policies/scoring.py).
 
 Why the `precise` profile weighs them otherwise (prefix 6, queue 2, kv 2,
-inflight 2, session 13; load factor 2), for pools whose runtimes publish KV
-events (the native engine, vLLM and SGLang with `kv_events`):
+inflight 2, backlog 6, session 19; load factor 2), for pools whose runtimes
+publish KV events (the native engine, vLLM and SGLang with `kv_events`):
 
 * The blended profile's argument for letting load outweigh the prefix is that
   an approximate index guesses: it may send a request to a backend that no
@@ -54,11 +64,13 @@ events (the native engine, vLLM and SGLang with `kv_events`):
   (docs/bench/routing/): with the blended weights the precise profile found
   fewer cached tokens than prefix affinity, which ignores load altogether.
 * So the prefix dominates until a backend is really loaded: a whole match (6 x
-  0.9 or more) outweighs everything the load scorers can take off below the
-  saturation thresholds (queue 5, KV 0.8), where the saturated-last partition
-  takes over; the load scorers decide among backends whose matches are close (a
-  cold prefix goes to the least loaded backend, a prefix two backends hold to
-  the less loaded one), and against a partial match (half a prompt: 3).
+  0.9 or more) outweighs what the queue, KV and in-flight scorers take off a
+  loaded backend short of the saturation thresholds (queue 5, KV 0.8; 4
+  waiting, KV at 0.6 and twice the others in flight take 3.7), and past them
+  the saturated-last partition takes over (the backlog, below, is the one
+  exception); the load scorers decide among backends whose matches are close
+  (a cold prefix goes to the least loaded backend, a prefix two backends hold
+  to the less loaded one), and against a partial match (half a prompt: 3).
 * Load factor 2 above a floor of 4 in flight, not 1.25 from the first: bounded
   load is what keeps one hot prefix off a single backend at once (the queue and
   KV readings are up to 2 s old), but with few requests in flight the share is
@@ -72,7 +84,33 @@ events (the native engine, vLLM and SGLang with `kv_events`):
   above it one backend holds at most twice its share (two thirds of three
   backends' work), the overflow going to the next best, which then holds the
   prefix too.
-* session 13: more than the others together (6 + 2 + 2 + 2 = 12), as in the
+* backlog 6: where the matches tie (a prompt no backend holds, a system prompt
+  every backend holds) the backend with the least prefill ahead wins, before
+  the in-flight count: at light load every backend has a request or so in
+  flight and the in-flight scores tie, while one of them is computing a cold
+  prompt and another only a warm turn. Measured on the routing bench at 5
+  sessions/s: without it, a new prompt went to a device with about 237 ms of
+  prefill ahead rather than one with 32 ms, and took about 470 ms (one request
+  a run over the 300 ms SLO; none with it). Where the matches differ, the
+  request's own prefill is in the sum, so the holder of a prompt already
+  scores better by what the match saves; it loses the prompt only when the
+  prefill queued ahead of it exceeds that saving by nearly S (5.6 of a whole
+  match against 6 x (excess / S)): at 18 sessions/s, at the start, the holder
+  of a cold system prompt had two cold prefills queued (1,176 tokens to wait
+  for) while a backend finishing a warm turn would have computed the prompt in
+  608; those that waited (360-450 ms) were most of the profile's requests over
+  the SLO (5 a run before this scorer, 6 with a first version that scored the
+  backlog alone, as a ratio, at weight 2, which no backlog could make give up
+  a whole match; 2 now: the start's fourth cold prompt, when every device was
+  computing one, and a request of its prompt routed while the other devices'
+  cold prefills, nearly done, still counted in full: the backlog does not know
+  how far a prefill has got). A difference smaller than that (a few warm
+  turns, a holder computing the prompt's own first prefill) leaves the prompt
+  where it is cached: a cold placement costs the same device time and warms a
+  second copy. Not in the blended profile: its uncached estimate would rest on
+  the approximate index and on four characters a token, and it is measured
+  only where the runtime publishes KV events.
+* session 19: more than the others together (6 + 2 + 2 + 2 + 6 = 18), as in the
   blended profile; where the runtime's blocks cannot be named (a text prompt to
   vLLM) the session still keeps a conversation in place.
 """
@@ -83,6 +121,9 @@ from collections.abc import Callable
 
 from policies.routing import BackendView
 from policies.saturation import SaturationDetector
+
+# The excess of prefill to wait for (in prompt tokens) that scores 0; see `backlog` above.
+BACKLOG_SCALE_TOKENS = 512.0
 
 Scorer = Callable[[list[BackendView], SaturationDetector], list[float | None]]
 
@@ -107,6 +148,12 @@ def inflight(backends: list[BackendView], detector: SaturationDetector) -> list[
     per_weight = [b.inflight / b.weight for b in backends]
     least = min(per_weight, default=0.0)
     return [(least + 1.0) / (x + 1.0) for x in per_weight]
+
+
+def backlog(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
+    wait = [(b.backlog_tokens + (b.prefill_tokens or 0)) / b.weight for b in backends]
+    least = min(wait, default=0.0)
+    return [1.0 - min(x - least, BACKLOG_SCALE_TOKENS) / BACKLOG_SCALE_TOKENS for x in wait]
 
 
 def prefix_approx(backends: list[BackendView], detector: SaturationDetector) -> list[float | None]:
@@ -134,6 +181,7 @@ SCORERS: dict[str, Scorer] = {
     "queue": queue,
     "kv": kv,
     "inflight": inflight,
+    "backlog": backlog,
     "prefix": prefix,
     "prefix_approx": prefix_approx,
     "prefix_precise": prefix_precise,
@@ -143,7 +191,14 @@ SCORERS: dict[str, Scorer] = {
 
 BLENDED: dict[str, float] = {"prefix": 3.0, "queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 10.0}
 # `prefix`: precise where the runtime publishes KV events, approximate elsewhere (a text prompt to vLLM).
-PRECISE: dict[str, float] = {"prefix": 6.0, "queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 13.0}
+PRECISE: dict[str, float] = {
+    "prefix": 6.0,
+    "queue": 2.0,
+    "kv": 2.0,
+    "inflight": 2.0,
+    "backlog": 6.0,
+    "session": 19.0,
+}
 PRECISE_LOAD_FACTOR = 2.0
 PRECISE_LOAD_FLOOR = 4
 

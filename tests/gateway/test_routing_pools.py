@@ -15,7 +15,7 @@ from adapters.kv_events import decode_payload
 from adapters.kv_events_zmq import KVEventSubscriber
 from gateway.backends import BackendSet
 from gateway.config import ConfigError, parse_config
-from gateway.requests import parse_chat, parse_completion
+from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion
 from policies.ejection import FailureKind
 from policies.routing import LeastLoaded, RoundRobin
 from policies.scorers import BLENDED, PRECISE
@@ -161,6 +161,9 @@ async def test_a_vllm_backends_events_steer_a_token_id_prompt_to_it(sets):
     result = pool.route(GenerationRequest("r", "m", kind="completion", prompt=prompt))
     assert [b.name for b in result.candidates] == ["warm", "cold"]
     assert [b.prefix_precise for b in result.candidates] == [1.0, 0.0]
+    # What each would compute (dispatch puts it on the backend's prefill backlog): the
+    # warm one only the prompt's last partial block, the cold one all of it.
+    assert [b.prefill_tokens for b in result.candidates] == [len(prompt) % rec["block_size"], len(prompt)]
     # Text cannot be named in vLLM's hashes without its tokenizer: the approximate index stands in.
     text = pool.route(GenerationRequest("r", "m", kind="completion", prompt="some text"))
     assert all(b.prefix_precise is None for b in text.candidates)
@@ -230,3 +233,17 @@ async def test_native_engines_of_other_block_sizes_do_not_share_block_names(sets
     sets.append(BackendSet(parse_config({"models": {"m": {"routing": profile, "backends": backends}}})))
     feeds = sets[-1].feeds
     assert feeds["n16"].scheme != feeds["n32"].scheme
+
+
+async def test_the_views_carry_each_backends_backlog_and_precise_sends_a_cold_prompt_past_a_long_one(pool_of):
+    pool = pool_of("precise")
+    pool.backends[0].backlog = 5000  # several cold prompts sent there, none answered yet
+    for i in range(12):
+        routed = pool.route(chat(f"Question {i} about cables?"))
+        assert {v.name: v.backlog_tokens for v in routed.candidates}["b0"] == 5000
+        assert routed.candidates[0].name != "b0"
+    plain = pool_of("round_robin")
+    plain.backends[1].backlog = 7
+    routed = plain.route(chat("x"))
+    assert {v.name: v.backlog_tokens for v in routed.candidates} == {"b0": 0, "b1": 7, "b2": 0}
+    assert {v.prefill_tokens for v in routed.candidates} == {estimate_prompt_tokens(chat("x"))}
