@@ -182,6 +182,14 @@ async def test_a_whole_answer_watches_from_an_event_when_the_timer_lags(monkeypa
     assert served.receives == 1
 
 
+async def test_a_whole_answer_over_before_the_threshold_starts_no_watcher(monkeypatch):
+    # The watcher is the only per-request task: an answer done before WATCH_AFTER_S
+    # must not have started one, from its events or otherwise.
+    monkeypatch.setattr(generation_module, "WATCH_AFTER_S", 5.0)
+    served = await one(ScriptedAdapter("b1", answered), chat(stream=False))
+    assert served.outcome.status == 200 and served.receives == 0
+
+
 # ---- a bug --------------------------------------------------------------------------------------------
 
 
