@@ -95,8 +95,12 @@ def test_every_yaml_block_in_the_docs_says_whether_it_is_a_complete_config():
 def test_readme_example_is_the_full_shape():
     cfg = parse_config(readme_example())
     assert cfg.auth.mode == "keys"
-    assert cfg.models["llama-3-8b"].routing == "prefix_affinity"
-    assert [b.adapter for b in cfg.models["llama-3-8b"].backends] == ["vllm", "sglang"]
+    model = cfg.models["llama-3-8b"]
+    assert model.routing == "precise"
+    assert model.session_affinity.sources == ["x-session-id", "prompt_cache_key", "user"]
+    assert [b.adapter for b in model.backends] == ["vllm", "sglang"]
+    kv = model.backends[0].kv_events
+    assert kv is not None and kv.endpoint == "tcp://vllm-a:5557" and model.backends[1].kv_events is None
     assert cfg.models["tiny"].backends[0].model_path == "builtin:tiny"
 
 
