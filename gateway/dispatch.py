@@ -238,7 +238,7 @@ class Dispatcher:
         return [(by_name[v.name], v.ejected, v.prefill_tokens or 0) for v in routed.candidates], None
 
     async def _start_on(
-        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, alone: bool, prefill: int = 0
+        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, alone: bool, prefill: int
     ) -> list[Started]:
         n = req.sampling.n
         if n > 1 and not backend.adapter.capabilities.n:
@@ -254,7 +254,7 @@ class Dispatcher:
         return await self._start_one(backend, req, offset, None if alone else sink, prefill)
 
     async def _start_one(
-        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, prefill: int = 0
+        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, prefill: int
     ) -> list[Started]:
         units = req.sampling.n
         backend.inflight += units

@@ -10,7 +10,7 @@ from __future__ import annotations
 MODULES: dict[str, list[str]] = {
     "policies/session.py": ["tests/policies/test_session*.py"],
     "policies/saturation.py": ["tests/policies/test_saturation*.py"],
-    "policies/scorers.py": ["tests/policies/test_scorers*.py"],
+    "policies/scorers.py": ["tests/policies/test_scorers*.py", "tests/policies/test_scoring_backlog.py"],
     "policies/scoring.py": ["tests/policies/test_routing_scoring.py", "tests/policies/test_scoring*.py"],
     "policies/prefix_index.py": ["tests/policies/test_prefix_*.py"],
     "policies/kv_index.py": ["tests/policies/test_kv_index*.py"],
@@ -23,6 +23,7 @@ MODULES: dict[str, list[str]] = {
         "tests/policies/test_routing_pipeline.py",
         "tests/policies/test_routing_scoring.py",
         "tests/policies/test_routing_keys.py",
+        "tests/policies/test_scoring_backlog.py",
     ],
     "policies/admission.py": ["tests/policies/test_admission*.py"],
     "policies/auth.py": ["tests/policies/test_auth*.py"],
