@@ -57,6 +57,9 @@ def test_a_request_adds_its_prompt_less_the_blocks_matched_on_the_backend():
     # An index names a long prompt's head only: the fraction is of the head, not of the prompt.
     assert uncached_tokens(20_000, 1.0, 256, 16) == 20_000 - 4096
     assert uncached_tokens(100, 1.0, 10, 16) == 0  # an estimate below the matched blocks: never negative
+    assert uncached_tokens(552, None, 34, 16) == 552  # blocks named, but no index answered
+    assert uncached_tokens(40, 1.0, 1, 16) == 24  # a one-block head, matched
+    assert uncached_tokens(0, None, 0, 16) == 0  # an empty prompt adds nothing
 
 
 def view(name: str, backlog: int, precise: float = 0.0, inflight: int = 1, prefill: int = 552) -> BackendView:
