@@ -146,7 +146,7 @@ class Gateway:
         self.lifecycle.retire(left, retired)
         built, gone = {b.name for b in plan.built}, {b.name for b in retired.backends}
         for name in gone - set(self.backends.backends):  # no stale series for a backend that is no more
-            for gauge in (self.metrics.backend_healthy, self.metrics.backend_inflight):
+            for gauge in (self.metrics.backend_healthy, self.metrics.backend_inflight, self.metrics.backend_backlog):
                 with contextlib.suppress(KeyError):
                     gauge.remove(name)
         return (

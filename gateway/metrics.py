@@ -70,6 +70,12 @@ class GatewayMetrics:
         self.backend_inflight = gauge(
             "switchyard_backend_inflight", "Generations (choices) in flight per backend.", ["backend"]
         )
+        self.backend_backlog = gauge(
+            "switchyard_backend_prefill_backlog_tokens",
+            "Estimated uncached prompt tokens of the requests sent to a backend whose first event has "
+            "not come back (what the backlog routing scorer reads).",
+            ["backend"],
+        )
         self.backend_failures = counter(
             "switchyard_backend_failures_total",
             "Upstream attempts that failed before their first event, by backend and error code "

@@ -88,6 +88,7 @@ class OpsViews:
         for b in self.backends.backends.values():
             self.metrics.backend_healthy.labels(b.name).set(1 if b.health.ok else 0)
             self.metrics.backend_inflight.labels(b.name).set(b.inflight)
+            self.metrics.backend_backlog.labels(b.name).set(b.backlog)
         return generate_latest(self.metrics.registry)
 
     async def metrics_endpoint(self, request: Request) -> Response:

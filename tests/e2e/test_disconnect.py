@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import httpx
 import pytest
@@ -64,12 +65,22 @@ def test_disconnect_mid_stream_aborts_upstream(gateway, upstream):
 def test_disconnect_while_waiting_for_first_byte(gateway, upstream):
     before = cancellations(gateway)
     body = {"model": "m", "messages": MSG, "stream": True, "sim": {"ttft_ms": 3000}}
+    backlog_seen: list[float] = []
+
+    def while_waiting() -> None:  # the prompt is on the backend's prefill backlog until its first event
+        backlog_seen.append(metric(gateway, "switchyard_backend_prefill_backlog_tokens", backend="up"))
+
     with pytest.raises(httpx.ReadTimeout):
+        timer = threading.Timer(0.25, while_waiting)
+        timer.start()
         with httpx.stream("POST", gateway.url + "/v1/chat/completions", json=body, timeout=0.5) as r:
             r.read()
+    timer.join()
     s = eventually(lambda: (st := stats(upstream))["aborted"] == 1 and st)
     assert s and s["completed"] == 0
     assert eventually(lambda: counted_in(gateway, before, "upstream_headers")), cancellations(gateway)
+    assert backlog_seen and backlog_seen[0] > 0
+    assert eventually(lambda: metric(gateway, "switchyard_backend_prefill_backlog_tokens", backend="up") == 0)
 
 
 def test_disconnect_mid_request_non_streaming(gateway, upstream):
