@@ -64,214 +64,158 @@ TOOL = {
     },
 }
 M = SERVED
-case(
-    "chat",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 16},
-    [("plain", "eos")],
-    "a whole chat answer",
-)
-case(
-    "chat_stream",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 16, "stream": True},
-    [("plain", "eos")],
-    "a stream without stream_options",
-)
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+WITH_USAGE = {"stream": True, "stream_options": {"include_usage": True}}
+LINE = "Write a line on rivers"
+
+
+def chat(messages: list[dict[str, str]] = ASK, **fields: Any) -> dict[str, Any]:
+    """A chat request body: the served model, `messages`, and what the case sets."""
+    return {"model": M, "messages": messages, **fields}
+
+
+def completion(prompt: str | list[str] = LINE, **fields: Any) -> dict[str, Any]:
+    return {"model": M, "prompt": prompt, **fields}
+
+
+# Chat: whole, streamed, finishes, logprobs, n > 1.
+case("chat", CHAT, chat(max_tokens=16), [("plain", "eos")], "a whole chat answer")
+case("chat_stream", CHAT, chat(max_tokens=16, stream=True), [("plain", "eos")], "a stream without stream_options")
 case(
     "chat_stream_usage",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 16, "stream": True, "stream_options": {"include_usage": True}},
+    CHAT,
+    chat(max_tokens=16, **WITH_USAGE),
     [("plain", "eos")],
     "a stream with stream_options.include_usage",
 )
-case(
-    "chat_length",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 3},
-    [("short", "length")],
-    "finish by max_tokens",
-)
+case("chat_length", CHAT, chat(max_tokens=3), [("short", "length")], "finish by max_tokens")
 case(
     "chat_stop_string",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 16, "stop": ["."]},
+    CHAT,
+    chat(max_tokens=16, stop=["."]),
     [("stop", "stop:.")],
     "finish by a stop string (matched_stop is the string)",
 )
 case(
-    "chat_stream_length",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}},
-    [("short", "length")],
-    "a stream ended by max_tokens",
+    "chat_stream_length", CHAT, chat(max_tokens=3, **WITH_USAGE), [("short", "length")], "a stream ended by max_tokens"
 )
-case(
-    "chat_logprobs",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 3, "logprobs": True, "top_logprobs": 2},
-    [("short", "length")],
-    "chat logprobs with top_logprobs",
-    logprobs=True,
-)
+TOP2 = {"max_tokens": 3, "logprobs": True, "top_logprobs": 2}
+case("chat_logprobs", CHAT, chat(**TOP2), [("short", "length")], "chat logprobs with top_logprobs", logprobs=True)
 case(
     "chat_stream_logprobs",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 3, "logprobs": True, "top_logprobs": 2, "stream": True},
+    CHAT,
+    chat(**TOP2, stream=True),
     [("short", "length")],
     "streamed chat logprobs",
     logprobs=True,
 )
-case(
-    "chat_n2",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 3, "n": 2},
-    [("short", "length"), ("poem", "eos")],
-    "two choices",
-)
-case(
-    "chat_stream_n2",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 3, "n": 2, "stream": True, "stream_options": {"include_usage": True}},
-    [("short", "length"), ("poem", "eos")],
-    "two streamed choices",
-)
+TWO = [("short", "length"), ("poem", "eos")]
+case("chat_n2", CHAT, chat(max_tokens=3, n=2), TWO, "two choices")
+case("chat_stream_n2", CHAT, chat(max_tokens=3, n=2, **WITH_USAGE), TWO, "two streamed choices")
+
+# Tool calls, parsed by the qwen parser.
+TOOLS = {"max_tokens": 64, "tools": [TOOL]}
 case(
     "tool_call",
-    "/v1/chat/completions",
-    {"model": M, "messages": WEATHER, "max_tokens": 64, "tools": [TOOL]},
+    CHAT,
+    chat(WEATHER, **TOOLS),
     [("tool", "eos")],
     "a tool call parsed by the qwen parser (tool_choice auto)",
 )
 case(
     "tool_call_stream",
-    "/v1/chat/completions",
-    {
-        "model": M,
-        "messages": WEATHER,
-        "max_tokens": 64,
-        "tools": [TOOL],
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    },
+    CHAT,
+    chat(WEATHER, **TOOLS, **WITH_USAGE),
     [("tool", "eos")],
     "a streamed tool call parsed by the qwen parser",
 )
 case(
     "tool_call_named_stream",
-    "/v1/chat/completions",
-    {
-        "model": M,
-        "messages": WEATHER,
-        "max_tokens": 64,
-        "tools": [TOOL],
-        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
-        "stream": True,
-    },
+    CHAT,
+    chat(WEATHER, **TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}, stream=True),
     [("tool", "eos")],
     "a named tool: with the qwen parser SGLang constrains the output to the parser's own format (a structural tag)",
 )
-case(
-    "completion",
-    "/v1/completions",
-    {"model": M, "prompt": "Write a line on rivers", "max_tokens": 16},
-    [("plain", "eos")],
-    "a whole completion",
-)
+
+# Completions.
+case("completion", COMPLETIONS, completion(max_tokens=16), [("plain", "eos")], "a whole completion")
 case(
     "completion_stream",
-    "/v1/completions",
-    {
-        "model": M,
-        "prompt": "Write a line on rivers",
-        "max_tokens": 16,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    },
+    COMPLETIONS,
+    completion(max_tokens=16, **WITH_USAGE),
     [("plain", "eos")],
     "a streamed completion with usage",
 )
 case(
     "completion_prompts",
-    "/v1/completions",
-    {"model": M, "prompt": ["Write a line on rivers", "Write a line"], "max_tokens": 3},
+    COMPLETIONS,
+    completion([LINE, "Write a line"], max_tokens=3),
     [("poem", "length"), ("poem2", "length")],
     "a list of two prompts",
 )
 case(
     "completion_n2",
-    "/v1/completions",
-    {"model": M, "prompt": "Write a line on rivers", "max_tokens": 3, "n": 2},
+    COMPLETIONS,
+    completion(max_tokens=3, n=2),
     [("poem", "length"), ("poem2", "eos")],
     "one prompt, two choices",
 )
 case(
     "completion_logprobs",
-    "/v1/completions",
-    {"model": M, "prompt": "Write a line on rivers", "max_tokens": 3, "logprobs": 2},
+    COMPLETIONS,
+    completion(max_tokens=3, logprobs=2),
     [("poem", "length")],
     "completion logprobs=2",
     logprobs=True,
 )
 case(
     "completion_stream_logprobs",
-    "/v1/completions",
-    {"model": M, "prompt": "Write a line on rivers", "max_tokens": 3, "logprobs": 2, "stream": True},
+    COMPLETIONS,
+    completion(max_tokens=3, logprobs=2, stream=True),
     [("poem", "length")],
     "streamed completion logprobs",
     logprobs=True,
 )
+
+# Refusals, and who writes them.
 case(
     "unknown_model",
-    "/v1/chat/completions",
-    {"model": "no-such-model", "messages": ASK, "max_tokens": 3},
+    CHAT,
+    {**chat(max_tokens=3), "model": "no-such-model"},
     [("short", "length")],
     "0.5.23 does not check the model name: it echoes it",
 )
 LONG = [{"role": "user", "content": " ".join(["river"] * 1200)}]
-case(
-    "context_length",
-    "/v1/chat/completions",
-    {"model": M, "messages": LONG, "max_tokens": 8},
-    [],
-    "a prompt beyond --context-length",
-    writer=TOO_LONG,
-)
+case("context_length", CHAT, chat(LONG, max_tokens=8), [], "a prompt beyond --context-length", writer=TOO_LONG)
 case(
     "context_length_stream",
-    "/v1/chat/completions",
-    {"model": M, "messages": LONG, "max_tokens": 8, "stream": True},
+    CHAT,
+    chat(LONG, max_tokens=8, stream=True),
     [],
     "the same, streamed: refused before the first chunk",
     writer=TOO_LONG,
 )
 case(
     "completion_context_length",
-    "/v1/completions",
-    {"model": M, "prompt": " ".join(["river"] * 1200), "max_tokens": 8},
+    COMPLETIONS,
+    completion(" ".join(["river"] * 1200), max_tokens=8),
     [],
     "a completion prompt beyond --context-length",
     writer=TOO_LONG,
 )
 case(
     "context_sum",
-    "/v1/chat/completions",
-    {"model": M, "messages": [{"role": "user", "content": " ".join(["river"] * 900)}], "max_tokens": 500},
+    CHAT,
+    chat([{"role": "user", "content": " ".join(["river"] * 900)}], max_tokens=500),
     [],
     "prompt + max_tokens beyond the context, each within it",
     writer=TOO_LONG,
 )
-case(
-    "max_completion_tokens",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 5000},
-    [],
-    "max_tokens above the context",
-    writer=REFUSED,
-)
+case("max_completion_tokens", CHAT, chat(max_tokens=5000), [], "max_tokens above the context", writer=REFUSED)
 case(
     "bad_request",
-    "/v1/chat/completions",
+    CHAT,
     {"model": M, "max_tokens": 3},
     [],
     "no messages: pydantic validation",
@@ -279,16 +223,16 @@ case(
 )
 case(
     "tool_choice_without_tools",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "tool_choice": "required"},
+    CHAT,
+    chat(tool_choice="required"),
     [],
     "tool_choice required without tools",
     writer=REFUSED,
 )
 case(
     "queue_full",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 3},
+    CHAT,
+    chat(max_tokens=3),
     [("short", "queue_full")],
     "the scheduler's queue-full abort, unstreamed",
     writer="OpenAIServingBase.handle_request -> create_error_response (HTTPException from "
@@ -296,15 +240,15 @@ case(
 )
 case(
     "queue_full_stream",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 3, "stream": True},
+    CHAT,
+    chat(max_tokens=3, stream=True),
     [("short", "queue_full")],
     "the same, streamed: an SSE error after a 200",
 )
 case(
     "chat_cache_report",
-    "/v1/chat/completions",
-    {"model": M, "messages": ASK, "max_tokens": 3},
+    CHAT,
+    chat(max_tokens=3),
     [("short", "length")],
     "with --enable-cache-report: prompt_tokens_details",
     cache_report=True,

@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.adapters.recorded import Recording, load, names
@@ -113,6 +114,14 @@ def answer(sims, rec: Recording):
     return client(sims[cache_report]).post(rec.request["path"], json=request_body(rec))
 
 
+def replayed(sims, name: str) -> tuple[Recording, httpx.Response]:
+    """The recording and the double's answer to its request, which has the recorded status."""
+    rec = load(RUN, name)
+    r = answer(sims, rec)
+    assert r.status_code == rec.status, f"{rec.cite}: {r.text[:300]}"
+    return rec, r
+
+
 def common_values(recorded: dict[str, Any], seen: dict[str, Any], rec: Recording) -> None:
     assert HEX32.match(seen["id"]) and HEX32.match(recorded["id"]), rec.cite
     assert seen["object"] == recorded["object"] and seen["model"] == recorded["model"], rec.cite
@@ -127,9 +136,7 @@ STREAMS = [n for n in names(RUN) if load(RUN, n).events is not None]
 
 @pytest.mark.parametrize("name", ERRORS)
 def test_refusals_match_the_recording(sims, name) -> None:
-    rec = load(RUN, name)
-    r = answer(sims, rec)
-    assert r.status_code == rec.status, f"{rec.cite}: {r.text[:300]}"
+    rec, r = replayed(sims, name)
     seen = r.json()
     same_shape(rec.response, seen, True, rec.cite)
     assert (seen["type"], seen["code"]) == (rec.response["type"], rec.response["code"]), rec.cite
@@ -141,9 +148,7 @@ def test_refusals_match_the_recording(sims, name) -> None:
 
 @pytest.mark.parametrize("name", WHOLE)
 def test_whole_answers_match_the_recording(sims, name) -> None:
-    rec = load(RUN, name)
-    r = answer(sims, rec)
-    assert r.status_code == rec.status, f"{rec.cite}: {r.text[:300]}"
+    rec, r = replayed(sims, name)
     seen = r.json()
     common_values(rec.response, seen, rec)
     assert sorted(c["index"] for c in seen["choices"]) == sorted(c["index"] for c in rec.response["choices"])
@@ -174,9 +179,7 @@ def test_a_stop_string_is_the_matched_stop(sims) -> None:
 
 @pytest.mark.parametrize("name", STREAMS)
 def test_streams_match_the_recording(sims, name) -> None:
-    rec = load(RUN, name)
-    r = answer(sims, rec)
-    assert r.status_code == rec.status, f"{rec.cite}: {r.text[:300]}"
+    rec, r = replayed(sims, name)
     frames = sse_frames(r.text)
     assert frames[-1] == "[DONE]" == rec.events[-1], rec.cite
     chunks = [json.loads(f) for f in frames[:-1]]
