@@ -265,12 +265,6 @@ class AdmissionQueue:
         q.done_times.append(time.monotonic())
         self._dispatch(slot.model, q)
 
-    def kick(self, model: str | None = None) -> None:
-        """Re-check capacity now (the router calls this when a backend frees up)."""
-        for name in [model] if model else list(self._models):
-            if name in self._models:
-                self._dispatch(name, self._models[name])
-
     # ---- queue structure -------------------------------------------------
 
     def _push(self, q: _ModelQueue, w: _Waiter) -> None:

@@ -1,7 +1,7 @@
 """The admission queue's details beside tests/policies/test_admission.py: the
 defaults, units in and out of the queue, the head that is not overtaken, which
-tenant a full queue pushes out, the Retry-After estimate and the error texts, a
-slot dispatched while its client was leaving, and `kick`.
+tenant a full queue pushes out, the Retry-After estimate and the error texts, and a
+slot dispatched while its client was leaving.
 
 The capacity functions here look the model up strictly (`caps[model]`), so a
 step that asked for the wrong model's capacity fails instead of passing by luck."""
@@ -116,11 +116,10 @@ async def test_a_queued_slot_says_how_long_it_waited_and_holds_its_units():
 
 async def test_a_dispatch_adds_to_what_is_already_in_flight():
     caps = {"m": 1}
-    q = strict(caps, poll_s=10)  # only kick() re-checks
+    q = strict(caps)
     held = await q.enter("m", "a", 1)
     (task,) = await queued(q, 1)
-    caps["m"] = 2
-    q.kick("m")
+    caps["m"] = 2  # the waiter's next poll sees the room
     slot = await asyncio.wait_for(task, 1)
     assert q.in_flight("m") == 2
     q.release(slot)
@@ -187,25 +186,6 @@ async def test_a_slot_dispatched_as_its_task_is_cancelled_goes_to_the_next_one()
     assert q.in_flight("m") == 1
     q.release(slot)
     assert q.in_flight("m") == 0
-
-
-# ---- kick ----------------------------------------------------------------------------
-
-
-async def test_kick_rechecks_the_model_named_or_every_model():
-    caps = {"m": 0, "n": 0}
-    q = strict(caps, poll_s=10)
-    (m_task,) = await queued(q, 1, model="m")
-    (n_task,) = await queued(q, 1, model="n")
-    caps.update(m=1, n=1)
-    q.kick("unknown")  # a model nobody asked for: nothing to do
-    q.kick("m")
-    await asyncio.wait_for(m_task, 1)
-    await asyncio.sleep(0.02)
-    assert not n_task.done()  # not kicked
-    q.kick()
-    await asyncio.wait_for(n_task, 1)
-    assert (q.in_flight("m"), q.in_flight("n")) == (1, 1)
 
 
 # ---- a full queue: who is pushed out ------------------------------------------------------
