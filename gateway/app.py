@@ -354,14 +354,8 @@ def _cut_by_drain(generation: Generation) -> None:
     generation.status, generation.error = 503, "ended by the drain: the process was shutting down"
 
 
-def create_app(
-    config: GatewayConfig,
-    metrics: GatewayMetrics | None = None,
-    source: ConfigSource | None = None,
-    worker: WorkerSlot | None = None,
-    tracing: Tracing | None = None,
-) -> FastAPI:
-    gw = Gateway(config, metrics, source, worker, tracing)
+def create_app(gw: Gateway) -> FastAPI:
+    """The ASGI app around `gw`: its routes, and its startup and shutdown as the app's lifespan."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -403,11 +397,11 @@ def create_app(
             "response_input_items": stored.input_items,
             "healthz": gw.ops.healthz,
             # The process's readiness only, when the detail is served on the ops listener.
-            "readyz": gw.ops.readyz if config.ops.listen is None else gw.ops.readiness,
+            "readyz": gw.ops.readyz if gw.config.ops.listen is None else gw.ops.readiness,
         },
     )
     app.add_route("/openapi.json", openapi_route(app), methods=["GET"])
-    if config.ops.listen is None:
+    if gw.config.ops.listen is None:
         app.add_route("/metrics", gw.metrics_view, methods=["GET"])
         app.add_route("/admin/reload", gw.admin.reload, methods=["POST"])
         app.add_route("/admin/config", gw.admin.show_config, methods=["GET"])

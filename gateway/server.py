@@ -25,7 +25,7 @@ import sys
 
 import uvicorn
 
-from gateway.app import HotPath, create_app
+from gateway.app import Gateway, HotPath, create_app
 from gateway.config import GatewayConfig
 from gateway.http_limits import HeadLimits, limited_protocol
 from gateway.lifecycle import Lifecycle
@@ -96,7 +96,7 @@ def log_to_stderr(level: str, worker: WorkerSlot | None = None) -> None:
 
 def run_server(config: GatewayConfig, source: ConfigSource | None = None, worker: WorkerSlot | None = None) -> None:
     log_to_stderr(config.log_level, worker)
-    app = HotPath(create_app(config, source=source, worker=worker))
+    app = HotPath(create_app(Gateway(config, source=source, worker=worker)))
     uv = uvicorn.Config(
         app,
         host=config.listen.host,

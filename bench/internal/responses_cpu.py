@@ -185,9 +185,9 @@ async def _call(app: Any, path: str, body: bytes) -> bytes:
 
 
 async def through_gateway(upstream: str, n: int) -> list[tuple[str, float, float]]:
-    from gateway.app import HotPath, create_app
+    from gateway.app import Gateway, HotPath, create_app
 
-    app = HotPath(create_app(gateway_config(upstream)))
+    app = HotPath(create_app(Gateway(gateway_config(upstream))))
     await app.gateway.startup()
     rows = []
     try:

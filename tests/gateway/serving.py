@@ -30,7 +30,7 @@ class Served:
 @contextlib.asynccontextmanager
 async def serving(config: dict, tracing: Tracing | None = None) -> AsyncIterator[Served]:
     port = free_port()
-    app = create_app(parse_config({**config, "listen": {"host": "127.0.0.1", "port": port}}), tracing=tracing)
+    app = create_app(Gateway(parse_config({**config, "listen": {"host": "127.0.0.1", "port": port}}), tracing=tracing))
     server = uvicorn.Server(
         uvicorn.Config(HotPath(app), host="127.0.0.1", port=port, log_level="warning", access_log=False)
     )

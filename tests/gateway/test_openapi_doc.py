@@ -9,7 +9,7 @@ import hashlib
 import httpx
 import pytest
 
-from gateway.app import create_app
+from gateway.app import Gateway, create_app
 from gateway.config import parse_config
 from processes import free_port
 from tests.gateway.serving import serving
@@ -39,7 +39,7 @@ async def test_the_document_lists_every_served_route_with_its_shapes(served):
     documented = {(path, method) for path, item in doc["paths"].items() for method in item}
     served_routes = {
         (route.path.replace(":path", ""), method.lower())
-        for route in create_app(parse_config(CONFIG)).routes
+        for route in create_app(Gateway(parse_config(CONFIG))).routes
         for method in (getattr(route, "methods", None) or ())
         if route.path not in NOT_DOCUMENTED and method != "HEAD"
     }
