@@ -30,6 +30,7 @@ from typing import Any
 import yaml
 
 from conformance.catalog import select
+from conformance.check import Check
 from conformance.cli import EXIT_INCOMPLETE, EXIT_MUST_FAILED, EXIT_OK
 from conformance.matrix import Declaration, MatrixReport, targets_from_config, write_matrix
 from conformance.procs import SWITCHYARD, ManagedProcess, free_port, start_gateway
@@ -141,6 +142,15 @@ def start_simulators(log_dir: Path) -> dict[str, ManagedProcess]:
     return procs
 
 
+def column_checks(target: Target, checks: list[Check]) -> list[Check]:
+    """What runs on a column: an embedding model takes the embeddings checks alone. With
+    none of those selected (`--profile responses`) it has no column, rather than an
+    empty one that would read as INCOMPLETE."""
+    if target.capabilities == EMBEDDING_FEATURES:
+        return [c for c in checks if c.profile == "embeddings"]
+    return checks
+
+
 async def run_all(
     config: dict[str, Any], gateway_url: str, keys: dict[str, str], profiles: list[str], quiet: bool
 ) -> MatrixReport:
@@ -169,8 +179,9 @@ async def run_all(
     ):
         if target.runtime is not None and target.capabilities is not None:
             target.capabilities = target.capabilities - GATEWAY_ONLY_FEATURES  # the runtime's own URL
-        embedding_model = target.capabilities == EMBEDDING_FEATURES
-        chosen = [c for c in checks if c.profile == "embeddings"] if embedding_model else checks
+        chosen = column_checks(target, checks)
+        if not chosen:
+            continue
         run = await run_checks(target, chosen, profiles, progress=lambda r, t=target: progress(t, r))
         matrix.runs.append((target, run))
     policies = Target(

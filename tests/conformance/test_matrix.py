@@ -6,7 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conformance.ci_matrix import CI_PROFILES, build_config, declarations, load_expected, sort_deviations
+from conformance.catalog import select
+from conformance.ci_matrix import (
+    CI_PROFILES,
+    EMBEDDING_FEATURES,
+    build_config,
+    column_checks,
+    declarations,
+    load_expected,
+    sort_deviations,
+)
 from conformance.matrix import MatrixReport, targets_from_config, write_matrix
 from conformance.result import CheckResult, Level, Status
 from conformance.runner import RunReport
@@ -141,3 +150,16 @@ def test_ci_embedding_models_are_declared_embedding_only() -> None:
         assert backend["adapter"] == adapter and backend["options"] == {"embeddings": True}
         assert declared[name].capabilities == {"embeddings"}
     assert "sim-emb-vllm" not in config["models"]
+
+
+def test_an_embedding_model_runs_only_the_embeddings_checks_and_has_no_column_without_them():
+    embedder = Target("http://gw", "emb", name="gateway/emb-vllm", capabilities=EMBEDDING_FEATURES)
+    chat = Target("http://gw", "llama", name="gateway/llama", capabilities=frozenset({"tools", "embeddings"}))
+    every = select(CI_PROFILES)
+    assert {c.profile for c in column_checks(embedder, every)} == {"embeddings"}
+    assert column_checks(chat, every) == every
+    # `--profile responses` alone: the embedding model has nothing to run, so no
+    # column (an empty one reads as INCOMPLETE); the chat model still runs them.
+    responses = select(["responses"])
+    assert responses and column_checks(embedder, responses) == []
+    assert column_checks(chat, responses) == responses
