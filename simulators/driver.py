@@ -96,7 +96,9 @@ class Reply:
         return None
 
     def opening(self, outcome: Outcome) -> list[bytes]:
-        """Frames before the first token (they do not count towards the stream faults)."""
+        """Frames written with the first token, before its own (vLLM's and trtllm-serve's
+        role chunk: their generators write it in the first pass over the engine's
+        outputs, so after the prefill). They do not count towards the stream faults."""
         return []
 
     def emit(self, token: Token, outcome: Outcome) -> list[bytes]:
@@ -133,7 +135,12 @@ async def pump(sim: SimRequest, gen: Generation, stream: SSEStream, reply: Reply
     if faults.error_after == 0:  # the engine fails the request before its first token
         await fail(stream, reply)
         raise StreamEnded()
+    opened = False
     async for token in gen:
+        if not opened:  # written as the runtime writes them: before the token is counted
+            opened = True
+            for data in reply.opening(outcome):
+                await stream.send(data)
         outcome.add(token)
         for data in reply.emit(token, outcome):
             await stream.send(data)
@@ -147,6 +154,9 @@ async def pump(sim: SimRequest, gen: Generation, stream: SSEStream, reply: Reply
     if faults.error_after is not None and frames_sent < faults.error_after:
         await fail(stream, reply)  # shorter than K frames: fail at the end, before the closing frames
         raise StreamEnded()
+    if not opened:  # the engine's one output carried no token: the first pass still writes them
+        for data in reply.opening(outcome):
+            await stream.send(data)
     return outcome
 
 

@@ -295,8 +295,8 @@ class Simulator:
         self, request: web.Request, sim: SimRequest, gen: Generation, reply: Reply, outcome: Outcome
     ) -> web.StreamResponse:
         stream = SSEStream(request, self.paced(sim), headers=reply.headers)
-        for data in reply.opening(outcome):
-            await stream.send(data)
+        if stream.paced:  # the runtimes' streaming responses send their head before any output
+            await stream.start()
         try:
             await pump(sim, gen, stream, reply, outcome)
         except StreamEnded:
