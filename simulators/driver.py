@@ -154,9 +154,6 @@ async def pump(sim: SimRequest, gen: Generation, stream: SSEStream, reply: Reply
     if faults.error_after is not None and frames_sent < faults.error_after:
         await fail(stream, reply)  # shorter than K frames: fail at the end, before the closing frames
         raise StreamEnded()
-    if not opened:  # the engine's one output carried no token: the first pass still writes them
-        for data in reply.opening(outcome):
-            await stream.send(data)
     return outcome
 
 
