@@ -102,7 +102,7 @@ class GenerationRequest:
 # The stream rules. The events the encoder gets satisfy every rule below, whatever
 # runtime produced them. An adapter decodes its runtime faithfully (its vocabulary
 # mapped into these types, its known omissions filled in, e.g. TGI's missing finish
-# after a streamed tool call) and need not enforce them: gateway/stream_guard.py
+# after a streamed tool call) and need not enforce them: gateway/serving/stream_guard.py
 # does, once for every adapter, on the stream the dispatcher returns (after n > 1
 # fan-out and the prompts of a batched completion are merged).
 #

@@ -44,7 +44,7 @@ class SimPorts:
 def sim_argv(cfg: RoutingBenchConfig, ports: SimPorts) -> list[str]:
     """The command line of one simulator of the pool."""
     argv = python_module(
-        "gateway.cli",
+        "gateway.cli.main",
         "simulate",
         "vllm",
         "--port",

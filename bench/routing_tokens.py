@@ -1,7 +1,7 @@
 """The token-id workload of `make bench-routing` (bench/routing_bench.py), for the
 modelled simulators: `/v1/completions` with `prompt` a list of token ids, so that
 the gateway can name a prompt's blocks as vLLM does (vLLM hashes token ids; the
-gateway matches only prompts sent as ids, gateway/kv_feeds.py `prompt_token_ids`).
+gateway matches only prompts sent as ids, gateway/backends/kv_feeds.py `prompt_token_ids`).
 
 The same shape as the text workload (bench/routing_workload.py): a few shared
 system prompts, seeded id sequences drawn Zipf; multi-turn sessions where turn k's

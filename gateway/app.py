@@ -1,4 +1,4 @@
-"""App assembly: the OpenAI routes, and the operational ones (gateway/ops.py).
+"""App assembly: the OpenAI routes, and the operational ones (gateway/observe/ops.py).
 
 Routes are plain Starlette routes on the FastAPI app (no per-request pydantic
 model or dependency injection): the request path is auth -> read and parse ->
@@ -29,40 +29,40 @@ from starlette.routing import Route
 
 from adapters.base import GenerationRequest
 from adapters.errors import GatewayError, model_not_found
-from gateway.admin import AdminViews
-from gateway.answer_format import AnswerFormat
-from gateway.api_routes import gateway_version, mount_documented, openapi_route
-from gateway.backends import BackendSet
-from gateway.config import GatewayConfig
-from gateway.dispatch import Dispatcher, check_choices
-from gateway.embeddings import embeddings_route
-from gateway.generation import Generation
-from gateway.inflight import Exchange, InFlight
-from gateway.lifecycle import Lifecycle, shutting_down
-from gateway.metrics import GatewayMetrics, access_logger
-from gateway.ops import OpsCollector, OpsViews
-from gateway.protection import Protection
-from gateway.recorder import Outcome, RequestContext, RequestRecorder, TenantLabels
-from gateway.reload import ConfigReloader, ConfigSource, ConfigVersion
-from gateway.request_deadline import request_deadline
-from gateway.request_io import client_request_id, new_request_id, read_body
-from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
-from gateway.responses import error_response, json_response, route_error_handler
-from gateway.responses_http import ResponsesRoutes
-from gateway.tokenize import detokenize_route, tokenize_route
-from gateway.tracing import Tracing, build_tracing
-from gateway.unary import UnaryGate
-from gateway.worker_metrics import WorkerMetrics
-from gateway.worker_quota import WorkerShareStore
-from gateway.workers import WorkerSlot
+from gateway.backends.backend_set import BackendSet
+from gateway.config.schema import GatewayConfig
+from gateway.http.deadline import request_deadline
+from gateway.http.envelope import error_response, json_response, route_error_handler
+from gateway.http.request_io import client_request_id, new_request_id, read_body
+from gateway.lifecycle.inflight import Exchange, InFlight
+from gateway.lifecycle.process import Lifecycle, shutting_down
+from gateway.lifecycle.reload import ConfigReloader, ConfigSource, ConfigVersion
+from gateway.lifecycle.workers import WorkerSlot
+from gateway.observe.admin import AdminViews
+from gateway.observe.metrics import GatewayMetrics, access_logger
+from gateway.observe.ops import OpsCollector, OpsViews
+from gateway.observe.recorder import Outcome, RequestContext, RequestRecorder, TenantLabels
+from gateway.observe.tracing import Tracing, build_tracing
+from gateway.observe.worker_metrics import WorkerMetrics
+from gateway.openai.answer_format import AnswerFormat
+from gateway.openai.api_routes import gateway_version, mount_documented, openapi_route
+from gateway.openai.embeddings import embeddings_route
+from gateway.openai.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
+from gateway.openai.responses.routes import ResponsesRoutes
+from gateway.openai.tokenize import detokenize_route, tokenize_route
+from gateway.protection.gate import Protection
+from gateway.protection.worker_quota import WorkerShareStore
+from gateway.serving.dispatch import Dispatcher, check_choices
+from gateway.serving.generation import Generation
+from gateway.serving.unary import UnaryGate
 from policies.auth import credential_headers
 
 log = logging.getLogger("switchyard.gateway")
 
 
 class Gateway:
-    """`source`: the config file a reload reads again (gateway/reload.py); `worker`:
-    this process's place among `serve --workers` (gateway/workers.py)."""
+    """`source`: the config file a reload reads again (gateway/lifecycle/reload.py); `worker`:
+    this process's place among `serve --workers` (gateway/lifecycle/workers.py)."""
 
     def __init__(
         self,
@@ -77,7 +77,7 @@ class Gateway:
         self.tracing = tracing or build_tracing(config.tracing)
         self.backends = BackendSet(config, registry=self.metrics.registry)
         self.dispatcher = Dispatcher(self.backends, self._count_backend_failure)
-        # One of several workers on the port (gateway/workers.py): quotas in memory are shared out.
+        # One of several workers on the port (gateway/lifecycle/workers.py): quotas in memory are shared out.
         siblings = worker if worker is not None and worker.count > 1 else None
         self.protection = Protection.from_config(
             config, self.metrics.registry, local_store=WorkerShareStore(siblings.count) if siblings else None
@@ -87,7 +87,7 @@ class Gateway:
         )
         self.started_at = int(time.time())
         self.started = False
-        # Set by a graceful stop (gateway/lifecycle.py): /readyz answers 503 while the
+        # Set by a graceful stop (gateway/lifecycle/process.py): /readyz answers 503 while the
         # process finishes what it has; then new API requests are refused too.
         self.draining = False
         self.refusing = False
@@ -130,7 +130,7 @@ class Gateway:
         await self.tracing.aclose()
 
     async def apply_config(self, config: GatewayConfig, version: ConfigVersion) -> str:
-        """Put a validated config in force (gateway/reload.py checked what may change).
+        """Put a validated config in force (gateway/lifecycle/reload.py checked what may change).
         Nothing changes when it raises. Requests under way finish on what they hold."""
         plan = await self.backends.plan(config)
         try:
@@ -260,7 +260,7 @@ class Gateway:
 
 
 # A generating route's body reader: (body, the gateway's request id, the tenant) -> the
-# generation requests, and the answer format (None: chat's, gateway/answer_format.py).
+# generation requests, and the answer format (None: chat's, gateway/openai/answer_format.py).
 ParseBody = Callable[[Any, str, str], Awaitable[tuple[list[GenerationRequest], AnswerFormat | None]]]
 
 
@@ -287,7 +287,7 @@ class HotPath:
     Every API request (under /v1/) is held in the gateway's `InFlight` while it
     runs, with the config version it started under: a drain waits for it and,
     when its time is up, ends it with an error the client can read
-    (gateway/lifecycle.py); once the drain refuses new work, it is answered 503."""
+    (gateway/lifecycle/process.py); once the drain refuses new work, it is answered 503."""
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
@@ -366,7 +366,7 @@ def create_app(gw: Gateway) -> FastAPI:
             await gw.shutdown()
 
     # FastAPI's own /openapi.json and docs pages are off: the document is served by
-    # gateway/api_routes.py (with the generating routes added), the docs pages would
+    # gateway/openai/api_routes.py (with the generating routes added), the docs pages would
     # load their scripts from a CDN.
     app = FastAPI(
         title="Switchyard",
@@ -380,7 +380,7 @@ def create_app(gw: Gateway) -> FastAPI:
     app.add_route("/v1/chat/completions", gw.chat, methods=["POST"])
     app.add_route("/v1/completions", gw.completions, methods=["POST"])
     app.add_route("/v1/responses", gw.responses, methods=["POST"])
-    # The calls that generate nothing (gateway/unary.py): one upstream call, one JSON answer.
+    # The calls that generate nothing (gateway/serving/unary.py): one upstream call, one JSON answer.
     gate = UnaryGate(lambda: gw.config, gw.protection, gw.backends, gw.recorder, gw.dispatcher.on_failure)
     stored = gw.responses_api
     # Declared to FastAPI with their shapes: GET /openapi.json documents them.
@@ -422,7 +422,7 @@ def create_app(gw: Gateway) -> FastAPI:
 
 
 def ops_app(gw: Gateway) -> Starlette:
-    """What the ops listener serves (gateway/ops.py)."""
+    """What the ops listener serves (gateway/observe/ops.py)."""
     routes = [
         Route("/healthz", gw.ops.healthz, methods=["GET"]),
         Route("/readyz", gw.ops.readyz, methods=["GET"]),

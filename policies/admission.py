@@ -21,7 +21,7 @@ have capacity.
 * A request that waited past the queue's own limit (`max_wait_s`) gets 503 with
   Retry-After (the gateway is busy); one that waited past the deadline its client
   set (`deadline`, shorter than that limit) gets 504 `deadline_exceeded`, the code
-  a generation running past it gets too (gateway/generation.py). A request whose
+  a generation running past it gets too (gateway/serving/generation.py). A request whose
   client left is removed at once (its slot goes to the next one).
 """
 

@@ -23,8 +23,8 @@ is caught here, from the outcomes dispatch reports:
 Kinds of failure (`FailureKind`) are counted alike; they are kept apart for the
 metrics. Everything is pure state and arithmetic with an injectable clock.
 
-The gateway (gateway/dispatch.py) reports each attempt's outcome before the
-first byte; gateway/ops.py exports the circuits as
+The gateway (gateway/serving/dispatch.py) reports each attempt's outcome before the
+first byte; gateway/observe/ops.py exports the circuits as
 `switchyard_backend_ejected{model,backend}` and
 `switchyard_backend_ejections_total{model,backend,reason}`, and logs one line per
 `Transition` (`Transition.describe()`).

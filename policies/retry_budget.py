@@ -1,6 +1,6 @@
 """The retry budget of one model pool: how many failovers it may still make.
 
-Failover before the first byte (gateway/dispatch.py) turns one failing request
+Failover before the first byte (gateway/serving/dispatch.py) turns one failing request
 into several upstream attempts. When a whole pool fails, retrying every request
 `max_retries + 1` times multiplies the load on backends that are already in
 trouble. So retries are allowed while they stay under `ratio` of the requests

@@ -16,7 +16,7 @@ neither helps nor hurts a backend.
   runtime's signals are read every 2 s.
 * `backlog`: the prefill this request would wait for on the backend, per unit
   of weight: the uncached prompt tokens of the requests the gateway routed
-  there whose first event has not come back (gateway/dispatch.py holds them),
+  there whose first event has not come back (gateway/serving/dispatch.py holds them),
   plus its own (its prompt less what the backend holds). A runtime prefills in
   turn, so this is the backend's time to first token in tokens; the in-flight
   count cannot tell a backend computing a cold 550-token prompt from one

@@ -1,7 +1,7 @@
 """Session affinity: a conversation the client names stays on one backend.
 
 The name is an explicit key the client sends: the `x-session-id` header, the
-body's `prompt_cache_key` or its `user` (gateway/requests.py and gateway/app.py
+body's `prompt_cache_key` or its `user` (gateway/openai/requests.py and gateway/app.py
 put them in `GenerationRequest.session_keys`). Each model says which of them
 count and in what order (`models.<name>.session_affinity`); the first present
 wins. Keys are per tenant: two tenants sending the same `user` are two sessions.

@@ -16,7 +16,7 @@ MODULES: dict[str, list[str]] = {
     "policies/kv_index.py": ["tests/policies/test_kv_index*.py"],
     "policies/quota_health.py": ["tests/policies/test_quota_health*.py"],
     "policies/quota.py": ["tests/policies/test_quota*.py"],
-    "policies/quota_memory.py": ["tests/policies/test_quota.py", "tests/policies/test_quota_memory*.py"],
+    "stores/quota_memory.py": ["tests/policies/test_quota.py", "tests/policies/test_quota_memory*.py"],
     "policies/ejection.py": ["tests/policies/test_ejection*.py"],
     "policies/routing.py": [
         "tests/policies/test_routing.py",
@@ -31,7 +31,7 @@ MODULES: dict[str, list[str]] = {
     "adapters/errors.py": [
         "tests/adapters/test_error_builders.py",
         "tests/adapters/test_runtime_errors.py",
-        "tests/gateway/test_encoder.py",
+        "tests/gateway/openai/test_encoder.py",
     ],
     "adapters/runtime_errors.py": [
         "tests/adapters/test_error_bodies.py",
@@ -43,7 +43,7 @@ MODULES: dict[str, list[str]] = {
         "tests/adapters/test_mid_stream_errors.py",
         "tests/adapters/test_vllm_adapter.py",
         "tests/adapters/test_sglang_adapter.py",
-        "tests/gateway/test_stream_guard.py",
+        "tests/gateway/serving/test_stream_guard.py",
     ],
     # the replay tests over tests/adapters/recordings/<runtime>, and the shared tables
     # (error classification, parameter support) read per runtime
@@ -59,27 +59,27 @@ MODULES: dict[str, list[str]] = {
         "tests/adapters/test_runtime_errors.py",
         "tests/adapters/test_parameter_table.py",
     ],
-    "gateway/encoder.py": ["tests/gateway/test_encoder*.py"],
-    "gateway/requests.py": [
-        "tests/gateway/test_requests.py",
-        "tests/gateway/test_request_rules.py",
+    "gateway/openai/encoder.py": ["tests/gateway/test_encoder*.py"],
+    "gateway/openai/requests.py": [
+        "tests/gateway/openai/test_requests.py",
+        "tests/gateway/openai/test_request_rules.py",
         "tests/gateway/test_requests_rules_*.py",
         "tests/fuzz/test_request_handling.py",
     ],
-    "gateway/dispatch.py": ["tests/gateway/test_dispatch*.py"],
-    "gateway/generation.py": [
+    "gateway/serving/dispatch.py": ["tests/gateway/test_dispatch*.py"],
+    "gateway/serving/generation.py": [
         "tests/gateway/test_generation*.py",
-        "tests/gateway/test_request_deadline.py",
+        "tests/gateway/http/test_request_deadline.py",
         "tests/gateway/test_disconnect*.py",
-        "tests/gateway/test_internal_errors.py",
+        "tests/gateway/serving/test_internal_errors.py",
     ],
-    "gateway/protection.py": [
+    "gateway/protection/gate.py": [
         "tests/gateway/test_protection*.py",
-        "tests/gateway/test_quota_store_outage.py",
-        "tests/gateway/test_quota_down_window.py",
-        "tests/gateway/test_quota_details.py",
-        "tests/gateway/test_unary.py",
-        "tests/gateway/test_generation.py",
+        "tests/gateway/protection/test_quota_store_outage.py",
+        "tests/gateway/protection/test_quota_down_window.py",
+        "tests/gateway/protection/test_quota_details.py",
+        "tests/gateway/serving/test_unary.py",
+        "tests/gateway/serving/test_generation.py",
         "tests/adversity/test_units.py",
     ],
     "engine/block_pool.py": ["tests/engine/test_block_pool*.py", "tests/engine/test_kv_events.py"],
@@ -93,18 +93,18 @@ MODULES: dict[str, list[str]] = {
 
 # A word on a module's result where the table alone would mislead.
 NOTES: dict[str, str] = {
-    "gateway/requests.py": "Rerun with tests/gateway/test_requests_rules_*.py (the refusal messages, each field's "
+    "gateway/openai/requests.py": "Rerun with tests/gateway/test_requests_rules_*.py (the refusal messages, each field's "
     "bounds and defaults, what every prompt of a batch carries, the prompt-token estimate): 82.3% before. "
     "The survivors left are equivalent (survivors.toml).",
-    "gateway/dispatch.py": "Rerun with tests/gateway/test_dispatch_paths.py and test_dispatch_streams.py (no runtime "
+    "gateway/serving/dispatch.py": "Rerun with tests/gateway/serving/test_dispatch_paths.py and test_dispatch_streams.py (no runtime "
     "can serve the request, fallback, skipped backends, a spent budget, the backoff's doubling, failure kinds, no "
     "read-ahead for a lone stream, attempt spans): 74.5% before. The survivors left are log lines, equivalents and "
     "the unreachable `_no_backend` guard (survivors.toml). Failover is also pinned end to end in "
     "tests/e2e/test_failover.py, which this per-module run does not include (real processes, too slow per mutant).",
-    "gateway/generation.py": "Judged by in-process tests only (the wire, the phases, a bug, the deadline, "
+    "gateway/serving/generation.py": "Judged by in-process tests only (the wire, the phases, a bug, the deadline, "
     "a client leaving), with a per-mutant timeout of 3x the clean run + 5 s (TIMEOUTS).",
-    "gateway/protection.py": "The store's reconnect timings of test_quota_store_outage.py are left out "
-    "(EXTRA_ARGS): they pin gateway/quota_leases.py and cost seconds each per mutant.",
+    "gateway/protection/gate.py": "The store's reconnect timings of test_quota_store_outage.py are left out "
+    "(EXTRA_ARGS): they pin gateway/protection/quota_leases.py and cost seconds each per mutant.",
 }
 
 # pytest arguments a module's run adds (to leave out a slow test in a listed file)
@@ -113,8 +113,8 @@ EXTRA_ARGS: dict[str, list[str]] = {
     "engine/block_pool.py": ["-k", "not test_engine_random and not adapters_events"],
     "engine/kv_cache_manager.py": ["-k", "not test_engine_random and not adapters_events"],
     "engine/scheduler.py": ["-k", "not test_engine_random"],
-    # the store's reconnect timings (gateway/quota_leases.py's, seconds each in real time)
-    "gateway/protection.py": ["-k", "not hung_redis_longer and not used_again_within_a_second"],
+    # the store's reconnect timings (gateway/protection/quota_leases.py's, seconds each in real time)
+    "gateway/protection/gate.py": ["-k", "not hung_redis_longer and not used_again_within_a_second"],
     # the table's tests that read docs/ and README.md (not in the mutation copy) or load the native engine
     "adapters/tgi.py": ["-k", "not docs_table and not readme and not native"],
     "adapters/trtllm.py": ["-k", "not docs_table and not readme and not native"],
@@ -125,5 +125,5 @@ EXTRA_ARGS: dict[str, list[str]] = {
 TIMEOUTS: dict[str, tuple[float, float]] = {
     "policies/quota_health.py": (3.0, 2.0),
     # every test reaches Generation.__call__ (~20 s): a mutant hiding a client's leaving hangs till its timeout
-    "gateway/generation.py": (3.0, 5.0),
+    "gateway/serving/generation.py": (3.0, 5.0),
 }

@@ -20,7 +20,7 @@ class RefuseMissing:
             raise ModuleNotFoundError(f"No module named {name!r} (not installed here)", name=name)
         return None
 sys.meta_path.insert(0, RefuseMissing())
-from gateway.cli import main
+from gateway.cli.main import main
 try:
     status = main(sys.argv[3:])
 except SystemExit as exc:

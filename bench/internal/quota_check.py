@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry
 
 from adapters.base import GenerationRequest, SamplingParams
 from bench.quota_setup import KEYS, LIMITS, MODEL, config, pct
-from gateway.config import parse_config
-from gateway.protection import Protection
+from gateway.config.schema import parse_config
+from gateway.protection.gate import Protection
 
 
 async def check_cost(store_cfg: dict, tenant: str, n: int, concurrency: int) -> dict[str, float]:

@@ -32,12 +32,12 @@ import orjson
 
 from adapters.base import Event, Finish, TextDelta, Usage
 from bench.procs import Server, python_module
-from gateway.answer_format import AnswerFormat, ChatAnswer
-from gateway.config import GatewayConfig, QuotaStoreConfig
-from gateway.request_io import new_request_id
-from gateway.requests import parse_chat
-from gateway.response_store_config import ResponseStoreConfig
-from gateway.responses_http import ResponsesRoutes, build_response_store
+from gateway.config.response_store import ResponseStoreConfig
+from gateway.config.schema import GatewayConfig, QuotaStoreConfig
+from gateway.http.request_io import new_request_id
+from gateway.openai.answer_format import AnswerFormat, ChatAnswer
+from gateway.openai.requests import parse_chat
+from gateway.openai.responses.routes import ResponsesRoutes, build_response_store
 from processes import free_port
 
 MODEL = "m"
@@ -127,7 +127,7 @@ def in_process(n: int) -> list[tuple[str, float, float]]:
 
 
 def gateway_config(upstream: str) -> GatewayConfig:
-    from gateway.config import parse_config
+    from gateway.config.schema import parse_config
 
     return parse_config(
         {

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from adapters.base import SAMPLING_PARAMETERS
-from gateway.backends import ADAPTER_CLASSES
+from gateway.backends.backend_set import ADAPTER_CLASSES
 from simulators.testing import start_simulator
 from tests.adapters.wire_samples import PARAMETER_VALUES, parameter_on_the_wire
 from tests.adapters.wire_samples import WEATHER_TOOLS as TOOLS

@@ -233,7 +233,7 @@ def test_cancellation_frees_the_engine(client, vllm_server):
     # tokens of a random-weight model detokenize to nothing visible; on a loaded machine
     # the whole answer can be generated before a timer fires), and vLLM's running gauge
     # is refreshed only every few seconds. The gateway's first frame is: it answers
-    # only once the runtime's first chunk came (gateway/dispatch.py reads it before the
+    # only once the runtime's first chunk came (gateway/serving/dispatch.py reads it before the
     # answer starts), and vLLM then has thousands of tokens (tens of seconds) to go.
     # The client is a plain socket closed by hand: an HTTP client's cancelled stream
     # may keep its connection open until collected, and then the whole answer (a few

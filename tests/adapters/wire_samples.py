@@ -9,7 +9,7 @@ import pytest
 
 from adapters.base import Adapter, ErrorEvent, Event, GenerationRequest
 from adapters.errors import GatewayError, upstream_failed
-from gateway.stream_guard import StreamGuard, guarded
+from gateway.serving.stream_guard import StreamGuard, guarded
 
 # One function tool as a client sends it (the simulators' scripted tool calls name it).
 WEATHER_TOOLS = [

@@ -1,5 +1,5 @@
 """What a connection can make a real gateway process hold before any request
-exists (gateway/http_limits.py): raw sockets against `switchyard serve`, with short
+exists (gateway/http/limits.py): raw sockets against `switchyard serve`, with short
 timeouts so that the slow cases stay quick."""
 
 from __future__ import annotations

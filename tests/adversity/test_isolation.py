@@ -21,7 +21,7 @@ import pytest
 
 from adapters.base import Finish, GenerationRequest, SamplingParams, Usage
 from adapters.errors import GatewayError
-from gateway.request_io import client_request_id, new_request_id
+from gateway.http.request_io import client_request_id, new_request_id
 from simulators.testing import start_simulator
 from tests.adversity.fleet import RUNTIMES, auth, key_of, sim_backend, start_fleet_gateway, tenancy
 from tests.native_adapters import started_native

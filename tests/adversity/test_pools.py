@@ -18,7 +18,7 @@ import time
 import httpx
 import pytest
 
-from gateway.config import ConfigError, parse_config
+from gateway.config.schema import ConfigError, parse_config
 from simulators.testing import start_simulator
 from tests.adversity.fleet import auth, backend_inflight, scrape, sim_backend, start_fleet_gateway
 

@@ -16,13 +16,13 @@ from prometheus_client import CollectorRegistry
 
 from adapters.base import GenerationRequest, SamplingParams
 from adapters.errors import GatewayError
-from gateway.config import parse_config
-from gateway.protection import Protection
+from gateway.config.schema import parse_config
+from gateway.protection.gate import Protection
 from policies.admission import AdmissionQueue
 from policies.auth import hash_key
 from policies.quota import QuotaExceeded, ScopeLimits
-from policies.quota_memory import MemoryQuotaStore
-from policies.quota_redis import RedisQuotaStore
+from stores.quota_memory import MemoryQuotaStore
+from stores.quota_redis import RedisQuotaStore
 from tests.procs import start_redis
 
 TTL_MS = 10_000

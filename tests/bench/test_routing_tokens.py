@@ -12,7 +12,7 @@ import orjson
 from bench.routing_bench import POLICIES, RoutingBenchConfig, gateway_config
 from bench.routing_sims import BACKENDS, BLOCK_SIZE, SimPorts, sim_argv, sim_backends, start_sims
 from bench.routing_tokens import LABEL_TOKENS, label_ids, prompts, run_token_load, token_sessions
-from gateway.config import parse_config
+from gateway.config.schema import parse_config
 
 
 def test_each_turn_is_the_last_prompt_with_its_answer_then_the_new_user_ids():

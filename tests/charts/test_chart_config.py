@@ -30,7 +30,7 @@ ADAPTER_OF = {"vllm": "vllm", "sglang": "sglang", "tgi": "tgi", "trtllm": "trtll
 # seconds to start, most of it importing its other command groups.
 CONFIG_CHECK_EACH = """
 import sys
-from gateway.cli import main
+from gateway.cli.main import main
 for path in sys.argv[1:]:
     print("RESULT", path, main(["config", "check", path]), flush=True)
 """

@@ -12,8 +12,8 @@ import pytest
 from adapters.base import Finish, TextDelta, ToolCallDelta, Usage
 from conformance.openapi import openapi_issues, stream_event_issues
 from conformance.responses_sse import parse_responses_stream
-from gateway.responses_api import MemoryResponseStore, create_response
-from tests.gateway.responses_api.scripted import ScriptedRunner
+from gateway.openai.responses import MemoryResponseStore, create_response
+from tests.gateway.openai.responses.scripted import ScriptedRunner
 
 TEXT = [TextDelta(0, "Hello "), TextDelta(0, "there"), Finish(0, "stop"), Usage(5, 2)]
 CALL = [ToolCallDelta(0, 0, "call_1", "f", '{"a": '), ToolCallDelta(0, 0, None, None, "1}"), Finish(0, "tool_calls")]

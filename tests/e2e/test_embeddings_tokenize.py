@@ -230,7 +230,7 @@ def test_the_native_engine_embeds_and_tokenizes_like_transformers(stack):
 
 @pytest.mark.parametrize("path", ["/v1/embeddings", "/tokenize"])
 def test_the_calls_that_generate_nothing_keep_the_request_rules_of_chat(stack, path):
-    # One reading of a request for every route (gateway/request_io.py, policies/auth.py):
+    # One reading of a request for every route (gateway/http/request_io.py, policies/auth.py):
     # two credentials are refused, a body nested past limits.max_json_depth is a 400,
     # and a client's malformed x-request-id is replaced by the gateway's own.
     gateway, _ = stack

@@ -1,5 +1,5 @@
 """What a fanned-out `n` means, through the whole HTTP path to a TGI simulator (TGI
-has no native `n`: the gateway sends one request per choice, gateway/dispatch.py).
+has no native `n`: the gateway sends one request per choice, gateway/serving/dispatch.py).
 
 * Seeds: choice i is sampled with `seed + i`, so the choices differ and the same
   request gives the same choices again. The oracle is the simulator itself: its text
@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from simulators.testing import start_in_process
-from tests.gateway.serving import serving
+from tests.gateway.live_gateway import serving
 
 PROMPT = [{"role": "user", "content": "tell me about the fan out"}]
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import yaml
 
-from gateway.config import ConfigError, load_config
+from gateway.config.schema import ConfigError, load_config
 from policies.auth import hash_key
 from processes import free_port
 from tests.procs import ROOT, SWITCHYARD, openai_backend_config, start_gateway, stopped_after

@@ -18,7 +18,7 @@ import pytest
 from conformance.checks.responses import UNIT_TOOL as UNIT
 from policies.auth import hash_key
 from simulators.testing import start_simulator
-from tests.gateway.responses_api.official import message_item_events
+from tests.gateway.openai.responses.official import message_item_events
 from tests.procs import start_gateway
 
 # The flags that switch on each runtime's tool calling (as conformance/ci_matrix.py runs them).

@@ -391,7 +391,7 @@ async def test_cancel_mid_stream_aborts_upstream_and_frees_everything(fleet, gw)
 
 async def test_cancel_non_streaming_aborts_upstream_and_frees_everything(fleet, gw):
     # A client leaving a non-streamed request is counted in `non_streaming`, whether
-    # or not the upstream had started answering (gateway/generation.py), and in no other.
+    # or not the upstream had started answering (gateway/serving/generation.py), and in no other.
     phases = ("non_streaming", "upstream_headers", "mid_stream")
     before = {p: cancelled(gw, p) for p in phases}
     await open_and_leave(gw.url, body(max_tokens=50, model="q", chunks=50, itl_ms=40), after_s=0.5)

@@ -82,7 +82,7 @@ def test_other_shapes_build(tmp_path: Path) -> None:
 
 
 def test_cli_make_tiny(tmp_path: Path, tiny: Path, capsys: pytest.CaptureFixture) -> None:
-    from gateway.cli import main
+    from gateway.cli.main import main
 
     out = tmp_path / "cli"
     assert main(["engine", "make-tiny", str(out), "--seed", "0"]) == 0
@@ -91,7 +91,7 @@ def test_cli_make_tiny(tmp_path: Path, tiny: Path, capsys: pytest.CaptureFixture
 
 
 def test_cli_rejects_bad_shape(tmp_path: Path) -> None:
-    from gateway.cli import main
+    from gateway.cli.main import main
 
     with pytest.raises(SystemExit, match="divisible"):
         main(["engine", "make-tiny", str(tmp_path / "x"), "--heads", "3"])

@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from adapters.base import GenerationRequest
 from adapters.errors import GatewayError
 from adapters.openai_wire import build_body
-from gateway.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
-from gateway.responses_api import MemoryResponseStore, prepare_response
+from gateway.openai.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
+from gateway.openai.responses import MemoryResponseStore, prepare_response
 from tests.fuzz.bodies import Hostile, hostile_body, wrong_type_sweep
 
 CHAT, COMPLETION, RESPONSE = "CreateChatCompletionRequest", "CreateCompletionRequest", "CreateResponse"

@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from adapters.base import GenerationRequest, SamplingParams
 from adapters.errors import GatewayError
-from gateway.config import parse_config
-from gateway.protection import Protection
+from gateway.config.schema import parse_config
+from gateway.protection.gate import Protection
 from policies.auth import hash_key
 
 KEY_A = "sk-sy-tenant-a-key"

@@ -10,10 +10,10 @@ from typing import Any
 
 from adapters.base import Adapter, Capabilities, Event, GenerationRequest, Health, Usage
 from adapters.errors import GatewayError
-from gateway.backends import BackendSet
-from gateway.config import parse_config
-from gateway.phases import CancelPhase
-from gateway.protection import Ticket
+from gateway.backends.backend_set import BackendSet
+from gateway.config.schema import parse_config
+from gateway.protection.gate import Ticket
+from gateway.serving.phases import CancelPhase
 
 HANG = "hang"  # in a script: wait until cancelled
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gateway.config_auth import ApiKeyEntry
+from gateway.config.auth import ApiKeyEntry
 from policies.api_keys import KEY_PREFIX, ApiKeyTable, KeyRecord, generate_key, hash_key, key_record
 
 DIGEST = hash_key("sk-sy-one")

@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapters.errors import GatewayError
-from gateway.config_auth import AuthConfig
+from gateway.config.auth import AuthConfig
 from policies.auth import Authenticator, TenantRecord, credential_headers, generate_key, hash_key
 from tests.policies.jwt_issuer import AUD, ISS, Issuer
 from tests.served_app import served

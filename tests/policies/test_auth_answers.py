@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from adapters.errors import GatewayError
-from gateway.config_auth import AuthConfig
+from gateway.config.auth import AuthConfig
 from policies.auth import Authenticator, TenantRecord, hash_key, model_allowed, unauthorized
 from tests.policies.jwt_issuer import AUD, ISS, Issuer
 

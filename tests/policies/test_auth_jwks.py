@@ -16,7 +16,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from adapters.errors import GatewayError
-from gateway.config_auth import AuthConfig
+from gateway.config.auth import AuthConfig
 from policies.auth import Authenticator, TenantRecord
 from tests.policies.jwt_issuer import AUD, ISS, Issuer
 from tests.served_app import served

@@ -18,8 +18,8 @@ from policies.quota import (
     ratelimit_headers,
     token_budget,
 )
-from policies.quota_memory import MemoryQuotaStore
-from policies.quota_redis import RedisQuotaStore
+from stores.quota_memory import MemoryQuotaStore
+from stores.quota_redis import RedisQuotaStore
 
 WINDOW_MS = 1000
 BUCKET_MS = 100

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from policies.redis_connect import RedisTarget, parse_address
+from stores.redis_connect import RedisTarget, parse_address
 from tests.procs import stopped_after
 from tests.redis_ha.deployments import SERVICE, ClusterDeployment, SentinelDeployment
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from policies.auth import hash_key
-from policies.redis_connect import hash_tag
+from stores.redis_connect import hash_tag
 from tests.procs import Process, openai_backend_config, start_gateway, start_upstream
 from tests.redis_ha.deployments import SERVICE, ClusterDeployment, SentinelDeployment
 

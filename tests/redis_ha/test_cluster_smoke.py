@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from policies.quota import QuotaExceeded, ScopeLimits
-from policies.quota_redis import RedisQuotaStore
+from stores.quota_redis import RedisQuotaStore
 from tests.redis_ha.conftest import cluster_target
 from tests.redis_ha.deployments import cli
 

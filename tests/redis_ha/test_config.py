@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gateway.cli import main
-from gateway.config import ConfigError, load_config, parse_config
+from gateway.cli.main import main
+from gateway.config.schema import ConfigError, load_config, parse_config
 
 VLLM = {"models": {"m": {"backends": [{"name": "v", "adapter": "vllm", "url": "http://127.0.0.1:8000"}]}}}
 

@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 
-from policies.redis_connect import MASTER_WATCH_S
+from stores.redis_connect import MASTER_WATCH_S
 from tests.chaos.fleet import scrape
 from tests.redis_ha.deployments import ClusterDeployment, SentinelDeployment
 from tests.redis_ha.fleet import TENANTS, Fleet, Traffic, key_of

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from policies.quota import QuotaStoreUnavailable, ScopeLimits
-from policies.quota_redis import RedisQuotaStore
-from policies.redis_connect import RedisTarget
 from processes import free_port
+from stores.quota_redis import RedisQuotaStore
+from stores.redis_connect import RedisTarget
 from tests.procs import Process
 from tests.redis_ha.deployments import cli
 

@@ -11,11 +11,11 @@ import uuid
 
 import pytest
 
-from gateway.responses_api.store import ResponseNotFound, StoredResponse
-from gateway.responses_api.store_redis import RedisResponseStore
+from gateway.openai.responses.store import ResponseNotFound, StoredResponse
+from gateway.openai.responses.store_redis import RedisResponseStore
 from policies.quota import QuotaExceeded, Reservation, ScopeLimits
-from policies.quota_redis import RESERVE_LUA, RedisQuotaStore
-from policies.redis_connect import RedisTarget, hash_tag
+from stores.quota_redis import RESERVE_LUA, RedisQuotaStore
+from stores.redis_connect import RedisTarget, hash_tag
 from tests.redis_ha.conftest import cluster_target, sentinel_target
 from tests.redis_ha.deployments import ClusterDeployment, SentinelDeployment, cli
 

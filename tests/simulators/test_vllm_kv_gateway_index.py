@@ -1,6 +1,6 @@
 """Two witnesses of one cache: the vLLM double's prefix cache, and the gateway's
 index of it built only from the double's KV events (adapters/kv_events_zmq.py's
-subscriber feeding policies/kv_index.py's `KVBlockIndex`, as gateway/kv_feeds.py
+subscriber feeding policies/kv_index.py's `KVBlockIndex`, as gateway/backends/kv_feeds.py
 wires them). Under a workload of shared prefixes that keeps evicting, before
 every request the index's match of the prompt's blocks must equal what the
 double then reports as cached. The subscriber joins after the first batch, so it

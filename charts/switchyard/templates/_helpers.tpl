@@ -177,7 +177,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- toYaml $cfg -}}
 {{- end -}}
 
-{{/* The settings the gateway fixes at start (gateway/reload.py RESTART_ONLY): with
+{{/* The settings the gateway fixes at start (gateway/lifecycle/reload.py RESTART_ONLY): with
      reload.live, an edit to these still rolls the pods. */}}
 {{- define "switchyard.restartOnlyConfig" -}}
 {{- $cfg := include "switchyard.gatewayConfig" . | fromYaml -}}

@@ -1,0 +1,55 @@
+"""The config sections of the process's life: who may call the admin endpoints,
+how a stop drains, how the config file is watched. Part of `GatewayConfig`
+(gateway/config/schema.py); docs/operations.md says how they are used."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from gateway.config.section import StrictSection as _Strict
+
+
+def sha256_digest(value: str) -> str:
+    """A key's SHA-256 digest as the config writes it: 64 hex characters (any case)."""
+    value = value.lower()
+    if len(value) != 64 or any(c not in "0123456789abcdef" for c in value):
+        raise ValueError("must be the 64-character hex SHA-256 digest of the key (see `switchyard keys create`)")
+    return value
+
+
+class AdminKeyEntry(_Strict):
+    sha256: str
+    name: str | None = None  # who holds it, for the log of admin calls
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, v: str) -> str:
+        return sha256_digest(v)
+
+
+class AdminConfig(_Strict):
+    """Credentials for /admin/reload and /admin/config (none: the admin API is off).
+    Admin keys are kept apart from tenants' keys: a tenant's key never reloads a config."""
+
+    api_keys: list[AdminKeyEntry] = Field(default_factory=list)
+
+
+class DrainConfig(_Strict):
+    """A graceful stop (SIGTERM): /readyz answers 503 at once; new requests are still
+    served for `accept_grace_s` (time for load balancers to notice), then refused
+    with 503 and Retry-After; requests under way get `timeout_s` more to finish,
+    then what is left is ended with an error (an error event and [DONE] mid-stream)."""
+
+    accept_grace_s: float = Field(0.0, ge=0)
+    # Fits Kubernetes' default terminationGracePeriodSeconds (30) with time to end what is left.
+    timeout_s: float = Field(25.0, ge=0)
+    retry_after_s: int = Field(1, ge=1)  # in the 503s refused during a drain
+
+
+class ReloadConfig(_Strict):
+    """The config file is checked every `poll_interval_s` (its inode, size and time,
+    then its content's hash: a Kubernetes ConfigMap's symlink swap is a change, a
+    touch is not) and reloaded when it changed."""
+
+    watch: bool = True
+    poll_interval_s: float = Field(1.0, gt=0)

@@ -1,0 +1,429 @@
+"""The gateway's config: one YAML file, validated by pydantic.
+
+The shape is the example in README.md ("Configuration"), which tests/gateway/config/test_config.py
+loads with every file in configs/; platform teams swap a runtime by changing one backend's
+`adapter` and `url`. Environment overrides: SWITCHYARD_HOST, SWITCHYARD_PORT,
+SWITCHYARD_REDIS_URL, SWITCHYARD_AUTH_MODE, SWITCHYARD_LOG_LEVEL.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from engine.builtin import model_path_problem
+from gateway.config.auth import AuthConfig
+from gateway.config.exposure import open_auth_problem, ops_exposure_refusal
+from gateway.config.lifecycle import AdminConfig, DrainConfig, ReloadConfig
+from gateway.config.redis import RedisDeploymentConfig
+from gateway.config.response_store import ResponseStoreConfig
+from gateway.config.section import StrictSection as _Strict
+from gateway.config.tracing import TracingConfig
+from policies.ejection import EjectionConfig
+from policies.saturation import DEFAULT_DETECTOR
+from policies.scorers import SCORERS
+from policies.scoring import DEFAULT_LOAD_FACTOR
+from policies.session import SESSION_SOURCES, SessionSource
+
+ADAPTER_KINDS = ("openai", "vllm", "sglang", "trtllm", "tgi", "native")
+ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity", "blended", "precise")
+_EJECTION = EjectionConfig()
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
+REDIS_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url accepts
+
+
+class ListenConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+
+
+class QuotaStoreConfig(RedisDeploymentConfig):
+    """`kind: redis` shares the limits through the Redis deployment that the
+    fields of gateway/config/redis.py describe (`mode`: single, cluster, sentinel)."""
+
+    kind: Literal["memory", "redis"] = "memory"
+    url: str = "redis://127.0.0.1:6379/0"
+    on_unavailable: Literal["fail_open", "fail_closed"] = "fail_open"
+    key_prefix: str = "switchyard"
+    lease_ttl_s: float = Field(30.0, gt=0)
+    timeout_s: float = Field(1.0, gt=0)  # the longest one call waits before the fail policy applies
+
+    @model_validator(mode="after")
+    def _redis_url(self) -> QuotaStoreConfig:
+        if self.kind == "redis" and urlsplit(self.url).scheme not in REDIS_SCHEMES:
+            raise ValueError(f"url {self.url!r} must start with redis://, rediss:// or unix://")
+        return self
+
+
+class TenantConfig(_Strict):
+    requests_per_minute: int | None = Field(None, ge=0)
+    tokens_per_minute: int | None = Field(None, ge=0)
+    max_concurrent: int | None = Field(None, ge=0)
+    tier: int = 1
+    models: list[str] = Field(default_factory=lambda: ["*"])
+    max_tokens_cap: int | None = Field(None, ge=1)  # reservation when a request sends no max_tokens
+
+
+class AdmissionConfig(_Strict):
+    max_queue: int = Field(256, ge=0)
+    max_queue_wait_s: float = Field(30.0, gt=0)
+    full_status: Literal[429, 503] = 429
+
+
+class KVEventsConfig(_Strict):
+    """A backend's KV-cache events, for precise prefix routing (adapters/kv_events.py).
+    vLLM and SGLang: where their `--kv-events-config` publishes; the native engine
+    publishes in process and needs no endpoint."""
+
+    endpoint: str | None = None  # the runtime's ZMQ PUB socket, e.g. tcp://10.0.0.5:5557
+    replay_endpoint: str | None = None  # its ROUTER replay socket, if configured
+    topic: str = ""
+    hash: Literal["sha256", "sha256_cbor"] = "sha256"  # vLLM's --prefix-caching-hash-algo
+    hash_seed: str | None = None  # the runtime's PYTHONHASHSEED, when it sets one (vLLM)
+    block_size: int | None = Field(None, ge=1)  # else learned from the events
+    max_blocks: int = Field(131072, ge=1)  # the index's memory bound
+    max_age_s: float | None = Field(1800.0, gt=0)  # an entry not announced again for this long stops matching
+    # A routed request's blocks match on its backend at once, until the runtime announces them
+    # (after its prefill) or this long passes; 0 waits for the announcement (policies/kv_index.py).
+    expect_ttl_s: float = Field(5.0, ge=0)
+
+
+class BackendConfig(_Strict):
+    name: str
+    adapter: Literal["openai", "vllm", "sglang", "trtllm", "tgi", "native"]
+    url: str | None = None
+    served_model: str | None = None
+    model_path: str | None = None  # native engine: a HF directory or "builtin:tiny"
+    weight: float = Field(1.0, gt=0)
+    max_inflight: int | None = Field(None, ge=1)  # generations (choices) open to it at once
+    # Upstream waits, each bounded on its own (docs/adapters.md, "Timeouts").
+    timeout_s: float = Field(300.0, gt=0)  # a non-streamed answer, start to end
+    connect_timeout_s: float = Field(5.0, gt=0)
+    first_byte_timeout_s: float = Field(60.0, gt=0)  # a streamed answer's first byte (queue + prefill)
+    stream_idle_timeout_s: float = Field(30.0, gt=0)  # silence between two chunks of a streamed answer
+    pool_wait_s: float = Field(5.0, gt=0)  # for a free connection when all max_connections are in use
+    max_connections: int = Field(256, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)  # adapter-specific knobs
+    kv_events: KVEventsConfig | None = None
+
+    @model_validator(mode="after")
+    def _where(self) -> BackendConfig:
+        if self.adapter == "native":
+            if not self.model_path:
+                raise ValueError(
+                    f"backend {self.name!r}: adapter native needs model_path (a directory or builtin:tiny)"
+                )
+            problem = native_problem(self.model_path)
+        elif not self.url:
+            raise ValueError(f"backend {self.name!r}: adapter {self.adapter} needs url")
+        else:
+            problem = backend_url_problem(self.adapter, self.url)
+        if problem is not None:
+            raise ValueError(f"backend {self.name!r}: {problem}")
+        if self.kv_events is not None:
+            if self.adapter in ("vllm", "sglang") and not self.kv_events.endpoint:
+                raise ValueError(f"backend {self.name!r}: kv_events needs the endpoint {self.adapter} publishes on")
+            if self.adapter == "native" and self.kv_events.endpoint:
+                raise ValueError(f"backend {self.name!r}: the native engine publishes its events in process")
+            if self.adapter not in ("vllm", "sglang", "native"):
+                raise ValueError(f"backend {self.name!r}: adapter {self.adapter} has no KV events to read")
+        return self
+
+
+def backend_url_problem(adapter: str, url: str) -> str | None:
+    """What is wrong with a backend's url for its adapter (None: nothing). `openai`
+    takes the API base (the path its /chat/completions hangs under, e.g. .../v1);
+    the runtime adapters take the server root and add /v1 themselves."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return f"url {url!r} must start with http:// or https:// and name a host"
+    try:
+        port = parts.port
+    except ValueError:
+        return f"url {url!r} has no valid port"
+    if not parts.hostname or port == 0:
+        return f"url {url!r} must name a host (and a port from 1 to 65535, if any)"
+    if parts.query or parts.fragment:
+        return f"url {url!r} must not carry a query or fragment"
+    root = f"{parts.scheme}://{parts.netloc}"
+    path = parts.path.rstrip("/")
+    if adapter == "openai" and not path:
+        return f"adapter openai takes the API base, not the server root: {root}/v1 for most servers"
+    if adapter != "openai" and path.endswith("/v1"):
+        return f"adapter {adapter} takes the server root and adds /v1 itself: {root}{path[: -len('/v1')]}"
+    return None
+
+
+def native_problem(model_path: str) -> str | None:
+    """What stops the native engine from serving `model_path` here (None: nothing)."""
+    try:
+        has_torch = importlib.util.find_spec("torch") is not None
+    except ImportError:  # an import hook refusing it says the same
+        has_torch = False
+    if not has_torch:
+        return "adapter native needs the engine extra (pip install 'switchyard[engine]'): torch is not installed"
+    problem = model_path_problem(model_path)
+    return None if problem is None else f"model_path {problem}"
+
+
+class SaturationConfig(_Strict):
+    """When a backend of the model counts as saturated (policies/saturation.py says why these defaults)."""
+
+    queue_depth: int = Field(DEFAULT_DETECTOR.queue_depth, ge=1)  # requests waiting in the runtime's own queue
+    kv_cache_utilization: float = Field(DEFAULT_DETECTOR.kv_cache_utilization, gt=0, le=1)  # of its KV cache
+    max_load_age_s: float = Field(DEFAULT_DETECTOR.max_load_age_s, gt=0)  # an older load reading is ignored
+
+
+class ScoringProfileConfig(_Strict):
+    """A weighted scoring profile (policies/scoring.py): scorer name -> weight."""
+
+    scorers: dict[str, float] = Field(min_length=1)
+    load_factor: float = Field(DEFAULT_LOAD_FACTOR, ge=1)  # bounded load: at most this × a backend's share
+    load_floor: int = Field(1, ge=1)  # ...but never fewer in flight than this (1: no floor)
+
+    @field_validator("scorers")
+    @classmethod
+    def _known(cls, v: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(v) - set(SCORERS))
+        if unknown:
+            raise ValueError(f"unknown scorers {unknown}; known: {sorted(SCORERS)}")
+        if any(w < 0 for w in v.values()) or not any(w > 0 for w in v.values()):
+            raise ValueError("weights must not be negative, and at least one must be positive")
+        return v
+
+
+class SessionAffinityConfig(_Strict):
+    """Which explicit keys name a conversation, first present wins (policies/session.py)."""
+
+    sources: list[SessionSource] = Field(default_factory=lambda: list(SESSION_SOURCES))
+    ttl_s: float = Field(1800.0, gt=0)  # a conversation idle this long is forgotten
+    max_sessions: int = Field(100_000, ge=1)
+
+
+class EjectionSettings(_Strict):
+    """Outlier ejection and the retry budget (policies/ejection.py says why these defaults)."""
+
+    consecutive_failures: int = Field(_EJECTION.consecutive_failures, ge=1)
+    error_rate: float = Field(_EJECTION.error_rate, gt=0, le=1)
+    min_requests: int = Field(_EJECTION.min_requests, ge=1)
+    window_s: float = Field(_EJECTION.window_s, gt=0)
+    base_ejection_s: float = Field(_EJECTION.base_ejection_s, gt=0)
+    max_ejection_s: float = Field(_EJECTION.max_ejection_s, gt=0)
+    max_ejected_share: float = Field(_EJECTION.max_ejected_share, ge=0, le=1)
+    probe_timeout_s: float = Field(_EJECTION.probe_timeout_s, gt=0)
+    retry_ratio: float = Field(_EJECTION.retry_ratio, ge=0)
+    min_retries: int = Field(_EJECTION.min_retries, ge=0)
+
+
+class ModelConfig(_Strict):
+    # A policy name, "blended" (the default scoring profile), "precise" (the profile for
+    # runtimes that publish KV events, policies/scorers.py) or an explicit profile.
+    routing: (
+        Literal["round_robin", "weighted", "least_loaded", "prefix_affinity", "blended", "precise"]
+        | ScoringProfileConfig
+    ) = "round_robin"
+    fallback: list[str] = Field(default_factory=list)
+    backends: list[BackendConfig] = Field(min_length=1)
+    owned_by: str = "switchyard"
+    max_retries: int = Field(1, ge=0)  # extra rounds over the backends when all failed before the first byte
+    retry_backoff_s: float = Field(0.05, ge=0)  # before round k: retry_backoff_s * 2**(k-1)
+    # A sampling parameter a backend's runtime rejects (docs/adapters.md, "Request
+    # parameters"): refuse the request (400), or drop it and name it in the
+    # x-switchyard-dropped-params header and the access log. Its fallbacks' requests too.
+    unsupported_params: Literal["reject", "drop"] = "reject"
+    saturation: SaturationConfig = Field(default_factory=SaturationConfig)
+    session_affinity: SessionAffinityConfig = Field(default_factory=SessionAffinityConfig)
+    prefix_index_blocks: int = Field(65536, ge=1)  # per backend: the approximate prefix index's bound
+    ejection: EjectionSettings = Field(default_factory=EjectionSettings)
+
+
+class LimitsConfig(_Strict):
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    # Upstream generations one request may start: prompts x n (400 above it).
+    max_choices_per_request: int = Field(128, ge=1)
+    # Checked by the HTTP protocol itself (gateway/http/limits.py), before any other work:
+    # a request head (request line and headers) over the size or count is answered 431,
+    # one not complete in time 408; an idle keep-alive connection is closed.
+    max_head_bytes: int = Field(64 * 1024, ge=1024)
+    max_headers: int = Field(100, ge=8)
+    head_timeout_s: float = Field(10.0, gt=0)
+    keepalive_timeout_s: float = Field(30.0, gt=0)
+    # Requests pipelined on one connection beyond this are not read: the connection
+    # closes after answering them.
+    max_pipelined: int = Field(16, ge=1)
+    # JSON nesting a request body may use (gateway/openai/requests.py says why 64); at most 200,
+    # well inside what the JSON encoder can write back.
+    max_json_depth: int = Field(64, ge=8, le=200)
+    # The longest deadline a client's timeout header (x-request-timeout, the OpenAI SDKs')
+    # may set; a longer one is clamped to it (gateway/http/deadline.py). 600 s is the
+    # OpenAI SDKs' default timeout, which they send on every request.
+    max_request_timeout_s: float = Field(600.0, gt=0)
+
+
+class OpsConfig(_Strict):
+    """Where the operational views are served: /metrics and /readyz's per-model detail
+    name every model and backend and carry upstream error text."""
+
+    # A second listener for /metrics, /readyz and /healthz; the main one then answers
+    # /readyz with the process's readiness only, and has no /metrics.
+    listen: ListenConfig | None = None
+    # Serve them on the main listener although it is not loopback and auth is on.
+    public: bool = False
+
+
+class GatewayConfig(_Strict):
+    listen: ListenConfig = Field(default_factory=ListenConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    quota_store: QuotaStoreConfig = Field(default_factory=QuotaStoreConfig)
+    response_store: ResponseStoreConfig = Field(default_factory=ResponseStoreConfig)  # the Responses API's
+    tenants: dict[str, TenantConfig] = Field(default_factory=dict)
+    admission: AdmissionConfig = Field(default_factory=AdmissionConfig)
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    ops: OpsConfig = Field(default_factory=OpsConfig)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)  # gateway/config/tracing.py
+    admin: AdminConfig = Field(default_factory=AdminConfig)
+    drain: DrainConfig = Field(default_factory=DrainConfig)
+    reload: ReloadConfig = Field(default_factory=ReloadConfig)
+    # Worker processes on the one port (`serve --workers` overrides it); docs/operations.md, "Workers".
+    workers: int = Field(1, ge=1, le=64)
+    access_log: bool = True
+    log_level: str = "info"
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        if v.lower() not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _servable(self) -> GatewayConfig:
+        problem = open_auth_problem(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _cross_refs(self) -> GatewayConfig:
+        names: dict[str, str] = {}
+        for model_name, model in self.models.items():
+            for fb in model.fallback:
+                if fb not in self.models:
+                    raise ValueError(f"models.{model_name}.fallback names {fb!r}, which is not a configured model")
+                if fb == model_name:
+                    raise ValueError(f"models.{model_name}.fallback names itself")
+            for b in model.backends:
+                if b.name in names and names[b.name] != model_name:
+                    continue  # the same backend may serve several model names
+                names[b.name] = model_name
+        for key in self.auth.api_keys:
+            if self.tenants and key.tenant not in self.tenants:
+                raise ValueError(f"auth.api_keys: tenant {key.tenant!r} is not in tenants")
+        refusal = ops_exposure_refusal(self)
+        if refusal:
+            raise ValueError(refusal)
+        return self
+
+    @model_validator(mode="after")
+    def _one_request_cannot_fill_a_pool(self) -> GatewayConfig:
+        cap = self.limits.max_choices_per_request
+        for model_name, model in self.models.items():
+            for b in model.backends:
+                if b.adapter != "native" and cap >= b.max_connections:
+                    raise ValueError(
+                        f"limits.max_choices_per_request ({cap}) must be below models.{model_name} backend "
+                        f"{b.name!r} max_connections ({b.max_connections}): one request could hold every connection"
+                    )
+        return self
+
+
+class ConfigError(Exception):
+    """A config a person must fix; the message says where and what."""
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"  {where}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "config") -> GatewayConfig:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping, not {type(data).__name__}")
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source} is not valid:\n{_format_validation_error(exc)}") from None
+
+
+def load_config(path: str | os.PathLike[str] | None, env: dict[str, str] | None = None) -> GatewayConfig:
+    """Read and validate a config file, then apply environment overrides."""
+    env = dict(os.environ) if env is None else env
+    data: Any = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {p}: {exc.strerror}") from None
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p} is not valid YAML: {exc}") from None
+    data = apply_env_overrides(data if isinstance(data, dict) else data, env)
+    return parse_config(data, str(path) if path else "config")
+
+
+def with_listen(config: GatewayConfig, host: str | None, port: int | None, workers: int | None = None) -> GatewayConfig:
+    """`config` listening where the command line says (None: as configured), with its
+    worker count, validated again: moving a no-auth config off loopback must fail
+    here, not at start."""
+    if not host and port is None and workers is None:
+        return config
+    data = config.model_dump(exclude_unset=True)
+    listen = dict(data.get("listen") or {})
+    if host:
+        listen["host"] = host
+    if port is not None:
+        listen["port"] = port
+    data["listen"] = listen
+    if workers is not None:
+        data["workers"] = workers
+    return parse_config(data, "the command line")
+
+
+def apply_env_overrides(data: Any, env: dict[str, str]) -> Any:
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    listen = dict(data.get("listen") or {})
+    if "SWITCHYARD_HOST" in env:
+        listen["host"] = env["SWITCHYARD_HOST"]
+    if "SWITCHYARD_PORT" in env:
+        listen["port"] = env["SWITCHYARD_PORT"]
+    if listen:
+        data["listen"] = listen
+    if "SWITCHYARD_REDIS_URL" in env:
+        store = dict(data.get("quota_store") or {})
+        store["url"] = env["SWITCHYARD_REDIS_URL"]
+        store.setdefault("kind", "redis")
+        data["quota_store"] = store
+    if "SWITCHYARD_AUTH_MODE" in env:
+        auth = dict(data.get("auth") or {})
+        auth["mode"] = env["SWITCHYARD_AUTH_MODE"]
+        data["auth"] = auth
+    if "SWITCHYARD_LOG_LEVEL" in env:
+        data["log_level"] = env["SWITCHYARD_LOG_LEVEL"]
+    return data

@@ -1,0 +1,73 @@
+"""A request's deadline, from the timeout its client says it will wait.
+
+`x-request-timeout` (seconds, a decimal number) is this gateway's header; the
+official OpenAI SDKs send their client timeout on every request (600 s unless the
+caller sets one): the Node SDK as `x-stainless-timeout`, the whole request; the
+Python SDK as `x-stainless-read-timeout`, its longest wait for a byte, which bounds
+the whole answer only when nothing is sent before it, that is when it is not
+streamed (a stream that keeps sending stays within it however long it runs), so it
+sets no deadline on a stream. The first one present wins. The deadline is a
+time.monotonic() value, `GenerationRequest.deadline`: the admission queue stops
+waiting at it, and a generation still running at it is cancelled upstream (504
+before the answer starts, an error event in a stream already going;
+gateway/serving/generation.py).
+
+No client may ask for more than `limits.max_request_timeout_s`: a longer timeout is
+clamped to it, since the SDKs send their default on every request and refusing it
+would refuse them all. A value that is not a positive finite number is a 400 naming
+the header.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+
+from adapters.errors import GatewayError, invalid_request
+
+TIMEOUT_HEADERS = ("x-request-timeout", "x-stainless-timeout", "x-stainless-read-timeout")
+READ_TIMEOUT_HEADER = "x-stainless-read-timeout"
+
+
+def client_timeout_s(headers: Mapping[str, str], *, stream: bool = False) -> tuple[str, float] | None:
+    """The first timeout header that applies and its value in seconds, or None."""
+    for name in TIMEOUT_HEADERS:
+        raw = headers.get(name)
+        if name == READ_TIMEOUT_HEADER and stream:
+            continue
+        if raw is None:
+            continue
+        try:
+            seconds = float(raw.strip())
+        except ValueError:
+            seconds = math.nan
+        if not math.isfinite(seconds) or seconds <= 0:
+            shown = raw if len(raw) <= 32 else raw[:29] + "..."
+            raise invalid_request(
+                f"The '{name}' header must be a positive number of seconds; got {shown!r}.",
+                code="invalid_request_timeout",
+            )
+        return name, seconds
+    return None
+
+
+def request_deadline(
+    headers: Mapping[str, str], cap_s: float, *, stream: bool = False, now: float | None = None
+) -> float | None:
+    """The time.monotonic() at which the client stops waiting, capped at `cap_s`
+    from `now`; None when the client sent no timeout that applies."""
+    found = client_timeout_s(headers, stream=stream)
+    if found is None:
+        return None
+    return (time.monotonic() if now is None else now) + min(found[1], cap_s)
+
+
+def deadline_exceeded(timeout_s: float | None = None) -> GatewayError:
+    """The answer to a request whose own deadline passed: 504, the client asked for
+    no more time than that (not 503 + Retry-After, the queue's own limit, which says
+    the gateway is busy)."""
+    within = "" if timeout_s is None else f" ({timeout_s:g}s)"
+    return GatewayError(
+        504, f"The request did not complete within the timeout the client set{within}.", code="deadline_exceeded"
+    )

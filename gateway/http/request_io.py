@@ -1,0 +1,48 @@
+"""What every route does with a request before its own work: name it, read its
+body within the size limit. One copy, so the generation routes and the calls that
+generate nothing (gateway/serving/unary.py) cannot drift apart on a rule a tenant relies on."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from starlette.requests import Request
+
+from adapters.errors import GatewayError
+
+# A client's x-request-id is kept for the logs and the response header when it
+# is this shape; otherwise the gateway's own id stands in for it.
+_CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def new_request_id() -> str:
+    """The gateway's id for one request: 128 random bits (32 hex characters), so
+    it can be neither guessed nor repeated. It names the request's generations
+    upstream (SGLang's rid, vLLM's request id, the native engine's sequences), so
+    one tenant cannot reach another's generation by naming it (an abort by id)."""
+    return os.urandom(16).hex()
+
+
+def client_request_id(value: str | None) -> str | None:
+    """The client's x-request-id if it is 1-128 characters of [A-Za-z0-9._:-]; it
+    goes to the logs, the traces and the response header, never upstream."""
+    return value if value is not None and _CLIENT_ID.fullmatch(value) else None
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, or 413 as soon as it is known to exceed `limit` bytes (from the
+    declared length, or while reading: a client may lie or send chunked)."""
+    too_big = GatewayError(
+        413, f"The request body is larger than this gateway accepts ({limit} bytes).", code="request_too_large"
+    )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,127 @@
+"""The HTTP server: uvicorn with httptools under our head limits
+(gateway/http/limits.py), on the main listener and, when configured, the ops
+listener. Both listeners belong to one uvicorn server, so they share one event
+loop and one lifespan.
+
+The signals are the gateway's, not uvicorn's (gateway/lifecycle/process.py): SIGTERM
+drains (readiness off, a grace, requests under way finished or ended with an
+error the client can read), SIGINT drains without the grace, SIGHUP reloads the
+config. uvicorn's own handling would stop accepting and wait for connections
+with no bound, then re-raise the signal so that the process dies of it; here the
+server is told to stop once the drain is over, and the process exits 0.
+
+`serve --workers N` runs this in each worker (gateway/lifecycle/workers.py), on sockets
+of its own bound with SO_REUSEPORT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+
+import uvicorn
+
+from gateway.app import Gateway, HotPath, create_app
+from gateway.config.schema import GatewayConfig
+from gateway.http.limits import HeadLimits, limited_protocol
+from gateway.lifecycle.process import Lifecycle
+from gateway.lifecycle.reload import ConfigSource
+from gateway.lifecycle.workers import WorkerSlot, listening_socket
+
+# After the drain, what uvicorn still waits for (idle keep-alive connections close at once).
+CLOSE_CONNECTIONS_S = 5
+
+
+def head_limits(config: GatewayConfig) -> HeadLimits:
+    limits = config.limits
+    return HeadLimits(
+        max_head_bytes=limits.max_head_bytes,
+        max_headers=limits.max_headers,
+        head_timeout_s=limits.head_timeout_s,
+        keepalive_timeout_s=limits.keepalive_timeout_s,
+        max_pipelined=limits.max_pipelined,
+    )
+
+
+class GatewayServer(uvicorn.Server):
+    """uvicorn's server with the gateway's signal handling."""
+
+    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle) -> None:
+        super().__init__(config)
+        self.lifecycle = lifecycle
+        lifecycle.on_drained = self._stop
+
+    def _stop(self) -> None:
+        self.should_exit = True
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        loop = asyncio.get_running_loop()
+        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        for sig in handled:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            yield
+        finally:
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if not self.started:
+            if sig != signal.SIGHUP:
+                self.should_exit = True  # not serving yet: nothing to drain
+            return
+        if sig == signal.SIGHUP:
+            self.lifecycle.reload_soon("SIGHUP")
+        else:
+            self.lifecycle.stop(grace=sig == signal.SIGTERM)
+
+
+def log_to_stderr(level: str, worker: WorkerSlot | None = None) -> None:
+    """The gateway's own log lines (reloads, drains, workers, backend failures) on
+    stderr beside uvicorn's, at the config's level; the access log has its own."""
+    logger = logging.getLogger("switchyard")
+    for old in list(logger.handlers):  # a worker replaces its supervisor's
+        logger.removeHandler(old)
+    who = f" [worker {worker.index}]" if worker is not None else ""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"%(levelname)-9s %(name)s{who}: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if level.lower() == "trace" else level.upper())
+
+
+def run_server(config: GatewayConfig, source: ConfigSource | None = None, worker: WorkerSlot | None = None) -> None:
+    log_to_stderr(config.log_level, worker)
+    app = HotPath(create_app(Gateway(config, source=source, worker=worker)))
+    uv = uvicorn.Config(
+        app,
+        host=config.listen.host,
+        port=config.listen.port,
+        log_level=config.log_level.lower(),
+        access_log=False,
+        http=limited_protocol(head_limits(config)),
+        ws="none",
+        loop="uvloop",
+        timeout_keep_alive=int(config.limits.keepalive_timeout_s),
+        timeout_graceful_shutdown=CLOSE_CONNECTIONS_S,
+        proxy_headers=False,
+        server_header=False,
+    )
+    sockets = [_socket(uv, config.listen.host, worker.port) if worker else uv.bind_socket()]
+    if config.ops.listen is not None:
+        host, port = config.ops.listen.host, config.ops.listen.port
+        if worker is not None:
+            ops = _socket(uv, host, worker.ops_port or port)
+        else:
+            ops = uvicorn.Config(app, host=host, port=port).bind_socket()
+        app.serve_ops_on(ops.getsockname()[1])
+        sockets.append(ops)
+    GatewayServer(uv, app.gateway.lifecycle).run(sockets=sockets)
+
+
+def _socket(uv: uvicorn.Config, host: str, port: int) -> socket.socket:
+    return listening_socket(host, port, uv.backlog)

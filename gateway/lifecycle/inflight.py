@@ -1,0 +1,110 @@
+"""The requests under way on the API routes, each with the config version it
+started under: what a drain waits for, what it ends cleanly when its time is up,
+and what says when a backend taken out by a reload is no longer used.
+
+Ending a request ("cutting" it) cancels the task that serves it; the generation
+then closes its upstream and releases its ticket as for any cancellation, and
+the cut is answered here, never as a silent close: a stream that started gets an
+OpenAI error event and `data: [DONE]`, a request not answered yet a 503 JSON
+error with Retry-After.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from adapters.errors import GatewayError
+from gateway.http.envelope import error_response
+from gateway.openai.encoder import sse_error
+
+EVENT_STREAM = b"text/event-stream"
+
+
+class Exchange:
+    """One request under way: its task, its config version, and how far its answer got."""
+
+    __slots__ = ("task", "version", "cut", "on_cut", "started", "streaming", "complete", "_send")
+
+    def __init__(self, task: asyncio.Task, version: int, send) -> None:
+        self.task = task
+        self.version = version
+        self.cut = False
+        self.on_cut: Callable[[], None] | None = None  # tells the response, before it is cancelled
+        self.started = False  # http.response.start was sent
+        self.streaming = False  # ... as a server-sent event stream
+        self.complete = False  # the last body part was sent
+        self._send = send
+
+    async def send(self, message) -> None:
+        kind = message["type"]
+        if kind == "http.response.body":
+            if not message.get("more_body", False):
+                self.complete = True
+        elif kind == "http.response.start":
+            self.started = True
+            self.streaming = any(k == b"content-type" and v.startswith(EVENT_STREAM) for k, v in message["headers"])
+        await self._send(message)
+
+    async def end_cut(self, err: GatewayError) -> bool:
+        """Answer a cut request with `err`; False when its answer cannot be ended
+        cleanly (a non-streamed answer already under way: the connection closes)."""
+        if self.complete:
+            return True
+        if not self.started:
+            response = error_response(err)
+            await self._send({"type": "http.response.start", "status": err.status, "headers": response.raw_headers})
+            await self._send({"type": "http.response.body", "body": response.body})
+            return True
+        if self.streaming:
+            await self._send({"type": "http.response.body", "body": sse_error(err), "more_body": False})
+            return True
+        return False
+
+
+class InFlight:
+    def __init__(self) -> None:
+        self._live: dict[asyncio.Task, Exchange] = {}
+        self._emptied = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def enter(self, version: int, send) -> Exchange:
+        task = asyncio.current_task()
+        assert task is not None
+        exchange = Exchange(task, version, send)
+        self._live[task] = exchange
+        return exchange
+
+    def leave(self, exchange: Exchange) -> None:
+        self._live.pop(exchange.task, None)
+        if not self._live:
+            self._emptied.set()
+
+    def oldest_version(self) -> int | None:
+        """The oldest config version a request under way started with (None: no request)."""
+        return min((e.version for e in self._live.values()), default=None)
+
+    async def wait_empty(self, timeout_s: float) -> bool:
+        """Until no request is under way (True) or `timeout_s` passed (False)."""
+        if not self._live:
+            return True
+        self._emptied.clear()
+        try:
+            await asyncio.wait_for(self._emptied.wait(), timeout_s)
+        except TimeoutError:
+            return not self._live
+        return True
+
+    async def cut(self, settle_s: float = 5.0) -> int:
+        """End every request under way (see the module's docstring); how many there were.
+        Waits up to `settle_s` for them to have answered and let go."""
+        exchanges = list(self._live.values())
+        for exchange in exchanges:
+            exchange.cut = True
+            if exchange.on_cut is not None:
+                exchange.on_cut()
+            exchange.task.cancel()
+        await self.wait_empty(settle_s)
+        return len(exchanges)

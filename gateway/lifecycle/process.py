@@ -1,0 +1,160 @@
+"""The process's life once it serves: config reloads, backends a reload took out
+closed once nothing uses them, and the drain that ends it.
+
+Reloads come from SIGHUP, from `POST /admin/reload` (gateway/observe/admin.py) and from
+the file watcher, a poll of the config file (gateway/lifecycle/reload.py `FileWatch`) on
+this process's event loop: no inotify, and a ConfigMap's symlink swap is seen.
+
+A backend a reload removed or changed keeps serving the requests that hold it;
+it is closed (its adapter and connections) once no request that started under
+an older config version is left (`InFlight.oldest_version`).
+
+The drain (SIGTERM, or SIGINT without the grace): `/readyz` answers 503 at once;
+new requests are still served for `drain.accept_grace_s`, so that load balancers
+notice; then refused with 503 and Retry-After; requests under way get
+`drain.timeout_s` to finish, then what is left is cut (gateway/lifecycle/inflight.py: an
+error event and [DONE] mid-stream, a 503 before the answer started); then the
+server stops, the lifespan releases every lease, and the process exits 0. More
+signals change nothing: under `serve --workers` a worker may get the same stop
+twice (from its process group and from the supervisor).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from typing import Protocol
+
+from adapters.errors import GatewayError
+from gateway.backends.backend_set import Retired
+from gateway.config.schema import GatewayConfig
+from gateway.lifecycle.inflight import InFlight
+from gateway.lifecycle.reload import ConfigReloader
+
+log = logging.getLogger("switchyard.lifecycle")
+
+TICK_S = 0.25  # how often retired backends and the parent process are looked at
+
+
+class Served(Protocol):
+    """What the lifecycle reads and sets on the gateway (gateway/app.py)."""
+
+    config: GatewayConfig
+    draining: bool  # /readyz answers 503
+    refusing: bool  # new API requests are answered 503
+
+
+def shutting_down(retry_after_s: float) -> GatewayError:
+    return GatewayError(
+        503,
+        "This gateway process is shutting down; retry the request.",
+        code="gateway_shutting_down",
+        retry_after=retry_after_s,
+    )
+
+
+class Lifecycle:
+    def __init__(
+        self, served: Served, inflight: InFlight, reloader: ConfigReloader, supervisor_pid: int | None = None
+    ) -> None:
+        self.served = served
+        self.inflight = inflight
+        self.reloader = reloader
+        # In a worker (serve --workers): the parent; its exit drains this worker.
+        self.supervisor_pid = supervisor_pid
+        self.retired: list[tuple[int, Retired]] = []  # (the last version that used it, what it is)
+        self.on_drained: Callable[[], None] = lambda: None  # the server stops (gateway/http/server.py)
+        self.drained = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._ticker: asyncio.Task | None = None
+        self._drain: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._ticker = asyncio.create_task(self._tick(), name="lifecycle")
+
+    async def aclose(self) -> None:
+        """At shutdown: stop looking, and close what reloads retired (no request is left)."""
+        for task in [self._ticker, *self._tasks]:
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*[t for t in [self._ticker, *self._tasks] if t is not None], return_exceptions=True)
+        for _, retired in self.retired:
+            await retired.aclose()
+        self.retired.clear()
+
+    # ---- reloads ---------------------------------------------------------------------
+
+    def reload_soon(self, trigger: str) -> None:
+        """A reload from a signal handler (it cannot await)."""
+        self._spawn(self.reloader.reload(trigger))
+
+    def retire(self, version: int, retired: Retired) -> None:
+        """`retired` was last in force in `version`; closed once no request of that version or older is left."""
+        if retired.backends or retired.adapters or retired.feeds:
+            self.retired.append((version, retired))
+
+    async def close_unused(self) -> None:
+        oldest = self.inflight.oldest_version()
+        still = []
+        for version, retired in self.retired:
+            if oldest is None or oldest > version:
+                log.info("closing backends no longer in use: %s", ", ".join(b.name for b in retired.backends))
+                await retired.aclose()
+            else:
+                still.append((version, retired))
+        self.retired = still
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_look = loop.time()
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                if self.retired:
+                    await self.close_unused()
+                watch = self.served.config.reload
+                if watch.watch and loop.time() >= next_look:
+                    next_look = loop.time() + watch.poll_interval_s
+                    if self.reloader.file_changed():
+                        await self.reloader.reload("file changed")
+                if self.supervisor_pid is not None and os.getppid() != self.supervisor_pid:
+                    log.error("the supervisor process is gone; draining")
+                    self.stop(grace=False)
+            except Exception:  # the loop outlives any one failure
+                log.exception("lifecycle tick failed")
+
+    # ---- the drain -------------------------------------------------------------------
+
+    def stop(self, grace: bool = True) -> None:
+        """Begin the drain (from a signal handler); once begun, it goes its way."""
+        if self._drain is not None:
+            return
+        self.served.draining = True
+        self._drain = self._spawn(self._drained(grace))
+
+    async def _drained(self, grace: bool) -> None:
+        cfg = self.served.config.drain
+        accept_s = cfg.accept_grace_s if grace else 0.0
+        log.warning(
+            "draining: /readyz answers 503; new requests are served for %g s more, then refused; "
+            "the %d under way get %g s to finish",
+            accept_s,
+            len(self.inflight),
+            cfg.timeout_s,
+        )
+        await asyncio.sleep(accept_s)
+        self.served.refusing = True
+        if not await self.inflight.wait_empty(cfg.timeout_s):
+            cut = await self.inflight.cut()
+            log.warning("drain time is up: %d request(s) ended with an error", cut)
+        log.info("drained; stopping")
+        self.drained.set()
+        self.on_drained()
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task

@@ -1,0 +1,208 @@
+"""Live reconfiguration: a new config file is loaded, checked and put in force
+while the process serves, or refused with the old one still serving.
+
+A reload (SIGHUP, the file watcher, or `POST /admin/reload`) reads the file the
+process was started with and runs the same validation as `switchyard config
+check` (`ConfigSource.load`). Then:
+
+- invalid: refused, the reason logged, nothing changes;
+- the same config as the one in force: nothing to do (`unchanged`);
+- a change to a setting fixed at start (`RESTART_ONLY`: where it listens, the
+  worker count, the quota store, the HTTP protocol's limits, the log level):
+  refused as a whole, naming them, so that what runs is always one whole file;
+  a restart (a rolling update) changes them;
+- otherwise applied (`Gateway.apply_config`): backends added, removed and changed
+  in place, tenants, keys, limits, routing and fallbacks at once.
+
+Every attempt is counted in `switchyard_config_reloads_total{result}`. The config
+in force has a version: a counter (1 at start), the content hash of the validated
+config and the time it was loaded; the access log names it on every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import reduce
+
+from prometheus_client import CollectorRegistry, Counter
+
+from gateway.config.schema import ConfigError, GatewayConfig, load_config, with_listen
+
+log = logging.getLogger("switchyard.reload")
+
+# Settings a running process cannot take from a reload (dotted paths into the config).
+RESTART_ONLY = (
+    "listen",
+    "ops.listen",
+    "workers",
+    "quota_store",
+    "response_store",
+    "log_level",
+    "limits.max_head_bytes",
+    "limits.max_headers",
+    "limits.head_timeout_s",
+    "limits.keepalive_timeout_s",
+    "limits.max_pipelined",
+)
+
+
+class ReloadResult(StrEnum):
+    APPLIED = "applied"
+    UNCHANGED = "unchanged"
+    INVALID = "invalid"  # the file does not validate
+    REFUSED = "refused"  # valid, but it changes a setting fixed at start
+    FAILED = "failed"  # valid, but putting it in force failed (an adapter could not be built)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigVersion:
+    counter: int  # 1 for the config the process started with, +1 per applied reload
+    digest: str  # the first 12 hex characters of the SHA-256 of the validated config
+    loaded_at: float  # Unix time
+
+    @property
+    def id(self) -> str:
+        return f"{self.counter}-{self.digest}"
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "counter": self.counter, "digest": self.digest, "loaded_at": round(self.loaded_at, 3)}
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadOutcome:
+    result: ReloadResult
+    message: str
+    version: ConfigVersion  # the version in force after the attempt
+
+
+def config_digest(config: GatewayConfig) -> str:
+    return hashlib.sha256(config.model_dump_json().encode()).hexdigest()[:12]
+
+
+def restart_only_changes(active: GatewayConfig, new: GatewayConfig) -> list[str]:
+    """The settings fixed at start that `new` changes."""
+
+    def get(config: GatewayConfig, path: str):
+        return reduce(getattr, path.split("."), config)
+
+    return [path for path in RESTART_ONLY if get(active, path) != get(new, path)]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSource:
+    """Where the config comes from: its file and what the command line overrides."""
+
+    path: str | None
+    host: str | None = None
+    port: int | None = None
+    workers: int | None = None
+
+    def load(self) -> GatewayConfig:
+        """The file validated as `serve` and `config check` validate it. Raises ConfigError."""
+        if self.path is None:
+            raise ConfigError("the gateway was started without a config file: there is nothing to reload")
+        return with_listen(load_config(self.path), self.host, self.port, self.workers)
+
+
+class FileWatch:
+    """Whether a file changed since it was last seen: its identity (device, inode,
+    size, modification time) first, then, when that moved, its content's hash. A
+    Kubernetes ConfigMap update (the `..data` symlink swapped atomically) gives
+    the path another inode; a touch that leaves the content alone is no change."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._identity: tuple[int, int, int, int] | None = None
+        self._digest: str | None = None
+        self.changed()
+
+    def changed(self) -> bool:
+        try:
+            st = os.stat(self.path)
+            identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            if identity == self._identity:
+                return False
+            with open(self.path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+        except OSError:
+            return False  # mid-swap or being rewritten: the next look sees it whole
+        self._identity = identity
+        if digest == self._digest:
+            return False
+        self._digest = digest
+        return True
+
+
+# Puts a validated config in force under a version; returns what changed, in words.
+ApplyFn = Callable[[GatewayConfig, ConfigVersion], Awaitable[str]]
+
+
+class ConfigReloader:
+    """The config in force, its version, and the one way to change them."""
+
+    def __init__(
+        self, source: ConfigSource, active: GatewayConfig, apply: ApplyFn, registry: CollectorRegistry
+    ) -> None:
+        self.source = source
+        self.active = active
+        self.version = ConfigVersion(1, config_digest(active), time.time())
+        self._apply = apply
+        self._lock = asyncio.Lock()
+        self.watch = FileWatch(source.path) if source.path else None
+        self.reloads = Counter(
+            "switchyard_config_reloads",
+            "Config reloads by result: applied, unchanged, invalid (does not validate), refused (changes a "
+            "setting fixed at start), failed (could not be put in force).",
+            ["result"],
+            registry=registry,
+        )
+
+    async def reload(self, trigger: str) -> ReloadOutcome:
+        """Load the config file again and put it in force, or say why not. One at a time."""
+        async with self._lock:
+            if self.watch is not None:
+                self.watch.changed()  # what is read now is seen: the watcher does not reload it again
+            outcome = await self._reload()
+        self.reloads.labels(outcome.result.value).inc()
+        level = logging.INFO if outcome.result in (ReloadResult.APPLIED, ReloadResult.UNCHANGED) else logging.ERROR
+        log.log(level, "config reload (%s): %s: %s", trigger, outcome.result.value, outcome.message)
+        return outcome
+
+    async def _reload(self) -> ReloadOutcome:
+        try:
+            new = self.source.load()
+        except ConfigError as exc:
+            return self._outcome(ReloadResult.INVALID, f"{exc}; version {self.version.id} stays in force")
+        digest = config_digest(new)
+        if digest == self.version.digest:
+            return self._outcome(ReloadResult.UNCHANGED, f"the file holds version {self.version.id}, in force")
+        fixed = restart_only_changes(self.active, new)
+        if fixed:
+            return self._outcome(
+                ReloadResult.REFUSED,
+                f"{', '.join(fixed)} cannot change while the gateway runs (restart it to change them); nothing "
+                f"was changed, version {self.version.id} stays in force",
+            )
+        version = ConfigVersion(self.version.counter + 1, digest, time.time())
+        try:
+            summary = await self._apply(new, version)
+        except Exception as exc:
+            log.exception("putting config version %s in force failed", version.id)
+            return self._outcome(
+                ReloadResult.FAILED, f"{type(exc).__name__}: {exc}; version {self.version.id} stays in force"
+            )
+        self.active, self.version = new, version
+        return self._outcome(ReloadResult.APPLIED, f"version {version.id} in force ({summary})")
+
+    def _outcome(self, result: ReloadResult, message: str) -> ReloadOutcome:
+        return ReloadOutcome(result, message, self.version)
+
+    def file_changed(self) -> bool:
+        return self.watch is not None and self.watch.changed()

@@ -1,0 +1,174 @@
+"""`serve --workers N`: N worker processes on one port, under one supervisor.
+
+Each worker is a whole gateway (its own event loop, adapters, connections,
+admission queue) forked from the supervisor after the config was validated. Each
+listens on its own socket bound to the same address with SO_REUSEPORT, so the
+kernel spreads new connections across the workers by their addresses rather than
+by which worker wakes first. The supervisor binds the address first (without
+listening: it takes no connections) to fail early when it is taken and to hold
+a port 0 chose for the workers.
+
+Signals go to the supervisor (the container's PID 1): SIGTERM and SIGINT are
+passed to every worker, each drains (gateway/lifecycle/process.py), and the supervisor
+exits 0 when all exited 0; SIGHUP is passed on, and each worker reloads. Each
+worker also watches the config file itself, and a `POST /admin/reload` that one
+worker applied is passed on as a SIGHUP to the supervisor. A worker that dies
+after its first `RESPAWN_AFTER_S` is started again; one that dies sooner stops
+the gateway (a bad port or config would only repeat).
+
+Quotas: with Redis the workers share the counters; in memory each worker
+enforces its share (gateway/protection/worker_quota.py). Metrics: any worker's /metrics
+answers for all of them (gateway/observe/worker_metrics.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger("switchyard.workers")
+
+RESPAWN_AFTER_S = 10.0
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSlot:
+    """Who a worker is among its siblings, and where it listens."""
+
+    index: int
+    count: int
+    supervisor_pid: int
+    run_dir: str  # the workers' metrics sockets
+    port: int  # the main listener's port (the one port 0 chose, if so)
+    ops_port: int | None = None
+
+    def metrics_socket(self, index: int) -> str:
+        return os.path.join(self.run_dir, f"worker-{index}.sock")
+
+    def describe(self) -> dict[str, int]:
+        return {"index": self.index, "count": self.count}
+
+
+def reuse_port_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port) with SO_REUSEPORT, not listening yet."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def listening_socket(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    sock = reuse_port_socket(host, port)
+    sock.listen(backlog)
+    sock.set_inheritable(True)
+    return sock
+
+
+class Supervisor:
+    """Starts the workers, passes signals on, starts again a worker that died."""
+
+    def __init__(
+        self, count: int, run_worker: Callable[[WorkerSlot], int], listen: tuple[str, int], ops: tuple[str, int] | None
+    ) -> None:
+        self.count = count
+        self.run_worker = run_worker
+        self.run_dir = tempfile.mkdtemp(prefix="switchyard-workers-")
+        # Bound, never listening: the address is ours, and a port 0 is chosen once for every worker.
+        self.held = [reuse_port_socket(*listen)]
+        if ops is not None:
+            self.held.append(reuse_port_socket(*ops))
+        self.ports = [s.getsockname()[1] for s in self.held]
+        self.children: dict[int, tuple[int, float]] = {}  # pid -> (index, started at)
+        self.stopping = False
+        self.exit_codes: list[int] = []
+
+    def run(self) -> int:
+        for sig in FORWARDED:
+            signal.signal(sig, self._on_signal)
+        try:
+            for index in range(self.count):
+                self._spawn(index)
+            log.info("serving on port %d with %d workers", self.ports[0], self.count)
+            while self.children:
+                pid, status = os.wait()
+                index, started = self.children.pop(pid)
+                code = os.waitstatus_to_exitcode(status)
+                self.exit_codes.append(code)
+                if self.stopping:
+                    continue
+                lived = time.monotonic() - started
+                if lived < RESPAWN_AFTER_S:
+                    log.error("worker %d exited with %d %.1f s after its start; stopping", index, code, lived)
+                    self._signal_all(signal.SIGTERM)
+                    continue
+                log.error("worker %d (pid %d) exited with %d; starting it again", index, pid, code)
+                self.exit_codes.pop()
+                self._spawn(index)
+        finally:
+            for sock in self.held:
+                sock.close()
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        return 0 if all(code == 0 for code in self.exit_codes) else 1
+
+    def _on_signal(self, sig: int, frame) -> None:
+        self._signal_all(signal.Signals(sig))
+
+    def _signal_all(self, sig: signal.Signals) -> None:
+        if sig != signal.SIGHUP:
+            self.stopping = True
+        for pid in list(self.children):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass  # it exited; os.wait collects it
+
+    def _spawn(self, index: int) -> None:
+        slot = WorkerSlot(
+            index, self.count, os.getpid(), self.run_dir, self.ports[0], self.ports[1] if len(self.ports) > 1 else None
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(self._child(slot))
+        self.children[pid] = (index, time.monotonic())
+
+    def _child(self, slot: WorkerSlot) -> int:
+        code = 1
+        try:
+            for sig in FORWARDED:
+                signal.signal(sig, signal.SIG_DFL)
+            # Until its server handles signals itself, a stop ends the worker before it serves.
+            signal.signal(signal.SIGTERM, _exit_now)
+            signal.signal(signal.SIGINT, _exit_now)
+            for sock in self.held:
+                sock.close()
+            code = self.run_worker(slot)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return code
+
+
+def _exit_now(sig: int, frame) -> None:
+    raise SystemExit(0)

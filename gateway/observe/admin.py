@@ -1,0 +1,130 @@
+"""The admin endpoints: `POST /admin/reload` and `GET /admin/config`.
+
+Served on the ops listener when there is one, else on the main listener; always
+behind an admin key (`admin.api_keys`, SHA-256 digests like tenants' keys, but
+a set of their own: no tenant key is an admin key). Without admin keys the
+endpoints answer 404, as if they did not exist.
+
+`GET /admin/config` shows the config in force and its version, with secrets
+left out: key digests are shortened to the 12-character id the logs use,
+passwords in URLs (the quota store's, a backend's) are masked, and backend
+options whose name says key, secret, token, password or auth are masked.
+File paths (a JWKS file, an HS256 secret's file) are shown: they are no secret.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from adapters.errors import GatewayError
+from gateway.config.schema import GatewayConfig
+from gateway.http.envelope import error_response, json_response
+from gateway.lifecycle.reload import ConfigReloader, ReloadResult
+from policies.api_keys import hash_key
+
+log = logging.getLogger("switchyard.admin")
+
+MASK = "***"
+_SECRET_NAME = re.compile(r"key|secret|token|password|auth", re.IGNORECASE)
+_STATUS = {
+    ReloadResult.INVALID: (400, "config_invalid"),
+    ReloadResult.REFUSED: (409, "config_needs_restart"),
+    ReloadResult.FAILED: (500, "config_not_applied"),
+}
+
+
+def admin_key_name(config: GatewayConfig, headers: dict[str, str]) -> str:
+    """The admin key's name (or digest id) the request carries; 404 when the admin
+    API is off, 401 without a valid admin key."""
+    keys = config.admin.api_keys
+    if not keys:
+        raise GatewayError(404, "The admin API is off: the config names no admin.api_keys.", code="not_found")
+    auth = headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    credential = token.strip() if scheme.lower() == "bearer" else headers.get("api-key", "").strip()
+    if credential:
+        digest = hash_key(credential)
+        for key in keys:
+            if hmac.compare_digest(key.sha256, digest):
+                return key.name or digest[:12]
+    raise GatewayError(401, "An admin key is needed: send it as 'Authorization: Bearer <key>'.", code="invalid_api_key")
+
+
+class AdminViews:
+    """`fan_out`: in a worker, tells the other workers to reload too (gateway/lifecycle/workers.py)."""
+
+    def __init__(
+        self,
+        config: Callable[[], GatewayConfig],
+        reloader: ConfigReloader,
+        worker: dict[str, int] | None = None,
+        fan_out: Callable[[], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.reloader = reloader
+        self.worker = worker
+        self.fan_out = fan_out
+
+    def _admin(self, request: Request) -> str:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.scope["headers"]}
+        return admin_key_name(self.config(), headers)
+
+    async def reload(self, request: Request) -> Response:
+        try:
+            who = self._admin(request)
+        except GatewayError as err:
+            return error_response(err)
+        outcome = await self.reloader.reload(f"POST /admin/reload by {who}")
+        if outcome.result == ReloadResult.APPLIED and self.fan_out is not None:
+            self.fan_out()
+        status = _STATUS.get(outcome.result)
+        if status is not None:
+            return error_response(GatewayError(status[0], outcome.message, code=status[1]))
+        body = {"result": outcome.result.value, "message": outcome.message, "version": outcome.version.to_dict()}
+        return json_response(body)
+
+    async def show_config(self, request: Request) -> Response:
+        try:
+            self._admin(request)
+        except GatewayError as err:
+            return error_response(err)
+        body: dict[str, Any] = {
+            "version": self.reloader.version.to_dict(),
+            "source": self.reloader.source.path,
+            "config": redacted(self.reloader.active),
+        }
+        if self.worker is not None:
+            body["worker"] = {**self.worker, "pid": os.getpid()}
+        return json_response(body)
+
+
+def redacted(config: GatewayConfig) -> dict[str, Any]:
+    data = config.model_dump(mode="json")
+    for entry in data["auth"]["api_keys"] + data["admin"]["api_keys"]:
+        entry["sha256"] = entry["sha256"][:12] + "…"
+    data["quota_store"]["url"] = _masked_url(data["quota_store"]["url"])
+    for model in data["models"].values():
+        for backend in model["backends"]:
+            if backend.get("url"):
+                backend["url"] = _masked_url(backend["url"])
+            backend["options"] = {k: MASK if _SECRET_NAME.search(k) else v for k, v in backend["options"].items()}
+    return data
+
+
+def _masked_url(url: str) -> str:
+    """`url` with its password (if any) masked."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))

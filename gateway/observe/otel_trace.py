@@ -1,0 +1,273 @@
+"""Request traces with OpenTelemetry (the `otel` extra): the one module that imports it.
+
+Spans are started with their parent given explicitly (never through OpenTelemetry's
+ambient context), so a request's spans stay together across the tasks its fan-out
+runs in and nothing is attached or detached on the hot path. The client's W3C trace
+context is continued; each upstream attempt's is sent to the runtime.
+
+Attribute names follow the OpenTelemetry GenAI semantic conventions (gen_ai.*: the
+operation, provider, request parameters, response model and id, finish reasons and
+token usage), the general ones (server.address, server.port, error.type,
+http.response.status_code), and switchyard.* for what only the gateway knows
+(tenant, backend, routing, queueing). docs/operations.md lists them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+from urllib.parse import urlsplit
+
+from opentelemetry import propagate
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
+
+from adapters.base import GenerationRequest
+from gateway.backends.backend_set import Backend
+from gateway.config.tracing import TracingSettings
+from gateway.observe.recorder import Outcome, RequestContext
+from gateway.observe.tracing import Attempt, NoTrace, RawHeaders, RequestTrace, Step, error_type, make_current
+
+# gen_ai.provider.name per adapter kind: the runtime that generates, as the GenAI
+# conventions' "instrumentation's best knowledge" (well-known values where there is one).
+PROVIDERS = {
+    "openai": "openai",
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "trtllm": "tensorrt_llm",
+    "tgi": "tgi",
+    "native": "switchyard",
+}
+# The W3C trace-context headers (and baggage) a client may send.
+CONTEXT_HEADERS = (b"traceparent", b"tracestate", b"baggage")
+INSTRUMENTATION = "switchyard"
+
+
+def _version() -> str:
+    try:
+        return version("switchyard")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class OtelTracing:
+    """Tracing on: one tracer over its own provider (never the process-global one, so
+    several gateways in one process keep their exporters apart)."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.provider = provider
+        self.tracer = provider.get_tracer(INSTRUMENTATION, _version())
+        self._servers: dict[str, dict[str, Any]] = {}
+
+    @classmethod
+    def exporting(cls, settings: TracingSettings) -> OtelTracing:
+        """Spans exported over OTLP/HTTP in batches, from a thread of the SDK's."""
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        attributes: dict[str, Any] = {"service.version": _version()}
+        if settings.service_name is not None:
+            attributes["service.name"] = settings.service_name
+        sampler = None if settings.sample_ratio is None else ParentBased(TraceIdRatioBased(settings.sample_ratio))
+        provider = TracerProvider(resource=Resource.create(attributes), sampler=sampler)
+        exporter = OTLPSpanExporter(
+            endpoint=settings.endpoint, headers=None if settings.headers is None else dict(settings.headers)
+        )
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+        return cls(provider)
+
+    def request(self, headers: RawHeaders, chat: bool) -> RequestTrace:
+        carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers if k in CONTEXT_HEADERS}
+        parent = propagate.extract(carrier, context=Context()) if carrier else Context()
+        operation = "chat" if chat else "text_completion"
+        span = self.tracer.start_span(
+            operation, context=parent, kind=SpanKind.SERVER, attributes={"gen_ai.operation.name": operation}
+        )
+        trace: RequestTrace
+        if span.is_recording():
+            trace = OtelRequestTrace(self, span, parent, operation)
+        else:
+            trace = UnsampledTrace(span, parent)
+        make_current(trace)
+        return trace
+
+    def server_attributes(self, backend: Backend) -> dict[str, Any]:
+        """server.address and server.port of a backend's runtime (none for the native engine)."""
+        attrs = self._servers.get(backend.config.name)
+        if attrs is None:
+            attrs = {}
+            url = backend.config.url
+            if url:
+                parts = urlsplit(url)
+                attrs["server.address"] = parts.hostname or ""
+                attrs["server.port"] = parts.port or (443 if parts.scheme == "https" else 80)
+            self._servers[backend.config.name] = attrs
+        return attrs
+
+    async def aclose(self) -> None:
+        """Export what is left (the exporter blocks: off the event loop)."""
+        await asyncio.to_thread(self.provider.shutdown)
+
+
+class OtelStep:
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+
+    def __enter__(self) -> OtelStep:
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        if exc is not None:
+            _failed(self.span, exc)
+        self.span.end()
+
+    def set(self, key: str, value: str | int | float | bool) -> None:
+        self.span.set_attribute(key, value)
+
+
+class OtelAttempt:
+    __slots__ = ("span", "headers", "ended")
+
+    def __init__(self, span: Span, headers: tuple[tuple[str, str], ...]) -> None:
+        self.span = span
+        self.headers = headers
+        self.ended = False
+
+    def stamp(self, request: GenerationRequest) -> GenerationRequest:
+        return dataclasses.replace(request, trace_headers=self.headers)
+
+    def end(self, error: BaseException | None = None) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        if error is not None:
+            _failed(self.span, error)
+        self.span.end()
+
+
+class UnsampledTrace(NoTrace):
+    """A request the sampler left out: no spans are recorded (every other hook does
+    nothing), but the runtimes still get its trace context (flagged not sampled), so
+    that they leave it out too."""
+
+    __slots__ = ("span", "parent", "headers")
+
+    def __init__(self, span: Span, parent: Context) -> None:
+        self.span = span
+        self.parent = parent
+        self.headers: tuple[tuple[str, str], ...] | None = None
+
+    def attempt(self, backend: Backend, request: GenerationRequest) -> Attempt:
+        if self.headers is None:
+            carrier: dict[str, str] = {}
+            propagate.inject(carrier, context=set_span_in_context(self.span, self.parent))
+            self.headers = tuple(carrier.items())
+        return OtelAttempt(self.span, self.headers)
+
+
+class OtelRequestTrace:
+    __slots__ = ("tracing", "span", "context", "operation", "finish_reasons")
+
+    def __init__(self, tracing: OtelTracing, span: Span, parent: Context, operation: str) -> None:
+        self.tracing = tracing
+        self.operation = operation
+        self.span = span
+        self.context = set_span_in_context(span, parent)
+        self.finish_reasons: list[str] = []
+
+    def step(self, name: str) -> Step:
+        return OtelStep(self.tracing.tracer.start_span(name, context=self.context, kind=SpanKind.INTERNAL))
+
+    def attempt(self, backend: Backend, request: GenerationRequest) -> Attempt:
+        cfg = backend.config
+        model = cfg.served_model or request.model
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": self.operation,
+            "gen_ai.provider.name": PROVIDERS.get(cfg.adapter, cfg.adapter),
+            "gen_ai.request.model": model,
+            "switchyard.backend": cfg.name,
+            "switchyard.runtime": getattr(backend.adapter, "runtime", "native engine"),
+            "switchyard.upstream_request_id": request.request_id,
+            **self.tracing.server_attributes(backend),
+        }
+        span = self.tracing.tracer.start_span(
+            f"{self.operation} {model}", context=self.context, kind=SpanKind.CLIENT, attributes=attributes
+        )
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, context=set_span_in_context(span, self.context))
+        return OtelAttempt(span, tuple(carrier.items()))
+
+    def parsed(self, request: GenerationRequest) -> None:
+        s = request.sampling
+        attrs: dict[str, Any] = {"gen_ai.request.model": request.model, "switchyard.stream": request.stream}
+        for key, value in (
+            ("gen_ai.request.max_tokens", s.max_tokens),
+            ("gen_ai.request.temperature", s.temperature),
+            ("gen_ai.request.top_p", s.top_p),
+            ("gen_ai.request.top_k", s.top_k),
+            ("gen_ai.request.frequency_penalty", s.frequency_penalty),
+            ("gen_ai.request.presence_penalty", s.presence_penalty),
+            ("gen_ai.request.seed", s.seed),
+        ):
+            if value is not None:
+                attrs[key] = value
+        if s.stop:
+            attrs["gen_ai.request.stop_sequences"] = list(s.stop)
+        if s.n != 1:
+            attrs["gen_ai.request.choice.count"] = s.n
+        self.span.set_attributes(attrs)
+
+    def first_token(self, ttft: float) -> None:
+        self.span.add_event("switchyard.first_token", {"switchyard.time_to_first_token_s": ttft})
+
+    def finish_reason(self, reason: str) -> None:
+        self.finish_reasons.append(reason)
+
+    def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
+        span = self.span
+        attrs: dict[str, Any] = {
+            "http.response.status_code": outcome.status,
+            "switchyard.request_id": ctx.request_id,
+        }
+        if ctx.tenant is not None:
+            attrs["switchyard.tenant"] = ctx.tenant
+        if ctx.upstream_id is not None:
+            attrs["switchyard.upstream_id"] = ctx.upstream_id
+        if ctx.model is not None and outcome.code != "model_not_found":
+            # A model that does not exist stays out of the span name: names must stay few.
+            span.update_name(f"{self.operation} {ctx.model}")
+        if outcome.backend is not None:
+            attrs["switchyard.backend"] = outcome.backend
+            attrs["gen_ai.response.model"] = ctx.model
+        if ctx.response_id is not None and outcome.status == 200:
+            attrs["gen_ai.response.id"] = ctx.response_id
+        if outcome.usage is not None:
+            attrs["gen_ai.usage.input_tokens"] = outcome.usage.prompt_tokens
+            attrs["gen_ai.usage.output_tokens"] = outcome.usage.completion_tokens
+        if self.finish_reasons:
+            attrs["gen_ai.response.finish_reasons"] = self.finish_reasons
+        if ctx.ttft is not None:
+            attrs["switchyard.time_to_first_token_s"] = ctx.ttft
+        if ctx.queue_wait:
+            attrs["switchyard.queue_wait_s"] = ctx.queue_wait
+        if outcome.cancelled_phase is not None:
+            attrs["switchyard.cancelled_phase"] = outcome.cancelled_phase.value
+        if outcome.status >= 400:
+            attrs["error.type"] = outcome.code or str(outcome.status)
+        span.set_attributes(attrs)
+        # A server span is an error for a 5xx only: a 4xx is the client's (HTTP conventions).
+        if outcome.status >= 500:
+            span.set_status(Status(StatusCode.ERROR, outcome.error or str(outcome.status)))
+        span.end()
+
+
+def _failed(span: Span, error: BaseException) -> None:
+    span.set_attribute("error.type", error_type(error))
+    span.set_status(Status(StatusCode.ERROR, getattr(error, "message", None) or str(error) or type(error).__name__))

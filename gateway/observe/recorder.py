@@ -1,0 +1,179 @@
+"""What one request did, and the one place that writes it down: the request
+metrics (Prometheus, per model and per tenant), the request's trace, and the JSON
+access-log line."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Container
+from dataclasses import dataclass, field
+
+from adapters.base import Usage
+from gateway.config.schema import GatewayConfig
+from gateway.observe.metrics import GatewayMetrics, log_access
+from gateway.observe.tracing import NO_TRACE, RequestTrace
+from gateway.serving.phases import CancelPhase
+
+# The tenant label of every tenant the config does not name (a JWT's tenant when no
+# tenants are configured, the anonymous tenant, a request that never authenticated).
+OTHER_TENANT = "other"
+# Error codes of the refusals counted per tenant, by reason (a 401 is always "auth").
+REJECTION_REASONS = {
+    "unknown_tenant": "auth",
+    "model_not_allowed": "auth",
+    "rate_limit_exceeded": "rate_limited",
+    "concurrency_limit_exceeded": "concurrency",
+    "request_exceeds_concurrency_limit": "concurrency",
+    "quota_zero": "quota",
+    "request_exceeds_tpm_limit": "quota",
+    "quota_store_unavailable": "quota_store_unavailable",
+    "queue_full": "queue_full",
+    "queue_timeout": "queue_timeout",
+}
+
+
+@dataclass
+class RequestContext:
+    """One request's identity and timings, filled in along its way."""
+
+    request_id: str  # the client's x-request-id when it sent a plain one, else the gateway's
+    started: float  # time.perf_counter() at arrival
+    chat: bool
+    upstream_id: str | None = None  # the gateway's own id, the one runtimes saw (their logs name it)
+    config_version: str | None = None  # the config version in force when it arrived (gateway/lifecycle/reload.py)
+    model: str | None = None
+    tenant: str | None = None
+    stream: bool = False
+    # Time the gateway spent waiting, not working: none of it is gateway overhead.
+    queue_wait: float = 0.0  # in the admission queue
+    upstream_wait: float = 0.0  # for the backend's events, the first one included
+    backoff_wait: float = 0.0  # between retry rounds
+    ttft: float | None = None
+    response_id: str | None = None  # the answer's id (chatcmpl-..., cmpl-...)
+    trace: RequestTrace = field(default=NO_TRACE, repr=False)
+
+
+@dataclass
+class Outcome:
+    """How a request ended."""
+
+    status: int
+    usage: Usage | None = None
+    backend: str | None = None
+    error: str | None = None
+    cancelled_phase: CancelPhase | None = None
+    dropped_params: tuple[str, ...] = ()  # parameters the backend's runtime could not apply, dropped
+    code: str | None = None  # the error's code
+    admitted: bool = True  # False: answered before admission (auth, validation, quota, queue)
+
+
+def rejection_reason(outcome: Outcome) -> str | None:
+    """Why the gateway refused a request before any work, as the tenant metrics say
+    it; None for anything else (a client's mistake, an upstream failure)."""
+    if outcome.admitted:
+        return None
+    if outcome.status == 401:
+        return "auth"
+    return REJECTION_REASONS.get(outcome.code or "")
+
+
+class TenantLabels:
+    """The tenant label: a tenant the config names (under `tenants`, or by an API key
+    of `auth.api_keys`), else OTHER_TENANT, so that the label's values stay as few as
+    the config's tenants whatever tenants JWTs name."""
+
+    def __init__(self, configured: Container[str]) -> None:
+        self.configured = configured
+
+    @classmethod
+    def of(cls, config: GatewayConfig) -> TenantLabels:
+        return cls(frozenset(config.tenants) | {key.tenant for key in config.auth.api_keys})
+
+    def label(self, tenant: str | None) -> str:
+        return tenant if tenant is not None and tenant in self.configured else OTHER_TENANT
+
+
+class RequestRecorder:
+    """Request metrics, traces and the access log. `known_models` keeps the model
+    label's values to the configured models (a tenant's typo is counted as "-"),
+    `tenants` the tenant label's to the configured tenants."""
+
+    def __init__(
+        self,
+        metrics: GatewayMetrics,
+        known_models: Container[str],
+        access_log: logging.Logger | None,
+        tenants: TenantLabels | None = None,
+    ) -> None:
+        self.metrics = metrics
+        self.known_models = known_models
+        self.access_log = access_log
+        self.tenants = tenants or TenantLabels(frozenset())
+
+    def inflight(self, model: str):
+        """The in-flight gauge of `model` (inc when a generation starts, dec when it ends)."""
+        return self.metrics.child(self.metrics.inflight, model)
+
+    def first_token(self, model: str, backend: str, ttft: float) -> None:
+        m = self.metrics
+        m.child(m.ttft, model, backend).observe(ttft)
+
+    def inter_token(self, model: str, gap: float) -> None:
+        m = self.metrics
+        m.child(m.itl, model).observe(gap)
+
+    def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
+        elapsed = time.perf_counter() - ctx.started
+        model = ctx.model or "-"
+        known_model = model in self.known_models
+        mlabel = model if known_model else "-"
+        usage, backend, phase = outcome.usage, outcome.backend, outcome.cancelled_phase
+        m = self.metrics
+        status = str(outcome.status)
+        tenant = self.tenants.label(ctx.tenant)
+        m.child(m.requests, mlabel, backend or "-", status).inc()
+        m.child(m.tenant_requests, tenant, mlabel, status).inc()
+        if usage is not None:
+            m.child(m.tenant_tokens, tenant, mlabel, "input").inc(usage.prompt_tokens)
+            m.child(m.tenant_tokens, tenant, mlabel, "output").inc(usage.completion_tokens)
+        reason = rejection_reason(outcome)
+        if reason is not None:
+            m.child(m.tenant_rejections, tenant, reason).inc()
+        if known_model:
+            m.child(m.e2e, mlabel).observe(elapsed)
+            if ctx.upstream_wait or backend:
+                waited = ctx.upstream_wait + ctx.queue_wait + ctx.backoff_wait
+                m.child(m.overhead, mlabel).observe(max(0.0, elapsed - waited))
+            if usage is not None:
+                m.child(m.prompt_tokens, mlabel).inc(usage.prompt_tokens)
+                m.child(m.completion_tokens, mlabel).inc(usage.completion_tokens)
+        if phase is not None:
+            m.child(m.cancelled, phase.value).inc()
+        ctx.trace.finish(ctx, outcome)
+        if self.access_log is None:
+            return
+        record = {
+            "ts": round(time.time(), 3),
+            "request_id": ctx.request_id,
+            "upstream_id": ctx.upstream_id,
+            "tenant": ctx.tenant,
+            "model": ctx.model,
+            "backend": backend,
+            "status": outcome.status,
+            "latency_ms": round(elapsed * 1000, 3),
+            "stream": ctx.stream,
+            "config_version": ctx.config_version,
+        }
+        if usage is not None:
+            record["prompt_tokens"] = usage.prompt_tokens
+            record["completion_tokens"] = usage.completion_tokens
+        if ctx.ttft is not None:
+            record["ttft_ms"] = round(ctx.ttft * 1000, 3)
+        if outcome.error:
+            record["error"] = outcome.error
+        if phase is not None:
+            record["cancelled_phase"] = phase.value
+        if outcome.dropped_params:
+            record["dropped_params"] = list(outcome.dropped_params)
+        log_access(self.access_log, record)

@@ -1,0 +1,130 @@
+"""The Responses API as an answer format of the gateway's one generation path
+(`AnswerFormat`, gateway/openai/answer_format.py): canonical events -> the `response`
+object or its event stream, and the finished response stored for `GET`,
+`input_items` and a continuation.
+
+The same decisions as `run_response` (handlers.py), driven by `Generation`
+instead of pulling the events itself, so admission, dispatch, failover,
+cancellation, metrics and the access log are the chat path's own. The final
+object is stored before the terminal event is sent, so a client that continues
+from a response the moment it completes finds it; a response the client left
+before its end is never stored.
+
+A stream's frames go out one write per upstream event, as chat's do, with one
+exception: what the finish causes (a message's `output_text.done`,
+`content_part.done`, `output_item.done`) is held and sent with the terminal
+event. After the finish the canonical contract allows only the usage and the end
+of the events, which runtimes send right behind it, so the client reads the same
+bytes in the same order, the item's end at most that moment later, and the stream
+costs one write (and one wakeup of the client) less. That write is what kept the
+Responses stream's added latency above chat's (`make bench-overhead`, issue 15):
+its frames are bigger and its parse does more, and both are spent per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from adapters.base import Event, Finish, Usage
+from adapters.errors import GatewayError
+from gateway.openai.responses.encoder import ResponseAssembly, ResponseStreamEncoder
+from gateway.openai.responses.handlers import PreparedResponse
+from gateway.openai.responses.store import ResponseStore, StoredResponse
+
+
+class ResponsesAnswer:
+    def __init__(self, prepared: PreparedResponse, store: ResponseStore) -> None:
+        self.prepared = prepared
+        self.store = store
+        self.response_id = prepared.shell.id
+        self.assembly = ResponseAssembly(prepared.shell, logprobs=prepared.request.logprobs)
+        self.encoder = ResponseStreamEncoder(self.assembly)
+        self.state = self.assembly.state
+        self.held = b""  # frames caused once the generation finished: sent with the terminal ones
+        self.opening: bytes | None = None
+        if prepared.request.stream:
+            # The opening frames (the response object twice) depend only on the request:
+            # built at the event loop's next turn, which comes while the request waits
+            # on its upstream (the gateway idle), not after the first event arrived,
+            # where they delayed the first byte. stream_start builds them if no turn came.
+            try:
+                asyncio.get_running_loop().call_soon(self._build_opening)
+            except RuntimeError:  # no running loop (a synchronous caller)
+                pass
+
+    # ---- stream ---------------------------------------------------------------------
+
+    def _build_opening(self) -> None:
+        if self.opening is None:
+            self.opening = self.encoder.start()
+
+    def stream_start(self) -> bytes:
+        self._build_opening()
+        return self.opening  # type: ignore[return-value]  # just built
+
+    def stream_feed(self, event: Event) -> bytes:
+        state = self.state
+        if state.more_text(event):  # the common event, on the shortest path (a measured one)
+            return self.encoder.text_delta(state.open, event.text)  # type: ignore[arg-type]  # open: set
+        frames = self._frames(event)
+        if state.finished or self.held:
+            self.held += frames  # in order, ahead of the terminal frames (module docstring)
+            return b""
+        return frames
+
+    def _frames(self, event: Event) -> bytes:
+        state = self.state
+        if not state.want_logprobs and self.assembly.error is None:
+            # A message's opening and its finish, from templates (no logprobs to write).
+            if state.open is None and state.take_text(event):
+                return self.encoder.message_opened(state.open, event.text)  # type: ignore[arg-type]
+            index = state.open
+            if type(event) is Finish and state.open_text is not None and state.finish_quietly(event):
+                return self.encoder.message_closed(index)  # type: ignore[arg-type]
+        return self.encoder.feed(event)
+
+    async def stream_end(self, usage: Usage | None) -> bytes:
+        held, self.held = self.held, b""
+        return held + await self._terminal(usage)
+
+    async def _terminal(self, usage: Usage | None) -> bytes:
+        self.assembly.end_of_events()
+        if self.assembly.state.usage is None:
+            self.assembly.state.usage = usage  # the runtime sent none: what the gateway counted
+        if not self.prepared.request.store:
+            return self.encoder.terminal()  # serialized from the state: no object to build
+        final = self.assembly.result()
+        try:
+            await self._store(final)
+        except GatewayError as err:
+            if not self.assembly.failed:  # the client could not continue from it: say so
+                self.assembly.fail(err)
+                final = self.assembly.result()
+        return self.encoder.terminal(final)
+
+    # ---- whole ---------------------------------------------------------------------------
+
+    def whole_feed(self, event: Event) -> None:
+        state = self.state
+        if state.take_text(event):
+            return  # nothing can fail here, and a whole answer needs no event payload
+        if type(event) is Finish and self.assembly.error is None and state.finish_quietly(event):
+            return  # the finish closes the open item; its event payloads would be dropped
+        self.assembly.feed(event)
+        if self.assembly.error is not None:
+            raise self.assembly.error
+
+    async def whole_body(self, usage: Usage) -> dict[str, Any]:
+        self.assembly.end_of_events()
+        if self.assembly.error is not None:
+            raise self.assembly.error
+        if self.assembly.state.usage is None:
+            self.assembly.state.usage = usage  # the runtime sent none: what the gateway counted
+        final = self.assembly.result()
+        await self._store(final)
+        return final
+
+    async def _store(self, final: dict[str, Any]) -> None:
+        if self.prepared.request.store:
+            await self.store.put(self.prepared.tenant, StoredResponse(final, self.prepared.context))

@@ -1,0 +1,351 @@
+"""From validated requests to one stream of canonical events.
+
+- Picks backends through the model's routing policy, skipping backends whose
+  runtime lacks a capability the request needs (400 naming the runtime if none
+  can serve it).
+- Fails over, and falls back to the model's `fallback` models, only while
+  nothing has reached the client: a backend counts as started once its first
+  event arrived (a stream that ends before any event never started: 502). A
+  backend that timed out is not tried again in a later round (each try would
+  wait its whole limit again). What fails over: a runtime's 5xx and overload
+  answers (429, 503), no connection, a first-byte timeout; a 4xx it answered is
+  the client's mistake and goes to the client at once (`fails_over`).
+- Tells the pool's outlier detector (policies/ejection.py) the outcome of every
+  attempt before its first byte, and asks it just before trying a backend, which
+  hands the half-open probe to exactly one request. Every attempt after a
+  request's first spends the pool's retry budget (policies/retry_budget.py); when
+  it is spent the last error goes to the client.
+- Emulates n > 1 for runtimes without it by fanning out n single requests, and
+  merges the prompts of a batched legacy completion into one stream with dense
+  choice indices and one usage. The sub-requests of one request (its prompts,
+  its fan-out) start together, and each is read ahead from the moment it started
+  (gateway/serving/merge.py), so none holds an upstream connection waiting for another.
+- Holds each backend's in-flight count, one unit per generation (choice), from
+  the start until the request is closed (`Dispatched.aclose`), whether its events
+  were read or not.
+- Holds each backend's prefill backlog (what the `backlog` scorer reads,
+  policies/scorers.py): an attempt adds the prompt tokens routing estimated it
+  would have that backend compute, and takes them off when its first event
+  arrives, and on every other way its wait ends (an error, a failover, the
+  client leaving, the upstream ending without a word): one try/finally around
+  the wait for the first event, so no exit can leak tokens that would skew
+  routing for good. A fan-out adds them once per sub-request, each being a
+  prefill of its own upstream; a non-streamed answer holds them until it has
+  come (its first event), longer than its prefill.
+- Sends every attempt upstream under an id of the gateway's own: the request's
+  random id, suffixed per sub-request and per retry, so that one id names one
+  upstream generation (an abort by id reaches nothing else).
+- Hands back the stream under its `StreamGuard`, the one owner of the stream rules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.base import ErrorEvent, Event, GenerationRequest
+from adapters.errors import GatewayError, upstream_failed
+from gateway.backends.backend_set import Backend, BackendSet, ModelPool
+from gateway.observe import tracing
+from gateway.serving.merge import Merged, Sink, SubStream
+from gateway.serving.stream_guard import StreamGuard, guarded
+from policies.ejection import FailureKind
+
+log = logging.getLogger("switchyard.dispatch")
+
+
+# Told True when a retry round starts waiting out its backoff, False when it ends.
+BackoffListener = Callable[[bool], None]
+# Told the backend's name and the error of every attempt that failed before its first event.
+FailureListener = Callable[[str, GatewayError], None]
+
+
+def check_choices(requests: list[GenerationRequest], limit: int) -> None:
+    """400 when the prompts of one request, n choices each, would start more than
+    `limit` upstream generations (`limits.max_choices_per_request`)."""
+    total = sum(r.sampling.n for r in requests)
+    if total <= limit:
+        return
+    prompts = len(requests)
+    raise GatewayError(
+        400,
+        f"This request asks for {total} completions ({prompts} prompt(s), n={requests[0].sampling.n} each); "
+        f"this gateway allows at most {limit} per request.",
+        param="prompt" if prompts > limit else "n",
+        code="too_many_choices",
+    )
+
+
+@dataclass
+class Dispatched:
+    """A request under way: who serves it, and its guarded events. `aclose` ends it
+    (closing the upstream work and freeing each backend's in-flight slots), whether
+    or not its events were read."""
+
+    backend: str  # the backend's name; several, comma-separated, when sub-requests went apart
+    events: AsyncIterator[Event]
+    holds: Started | Merged
+
+    async def aclose(self) -> None:
+        await self.events.aclose()  # type: ignore[attr-defined]
+        await self.holds.aclose()
+
+
+class Started(SubStream):
+    """A started sub-request: the adapter's iterator, its first event (already
+    read) and `units` in-flight slots of its backend (one per choice it makes),
+    held until `aclose`, which also closes the iterator (aborting the upstream
+    work) and ends the attempt's span, whether it was read or not."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        agen: AsyncIterator[Event],
+        first: Event,
+        offset: int,
+        units: int,
+        attempt: tracing.Attempt = tracing.NO_ATTEMPT,
+    ) -> None:
+        super().__init__(offset, agen, first)
+        self.backend = backend
+        self.units = units
+        self.attempt = attempt
+
+    async def aclose(self) -> None:
+        if not self.closed:
+            self.backend.inflight -= self.units
+        try:
+            await super().aclose()
+        finally:
+            self.attempt.end()
+
+
+class Dispatcher:
+    def __init__(self, backends: BackendSet, on_failure: FailureListener | None = None) -> None:
+        self.backends = backends
+        self.on_failure = on_failure
+
+    def pool(self, model: str) -> ModelPool | None:
+        return self.backends.pools.get(model)
+
+    async def open(
+        self, model: str, requests: list[GenerationRequest], on_backoff: BackoffListener | None = None
+    ) -> Dispatched:
+        """Start every sub-request; returns the backend name(s) and the merged,
+        guarded events. Raises GatewayError when nothing could start; the client
+        has seen nothing then."""
+        pool = self.pool(model)
+        if pool is None:
+            raise GatewayError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
+        alone = len(requests) == 1
+        sink: Sink | None = None if alone and requests[0].sampling.n == 1 else asyncio.Queue()
+        starters = []
+        offset = 0
+        for req in requests:
+            starters.append(self._start(pool, req, offset, sink, alone, on_backoff))
+            offset += req.sampling.n
+        starts = await _together(starters)
+        names = ",".join(sorted({s.backend.name for s in starts}))
+        guard = StreamGuard.for_requests(requests, names)
+        if sink is None or (len(starts) == 1 and not starts[0].forwarding):
+            # One stream: the guard reads the adapter's iterator itself (no layer between).
+            (started,) = starts
+            return Dispatched(names, guarded(started.agen, guard, started.first), started)
+        merged = Merged(starts, sink, prompt_counted_once=alone)
+        return Dispatched(names, guarded(merged, guard), merged)
+
+    async def _start(
+        self,
+        pool: ModelPool,
+        req: GenerationRequest,
+        offset: int,
+        sink: Sink | None,
+        alone: bool,
+        on_backoff: BackoffListener | None,
+    ) -> list[Started]:
+        pools = [pool] + [self.backends.pools[f] for f in pool.config.fallback if f in self.backends.pools]
+        budget = pool.retry_budget
+        budget.record_request()
+        last_error: GatewayError | None = None
+        timed_out: set[str] = set()
+        attempt = 0
+        for round_ in range(pool.config.max_retries + 1):
+            if round_:
+                if last_error is not None and budget.exhausted():
+                    raise last_error  # the pool is failing: no backoff, no more rounds
+                if on_backoff:
+                    on_backoff(True)
+                await asyncio.sleep(pool.config.retry_backoff_s * (2 ** (round_ - 1)))
+                if on_backoff:
+                    on_backoff(False)
+            for p in pools:
+                candidates, why_not = self._candidates(p, req)
+                if not candidates and why_not and p is pool and len(pools) == 1:
+                    raise why_not
+                for backend, held_out, prefill in candidates:
+                    if backend.name in timed_out:
+                        continue
+                    # Routing saw the circuit as it stood; asking now takes the half-open
+                    # probe for this request, or learns another request took it. A backend
+                    # routing kept although ejected (nothing else left) is tried anyway.
+                    if not held_out and p.ejection.is_ejected(backend.name):
+                        continue
+                    if attempt and not budget.may_retry():
+                        log.warning("model %s: retry budget spent, answering the last error", pool.name)
+                        raise last_error or why_not or _no_backend(pool)
+                    # A retry is another upstream generation: it gets an id of its own.
+                    attempt_req = dataclasses.replace(req, request_id=f"{req.request_id}.{attempt}") if attempt else req
+                    attempt += 1
+                    try:
+                        started = await self._start_on(backend, attempt_req, offset, sink, alone, prefill)
+                    except GatewayError as exc:
+                        if self.on_failure is not None:
+                            self.on_failure(backend.name, exc)
+                        if not fails_over(exc):
+                            record_outcome(p, backend.name, None)  # the backend answered: the fault is the request's
+                            raise
+                        record_outcome(p, backend.name, failure_kind(exc))
+                        if exc.code == "upstream_timeout":
+                            timed_out.add(backend.name)
+                        log.warning("backend %s failed before the first event: %s", backend.name, exc.message)
+                        last_error = exc
+                    else:
+                        record_outcome(p, backend.name, None)
+                        return started
+                if why_not and last_error is None:
+                    last_error = why_not
+        raise last_error or _no_backend(pool)
+
+    def _candidates(
+        self, pool: ModelPool, req: GenerationRequest
+    ) -> tuple[list[tuple[Backend, bool, int]], GatewayError | None]:
+        """The backends to try in order, each with whether routing kept it although
+        ejected and the prompt tokens it would compute for the request."""
+        with tracing.current().step("switchyard.route") as step:
+            routed = pool.route(req)
+            step.set("switchyard.route.candidates", len(routed.candidates))
+        if routed.unsupported:
+            # What the runtimes lack, never which backends (their names stay in the config).
+            gaps = dict.fromkeys(f"{gap.adapter} does not support {gap.feature}" for gap in routed.refused)
+            return [], GatewayError(
+                400, f"This request cannot be served: {'; '.join(gaps)}.", code="unsupported_by_runtime"
+            )
+        by_name = {b.name: b for b in pool.backends}
+        return [(by_name[v.name], v.ejected, v.prefill_tokens or 0) for v in routed.candidates], None
+
+    async def _start_on(
+        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, alone: bool, prefill: int
+    ) -> list[Started]:
+        n = req.sampling.n
+        if n > 1 and not backend.adapter.capabilities.n:
+            # Fan out: n single requests, all at once; seeds stay reproducible and differ per choice.
+            subs = []
+            for i in range(n):
+                s = dataclasses.replace(
+                    req.sampling, n=1, seed=None if req.sampling.seed is None else req.sampling.seed + i
+                )
+                sub = dataclasses.replace(req, sampling=s, request_id=f"{req.request_id}-{i}")
+                subs.append(self._start_one(backend, sub, offset + i, sink, prefill))
+            return await _together(subs)
+        return await self._start_one(backend, req, offset, None if alone else sink, prefill)
+
+    async def _start_one(
+        self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, prefill: int
+    ) -> list[Started]:
+        units = req.sampling.n
+        backend.inflight += units
+        attempt = tracing.current().attempt(backend, req)
+        agen = backend.adapter.generate(attempt.stamp(req))
+        try:
+            first = await _first_event(agen, backend, prefill)
+        except StopAsyncIteration:
+            first = ErrorEvent(upstream_failed(backend.name, "it ended its answer before sending anything"))
+        except BaseException as exc:
+            backend.inflight -= units
+            await agen.aclose()  # type: ignore[attr-defined]
+            attempt.end(exc)
+            raise
+        if isinstance(first, ErrorEvent):
+            # Nothing reached the client yet: answer with the error's own status
+            # (or fail over when it is retryable) instead of a 200 stream.
+            backend.inflight -= units
+            await agen.aclose()  # type: ignore[attr-defined]
+            attempt.end(first.error)
+            raise first.error
+        started = Started(backend, agen, first, offset, units, attempt)
+        if sink is not None:
+            started.forward(sink)
+        return [started]
+
+
+async def _first_event(agen: AsyncIterator[Event], backend: Backend, prefill: int) -> Event:
+    """The stream's first event, `prefill` on the backend's backlog while it is
+    awaited: however the wait ends (the event, an error, a cancellation), it comes off."""
+    backend.backlog += prefill
+    try:
+        return await agen.__anext__()
+    finally:
+        backend.backlog -= prefill
+
+
+def fails_over(error: GatewayError) -> bool:
+    """Whether a failure before the first byte is tried on another backend: the
+    retryable ones (no connection, overload: 429/503, a first-byte timeout) and
+    every other fault of the backend's (a runtime's 500). A client's mistake (4xx)
+    would fail the same way anywhere: never retried."""
+    return error.retryable or error.status >= 500
+
+
+def failure_kind(error: GatewayError) -> FailureKind:
+    if error.code == "upstream_timeout":
+        return FailureKind.TIMEOUT
+    if error.status == 429 or error.code in ("upstream_overloaded", "backend_busy"):
+        return FailureKind.OVERLOAD
+    if error.code == "backend_unavailable":
+        return FailureKind.CONNECT
+    return FailureKind.SERVER_ERROR
+
+
+def record_outcome(pool: ModelPool, backend: str, failure: FailureKind | None) -> None:
+    """One attempt's outcome into the pool's outlier detector; a change of circuit is logged."""
+    ejection = pool.ejection
+    change = ejection.record_success(backend) if failure is None else ejection.record_failure(backend, failure)
+    if change is not None:
+        log.warning("model %s: %s", pool.name, change.describe())
+
+
+def _no_backend(pool: ModelPool) -> GatewayError:
+    return GatewayError(
+        503, f"No backend of model `{pool.name}` could take the request.", code="no_backend_available", retry_after=1.0
+    )
+
+
+async def _together(starters: list[Coroutine[Any, Any, list[Started]]]) -> list[Started]:
+    """Run the starters at once; every sub-request they started, in their order.
+    When one fails, or this is cancelled (the client left), the others are
+    cancelled and whatever did start is closed before the error is raised."""
+    if len(starters) == 1:
+        return await starters[0]
+    tasks = [asyncio.ensure_future(s) for s in starters]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException:
+        await _unwind(tasks)
+        raise
+    failed = next((t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None), None)
+    if failed is None:
+        return [s for t in tasks for s in t.result()]
+    await _unwind(tasks)
+    raise failed.exception()  # type: ignore[misc]
+
+
+async def _unwind(tasks: Sequence[asyncio.Future[list[Started]]]) -> None:
+    for t in tasks:
+        t.cancel()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    started = [s for r in results if isinstance(r, list) for s in r]
+    await asyncio.gather(*(s.aclose() for s in started), return_exceptions=True)

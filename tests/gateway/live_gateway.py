@@ -1,0 +1,48 @@
+"""A real gateway served by uvicorn on this test's event loop, on a free loopback
+port: the whole HTTP path, with the Gateway object (its metrics, its tracing) in
+reach of the test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import uvicorn
+
+from gateway.app import Gateway, HotPath, create_app
+from gateway.config.schema import parse_config
+from gateway.observe.tracing import Tracing
+from processes import free_port
+
+
+@dataclass
+class Served:
+    url: str
+    gateway: Gateway
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.gateway.metrics.registry.get_sample_value(name, labels)
+        return 0.0 if value is None else value
+
+
+@contextlib.asynccontextmanager
+async def serving(config: dict, tracing: Tracing | None = None) -> AsyncIterator[Served]:
+    port = free_port()
+    app = create_app(Gateway(parse_config({**config, "listen": {"host": "127.0.0.1", "port": port}}), tracing=tracing))
+    server = uvicorn.Server(
+        uvicorn.Config(HotPath(app), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(30):
+            while not server.started:
+                if task.done():
+                    task.result()
+                    raise RuntimeError("the gateway stopped before it started")
+                await asyncio.sleep(0.01)
+        yield Served(f"http://127.0.0.1:{port}", app.state.gateway)
+    finally:
+        server.should_exit = True
+        await task
