@@ -25,12 +25,13 @@ $(HELM):
 	echo "$(HELM_SHA256)  $(HELM)" | sha256sum -c --quiet - || { rm -rf $(VENV)/helm; exit 1; }
 
 # The gate CI runs before the tests: lint and format, types on the gateway pod's
-# packages, and the layering table of docs/architecture.md (import-linter).
+# packages, the layering table of docs/architecture.md (import-linter) and no import circle.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) scripts/check_import_cycles.py
 
 chart-lint: install $(HELM)
 	$(HELM) lint --strict charts/switchyard

@@ -16,9 +16,10 @@ from bench import arrivals as arr
 from bench import workloads as wl
 from bench.client import Client, ClientConfig
 from bench.metrics import Slo, summarize_run
+from bench.plot_context import PlotContext
 from bench.progress import Progress
 from bench.records import RequestRecord
-from bench.report import SWEEP_KIND, PlotContext, input_lines, run_parameters, write_json, write_run
+from bench.report import SWEEP_KIND, input_lines, run_parameters, write_json, write_run
 from bench.runner import LoadPlan, Runner
 from bench.sizing import PromptSizer
 from bench.token_count import choose_counter

@@ -17,8 +17,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from bench.metrics import request_metrics
+from bench.plot_context import PlotContext
 from bench.records import RequestRecord
-from bench.report import PlotContext
 
 
 def _slo_line(ax: Axes, value: float | None, name: str, vertical: bool) -> None:

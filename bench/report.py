@@ -4,34 +4,17 @@ record), summary.md (the same numbers for people, formulas included) and plots."
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from bench.metrics import DEFINITIONS, PERCENTILES, Slo
+from bench.metrics import DEFINITIONS, PERCENTILES
+from bench.plot_context import PlotContext
 from bench.records import FAILURE_KINDS, RequestRecord
 
 RUN_KIND = "switchyard.bench.run"
 SWEEP_KIND = "switchyard.bench.sweep"
-
-
-@dataclass(frozen=True, slots=True)
-class PlotContext:
-    parameters: str  # one line: target, arrivals, request count, input and output sizes
-    slo: Slo
-
-    def slo_text(self) -> str:
-        parts = [
-            f"{name} <= {value:g} ms"
-            for name, value in (("TTFT", self.slo.ttft_ms), ("TPOT", self.slo.tpot_ms), ("e2e", self.slo.e2e_ms))
-            if value is not None
-        ]
-        return "SLO: " + (", ".join(parts) if parts else "none given")
-
-    def title(self, what: str) -> str:
-        return f"{what}\n{self.parameters}\n{self.slo_text()}"
 
 
 SIZED_BY = {

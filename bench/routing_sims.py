@@ -20,15 +20,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from bench.procs import Server, python_module
+from bench.routing_config import RoutingBenchConfig
 from processes import free_port
-
-if TYPE_CHECKING:
-    from bench.routing_bench import RoutingBenchConfig
 
 BACKENDS = ("sim0", "sim1", "sim2")
 BLOCK_SIZE = 16  # vLLM's default, the simulators' too

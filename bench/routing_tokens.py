@@ -22,16 +22,14 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 
 from bench.client import Client, ClientConfig
 from bench.records import RequestRecord
+from bench.routing_config import RoutingBenchConfig
 from bench.routing_workload import zipf_weights
-
-if TYPE_CHECKING:
-    from bench.routing_bench import RoutingBenchConfig
 
 LABEL_TOKENS = 16  # one vLLM block (block size 16)
 ID_LOW, ID_HIGH = 100, 32000  # ordinary vocabulary ids, clear of special tokens

@@ -8,15 +8,13 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from bench.client import Client, ClientConfig
 from bench.records import RequestRecord
-
-if TYPE_CHECKING:
-    from bench.routing_bench import RoutingBenchConfig
+from bench.routing_config import RoutingBenchConfig
 
 
 def zipf_weights(n: int, s: float) -> np.ndarray:

@@ -39,9 +39,10 @@ from gateway.lifecycle.process import Lifecycle, shutting_down
 from gateway.lifecycle.reload import ConfigReloader, ConfigSource, ConfigVersion
 from gateway.lifecycle.workers import WorkerSlot
 from gateway.observe.admin import AdminViews
+from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.metrics import GatewayMetrics, access_logger
 from gateway.observe.ops import OpsCollector, OpsViews
-from gateway.observe.recorder import Outcome, RequestContext, RequestRecorder, TenantLabels
+from gateway.observe.recorder import RequestRecorder, TenantLabels
 from gateway.observe.tracing import Tracing, build_tracing
 from gateway.observe.worker_metrics import WorkerMetrics
 from gateway.openai.answer_format import AnswerFormat

@@ -33,6 +33,8 @@ OUTSIDE_DOCUMENTS = (
     "ENGINES.md",
     "BENCHMARKS.md",
     "VLLM_CPU.md",
+    "LLAMACPP.md",
+    "SELECTION_AND_ROLLOUTS.md",
 )
 
 _FENCE = re.compile(r"^\s{0,3}(```|~~~)")

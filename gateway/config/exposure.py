@@ -5,17 +5,34 @@ them. GatewayConfig's validator calls these; protection checks auth again at sta
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the config module imports this one to validate itself
-    from gateway.config.schema import GatewayConfig
+from pydantic import Field
+
+from gateway.config.auth import AuthConfig
+from gateway.config.section import StrictSection
 
 
-def open_auth_problem(config: GatewayConfig) -> str | None:
+class ListenConfig(StrictSection):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+
+
+class OpsConfig(StrictSection):
+    """Where the operational views are served: /metrics and /readyz's per-model detail
+    name every model and backend and carry upstream error text."""
+
+    # A second listener for /metrics, /readyz and /healthz; the main one then answers
+    # /readyz with the process's readiness only, and has no /metrics.
+    listen: ListenConfig | None = None
+    # Serve them on the main listener although it is not loopback and auth is on.
+    public: bool = False
+
+
+def open_auth_problem(auth: AuthConfig, listen: ListenConfig) -> str | None:
     """Auth may be off only when the config says so, or on a loopback address."""
-    if config.auth.mode != "none" or "mode" in config.auth.model_fields_set:
+    if auth.mode != "none" or "mode" in auth.model_fields_set:
         return None
-    host = config.listen.host
+    host = listen.host
     if is_loopback(host):
         return None
     return (
@@ -31,17 +48,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def ops_exposure_refusal(config: GatewayConfig) -> str | None:
+def ops_exposure_refusal(ops: OpsConfig, listen: ListenConfig, auth_mode: str) -> str | None:
     """Why `config` must not be served as it is, for where it would serve the
     operational views; None when it may. The views go with the API when the main
     listener is loopback or the API is open to anyone anyway (`auth.mode: none`);
     otherwise the config must choose: an ops listener, or `ops.public: true`."""
-    ops, listen = config.ops, config.listen
     if ops.listen is not None:
         if ops.listen.port == listen.port and listen.port != 0:
             return f"ops.listen.port is {ops.listen.port}, the same as listen.port: give the ops listener its own port"
         return None
-    if ops.public or config.auth.mode == "none" or is_loopback(listen.host):
+    if ops.public or auth_mode == "none" or is_loopback(listen.host):
         return None
     return (
         f"listen.host is {listen.host!r} and auth is on, but /metrics and /readyz's detail (every model, "

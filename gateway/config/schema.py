@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from engine.builtin import model_path_problem
 from gateway.config.auth import AuthConfig
-from gateway.config.exposure import open_auth_problem, ops_exposure_refusal
+from gateway.config.exposure import ListenConfig, OpsConfig, open_auth_problem, ops_exposure_refusal
 from gateway.config.lifecycle import AdminConfig, DrainConfig, ReloadConfig
 from gateway.config.redis import RedisDeploymentConfig
 from gateway.config.response_store import ResponseStoreConfig
@@ -36,11 +36,6 @@ ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity"
 _EJECTION = EjectionConfig()
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
 REDIS_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url accepts
-
-
-class ListenConfig(_Strict):
-    host: str = "127.0.0.1"
-    port: int = Field(8080, ge=0, le=65535)
 
 
 class QuotaStoreConfig(RedisDeploymentConfig):
@@ -266,17 +261,6 @@ class LimitsConfig(_Strict):
     max_request_timeout_s: float = Field(600.0, gt=0)
 
 
-class OpsConfig(_Strict):
-    """Where the operational views are served: /metrics and /readyz's per-model detail
-    name every model and backend and carry upstream error text."""
-
-    # A second listener for /metrics, /readyz and /healthz; the main one then answers
-    # /readyz with the process's readiness only, and has no /metrics.
-    listen: ListenConfig | None = None
-    # Serve them on the main listener although it is not loopback and auth is on.
-    public: bool = False
-
-
 class GatewayConfig(_Strict):
     listen: ListenConfig = Field(default_factory=ListenConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
@@ -305,7 +289,7 @@ class GatewayConfig(_Strict):
 
     @model_validator(mode="after")
     def _servable(self) -> GatewayConfig:
-        problem = open_auth_problem(self)
+        problem = open_auth_problem(self.auth, self.listen)
         if problem is not None:
             raise ValueError(problem)
         return self
@@ -326,7 +310,7 @@ class GatewayConfig(_Strict):
         for key in self.auth.api_keys:
             if self.tenants and key.tenant not in self.tenants:
                 raise ValueError(f"auth.api_keys: tenant {key.tenant!r} is not in tenants")
-        refusal = ops_exposure_refusal(self)
+        refusal = ops_exposure_refusal(self.ops, self.listen, self.auth.mode)
         if refusal:
             raise ValueError(refusal)
         return self

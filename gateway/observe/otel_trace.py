@@ -31,8 +31,17 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_
 from adapters.base import GenerationRequest
 from gateway.backends.backend_set import Backend
 from gateway.config.tracing import TracingSettings
-from gateway.observe.recorder import Outcome, RequestContext
-from gateway.observe.tracing import Attempt, NoTrace, RawHeaders, RequestTrace, Step, error_type, make_current
+from gateway.observe.context import (
+    Attempt,
+    NoTrace,
+    Outcome,
+    RawHeaders,
+    RequestContext,
+    RequestTrace,
+    Step,
+    error_type,
+    make_current,
+)
 
 # gen_ai.provider.name per adapter kind: the runtime that generates, as the GenAI
 # conventions' "instrumentation's best knowledge" (well-known values where there is one).

@@ -7,13 +7,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Container
-from dataclasses import dataclass, field
 
-from adapters.base import Usage
 from gateway.config.schema import GatewayConfig
+from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.metrics import GatewayMetrics, log_access
-from gateway.observe.tracing import NO_TRACE, RequestTrace
-from gateway.serving.phases import CancelPhase
 
 # The tenant label of every tenant the config does not name (a JWT's tenant when no
 # tenants are configured, the anonymous tenant, a request that never authenticated).
@@ -31,41 +28,6 @@ REJECTION_REASONS = {
     "queue_full": "queue_full",
     "queue_timeout": "queue_timeout",
 }
-
-
-@dataclass
-class RequestContext:
-    """One request's identity and timings, filled in along its way."""
-
-    request_id: str  # the client's x-request-id when it sent a plain one, else the gateway's
-    started: float  # time.perf_counter() at arrival
-    chat: bool
-    upstream_id: str | None = None  # the gateway's own id, the one runtimes saw (their logs name it)
-    config_version: str | None = None  # the config version in force when it arrived (gateway/lifecycle/reload.py)
-    model: str | None = None
-    tenant: str | None = None
-    stream: bool = False
-    # Time the gateway spent waiting, not working: none of it is gateway overhead.
-    queue_wait: float = 0.0  # in the admission queue
-    upstream_wait: float = 0.0  # for the backend's events, the first one included
-    backoff_wait: float = 0.0  # between retry rounds
-    ttft: float | None = None
-    response_id: str | None = None  # the answer's id (chatcmpl-..., cmpl-...)
-    trace: RequestTrace = field(default=NO_TRACE, repr=False)
-
-
-@dataclass
-class Outcome:
-    """How a request ended."""
-
-    status: int
-    usage: Usage | None = None
-    backend: str | None = None
-    error: str | None = None
-    cancelled_phase: CancelPhase | None = None
-    dropped_params: tuple[str, ...] = ()  # parameters the backend's runtime could not apply, dropped
-    code: str | None = None  # the error's code
-    admitted: bool = True  # False: answered before admission (auth, validation, quota, queue)
 
 
 def rejection_reason(outcome: Outcome) -> str | None:

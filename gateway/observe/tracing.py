@@ -20,114 +20,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
-from adapters.base import GenerationRequest
-from adapters.errors import GatewayError
 from gateway.config.schema import ConfigError
 from gateway.config.tracing import TracingConfig, resolve
-
-if TYPE_CHECKING:
-    from gateway.backends.backend_set import Backend
-    from gateway.observe.recorder import Outcome, RequestContext
-
-# ASGI headers: (lower-case name, value) byte pairs.
-RawHeaders = list[tuple[bytes, bytes]]
-
-
-class Step(Protocol):
-    """A phase of the request (a child span), used as a context manager."""
-
-    def __enter__(self) -> Step: ...
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None: ...
-    def set(self, key: str, value: str | int | float | bool) -> None: ...
-
-
-class Attempt(Protocol):
-    """One upstream attempt (a CLIENT span). `stamp` gives the request the adapter
-    sends, with the attempt's trace headers; `end` ends it, once, failed or not."""
-
-    def stamp(self, request: GenerationRequest) -> GenerationRequest: ...
-    def end(self, error: BaseException | None = None) -> None: ...
-
-
-class RequestTrace(Protocol):
-    def step(self, name: str) -> Step: ...
-    def attempt(self, backend: Backend, request: GenerationRequest) -> Attempt: ...
-    def parsed(self, request: GenerationRequest) -> None: ...
-    def first_token(self, ttft: float) -> None: ...
-    def finish_reason(self, reason: str) -> None: ...
-    def finish(self, ctx: RequestContext, outcome: Outcome) -> None: ...
+from gateway.observe.context import NO_TRACE, RawHeaders, RequestTrace, current_trace, make_current
 
 
 class Tracing(Protocol):
     def request(self, headers: RawHeaders, chat: bool) -> RequestTrace: ...
     async def aclose(self) -> None: ...
-
-
-class _NoStep:
-    __slots__ = ()
-
-    def __enter__(self) -> _NoStep:
-        return self
-
-    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
-        pass
-
-    def set(self, key: str, value: str | int | float | bool) -> None:
-        pass
-
-
-class _NoAttempt:
-    """The attempt of an untraced request: the request goes upstream unchanged."""
-
-    __slots__ = ()
-
-    def stamp(self, request: GenerationRequest) -> GenerationRequest:
-        return request
-
-    def end(self, error: BaseException | None = None) -> None:
-        pass
-
-
-class NoTrace:
-    """The trace of a request when tracing is off: every hook does nothing."""
-
-    __slots__ = ()
-
-    def step(self, name: str) -> Step:
-        return NO_STEP
-
-    def attempt(self, backend: Backend, request: GenerationRequest) -> Attempt:
-        return NO_ATTEMPT
-
-    def parsed(self, request: GenerationRequest) -> None:
-        pass
-
-    def first_token(self, ttft: float) -> None:
-        pass
-
-    def finish_reason(self, reason: str) -> None:
-        pass
-
-    def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
-        pass
-
-
-NO_STEP = _NoStep()
-NO_ATTEMPT = _NoAttempt()
-NO_TRACE = NoTrace()
-_CURRENT: ContextVar[RequestTrace] = ContextVar("switchyard_request_trace", default=NO_TRACE)
-
-
-def current() -> RequestTrace:
-    """The trace of the request this task serves (NO_TRACE when none is traced)."""
-    return _CURRENT.get()
-
-
-def make_current(trace: RequestTrace) -> None:
-    _CURRENT.set(trace)
 
 
 class NoTracing:
@@ -136,8 +38,8 @@ class NoTracing:
     def request(self, headers: RawHeaders, chat: bool) -> RequestTrace:
         # A task that served a traced request before (an in-process client reusing
         # one task) must not lend its trace to this one.
-        if _CURRENT.get() is not NO_TRACE:
-            _CURRENT.set(NO_TRACE)
+        if current_trace() is not NO_TRACE:
+            make_current(NO_TRACE)
         return NO_TRACE
 
     async def aclose(self) -> None:
@@ -155,11 +57,3 @@ def build_tracing(config: TracingConfig, env: Mapping[str, str] | None = None) -
     from gateway.observe.otel_trace import OtelTracing
 
     return OtelTracing.exporting(settings)
-
-
-def error_type(error: BaseException) -> str:
-    """The low-cardinality `error.type` of a failure: the gateway's error code, else
-    the status, else the exception's class."""
-    if isinstance(error, GatewayError):
-        return error.code or str(error.status)
-    return type(error).__name__

@@ -27,7 +27,7 @@ from adapters.base import GenerationRequest, Usage
 from adapters.errors import GatewayError
 from gateway.config.exposure import open_auth_problem
 from gateway.config.schema import ConfigError, GatewayConfig, TenantConfig
-from gateway.observe import tracing
+from gateway.observe.context import current_trace
 from gateway.protection.metrics import ProtectionMetrics, StateCollector
 from gateway.protection.quota_leases import QuotaLeases
 from gateway.serving.phases import CancelPhase
@@ -168,7 +168,7 @@ class Protection:
     # ---- the request path ----------------------------------------------------------
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
-        with tracing.current().step("switchyard.authenticate"):
+        with current_trace().step("switchyard.authenticate"):
             return await self.auth.authenticate(headers)
 
     def may_use(self, principal: Principal, model: str) -> bool:
@@ -202,7 +202,7 @@ class Protection:
         scopes = self.leases.scopes_for(principal)
         reservation = None
         if scopes:
-            with tracing.current().step("switchyard.quota"):
+            with current_trace().step("switchyard.quota"):
                 reservation = await self.leases.reserve(principal, scopes, budget, units)
         if budget.from_cap and any(s.tokens_per_window != UNLIMITED for s in scopes):
             # Generate no more than was reserved: without max_tokens a runtime may
@@ -212,7 +212,7 @@ class Protection:
         if reservation is not None:
             self.leases.queued[reservation.lease_id] = reservation
         try:
-            with tracing.current().step("switchyard.queue"):
+            with current_trace().step("switchyard.queue"):
                 slot = await self.queue.enter(
                     model,
                     principal.tenant,
@@ -280,6 +280,6 @@ def _authenticator(config: GatewayConfig) -> Authenticator:
 
 def _refuse_open_auth_on_public_address(config: GatewayConfig) -> None:
     """The config's own rule (gateway/config/schema.py), again for a config changed since it was validated."""
-    problem = open_auth_problem(config)
+    problem = open_auth_problem(config.auth, config.listen)
     if problem is not None:
         raise ConfigError(problem)

@@ -50,7 +50,7 @@ from typing import Any
 from adapters.base import ErrorEvent, Event, GenerationRequest
 from adapters.errors import GatewayError, upstream_failed
 from gateway.backends.backend_set import Backend, BackendSet, ModelPool
-from gateway.observe import tracing
+from gateway.observe.context import NO_ATTEMPT, Attempt, current_trace
 from gateway.serving.merge import Merged, Sink, SubStream
 from gateway.serving.stream_guard import StreamGuard, guarded
 from policies.ejection import FailureKind
@@ -108,7 +108,7 @@ class Started(SubStream):
         first: Event,
         offset: int,
         units: int,
-        attempt: tracing.Attempt = tracing.NO_ATTEMPT,
+        attempt: Attempt = NO_ATTEMPT,
     ) -> None:
         super().__init__(offset, agen, first)
         self.backend = backend
@@ -225,7 +225,7 @@ class Dispatcher:
     ) -> tuple[list[tuple[Backend, bool, int]], GatewayError | None]:
         """The backends to try in order, each with whether routing kept it although
         ejected and the prompt tokens it would compute for the request."""
-        with tracing.current().step("switchyard.route") as step:
+        with current_trace().step("switchyard.route") as step:
             routed = pool.route(req)
             step.set("switchyard.route.candidates", len(routed.candidates))
         if routed.unsupported:
@@ -258,7 +258,7 @@ class Dispatcher:
     ) -> list[Started]:
         units = req.sampling.n
         backend.inflight += units
-        attempt = tracing.current().attempt(backend, req)
+        attempt = current_trace().attempt(backend, req)
         agen = backend.adapter.generate(attempt.stamp(req))
         try:
             first = await _first_event(agen, backend, prefill)

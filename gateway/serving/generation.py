@@ -37,7 +37,8 @@ from adapters.base import (
 from adapters.errors import GatewayError
 from gateway.http.deadline import deadline_exceeded
 from gateway.http.envelope import error_response
-from gateway.observe.recorder import Outcome, RequestContext, RequestRecorder
+from gateway.observe.context import Outcome, RequestContext
+from gateway.observe.recorder import RequestRecorder
 from gateway.openai.answer_format import AnswerFormat, ChatAnswer
 from gateway.openai.requests import estimate_prompt_tokens
 from gateway.protection.gate import Ticket

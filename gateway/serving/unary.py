@@ -36,7 +36,8 @@ from gateway.backends.backend_set import Backend, BackendSet, ModelPool
 from gateway.config.schema import GatewayConfig
 from gateway.http.envelope import error_response, json_response
 from gateway.http.request_io import client_request_id, new_request_id, read_body
-from gateway.observe.recorder import Outcome, RequestContext, RequestRecorder
+from gateway.observe.context import Outcome, RequestContext
+from gateway.observe.recorder import RequestRecorder
 from gateway.openai.requests import parse_json_body
 from gateway.protection.gate import Protection, Ticket
 from gateway.serving.dispatch import FailureListener, fails_over, failure_kind, record_outcome

@@ -6,9 +6,10 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from bench.metrics import Slo
+from bench.plot_context import PlotContext
 from bench.plots import run_figures, sweep_figures
 from bench.records import RequestRecord
-from bench.report import PlotContext, run_parameters
+from bench.report import run_parameters
 
 CONFIG = {
     "model": "llama-3-8b",

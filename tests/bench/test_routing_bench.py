@@ -10,7 +10,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from bench.routing_bench import NATIVE, UNEVENTED_POLICIES, RoutingBenchConfig, main
+from bench.routing_bench import NATIVE, main
+from bench.routing_config import UNEVENTED_POLICIES, RoutingBenchConfig
 from bench.routing_workload import sessions
 
 RATES = (2.0, 4.0)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import orjson
 
-from bench.routing_bench import POLICIES, RoutingBenchConfig, gateway_config
+from bench.routing_bench import gateway_config
+from bench.routing_config import POLICIES, RoutingBenchConfig
 from bench.routing_sims import BACKENDS, BLOCK_SIZE, SimPorts, sim_argv, sim_backends, start_sims
 from bench.routing_tokens import LABEL_TOKENS, label_ids, prompts, run_token_load, token_sessions
 from gateway.config.schema import parse_config

@@ -12,8 +12,9 @@ import pytest
 
 from gateway.config.schema import ConfigError, parse_config
 from gateway.config.tracing import TracingConfig, resolve, traces_url
+from gateway.observe.context import NO_TRACE, current_trace
 from gateway.observe.otel_trace import OtelTracing
-from gateway.observe.tracing import NO_TRACE, NoTracing, build_tracing, current
+from gateway.observe.tracing import NoTracing, build_tracing
 from tests.procs import ROOT
 
 COLLECTOR = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
@@ -75,12 +76,12 @@ def test_build_tracing_gives_the_no_op_when_off_and_an_exporter_when_on():
         assert on.provider.resource.attributes["service.name"] == "switchyard"
         assert "TraceIdRatioBased{0.5}" in on.provider.sampler.get_description()
         trace = on.request([(b"traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01")], chat=False)
-        assert current() is trace
+        assert current_trace() is trace
         assert trace.span.get_span_context().trace_id == int("1" * 32, 16)
     finally:
         on.provider.shutdown()
     # Tracing off again in the same task: the earlier request's trace is not lent out.
-    assert off.request([], chat=True) is NO_TRACE and current() is NO_TRACE
+    assert off.request([], chat=True) is NO_TRACE and current_trace() is NO_TRACE
 
 
 def test_the_gateway_runs_without_the_otel_extra():
@@ -94,7 +95,8 @@ def test_the_gateway_runs_without_the_otel_extra():
         sys.modules["opentelemetry.exporter"] = None
         from gateway.app import Gateway
         from gateway.config.schema import ConfigError, parse_config
-        from gateway.observe.tracing import NO_TRACE, build_tracing
+        from gateway.observe.tracing import build_tracing
+        from gateway.observe.context import NO_TRACE
         from gateway.config.tracing import TracingConfig
 
         models = {"m": {"backends": [{"name": "b", "adapter": "openai", "url": "http://127.0.0.1:9/v1"}]}}

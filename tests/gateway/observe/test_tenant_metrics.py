@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from gateway.config.schema import parse_config
-from gateway.observe.recorder import OTHER_TENANT, Outcome, TenantLabels, rejection_reason
+from gateway.observe.context import Outcome
+from gateway.observe.recorder import OTHER_TENANT, TenantLabels, rejection_reason
 from policies.auth import hash_key
 from simulators.testing import start_in_process
 from tests.gateway.live_gateway import serving

@@ -16,8 +16,7 @@ from prometheus_client import CollectorRegistry
 from adapters.base import Usage
 from adapters.errors import GatewayError
 from gateway.config.schema import ConfigError, parse_config
-from gateway.observe import tracing
-from gateway.observe.tracing import NO_STEP, NoTrace
+from gateway.observe.context import NO_STEP, NO_TRACE, NoTrace, make_current
 from gateway.protection.gate import DEFAULT_COMPLETION_RESERVATION, Protection
 from gateway.serving.phases import CancelPhase
 from stores.quota_memory import MemoryQuotaStore
@@ -138,11 +137,11 @@ async def test_without_a_cap_the_default_completion_budget_is_reserved():
 async def test_authentication_quota_and_queue_are_traced_steps():
     p = await make(config(requests_per_minute=10))
     steps = Steps()
-    tracing.make_current(steps)
+    make_current(steps)
     try:
         t = await p.admit(await principal(p), "m", request(), 1, never_gone)
     finally:
-        tracing.make_current(tracing.NO_TRACE)
+        make_current(NO_TRACE)
     assert steps.names == ["switchyard.authenticate", "switchyard.quota", "switchyard.queue"]
     await t.release(None)
     await p.aclose()

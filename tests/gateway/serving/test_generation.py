@@ -18,8 +18,9 @@ from prometheus_client import CollectorRegistry
 from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
 from gateway.config.schema import parse_config
+from gateway.observe.context import RequestContext
 from gateway.observe.metrics import GatewayMetrics
-from gateway.observe.recorder import RequestContext, RequestRecorder
+from gateway.observe.recorder import RequestRecorder
 from gateway.openai.answer_format import AnswerFormat
 from gateway.protection.gate import Protection
 from gateway.serving.dispatch import Dispatcher

@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry
 from adapters.base import ErrorEvent, Finish, GenerationRequest, ParameterSupport, SamplingParams, TextDelta, Usage
 from adapters.errors import GatewayError
 from gateway.config.schema import parse_config
+from gateway.observe.context import NoTrace, Outcome, RequestContext
 from gateway.observe.metrics import GatewayMetrics
-from gateway.observe.recorder import Outcome, RequestContext, RequestRecorder
-from gateway.observe.tracing import NoTrace
+from gateway.observe.recorder import RequestRecorder
 from gateway.openai.answer_format import AnswerFormat
 from gateway.openai.requests import estimate_prompt_tokens
 from gateway.protection.gate import Protection

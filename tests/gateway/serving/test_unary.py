@@ -18,8 +18,9 @@ from adapters.errors import GatewayError
 from adapters.non_generation import EmbeddingRequest, EmbeddingResult
 from gateway.backends.backend_set import BackendSet
 from gateway.config.schema import parse_config
+from gateway.observe.context import RequestContext
 from gateway.observe.metrics import GatewayMetrics
-from gateway.observe.recorder import RequestContext, RequestRecorder
+from gateway.observe.recorder import RequestRecorder
 from gateway.protection.gate import Protection
 from gateway.serving.phases import CancelPhase
 from gateway.serving.unary import Admitted, Parsed, UnaryGate, capable_order, route_request
