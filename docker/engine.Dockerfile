@@ -16,6 +16,7 @@ COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 COPY adapters ./adapters
 COPY policies ./policies
+COPY stores ./stores
 COPY engine ./engine
 COPY simulators ./simulators
 COPY conformance ./conformance

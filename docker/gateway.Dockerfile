@@ -12,6 +12,7 @@ COPY pyproject.toml README.md ./
 COPY gateway ./gateway
 COPY adapters ./adapters
 COPY policies ./policies
+COPY stores ./stores
 COPY engine ./engine
 COPY simulators ./simulators
 COPY conformance ./conformance
