@@ -10,7 +10,7 @@ builtin:tiny generates, text prompts, no events) and `synthetic` remain. Pool tw
 three native-engine backends (`builtin:tiny`, a `served_model` each, so three
 engines and three caches) inside the gateway process, whose KV-cache events feed
 the gateway's per-backend KV index. `blended_precise` is the `precise` scoring
-profile (policies/scorers.py: the prefix match the KV index gives dominates until
+profile (policies/profiles.py: the prefix match the KV index gives dominates until
 a backend is really loaded); `blended` the blended weights on the approximate
 prefix scorer. One gateway process serves one model per policy and pool, each over
 the same three backends. A multi-tenant workload: users share a few long system
@@ -59,7 +59,7 @@ from bench.routing_workload import run_load, sessions
 from processes import free_port
 
 NATIVE = ("nat0", "nat1", "nat2")
-# The blended profile's weights (policies/scorers.py BLENDED) but the prefix scorer's.
+# The blended profile's weights (policies/profiles.py) but the prefix scorer's.
 LOAD_WEIGHTS = {"queue": 2.0, "kv": 2.0, "inflight": 2.0, "session": 10.0}
 Counters = Callable[[], dict[str, dict[str, float]]]
 
@@ -194,7 +194,7 @@ def gateway_config(
         models[native_model(p)] = {"routing": routing_of(p), "backends": natives}
     if not sims:
         return {**listen, "models": models}
-    # The blended profile's weights (policies/scorers.py BLENDED), with the bound under test.
+    # The blended profile's weights (policies/profiles.py), with the bound under test.
     weights = {"prefix": 3.0, **LOAD_WEIGHTS}
     models["hot"] = {"routing": {"scorers": weights, "load_factor": cfg.load_factor}, "backends": backends}
     # Round robin keeps sending the dead backend its share until the health probe (5 s) sees it:

@@ -11,7 +11,7 @@ import orjson
 from matplotlib.figure import Figure
 
 from bench.routing_pool import within_spread
-from bench.routing_text import MODELLED_READING, NATIVE_CAVEAT, simulator_pool
+from bench.routing_text import BACKLOG_WHY, MODELLED_READING, NATIVE_CAVEAT, simulator_pool
 
 COLUMNS = (
     ("policy", "policy"),
@@ -168,7 +168,7 @@ def markdown(result: dict[str, Any], plot: str) -> str:
         *best_lines(result["pooled"]),
         "",
         *verdict(result["pooled"]),
-        *([MODELLED_READING, ""] if cfg["source"] == "modelled" else []),
+        *([MODELLED_READING, "", BACKLOG_WHY, ""] if cfg["source"] == "modelled" else []),
     ]
     if native:
         lines += [
@@ -180,7 +180,7 @@ def markdown(result: dict[str, Any], plot: str) -> str:
             "bench within minutes: the engines and the gateway share one process). Hit rate from the gateway's "
             "`switchyard_engine_prefix_cache_{queries,hits}_tokens_total{engine=...}`. `blended` is the blended "
             "weights with the approximate prefix scorer (`prefix_approx`, what the gateway routed where); "
-            "`blended_precise` is `routing: precise` (policies/scorers.py): its prefix match is read from the "
+            "`blended_precise` is `routing: precise` (policies/profiles.py): its prefix match is read from the "
             "KV index each engine's KV-cache events (block stored, removed, all cleared) keep per backend, plus "
             "the blocks of the requests routed there and not yet announced.",
             "",
@@ -214,7 +214,7 @@ def markdown(result: dict[str, Any], plot: str) -> str:
         f"({hot.get('inflight_samples', 0)} samples with work in flight, {_fmt(hot.get('inflight_mean_total'))} "
         f"in flight on average). Hit rate {_fmt(hot['hit_rate'])}, TTFT p99 {_fmt(hot['ttft_p99_ms'])} ms.",
         "",
-        "How to read it: the bound is applied when a request is routed (policies/scoring.py `over_bound`, "
+        "How to read it: the bound is applied when a request is routed (policies/pickers.py `over_bound`, "
         "pinned by its unit tests); a sample taken later can exceed it without any decision having done so, "
         "when requests on the other backends finished in between and the pool's total fell. It limits "
         "concurrent load, not totals: while little is in flight the backends that already hold the hot "

@@ -148,3 +148,23 @@ MODELLED_READING = (
     "prefills of a system prompt (about the cold-turn cost above) plus whatever queue they meet; goodput "
     "differences of one or two requests a run at the light rate are such a prefill queued behind another."
 )
+
+# Why the precise profile weighs the prefill backlog: what this pool measured before and after the scorer.
+BACKLOG_WHY = (
+    "Why `precise` weighs the prefill backlog (`backlog` 6, policies/profiles.py): where the prefix matches "
+    "tie (a prompt no device holds, a system prompt every device holds), the in-flight counts tie too at "
+    "light load (a request or so on each device), while one device is computing a cold prompt and another "
+    "only a warm turn. Measured on this pool at 5 sessions/s before the scorer: a new prompt went to a device "
+    "with about 237 ms of prefill ahead rather than one with 32 ms, and took about 470 ms (one request a run "
+    "over the SLO; none with it). Where the matches differ, the request's own prefill is in the sum, so the "
+    "holder of a prompt loses it only when the prefill queued there exceeds what the match saves by nearly "
+    "the scale (512 tokens, about one cold prefill of a system prompt). At 18 sessions/s, at the start, the "
+    "holder of a cold system prompt had two cold prefills queued (1,176 tokens to wait for) while a device "
+    "finishing a warm turn would have computed the prompt in 608; the requests that waited (360-450 ms) were "
+    "most of the profile's requests over the SLO: 5 a run without the scorer, 6 with a first version that "
+    "scored the backlog alone as a ratio at weight 2 (which no backlog could make give up a whole match), 2 "
+    "with it (the start's fourth cold prompt, when every device was computing one, and a request routed while "
+    "the other devices' nearly finished cold prefills still counted in full: the backlog does not know how "
+    "far a prefill has got). `blended` leaves it out: its uncached estimate would rest on the approximate "
+    "index and on four characters a token."
+)

@@ -1,33 +1,14 @@
-"""Outlier ejection and circuit breaking for one pool's backends.
+"""Outlier ejection (circuit breaking) for one pool's backends, from the outcomes
+dispatch reports before each attempt's first byte: the health probe runs every
+5 s, a backend failing real requests in between is caught here.
 
-The health probe runs every 5 s; a backend that fails real requests in between
-is caught here, from the outcomes dispatch reports:
-
-* Ejection: `consecutive_failures` failures in a row, or a failure share of at
-  least `error_rate` among at least `min_requests` outcomes in the last
-  `window_s` seconds, eject the backend (circuit open): routing leaves it out.
-* Backoff: the first ejection lasts `base_ejection_s`; each further one doubles
-  it, up to `max_ejection_s`. A backend that stayed in service for
-  `max_ejection_s` starts again from the base.
-* Half-open: when the backoff ends, one real request is let through as the
-  probe (`is_ejected` says False to one caller, True to the others until the
-  probe's outcome comes, or until `probe_timeout_s` if it never does). Success
-  closes the circuit and forgets the failures; failure ejects again, longer.
-* Cap: at most `max_ejected_share` of the pool (and always at least one
-  backend) is ejected at once. Past that a failing backend stays in: ejecting it
-  would push its load onto too few others, and the failures may be the
-  requests' fault, not the backends'.
-* The retry budget (`retry_ratio`, `min_retries`) is configured here, beside
-  the ejection it complements, and kept by policies/retry_budget.py.
-
-Kinds of failure (`FailureKind`) are counted alike; they are kept apart for the
-metrics. Everything is pure state and arithmetic with an injectable clock.
-
-The gateway (gateway/serving/dispatch.py) reports each attempt's outcome before the
-first byte; gateway/observe/ops.py exports the circuits as
-`switchyard_backend_ejected{model,backend}` and
-`switchyard_backend_ejections_total{model,backend,reason}`, and logs one line per
-`Transition` (`Transition.describe()`).
+Ejected after `consecutive_failures` in a row or an `error_rate` share of at least
+`min_requests` outcomes in `window_s`; held out for a backoff doubling from
+`base_ejection_s` to `max_ejection_s`; then one real request is the half-open
+probe. At most `max_ejected_share` of the pool is held out at once (past that the
+failures may be the requests' fault, and the others would take too much). The
+retry budget's settings sit here beside it (policies/retry_budget.py keeps the
+budget). Pure state and arithmetic with an injectable clock.
 """
 
 from __future__ import annotations
@@ -38,6 +19,10 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+
+from pydantic import Field
+
+from policies.settings import Settings
 
 
 class FailureKind(Enum):
@@ -53,19 +38,20 @@ class CircuitState(Enum):
     HALF_OPEN = 2
 
 
-@dataclass(frozen=True, slots=True)
-class EjectionConfig:
-    consecutive_failures: int = 5
-    error_rate: float = 0.5
-    min_requests: int = 20
-    window_s: float = 10.0
-    base_ejection_s: float = 5.0
-    max_ejection_s: float = 300.0
-    max_ejected_share: float = 0.5
-    probe_timeout_s: float = 10.0
-    retry_ratio: float = 0.2
+class EjectionConfig(Settings):
+    """`models.<name>.ejection`: outlier ejection and the retry budget."""
+
+    consecutive_failures: int = Field(5, ge=1)
+    error_rate: float = Field(0.5, gt=0, le=1)
+    min_requests: int = Field(20, ge=1)
+    window_s: float = Field(10.0, gt=0)  # the error rate's window, and the retry budget's
+    base_ejection_s: float = Field(5.0, gt=0)
+    max_ejection_s: float = Field(300.0, gt=0)
+    max_ejected_share: float = Field(0.5, ge=0, le=1)
+    probe_timeout_s: float = Field(10.0, gt=0)
+    retry_ratio: float = Field(0.2, ge=0)  # retries per request over the window
     # Twice consecutive_failures: ejecting one dead backend of a quiet pool costs no client an error.
-    min_retries: int = 10
+    min_retries: int = Field(10, ge=0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,41 +1,14 @@
-"""One backend's prefix cache as its runtime's own KV-cache events describe it.
+"""One backend's prefix cache as its runtime's own KV-cache events describe it: a set
+of block hashes with when each was last stored (`BlockStored` adds, `BlockRemoved`
+takes away, `AllBlocksCleared` empties); a request's leading blocks match as far as
+the first one missing. Only blocks on the device count (medium GPU or none given).
 
-The index is a set of block hashes (adapters/kv_events.py says how each runtime
-names its blocks) with the time each was last stored: `BlockStored` adds,
-`BlockRemoved` takes away, `AllBlocksCleared` empties. A request's leading blocks,
-named the same way, match as far as the first one the index lacks.
-
-Losing events must not make the index lie for long:
-
-* Sequence numbers: a batch published over ZMQ carries one, counting up from 0
-  per publisher. A number past the next one is a gap: events were lost, and a
-  lost `BlockRemoved` would make the index claim blocks the runtime no longer
-  has. The subscriber first asks the runtime to replay the missing batches
-  (`missing`); if that fails, the index is cleared and learns again from the
-  events that follow (`receive` does it). A number not above the last one means
-  the publisher restarted (its cache is new and empty): cleared too. In-process
-  events (the native engine) come without numbers and cannot be lost.
-* Expiry: an entry older than `max_age_s` since it was last stored no longer
-  matches, in case a removal was lost where no number shows it (a runtime that
-  drops events before numbering them). The runtime re-announces a block it
-  stores again, which renews it.
-* Bounded memory: at most `capacity` blocks, the least recently stored dropped
-  first (a runtime evicts the same way, so the dropped ones are the likeliest
-  gone already).
-
-Expected blocks: the runtime announces a block once it has computed it, after
-the prefill, so a request with the same new prefix that is routed meanwhile
-would find no backend holding it and go elsewhere, to compute the prefix a
-second time. When a request is routed here, its blocks are therefore `expect`ed:
-they match at once, as entries of their own, until a `BlockStored` confirms one
-(it becomes a stored block), a `BlockRemoved`, `AllBlocksCleared`, a gap or a
-restart takes it away, or `expect_ttl_s` passes without a confirmation (the
-request failed over, was cancelled, or the runtime did not cache it). They have
-their own bound of `capacity` blocks, oldest dropped first, and never renew a
-stored block: a block the runtime already holds keeps its own entry.
-
-Only blocks on the device count (`medium` GPU, or none given): a block offloaded
-to host memory or disk still costs a copy.
+Lost events must not make it lie for long: a gap in the sequence numbers is first
+replayed (`missing`), else the index starts over, as on a restart (a number not
+above the last); an entry not announced for `max_age_s` stops matching; memory is
+bounded, least recently stored first. A routed request's blocks are `expect`ed at
+once (the runtime announces them only after its prefill, and the next request of
+the prefix should follow the first), until confirmed, removed, or `expect_ttl_s`.
 """
 
 from __future__ import annotations
@@ -46,7 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from pydantic import Field
+
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
+from policies.settings import Settings
 
 DEVICE_MEDIA = (None, "GPU")
 # Fewer leading blocks than this match nothing: every chat shares its template's head (a block
@@ -82,28 +58,24 @@ class IndexStats:
     expected: int = 0  # blocks expected from routed requests, not yet confirmed
 
 
+class KVIndexSettings(Settings):
+    """One backend's index (the gateway's `kv_events` of a backend adds where its runtime publishes)."""
+
+    block_size: int | None = Field(None, ge=1)  # else learned from the events
+    max_blocks: int = Field(131072, ge=1)  # the index's memory bound, and the expected blocks'
+    max_age_s: float | None = Field(1800.0, gt=0)  # an entry not announced again for this long stops matching
+    # A routed request's blocks match at once, until announced or this long passes; 0 expects nothing.
+    expect_ttl_s: float = Field(5.0, ge=0)
+
+
 class KVBlockIndex:
-    def __init__(
-        self,
-        capacity: int = 131072,
-        max_age_s: float | None = 1800.0,
-        block_size: int | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        expect_ttl_s: float = 5.0,
-    ) -> None:
-        if capacity < 1:
-            raise ValueError("capacity must be at least 1 block")
-        if expect_ttl_s < 0:
-            raise ValueError("expect_ttl_s must not be negative (0: expect nothing)")
-        self.capacity = capacity
-        self.max_age_s = max_age_s
+    def __init__(self, settings: KVIndexSettings | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings = settings or KVIndexSettings()
         # The runtime's block size: configured, or learned from its BlockStored events.
-        self.block_size = block_size
-        self._configured_block_size = block_size is not None
+        self.block_size = settings.block_size
         self.clock = clock
         self._blocks: OrderedDict[int, float] = OrderedDict()  # block hash -> when last stored
         # Block hash -> until when it matches unconfirmed; one TTL for all, so the order is the deadlines'.
-        self.expect_ttl_s = expect_ttl_s
         self._expected: OrderedDict[int, float] = OrderedDict()
         self.last_seq: int | None = None
         self.gaps = 0
@@ -128,7 +100,7 @@ class KVBlockIndex:
             if isinstance(event, BlockStored):
                 if event.medium not in DEVICE_MEDIA:
                     continue
-                if event.block_size and not self._configured_block_size:
+                if event.block_size and self.settings.block_size is None:
                     self.block_size = max(self.block_size or 0, event.block_size)
                 for h in event.block_hashes:
                     expected.pop(h, None)  # confirmed: a stored block from now on
@@ -142,7 +114,7 @@ class KVBlockIndex:
                     expected.pop(h, None)
             elif isinstance(event, AllBlocksCleared):
                 self.clear()
-        while len(blocks) > self.capacity:
+        while len(blocks) > self.settings.max_blocks:
             blocks.popitem(last=False)
 
     def verdict(self, seq: int) -> SeqVerdict:
@@ -180,19 +152,19 @@ class KVBlockIndex:
     def expect(self, block_hashes: Sequence[int]) -> None:
         """A request with these leading blocks was routed here: match them until the
         runtime confirms, removes or clears them, or `expect_ttl_s` passes."""
-        if self.expect_ttl_s <= 0:
+        if self.settings.expect_ttl_s <= 0:
             return
         now = self.clock()
         blocks, expected = self._blocks, self._expected
         while expected and next(iter(expected.values())) <= now:  # the expired ones, oldest first
             expected.popitem(last=False)
-        deadline = now + self.expect_ttl_s
+        deadline = now + self.settings.expect_ttl_s
         for h in block_hashes:
             if h in blocks:
                 continue  # held already: its own entry says so, and ages as the runtime renews it
             expected[h] = deadline
             expected.move_to_end(h)
-        while len(expected) > self.capacity:
+        while len(expected) > self.settings.max_blocks:
             expected.popitem(last=False)
 
     # ---- lookups ---------------------------------------------------------------------
@@ -202,7 +174,7 @@ class KVBlockIndex:
         announced) or is expected to hold soon."""
         blocks, expected = self._blocks, self._expected
         now = self.clock()
-        oldest = None if self.max_age_s is None else now - self.max_age_s
+        oldest = None if self.settings.max_age_s is None else now - self.settings.max_age_s
         n = 0
         for h in block_hashes:
             stored = blocks.get(h)

@@ -1,26 +1,12 @@
-"""Approximate prefix matching: what each backend probably holds in its prefix
-cache, guessed from the prompts recently routed there.
+"""Approximate prefix matching: what each backend probably holds in its prefix cache,
+guessed from the prompts recently routed there, without a tokenizer.
 
-A prompt is cut into blocks the way a runtime's prefix cache cuts it into
-blocks of tokens, only without a tokenizer: the rendered prompt (the tools, then
-each message's role and content) is cut into chunks of `BLOCK_CHARS` characters,
-about 16 tokens of English at four characters a token, the block size of vLLM
-and of the native engine. Each block is named by a hash chained over the blocks
-before it, so equal names mean equal prefixes. Characters rather than bytes:
-slicing a str costs nothing while encoding a long prompt first would copy it;
-for scripts with about one token per character (Chinese, Japanese) a block then
-holds about 64 tokens, which makes matching coarser, not wrong. A prompt given as
-token ids is cut into blocks of 16 tokens directly. At most `MAX_BLOCKS` blocks
-(32k characters) are named: past that, the prompt's head decides.
-
-The hash is Python's own, which differs between processes: the index lives in
-one gateway process and is never compared across them.
-
-Each backend's index is an LRU set of block names with room for `capacity`
-blocks. Recording a routed prompt touches its blocks from last to first, so a
-block is always at least as recent as the blocks after it; eviction then takes
-tails before heads, every prefix of a held chain is held too, and the match
-(the number of leading blocks held) is a binary search.
+The rendered prompt is cut into `BLOCK_CHARS`-character blocks (about the 16 tokens
+of vLLM's and the native engine's blocks; characters, not bytes, because slicing a
+str is free) or, for token ids, 16-token blocks; at most `MAX_BLOCKS` are named, each
+by a hash chained over the blocks before it (Python's own: the index never leaves
+its process). Each backend keeps an LRU set of names, touched tail to head, so every
+held chain is prefix-closed and a match is a binary search.
 """
 
 from __future__ import annotations

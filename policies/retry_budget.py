@@ -1,15 +1,11 @@
 """The retry budget of one model pool: how many failovers it may still make.
 
-Failover before the first byte (gateway/serving/dispatch.py) turns one failing request
-into several upstream attempts. When a whole pool fails, retrying every request
-`max_retries + 1` times multiplies the load on backends that are already in
-trouble. So retries are allowed while they stay under `ratio` of the requests
-seen over the last `window_s` seconds, with `minimum` always allowed (a quiet
-pool must still be able to fail over its one request). Past that, the request's
-error goes to the client as it is.
-
-Pure state and arithmetic with an injectable clock; one per pool, shared by its
-requests and those that fall back to it from another model.
+Failover before the first byte turns one failing request into several attempts;
+when a whole pool fails, that multiplies the load on backends already in trouble.
+So retries stay under `retry_ratio` of the requests of the last `window_s`, with
+`min_retries` always allowed (a quiet pool must still fail over its one request);
+past that the request's error goes to the client as it is. Its settings are the
+pool's `EjectionConfig`. One per pool, shared by the requests that fall back to it.
 """
 
 from __future__ import annotations
@@ -18,18 +14,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from policies.ejection import EjectionConfig
+
 
 class RetryBudget:
-    def __init__(
-        self,
-        ratio: float = 0.2,
-        minimum: int = 3,
-        window_s: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.ratio = ratio
-        self.minimum = minimum
-        self.window_s = window_s
+    def __init__(self, config: EjectionConfig, clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
         self.clock = clock
         # One bucket per whole second: [second, requests, retries]; O(1) per event.
         self._buckets: deque[list[int]] = deque()
@@ -46,7 +36,7 @@ class RetryBudget:
     def totals(self, now: float | None = None) -> tuple[int, int]:
         """(requests, retries) over the window ending `now`."""
         now = self.clock() if now is None else now
-        while self._buckets and self._buckets[0][0] <= now - self.window_s:
+        while self._buckets and self._buckets[0][0] <= now - self.config.window_s:
             self._buckets.popleft()
         return sum(b[1] for b in self._buckets), sum(b[2] for b in self._buckets)
 
@@ -58,7 +48,7 @@ class RetryBudget:
         """Whether no retry fits now (asked before waiting out a backoff that would
         lead to one); a True counts as a refused retry."""
         requests, retries = self.totals(now)
-        if retries >= max(self.minimum, self.ratio * requests):
+        if retries >= max(self.config.min_retries, self.config.retry_ratio * requests):
             self.refused += 1
             return True
         return False
@@ -67,7 +57,7 @@ class RetryBudget:
         """Whether one more retry fits; a True counts as that retry."""
         now = self.clock() if now is None else now
         requests, retries = self.totals(now)
-        if retries >= max(self.minimum, self.ratio * requests):
+        if retries >= max(self.config.min_retries, self.config.retry_ratio * requests):
             self.refused += 1
             return False
         self._add(now, 0, 1)

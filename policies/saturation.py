@@ -1,45 +1,24 @@
-"""The one definition of a saturated backend.
+"""The one definition of a saturated backend, asked by admission (how much a model
+can hold, policies/admission.py) and by routing (which backends go last), so the
+backend admission holds work back from is the one routing avoids.
 
-Admission (policies/admission.py) asks it how many requests a model's backends can
-hold; routing (policies/routing.py) asks it which backends go last. Both ask the same
-`SaturationDetector`, so a backend that admission holds work back from is also the
-one routing avoids.
-
-A backend is saturated when any of these holds, checked in this order:
-
-* Queue depth: its runtime reports `queue_depth` (default 5) or more requests
-  waiting. The runtime is already queueing; more work only lengthens every waiting
-  request's time to first token, and our own queue orders waiters fairly where the
-  runtime's does not.
-* KV cache: its runtime reports its KV cache at `kv_cache_utilization` (default
-  0.8, i.e. 80%) or more. A continuous-batching runtime close to a full cache starts
-  preempting running sequences (recomputing or swapping them), which costs more than
-  waiting here; 80% leaves room for the sequences already running to grow.
-* In flight: the gateway has `max_inflight` requests open to it (the backend's
-  config), whatever its runtime reports.
-
-The two runtime thresholds are the defaults of the Kubernetes Gateway API Inference
-Extension's saturation detector, which gates dispatch on the same two signals. It
-counts a pod as having room while both stay at or below them; we count reaching a
-threshold as saturated, the rule this gateway's admission has always used. We keep
-its numbers so that operators who tuned one know the other.
-
-Staleness: the gateway reads each runtime's load every 2 s. A snapshot older than
-`max_load_age_s` (default 5 s: more than two missed reads) is ignored, neither
-saturated nor calm, and then only `max_inflight` decides. The Inference Extension
-does the opposite (metrics older than 200 ms count as saturated) because it scrapes
-every 50 ms, so there stale means broken; here a slow metrics endpoint is the likely cause, and
-counting it as saturated would stop a whole model's admission on a metrics hiccup.
-Whether a backend is usable at all is the health check's call, not the load's.
+Saturated: the runtime reports `queue_depth` or more waiting, or its KV cache at
+`kv_cache_utilization` or more (past these a batching runtime queues or preempts;
+they are the Gateway API Inference Extension's defaults, so its operators know
+them), or the gateway has `max_inflight` open to it. A load reading older than
+`max_load_age_s` is ignored, not counted as saturated: here stale most likely
+means a slow metrics endpoint, which must not stop a model's admission.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from enum import Enum
 
+from pydantic import Field
+
 from adapters.base import LoadSnapshot
+from policies.settings import Settings
 
 
 class Saturation(Enum):
@@ -60,13 +39,12 @@ class Saturation(Enum):
         return self in (Saturation.QUEUE_DEPTH, Saturation.KV_CACHE)
 
 
-@dataclass(frozen=True, slots=True)
-class SaturationDetector:
-    """The thresholds (see the module docstring for why these values) and the check."""
+class SaturationDetector(Settings):
+    """The thresholds (`models.<name>.saturation`) and the check."""
 
-    queue_depth: int = 5
-    kv_cache_utilization: float = 0.8
-    max_load_age_s: float = 5.0
+    queue_depth: int = Field(5, ge=1)  # requests waiting in the runtime's own queue
+    kv_cache_utilization: float = Field(0.8, gt=0, le=1)  # of its KV cache
+    max_load_age_s: float = Field(5.0, gt=0)  # an older load reading is ignored
 
     def fresh(self, load: LoadSnapshot | None, now: float | None = None) -> LoadSnapshot | None:
         """`load` if it is recent enough to trust, else None."""

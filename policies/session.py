@@ -1,16 +1,11 @@
 """Session affinity: a conversation the client names stays on one backend.
 
-The name is an explicit key the client sends: the `x-session-id` header, the
-body's `prompt_cache_key` or its `user` (gateway/openai/requests.py and gateway/app.py
-put them in `GenerationRequest.session_keys`). Each model says which of them
-count and in what order (`models.<name>.session_affinity`); the first present
-wins. Keys are per tenant: two tenants sending the same `user` are two sessions.
-
-The table remembers, per key, the backend the conversation was last routed to,
-for `ttl_s` after its last request and for at most `capacity` keys (the least
-recently used go first). The `session` scorer (policies/scorers.py) then prefers
-that backend; whether it may keep the conversation (healthy, not ejected, not
-saturated) is the routing pipeline's call, not the table's.
+The name is an explicit key (the `x-session-id` header, the body's
+`prompt_cache_key` or `user`, in `GenerationRequest.session_keys`), per tenant;
+`sources` says which count, first present wins. The table remembers each key's
+last backend for `ttl_s`, for at most `max_sessions` keys (least recently used
+go first). The `session` scorer prefers that backend; whether it may keep the
+conversation (healthy, not ejected, not saturated) is the pipeline's call.
 """
 
 from __future__ import annotations
@@ -19,10 +14,21 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Literal
 
+from pydantic import Field
+
 from adapters.base import GenerationRequest
+from policies.settings import Settings
 
 SessionSource = Literal["x-session-id", "prompt_cache_key", "user"]
 SESSION_SOURCES: tuple[SessionSource, ...] = ("x-session-id", "prompt_cache_key", "user")
+
+
+class SessionAffinity(Settings):
+    """`models.<name>.session_affinity`."""
+
+    sources: list[SessionSource] = Field(default_factory=lambda: list(SESSION_SOURCES))
+    ttl_s: float = Field(1800.0, gt=0)  # a conversation idle this long is forgotten
+    max_sessions: int = Field(100_000, ge=1)
 
 
 def session_key(req: GenerationRequest, sources: Sequence[str]) -> str | None:
@@ -35,11 +41,8 @@ def session_key(req: GenerationRequest, sources: Sequence[str]) -> str | None:
 
 
 class SessionTable:
-    def __init__(self, ttl_s: float = 1800.0, capacity: int = 100_000) -> None:
-        if capacity < 1 or ttl_s <= 0:
-            raise ValueError("a session table needs room for one key and a positive ttl")
-        self.ttl_s = ttl_s
-        self.capacity = capacity
+    def __init__(self, settings: SessionAffinity | None = None) -> None:
+        self.settings = settings or SessionAffinity()
         self._owners: OrderedDict[str, tuple[str, float]] = OrderedDict()  # key -> (backend, last seen)
 
     def __len__(self) -> int:
@@ -50,7 +53,7 @@ class SessionTable:
         entry = self._owners.get(key)
         if entry is None:
             return None
-        if now - entry[1] > self.ttl_s:
+        if now - entry[1] > self.settings.ttl_s:
             del self._owners[key]
             return None
         return entry[0]
@@ -58,5 +61,5 @@ class SessionTable:
     def record(self, key: str, backend: str, now: float) -> None:
         self._owners[key] = (backend, now)
         self._owners.move_to_end(key)
-        while len(self._owners) > self.capacity:
+        while len(self._owners) > self.settings.max_sessions:
             self._owners.popitem(last=False)

@@ -1,38 +1,21 @@
-"""Backends as the gateway holds them: adapters built from config, with the
-health, load and in-flight state that routing and admission read, refreshed in
-the background; and per model, the routing state a scoring profile reads (the
-approximate prefix index, the session table, the outlier detector and the retry
-budget) next to each backend's KV-event feed (gateway/backends/kv_feeds.py)."""
+"""Every backend and model pool a config needs: adapters built from it (`build_adapter`),
+brought in by `plan` then `apply` on a reload, and health and load refreshed in the
+background. One backend: gateway/backends/backend.py; one model's pool and its
+routing: gateway/backends/pool.py."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
 import logging
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from adapters.base import Adapter, GenerationRequest, Health, LoadSnapshot
+from adapters.base import Adapter, Health
+from gateway.backends.backend import Backend
 from gateway.backends.kv_feeds import KVFeed, build_feed
-from gateway.config.schema import BackendConfig, GatewayConfig, ModelConfig
-from gateway.openai.requests import estimate_prompt_tokens
-from policies.admission import BackendLoad, model_capacity
-from policies.ejection import EjectionConfig, OutlierDetector
-from policies.prefix_index import BLOCK_TOKENS, PrefixIndex, prompt_blocks
-from policies.retry_budget import RetryBudget
-from policies.routing import (
-    BackendView,
-    RouteResult,
-    RoutingPolicy,
-    make_policy,
-    prefix_key,
-    route,
-    uncached_tokens,
-)
-from policies.saturation import SaturationDetector
-from policies.scorers import BLENDED, PRECISE, PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR
-from policies.scoring import ScoringProfile, route_scored
-from policies.session import SessionTable, session_key
+from gateway.backends.pool import ModelPool
+from gateway.config.schema import BackendConfig, GatewayConfig
+from policies.profiles import profile_of
 
 log = logging.getLogger("switchyard.backends")
 
@@ -77,157 +60,6 @@ def build_adapter(cfg: BackendConfig, registry=None, shared: dict | None = None)
         max_connections=cfg.max_connections,
         options=cfg.options,
     )
-
-
-@dataclass
-class Backend:
-    config: BackendConfig
-    adapter: Adapter
-    inflight: int = 0
-    # Uncached prompt tokens of the requests sent here whose first event is not back (gateway/serving/dispatch.py).
-    backlog: int = 0
-    health: Health = field(default_factory=lambda: Health(True, "not checked yet"))
-    load: LoadSnapshot | None = None
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    def view(
-        self,
-        ejected: bool = False,
-        prefix_approx: float | None = None,
-        prefix_precise: float | None = None,
-        session_owner: bool = False,
-        prefill_tokens: int | None = None,
-    ) -> BackendView:
-        """What routing reads; the arguments are what the pool knows about this
-        request on this backend (what a profile's scorers read)."""
-        cfg = self.config
-        return BackendView(
-            name=cfg.name,
-            weight=cfg.weight,
-            inflight=self.inflight,
-            max_inflight=cfg.max_inflight,
-            healthy=self.health.ok,
-            load=self.load,
-            capabilities=self.adapter.capabilities,
-            adapter=cfg.adapter,
-            ejected=ejected,
-            prefix_approx=prefix_approx,
-            prefix_precise=prefix_precise,
-            session_owner=session_owner,
-            backlog_tokens=self.backlog,
-            prefill_tokens=prefill_tokens,
-        )
-
-
-def saturation_detector(cfg: ModelConfig) -> SaturationDetector:
-    s = cfg.saturation
-    return SaturationDetector(
-        queue_depth=s.queue_depth, kv_cache_utilization=s.kv_cache_utilization, max_load_age_s=s.max_load_age_s
-    )
-
-
-def scoring_profile(cfg: ModelConfig) -> ScoringProfile | None:
-    """The model's scoring profile, or None when it names a plain policy."""
-    if cfg.routing == "blended":
-        return ScoringProfile(dict(BLENDED))
-    if cfg.routing == "precise":
-        return ScoringProfile(dict(PRECISE), PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR)
-    if isinstance(cfg.routing, str):
-        return None
-    return ScoringProfile(dict(cfg.routing.scorers), cfg.routing.load_factor, cfg.routing.load_floor)
-
-
-@dataclass
-class ModelPool:
-    """The backends that serve one model name, how to choose among them, and
-    when one of them counts as saturated (for routing and admission alike)."""
-
-    name: str
-    config: ModelConfig
-    backends: list[Backend]
-    policy: RoutingPolicy | None  # a plain policy, or None with a scoring profile
-    detector: SaturationDetector = field(default_factory=SaturationDetector)
-    profile: ScoringProfile | None = None
-    feeds: dict[str, KVFeed] = field(default_factory=dict)  # backend name -> its KV-event feed
-    prefixes: dict[str, PrefixIndex] = field(init=False)
-    sessions: SessionTable = field(init=False)
-    ejection: OutlierDetector = field(init=False)
-    retry_budget: RetryBudget = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.prefixes = {b.name: PrefixIndex(self.config.prefix_index_blocks) for b in self.backends}
-        s = self.config.session_affinity
-        self.sessions = SessionTable(s.ttl_s, s.max_sessions)
-        # Fed by dispatch with the outcome of every attempt before its first byte (gateway/serving/dispatch.py).
-        e = self.config.ejection
-        self.ejection = OutlierDetector([b.name for b in self.backends], EjectionConfig(**e.model_dump()))
-        self.retry_budget = RetryBudget(e.retry_ratio, e.min_retries, e.window_s)
-
-    def route(self, req: GenerationRequest) -> RouteResult:
-        """The pool's backends in the order to try them (policies/routing.py,
-        policies/scoring.py). A profile's choice is remembered: the prompt's
-        blocks in the chosen backend's prefix index, the session on it. Each
-        view says the prompt tokens the request would have its backend compute
-        (all of them, less what the backend's index matched), which dispatch
-        adds to that backend's backlog while it waits for the first event."""
-        tokens = estimate_prompt_tokens(req)
-        if self.profile is None:
-            assert self.policy is not None
-            return route(
-                self.policy,
-                [b.view(not self.ejection.admits(b.config.name), prefill_tokens=tokens) for b in self.backends],
-                req,
-                self.detector,
-            )
-        profile, clock = self.profile, time.monotonic()
-        choice = len(self.backends) > 1  # with one backend there is nothing to match prompts for
-        blocks = prompt_blocks(req) if choice and profile.uses("prefix", "prefix_approx") else []
-        session = session_key(req, self.config.session_affinity.sources) if choice and profile.uses("session") else None
-        owner = self.sessions.owner(session, clock) if session else None
-        precise = choice and profile.uses("prefix", "prefix_precise")
-        hashed: dict[tuple, list[int] | None] = {}
-        views = []
-        for b in self.backends:
-            name = b.config.name
-            feed = self.feeds.get(name) if precise else None
-            approx = self.prefixes[name].match(blocks) / len(blocks) if blocks else None
-            exact = None if feed is None else feed.match(req, hashed)
-            if feed is not None and exact is not None:  # what the runtime holds, where it can be named
-                uncached = feed.uncached(req, hashed, tokens, exact)
-            else:
-                uncached = uncached_tokens(tokens, approx, len(blocks), BLOCK_TOKENS)
-            views.append(b.view(not self.ejection.admits(name), approx, exact, name == owner, uncached))
-        result = route_scored(profile, views, req, session or prefix_key(req.messages, req.prompt), self.detector)
-        if log.isEnabledFor(logging.DEBUG):  # what each scorer saw, to check a profile against a workload
-            log.debug(
-                "route %s -> %s: %s",
-                self.name,
-                result.candidates[0].name if result.candidates else None,
-                {
-                    v.name: (v.inflight, v.backlog_tokens, v.prefix_approx, v.prefix_precise, result.scores.get(v.name))
-                    for v in views
-                },
-            )
-        if result.candidates:
-            chosen = result.candidates[0].name
-            if blocks:
-                self.prefixes[chosen].record(blocks)
-            if precise and (feed := self.feeds.get(chosen)) is not None:
-                feed.expect(req, hashed)  # other requests of this prefix follow it before its prefill ends
-            if session:
-                self.sessions.record(session, chosen, clock)
-        return result
-
-    def capacity(self) -> int | None:
-        """Requests the pool can take now (None: unbounded): max_inflight per
-        backend, but a runtime whose fresh load signals say it is saturated
-        takes nothing new until it drains (policies/admission.py)."""
-        return model_capacity(
-            [BackendLoad(b.config.max_inflight, b.inflight, b.load) for b in self.backends], self.detector
-        )
 
 
 @dataclass
@@ -313,8 +145,7 @@ class BackendSet:
                     plan.built.append(backend)
                 plan.backends[bcfg.name] = backend
                 members.append(backend)
-            profile = scoring_profile(mcfg)
-            wants_precise = profile is not None and profile.uses("prefix", "prefix_precise")
+            wants_precise = profile_of(mcfg.routing).uses("prefix", "prefix_precise")
             for b in members:
                 if b.name not in plan.feeds and (
                     b.config.kv_events or (wants_precise and b.config.adapter == "native")
@@ -325,15 +156,8 @@ class BackendSet:
             if old is not None and old.config == mcfg and all(x is y for x, y in zip(old.backends, members)):
                 plan.pools[model_name] = old  # its routing state (prefixes, sessions, ejections) carries on
                 continue
-            plan.pools[model_name] = ModelPool(
-                model_name,
-                mcfg,
-                members,
-                None if profile else make_policy(mcfg.routing),  # type: ignore[arg-type]
-                saturation_detector(mcfg),
-                profile,
-                {b.name: plan.feeds[b.name] for b in members if b.name in plan.feeds},
-            )
+            feeds = {b.name: plan.feeds[b.name] for b in members if b.name in plan.feeds}
+            plan.pools[model_name] = ModelPool(model_name, mcfg, members, feeds)
 
     async def discard(self, plan: BackendPlan) -> None:
         """A plan that will not be applied: close what was built for it."""

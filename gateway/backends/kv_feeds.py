@@ -26,7 +26,7 @@ from adapters.kv_events import AllBlocksCleared, KVEvent, KVEventBatch, sglang_b
 from gateway.config.schema import BackendConfig, KVEventsConfig
 from policies.kv_index import KVBlockIndex, match_fraction
 from policies.prefix_index import BLOCK_TOKENS
-from policies.routing import uncached_tokens
+from policies.views import uncached_tokens
 
 if TYPE_CHECKING:
     from adapters.kv_events_zmq import KVEventSubscriber
@@ -110,16 +110,10 @@ class KVFeed:
             self.index.expect(hashes)
 
 
-def _index(cfg: KVEventsConfig) -> KVBlockIndex:
-    return KVBlockIndex(
-        capacity=cfg.max_blocks, max_age_s=cfg.max_age_s, block_size=cfg.block_size, expect_ttl_s=cfg.expect_ttl_s
-    )
-
-
 def build_feed(bcfg: BackendConfig, adapter: Adapter) -> KVFeed:
     """The feed for a backend whose runtime publishes KV events (checked by the config)."""
     cfg = bcfg.kv_events or KVEventsConfig.model_validate({})
-    index = _index(cfg)
+    index = KVBlockIndex(cfg)
     if bcfg.adapter == "native":
         hasher: RequestHasher = lambda req, _: adapter.kv_block_hashes(req)  # type: ignore[attr-defined]  # noqa: E731
         # Engines of one model and block size in one process name blocks alike (one tokenizer,

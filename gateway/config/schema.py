@@ -26,14 +26,11 @@ from gateway.config.response_store import ResponseStoreConfig
 from gateway.config.section import StrictSection as _Strict
 from gateway.config.tracing import TracingConfig
 from policies.ejection import EjectionConfig
-from policies.saturation import DEFAULT_DETECTOR
-from policies.scorers import SCORERS
-from policies.scoring import DEFAULT_LOAD_FACTOR
-from policies.session import SESSION_SOURCES, SessionSource
+from policies.kv_index import KVIndexSettings
+from policies.profiles import Routing
+from policies.saturation import SaturationDetector
+from policies.session import SessionAffinity
 
-ADAPTER_KINDS = ("openai", "vllm", "sglang", "trtllm", "tgi", "native")
-ROUTING_POLICIES = ("round_robin", "weighted", "least_loaded", "prefix_affinity", "blended", "precise")
-_EJECTION = EjectionConfig()
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
 REDIS_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url accepts
 
@@ -71,22 +68,16 @@ class AdmissionConfig(_Strict):
     full_status: Literal[429, 503] = 429
 
 
-class KVEventsConfig(_Strict):
-    """A backend's KV-cache events, for precise prefix routing (adapters/kv_events.py).
-    vLLM and SGLang: where their `--kv-events-config` publishes; the native engine
-    publishes in process and needs no endpoint."""
+class KVEventsConfig(KVIndexSettings):
+    """A backend's KV-cache events, for precise prefix routing (adapters/kv_events.py): the
+    index's settings (policies/kv_index.py) and where the runtime publishes them (vLLM's and
+    SGLang's `--kv-events-config`; the native engine publishes in process)."""
 
     endpoint: str | None = None  # the runtime's ZMQ PUB socket, e.g. tcp://10.0.0.5:5557
     replay_endpoint: str | None = None  # its ROUTER replay socket, if configured
     topic: str = ""
     hash: Literal["sha256", "sha256_cbor"] = "sha256"  # vLLM's --prefix-caching-hash-algo
     hash_seed: str | None = None  # the runtime's PYTHONHASHSEED, when it sets one (vLLM)
-    block_size: int | None = Field(None, ge=1)  # else learned from the events
-    max_blocks: int = Field(131072, ge=1)  # the index's memory bound
-    max_age_s: float | None = Field(1800.0, gt=0)  # an entry not announced again for this long stops matching
-    # A routed request's blocks match on its backend at once, until the runtime announces them
-    # (after its prefill) or this long passes; 0 waits for the announcement (policies/kv_index.py).
-    expect_ttl_s: float = Field(5.0, ge=0)
 
 
 class BackendConfig(_Strict):
@@ -167,62 +158,9 @@ def native_problem(model_path: str) -> str | None:
     return None if problem is None else f"model_path {problem}"
 
 
-class SaturationConfig(_Strict):
-    """When a backend of the model counts as saturated (policies/saturation.py says why these defaults)."""
-
-    queue_depth: int = Field(DEFAULT_DETECTOR.queue_depth, ge=1)  # requests waiting in the runtime's own queue
-    kv_cache_utilization: float = Field(DEFAULT_DETECTOR.kv_cache_utilization, gt=0, le=1)  # of its KV cache
-    max_load_age_s: float = Field(DEFAULT_DETECTOR.max_load_age_s, gt=0)  # an older load reading is ignored
-
-
-class ScoringProfileConfig(_Strict):
-    """A weighted scoring profile (policies/scoring.py): scorer name -> weight."""
-
-    scorers: dict[str, float] = Field(min_length=1)
-    load_factor: float = Field(DEFAULT_LOAD_FACTOR, ge=1)  # bounded load: at most this × a backend's share
-    load_floor: int = Field(1, ge=1)  # ...but never fewer in flight than this (1: no floor)
-
-    @field_validator("scorers")
-    @classmethod
-    def _known(cls, v: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(v) - set(SCORERS))
-        if unknown:
-            raise ValueError(f"unknown scorers {unknown}; known: {sorted(SCORERS)}")
-        if any(w < 0 for w in v.values()) or not any(w > 0 for w in v.values()):
-            raise ValueError("weights must not be negative, and at least one must be positive")
-        return v
-
-
-class SessionAffinityConfig(_Strict):
-    """Which explicit keys name a conversation, first present wins (policies/session.py)."""
-
-    sources: list[SessionSource] = Field(default_factory=lambda: list(SESSION_SOURCES))
-    ttl_s: float = Field(1800.0, gt=0)  # a conversation idle this long is forgotten
-    max_sessions: int = Field(100_000, ge=1)
-
-
-class EjectionSettings(_Strict):
-    """Outlier ejection and the retry budget (policies/ejection.py says why these defaults)."""
-
-    consecutive_failures: int = Field(_EJECTION.consecutive_failures, ge=1)
-    error_rate: float = Field(_EJECTION.error_rate, gt=0, le=1)
-    min_requests: int = Field(_EJECTION.min_requests, ge=1)
-    window_s: float = Field(_EJECTION.window_s, gt=0)
-    base_ejection_s: float = Field(_EJECTION.base_ejection_s, gt=0)
-    max_ejection_s: float = Field(_EJECTION.max_ejection_s, gt=0)
-    max_ejected_share: float = Field(_EJECTION.max_ejected_share, ge=0, le=1)
-    probe_timeout_s: float = Field(_EJECTION.probe_timeout_s, gt=0)
-    retry_ratio: float = Field(_EJECTION.retry_ratio, ge=0)
-    min_retries: int = Field(_EJECTION.min_retries, ge=0)
-
-
 class ModelConfig(_Strict):
-    # A policy name, "blended" (the default scoring profile), "precise" (the profile for
-    # runtimes that publish KV events, policies/scorers.py) or an explicit profile.
-    routing: (
-        Literal["round_robin", "weighted", "least_loaded", "prefix_affinity", "blended", "precise"]
-        | ScoringProfileConfig
-    ) = "round_robin"
+    # A profile's name (policies/profiles.py: the plain policies, `blended`, `precise`) or a profile.
+    routing: Routing = "round_robin"
     fallback: list[str] = Field(default_factory=list)
     backends: list[BackendConfig] = Field(min_length=1)
     owned_by: str = "switchyard"
@@ -232,10 +170,11 @@ class ModelConfig(_Strict):
     # parameters"): refuse the request (400), or drop it and name it in the
     # x-switchyard-dropped-params header and the access log. Its fallbacks' requests too.
     unsupported_params: Literal["reject", "drop"] = "reject"
-    saturation: SaturationConfig = Field(default_factory=SaturationConfig)
-    session_affinity: SessionAffinityConfig = Field(default_factory=SessionAffinityConfig)
+    # The policies' own settings (policies/saturation.py, session.py, ejection.py).
+    saturation: SaturationDetector = Field(default_factory=SaturationDetector)
+    session_affinity: SessionAffinity = Field(default_factory=SessionAffinity)
     prefix_index_blocks: int = Field(65536, ge=1)  # per backend: the approximate prefix index's bound
-    ejection: EjectionSettings = Field(default_factory=EjectionSettings)
+    ejection: EjectionConfig = Field(default_factory=EjectionConfig)
 
 
 class LimitsConfig(_Strict):

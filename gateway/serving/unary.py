@@ -43,8 +43,6 @@ from gateway.protection.gate import Protection, Ticket
 from gateway.serving.dispatch import FailureListener, fails_over, failure_kind, record_outcome
 from gateway.serving.phases import CancelPhase
 from policies.auth import credential_headers
-from policies.routing import prefix_key, route
-from policies.scoring import route_scored
 
 log = logging.getLogger("switchyard.unary")
 
@@ -172,12 +170,7 @@ def capable_order(pool: ModelPool, capability: str, what: str, req: GenerationRe
             param="model",
             code="unsupported_by_runtime",
         )
-    views = [b.view(not pool.ejection.admits(b.name)) for b in capable]
-    if pool.profile is None:
-        assert pool.policy is not None
-        routed = route(pool.policy, views, req, pool.detector)
-    else:
-        routed = route_scored(pool.profile, views, req, prefix_key(req.messages, req.prompt), pool.detector)
+    routed = pool.order(req, capable)
     by_name = {b.name: b for b in capable}
     return [by_name[v.name] for v in routed.candidates] or capable
 

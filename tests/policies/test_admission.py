@@ -254,15 +254,19 @@ def test_capacity_uses_the_detector_it_is_given():
 def test_admission_and_routing_agree_on_the_same_snapshot(waiting, kv_usage, age_s):
     from adapters.base import GenerationRequest, LoadSnapshot
     from policies.admission import BackendLoad, model_capacity
-    from policies.routing import BackendView, RoundRobin, route
+    from policies.profiles import PROFILES
+    from policies.routing import route
     from policies.saturation import SaturationDetector
+    from policies.views import BackendView
 
     detector = SaturationDetector()
     now = time.time()
     snap = LoadSnapshot(waiting=waiting, kv_usage=kv_usage, read_at=now - age_s)
     held_back = model_capacity([BackendLoad(4, 2, snap)], detector, now) == 2  # takes nothing new
     req = GenerationRequest("r", "m", messages=[{"role": "user", "content": "hi"}])
-    routed = route(RoundRobin(), [BackendView("x", inflight=2, max_inflight=4, load=snap), BackendView("y")], req)
+    routed = route(
+        PROFILES["round_robin"], [BackendView("x", inflight=2, max_inflight=4, load=snap), BackendView("y")], req
+    )
     routed_last = [b.name for b in routed.candidates] == ["y", "x"]
     assert held_back == routed_last
     assert held_back == (age_s == 0 and ((waiting or 0) >= 5 or (kv_usage or 0) >= 0.8))

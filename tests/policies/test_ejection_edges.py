@@ -95,7 +95,7 @@ def test_a_time_given_by_the_caller_is_the_one_used():
 
 
 def test_the_retry_budget_is_judged_at_the_time_given():
-    budget = RetryBudget(ratio=0.5, minimum=0, window_s=10, clock=Clock(100.0))
+    budget = RetryBudget(EjectionConfig(retry_ratio=0.5, min_retries=0, window_s=10), clock=Clock(100.0))
     budget.record_request(now=1100.0)
     budget.record_request(now=1100.0)
     assert budget.may_retry(now=1100.0)  # one retry for two requests at half (no floor)

@@ -20,7 +20,7 @@ from adapters.kv_events import (
     sglang_block_hashes,
     vllm_block_hashes,
 )
-from policies.kv_index import KVBlockIndex, SeqVerdict
+from policies.kv_index import KVBlockIndex, KVIndexSettings, SeqVerdict
 from tests.manual_clock import Clock
 
 BIG = 2**64 - 5  # vLLM's hashes are unsigned 64-bit: msgpack uint64
@@ -134,7 +134,7 @@ def test_the_block_size_is_learned_unless_configured():
     assert learned.block_size is None
     learned.apply(decode_payload(payload(vllm_stored([1], block_size=16), vllm_stored([2], block_size=7))))
     assert learned.block_size == 16  # a partial block does not shrink it
-    configured = KVBlockIndex(block_size=32)
+    configured = KVBlockIndex(KVIndexSettings(block_size=32))
     configured.apply(decode_payload(payload(vllm_stored([1], block_size=16))))
     assert configured.block_size == 32
 
@@ -178,21 +178,21 @@ def test_missing_says_what_to_ask_a_replay_for():
 
 def test_entries_expire_unless_announced_again():
     clock = Clock(1000.0)
-    index = KVBlockIndex(max_age_s=60, clock=clock)
+    index = KVBlockIndex(KVIndexSettings(max_age_s=60), clock=clock)
     index.apply(KVEventBatch(0.0, (BlockStored((1, 2), None, 16),)))
     clock.now += 50
     index.apply(KVEventBatch(0.0, (BlockStored((1,), None, 16),)))  # block 1 stored again
     clock.now += 20
     assert index.match([1, 2]) == 1
-    assert KVBlockIndex(max_age_s=None, clock=clock).match([1]) == 0
+    assert KVBlockIndex(KVIndexSettings(max_age_s=None), clock=clock).match([1]) == 0
 
 
 def test_memory_is_bounded_least_recently_stored_first():
-    index = KVBlockIndex(capacity=3)
+    index = KVBlockIndex(KVIndexSettings(max_blocks=3))
     index.apply(KVEventBatch(0.0, (BlockStored((1, 2, 3), None, 16), BlockStored((4,), 3, 16))))
     assert len(index) == 3 and index.match([1]) == 0 and index.match([4]) == 1
     with pytest.raises(ValueError):
-        KVBlockIndex(capacity=0)
+        KVBlockIndex(KVIndexSettings(max_blocks=0))
 
 
 # ---- the runtimes' hashes --------------------------------------------------------------

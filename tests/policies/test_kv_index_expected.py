@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
-from policies.kv_index import KVBlockIndex, SeqVerdict, match_fraction
+from policies.kv_index import KVBlockIndex, KVIndexSettings, SeqVerdict, match_fraction
 from tests.manual_clock import Clock
 
 
@@ -25,7 +25,7 @@ def clock() -> Clock:
 
 
 def index(clock: Clock, **kw) -> KVBlockIndex:
-    return KVBlockIndex(clock=clock, expect_ttl_s=kw.pop("expect_ttl_s", 5.0), **kw)
+    return KVBlockIndex(KVIndexSettings(**kw), clock=clock)
 
 
 def test_expected_blocks_match_at_once_and_only_their_own_prefix(clock):
@@ -82,7 +82,7 @@ def test_a_gap_or_a_restart_forgets_the_expected_blocks_too(clock, seq):
 
 
 def test_expected_blocks_are_bounded_oldest_dropped_first(clock):
-    idx = index(clock, capacity=4)
+    idx = index(clock, max_blocks=4)
     idx.expect([1, 2, 3])
     clock.now += 1
     idx.expect([4, 5, 6])

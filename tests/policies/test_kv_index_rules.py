@@ -6,7 +6,7 @@ counters that count, the expiry boundary, the defaults, and the stats."""
 from __future__ import annotations
 
 from adapters.kv_events import BlockRemoved, BlockStored, KVEventBatch
-from policies.kv_index import IndexStats, KVBlockIndex, SeqVerdict
+from policies.kv_index import IndexStats, KVBlockIndex, KVIndexSettings, SeqVerdict
 from tests.manual_clock import Clock
 
 
@@ -36,7 +36,7 @@ def test_the_block_size_is_learnt_from_events_unless_configured():
     assert learnt.block_size == 16
     learnt.apply(batch(BlockStored((3,), block_size=8)))
     assert learnt.block_size == 16  # the largest seen
-    configured = KVBlockIndex(block_size=16)
+    configured = KVBlockIndex(KVIndexSettings(block_size=16))
     configured.apply(batch(BlockStored((1,), block_size=32)))
     assert configured.block_size == 16
 
@@ -70,7 +70,7 @@ def test_what_is_missing_before_a_number():
 
 def test_a_block_exactly_max_age_old_still_matches():
     clock = Clock(0.0)
-    index = KVBlockIndex(max_age_s=10.0, clock=clock)
+    index = KVBlockIndex(KVIndexSettings(max_age_s=10.0), clock=clock)
     index.apply(batch(BlockStored((1,))))
     clock.now = 10.0
     assert index.match([1]) == 1
@@ -90,7 +90,7 @@ def test_the_defaults_are_half_an_hour_and_131072_blocks():
 
 
 def test_an_index_of_one_block_is_allowed():
-    index = KVBlockIndex(capacity=1)
+    index = KVBlockIndex(KVIndexSettings(max_blocks=1))
     index.apply(batch(BlockStored((1, 2))))
     assert len(index) == 1 and index.match([2]) == 1
 
@@ -103,7 +103,7 @@ def test_stats_report_what_the_index_holds():
 
 
 def test_a_reconnect_forgets_the_blocks_and_the_numbering():
-    index = KVBlockIndex(block_size=16)
+    index = KVBlockIndex(KVIndexSettings(block_size=16))
     index.receive(4, KVEventBatch(0.0, (BlockStored((1, 2), None, 16),)))
     index.reconnected()
     assert (len(index), index.last_seq, index.reconnects) == (0, None, 1)
@@ -115,7 +115,7 @@ def test_a_reconnect_forgets_the_blocks_and_the_numbering():
 def test_reconnects_are_counted_each_time():
     # The count feeds switchyard_kv_events_lost_total{kind="reconnect"}: a flapping
     # publisher must show as many reconnects as happened, not one.
-    index = KVBlockIndex(block_size=16)
+    index = KVBlockIndex(KVIndexSettings(block_size=16))
     for _ in range(3):
         index.reconnected()
     assert index.stats().reconnects == 3

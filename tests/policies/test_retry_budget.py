@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from policies.ejection import EjectionConfig
 from policies.retry_budget import RetryBudget
 from tests.manual_clock import Clock
 
 
 def test_the_floor_holds_with_no_requests_and_then_nothing_more():
-    budget = RetryBudget(ratio=0.2, minimum=2, window_s=10, clock=Clock(1000.0))
+    budget = RetryBudget(EjectionConfig(retry_ratio=0.2, min_retries=2, window_s=10), clock=Clock(1000.0))
     assert [budget.may_retry() for _ in range(3)] == [True, True, False]
     assert budget.refused == 1
 
 
 def test_the_budget_is_a_ratio_of_the_requests_in_the_window():
     clock = Clock(1000.0)
-    budget = RetryBudget(ratio=0.2, minimum=2, window_s=10, clock=clock)
+    budget = RetryBudget(EjectionConfig(retry_ratio=0.2, min_retries=2, window_s=10), clock=clock)
     for _ in range(20):
         budget.record_request()
     assert [budget.may_retry() for _ in range(5)] == [True, True, True, True, False]  # 4 for 20 requests
@@ -25,14 +26,14 @@ def test_the_budget_is_a_ratio_of_the_requests_in_the_window():
 
 
 def test_a_zero_budget_refuses_every_retry():
-    budget = RetryBudget(ratio=0.0, minimum=0, window_s=10, clock=Clock(1000.0))
+    budget = RetryBudget(EjectionConfig(retry_ratio=0.0, min_retries=0, window_s=10), clock=Clock(1000.0))
     for _ in range(100):
         budget.record_request()
     assert not budget.may_retry() and budget.refused == 1
 
 
 def test_exhausted_counts_nothing_while_there_is_room_and_a_refusal_when_not():
-    budget = RetryBudget(ratio=0.0, minimum=1, window_s=10, clock=Clock(1000.0))
+    budget = RetryBudget(EjectionConfig(retry_ratio=0.0, min_retries=1, window_s=10), clock=Clock(1000.0))
     assert not budget.exhausted() and budget.totals() == (0, 0)
     assert budget.may_retry()
     assert budget.exhausted() and budget.refused == 1

@@ -1,4 +1,4 @@
-"""Routing's filters and policies, each alone on hand-built views (no pipeline)."""
+"""Routing's filters and the plain policies' pickers, each alone on hand-built views (no pipeline)."""
 
 from __future__ import annotations
 
@@ -6,23 +6,21 @@ import time
 from collections import Counter
 
 from adapters.base import Capabilities, GenerationRequest, LoadSnapshot, SamplingParams
-from policies.routing import (
-    BackendView,
+from policies.filters import (
     CapabilityGap,
-    LeastLoaded,
-    PrefixAffinity,
-    RoundRobin,
-    Weighted,
     capability_gaps,
     capable,
     forget_stale_load,
     healthy,
-    make_policy,
     mark_saturation,
     missing_capability,
     saturated_last,
 )
+from policies.pickers import PICKERS
+from policies.profiles import PROFILES
 from policies.saturation import SaturationDetector
+from policies.views import BackendView
+from tests.policies.pickers_alone import picker
 
 
 def views(*names, **kw):
@@ -33,29 +31,29 @@ def names(bs):
     return [b.name for b in bs]
 
 
-# ---- policies --------------------------------------------------------------------
+# ---- pickers --------------------------------------------------------------------
 
 
 def test_round_robin_rotates():
-    p = RoundRobin()
-    firsts = [p.order(views("a", "b", "c"), "")[0].name for _ in range(6)]
+    p = picker("round_robin")
+    firsts = [p(views("a", "b", "c"), "")[0].name for _ in range(6)]
     assert firsts == ["a", "b", "c", "a", "b", "c"]
-    assert names(p.order(views("a", "b", "c"), "")) == ["a", "b", "c"]  # the rest follow in ring order
-    assert names(p.order(views("a", "b", "c"), "")) == ["b", "c", "a"]
+    assert names(p(views("a", "b", "c"), "")) == ["a", "b", "c"]  # the rest follow in ring order
+    assert names(p(views("a", "b", "c"), "")) == ["b", "c", "a"]
 
 
 def test_policies_leave_saturated_backends_where_their_order_puts_them():
     # Saturated-last is the pipeline's step, applied once; a policy alone does not apply it.
     bs = [BackendView("a", saturated=True), BackendView("b")]
-    assert names(RoundRobin().order(bs, "")) == ["a", "b"]
-    assert names(LeastLoaded().order(bs, "")) == ["a", "b"]
-    assert names(Weighted().order(bs, ""))[0] == "a"
+    assert names(picker("round_robin")(bs)) == ["a", "b"]
+    assert names(picker("least_loaded")(bs)) == ["a", "b"]
+    assert names(picker("weighted")(bs))[0] == "a"
 
 
 def test_weighted_shares_and_interleaves():
-    p = Weighted()
+    p = picker("weighted")
     bs = [BackendView("a", weight=2), BackendView("b", weight=1)]
-    picks = [p.order(bs, "")[0].name for _ in range(9)]
+    picks = [p(bs, "")[0].name for _ in range(9)]
     assert Counter(picks) == {"a": 6, "b": 3}
     assert "aaa" not in "".join(picks)  # smooth: no bursts
 
@@ -66,52 +64,48 @@ def test_least_loaded_uses_inflight_and_runtime_queue():
         BackendView("b", inflight=1),
         BackendView("c", inflight=0, load=LoadSnapshot(waiting=10, running=0)),
     ]
-    assert names(LeastLoaded().order(bs, "")) == ["b", "a", "c"]
+    assert names(picker("least_loaded")(bs)) == ["b", "a", "c"]
 
 
 def test_least_loaded_divides_by_weight():
     bs = [BackendView("small", inflight=2, weight=1), BackendView("big", inflight=3, weight=4)]
-    assert names(LeastLoaded().order(bs, "")) == ["big", "small"]
+    assert names(picker("least_loaded")(bs)) == ["big", "small"]
 
 
 def test_prefix_affinity_is_sticky_and_spreads_keys():
-    p = PrefixAffinity()
+    p = picker("prefix_affinity")
     bs = views("a", "b", "c")
     for key in ("sys: you are helpful", "other prompt", "third"):
-        first = p.order(bs, key)[0].name
-        assert all(p.order(bs, key)[0].name == first for _ in range(5))
-    spread = Counter(p.order(bs, f"key-{i}")[0].name for i in range(300))
+        first = p(bs, key)[0].name
+        assert all(p(bs, key)[0].name == first for _ in range(5))
+    spread = Counter(p(bs, f"key-{i}")[0].name for i in range(300))
     assert set(spread) == {"a", "b", "c"} and min(spread.values()) > 60
 
 
 def test_prefix_affinity_moves_only_keys_of_removed_backend():
-    p = PrefixAffinity()
+    p = picker("prefix_affinity")
     keys = [f"k{i}" for i in range(200)]
-    before = {k: p.order(views("a", "b", "c"), k)[0].name for k in keys}
-    after = {k: p.order(views("a", "b"), k)[0].name for k in keys}
+    before = {k: p(views("a", "b", "c"), k)[0].name for k in keys}
+    after = {k: p(views("a", "b"), k)[0].name for k in keys}
     assert all(after[k] == before[k] for k in keys if before[k] != "c")
 
 
 def test_prefix_affinity_puts_the_least_loaded_first_when_its_owner_is_saturated():
-    p = PrefixAffinity()
+    p = picker("prefix_affinity")
     bs = [BackendView("a", inflight=3), BackendView("b", inflight=1), BackendView("c", inflight=2)]
-    owner = p.order(bs, "k")[0].name
+    owner = p(bs, "k")[0].name
     marked = [BackendView(b.name, inflight=b.inflight, saturated=b.name == owner) for b in bs]
     others = sorted((b for b in bs if b.name != owner), key=lambda b: b.inflight)
-    assert p.order(marked, "k")[0].name == others[0].name
+    assert p(marked, "k")[0].name == others[0].name
     # An unsaturated owner keeps the key even when it is the busiest.
     busiest = [BackendView(b.name, inflight=10 if b.name == owner else 0) for b in bs]
-    assert p.order(busiest, "k")[0].name == owner
+    assert p(busiest, "k")[0].name == owner
 
 
-def test_make_policy_names_every_policy():
-    kinds = {name: type(make_policy(name)) for name in ("round_robin", "weighted", "least_loaded", "prefix_affinity")}
-    assert kinds == {
-        "round_robin": RoundRobin,
-        "weighted": Weighted,
-        "least_loaded": LeastLoaded,
-        "prefix_affinity": PrefixAffinity,
-    }
+def test_each_plain_policy_is_a_profile_of_its_own_picker_and_no_scorer():
+    for name in ("round_robin", "weighted", "least_loaded", "prefix_affinity"):
+        assert PROFILES[name].picker == name and PROFILES[name].scorers == {}
+        assert PICKERS[name].__name__ == name
 
 
 # ---- filters ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Routing's details that the policy tests pass over: the prefix key's exact text,
+"""Routing's details that the picker tests pass over: the prefix key's exact text,
 the load score's arithmetic, weighted shares of rendezvous hashing, the failover
 order of weighted round robin, and the pipeline reading its own clock (`now`)
 rather than the wall clock."""
@@ -9,19 +9,13 @@ import time
 from collections import Counter
 
 from adapters.base import GenerationRequest, LoadSnapshot
-from policies.routing import (
-    BackendView,
-    PrefixAffinity,
-    RoundRobin,
-    Weighted,
-    forget_stale_load,
-    load_score,
-    mark_saturation,
-    prefix_key,
-    rendezvous_score,
-    route,
-)
+from policies.filters import forget_stale_load, mark_saturation
+from policies.pickers import load_score, rendezvous_score
+from policies.profiles import PROFILES
+from policies.routing import prefix_key, route
 from policies.saturation import SaturationDetector
+from policies.views import BackendView
+from tests.policies.pickers_alone import picker
 
 
 def names(bs):
@@ -94,14 +88,14 @@ def test_rendezvous_scores_are_positive():
 def test_prefix_affinity_shares_keys_in_proportion_to_weight():
     # Weighted rendezvous: a backend of weight 4 beside four of weight 1 owns half of
     # the keys (4 / 8), each light one an eighth.
-    p = PrefixAffinity()
+    p = picker("prefix_affinity")
     bs = [BackendView("heavy", weight=4)] + [BackendView(f"l{i}", weight=1) for i in range(4)]
-    picks = Counter(p.order(bs, f"key-{i}")[0].name for i in range(4000))
+    picks = Counter(p(bs, f"key-{i}")[0].name for i in range(4000))
     assert 0.46 < picks["heavy"] / 4000 < 0.54, picks
     assert all(0.1 < picks[f"l{i}"] / 4000 < 0.15 for i in range(4)), picks
     # Two backends, 1 against 3: a quarter and three quarters.
     two = [BackendView("one", weight=1), BackendView("three", weight=3)]
-    share = Counter(p.order(two, f"key-{i}")[0].name for i in range(4000))["three"] / 4000
+    share = Counter(p(two, f"key-{i}")[0].name for i in range(4000))["three"] / 4000
     assert 0.72 < share < 0.78
 
 
@@ -109,21 +103,21 @@ def test_prefix_affinity_shares_keys_in_proportion_to_weight():
 
 
 def test_weighted_failover_order_follows_the_running_counts():
-    p = Weighted()
+    p = picker("weighted")
     bs = [BackendView("a", weight=1), BackendView("b", weight=3), BackendView("c", weight=2)]
     # First pick: counts a=1, b=3, c=2; b is chosen (and pays the total), then c, then a.
-    assert names(p.order(bs, "")) == ["b", "c", "a"]
+    assert names(p(bs, "")) == ["b", "c", "a"]
     # Second: a=2, b=0, c=4: c, then a, then b.
-    assert names(p.order(bs, "")) == ["c", "a", "b"]
+    assert names(p(bs, "")) == ["c", "a", "b"]
 
 
 def test_weighted_backend_that_joins_starts_level_with_the_others():
-    p = Weighted()
+    p = picker("weighted")
     two = [BackendView("a"), BackendView("b")]
-    assert [p.order(two, "")[0].name for _ in range(2)] == ["a", "b"]
+    assert [p(two, "")[0].name for _ in range(2)] == ["a", "b"]
     # The counts are level again; a newcomer does not jump the line.
     three = [*two, BackendView("c")]
-    assert [p.order(three, "")[0].name for _ in range(3)] == ["a", "b", "c"]
+    assert [p(three, "")[0].name for _ in range(3)] == ["a", "b", "c"]
 
 
 # ---- the pipeline's clock -------------------------------------------------------------
@@ -145,7 +139,7 @@ def test_the_steps_judge_freshness_by_the_given_clock():
 def test_route_passes_its_clock_to_the_stale_and_saturation_steps():
     req = GenerationRequest("r", "m", messages=[{"role": "user", "content": "hi"}])
     bs = [BackendView("a", load=LoadSnapshot(waiting=9, read_at=999.0)), BackendView("b")]
-    result = route(RoundRobin(), bs, req, SaturationDetector(), now=1000.0)
+    result = route(PROFILES["round_robin"], bs, req, detector=SaturationDetector(), now=1000.0)
     assert names(result.candidates) == ["b", "a"]  # a's queue counts: fresh at 1000
     assert result.candidates[1].load is not None and result.candidates[1].saturated
 
@@ -158,11 +152,14 @@ def test_mark_saturation_passes_an_unchanged_view_on_as_is():
 
 
 def test_route_keys_a_completion_on_its_prompt():
-    p = PrefixAffinity()
     bs = [BackendView("a"), BackendView("b"), BackendView("c")]
 
     def first(prompt):
-        return route(p, bs, GenerationRequest("r", "m", kind="completion", prompt=prompt)).candidates[0].name
+        return (
+            route(PROFILES["prefix_affinity"], bs, GenerationRequest("r", "m", kind="completion", prompt=prompt))
+            .candidates[0]
+            .name
+        )
 
     picks = Counter(first(f"prompt number {i}") for i in range(60))
     assert set(picks) == {"a", "b", "c"}  # distinct prompts spread; they are not one key

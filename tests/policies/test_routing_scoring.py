@@ -1,4 +1,4 @@
-"""Routing by a weighted scoring profile, end to end on hand-built views: the shared
+"""Routing by a weighted scoring profile (the max_score picker), end to end on hand-built views: the shared
 filters, the weighted scores, ties by consistent hashing, bounded load, timings."""
 
 from __future__ import annotations
@@ -11,15 +11,23 @@ from collections import Counter
 import pytest
 
 from adapters.base import Capabilities, GenerationRequest, LoadSnapshot
-from policies.routing import BackendView
+from policies.pickers import Decision, RouteState, key_digest, max_score, over_bound
+from policies.profiles import PROFILES, Profile
+from policies.routing import route
 from policies.saturation import SaturationDetector
-from policies.scoring import ScoringProfile, key_digest, over_bound, pick, route_scored
+from policies.views import BackendView
 
-BLENDED = ScoringProfile()
+BLENDED = PROFILES["blended"]
 
 
 def chat(text: str = "hello") -> GenerationRequest:
     return GenerationRequest("r", "m", messages=[{"role": "user", "content": text}])
+
+
+def pick(bs: list[BackendView], totals: list[float], key: str, load_factor: float) -> list[BackendView]:
+    """The max_score picker alone, at `load_factor`."""
+    profile = Profile(scorers={"queue": 1}, load_factor=load_factor)
+    return max_score(bs, totals, Decision(key, profile, RouteState()))
 
 
 def names(result) -> list[str]:
@@ -27,18 +35,18 @@ def names(result) -> list[str]:
 
 
 def first(profile, bs, key="k", **kw) -> str:
-    return route_scored(profile, bs, chat(), key, **kw).candidates[0].name
+    return route(profile, bs, chat(), key, **kw).candidates[0].name
 
 
 def test_profiles_check_their_scorers_weights_and_load_factor():
     with pytest.raises(ValueError, match="unknown scorers"):
-        ScoringProfile({"prefix": 1, "latency": 2})
+        Profile(scorers={"prefix": 1, "latency": 2})
     with pytest.raises(ValueError, match="not negative"):
-        ScoringProfile({"queue": -1})
+        Profile(scorers={"queue": -1})
     with pytest.raises(ValueError, match="load_factor"):
-        ScoringProfile({"queue": 1}, load_factor=0.9)
-    assert ScoringProfile({"queue": 1, "kv": 0}).active == [("queue", 1)]
-    assert BLENDED.uses("prefix") and not ScoringProfile({"queue": 1}).uses("prefix", "session")
+        Profile(scorers={"queue": 1}, load_factor=0.9)
+    assert Profile(scorers={"queue": 1, "kv": 0}).active == [("queue", 1)]
+    assert BLENDED.uses("prefix") and not Profile(scorers={"queue": 1}).uses("prefix", "session")
 
 
 def test_the_shared_filters_run_before_the_scores():
@@ -49,7 +57,7 @@ def test_the_shared_filters_run_before_the_scores():
         BackendView("ok"),
     ]
     req = GenerationRequest("r", "m", messages=[{"role": "user", "content": "x"}], tools=[{"type": "function"}])
-    result = route_scored(BLENDED, bs, req, "k")
+    result = route(BLENDED, bs, req, "k")
     assert names(result) == ["ok"]
     assert [str(g) for g in result.refused] == ["tgi (tgi) does not support tool calls"]
     assert set(result.scores) == {"ok"}
@@ -57,7 +65,7 @@ def test_the_shared_filters_run_before_the_scores():
 
 def test_when_every_capable_backend_is_ejected_they_still_serve():
     bs = [BackendView("a", ejected=True), BackendView("b", ejected=True, healthy=False)]
-    assert names(route_scored(BLENDED, bs, chat(), "k")) == ["a"]
+    assert names(route(BLENDED, bs, chat(), "k")) == ["a"]
 
 
 def test_saturated_backends_go_last_whatever_their_score():
@@ -65,14 +73,14 @@ def test_saturated_backends_go_last_whatever_their_score():
         BackendView("warm", prefix_approx=1.0, session_owner=True, load=LoadSnapshot(waiting=9)),
         BackendView("cold", prefix_approx=0.0),
     ]
-    result = route_scored(BLENDED, bs, chat(), "k")
+    result = route(BLENDED, bs, chat(), "k")
     assert names(result) == ["cold", "warm"]
     assert result.candidates[1].saturated
     assert result.scores["warm"] > result.scores["cold"]  # it scored best and still went last
 
 
 def test_a_warm_prefix_beats_a_small_load_difference_and_loses_to_a_large_one():
-    profile = ScoringProfile({"prefix": 3, "queue": 2, "kv": 2, "inflight": 2})
+    profile = Profile(scorers={"prefix": 3, "queue": 2, "kv": 2, "inflight": 2})
     warm = dict(prefix_approx=1.0, load=LoadSnapshot(waiting=1, kv_usage=0.2))
     cold = dict(prefix_approx=0.0, load=LoadSnapshot(waiting=0, kv_usage=0.1))
     assert first(profile, [BackendView("warm", inflight=2, **warm), BackendView("cold", inflight=1, **cold)]) == "warm"
@@ -91,9 +99,9 @@ def test_stale_load_is_not_trusted_by_the_scorers():
     now = time.time()
     stale = LoadSnapshot(waiting=4, kv_usage=0.75, read_at=now - 60)
     fresh = LoadSnapshot(waiting=1, kv_usage=0.2, read_at=now - 1)
-    profile = ScoringProfile({"queue": 1, "kv": 1})
+    profile = Profile(scorers={"queue": 1, "kv": 1})
     bs = [BackendView("fresh", load=fresh), BackendView("stale", load=stale)]
-    result = route_scored(profile, bs, chat(), "k", SaturationDetector(max_load_age_s=5), now)
+    result = route(profile, bs, chat(), "k", SaturationDetector(max_load_age_s=5), now=now)
     # The stale backend takes the mean of the fresh scores: neither better nor worse.
     assert result.scores["stale"] == pytest.approx(result.scores["fresh"])
 
@@ -113,7 +121,7 @@ def test_ties_go_by_consistent_hashing_of_the_key():
 def test_ranks_are_stable_across_processes():
     # blake2b of the key and of each name, mixed by arithmetic: no per-process hash seed.
     assert key_digest("a prompt") == key_digest("a prompt") != key_digest("another")
-    code = "from policies.scoring import tie_rank, key_digest; print(tie_rank(key_digest('p'), 'b1'))"
+    code = "from policies.pickers import tie_rank, key_digest; print(tie_rank(key_digest('p'), 'b1'))"
     ranks = {
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
         for _ in range(2)
@@ -130,7 +138,7 @@ def test_bounded_load_moves_the_overflow_of_a_hot_prefix():
     ]
     # 6 in flight + this one over 3 backends: a share of 7/3; 1.25 times that, rounded up, is 3.
     assert over_bound(bs, 1.25) == [True, False, False]
-    result = route_scored(ScoringProfile({"prefix": 3}), bs, chat(), "k")
+    result = route(Profile(scorers={"prefix": 3}), bs, chat(), "k")
     assert names(result)[-1] == "hot"
     # Below the bound the prefix keeps it.
     calm = [
@@ -138,7 +146,7 @@ def test_bounded_load_moves_the_overflow_of_a_hot_prefix():
         BackendView("b", inflight=2, prefix_approx=0.0),
         BackendView("c", inflight=2, prefix_approx=0.0),
     ]
-    assert first(ScoringProfile({"prefix": 3}), calm) == "hot"
+    assert first(Profile(scorers={"prefix": 3}), calm) == "hot"
 
 
 def test_bounded_load_follows_weights_and_spares_the_session_owner():
@@ -164,7 +172,7 @@ def test_pick_orders_by_total_then_bound():
 
 def test_each_step_is_timed():
     bs = [BackendView(f"b{i}", inflight=i, prefix_approx=i / 8) for i in range(8)]
-    result = route_scored(BLENDED, bs, chat(), "k")
+    result = route(BLENDED, bs, chat(), "k")
     t = result.timings
     assert t is not None and t.filter_ns > 0 and t.score_ns > 0 and t.pick_ns > 0
     assert t.total_ns == t.filter_ns + t.score_ns + t.pick_ns

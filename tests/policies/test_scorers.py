@@ -7,8 +7,11 @@ import pytest
 
 from adapters.base import LoadSnapshot
 from policies import scorers
-from policies.routing import BackendView
+from policies.profiles import PROFILES
 from policies.saturation import SaturationDetector
+from policies.views import BackendView
+
+BLENDED = PROFILES["blended"].scorers
 
 DETECTOR = SaturationDetector(queue_depth=5, kv_cache_utilization=0.8)
 
@@ -84,9 +87,9 @@ def test_a_missing_signal_takes_the_mean_of_the_others():
 
 
 def test_blended_session_outweighs_every_other_scorer_together():
-    others = sum(w for name, w in scorers.BLENDED.items() if name != "session")
-    assert scorers.BLENDED["session"] > others
+    others = sum(w for name, w in BLENDED.items() if name != "session")
+    assert BLENDED["session"] > others
     # The load signals together outweigh the prefix (prefix alone overloads hot replicas).
-    load = scorers.BLENDED["queue"] + scorers.BLENDED["kv"] + scorers.BLENDED["inflight"]
-    assert load > scorers.BLENDED["prefix"]
-    assert set(scorers.BLENDED) <= set(scorers.SCORERS)
+    load = BLENDED["queue"] + BLENDED["kv"] + BLENDED["inflight"]
+    assert load > BLENDED["prefix"]
+    assert set(BLENDED) <= set(scorers.SCORERS)

@@ -14,14 +14,16 @@ import pytest
 
 from adapters.base import GenerationRequest, LoadSnapshot
 from policies import scorers
-from policies.routing import BackendView, uncached_tokens
+from policies.profiles import PROFILES, Profile
+from policies.routing import route
 from policies.saturation import SaturationDetector
-from policies.scorers import BACKLOG_SCALE_TOKENS, PRECISE, PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR
-from policies.scoring import ScoringProfile, route_scored
+from policies.scorers import BACKLOG_SCALE_TOKENS
+from policies.views import BackendView, uncached_tokens
 
 DETECTOR = SaturationDetector(queue_depth=5, kv_cache_utilization=0.8)
-PROFILE = ScoringProfile(dict(PRECISE), PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR)
-WITHOUT_BACKLOG = ScoringProfile({**PRECISE, "backlog": 0.0}, PRECISE_LOAD_FACTOR, PRECISE_LOAD_FLOOR)
+PROFILE = PROFILES["precise"]
+PRECISE = PROFILE.scorers
+WITHOUT_BACKLOG = PROFILE.model_copy(update={"scorers": {**PRECISE, "backlog": 0.0}})
 S = BACKLOG_SCALE_TOKENS
 
 
@@ -69,9 +71,9 @@ def view(name: str, backlog: int, precise: float = 0.0, inflight: int = 1, prefi
     )
 
 
-def firsts(profile: ScoringProfile, views: list[BackendView], keys: int = 24) -> set[str]:
+def firsts(profile: Profile, views: list[BackendView], keys: int = 24) -> set[str]:
     req = GenerationRequest("r", "m", messages=[{"role": "user", "content": "x"}])
-    return {route_scored(profile, views, req, f"key-{k}", DETECTOR).candidates[0].name for k in range(keys)}
+    return {route(profile, views, req, f"key-{k}", DETECTOR).candidates[0].name for k in range(keys)}
 
 
 def test_where_the_matches_tie_the_least_prefill_ahead_wins_whatever_the_key():

@@ -11,12 +11,20 @@ import time
 import pytest
 
 from adapters.base import GenerationRequest, LoadSnapshot
-from policies.routing import BackendView
-from policies.scoring import ScoringProfile, key_digest, over_bound, pick, route_scored, tie_rank
+from policies.pickers import Decision, RouteState, key_digest, max_score, over_bound, tie_rank
+from policies.profiles import PROFILES, Profile
+from policies.routing import route
+from policies.views import BackendView
 
 
 def chat() -> GenerationRequest:
     return GenerationRequest("r", "m", messages=[{"role": "user", "content": "x"}])
+
+
+def pick(bs: list[BackendView], totals: list[float], key: str, load_factor: float) -> list[BackendView]:
+    """The max_score picker alone, at `load_factor`."""
+    profile = Profile(scorers={"queue": 1}, load_factor=load_factor)
+    return max_score(bs, totals, Decision(key, profile, RouteState()))
 
 
 def test_the_key_digest_is_the_big_endian_eight_byte_blake2b_of_the_key():
@@ -60,7 +68,7 @@ def test_below_the_load_floor_no_backend_is_past_its_share():
     bs[0].inflight = 4  # the floor reached, and the share (ceil(10 / 3) = 4) too
     assert over_bound(bs, 2.0, load_floor=4) == [True, False, False]
     with pytest.raises(ValueError, match="load_floor"):
-        ScoringProfile({"queue": 1}, load_floor=0)
+        Profile(scorers={"queue": 1}, load_floor=0)
 
 
 def test_a_share_that_is_a_whole_number_is_not_rounded_up_by_float_noise():
@@ -69,19 +77,19 @@ def test_a_share_that_is_a_whole_number_is_not_rounded_up_by_float_noise():
 
 
 def test_a_load_factor_of_exactly_one_is_allowed():
-    assert ScoringProfile(load_factor=1.0).load_factor == 1.0
+    assert Profile(scorers={"queue": 1}, load_factor=1.0).load_factor == 1.0
     with pytest.raises(ValueError):
-        ScoringProfile(load_factor=0.99)
+        Profile(scorers={"queue": 1}, load_factor=0.99)
 
 
 def test_a_fractional_weight_still_counts_as_using_a_scorer():
-    profile = ScoringProfile(weights={"kv": 0.25, "queue": 0.0})
+    profile = Profile(scorers={"kv": 0.25, "queue": 0.0})
     assert profile.uses("kv") and not profile.uses("queue") and not profile.uses("prefix")
 
 
 def test_a_total_is_the_weighted_sum_of_the_scores_and_nothing_else():
     bs = [BackendView("a", weight=2.0), BackendView("b", weight=1.0)]
-    result = route_scored(ScoringProfile(weights={"weight": 3.0}), bs, chat(), "k")
+    result = route(Profile(scorers={"weight": 3.0}), bs, chat(), "k")
     assert result.scores == {"a": 3.0, "b": 1.5}
 
 
@@ -89,20 +97,20 @@ def test_freshness_and_saturation_are_judged_at_the_time_given():
     # At t=1000 "a"'s load is fresh and says it is queueing: it goes last. Judged at
     # the wall clock instead, that load would be decades old and forgotten.
     bs = [BackendView("a", load=LoadSnapshot(waiting=50, read_at=1000.0), session_owner=True), BackendView("b")]
-    result = route_scored(ScoringProfile(), bs, chat(), "k", now=1000.0)
+    result = route(PROFILES["blended"], bs, chat(), "k", now=1000.0)
     assert [b.name for b in result.candidates] == ["b", "a"]
     assert result.candidates[1].saturated and result.candidates[1].load is not None
 
 
 def test_without_a_time_the_wall_clock_is_used():
     bs = [BackendView("a", load=LoadSnapshot(waiting=50, read_at=time.time()), session_owner=True), BackendView("b")]
-    assert [b.name for b in route_scored(ScoringProfile(), bs, chat(), "k").candidates] == ["b", "a"]
+    assert [b.name for b in route(PROFILES["blended"], bs, chat(), "k").candidates] == ["b", "a"]
 
 
 def test_each_step_time_is_a_part_of_the_whole_decision():
     bs = [BackendView(f"b{i}", inflight=i) for i in range(8)]
     before = time.perf_counter_ns()
-    t = route_scored(ScoringProfile(), bs, chat(), "k").timings
+    t = route(PROFILES["blended"], bs, chat(), "k").timings
     elapsed = time.perf_counter_ns() - before
     assert t is not None
     assert 0 < t.filter_ns <= elapsed and 0 < t.score_ns <= elapsed and 0 < t.pick_ns <= elapsed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.base import GenerationRequest
-from policies.session import SESSION_SOURCES, SessionTable, session_key
+from policies.session import SESSION_SOURCES, SessionAffinity, SessionTable, session_key
 
 
 def req(tenant="t", **keys) -> GenerationRequest:
@@ -26,7 +26,7 @@ def test_sessions_are_per_tenant():
 
 
 def test_the_table_remembers_the_last_backend_until_the_ttl():
-    table = SessionTable(ttl_s=60)
+    table = SessionTable(SessionAffinity(ttl_s=60))
     table.record("k", "b1", now=0)
     assert table.owner("k", now=59) == "b1"
     table.record("k", "b2", now=59)  # the conversation moved (its backend was saturated)
@@ -36,11 +36,11 @@ def test_the_table_remembers_the_last_backend_until_the_ttl():
 
 
 def test_the_table_is_bounded_least_recently_used_first():
-    table = SessionTable(capacity=2)
+    table = SessionTable(SessionAffinity(max_sessions=2))
     table.record("a", "b1", 0)
     table.record("b", "b1", 1)
     table.record("a", "b2", 2)  # a is now the most recent
     table.record("c", "b3", 3)
     assert (table.owner("a", 4), table.owner("b", 4), table.owner("c", 4)) == ("b2", None, "b3")
     with pytest.raises(ValueError):
-        SessionTable(capacity=0)
+        SessionTable(SessionAffinity(max_sessions=0))

@@ -16,7 +16,7 @@ import httpx
 
 from adapters.kv_events import vllm_block_hashes
 from adapters.kv_events_zmq import KVEventSubscriber
-from policies.kv_index import KVBlockIndex
+from policies.kv_index import KVBlockIndex, KVIndexSettings
 from processes import free_port
 
 
@@ -46,7 +46,7 @@ def test_gateway_index_tracks_the_double_through_evictions(make_sim) -> None:
         return (await http.post("/v1/completions", json=body)).json()["usage"]["prompt_tokens_details"]["cached_tokens"]
 
     async def main() -> tuple[int, int, int, int]:
-        index = KVBlockIndex(block_size=16)
+        index = KVBlockIndex(KVIndexSettings(block_size=16))
         subscriber = KVEventSubscriber("sim", config["endpoint"], index, replay_endpoint=config["replay_endpoint"])
         async with httpx.AsyncClient(base_url=sim.url, timeout=10) as http:
             assert await cached(http, prompts[0]) == 0  # published before anyone listens

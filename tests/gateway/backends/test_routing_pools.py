@@ -17,8 +17,7 @@ from gateway.backends.backend_set import BackendSet
 from gateway.config.schema import ConfigError, parse_config
 from gateway.openai.requests import estimate_prompt_tokens, parse_chat, parse_completion
 from policies.ejection import FailureKind
-from policies.routing import LeastLoaded, RoundRobin
-from policies.scorers import BLENDED, PRECISE
+from policies.profiles import PROFILES
 
 RECORDING = Path(__file__).parents[2] / "policies" / "data" / "vllm-0.32-kv-events.json"
 SYSTEM = "You are a support agent for a hardware shop. Be brief and precise. " * 6
@@ -56,17 +55,17 @@ def chat(question: str, **session) -> GenerationRequest:
 
 async def test_routing_names_a_policy_a_named_profile_or_an_explicit_one(pool_of):
     pool = pool_of("least_loaded")
-    assert isinstance(pool.policy, LeastLoaded) and pool.profile is None
+    assert pool.profile is PROFILES["least_loaded"] and pool.profile.picker == "least_loaded"
     pool = pool_of()  # no routing: round robin, as before
-    assert isinstance(pool.policy, RoundRobin)
+    assert pool.profile is PROFILES["round_robin"] and pool.profile.scorers == {}
     pool = pool_of("blended")
-    assert pool.profile is not None and dict(pool.profile.weights) == BLENDED
-    assert pool.profile.load_factor == 1.25
+    assert pool.profile.scorers == {"prefix": 3, "queue": 2, "kv": 2, "inflight": 2, "session": 10}
+    assert (pool.profile.picker, pool.profile.load_factor) == ("max_score", 1.25)
     pool = pool_of("precise")  # for runtimes publishing KV events: the prefix dominates, a looser bound
-    assert pool.profile is not None and dict(pool.profile.weights) == PRECISE
+    assert pool.profile.scorers == {"prefix": 6, "queue": 2, "kv": 2, "inflight": 2, "backlog": 6, "session": 19}
     assert (pool.profile.load_factor, pool.profile.load_floor) == (2.0, 4)
     pool = pool_of({"scorers": {"queue": 1, "prefix": 4}, "load_factor": 1.5})
-    assert dict(pool.profile.weights) == {"queue": 1, "prefix": 4} and pool.profile.load_factor == 1.5
+    assert pool.profile.scorers == {"queue": 1, "prefix": 4} and pool.profile.load_factor == 1.5
     assert pool.profile.load_floor == 1
     assert pool_of({"scorers": {"queue": 1}, "load_floor": 3}).profile.load_floor == 3
     with pytest.raises(ConfigError):
