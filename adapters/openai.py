@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import orjson
 
-from adapters import non_generation_wire as ngw
+from adapters import oneshot_wire
 from adapters import openai_wire as wire
 from adapters.base import (
     Adapter,
@@ -49,7 +49,7 @@ from adapters.errors import (
     upstream_unavailable,
 )
 from adapters.http_client import ConnectionPool, HTTPError, PoolTimeout, ReadTimeout
-from adapters.non_generation import EmbeddingRequest, EmbeddingResult
+from adapters.oneshot import EmbeddingRequest, EmbeddingResult
 from adapters.runtime_errors import ParsedError, runtime_error
 
 
@@ -300,15 +300,15 @@ class OpenAIAdapter(Adapter):
             for out in quirks.at_done():
                 yield out
 
-    # ---- calls that generate nothing (adapters/non_generation.py) --------------
+    # ---- calls that generate nothing (adapters/oneshot.py) --------------
 
     async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
-        body = ngw.embedding_body(request, self.served_model)
+        body = oneshot_wire.embedding_body(request, self.served_model)
         try:
             payload = await self._call_json("/embeddings", body, request.request_id)
         except GatewayError as err:
-            raise ngw.embedding_error(err) from None
-        return ngw.decode_embeddings(payload, len(request.inputs), self.name)
+            raise oneshot_wire.embedding_error(err) from None
+        return oneshot_wire.decode_embeddings(payload, len(request.inputs), self.name)
 
     async def _call_json(self, path: str, body: dict[str, Any], request_id: str, *, under_api: bool = True) -> Any:
         """POST one JSON body, read one JSON answer: `path` under the API prefix, or under

@@ -43,9 +43,9 @@ from typing import Any
 import aiohttp
 import orjson
 
-from adapters import non_generation_wire as ngw
+from adapters import oneshot_wire
 from adapters.base import GenerationRequest, LoadSnapshot
-from adapters.non_generation import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
+from adapters.oneshot import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
 from adapters.runtime_adapter import RuntimeAdapter
 from adapters.runtime_errors import ParsedError
 
@@ -90,15 +90,15 @@ class SGLangAdapter(RuntimeAdapter):
             raise self._unsupported("token strings in /tokenize answers", "return_token_strs")
         if request.messages is not None and not (request.add_generation_prompt or request.continue_final_message):
             raise self._unsupported("tokenizing messages without the generation prompt", "add_generation_prompt")
-        body = ngw.tokenize_body(request, self.served_model)
+        body = oneshot_wire.tokenize_body(request, self.served_model)
         body.pop("add_generation_prompt", None)  # SGLang renders messages as a chat request does
         payload = await self._call_json("/tokenize", body, request.request_id)
-        return ngw.decode_tokenize(payload, self.name, want_strs=False)
+        return oneshot_wire.decode_tokenize(payload, self.name, want_strs=False)
 
     async def detokenize(self, request: DetokenizeRequest) -> DetokenizeResult:
-        body = {**ngw.detokenize_body(request, self.served_model), "skip_special_tokens": False}
+        body = {**oneshot_wire.detokenize_body(request, self.served_model), "skip_special_tokens": False}
         payload = await self._call_json("/detokenize", body, request.request_id)
-        return ngw.decode_detokenize(payload, self.name, "text")
+        return oneshot_wire.decode_detokenize(payload, self.name, "text")
 
     def _classify(self, status: int, parsed: ParsedError) -> int | None:
         if status == 400 and UNKNOWN_MODEL.search(parsed.message):

@@ -35,10 +35,10 @@ from typing import Any
 import aiohttp
 import orjson
 
-from adapters import non_generation_wire as ngw
+from adapters import oneshot_wire
 from adapters import prometheus_text as prom
 from adapters.base import GenerationRequest, LoadSnapshot
-from adapters.non_generation import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
+from adapters.oneshot import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
 from adapters.runtime_adapter import RuntimeAdapter, gauge_snapshot
 
 log = logging.getLogger(__name__)
@@ -158,14 +158,14 @@ class VLLMAdapter(RuntimeAdapter):
         await super().aclose()
 
     async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
-        body = ngw.tokenize_body(request, self.served_model)
+        body = oneshot_wire.tokenize_body(request, self.served_model)
         payload = await self._call_json("/tokenize", body, request.request_id, under_api=False)
-        return ngw.decode_tokenize(payload, self.name, request.return_token_strs)
+        return oneshot_wire.decode_tokenize(payload, self.name, request.return_token_strs)
 
     async def detokenize(self, request: DetokenizeRequest) -> DetokenizeResult:
-        body = ngw.detokenize_body(request, self.served_model)
+        body = oneshot_wire.detokenize_body(request, self.served_model)
         payload = await self._call_json("/detokenize", body, request.request_id, under_api=False)
-        return ngw.decode_detokenize(payload, self.name, "prompt")
+        return oneshot_wire.decode_detokenize(payload, self.name, "prompt")
 
     async def load(self) -> LoadSnapshot:
         samples, read_at = await self._scrape("/metrics")

@@ -1,4 +1,4 @@
-"""The adapters' calls that generate nothing (embeddings, tokenize, detokenize) against
+"""The adapters' one-shot calls (embeddings, tokenize, detokenize) against
 the wire-faithful simulators and the fast OpenAI upstream, as real processes; and the
 wire decoders on the answers a runtime could send."""
 
@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from adapters.errors import GatewayError
-from adapters.non_generation import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
-from adapters.non_generation_wire import decode_embeddings, decode_tokenize, embedding_error
+from adapters.oneshot import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
+from adapters.oneshot_wire import decode_embeddings, decode_tokenize, embedding_error
 from adapters.openai import OpenAIAdapter
 from adapters.sglang import SGLangAdapter
 from adapters.tgi import TGIAdapter
