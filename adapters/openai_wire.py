@@ -1,7 +1,7 @@
 """The OpenAI wire dialect as the runtimes speak it: request bodies out, events in.
 
 Shared by the generic `openai` adapter and the runtime adapters that speak an
-OpenAI-compatible dialect with quirks (they override pieces, see `OpenAIAdapter`).
+OpenAI-compatible dialect with quirks (`OpenAIDialect` and the runtime dialects compose them).
 Decoding is lenient about what runtimes add and faithful to what they say: the
 runtimes' finish-reason words are translated into the OpenAI enum here (an abort
 or engine error is raised as a failure), and the rules about the whole stream

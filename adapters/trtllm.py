@@ -34,14 +34,17 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import orjson
 
-from adapters.base import SAMPLING_PARAMETERS, GenerationRequest, LoadSnapshot
-from adapters.runtime_adapter import RuntimeAdapter
+from adapters import prometheus_text as prom
+from adapters.base import SAMPLING_PARAMETERS, Capabilities, GenerationRequest, LoadSnapshot
+from adapters.dialect import Reader
+from adapters.openai import OpenAIDialect
 from adapters.runtime_errors import ParsedError
 
 # tensorrt_llm/llmapi/llm.py `_check_arguments`; executor/base_worker.py `_deduce_max_tokens` (newer main).
@@ -84,40 +87,49 @@ class _JsonMetricsReader:
 _JSON_READERS: dict[tuple[str, int], _JsonMetricsReader] = {}
 
 
-class TRTLLMAdapter(RuntimeAdapter):
+class TRTLLMDialect(OpenAIDialect):
     runtime = "TensorRT-LLM"
+    api_prefix = "/v1"
+    health_path = "/health"
     context_pattern = CONTEXT
 
-    def __init__(self, name: str, url: str, served_model: str | None = None, **kwargs: Any) -> None:
-        super().__init__(name, url, served_model, **kwargs)
-        self.capabilities = self._capabilities(cached_tokens=True)
+    def __init__(self, backend: str, served_model: str | None = None, options: Mapping[str, Any] | None = None):
+        super().__init__(backend, served_model, options)
         self._metrics = str(self.options.get("metrics", "json"))  # json | prometheus
         # Reads closer together than this reuse the last snapshot, so that two
         # callers do not split one server's iteration stats between them.
         self._min_interval_s = float(self.options.get("metrics_min_interval_s", 0.5))
 
-    def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
-        body = super()._build_body(request, stream)
+    def declare_capabilities(self) -> Capabilities:
+        return Capabilities(tools=self.option("tools", True), cached_tokens=True)
+
+    def body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
+        body = super().body(request, stream)
         allowed = CHAT_FIELDS if request.kind == "chat" else COMPLETION_FIELDS
         return {k: v for k, v in body.items() if k in allowed}
 
-    def _classify(self, status: int, parsed: ParsedError) -> int | None:
+    def classify(self, status: int, parsed: ParsedError) -> int | None:
         if status == 400 and (_BACKEND_FAULT.search(parsed.message) or parsed.type == "internal_error"):
             return 500  # the backend's fault: the generic rule makes it 502
         return None
 
-    # ---- load --------------------------------------------------------------
-
-    async def load(self) -> LoadSnapshot:
-        if self._metrics == "prometheus":
-            return await self._load_prometheus()
-        key = (self.base_url, id(asyncio.get_running_loop()))
+    async def load(self, http: Reader) -> LoadSnapshot:
+        if self._metrics == "prometheus":  # needs `return_perf_metrics: true`
+            return await prom.gauge_load(
+                http,
+                "/prometheus/metrics",
+                "trtllm_num_requests_running",
+                "trtllm_num_requests_waiting",
+                "trtllm_kv_cache_utilization",
+                "trtllm_kv_cache_hit_rate",
+            )
+        key = (http.base_url, id(asyncio.get_running_loop()))
         reader = _JSON_READERS.setdefault(key, _JsonMetricsReader())
         async with reader.lock:
             if time.time() - reader.read_at < self._min_interval_s:
                 return reader.last
             try:
-                status, raw = await self._get("/metrics")
+                status, raw = await http.get("/metrics")
             except (TimeoutError, aiohttp.ClientError, OSError):
                 return LoadSnapshot()
             reader.read_at = time.time()
@@ -145,15 +157,6 @@ class TRTLLMAdapter(RuntimeAdapter):
                 reader.seen_stats = True
             reader.last = snapshot
             return snapshot
-
-    async def _load_prometheus(self) -> LoadSnapshot:
-        return await self._load_from_gauges(
-            "/prometheus/metrics",
-            "trtllm_num_requests_running",
-            "trtllm_num_requests_waiting",
-            "trtllm_kv_cache_utilization",
-            "trtllm_kv_cache_hit_rate",
-        )
 
 
 def parse_iteration_stats(stats: Any, read_at: float) -> LoadSnapshot | None:

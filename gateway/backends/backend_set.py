@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from adapters.base import Adapter, GenerationRequest, Health, LoadSnapshot
+from adapters.http_adapter import HTTPAdapter
 from gateway.backends.kv_feeds import KVFeed, build_feed
 from gateway.config.schema import BackendConfig, GatewayConfig, ModelConfig
 from gateway.openai.requests import estimate_prompt_tokens
@@ -36,19 +37,21 @@ from policies.session import SessionTable, session_key
 
 log = logging.getLogger("switchyard.backends")
 
-# adapter kind -> (module, class). An import, not a registry: each line is one runtime.
+# adapter kind -> (module, class): an HTTP runtime's dialect, or the native adapter.
+# An import, not a registry: each line is one runtime.
 ADAPTER_CLASSES = {
-    "openai": ("adapters.openai", "OpenAIAdapter"),
-    "vllm": ("adapters.vllm", "VLLMAdapter"),
-    "sglang": ("adapters.sglang", "SGLangAdapter"),
-    "trtllm": ("adapters.trtllm", "TRTLLMAdapter"),
-    "tgi": ("adapters.tgi", "TGIAdapter"),
+    "openai": ("adapters.openai", "OpenAIDialect"),
+    "vllm": ("adapters.vllm", "VLLMDialect"),
+    "sglang": ("adapters.sglang", "SGLangDialect"),
+    "trtllm": ("adapters.trtllm", "TRTLLMDialect"),
+    "tgi": ("adapters.tgi", "TGIDialect"),
     "native": ("adapters.native", "NativeAdapter"),
 }
 
 
 def build_adapter(cfg: BackendConfig, registry=None, shared: dict | None = None) -> Adapter:
-    """One adapter per backend; native engines with the same model path share one engine."""
+    """One adapter per backend: `HTTPAdapter` with the runtime's dialect; native engines
+    with the same model path share one engine."""
     module_name, class_name = ADAPTER_CLASSES[cfg.adapter]
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
@@ -65,17 +68,19 @@ def build_adapter(cfg: BackendConfig, registry=None, shared: dict | None = None)
         if shared is not None:
             shared[key] = adapter
         return adapter
-    return cls(
+    assert cfg.url is not None  # BackendConfig requires one for every adapter but native
+    return HTTPAdapter(
+        cls,
         cfg.name,
         cfg.url,
         cfg.served_model,
+        options=cfg.options,
         timeout_s=cfg.timeout_s,
         connect_timeout_s=cfg.connect_timeout_s,
         first_byte_timeout_s=cfg.first_byte_timeout_s,
         stream_idle_timeout_s=cfg.stream_idle_timeout_s,
         pool_wait_s=cfg.pool_wait_s,
         max_connections=cfg.max_connections,
-        options=cfg.options,
     )
 
 

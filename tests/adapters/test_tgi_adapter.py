@@ -1,4 +1,4 @@
-"""TGIAdapter against TGI wire samples written from docs/runtimes.md §4, for TGI
+"""TGIDialect against TGI wire samples written from docs/runtimes.md §4, for TGI
 >= 3.2 and for the older shapes (object arguments, single-object stream delta),
 corrected where TGI's own recordings differ (test_recorded_tgi.py replays those)."""
 
@@ -10,7 +10,8 @@ import pytest
 
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
-from adapters.tgi import TGIAdapter, parse_tgi_metrics, tgi_grammar
+from adapters.http_adapter import HTTPAdapter
+from adapters.tgi import TGIDialect, parse_tgi_metrics
 from tests.adapters.wire_samples import (
     chat,
     collect,
@@ -72,8 +73,8 @@ def completion(message: dict, finish: str, prompt: int, generated: int, fingerpr
     }
 
 
-def adapter(replay, **options) -> TGIAdapter:
-    return TGIAdapter("tgi-d", replay.url, "meta-llama/Llama-3.1-8B-Instruct", options=options)
+def adapter(replay, **options) -> HTTPAdapter:
+    return HTTPAdapter(TGIDialect, "tgi-d", replay.url, "meta-llama/Llama-3.1-8B-Instruct", options=options)
 
 
 async def test_stream_without_role_chunk(replay):
@@ -120,8 +121,9 @@ async def test_request_rewriting(replay):
 
 
 def test_grammar_translation():
-    assert tgi_grammar({"type": "json_object"}) == {"type": "json", "value": {"type": "object"}}
-    assert tgi_grammar({"type": "text"}) is None
+    tgi = TGIDialect("tgi-d")
+    assert tgi.grammar({"type": "json_object"}) == {"type": "json", "value": {"type": "object"}}
+    assert tgi.grammar({"type": "text"}) is None
 
 
 @pytest.mark.parametrize(
@@ -277,7 +279,7 @@ async def test_overloaded_429_before_the_stream(replay):
 
 
 def test_capabilities_make_the_gateway_fan_out_n():
-    caps = TGIAdapter.capabilities
+    caps = TGIDialect("tgi-d").capabilities
     assert not caps.n and not caps.parallel_tool_calls and not caps.cached_tokens
 
 
