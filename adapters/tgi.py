@@ -1,37 +1,19 @@
-"""Hugging Face TGI (`text-generation-launcher`, Messages API under /v1), facts from
-docs/runtimes.md §4 and `router/src/lib.rs`, `server.rs`, `chat.rs`.
+"""The TGI dialect (`text-generation-launcher`, Messages API under /v1); facts from
+docs/runtimes.md §4 and TGI's `router/src/lib.rs`, `validation.rs`, `server.rs`.
 
-What differs from OpenAI and is handled here:
-- requests: `model` selects a LoRA adapter unless it is `"tgi"`, so `"tgi"` is sent
-  (option `adapter_id` to pick one); `presence_penalty` is read as
-  `repetition_penalty = presence_penalty + 2.0`, so OpenAI's presence penalty has
-  no equivalent (400) and a requested `repetition_penalty` r is sent as
-  `presence_penalty = r - 2`; `top_p` must lie strictly inside (0, 1): 1 means no
-  nucleus cut (dropped), 0 means greedy (temperature 0); `response_format` becomes
-  `{"type": "json", "value": <schema>}`; `n` is ignored by TGI (the gateway fans
-  out, capability `n=False`); no `logit_bias`, `top_k`, `min_p`, `stop_token_ids`,
-  `ignore_eos`, `min_tokens` in its OpenAI API (the `parameters` table: refused with
-  400 naming TGI, or dropped, as the model's `unsupported_params` says).
-- errors: `{"error": str, "error_type": str}` with 422 for validation, 424 for
-  generation, 429 overloaded, 500 incomplete; plain-text 422/400 from axum for
-  wrong body types; in a stream `{"error": {"message", "http_status_code": 422}}`
-  (422 for every kind, so the message decides) then `[DONE]`.
-- context length: "`inputs` tokens + `max_new_tokens` must be <= N" / "`inputs`
-  must have less than N tokens".
-- finish reasons `stop_sequence`, `eos_token` (stop); `""` on every completions
-  chunk before the last (not a finish); never `tool_calls` (the stream guard makes
-  a choice with tool calls finish `tool_calls`).
-- the matched stop sequence is left in the text: trimmed (`TGIQuirks`).
-- tool calls: id `"0"` (>= 3.2) or `""` (< 3.2), replaced by the gateway's own ids
-  like every runtime's; no `content` key; no finish chunk after a streamed tool
-  call (`TGIQuirks` finishes the choice at `[DONE]`); before 3.2 object `arguments`
-  and a single-object stream delta without a name whose arguments are the raw
-  grammar output `{"function": {"_name": ..., <args>}}`: buffered and decoded when
-  the choice ends. A chosen `no_tool` (or `notify_error` in 2.x) is the model
-  answering in text; before 3.2 that text ends without a finish chunk (finished at
-  `[DONE]` too; recorded in tests/adapters/recordings/tgi/v3.1/no_tool_stream.json).
-- load from Prometheus `/metrics` (`tgi_*`): queue size, batch size, and batch
-  tokens over the token budget as the KV usage estimate; no prefix cache.
+- requests: `model` is `"tgi"` (any other name selects a LoRA adapter; option
+  `adapter_id`); `presence_penalty` is read as `repetition_penalty - 2`, so a
+  repetition penalty r goes as `presence_penalty: r - 2`; `top_p` must lie inside
+  (0, 1); `response_format` becomes a grammar (`grammar`); no `n` (the gateway fans
+  out); the rest of what TGI lacks is the `parameters` table's or refused.
+- errors: `{"error", "error_type"}` (422 validation, 424 generation, 429 overloaded);
+  in a stream `{"error": {"message", "http_status_code": 422}}` for every kind, so
+  the message decides.
+- answers: completions' `finish_reason: ""` before the last chunk is no finish; tool
+  calls before 3.2 as one object; what only the whole answer shows is `TGIQuirks`
+  (adapters/tgi_quirks.py).
+- load from Prometheus `/metrics` (`tgi_*`): batch tokens over the token budget as the
+  KV usage estimate; no prefix cache.
 """
 
 from __future__ import annotations
@@ -142,15 +124,24 @@ class TGIDialect(OpenAIDialect):
             raise self.unsupported(f"response_format type {kind!r}", "response_format")
 
     def grammar(self, response_format: dict[str, Any]) -> dict[str, Any] | None:
-        """OpenAI `response_format` -> TGI's `{"type": "json", "value": schema}` (None: no grammar)."""
-        kind = response_format.get("type")
-        if kind == "json_schema":
-            spec = response_format.get("json_schema") or {}
-            schema = spec.get("schema") if isinstance(spec, dict) else None
-            return {"type": "json", "value": schema if isinstance(schema, dict) else {"type": "object"}}
-        if kind == "json_object":
-            return {"type": "json", "value": {"type": "object"}}
-        return None
+        """OpenAI's `response_format` -> TGI's grammar (None: none). TGI compiles a JSON
+        grammar only from a schema whose root has `properties` (validation.rs; the root
+        then allows those keys only), so any JSON object goes as a regex, and a schema
+        without root `properties` (an array, a bare string) is refused here."""
+        if response_format.get("type") == "json_object":
+            return {"type": "regex", "value": JSON_OBJECT_REGEX}
+        if response_format.get("type") != "json_schema":
+            return None
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict) or _any_object(schema):
+            return {"type": "regex", "value": JSON_OBJECT_REGEX}
+        if "properties" not in schema:
+            raise self.unsupported(
+                "a json_schema whose root has no `properties` (TGI constrains only objects with declared properties)",
+                "response_format",
+            )
+        return {"type": "json", "value": schema}
 
     # ---- answers ------------------------------------------------------------------------------
 
@@ -216,3 +207,29 @@ def parse_tgi_metrics(text: str, read_at: float) -> LoadSnapshot:
         prefix_hit_rate=None,
         read_at=read_at,
     )
+
+
+# ---- any JSON object, as a regex (compact, nested three containers deep) ----------------------
+
+_STRING = r'"([^"\\\x00-\x1f]|\\(["\\/bfnrt]|u[0-9a-fA-F]{4}))*"'
+_SCALAR = _STRING + r"|-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|null"
+
+
+def _json_value(depth: int) -> str:
+    if depth == 0:
+        return f"({_SCALAR})"
+    inner = _json_value(depth - 1)
+    return rf"({_SCALAR}|{_json_object(inner)}|\[({inner}(,{inner})*)?\])"
+
+
+def _json_object(value: str) -> str:
+    return rf"\{{({_STRING}:{value}(,{_STRING}:{value})*)?\}}"
+
+
+JSON_OBJECT_REGEX = _json_object(_json_value(2))
+_ANY_OBJECT_KEYS = {"type", "title", "description", "$schema"}
+
+
+def _any_object(schema: dict[str, Any]) -> bool:
+    """A schema that says "an object" and nothing more."""
+    return schema.get("type") == "object" and set(schema) <= _ANY_OBJECT_KEYS

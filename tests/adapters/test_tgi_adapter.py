@@ -11,7 +11,8 @@ import pytest
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
 from adapters.http_adapter import HTTPAdapter
-from adapters.tgi import TGIDialect, parse_tgi_metrics
+from adapters.tgi import JSON_OBJECT_REGEX, TGIDialect, parse_tgi_metrics
+from simulators.testing import start_simulator
 from tests.adapters.wire_samples import (
     chat,
     collect,
@@ -122,7 +123,7 @@ async def test_request_rewriting(replay):
 
 def test_grammar_translation():
     tgi = TGIDialect("tgi-d")
-    assert tgi.grammar({"type": "json_object"}) == {"type": "json", "value": {"type": "object"}}
+    assert tgi.grammar({"type": "json_object"}) == {"type": "regex", "value": JSON_OBJECT_REGEX}
     assert tgi.grammar({"type": "text"}) is None
 
 
@@ -290,3 +291,36 @@ def test_tgi_metrics():
     )
     snap = parse_tgi_metrics(text, 5.0)
     assert (snap.waiting, snap.running, snap.kv_usage, snap.prefix_hit_rate, snap.read_at) == (3, 5, 0.25, None, 5.0)
+
+
+# ---- response_format against the TGI simulator, which validates grammars as TGI does -----------
+
+
+@pytest.fixture(scope="module")
+def tgi_sim():
+    sim = start_simulator("tgi", model_name="tiny")
+    yield sim
+    sim.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_json_object_reaches_tgi_as_a_grammar_it_accepts(tgi_sim, stream):
+    a = HTTPAdapter(TGIDialect, "tgi-s", tgi_sim.url, "tiny")
+    events = await delivered(
+        a, chat(stream=stream, response_format={"type": "json_object"}, sampling=SamplingParams(max_tokens=400))
+    )
+    await a.aclose()
+    assert Finish(0, "stop") in events and not any(isinstance(e, ErrorEvent) for e in events), events
+    document = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert isinstance(json.loads(document), dict)
+
+
+async def test_a_schema_tgi_cannot_constrain_is_refused_before_the_call(tgi_sim):
+    a = HTTPAdapter(TGIDialect, "tgi-s", tgi_sim.url, "tiny")
+    schema = {"type": "array", "items": {"type": "integer"}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "ids", "schema": schema}}
+    error = await collect_refusal(a, chat(stream=False, response_format=fmt, request_id="gw-array"))
+    await a.aclose()
+    assert (error.status, error.param, error.code) == (400, "response_format", "unsupported_by_backend")
+    sent = [r["headers"].get("x-request-id") for r in tgi_sim.stats()["last_requests"]]
+    assert "gw-array" not in sent  # nothing was sent

@@ -4,6 +4,9 @@ Prometheus gauges, the error classification, and `load()` over the replay server
 
 from __future__ import annotations
 
+import json
+import re
+
 import pytest
 
 from adapters.base import (
@@ -18,7 +21,7 @@ from adapters.base import (
 from adapters.errors import GatewayError
 from adapters.http_adapter import HTTPAdapter
 from adapters.runtime_errors import ParsedError
-from adapters.tgi import TGIDialect, parse_tgi_metrics
+from adapters.tgi import JSON_OBJECT_REGEX, TGIDialect, parse_tgi_metrics
 from adapters.tgi_quirks import TGIQuirks, _parse_args, decode_grammar_call, text_tools_to_content
 
 
@@ -73,19 +76,65 @@ def test_the_grammar_output_gives_the_name_and_the_arguments():
 # ---- response_format --------------------------------------------------------------------
 
 
-def test_response_format_becomes_a_json_grammar():
-    tgi = TGIDialect("tgi-q")
+def grammar(response_format: dict):
+    return TGIDialect("tgi-q").grammar(response_format)
+
+
+def test_a_schema_with_root_properties_becomes_a_json_grammar():
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
-    assert tgi.grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}) == {
+    assert grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}) == {
         "type": "json",
         "value": schema,
     }
-    any_object = {"type": "json", "value": {"type": "object"}}
-    assert tgi.grammar({"type": "json_schema", "json_schema": {"name": "x"}}) == any_object  # no schema given
-    assert tgi.grammar({"type": "json_schema", "json_schema": "junk"}) == any_object
-    assert tgi.grammar({"type": "json_schema"}) == any_object
-    assert tgi.grammar({"type": "json_object"}) == any_object
-    assert tgi.grammar({"type": "text"}) is None
+    assert grammar({"type": "text"}) is None
+
+
+def test_any_object_goes_as_a_regex_tgi_compiles():
+    # TGI refuses {"type": "json", "value": {"type": "object"}} ("Grammar must have a
+    # 'properties' field"), and {"properties": {}} would allow only `{}`.
+    any_object = {"type": "regex", "value": JSON_OBJECT_REGEX}
+    assert grammar({"type": "json_object"}) == any_object
+    assert grammar({"type": "json_schema", "json_schema": {"name": "x"}}) == any_object  # no schema given
+    assert grammar({"type": "json_schema", "json_schema": "junk"}) == any_object
+    assert grammar({"type": "json_schema"}) == any_object
+    bare = {"type": "object", "title": "Anything", "description": "any object"}
+    assert grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": bare}}) == any_object
+
+
+@pytest.mark.parametrize(
+    "document",
+    ["{}", '{"a":1}', '{"a":-1.5e+3,"b":[true,null,"x\\n\\u00e9"],"c":{"d":[false,2]}}', '{"":""}'],
+)
+def test_the_any_object_regex_accepts_json_objects(document):
+    assert isinstance(json.loads(document), dict)
+    assert re.fullmatch(JSON_OBJECT_REGEX, document)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[]", '"a"', "1", "{a:1}", '{"a":}', '{"a":01}', '{"a":1,}', '{"a":"\n"}', '{"a":"\\x"}', '{"a":1} ']
+    + ['{"a":{"b":[{"c":1}]}}'],  # nested four containers deep: past the regex's bound
+)
+def test_the_any_object_regex_refuses_what_is_no_json_object(text):
+    assert re.fullmatch(JSON_OBJECT_REGEX, text) is None
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "items": {"type": "integer"}},
+        {"type": "string"},
+        {"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}}}, {"type": "null"}]},
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+        {"type": "object", "required": ["a"]},
+    ],
+)
+def test_a_schema_without_root_properties_is_refused_naming_the_field(schema):
+    with pytest.raises(GatewayError) as exc:
+        grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    e = exc.value
+    assert (e.status, e.param, e.code) == (400, "response_format", "unsupported_by_backend")
+    assert "TGI" in e.message and "`properties`" in e.message
 
 
 # ---- gauges ---------------------------------------------------------------------------
