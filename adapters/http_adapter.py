@@ -132,11 +132,12 @@ class HTTPAdapter(Adapter):
         was read to its end the connection is closed: a cancelled call stops the work."""
         headers = {"Content-Type": "application/json", "X-Request-Id": request_id}
         resp = await self.transport.open(call.path, orjson.dumps(call.body), headers, stream=False)
-        raw = None
         try:
             raw = await self.transport.read(resp)
-        finally:
-            resp.release() if raw is not None else resp.close()
+        except BaseException:
+            resp.close()
+            raise
+        resp.release()
         if resp.status >= 400:
             raise self.dialect.error(resp.status, raw)
         try:

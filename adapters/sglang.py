@@ -1,35 +1,8 @@
-"""SGLang (`python -m sglang.launch_server`, OpenAI server under /v1), facts from
-docs/runtimes.md §2.
-
-What differs from OpenAI and is handled here:
-- errors: flat `{"object": "error", message, type, param, code: int}`; in a stream
-  `data: {"error": {"object": "error", ...}}` then `[DONE]` (queue full there is
-  `type: "SERVICE_UNAVAILABLE"`, code 503; non-stream it is 503 with `type: "503"`).
-- context length: "The input (N tokens) is longer than the model's context length
-  (M tokens)." / "Requested token count exceeds the model's maximum context length
-  of M tokens ..." / "max_completion_tokens is too large".
-- newer SGLang refuses a model other than its served name with a 400 "The model `m`
-  does not exist. ..." (its own test, tests/adapters/recordings/sglang/unknown_model.json):
-  the gateway sent the configured served model, so that is the deployment's fault,
-  answered as a 404 would be (502, may fail over), not as the client's mistake.
-- `finish_reason` in a separate content-free chunk (the decoder does not care),
-  `matched_stop` and top-level `reasoning_tokens` ignored, `abort` an error.
-- tool-call argument pieces repeat `id: null, name: null, type` (decoded as pieces
-  without id or name).
-- cached tokens only with `--enable-cache-report` (option `cache_report: true`).
-- cancellation: closing the connection is noticed only by a 4 s poll (or 2 s
-  after the response), so the gateway also calls `POST /abort_request` with the
-  request id, which it sends as SGLang's `rid`. That id is the gateway's own,
-  random and unique (never the client's `x-request-id`): an abort by rid reaches
-  only the generation the gateway started.
-- `/health` runs a 1-token generation and answers after about 1 s (503 while
-  warming up): the health check waits for it.
-- load from `GET /v1/loads` (JSON, no flag needed), else Prometheus `/metrics`.
-- `/v1/embeddings` needs a server launched with `--is-embedding` (which then cannot
-  generate): option `embeddings: true` declares it. `/v1/tokenize` answers without
-  token strings (`return_token_strs` is refused) and adds the generation prompt to
-  messages unless `continue_final_message`; `/v1/detokenize` answers `{"text"}` and skips special tokens unless told
-  not to (the gateway keeps them, as vLLM does).
+"""The SGLang dialect (`python -m sglang.launch_server`): the gateway's request id is
+SGLang's `rid`, which the abort call names (SGLang notices a closed connection only by
+a poll); a refused served model is the deployment's fault; `/health` runs a generation
+(slow); load from `/v1/loads`, else Prometheus; `/v1/tokenize` and `/v1/detokenize`
+in SGLang's shape. Facts and sources: docs/adapters.md "SGLang", docs/runtimes.md §2.
 """
 
 from __future__ import annotations
@@ -104,14 +77,14 @@ class SGLangDialect(OpenAIDialect):
             raise self.unsupported("tokenizing messages without the generation prompt", "add_generation_prompt")
         body = oneshot_wire.tokenize_body(request, self.served_model)
         body.pop("add_generation_prompt", None)  # SGLang renders messages as a chat request does
-        return Call("/v1/tokenize", body)
+        return Call(self.api_prefix + "/tokenize", body)
 
     def read_tokenize(self, payload: Any, request: TokenizeRequest) -> TokenizeResult:
         return oneshot_wire.decode_tokenize(payload, self.backend, want_strs=False)
 
     def detokenize_call(self, request: DetokenizeRequest) -> Call:
         body = {**oneshot_wire.detokenize_body(request, self.served_model), "skip_special_tokens": False}
-        return Call("/v1/detokenize", body)
+        return Call(self.api_prefix + "/detokenize", body)
 
     def read_detokenize(self, payload: Any, request: DetokenizeRequest) -> DetokenizeResult:
         return oneshot_wire.decode_detokenize(payload, self.backend, "text")

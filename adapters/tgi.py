@@ -1,19 +1,8 @@
-"""The TGI dialect (`text-generation-launcher`, Messages API under /v1); facts from
-docs/runtimes.md §4 and TGI's `router/src/lib.rs`, `validation.rs`, `server.rs`.
-
-- requests: `model` is `"tgi"` (any other name selects a LoRA adapter; option
-  `adapter_id`); `presence_penalty` is read as `repetition_penalty - 2`, so a
-  repetition penalty r goes as `presence_penalty: r - 2`; `top_p` must lie inside
-  (0, 1); `response_format` becomes a grammar (`grammar`); no `n` (the gateway fans
-  out); the rest of what TGI lacks is the `parameters` table's or refused.
-- errors: `{"error", "error_type"}` (422 validation, 424 generation, 429 overloaded);
-  in a stream `{"error": {"message", "http_status_code": 422}}` for every kind, so
-  the message decides.
-- answers: completions' `finish_reason: ""` before the last chunk is no finish; tool
-  calls before 3.2 as one object; what only the whole answer shows is `TGIQuirks`
-  (adapters/tgi_quirks.py).
-- load from Prometheus `/metrics` (`tgi_*`): batch tokens over the token budget as the
-  KV usage estimate; no prefix cache.
+"""The TGI dialect (`text-generation-launcher`, Messages API): `model` is `"tgi"`,
+penalties and `top_p` translated, `response_format` as a grammar TGI accepts
+(`grammar`), `{"error", "error_type"}` errors, and what only the whole answer shows
+in `TGIQuirks` (adapters/tgi_quirks.py). Facts and sources: docs/adapters.md "TGI",
+docs/runtimes.md §4.
 """
 
 from __future__ import annotations

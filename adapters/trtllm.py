@@ -1,32 +1,8 @@
-"""TensorRT-LLM (`trtllm-serve`, OpenAI server under /v1), facts from docs/runtimes.md
-§3 and `tensorrt_llm/serve/openai_protocol.py`.
-
-What differs from OpenAI and is handled here:
-- every request model has `extra="forbid"`: a field TRT-LLM does not declare is a
-  400 (`parallel_tool_calls`, `store`, `metadata`, `service_tier`, ...). Bodies
-  are cut down to the declared fields; `parallel_tool_calls: false` is enforced by
-  the gateway's stream guard (later calls dropped) since older builds cannot even
-  receive it.
-- errors: flat `{"object": "error", ..., "code": 400}` for almost everything,
-  generation failures included (made 502 here); validation errors as
-  `{"error": "<text>"}`; completions in-stream `{"error": {...}}` + `[DONE]`.
-- a chat stream that fails is cut without `[DONE]` and without a finish (the stream
-  guard makes that an error event); the first frame has a trailing space (JSON
-  tolerates it).
-- context length: "... should not exceed max_num_tokens (M)" (PyTorch backend) or
-  "... should not exceed max_seq_len (L)" (TensorRT backend); newer main refuses a
-  prompt beyond max_seq_len in OpenAI's words, "This model's maximum context length
-  is N tokens. ...", with `code: "context_length_exceeded"` (its own test,
-  tests/adapters/recordings/trtllm/context_length.json).
-- stream ids `chatcmpl-<int>` and `model` echoes: the gateway writes its own.
-- `cached_tokens` always reported.
-- load: JSON `/metrics` is a destructive read (each read drains the iteration
-  stats), so one reader per server URL in this process (reads closer than
-  `metrics_min_interval_s` share one answer); an empty read after stats were
-  seen means no engine iteration ran, so nothing is running or waiting; stats
-  never seen means they are switched off (unknown). `metrics: prometheus` reads
-  `/prometheus/metrics` instead (needs `return_perf_metrics: true`), which is
-  the choice when several gateway replicas watch one server.
+"""The TensorRT-LLM dialect (`trtllm-serve`): every request model forbids unknown
+fields, so bodies are cut to what TRT-LLM declares; generation failures it answers as
+400 are the backend's (502); load from its destructive JSON `/metrics` (one reader per
+server in this process) or `/prometheus/metrics`. Facts and sources: docs/adapters.md
+"TensorRT-LLM", docs/runtimes.md §3 and `tensorrt_llm/serve/openai_protocol.py`.
 """
 
 from __future__ import annotations

@@ -1,28 +1,8 @@
-"""vLLM (`vllm serve`, OpenAI server under /v1), facts from docs/runtimes.md §1.
-
-What differs from OpenAI and is handled here:
-- errors: nested `{"error": {..., "code": <int>}}` (flat before 0.10.1), in-stream
-  `data: {"error": ...}` then `[DONE]`; `{"error": "Unauthorized"}` for a bad key.
-- context length: 400 "This model's maximum context length is N tokens ..." or
-  "Input length (X) exceeds model's maximum context length (Y)".
-- legacy `guided_*` fields are silently ignored since they were removed
-  (`serve/engine/protocol.py` `_REMOVED_GUIDED_FIELDS`): translated into
-  `structured_outputs` so the constraint still applies.
-- finish reasons `abort` (an error) and `repetition` (a stop) via `openai_wire`.
-- `prompt_tokens_details.cached_tokens` only with `--enable-prompt-tokens-details`
-  (option `prompt_tokens_details: true` declares it).
-- tools need `--enable-auto-tool-choice --tool-call-parser` (option `tools: false`
-  when the server runs without them, so the gateway answers 400 itself).
-- load from Prometheus `/metrics` (`vllm:*`).
-- request ids: vLLM aborts a disconnected request by its id, so the id is the
-  gateway's own (`request_id` in the body and `X-Request-Id`), never a client's.
-- cancellation: closing the connection is not always noticed (docs/vllm-cpu.md), so
-  with option `explicit_abort: true` (the server runs with `--enable-scale-out`) the
-  adapter also calls `POST /inference/v1/abort_requests` with vLLM's id of the request.
-- `/v1/embeddings` only when the server runs an embedding model (`--runner pooling`;
-  otherwise the route does not exist): option `embeddings: true` declares it.
-  `/tokenize` and `/detokenize` (server root, always served) are vLLM's own shape,
-  which is the gateway's.
+"""The vLLM dialect (`vllm serve`): the gateway's request id names the generation
+(`request_id`), legacy `guided_*` fields become `structured_outputs` (vLLM >= 0.11
+ignores them silently), load from Prometheus `vllm:*` gauges, and with option
+`explicit_abort` the abort endpoint besides the closed connection, which vLLM does not
+always notice. Facts and sources: docs/adapters.md "vLLM", docs/runtimes.md §1.
 """
 
 from __future__ import annotations

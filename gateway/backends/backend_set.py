@@ -37,8 +37,7 @@ from policies.session import SessionTable, session_key
 
 log = logging.getLogger("switchyard.backends")
 
-# adapter kind -> (module, class): an HTTP runtime's dialect, or the native adapter.
-# An import, not a registry: each line is one runtime.
+# adapter kind -> (module, class): the runtime's dialect for HTTPAdapter, or the native adapter.
 ADAPTER_CLASSES = {
     "openai": ("adapters.openai", "OpenAIDialect"),
     "vllm": ("adapters.vllm", "VLLMDialect"),
@@ -50,8 +49,7 @@ ADAPTER_CLASSES = {
 
 
 def build_adapter(cfg: BackendConfig, registry=None, shared: dict | None = None) -> Adapter:
-    """One adapter per backend: `HTTPAdapter` with the runtime's dialect; native engines
-    with the same model path share one engine."""
+    """One adapter per backend (HTTPAdapter and a dialect); native engines with one model path share one engine."""
     module_name, class_name = ADAPTER_CLASSES[cfg.adapter]
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
