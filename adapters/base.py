@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from adapters.errors import GatewayError
-from adapters.non_generation import (
+from adapters.oneshot import (
     DetokenizeRequest,
     DetokenizeResult,
     EmbeddingRequest,
@@ -219,7 +219,7 @@ class Capabilities:
     usage_in_stream: bool = True  # can report usage at the end of a stream
     explicit_abort: bool = False  # has an abort call beyond closing the connection
     completions: bool = True  # legacy /v1/completions
-    # The calls that generate nothing (adapters/non_generation.py); off unless the
+    # The one-shot calls (adapters/oneshot.py); off unless the
     # runtime, as configured, serves them.
     embeddings: bool = False  # /v1/embeddings
     tokenize: bool = False  # /tokenize and /detokenize
@@ -329,7 +329,7 @@ class Adapter(ABC):
     async def aclose(self) -> None:
         return None
 
-    # ---- calls that generate nothing: only routed to adapters whose capabilities say so ----
+    # ---- one-shot calls: only routed to adapters whose capabilities say so ----
 
     async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
         raise _not_served(self, "embeddings")

@@ -1,21 +1,10 @@
-"""A small HTTP/1.1 client for the gateway's hot path: keep-alive connection pools
-on asyncio protocols with httptools' response parser.
+"""The gateway's own HTTP/1.1 client for the hot path: keep-alive pools on asyncio
+protocols with httptools' response parser. It does only what an upstream call needs,
+in a fraction of aiohttp's time (`python -m bench.client_choice`, docs/architecture.md).
 
-Why not aiohttp or httpx here: the gateway makes one upstream request per client
-request, and the client library's per-request cost is most of the gateway's own
-overhead. `python -m bench.client_choice` measures the three side by side; this
-one does a request in a fraction of aiohttp's time because it does only what an
-upstream call needs: one request line, a few headers, a body of known length,
-and a response read as it arrives (chunked or not). aiohttp remains in use for
-the cold paths (health, metrics, abort calls).
-
-Closing a response that has not been read to its end closes its connection,
-which is how the runtime learns that the client went away.
-
-Every wait is bounded, each by its own limit (docs/adapters.md, "Timeouts"):
-a free connection of the pool (`pool_wait`), the TCP connect (`connect_timeout`),
-the response's first byte (headers, and the first body bytes: the runtime's queue
-and prefill) and, after that, the silence between two body chunks.
+Closing a response not read to its end closes its connection (how a runtime learns the
+client left). Every wait is bounded, each by its own limit: a free connection
+(`pool_wait`), the connect, the first byte, then the silence between two body chunks.
 """
 
 from __future__ import annotations

@@ -1,60 +1,12 @@
 """KV-cache events: what a runtime says about the prompt blocks it holds.
 
-Three events, the same in every runtime that publishes them: `BlockStored` (full
-blocks of tokens entered the prefix cache, each named by a hash chained over the
-blocks before it), `BlockRemoved` (they left it) and `AllBlocksCleared`.
-policies/kv_index.py keeps one index per backend from them; the router then asks
-which of a new request's leading blocks a backend holds, naming the request's
-blocks with the same hashes the runtime uses (below).
-
-Where they come from:
-
-* vLLM (`--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq",
-  "endpoint": "tcp://*:5557"}'`, `vllm/distributed/kv_events.py`): a ZMQ PUB
-  socket sends three frames per batch: the topic, an 8-byte big-endian sequence
-  number (0, 1, 2, ... per publisher; it starts again at 0 when the process
-  restarts) and a msgpack payload. The payload is `KVEventBatch`, a positional
-  array `[ts, events, data_parallel_rank]`. In 0.32 and 0.33 (read in their
-  source) each event is a msgpack map tagged by its `type` key (`{"type":
-  "BlockStored", "block_hashes": [...], "parent_block_hash": ..., "token_ids":
-  [...], "block_size": 16, "medium": "GPU", ...}`), with fields left at their
-  default omitted; releases before mid-2026 sent each event as a positional
-  array with the tag first. Both shapes are read here.
-  An optional ROUTER replay socket resends buffered batches from a sequence
-  number on request (adapters/kv_events_zmq.py uses it after a gap).
-* SGLang 0.5.23 (`--kv-events-config`, `srt/disaggregation/kv_events.py`): the
-  same frames and the same encoding, deliberately ("the same encoding vLLM uses",
-  its source says), with `attn_dp_rank` as the batch's third field.
-* The native engine (engine/block_pool.py): the same three events, in process,
-  through the native adapter; no ZMQ.
-
-Block hashes on the wire are integers (vLLM's default,
-`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`: the low 64 bits of the SHA-256 digest)
-or raw digests (with that variable 0); raw digests are reduced here to the same
-64 bits, so one representation serves both.
-
-How each runtime hashes a block, so the gateway can name a request's blocks:
-
-* vLLM 0.32/0.33 (`vllm/v1/core/kv_cache_utils.py`, `vllm/utils/hashing.py`):
-  `hash(parent, tuple(block tokens), extra_keys)` with the prefix-caching hash
-  function, `sha256` by default (SHA-256 of the pickled tuple) or `sha256_cbor`
-  (SHA-256 of canonical CBOR, needs `cbor2`). The first block's parent is
-  NONE_HASH, the hash function applied to a seed: `PYTHONHASHSEED` when the
-  runtime has it set, otherwise the fixed "vllm-none-hash" for the SHA-256
-  functions (vLLM PR 51875; older releases seeded it randomly per process, and
-  then nobody outside the process can compute its hashes). `xxhash` variants are
-  seeded randomly unless PYTHONHASHSEED is set and are not reproduced here.
-  `extra_keys` is None for plain text (no LoRA, no images, no `cache_salt`);
-  requests with those are not matched, nor are hashes made with 0.33's
-  lookahead hashing (off by default). The hashes are over token ids, so the
-  gateway needs the request's token ids exactly as the runtime makes them: a
-  completion whose prompt is token ids has them; text would need the runtime's
-  tokenizer and chat template (a `/tokenize` round trip before routing), which
-  the gateway does not do: for text prompts the approximate index stands in.
-* SGLang 0.5.23 (`srt/mem_cache/utils.py`, `cpp_utils/hash_binding.cpp`): per
-  page, SHA-256 of the previous page's 32-byte digest (none for the first page)
-  followed by the page's token ids as little-endian uint32; the event hash is
-  the digest's first 8 bytes as a signed 64-bit integer. No seed.
+Three events, the same in every runtime that publishes them: `BlockStored` (full blocks
+entered the prefix cache, each named by a hash chained over the blocks before it),
+`BlockRemoved` and `AllBlocksCleared`. policies/kv_index.py keeps one index per backend
+from them, and the router names a request's blocks with the runtime's own hashes
+(below) to ask which of them a backend holds. They come from vLLM's and SGLang's ZMQ
+publishers (adapters/kv_events_zmq.py; the payloads decoded here) or, in process, from
+the native engine. Wire and hashes: docs/runtimes.md §1.12 (vLLM) and §2.11 (SGLang).
 """
 
 from __future__ import annotations

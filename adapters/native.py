@@ -36,8 +36,8 @@ from adapters.base import (
 )
 from adapters.errors import GatewayError, context_length_exceeded, invalid_request, upstream_failed
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
-from adapters.native_calls import NativeNonGeneration
 from adapters.native_choice import ChoiceEvents, tool_stage
+from adapters.native_oneshot import NativeOneShot
 from engine.builtin import BUILTIN_PREFIX, resolve_model_path
 
 # The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
@@ -95,7 +95,7 @@ def _prompt_key(request: GenerationRequest) -> bytes | None:
         return None  # not JSON: tokenized each time
 
 
-class NativeAdapter(NativeNonGeneration, Adapter):
+class NativeAdapter(NativeOneShot, Adapter):
     # Everything: the defaults plus what only our own engine reports or serves.
     capabilities = Capabilities(cached_tokens=True, explicit_abort=True, embeddings=True, tokenize=True)
 

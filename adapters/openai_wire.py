@@ -1,12 +1,11 @@
-"""The OpenAI wire dialect as the runtimes speak it: request bodies out, events in.
+"""The OpenAI wire as the runtimes speak it: request bodies out, events in (the
+functions `OpenAIDialect` and the runtime dialects compose).
 
-Shared by the generic `openai` adapter and the runtime adapters that speak an
-OpenAI-compatible dialect with quirks (they override pieces, see `OpenAIAdapter`).
 Decoding is lenient about what runtimes add and faithful to what they say: the
-runtimes' finish-reason words are translated into the OpenAI enum here (an abort
-or engine error is raised as a failure), and the rules about the whole stream
-(tool-call ids, the `tool_calls` finish, unfinished choices) belong to the
-gateway's stream guard (adapters/base.py, "The stream rules").
+runtimes' known finish words become the OpenAI enum here, an abort or engine error
+is raised as a failure, and an unknown word passes through for the stream guard to
+refuse; the rules about the whole stream belong to the guard (adapters/base.py,
+"The stream rules").
 """
 
 from __future__ import annotations
@@ -31,9 +30,9 @@ from adapters.errors import THE_BACKEND, GatewayError
 
 log = logging.getLogger("switchyard.upstream")
 
-# The finish-reason words runtimes send, translated into the OpenAI enum; a word
-# not listed is a runtime's own way of saying it stopped. An abort or an engine
-# error is not a finish: it is raised, and the adapter turns it into an error event.
+# The finish-reason words runtimes send for a clean end, in the OpenAI enum. An abort or
+# an engine error is no finish: it is raised, and the adapter makes it an error event. A
+# word in neither set passes through unchanged, for the stream guard to refuse (502).
 FINISH_MAP = {
     "stop": "stop",
     "length": "length",
@@ -55,7 +54,7 @@ def normalize_finish(reason: Any, backend: str) -> str:
     if r in FAILED_FINISH:
         log.warning("backend %s ended a generation with finish_reason %r", backend, r)
         raise GatewayError(502, f"{THE_BACKEND} ended the generation with finish_reason {r!r}.", code="upstream_error")
-    return FINISH_MAP.get(r, "stop")
+    return FINISH_MAP.get(r, r)
 
 
 def build_body(req: GenerationRequest, served_model: str | None, *, stream: bool) -> dict[str, Any]:

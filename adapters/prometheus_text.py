@@ -1,16 +1,22 @@
-"""A small reader for the Prometheus text exposition format (version 0.0.4).
+"""Load from a Prometheus text endpoint (exposition format 0.0.4), as vLLM, SGLang
+(`--enable-metrics`), TRT-LLM (`/prometheus/metrics`) and TGI expose it.
 
-vLLM, SGLang (`--enable-metrics`), TRT-LLM (`/prometheus/metrics`) and TGI expose
-their load gauges this way. The adapters need a handful of gauges and counters,
-summed over label sets (one series per engine, DP rank or model), so this reads
-samples and leaves types, help text and histograms' meaning to the caller.
+The dialects need a handful of gauges and counters summed over label sets (one series
+per engine, DP rank or model): this reads samples and leaves types, help text and
+histograms' meaning to the caller.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import time
 from dataclasses import dataclass
+
+import aiohttp
+
+from adapters.base import LoadSnapshot
+from adapters.dialect import Reader
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
@@ -106,3 +112,45 @@ def mean(samples: list[Sample], name: str) -> float | None:
     """The mean of a gauge over its series (a 0..1 ratio per engine or rank)."""
     values = [s.value for s in samples if s.name == name and not math.isnan(s.value)]
     return sum(values) / len(values) if values else None
+
+
+async def scrape(http: Reader, path: str) -> tuple[list[Sample] | None, float | None]:
+    """The endpoint's samples and when they were read; (None, None) when unreachable,
+    (None, read_at) when it answered an error."""
+    try:
+        status, raw = await http.get(path)
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return None, None
+    read_at = time.time()
+    if status != 200:
+        return None, read_at
+    return parse(raw.decode(errors="replace")), read_at
+
+
+async def gauge_load(http: Reader, path: str, running: str, waiting: str, kv_usage: str, hit_rate: str) -> LoadSnapshot:
+    """Load from an endpoint whose gauges say it all: running and waiting summed over
+    engines, KV usage and prefix hit rate averaged."""
+    samples, read_at = await scrape(http, path)
+    if samples is None:
+        return LoadSnapshot() if read_at is None else LoadSnapshot(read_at=read_at)
+    return gauge_snapshot(samples, read_at, running, waiting, mean(samples, kv_usage), mean(samples, hit_rate))
+
+
+def gauge_snapshot(
+    samples: list[Sample],
+    read_at: float | None,
+    running: str,
+    waiting: str,
+    kv_usage: float | None,
+    prefix_hit_rate: float | None,
+) -> LoadSnapshot:
+    """A LoadSnapshot from a runtime's running/waiting gauges (summed over engines)."""
+    r = total(samples, running)
+    w = total(samples, waiting)
+    return LoadSnapshot(
+        waiting=None if w is None else int(w),
+        running=None if r is None else int(r),
+        kv_usage=kv_usage,
+        prefix_hit_rate=prefix_hit_rate,
+        read_at=time.time() if read_at is None else read_at,
+    )

@@ -1,26 +1,10 @@
 """Upstream error bodies of every shape -> one `GatewayError` with the status a client expects.
 
-The one table of upstream statuses (`STATUS_TABLE`), used by the generic `openai`
-adapter and every runtime adapter alike. The four runtimes disagree on almost
-everything about errors (docs/runtimes.md §5, checklist items 1 and 2):
-
-- vLLM >= 0.10.1 nests `{"error": {message, type, param, code: int}}`; older vLLM,
-  SGLang and TRT-LLM send the flat `{"object": "error", message, type, param, code}`.
-- TRT-LLM request validation sends `{"error": "<text>"}`; vLLM and SGLang send
-  `{"error": "Unauthorized"}` for a bad key; TGI sends `{"error": str, "error_type": str}`
-  (and an empty body for 401); TGI in a stream sends `{"error": {message, http_status_code}}`.
-- axum (TGI) answers body-type mismatches in plain text.
-- No runtime says `context_length_exceeded`: each adapter passes the regex that
-  recognises its runtime's message.
-
-`runtime_error` turns any of them into the gateway's error. Client mistakes become
-400 with the runtime's message; an upstream that is down or overloaded becomes a
-retryable 503/429; a runtime that rejects the gateway's credentials or does not
-serve the configured model is a deployment fault (502, retryable: another backend
-may be set up right); anything else that is the backend's fault becomes 502.
-
-This table applies before the first event only. A failure after it is never the
-client's fault, whatever the runtime calls it (`mid_stream_failure`).
+`STATUS_TABLE` is the one table of upstream statuses, for every dialect; `parse_error_body`
+reads each runtime's shapes (nested, flat, `{"error": "<text>"}`, TGI's, plain text,
+empty: docs/runtimes.md §5); a dialect adds its context-length message and a `classify`
+rule. It decides before the first event only; after it, every failure is the
+backend's (`mid_stream_failure`).
 """
 
 from __future__ import annotations

@@ -1,42 +1,12 @@
-"""Hugging Face TGI (`text-generation-launcher`, Messages API under /v1), facts from
-docs/runtimes.md §4 and `router/src/lib.rs`, `server.rs`, `chat.rs`.
-
-What differs from OpenAI and is handled here:
-- requests: `model` selects a LoRA adapter unless it is `"tgi"`, so `"tgi"` is sent
-  (option `adapter_id` to pick one); `presence_penalty` is read as
-  `repetition_penalty = presence_penalty + 2.0`, so OpenAI's presence penalty has
-  no equivalent (400) and a requested `repetition_penalty` r is sent as
-  `presence_penalty = r - 2`; `top_p` must lie strictly inside (0, 1): 1 means no
-  nucleus cut (dropped), 0 means greedy (temperature 0); `response_format` becomes
-  `{"type": "json", "value": <schema>}`; `n` is ignored by TGI (the gateway fans
-  out, capability `n=False`); no `logit_bias`, `top_k`, `min_p`, `stop_token_ids`,
-  `ignore_eos`, `min_tokens` in its OpenAI API (the `parameters` table: refused with
-  400 naming TGI, or dropped, as the model's `unsupported_params` says).
-- errors: `{"error": str, "error_type": str}` with 422 for validation, 424 for
-  generation, 429 overloaded, 500 incomplete; plain-text 422/400 from axum for
-  wrong body types; in a stream `{"error": {"message", "http_status_code": 422}}`
-  (422 for every kind, so the message decides) then `[DONE]`.
-- context length: "`inputs` tokens + `max_new_tokens` must be <= N" / "`inputs`
-  must have less than N tokens".
-- finish reasons `stop_sequence`, `eos_token` (stop); `""` on every completions
-  chunk before the last (not a finish); never `tool_calls` (the stream guard makes
-  a choice with tool calls finish `tool_calls`).
-- the matched stop sequence is left in the text: trimmed (`TGIQuirks`).
-- tool calls: id `"0"` (>= 3.2) or `""` (< 3.2), replaced by the gateway's own ids
-  like every runtime's; no `content` key; no finish chunk after a streamed tool
-  call (`TGIQuirks` finishes the choice at `[DONE]`); before 3.2 object `arguments`
-  and a single-object stream delta without a name whose arguments are the raw
-  grammar output `{"function": {"_name": ..., <args>}}`: buffered and decoded when
-  the choice ends. A chosen `no_tool` (or `notify_error` in 2.x) is the model
-  answering in text; before 3.2 that text ends without a finish chunk (finished at
-  `[DONE]` too; recorded in tests/adapters/recordings/tgi/v3.1/no_tool_stream.json).
-- load from Prometheus `/metrics` (`tgi_*`): queue size, batch size, and batch
-  tokens over the token budget as the KV usage estimate; no prefix cache.
+"""The TGI dialect (`text-generation-launcher`, Messages API): `model` is `"tgi"`,
+penalties and `top_p` translated, `response_format` as a grammar TGI accepts
+(`grammar`), `{"error", "error_type"}` errors, and what only the whole answer shows
+in `TGIQuirks` (adapters/tgi_quirks.py). Facts and sources: docs/adapters.md "TGI",
+docs/runtimes.md §4.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from typing import Any
@@ -45,32 +15,16 @@ import aiohttp
 
 from adapters import openai_wire as wire
 from adapters import prometheus_text as prom
-from adapters.base import (
-    Capabilities,
-    ErrorEvent,
-    Event,
-    Finish,
-    GenerationRequest,
-    LoadSnapshot,
-    ParameterSupport,
-    TextDelta,
-    ToolCallDelta,
-)
-from adapters.errors import upstream_failed
-from adapters.openai import EventFilter
-from adapters.runtime_adapter import RuntimeAdapter
+from adapters.base import Capabilities, Event, GenerationRequest, LoadSnapshot, ParameterSupport
+from adapters.dialect import EventFilter, Reader
+from adapters.openai import OpenAIDialect
 from adapters.runtime_errors import ParsedError
-
-# adapters may import engine.text (pure Python, no torch), nothing else of engine/.
-from engine.text.stop import StopStringMatcher
+from adapters.tgi_quirks import TGIQuirks, text_tools_to_content
 
 # router/src/validation.rs.
 CONTEXT = re.compile(
     r"`?inputs`? tokens \+ `?max_new_tokens`? must be <=|`?inputs`? must have less than \d+ tokens", re.IGNORECASE
 )
-
-# The pseudo-tools TGI adds for "auto": choosing one means "answer in text".
-TEXT_TOOLS = {"no_tool": "content", "notify_error": "error"}
 
 # Statuses as the generic rule reads them: 500 is the backend's fault (-> 502).
 _STATUS_BY_ERROR_TYPE = {
@@ -84,11 +38,18 @@ _STATUS_BY_ERROR_TYPE = {
     "missing_template_variable": 400,
 }
 
+# Fields of the OpenAI body TGI has no place for (or reads otherwise, see `body`).
+_NOT_SENT = (
+    *("n", "parallel_tool_calls", "top_k", "min_p", "stop_token_ids", "min_tokens", "ignore_eos"),
+    *("logit_bias", "presence_penalty", "repetition_penalty"),
+)
 
-class TGIAdapter(RuntimeAdapter):
+
+class TGIDialect(OpenAIDialect):
     runtime = "TGI"
+    api_prefix = "/v1"
+    health_path = "/health"
     context_pattern = CONTEXT
-    capabilities = Capabilities(parallel_tool_calls=False, n=False)
     parameters = ParameterSupport(
         emulated={
             "top_p": "TGI takes only 0 < top_p < 1: 1 (no cut) is left out, 0 is sent as temperature 0",
@@ -106,25 +67,17 @@ class TGIAdapter(RuntimeAdapter):
         },
     )
 
-    # ---- request ------------------------------------------------------------
+    def declare_capabilities(self) -> Capabilities:
+        return Capabilities(tools=self.option("tools", True), parallel_tool_calls=False, n=False)
 
-    def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
+    # ---- request ------------------------------------------------------------------------------
+
+    def body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
         self._refuse_unsupported(request)
-        body = super()._build_body(request, stream)
+        body = super().body(request, stream)
         s = request.sampling
-        body["model"] = self.options.get("adapter_id") or "tgi"
-        for name in (
-            "n",
-            "parallel_tool_calls",
-            "top_k",
-            "min_p",
-            "stop_token_ids",
-            "min_tokens",
-            "ignore_eos",
-            "logit_bias",
-            "presence_penalty",
-            "repetition_penalty",
-        ):
+        body["model"] = self.options.get("adapter_id") or "tgi"  # any other name selects a LoRA adapter
+        for name in _NOT_SENT:
             body.pop(name, None)
         if s.repetition_penalty is not None:
             if request.kind == "chat":
@@ -137,7 +90,7 @@ class TGIAdapter(RuntimeAdapter):
             body.pop("top_p", None)
             body["temperature"] = 0.0
         if request.response_format is not None:
-            grammar = tgi_grammar(request.response_format)
+            grammar = self.grammar(request.response_format)
             if grammar is None:
                 body.pop("response_format", None)
             else:
@@ -150,21 +103,38 @@ class TGIAdapter(RuntimeAdapter):
         s = request.sampling
         if request.kind == "completion":
             if s.logprobs:
-                raise self._unsupported("logprobs on /v1/completions", "logprobs")
+                raise self.unsupported("logprobs on /v1/completions", "logprobs")
             if request.echo:
-                raise self._unsupported("echo", "echo")
+                raise self.unsupported("echo", "echo")
             if isinstance(request.prompt, list):
-                raise self._unsupported("token-id prompts", "prompt")
-        if request.response_format and request.response_format.get("type") not in (
-            "text",
-            "json_object",
-            "json_schema",
-        ):
-            raise self._unsupported(f"response_format type {request.response_format.get('type')!r}", "response_format")
+                raise self.unsupported("token-id prompts", "prompt")
+        kind = request.response_format.get("type") if request.response_format else None
+        if kind not in (None, "text", "json_object", "json_schema"):
+            raise self.unsupported(f"response_format type {kind!r}", "response_format")
 
-    # ---- errors ---------------------------------------------------------------
+    def grammar(self, response_format: dict[str, Any]) -> dict[str, Any] | None:
+        """OpenAI's `response_format` -> TGI's grammar (None: none). TGI compiles a JSON
+        grammar only from a schema whose root has `properties` (validation.rs; the root
+        then allows those keys only), so any JSON object goes as a regex, and a schema
+        without root `properties` (an array, a bare string) is refused here."""
+        if response_format.get("type") == "json_object":
+            return {"type": "regex", "value": JSON_OBJECT_REGEX}
+        if response_format.get("type") != "json_schema":
+            return None
+        spec = response_format.get("json_schema")
+        schema = spec.get("schema") if isinstance(spec, dict) else None
+        if not isinstance(schema, dict) or _any_object(schema):
+            return {"type": "regex", "value": JSON_OBJECT_REGEX}
+        if "properties" not in schema:
+            raise self.unsupported(
+                "a json_schema whose root has no `properties` (TGI constrains only objects with declared properties)",
+                "response_format",
+            )
+        return {"type": "json", "value": schema}
 
-    def _classify(self, status: int, parsed: ParsedError) -> int | None:
+    # ---- answers ------------------------------------------------------------------------------
+
+    def classify(self, status: int, parsed: ParsedError) -> int | None:
         if parsed.type in _STATUS_BY_ERROR_TYPE:
             return _STATUS_BY_ERROR_TYPE[parsed.type]
         if status == 424:
@@ -177,9 +147,7 @@ class TGIAdapter(RuntimeAdapter):
             return 500
         return None
 
-    # ---- decoding -------------------------------------------------------------
-
-    def _decode_chunk(self, payload: dict, chat: bool) -> list[Event]:
+    def decode_chunk(self, payload: dict, chat: bool) -> list[Event]:
         for choice in payload.get("choices") or []:
             if not isinstance(choice, dict):
                 continue
@@ -188,26 +156,24 @@ class TGIAdapter(RuntimeAdapter):
             delta = choice.get("delta")
             if isinstance(delta, dict) and isinstance(delta.get("tool_calls"), dict):
                 delta["tool_calls"] = [delta["tool_calls"]]  # < 3.2: one object, not a list
-        return wire.decode_chunk(payload, chat, self.name)
+        return wire.decode_chunk(payload, chat, self.backend)
 
-    def _decode_response(self, payload: dict, chat: bool) -> list[Event]:
+    def decode_response(self, payload: dict, chat: bool) -> list[Event]:
         if chat:
             for choice in payload.get("choices") or []:
                 message = choice.get("message") if isinstance(choice, dict) else None
                 if isinstance(message, dict) and isinstance(message.get("tool_calls"), list):
-                    _text_tools_to_content(message)
-        return wire.decode_response(payload, chat, self.name)
+                    text_tools_to_content(message)
+        return wire.decode_response(payload, chat, self.backend)
 
-    def _event_filter(self, request: GenerationRequest) -> EventFilter | None:
+    def event_filter(self, request: GenerationRequest) -> EventFilter | None:
         if not request.sampling.stop and not request.tools:
             return None  # nothing to trim, no tool calls: the events need no help
-        return TGIQuirks(request, self.name)
+        return TGIQuirks(request, self.backend)
 
-    # ---- load -----------------------------------------------------------------
-
-    async def load(self) -> LoadSnapshot:
+    async def load(self, http: Reader) -> LoadSnapshot:
         try:
-            status, raw = await self._get("/metrics")
+            status, raw = await http.get("/metrics")
         except (TimeoutError, aiohttp.ClientError, OSError):
             return LoadSnapshot()
         read_at = time.time()
@@ -232,157 +198,27 @@ def parse_tgi_metrics(text: str, read_at: float) -> LoadSnapshot:
     )
 
 
-def tgi_grammar(response_format: dict[str, Any]) -> dict[str, Any] | None:
-    """OpenAI `response_format` -> TGI's `{"type": "json", "value": schema}` (None: no grammar)."""
-    kind = response_format.get("type")
-    if kind == "json_schema":
-        spec = response_format.get("json_schema") or {}
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        return {"type": "json", "value": schema if isinstance(schema, dict) else {"type": "object"}}
-    if kind == "json_object":
-        return {"type": "json", "value": {"type": "object"}}
-    return None
+# ---- any JSON object, as a regex (compact, nested three containers deep) ----------------------
+
+_STRING = r'"([^"\\\x00-\x1f]|\\(["\\/bfnrt]|u[0-9a-fA-F]{4}))*"'
+_SCALAR = _STRING + r"|-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|null"
 
 
-def _text_tools_to_content(message: dict[str, Any]) -> None:
-    """Non-stream tool calls: drop `_name` from object arguments (< 3.2) and turn a
-    chosen `no_tool` into the text answer it carries."""
-    calls = []
-    for call in message["tool_calls"]:
-        fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict):
-            continue
-        args = fn.get("arguments")
-        if isinstance(args, dict):
-            args = {k: v for k, v in args.items() if k != "_name"}
-            fn["arguments"] = args
-        if fn.get("name") in TEXT_TOOLS:
-            value = _parse_args(args).get(TEXT_TOOLS[fn["name"]], "")
-            message["content"] = (message.get("content") or "") + str(value)
-            continue
-        calls.append(call)
-    message["tool_calls"] = calls
+def _json_value(depth: int) -> str:
+    if depth == 0:
+        return f"({_SCALAR})"
+    inner = _json_value(depth - 1)
+    return rf"({_SCALAR}|{_json_object(inner)}|\[({inner}(,{inner})*)?\])"
 
 
-def _parse_args(args: Any) -> dict[str, Any]:
-    if isinstance(args, dict):
-        return args
-    if isinstance(args, str):
-        try:
-            value = json.loads(args)
-        except json.JSONDecodeError:
-            return {}
-        return value if isinstance(value, dict) else {}
-    return {}
+def _json_object(value: str) -> str:
+    return rf"\{{({_STRING}:{value}(,{_STRING}:{value})*)?\}}"
 
 
-class TGIQuirks(EventFilter):
-    """What only TGI's whole answer shows, for one request:
-
-    - the matched stop sequence is left at the end of the text (OpenAI's text
-      excludes it): text that may begin a stop sequence is held back;
-    - before 3.2 a streamed tool call comes as pieces that never name their function,
-      the raw grammar output: buffered and decoded when the choice finishes;
-    - after a streamed tool call TGI may send no finish chunk: a choice that made a
-      tool call gets its finish when the stream ends with `[DONE]`; so does, before
-      3.2, a choice that answered in text for a chosen `no_tool` (its stream stops at
-      the content's closing quote).
-    """
-
-    def __init__(self, request: GenerationRequest, backend: str) -> None:
-        self.backend = backend
-        self.stops = list(request.sampling.stop)
-        self.tools_offered = bool(request.tools)
-        self.trimmers: dict[int, StopStringMatcher] = {}
-        self.unnamed: dict[tuple[int, int], list[str]] = {}  # raw grammar pieces per (choice, call)
-        self.named: set[tuple[int, int]] = set()
-        self.with_calls: set[int] = set()
-        self.answered: set[int] = set()  # choices that got text while tools were offered
-        self.finished: set[int] = set()
-
-    def feed(self, event: Event) -> list[Event]:
-        if isinstance(event, TextDelta):
-            if self.tools_offered:
-                self.answered.add(event.index)
-            if self.stops:
-                trimmer = self.trimmers.setdefault(event.index, StopStringMatcher(self.stops))
-                event.text = trimmer.feed(event.text).text
-                if not event.text and not event.logprobs:
-                    return []
-            return [event]
-        if isinstance(event, ToolCallDelta):
-            return self._tool_piece(event)
-        if isinstance(event, Finish):
-            return self._finish(event)
-        return [event]
-
-    def _tool_piece(self, piece: ToolCallDelta) -> list[Event]:
-        key = (piece.index, piece.tool_index)
-        self.with_calls.add(piece.index)
-        if key in self.unnamed or (not piece.name and key not in self.named):
-            self.unnamed.setdefault(key, []).append(piece.arguments)
-            return []
-        self.named.add(key)
-        return [piece]
-
-    def _finish(self, event: Finish) -> list[Event]:
-        index = event.index
-        out: list[Event] = []
-        trimmer = self.trimmers.get(index)
-        rest = trimmer.flush() if trimmer is not None else ""
-        if rest:
-            out.append(TextDelta(index, rest))
-        out.extend(self._flush(index))
-        if out and isinstance(out[-1], ErrorEvent):
-            return out
-        self.finished.add(index)
-        out.append(event)
-        return out
-
-    def at_done(self) -> list[Event]:
-        out: list[Event] = []
-        for index in sorted({i for i, _ in self.unnamed}):
-            out.extend(self._flush(index))
-            if out and isinstance(out[-1], ErrorEvent):
-                return out
-        out.extend(Finish(index, "stop") for index in sorted((self.with_calls | self.answered) - self.finished))
-        return out
-
-    def _flush(self, index: int) -> list[Event]:
-        out: list[Event] = []
-        for key in sorted(k for k in self.unnamed if k[0] == index):
-            text = "".join(self.unnamed.pop(key))
-            decoded = decode_grammar_call(text)
-            if decoded is None:
-                out.append(
-                    ErrorEvent(
-                        upstream_failed(
-                            self.backend, f"TGI sent a tool call the gateway could not read: {text[:200]!r}"
-                        )
-                    )
-                )
-                return out
-            name, args = decoded
-            if name in TEXT_TOOLS:
-                out.append(TextDelta(index, str(args.get(TEXT_TOOLS[name], ""))))
-                continue
-            out.append(ToolCallDelta(index, key[1], None, name, json.dumps(args, ensure_ascii=False)))
-        return out
+JSON_OBJECT_REGEX = _json_object(_json_value(2))
+_ANY_OBJECT_KEYS = {"type", "title", "description", "$schema"}
 
 
-def decode_grammar_call(text: str) -> tuple[str, dict[str, Any]] | None:
-    """TGI's tool grammar output `{"function": {"_name": NAME, ...args}}` -> (NAME, args)."""
-    start = text.find("{")
-    if start < 0:
-        return None
-    try:
-        value, _ = json.JSONDecoder().raw_decode(text[start:])
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(value, dict):
-        return None
-    fn = value.get("function", value)
-    if not isinstance(fn, dict) or not isinstance(fn.get("_name"), str):
-        return None
-    args = {k: v for k, v in fn.items() if k != "_name"}
-    return fn["_name"], args
+def _any_object(schema: dict[str, Any]) -> bool:
+    """A schema that says "an object" and nothing more."""
+    return schema.get("type") == "object" and set(schema) <= _ANY_OBJECT_KEYS

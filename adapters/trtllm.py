@@ -1,32 +1,8 @@
-"""TensorRT-LLM (`trtllm-serve`, OpenAI server under /v1), facts from docs/runtimes.md
-§3 and `tensorrt_llm/serve/openai_protocol.py`.
-
-What differs from OpenAI and is handled here:
-- every request model has `extra="forbid"`: a field TRT-LLM does not declare is a
-  400 (`parallel_tool_calls`, `store`, `metadata`, `service_tier`, ...). Bodies
-  are cut down to the declared fields; `parallel_tool_calls: false` is enforced by
-  the gateway's stream guard (later calls dropped) since older builds cannot even
-  receive it.
-- errors: flat `{"object": "error", ..., "code": 400}` for almost everything,
-  generation failures included (made 502 here); validation errors as
-  `{"error": "<text>"}`; completions in-stream `{"error": {...}}` + `[DONE]`.
-- a chat stream that fails is cut without `[DONE]` and without a finish (the stream
-  guard makes that an error event); the first frame has a trailing space (JSON
-  tolerates it).
-- context length: "... should not exceed max_num_tokens (M)" (PyTorch backend) or
-  "... should not exceed max_seq_len (L)" (TensorRT backend); newer main refuses a
-  prompt beyond max_seq_len in OpenAI's words, "This model's maximum context length
-  is N tokens. ...", with `code: "context_length_exceeded"` (its own test,
-  tests/adapters/recordings/trtllm/context_length.json).
-- stream ids `chatcmpl-<int>` and `model` echoes: the gateway writes its own.
-- `cached_tokens` always reported.
-- load: JSON `/metrics` is a destructive read (each read drains the iteration
-  stats), so one reader per server URL in this process (reads closer than
-  `metrics_min_interval_s` share one answer); an empty read after stats were
-  seen means no engine iteration ran, so nothing is running or waiting; stats
-  never seen means they are switched off (unknown). `metrics: prometheus` reads
-  `/prometheus/metrics` instead (needs `return_perf_metrics: true`), which is
-  the choice when several gateway replicas watch one server.
+"""The TensorRT-LLM dialect (`trtllm-serve`): every request model forbids unknown
+fields, so bodies are cut to what TRT-LLM declares; generation failures it answers as
+400 are the backend's (502); load from its destructive JSON `/metrics` (one reader per
+server in this process) or `/prometheus/metrics`. Facts and sources: docs/adapters.md
+"TensorRT-LLM", docs/runtimes.md §3 and `tensorrt_llm/serve/openai_protocol.py`.
 """
 
 from __future__ import annotations
@@ -34,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import orjson
 
-from adapters.base import SAMPLING_PARAMETERS, GenerationRequest, LoadSnapshot
-from adapters.runtime_adapter import RuntimeAdapter
+from adapters import prometheus_text as prom
+from adapters.base import SAMPLING_PARAMETERS, Capabilities, GenerationRequest, LoadSnapshot
+from adapters.dialect import Reader
+from adapters.openai import OpenAIDialect
 from adapters.runtime_errors import ParsedError
 
 # tensorrt_llm/llmapi/llm.py `_check_arguments`; executor/base_worker.py `_deduce_max_tokens` (newer main).
@@ -84,40 +63,49 @@ class _JsonMetricsReader:
 _JSON_READERS: dict[tuple[str, int], _JsonMetricsReader] = {}
 
 
-class TRTLLMAdapter(RuntimeAdapter):
+class TRTLLMDialect(OpenAIDialect):
     runtime = "TensorRT-LLM"
+    api_prefix = "/v1"
+    health_path = "/health"
     context_pattern = CONTEXT
 
-    def __init__(self, name: str, url: str, served_model: str | None = None, **kwargs: Any) -> None:
-        super().__init__(name, url, served_model, **kwargs)
-        self.capabilities = self._capabilities(cached_tokens=True)
+    def __init__(self, backend: str, served_model: str | None = None, options: Mapping[str, Any] | None = None):
+        super().__init__(backend, served_model, options)
         self._metrics = str(self.options.get("metrics", "json"))  # json | prometheus
         # Reads closer together than this reuse the last snapshot, so that two
         # callers do not split one server's iteration stats between them.
         self._min_interval_s = float(self.options.get("metrics_min_interval_s", 0.5))
 
-    def _build_body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
-        body = super()._build_body(request, stream)
+    def declare_capabilities(self) -> Capabilities:
+        return Capabilities(tools=self.option("tools", True), cached_tokens=True)
+
+    def body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
+        body = super().body(request, stream)
         allowed = CHAT_FIELDS if request.kind == "chat" else COMPLETION_FIELDS
         return {k: v for k, v in body.items() if k in allowed}
 
-    def _classify(self, status: int, parsed: ParsedError) -> int | None:
+    def classify(self, status: int, parsed: ParsedError) -> int | None:
         if status == 400 and (_BACKEND_FAULT.search(parsed.message) or parsed.type == "internal_error"):
             return 500  # the backend's fault: the generic rule makes it 502
         return None
 
-    # ---- load --------------------------------------------------------------
-
-    async def load(self) -> LoadSnapshot:
-        if self._metrics == "prometheus":
-            return await self._load_prometheus()
-        key = (self.base_url, id(asyncio.get_running_loop()))
+    async def load(self, http: Reader) -> LoadSnapshot:
+        if self._metrics == "prometheus":  # needs `return_perf_metrics: true`
+            return await prom.gauge_load(
+                http,
+                "/prometheus/metrics",
+                "trtllm_num_requests_running",
+                "trtllm_num_requests_waiting",
+                "trtllm_kv_cache_utilization",
+                "trtllm_kv_cache_hit_rate",
+            )
+        key = (http.base_url, id(asyncio.get_running_loop()))
         reader = _JSON_READERS.setdefault(key, _JsonMetricsReader())
         async with reader.lock:
             if time.time() - reader.read_at < self._min_interval_s:
                 return reader.last
             try:
-                status, raw = await self._get("/metrics")
+                status, raw = await http.get("/metrics")
             except (TimeoutError, aiohttp.ClientError, OSError):
                 return LoadSnapshot()
             reader.read_at = time.time()
@@ -145,15 +133,6 @@ class TRTLLMAdapter(RuntimeAdapter):
                 reader.seen_stats = True
             reader.last = snapshot
             return snapshot
-
-    async def _load_prometheus(self) -> LoadSnapshot:
-        return await self._load_from_gauges(
-            "/prometheus/metrics",
-            "trtllm_num_requests_running",
-            "trtllm_num_requests_waiting",
-            "trtllm_kv_cache_utilization",
-            "trtllm_kv_cache_hit_rate",
-        )
 
 
 def parse_iteration_stats(stats: Any, read_at: float) -> LoadSnapshot | None:

@@ -11,6 +11,7 @@ import logging
 from dataclasses import dataclass
 
 from adapters.base import Adapter, Health
+from adapters.http_adapter import HTTPAdapter
 from gateway.backends.backend import Backend
 from gateway.backends.kv_feeds import KVFeed, build_feed
 from gateway.backends.pool import ModelPool
@@ -19,19 +20,19 @@ from policies.profiles import profile_of
 
 log = logging.getLogger("switchyard.backends")
 
-# adapter kind -> (module, class). An import, not a registry: each line is one runtime.
+# adapter kind -> (module, class): the runtime's dialect for HTTPAdapter, or the native adapter.
 ADAPTER_CLASSES = {
-    "openai": ("adapters.openai", "OpenAIAdapter"),
-    "vllm": ("adapters.vllm", "VLLMAdapter"),
-    "sglang": ("adapters.sglang", "SGLangAdapter"),
-    "trtllm": ("adapters.trtllm", "TRTLLMAdapter"),
-    "tgi": ("adapters.tgi", "TGIAdapter"),
+    "openai": ("adapters.openai", "OpenAIDialect"),
+    "vllm": ("adapters.vllm", "VLLMDialect"),
+    "sglang": ("adapters.sglang", "SGLangDialect"),
+    "trtllm": ("adapters.trtllm", "TRTLLMDialect"),
+    "tgi": ("adapters.tgi", "TGIDialect"),
     "native": ("adapters.native", "NativeAdapter"),
 }
 
 
 def build_adapter(cfg: BackendConfig, registry=None, shared: dict | None = None) -> Adapter:
-    """One adapter per backend; native engines with the same model path share one engine."""
+    """One adapter per backend (HTTPAdapter and a dialect); native engines with one model path share one engine."""
     module_name, class_name = ADAPTER_CLASSES[cfg.adapter]
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
@@ -48,17 +49,19 @@ def build_adapter(cfg: BackendConfig, registry=None, shared: dict | None = None)
         if shared is not None:
             shared[key] = adapter
         return adapter
-    return cls(
+    assert cfg.url is not None  # BackendConfig requires one for every adapter but native
+    return HTTPAdapter(
+        cls,
         cfg.name,
         cfg.url,
         cfg.served_model,
+        options=cfg.options,
         timeout_s=cfg.timeout_s,
         connect_timeout_s=cfg.connect_timeout_s,
         first_byte_timeout_s=cfg.first_byte_timeout_s,
         stream_idle_timeout_s=cfg.stream_idle_timeout_s,
         pool_wait_s=cfg.pool_wait_s,
         max_connections=cfg.max_connections,
-        options=cfg.options,
     )
 
 

@@ -27,7 +27,7 @@ from starlette.responses import Response
 
 from adapters.base import Adapter, Usage
 from adapters.errors import GatewayError, invalid_request
-from adapters.non_generation import EmbeddingRequest, EmbeddingResult
+from adapters.oneshot import EmbeddingRequest, EmbeddingResult
 from gateway.openai.request_fields import integer, model_name
 from gateway.serving.unary import Parsed, UnaryGate, route_request
 

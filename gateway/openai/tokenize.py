@@ -24,7 +24,7 @@ from starlette.responses import Response
 
 from adapters.base import Adapter, Usage
 from adapters.errors import invalid_request
-from adapters.non_generation import DetokenizeRequest, TokenizeRequest, TokenizeResult
+from adapters.oneshot import DetokenizeRequest, TokenizeRequest, TokenizeResult
 from gateway.openai.request_fields import boolean, model_name
 from gateway.openai.requests import ROLES
 from gateway.serving.unary import Parsed, UnaryGate, route_request

@@ -12,11 +12,12 @@ from __future__ import annotations
 import pytest
 
 from adapters.base import ErrorEvent, TextDelta
-from adapters.openai import OpenAIAdapter
-from adapters.sglang import SGLangAdapter
-from adapters.tgi import TGIAdapter
-from adapters.trtllm import TRTLLMAdapter
-from adapters.vllm import VLLMAdapter
+from adapters.http_adapter import HTTPAdapter
+from adapters.openai import OpenAIDialect
+from adapters.sglang import SGLangDialect
+from adapters.tgi import TGIDialect
+from adapters.trtllm import TRTLLMDialect
+from adapters.vllm import VLLMDialect
 from tests.adapters.wire_samples import (
     chat,
     delivered,
@@ -40,14 +41,14 @@ FIRST = sse(text_chunk("Hi"))
 FAILURES = {
     # nested error with the integer code (serving.py `create_streaming_error_response`), then [DONE]
     "vllm": (
-        VLLMAdapter,
+        VLLMDialect,
         [FIRST, sse({"error": {"message": "engine failed", "type": "InternalServerError", "param": None, "code": 500}})]
         + [sse("[DONE]")],
         False,
     ),
     # flat error: SGLang's stream catch-all calls every failure a 400 BadRequestError
     "sglang": (
-        SGLangAdapter,
+        SGLangDialect,
         [FIRST]
         + [
             sse(
@@ -66,10 +67,10 @@ FAILURES = {
         False,
     ),
     # a failed chat stream is cut: no error event, no [DONE] (chat_stream_generator re-raises)
-    "trtllm": (TRTLLMAdapter, [FIRST], True),
+    "trtllm": (TRTLLMDialect, [FIRST], True),
     # 422 hard-coded for every in-stream error (infer/mod.rs `into_openai_event`)
     "tgi": (
-        TGIAdapter,
+        TGIDialect,
         [
             FIRST,
             sse(
@@ -81,12 +82,12 @@ FAILURES = {
     ),
     # the same kind in another's words: TGI's overload, which only an early event may claim
     "tgi-overloaded": (
-        TGIAdapter,
+        TGIDialect,
         [FIRST, sse({"error": {"message": "Model is overloaded", "http_status_code": 422}}), sse("[DONE]")],
         False,
     ),
     "openai": (
-        OpenAIAdapter,
+        OpenAIDialect,
         [FIRST, sse({"error": {"message": "boom", "type": "invalid_request_error", "param": None, "code": None}})]
         + [sse("[DONE]")],
         False,
@@ -98,8 +99,8 @@ FAILURES = {
 async def test_a_failure_after_the_first_event_is_the_backends_for_every_runtime(replay, runtime):
     cls, frames, cut = FAILURES[runtime]
     replay.reply({"status": 200, "frames": frames, "cut": cut})
-    url = replay.url + "/v1" if cls is OpenAIAdapter else replay.url
-    adapter = cls("be-1", url, "m")
+    url = replay.url + "/v1" if cls is OpenAIDialect else replay.url
+    adapter = HTTPAdapter(cls, "be-1", url, "m")
     events = await delivered(adapter, chat())
     await adapter.aclose()
     assert events[0] == TextDelta(0, "Hi") and len(events) == 2

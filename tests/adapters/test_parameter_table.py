@@ -8,7 +8,7 @@ for that adapter's request building. Each cell, for each policy:
   call); `drop` leaves it out, and `parameters.unsupported` names it (the gateway's
   x-switchyard-dropped-params header reads that).
 
-HTTP adapters build their bodies without a network; the native engine's parameters
+HTTP dialects build their bodies without a network; the native engine's parameters
 are checked on its engine parameters (and `stop`, applied by the adapter itself, on a
 real generation of the tiny model). Each simulator through a gateway:
 tests/adapters/test_runtimes_e2e.py."""
@@ -24,21 +24,21 @@ import pytest
 
 from adapters.base import SAMPLING_PARAMETERS, Adapter, Finish, GenerationRequest, SamplingParams, TextDelta
 from adapters.errors import GatewayError
-from adapters.openai import OpenAIAdapter
-from adapters.sglang import SGLangAdapter
-from adapters.tgi import TGIAdapter
-from adapters.trtllm import TRTLLMAdapter
-from adapters.vllm import VLLMAdapter
+from adapters.openai import OpenAIDialect
+from adapters.sglang import SGLangDialect
+from adapters.tgi import TGIDialect
+from adapters.trtllm import TRTLLMDialect
+from adapters.vllm import VLLMDialect
 from tests.adapters.wire_samples import PARAMETER_VALUES as VALUES
 from tests.adapters.wire_samples import parameter_on_the_wire as wire
 
 ROOT = Path(__file__).resolve().parents[2]
-HTTP_ADAPTERS: dict[str, type[OpenAIAdapter]] = {
-    "vllm": VLLMAdapter,
-    "sglang": SGLangAdapter,
-    "trtllm": TRTLLMAdapter,
-    "tgi": TGIAdapter,
-    "openai": OpenAIAdapter,
+HTTP_DIALECTS: dict[str, type[OpenAIDialect]] = {
+    "vllm": VLLMDialect,
+    "sglang": SGLangDialect,
+    "trtllm": TRTLLMDialect,
+    "tgi": TGIDialect,
+    "openai": OpenAIDialect,
 }
 RUNTIMES = ("vllm", "sglang", "trtllm", "tgi", "native", "openai")  # the docs table's columns
 
@@ -48,7 +48,7 @@ def parameter_support(runtime: str):
         from adapters.native import NativeAdapter
 
         return NativeAdapter.parameters
-    return HTTP_ADAPTERS[runtime].parameters
+    return HTTP_DIALECTS[runtime].parameters
 
 
 def request(policy: str = "reject", **sampling: Any) -> GenerationRequest:
@@ -63,17 +63,12 @@ def request(policy: str = "reject", **sampling: Any) -> GenerationRequest:
     )
 
 
-def cells(kind: str, runtimes: tuple[str, ...] = tuple(HTTP_ADAPTERS)) -> list[tuple[str, str]]:
+def cells(kind: str, runtimes: tuple[str, ...] = tuple(HTTP_DIALECTS)) -> list[tuple[str, str]]:
     return [(p, r) for p in SAMPLING_PARAMETERS for r in runtimes if parameter_support(r).support(p) == kind]
 
 
-async def body_of(runtime: str, req: GenerationRequest) -> dict[str, Any]:
-    cls = HTTP_ADAPTERS[runtime]
-    adapter = cls("be-1", "http://127.0.0.1:9/v1" if cls is OpenAIAdapter else "http://127.0.0.1:9", "m")
-    try:
-        return adapter._build_body(req, stream=False)
-    finally:
-        await adapter.aclose()
+def body_of(runtime: str, req: GenerationRequest) -> dict[str, Any]:
+    return HTTP_DIALECTS[runtime]("be-1", "m").body(req, stream=False)
 
 
 # ---- the table in the docs is the adapters' tables ------------------------------------------
@@ -118,7 +113,7 @@ def test_every_rejection_and_emulation_says_why():
 @pytest.mark.parametrize(("name", "runtime"), cells("pass"))
 async def test_pass_reaches_the_runtime_as_written(name, runtime):
     for policy in ("reject", "drop"):
-        body = await body_of(runtime, request(policy, **{name: VALUES[name]}))
+        body = body_of(runtime, request(policy, **{name: VALUES[name]}))
         assert body[name] == wire(name), (runtime, name, policy, body)
 
 
@@ -136,7 +131,7 @@ EMULATIONS = {
         ),
     ],
     # n requests of one choice each: the dispatcher fans out where the capability is missing
-    ("tgi", "n"): [({"n": 2}, lambda body: "n" not in body and not TGIAdapter.capabilities.n)],
+    ("tgi", "n"): [({"n": 2}, lambda body: "n" not in body and not TGIDialect("t").capabilities.n)],
 }
 
 
@@ -148,38 +143,38 @@ def test_every_emulation_cell_has_its_check():
 async def test_emulate_sends_the_rewritten_request(name, runtime):
     for sampling, holds in EMULATIONS[(runtime, name)]:
         for policy in ("reject", "drop"):
-            body = await body_of(runtime, request(policy, **sampling))
+            body = body_of(runtime, request(policy, **sampling))
             assert holds(body), (runtime, sampling, body)
 
 
 @pytest.mark.parametrize(("name", "runtime"), cells("reject"))
 async def test_reject_refuses_or_drops_as_the_policy_says(name, runtime):
     with pytest.raises(GatewayError) as info:
-        await body_of(runtime, request("reject", **{name: VALUES[name]}))
+        body_of(runtime, request("reject", **{name: VALUES[name]}))
     err = info.value
     assert (err.status, err.code, err.param) == (400, "unsupported_by_backend", name)
     assert "be-1" not in err.message and "unsupported_params: drop" in err.message and name in err.message
 
     dropped = request("drop", **{name: VALUES[name]})
-    body = await body_of(runtime, dropped)
+    body = body_of(runtime, dropped)
     assert name not in body and body["messages"] == dropped.messages
-    assert HTTP_ADAPTERS[runtime].parameters.unsupported(dropped.sampling) == [name]
+    assert HTTP_DIALECTS[runtime].parameters.unsupported(dropped.sampling) == [name]
 
 
 @pytest.mark.parametrize("name", [p for p, _ in cells("reject", ("tgi",))])
 async def test_a_neutral_value_asks_nothing(name):
     neutral = {"top_k": -1, "presence_penalty": 0.0, "logit_bias": {}, "ignore_eos": False, "min_tokens": 0}
     value = neutral.get(name, [] if isinstance(VALUES[name], list) else 0)
-    assert TGIAdapter.parameters.unsupported(request(**{name: value}).sampling) == []
-    await body_of("tgi", request("reject", **{name: value}))  # not refused
+    assert TGIDialect.parameters.unsupported(request(**{name: value}).sampling) == []
+    body_of("tgi", request("reject", **{name: value}))  # not refused
 
 
 async def test_several_rejected_parameters_are_named_together():
     sampling = {"top_k": 40, "logit_bias": {5: 1.0}, "ignore_eos": True}
     with pytest.raises(GatewayError) as info:
-        await body_of("tgi", request("reject", **sampling))
+        body_of("tgi", request("reject", **sampling))
     assert "top_k, logit_bias, ignore_eos" in info.value.message
-    assert TGIAdapter.parameters.unsupported(request(**sampling).sampling) == ["top_k", "logit_bias", "ignore_eos"]
+    assert TGIDialect.parameters.unsupported(request(**sampling).sampling) == ["top_k", "logit_bias", "ignore_eos"]
 
 
 # ---- the native engine ------------------------------------------------------------------------

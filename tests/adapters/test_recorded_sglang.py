@@ -1,11 +1,12 @@
-"""SGLangAdapter against what SGLang's own test suite asserts about its answers (see recorded.py)."""
+"""SGLangDialect against what SGLang's own test suite asserts about its answers (see recorded.py)."""
 
 from __future__ import annotations
 
 import json
 
 from adapters.base import Finish, TextDelta, ToolCallDelta, Usage
-from adapters.sglang import SGLangAdapter
+from adapters.http_adapter import HTTPAdapter
+from adapters.sglang import SGLangDialect
 from tests.adapters.recorded import Recording, assert_every_recording_cites_its_test, load, scripted
 from tests.adapters.wire_samples import chat, collect, collect_refusal, delivered_closed, json_response
 
@@ -16,8 +17,8 @@ def recording(name: str) -> Recording:
     return load(RUNTIME, name)
 
 
-def serve(replay, rec: Recording, **options) -> SGLangAdapter:
-    return SGLangAdapter("sgl-r", scripted(replay, rec), "test_model_name", options=options)
+def serve(replay, rec: Recording, **options) -> HTTPAdapter:
+    return HTTPAdapter(SGLangDialect, "sgl-r", scripted(replay, rec), "test_model_name", options=options)
 
 
 def asked(rec: Recording, **extra) -> object:
@@ -55,15 +56,15 @@ async def test_unknown_model_is_the_deployments_fault(replay) -> None:
     # The hostile neighbour: any other flat 400 stays the client's mistake.
     other = {**rec.response, "message": "Tool 'x' not found in tools list."}
     replay.reply(json_response(400, other))
-    plain = await collect_refusal(SGLangAdapter("sgl-r", replay.url, "m"), asked(rec))
+    plain = await collect_refusal(HTTPAdapter(SGLangDialect, "sgl-r", replay.url, "m"), asked(rec))
     assert (plain.status, plain.code, plain.retryable) == (400, None, False)
     assert plain.message == "Tool 'x' not found in tools list."
 
 
 def test_late_tool_arguments_are_a_piece_without_finish() -> None:
     rec = recording("tool_args_remainder")  # test_serving_chat.py::test_unstreamed_tool_args_completion
-    a = SGLangAdapter("sgl-r", "http://127.0.0.1:1", "m")
-    events = [e for chunk in rec.chunks for e in a._decode_chunk(chunk, chat=True)]
+    a = SGLangDialect("sgl-r", "m")
+    events = [e for chunk in rec.chunks for e in a.decode_chunk(chunk, chat=True)]
     assert events == [ToolCallDelta(0, 0, None, None, ', "unit": "celsius"}')]  # id and name null: no new call
 
 

@@ -1,4 +1,4 @@
-"""SGLangAdapter against answers SGLang 0.5.23's own HTTP layer wrote
+"""SGLangDialect against answers SGLang 0.5.23's own HTTP layer wrote
 (tests/adapters/recordings/sglang/v0.5.23, made by scripts/record_sglang.py: SGLang's
 FastAPI app, serving classes and tokenizer manager, with a stub in place of the GPU
 scheduler). Each answer is served byte for byte by the replay server; each test names
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
-from adapters.sglang import SGLangAdapter
+from adapters.http_adapter import HTTPAdapter
+from adapters.sglang import SGLangDialect
 from tests.adapters.recorded import Recording, load, names, scripted
 from tests.adapters.wire_samples import chat, collect, collect_refusal, delivered
 
@@ -25,8 +26,8 @@ def recording(name: str) -> Recording:
     return load(RUN, name)
 
 
-def serve(replay, rec: Recording, **options) -> SGLangAdapter:
-    return SGLangAdapter("sgl-run", scripted(replay, rec), SERVED, options=options)
+def serve(replay, rec: Recording, **options) -> HTTPAdapter:
+    return HTTPAdapter(SGLangDialect, "sgl-run", scripted(replay, rec), SERVED, options=options)
 
 
 def asked(rec: Recording, **extra) -> object:
@@ -155,8 +156,8 @@ async def test_completion(replay, name) -> None:
 
 def test_completion_of_two_prompts_decodes_by_index() -> None:
     rec = recording("completion_prompts")  # the gateway sends one prompt a request
-    a = SGLangAdapter("sgl-run", "http://127.0.0.1:1", SERVED)
-    events = a._decode_response(rec.response, chat=False)
+    a = SGLangDialect("sgl-run", SERVED)
+    events = a.decode_response(rec.response, chat=False)
     assert [e for e in events if isinstance(e, Finish)] == [Finish(0, "length"), Finish(1, "length")]
     assert (texts(events, 0), texts(events, 1)) == (" A river runs", " The tide turns")
     usage = rec.response["usage"]  # both prompts' tokens, both choices'

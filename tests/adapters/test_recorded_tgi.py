@@ -1,4 +1,4 @@
-"""TGIAdapter against TGI's own recordings (transcribed in tests/adapters/recordings/tgi,
+"""TGIDialect against TGI's own recordings (transcribed in tests/adapters/recordings/tgi,
 each test citing the recording): served byte for byte by the replay server, or fed to
 the decoder where the gateway never sends such a request (several prompts at once)."""
 
@@ -10,7 +10,8 @@ import pytest
 
 from adapters.base import Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
-from adapters.tgi import TGIAdapter
+from adapters.http_adapter import HTTPAdapter
+from adapters.tgi import TGIDialect
 from tests.adapters.recorded import Recording, load, names, scripted
 from tests.adapters.wire_samples import chat, collect, delivered
 
@@ -21,8 +22,8 @@ def recording(name: str) -> Recording:
     return load("tgi", name)
 
 
-def serve(replay, rec: Recording) -> TGIAdapter:
-    return TGIAdapter("tgi-r", scripted(replay, rec), "meta-llama/Llama-3.1-8B-Instruct")
+def serve(replay, rec: Recording) -> HTTPAdapter:
+    return HTTPAdapter(TGIDialect, "tgi-r", scripted(replay, rec), "meta-llama/Llama-3.1-8B-Instruct")
 
 
 def tools_of(rec: Recording) -> list[dict]:
@@ -114,8 +115,8 @@ async def test_completion(replay) -> None:
 
 def test_completion_of_several_prompts_decodes_by_index() -> None:
     rec = recording("completion_prompts")  # test_completion_prompts/test_flash_llama_completion_many_prompts.json
-    a = TGIAdapter("tgi-r", "http://127.0.0.1:1", "m")
-    events = a._decode_response(rec.response, chat=False)
+    a = TGIDialect("tgi-r", "m")
+    events = a.decode_response(rec.response, chat=False)
     texts = {c["index"]: c["text"] for c in rec.response["choices"]}
     expected = []
     for choice in rec.response["choices"]:  # in the order TGI listed them: 1, 0, 3, 2
@@ -125,8 +126,8 @@ def test_completion_of_several_prompts_decodes_by_index() -> None:
 
 def test_stream_of_several_prompts_decodes_each_prompts_usage() -> None:
     rec = recording("completion_prompts_stream")  # ..._many_prompts_stream.json
-    a = TGIAdapter("tgi-r", "http://127.0.0.1:1", "m")
-    events = [e for chunk in rec.chunks for e in a._decode_chunk(chunk, chat=False)]
+    a = TGIDialect("tgi-r", "m")
+    events = [e for chunk in rec.chunks for e in a.decode_chunk(chunk, chat=False)]
     finishes = [e for e in events if isinstance(e, Finish)]
     assert finishes == [Finish(i, "length") for i in range(4)]  # "" mid-stream is not a finish
     assert [e for e in events if isinstance(e, Usage)] == [Usage(6, 3), Usage(5, 3), Usage(8, 3), Usage(3, 3)]

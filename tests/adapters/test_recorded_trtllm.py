@@ -1,9 +1,10 @@
-"""TRTLLMAdapter against what TensorRT-LLM's own test suite asserts about its answers (see recorded.py)."""
+"""TRTLLMDialect against what TensorRT-LLM's own test suite asserts about its answers (see recorded.py)."""
 
 from __future__ import annotations
 
 from adapters.base import TextDelta
-from adapters.trtllm import TRTLLMAdapter
+from adapters.http_adapter import HTTPAdapter
+from adapters.trtllm import TRTLLMDialect
 from tests.adapters.recorded import Recording, assert_every_recording_cites_its_test, load, scripted
 from tests.adapters.wire_samples import chat, collect_refusal, refusal
 
@@ -14,8 +15,8 @@ def recording(name: str) -> Recording:
     return load(RUNTIME, name)
 
 
-def serve(replay, rec: Recording) -> TRTLLMAdapter:
-    return TRTLLMAdapter("trt-r", scripted(replay, rec), "test-model")
+def serve(replay, rec: Recording) -> HTTPAdapter:
+    return HTTPAdapter(TRTLLMDialect, "trt-r", scripted(replay, rec), "test-model")
 
 
 def test_every_recording_names_its_source() -> None:
@@ -50,10 +51,10 @@ async def test_completion_stream_failing_before_any_token(replay) -> None:
 
 def test_empty_token_chunk_is_no_text_and_no_finish() -> None:
     rec = recording("chat_empty_token_chunk")  # test_postprocess_handlers.py
-    a = TRTLLMAdapter("trt-r", "http://127.0.0.1:1", "m")
+    a = TRTLLMDialect("trt-r", "m")
     chunk = rec.chunks[0]
-    assert a._decode_chunk(chunk, chat=True) == []  # finish_reason a present null: not a finish
+    assert a.decode_chunk(chunk, chat=True) == []  # finish_reason a present null: not a finish
     without_null = {**chunk, "choices": [{k: v for k, v in chunk["choices"][0].items() if k != "finish_reason"}]}
-    assert a._decode_chunk(without_null, chat=True) == []  # the exclude_none dump decodes the same
+    assert a.decode_chunk(without_null, chat=True) == []  # the exclude_none dump decodes the same
     text = {**chunk, "choices": [{**chunk["choices"][0], "delta": {"content": "Hi", "reasoning_content": ""}}]}
-    assert a._decode_chunk(text, chat=True) == [TextDelta(0, "Hi")]
+    assert a.decode_chunk(text, chat=True) == [TextDelta(0, "Hi")]

@@ -7,18 +7,18 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from adapters.openai import OpenAIAdapter
+from adapters.openai import OpenAIDialect
 from adapters.runtime_errors import parse_error_body
-from adapters.sglang import SGLangAdapter
-from adapters.tgi import TGIAdapter
-from adapters.trtllm import TRTLLMAdapter
-from adapters.vllm import VLLMAdapter
+from adapters.sglang import SGLangDialect
+from adapters.tgi import TGIDialect
+from adapters.trtllm import TRTLLMDialect
+from adapters.vllm import VLLMDialect
 from tests.adapters.wire_samples import SGLANG_QUEUE_FULL
 
-VLLM = VLLMAdapter("vllm-a", "http://127.0.0.1:1")
-SGL = SGLangAdapter("sglang-a", "http://127.0.0.1:1")
-TRT = TRTLLMAdapter("trtllm-a", "http://127.0.0.1:1")
-TGI = TGIAdapter("tgi-a", "http://127.0.0.1:1")
+VLLM = VLLMDialect("vllm-a")
+SGL = SGLangDialect("sglang-a")
+TRT = TRTLLMDialect("trtllm-a")
+TGI = TGIDialect("tgi-a")
 
 
 def b(obj) -> bytes:
@@ -66,47 +66,47 @@ def test_vllm_context_length_is_context_length_exceeded():
         "This model's maximum context length is 1024 tokens. However, your prompt "
         "contains 2000 input tokens, which exceeds this limit even without any output tokens."
     )
-    err = VLLM._error(400, nested(message, "BadRequestError", 400, param="input_tokens"))
+    err = VLLM.error(400, nested(message, "BadRequestError", 400, param="input_tokens"))
     assert (err.status, err.code, err.param) == (400, "context_length_exceeded", "messages")
     assert "1024" in err.message
 
 
 def test_vllm_input_length_message_is_context_length_exceeded():
     message = "Input length (3000) exceeds model's maximum context length (1024)."
-    err = VLLM._error(400, nested(message, "BadRequestError", 400))
+    err = VLLM.error(400, nested(message, "BadRequestError", 400))
     assert err.code == "context_length_exceeded"
 
 
 def test_vllm_validation_keeps_400_and_param():
-    err = VLLM._error(400, nested("1 validation error", "Bad Request", 400, param="temperature"))
+    err = VLLM.error(400, nested("1 validation error", "Bad Request", 400, param="temperature"))
     assert (err.status, err.param, err.type) == (400, "temperature", "invalid_request_error")
 
 
 def test_vllm_in_stream_error_uses_the_body_code():
     # The base adapter reports an in-stream error as status 500.
-    err = VLLM._error(500, nested("bad logits processor", "BadRequestError", 400, param=None))
+    err = VLLM.error(500, nested("bad logits processor", "BadRequestError", 400, param=None))
     assert err.status == 400
-    err = VLLM._error(500, nested("engine crashed", "InternalServerError", 500, param=None))
+    err = VLLM.error(500, nested("engine crashed", "InternalServerError", 500, param=None))
     assert (err.status, err.code) == (502, "upstream_error")
 
 
 def test_vllm_queue_limit_503_is_retryable():
-    err = VLLM._error(503, nested("The engine is currently busy", "Service Unavailable", 503))
+    err = VLLM.error(503, nested("The engine is currently busy", "Service Unavailable", 503))
     assert err.status == 503 and err.retryable
 
 
 def test_vllm_unknown_model_404_is_a_backend_fault():
-    err = VLLM._error(404, nested("The model `x` does not exist.", "NotFoundError", 404, param="model"))
+    err = VLLM.error(404, nested("The model `x` does not exist.", "NotFoundError", 404, param="model"))
     assert err.status == 502 and err.retryable and "vLLM" in err.message
 
 
 def test_vllm_bad_key_is_not_the_clients_fault():
-    err = VLLM._error(401, b({"error": "Unauthorized"}))
+    err = VLLM.error(401, b({"error": "Unauthorized"}))
     assert err.status == 502 and "credentials" in err.message
 
 
 def test_vllm_flat_pre_0_10_shape():
-    err = VLLM._error(
+    err = VLLM.error(
         400,
         b(
             {
@@ -131,22 +131,22 @@ def test_vllm_flat_pre_0_10_shape():
     ],
 )
 def test_sglang_context_messages(message):
-    err = SGL._error(400, flat(message))
+    err = SGL.error(400, flat(message))
     assert (err.status, err.code) == (400, "context_length_exceeded")
 
 
 def test_sglang_queue_full_non_stream_type_is_the_string_503():
-    err = SGL._error(503, flat("The request queue is full.", "503", 503))
+    err = SGL.error(503, flat("The request queue is full.", "503", 503))
     assert err.status == 503 and err.retryable
 
 
 def test_sglang_queue_full_in_stream():
-    err = SGL._error(500, b(SGLANG_QUEUE_FULL))
+    err = SGL.error(500, b(SGLANG_QUEUE_FULL))
     assert err.status == 503
 
 
 def test_sglang_internal_error_is_502():
-    err = SGL._error(500, flat("Internal server error: boom", "InternalServerError", 500))
+    err = SGL.error(500, flat("Internal server error: boom", "InternalServerError", 500))
     assert err.status == 502 and "SGLang" in err.message
 
 
@@ -161,12 +161,12 @@ def test_sglang_internal_error_is_502():
     ],
 )
 def test_trtllm_context_messages(message):
-    err = TRT._error(400, flat(message))
+    err = TRT.error(400, flat(message))
     assert err.code == "context_length_exceeded"
 
 
 def test_trtllm_string_error_is_a_400():
-    err = TRT._error(
+    err = TRT.error(
         400,
         b(
             {
@@ -179,12 +179,12 @@ def test_trtllm_string_error_is_a_400():
 
 
 def test_trtllm_generation_failure_sent_as_400_is_502():
-    err = TRT._error(400, flat("Generation failed: executor error"))
+    err = TRT.error(400, flat("Generation failed: executor error"))
     assert (err.status, err.code) == (502, "upstream_error")
 
 
 def test_trtllm_completions_in_stream_error_without_code():
-    err = TRT._error(500, nested("boom", "server_error", None, param=None))
+    err = TRT.error(500, nested("boom", "server_error", None, param=None))
     assert err.status == 502
 
 
@@ -192,7 +192,7 @@ def test_trtllm_completions_in_stream_error_without_code():
 
 
 def test_tgi_validation_422_is_400():
-    err = TGI._error(
+    err = TGI.error(
         422, b({"error": "Input validation error: `top_p` must be > 0.0 and < 1.0", "error_type": "validation"})
     )
     assert err.status == 400 and "top_p" in err.message
@@ -207,12 +207,12 @@ def test_tgi_validation_422_is_400():
     ],
 )
 def test_tgi_context_messages(message):
-    err = TGI._error(422, b({"error": message, "error_type": "validation"}))
+    err = TGI.error(422, b({"error": message, "error_type": "validation"}))
     assert (err.status, err.code) == (400, "context_length_exceeded")
 
 
 def test_tgi_context_message_in_stream():
-    err = TGI._error(
+    err = TGI.error(
         500,
         b(
             {
@@ -227,34 +227,32 @@ def test_tgi_context_message_in_stream():
 
 
 def test_tgi_overload_429_and_in_stream():
-    err = TGI._error(429, b({"error": "Model is overloaded", "error_type": "overloaded"}))
+    err = TGI.error(429, b({"error": "Model is overloaded", "error_type": "overloaded"}))
     assert err.status == 429 and err.retryable
-    err = TGI._error(500, b({"error": {"message": "Model is overloaded", "http_status_code": 422}}))
+    err = TGI.error(500, b({"error": {"message": "Model is overloaded", "http_status_code": 422}}))
     assert err.status == 429
 
 
 def test_tgi_generation_424_and_incomplete_500_are_502():
-    assert (
-        TGI._error(424, b({"error": "Request failed during generation: x", "error_type": "generation"})).status == 502
-    )
-    assert TGI._error(500, b({"error": "Incomplete generation", "error_type": "incomplete_generation"})).status == 502
-    err = TGI._error(500, b({"error": {"message": "Incomplete generation", "http_status_code": 422}}))
+    assert TGI.error(424, b({"error": "Request failed during generation: x", "error_type": "generation"})).status == 502
+    assert TGI.error(500, b({"error": "Incomplete generation", "error_type": "incomplete_generation"})).status == 502
+    err = TGI.error(500, b({"error": {"message": "Incomplete generation", "http_status_code": 422}}))
     assert err.status == 502
 
 
 def test_tgi_plain_text_axum_rejection_is_400():
-    err = TGI._error(422, b"Failed to deserialize the JSON body into the target type: stop: invalid type: string")
+    err = TGI.error(422, b"Failed to deserialize the JSON body into the target type: stop: invalid type: string")
     assert err.status == 400 and "deserialize" in err.message
 
 
 def test_tgi_empty_401():
-    err = TGI._error(401, b"")
+    err = TGI.error(401, b"")
     assert err.status == 502 and err.retryable
 
 
 # ---- the one table, the same for every adapter ---------------------------------------
 
-OPENAI = OpenAIAdapter("openai-a", "http://127.0.0.1:1")
+OPENAI = OpenAIDialect("openai-a")
 
 
 @pytest.mark.parametrize("adapter", [OPENAI, VLLM, SGL, TRT, TGI], ids=lambda a: a.runtime)
@@ -280,11 +278,11 @@ OPENAI = OpenAIAdapter("openai-a", "http://127.0.0.1:1")
     ],
 )
 def test_one_status_table_for_every_adapter(adapter, upstream, status, code, retryable):
-    err = adapter._error(upstream, b({"error": {"message": "nope"}}))
+    err = adapter.error(upstream, b({"error": {"message": "nope"}}))
     assert (err.status, err.code, err.retryable) == (status, code, retryable)
     assert "nope" in err.message
     # A tenant reads the message: it never names the backend or its address (the log does).
-    assert adapter.name not in err.message and "127.0.0.1" not in err.message
+    assert adapter.backend not in err.message and "127.0.0.1" not in err.message
 
 
 def test_a_string_code_of_a_client_mistake_is_kept():
@@ -298,7 +296,7 @@ def test_a_string_code_of_a_client_mistake_is_kept():
             }
         }
     )
-    err = OPENAI._error(400, body)
+    err = OPENAI.error(400, body)
     assert (err.status, err.code, err.param, err.type) == (
         400,
         "context_length_exceeded",

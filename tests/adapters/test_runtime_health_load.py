@@ -9,13 +9,14 @@ import time
 import pytest
 
 from adapters.base import GenerationRequest, TextDelta
-from adapters.sglang import SGLangAdapter
-from adapters.tgi import TGIAdapter
-from adapters.trtllm import TRTLLMAdapter
-from adapters.vllm import VLLMAdapter
+from adapters.http_adapter import HTTPAdapter
+from adapters.sglang import SGLangDialect
+from adapters.tgi import TGIDialect
+from adapters.trtllm import TRTLLMDialect
+from adapters.vllm import VLLMDialect
 from simulators.testing import start_simulator
 
-ADAPTERS = {"vllm": VLLMAdapter, "sglang": SGLangAdapter, "trtllm": TRTLLMAdapter, "tgi": TGIAdapter}
+DIALECTS = {"vllm": VLLMDialect, "sglang": SGLangDialect, "trtllm": TRTLLMDialect, "tgi": TGIDialect}
 FLAGS = {"sglang": {"enable_metrics": True}}
 
 
@@ -28,10 +29,10 @@ def slow_request(rid: str) -> GenerationRequest:
     )
 
 
-@pytest.mark.parametrize("kind", list(ADAPTERS))
+@pytest.mark.parametrize("kind", list(DIALECTS))
 async def test_load_while_requests_run(kind):
     sim = start_simulator(kind, model_name="tiny", **FLAGS.get(kind, {}))
-    adapter = ADAPTERS[kind]("b", sim.url, "tiny")
+    adapter = HTTPAdapter(DIALECTS[kind], "b", sim.url, "tiny")
     try:
         idle = await adapter.load()
         streams = [adapter.generate(slow_request(f"r{i}")) for i in range(3)]
@@ -52,12 +53,12 @@ async def test_load_while_requests_run(kind):
         assert busy.prefix_hit_rate is None  # TGI has no prefix cache signal
 
 
-# Every adapter reads "connection refused" the same way (RuntimeAdapter.health); each
+# Every adapter reads "connection refused" the same way (HTTPAdapter.health); each
 # runtime is checked all the same, in the default tier (about 3 s each).
-@pytest.mark.parametrize("kind", list(ADAPTERS))
+@pytest.mark.parametrize("kind", list(DIALECTS))
 async def test_not_ready_while_loading_then_ready(kind):
     sim = start_simulator(kind, wait=False, model_name="tiny", startup_delay=1.5)
-    adapter = ADAPTERS[kind]("b", sim.url, "tiny")
+    adapter = HTTPAdapter(DIALECTS[kind], "b", sim.url, "tiny")
     try:
         loading = await adapter.health()
         sim.wait_ready()
@@ -75,7 +76,7 @@ async def test_not_ready_while_loading_then_ready(kind):
 
 async def test_sglang_warm_up_is_not_ready():
     sim = start_simulator("sglang", model_name="tiny", warmup_delay=5)
-    adapter = SGLangAdapter("b", sim.url, "tiny")
+    adapter = HTTPAdapter(SGLangDialect, "b", sim.url, "tiny")
     try:
         warming = await adapter.health()
     finally:

@@ -1,4 +1,4 @@
-"""SGLangAdapter against hand-written SGLang wire samples, each read from SGLang's serving
+"""SGLangDialect against hand-written SGLang wire samples, each read from SGLang's serving
 code as docs/runtimes.md §2.2-2.11 cites it. SGLang's tests record no answers; what they
 assert is replayed by test_recorded_sglang.py, and runtimes.md §6 lists what rests on
 source reading only."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
-from adapters.sglang import SGLangAdapter, parse_loads
+from adapters.http_adapter import HTTPAdapter
+from adapters.sglang import SGLangDialect, parse_loads
 from tests.adapters.wire_samples import (
     SGLANG_QUEUE_FULL,
     chat,
@@ -62,8 +63,8 @@ USAGE = {
 }
 
 
-def adapter(replay, **options) -> SGLangAdapter:
-    return SGLangAdapter("sgl-b", replay.url, "qwen", options=options)
+def adapter(replay, **options) -> HTTPAdapter:
+    return HTTPAdapter(SGLangDialect, "sgl-b", replay.url, "qwen", options=options)
 
 
 async def test_stream_with_separate_finish_chunk(replay):

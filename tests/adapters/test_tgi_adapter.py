@@ -1,4 +1,4 @@
-"""TGIAdapter against TGI wire samples written from docs/runtimes.md §4, for TGI
+"""TGIDialect against TGI wire samples written from docs/runtimes.md §4, for TGI
 >= 3.2 and for the older shapes (object arguments, single-object stream delta),
 corrected where TGI's own recordings differ (test_recorded_tgi.py replays those)."""
 
@@ -10,7 +10,9 @@ import pytest
 
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
-from adapters.tgi import TGIAdapter, parse_tgi_metrics, tgi_grammar
+from adapters.http_adapter import HTTPAdapter
+from adapters.tgi import JSON_OBJECT_REGEX, TGIDialect, parse_tgi_metrics
+from simulators.testing import start_simulator
 from tests.adapters.wire_samples import (
     chat,
     collect,
@@ -72,8 +74,8 @@ def completion(message: dict, finish: str, prompt: int, generated: int, fingerpr
     }
 
 
-def adapter(replay, **options) -> TGIAdapter:
-    return TGIAdapter("tgi-d", replay.url, "meta-llama/Llama-3.1-8B-Instruct", options=options)
+def adapter(replay, **options) -> HTTPAdapter:
+    return HTTPAdapter(TGIDialect, "tgi-d", replay.url, "meta-llama/Llama-3.1-8B-Instruct", options=options)
 
 
 async def test_stream_without_role_chunk(replay):
@@ -120,8 +122,9 @@ async def test_request_rewriting(replay):
 
 
 def test_grammar_translation():
-    assert tgi_grammar({"type": "json_object"}) == {"type": "json", "value": {"type": "object"}}
-    assert tgi_grammar({"type": "text"}) is None
+    tgi = TGIDialect("tgi-d")
+    assert tgi.grammar({"type": "json_object"}) == {"type": "regex", "value": JSON_OBJECT_REGEX}
+    assert tgi.grammar({"type": "text"}) is None
 
 
 @pytest.mark.parametrize(
@@ -277,7 +280,7 @@ async def test_overloaded_429_before_the_stream(replay):
 
 
 def test_capabilities_make_the_gateway_fan_out_n():
-    caps = TGIAdapter.capabilities
+    caps = TGIDialect("tgi-d").capabilities
     assert not caps.n and not caps.parallel_tool_calls and not caps.cached_tokens
 
 
@@ -288,3 +291,36 @@ def test_tgi_metrics():
     )
     snap = parse_tgi_metrics(text, 5.0)
     assert (snap.waiting, snap.running, snap.kv_usage, snap.prefix_hit_rate, snap.read_at) == (3, 5, 0.25, None, 5.0)
+
+
+# ---- response_format against the TGI simulator, which validates grammars as TGI does -----------
+
+
+@pytest.fixture(scope="module")
+def tgi_sim():
+    sim = start_simulator("tgi", model_name="tiny")
+    yield sim
+    sim.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_json_object_reaches_tgi_as_a_grammar_it_accepts(tgi_sim, stream):
+    a = HTTPAdapter(TGIDialect, "tgi-s", tgi_sim.url, "tiny")
+    events = await delivered(
+        a, chat(stream=stream, response_format={"type": "json_object"}, sampling=SamplingParams(max_tokens=400))
+    )
+    await a.aclose()
+    assert Finish(0, "stop") in events and not any(isinstance(e, ErrorEvent) for e in events), events
+    document = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert isinstance(json.loads(document), dict)
+
+
+async def test_a_schema_tgi_cannot_constrain_is_refused_before_the_call(tgi_sim):
+    a = HTTPAdapter(TGIDialect, "tgi-s", tgi_sim.url, "tiny")
+    schema = {"type": "array", "items": {"type": "integer"}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "ids", "schema": schema}}
+    error = await collect_refusal(a, chat(stream=False, response_format=fmt, request_id="gw-array"))
+    await a.aclose()
+    assert (error.status, error.param, error.code) == (400, "response_format", "unsupported_by_backend")
+    sent = [r["headers"].get("x-request-id") for r in tgi_sim.stats()["last_requests"]]
+    assert "gw-array" not in sent  # nothing was sent

@@ -1,8 +1,11 @@
-"""TGIAdapter's pure parts, each alone: the text pseudo-tools of a non-stream answer,
+"""TGIDialect's pure parts, each alone: the text pseudo-tools of a non-stream answer,
 the raw grammar output of an old stream, `response_format` as a grammar, the
 Prometheus gauges, the error classification, and `load()` over the replay server."""
 
 from __future__ import annotations
+
+import json
+import re
 
 import pytest
 
@@ -16,16 +19,10 @@ from adapters.base import (
     ToolCallDelta,
 )
 from adapters.errors import GatewayError
+from adapters.http_adapter import HTTPAdapter
 from adapters.runtime_errors import ParsedError
-from adapters.tgi import (
-    TGIAdapter,
-    TGIQuirks,
-    _parse_args,
-    _text_tools_to_content,
-    decode_grammar_call,
-    parse_tgi_metrics,
-    tgi_grammar,
-)
+from adapters.tgi import JSON_OBJECT_REGEX, TGIDialect, parse_tgi_metrics
+from adapters.tgi_quirks import TGIQuirks, _parse_args, decode_grammar_call, text_tools_to_content
 
 
 def call(name: str, arguments, **extra) -> dict:
@@ -37,11 +34,11 @@ def call(name: str, arguments, **extra) -> dict:
 
 def test_a_chosen_no_tool_becomes_the_text_it_carries():
     message = {"role": "assistant", "tool_calls": [call("no_tool", '{"content": "It is sunny."}')]}
-    _text_tools_to_content(message)
+    text_tools_to_content(message)
     assert message == {"role": "assistant", "tool_calls": [], "content": "It is sunny."}
     # notify_error (TGI 2.x) carries its text under "error"; object arguments too.
     message = {"role": "assistant", "content": "Sorry: ", "tool_calls": [call("notify_error", {"error": "no data"})]}
-    _text_tools_to_content(message)
+    text_tools_to_content(message)
     assert message == {"role": "assistant", "content": "Sorry: no data", "tool_calls": []}
 
 
@@ -49,14 +46,14 @@ def test_real_calls_stay_and_lose_only_the_grammar_name():
     weather = call("get_weather", {"_name": "get_weather", "city": "Paris"})
     text = call("no_tool", {"_name": "no_tool", "content": "and some text"})
     message = {"role": "assistant", "tool_calls": [weather, "junk", {"function": "junk"}, text]}
-    _text_tools_to_content(message)
+    text_tools_to_content(message)
     assert message["tool_calls"] == [call("get_weather", {"city": "Paris"})]  # unreadable entries dropped
     assert message["content"] == "and some text"
 
 
 def test_a_text_tool_without_its_field_adds_nothing():
     message = {"role": "assistant", "tool_calls": [call("no_tool", "not json")]}
-    _text_tools_to_content(message)
+    text_tools_to_content(message)
     assert message == {"role": "assistant", "tool_calls": [], "content": ""}
 
 
@@ -79,18 +76,65 @@ def test_the_grammar_output_gives_the_name_and_the_arguments():
 # ---- response_format --------------------------------------------------------------------
 
 
-def test_response_format_becomes_a_json_grammar():
+def grammar(response_format: dict):
+    return TGIDialect("tgi-q").grammar(response_format)
+
+
+def test_a_schema_with_root_properties_becomes_a_json_grammar():
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
-    assert tgi_grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}) == {
+    assert grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}) == {
         "type": "json",
         "value": schema,
     }
-    any_object = {"type": "json", "value": {"type": "object"}}
-    assert tgi_grammar({"type": "json_schema", "json_schema": {"name": "x"}}) == any_object  # no schema given
-    assert tgi_grammar({"type": "json_schema", "json_schema": "junk"}) == any_object
-    assert tgi_grammar({"type": "json_schema"}) == any_object
-    assert tgi_grammar({"type": "json_object"}) == any_object
-    assert tgi_grammar({"type": "text"}) is None
+    assert grammar({"type": "text"}) is None
+
+
+def test_any_object_goes_as_a_regex_tgi_compiles():
+    # TGI refuses {"type": "json", "value": {"type": "object"}} ("Grammar must have a
+    # 'properties' field"), and {"properties": {}} would allow only `{}`.
+    any_object = {"type": "regex", "value": JSON_OBJECT_REGEX}
+    assert grammar({"type": "json_object"}) == any_object
+    assert grammar({"type": "json_schema", "json_schema": {"name": "x"}}) == any_object  # no schema given
+    assert grammar({"type": "json_schema", "json_schema": "junk"}) == any_object
+    assert grammar({"type": "json_schema"}) == any_object
+    bare = {"type": "object", "title": "Anything", "description": "any object"}
+    assert grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": bare}}) == any_object
+
+
+@pytest.mark.parametrize(
+    "document",
+    ["{}", '{"a":1}', '{"a":-1.5e+3,"b":[true,null,"x\\n\\u00e9"],"c":{"d":[false,2]}}', '{"":""}'],
+)
+def test_the_any_object_regex_accepts_json_objects(document):
+    assert isinstance(json.loads(document), dict)
+    assert re.fullmatch(JSON_OBJECT_REGEX, document)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[]", '"a"', "1", "{a:1}", '{"a":}', '{"a":01}', '{"a":1,}', '{"a":"\n"}', '{"a":"\\x"}', '{"a":1} ']
+    + ['{"a":{"b":[{"c":1}]}}'],  # nested four containers deep: past the regex's bound
+)
+def test_the_any_object_regex_refuses_what_is_no_json_object(text):
+    assert re.fullmatch(JSON_OBJECT_REGEX, text) is None
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "array", "items": {"type": "integer"}},
+        {"type": "string"},
+        {"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}}}, {"type": "null"}]},
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+        {"type": "object", "required": ["a"]},
+    ],
+)
+def test_a_schema_without_root_properties_is_refused_naming_the_field(schema):
+    with pytest.raises(GatewayError) as exc:
+        grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+    e = exc.value
+    assert (e.status, e.param, e.code) == (400, "response_format", "unsupported_by_backend")
+    assert "TGI" in e.message and "`properties`" in e.message
 
 
 # ---- gauges ---------------------------------------------------------------------------
@@ -127,7 +171,7 @@ def test_gauges_absent_or_without_a_budget_are_unknown():
     ],
 )
 def test_classify_by_type_then_status_then_message(status, parsed, expected):
-    assert TGIAdapter("t", "http://127.0.0.1:1")._classify(status, parsed) == expected
+    assert TGIDialect("t").classify(status, parsed) == expected
 
 
 # ---- load -------------------------------------------------------------------------------
@@ -138,7 +182,7 @@ async def test_load_reads_the_gauges_and_says_when(replay):
         "tgi_queue_size 2\ntgi_batch_current_size 3\ntgi_batch_current_max_tokens 100\ntgi_batch_max_total_tokens 400\n"
     )
     replay.reply({"status": 200, "body": body}, {"status": 503, "body": "loading"}, route="GET /metrics")
-    a = TGIAdapter("t", replay.url)
+    a = HTTPAdapter(TGIDialect, "t", replay.url)
     snap = await a.load()
     down = await a.load()
     await a.aclose()
@@ -148,7 +192,7 @@ async def test_load_reads_the_gauges_and_says_when(replay):
 
 
 async def test_load_of_an_unreachable_server_is_unknown():
-    a = TGIAdapter("t", "http://127.0.0.1:1")
+    a = HTTPAdapter(TGIDialect, "t", "http://127.0.0.1:1")
     snap = await a.load()
     await a.aclose()
     assert (snap.waiting, snap.running, snap.kv_usage) == (None, None, None)
@@ -164,10 +208,10 @@ def quirks(stop=(), tools=None) -> TGIQuirks:
 
 
 def test_the_filter_is_used_only_for_stops_or_tools():
-    a = TGIAdapter("tgi-q", "http://127.0.0.1:1")
-    assert a._event_filter(GenerationRequest("r", "m")) is None
-    assert isinstance(a._event_filter(GenerationRequest("r", "m", sampling=SamplingParams(stop=["x"]))), TGIQuirks)
-    assert isinstance(a._event_filter(GenerationRequest("r", "m", tools=TOOLS)), TGIQuirks)
+    tgi = TGIDialect("tgi-q")
+    assert tgi.event_filter(GenerationRequest("r", "m")) is None
+    assert isinstance(tgi.event_filter(GenerationRequest("r", "m", sampling=SamplingParams(stop=["x"]))), TGIQuirks)
+    assert isinstance(tgi.event_filter(GenerationRequest("r", "m", tools=TOOLS)), TGIQuirks)
 
 
 def test_a_stop_sequence_is_trimmed_per_choice():
@@ -232,16 +276,16 @@ def test_a_grammar_call_with_nested_arguments_is_read_from_its_first_brace():
 
 
 def test_the_body_says_whether_to_stream():
-    a = TGIAdapter("tgi-q", "http://127.0.0.1:1")
+    tgi = TGIDialect("tgi-q")
     req = GenerationRequest("r", "m", messages=[{"role": "user", "content": "hi"}])
-    assert a._build_body(req, True)["stream"] is True and a._build_body(req, False)["stream"] is False
+    assert tgi.body(req, True)["stream"] is True and tgi.body(req, False)["stream"] is False
 
 
 # ---- the request body and what TGI cannot do ------------------------------------------------------
 
 
 def body_of(request: GenerationRequest, **options) -> dict:
-    return TGIAdapter("tgi-q", "http://127.0.0.1:1", options=options)._build_body(request, False)
+    return TGIDialect("tgi-q", None, options).body(request, False)
 
 
 def test_the_body_names_the_adapter_and_translates_what_tgi_reads_differently():
@@ -291,8 +335,7 @@ def test_chat_logprobs_and_text_formats_are_not_refused():
 
 
 def test_the_adapters_filter_names_its_backend():
-    a = TGIAdapter("tgi-q", "http://127.0.0.1:1")
-    assert a._event_filter(GenerationRequest("r", "m", tools=TOOLS)).backend == "tgi-q"
+    assert TGIDialect("tgi-q").event_filter(GenerationRequest("r", "m", tools=TOOLS)).backend == "tgi-q"
 
 
 def test_calls_after_a_text_tool_are_kept():
@@ -300,7 +343,7 @@ def test_calls_after_a_text_tool_are_kept():
         "role": "assistant",
         "tool_calls": [call("no_tool", {"content": "hi"}), call("get_weather", {"city": "Oslo"})],
     }
-    _text_tools_to_content(message)
+    text_tools_to_content(message)
     assert message == {"role": "assistant", "content": "hi", "tool_calls": [call("get_weather", {"city": "Oslo"})]}
 
 

@@ -1,4 +1,4 @@
-"""TRTLLMAdapter against hand-written trtllm-serve wire samples, each read from
+"""TRTLLMDialect against hand-written trtllm-serve wire samples, each read from
 TensorRT-LLM's serving code as docs/runtimes.md §3.2-3.10 cites it. TensorRT-LLM's tests
 record no answers; what they assert is replayed by test_recorded_trtllm.py, and
 runtimes.md §6 lists what rests on source reading only."""
@@ -10,7 +10,8 @@ import asyncio
 import orjson
 
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, ToolCallDelta, Usage
-from adapters.trtllm import TRTLLMAdapter, parse_iteration_stats
+from adapters.http_adapter import HTTPAdapter
+from adapters.trtllm import TRTLLMDialect, parse_iteration_stats
 from tests.adapters.wire_samples import (
     chat,
     collect,
@@ -48,8 +49,8 @@ USAGE = {
 }
 
 
-def adapter(replay, **options) -> TRTLLMAdapter:
-    return TRTLLMAdapter("trt-c", replay.url, "llama", options=options)
+def adapter(replay, **options) -> HTTPAdapter:
+    return HTTPAdapter(TRTLLMDialect, "trt-c", replay.url, "llama", options=options)
 
 
 async def test_stream_with_trailing_space_and_reasoning_noise(replay):

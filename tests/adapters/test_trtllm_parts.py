@@ -1,4 +1,4 @@
-"""TRTLLMAdapter's pure parts alone: the iteration-stats parser's edges, the error
+"""TRTLLMDialect's pure parts alone: the iteration-stats parser's edges, the error
 classification, and the fields a request may carry to each endpoint."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import json
 import pytest
 
 from adapters.base import GenerationRequest, SamplingParams
+from adapters.http_adapter import HTTPAdapter
 from adapters.runtime_errors import ParsedError
-from adapters.trtllm import CHAT_FIELDS, COMPLETION_FIELDS, TRTLLMAdapter, parse_iteration_stats
+from adapters.trtllm import CHAT_FIELDS, COMPLETION_FIELDS, TRTLLMDialect, parse_iteration_stats
 
 
 def entry(it, **kv) -> dict:
@@ -67,16 +68,16 @@ def test_the_hit_rate_is_reported_or_computed_from_reused_and_missed_blocks():
     ],
 )
 def test_classify_a_400_that_is_the_backends_fault(status, parsed, expected):
-    assert TRTLLMAdapter("t", "http://127.0.0.1:1")._classify(status, parsed) == expected
+    assert TRTLLMDialect("t").classify(status, parsed) == expected
 
 
 def test_only_declared_fields_are_sent_to_each_endpoint():
-    a = TRTLLMAdapter("t", "http://127.0.0.1:1", "llama")
+    a = TRTLLMDialect("t", "llama")
     chat = GenerationRequest("r", "m", messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams(top_k=5))
-    body = a._build_body(chat, True)
+    body = a.body(chat, True)
     assert set(body) <= CHAT_FIELDS and body["top_k"] == 5 and body["stream"] is True
     completion = GenerationRequest("r", "m", kind="completion", prompt="hi", sampling=SamplingParams(top_k=5))
-    body = a._build_body(completion, False)
+    body = a.body(completion, False)
     assert set(body) <= COMPLETION_FIELDS and body["prompt"] == "hi" and "messages" not in body
     assert "messages" not in COMPLETION_FIELDS and "prompt" not in CHAT_FIELDS
 
@@ -92,7 +93,7 @@ def test_the_smallest_counts_still_count():
 
 
 def test_the_adapter_keeps_its_name_and_reports_cached_tokens():
-    a = TRTLLMAdapter("trt-p", "http://127.0.0.1:1", "llama")
+    a = HTTPAdapter(TRTLLMDialect, "trt-p", "http://127.0.0.1:1", "llama")
     assert a.name == "trt-p" and a.capabilities.cached_tokens is True
 
 
@@ -105,7 +106,7 @@ async def test_json_metrics_failures_and_idle_reads(replay):
         {"status": 200, "body": "not json"},
         route="GET /metrics",
     )
-    a = TRTLLMAdapter("trt-p", replay.url, "llama", options={"metrics_min_interval_s": 0})
+    a = HTTPAdapter(TRTLLMDialect, "trt-p", replay.url, "llama", options={"metrics_min_interval_s": 0})
     first, idle, failed, garbled = [await a.load() for _ in range(4)]
     await a.aclose()
     assert (first.running, first.kv_usage, first.prefix_hit_rate) == (2, 0.25, 0.5)

@@ -1,4 +1,4 @@
-"""VLLMAdapter against recorded vLLM wire samples (docs/runtimes.md §1.3-1.10), replayed
+"""VLLMDialect against recorded vLLM wire samples (docs/runtimes.md §1.3-1.10), replayed
 byte for byte by a real server process."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import asyncio
 import logging
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, ToolCallDelta, Usage
-from adapters.vllm import VLLMAdapter, translate_guided
+from adapters.http_adapter import HTTPAdapter
+from adapters.vllm import VLLMDialect, translate_guided
 from tests.adapters.wire_samples import (
     chat,
     collect,
@@ -21,8 +22,8 @@ from tests.adapters.wire_samples import (
 ID = "chatcmpl-0123456789abcdef"
 
 
-def adapter(replay, **options) -> VLLMAdapter:
-    return VLLMAdapter("vllm-a", replay.url, "tiny", options=options)
+def adapter(replay, **options) -> HTTPAdapter:
+    return HTTPAdapter(VLLMDialect, "vllm-a", replay.url, "tiny", options=options)
 
 
 def chunk(delta: dict, finish=None, **extra) -> dict:
@@ -275,7 +276,7 @@ async def test_health_ready_dead_and_refused(replay):
     await a.aclose()
     from processes import free_port
 
-    down = VLLMAdapter("down", f"http://127.0.0.1:{free_port()}", "tiny")
+    down = HTTPAdapter(VLLMDialect, "down", f"http://127.0.0.1:{free_port()}", "tiny")
     h = await down.health()
     await down.aclose()
     assert not h.ok and "loading" in h.detail
@@ -303,7 +304,7 @@ def held_stream() -> dict:
     return {"status": 200, "frames": [sse(ROLE), sse(chunk({"content": "a"}))], "hold_ms": 3000}
 
 
-async def leave_after_first_text(a: VLLMAdapter, request: GenerationRequest) -> None:
+async def leave_after_first_text(a: HTTPAdapter, request: GenerationRequest) -> None:
     gen = a.generate(request)
     assert await gen.__anext__() == TextDelta(0, "a")
     await gen.aclose()
@@ -365,7 +366,7 @@ async def test_a_refused_abort_does_not_reach_the_client(replay, caplog):
     }
     replay.script({"POST /v1/chat/completions": [held_stream()], f"POST {ABORT}": [json_response(403, forbidden)]})
     a = adapter(replay, explicit_abort=True)
-    with caplog.at_level(logging.WARNING, logger="adapters.vllm"):
+    with caplog.at_level(logging.WARNING, logger="adapters.transport"):
         await leave_after_first_text(a, chat(request_id="gw-80"))
     assert replay.bodies(ABORT) == [{"request_ids": ["chatcmpl-gw-80"]}]
     assert "--enable-scale-out" in caplog.text

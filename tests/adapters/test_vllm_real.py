@@ -20,9 +20,10 @@ import httpx
 import openai
 import pytest
 
+from adapters.http_adapter import HTTPAdapter
 from adapters.kv_events import vllm_block_hashes
 from adapters.kv_events_zmq import KVEventSubscriber
-from adapters.vllm import VLLMAdapter
+from adapters.vllm import VLLMDialect
 from policies.kv_index import KVBlockIndex
 from processes import HERMES_TOOLS, VLLM_CPU_ENV, VLLM_PYTHON, vllm_server_argv
 from tests.adapters.wire_samples import WEATHER_TOOLS as TOOLS
@@ -270,7 +271,7 @@ def test_cancellation_frees_the_engine(client, vllm_server):
 
 def test_load_and_health_from_the_real_server(vllm_server):
     async def read():
-        adapter = VLLMAdapter("vllm-real", vllm_server.url, "tiny")
+        adapter = HTTPAdapter(VLLMDialect, "vllm-real", vllm_server.url, "tiny")
         try:
             return await adapter.health(), await adapter.load()
         finally:

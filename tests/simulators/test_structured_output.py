@@ -157,6 +157,9 @@ def test_tgi_grammar_refusals(sims) -> None:
     frames = sse_frames(r.text)
     assert r.status_code == 200 and frames[-1] == "[DONE]"
     assert json.loads(frames[0])["error"]["http_status_code"] == 422
+    array = {"name": "ids", "schema": {"type": "array", "items": {"type": "integer"}}}  # no root properties either
+    r = c.post("/v1/chat/completions", json=chat(response_format={"type": "json_schema", "value": array}))
+    assert r.status_code == 422 and "Grammar must have a 'properties' field" in r.json()["error"]
     r = c.post("/v1/chat/completions", json=chat(response_format={"type": "json", "value": SCHEMA}, tools=TOOLS))
     assert r.status_code == 422 and r.json()["error_type"] == "tool_error"
     body = c.post("/v1/chat/completions", json=chat(response_format={"type": "regex", "value": "[0-9]{5}"})).json()

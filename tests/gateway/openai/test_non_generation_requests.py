@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from adapters.errors import GatewayError
-from adapters.non_generation import EmbeddingResult
+from adapters.oneshot import EmbeddingResult
 from gateway.openai.embeddings import MAX_INPUTS, MAX_TOTAL_TOKENS, embeddings_payload, parse_embeddings
 from gateway.openai.tokenize import parse_detokenize, parse_tokenize
 

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from adapters.base import Adapter, Capabilities, Health, Usage
 from adapters.errors import GatewayError
-from adapters.non_generation import EmbeddingRequest, EmbeddingResult
+from adapters.oneshot import EmbeddingRequest, EmbeddingResult
 from gateway.backends.backend_set import BackendSet
 from gateway.config.schema import parse_config
 from gateway.observe.context import RequestContext

@@ -1,6 +1,6 @@
-"""The native engine's calls that generate nothing: embeddings, tokenize, detokenize.
+"""The native engine's one-shot calls: embeddings, tokenize, detokenize.
 
-`NativeNonGeneration` gives the native adapter (adapters/native.py) its `embed`,
+`NativeOneShot` gives the native adapter (adapters/native.py) its `embed`,
 `tokenize` and `detokenize`: the text side of them, on the adapter's engine
 (`engine.async_engine.AsyncEngine`) and tokenizer (`engine.text.tokenizer.TextTokenizer`),
 which it only uses (only adapters/native.py imports the engine).
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.errors import GatewayError, invalid_request
-from adapters.non_generation import (
+from adapters.oneshot import (
     DetokenizeRequest,
     DetokenizeResult,
     EmbeddingRequest,
@@ -27,7 +27,7 @@ from adapters.non_generation import (
 _TEMPLATE_ARGUMENTS = {"messages", "tools", "add_generation_prompt", "continue_final_message"}
 
 
-class NativeNonGeneration:
+class NativeOneShot:
     """The native adapter's `embed`, `tokenize` and `detokenize` (the engine loads first)."""
 
     tokenizer: Any

@@ -1,4 +1,4 @@
-"""The native adapter's calls that generate nothing, on the tiny chat model, checked
+"""The native adapter's one-shot calls, on the tiny chat model, checked
 against transformers (what vLLM runs): the tokenizer and chat template for /tokenize and
 /detokenize, and the model's last-token hidden state for embeddings."""
 
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from adapters.errors import GatewayError
-from adapters.non_generation import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
+from adapters.oneshot import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
 from engine.make_tiny import make_tiny
 from tests.native_adapters import started_native
 

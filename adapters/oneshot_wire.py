@@ -1,4 +1,4 @@
-"""The wire of the calls that generate nothing, for OpenAI-compatible runtimes: request
+"""The wire of the one-shot calls, for OpenAI-compatible runtimes: request
 bodies and answer decoding for `/v1/embeddings` (OpenAI's shape, which vLLM and SGLang
 serve), and vLLM's and SGLang's `/tokenize` and `/detokenize` (docs/runtimes.md).
 
@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from adapters.errors import GatewayError, upstream_failed
-from adapters.non_generation import (
+from adapters.oneshot import (
     DetokenizeRequest,
     DetokenizeResult,
     EmbeddingRequest,

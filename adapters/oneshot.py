@@ -1,4 +1,4 @@
-"""The contract of the calls that generate nothing: embeddings, tokenize, detokenize.
+"""The contract of the one-shot calls (they generate nothing): embeddings, tokenize, detokenize.
 
 One request in, one typed result out (no event stream). A runtime declares them in its
 `Capabilities` (`embeddings`, `tokenize`, which covers detokenize too); the gateway

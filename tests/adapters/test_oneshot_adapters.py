@@ -1,4 +1,4 @@
-"""The adapters' calls that generate nothing (embeddings, tokenize, detokenize) against
+"""The adapters' one-shot calls (embeddings, tokenize, detokenize) against
 the wire-faithful simulators and the fast OpenAI upstream, as real processes; and the
 wire decoders on the answers a runtime could send."""
 
@@ -14,13 +14,14 @@ import httpx
 import pytest
 
 from adapters.errors import GatewayError
-from adapters.non_generation import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
-from adapters.non_generation_wire import decode_embeddings, decode_tokenize, embedding_error
-from adapters.openai import OpenAIAdapter
-from adapters.sglang import SGLangAdapter
-from adapters.tgi import TGIAdapter
-from adapters.trtllm import TRTLLMAdapter
-from adapters.vllm import VLLMAdapter
+from adapters.http_adapter import HTTPAdapter
+from adapters.oneshot import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
+from adapters.oneshot_wire import decode_embeddings, decode_tokenize, embedding_error
+from adapters.openai import OpenAIDialect
+from adapters.sglang import SGLangDialect
+from adapters.tgi import TGIDialect
+from adapters.trtllm import TRTLLMDialect
+from adapters.vllm import VLLMDialect
 from simulators.testing import start_simulator
 from tests.procs import start_upstream
 
@@ -47,20 +48,20 @@ def unit(vector: list[float]) -> bool:
 
 async def test_capabilities_follow_what_each_runtime_serves():
     url = "http://127.0.0.1:9"
-    assert OpenAIAdapter("o", url + "/v1").capabilities.embeddings
-    assert not OpenAIAdapter("o", url + "/v1", options={"embeddings": False}).capabilities.embeddings
-    assert not OpenAIAdapter("o", url + "/v1").capabilities.tokenize
-    for cls in (VLLMAdapter, SGLangAdapter):
-        plain, embedding = cls("b", url), cls("b", url, options={"embeddings": True})
+    assert HTTPAdapter(OpenAIDialect, "o", url + "/v1").capabilities.embeddings
+    assert not HTTPAdapter(OpenAIDialect, "o", url + "/v1", options={"embeddings": False}).capabilities.embeddings
+    assert not HTTPAdapter(OpenAIDialect, "o", url + "/v1").capabilities.tokenize
+    for cls in (VLLMDialect, SGLangDialect):
+        plain, embedding = HTTPAdapter(cls, "b", url), HTTPAdapter(cls, "b", url, options={"embeddings": True})
         assert plain.capabilities.tokenize and not plain.capabilities.embeddings
         assert embedding.capabilities.embeddings
-    for cls in (TGIAdapter, TRTLLMAdapter):
-        closed = cls("b", url, options={"embeddings": True})  # nothing to turn on
+    for cls in (TGIDialect, TRTLLMDialect):
+        closed = HTTPAdapter(cls, "b", url, options={"embeddings": True})  # nothing to turn on
         assert not closed.capabilities.embeddings and not closed.capabilities.tokenize
 
 
 async def test_vllm_embeddings_tokenize_detokenize(vllm_pool):
-    adapter = VLLMAdapter("v", vllm_pool.url, "tiny", options={"embeddings": True})
+    adapter = HTTPAdapter(VLLMDialect, "v", vllm_pool.url, "tiny", options={"embeddings": True})
     try:
         request = EmbeddingRequest("req-1", "m", inputs=["the cat sat", "a dog"], user="u1")
         result = await adapter.embed(request)
@@ -82,7 +83,7 @@ async def test_vllm_embeddings_tokenize_detokenize(vllm_pool):
 
 
 async def test_vllm_refusals_name_the_field(vllm_pool):
-    adapter = VLLMAdapter("v", vllm_pool.url, "tiny", options={"embeddings": True})
+    adapter = HTTPAdapter(VLLMDialect, "v", vllm_pool.url, "tiny", options={"embeddings": True})
     try:
         with pytest.raises(GatewayError) as dims:
             await adapter.embed(EmbeddingRequest("r", "m", inputs=["x"], dimensions=4))
@@ -95,7 +96,7 @@ async def test_vllm_refusals_name_the_field(vllm_pool):
 
 
 async def test_leaving_an_embedding_closes_the_upstream_connection(vllm_pool):
-    adapter = VLLMAdapter("v", vllm_pool.url, "tiny", options={"embeddings": True})
+    adapter = HTTPAdapter(VLLMDialect, "v", vllm_pool.url, "tiny", options={"embeddings": True})
     vllm_pool.reset()
     try:
         task = asyncio.create_task(adapter.embed(EmbeddingRequest("gone-1", "m", inputs=["[[sim:ttft_ms=5000]] hi"])))
@@ -117,7 +118,7 @@ async def test_leaving_an_embedding_closes_the_upstream_connection(vllm_pool):
 
 
 async def test_sglang_embeddings_tokenize_detokenize(sglang_embed):
-    adapter = SGLangAdapter("s", sglang_embed.url, "tiny", options={"embeddings": True})
+    adapter = HTTPAdapter(SGLangDialect, "s", sglang_embed.url, "tiny", options={"embeddings": True})
     try:
         result = await adapter.embed(EmbeddingRequest("r", "m", inputs=[[5, 6, 7]]))
         assert result.prompt_tokens == 3 and unit(result.vectors[0])
@@ -140,7 +141,7 @@ async def test_sglang_embeddings_tokenize_detokenize(sglang_embed):
 
 async def test_sglang_without_is_embedding_refuses_with_its_message():
     with start_simulator("sglang", model_name="tiny", health_latency=0) as sim:
-        adapter = SGLangAdapter("s", sim.url, "tiny", options={"embeddings": True})
+        adapter = HTTPAdapter(SGLangDialect, "s", sim.url, "tiny", options={"embeddings": True})
         try:
             with pytest.raises(GatewayError) as err:
                 await adapter.embed(EmbeddingRequest("r", "m", inputs=["x"]))
@@ -151,7 +152,7 @@ async def test_sglang_without_is_embedding_refuses_with_its_message():
 
 async def test_generic_adapter_embeds_against_an_openai_upstream(tmp_path):
     upstream = start_upstream(tmp_path, "--model-name", "text-embedding-3-small")
-    adapter = OpenAIAdapter("o", upstream.url + "/v1", "text-embedding-3-small")
+    adapter = HTTPAdapter(OpenAIDialect, "o", upstream.url + "/v1", "text-embedding-3-small")
     try:
         result = await adapter.embed(EmbeddingRequest("r", "m", inputs=["a b c", "d"], dimensions=8))
         assert [len(v) for v in result.vectors] == [8, 8] and result.prompt_tokens == 4

@@ -1,0 +1,99 @@
+"""What a runtime says differently on the wire: the dialect interface of `HTTPAdapter`.
+
+An HTTP adapter is a transport (adapters/transport.py: pool, reads, timeouts, abort
+tasks) and one dialect: how requests are written, how answers and errors are read,
+how load, health and the one-shot calls are asked for. `OpenAIDialect`
+(adapters/openai.py) is the base; each runtime's dialect overrides what its runtime
+says differently, and is tested bytes in, events or bodies out, without a network.
+Paths are relative to the backend's url.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from adapters.base import Capabilities, Event, GenerationRequest, LoadSnapshot, ParameterSupport
+from adapters.errors import GatewayError
+from adapters.oneshot import (
+    DetokenizeRequest,
+    DetokenizeResult,
+    EmbeddingRequest,
+    EmbeddingResult,
+    TokenizeRequest,
+    TokenizeResult,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One JSON POST: a path under the backend's url and its body."""
+
+    path: str
+    body: dict[str, Any]
+
+
+class Reader(Protocol):
+    """The transport as load reading sees it: GETs under the backend's url."""
+
+    base_url: str
+
+    async def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]: ...
+
+
+class EventFilter(ABC):
+    """One request's rewriting of the decoded events, for a quirk only the whole answer
+    shows (TGI's: adapters/tgi_quirks.py)."""
+
+    @abstractmethod
+    def feed(self, event: Event) -> list[Event]: ...
+
+    @abstractmethod
+    def at_done(self) -> list[Event]:
+        """The runtime said the answer is complete (`[DONE]`, or a whole response)."""
+
+
+class Dialect(Protocol):
+    """One backend's runtime dialect (the backend's name, served model and options given)."""
+
+    runtime: str  # the name users know, in error messages
+    api_prefix: str  # the OpenAI API's path under the url ("/v1" for a server root)
+    health_path: str  # answers 200 when ready
+    health_timeout_s: float
+    capabilities: Capabilities
+    parameters: ParameterSupport
+    options: Mapping[str, Any]
+    abort_hint: str  # what an operator does when the abort call is refused
+
+    def body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
+        """The generation's request body; raises a 400 for what the runtime cannot do."""
+
+    def decode_data(self, data: bytes, chat: bool) -> list[Event]:
+        """One streamed event's `data`; raises `GatewayError` for an in-stream failure."""
+
+    def decode_answer(self, raw: bytes, chat: bool) -> list[Event]:
+        """A whole answer, as the events a stream of it would have given."""
+
+    def event_filter(self, request: GenerationRequest) -> EventFilter | None: ...
+
+    def error(self, status: int, body: bytes | dict) -> GatewayError:
+        """An error status or an in-stream error object -> the gateway's error."""
+
+    def abort_calls(self, request: GenerationRequest) -> list[Call]:
+        """The runtime's abort calls for a generation left unfinished ([]: closing is enough)."""
+
+    async def load(self, http: Reader) -> LoadSnapshot: ...
+
+    def embed_call(self, request: EmbeddingRequest) -> Call: ...
+
+    def read_embeddings(self, payload: Any, request: EmbeddingRequest) -> EmbeddingResult: ...
+
+    def tokenize_call(self, request: TokenizeRequest) -> Call: ...
+
+    def read_tokenize(self, payload: Any, request: TokenizeRequest) -> TokenizeResult: ...
+
+    def detokenize_call(self, request: DetokenizeRequest) -> Call: ...
+
+    def read_detokenize(self, payload: Any, request: DetokenizeRequest) -> DetokenizeResult: ...
