@@ -301,6 +301,7 @@ class Adapter(ABC):
 
     capabilities: Capabilities = Capabilities()
     parameters: ParameterSupport = ParameterSupport()  # every sampling parameter passes
+    runtime: str  # what serves it, as users know it ("vLLM", "native engine"): named in errors and traces
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -52,6 +52,7 @@ class HTTPAdapter(Adapter):
         self.dialect = dialect(name, served_model, options)
         self.capabilities = self.dialect.capabilities
         self.parameters = self.dialect.parameters
+        self.runtime = self.dialect.runtime
         self.transport = Transport(name, url, **transport)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[Event]:

@@ -98,6 +98,7 @@ def _prompt_key(request: GenerationRequest) -> bytes | None:
 class NativeAdapter(NativeOneShot, Adapter):
     # Everything: the defaults plus what only our own engine reports or serves.
     capabilities = Capabilities(cached_tokens=True, explicit_abort=True, embeddings=True, tokenize=True)
+    runtime = "native engine"
 
     def __init__(
         self,

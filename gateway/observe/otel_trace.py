@@ -202,7 +202,7 @@ class OtelRequestTrace:
             "gen_ai.provider.name": PROVIDERS.get(cfg.adapter, cfg.adapter),
             "gen_ai.request.model": model,
             "switchyard.backend": cfg.name,
-            "switchyard.runtime": getattr(backend.adapter, "runtime", "native engine"),
+            "switchyard.runtime": backend.adapter.runtime,
             "switchyard.upstream_request_id": request.request_id,
             **self.tracing.server_attributes(backend),
         }

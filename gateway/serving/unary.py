@@ -163,7 +163,7 @@ def capable_order(pool: ModelPool, capability: str, what: str, req: GenerationRe
     400 naming the model (and its runtimes, never a backend) when none does."""
     capable = [b for b in pool.backends if getattr(b.adapter.capabilities, capability)]
     if not capable:
-        runtimes = sorted({getattr(b.adapter, "runtime", b.config.adapter) for b in pool.backends})
+        runtimes = sorted({b.adapter.runtime for b in pool.backends})
         raise GatewayError(
             400,
             f"The model `{pool.name}` does not serve {what}: its backends ({', '.join(runtimes)}) do not offer it.",

@@ -34,6 +34,8 @@ class ScriptedAdapter(Adapter):
     the stream is closed or cancelled, a callable is called and awaited (a wait on
     something). Records what it was asked, how many streams ended and how many ran at once."""
 
+    runtime = "scripted"
+
     def __init__(self, name: str, script: Script, *, n: bool = True) -> None:
         super().__init__(name)
         self.capabilities = Capabilities(n=n)

@@ -32,6 +32,8 @@ HANG = object()
 class EmbedAdapter(Adapter):
     """`embed` answers from its script: a result, a GatewayError raised, or HANG (until cancelled)."""
 
+    runtime = "scripted"
+
     def __init__(self, name: str, answer: Any, embeddings: bool = True) -> None:
         super().__init__(name)
         self.capabilities = Capabilities(embeddings=embeddings)
