@@ -23,6 +23,8 @@ class GatewayError(Exception):
     `retryable` marks failures that happened before the runtime did any work the
     client could see (connection refused, upstream 503): the gateway may fail over.
     `retry_after` (seconds) becomes the Retry-After header on 429/503.
+    `cancelled_phase`: on a 499, where the client went away (the cancellation
+    metric's `phase` label), when the raiser knows it.
     """
 
     def __init__(
@@ -36,6 +38,7 @@ class GatewayError(Exception):
         retryable: bool = False,
         retry_after: float | None = None,
         headers: dict[str, str] | None = None,
+        cancelled_phase: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -46,6 +49,7 @@ class GatewayError(Exception):
         self.retryable = retryable
         self.retry_after = retry_after
         self.headers = headers or {}
+        self.cancelled_phase = cancelled_phase
 
     def to_dict(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
@@ -83,6 +87,11 @@ def model_not_found(model: str) -> GatewayError:
         param="model",
         code="model_not_found",
     )
+
+
+def client_closed(phase: str | None = None) -> GatewayError:
+    """499: the client went away before its answer (`phase`: where, when known)."""
+    return GatewayError(499, "The client closed the request.", code="client_closed", cancelled_phase=phase)
 
 
 def upstream_unavailable(backend: str, detail: str) -> GatewayError:
