@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 
+from policies.redact import public_message, shown_name
+
 log = logging.getLogger("switchyard.upstream")
 
 # What a tenant is told about the backend at fault: never its name or address.
@@ -52,7 +54,16 @@ class GatewayError(Exception):
         self.cancelled_phase = cancelled_phase
 
     def to_dict(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        """The envelope a client reads: the message through the one redaction rule
+        (policies/redact.py), so no secret and no unbounded client text reaches it."""
+        return {
+            "error": {
+                "message": public_message(self.message),
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
     def __repr__(self) -> str:
         return f"GatewayError({self.status}, {self.code!r}, {self.message!r})"
@@ -83,7 +94,7 @@ def context_length_exceeded(message: str) -> GatewayError:
 def model_not_found(model: str) -> GatewayError:
     return GatewayError(
         404,
-        f"The model `{model}` does not exist or you do not have access to it.",
+        f"The model `{shown_name(model)}` does not exist or you do not have access to it.",
         param="model",
         code="model_not_found",
     )

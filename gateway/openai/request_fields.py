@@ -48,6 +48,15 @@ def integer(body: dict, name: str, lo: int, hi: int, *, what: str = "an integer"
     return v
 
 
+def query_int(value: str, name: str, lo: int, hi: int) -> int:
+    """A query parameter's integer, read strictly: ASCII digits only (no sign, space,
+    `²` or `٣`, which `str.isdigit` or `int()` would take or choke on), at most as
+    many as `hi` has; anything else is a 400 naming the parameter."""
+    if not (0 < len(value) <= len(str(hi)) and value.isascii() and value.isdigit()) or not lo <= int(value) <= hi:
+        raise invalid_request(f"'{name}' must be an integer from {lo} to {hi}; got {shown(value)}.", param=name)
+    return int(value)
+
+
 def boolean(body: dict, name: str) -> bool | None:
     v = body.get(name)
     if v is None:
