@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.errors import invalid_request
+from gateway.openai.request_fields import invalid_type, out_of_range
 from gateway.openai.responses.errors import short, unknown_parameter, unsupported
 
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
@@ -28,8 +29,10 @@ def parse_list_query(query: Sequence[tuple[str, str]]) -> ListQuery:
     out = ListQuery()
     for name, value in query:
         if name == "limit":
-            if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
-                raise invalid_request(f"'limit' must be an integer from 1 to {MAX_LIMIT}; got {short(value)}.", "limit")
+            if not value.lstrip("-").isdigit():
+                raise invalid_type("limit", "an integer", value)
+            if not 1 <= int(value) <= MAX_LIMIT:
+                raise out_of_range("limit", "integer", 1, MAX_LIMIT, int(value))
             out.limit = int(value)
         elif name == "order":
             if value not in ("asc", "desc"):
