@@ -87,8 +87,14 @@ def invalid_request(message: str, param: str | None = None, code: str | None = N
     return GatewayError(400, message, param=param, code=code)
 
 
-def context_length_exceeded(message: str) -> GatewayError:
-    return GatewayError(400, message, param="messages", code="context_length_exceeded")
+def context_length_exceeded(message: str, kind: str = "chat") -> GatewayError:
+    """A prompt too long for the model: about `prompt` on legacy completions, else `messages`."""
+    return GatewayError(400, message, param=prompt_param(kind), code="context_length_exceeded")
+
+
+def prompt_param(kind: str) -> str:
+    """The request field that holds the prompt of a generation of this kind."""
+    return "prompt" if kind == "completion" else "messages"
 
 
 def model_not_found(model: str) -> GatewayError:
