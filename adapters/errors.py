@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 from enum import Enum
 
+from policies.redact import public_message, shown_name
+
 log = logging.getLogger("switchyard.upstream")
 
 # What a tenant is told about the backend at fault: never its name or address.
@@ -72,7 +74,16 @@ class GatewayError(Exception):
         return self.failure is not None
 
     def to_dict(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        """The envelope a client reads: the message through the one redaction rule
+        (policies/redact.py), so no secret and no unbounded client text reaches it."""
+        return {
+            "error": {
+                "message": public_message(self.message),
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
     def __repr__(self) -> str:
         return f"GatewayError({self.status}, {self.code!r}, {self.message!r})"
@@ -96,14 +107,20 @@ def invalid_request(message: str, param: str | None = None, code: str | None = N
     return GatewayError(400, message, param=param, code=code)
 
 
-def context_length_exceeded(message: str) -> GatewayError:
-    return GatewayError(400, message, param="messages", code="context_length_exceeded")
+def context_length_exceeded(message: str, kind: str = "chat") -> GatewayError:
+    """A prompt too long for the model: about `prompt` on legacy completions, else `messages`."""
+    return GatewayError(400, message, param=prompt_param(kind), code="context_length_exceeded")
+
+
+def prompt_param(kind: str) -> str:
+    """The request field that holds the prompt of a generation of this kind."""
+    return "prompt" if kind == "completion" else "messages"
 
 
 def model_not_found(model: str) -> GatewayError:
     return GatewayError(
         404,
-        f"The model `{model}` does not exist or you do not have access to it.",
+        f"The model `{shown_name(model)}` does not exist or you do not have access to it.",
         param="model",
         code="model_not_found",
     )
