@@ -118,6 +118,6 @@ def public_message(message: str, limit: int = MESSAGE_LIMIT) -> str:
 
 
 def shown_name(name: str, limit: int = NAME_LIMIT) -> str:
-    """A client's name (a model, an id) as an error message or a log line shows it:
-    clipped, control characters escaped."""
-    return escape_controls(clip(name, limit))
+    """A client's name (a model, an id) as an error message, a log line or a span
+    shows it: secrets masked, clipped, control characters escaped."""
+    return escape_controls(clip(redact_text(name[: 4 * limit]), limit))
