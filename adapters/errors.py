@@ -25,6 +25,8 @@ class GatewayError(Exception):
     `retryable` marks failures that happened before the runtime did any work the
     client could see (connection refused, upstream 503): the gateway may fail over.
     `retry_after` (seconds) becomes the Retry-After header on 429/503.
+    `cancelled_phase`: on a 499, where the client went away (the cancellation
+    metric's `phase` label), when the raiser knows it.
     """
 
     def __init__(
@@ -38,6 +40,7 @@ class GatewayError(Exception):
         retryable: bool = False,
         retry_after: float | None = None,
         headers: dict[str, str] | None = None,
+        cancelled_phase: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -48,6 +51,7 @@ class GatewayError(Exception):
         self.retryable = retryable
         self.retry_after = retry_after
         self.headers = headers or {}
+        self.cancelled_phase = cancelled_phase
 
     def to_dict(self) -> dict:
         """The envelope a client reads: the message through the one redaction rule
@@ -83,8 +87,14 @@ def invalid_request(message: str, param: str | None = None, code: str | None = N
     return GatewayError(400, message, param=param, code=code)
 
 
-def context_length_exceeded(message: str) -> GatewayError:
-    return GatewayError(400, message, param="messages", code="context_length_exceeded")
+def context_length_exceeded(message: str, kind: str = "chat") -> GatewayError:
+    """A prompt too long for the model: about `prompt` on legacy completions, else `messages`."""
+    return GatewayError(400, message, param=prompt_param(kind), code="context_length_exceeded")
+
+
+def prompt_param(kind: str) -> str:
+    """The request field that holds the prompt of a generation of this kind."""
+    return "prompt" if kind == "completion" else "messages"
 
 
 def model_not_found(model: str) -> GatewayError:
@@ -94,6 +104,11 @@ def model_not_found(model: str) -> GatewayError:
         param="model",
         code="model_not_found",
     )
+
+
+def client_closed(phase: str | None = None) -> GatewayError:
+    """499: the client went away before its answer (`phase`: where, when known)."""
+    return GatewayError(499, "The client closed the request.", code="client_closed", cancelled_phase=phase)
 
 
 def upstream_unavailable(backend: str, detail: str) -> GatewayError:
