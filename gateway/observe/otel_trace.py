@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,6 +41,7 @@ from gateway.observe.context import (
     error_type,
     make_current,
 )
+from processes.install import installed_version
 
 # gen_ai.provider.name per adapter kind: the runtime that generates, as the GenAI
 # conventions' "instrumentation's best knowledge" (well-known values where there is one).
@@ -59,10 +59,7 @@ INSTRUMENTATION = "switchyard"
 
 
 def _version() -> str:
-    try:
-        return version("switchyard")
-    except PackageNotFoundError:
-        return "unknown"
+    return installed_version()
 
 
 class OtelTracing:
