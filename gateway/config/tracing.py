@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.config.otel_env import otel_env_problem, otlp_protocol
+from gateway.config.section import secret_field
 from processes.install import install_hint
 
 TRACES_PATH = "/v1/traces"
@@ -40,7 +41,8 @@ class TracingConfig(BaseModel):
     # None: OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, by default every trace.
     sample_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
     service_name: str | None = None  # None: OTEL_SERVICE_NAME, then "switchyard"
-    headers: dict[str, str] | None = None  # sent with each export; None: OTEL_EXPORTER_OTLP_HEADERS
+    # Sent with each export (a collector's credentials: a secret, never shown); None: OTEL_EXPORTER_OTLP_HEADERS.
+    headers: dict[str, str] | None = secret_field()
 
     @model_validator(mode="after")
     def _installed(self) -> TracingConfig:
