@@ -52,6 +52,7 @@ PROVIDERS = {
     "sglang": "sglang",
     "trtllm": "tensorrt_llm",
     "tgi": "tgi",
+    "llamacpp": "llama.cpp",
     "native": "switchyard",
 }
 # The W3C trace-context headers (and baggage) a client may send.
