@@ -36,7 +36,7 @@ from gateway.http.envelope import error_response, json_response, route_error_han
 from gateway.http.request_io import client_request_id, new_request_id, read_body
 from gateway.lifecycle.inflight import Exchange, InFlight
 from gateway.lifecycle.process import Lifecycle, shutting_down
-from gateway.lifecycle.reload import ConfigReloader, ConfigSource, ConfigVersion
+from gateway.lifecycle.reload import ConfigNotApplied, ConfigReloader, ConfigSource, ConfigVersion, preflight_refusal
 from gateway.lifecycle.workers import WorkerSlot
 from gateway.observe.admin import AdminViews
 from gateway.observe.context import Outcome, RequestContext
@@ -134,6 +134,13 @@ class Gateway:
         """Put a validated config in force (gateway/lifecycle/reload.py checked what may change).
         Nothing changes when it raises. Requests under way finish on what they hold."""
         plan = await self.backends.plan(config)
+        preflight = config.reload
+        if preflight.preflight != "off":
+            wait_s = preflight.preflight_timeout_s if preflight.preflight == "wait" else 0.0
+            down = await self.backends.preflight(plan, wait_s, preflight.preflight_interval_s)
+            if down:
+                await self.backends.discard(plan)
+                raise ConfigNotApplied(preflight_refusal(down, preflight.preflight, wait_s))
         try:
             await self.protection.reconfigure(config)
         except BaseException:
