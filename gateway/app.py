@@ -95,7 +95,7 @@ class Gateway:
         self.inflight = InFlight()
         self.reloader = ConfigReloader(source or ConfigSource(None), config, self.apply_config, self.metrics.registry)
         self.lifecycle = Lifecycle(self, self.inflight, self.reloader, worker.supervisor_pid if worker else None)
-        self.ops = OpsViews(self.backends, self.metrics, lambda: self.ready)
+        self.ops = OpsViews(self.backends, self.metrics, lambda: self.ready, self.lifecycle.retired_backends)
         self.metrics.registry.register(OpsCollector(self.backends, lambda: self.protection.auth.keys))
         self.worker_metrics = (
             WorkerMetrics(siblings, self.ops.metrics_text, self.metrics.registry) if siblings else None
@@ -153,10 +153,6 @@ class Gateway:
         self.recorder.access_log = access_logger() if config.access_log else None
         self.lifecycle.retire(left, retired)
         built, gone = {b.name for b in plan.built}, {b.name for b in retired.backends}
-        for name in gone - set(self.backends.backends):  # no stale series for a backend that is no more
-            for gauge in (self.metrics.backend_healthy, self.metrics.backend_inflight, self.metrics.backend_backlog):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(name)
         return (
             f"backends: {len(built - gone)} added, {len(gone - built)} removed, {len(built & gone)} changed, "
             f"{len(self.backends.backends) - len(built)} kept"

@@ -262,3 +262,49 @@ async def test_preflight_off_puts_a_dead_backend_in_force(running):
     path.write_text(yaml.safe_dump(moved_to(dead, preflight="off")))
     assert (await gw.reloader.reload("test")).result == ReloadResult.APPLIED
     assert gw.backends.backends["b1"].config.url == dead
+
+
+def backend_gauges(gw: Gateway, name: str) -> tuple:
+    gw.ops.metrics_text()  # what a scrape sets
+    get = gw.metrics.registry.get_sample_value
+    return tuple(
+        get(metric, {"backend": name})
+        for metric in (
+            "switchyard_backend_healthy",
+            "switchyard_backend_inflight",
+            "switchyard_backend_prefill_backlog_tokens",
+        )
+    )
+
+
+async def test_a_retired_backends_gauges_fall_to_zero_rather_than_vanish(running):
+    gw, path = running
+    old = gw.backends.backends["b1"]
+    held = gw.inflight.enter(1, None)  # a request of version 1 keeps b1 open after the reload
+    old.inflight = 2
+    assert backend_gauges(gw, "b1") == (0.0, 2.0, 0.0)  # in force (its DEAD url fails health)
+    changed = config(reload={"preflight": "off"})
+    changed["models"]["m"]["backends"] = [{"name": "b2", "adapter": "vllm", "url": DEAD}]
+    path.write_text(yaml.safe_dump(changed))
+    assert (await gw.reloader.reload("test")).result == ReloadResult.APPLIED
+    assert "b1" not in gw.backends.backends and gw.lifecycle.retired_backends() == [old]
+    assert backend_gauges(gw, "b1") == (0.0, 2.0, 0.0)  # out of service, its requests still counted
+    old.inflight = 0
+    gw.inflight.leave(held)
+    await gw.lifecycle.close_unused()
+    assert gw.lifecycle.retired_backends() == []
+    assert backend_gauges(gw, "b1") == (0.0, 0.0, 0.0)  # closed: 0, not gone
+
+
+def test_the_swap_steps_edit_a_copy_and_the_watcher_sees_only_the_move(tmp_path):
+    # docs/operations.md, "Swapping vLLM for SGLang": edit FILE.new, check it, mv it over FILE.
+    served = tmp_path / "config.yaml"
+    served.write_text(yaml.safe_dump(config()))
+    watch = FileWatch(str(served))
+    copy = tmp_path / "config.yaml.new"
+    copy.write_text(served.read_text())
+    copy.write_text(yaml.safe_dump(config(tenants={"a": {"requests_per_minute": 20}})))
+    assert not watch.changed()  # saves of the copy are not seen
+    assert main(["config", "check", str(copy)]) == 0
+    os.replace(copy, served)
+    assert watch.changed() and not watch.changed()
