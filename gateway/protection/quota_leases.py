@@ -262,7 +262,7 @@ class QuotaLeases:
         while self.pending and self.health.up:
             item = self.pending.popleft()
             try:
-                await self.store.release(item.reservation, item.used_tokens, item.refund_request)
+                await self.store.release(item.reservation, item.used_tokens, item.refund_request, replay=True)
             except QuotaStoreUnavailable as exc:
                 self.pending.appendleft(item)
                 self.health.mark_down(str(exc) or type(exc).__name__)
