@@ -262,7 +262,7 @@ class RedisConnection:
     def describe(self) -> str:
         return self.target.describe()
 
-    async def script(self, script: LuaScript, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+    async def script(self, script: LuaScript, keys: Sequence[str], args: Sequence[str | bytes | int]) -> Any:
         """Run `script` on the node holding `keys` (one slot in a cluster)."""
 
         async def run() -> Any:

@@ -9,21 +9,26 @@ layer turns into responses: `JSONResult` (a status and a JSON body) or
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from adapters.base import Event, GenerationRequest
 from adapters.errors import GatewayError
 from gateway.openai.responses.conversation import build_generation
 from gateway.openai.responses.encoder import ResponseAssembly, ResponseStreamEncoder
-from gateway.openai.responses.errors import not_found, short, unsupported
+from gateway.openai.responses.errors import not_found, response_too_large, short, unsupported
 from gateway.openai.responses.ids import looks_like_response_id, new_response_id
 from gateway.openai.responses.listing import list_page, parse_list_query
 from gateway.openai.responses.request import ResponsesRequest, parse_request
 from gateway.openai.responses.response_object import ResponseShell, new_shell
 from gateway.openai.responses.store import ResponseNotFound, ResponseStore, StoredResponse
+
+log = logging.getLogger("switchyard.responses")
 
 # Opens a generation and returns its events. Raises GatewayError when it cannot
 # start (the client has seen nothing then); closing the events aborts the work.
@@ -74,7 +79,31 @@ async def prepare_response(
         history = previous.conversation()
     generation = build_generation(request, history, request_id=request_id, tenant=tenant or None)
     shell = new_shell(request, new_response_id(), int(clock()))
-    return PreparedResponse(request, generation, history + request.input_items, shell, tenant)
+    context = history + request.input_items
+    if request.store:
+        # The record without its output: already over the tenant's share, no output can fit.
+        least = len(shell.build_json("completed", [], None)) + len(orjson.dumps(context))
+        if least > store.max_record_bytes:
+            raise response_too_large(least, store.max_record_bytes)
+    return PreparedResponse(request, generation, context, shell, tenant)
+
+
+async def store_answer(store: ResponseStore, prepared: PreparedResponse, final: dict[str, Any]) -> GatewayError | None:
+    """Store a finished response (`store: true`); the error when it could not be.
+    A store that fails does not undo the answer: the generation was made and its
+    tokens charged, so the client gets it (completed, never `response.failed`),
+    a later GET of it answers 404, and the failure is logged here and counted by
+    the caller."""
+    if not prepared.request.store:
+        return None
+    try:
+        await store.put(prepared.tenant, StoredResponse(final, prepared.context))
+    except GatewayError as err:
+        log.warning(
+            "response %s of tenant %r answered but not stored: %s (%s)", final["id"], prepared.tenant, err.code, err
+        )
+        return err
+    return None
 
 
 async def run_response(prepared: PreparedResponse, *, run: Runner, store: ResponseStore) -> JSONResult | StreamResult:
@@ -90,8 +119,7 @@ async def run_response(prepared: PreparedResponse, *, run: Runner, store: Respon
     if assembly.error is not None:
         raise assembly.error
     final = assembly.result()
-    if prepared.request.store:
-        await store.put(prepared.tenant, StoredResponse(final, prepared.context))
+    await store_answer(store, prepared, final)
     return JSONResult(final)
 
 
@@ -176,13 +204,7 @@ async def _stream(
         await _close(events)
     assembly.end_of_events()
     final = assembly.result()
-    if prepared.request.store:
-        try:
-            await store.put(prepared.tenant, StoredResponse(final, prepared.context))
-        except GatewayError as err:
-            if not assembly.failed:  # the client could not continue from it: say so
-                assembly.fail(err)
-                final = assembly.result()
+    await store_answer(store, prepared, final)
     yield encoder.terminal(final)
 
 

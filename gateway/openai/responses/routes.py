@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -40,18 +41,37 @@ log = logging.getLogger("switchyard.gateway")
 def build_response_store(store: ResponseStoreConfig, quota: QuotaStoreConfig) -> ResponseStore:
     """The store `store` describes; `quota`: the quota store's config (kind `auto` follows it)."""
     deployment: RedisDeploymentConfig = quota if store.kind == "auto" else store
+    entries, size = store.tenant_max_entries, store.tenant_max_bytes
     if resolved_kind(store, quota.kind) == "memory":
-        return MemoryResponseStore(ttl_s=store.ttl_s, max_entries=store.max_entries, max_bytes=store.max_bytes)
-    prefix = store.key_prefix or quota.key_prefix
+        return MemoryResponseStore(
+            ttl_s=store.ttl_s,
+            max_entries=store.max_entries,
+            max_bytes=store.max_bytes,
+            tenant_max_entries=entries,
+            tenant_max_bytes=size,
+        )
     return RedisResponseStore(
-        deployment.redis_target(), key_prefix=prefix, ttl_s=store.ttl_s, timeout_s=store.timeout_s
+        deployment.redis_target(),
+        key_prefix=store.key_prefix or quota.key_prefix,
+        ttl_s=store.ttl_s,
+        timeout_s=store.timeout_s,
+        tenant_max_entries=entries,
+        tenant_max_bytes=size,
     )
 
 
 class ResponsesRoutes:
-    def __init__(self, config: GatewayConfig, protection: Protection) -> None:
+    def __init__(
+        self, config: GatewayConfig, protection: Protection, registry: CollectorRegistry | None = None
+    ) -> None:
         self.store = build_response_store(config.response_store, config.quota_store)
         self.protection = protection
+        self.not_stored = Counter(
+            "switchyard_responses_not_stored_total",
+            "Responses answered with store: true that could not be stored (delivered all the same), by error code.",
+            ["reason"],
+            registry=registry if registry is not None else CollectorRegistry(),
+        )
 
     async def aclose(self) -> None:
         await self.store.aclose()
@@ -60,7 +80,10 @@ class ResponsesRoutes:
         """The body of `POST /v1/responses` -> its chat generation (the previous
         response's conversation resolved, in the tenant's store) and its answer format."""
         prepared = await prepare_response(body, tenant=tenant, store=self.store, request_id=upstream_id)
-        return [prepared.generation], ResponsesAnswer(prepared, self.store)
+        return [prepared.generation], ResponsesAnswer(prepared, self.store, self._count_not_stored)
+
+    def _count_not_stored(self, reason: str) -> None:
+        self.not_stored.labels(reason).inc()
 
     async def retrieve(self, request: Request) -> Response:
         return await self._read(request, "get")

@@ -307,14 +307,19 @@ async def test_closing_a_stream_aborts_the_generation(store):
     assert runner.closed == [True] and len(store) == 0
 
 
-async def test_store_failure_fails_the_answer():
-    dead = RedisResponseStore(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.5)
+async def test_store_failure_delivers_the_answer_without_the_store_s_details(caplog):
+    """Finding 9: the answer was generated and charged, so it is delivered (never
+    `response.failed`); what went wrong is in the log, never in what the tenant reads."""
+    port = free_port()
+    dead = RedisResponseStore(f"redis://127.0.0.1:{port}/0", timeout_s=0.5)
     try:
-        err = await refused(create(dead, ScriptedRunner([say("x")]), input="q"), 503)
-        assert err.code == "response_store_unavailable"
+        assert (await create(dead, ScriptedRunner([say("x")]), input="q")).body["status"] == "completed"
         evs = await create_stream(dead, ScriptedRunner([say("x")]), input="q")
-        assert [e["type"] for e in evs[-2:]] == ["error", "response.failed"]
-        assert evs[-2]["code"] == "response_store_unavailable"
+        assert evs[-1]["type"] == "response.completed"
+        assert str(port) in caplog.text  # the operator's detail, logged
+        err = await refused(get_response("resp_abc", tenant="t", store=dead), 503)
+        assert err.code == "response_store_unavailable" and str(port) not in err.message
+        assert "Error" not in err.message and "127.0.0.1" not in err.message
         # not storing needs no store
         assert (await create(dead, ScriptedRunner([say("x")]), input="q", store=False)).body["status"] == "completed"
         # a continuation cannot be resolved without the store
