@@ -56,7 +56,7 @@ from gateway.protection.worker_quota import WorkerShareStore
 from gateway.serving.dispatch import Dispatcher, check_choices
 from gateway.serving.generation import Generation
 from gateway.serving.unary import UnaryGate
-from policies.auth import credential_headers
+from policies.auth import Principal, credential_headers
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -190,7 +190,7 @@ class Gateway:
             ctx.tenant = principal.tenant
             raw = await read_body(request, self.config.limits.max_body_bytes)
             body = parse_json_body(raw, self.config.limits.max_json_depth)
-            reqs, answer = await parse(body, upstream_id, principal.tenant)
+            reqs, answer = await parse(body, upstream_id, principal)
             ctx.model = reqs[0].model
             ctx.trace.parsed(reqs[0])
             check_choices(reqs, self.config.limits.max_choices_per_request)
@@ -262,14 +262,15 @@ class Gateway:
 
 # A generating route's body reader: (body, the gateway's request id, the tenant) -> the
 # generation requests, and the answer format (None: chat's, gateway/openai/answer_format.py).
-ParseBody = Callable[[Any, str, str], Awaitable[tuple[list[GenerationRequest], AnswerFormat | None]]]
+# (body, upstream request id, the caller) -> its generations and answer format.
+ParseBody = Callable[[Any, str, Principal], Awaitable[tuple[list[GenerationRequest], AnswerFormat | None]]]
 
 
-async def _parse_chat(body: Any, upstream_id: str, tenant: str) -> tuple[list[GenerationRequest], None]:
+async def _parse_chat(body: Any, upstream_id: str, principal: Principal) -> tuple[list[GenerationRequest], None]:
     return [parse_chat(body, upstream_id)], None
 
 
-async def _parse_completion(body: Any, upstream_id: str, tenant: str) -> tuple[list[GenerationRequest], None]:
+async def _parse_completion(body: Any, upstream_id: str, principal: Principal) -> tuple[list[GenerationRequest], None]:
     return parse_completion(body, upstream_id), None
 
 

@@ -30,6 +30,16 @@ from gateway.openai.responses.store import ResponseNotFound, ResponseStore, Stor
 
 log = logging.getLogger("switchyard.responses")
 
+# Whether the caller may use a model: a stored response made on a model the caller
+# may not use answers exactly as a missing one (404), for every read and a
+# continuation. The HTTP layer passes the principal's allow-list (`may_use`).
+ModelCheck = Callable[[str], bool]
+
+
+def any_model(model: str) -> bool:
+    return True
+
+
 # Opens a generation and returns its events. Raises GatewayError when it cannot
 # start (the client has seen nothing then); closing the events aborts the work.
 Runner = Callable[[GenerationRequest], Awaitable[AsyncIterator[Event]]]
@@ -70,12 +80,18 @@ class PreparedResponse:
 
 
 async def prepare_response(
-    body: Any, *, tenant: str, store: ResponseStore, request_id: str, clock: Callable[[], float] = time.time
+    body: Any,
+    *,
+    tenant: str,
+    store: ResponseStore,
+    request_id: str,
+    clock: Callable[[], float] = time.time,
+    may_read: ModelCheck = any_model,
 ) -> PreparedResponse:
     request = parse_request(body)
     history: list[dict[str, Any]] = []
     if request.previous_response_id is not None:
-        previous = await _load(store, tenant, request.previous_response_id, "previous_response_id")
+        previous = await _load(store, tenant, request.previous_response_id, "previous_response_id", may_read)
         history = previous.conversation()
     generation = build_generation(request, history, request_id=request_id, tenant=tenant or None)
     shell = new_shell(request, new_response_id(), int(clock()))
@@ -132,17 +148,26 @@ async def create_response(
 
 
 async def get_response(
-    response_id: str, *, tenant: str, store: ResponseStore, query: Sequence[tuple[str, str]] = ()
+    response_id: str,
+    *,
+    tenant: str,
+    store: ResponseStore,
+    query: Sequence[tuple[str, str]] = (),
+    may_read: ModelCheck = any_model,
 ) -> JSONResult:
     for name, value in query:
         if name != "stream" or value != "false":
             raise unsupported(
                 f"The query parameter {short(name)}={short(value)} is not supported by this gateway.", name
             )
-    return JSONResult((await _load(store, tenant, response_id, "response_id")).response)
+    return JSONResult((await _load(store, tenant, response_id, "response_id", may_read)).response)
 
 
-async def delete_response(response_id: str, *, tenant: str, store: ResponseStore) -> JSONResult:
+async def delete_response(
+    response_id: str, *, tenant: str, store: ResponseStore, may_read: ModelCheck = any_model
+) -> JSONResult:
+    if may_read is not any_model:
+        await _load(store, tenant, response_id, "response_id", may_read)  # its model, before it goes
     if not looks_like_response_id(response_id):
         raise not_found(response_id, "response_id")
     try:
@@ -153,23 +178,33 @@ async def delete_response(response_id: str, *, tenant: str, store: ResponseStore
 
 
 async def list_input_items(
-    response_id: str, *, tenant: str, store: ResponseStore, query: Sequence[tuple[str, str]] = ()
+    response_id: str,
+    *,
+    tenant: str,
+    store: ResponseStore,
+    query: Sequence[tuple[str, str]] = (),
+    may_read: ModelCheck = any_model,
 ) -> JSONResult:
     list_query = parse_list_query(query)
-    record = await _load(store, tenant, response_id, "response_id")
+    record = await _load(store, tenant, response_id, "response_id", may_read)
     return JSONResult(list_page(record.context, list_query))
 
 
 # ---- internals ------------------------------------------------------------------------
 
 
-async def _load(store: ResponseStore, tenant: str, response_id: str, param: str) -> StoredResponse:
+async def _load(
+    store: ResponseStore, tenant: str, response_id: str, param: str, may_read: ModelCheck
+) -> StoredResponse:
     if not looks_like_response_id(response_id):
         raise not_found(response_id, param)
     try:
-        return await store.get(tenant, response_id)
+        record = await store.get(tenant, response_id)
     except ResponseNotFound:
         raise not_found(response_id, param) from None
+    if not may_read(str(record.response.get("model", ""))):
+        raise not_found(response_id, param)
+    return record
 
 
 async def _until_failed(events: AsyncIterator[Event], assembly: ResponseAssembly) -> AsyncIterator[Event]:

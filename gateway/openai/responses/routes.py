@@ -9,6 +9,7 @@ response of another tenant answers exactly as one that does not exist (404).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
@@ -33,7 +34,7 @@ from gateway.openai.responses import (
 from gateway.openai.responses.answer import ResponsesAnswer
 from gateway.openai.responses.handlers import JSONResult
 from gateway.protection.gate import Protection
-from policies.auth import credential_headers
+from policies.auth import Principal, credential_headers
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -76,11 +77,24 @@ class ResponsesRoutes:
     async def aclose(self) -> None:
         await self.store.aclose()
 
-    async def parse(self, body: Any, upstream_id: str, tenant: str) -> tuple[list[GenerationRequest], ResponsesAnswer]:
+    async def parse(
+        self, body: Any, upstream_id: str, principal: Principal
+    ) -> tuple[list[GenerationRequest], ResponsesAnswer]:
         """The body of `POST /v1/responses` -> its chat generation (the previous
-        response's conversation resolved, in the tenant's store) and its answer format."""
-        prepared = await prepare_response(body, tenant=tenant, store=self.store, request_id=upstream_id)
+        response's conversation resolved, in the tenant's store, on a model the
+        principal may use) and its answer format."""
+        prepared = await prepare_response(
+            body,
+            tenant=principal.tenant,
+            store=self.store,
+            request_id=upstream_id,
+            may_read=self._models_of(principal),
+        )
         return [prepared.generation], ResponsesAnswer(prepared, self.store, self._count_not_stored)
+
+    def _models_of(self, principal: Principal) -> Callable[[str], bool]:
+        """A response made on a model `principal` may not use is, to it, not there (404)."""
+        return lambda model: self.protection.may_use(principal, model)
 
     def _count_not_stored(self, reason: str) -> None:
         self.not_stored.labels(reason).inc()
@@ -99,13 +113,14 @@ class ResponsesRoutes:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
             response_id = request.path_params["response_id"]
             query = request.query_params.multi_items()
+            tenant, store, may_read = principal.tenant, self.store, self._models_of(principal)
             result: JSONResult
             if what == "get":
-                result = await get_response(response_id, tenant=principal.tenant, store=self.store, query=query)
+                result = await get_response(response_id, tenant=tenant, store=store, query=query, may_read=may_read)
             elif what == "delete":
-                result = await delete_response(response_id, tenant=principal.tenant, store=self.store)
+                result = await delete_response(response_id, tenant=tenant, store=store, may_read=may_read)
             else:
-                result = await list_input_items(response_id, tenant=principal.tenant, store=self.store, query=query)
+                result = await list_input_items(response_id, tenant=tenant, store=store, query=query, may_read=may_read)
         except GatewayError as err:
             return error_response(err)
         return json_response(result.body, result.status)

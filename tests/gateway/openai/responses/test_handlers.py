@@ -19,6 +19,7 @@ from gateway.openai.responses import (
     delete_response,
     get_response,
     list_input_items,
+    prepare_response,
 )
 from tests.gateway.openai.responses.official import sse_events, validate_response
 from tests.gateway.openai.responses.scripted import ScriptedRunner
@@ -346,3 +347,26 @@ async def test_the_whole_flow_on_redis(redis_server):
         await refused(get_response(second["id"], tenant="alice", store=store), 404)
     finally:
         await store.aclose()
+
+
+async def test_a_response_on_a_model_the_caller_may_not_use_is_not_there(store):
+    """Finding 12 of issue 25: a key limited to `vl` read and continued a response its
+    tenant made on `m`. Every read and a continuation answer as for a missing id."""
+    made = await create(store, ScriptedRunner([say("secret")]), input="q")
+    only_vl = lambda model: model == "vl"  # noqa: E731
+    rid = made.body["id"]
+    for call in (
+        get_response(rid, tenant="t", store=store, may_read=only_vl),
+        list_input_items(rid, tenant="t", store=store, may_read=only_vl),
+        delete_response(rid, tenant="t", store=store, may_read=only_vl),
+        prepare_response(
+            {"model": "vl", "input": "q", "previous_response_id": rid},
+            tenant="t",
+            store=store,
+            request_id="r",
+            may_read=only_vl,
+        ),
+    ):
+        err = await refused(call, 404)
+        assert err.code == "not_found" and rid in err.message
+    assert (await get_response(rid, tenant="t", store=store)).body["id"] == rid  # not deleted
