@@ -76,11 +76,13 @@ def create(gateway: Process, who: str, model: str = "tiny", **body):
 
 
 def test_another_tenant_s_responses_never_push_out_mine(world):
-    gateway, _ = world
+    gateway, redis_proc = world
     mine = create(gateway, "acme")
     for _ in range(SHARE_ENTRIES * 3):
         create(gateway, "globex")
     assert client(gateway, "acme").responses.retrieve(mine.id).id == mine.id
+    with redis.Redis.from_url(redis_proc.url) as admin:  # what globex keeps in Redis: its share
+        assert len(admin.keys("{switchyard:globex}:response:*")) == SHARE_ENTRIES
     follow = create(gateway, "acme", previous_response_id=mine.id)
     assert follow.status == "completed"
 
