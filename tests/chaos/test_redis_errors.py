@@ -1,7 +1,8 @@
 """Every error Redis can answer takes the quota store's one failure path, with a
 real redis-server made to answer each: out of memory (`maxmemory` below what it
 holds), read-only (demoted to a replica with `REPLICAOF`), hung (`DEBUG SLEEP`),
-scripts lost (`SCRIPT FLUSH`), a key of the wrong type. The path: the store is
+busy in another client's script (BUSY), scripts lost (`SCRIPT FLUSH`), a key of
+the wrong type. The path: the store is
 marked down (`switchyard_quota_store_up` 0), the fail policy applies, a release
 that could not be sent waits and is sent once it answers, never twice, and no
 exception reaches the request. The tenant here may run one request at a time,
@@ -208,3 +209,34 @@ async def test_a_release_sent_again_after_a_lost_answer_runs_once(redis_server):
             assert await store.concurrent("a", "t") == 0
     finally:
         await store.aclose()
+
+
+BUSY_LUA = """
+local t = redis.call('TIME')
+local start = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = start
+while now - start < tonumber(ARGV[1]) do
+  t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+return 1
+"""
+
+
+async def test_a_redis_busy_in_a_script_is_a_store_outage(redis_server):
+    """BUSY: another client's script runs past `busy-reply-threshold`; every other
+    call is answered with an error until it ends."""
+    p = await started(redis_server.url)
+    try:
+        async with admin(redis_server.url) as r, admin(redis_server.url) as busy:
+            await r.config_set("busy-reply-threshold", "50")
+            await busy.ping()
+            running = asyncio.create_task(busy.eval(BUSY_LUA, 0, "1500"))
+            await asyncio.sleep(0.3)  # past the threshold: Redis answers BUSY now
+            assert await one_at_a_time(p, 3) == {"local-fallback"}
+            assert sample(p, UP) == 0
+            await running
+            await settled(p)
+            assert await one_at_a_time(p, 5) == {"redis"}
+    finally:
+        await p.aclose()
