@@ -16,12 +16,12 @@ from prometheus_client import CollectorRegistry, Counter
 from starlette.requests import Request
 from starlette.responses import Response
 
-from adapters.base import GenerationRequest
 from adapters.errors import GatewayError
 from gateway.config.redis import RedisDeploymentConfig
 from gateway.config.response_store import ResponseStoreConfig, resolved_kind
 from gateway.config.schema import GatewayConfig, QuotaStoreConfig
 from gateway.http.envelope import error_response, json_response
+from gateway.intake import Intent
 from gateway.openai.responses import (
     MemoryResponseStore,
     RedisResponseStore,
@@ -33,7 +33,7 @@ from gateway.openai.responses import (
 )
 from gateway.openai.responses.answer import ResponsesAnswer
 from gateway.openai.responses.handlers import JSONResult
-from gateway.protection.gate import Protection
+from gateway.protection.gate import Protection, stored_read_usage
 from policies.auth import Principal, credential_headers
 
 log = logging.getLogger("switchyard.gateway")
@@ -77,9 +77,7 @@ class ResponsesRoutes:
     async def aclose(self) -> None:
         await self.store.aclose()
 
-    async def parse(
-        self, body: Any, upstream_id: str, principal: Principal
-    ) -> tuple[list[GenerationRequest], ResponsesAnswer]:
+    async def parse(self, body: Any, upstream_id: str, principal: Principal) -> Intent:
         """The body of `POST /v1/responses` -> its chat generation (the previous
         response's conversation resolved, in the tenant's store, on a model the
         principal may use) and its answer format."""
@@ -90,7 +88,7 @@ class ResponsesRoutes:
             request_id=upstream_id,
             may_read=self._models_of(principal),
         )
-        return [prepared.generation], ResponsesAnswer(prepared, self.store, self._count_not_stored)
+        return Intent([prepared.generation], ResponsesAnswer(prepared, self.store, self._count_not_stored))
 
     def _models_of(self, principal: Principal) -> Callable[[str], bool]:
         """A response made on a model `principal` may not use is, to it, not there (404)."""
@@ -109,8 +107,15 @@ class ResponsesRoutes:
         return await self._read(request, "input_items")
 
     async def _read(self, request: Request, what: str) -> Response:
+        """Authenticated, then admitted as a request of the tenant (`Protection.admit_read`:
+        its requests per minute, its concurrency, the bytes sent as its tokens)."""
         try:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
+            ticket = await self.protection.admit_read(principal)
+        except GatewayError as err:
+            return error_response(err)
+        answer: Response | None = None
+        try:
             response_id = request.path_params["response_id"]
             query = request.query_params.multi_items()
             tenant, store, may_read = principal.tenant, self.store, self._models_of(principal)
@@ -121,6 +126,9 @@ class ResponsesRoutes:
                 result = await delete_response(response_id, tenant=tenant, store=store, may_read=may_read)
             else:
                 result = await list_input_items(response_id, tenant=tenant, store=store, query=query, may_read=may_read)
+            answer = json_response(result.body, result.status, ticket.headers or None)
         except GatewayError as err:
-            return error_response(err)
-        return json_response(result.body, result.status)
+            answer = error_response(err)
+        finally:
+            await ticket.release(stored_read_usage(len(answer.body) if answer is not None else 0))
+        return answer
