@@ -51,7 +51,7 @@ from gateway.serving.dispatch import Dispatcher
 from gateway.serving.exchange import ExchangeRunner
 from gateway.serving.generation import Generation
 from gateway.serving.oneshot import OneShotCall
-from policies.auth import credential_headers
+from policies.auth import Principal, credential_headers
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -98,7 +98,7 @@ class Gateway:
         self.metrics_view = self.worker_metrics.endpoint if self.worker_metrics else self.ops.metrics_endpoint
         # An admin reload one worker applied reaches the others through the supervisor.
         fan_out = functools.partial(os.kill, siblings.supervisor_pid, signal.SIGHUP) if siblings else None
-        self.responses_api = ResponsesRoutes(config, self.protection)
+        self.responses_api = ResponsesRoutes(config, self.protection, self.metrics.registry)
         self.admin = AdminViews(lambda: self.config, self.reloader, worker.describe() if worker else None, fan_out)
         self.intake = Intake(
             lambda: self.config,
@@ -218,11 +218,11 @@ class Gateway:
         return {"id": name, "object": "model", "created": self.started_at, "owned_by": owned_by}
 
 
-async def _parse_chat(body: Any, upstream_id: str, tenant: str) -> Intent:
+async def _parse_chat(body: Any, upstream_id: str, principal: Principal) -> Intent:
     return Intent([parse_chat(body, upstream_id)])
 
 
-async def _parse_completion(body: Any, upstream_id: str, tenant: str) -> Intent:
+async def _parse_completion(body: Any, upstream_id: str, principal: Principal) -> Intent:
     return Intent(parse_completion(body, upstream_id))
 
 

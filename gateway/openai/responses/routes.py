@@ -9,8 +9,10 @@ response of another tenant answers exactly as one that does not exist (404).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -32,7 +34,7 @@ from gateway.openai.responses import (
 from gateway.openai.responses.answer import ResponsesAnswer
 from gateway.openai.responses.handlers import JSONResult
 from gateway.protection.gate import Protection, stored_read_usage
-from policies.auth import credential_headers
+from policies.auth import Principal, credential_headers
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -40,27 +42,60 @@ log = logging.getLogger("switchyard.gateway")
 def build_response_store(store: ResponseStoreConfig, quota: QuotaStoreConfig) -> ResponseStore:
     """The store `store` describes; `quota`: the quota store's config (kind `auto` follows it)."""
     deployment: RedisDeploymentConfig = quota if store.kind == "auto" else store
+    entries, size = store.tenant_max_entries, store.tenant_max_bytes
     if resolved_kind(store, quota.kind) == "memory":
-        return MemoryResponseStore(ttl_s=store.ttl_s, max_entries=store.max_entries, max_bytes=store.max_bytes)
-    prefix = store.key_prefix or quota.key_prefix
+        return MemoryResponseStore(
+            ttl_s=store.ttl_s,
+            max_entries=store.max_entries,
+            max_bytes=store.max_bytes,
+            tenant_max_entries=entries,
+            tenant_max_bytes=size,
+        )
     return RedisResponseStore(
-        deployment.redis_target(), key_prefix=prefix, ttl_s=store.ttl_s, timeout_s=store.timeout_s
+        deployment.redis_target(),
+        key_prefix=store.key_prefix or quota.key_prefix,
+        ttl_s=store.ttl_s,
+        timeout_s=store.timeout_s,
+        tenant_max_entries=entries,
+        tenant_max_bytes=size,
     )
 
 
 class ResponsesRoutes:
-    def __init__(self, config: GatewayConfig, protection: Protection) -> None:
+    def __init__(
+        self, config: GatewayConfig, protection: Protection, registry: CollectorRegistry | None = None
+    ) -> None:
         self.store = build_response_store(config.response_store, config.quota_store)
         self.protection = protection
+        self.not_stored = Counter(
+            "switchyard_responses_not_stored_total",
+            "Responses answered with store: true that could not be stored (delivered all the same), by error code.",
+            ["reason"],
+            registry=registry if registry is not None else CollectorRegistry(),
+        )
 
     async def aclose(self) -> None:
         await self.store.aclose()
 
-    async def parse(self, body: Any, upstream_id: str, tenant: str) -> Intent:
+    async def parse(self, body: Any, upstream_id: str, principal: Principal) -> Intent:
         """The body of `POST /v1/responses` -> its chat generation (the previous
-        response's conversation resolved, in the tenant's store) and its answer format."""
-        prepared = await prepare_response(body, tenant=tenant, store=self.store, request_id=upstream_id)
-        return Intent([prepared.generation], ResponsesAnswer(prepared, self.store))
+        response's conversation resolved, in the tenant's store, on a model the
+        principal may use) and its answer format."""
+        prepared = await prepare_response(
+            body,
+            tenant=principal.tenant,
+            store=self.store,
+            request_id=upstream_id,
+            may_read=self._models_of(principal),
+        )
+        return Intent([prepared.generation], ResponsesAnswer(prepared, self.store, self._count_not_stored))
+
+    def _models_of(self, principal: Principal) -> Callable[[str], bool]:
+        """A response made on a model `principal` may not use is, to it, not there (404)."""
+        return lambda model: self.protection.may_use(principal, model)
+
+    def _count_not_stored(self, reason: str) -> None:
+        self.not_stored.labels(reason).inc()
 
     async def retrieve(self, request: Request) -> Response:
         return await self._read(request, "get")
@@ -83,13 +118,14 @@ class ResponsesRoutes:
         try:
             response_id = request.path_params["response_id"]
             query = request.query_params.multi_items()
+            tenant, store, may_read = principal.tenant, self.store, self._models_of(principal)
             result: JSONResult
             if what == "get":
-                result = await get_response(response_id, tenant=principal.tenant, store=self.store, query=query)
+                result = await get_response(response_id, tenant=tenant, store=store, query=query, may_read=may_read)
             elif what == "delete":
-                result = await delete_response(response_id, tenant=principal.tenant, store=self.store)
+                result = await delete_response(response_id, tenant=tenant, store=store, may_read=may_read)
             else:
-                result = await list_input_items(response_id, tenant=principal.tenant, store=self.store, query=query)
+                result = await list_input_items(response_id, tenant=tenant, store=store, query=query, may_read=may_read)
             answer = json_response(result.body, result.status, ticket.headers or None)
         except GatewayError as err:
             answer = error_response(err)
