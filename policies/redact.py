@@ -21,7 +21,6 @@ Standard library only, so that every package may use it: the gateway, the stores
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 MASK = "***"
@@ -41,6 +40,7 @@ _HEADER_LINE = re.compile(
     r"(?P<value>(?:(?:bearer|basic|digest|negotiate|token)\s+)?[^\s'\",;]+)",
     re.IGNORECASE,
 )
+_HEADER_WORDS = ("authorization", "cookie", "api-key")
 _BEARER = re.compile(r"\b(?P<scheme>bearer\s+)[^\s'\",;]+|\b(?P<basic>basic\s+)[A-Za-z0-9+/=]{8,}", re.IGNORECASE)
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
@@ -67,11 +67,6 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
-def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """`headers` with the values of credential-bearing ones masked."""
-    return {name: MASK if secret_name(name) else value for name, value in headers.items()}
-
-
 def redact_text_pairs(text: str) -> str:
     """`name=value` pairs in `text` whose name says secret, masked."""
 
@@ -91,9 +86,10 @@ def redact_text(text: str) -> str:
         text = _URL.sub(lambda m: redact_url(m.group(0)), text)
     if "=" in text:
         text = redact_text_pairs(text)
-    if ":" in text:
+    lower = text.lower()  # the regexes below run only where their words are (the access log's lines have none)
+    if ":" in text and any(word in lower for word in _HEADER_WORDS):
         text = _HEADER_LINE.sub(lambda m: f"{m.group('name')}{m.group('sep')}{MASK}", text)
-    if " " in text:
+    if "bearer" in lower or "basic" in lower:
         text = _BEARER.sub(lambda m: f"{m.group('scheme') or m.group('basic')}{MASK}", text)
     return text
 

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from gateway.observe.log_lines import SafeLines
-from policies.redact import clip, escape_controls, public_message, redact_headers, redact_text, redact_url, shown_name
+from policies.redact import clip, escape_controls, public_message, redact_text, redact_url, secret_name, shown_name
 
 
 @pytest.mark.parametrize(
@@ -39,9 +39,11 @@ def test_free_text_masks_urls_pairs_headers_and_bearer_tokens_but_not_ordinary_w
     assert "max_tokens=5" in said and "limit=3" in said and "the token estimate" in said
 
 
-def test_headers():
-    shown = redact_headers({"Authorization": "Bearer x", "Cookie": "a", "X-Api-Key": "k", "x-request-id": "r"})
-    assert shown == {"Authorization": "***", "Cookie": "***", "X-Api-Key": "***", "x-request-id": "r"}
+def test_secret_names_cover_credential_headers_and_fields_but_not_token_counts():
+    for name in ("Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key", "api_key", "client_secret", "sig"):
+        assert secret_name(name), name
+    for name in ("x-request-id", "max_tokens", "prompt_tokens", "limit", "model"):
+        assert not secret_name(name), name
 
 
 def test_names_are_clipped_masked_and_escaped():
