@@ -33,8 +33,10 @@ _SECRET_NAME = re.compile(
 _CREDENTIAL_HEADERS = frozenset(
     {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
 )
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
-_PAIR = re.compile(r"(?P<name>[A-Za-z0-9_.\-\[\]]+)(?P<sep>=)(?P<value>[^\s&;,'\"<>)}\]]+)")
+# Each pattern starts only where its run of name characters starts (the lookbehinds):
+# a long run without a match is scanned once, never once per character (linear time).
+_URL = re.compile(r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+_PAIR = re.compile(r"(?<![A-Za-z0-9_.\-\[\]])(?P<name>[A-Za-z0-9_.\-\[\]]+)(?P<sep>=)(?P<value>[^\s&;,'\"<>)}\]]+)")
 _HEADER_LINE = re.compile(
     r"\b(?P<name>authorization|proxy-authorization|cookie|set-cookie|x-api-key|api-key)(?P<sep>:\s*)"
     r"(?P<value>(?:(?:bearer|basic|digest|negotiate|token)\s+)?[^\s'\",;]+)",
@@ -109,9 +111,8 @@ def clip(text: str, limit: int = NAME_LIMIT) -> str:
 
 def public_message(message: str, limit: int = MESSAGE_LIMIT) -> str:
     """An error message as a client or a log reads it: secrets masked, clipped."""
-    if len(message) > 4 * limit:  # what the rule reads of a hostile value is bounded too
-        message = message[: 4 * limit]
-    return clip(redact_text(message), limit)
+    shown = redact_text(message[: 4 * limit])[:limit]  # masked before it is cut, and bounded
+    return shown if len(message) <= limit else f"{shown}...({len(message)} characters)"
 
 
 def shown_name(name: str, limit: int = NAME_LIMIT) -> str:
