@@ -15,13 +15,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from adapters.base import GenerationRequest
 from adapters.errors import GatewayError
 from gateway.config.redis import RedisDeploymentConfig
 from gateway.config.response_store import ResponseStoreConfig, resolved_kind
 from gateway.config.schema import GatewayConfig, QuotaStoreConfig
 from gateway.http.envelope import error_response, json_response
 from gateway.http.request_io import client_request_id, new_request_id
+from gateway.intake import Intent
 from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.recorder import RequestRecorder
 from gateway.openai.responses import (
@@ -64,11 +64,11 @@ class ResponsesRoutes:
     async def aclose(self) -> None:
         await self.store.aclose()
 
-    async def parse(self, body: Any, upstream_id: str, tenant: str) -> tuple[list[GenerationRequest], ResponsesAnswer]:
+    async def parse(self, body: Any, upstream_id: str, tenant: str) -> Intent:
         """The body of `POST /v1/responses` -> its chat generation (the previous
         response's conversation resolved, in the tenant's store) and its answer format."""
         prepared = await prepare_response(body, tenant=tenant, store=self.store, request_id=upstream_id)
-        return [prepared.generation], ResponsesAnswer(prepared, self.store)
+        return Intent([prepared.generation], ResponsesAnswer(prepared, self.store))
 
     async def retrieve(self, request: Request) -> Response:
         return await self._read(request, "get")
@@ -87,7 +87,7 @@ class ResponsesRoutes:
         ctx = RequestContext(
             request_id=client_request_id(request.headers.get("x-request-id")) or request_id,
             started=time.perf_counter(),
-            chat=False,
+            operation=f"responses.{what}",
             upstream_id=request_id,
         )
         try:
