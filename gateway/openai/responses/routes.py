@@ -9,6 +9,7 @@ response of another tenant answers exactly as one that does not exist (404).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,10 @@ from gateway.config.redis import RedisDeploymentConfig
 from gateway.config.response_store import ResponseStoreConfig, resolved_kind
 from gateway.config.schema import GatewayConfig, QuotaStoreConfig
 from gateway.http.envelope import error_response, json_response
+from gateway.http.request_io import client_request_id, new_request_id
 from gateway.intake import Intent
+from gateway.observe.context import Outcome, RequestContext
+from gateway.observe.recorder import RequestRecorder
 from gateway.openai.responses import (
     MemoryResponseStore,
     RedisResponseStore,
@@ -62,11 +66,19 @@ def build_response_store(store: ResponseStoreConfig, quota: QuotaStoreConfig) ->
 
 
 class ResponsesRoutes:
+    """`registry`: where the store's own counters go; `recorder`: where the reads of the
+    store are written down like every request (metrics per tenant, the access log)."""
+
     def __init__(
-        self, config: GatewayConfig, protection: Protection, registry: CollectorRegistry | None = None
+        self,
+        config: GatewayConfig,
+        protection: Protection,
+        registry: CollectorRegistry | None = None,
+        recorder: RequestRecorder | None = None,
     ) -> None:
         self.store = build_response_store(config.response_store, config.quota_store)
         self.protection = protection
+        self.recorder = recorder
         self.not_stored = Counter(
             "switchyard_responses_not_stored_total",
             "Responses answered with store: true that could not be stored (delivered all the same), by error code.",
@@ -108,13 +120,24 @@ class ResponsesRoutes:
 
     async def _read(self, request: Request, what: str) -> Response:
         """Authenticated, then admitted as a request of the tenant (`Protection.admit_read`:
-        its requests per minute, its concurrency, the bytes sent as its tokens)."""
+        its requests per minute, its concurrency, the bytes sent as its tokens), and
+        recorded as one (metrics and an access-log line)."""
+        request_id = new_request_id()
+        ctx = RequestContext(
+            request_id=client_request_id(request.headers.get("x-request-id")) or request_id,
+            started=time.perf_counter(),
+            operation=f"responses.{what}",
+            upstream_id=request_id,
+        )
         try:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
+            ctx.tenant = principal.tenant
             ticket = await self.protection.admit_read(principal)
         except GatewayError as err:
-            return error_response(err)
+            self._record(ctx, Outcome.refused(err))
+            return error_response(err, ctx.request_id)
         answer: Response | None = None
+        failure: GatewayError | None = None
         try:
             response_id = request.path_params["response_id"]
             query = request.query_params.multi_items()
@@ -128,7 +151,15 @@ class ResponsesRoutes:
                 result = await list_input_items(response_id, tenant=tenant, store=store, query=query, may_read=may_read)
             answer = json_response(result.body, result.status, ticket.headers or None)
         except GatewayError as err:
-            answer = error_response(err)
+            failure = err
+            answer = error_response(err, ctx.request_id)
         finally:
-            await ticket.release(stored_read_usage(len(answer.body) if answer is not None else 0))
+            usage = stored_read_usage(len(answer.body) if answer is not None else 0)
+            await ticket.release(usage)
+            status = answer.status_code if answer is not None else 500
+            self._record(ctx, Outcome(status, usage, error=failure.message if failure else None))
         return answer
+
+    def _record(self, ctx: RequestContext, outcome: Outcome) -> None:
+        if self.recorder is not None:
+            self.recorder.finish(ctx, outcome)
