@@ -80,7 +80,7 @@ class GatewayError(Exception):
             "error": {
                 "message": public_message(self.message),
                 "type": self.type,
-                "param": self.param,
+                "param": self.param if self.param is None else shown_name(self.param),
                 "code": self.code,
             }
         }

@@ -31,7 +31,7 @@ from gateway.openai.responses import (
 )
 from gateway.openai.responses.answer import ResponsesAnswer
 from gateway.openai.responses.handlers import JSONResult
-from gateway.protection.gate import Protection
+from gateway.protection.gate import Protection, stored_read_usage
 from policies.auth import credential_headers
 
 log = logging.getLogger("switchyard.gateway")
@@ -72,8 +72,15 @@ class ResponsesRoutes:
         return await self._read(request, "input_items")
 
     async def _read(self, request: Request, what: str) -> Response:
+        """Authenticated, then admitted as a request of the tenant (`Protection.admit_read`:
+        its requests per minute, its concurrency, the bytes sent as its tokens)."""
         try:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
+            ticket = await self.protection.admit_read(principal)
+        except GatewayError as err:
+            return error_response(err)
+        answer: Response | None = None
+        try:
             response_id = request.path_params["response_id"]
             query = request.query_params.multi_items()
             result: JSONResult
@@ -83,6 +90,9 @@ class ResponsesRoutes:
                 result = await delete_response(response_id, tenant=principal.tenant, store=self.store)
             else:
                 result = await list_input_items(response_id, tenant=principal.tenant, store=self.store, query=query)
+            answer = json_response(result.body, result.status, ticket.headers or None)
         except GatewayError as err:
-            return error_response(err)
-        return json_response(result.body, result.status)
+            answer = error_response(err)
+        finally:
+            await ticket.release(stored_read_usage(len(answer.body) if answer is not None else 0))
+        return answer

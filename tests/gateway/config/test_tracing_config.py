@@ -118,4 +118,4 @@ def test_the_gateway_runs_without_the_otel_extra():
     config_refusal, env_refusal = done.stdout.split("env: ")
     assert config_refusal.startswith("config: ") and "tracing: tracing needs the otel extra" in config_refusal
     for refusal in (config_refusal, env_refusal):
-        assert "pip install 'switchyard[otel]'" in refusal, refusal
+        assert "pip install '.[otel]'" in refusal, refusal
