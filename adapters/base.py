@@ -121,6 +121,13 @@ class GenerationRequest:
 #    an `ErrorEvent` is the last event.
 
 
+def total_choices(requests: list[GenerationRequest]) -> int:
+    """The upstream generations one request starts: its prompts' choices summed (a legacy
+    completion with k prompts and n each makes k * n). The one count the choices cap,
+    admission, the stream guard and the answer read."""
+    return sum(r.sampling.n for r in requests)
+
+
 @dataclass(slots=True)
 class TopLogprob:
     token: str

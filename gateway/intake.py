@@ -23,7 +23,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from adapters.base import GenerationRequest
+from adapters.base import GenerationRequest, total_choices
 from adapters.errors import GatewayError, client_closed, internal_error, model_not_found, unsupported_call
 from gateway.backends.backend_set import Backend, BackendSet, ModelPool
 from gateway.config.schema import GatewayConfig
@@ -156,7 +156,7 @@ class Intake:
             estimate = sum(estimate_prompt_tokens(r) for r in reqs)
         queued_at = time.perf_counter()
         ticket = await self.protection.admit(
-            principal, first.model, first, estimate, request.is_disconnected, choices=sum(r.sampling.n for r in reqs)
+            principal, first.model, first, estimate, request.is_disconnected, choices=total_choices(reqs)
         )
         ctx.queue_wait = time.perf_counter() - queued_at
         return Admitted(ctx, ticket, intent, pool, backends)

@@ -193,17 +193,13 @@ class Protection:
         *,
         choices: int | None = None,
     ) -> Ticket:
-        """403 unless `principal` may use `model`; then the quota reservation and
-        the model's queue. `choices`: completions the request will produce in all
+        """The quota reservation and the model's queue (the front door, gateway/intake.py,
+        checked that `principal` may use `model`). `choices`: completions the request will produce in all
         (a legacy completion with k prompts and n each makes k * n); default
         request.sampling.n. Each is one upstream generation, so the request holds
         that many units of the tenant's concurrency and of the model's capacity. A
         request without max_tokens under a token limit gets the completion budget it
         reserved as its max_tokens."""
-        if not self.may_use(principal, model):
-            raise GatewayError(
-                403, f"Your key may not use the model `{model}`.", param="model", code="model_not_allowed"
-            )
         tenant_cfg: TenantConfig | None = self.config.tenants.get(principal.tenant)
         cap = tenant_cfg.max_tokens_cap if tenant_cfg and tenant_cfg.max_tokens_cap else DEFAULT_COMPLETION_RESERVATION
         units = max(1, choices if choices is not None else request.sampling.n)

@@ -47,7 +47,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.base import ErrorEvent, Event, GenerationRequest
+from adapters.base import ErrorEvent, Event, GenerationRequest, total_choices
 from adapters.errors import FailureKind, GatewayError, model_not_found, no_backend, upstream_failed
 from gateway.backends.backend_set import Backend, BackendSet, ModelPool
 from gateway.observe.context import NO_ATTEMPT, Attempt, current_trace
@@ -66,7 +66,7 @@ FailureListener = Callable[[str, GatewayError], None]
 def check_choices(requests: list[GenerationRequest], limit: int) -> None:
     """400 when the prompts of one request, n choices each, would start more than
     `limit` upstream generations (`limits.max_choices_per_request`)."""
-    total = sum(r.sampling.n for r in requests)
+    total = total_choices(requests)
     if total <= limit:
         return
     prompts = len(requests)

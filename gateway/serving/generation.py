@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 
 import orjson
 
-from adapters.base import SAMPLING_PARAMETERS, ErrorEvent, Event, Finish, GenerationRequest, Usage
+from adapters.base import SAMPLING_PARAMETERS, ErrorEvent, Event, Finish, GenerationRequest, Usage, total_choices
 from adapters.errors import GatewayError
 from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.recorder import RequestRecorder
@@ -52,7 +52,7 @@ class Generation(ExchangeRunner):
         self.first = first
         ctx.stream = first.stream
         self.model = first.model
-        self.n = sum(r.sampling.n for r in requests)
+        self.n = total_choices(requests)
         self.created = int(time.time())
         self.answer: AnswerFormat = answer or ChatAnswer(first, self.created, self.n, first.kind == "chat")
         self.response_id = ctx.response_id = self.answer.response_id

@@ -24,6 +24,7 @@ from adapters.base import (
     TextDelta,
     ToolCallDelta,
     Usage,
+    total_choices,
 )
 from adapters.errors import THE_BACKEND, GatewayError
 from adapters.runtime_errors import mid_stream_failure
@@ -73,7 +74,7 @@ class StreamGuard:
         """The guard for the merged stream of `requests` (the prompts of one request)."""
         first = requests[0]
         return cls(
-            choices=sum(r.sampling.n for r in requests),
+            choices=total_choices(requests),
             chat=first.kind == "chat",
             parallel_tool_calls=first.parallel_tool_calls,
             backend=backend,

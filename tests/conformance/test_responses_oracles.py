@@ -12,24 +12,23 @@ import pytest
 from adapters.base import Finish, TextDelta, ToolCallDelta, Usage
 from conformance.openapi import openapi_issues, stream_event_issues
 from conformance.responses_sse import parse_responses_stream
-from gateway.openai.responses import MemoryResponseStore, create_response
-from tests.gateway.openai.responses.scripted import ScriptedRunner
+from tests.gateway.openai.responses.served import ScriptedModel, http_client, responses_gateway
 
 TEXT = [TextDelta(0, "Hello "), TextDelta(0, "there"), Finish(0, "stop"), Usage(5, 2)]
-CALL = [ToolCallDelta(0, 0, "call_1", "f", '{"a": '), ToolCallDelta(0, 0, None, None, "1}"), Finish(0, "tool_calls")]
+CALL = [
+    ToolCallDelta(0, 0, "call_1", "f", '{"a": '),
+    ToolCallDelta(0, 0, None, None, "1}"),
+    Finish(0, "tool_calls"),
+    Usage(5, 2),
+]
 TOOLS = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
 
 
 def encoded(script, **body) -> bytes:
-    async def run() -> bytes:
-        result = await create_response(
-            {"model": "m", "input": "hi", "stream": True, **body},
-            tenant="t",
-            store=MemoryResponseStore(),
-            run=ScriptedRunner([list(script)]),
-            request_id="r",
-        )
-        return b"".join([chunk async for chunk in result])
+    async def run() -> bytes:  # the production route, in process
+        async with responses_gateway(ScriptedModel([list(script)])) as gw, http_client(gw) as client:
+            answer = await client.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True, **body})
+        return answer.content
 
     return asyncio.run(run())
 

@@ -3,9 +3,8 @@
 object or its event stream, and the finished response stored for `GET`,
 `input_items` and a continuation.
 
-The same decisions as `run_response` (handlers.py), driven by `Generation`
-instead of pulling the events itself, so admission, dispatch, failover,
-cancellation, metrics and the access log are the chat path's own. The final
+Driven by `Generation`, so admission, dispatch, failover, cancellation, metrics
+and the access log are the chat path's own. The final
 object is stored before the terminal event is sent, so a client that continues
 from a response the moment it completes finds it; a response the client left
 before its end is never stored.
@@ -94,7 +93,6 @@ class ResponsesAnswer:
         return held + await self._terminal(usage)
 
     async def _terminal(self, usage: Usage | None) -> bytes:
-        self.assembly.end_of_events()
         if self.assembly.state.usage is None:
             self.assembly.state.usage = usage  # the runtime sent none: what the gateway counted
         if not self.prepared.request.store:
@@ -116,7 +114,6 @@ class ResponsesAnswer:
             raise self.assembly.error
 
     async def whole_body(self, usage: Usage) -> dict[str, Any]:
-        self.assembly.end_of_events()
         if self.assembly.error is not None:
             raise self.assembly.error
         if self.assembly.state.usage is None:

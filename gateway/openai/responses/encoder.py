@@ -64,11 +64,6 @@ class ResponseAssembly:
             self.error = err
             self.state.abandon()
 
-    def end_of_events(self) -> None:
-        """The events ended: a generation that never finished is a failure."""
-        if not self.failed and not self.state.finished:
-            self.fail(GatewayError(502, "The backend ended without finishing the response.", code="upstream_error"))
-
     @property
     def status(self) -> str:
         if self.error is not None:

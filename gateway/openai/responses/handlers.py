@@ -1,26 +1,24 @@
-"""The four operations of `/v1/responses`, as plain async functions.
-
-They take their collaborators explicitly (the tenant, the store, and for
-creation a `Runner` that opens a generation) and return typed results the HTTP
-layer turns into responses: `JSONResult` (a status and a JSON body) or
-`StreamResult` (server-sent-event bytes). Failures are raised as `GatewayError`
-(the gateway's one error envelope). See the package docstring for the wiring.
+"""The operations of `/v1/responses` as plain async functions: the body of a creation
+read and its conversation resolved (`prepare_response`, the route's parse: the
+generation itself runs on the chat path, gateway/serving/generation.py, with
+answer.py's format), and the three that read the store. They take their
+collaborators explicitly (the tenant, the store) and return a `JSONResult` the HTTP
+layer answers; failures are raised as `GatewayError`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from adapters.base import Event, GenerationRequest
+from adapters.base import GenerationRequest
 from adapters.errors import GatewayError
 from gateway.openai.responses.conversation import build_generation
-from gateway.openai.responses.encoder import ResponseAssembly, ResponseStreamEncoder
 from gateway.openai.responses.errors import not_found, response_too_large, short, unsupported
 from gateway.openai.responses.ids import looks_like_response_id, new_response_id
 from gateway.openai.responses.listing import list_page, parse_list_query
@@ -40,37 +38,15 @@ def any_model(model: str) -> bool:
     return True
 
 
-# Opens a generation and returns its events. Raises GatewayError when it cannot
-# start (the client has seen nothing then); closing the events aborts the work.
-Runner = Callable[[GenerationRequest], Awaitable[AsyncIterator[Event]]]
-
-
 @dataclass(slots=True)
 class JSONResult:
     body: dict[str, Any]
     status: int = 200
 
 
-class StreamResult:
-    """A `text/event-stream` answer: iterate it to the client. `aclose()` aborts the
-    generation, also when iteration never started (e.g. the client left first)."""
-
-    def __init__(self, response_id: str, frames: AsyncGenerator[bytes, None], events: AsyncIterator[Event]) -> None:
-        self.response_id = response_id
-        self.frames = frames
-        self.events = events
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return self.frames
-
-    async def aclose(self) -> None:
-        await self.frames.aclose()
-        await _close(self.events)
-
-
 @dataclass(slots=True)
 class PreparedResponse:
-    """A validated request, its conversation resolved: ready for admission and `run_response`."""
+    """A validated request, its conversation resolved: ready for admission and generation."""
 
     request: ResponsesRequest
     generation: GenerationRequest
@@ -120,31 +96,6 @@ async def store_answer(store: ResponseStore, prepared: PreparedResponse, final: 
         )
         return err
     return None
-
-
-async def run_response(prepared: PreparedResponse, *, run: Runner, store: ResponseStore) -> JSONResult | StreamResult:
-    assembly = ResponseAssembly(prepared.shell, logprobs=prepared.request.logprobs)
-    events = await run(prepared.generation)
-    if prepared.request.stream:
-        return StreamResult(prepared.shell.id, _stream(prepared, events, assembly, store), events)
-    try:
-        await _consume(events, assembly)
-    finally:
-        await _close(events)
-    assembly.end_of_events()
-    if assembly.error is not None:
-        raise assembly.error
-    final = assembly.result()
-    await store_answer(store, prepared, final)
-    return JSONResult(final)
-
-
-async def create_response(
-    body: Any, *, tenant: str, store: ResponseStore, run: Runner, request_id: str
-) -> JSONResult | StreamResult:
-    """`POST /v1/responses` in one call (`prepare_response` then `run_response`)."""
-    prepared = await prepare_response(body, tenant=tenant, store=store, request_id=request_id)
-    return await run_response(prepared, run=run, store=store)
 
 
 async def get_response(
@@ -205,45 +156,3 @@ async def _load(
     if not may_read(str(record.response.get("model", ""))):
         raise not_found(response_id, param)
     return record
-
-
-async def _until_failed(events: AsyncIterator[Event], assembly: ResponseAssembly) -> AsyncIterator[Event]:
-    """`events` until they end or the answer failed; a raised GatewayError fails it."""
-    while not assembly.failed:
-        try:
-            event = await anext(events)
-        except StopAsyncIteration:
-            return
-        except GatewayError as err:
-            assembly.fail(err)
-            return
-        yield event
-
-
-async def _consume(events: AsyncIterator[Event], assembly: ResponseAssembly) -> None:
-    async for event in _until_failed(events, assembly):
-        assembly.feed(event)
-
-
-async def _stream(
-    prepared: PreparedResponse, events: AsyncIterator[Event], assembly: ResponseAssembly, store: ResponseStore
-) -> AsyncGenerator[bytes, None]:
-    encoder = ResponseStreamEncoder(assembly)
-    try:
-        yield encoder.start()
-        async for event in _until_failed(events, assembly):
-            frames = encoder.feed(event)
-            if frames:
-                yield frames
-    finally:
-        await _close(events)
-    assembly.end_of_events()
-    final = assembly.result()
-    await store_answer(store, prepared, final)
-    yield encoder.terminal(final)
-
-
-async def _close(events: AsyncIterator[Event]) -> None:
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
-        await aclose()

@@ -30,10 +30,6 @@ def new_function_call_output_id() -> str:
     return "fco_" + os.urandom(24).hex()
 
 
-def new_call_id() -> str:
-    return "call_" + os.urandom(12).hex()
-
-
 def looks_like_response_id(value: object) -> bool:
     """Whether `value` could name a stored response (anything else is never found)."""
     return isinstance(value, str) and RESPONSE_ID.match(value) is not None

@@ -21,7 +21,7 @@ from typing import Any, TypeGuard
 
 from adapters.base import Event, Finish, LogprobsDelta, TextDelta, TokenLogprob, ToolCallDelta, Usage
 from adapters.errors import GatewayError
-from gateway.openai.responses.ids import new_call_id, new_function_call_id, new_message_id
+from gateway.openai.responses.ids import new_function_call_id, new_message_id
 
 CUT = ("length", "content_filter")  # finishes that leave the item they cut `incomplete`
 
@@ -170,7 +170,7 @@ class OutputState:
         index = self.calls.get(ev.tool_index)
         if index is None:
             out += self._close()
-            self.items.append(_Call(new_function_call_id(), ev.id or new_call_id(), ev.name or None))
+            self.items.append(_Call(new_function_call_id(), ev.id or "", ev.name or None))
             index = self.calls[ev.tool_index] = len(self.items) - 1
             self._open(index)
         elif index != self.open:

@@ -44,15 +44,6 @@ class Steps(NoTrace):
         return NO_STEP
 
 
-async def test_a_model_the_key_may_not_use_is_403_naming_it():
-    p = await make(config())
-    error = await refusal(p, await principal(p), "other", request(), 1)
-    assert (error.status, error.param, error.code) == (403, "model", "model_not_allowed")
-    assert "`other`" in error.message
-    assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
-    await p.aclose()
-
-
 # ---- what a ticket charges ---------------------------------------------------------------------------
 
 

@@ -221,7 +221,6 @@ async def test_the_answers_short_paths_write_what_feed_writes(name, monkeypatch)
     # The terminal object, from the items the templates serialized when they all are.
     for answer in (fast, general):
         answer.assembly.clock = lambda: 1_700_000_005.0
-        answer.assembly.end_of_events()
     assert fast.encoder.terminal() == general.encoder.terminal(general.assembly.result())
 
 

@@ -1,28 +1,32 @@
-"""The handlers without HTTP: creation (whole and streamed), storage, continuation,
-retrieval, deletion, input item listing, and tenant isolation."""
+"""`POST /v1/responses` on the production route (tests/gateway/openai/responses/served.py),
+and the store's three operations (gateway/openai/responses/handlers.py): creation (whole
+and streamed), storage, continuation, retrieval, deletion, input item listing, and tenant
+isolation."""
 
 from __future__ import annotations
 
 import asyncio
+import re
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import pytest
 
 from adapters.base import ErrorEvent, Finish, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
+from gateway.app import HotPath, create_app
 from gateway.openai.responses import (
-    JSONResult,
     MemoryResponseStore,
     RedisResponseStore,
-    StreamResult,
-    create_response,
+    ResponseStore,
     delete_response,
     get_response,
     list_input_items,
     prepare_response,
 )
 from tests.gateway.openai.responses.official import sse_events, validate_response
-from tests.gateway.openai.responses.scripted import ScriptedRunner
+from tests.gateway.openai.responses.served import ScriptedModel, http_client, responses_gateway
 from tests.procs import free_port
 
 
@@ -33,19 +37,34 @@ def say(text: str, finish: str = "stop") -> list:
 CALL = [ToolCallDelta(0, 0, "call_w", "weather", '{"city": "Paris"}'), Finish(0, "tool_calls"), Usage(5, 7)]
 
 
-async def create(where, runner, tenant="t", **body) -> JSONResult:
-    result = await create_response({"model": "m", **body}, tenant=tenant, store=where, run=runner, request_id="r")
-    assert isinstance(result, JSONResult)
-    validate_response(result.body)
-    return result
+@dataclass
+class Created:
+    body: dict[str, Any]
+    status: int
 
 
-async def create_stream(where, runner, tenant="t", **body) -> list[dict]:
-    result = await create_response(
-        {"model": "m", "stream": True, **body}, tenant=tenant, store=where, run=runner, request_id="r"
-    )
-    assert isinstance(result, StreamResult)
-    return sse_events(b"".join([chunk async for chunk in result]))
+async def post(where: ResponseStore, scripted: ScriptedModel, tenant: str, body: dict[str, Any]) -> Any:
+    """`body` posted to a gateway serving `scripted` with `where` as its response store; a
+    refusal raised as the GatewayError it carries (its status and error fields)."""
+    async with responses_gateway(scripted) as gw:
+        await gw.responses_api.store.aclose()
+        gw.responses_api.store = where
+        async with http_client(gw, tenant) as client:
+            answer = await client.post("/v1/responses", json={"model": "m", **body})
+    if answer.status_code != 200:
+        error = answer.json()["error"]
+        raise GatewayError(answer.status_code, error["message"], code=error["code"], param=error["param"])
+    return answer
+
+
+async def create(where, scripted, tenant="t", **body) -> Created:
+    answer = await post(where, scripted, tenant, body)
+    validate_response(answer.json())
+    return Created(answer.json(), answer.status_code)
+
+
+async def create_stream(where, scripted, tenant="t", **body) -> list[dict]:
+    return sse_events((await post(where, scripted, tenant, {"stream": True, **body})).content)
 
 
 async def refused(call, status: int) -> GatewayError:
@@ -61,67 +80,68 @@ def store():
 
 
 async def test_create_stores_and_get_returns_the_same_object(store):
-    runner = ScriptedRunner([say("Paris")])
-    created = await create(store, runner, input="capital of France?")
+    model = ScriptedModel([say("Paris")])
+    created = await create(store, model, input="capital of France?")
     assert created.body["status"] == "completed" and created.body["output"][0]["content"][0]["text"] == "Paris"
     got = await get_response(created.body["id"], tenant="t", store=store)
     assert got.body == created.body
-    assert runner.closed == [True]
-    assert runner.requests[0].messages == [{"role": "user", "content": "capital of France?"}]
+    assert model.ended == 1
+    assert model.requests[0].messages == [{"role": "user", "content": "capital of France?"}]
 
 
 async def test_store_false_is_not_stored(store):
-    created = await create(store, ScriptedRunner([say("x")]), input="q", store=False)
+    created = await create(store, ScriptedModel([say("x")]), input="q", store=False)
     assert created.body["store"] is False
     err = await refused(get_response(created.body["id"], tenant="t", store=store), 404)
     assert err.code == "not_found"
 
 
 async def test_continuation_is_previous_context_then_output_then_new_input(store):
-    runner = ScriptedRunner([say("Paris"), say("Rome"), say("Berlin")])
-    first = await create(store, runner, input="France?", instructions="answer in one word")
-    second = await create(store, runner, input="Italy?", previous_response_id=first.body["id"], instructions="be terse")
+    model = ScriptedModel([say("Paris"), say("Rome"), say("Berlin")])
+    first = await create(store, model, input="France?", instructions="answer in one word")
+    second = await create(store, model, input="Italy?", previous_response_id=first.body["id"], instructions="be terse")
     assert second.body["previous_response_id"] == first.body["id"]
-    assert runner.requests[1].messages == [
+    assert model.requests[1].messages == [
         {"role": "system", "content": "be terse"},  # instructions are not carried over
         {"role": "user", "content": "France?"},
         {"role": "assistant", "content": "Paris"},
         {"role": "user", "content": "Italy?"},
     ]
-    await create(store, runner, input="Germany?", previous_response_id=second.body["id"])
-    assert [m["content"] for m in runner.requests[2].messages] == ["France?", "Paris", "Italy?", "Rome", "Germany?"]
+    await create(store, model, input="Germany?", previous_response_id=second.body["id"])
+    assert [m["content"] for m in model.requests[2].messages] == ["France?", "Paris", "Italy?", "Rome", "Germany?"]
 
 
 async def test_continuation_with_a_tool_result(store):
-    runner = ScriptedRunner([CALL, say("It is sunny.")])
+    model = ScriptedModel([CALL, say("It is sunny.")])
     tools = [{"type": "function", "name": "weather", "parameters": {"type": "object"}}]
-    first = await create(store, runner, input="Weather in Paris?", tools=tools)
+    first = await create(store, model, input="Weather in Paris?", tools=tools)
     call = first.body["output"][0]
-    assert call["type"] == "function_call" and call["call_id"] == "call_w"
+    call_w = call["call_id"]  # the gateway's own id (the stream guard's), never the runtime's
+    assert call["type"] == "function_call" and re.fullmatch(r"call_[0-9a-f]{24}", call_w)
     second = await create(
         store,
-        runner,
+        model,
         tools=tools,
         previous_response_id=first.body["id"],
-        input=[{"type": "function_call_output", "call_id": "call_w", "output": "sunny, 24C"}],
+        input=[{"type": "function_call_output", "call_id": call_w, "output": "sunny, 24C"}],
     )
     assert second.body["output"][0]["content"][0]["text"] == "It is sunny."
-    assert runner.requests[1].messages == [
+    assert model.requests[1].messages == [
         {"role": "user", "content": "Weather in Paris?"},
         {
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "call_w", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
+                {"id": call_w, "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
             ],
         },
-        {"role": "tool", "tool_call_id": "call_w", "content": "sunny, 24C"},
+        {"role": "tool", "tool_call_id": call_w, "content": "sunny, 24C"},
     ]
     # an output for a call the conversation never made is refused
     err = await refused(
         create(
             store,
-            runner,
+            model,
             previous_response_id=first.body["id"],
             input=[{"type": "function_call_output", "call_id": "call_other", "output": "x"}],
         ),
@@ -131,29 +151,24 @@ async def test_continuation_with_a_tool_result(store):
 
 
 async def test_continuing_without_new_input(store):
-    runner = ScriptedRunner([say("one"), say("two")])
-    first = await create(store, runner, input="count")
-    await create(store, runner, previous_response_id=first.body["id"])
-    assert [m["content"] for m in runner.requests[1].messages] == ["count", "one"]
+    model = ScriptedModel([say("one"), say("two")])
+    first = await create(store, model, input="count")
+    await create(store, model, previous_response_id=first.body["id"])
+    assert [m["content"] for m in model.requests[1].messages] == ["count", "one"]
 
 
 async def test_another_tenants_response_is_404_everywhere(store):
-    runner = ScriptedRunner([say("secret")])
-    mine = (await create(store, runner, tenant="alice", input="q")).body["id"]
+    model = ScriptedModel([say("secret")])
+    mine = (await create(store, model, tenant="alice", input="q")).body["id"]
     for call, param in [
         (get_response(mine, tenant="bob", store=store), "response_id"),
         (delete_response(mine, tenant="bob", store=store), "response_id"),
         (list_input_items(mine, tenant="bob", store=store), "response_id"),
-        (
-            create_response(
-                {"model": "m", "previous_response_id": mine}, tenant="bob", store=store, run=runner, request_id="r"
-            ),
-            "previous_response_id",
-        ),
+        (create(store, model, tenant="bob", previous_response_id=mine), "previous_response_id"),
     ]:
         err = await refused(call, 404)
         assert err.code == "not_found" and err.param == param
-    assert len(runner.requests) == 1  # bob's continuation never ran
+    assert len(model.requests) == 1  # bob's continuation never ran
     assert (await get_response(mine, tenant="alice", store=store)).body["id"] == mine
 
 
@@ -168,7 +183,7 @@ async def test_ids_that_cannot_exist_are_404(store, bad_id):
 
 
 async def test_delete(store):
-    rid = (await create(store, ScriptedRunner([say("x")]), input="q")).body["id"]
+    rid = (await create(store, ScriptedModel([say("x")]), input="q")).body["id"]
     deleted = await delete_response(rid, tenant="t", store=store)
     assert deleted.body == {"id": rid, "object": "response", "deleted": True}
     await refused(get_response(rid, tenant="t", store=store), 404)
@@ -176,7 +191,7 @@ async def test_delete(store):
 
 
 async def test_get_refuses_what_it_cannot_do(store):
-    rid = (await create(store, ScriptedRunner([say("x")]), input="q")).body["id"]
+    rid = (await create(store, ScriptedModel([say("x")]), input="q")).body["id"]
     assert (await get_response(rid, tenant="t", store=store, query=[("stream", "false")])).body["id"] == rid
     for query in ([("stream", "true")], [("include", "message.output_text.logprobs")]):
         err = await refused(get_response(rid, tenant="t", store=store, query=query), 400)
@@ -184,10 +199,10 @@ async def test_get_refuses_what_it_cannot_do(store):
 
 
 async def test_input_items_listing(store):
-    runner = ScriptedRunner([say("A1"), say("A2")])
+    model = ScriptedModel([say("A1"), say("A2")])
     items = [{"role": "user", "content": f"q{i}"} for i in range(5)]
-    first = await create(store, runner, input=items)
-    second = await create(store, runner, input="q5", previous_response_id=first.body["id"])
+    first = await create(store, model, input=items)
+    second = await create(store, model, input="q5", previous_response_id=first.body["id"])
     rid = second.body["id"]
 
     async def page(**query):
@@ -230,82 +245,114 @@ async def test_input_items_listing(store):
     ],
 )
 async def test_input_items_query_refusals(store, query, param):
-    rid = (await create(store, ScriptedRunner([say("x")]), input="q")).body["id"]
+    rid = (await create(store, ScriptedModel([say("x")]), input="q")).body["id"]
     err = await refused(list_input_items(rid, tenant="t", store=store, query=query), 400)
     assert err.param == param
 
 
 async def test_whole_answer_failures_are_raised_and_not_stored(store):
-    runner = ScriptedRunner([[TextDelta(0, "x"), ErrorEvent(GatewayError(503, "gone", code="backend_unavailable"))]])
-    err = await refused(create(store, runner, input="q"), 503)
-    assert err.code == "backend_unavailable" and runner.closed == [True] and len(store) == 0
-    opening = ScriptedRunner([], fail_to_open=GatewayError(404, "no model", code="model_not_found"))
-    await refused(create(store, opening, input="q"), 404)
-    unfinished = ScriptedRunner([[TextDelta(0, "x")]])
+    model = ScriptedModel([[TextDelta(0, "x"), ErrorEvent(GatewayError(503, "gone", code="backend_unavailable"))]])
+    err = await refused(create(store, model, input="q"), 502)  # after the first event: the guard's 502
+    assert err.code == "upstream_error" and model.ended == 1 and len(store) == 0
+    await refused(create(store, ScriptedModel([say("x")]), model="nope", input="q"), 404)
+    unfinished = ScriptedModel([[TextDelta(0, "x")]])
     assert (await refused(create(store, unfinished, input="q"), 502)).code == "upstream_error"
 
 
 async def test_incomplete_whole_answer_is_200_and_stored(store):
-    created = await create(store, ScriptedRunner([say("cut", "length")]), input="q", max_output_tokens=16)
+    created = await create(store, ScriptedModel([say("cut", "length")]), input="q", max_output_tokens=16)
     assert created.status == 200 and created.body["status"] == "incomplete"
     assert created.body["incomplete_details"] == {"reason": "max_output_tokens"}
     assert (await get_response(created.body["id"], tenant="t", store=store)).body["status"] == "incomplete"
 
 
 async def test_streamed_response_is_stored_before_its_terminal_event(store):
-    runner = ScriptedRunner([say("streamed")])
-    result = await create_response(
-        {"model": "m", "input": "q", "stream": True}, tenant="t", store=store, run=runner, request_id="r"
-    )
-    seen = b""
-    async for chunk in result:
-        if b"event: response.completed" in chunk:
-            rid = result.response_id
-            stored = await get_response(rid, tenant="t", store=store)
-            assert stored.body["status"] == "completed"
-            assert orjson.loads(chunk.split(b"data: ", 1)[1])["response"] == stored.body
-        seen += chunk
-    assert sse_events(seen)[-1]["type"] == "response.completed"
-    assert runner.closed == [True]
+    # The store is read at the moment the terminal event is written: it is there already.
+    model = ScriptedModel([say("streamed")])
+    stored_at_terminal: list[dict] = []
+    async with responses_gateway(model) as gw:
+        await gw.responses_api.store.aclose()
+        gw.responses_api.store = store
+        seen = await asgi_post(gw, {"stream": True, "input": "q"}, on_body=stored_at_terminal, store=store)
+    events = sse_events(seen)
+    assert events[-1]["type"] == "response.completed"
+    assert stored_at_terminal == [events[-1]["response"]]
+    assert model.ended == 1
+
+
+async def asgi_post(
+    gw, body: dict, *, on_body: list | None = None, store=None, leave_after: int | None = None
+) -> bytes:
+    """`body` posted to the gateway's ASGI entry point by hand: `on_body` gets the stored
+    response read as each frame carrying a terminal event is sent; `leave_after`: the client
+    disconnects once that many body messages came."""
+    app = HotPath(create_app(gw))
+    data = orjson.dumps({"model": "m", **body})
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/responses",
+        "headers": [(b"authorization", b"Bearer t"), (b"content-type", b"application/json")],
+        "query_string": b"",
+        "server": ("gateway.test", 80),
+        "scheme": "http",
+        "http_version": "1.1",
+        "root_path": "",
+    }
+    sent: list[bytes] = []
+    asked = False
+    gone = asyncio.Event()
+
+    async def receive() -> dict:
+        nonlocal asked
+        if not asked:
+            asked = True
+            return {"type": "http.request", "body": data, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        if message["type"] != "http.response.body":
+            return
+        chunk = message.get("body", b"")
+        if on_body is not None and b"event: response.completed" in chunk:
+            rid = orjson.loads(chunk.split(b"event: response.completed\ndata: ", 1)[1].split(b"\n", 1)[0])["response"][
+                "id"
+            ]
+            on_body.append((await get_response(rid, tenant="t", store=store)).body)
+        sent.append(chunk)
+        if leave_after is not None and len(sent) >= leave_after:
+            gone.set()
+            await asyncio.sleep(3600)  # the client reads no more: the gateway sees it leave
+
+    await app(scope, receive, send)
+    return b"".join(sent)
 
 
 async def test_streamed_failure_is_stored_as_failed(store):
-    runner = ScriptedRunner([[TextDelta(0, "par"), GatewayError(502, "upstream broke", code="upstream_error")]])
-    evs = await create_stream(store, runner, input="q")
+    model = ScriptedModel([[TextDelta(0, "par"), GatewayError(502, "upstream broke", code="upstream_error")]])
+    evs = await create_stream(store, model, input="q")
     assert [e["type"] for e in evs[-2:]] == ["error", "response.failed"]
     rid = evs[0]["response"]["id"]
     stored = (await get_response(rid, tenant="t", store=store)).body
     assert stored["status"] == "failed" and stored["error"]["message"] == "upstream broke"
-    assert runner.closed == [True]
+    assert model.ended == 1
 
 
 async def test_a_stream_that_cannot_start_is_an_error_before_any_byte(store):
-    runner = ScriptedRunner([], fail_to_open=GatewayError(503, "no backend", code="backend_unavailable"))
-    await refused(
-        create_response(
-            {"model": "m", "input": "q", "stream": True}, tenant="t", store=store, run=runner, request_id="r"
-        ),
-        503,
-    )
+    model = ScriptedModel([[GatewayError(400, "the runtime refused it", param="messages")]])
+    err = await refused(create_stream(store, model, input="q"), 400)
+    assert err.param == "messages" and model.ended == 1
 
 
-async def test_closing_a_stream_aborts_the_generation(store):
-    runner = ScriptedRunner([say("never read")])
-    result = await create_response(
-        {"model": "m", "input": "q", "stream": True}, tenant="t", store=store, run=runner, request_id="r"
-    )
-    await result.aclose()  # the client left before the first byte
-    assert runner.closed == [True] and len(store) == 0
-
-    runner = ScriptedRunner([say("first then wait")], hold=asyncio.Event())
-    result = await create_response(
-        {"model": "m", "input": "q", "stream": True}, tenant="t", store=store, run=runner, request_id="r"
-    )
-    frames = aiter(result)
-    await anext(frames)  # created + in_progress
-    await anext(frames)  # the first text
-    await result.aclose()  # the client left mid-stream
-    assert runner.closed == [True] and len(store) == 0
+async def test_a_client_leaving_mid_stream_aborts_the_generation_and_stores_nothing(store):
+    model = ScriptedModel([say("first then wait")], hold=asyncio.Event())
+    async with responses_gateway(model) as gw:
+        await gw.responses_api.store.aclose()
+        gw.responses_api.store = store
+        seen = await asgi_post(gw, {"stream": True, "input": "q"}, leave_after=1)
+    assert b"response.output_text.delta" in seen and b"response.completed" not in seen
+    assert model.ended == 1 and len(store) == 0
 
 
 async def test_store_failure_delivers_the_answer_without_the_store_s_details(caplog):
@@ -314,17 +361,17 @@ async def test_store_failure_delivers_the_answer_without_the_store_s_details(cap
     port = free_port()
     dead = RedisResponseStore(f"redis://127.0.0.1:{port}/0", timeout_s=0.5)
     try:
-        assert (await create(dead, ScriptedRunner([say("x")]), input="q")).body["status"] == "completed"
-        evs = await create_stream(dead, ScriptedRunner([say("x")]), input="q")
+        assert (await create(dead, ScriptedModel([say("x")]), input="q")).body["status"] == "completed"
+        evs = await create_stream(dead, ScriptedModel([say("x")]), input="q")
         assert evs[-1]["type"] == "response.completed"
         assert str(port) in caplog.text  # the operator's detail, logged
         err = await refused(get_response("resp_abc", tenant="t", store=dead), 503)
         assert err.code == "response_store_unavailable" and str(port) not in err.message
         assert "Error" not in err.message and "127.0.0.1" not in err.message
         # not storing needs no store
-        assert (await create(dead, ScriptedRunner([say("x")]), input="q", store=False)).body["status"] == "completed"
+        assert (await create(dead, ScriptedModel([say("x")]), input="q", store=False)).body["status"] == "completed"
         # a continuation cannot be resolved without the store
-        await refused(create(dead, ScriptedRunner([say("x")]), input="q", previous_response_id="resp_abc"), 503)
+        await refused(create(dead, ScriptedModel([say("x")]), input="q", previous_response_id="resp_abc"), 503)
     finally:
         await dead.aclose()
 
@@ -332,11 +379,11 @@ async def test_store_failure_delivers_the_answer_without_the_store_s_details(cap
 async def test_the_whole_flow_on_redis(redis_server):
     store = RedisResponseStore(redis_server.url)
     try:
-        runner = ScriptedRunner([say("Paris"), say("Rome")])
-        first = await create(store, runner, tenant="alice", input="France?")
-        evs = await create_stream(store, runner, tenant="alice", input="Italy?", previous_response_id=first.body["id"])
+        model = ScriptedModel([say("Paris"), say("Rome")])
+        first = await create(store, model, tenant="alice", input="France?")
+        evs = await create_stream(store, model, tenant="alice", input="Italy?", previous_response_id=first.body["id"])
         second = evs[-1]["response"]
-        assert [m["content"] for m in runner.requests[1].messages] == ["France?", "Paris", "Italy?"]
+        assert [m["content"] for m in model.requests[1].messages] == ["France?", "Paris", "Italy?"]
         assert (await get_response(second["id"], tenant="alice", store=store)).body == second
         await refused(get_response(second["id"], tenant="bob", store=store), 404)
         await refused(list_input_items(second["id"], tenant="bob", store=store), 404)
@@ -352,7 +399,7 @@ async def test_the_whole_flow_on_redis(redis_server):
 async def test_a_response_on_a_model_the_caller_may_not_use_is_not_there(store):
     """Finding 12 of issue 25: a key limited to `vl` read and continued a response its
     tenant made on `m`. Every read and a continuation answer as for a missing id."""
-    made = await create(store, ScriptedRunner([say("secret")]), input="q")
+    made = await create(store, ScriptedModel([say("secret")]), input="q")
     only_vl = lambda model: model == "vl"  # noqa: E731
     rid = made.body["id"]
     for call in (

@@ -1,68 +1,21 @@
-"""The official `openai` client (strict validation) against the handlers, in
-process over `httpx2.MockTransport`: `responses.create`, the `responses.stream`
+"""The official `openai` client (strict validation) against the production Responses
+route, in process (tests/gateway/openai/responses/served.py): `responses.create`, the `responses.stream`
 helper and its accumulated final response, `parse` with a pydantic text format,
 tool calls, failures, retrieve, delete, and the paginated input item list. The
 API key names the tenant."""
 
 from __future__ import annotations
 
-import httpx2
+import re
+
 import openai
-import orjson
 import pydantic
 import pytest
 from openai.types.responses import ResponseErrorEvent, ResponseFailedEvent
 
 from adapters.base import ErrorEvent, Finish, TextDelta, ToolCallDelta, Usage
 from adapters.errors import GatewayError
-from gateway.openai.responses import (
-    JSONResult,
-    MemoryResponseStore,
-    create_response,
-    delete_response,
-    get_response,
-    list_input_items,
-)
-from tests.gateway.openai.responses.official import official_client
-from tests.gateway.openai.responses.scripted import ScriptedRunner
-
-
-class Gateway:
-    """Routes the client's requests to the handlers, as the HTTP layer will."""
-
-    def __init__(self, runner: ScriptedRunner) -> None:
-        self.runner = runner
-        self.store = MemoryResponseStore()
-        self.streamed: list[bytes] = []
-
-    async def __call__(self, request: httpx2.Request) -> httpx2.Response:
-        tenant = request.headers["authorization"].removeprefix("Bearer ")
-        parts = request.url.path.strip("/").split("/")  # v1, responses, [id, [input_items]]
-        query = list(request.url.params.multi_items())
-        try:
-            if request.method == "POST" and len(parts) == 2:
-                body = orjson.loads(request.content)
-                result = await create_response(body, tenant=tenant, store=self.store, run=self.runner, request_id="r")
-            elif request.method == "GET" and len(parts) == 3:
-                result = await get_response(parts[2], tenant=tenant, store=self.store, query=query)
-            elif request.method == "DELETE" and len(parts) == 3:
-                result = await delete_response(parts[2], tenant=tenant, store=self.store)
-            elif request.method == "GET" and len(parts) == 4 and parts[3] == "input_items":
-                result = await list_input_items(parts[2], tenant=tenant, store=self.store, query=query)
-            else:
-                raise GatewayError(404, "no route", code="not_found")
-        except GatewayError as err:
-            return httpx2.Response(err.status, json=err.to_dict())
-        if isinstance(result, JSONResult):
-            return httpx2.Response(result.status, json=result.body)
-        raw = b"".join([chunk async for chunk in result])
-        self.streamed.append(raw)
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=raw)
-
-
-def client(gateway: Gateway, tenant: str = "alice") -> openai.AsyncOpenAI:
-    c = official_client(gateway)
-    return c.with_options(api_key=tenant)
+from tests.gateway.openai.responses.served import ScriptedModel, http_client, official, responses_gateway
 
 
 def say(text: str, finish: str = "stop") -> list:
@@ -84,44 +37,51 @@ CALL = [
 
 
 async def test_create_text():
-    gw = Gateway(ScriptedRunner([say("Hello there")]))
-    r = await client(gw).responses.create(model="m", input="hi", instructions="be nice", metadata={"k": "v"})
-    assert r.output_text == "Hello there" and r.status == "completed" and r.id.startswith("resp_")
-    assert r.usage.input_tokens == 9 and r.usage.output_tokens == 4 and r.usage.total_tokens == 13
-    assert r.instructions == "be nice" and r.metadata == {"k": "v"}
+    model = ScriptedModel([say("Hello there")])
+    async with responses_gateway(model) as gw:
+        r = await official(gw).responses.create(model="m", input="hi", instructions="be nice", metadata={"k": "v"})
+        assert r.output_text == "Hello there" and r.status == "completed" and r.id.startswith("resp_")
+        assert r.usage.input_tokens == 9 and r.usage.output_tokens == 4 and r.usage.total_tokens == 13
+        assert r.instructions == "be nice" and r.metadata == {"k": "v"}
 
 
 async def test_stream_helper_text():
-    gw = Gateway(ScriptedRunner([say("Hello there")]))
-    async with client(gw).responses.stream(model="m", input="hi") as stream:
-        seen = [event async for event in stream]
-        final = await stream.get_final_response()
-    deltas = [e for e in seen if e.type == "response.output_text.delta"]
-    assert "".join(d.delta for d in deltas) == "Hello there"
-    assert deltas[-1].snapshot == "Hello there"  # the helper accumulated our deltas
-    assert [e.sequence_number for e in seen] == list(range(len(seen)))
-    assert final.output_text == "Hello there" and final.status == "completed"
-    assert b"[DONE]" not in gw.streamed[0]
+    model = ScriptedModel([say("Hello there")])
+    async with responses_gateway(model) as gw:
+        async with official(gw).responses.stream(model="m", input="hi") as stream:
+            seen = [event async for event in stream]
+            final = await stream.get_final_response()
+        deltas = [e for e in seen if e.type == "response.output_text.delta"]
+        assert "".join(d.delta for d in deltas) == "Hello there"
+        assert deltas[-1].snapshot == "Hello there"  # the helper accumulated our deltas
+        assert [e.sequence_number for e in seen] == list(range(len(seen)))
+        assert final.output_text == "Hello there" and final.status == "completed"
+        async with http_client(gw) as raw:
+            body = (await raw.post("/v1/responses", json={"model": "m", "input": "hi", "stream": True})).content
+        assert b"[DONE]" not in body and body.endswith(b"\n\n")
 
 
 async def test_stream_helper_tool_call():
-    gw = Gateway(ScriptedRunner([CALL]))
-    async with client(gw).responses.stream(model="m", input="weather in Paris?", tools=[WEATHER]) as stream:
-        seen = [event async for event in stream]
-        final = await stream.get_final_response()
-    argument_deltas = [e for e in seen if e.type == "response.function_call_arguments.delta"]
-    assert argument_deltas[-1].snapshot == '{"city": "Paris"}'
-    call = final.output[0]
-    assert call.type == "function_call" and call.name == "weather" and call.call_id == "call_1"
-    assert call.arguments == '{"city": "Paris"}'
-    assert call.parsed_arguments == {"city": "Paris"}  # the helper parses strict tools' arguments
-    sent = gw.runner.requests[0]
-    assert sent.tools == [
-        {
-            "type": "function",
-            "function": {"name": "weather", "parameters": WEATHER["parameters"], "strict": True},
-        }
-    ]
+    model = ScriptedModel([CALL])
+    async with responses_gateway(model) as gw:
+        async with official(gw).responses.stream(model="m", input="weather in Paris?", tools=[WEATHER]) as stream:
+            seen = [event async for event in stream]
+            final = await stream.get_final_response()
+        argument_deltas = [e for e in seen if e.type == "response.function_call_arguments.delta"]
+        assert argument_deltas[-1].snapshot == '{"city": "Paris"}'
+        call = final.output[0]
+        assert (
+            call.type == "function_call" and call.name == "weather" and re.fullmatch(r"call_[0-9a-f]{24}", call.call_id)
+        )
+        assert call.arguments == '{"city": "Paris"}'
+        assert call.parsed_arguments == {"city": "Paris"}  # the helper parses strict tools' arguments
+        sent = model.requests[0]
+        assert sent.tools == [
+            {
+                "type": "function",
+                "function": {"name": "weather", "parameters": WEATHER["parameters"], "strict": True},
+            }
+        ]
 
 
 class Capital(pydantic.BaseModel):
@@ -131,73 +91,83 @@ class Capital(pydantic.BaseModel):
 
 async def test_json_schema_output_parsed_by_the_client():
     answer = '{"country": "France", "capital": "Paris"}'
-    gw = Gateway(ScriptedRunner([say(answer), say(answer)]))
-    async with client(gw).responses.stream(model="m", input="France?", text_format=Capital) as stream:
-        final = await stream.get_final_response()
-    assert final.output_parsed == Capital(country="France", capital="Paris")
-    sent = gw.runner.requests[0].response_format
-    assert sent["type"] == "json_schema" and sent["json_schema"]["name"] == "Capital"
-    assert sent["json_schema"]["strict"] is True and sent["json_schema"]["schema"]["required"] == ["country", "capital"]
-    parsed = await client(gw).responses.parse(model="m", input="France?", text_format=Capital)
-    assert parsed.output_parsed == Capital(country="France", capital="Paris")
+    model = ScriptedModel([say(answer), say(answer)])
+    async with responses_gateway(model) as gw:
+        async with official(gw).responses.stream(model="m", input="France?", text_format=Capital) as stream:
+            final = await stream.get_final_response()
+        assert final.output_parsed == Capital(country="France", capital="Paris")
+        sent = model.requests[0].response_format
+        assert sent["type"] == "json_schema" and sent["json_schema"]["name"] == "Capital"
+        assert sent["json_schema"]["strict"] is True and sent["json_schema"]["schema"]["required"] == [
+            "country",
+            "capital",
+        ]
+        parsed = await official(gw).responses.parse(model="m", input="France?", text_format=Capital)
+        assert parsed.output_parsed == Capital(country="France", capital="Paris")
 
 
 async def test_failure_mid_stream_reaches_the_client_as_error_then_failed():
     script = [TextDelta(0, "par"), ErrorEvent(GatewayError(503, "backend went away", code="backend_unavailable"))]
-    gw = Gateway(ScriptedRunner([script, script]))
-    events = [e async for e in await client(gw).responses.create(model="m", input="hi", stream=True)]
-    assert isinstance(events[-2], ResponseErrorEvent) and events[-2].message == "backend went away"
-    assert isinstance(events[-1], ResponseFailedEvent)
-    assert events[-1].response.status == "failed" and events[-1].response.error.code == "server_error"
-    async with client(gw).responses.stream(model="m", input="hi") as stream:
-        with pytest.raises(RuntimeError, match="response.completed"):
-            await stream.get_final_response()
+    model = ScriptedModel([script, script])
+    async with responses_gateway(model) as gw:
+        events = [e async for e in await official(gw).responses.create(model="m", input="hi", stream=True)]
+        assert isinstance(events[-2], ResponseErrorEvent) and "backend went away" in events[-2].message
+        assert isinstance(events[-1], ResponseFailedEvent)
+        assert events[-1].response.status == "failed" and events[-1].response.error.code == "server_error"
+        async with official(gw).responses.stream(model="m", input="hi") as stream:
+            with pytest.raises(RuntimeError, match="response.completed"):
+                await stream.get_final_response()
 
 
 async def test_incomplete_stream():
-    gw = Gateway(ScriptedRunner([say("cut short", "length")]))
-    events = [
-        e async for e in await client(gw).responses.create(model="m", input="hi", stream=True, max_output_tokens=16)
-    ]
-    assert events[-1].type == "response.incomplete"
-    assert events[-1].response.incomplete_details.reason == "max_output_tokens"
+    model = ScriptedModel([say("cut short", "length")])
+    async with responses_gateway(model) as gw:
+        events = [
+            e
+            async for e in await official(gw).responses.create(model="m", input="hi", stream=True, max_output_tokens=16)
+        ]
+        assert events[-1].type == "response.incomplete"
+        assert events[-1].response.incomplete_details.reason == "max_output_tokens"
 
 
 async def test_retrieve_continue_list_and_delete():
-    gw = Gateway(ScriptedRunner([say("Paris"), say("Rome")]))
-    alice = client(gw)
-    first = await alice.responses.create(model="m", input="France?")
-    second = await alice.responses.create(model="m", input="Italy?", previous_response_id=first.id)
-    assert [m["content"] for m in gw.runner.requests[1].messages] == ["France?", "Paris", "Italy?"]
-    assert (await alice.responses.retrieve(second.id)).output_text == "Rome"
-    items = [item async for item in alice.responses.input_items.list(second.id, limit=1, order="asc")]
-    assert [(i.type, i.role) for i in items] == [("message", "user"), ("message", "assistant"), ("message", "user")]
-    assert items[1].content[0].text == "Paris"
-    newest_first = await alice.responses.input_items.list(second.id)
-    assert newest_first.data[0].content[0].text == "Italy?" and newest_first.has_more is False
-    await alice.responses.delete(second.id)
-    with pytest.raises(openai.NotFoundError):
-        await alice.responses.retrieve(second.id)
+    model = ScriptedModel([say("Paris"), say("Rome")])
+    async with responses_gateway(model) as gw:
+        alice = official(gw)
+        first = await alice.responses.create(model="m", input="France?")
+        second = await alice.responses.create(model="m", input="Italy?", previous_response_id=first.id)
+        assert [m["content"] for m in model.requests[1].messages] == ["France?", "Paris", "Italy?"]
+        assert (await alice.responses.retrieve(second.id)).output_text == "Rome"
+        items = [item async for item in alice.responses.input_items.list(second.id, limit=1, order="asc")]
+        assert [(i.type, i.role) for i in items] == [("message", "user"), ("message", "assistant"), ("message", "user")]
+        assert items[1].content[0].text == "Paris"
+        newest_first = await alice.responses.input_items.list(second.id)
+        assert newest_first.data[0].content[0].text == "Italy?" and newest_first.has_more is False
+        await alice.responses.delete(second.id)
+        with pytest.raises(openai.NotFoundError):
+            await alice.responses.retrieve(second.id)
 
 
 async def test_another_tenant_gets_not_found_everywhere():
-    gw = Gateway(ScriptedRunner([say("secret")]))
-    mine = await client(gw, "alice").responses.create(model="m", input="q")
-    bob = client(gw, "bob")
-    for call in (
-        bob.responses.retrieve(mine.id),
-        bob.responses.delete(mine.id),
-        bob.responses.input_items.list(mine.id),
-        bob.responses.create(model="m", input="more", previous_response_id=mine.id),
-    ):
-        with pytest.raises(openai.NotFoundError) as info:
-            await call
-        assert info.value.code == "not_found"
+    model = ScriptedModel([say("secret")])
+    async with responses_gateway(model) as gw:
+        mine = await official(gw, "alice").responses.create(model="m", input="q")
+        bob = official(gw, "bob")
+        for call in (
+            bob.responses.retrieve(mine.id),
+            bob.responses.delete(mine.id),
+            bob.responses.input_items.list(mine.id),
+            bob.responses.create(model="m", input="more", previous_response_id=mine.id),
+        ):
+            with pytest.raises(openai.NotFoundError) as info:
+                await call
+            assert info.value.code == "not_found"
 
 
 async def test_refusals_reach_the_client_with_their_param():
-    gw = Gateway(ScriptedRunner([say("x")]))
-    with pytest.raises(openai.BadRequestError) as info:
-        await client(gw).responses.create(model="m", input="hi", tools=[{"type": "web_search"}])
-    assert info.value.param == "tools[0].type" and info.value.code == "unsupported_parameter"
-    assert gw.runner.requests == []
+    model = ScriptedModel([say("x")])
+    async with responses_gateway(model) as gw:
+        with pytest.raises(openai.BadRequestError) as info:
+            await official(gw).responses.create(model="m", input="hi", tools=[{"type": "web_search"}])
+        assert info.value.param == "tools[0].type" and info.value.code == "unsupported_parameter"
+        assert model.requests == []

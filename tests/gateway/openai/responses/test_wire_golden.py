@@ -94,7 +94,6 @@ SCRIPTS: dict[str, tuple[dict[str, Any], list[Event]]] = {
     ),
     "error mid-stream": ({}, [TextDelta(0, "a"), ErrorEvent(GatewayError(502, "boom", code="upstream_error"))]),
     "rate limited mid-stream": ({}, [ErrorEvent(GatewayError(429, "slow down", code="rate_limit_exceeded"))]),
-    "never finished": ({}, [TextDelta(0, "a"), TextDelta(0, "b")]),
     "other choices ignored": (
         {},
         [TextDelta(1, "x"), TextDelta(0, "a"), Finish(1, "stop"), Finish(0, "stop"), TextDelta(0, "late"), Usage(1, 1)],

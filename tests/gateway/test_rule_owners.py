@@ -1,0 +1,165 @@
+"""One owner per rule (docs/architecture.md, "Rules and their one owner"): each test reads
+the source of gateway/, adapters/ and policies/ and fails when a second module starts
+deciding its rule. The rules' behaviour is pinned where the table says; these pin who
+decides."""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("gateway", "adapters", "policies")
+
+
+@functools.cache
+def parsed() -> tuple[tuple[str, ast.Module], ...]:
+    return tuple(
+        (path.relative_to(ROOT).as_posix(), ast.parse(path.read_text(), str(path)))
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+    )
+
+
+def modules() -> Iterator[tuple[str, ast.Module]]:
+    yield from parsed()
+
+
+def where(predicate) -> set[str]:
+    """The modules holding a node `predicate` accepts."""
+    return {name for name, tree in modules() if any(predicate(node) for node in ast.walk(tree))}
+
+
+def called(node: ast.AST, name: str) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    return (isinstance(f, ast.Name) and f.id == name) or (isinstance(f, ast.Attribute) and f.attr == name)
+
+
+def keyword(node: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in node.keywords if k.arg == name), None)
+
+
+def constant(node: ast.AST | None, *values: object) -> bool:
+    return isinstance(node, ast.Constant) and node.value in values
+
+
+# ---- errors --------------------------------------------------------------------------------------
+
+
+BUILT_ONCE = ("client_closed", "no_backend_available", "internal_error", "model_not_found")
+
+
+def test_the_gateways_own_errors_are_built_in_one_module():
+    # 499, 404 model, no backend and internal error: adapters/errors.py's builders only.
+    def builds(node: ast.AST) -> bool:
+        if not called(node, "GatewayError"):
+            return False
+        assert isinstance(node, ast.Call)
+        status = node.args[0] if node.args else None
+        return constant(status, 499, 500) or constant(keyword(node, "code"), *BUILT_ONCE)
+
+    assert where(builds) == {"adapters/errors.py"}
+
+
+def test_the_failure_kind_rides_on_the_error_and_no_one_reads_it_from_codes():
+    # Set where an error is built; read as `failure` / `fails_over`, never from `retryable`
+    # or a code string on the serving path.
+    assert where(lambda n: isinstance(n, ast.Attribute) and n.attr == "retryable") == set()
+
+    def code_compared(node: ast.AST) -> bool:
+        if not isinstance(node, ast.Compare):
+            return False
+        sides = [node.left, *node.comparators]
+        return any(isinstance(s, ast.Attribute) and s.attr == "code" for s in sides)
+
+    serving = {m for m in where(code_compared) if m.startswith(("gateway/serving/", "gateway/intake.py"))}
+    assert serving == set()
+    sets_kind = where(lambda n: isinstance(n, ast.keyword) and n.arg == "failure")
+    assert sets_kind <= {"adapters/errors.py", "adapters/runtime_errors.py"}, sets_kind
+
+
+# ---- cancellation, usage, choices ------------------------------------------------------------------
+
+
+def test_one_cancellation_counter_with_every_phase():
+    names = set()
+    for _, tree in modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if node.value.startswith("switchyard_") and "cancel" in node.value:
+                    names.add(node.value)
+    assert names == {"switchyard_client_cancellations_total"}
+
+    # Counted by the recorder from the outcome, for every phase (the queued one included).
+    def counts(node: ast.AST) -> bool:
+        return called(node, "child") and any(isinstance(a, ast.Attribute) and a.attr == "cancelled" for a in node.args)  # type: ignore[attr-defined]
+
+    assert where(counts) == {"gateway/observe/recorder.py"}
+    assert (
+        where(lambda n: isinstance(n, ast.Attribute) and n.attr == "cancelled" and "labels" in ast.unparse(n)) == set()
+    )
+
+
+def test_usage_when_the_runtime_sends_none_has_one_owner():
+    assert where(lambda n: called(n, "UsageCount")) == {"gateway/serving/generation.py"}
+    assert where(lambda n: isinstance(n, ast.ClassDef) and n.name == "UsageCount") == {"gateway/serving/usage.py"}
+    assert where(lambda n: isinstance(n, ast.Attribute) and n.attr == "completion_tokens_seen") == set()
+
+
+def test_total_choices_are_counted_in_one_function():
+    def sums_choices(node: ast.AST) -> bool:
+        if not isinstance(node, (ast.GeneratorExp, ast.ListComp)):
+            return False
+        elt = node.elt
+        return isinstance(elt, ast.Attribute) and elt.attr == "n"
+
+    assert where(sums_choices) == {"adapters/base.py"}
+
+
+# ---- the stream rules -------------------------------------------------------------------------------
+
+
+def test_stop_becomes_tool_calls_in_the_guard_only():
+    def decides(node: ast.AST) -> bool:
+        if isinstance(node, ast.Assign):
+            return constant(node.value, "tool_calls")
+        return called(node, "Finish") and any(constant(a, "tool_calls") for a in node.args)  # type: ignore[attr-defined]
+
+    assert where(decides) == {"gateway/serving/stream_guard.py"}
+
+
+def test_tool_call_ids_are_made_once():
+    assert where(lambda n: constant(n, "call_")) == {"gateway/serving/stream_guard.py"}
+
+
+def test_every_choice_finished_is_decided_in_the_guard():
+    from gateway.openai.responses.encoder import ResponseAssembly
+
+    # The Responses answer trusts the guarded stream: it keeps no end-of-stream check of its own.
+    assert not hasattr(ResponseAssembly, "end_of_events")
+    assert where(lambda n: isinstance(n, ast.Attribute) and n.attr == "unfinished") <= {
+        "gateway/serving/stream_guard.py"
+    }
+
+
+def test_the_model_is_checked_by_the_front_door():
+    # 404 model_not_found: the front door for every API route; GET /v1/models/{id} and the
+    # per-model readiness answer their own; dispatch only for a model a reload removed
+    # after admission.
+    assert where(lambda n: called(n, "model_not_found")) == {
+        "gateway/intake.py",
+        "gateway/app.py",
+        "gateway/observe/ops.py",
+        "gateway/serving/dispatch.py",
+    }
+    # Whether a principal may use a model: asked by the front door (and the model listing) only.
+    # (gateway/protection/gate.py only hands the question to the authenticator.)
+    assert where(lambda n: called(n, "may_use")) == {
+        "gateway/intake.py",
+        "gateway/app.py",
+        "gateway/protection/gate.py",
+    }
