@@ -28,6 +28,7 @@ ADAPTER_CLASSES = {
     "sglang": ("adapters.sglang", "SGLangDialect"),
     "trtllm": ("adapters.trtllm", "TRTLLMDialect"),
     "tgi": ("adapters.tgi", "TGIDialect"),
+    "llamacpp": ("adapters.llamacpp", "LlamaCppDialect"),
     "native": ("adapters.native", "NativeAdapter"),
 }
 

@@ -84,7 +84,7 @@ class KVEventsConfig(KVIndexSettings):
 
 class BackendConfig(_Strict):
     name: str
-    adapter: Literal["openai", "vllm", "sglang", "trtllm", "tgi", "native"]
+    adapter: Literal["openai", "vllm", "sglang", "trtllm", "tgi", "llamacpp", "native"]
     url: str | None = None
     served_model: str | None = None
     model_path: str | None = None  # native engine: a HF directory or "builtin:tiny"

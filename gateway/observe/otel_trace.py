@@ -52,6 +52,7 @@ PROVIDERS = {
     "sglang": "sglang",
     "trtllm": "tensorrt_llm",
     "tgi": "tgi",
+    "llamacpp": "llama.cpp",
     "native": "switchyard",
 }
 # The W3C trace-context headers (and baggage) a client may send.
@@ -93,10 +94,9 @@ class OtelTracing:
         provider.add_span_processor(BatchSpanProcessor(exporter))
         return cls(provider, exporter)
 
-    def request(self, headers: RawHeaders, chat: bool) -> RequestTrace:
+    def request(self, headers: RawHeaders, operation: str) -> RequestTrace:
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers if k in CONTEXT_HEADERS}
         parent = propagate.extract(carrier, context=Context()) if carrier else Context()
-        operation = "chat" if chat else "text_completion"
         span = self.tracer.start_span(
             operation, context=parent, kind=SpanKind.SERVER, attributes={"gen_ai.operation.name": operation}
         )
