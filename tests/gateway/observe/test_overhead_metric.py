@@ -17,7 +17,7 @@ ENGINE_S = 5.0  # what the engine "computed": far above any overhead bucket's sc
 
 
 def observed(recorder: RequestRecorder, metrics: GatewayMetrics, backend: str) -> tuple[float, float]:
-    ctx = RequestContext("rid", time.perf_counter() - ENGINE_S, chat=True, model="m")
+    ctx = RequestContext("rid", time.perf_counter() - ENGINE_S, "chat", model="m")
     ctx.upstream_wait = 0.001  # the first event came at once; the rest of the time ran in process
     recorder.finish(ctx, Outcome(200, backend=backend))
     get = metrics.registry.get_sample_value
