@@ -79,7 +79,11 @@ class Gateway:
             config, self.metrics.registry, local_store=WorkerShareStore(siblings.count) if siblings else None
         )
         self.recorder = RequestRecorder(
-            self.metrics, self.backends.pools, access_logger() if config.access_log else None, TenantLabels.of(config)
+            self.metrics,
+            self.backends.pools,
+            access_logger() if config.access_log else None,
+            TenantLabels.of(config),
+            self.backends.serves_in_process,
         )
         self.started_at = int(time.time())
         self.started = False

@@ -257,6 +257,11 @@ class BackendSet:
         """Probe these backends' health now (new backends, before they take traffic)."""
         await asyncio.gather(*(_probe_health(b) for b in backends))
 
+    def serves_in_process(self, name: str) -> bool:
+        """Whether backend `name` (in force) runs in this process: the native engine."""
+        backend = self.backends.get(name)
+        return backend is not None and backend.config.adapter == "native"
+
     def ready(self) -> dict[str, bool]:
         return {name: any(b.health.ok for b in pool.backends) for name, pool in self.pools.items()}
 

@@ -57,7 +57,8 @@ class GatewayMetrics:
         self.overhead = histogram(
             "switchyard_gateway_overhead_seconds",
             "Time the gateway itself spent on a request: arrival to end, less the admission-queue wait, "
-            "the retry backoff and every wait for the backend (its first event included).",
+            "the retry backoff and every wait for the backend (its first event included). Requests served "
+            "by an in-process engine (adapter native) are not observed: its compute shares the process.",
             ["model"],
             buckets=OVERHEAD_BUCKETS,
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Container
+from collections.abc import Callable, Container
 
 from gateway.config.schema import GatewayConfig
 from gateway.observe.context import Outcome, RequestContext
@@ -61,7 +61,10 @@ class TenantLabels:
 class RequestRecorder:
     """Request metrics, traces and the access log. `known_models` keeps the model
     label's values to the configured models (a tenant's typo is counted as "-"),
-    `tenants` the tenant label's to the configured tenants."""
+    `tenants` the tenant label's to the configured tenants. `in_process` says which
+    backends run in this process (the native engine): their requests are left out of
+    the gateway-overhead histogram, since the engine's compute shares the process
+    (threads, GIL, event loop) and the gateway's own time cannot be told apart from it."""
 
     def __init__(
         self,
@@ -69,11 +72,13 @@ class RequestRecorder:
         known_models: Container[str],
         access_log: logging.Logger | None,
         tenants: TenantLabels | None = None,
+        in_process: Callable[[str], bool] = lambda backend: False,
     ) -> None:
         self.metrics = metrics
         self.known_models = known_models
         self.access_log = access_log
         self.tenants = tenants or TenantLabels(frozenset())
+        self.in_process = in_process
 
     def inflight(self, model: str):
         """The in-flight gauge of `model` (inc when a generation starts, dec when it ends)."""
@@ -106,7 +111,7 @@ class RequestRecorder:
             m.child(m.tenant_rejections, tenant, reason).inc()
         if known_model:
             m.child(m.e2e, mlabel).observe(elapsed)
-            if ctx.upstream_wait or backend:
+            if (ctx.upstream_wait or backend) and not (backend and self.in_process(backend)):
                 waited = ctx.upstream_wait + ctx.queue_wait + ctx.backoff_wait
                 m.child(m.overhead, mlabel).observe(max(0.0, elapsed - waited))
             if usage is not None:

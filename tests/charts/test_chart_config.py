@@ -84,30 +84,35 @@ def test_rendered_configs_pass_config_check_and_a_broken_one_does_not(tmp_path):
     assert engine["auth"] == {"mode": "none"} and engine["listen"]["host"] == "0.0.0.0"
 
 
-def test_each_runtime_is_a_backend_pointing_at_its_service():
+def test_each_runtime_pod_is_a_backend_at_its_stable_name():
     release = render((PRODUCTION_VALUES,))
     values = yaml.safe_load(PRODUCTION_VALUES.read_text())
     backends = {b["name"]: b for b in release.gateway_config()["models"]["llama-3-8b"]["backends"]}
     enabled = {name: spec for name, spec in values["runtimes"].items() if spec.get("enabled")}
-    assert set(backends) == set(enabled)
-    for name, spec in enabled.items():
+    pods = {f"{name}-{i}": name for name, spec in enabled.items() for i in range(spec.get("replicas", 1))}
+    assert set(backends) == set(pods) and "vllm-a-1" in pods  # vllm-a has two pods: two backends
+    for backend, name in pods.items():
         service = release.one("Service", f"sy-switchyard-rt-{name}")
+        assert service["spec"]["clusterIP"] == "None"  # headless: a DNS name per pod
         port = service["spec"]["ports"][0]["port"]
-        assert backends[name]["adapter"] == ADAPTER_OF[spec["kind"]]
-        assert backends[name]["url"] == f"http://sy-switchyard-rt-{name}:{port}"
-        assert backends[name]["timeout_s"] == 900
-        deployment = release.one("Deployment", f"sy-switchyard-rt-{name}")
-        assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
-        assert container(deployment["spec"]["template"])["ports"][0]["containerPort"] == port
+        index = backend.rsplit("-", 1)[1]
+        assert backends[backend]["adapter"] == ADAPTER_OF[enabled[name]["kind"]]
+        host = f"sy-switchyard-rt-{name}-{index}.sy-switchyard-rt-{name}"
+        assert backends[backend]["url"] == f"http://{host}:{port}"
+        assert backends[backend]["timeout_s"] == 900
+        workload = release.one("StatefulSet", f"sy-switchyard-rt-{name}")
+        assert workload["spec"]["serviceName"] == service["metadata"]["name"]
+        assert service["spec"]["selector"].items() <= workload["spec"]["template"]["metadata"]["labels"].items()
+        assert container(workload["spec"]["template"])["ports"][0]["containerPort"] == port
     # The values' own model settings survive next to the wired backends.
     assert release.gateway_config()["models"]["llama-3-8b"]["routing"] == "prefix_affinity"
-    assert backends["vllm-a"]["weight"] == 2
+    assert backends["vllm-a-0"]["weight"] == 2 and backends["vllm-a-1"]["weight"] == 2
 
 
 def test_runtime_flags_follow_each_runtimes_recommendations():
     release = render((PRODUCTION_VALUES,))
     args = {
-        name: container(release.one("Deployment", f"sy-switchyard-rt-{name}")["spec"]["template"])
+        name: container(release.one("StatefulSet", f"sy-switchyard-rt-{name}")["spec"]["template"])
         for name in ("vllm-a", "sglang-b", "trt-c", "tgi-d")
     }
     vllm = args["vllm-a"]["args"]
@@ -140,12 +145,12 @@ def test_runtime_flags_follow_each_runtimes_recommendations():
 
 def test_backend_options_match_the_runtime_flags():
     backends = {b["name"]: b for b in render((PRODUCTION_VALUES,)).gateway_config()["models"]["llama-3-8b"]["backends"]}
-    assert backends["vllm-a"]["options"] == {"prompt_tokens_details": True}
-    assert backends["sglang-b"]["options"] == {"cache_report": True, "load_source": "auto"}
+    assert backends["vllm-a-0"]["options"] == {"prompt_tokens_details": True}
+    assert backends["sglang-b-0"]["options"] == {"cache_report": True, "load_source": "auto"}
     # No --tool_parser: the gateway answers tool requests itself instead of sending them.
-    assert backends["trt-c"]["options"] == {"metrics": "prometheus", "tools": False}
-    assert "served_model" not in backends["tgi-d"]  # TGI is always addressed as "tgi"
-    assert backends["trt-c"]["served_model"] == "Llama-3.1-8B-Instruct"
+    assert backends["trt-c-0"]["options"] == {"metrics": "prometheus", "tools": False}
+    assert "served_model" not in backends["tgi-d-0"]  # TGI is always addressed as "tgi"
+    assert backends["trt-c-0"]["served_model"] == "Llama-3.1-8B-Instruct"
 
 
 def test_existing_secrets_reach_the_paths_the_config_names():
@@ -305,7 +310,7 @@ def test_notes_warn_when_auth_is_off_and_name_the_models():
 
 
 def runtime_pod(release: Release, name: str) -> dict:
-    return release.one("Deployment", f"sy-switchyard-rt-{name}")["spec"]["template"]
+    return release.one("StatefulSet", f"sy-switchyard-rt-{name}")["spec"]["template"]
 
 
 def test_native_engine_runtime_runs_read_only_with_its_cache_dir():

@@ -89,7 +89,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{/* One runtime with its defaults applied, as YAML: call with (dict "root" $ "name" NAME "spec" SPEC).
      Order: runtimeCommon < runtimeDefaults.<kind> < runtimes.<name>. Adds the computed
-     fields fullname, servedModel, gatewayModel, adapter and url. */}}
+     fields fullname, servedModel, gatewayModel and adapter. */}}
 {{- define "switchyard.runtime" -}}
 {{- $root := .root -}}
 {{- $kind := required (printf "runtimes.%s.kind is required (vllm, sglang, tgi, trtllm, llamacpp or native)" .name) .spec.kind -}}
@@ -109,33 +109,36 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- $fullname := include "switchyard.componentName" (dict "root" $root "suffix" (printf "rt-%s" .name)) -}}
 {{- $adapter := ternary "openai" $kind (eq $kind "native") -}}
-{{- $url := printf "http://%s:%d" $fullname (int $rt.port) -}}
-{{- if eq $kind "native" -}}
-{{- $url = printf "%s/v1" $url -}}
-{{- end -}}
 {{- $_ := set $rt "name" .name -}}
 {{- $_ := set $rt "fullname" $fullname -}}
 {{- $_ := set $rt "servedModel" $served -}}
 {{- $_ := set $rt "gatewayModel" (default $served $rt.gatewayModel) -}}
 {{- $_ := set $rt "adapter" $adapter -}}
-{{- $_ := set $rt "url" $url -}}
 {{- toYaml $rt -}}
 {{- end -}}
 
-{{/* The gateway backend entry of one runtime (a merged runtime dict as input). */}}
+{{/* The gateway backend entry of one runtime pod: call with (dict "rt" RUNTIME "index" I), RUNTIME a
+     merged runtime dict. Pod I of the StatefulSet is <name>-I at <fullname>-I.<fullname> (the
+     headless Service), with its KV-event publisher on the same host. */}}
 {{- define "switchyard.runtimeBackend" -}}
-{{- $options := deepCopy (.backendOptions | default dict) -}}
-{{- if and (has .kind (list "vllm" "sglang" "trtllm")) (not .toolCallParser) -}}
+{{- $rt := .rt -}}
+{{- $host := printf "%s-%d.%s" $rt.fullname (int .index) $rt.fullname -}}
+{{- $options := deepCopy ($rt.backendOptions | default dict) -}}
+{{- if and (has $rt.kind (list "vllm" "sglang" "trtllm")) (not $rt.toolCallParser) -}}
 {{- $_ := set $options "tools" false -}}
 {{- end -}}
-{{- $backend := dict "name" .name "adapter" .adapter "url" .url -}}
-{{- if ne .kind "tgi" -}}
-{{- $_ := set $backend "served_model" .servedModel -}}
+{{- $url := printf "http://%s:%d%s" $host (int $rt.port) (ternary "/v1" "" (eq $rt.kind "native")) -}}
+{{- $backend := dict "name" (printf "%s-%d" $rt.name (int .index)) "adapter" $rt.adapter "url" $url -}}
+{{- if ne $rt.kind "tgi" -}}
+{{- $_ := set $backend "served_model" $rt.servedModel -}}
 {{- end -}}
 {{- if $options -}}
 {{- $_ := set $backend "options" $options -}}
 {{- end -}}
-{{- toYaml (mustMergeOverwrite $backend (deepCopy (.backend | default dict))) -}}
+{{- if $rt.kvEvents.enabled -}}
+{{- $_ := set $backend "kv_events" (dict "endpoint" (printf "tcp://%s:%d" $host (int $rt.kvEvents.port)) "topic" $rt.kvEvents.topic) -}}
+{{- end -}}
+{{- toYaml (mustMergeOverwrite $backend (deepCopy ($rt.backend | default dict))) -}}
 {{- end -}}
 
 {{/* The gateway config the ConfigMap holds: values.config plus what the chart owns. */}}
@@ -171,8 +174,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- $rt := include "switchyard.runtime" (dict "root" $ "name" $name "spec" $spec) | fromYaml -}}
 {{- $entry := get $models $rt.gatewayModel | default dict -}}
 {{- $backends := get $entry "backends" | default list -}}
-{{- $backend := include "switchyard.runtimeBackend" $rt | fromYaml -}}
-{{- $_ := set $entry "backends" (mustAppend $backends $backend) -}}
+{{- range $i := until (int $rt.replicas) -}}
+{{- $backends = mustAppend $backends (include "switchyard.runtimeBackend" (dict "rt" $rt "index" $i) | fromYaml) -}}
+{{- end -}}
+{{- $_ := set $entry "backends" $backends -}}
 {{- $_ := set $models $rt.gatewayModel $entry -}}
 {{- end -}}
 {{- end -}}
