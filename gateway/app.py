@@ -48,7 +48,7 @@ from gateway.observe.worker_metrics import WorkerMetrics
 from gateway.openai.answer_format import AnswerFormat
 from gateway.openai.api_routes import gateway_version, mount_documented, openapi_route
 from gateway.openai.embeddings import embeddings_route
-from gateway.openai.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
+from gateway.openai.requests import parse_chat, parse_completion, parse_json_body
 from gateway.openai.responses.routes import ResponsesRoutes
 from gateway.openai.tokenize import detokenize_route, tokenize_route
 from gateway.protection.gate import Protection
@@ -57,6 +57,7 @@ from gateway.serving.dispatch import Dispatcher, check_choices
 from gateway.serving.generation import Generation
 from gateway.serving.unary import UnaryGate
 from policies.auth import credential_headers
+from policies.token_bound import prompt_token_bound
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -214,7 +215,7 @@ class Gateway:
                 principal,
                 ctx.model,
                 reqs[0],
-                sum(estimate_prompt_tokens(r) for r in reqs),
+                sum(prompt_token_bound(r) for r in reqs),
                 request.is_disconnected,
                 choices=sum(r.sampling.n for r in reqs),
             )

@@ -12,8 +12,9 @@ naming the field.
 Answer: `{"object": "list", "data": [{"object": "embedding", "index", "embedding"}],
 "model": <the tenant's model name>, "usage": {"prompt_tokens", "total_tokens"}}`, the
 vectors as floats or as base64 of little-endian float32 (what OpenAI's clients decode).
-The prompt tokens are charged to the tenant's token quota like a chat's: the estimate is
-reserved at admission, the runtime's count charged at the end.
+The prompt tokens are charged to the tenant's token quota like a chat's: their upper
+bound (policies/token_bound.py: UTF-8 bytes) is reserved at admission, the runtime's
+count charged at the end.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from adapters.errors import GatewayError, invalid_request
 from adapters.oneshot import EmbeddingRequest, EmbeddingResult
 from gateway.openai.request_fields import integer, model_name
 from gateway.serving.unary import Parsed, UnaryGate, route_request
+from policies.token_bound import inputs_token_bound
 
 MAX_INPUTS = 2048
 MAX_TOTAL_TOKENS = 300_000
@@ -65,7 +67,7 @@ def parse_embeddings(body: dict[str, Any], request_id: str) -> Parsed[tuple[Embe
     )
     first = items[0]
     routing = route_request(request_id, model, prompt=first if isinstance(first, str) else list(first))
-    return Parsed((call, fmt == "base64"), model, routing, estimate)
+    return Parsed((call, fmt == "base64"), model, routing, inputs_token_bound(items))
 
 
 def _inputs(value: Any) -> list[str] | list[list[int]]:

@@ -11,7 +11,9 @@ or `{"model", "messages", "add_generation_prompt"? (true), "continue_final_messa
 `chat_template` is refused: a tenant does not run templates of its own on the backend.
 
 Both are authenticated and checked against the tenant's models like any call; they
-count one request against the tenant's requests per minute and no tokens.
+count one request against the tenant's requests per minute and the tokens they handle
+against its tokens per minute (the text's upper bound reserved, policies/token_bound.py;
+the count charged), as any call that makes a runtime tokenize.
 """
 
 from __future__ import annotations
@@ -22,17 +24,17 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from adapters.base import Adapter, Usage
+from adapters.base import Adapter, GenerationRequest, Usage
 from adapters.errors import invalid_request
 from adapters.oneshot import DetokenizeRequest, TokenizeRequest, TokenizeResult
 from gateway.openai.request_fields import boolean, model_name
 from gateway.openai.requests import ROLES
 from gateway.serving.unary import Parsed, UnaryGate, route_request
+from policies.token_bound import prompt_token_bound
 
 C = TypeVar("C")  # the parsed call
 R = TypeVar("R")  # the adapter's result
 TOKEN_ID_MAX = 2**63 - 1
-NO_TOKENS = Usage(0, 0)
 
 
 def parse_tokenize(body: dict[str, Any], request_id: str) -> Parsed[TokenizeRequest]:
@@ -62,12 +64,18 @@ def parse_tokenize(body: dict[str, Any], request_id: str) -> Parsed[TokenizeRequ
         if kwargs is not None and not isinstance(kwargs, dict):
             raise invalid_request("'chat_template_kwargs' must be an object.", param="chat_template_kwargs")
         call.chat_template_kwargs = kwargs or {}
-        return Parsed(call, model, route_request(request_id, model, messages=call.messages), 0)
+        return _reserving(call, model, route_request(request_id, model, messages=call.messages))
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise invalid_request("'prompt' (a string) or 'messages' (an array) is required.", param="prompt")
     call.prompt = prompt
-    return Parsed(call, model, route_request(request_id, model, prompt=prompt), 0)
+    return _reserving(call, model, route_request(request_id, model, prompt=prompt))
+
+
+def _reserving(call: C, model: str, stand_in: GenerationRequest) -> Parsed[C]:
+    """The parsed call reserving its prompt's token bound (tools and template included)."""
+    stand_in.tools = getattr(call, "tools", None)
+    return Parsed(call, model, stand_in, prompt_token_bound(stand_in))
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
@@ -103,7 +111,7 @@ def parse_detokenize(body: dict[str, Any], request_id: str) -> Parsed[Detokenize
     ):
         raise invalid_request("'tokens' must be an array of non-negative token ids.", param="tokens")
     call = DetokenizeRequest(request_id=request_id, model=model, tokens=tokens)
-    return Parsed(call, model, route_request(request_id, model, prompt=tokens), 0)
+    return _reserving(call, model, route_request(request_id, model, prompt=tokens))
 
 
 def tokenize_payload(result: TokenizeResult) -> dict[str, Any]:
@@ -118,7 +126,12 @@ def tokenize_payload(result: TokenizeResult) -> dict[str, Any]:
 async def tokenize_route(gate: UnaryGate, request: Request) -> Any:
     """The route: an error Response, or the UnaryCall that answers (an ASGI app Starlette runs)."""
     return await _route(
-        gate, request, "tokenize (/tokenize)", parse_tokenize, lambda a, c: a.tokenize(c), tokenize_payload
+        gate,
+        request,
+        "tokenize (/tokenize)",
+        parse_tokenize,
+        lambda a, c: a.tokenize(c),
+        lambda result: (tokenize_payload(result), len(result.tokens)),
     )
 
 
@@ -129,7 +142,7 @@ async def detokenize_route(gate: UnaryGate, request: Request) -> Any:
         "detokenize (/detokenize)",
         parse_detokenize,
         lambda a, c: a.detokenize(c),
-        lambda result: {"prompt": result.prompt},
+        lambda result: ({"prompt": result.prompt}, None),
     )
 
 
@@ -139,10 +152,11 @@ async def _route(
     what: str,
     parse: Callable[[dict[str, Any], str], Parsed[C]],
     method: Callable[[Adapter, C], Awaitable[R]],
-    payload: Callable[[R], dict[str, Any]],
+    payload: Callable[[R], tuple[dict[str, Any], int | None]],
 ) -> Any:
     """Either call: admitted as a tokenize call (`what`, its name for users), then
-    `method` on each backend in order, answered with `payload` and no tokens."""
+    `method` on each backend in order, answered with `payload`: the JSON and the tokens
+    to charge (None: the ones sent, which the reservation counted exactly)."""
     admitted = await gate.admit(request, "tokenize", what, parse)
     if isinstance(admitted, Response):
         return admitted
@@ -151,4 +165,10 @@ async def _route(
     async def invoke(adapter: Adapter) -> R:
         return await method(adapter, call)
 
-    return gate.call(admitted, invoke, lambda result: (payload(result), NO_TOKENS))
+    sent = admitted.parsed.prompt_estimate
+
+    def answer(result: R) -> tuple[dict[str, Any], Usage]:
+        body, tokens = payload(result)
+        return body, Usage(sent if tokens is None else tokens, 0)
+
+    return gate.call(admitted, invoke, answer)
