@@ -40,7 +40,7 @@ from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.recorder import RequestRecorder
 from gateway.openai.requests import parse_json_body
 from gateway.protection.gate import Protection, Ticket
-from gateway.serving.dispatch import FailureListener, fails_over, failure_kind, record_outcome
+from gateway.serving.dispatch import Blame, FailureListener, fails_over, failure_kind
 from gateway.serving.phases import CancelPhase
 from policies.auth import credential_headers
 
@@ -256,31 +256,35 @@ class UnaryCall(Response, Generic[T]):
         # A reload may have dropped the model since admission: its backends still serve
         # this call, with no detector left to tell.
         pool = self.gate.backends.pools.get(self.ctx.model or "")
+        blame = Blame(self.ctx.tenant or "")
         last: GatewayError | None = None
-        for backend in self.backends:
-            if pool is not None and pool.ejection.is_ejected(backend.name):
-                continue
-            self.backend = backend.name  # the one a client leaving would find at work
-            backend.inflight += 1
-            try:
-                result = await self.invoke(backend.adapter)
-            except GatewayError as err:
-                if self.gate.on_failure is not None:
-                    self.gate.on_failure(backend.name, err)
-                if not fails_over(err):
+        try:
+            for backend in self.backends:
+                if pool is not None and pool.ejection.is_ejected(backend.name):
+                    continue
+                self.backend = backend.name  # the one a client leaving would find at work
+                backend.inflight += 1
+                try:
+                    result = await self.invoke(backend.adapter)
+                except GatewayError as err:
+                    if self.gate.on_failure is not None:
+                        self.gate.on_failure(backend.name, err)
+                    if not fails_over(err):
+                        if pool is not None:
+                            blame.answered(pool, backend.name)  # the backend answered: the fault is the request's
+                        raise
+                    if pool is not None and blame.failed(pool, backend.name, failure_kind(err)):
+                        raise  # the same failure on a second backend: the request's, tried no further
+                    log.warning("backend %s failed a %s call: %s", backend.name, self.ctx.model, err.message)
+                    last = err
+                else:
                     if pool is not None:
-                        record_outcome(pool, backend.name, None)  # the backend answered: the fault is the request's
-                    raise
-                if pool is not None:
-                    record_outcome(pool, backend.name, failure_kind(err))
-                log.warning("backend %s failed a %s call: %s", backend.name, self.ctx.model, err.message)
-                last = err
-            else:
-                if pool is not None:
-                    record_outcome(pool, backend.name, None)
-                return result
-            finally:
-                backend.inflight -= 1
+                        blame.answered(pool, backend.name)
+                    return result
+                finally:
+                    backend.inflight -= 1
+        finally:
+            blame.settle()
         raise last or GatewayError(
             503, "No backend of this model could take the request.", code="no_backend_available", retry_after=1.0
         )
