@@ -161,6 +161,7 @@ async def _route(
     if isinstance(admitted, Response):
         return admitted
     call = admitted.parsed.call
+    call.tenant = admitted.ctx.tenant  # type: ignore[attr-defined]  # both calls carry it
 
     async def invoke(adapter: Adapter) -> R:
         return await method(adapter, call)
