@@ -60,6 +60,7 @@ class Parsed(Generic[C]):
     model: str
     route_request: GenerationRequest
     prompt_estimate: int
+    size_units: int = 1  # the call's size in the tenant's concurrency (Protection.admit)
 
 
 def route_request(request_id: str, model: str, prompt: Any = None, messages: list | None = None) -> GenerationRequest:
@@ -135,6 +136,7 @@ class UnaryGate:
                 parsed.prompt_estimate,
                 request.is_disconnected,
                 choices=1,
+                size_units=parsed.size_units,
             )
             ctx.queue_wait = time.perf_counter() - queued_at
         except GatewayError as err:
