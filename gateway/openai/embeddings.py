@@ -14,7 +14,8 @@ Answer: `{"object": "list", "data": [{"object": "embedding", "index", "embedding
 vectors as floats or as base64 of little-endian float32 (what OpenAI's clients decode).
 The prompt tokens are charged to the tenant's token quota like a chat's: their upper
 bound (policies/token_bound.py: UTF-8 bytes) is reserved at admission, the runtime's
-count charged at the end.
+count charged at the end. A call holds one unit of the tenant's concurrency per 64
+inputs (`INPUTS_PER_UNIT`), up to the tenant's own limit.
 """
 
 from __future__ import annotations
@@ -23,14 +24,14 @@ import base64
 import struct
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
 
 from adapters.base import Adapter, Usage
-from adapters.errors import GatewayError, invalid_request
+from adapters.errors import invalid_request, upstream_failed
 from adapters.oneshot import EmbeddingRequest, EmbeddingResult
+from gateway.intake import Admitted, ApiRoute, Intent
 from gateway.openai.request_fields import integer, model_name
-from gateway.serving.unary import Parsed, UnaryGate, route_request
+from gateway.serving.oneshot import MakeCall, oneshot_parse, route_request
 from policies.token_bound import inputs_token_bound
 
 MAX_INPUTS = 2048
@@ -43,8 +44,8 @@ TOKEN_ID_MAX = 2**31 - 1
 _FORMS = "a string, an array of strings, an array of token ids, or an array of token-id arrays"
 
 
-def parse_embeddings(body: dict[str, Any], request_id: str) -> Parsed[tuple[EmbeddingRequest, bool]]:
-    """The call (and whether base64 was asked for), or a 400 naming the field."""
+def parse_embeddings(body: dict[str, Any], request_id: str) -> Intent:
+    """The call and whether base64 was asked for (the payload), or a 400 naming the field."""
     model = model_name(body)
     if "input" not in body:
         raise invalid_request(f"'input' is required: {_FORMS}.", param="input")
@@ -71,7 +72,7 @@ def parse_embeddings(body: dict[str, Any], request_id: str) -> Parsed[tuple[Embe
     first = items[0]
     routing = route_request(request_id, model, prompt=first if isinstance(first, str) else list(first))
     units = -(-len(items) // INPUTS_PER_UNIT)
-    return Parsed((call, fmt == "base64"), model, routing, inputs_token_bound(items), size_units=units)
+    return Intent([routing], (call, fmt == "base64"), inputs_token_bound(items), size_units=units)
 
 
 def _inputs(value: Any) -> list[str] | list[list[int]]:
@@ -121,23 +122,24 @@ def _base64(vector: list[float]) -> str:
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
-async def embeddings_route(gate: UnaryGate, request: Request) -> Any:
-    """The route: an error Response, or the UnaryCall that answers (an ASGI app Starlette runs)."""
-    admitted = await gate.admit(request, "embeddings", "embeddings (/v1/embeddings)", parse_embeddings)
-    if isinstance(admitted, Response):
-        return admitted
-    parsed = admitted.parsed
-    call, as_base64 = parsed.call
-    call.tenant = admitted.ctx.tenant
-    call.priority = parsed.route_request.priority
+def embeddings_route(call: MakeCall) -> ApiRoute:
+    """`POST /v1/embeddings`: the front door, then the OneShotCall that answers."""
 
-    async def invoke(adapter: Adapter) -> EmbeddingResult:
-        result = await adapter.embed(call)
-        if len(result.vectors) != len(call.inputs):
-            raise GatewayError(502, "The backend serving this model answered the wrong number of embeddings.")
-        return result
+    def serve(admitted: Admitted) -> Response:
+        embed, as_base64 = admitted.intent.payload
+        routing = admitted.requests[0]
+        embed.tenant, embed.priority = routing.tenant, routing.priority
+        estimate = admitted.intent.prompt_estimate or 0
 
-    def answer(result: EmbeddingResult) -> tuple[Any, Usage]:
-        return embeddings_payload(parsed.model, result, as_base64, parsed.prompt_estimate)
+        async def invoke(adapter: Adapter) -> EmbeddingResult:
+            result = await adapter.embed(embed)
+            if len(result.vectors) != len(embed.inputs):
+                raise upstream_failed(adapter.name, "it answered the wrong number of embeddings")
+            return result
 
-    return gate.call(admitted, invoke, answer)
+        def answer(result: EmbeddingResult) -> tuple[Any, Usage]:
+            return embeddings_payload(routing.model, result, as_base64, estimate)
+
+        return call(admitted, invoke, answer)
+
+    return ApiRoute("embeddings", oneshot_parse(parse_embeddings), serve, ("embeddings", "embeddings (/v1/embeddings)"))

@@ -21,23 +21,22 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from starlette.requests import Request
 from starlette.responses import Response
 
 from adapters.base import Adapter, GenerationRequest, Usage
 from adapters.errors import invalid_request
 from adapters.oneshot import DetokenizeRequest, TokenizeRequest, TokenizeResult
+from gateway.intake import Admitted, ApiRoute, Intent
 from gateway.openai.request_fields import boolean, model_name
 from gateway.openai.requests import ROLES
-from gateway.serving.unary import Parsed, UnaryGate, route_request
+from gateway.serving.oneshot import MakeCall, oneshot_parse, route_request
 from policies.token_bound import prompt_token_bound
 
-C = TypeVar("C")  # the parsed call
 R = TypeVar("R")  # the adapter's result
 TOKEN_ID_MAX = 2**63 - 1
 
 
-def parse_tokenize(body: dict[str, Any], request_id: str) -> Parsed[TokenizeRequest]:
+def parse_tokenize(body: dict[str, Any], request_id: str) -> Intent:
     model = model_name(body)
     if "chat_template" in body:
         raise invalid_request("A request's own 'chat_template' is not accepted.", param="chat_template")
@@ -64,18 +63,18 @@ def parse_tokenize(body: dict[str, Any], request_id: str) -> Parsed[TokenizeRequ
         if kwargs is not None and not isinstance(kwargs, dict):
             raise invalid_request("'chat_template_kwargs' must be an object.", param="chat_template_kwargs")
         call.chat_template_kwargs = kwargs or {}
-        return _reserving(call, model, route_request(request_id, model, messages=call.messages))
+        return _reserving(call, route_request(request_id, model, messages=call.messages))
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise invalid_request("'prompt' (a string) or 'messages' (an array) is required.", param="prompt")
     call.prompt = prompt
-    return _reserving(call, model, route_request(request_id, model, prompt=prompt))
+    return _reserving(call, route_request(request_id, model, prompt=prompt))
 
 
-def _reserving(call: C, model: str, stand_in: GenerationRequest) -> Parsed[C]:
-    """The parsed call reserving its prompt's token bound (tools and template included)."""
+def _reserving(call: Any, stand_in: GenerationRequest) -> Intent:
+    """The call's Intent, reserving its prompt's token bound (tools and template included)."""
     stand_in.tools = getattr(call, "tools", None)
-    return Parsed(call, model, stand_in, prompt_token_bound(stand_in))
+    return Intent([stand_in], call, prompt_token_bound(stand_in))
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
@@ -103,7 +102,7 @@ def _objects(body: dict[str, Any], name: str) -> list[dict[str, Any]] | None:
     return value
 
 
-def parse_detokenize(body: dict[str, Any], request_id: str) -> Parsed[DetokenizeRequest]:
+def parse_detokenize(body: dict[str, Any], request_id: str) -> Intent:
     model = model_name(body)
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(
@@ -111,7 +110,7 @@ def parse_detokenize(body: dict[str, Any], request_id: str) -> Parsed[Detokenize
     ):
         raise invalid_request("'tokens' must be an array of non-negative token ids.", param="tokens")
     call = DetokenizeRequest(request_id=request_id, model=model, tokens=tokens)
-    return _reserving(call, model, route_request(request_id, model, prompt=tokens))
+    return _reserving(call, route_request(request_id, model, prompt=tokens))
 
 
 def tokenize_payload(result: TokenizeResult) -> dict[str, Any]:
@@ -123,53 +122,41 @@ def tokenize_payload(result: TokenizeResult) -> dict[str, Any]:
     }
 
 
-async def tokenize_route(gate: UnaryGate, request: Request) -> Any:
-    """The route: an error Response, or the UnaryCall that answers (an ASGI app Starlette runs)."""
-    return await _route(
-        gate,
-        request,
-        "tokenize (/tokenize)",
-        parse_tokenize,
-        lambda a, c: a.tokenize(c),
-        lambda result: (tokenize_payload(result), len(result.tokens)),
+def tokenize_route(call: MakeCall) -> ApiRoute:
+    """`POST /tokenize`: the front door, then the OneShotCall that answers (its count charged)."""
+    return _route(
+        call, "tokenize", parse_tokenize, lambda a, c: a.tokenize(c), lambda r: (tokenize_payload(r), len(r.tokens))
     )
 
 
-async def detokenize_route(gate: UnaryGate, request: Request) -> Any:
-    return await _route(
-        gate,
-        request,
-        "detokenize (/detokenize)",
-        parse_detokenize,
-        lambda a, c: a.detokenize(c),
-        lambda result: ({"prompt": result.prompt}, None),
+def detokenize_route(call: MakeCall) -> ApiRoute:
+    return _route(
+        call, "detokenize", parse_detokenize, lambda a, c: a.detokenize(c), lambda r: ({"prompt": r.prompt}, None)
     )
 
 
-async def _route(
-    gate: UnaryGate,
-    request: Request,
-    what: str,
-    parse: Callable[[dict[str, Any], str], Parsed[C]],
-    method: Callable[[Adapter, C], Awaitable[R]],
+def _route(
+    call: MakeCall,
+    name: str,
+    parse: Callable[[dict[str, Any], str], Intent],
+    method: Callable[[Adapter, Any], Awaitable[R]],
     payload: Callable[[R], tuple[dict[str, Any], int | None]],
-) -> Any:
-    """Either call: admitted as a tokenize call (`what`, its name for users), then
-    `method` on each backend in order, answered with `payload`: the JSON and the tokens
-    to charge (None: the ones sent, which the reservation counted exactly)."""
-    admitted = await gate.admit(request, "tokenize", what, parse)
-    if isinstance(admitted, Response):
-        return admitted
-    call = admitted.parsed.call
-    call.tenant = admitted.ctx.tenant  # type: ignore[attr-defined]  # both calls carry it
+) -> ApiRoute:
+    """Either call: a tokenize-capable backend's `method`, answered with `payload`: the JSON
+    and the tokens to charge (None: the ones sent, which the reservation counted exactly)."""
 
-    async def invoke(adapter: Adapter) -> R:
-        return await method(adapter, call)
+    def serve(admitted: Admitted) -> Response:
+        request = admitted.intent.payload
+        request.tenant = admitted.ctx.tenant  # whose share of the runtime's text work it takes
+        sent = admitted.intent.prompt_estimate or 0
 
-    sent = admitted.parsed.prompt_estimate
+        async def invoke(adapter: Adapter) -> R:
+            return await method(adapter, request)
 
-    def answer(result: R) -> tuple[dict[str, Any], Usage]:
-        body, tokens = payload(result)
-        return body, Usage(sent if tokens is None else tokens, 0)
+        def answer(result: R) -> tuple[dict[str, Any], Usage]:
+            body, tokens = payload(result)
+            return body, Usage(sent if tokens is None else tokens, 0)
 
-    return gate.call(admitted, invoke, answer)
+        return call(admitted, invoke, answer)
+
+    return ApiRoute(name, oneshot_parse(parse), serve, ("tokenize", f"{name} (/{name})"))

@@ -13,7 +13,7 @@ from tests.gateway.protection_kit import config, make, never_gone, principal, re
 async def admit_embeddings(p, who, inputs: int):
     parsed = parse_embeddings({"model": "m", "input": ["hi"] * inputs}, "e")
     return await p.admit(
-        who, "m", parsed.route_request, parsed.prompt_estimate, never_gone, choices=1, size_units=parsed.size_units
+        who, "m", parsed.requests[0], parsed.prompt_estimate, never_gone, choices=1, size_units=parsed.size_units
     )
 
 

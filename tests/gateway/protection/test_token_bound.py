@@ -41,7 +41,7 @@ async def test_emoji_chats_and_embeddings_sustain_no_more_than_the_limit():
             charged += 4_049
         emb = parse_embeddings({"model": "m", "input": [EMOJI * 1000] * 20}, "e")
         try:
-            ticket = await p.admit(who, "m", emb.route_request, emb.prompt_estimate, never_gone, choices=1)
+            ticket = await p.admit(who, "m", emb.requests[0], emb.prompt_estimate, never_gone, choices=1)
         except GatewayError as err:
             refused_as_too_large += err.code == "request_exceeds_tpm_limit"
         else:
