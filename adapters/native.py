@@ -37,7 +37,8 @@ from adapters.base import (
 from adapters.errors import GatewayError, context_length_exceeded, invalid_request, prompt_param, upstream_failed
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from adapters.native_choice import ChoiceEvents, tool_stage
-from adapters.native_oneshot import NativeOneShot
+from adapters.native_oneshot import NativeOneShot, check_context, request_text_bytes
+from adapters.native_work import TEXT_WORK
 from engine.builtin import BUILTIN_PREFIX, resolve_model_path
 
 # The engine's own sampling parameters (the canonical ones are adapters.base.SamplingParams).
@@ -49,6 +50,9 @@ from engine.text.tokenizer import TextTokenizer
 logger = logging.getLogger(__name__)
 
 RECENT_PROMPTS = 256  # prompts whose token ids a model directory's tokenizer keeps
+# Routing names blocks on the event loop (`kv_block_hashes`) for prompts up to this many
+# bytes of text only; longer ones are matched approximately (tokenized off the loop later).
+ROUTE_TEXT_BYTES = 8192
 
 
 class SharedTokenizer:
@@ -198,6 +202,10 @@ class NativeAdapter(NativeOneShot, Adapter):
         tokenizer and chain hash); None before the engine is loaded or for a bad prompt."""
         if self.async_engine is None:
             return None
+        assert self._shared is not None
+        key = _prompt_key(request)
+        if (key is None or key not in self._shared.recent) and request_text_bytes(request) > ROUTE_TEXT_BYTES:
+            return None  # not on the event loop: the request's own tokenizing runs off it
         try:
             ids = self._prompt_ids(request)
         except GatewayError:
@@ -211,7 +219,7 @@ class NativeAdapter(NativeOneShot, Adapter):
         assert self.tokenizer is not None
         tok = self.tokenizer
         engine = self.async_engine.engine
-        prompt_ids = self._prompt_ids(request)
+        prompt_ids = await self._tokenized_prompt(request, engine.max_model_len)
         # A sequence can grow no longer than the model's context or the whole KV cache.
         capacity = min(engine.max_model_len, engine.pool.num_blocks * engine.config.block_size)
         params = self._engine_params(request, len(prompt_ids), capacity)
@@ -315,6 +323,22 @@ class NativeAdapter(NativeOneShot, Adapter):
             shared.reused += 1
             return list(ids)  # a copy: the engine's sequence is not the cache's
         ids = self._compute_prompt_ids(request, shared.tokenizer)
+        if key is not None:
+            shared.recent[key] = list(ids)
+            if len(shared.recent) > RECENT_PROMPTS:
+                shared.recent.popitem(last=False)
+        return ids
+
+    async def _tokenized_prompt(self, request: GenerationRequest, max_model_len: int) -> list[int]:
+        """`_prompt_ids` off the event loop, on the tenant's share of adapters/native_work.py,
+        after the cheap context cap; ids routing computed are reused as they are."""
+        shared = self._shared
+        assert shared is not None
+        key = _prompt_key(request)
+        if key is not None and key in shared.recent:
+            return self._prompt_ids(request)
+        check_context(shared.tokenizer, max_model_len, request_text_bytes(request), prompt_param(request.kind))
+        ids = await TEXT_WORK.run(request.tenant, lambda: self._compute_prompt_ids(request, shared.tokenizer))
         if key is not None:
             shared.recent[key] = list(ids)
             if len(shared.recent) > RECENT_PROMPTS:

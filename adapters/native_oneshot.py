@@ -7,13 +7,19 @@ which it only uses (only adapters/native.py imports the engine).
 Texts are tokenized as vLLM does for each call: embedding inputs with special tokens,
 `/tokenize` prompts with them unless told otherwise, chat messages through the model's
 chat template without them (the template writes its own).
+
+Every text is capped by the model's context before any work (`check_context`: bytes
+over the longest token's bytes is the fewest tokens a text can be), and the work runs
+on the tenant's share of the worker threads (adapters/native_work.py), never on the
+event loop.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from adapters.errors import GatewayError, invalid_request
+from adapters.errors import GatewayError, context_length_exceeded, invalid_request
+from adapters.native_work import TEXT_WORK
 from adapters.oneshot import (
     DetokenizeRequest,
     DetokenizeResult,
@@ -38,23 +44,70 @@ class NativeOneShot:
 
     async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
         await self.start()
-        return await embed(self.async_engine, self.tokenizer, request)
+        tok, max_len = self.tokenizer, self.async_engine.engine.max_model_len
+        for item in request.inputs:
+            if isinstance(item, str):
+                check_context(tok, max_len, _utf8_bytes(item), param="input")
+        prompts = await TEXT_WORK.run(request.tenant, lambda: encode_inputs(tok, request))
+        return await embed(self.async_engine, prompts, request)
 
     async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
         await self.start()
-        return tokenize(self.tokenizer, self.async_engine.engine.max_model_len, request)
+        tok, max_len = self.tokenizer, self.async_engine.engine.max_model_len
+        text_bytes = _utf8_bytes(request.prompt or "") + sum(_content_bytes(m) for m in request.messages or [])
+        check_context(tok, max_len, text_bytes, param="messages" if request.messages is not None else "prompt")
+        return await TEXT_WORK.run(request.tenant, lambda: tokenize(tok, max_len, request))
 
     async def detokenize(self, request: DetokenizeRequest) -> DetokenizeResult:
         await self.start()
-        return detokenize(self.tokenizer, request)
+        tok = self.tokenizer
+        return await TEXT_WORK.run(request.tenant, lambda: detokenize(tok, request))
 
 
-async def embed(engine: Any, tokenizer: Any, request: EmbeddingRequest) -> EmbeddingResult:
-    """The engine's last-token pooling (engine/pooling.py); cancelling stops it between passes."""
-    prompts = [
+def _utf8_bytes(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _content_bytes(message: Any) -> int:
+    """The text bytes of one chat message (its string content, or its parts' text)."""
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, str):
+        return _utf8_bytes(content)
+    if isinstance(content, list):
+        return sum(_utf8_bytes(p["text"]) for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return 0
+
+
+def request_text_bytes(request: Any) -> int:
+    """The bytes of text a generation request's prompt holds (token ids: 0)."""
+    if request.messages is not None:
+        return sum(_content_bytes(m) for m in request.messages)
+    return _utf8_bytes(request.prompt) if isinstance(request.prompt, str) else 0
+
+
+def check_context(tokenizer: Any, max_model_len: int, text_bytes: int, param: str = "messages") -> None:
+    """400 context_length_exceeded, without tokenizing, for a text whose bytes alone make
+    more tokens than the model's context (no token stands for more than
+    `max_token_bytes`): a 4 MB prompt is refused in microseconds, not after seconds of work."""
+    fewest = text_bytes // tokenizer.max_token_bytes
+    if fewest > max_model_len:
+        error = context_length_exceeded(
+            f"This model's maximum context length is {max_model_len} tokens. However, your input holds "
+            f"{text_bytes} bytes of text, at least {fewest} tokens. Please reduce its length."
+        )
+        error.param = param
+        raise error
+
+
+def encode_inputs(tokenizer: Any, request: EmbeddingRequest) -> list[list[int]]:
+    return [
         list(item) if isinstance(item, list) else tokenizer.encode(item, add_special_tokens=True)
         for item in request.inputs
     ]
+
+
+async def embed(engine: Any, prompts: list[list[int]], request: EmbeddingRequest) -> EmbeddingResult:
+    """The engine's last-token pooling (engine/pooling.py); cancelling stops it between passes."""
     try:
         vectors = await engine.embed(prompts, request.dimensions)
     except ValueError as exc:  # engine.pooling.PoolingInputError names the field and, for length, the code

@@ -60,6 +60,7 @@ class TokenizeRequest:
     tools: list[dict[str, Any]] | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     return_token_strs: bool = False
+    tenant: str | None = None  # whose share of the runtime's text work it takes (adapters/native_work.py)
 
     @property
     def special_tokens(self) -> bool:
@@ -81,6 +82,7 @@ class DetokenizeRequest:
     request_id: str
     model: str
     tokens: list[int]
+    tenant: str | None = None
 
 
 @dataclass(slots=True)

@@ -5,10 +5,13 @@ it let go of everything and did not grow.
     python -m bench.soak --duration 60 --out reports/soak/short
 
 Starts, on loopback and through `processes`: a redis-server (the shared quota
-store), two runtime simulators (vLLM and SGLang) behind one model, and a
-gateway. Three tenants with keys and quotas send chat completions (bench/soak_load.py):
-streamed and not, some clients leaving mid-stream, one tenant over its
-concurrency limit, one without max_tokens under a tight token limit. At 40% of
+store), two runtime simulators (vLLM and SGLang) behind one model, the native engine
+(`builtin:tiny`) behind another, and a gateway. Three tenants with keys and quotas
+send chat completions (bench/soak_load.py): streamed and not, some clients leaving
+mid-stream, one tenant over its concurrency limit, one without max_tokens under a
+tight token limit. A fourth, hostile, tenant sends the second adversity round's
+attacks beside them (bench/soak_hostile.py: poison prompts, emoji, megabytes to
+`/tokenize`, wide embeddings). At 40% of
 the run the vLLM simulator is stopped and started again on its port, at 60%
 Redis is killed and started again on its port.
 
@@ -16,7 +19,9 @@ At the end, once the traffic has stopped: every gauge of held work is back to
 zero (the gateway's in-flight requests, quota leases and pending releases,
 admission queue depth and in-flight, live tickets, each backend's in-flight,
 and each runtime's own in-flight), the quota store is up, nothing but 200s and
-429s came back once the disruptions had settled, and the gateway's resident
+429s came back to the other tenants once the disruptions had settled, their
+non-streamed answers' p99 then stayed under `OTHERS_P99_S` (3 s; the runtimes take
+about 0.45 s for 48 tokens), and the gateway's resident
 memory grew by less than `--rss-limit-pct` (5%) from the end of the warm-up
 (the first 20% of the run) to the end. Written to `soak.json` and `soak.md` in
 `--out` (default reports/soak); the exit status is 0 when every check passed.
@@ -39,11 +44,15 @@ from pathlib import Path
 import aiohttp
 import yaml
 
+from bench import soak_hostile
 from bench.procs import Server, python_module
+from bench.soak_hostile import Hostile
 from bench.soak_load import Answer, Load, TenantLoad
 from processes import Child, free_port, redis_ping, redis_server_argv
 
 MODEL = "soak"
+NATIVE_MODEL = "tiny"
+OTHERS_P99_S = 3.0
 FRUGAL_CAP = 24  # the runtimes write 48 tokens unless max_tokens says fewer
 WARMUP_SHARE = 0.2
 BACKEND_RESTART_AT = 0.4
@@ -62,6 +71,7 @@ TENANTS = {
     "steady": {"requests_per_minute": 100_000, "tokens_per_minute": 10_000_000, "max_concurrent": 32},
     "crowded": {"requests_per_minute": 100_000, "tokens_per_minute": 10_000_000, "max_concurrent": 3},
     "frugal": {"requests_per_minute": 100_000, "tokens_per_minute": 8_000, "max_tokens_cap": FRUGAL_CAP},
+    soak_hostile.NAME: soak_hostile.LIMITS,
 }
 LOADS = [
     TenantLoad("steady", "sk-soak-steady", workers=6),
@@ -139,7 +149,8 @@ class Fleet:
             "auth": {
                 "mode": "keys",
                 "api_keys": [
-                    {"sha256": hashlib.sha256(load.key.encode()).hexdigest(), "tenant": load.name} for load in LOADS
+                    {"sha256": hashlib.sha256(key.encode()).hexdigest(), "tenant": name}
+                    for name, key in [(t.name, t.key) for t in LOADS] + [(soak_hostile.NAME, soak_hostile.KEY)]
                 ],
             },
             "quota_store": {
@@ -150,7 +161,10 @@ class Fleet:
             },
             "tenants": TENANTS,
             "admission": {"max_queue": 64, "max_queue_wait_s": 10},
-            "models": {MODEL: {"backends": backends}},
+            "models": {
+                MODEL: {"backends": backends},
+                NATIVE_MODEL: {"backends": [{"name": "native", "adapter": "native", "model_path": "builtin:tiny"}]},
+            },
             "access_log": False,
         }
 
@@ -245,7 +259,8 @@ async def run(duration_s: float, out: Path, rss_limit_pct: float) -> dict:
 
         sampler = asyncio.create_task(sample_rss())
         note(f"traffic starting: {sum(t.workers for t in LOADS)} clients, {duration_s:g} s")
-        warm_rss, _ = await asyncio.gather(timeline(), load.run())
+        hostile = Hostile(fleet.url, load, MODEL, NATIVE_MODEL)
+        warm_rss, _, _ = await asyncio.gather(timeline(), load.run(), hostile.run())
         settled_from = max(e["at_s"] for e in events if e["what"].startswith("Redis back")) + max(2.0, 0.1 * duration_s)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
             idle_after = await wait_idle(session, fleet.url)
@@ -279,12 +294,17 @@ async def sim_in_flight(session: aiohttp.ClientSession, url: str) -> int:
 
 def build_report(o: Observed, rss_limit_pct: float) -> dict:
     by_tenant: dict[str, Counter] = {t.name: Counter() for t in LOADS}
+    hostile: dict[str, Counter] = {}
     for a in o.answers:
+        if a.tenant == soak_hostile.NAME:
+            hostile.setdefault(a.kind, Counter())[a.outcome] += 1
+            continue
         by_tenant[a.tenant][a.outcome] += 1
         by_tenant[a.tenant][f"kind:{a.kind}"] += 1
-    late_failures = Counter(
-        a.outcome for a in o.answers if a.at_s >= o.settled_from_s and a.outcome not in ("ok", "cancelled", "429")
-    )
+    others = [a for a in o.answers if a.tenant != soak_hostile.NAME and a.at_s >= o.settled_from_s]
+    late_failures = Counter(a.outcome for a in others if a.outcome not in ("ok", "cancelled", "429"))
+    took = sorted(a.took_s for a in others if a.kind == "json" and a.outcome == "ok")
+    others_p99 = took[min(len(took) - 1, int(0.99 * len(took)))] if took else float("inf")
     frugal = [a.completion_tokens for a in o.answers if a.tenant == "frugal" and a.completion_tokens is not None]
     growth = 100.0 * (o.final_rss_kb - o.warm_rss_kb) / o.warm_rss_kb
     left = {k: v for k, v in held(o.end_metrics).items() if v}
@@ -294,6 +314,8 @@ def build_report(o: Observed, rss_limit_pct: float) -> dict:
         "quota_store_up": o.end_metrics.get("switchyard_quota_store_up") == 1.0,
         f"rss_growth_under_{rss_limit_pct:g}pct": growth < rss_limit_pct,
         "only_200_and_429_once_settled": not late_failures,
+        f"others_p99_under_{OTHERS_P99_S:g}s_once_settled": others_p99 < OTHERS_P99_S,
+        "every_hostile_attack_ran": len(hostile) == len(soak_hostile.attacks(MODEL, NATIVE_MODEL)),
         "no_max_tokens_held_to_the_reservation": bool(frugal) and max(frugal) <= FRUGAL_CAP,
         "every_kind_of_traffic_ran": all(
             c["ok"] and c["kind:json"] and c["kind:stream"] and c["kind:cancel"] for c in by_tenant.values()
@@ -306,6 +328,8 @@ def build_report(o: Observed, rss_limit_pct: float) -> dict:
         "requests": len(o.answers),
         "requests_per_s": round(len(o.answers) / o.duration_s, 1),
         "by_tenant": {t: dict(c) for t, c in by_tenant.items()},
+        "hostile_by_attack": {k: dict(c) for k, c in hostile.items()},
+        "others_p99_s_once_settled": round(others_p99, 3),
         "failures_once_settled": dict(late_failures),
         "settled_from_s": o.settled_from_s,
         "events": o.events,
@@ -348,7 +372,9 @@ def write_markdown(report: dict, path: Path) -> None:
         "## Answers per tenant",
         "",
         *(f"- {t}: {json.dumps(c, sort_keys=True)}" for t, c in report["by_tenant"].items()),
+        *(f"- hostile, {k}: {json.dumps(c, sort_keys=True)}" for k, c in report["hostile_by_attack"].items()),
         "",
+        f"Other tenants' non-streamed p99 once settled: {report['others_p99_s_once_settled']} s.",
         f"Failures once settled (from {report['settled_from_s']:.1f} s): {report['failures_once_settled'] or 'none'}.",
         f"Held gauges not zero at the end: {report['held_gauges_not_zero'] or 'none'}.",
         "",

@@ -49,6 +49,9 @@ class Load:
         """Workers finish the request they are sending and send no more."""
         self._stop.set()
 
+    def running(self) -> bool:
+        return not self._stop.is_set()
+
     async def run(self) -> None:
         connector = aiohttp.TCPConnector(limit=0)
         timeout = aiohttp.ClientTimeout(total=120)

@@ -33,10 +33,11 @@ from gateway.http.request_io import client_request_id, new_request_id, read_body
 from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.recorder import RequestRecorder
 from gateway.observe.tracing import Tracing
-from gateway.openai.requests import estimate_prompt_tokens, parse_json_body
+from gateway.openai.requests import parse_json_body
 from gateway.protection.gate import Protection, Ticket
 from gateway.serving.dispatch import check_choices
 from policies.auth import Principal, credential_headers
+from policies.token_bound import prompt_token_bound
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -46,11 +47,12 @@ class Intent:
     """What a route read from a body: the requests routing and admission read (a
     one-shot call's stand-in generates nothing, `max_tokens` 0), the route's own
     payload (an answer format, or the one-shot call), and the prompt tokens to reserve
-    (None: estimated from the requests)."""
+    (None: the requests' upper bound, policies/token_bound.py)."""
 
     requests: list[GenerationRequest]
     payload: Any = None
     prompt_estimate: int | None = None
+    size_units: int = 1  # a one-shot call's size in the tenant's concurrency (Protection.admit)
 
 
 # A route's body reader: (body, the gateway's request id, the caller) -> its Intent.
@@ -153,10 +155,16 @@ class Intake:
         backends = capable_order(pool, *route.capability, first) if route.capability else []
         estimate = intent.prompt_estimate
         if estimate is None:
-            estimate = sum(estimate_prompt_tokens(r) for r in reqs)
+            estimate = sum(prompt_token_bound(r) for r in reqs)
         queued_at = time.perf_counter()
         ticket = await self.protection.admit(
-            principal, first.model, first, estimate, request.is_disconnected, choices=total_choices(reqs)
+            principal,
+            first.model,
+            first,
+            estimate,
+            request.is_disconnected,
+            choices=total_choices(reqs),
+            size_units=intent.size_units,
         )
         ctx.queue_wait = time.perf_counter() - queued_at
         return Admitted(ctx, ticket, intent, pool, backends)

@@ -6,7 +6,15 @@ Ejected after `consecutive_failures` in a row or an `error_rate` share of at lea
 `min_requests` outcomes in `window_s`; held out for a backoff doubling from
 `base_ejection_s` to `max_ejection_s`; then one real request is the half-open
 probe. At most `max_ejected_share` of the pool is held out at once (past that the
-failures may be the requests' fault, and the others would take too much). The
+failures may be the requests' fault, and the others would take too much).
+
+A failure a request can cause (a runtime's 5xx, no first byte in time: a poison
+prompt does both) ejects only when it is not one tenant's alone: failures from at
+least two tenants in the window, or no other tenant served by the backend in the
+window (then the failing tenant is the only witness, as with auth off). Otherwise
+one tenant sending prompts the runtime chokes on would eject a backend that serves
+everyone else. No connection and the runtime's overload are the backend's state
+whoever sent the request: they count alone. The
 retry budget's settings sit here beside it (policies/retry_budget.py keeps the
 budget). Pure state and arithmetic with an injectable clock.
 """
@@ -24,6 +32,10 @@ from pydantic import Field
 
 from adapters.errors import FailureKind as FailureKind  # what dispatch reports: the kind an error carries
 from policies.settings import Settings
+
+# The failures a request's content can cause; the others are the backend's whoever asks.
+REQUEST_CAUSABLE = frozenset({FailureKind.SERVER_ERROR, FailureKind.TIMEOUT})
+MAX_TENANTS_SEEN = 1024  # tenants remembered per backend for the window (oldest dropped)
 
 
 class CircuitState(Enum):
@@ -100,6 +112,23 @@ class _Backend:
     failures: dict[FailureKind, int] = field(default_factory=dict)
     reason: str = ""  # why the last ejection happened
     ejected: dict[str, int] = field(default_factory=dict)  # ejections by reason, since the start
+    served: dict[str, float] = field(default_factory=dict)  # tenant -> its last success here
+    failed: dict[str, float] = field(default_factory=dict)  # tenant -> its last failure here
+
+    def witnessed(self, now: float, window_s: float) -> bool:
+        """Whether the window's failures are not one tenant's alone: two tenants failed,
+        or no tenant other than the failing one was served."""
+        failing = {t for t, at in self.failed.items() if at > now - window_s}
+        if len(failing) >= 2:
+            return True
+        return not any(at > now - window_s for t, at in self.served.items() if t not in failing)
+
+
+def _remember(seen: dict[str, float], tenant: str, now: float) -> None:
+    seen.pop(tenant, None)
+    seen[tenant] = now  # insertion order is recency: the oldest goes first
+    if len(seen) > MAX_TENANTS_SEEN:
+        del seen[next(iter(seen))]
 
 
 class OutlierDetector:
@@ -115,9 +144,10 @@ class OutlierDetector:
 
     # ---- outcomes --------------------------------------------------------------------
 
-    def record_success(self, backend: str, now: float | None = None) -> Transition | None:
+    def record_success(self, backend: str, now: float | None = None, *, tenant: str = "") -> Transition | None:
         now = self.clock() if now is None else now
         b = self._backends[backend]
+        _remember(b.served, tenant, now)
         b.window.add(now, a=1)
         b.consecutive = 0
         if b.state is CircuitState.HALF_OPEN:
@@ -126,7 +156,10 @@ class OutlierDetector:
             return Transition(backend, CircuitState.CLOSED, "probe_succeeded")
         return None
 
-    def record_failure(self, backend: str, kind: FailureKind, now: float | None = None) -> Transition | None:
+    def record_failure(
+        self, backend: str, kind: FailureKind, now: float | None = None, *, tenant: str = ""
+    ) -> Transition | None:
+        """`tenant`: whose request failed ("" when unknown: one tenant, as with auth off)."""
         now = self.clock() if now is None else now
         b = self._backends[backend]
         b.failures[kind] = b.failures.get(kind, 0) + 1
@@ -136,6 +169,10 @@ class OutlierDetector:
             return self._eject(backend, b, now, "probe_failed")
         b.window.add(now, b=1)
         b.consecutive += 1
+        if kind in REQUEST_CAUSABLE:
+            _remember(b.failed, tenant, now)
+            if not b.witnessed(now, self.config.window_s):
+                return None  # one tenant's failures while others are served: theirs, not the backend's
         if b.consecutive >= self.config.consecutive_failures:
             return self._eject(backend, b, now, "consecutive_failures")
         ok, failed = b.window.totals(now)

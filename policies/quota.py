@@ -13,6 +13,9 @@ Semantics (identical in `quota_memory` and `quota_redis`, tested against both):
   release: the unused part is given back to the bucket it was taken from (while
   that bucket is still in the window); usage beyond the reservation is charged
   to the current bucket. This closes the check-then-charge race (LiteLLM #18730).
+  What that charge puts past the limit is carried into the next windows
+  (`carry_overrun`), so an underestimated request cannot buy more than the limit:
+  the debt keeps the tenant out until it is paid, a window's worth at a time.
 * Concurrency is a set of leases with an expiry. The holder refreshes its leases
   (heartbeat); a crashed replica stops refreshing, so its leases expire within
   the TTL instead of leaking slots for good (LiteLLM #27955). A request holds one
@@ -32,6 +35,8 @@ from dataclasses import dataclass, field, replace
 WINDOW_MS = 60_000
 BUCKET_MS = 1_000
 UNLIMITED = -1
+# At most this many windows ahead does a debt reach (its last part holds the rest).
+MAX_CARRY_WINDOWS = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,3 +285,24 @@ class TokenBudget:
 def token_budget(prompt_tokens_estimate: int, max_tokens: int | None, n: int, cap: int) -> TokenBudget:
     completion = max_tokens if max_tokens is not None else cap
     return TokenBudget(max(0, prompt_tokens_estimate), max(0, completion), max(1, n), max_tokens is None)
+
+
+def carry_overrun(window_used: int, overrun: int, limit: int, current: int, buckets: int) -> list[tuple[int, int]]:
+    """Where an overrun charged at release goes beyond the current bucket: the part of
+    `overrun` that put the window's use (`window_used`, the overrun included) past
+    `limit` moves into the buckets one, two, ... windows ahead, at most `limit` each
+    (the last of MAX_CARRY_WINDOWS holds the rest). A bucket ahead counts from now
+    until it leaves the window, so the tenant is held out until the debt is paid.
+    Returns (bucket index, amount) pairs; the caller takes their sum off `current`.
+    `buckets`: the window's number of buckets."""
+    if limit <= 0 or overrun <= 0:
+        return []
+    excess = min(overrun, window_used - limit)
+    moves: list[tuple[int, int]] = []
+    k = 1
+    while excess > 0:
+        part = excess if k == MAX_CARRY_WINDOWS else min(excess, limit)
+        moves.append((current + k * buckets, part))
+        excess -= part
+        k += 1
+    return moves

@@ -62,3 +62,13 @@ class RetryBudget:
             return False
         self._add(now, 0, 1)
         return True
+
+    def give_back(self, now: float | None = None) -> None:
+        """Uncount one retry this request spent, once its failure proved its own (it
+        followed the request to another backend): one tenant's poison prompts must not
+        spend the failovers every tenant shares."""
+        self.totals(now)
+        for bucket in reversed(self._buckets):
+            if bucket[2] > 0:
+                bucket[2] -= 1
+                return

@@ -17,6 +17,7 @@ from policies.quota import (
     QuotaStore,
     Reservation,
     ScopeState,
+    carry_overrun,
     lease_members,
     reset_ms,
     time_until_fits,
@@ -147,6 +148,11 @@ class MemoryQuotaStore(QuotaStore):
                     tpm[reservation.bucket] = max(0, tpm[reservation.bucket] + delta)
             elif delta > 0:
                 tpm[current] = tpm.get(current, 0) + delta
+                used, _ = self._window((reservation.tenant, scope.name, "tpm"), now)
+                nb = self.window_ms // self.bucket_ms
+                for bucket, amount in carry_overrun(used, delta, scope.tokens_per_window, current, nb):
+                    tpm[current] -= amount
+                    tpm[bucket] = tpm.get(bucket, 0) + amount
             if refund_request:
                 rpm = self._windows.get((reservation.tenant, scope.name, "rpm"), {})
                 if reservation.bucket >= oldest and rpm.get(reservation.bucket, 0) > 0:

@@ -32,6 +32,7 @@ from typing import Any, Unpack
 
 from policies.quota import (
     BUCKET_MS,
+    MAX_CARRY_WINDOWS,
     WINDOW_MS,
     QuotaAsk,
     QuotaExceeded,
@@ -144,7 +145,8 @@ if out[1] == 1 then
     redis.call('HINCRBY', rk, current, 1)
     redis.call('PEXPIRE', rk, window + bucket_ms)
     redis.call('HINCRBY', tk, current, tokens)
-    redis.call('PEXPIRE', tk, window + bucket_ms)
+    -- Never shorter: a carried debt (RELEASE_LUA) may keep the key for windows ahead.
+    if redis.call('PTTL', tk) < window + bucket_ms then redis.call('PEXPIRE', tk, window + bucket_ms) end
     for i = 0, units - 1 do redis.call('ZADD', lk, now + ttl, lease_member(i)) end
     redis.call('PEXPIRE', lk, ttl * 2)
     local st = states[s]
@@ -160,9 +162,12 @@ return out
 """)
 
 # KEYS: per scope, rpm, tpm, lease. ARGV: window_ms, bucket_ms, lease_id, bucket,
-# delta_tokens (used - reserved), refund_request (0/1), units, replay (0/1).
+# delta_tokens (used - reserved), refund_request (0/1), units, replay (0/1),
+# max_carry_windows, then per scope its tpm limit (-1 = unlimited).
 # A replay reconciles only the scopes still holding the lease: the lease member is
 # the marker that this release has not run yet (policies/quota.py QuotaStore.release).
+# An overrun past the limit is carried into the windows ahead as policies/quota.py
+# `carry_overrun` says (the same arithmetic, tested against both stores).
 RELEASE_LUA = LuaScript(r"""#!lua flags=allow-oom
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -171,11 +176,15 @@ local lease_id, bucket = ARGV[3], ARGV[4]
 local delta, refund = tonumber(ARGV[5]), ARGV[6] == '1'
 local units = tonumber(ARGV[7])
 local replay = ARGV[8] == '1'
+local max_carry = tonumber(ARGV[9])
+local nb = window / bucket_ms
 local current = math.floor(now / bucket_ms)
-local in_window = tonumber(bucket) >= current - window / bucket_ms + 1
+local oldest = current - nb + 1
+local in_window = tonumber(bucket) >= oldest
 for s = 1, #KEYS / 3 do
   local rk, tk, lk = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
   local pending = not replay or redis.call('ZSCORE', lk, lease_id)
+  local tpm_limit = tonumber(ARGV[9 + s])
   if not pending then
     -- released already: the leases only (ZREM below finds nothing)
   elseif delta < 0 and in_window then
@@ -183,7 +192,26 @@ for s = 1, #KEYS / 3 do
     if have > 0 then redis.call('HINCRBY', tk, bucket, math.max(delta, -have)) end
   elseif delta > 0 then
     redis.call('HINCRBY', tk, current, delta)
-    redis.call('PEXPIRE', tk, window + bucket_ms)
+    local keep = window + bucket_ms
+    if tpm_limit > 0 then
+      local flat = redis.call('HGETALL', tk)
+      local used = 0
+      for i = 1, #flat, 2 do
+        if tonumber(flat[i]) >= oldest then used = used + tonumber(flat[i + 1]) end
+      end
+      local excess = math.min(delta, used - tpm_limit)
+      local k = 1
+      while excess > 0 do
+        local part = math.min(excess, tpm_limit)
+        if k == max_carry then part = excess end
+        redis.call('HINCRBY', tk, current, -part)
+        redis.call('HINCRBY', tk, current + k * nb, part)
+        keep = (k + 1) * window + bucket_ms
+        excess = excess - part
+        k = k + 1
+      end
+    end
+    if redis.call('PTTL', tk) < keep then redis.call('PEXPIRE', tk, keep) end
   end
   if pending and refund and in_window then
     local have = tonumber(redis.call('HGET', rk, bucket) or '0')
@@ -320,6 +348,8 @@ class RedisQuotaStore(QuotaStore):
             1 if refund_request else 0,
             reservation.units,
             1 if replay else 0,
+            MAX_CARRY_WINDOWS,
+            *(scope.tokens_per_window for scope in reservation.scopes),
         ]
         await self._run(RELEASE_LUA, keys, args)
 

@@ -105,8 +105,10 @@ class TextTokenizer:
     # ---- ids <-> text -------------------------------------------------------
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of `text`. Special-token text in `text` maps to those tokens, as in transformers."""
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        """Token ids of `text`. Special-token text in `text` maps to those tokens, as in transformers.
+        Through `encode_batch`, which releases the interpreter lock while it works (`encode`
+        holds it throughout: a long text on a worker thread would still stop the event loop)."""
+        return self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = True) -> str:
         return self._tok.decode(ids, skip_special_tokens=skip_special_tokens)
@@ -157,6 +159,12 @@ class TextTokenizer:
             else:  # another decoder: the token's own decoded text is the best we know
                 table.append(self._tok.decode([token_id], skip_special_tokens=False).encode("utf-8"))
         return table
+
+    @cached_property
+    def max_token_bytes(self) -> int:
+        """The most bytes of text one token stands for (special tokens included): a text of
+        B bytes is at least B / max_token_bytes tokens, a bound known without tokenizing."""
+        return max(1, max((len(b) for b in self._token_bytes), default=1))
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes token `token_id` contributes to the text (may be part of a UTF-8 character)."""

@@ -12,8 +12,10 @@ naming the field.
 Answer: `{"object": "list", "data": [{"object": "embedding", "index", "embedding"}],
 "model": <the tenant's model name>, "usage": {"prompt_tokens", "total_tokens"}}`, the
 vectors as floats or as base64 of little-endian float32 (what OpenAI's clients decode).
-The prompt tokens are charged to the tenant's token quota like a chat's: the estimate is
-reserved at admission, the runtime's count charged at the end.
+The prompt tokens are charged to the tenant's token quota like a chat's: their upper
+bound (policies/token_bound.py: UTF-8 bytes) is reserved at admission, the runtime's
+count charged at the end. A call holds one unit of the tenant's concurrency per 64
+inputs (`INPUTS_PER_UNIT`), up to the tenant's own limit.
 """
 
 from __future__ import annotations
@@ -30,8 +32,12 @@ from adapters.oneshot import EmbeddingRequest, EmbeddingResult
 from gateway.intake import Admitted, ApiRoute, Intent
 from gateway.openai.request_fields import integer, model_name
 from gateway.serving.oneshot import MakeCall, oneshot_parse, route_request
+from policies.token_bound import inputs_token_bound
 
 MAX_INPUTS = 2048
+# A call counts one unit of the tenant's concurrency per this many inputs (up to its
+# limit): 2,048 inputs held the native engine about 50 s as one unit.
+INPUTS_PER_UNIT = 64
 MAX_TOTAL_TOKENS = 300_000
 MAX_DIMENSIONS = 1 << 16
 TOKEN_ID_MAX = 2**31 - 1
@@ -65,7 +71,8 @@ def parse_embeddings(body: dict[str, Any], request_id: str) -> Intent:
     )
     first = items[0]
     routing = route_request(request_id, model, prompt=first if isinstance(first, str) else list(first))
-    return Intent([routing], (call, fmt == "base64"), estimate)
+    units = -(-len(items) // INPUTS_PER_UNIT)
+    return Intent([routing], (call, fmt == "base64"), inputs_token_bound(items), size_units=units)
 
 
 def _inputs(value: Any) -> list[str] | list[list[int]]:

@@ -11,7 +11,9 @@ or `{"model", "messages", "add_generation_prompt"? (true), "continue_final_messa
 `chat_template` is refused: a tenant does not run templates of its own on the backend.
 
 Both are authenticated and checked against the tenant's models like any call; they
-count one request against the tenant's requests per minute and no tokens.
+count one request against the tenant's requests per minute and the tokens they handle
+against its tokens per minute (the text's upper bound reserved, policies/token_bound.py;
+the count charged), as any call that makes a runtime tokenize.
 """
 
 from __future__ import annotations
@@ -21,17 +23,17 @@ from typing import Any, TypeVar
 
 from starlette.responses import Response
 
-from adapters.base import Adapter, Usage
+from adapters.base import Adapter, GenerationRequest, Usage
 from adapters.errors import invalid_request
 from adapters.oneshot import DetokenizeRequest, TokenizeRequest, TokenizeResult
 from gateway.intake import Admitted, ApiRoute, Intent
 from gateway.openai.request_fields import boolean, model_name
 from gateway.openai.requests import ROLES
 from gateway.serving.oneshot import MakeCall, oneshot_parse, route_request
+from policies.token_bound import prompt_token_bound
 
 R = TypeVar("R")  # the adapter's result
 TOKEN_ID_MAX = 2**63 - 1
-NO_TOKENS = Usage(0, 0)
 
 
 def parse_tokenize(body: dict[str, Any], request_id: str) -> Intent:
@@ -61,12 +63,18 @@ def parse_tokenize(body: dict[str, Any], request_id: str) -> Intent:
         if kwargs is not None and not isinstance(kwargs, dict):
             raise invalid_request("'chat_template_kwargs' must be an object.", param="chat_template_kwargs")
         call.chat_template_kwargs = kwargs or {}
-        return Intent([route_request(request_id, model, messages=call.messages)], call, 0)
+        return _reserving(call, route_request(request_id, model, messages=call.messages))
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise invalid_request("'prompt' (a string) or 'messages' (an array) is required.", param="prompt")
     call.prompt = prompt
-    return Intent([route_request(request_id, model, prompt=prompt)], call, 0)
+    return _reserving(call, route_request(request_id, model, prompt=prompt))
+
+
+def _reserving(call: Any, stand_in: GenerationRequest) -> Intent:
+    """The call's Intent, reserving its prompt's token bound (tools and template included)."""
+    stand_in.tools = getattr(call, "tools", None)
+    return Intent([stand_in], call, prompt_token_bound(stand_in))
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
@@ -102,7 +110,7 @@ def parse_detokenize(body: dict[str, Any], request_id: str) -> Intent:
     ):
         raise invalid_request("'tokens' must be an array of non-negative token ids.", param="tokens")
     call = DetokenizeRequest(request_id=request_id, model=model, tokens=tokens)
-    return Intent([route_request(request_id, model, prompt=tokens)], call, 0)
+    return _reserving(call, route_request(request_id, model, prompt=tokens))
 
 
 def tokenize_payload(result: TokenizeResult) -> dict[str, Any]:
@@ -115,12 +123,16 @@ def tokenize_payload(result: TokenizeResult) -> dict[str, Any]:
 
 
 def tokenize_route(call: MakeCall) -> ApiRoute:
-    """`POST /tokenize`: the front door, then the OneShotCall that answers (no tokens charged)."""
-    return _route(call, "tokenize", parse_tokenize, lambda a, c: a.tokenize(c), tokenize_payload)
+    """`POST /tokenize`: the front door, then the OneShotCall that answers (its count charged)."""
+    return _route(
+        call, "tokenize", parse_tokenize, lambda a, c: a.tokenize(c), lambda r: (tokenize_payload(r), len(r.tokens))
+    )
 
 
 def detokenize_route(call: MakeCall) -> ApiRoute:
-    return _route(call, "detokenize", parse_detokenize, lambda a, c: a.detokenize(c), lambda r: {"prompt": r.prompt})
+    return _route(
+        call, "detokenize", parse_detokenize, lambda a, c: a.detokenize(c), lambda r: ({"prompt": r.prompt}, None)
+    )
 
 
 def _route(
@@ -128,16 +140,23 @@ def _route(
     name: str,
     parse: Callable[[dict[str, Any], str], Intent],
     method: Callable[[Adapter, Any], Awaitable[R]],
-    payload: Callable[[R], dict[str, Any]],
+    payload: Callable[[R], tuple[dict[str, Any], int | None]],
 ) -> ApiRoute:
-    """Either call: a tokenize-capable backend's `method`, answered with `payload` and no tokens."""
+    """Either call: a tokenize-capable backend's `method`, answered with `payload`: the JSON
+    and the tokens to charge (None: the ones sent, which the reservation counted exactly)."""
 
     def serve(admitted: Admitted) -> Response:
         request = admitted.intent.payload
+        request.tenant = admitted.ctx.tenant  # whose share of the runtime's text work it takes
+        sent = admitted.intent.prompt_estimate or 0
 
         async def invoke(adapter: Adapter) -> R:
             return await method(adapter, request)
 
-        return call(admitted, invoke, lambda result: (payload(result), NO_TOKENS))
+        def answer(result: R) -> tuple[dict[str, Any], Usage]:
+            body, tokens = payload(result)
+            return body, Usage(sent if tokens is None else tokens, 0)
+
+        return call(admitted, invoke, answer)
 
     return ApiRoute(name, oneshot_parse(parse), serve, ("tokenize", f"{name} (/{name})"))

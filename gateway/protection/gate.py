@@ -192,6 +192,7 @@ class Protection:
         client_gone: ClientGone,
         *,
         choices: int | None = None,
+        size_units: int = 1,
     ) -> Ticket:
         """The quota reservation and the model's queue (the front door, gateway/intake.py,
         checked that `principal` may use `model`). `choices`: completions the request will produce in all
@@ -199,7 +200,10 @@ class Protection:
         request.sampling.n. Each is one upstream generation, so the request holds
         that many units of the tenant's concurrency and of the model's capacity. A
         request without max_tokens under a token limit gets the completion budget it
-        reserved as its max_tokens."""
+        reserved as its max_tokens. `size_units`: a call's size in the tenant's
+        concurrency when it is more than its generations (a 2,048-input embeddings
+        call is 32 units of 64 inputs), held up to the tenant's own limit, never refused
+        for it (the model's queue still counts `choices`)."""
         tenant_cfg: TenantConfig | None = self.config.tenants.get(principal.tenant)
         cap = tenant_cfg.max_tokens_cap if tenant_cfg and tenant_cfg.max_tokens_cap else DEFAULT_COMPLETION_RESERVATION
         units = max(1, choices if choices is not None else request.sampling.n)
@@ -208,7 +212,8 @@ class Protection:
         reservation = None
         if scopes:
             with current_trace().step("switchyard.quota"):
-                reservation = await self.leases.reserve(principal, scopes, budget, units)
+                leases = max(units, min([size_units] + [s.max_concurrent for s in scopes if s.max_concurrent > 0]))
+                reservation = await self.leases.reserve(principal, scopes, budget, leases)
         if budget.from_cap and any(s.tokens_per_window != UNLIMITED for s in scopes):
             # Generate no more than was reserved: without max_tokens a runtime may
             # write up to its context length, and a few such requests would spend

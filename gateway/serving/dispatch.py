@@ -14,7 +14,10 @@
   attempt before its first byte, and asks it just before trying a backend, which
   hands the half-open probe to exactly one request. Every attempt after a
   request's first spends the pool's retry budget (policies/retry_budget.py); when
-  it is spent the last error goes to the client.
+  it is spent the last error goes to the client. A failure a request can cause (a
+  5xx, a first-byte timeout) that follows it to a second backend is the request's
+  (`Blame`): neither backend is charged with it, the retry is given back, and the
+  request is not tried further.
 - Emulates n > 1 for runtimes without it by fanning out n single requests, and
   merges the prompts of a batched legacy completion into one stream with dense
   choice indices and one usage. The sub-requests of one request (its prompts,
@@ -53,6 +56,7 @@ from gateway.backends.backend_set import Backend, BackendSet, ModelPool
 from gateway.observe.context import NO_ATTEMPT, Attempt, current_trace
 from gateway.serving.merge import Merged, Sink, SubStream
 from gateway.serving.stream_guard import StreamGuard, guarded
+from policies.ejection import REQUEST_CAUSABLE
 
 log = logging.getLogger("switchyard.dispatch")
 
@@ -172,8 +176,25 @@ class Dispatcher:
         on_backoff: BackoffListener | None,
     ) -> list[Started]:
         pools = [pool] + [self.backends.pools[f] for f in pool.config.fallback if f in self.backends.pools]
+        pool.retry_budget.record_request()
+        blame = Blame(req.tenant or "")
+        try:
+            return await self._attempts(pool, pools, req, offset, sink, alone, on_backoff, blame)
+        finally:
+            blame.settle()
+
+    async def _attempts(
+        self,
+        pool: ModelPool,
+        pools: list[ModelPool],
+        req: GenerationRequest,
+        offset: int,
+        sink: Sink | None,
+        alone: bool,
+        on_backoff: BackoffListener | None,
+        blame: Blame,
+    ) -> list[Started]:
         budget = pool.retry_budget
-        budget.record_request()
         last_error: GatewayError | None = None
         timed_out: set[str] = set()
         attempt = 0
@@ -209,16 +230,18 @@ class Dispatcher:
                     except GatewayError as exc:
                         if self.on_failure is not None:
                             self.on_failure(backend.name, exc)
-                        if not exc.fails_over:
-                            record_outcome(p, backend.name, None)  # the backend answered: the fault is the request's
+                        if not exc.fails_over or exc.failure is None:
+                            blame.answered(p, backend.name)  # the backend answered: the fault is the request's
                             raise
-                        record_outcome(p, backend.name, exc.failure)
+                        if blame.failed(p, backend.name, exc.failure):
+                            budget.give_back()
+                            raise  # it followed the request: no backend is to blame, none is tried further
                         if exc.failure is FailureKind.TIMEOUT:
                             timed_out.add(backend.name)
                         log.warning("backend %s failed before the first event: %s", backend.name, exc.message)
                         last_error = exc
                     else:
-                        record_outcome(p, backend.name, None)
+                        blame.answered(p, backend.name)
                         return started
                 if why_not and last_error is None:
                     last_error = why_not
@@ -296,12 +319,52 @@ async def _first_event(agen: AsyncIterator[Event], backend: Backend, prefill: in
         backend.backlog -= prefill
 
 
-def record_outcome(pool: ModelPool, backend: str, failure: FailureKind | None) -> None:
+def record_outcome(pool: ModelPool, backend: str, failure: FailureKind | None, tenant: str = "") -> None:
     """One attempt's outcome into the pool's outlier detector; a change of circuit is logged."""
     ejection = pool.ejection
-    change = ejection.record_success(backend) if failure is None else ejection.record_failure(backend, failure)
+    if failure is None:
+        change = ejection.record_success(backend, tenant=tenant)
+    else:
+        change = ejection.record_failure(backend, failure, tenant=tenant)
     if change is not None:
         log.warning("model %s: %s", pool.name, change.describe())
+
+
+class Blame:
+    """Whose fault one request's failed attempts were, told to the outlier detector.
+
+    A failure the request could have caused (`REQUEST_CAUSABLE`) is held until the
+    next attempt says whose it was: another backend answering makes it the first
+    backend's (recorded then); the same failure on another backend makes both the
+    request's (`failed` answers True: record nothing, try no further). Whatever is
+    still held when the request ends (no other backend was tried) is recorded."""
+
+    def __init__(self, tenant: str) -> None:
+        self.tenant = tenant
+        self.held: tuple[ModelPool, str, FailureKind] | None = None
+
+    def answered(self, pool: ModelPool, backend: str) -> None:
+        """The backend answered (a first event, or a client mistake it refused)."""
+        self.settle()
+        record_outcome(pool, backend, None, self.tenant)
+
+    def failed(self, pool: ModelPool, backend: str, kind: FailureKind) -> bool:
+        """One attempt failed before its first event; True when the failure is the request's."""
+        held, self.held = self.held, None
+        if kind in REQUEST_CAUSABLE and held is not None and held[1] != backend and held[2] in REQUEST_CAUSABLE:
+            return True
+        if held is not None:
+            record_outcome(*held, self.tenant)
+        if kind in REQUEST_CAUSABLE:
+            self.held = (pool, backend, kind)
+        else:
+            record_outcome(pool, backend, kind, self.tenant)
+        return False
+
+    def settle(self) -> None:
+        if self.held is not None:
+            held, self.held = self.held, None
+            record_outcome(*held, self.tenant)
 
 
 async def _together(starters: list[Coroutine[Any, Any, list[Started]]]) -> list[Started]:

@@ -22,7 +22,7 @@ from adapters.errors import GatewayError, no_backend
 from gateway.http.envelope import json_response
 from gateway.intake import Admitted, Intent, Parse
 from gateway.observe.recorder import RequestRecorder
-from gateway.serving.dispatch import FailureListener, record_outcome
+from gateway.serving.dispatch import Blame, FailureListener
 from gateway.serving.exchange import ExchangeRunner
 from gateway.serving.phases import CancelPhase
 from policies.auth import Principal
@@ -85,28 +85,33 @@ class OneShotCall(ExchangeRunner, Generic[T]):
         # A reload may have dropped the model since admission: its pool still serves this
         # call, and its detector still counts.
         ejection = self.pool.ejection
+        blame = Blame(self.ctx.tenant or "")
         last: GatewayError | None = None
-        for backend in self.backends:
-            if ejection.is_ejected(backend.name):
-                continue
-            self.backend = backend.name  # the one a client leaving would find at work
-            backend.inflight += 1
-            try:
-                result = await self.invoke(backend.adapter)
-            except GatewayError as err:
-                if self.on_failure is not None:
-                    self.on_failure(backend.name, err)
-                if not err.fails_over:
-                    record_outcome(self.pool, backend.name, None)  # the backend answered: the fault is the request's
-                    raise
-                record_outcome(self.pool, backend.name, err.failure)
-                log.warning("backend %s failed a %s call: %s", backend.name, self.ctx.model, err.message)
-                last = err
-            else:
-                record_outcome(self.pool, backend.name, None)
-                return result
-            finally:
-                backend.inflight -= 1
+        try:
+            for backend in self.backends:
+                if ejection.is_ejected(backend.name):
+                    continue
+                self.backend = backend.name  # the one a client leaving would find at work
+                backend.inflight += 1
+                try:
+                    result = await self.invoke(backend.adapter)
+                except GatewayError as err:
+                    if self.on_failure is not None:
+                        self.on_failure(backend.name, err)
+                    if not err.fails_over or err.failure is None:
+                        blame.answered(self.pool, backend.name)  # the backend answered: the fault is the request's
+                        raise
+                    if blame.failed(self.pool, backend.name, err.failure):
+                        raise  # the same failure on a second backend: the request's, tried no further
+                    log.warning("backend %s failed a %s call: %s", backend.name, self.ctx.model, err.message)
+                    last = err
+                else:
+                    blame.answered(self.pool, backend.name)
+                    return result
+                finally:
+                    backend.inflight -= 1
+        finally:
+            blame.settle()
         raise last or no_backend()
 
 

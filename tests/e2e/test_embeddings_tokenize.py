@@ -168,24 +168,28 @@ def test_a_model_outside_the_tenants_list_answers_as_a_missing_one(stack):
         assert post(gateway, path, {**body, "model": "emb"}, tenant="nobody").status_code == 401
 
 
-def test_the_embedding_usage_is_charged_to_the_tenants_tokens_and_tokenizing_is_not(stack):
+def test_embedding_and_tokenize_calls_reserve_their_bound_and_are_charged_their_count(stack):
     gateway, _ = stack
-    text = " ".join(["w"] * 30)  # 30 tokens for the simulator; the gateway estimates 15 before the call
+    text = " ".join(["w"] * 10)  # 10 tokens for the simulator; 19 bytes, so the gateway reserves 19 + 4
     first = post(gateway, "/v1/embeddings", {"model": "emb", "input": text}, tenant="tpm")
-    assert first.status_code == 200 and first.json()["usage"]["prompt_tokens"] == 30
-    assert int(first.headers["x-ratelimit-remaining-tokens"]) == 50 - 15  # the reservation at admission
+    assert first.status_code == 200 and first.json()["usage"]["prompt_tokens"] == 10
+    assert int(first.headers["x-ratelimit-remaining-tokens"]) == 50 - 23  # the reservation at admission
     tokenized = post(gateway, "/tokenize", {"model": "chat", "prompt": text}, tenant="tpm")
     assert tokenized.status_code == 200
-    # 50 - 30 charged for the embedding; tokenizing reserved and charged nothing, but counted a request.
-    assert int(tokenized.headers["x-ratelimit-remaining-tokens"]) == 20
+    # 50 - 10 charged for the embedding, 23 reserved for tokenizing the same text.
+    assert int(tokenized.headers["x-ratelimit-remaining-tokens"]) == 50 - 10 - 23
     assert (
         int(tokenized.headers["x-ratelimit-remaining-requests"])
         == int(first.headers["x-ratelimit-remaining-requests"]) - 1
     )
+    counted = tokenized.json()["count"]
     second = post(gateway, "/v1/embeddings", {"model": "emb", "input": "x"}, tenant="tpm")
-    assert int(second.headers["x-ratelimit-remaining-tokens"]) == 20 - 1
-    refused = post(gateway, "/v1/embeddings", {"model": "emb", "input": " ".join(["w"] * 60)}, tenant="tpm")
+    # Tokenizing was charged its count, as any call that makes a runtime tokenize.
+    assert int(second.headers["x-ratelimit-remaining-tokens"]) == 50 - 10 - counted - 5
+    refused = post(gateway, "/v1/embeddings", {"model": "emb", "input": " ".join(["w"] * 20)}, tenant="tpm")
     assert refused.status_code == 429
+    too_large = post(gateway, "/v1/embeddings", {"model": "emb", "input": " ".join(["w"] * 30)}, tenant="tpm")
+    assert too_large.status_code == 400 and too_large.json()["error"]["code"] == "request_exceeds_tpm_limit"
 
 
 def test_a_client_leaving_mid_embedding_closes_the_upstream_call(stack):

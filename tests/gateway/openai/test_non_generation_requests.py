@@ -35,7 +35,8 @@ def test_the_four_input_forms(value, items):
     call, as_base64 = parsed.payload
     assert call.inputs == items and call.request_id == "rid" and not as_base64
     assert parsed.requests[0].model == "m" and parsed.requests[0].sampling.max_tokens == 0
-    tokens = sum(len(i) if isinstance(i, list) else len(i) // 4 + 1 for i in items)
+    # Reserved: token ids exactly, texts by their upper bound (UTF-8 bytes + special tokens).
+    tokens = sum(len(i) if isinstance(i, list) else len(i.encode()) + 4 for i in items)
     assert parsed.prompt_estimate == tokens
 
 
@@ -110,7 +111,7 @@ def test_the_answer_is_openais_shape_with_the_runtimes_count():
 def test_tokenize_forms_and_defaults():
     prompt = parse_tokenize({"model": "m", "prompt": "hi there", "return_token_strs": True}, "rid")
     assert prompt.payload.prompt == "hi there" and prompt.payload.return_token_strs and prompt.payload.special_tokens
-    assert prompt.prompt_estimate == 0  # tokenizing is not charged tokens
+    assert prompt.prompt_estimate == len("hi there") + 4  # tokenizing reserves the text's bound
     chat = parse_tokenize({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, "rid")
     assert chat.payload.add_generation_prompt and not chat.payload.continue_final_message
     assert not chat.payload.special_tokens  # the chat template adds its own
@@ -157,6 +158,6 @@ def test_tokenize_mistakes_name_the_field(body, param):
 
 def test_detokenize():
     parsed = parse_detokenize({"model": "m", "tokens": [1, 2, 3]}, "rid")
-    assert parsed.payload.tokens == [1, 2, 3] and parsed.prompt_estimate == 0
+    assert parsed.payload.tokens == [1, 2, 3] and parsed.prompt_estimate == 3  # the ids sent, charged
     for tokens in (None, [1, -1], ["1"], [True], [2**63]):
         assert refused(parse_detokenize, {"model": "m", "tokens": tokens}).param == "tokens"

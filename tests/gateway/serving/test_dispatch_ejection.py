@@ -39,6 +39,10 @@ def runtime_500() -> GatewayError:
     return GatewayError(502, "The vllm backend serving this model failed: boom", code="upstream_error")
 
 
+def unreachable() -> GatewayError:
+    return GatewayError(503, "no connection", code="backend_unavailable", failure=FailureKind.CONNECT)
+
+
 def overloaded() -> GatewayError:
     return GatewayError(429, "overloaded", code="upstream_overloaded", failure=FailureKind.OVERLOAD)
 
@@ -143,8 +147,10 @@ async def test_while_the_probe_is_out_no_other_request_reaches_the_backend():
 
 
 async def test_the_cap_keeps_a_failing_pool_in_service():
-    # Both backends fail: at most half of the pool (one) is ejected, the other keeps taking requests.
-    b1, b2 = ScriptedAdapter("b1", always(runtime_500())), ScriptedAdapter("b2", always(runtime_500()))
+    # Both backends refuse connections: at most half of the pool (one) is ejected, the
+    # other keeps taking requests. (A 500 on both would be each request's own fault:
+    # test_poison_prompts.py.)
+    b1, b2 = ScriptedAdapter("b1", always(unreachable())), ScriptedAdapter("b2", always(unreachable()))
     model = {"backends": ["b1", "b2"], "max_retries": 0, "ejection": {"consecutive_failures": 1}}
     dispatcher = Dispatcher(backend_set({"m": model}, {"b1": b1, "b2": b2}))
     for i in range(4):
