@@ -74,7 +74,10 @@ class Generation:
         self.model = self.first.model
         self.n = sum(r.sampling.n for r in requests)
         self.created = int(time.time())
-        self.answer: AnswerFormat = answer or ChatAnswer(self.first, self.created, self.n, ctx.chat)
+        if answer is None:
+            pool = dispatcher.pool(self.model)
+            answer = ChatAnswer(self.first, self.created, self.n, ctx.chat, pool.fingerprint if pool else None)
+        self.answer: AnswerFormat = answer
         self.response_id = ctx.response_id = self.answer.response_id
         # Where a client leaving would find the request: before the first event.
         self.waiting_phase = CancelPhase.UPSTREAM_HEADERS if self.first.stream else CancelPhase.NON_STREAMING

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -69,6 +71,22 @@ def test_stream_include_usage_last(client):
     )
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 3
     assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_stream_chunks_say_usage_null_and_carry_a_system_fingerprint(client, gateway):
+    # as OpenAI's: with include_usage every chunk before the usage chunk has the key `usage`
+    # (null); every chunk and the whole answer name the same backend configuration
+    body = {"model": "m", "messages": MSG, "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
+    raw = httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=30).text
+    frames = [json.loads(line[6:]) for line in raw.split("\n") if line.startswith("data: {")]
+    assert len(frames) >= 3 and frames[-1]["choices"] == []
+    assert all("usage" in f and f["usage"] is None for f in frames[:-1])
+    fingerprints = {f["system_fingerprint"] for f in frames}
+    assert len(fingerprints) == 1 and next(iter(fingerprints)).startswith("fp_")
+    whole = client.chat.completions.create(model="m", messages=MSG, max_tokens=3)
+    assert whole.system_fingerprint == next(iter(fingerprints))
+    legacy = client.completions.create(model="m", prompt="hi", max_tokens=2)
+    assert legacy.system_fingerprint == whole.system_fingerprint
 
 
 def test_stream_helper_rebuilds_tool_calls(client):
