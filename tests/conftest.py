@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from tests.procs import openai_backend_config, start_gateway, start_redis, start_upstream, stopped_after
+
+# Property tests: "ci" (the default) draws the same examples on every run, so a run
+# fails for a defect and never by chance; a case found by "explore" (random draws,
+# HYPOTHESIS_PROFILE=explore) is kept as an @example beside its test.
+settings.register_profile("ci", derandomize=True, database=None, deadline=None, print_blob=True)
+settings.register_profile("explore", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="module")

@@ -58,6 +58,7 @@ class HermesToolParser:
         self._call: _OpenCall | None = None
         self._after_call = False  # just after a call's JSON: whitespace and END_TAG are layout
         self._held_space = ""  # whitespace right after a call, dropped if another call follows
+        self._only_space_since_call = False  # nothing but whitespace was read since the last call
         self._content_tail = ""  # the end of the content released so far (shorter than a tag)
         # A partial tag that content already released and a dropped stray closing tag
         # cut off from its rest (`<tool` + `</tool_call>` + `_call>`): the rest is markup.
@@ -155,15 +156,17 @@ class HermesToolParser:
 
     def _emit_content(self, out: list[ParsedPiece], text: str, *, before_call: bool = False) -> None:
         # Whitespace between calls (the newline the template puts between them) is
-        # layout, not content: hold it, and drop it if another call follows.
-        if self.num_calls:
+        # layout, not content: hold it, and drop it if another call follows or the
+        # text ends. Once content follows a call, its whitespace is content, however
+        # the chunks cut it.
+        if self._only_space_since_call:
             text = self._held_space + text
             self._held_space = ""
-            if before_call and not text.strip():
-                return
             if not text.strip():
-                self._held_space = text
+                if not before_call:
+                    self._held_space = text
                 return
+            self._only_space_since_call = False
         if text:
             self._content_tail = (self._content_tail + text)[-len(END_TAG) :]
             if out and isinstance(out[-1], ContentPiece):
@@ -236,6 +239,7 @@ class HermesToolParser:
         out.append(ToolCallPiece(self.num_calls, name=name))
         out.append(ToolCallPiece(self.num_calls, arguments=json.dumps(arguments, ensure_ascii=False)))
         self.num_calls += 1
+        self._only_space_since_call = True
         return None
 
 

@@ -73,6 +73,18 @@ def integer(body: dict, name: str, lo: int, hi: int, *, what: str = "an integer"
     return v
 
 
+def query_int(value: str, name: str, lo: int, hi: int) -> int:
+    """A query parameter's integer, read strictly: ASCII digits only (no sign, space,
+    `²` or `٣`, which `str.isdigit` or `int()` would take or choke on), at most as
+    many as `hi` has; anything else is a 400 naming the parameter."""
+    if not (value and value.isascii() and value.isdigit()):
+        raise invalid_type(name, "an integer", value)
+    number = int(value) if len(value) <= len(str(hi)) else hi + 1
+    if not lo <= number <= hi:
+        raise out_of_range(name, "integer", lo, hi, number)
+    return number
+
+
 def boolean(body: dict, name: str) -> bool | None:
     v = body.get(name)
     if v is None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.errors import invalid_request
-from gateway.openai.request_fields import invalid_type, out_of_range
+from gateway.openai.request_fields import query_int
 from gateway.openai.responses.errors import short, unknown_parameter, unsupported
 
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
@@ -29,11 +29,7 @@ def parse_list_query(query: Sequence[tuple[str, str]]) -> ListQuery:
     out = ListQuery()
     for name, value in query:
         if name == "limit":
-            if not value.lstrip("-").isdigit():
-                raise invalid_type("limit", "an integer", value)
-            if not 1 <= int(value) <= MAX_LIMIT:
-                raise out_of_range("limit", "integer", 1, MAX_LIMIT, int(value))
-            out.limit = int(value)
+            out.limit = query_int(value, "limit", 1, MAX_LIMIT)
         elif name == "order":
             if value not in ("asc", "desc"):
                 raise invalid_request(f"'order' must be 'asc' or 'desc'; got {short(value)}.", param="order")
