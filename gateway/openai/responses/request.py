@@ -26,6 +26,7 @@ from gateway.openai.responses.request_options import (
 )
 
 MIN_OUTPUT_TOKENS = 16  # OpenAI's documented minimum for max_output_tokens
+DEFAULT_TEMPERATURE = DEFAULT_TOP_P = 1.0  # OpenAI's documented defaults
 MAX_SAFETY_IDENTIFIER = 64  # OpenAI's schema (request and response)
 
 SUPPORTED = frozenset(
@@ -85,8 +86,9 @@ class ResponsesRequest:
     text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
     max_output_tokens: int | None = None
     max_tool_calls: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    # OpenAI's defaults, sent to the runtime and echoed: the response reports what was used
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = DEFAULT_TOP_P
     top_logprobs: int | None = None
     logprobs: bool = False
     metadata: dict[str, str] = field(default_factory=dict)
@@ -134,8 +136,8 @@ def parse_request(body: Any) -> ResponsesRequest:
         text=parse_text(body.get("text")),
         max_output_tokens=integer(body, "max_output_tokens", MIN_OUTPUT_TOKENS, 1 << 31),
         max_tool_calls=integer(body, "max_tool_calls", 0, 1 << 31) if "max_tool_calls" in body else None,
-        temperature=number(body, "temperature", 0, 2) if "temperature" in body else None,
-        top_p=number(body, "top_p", 0, 1) if "top_p" in body else None,
+        temperature=_or(number(body, "temperature", 0, 2), DEFAULT_TEMPERATURE),
+        top_p=_or(number(body, "top_p", 0, 1), DEFAULT_TOP_P),
         top_logprobs=top_logprobs,
         logprobs=logprobs,
         metadata=parse_metadata(body["metadata"]) if "metadata" in body else {},
@@ -185,3 +187,8 @@ def _stream_options(value: Any, stream: bool) -> None:
                 "'stream_options.include_obfuscation' true is not supported by this gateway.",
                 "stream_options.include_obfuscation",
             )
+
+
+def _or(value: float | None, default: float) -> float:
+    """A sampling value as sent, or its default when absent or null."""
+    return default if value is None else value

@@ -160,6 +160,17 @@ def test_sampling_and_limits():
     assert gen.sampling.logprobs is False
 
 
+@pytest.mark.parametrize("sent", [{}, {"temperature": None, "top_p": None}])
+def test_unset_temperature_and_top_p_are_the_defaults_sent_and_echoed(sent):
+    # OpenAI reports the values used (1 and 1), never null; the runtime gets the same
+    # values, so the echo is true whatever the runtime's own default
+    request = parse(**sent)
+    assert (request.temperature, request.top_p) == (1.0, 1.0)
+    gen = generation(**sent)
+    assert (gen.sampling.temperature, gen.sampling.top_p) == (1.0, 1.0)
+    assert (parse(temperature=0).temperature, parse(top_p=0.5).top_p) == (0.0, 0.5)
+
+
 def test_logprobs_through_include_and_top_logprobs():
     gen = generation(include=["message.output_text.logprobs"], top_logprobs=3)
     assert gen.sampling.logprobs is True and gen.sampling.top_logprobs == 3
