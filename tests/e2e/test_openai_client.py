@@ -89,6 +89,15 @@ def test_stream_chunks_say_usage_null_and_carry_a_system_fingerprint(client, gat
     assert legacy.system_fingerprint == whole.system_fingerprint
 
 
+def test_a_forced_named_function_finishes_stop_streamed_too(client):
+    # OpenAI: a named tool_choice finishes "stop" (streamed or not), "required" "tool_calls"
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for choice, word in ((named, "stop"), ("required", "tool_calls")):
+        stream = client.chat.completions.create(model="m", messages=MSG, tools=TOOLS, tool_choice=choice, stream=True)
+        reasons = [c.choices[0].finish_reason for c in stream if c.choices and c.choices[0].finish_reason]
+        assert reasons == [word], choice
+
+
 def test_stream_helper_rebuilds_tool_calls(client):
     with client.chat.completions.stream(model="m", messages=MSG, tools=TOOLS, tool_choice="required") as stream:
         final = stream.get_final_completion()
@@ -103,7 +112,7 @@ def test_tool_calls_non_streaming(strict):
         model="m", messages=MSG, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}
     )
     msg = r.choices[0].message
-    assert r.choices[0].finish_reason == "tool_calls"
+    assert r.choices[0].finish_reason == "stop"  # OpenAI's word for a forced named function
     assert msg.tool_calls[0].function.name == "get_weather"
     assert isinstance(msg.tool_calls[0].function.arguments, str)
 
