@@ -48,6 +48,7 @@ from gateway.observe.worker_metrics import WorkerMetrics
 from gateway.openai.answer_format import AnswerFormat
 from gateway.openai.api_routes import gateway_version, mount_documented, openapi_route
 from gateway.openai.embeddings import embeddings_route
+from gateway.openai.request_fields import refuse_unknown
 from gateway.openai.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
 from gateway.openai.responses.routes import ResponsesRoutes
 from gateway.openai.tokenize import detokenize_route, tokenize_route
@@ -207,6 +208,7 @@ class Gateway:
             pool = self.dispatcher.pool(ctx.model)
             if pool is None or not self.protection.may_use(principal, ctx.model):
                 raise model_not_found(ctx.model)
+            refuse_unknown(reqs[0].unknown_fields, pool.config.unknown_params)
             for r in reqs:
                 r.unsupported_params = pool.config.unsupported_params
             queued_at = time.perf_counter()

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.errors import invalid_request
-from gateway.openai.request_fields import boolean, integer, model_name, number
-from gateway.openai.responses.errors import short, unknown_parameter, unsupported
+from gateway.openai.request_fields import boolean, integer, model_name, number, unknown_parameter
+from gateway.openai.responses.errors import short, unsupported
 from gateway.openai.responses.input_items import parse_input
 from gateway.openai.responses.request_options import (
     parse_include,
@@ -98,17 +98,20 @@ class ResponsesRequest:
     store: bool = True
     previous_response_id: str | None = None
     stream: bool = False
+    unknown_fields: tuple[str, ...] = ()  # fields OpenAI does not define: the model's `unknown_params` decides
 
 
 def parse_request(body: Any) -> ResponsesRequest:
     if not isinstance(body, dict):
         raise invalid_request(f"The request body must be a JSON object, not {type(body).__name__}.")
+    unknown = []
     for name, value in body.items():
         if name in SUPPORTED:
             continue
         allowed = DEFAULT_ONLY.get(name)
         if allowed is None:
-            raise unknown_parameter(name)
+            unknown.append(name)  # the model's `unknown_params` decides (request_fields.refuse_unknown)
+            continue
         if not _is_default(value, allowed):
             raise unsupported(f"'{name}' {short(value)} is not supported by this gateway.", name)
     # The optional fields are read only when present (absent, each reader would
@@ -149,6 +152,7 @@ def parse_request(body: Any) -> ResponsesRequest:
         store=True if store is None else store,
         previous_response_id=_optional_string(body, "previous_response_id") if "previous_response_id" in body else None,
         stream=stream,
+        unknown_fields=tuple(unknown),
     )
 
 
