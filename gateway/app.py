@@ -183,7 +183,7 @@ class Gateway:
             started=time.perf_counter(),
             chat=chat,
             upstream_id=upstream_id,
-            trace=self.tracing.request(request.scope["headers"], chat),
+            trace=self.tracing.request(request.scope),
             config_version=self.reloader.version.id,
         )
         try:
@@ -384,7 +384,7 @@ def create_app(gw: Gateway) -> FastAPI:
     app.add_route("/v1/completions", gw.completions, methods=["POST"])
     app.add_route("/v1/responses", gw.responses, methods=["POST"])
     # The calls that generate nothing (gateway/serving/unary.py): one upstream call, one JSON answer.
-    gate = UnaryGate(lambda: gw.config, gw.protection, gw.backends, gw.recorder, gw.dispatcher.on_failure)
+    gate = UnaryGate(lambda: gw.config, gw.protection, gw.backends, gw.recorder, gw.dispatcher.on_failure, gw.tracing)
     stored = gw.responses_api
     # Declared to FastAPI with their shapes: GET /openapi.json documents them.
     mount_documented(

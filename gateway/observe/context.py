@@ -5,6 +5,7 @@ otel_trace.py make the traces."""
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,6 +19,27 @@ if TYPE_CHECKING:
 
 # ASGI headers: (lower-case name, value) byte pairs.
 RawHeaders = list[tuple[bytes, bytes]]
+# An ASGI request scope (its `headers`, `method`, `path`, `scheme`).
+Scope = MutableMapping[str, Any]
+
+# Route -> (gen_ai.operation.name, openai.api.type). The GenAI conventions' well-known
+# operations: `chat` (OpenAI's Chat Completions), `text_completion` (the legacy API),
+# `embeddings`, and `generate_content` for the Responses API (the value the OpenAI
+# conventions list beside them; `openai.api.type` tells the two OpenAI APIs apart).
+# `tokenize` and `detokenize` have no well-known value: a custom one, as allowed.
+OPERATIONS: dict[str, tuple[str, str | None]] = {
+    "/v1/chat/completions": ("chat", "chat_completions"),
+    "/v1/completions": ("text_completion", None),
+    "/v1/responses": ("generate_content", "responses"),
+    "/v1/embeddings": ("embeddings", None),
+    "/tokenize": ("tokenize", None),
+    "/detokenize": ("detokenize", None),
+}
+
+
+def operation_of(path: str) -> tuple[str, str | None]:
+    """The GenAI operation of a request to `path` (and its OpenAI API type)."""
+    return OPERATIONS.get(path, ("chat", None))
 
 
 class Step(Protocol):

@@ -38,6 +38,7 @@ from gateway.http.envelope import error_response, json_response
 from gateway.http.request_io import client_request_id, new_request_id, read_body
 from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.recorder import RequestRecorder
+from gateway.observe.tracing import NoTracing, Tracing
 from gateway.openai.requests import parse_json_body
 from gateway.protection.gate import Protection, Ticket
 from gateway.serving.dispatch import FailureListener, fails_over, failure_kind, record_outcome
@@ -95,7 +96,9 @@ class UnaryGate:
         backends: BackendSet,
         recorder: RequestRecorder,
         on_failure: FailureListener | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
+        self.tracing: Tracing = tracing or NoTracing()
         self.config = config  # the config in force: a reload replaces it (gateway/lifecycle/reload.py)
         self.protection = protection
         self.backends = backends
@@ -113,6 +116,7 @@ class UnaryGate:
             started=time.perf_counter(),
             chat=False,
             upstream_id=upstream_id,
+            trace=self.tracing.request(request.scope),
         )
         try:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
@@ -121,6 +125,7 @@ class UnaryGate:
             raw = await read_body(request, limits.max_body_bytes)
             parsed = parse(parse_json_body(raw, limits.max_json_depth), upstream_id)
             ctx.model = parsed.model
+            ctx.trace.parsed(parsed.route_request)
             pool = self.backends.pools.get(parsed.model)
             if pool is None or not self.protection.may_use(principal, parsed.model):
                 raise model_not_found(parsed.model)
@@ -192,6 +197,7 @@ class UnaryCall(Response, Generic[T]):
     ) -> None:
         self.gate = gate
         self.ctx = admitted.ctx
+        self.route_request = admitted.parsed.route_request  # what the attempt's span names
         self.ticket = admitted.ticket
         self.backends = admitted.backends
         self.invoke = invoke
@@ -262,9 +268,13 @@ class UnaryCall(Response, Generic[T]):
                 continue
             self.backend = backend.name  # the one a client leaving would find at work
             backend.inflight += 1
+            attempt = self.ctx.trace.attempt(backend, self.route_request)
             try:
                 result = await self.invoke(backend.adapter)
-            except GatewayError as err:
+            except BaseException as err:
+                attempt.end(err)
+                if not isinstance(err, GatewayError):
+                    raise
                 if self.gate.on_failure is not None:
                     self.gate.on_failure(backend.name, err)
                 if not fails_over(err):
@@ -276,6 +286,7 @@ class UnaryCall(Response, Generic[T]):
                 log.warning("backend %s failed a %s call: %s", backend.name, self.ctx.model, err.message)
                 last = err
             else:
+                attempt.end()
                 if pool is not None:
                     record_outcome(pool, backend.name, None)
                 return result
