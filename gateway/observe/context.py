@@ -22,25 +22,6 @@ RawHeaders = list[tuple[bytes, bytes]]
 # An ASGI request scope (its `headers`, `method`, `path`, `scheme`).
 Scope = MutableMapping[str, Any]
 
-# Route -> (gen_ai.operation.name, openai.api.type). The GenAI conventions' well-known
-# operations: `chat` (OpenAI's Chat Completions), `text_completion` (the legacy API),
-# `embeddings`, and `generate_content` for the Responses API (the value the OpenAI
-# conventions list beside them; `openai.api.type` tells the two OpenAI APIs apart).
-# `tokenize` and `detokenize` have no well-known value: a custom one, as allowed.
-OPERATIONS: dict[str, tuple[str, str | None]] = {
-    "/v1/chat/completions": ("chat", "chat_completions"),
-    "/v1/completions": ("text_completion", None),
-    "/v1/responses": ("generate_content", "responses"),
-    "/v1/embeddings": ("embeddings", None),
-    "/tokenize": ("tokenize", None),
-    "/detokenize": ("detokenize", None),
-}
-
-
-def operation_of(path: str) -> tuple[str, str | None]:
-    """The GenAI operation of a request to `path` (and its OpenAI API type)."""
-    return OPERATIONS.get(path, ("chat", None))
-
 
 class Step(Protocol):
     """A phase of the request (a child span), used as a context manager."""
@@ -137,7 +118,7 @@ class RequestContext:
 
     request_id: str  # the client's x-request-id when it sent a plain one, else the gateway's
     started: float  # time.perf_counter() at arrival
-    chat: bool
+    operation: str  # what the route does, as the trace names it: chat, text_completion, embeddings, tokenize, ...
     upstream_id: str | None = None  # the gateway's own id, the one runtimes saw (their logs name it)
     config_version: str | None = None  # the config version in force when it arrived (gateway/lifecycle/reload.py)
     model: str | None = None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,7 +31,6 @@ from adapters.base import GenerationRequest
 from gateway.backends.backend_set import Backend
 from gateway.config.tracing import TracingSettings
 from gateway.observe.context import (
-    OPERATIONS,
     Attempt,
     NoTrace,
     Outcome,
@@ -43,9 +41,9 @@ from gateway.observe.context import (
     Step,
     error_type,
     make_current,
-    operation_of,
 )
 from policies.redact import public_message, shown_name
+from processes.install import installed_version
 
 # gen_ai.provider.name per adapter kind: the runtime that generates, as the GenAI
 # conventions' "instrumentation's best knowledge" (well-known values where there is one).
@@ -56,19 +54,19 @@ PROVIDERS = {
     "trtllm": "tensorrt_llm",
     "tgi": "tgi",
     "native": "switchyard",
+    "llamacpp": "llama.cpp",
 }
 # The W3C trace-context headers (and baggage) a client may send.
 CONTEXT_HEADERS = (b"traceparent", b"tracestate", b"baggage")
 INSTRUMENTATION = "switchyard"
+# openai.api.type per operation: the OpenAI conventions tell their two APIs apart by it.
+API_TYPES = {"chat": "chat_completions", "generate_content": "responses"}
 # Operations that generate nothing: no sampling parameters, no output tokens.
 ONE_SHOT = frozenset({"embeddings", "tokenize", "detokenize"})
 
 
 def _version() -> str:
-    try:
-        return version("switchyard")
-    except PackageNotFoundError:
-        return "unknown"
+    return installed_version()
 
 
 class OtelTracing:
@@ -96,22 +94,20 @@ class OtelTracing:
         provider.add_span_processor(BatchSpanProcessor(exporter))
         return cls(provider)
 
-    def request(self, scope: Scope) -> RequestTrace:
+    def request(self, scope: Scope, operation: str) -> RequestTrace:
         headers: RawHeaders = scope["headers"]
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers if k in CONTEXT_HEADERS}
         parent = propagate.extract(carrier, context=Context()) if carrier else Context()
-        path = scope["path"]
-        operation, api_type = operation_of(path)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": operation,
             "http.request.method": scope["method"],
-            "url.path": path,
+            "url.path": scope["path"],
+            # every API route is a fixed path: its template is itself
+            "http.route": scope["path"],
             "url.scheme": scope.get("scheme", "http"),
         }
-        if path in OPERATIONS:  # a route the gateway serves: its template is its path
-            attributes["http.route"] = path
-        if api_type is not None:
-            attributes["openai.api.type"] = api_type
+        if operation in API_TYPES:
+            attributes["openai.api.type"] = API_TYPES[operation]
         span = self.tracer.start_span(operation, context=parent, kind=SpanKind.SERVER, attributes=attributes)
         trace: RequestTrace
         if span.is_recording():
