@@ -115,6 +115,8 @@ def check_tool_answer(mode: ToolMode, answer: Answer, max_tokens: int) -> None:
             assert len(answer.tool_calls) <= 1, answer
         if answer.finish_reason != "length":
             assert answer.finish_reason in call_finishes(mode.fields["tool_choice"]) and answer.tool_calls, answer
+        else:  # only a first call can be cut: a further one max_tokens cut is never sent
+            assert len(answer.tool_calls) <= 1, answer
     elif answer.tool_calls:
         assert answer.finish_reason in ("tool_calls", "length"), answer
     for name, arguments in answer.tool_calls:
