@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 
+from policies.redact import public_message, shown_name
+
 log = logging.getLogger("switchyard.upstream")
 
 # What a tenant is told about the backend at fault: never its name or address.
@@ -23,6 +25,8 @@ class GatewayError(Exception):
     `retryable` marks failures that happened before the runtime did any work the
     client could see (connection refused, upstream 503): the gateway may fail over.
     `retry_after` (seconds) becomes the Retry-After header on 429/503.
+    `cancelled_phase`: on a 499, where the client went away (the cancellation
+    metric's `phase` label), when the raiser knows it.
     """
 
     def __init__(
@@ -36,6 +40,7 @@ class GatewayError(Exception):
         retryable: bool = False,
         retry_after: float | None = None,
         headers: dict[str, str] | None = None,
+        cancelled_phase: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -46,9 +51,19 @@ class GatewayError(Exception):
         self.retryable = retryable
         self.retry_after = retry_after
         self.headers = headers or {}
+        self.cancelled_phase = cancelled_phase
 
     def to_dict(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        """The envelope a client reads: the message through the one redaction rule
+        (policies/redact.py), so no secret and no unbounded client text reaches it."""
+        return {
+            "error": {
+                "message": public_message(self.message),
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
     def __repr__(self) -> str:
         return f"GatewayError({self.status}, {self.code!r}, {self.message!r})"
@@ -72,17 +87,28 @@ def invalid_request(message: str, param: str | None = None, code: str | None = N
     return GatewayError(400, message, param=param, code=code)
 
 
-def context_length_exceeded(message: str) -> GatewayError:
-    return GatewayError(400, message, param="messages", code="context_length_exceeded")
+def context_length_exceeded(message: str, kind: str = "chat") -> GatewayError:
+    """A prompt too long for the model: about `prompt` on legacy completions, else `messages`."""
+    return GatewayError(400, message, param=prompt_param(kind), code="context_length_exceeded")
+
+
+def prompt_param(kind: str) -> str:
+    """The request field that holds the prompt of a generation of this kind."""
+    return "prompt" if kind == "completion" else "messages"
 
 
 def model_not_found(model: str) -> GatewayError:
     return GatewayError(
         404,
-        f"The model `{model}` does not exist or you do not have access to it.",
+        f"The model `{shown_name(model)}` does not exist or you do not have access to it.",
         param="model",
         code="model_not_found",
     )
+
+
+def client_closed(phase: str | None = None) -> GatewayError:
+    """499: the client went away before its answer (`phase`: where, when known)."""
+    return GatewayError(499, "The client closed the request.", code="client_closed", cancelled_phase=phase)
 
 
 def upstream_unavailable(backend: str, detail: str) -> GatewayError:

@@ -20,7 +20,7 @@ import orjson
 from adapters import oneshot_wire
 from adapters.base import Adapter, ErrorEvent, Event, GenerationRequest, Health, LoadSnapshot
 from adapters.dialect import Call, Dialect
-from adapters.errors import GatewayError, upstream_failed
+from adapters.errors import GatewayError, prompt_param, upstream_failed
 from adapters.oneshot import (
     DetokenizeRequest,
     DetokenizeResult,
@@ -69,7 +69,10 @@ class HTTPAdapter(Adapter):
         completed = False
         try:
             if resp.status >= 400:
-                raise dialect.error(resp.status, await transport.read(resp))
+                err = dialect.error(resp.status, await transport.read(resp))
+                if err.code == "context_length_exceeded":
+                    err.param = prompt_param(request.kind)
+                raise err
             quirks = dialect.event_filter(request)
             if not request.stream:
                 events = dialect.decode_answer(await transport.read(resp), chat)

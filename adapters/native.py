@@ -34,7 +34,7 @@ from adapters.base import (
     TextDelta,
     Usage,
 )
-from adapters.errors import GatewayError, context_length_exceeded, invalid_request, upstream_failed
+from adapters.errors import GatewayError, context_length_exceeded, invalid_request, prompt_param, upstream_failed
 from adapters.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from adapters.native_choice import ChoiceEvents, tool_stage
 from adapters.native_oneshot import NativeOneShot
@@ -242,7 +242,7 @@ class NativeAdapter(NativeOneShot, Adapter):
 
         engine_id = f"{request.request_id}-{uuid.uuid4().hex[:8]}"
         stream = self.async_engine.generate(engine_id, prompt_ids, params, request.priority)
-        outputs = _engine_errors(stream, self.name)
+        outputs = _engine_errors(stream, self.name, request.kind)
         cached_tokens = 0
         try:
             async for out in outputs:
@@ -341,15 +341,17 @@ class NativeAdapter(NativeOneShot, Adapter):
         else:
             raise invalid_request("prompt must be a string or a list of token ids", param="prompt")
         if not ids:
-            raise invalid_request("the prompt is empty", param="prompt" if request.kind == "completion" else "messages")
+            raise invalid_request("the prompt is empty", param=prompt_param(request.kind))
         return ids
 
     def _engine_params(self, request: GenerationRequest, prompt_len: int, max_model_len: int) -> EngineSamplingParams:
         s: SamplingParams = request.sampling
+        field = prompt_param(request.kind)
         if prompt_len >= max_model_len:
             raise context_length_exceeded(
-                f"This model's maximum context length is {max_model_len} tokens. However, your messages resulted "
-                f"in {prompt_len} tokens. Please reduce the length of the messages."
+                f"This model's maximum context length is {max_model_len} tokens. However, your {field} resulted "
+                f"in {prompt_len} tokens. Please reduce the length of the {field}.",
+                request.kind,
             )
         if request.echo and s.logprobs:
             raise invalid_request(
@@ -359,8 +361,9 @@ class NativeAdapter(NativeOneShot, Adapter):
         if prompt_len + max_tokens > max_model_len:
             raise context_length_exceeded(
                 f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
-                f"Please reduce the length of the messages or completion."
+                f"{prompt_len + max_tokens} tokens ({prompt_len} in the {field}, {max_tokens} in the completion). "
+                f"Please reduce the length of the {field} or completion.",
+                request.kind,
             )
         vocab = self.tokenizer.vocab_size if self.tokenizer else 0
         for token_id in list(s.logit_bias or {}) + list(s.stop_token_ids):
@@ -393,7 +396,7 @@ class NativeAdapter(NativeOneShot, Adapter):
         return params
 
 
-async def _engine_errors(stream: AsyncIterator[Any], backend: str) -> AsyncGenerator[Any, None]:
+async def _engine_errors(stream: AsyncIterator[Any], backend: str, kind: str) -> AsyncGenerator[Any, None]:
     """The engine's outputs, with its exceptions turned into gateway errors."""
     from engine.llm_engine import ContextLengthError
 
@@ -403,7 +406,7 @@ async def _engine_errors(stream: AsyncIterator[Any], backend: str) -> AsyncGener
                 raise upstream_failed(backend, "the engine aborted the request (shutting down?)", status=503)
             yield out
     except ContextLengthError as exc:
-        raise context_length_exceeded(str(exc)) from exc
+        raise context_length_exceeded(str(exc), kind) from exc
     except ValueError as exc:
         raise invalid_request(str(exc)) from exc
     except GatewayError:

@@ -28,7 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from adapters.base import GenerationRequest
-from adapters.errors import GatewayError, model_not_found
+from adapters.errors import GatewayError, client_closed, model_not_found
 from gateway.backends.backend_set import BackendSet
 from gateway.config.schema import GatewayConfig
 from gateway.http.deadline import request_deadline
@@ -222,7 +222,7 @@ class Gateway:
         except GatewayError as err:
             return self._fail(ctx, err)
         except ClientDisconnect:
-            return self._fail(ctx, GatewayError(499, "client closed the request", code="client_closed"))
+            return self._fail(ctx, client_closed())
         except Exception:
             log.exception("unhandled error on %s", request.url.path)
             return self._fail(ctx, internal_error())
@@ -230,7 +230,7 @@ class Gateway:
         return cast(Response, Generation(self.dispatcher, self.recorder, ctx, ticket, reqs, answer))
 
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
-        self.recorder.finish(ctx, Outcome(err.status, error=err.message, code=err.code, admitted=False))
+        self.recorder.finish(ctx, Outcome.refused(err))
         return error_response(err, ctx.request_id)
 
     async def list_models(self, request: Request) -> Response:

@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict, Unpack
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -59,6 +59,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from policies.quota_health import stop_task
+from policies.redact import redact_url
 
 RedisMode = Literal["single", "cluster", "sentinel"]
 # How often Sentinel is asked which server is master (one cheap command to one sentinel).
@@ -113,12 +114,7 @@ class RedisTarget:
             return "redis cluster " + ",".join(f"{h}:{p}" for h, p in self.startup_nodes)
         if self.mode == "sentinel":
             return f"redis sentinel master {self.service_name!r} via " + ",".join(f"{h}:{p}" for h, p in self.sentinels)
-        parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        user = parts.username or ""
-        netloc = f"{user}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit(parts._replace(netloc=netloc))
+        return redact_url(self.url)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from gateway.config.response_store import workers_warning
 from gateway.config.schema import ConfigError, GatewayConfig, parse_config, with_listen
+from gateway.config.tracing import resolve
 from gateway.lifecycle.reload import ConfigSource
 
 BUILTIN_MODEL = "tiny"
@@ -54,10 +56,16 @@ def servable_config(
     path: str | None, host: str | None = None, port: int | None = None, workers: int | None = None
 ) -> GatewayConfig:
     """The config `serve` would run, with every check it makes before starting: the one
-    validation `config check` and a reload run too. Raises ConfigError."""
+    validation `config check` and a reload run too, and the OTEL_* environment checked
+    as strictly as the file (gateway/config/otel_env.py). Raises ConfigError."""
     if path:
-        return ConfigSource(path, host, port, workers).load()
-    return with_listen(embedded_config(), host, port, workers)
+        config = ConfigSource(path, host, port, workers).load()
+    else:
+        config = with_listen(embedded_config(), host, port, workers)
+    problem = resolve(config.tracing, os.environ).problem
+    if problem is not None:
+        raise ConfigError(problem)
+    return config
 
 
 def refused(exc: ConfigError) -> int:

@@ -28,6 +28,7 @@ from gateway.config.tracing import TracingConfig
 from policies.ejection import EjectionConfig
 from policies.kv_index import KVIndexSettings
 from policies.profiles import Routing
+from policies.redact import redact_text
 from policies.saturation import SaturationDetector
 from policies.session import SessionAffinity
 
@@ -268,7 +269,12 @@ class GatewayConfig(_Strict):
 
 
 class ConfigError(Exception):
-    """A config a person must fix; the message says where and what."""
+    """A config a person must fix; the message says where and what, with every
+    secret in it masked (policies/redact.py): it is printed by `config check` and
+    `serve`, logged and answered by a reload."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact_text(message))
 
 
 def _format_validation_error(exc: ValidationError) -> str:

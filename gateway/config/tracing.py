@@ -1,5 +1,6 @@
 """The `tracing:` section of the config and the OpenTelemetry environment it is
 read with: which settings a gateway exports its traces under (gateway/observe/tracing.py).
+The variables are checked as strictly as the file (gateway/config/otel_env.py).
 
 Each setting left out of the config falls back to the standard OTEL_* variable,
 and then to a default, so that a platform that already sets OTEL_EXPORTER_OTLP_ENDPOINT
@@ -16,9 +17,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-# The one OTLP encoding the `otel` extra's exporter speaks; a collector's OTLP/HTTP
-# receiver listens on port 4318.
-OTLP_PROTOCOL = "http/protobuf"
+from gateway.config.otel_env import otel_env_problem, otlp_protocol
+from gateway.config.section import secret_field
+
 TRACES_PATH = "/v1/traces"
 DEFAULT_SERVICE_NAME = "switchyard"
 MISSING_EXTRA = "tracing needs the otel extra (pip install 'switchyard[otel]'): opentelemetry-sdk is not installed"
@@ -39,7 +40,8 @@ class TracingConfig(BaseModel):
     # None: OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG, by default every trace.
     sample_ratio: float | None = Field(default=None, ge=0.0, le=1.0)
     service_name: str | None = None  # None: OTEL_SERVICE_NAME, then "switchyard"
-    headers: dict[str, str] | None = None  # sent with each export; None: OTEL_EXPORTER_OTLP_HEADERS
+    # Sent with each export (a collector's credentials: a secret, never shown); None: OTEL_EXPORTER_OTLP_HEADERS.
+    headers: dict[str, str] | None = secret_field()
 
     @model_validator(mode="after")
     def _installed(self) -> TracingConfig:
@@ -79,20 +81,14 @@ def resolve(config: TracingConfig, env: Mapping[str, str]) -> TracingSettings:
     else:
         no_exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "none"
         enabled = bool(endpoint_env) and not no_exporter
-    protocol = (
-        config.protocol
-        or env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or OTLP_PROTOCOL
-    )
     problem = None
-    if enabled and protocol != OTLP_PROTOCOL:
-        problem = (
-            f"tracing: OTLP protocol {protocol!r} is not supported: this gateway exports {OTLP_PROTOCOL} "
-            "(the collector's OTLP/HTTP receiver, port 4318)"
-        )
-    elif enabled and not otel_installed():
-        problem = MISSING_EXTRA
+    if enabled:
+        protocol = otlp_protocol(config.protocol, env)
+        problem = otel_env_problem(env, protocol, config.endpoint is not None, config.sample_ratio is not None)
+        if problem is not None:
+            problem = f"tracing: {problem}"
+        elif not otel_installed():
+            problem = MISSING_EXTRA
     # None: the exporter reads OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, by default http://localhost:4318.
     endpoint = None if config.endpoint is None else traces_url(config.endpoint)
     service_name = config.service_name

@@ -31,6 +31,7 @@ from gateway.http.limits import HeadLimits, limited_protocol
 from gateway.lifecycle.process import Lifecycle
 from gateway.lifecycle.reload import ConfigSource
 from gateway.lifecycle.workers import WorkerSlot, listening_socket
+from gateway.observe.log_lines import guard, guard_handler
 
 # After the drain, what uvicorn still waits for (idle keep-alive connections close at once).
 CLOSE_CONNECTIONS_S = 5
@@ -83,14 +84,18 @@ class GatewayServer(uvicorn.Server):
 
 def log_to_stderr(level: str, worker: WorkerSlot | None = None) -> None:
     """The gateway's own log lines (reloads, drains, workers, backend failures) on
-    stderr beside uvicorn's, at the config's level; the access log has its own."""
+    stderr beside uvicorn's, at the config's level, through the one redaction rule
+    (gateway/observe/log_lines.py); the access log has its own."""
     logger = logging.getLogger("switchyard")
     for old in list(logger.handlers):  # a worker replaces its supervisor's
         logger.removeHandler(old)
     who = f" [worker {worker.index}]" if worker is not None else ""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter(f"%(levelname)-9s %(name)s{who}: %(message)s"))
+    guard_handler(handler)
     logger.addHandler(handler)
+    if logging.lastResort is not None:  # what libraries log with no handler of their own (an exporter's warning)
+        guard_handler(logging.lastResort)
     logger.setLevel(logging.DEBUG if level.lower() == "trace" else level.upper())
 
 
@@ -111,6 +116,7 @@ def run_server(config: GatewayConfig, source: ConfigSource | None = None, worker
         proxy_headers=False,
         server_header=False,
     )
+    guard("uvicorn", "uvicorn.error", "uvicorn.access")  # uvicorn's handlers exist once its config is built
     sockets = [_socket(uv, config.listen.host, worker.port) if worker else uv.bind_socket()]
     if config.ops.listen is not None:
         host, port = config.ops.listen.host, config.ops.listen.port

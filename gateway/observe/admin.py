@@ -6,9 +6,11 @@ a set of their own: no tenant key is an admin key). Without admin keys the
 endpoints answer 404, as if they did not exist.
 
 `GET /admin/config` shows the config in force and its version, with secrets
-left out: key digests are shortened to the 12-character id the logs use,
-passwords in URLs (the quota store's, a backend's) are masked, and backend
-options whose name says key, secret, token, password or auth are masked.
+left out by the one redaction rule (policies/redact.py, applied to the config by
+gateway/config/section.py `redacted_dump`): fields marked secret (`tracing.headers`),
+URLs' userinfo and secret query parameters (the stores', a backend's, the tracing
+endpoint), the values of options and headers whose name says key, secret, token,
+password or auth. Key digests are shortened to the 12-character id the logs use.
 File paths (a JWKS file, an HS256 secret's file) are shown: they are no secret.
 """
 
@@ -17,24 +19,21 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-import re
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from adapters.errors import GatewayError
 from gateway.config.schema import GatewayConfig
+from gateway.config.section import redacted_dump
 from gateway.http.envelope import error_response, json_response
 from gateway.lifecycle.reload import ConfigReloader, ReloadResult
 from policies.api_keys import hash_key
 
 log = logging.getLogger("switchyard.admin")
 
-MASK = "***"
-_SECRET_NAME = re.compile(r"key|secret|token|password|auth", re.IGNORECASE)
 _STATUS = {
     ReloadResult.INVALID: (400, "config_invalid"),
     ReloadResult.REFUSED: (409, "config_needs_restart"),
@@ -108,23 +107,7 @@ class AdminViews:
 
 
 def redacted(config: GatewayConfig) -> dict[str, Any]:
-    data = config.model_dump(mode="json")
+    data = redacted_dump(config)
     for entry in data["auth"]["api_keys"] + data["admin"]["api_keys"]:
         entry["sha256"] = entry["sha256"][:12] + "…"
-    data["quota_store"]["url"] = _masked_url(data["quota_store"]["url"])
-    for model in data["models"].values():
-        for backend in model["backends"]:
-            if backend.get("url"):
-                backend["url"] = _masked_url(backend["url"])
-            backend["options"] = {k: MASK if _SECRET_NAME.search(k) else v for k, v in backend["options"].items()}
     return data
-
-
-def _masked_url(url: str) -> str:
-    """`url` with its password (if any) masked."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))

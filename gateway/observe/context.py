@@ -143,6 +143,12 @@ class Outcome:
     code: str | None = None  # the error's code
     admitted: bool = True  # False: answered before admission (auth, validation, quota, queue)
 
+    @classmethod
+    def refused(cls, err: GatewayError) -> Outcome:
+        """A request answered with `err` before admission (a client leaving the queue included)."""
+        phase = CancelPhase(err.cancelled_phase) if err.cancelled_phase else None
+        return cls(err.status, error=err.message, cancelled_phase=phase, code=err.code, admitted=False)
+
 
 def error_type(error: BaseException) -> str:
     """The low-cardinality `error.type` of a failure: the gateway's error code, else

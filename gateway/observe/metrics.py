@@ -14,6 +14,8 @@ from functools import partial
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from gateway.observe.log_lines import SafeLines
+
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
@@ -117,6 +119,7 @@ def access_logger() -> logging.Logger:
     if not log.handlers:
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.addFilter(SafeLines())
         log.addHandler(handler)
         log.propagate = False
         log.setLevel(logging.INFO)

@@ -31,6 +31,7 @@ from gateway.http.envelope import error_response, json_response
 from gateway.observe.metrics import GatewayMetrics
 from policies.auth import ApiKeyTable
 from policies.ejection import CircuitState
+from policies.redact import redact_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +45,12 @@ def model_health(backends: BackendSet) -> dict[str, ModelHealth]:
         name: ModelHealth(
             any(b.health.ok for b in pool.backends),
             [
-                {"backend": b.name, "healthy": b.health.ok, "detail": b.health.detail, **pool.ejection.describe(b.name)}
+                {
+                    "backend": b.name,
+                    "healthy": b.health.ok,
+                    "detail": redact_text(b.health.detail) if b.health.detail else b.health.detail,
+                    **pool.ejection.describe(b.name),
+                }
                 for b in pool.backends
             ],
         )

@@ -42,6 +42,7 @@ from gateway.observe.context import (
     error_type,
     make_current,
 )
+from policies.redact import public_message, shown_name
 
 # gen_ai.provider.name per adapter kind: the runtime that generates, as the GenAI
 # conventions' "instrumentation's best knowledge" (well-known values where there is one).
@@ -215,7 +216,7 @@ class OtelRequestTrace:
 
     def parsed(self, request: GenerationRequest) -> None:
         s = request.sampling
-        attrs: dict[str, Any] = {"gen_ai.request.model": request.model, "switchyard.stream": request.stream}
+        attrs: dict[str, Any] = {"gen_ai.request.model": shown_name(request.model), "switchyard.stream": request.stream}
         for key, value in (
             ("gen_ai.request.max_tokens", s.max_tokens),
             ("gen_ai.request.temperature", s.temperature),
@@ -273,10 +274,11 @@ class OtelRequestTrace:
         span.set_attributes(attrs)
         # A server span is an error for a 5xx only: a 4xx is the client's (HTTP conventions).
         if outcome.status >= 500:
-            span.set_status(Status(StatusCode.ERROR, outcome.error or str(outcome.status)))
+            span.set_status(Status(StatusCode.ERROR, public_message(outcome.error or str(outcome.status))))
         span.end()
 
 
 def _failed(span: Span, error: BaseException) -> None:
     span.set_attribute("error.type", error_type(error))
-    span.set_status(Status(StatusCode.ERROR, getattr(error, "message", None) or str(error) or type(error).__name__))
+    said = getattr(error, "message", None) or str(error) or type(error).__name__
+    span.set_status(Status(StatusCode.ERROR, public_message(said)))

@@ -1,6 +1,7 @@
 """What one request did, and the one place that writes it down: the request
 metrics (Prometheus, per model and per tenant), the request's trace, and the JSON
-access-log line."""
+access-log line (a client's names clipped and the error message redacted by
+policies/redact.py, so that a line stays short and shows no secret)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Container
 from gateway.config.schema import GatewayConfig
 from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.metrics import GatewayMetrics, log_access
+from policies.redact import clip, public_message
 
 # The tenant label of every tenant the config does not name (a JWT's tenant when no
 # tenants are configured, the anonymous tenant, a request that never authenticated).
@@ -119,8 +121,8 @@ class RequestRecorder:
             "ts": round(time.time(), 3),
             "request_id": ctx.request_id,
             "upstream_id": ctx.upstream_id,
-            "tenant": ctx.tenant,
-            "model": ctx.model,
+            "tenant": ctx.tenant if ctx.tenant is None else clip(ctx.tenant),
+            "model": ctx.model if known_model or ctx.model is None else clip(ctx.model),
             "backend": backend,
             "status": outcome.status,
             "latency_ms": round(elapsed * 1000, 3),
@@ -133,7 +135,7 @@ class RequestRecorder:
         if ctx.ttft is not None:
             record["ttft_ms"] = round(ctx.ttft * 1000, 3)
         if outcome.error:
-            record["error"] = outcome.error
+            record["error"] = public_message(outcome.error)
         if phase is not None:
             record["cancelled_phase"] = phase.value
         if outcome.dropped_params:

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.base import SamplingParams
-from adapters.errors import invalid_request
+from adapters.errors import GatewayError, invalid_request
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# JSON's names for the Python types a parsed body holds, as OpenAI's messages say them.
+JSON_TYPES = {str: "a string", int: "an integer", float: "a decimal", list: "an array", dict: "an object"}
 
 
 def shown(value: Any) -> str:
@@ -23,14 +25,37 @@ def shown_key(key: str) -> str:
     return key if len(key) <= 64 else key[:64] + "..."
 
 
+def invalid_type(name: str, expected: str, value: Any) -> GatewayError:
+    """A field of the wrong JSON type: OpenAI's `invalid_type`."""
+    got = "a boolean" if isinstance(value, bool) else JSON_TYPES.get(type(value), "null")
+    return invalid_request(
+        f"Invalid type for '{name}': expected {expected}, but got {got} instead.", param=name, code="invalid_type"
+    )
+
+
+def out_of_range(name: str, kind: str, lo: float, hi: float, value: float) -> GatewayError:
+    """A number outside its range: OpenAI's `{integer,decimal}_{below_min,above_max}_value`,
+    naming the bound it crossed."""
+    below = value < lo
+    limit = lo if below else hi
+    said = str(int(limit)) if kind == "integer" else f"{limit:g}"
+    side, bound = ("below minimum", f">= {said}") if below else ("above maximum", f"<= {said}")
+    code = f"{kind}_{'below_min' if below else 'above_max'}_value"
+    return invalid_request(
+        f"Invalid '{name}': {kind} {side} value. Expected a value {bound}, but got {shown(value)} instead.",
+        param=name,
+        code=code,
+    )
+
+
 def number(body: dict, name: str, lo: float, hi: float) -> float | None:
     v = body.get(name)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise invalid_request(f"'{name}' must be a number, not {type(v).__name__}.", param=name)
+        raise invalid_type(name, "a decimal", v)
     if not lo <= v <= hi:
-        raise invalid_request(f"'{name}' must be between {lo:g} and {hi:g}; got {v}.", param=name)
+        raise out_of_range(name, "decimal", lo, hi, v)
     return float(v)
 
 
@@ -42,10 +67,22 @@ def integer(body: dict, name: str, lo: int, hi: int, *, what: str = "an integer"
         if isinstance(v, float) and v.is_integer():
             v = int(v)
         else:
-            raise invalid_request(f"'{name}' must be {what}, not {type(v).__name__}.", param=name)
+            raise invalid_type(name, what, v)
     if not lo <= v <= hi:
-        raise invalid_request(f"'{name}' must be between {lo} and {hi}; got {v}.", param=name)
+        raise out_of_range(name, "integer", lo, hi, v)
     return v
+
+
+def query_int(value: str, name: str, lo: int, hi: int) -> int:
+    """A query parameter's integer, read strictly: ASCII digits only (no sign, space,
+    `²` or `٣`, which `str.isdigit` or `int()` would take or choke on), at most as
+    many as `hi` has; anything else is a 400 naming the parameter."""
+    if not (value and value.isascii() and value.isdigit()):
+        raise invalid_type(name, "an integer", value)
+    number = int(value) if len(value) <= len(str(hi)) else hi + 1
+    if not lo <= number <= hi:
+        raise out_of_range(name, "integer", lo, hi, number)
+    return number
 
 
 def boolean(body: dict, name: str) -> bool | None:

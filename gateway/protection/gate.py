@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from adapters.base import GenerationRequest, Usage
-from adapters.errors import GatewayError
+from adapters.errors import GatewayError, client_closed
 from gateway.config.exposure import open_auth_problem
 from gateway.config.schema import ConfigError, GatewayConfig, TenantConfig
 from gateway.observe.context import current_trace
@@ -96,8 +96,6 @@ class Ticket:
         # cancelled during the store call below, the slot and counters are free.
         p._live.discard(self)
         p.queue.release(self.slot)
-        if phase is not None:
-            p.metrics.cancelled.labels(phase.value).inc()
         self.charged_tokens = self.tokens_to_charge(usage, phase)
         if self.reservation is not None:
             await p.leases.release(self.reservation, self.charged_tokens)
@@ -223,9 +221,7 @@ class Protection:
                 )
         except ClientGoneWhileQueued:
             await self._unwind(reservation)
-            raise GatewayError(
-                499, "The client closed the request while it was queued.", code="client_closed"
-            ) from None
+            raise client_closed(CancelPhase.QUEUED) from None
         except asyncio.CancelledError:
             await self._unwind(reservation)
             raise
@@ -246,7 +242,6 @@ class Protection:
 
     async def _unwind(self, reservation: Reservation | None) -> None:
         """The client left while queued."""
-        self.metrics.cancelled.labels(CancelPhase.QUEUED.value).inc()
         if reservation is not None:
             await self.leases.release(reservation, 0)
 

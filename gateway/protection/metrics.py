@@ -46,12 +46,6 @@ class ProtectionMetrics:
             "switchyard_protection_leaked_tickets_total",
             "Tickets collected without release (a bug; their resources were freed then).",
         )
-        self.cancelled = counter(
-            "switchyard_protection_cancelled_total",
-            "Tickets released because the client went away, by phase "
-            "(each one had its lease, reservation and queue slot freed).",
-            ["phase"],
-        )
 
 
 class StateCollector:

@@ -31,7 +31,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from adapters.base import Adapter, GenerationRequest, SamplingParams, Usage
-from adapters.errors import GatewayError, model_not_found
+from adapters.errors import GatewayError, client_closed, model_not_found
 from gateway.backends.backend_set import Backend, BackendSet, ModelPool
 from gateway.config.schema import GatewayConfig
 from gateway.http.envelope import error_response, json_response
@@ -140,11 +140,11 @@ class UnaryGate:
         except GatewayError as err:
             return self._fail(ctx, err)
         except ClientDisconnect:
-            return self._fail(ctx, GatewayError(499, "client closed the request", code="client_closed"))
+            return self._fail(ctx, client_closed())
         return Admitted(parsed, ctx, ticket, order)
 
     def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
-        self.recorder.finish(ctx, Outcome(err.status, error=err.message))
+        self.recorder.finish(ctx, Outcome.refused(err))
         return error_response(err, ctx.request_id)
 
     def call(

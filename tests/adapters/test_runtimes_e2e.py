@@ -160,6 +160,13 @@ def test_context_length_exceeded(stack):
         assert info.value.status_code == 400 and info.value.code == "context_length_exceeded", info.value.body
 
 
+def test_a_legacy_completion_too_long_is_about_the_prompt(stack):
+    # whatever the runtime's own words, the field to shorten on /v1/completions is `prompt`
+    with pytest.raises(openai.BadRequestError) as info:
+        stack.client.completions.create(model="m", prompt="long [[sim:prompt_tokens=5000]]", max_tokens=4)
+    assert (info.value.code, info.value.param) == ("context_length_exceeded", "prompt"), info.value.body
+
+
 def test_in_stream_error_becomes_an_error_event(stack):
     stream = stack.client.chat.completions.create(model="m", messages=ask("go [[sim:error_after=2]]"), stream=True)
     with pytest.raises(openai.APIError) as info:

@@ -375,7 +375,7 @@ def idle(gateway: Process) -> bool:
 
 
 def cancelled(gw: Process, phase: str) -> float:
-    return scrape(gw).get(f'switchyard_protection_cancelled_total{{phase="{phase}"}}', 0.0)
+    return scrape(gw).get(f'switchyard_client_cancellations_total{{phase="{phase}"}}', 0.0)
 
 
 async def test_cancel_mid_stream_aborts_upstream_and_frees_everything(fleet, gw):

@@ -426,3 +426,17 @@ def test_an_engine_finish_outside_stop_and_length_is_an_upstream_error_not_a_sto
     with pytest.raises(GatewayError) as info:
         run_choice(tok, outputs, tools=False)
     assert info.value.status == 502 and info.value.code == "upstream_error"
+
+
+async def test_a_legacy_completion_too_long_names_the_prompt(adapter: NativeAdapter) -> None:
+    # legacy completions have a `prompt`, not `messages`: the error says which field to shorten
+    with pytest.raises(GatewayError) as info:
+        await collect(adapter, completion("hello " * 400, max_tokens=None))
+    assert (info.value.param, info.value.code) == ("prompt", "context_length_exceeded")
+    assert "your prompt" in info.value.message and "messages" not in info.value.message
+    with pytest.raises(GatewayError) as info:
+        await collect(adapter, completion("hi", max_tokens=MAX_MODEL_LEN))
+    assert info.value.param == "prompt" and "in the prompt" in info.value.message
+    with pytest.raises(GatewayError) as info:
+        await collect(adapter, chat([{"role": "user", "content": "hello " * 400}], max_tokens=None))
+    assert info.value.param == "messages" and "your messages" in info.value.message

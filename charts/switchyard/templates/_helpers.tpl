@@ -60,6 +60,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (include "switchyard.componentName" (dict "root" . "suffix" "redis-url")) .Values.redis.external.existingSecret -}}
 {{- end -}}
 
+{{/* "true" when the gateway takes its Redis from SWITCHYARD_REDIS_URL: the bundled Redis, or an
+     external one given by URL. An external Redis Cluster or Sentinel (config.quota_store.mode
+     cluster or sentinel) is described by the config itself (startup_nodes, sentinels), and a URL
+     there would name one server, which the config refuses. */}}
+{{- define "switchyard.redisUrlEnv" -}}
+{{- $mode := (get (.Values.config.quota_store | default dict) "mode") | default "single" -}}
+{{- if eq .Values.redis.mode "bundled" -}}true
+{{- else if and (eq .Values.redis.mode "external") (eq $mode "single") -}}true
+{{- else if and (eq .Values.redis.mode "external") (or .Values.redis.external.url .Values.redis.external.existingSecret) -}}
+{{- fail (printf "config.quota_store.mode is %s: the config finds the Redis deployment (startup_nodes or sentinels); leave redis.external.url and redis.external.existingSecret empty" $mode) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "switchyard.apiKeysSecretName" -}}
 {{- default (include "switchyard.componentName" (dict "root" . "suffix" "api-keys")) .Values.auth.apiKeys.existingSecret -}}
 {{- end -}}

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.errors import invalid_request
+from gateway.openai.request_fields import query_int
 from gateway.openai.responses.errors import short, unknown_parameter, unsupported
 
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
@@ -28,9 +29,7 @@ def parse_list_query(query: Sequence[tuple[str, str]]) -> ListQuery:
     out = ListQuery()
     for name, value in query:
         if name == "limit":
-            if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
-                raise invalid_request(f"'limit' must be an integer from 1 to {MAX_LIMIT}; got {short(value)}.", "limit")
-            out.limit = int(value)
+            out.limit = query_int(value, "limit", 1, MAX_LIMIT)
         elif name == "order":
             if value not in ("asc", "desc"):
                 raise invalid_request(f"'order' must be 'asc' or 'desc'; got {short(value)}.", param="order")

@@ -59,7 +59,7 @@ def test_the_endpoint_is_a_base_address_or_already_the_traces_url():
 
 def test_an_otlp_protocol_other_than_http_protobuf_is_refused_by_name():
     for env in ({**COLLECTOR, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, {"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc"}):
-        with pytest.raises(ConfigError, match="'grpc' is not supported.*4318"):
+        with pytest.raises(ConfigError, match="'grpc': this gateway exports OTLP over http/protobuf only.*4318"):
             build_tracing(TracingConfig(enabled=True), env)
     with pytest.raises(ConfigError, match="protocol"):
         parse_config({"tracing": {"protocol": "grpc"}})

@@ -90,4 +90,4 @@ def test_a_value_out_of_range_is_not_called_unsupported():
     # best_of past its range is a malformed value, not a feature the gateway lacks
     err = refused(completion(best_of=129, n=128))
     assert err.param == "best_of" and err.code != "unsupported_parameter"
-    assert "between 1 and 128" in err.message
+    assert err.code == "integer_above_max_value" and "<= 128" in err.message

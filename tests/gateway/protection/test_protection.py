@@ -111,7 +111,6 @@ async def test_cancel_in_each_dispatched_phase_frees_everything_and_charges_part
     await t.release(partial, phase)
     assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
     assert await p.leases.local.concurrent("a", "t") == 0
-    assert _sample(p, "switchyard_protection_cancelled_total", {"phase": phase}) == 1
     expected = 47 if phase == "mid_stream" else 40  # partial usage, or the prompt it may have read
     assert t.charged_tokens == expected
     t2 = await p.admit(who, "m", request(max_tokens=0), 0, never_gone)
@@ -129,7 +128,7 @@ async def test_client_leaving_while_queued_is_499_and_refunds_everything():
     with pytest.raises(GatewayError) as exc:
         await asyncio.wait_for(task, 1)
     assert exc.value.status == 499 and exc.value.code == "client_closed"
-    assert _sample(p, "switchyard_protection_cancelled_total", {"phase": "queued"}) == 1
+    assert exc.value.cancelled_phase == CancelPhase.QUEUED  # what the one cancellation counter reads
     await holder.release(Usage(10, 0))
     assert p.snapshot() == {"live_tickets": 0, "queued": 0, "in_flight": 0}
     assert await p.leases.local.concurrent("a", "t") == 0

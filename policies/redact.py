@@ -1,0 +1,123 @@
+"""The one rule for what the gateway may show of a secret or of a client's text,
+wherever it shows it: `/admin/config`, the logs (the access log and the text log),
+error messages, traces, `/readyz`, `config check` and the startup lines.
+
+- a URL's userinfo: the password masked (`redis://user:***@host`), a lone user too
+  (`https://***@host`: tokens travel there);
+- a query parameter or a `name=value` pair whose name says password, secret, token,
+  key, auth, credential or signature: its value masked, in URLs and free text;
+- headers that carry credentials (`authorization`, `proxy-authorization`, `cookie`,
+  `set-cookie`, `x-api-key`, `api-key`, and any whose name says so): the value masked;
+  `Bearer <token>` in free text too;
+- control characters (C0, DEL, C1, the Unicode line and paragraph separators)
+  escaped as `\\uXXXX`, so that no value a client sent can start a log line of its own
+  or drive a terminal;
+- client names (a model, an id) clipped to a bound, saying how long they were.
+
+Standard library only, so that every package may use it: the gateway, the stores
+(`RedisTarget.describe`), the adapters (`GatewayError` messages).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+MASK = "***"
+NAME_LIMIT = 256  # a client name in an error message or a log line
+MESSAGE_LIMIT = 2048  # an error message
+
+_SECRET_NAME = re.compile(
+    r"pass(word|wd)?|pwd|secret|token(?!s)|key|auth|credential|signature|^sig$|cookie", re.IGNORECASE
+)
+_CREDENTIAL_HEADERS = frozenset(
+    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
+)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+_PAIR = re.compile(r"(?P<name>[A-Za-z0-9_.\-\[\]]+)(?P<sep>=)(?P<value>[^\s&;,'\"<>)}\]]+)")
+_HEADER_LINE = re.compile(
+    r"\b(?P<name>authorization|proxy-authorization|cookie|set-cookie|x-api-key|api-key)(?P<sep>:\s*)(?P<value>[^\r\n'\"]+)",
+    re.IGNORECASE,
+)
+_BEARER = re.compile(r"\b(?P<scheme>bearer\s+)[^\s'\",;]+|\b(?P<basic>basic\s+)[A-Za-z0-9+/=]{8,}", re.IGNORECASE)
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def secret_name(name: str) -> bool:
+    """Does a field, header, option or query parameter named `name` hold a secret?"""
+    return name.lower() in _CREDENTIAL_HEADERS or _SECRET_NAME.search(name) is not None
+
+
+def redact_url(url: str) -> str:
+    """`url` with its userinfo and its secret query parameters masked."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_text_pairs(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{host}" if colon else f"{MASK}@{host}"
+    query = redact_text_pairs(parts.query) if parts.query else parts.query
+    if netloc == parts.netloc and query == parts.query:
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """`headers` with the values of credential-bearing ones masked."""
+    return {name: MASK if secret_name(name) else value for name, value in headers.items()}
+
+
+def redact_text_pairs(text: str) -> str:
+    """`name=value` pairs in `text` whose name says secret, masked."""
+
+    def mask(m: re.Match[str]) -> str:
+        if not secret_name(m.group("name")) or m.group("value") == MASK:
+            return m.group(0)
+        return f"{m.group('name')}{m.group('sep')}{MASK}"
+
+    return _PAIR.sub(mask, text)
+
+
+def redact_text(text: str) -> str:
+    """Free text (a log message, an error message, an exception's words) with every
+    secret the rule knows masked: URLs' userinfo and secret parameters, secret
+    `name=value` pairs, `Bearer <token>`. Cheap when there is nothing to mask."""
+    if "://" in text:
+        text = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    if "=" in text:
+        text = redact_text_pairs(text)
+    if ":" in text:
+        text = _HEADER_LINE.sub(lambda m: f"{m.group('name')}{m.group('sep')}{MASK}", text)
+    if " " in text:
+        text = _BEARER.sub(lambda m: f"{m.group('scheme') or m.group('basic')}{MASK}", text)
+    return text
+
+
+def escape_controls(text: str) -> str:
+    """`text` with every control character written as `\\uXXXX` (JSON's own escape, so
+    a JSON line stays valid): one line stays one line, and no terminal escape runs."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+def clip(text: str, limit: int = NAME_LIMIT) -> str:
+    """`text` cut to `limit` characters, saying how long it was."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...({len(text)} characters)"
+
+
+def public_message(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """An error message as a client or a log reads it: secrets masked, clipped."""
+    if len(message) > 4 * limit:  # what the rule reads of a hostile value is bounded too
+        message = message[: 4 * limit]
+    return clip(redact_text(message), limit)
+
+
+def shown_name(name: str, limit: int = NAME_LIMIT) -> str:
+    """A client's name (a model, an id) as an error message or a log line shows it:
+    clipped, control characters escaped."""
+    return escape_controls(clip(name, limit))

@@ -1,0 +1,126 @@
+"""The one front door (gateway/intake.py), through the whole HTTP path to real vLLM
+simulators: every API route (chat, completions, Responses, embeddings, tokenize,
+detokenize) is authenticated, read, model-checked, given its deadline and admitted by
+the same steps, so what those steps promise holds on each route alike."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import orjson
+import pytest
+
+from simulators.testing import start_in_process
+from tests.gateway.live_gateway import Served, serving
+from tests.procs import keys_auth_config
+
+MSG = [{"role": "user", "content": "hi"}]
+# Each route, with a body its model serves ("m" generates, "e" embeds).
+ROUTES = {
+    "/v1/chat/completions": {"model": "m", "messages": MSG, "max_tokens": 2},
+    "/v1/completions": {"model": "m", "prompt": "hi", "max_tokens": 2},
+    "/v1/responses": {"model": "m", "input": "hi", "max_output_tokens": 16},
+    "/v1/embeddings": {"model": "e", "input": "hi"},
+    "/tokenize": {"model": "m", "prompt": "hi"},
+    "/detokenize": {"model": "m", "tokens": [1, 2]},
+}
+
+
+def tenant_of(path: str) -> str:
+    return "t" + path.replace("/", "-")
+
+
+@pytest.fixture(scope="module")
+def sims():
+    with (
+        start_in_process("vllm", health_latency=0.0, itl_ms=20, output_tokens=400) as gen,
+        start_in_process("vllm", health_latency=0.0, runner="pooling", embedding_dim=8) as pool,
+    ):
+        yield gen, pool
+
+
+def config(sims, **extra) -> dict:
+    gen, pool = sims
+    return {
+        "access_log": False,
+        "models": {
+            "m": {
+                "backends": [
+                    {"name": "g", "adapter": "vllm", "url": gen.url, "served_model": "sim-model", "max_inflight": 1}
+                ]
+            },
+            "e": {
+                "backends": [
+                    {
+                        "name": "p",
+                        "adapter": "vllm",
+                        "url": pool.url,
+                        "served_model": "sim-model",
+                        "options": {"embeddings": True},
+                    }
+                ]
+            },
+        },
+        **extra,
+    }
+
+
+async def test_every_route_counts_a_tenant_over_its_limit_as_a_rejection(sims):
+    # One tenant per route, one request a minute each: the second is a 429 refused before
+    # any work, counted as the tenant's rejection whatever the route (embeddings' and
+    # tokenize's were not: their refusal was recorded without its code).
+    tenants = {tenant_of(p): {"requests_per_minute": 1} for p in ROUTES}
+    auth = keys_auth_config({f"sk-{t}": t for t in tenants})
+    async with serving(config(sims, auth=auth, tenants=tenants)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            for path, body in ROUTES.items():
+                headers = {"Authorization": f"Bearer sk-{tenant_of(path)}"}
+                first = await client.post(path, json=body, headers=headers)
+                assert first.status_code == 200, (path, first.text)
+                second = await client.post(path, json=body, headers=headers)
+                assert second.status_code == 429 and second.json()["error"]["code"] == "rate_limit_exceeded"
+        for path in ROUTES:
+            tenant = tenant_of(path)
+            assert served.metric("switchyard_tenant_rejections_total", tenant=tenant, reason="rate_limited") == 1, path
+
+
+async def wait_until(predicate, timeout: float = 20.0) -> None:
+    """Polls `predicate` (generous: a loaded two-core machine; nothing here is timed)."""
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+async def leave_after_queued(served: Served, path: str, body: dict) -> None:
+    """Send `body` on a raw socket, wait until it is queued, then close the socket."""
+    host, port = served.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    data = orjson.dumps(body)
+    head = f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
+    writer.write(head.encode() + data)
+    await writer.drain()
+    model = body["model"]
+    await wait_until(lambda: served.metric("switchyard_admission_queue_depth", model=model) == 1)
+    writer.close()
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize"])
+async def test_a_client_leaving_while_queued_is_counted_in_the_queued_phase(sims, path):
+    # The model takes one request at a time: a second waits in the admission queue, and
+    # its client leaving there is the `queued` phase of the one cancellation counter.
+    async with serving(config(sims)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=60) as client:
+            holder = asyncio.create_task(
+                client.post("/v1/chat/completions", json={**ROUTES["/v1/chat/completions"], "max_tokens": 400})
+            )
+            await wait_until(lambda: served.metric("switchyard_inflight_requests", model="m") == 1)
+            await leave_after_queued(served, path, ROUTES[path])
+            await wait_until(lambda: served.metric("switchyard_client_cancellations_total", phase="queued") == 1)
+            assert served.metric("switchyard_admission_queue_depth", model="m") == 0
+            assert not holder.done()  # dropped while the holder runs, not when its turn came
+            holder.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await holder
+        phases = ("upstream_headers", "retry_backoff", "mid_stream", "non_streaming")
+        assert all(served.metric("switchyard_client_cancellations_total", phase=p) == 0 for p in phases)
