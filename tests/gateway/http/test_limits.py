@@ -1,0 +1,140 @@
+"""Each head limit of gateway/http/limits.py at, below and above its boundary: uvicorn
+with the limited protocol in this process (a thread), raw sockets, small limits. The
+documented limits are "more than": exactly `max_headers` headers, a head of exactly
+`max_head_bytes`, exactly `max_pipelined` requests queued are all served.
+
+Each case is decided by what was sent, never by how the reads fall: a complete head is
+judged by its parsed size and count, an unfinished one by the bytes and lines read."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import uvicorn
+
+from gateway.http.limits import HeadLimits, limited_protocol
+
+MAX_HEADERS, MAX_HEAD_BYTES, MAX_PIPELINED = 10, 2048, 3
+LIMITS = HeadLimits(
+    max_head_bytes=MAX_HEAD_BYTES,
+    max_headers=MAX_HEADERS,
+    head_timeout_s=30.0,  # never reached here: these cases are about size and count
+    keepalive_timeout_s=30.0,
+    max_pipelined=MAX_PIPELINED,
+)
+REQUEST_LINE = b"GET /x HTTP/1.1\r\n"
+
+
+async def app(scope, receive, send) -> None:
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, int]]:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(app, http=limited_protocol(LIMITS), ws="none", lifespan="off", log_level="critical")
+    srv = uvicorn.Server(config)
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30  # a start-up bound only: far past any start, however loaded
+    while not srv.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.02)
+    yield sock.getsockname()[:2]
+    srv.should_exit = True
+    thread.join(10)
+
+
+def exchange(addr: tuple[str, int], *parts: bytes) -> bytes:
+    """Send `parts` one after another, then read until the server closes (every request
+    here ends with `connection: close`, or is refused, which closes)."""
+    s = socket.create_connection(addr, timeout=20)
+    try:
+        for part in parts:
+            s.sendall(part)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+    except ConnectionResetError:
+        return out
+    finally:
+        s.close()
+
+
+def statuses(answer: bytes) -> list[int]:
+    return [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", answer)]
+
+
+def headers(n: int, *, close: bool = True) -> bytes:
+    """`n` header lines in all, the last `connection: close` when `close`."""
+    lines = [b"host: gw"] + [b"x-h%d: v" % i for i in range(n - 1 - close)] + ([b"connection: close"] if close else [])
+    assert len(lines) == n
+    return b"".join(line + b"\r\n" for line in lines)
+
+
+@pytest.mark.parametrize(("count", "status"), [(MAX_HEADERS - 1, 200), (MAX_HEADERS, 200), (MAX_HEADERS + 1, 431)])
+def test_a_complete_head_may_have_max_headers_and_not_one_more(server, count, status) -> None:
+    assert statuses(exchange(server, REQUEST_LINE + headers(count) + b"\r\n")) == [status]
+
+
+@pytest.mark.parametrize(("count", "status"), [(MAX_HEADERS - 1, 200), (MAX_HEADERS, 200), (MAX_HEADERS + 1, 431)])
+def test_an_unfinished_head_is_judged_by_its_lines_on_the_same_boundary(server, count, status) -> None:
+    # Sent without its blank line first: refused then if over, served once it ends if not.
+    assert statuses(exchange(server, REQUEST_LINE + headers(count), b"\r\n")) == [status]
+
+
+def head_of_parsed_size(size: int) -> bytes:
+    """A complete head whose parsed size (URL, and each header's name and value + 4) is `size`."""
+    fixed = [(b"host", b"gw"), (b"connection", b"close")]
+    used = len(b"/x") + sum(len(n) + len(v) + 4 for n, v in fixed) + len(b"x-pad") + 4
+    pad = b"a" * (size - used)
+    return REQUEST_LINE + b"host: gw\r\nx-pad: " + pad + b"\r\nconnection: close\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("size", "status"), [(MAX_HEAD_BYTES - 1, 200), (MAX_HEAD_BYTES, 200), (MAX_HEAD_BYTES + 1, 431)]
+)
+def test_a_complete_head_may_be_max_head_bytes_and_not_one_more(server, size, status) -> None:
+    assert statuses(exchange(server, head_of_parsed_size(size))) == [status]
+
+
+@pytest.mark.parametrize(
+    ("read", "status"), [(MAX_HEAD_BYTES - 1, 200), (MAX_HEAD_BYTES, 200), (MAX_HEAD_BYTES + 1, 431)]
+)
+def test_an_unfinished_head_may_hold_max_head_bytes_and_not_one_more(server, read, status) -> None:
+    # An open head of `read` bytes (an unfinished header line): over the limit it is refused
+    # before it ends (so its end is not sent); at or under it, the head is served once it ends.
+    start = REQUEST_LINE + b"host: gw\r\nconnection: close\r\nx-pad: "
+    open_head = start + b"a" * (read - len(start))
+    parts = (open_head,) if status == 431 else (open_head, b"\r\n\r\n")
+    assert statuses(exchange(server, *parts)) == [status]
+
+
+def test_a_refusal_is_an_openai_error_and_closes(server) -> None:
+    answer = exchange(server, REQUEST_LINE + headers(MAX_HEADERS + 1) + b"\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"connection: close" in head
+    assert b'"code":"request_header_fields_too_large"' in body and b"more than 10 headers" in body
+
+
+@pytest.mark.parametrize(
+    ("queued", "answered"),
+    [(MAX_PIPELINED - 1, MAX_PIPELINED), (MAX_PIPELINED, MAX_PIPELINED + 1), (MAX_PIPELINED + 1, MAX_PIPELINED + 1)],
+)
+def test_up_to_max_pipelined_requests_queue_behind_the_one_served(server, queued, answered) -> None:
+    # One write: the request being served and `queued` behind it, the last one closing.
+    keep = REQUEST_LINE + headers(1, close=False) + b"\r\n"
+    last = REQUEST_LINE + headers(2) + b"\r\n"
+    answer = exchange(server, keep * queued + last)
+    # More than max_pipelined queued: what is beyond is not read, the queued ones are answered.
+    assert statuses(answer) == [200] * answered
