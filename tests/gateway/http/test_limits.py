@@ -8,12 +8,15 @@ judged by its parsed size and count, an unfinished one by the bytes and lines re
 
 from __future__ import annotations
 
+import asyncio
 import re
+import select
 import socket
 import threading
 import time
 from collections.abc import Iterator
 
+import orjson
 import pytest
 import uvicorn
 
@@ -33,15 +36,16 @@ REQUEST_LINE = b"GET /x HTTP/1.1\r\n"
 async def app(scope, receive, send) -> None:
     if scope["type"] != "http":
         return
+    if scope["path"] == "/slow":
+        await asyncio.sleep(HEAD_TIMEOUT_S * 10)
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, int]]:
+def serving(limits: HeadLimits) -> Iterator[tuple[str, int]]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, http=limited_protocol(LIMITS), ws="none", lifespan="off", log_level="critical")
+    config = uvicorn.Config(app, http=limited_protocol(limits), ws="none", lifespan="off", log_level="critical")
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -52,6 +56,23 @@ def server() -> Iterator[tuple[str, int]]:
     yield sock.getsockname()[:2]
     srv.should_exit = True
     thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, int]]:
+    yield from serving(LIMITS)
+
+
+# Short times for the timeout cases: each is judged by whether the gateway acted while the
+# client was still sending (or waiting), never by how long it took.
+HEAD_TIMEOUT_S, KEEPALIVE_S = 0.5, 0.8
+
+
+@pytest.fixture(scope="module")
+def quick() -> Iterator[tuple[str, int]]:
+    yield from serving(
+        HeadLimits(max_head_bytes=MAX_HEAD_BYTES, head_timeout_s=HEAD_TIMEOUT_S, keepalive_timeout_s=KEEPALIVE_S)
+    )
 
 
 def exchange(addr: tuple[str, int], *parts: bytes) -> bytes:
@@ -138,3 +159,79 @@ def test_up_to_max_pipelined_requests_queue_behind_the_one_served(server, queued
     answer = exchange(server, keep * queued + last)
     # More than max_pipelined queued: what is beyond is not read, the queued ones are answered.
     assert statuses(answer) == [200] * answered
+
+
+def test_a_head_too_large_is_refused_with_its_code_and_limit(server) -> None:
+    answer = exchange(server, head_of_parsed_size(MAX_HEAD_BYTES + 1))
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n") and b"connection: close" in head
+    error = orjson.loads(body)["error"]
+    assert error["code"] == "request_header_fields_too_large" and f"({MAX_HEAD_BYTES} bytes)" in error["message"]
+    assert int(dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:])[b"content-length"]) == len(body)
+
+
+def test_a_malformed_request_is_400_and_closed(server) -> None:
+    assert statuses(exchange(server, b"NOT HTTP AT ALL\r\n\r\n")) == [400]
+
+
+def trickle(s: socket.socket, piece: bytes, for_s: float) -> bool:
+    """Send `piece` every 0.1 s until the server answers or closes; False if it did
+    neither within `for_s`."""
+    deadline = time.monotonic() + for_s
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([s], [], [], 0.1)
+        if readable:
+            return True
+        try:
+            s.sendall(piece)
+        except OSError:
+            return True
+    return False
+
+
+def read_all(s: socket.socket) -> bytes:
+    out = b""
+    try:
+        while chunk := s.recv(65536):
+            out += chunk
+    except ConnectionResetError:
+        pass
+    return out
+
+
+def test_a_head_that_never_ends_is_408_while_it_still_trickles(quick) -> None:
+    with socket.create_connection(quick, timeout=20) as s:
+        s.sendall(REQUEST_LINE + b"host: gw\r\n")
+        assert trickle(s, b"x: 1\r\n", HEAD_TIMEOUT_S * 20)  # steady progress, never the end
+        answer = read_all(s)
+    assert statuses(answer) == [408]
+    error = orjson.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "request_timeout" and f"within {HEAD_TIMEOUT_S:g} s" in error["message"]
+
+
+def test_an_idle_connection_is_closed_and_blank_lines_do_not_keep_it(quick) -> None:
+    with socket.create_connection(quick, timeout=20) as s:
+        s.sendall(REQUEST_LINE + b"host: gw\r\n\r\n")
+        first = b""
+        while not first.endswith(b"ok"):
+            first += s.recv(65536)
+        assert statuses(first) == [200]
+        assert trickle(s, b"\r\n", KEEPALIVE_S * 20)  # closed while the blank lines still came
+        assert read_all(s) == b""
+
+
+def test_a_connection_that_never_sends_is_closed_without_an_answer(quick) -> None:
+    with socket.create_connection(quick, timeout=20) as s:
+        assert read_all(s) == b""  # closed by the idle limit (a socket timeout would raise)
+
+
+def test_a_head_queued_behind_a_slow_answer_gets_its_time_after_it(quick) -> None:
+    # The first answer takes 10 head timeouts; the second head, begun at once and ended
+    # after 2, waits behind it meanwhile: not refused (its time starts when the answer
+    # ends), both answered. The margins are wide for a loaded machine (8 head timeouts).
+    slow = b"GET /slow HTTP/1.1\r\nhost: gw\r\n\r\n"
+    with socket.create_connection(quick, timeout=20) as s:
+        s.sendall(slow + REQUEST_LINE + b"host: gw\r\n")
+        time.sleep(HEAD_TIMEOUT_S * 2)
+        s.sendall(b"connection: close\r\n\r\n")
+        assert statuses(read_all(s)) == [200, 200]
