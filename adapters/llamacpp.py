@@ -1,0 +1,194 @@
+"""The llama.cpp dialect (`llama-server`): one choice per request (the gateway fans n > 1
+out), `repetition_penalty` sent as `repeat_penalty`, logprobs asked for as many
+alternatives as the client wants (llama.cpp sends 20 for `logprobs: true`, none for
+`top_logprobs: 0`), completion logprobs read from its chat shape, its context-overflow
+error as `context_length_exceeded`; load from `llamacpp:*` metrics and `/slots` read
+once per server for every adapter in this process (a `/metrics` scrape resets its
+throughput averages); `/props` read once as the server's conditions; `/tokenize`,
+`/detokenize` and `/apply-template` in its shape. Facts and sources: docs/adapters.md
+"llama.cpp", docs/runtimes.md §6.
+
+Never sent upstream (the transport writes only its own headers): a client's
+`X-Conversation-Id`, which would make llama.cpp keep generating after the client left.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from adapters import llamacpp_load as load_view
+from adapters import openai_wire as wire
+from adapters.base import (
+    Capabilities,
+    Event,
+    GenerationRequest,
+    LoadSnapshot,
+    LogprobsDelta,
+    ParameterSupport,
+    TextDelta,
+    TokenLogprob,
+)
+from adapters.dialect import Call, EventFilter, Reader
+from adapters.errors import upstream_failed
+from adapters.oneshot import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
+from adapters.openai import OpenAIDialect
+
+log = logging.getLogger("switchyard.upstream")
+
+# tools/server/server-context.cpp: the prompt does not fit the slot's context.
+CONTEXT = re.compile(r"exceeds the available context size|is larger than the max context size", re.IGNORECASE)
+# OpenAI's legacy completions stop at 16 tokens when max_tokens is unset; llama.cpp
+# would run to the end of the context.
+COMPLETION_DEFAULT_MAX_TOKENS = 16
+# llama.cpp reports a zero probability as the lowest float; OpenAI's floor is -9999.
+LOGPROB_FLOOR = -9999.0
+
+
+class LlamaCppDialect(OpenAIDialect):
+    runtime = "llama.cpp"
+    api_prefix = "/v1"
+    health_path = "/health"  # 503 "Loading model" until the model is loaded
+    context_pattern = CONTEXT
+    parameters = ParameterSupport(
+        emulated={
+            "n": "n requests, one per choice (llama.cpp runs n only on as many free slots at once)",
+            "repetition_penalty": "sent as llama.cpp's repeat_penalty",
+        },
+        rejected={
+            "stop_token_ids": "llama.cpp has none",
+            "min_tokens": "llama.cpp has none",
+        },
+    )
+
+    def __init__(self, backend: str, served_model: str | None = None, options: Mapping[str, Any] | None = None):
+        super().__init__(backend, served_model, options)
+        self.props: load_view.Props | None = None  # the server's conditions, read once
+
+    def declare_capabilities(self) -> Capabilities:
+        """`options.jinja: false` for a server started with --no-jinja (no tool calls);
+        `options.embeddings: true` for one started with --embeddings."""
+        return Capabilities(
+            tools=self.option("jinja", True) and self.option("tools", True),
+            n=False,
+            cached_tokens=True,
+            embeddings=self.option("embeddings", False),
+            tokenize=True,
+        )
+
+    # ---- request -------------------------------------------------------------------------------
+
+    def body(self, request: GenerationRequest, stream: bool) -> dict[str, Any]:
+        if request.kind == "completion" and request.echo:
+            raise self.unsupported("echo on /v1/completions", "echo")
+        body = super().body(request, stream)
+        s = request.sampling
+        body.pop("n", None)
+        if "repetition_penalty" in body:
+            body["repeat_penalty"] = body.pop("repetition_penalty")
+        if s.logprobs:
+            # At least one alternative, or llama.cpp computes no probabilities at all;
+            # the filter cuts them back to what was asked.
+            wanted = max(s.top_logprobs, 1)
+            if request.kind == "chat":
+                body["top_logprobs"] = wanted
+            else:
+                body["logprobs"] = wanted
+        if request.kind == "completion" and s.max_tokens is None:
+            body["max_tokens"] = COMPLETION_DEFAULT_MAX_TOKENS
+        return body
+
+    def event_filter(self, request: GenerationRequest) -> EventFilter | None:
+        return TopLogprobsCut(request.sampling.top_logprobs) if request.sampling.logprobs else None
+
+    # ---- answers --------------------------------------------------------------------------------
+
+    def decode_chunk(self, payload: dict, chat: bool) -> list[Event]:
+        if not chat:
+            legacy_logprobs(payload)
+        return wire.decode_chunk(payload, chat, self.backend)
+
+    def decode_response(self, payload: dict, chat: bool) -> list[Event]:
+        if not chat:
+            legacy_logprobs(payload)
+        return wire.decode_response(payload, chat, self.backend)
+
+    # ---- load, conditions ---------------------------------------------------------------------
+
+    async def load(self, http: Reader) -> LoadSnapshot:
+        if self.props is None:
+            self.props = await load_view.read_props(http)
+            if self.props is not None:
+                log.info("backend %s runs llama.cpp %s", self.backend, self.props.describe())
+        return await load_view.shared_load(http, float(self.options.get("load_min_interval_s", 0.5)))
+
+    # ---- one-shot calls ---------------------------------------------------------------------------
+
+    def tokenize_call(self, request: TokenizeRequest) -> Call:
+        if request.return_token_strs:
+            raise self.unsupported("token strings in /tokenize answers", "return_token_strs")
+        if request.messages is not None:
+            raise self.unsupported("tokenizing messages (its /tokenize takes text only)", "messages")
+        body = {"content": request.prompt or "", "add_special": request.special_tokens, "parse_special": True}
+        return Call("/tokenize", body)
+
+    def read_tokenize(self, payload: Any, request: TokenizeRequest) -> TokenizeResult:
+        tokens = payload.get("tokens") if isinstance(payload, dict) else None
+        if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+            raise upstream_failed(self.backend, "its tokenize answer has the wrong shape", internal=repr(payload)[:200])
+        return TokenizeResult(list(tokens), self.props.n_ctx if self.props is not None else 0)
+
+    def detokenize_call(self, request: DetokenizeRequest) -> Call:
+        return Call("/detokenize", {"tokens": request.tokens})
+
+    def read_detokenize(self, payload: Any, request: DetokenizeRequest) -> DetokenizeResult:
+        text = payload.get("content") if isinstance(payload, dict) else None
+        if not isinstance(text, str):
+            raise upstream_failed(
+                self.backend, "its detokenize answer has the wrong shape", internal=repr(payload)[:200]
+            )
+        return DetokenizeResult(text)
+
+
+def legacy_logprobs(payload: dict) -> None:
+    """llama.cpp writes completion logprobs in the chat shape (`{"content": [...]}`);
+    the legacy shape (`tokens`, `token_logprobs`, `top_logprobs`) in place, for the decoder."""
+    for choice in payload.get("choices") or []:
+        lp = choice.get("logprobs") if isinstance(choice, dict) else None
+        if not isinstance(lp, dict) or not isinstance(lp.get("content"), list):
+            continue
+        items = [item for item in lp["content"] if isinstance(item, dict)]
+        choice["logprobs"] = {
+            "tokens": [item.get("token", "") for item in items],
+            "token_logprobs": [item.get("logprob") for item in items],
+            "top_logprobs": [
+                {t.get("token", ""): t.get("logprob", LOGPROB_FLOOR) for t in item.get("top_logprobs") or []}
+                for item in items
+            ],
+        }
+
+
+class TopLogprobsCut(EventFilter):
+    """Alternatives cut to the `top_logprobs` the client asked for (the body asked for
+    at least one), and llama.cpp's lowest-float "zero probability" raised to -9999."""
+
+    def __init__(self, top: int) -> None:
+        self.top = top
+
+    def feed(self, event: Event) -> list[Event]:
+        if isinstance(event, (TextDelta, LogprobsDelta)) and event.logprobs:
+            for item in event.logprobs:
+                self._cut(item)
+        return [event]
+
+    def at_done(self) -> list[Event]:
+        return []
+
+    def _cut(self, item: TokenLogprob) -> None:
+        if item.logprob is not None and item.logprob < LOGPROB_FLOOR:
+            item.logprob = LOGPROB_FLOOR
+        del item.top[self.top :]
+        for alt in item.top:
+            alt.logprob = max(alt.logprob, LOGPROB_FLOOR)
