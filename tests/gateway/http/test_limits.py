@@ -228,13 +228,17 @@ def test_an_idle_connection_is_closed_and_blank_lines_do_not_keep_it(quick) -> N
         while not first.endswith(b"ok"):
             first += s.recv(65536)
         assert statuses(first) == [200]
+        answered = time.monotonic()
         assert trickle(s, b"\r\n", KEEPALIVE_S * 20)  # closed while the blank lines still came
         assert read_all(s) == b""
+        assert time.monotonic() - answered >= KEEPALIVE_S * 0.9  # and not before the idle limit
 
 
 def test_a_connection_that_never_sends_is_closed_without_an_answer(quick) -> None:
     with socket.create_connection(quick, timeout=20) as s:
+        connected = time.monotonic()
         assert read_all(s) == b""  # closed by the idle limit (a socket timeout would raise)
+        assert time.monotonic() - connected >= KEEPALIVE_S * 0.9  # not before it
 
 
 def test_a_head_queued_behind_a_slow_answer_gets_its_time_after_it(quick) -> None:
@@ -247,3 +251,15 @@ def test_a_head_queued_behind_a_slow_answer_gets_its_time_after_it(quick) -> Non
         time.sleep(HEAD_TIMEOUT_S * 2)
         s.sendall(b"connection: close\r\n\r\n")
         assert statuses(read_all(s)) == [200, 200]
+
+
+def test_an_open_head_is_counted_across_its_reads(server) -> None:
+    # Two sends, each under the limits, together over them, the head never ended: refused
+    # (read apart, the reads are summed; read together, the one read is over the limit).
+    start = REQUEST_LINE + b"host: gw\r\nx-pad: "
+    half = b"a" * ((MAX_HEAD_BYTES + 1 - len(start)) // 2)
+    rest = b"a" * (MAX_HEAD_BYTES + 1 - len(start) - len(half))
+    assert statuses(exchange(server, start + half, PAUSE, rest)) == [431]
+    lines = [b"x-l%d: v\r\n" % i for i in range(MAX_HEADERS + 1)]
+    half_lines = b"".join(lines[: len(lines) // 2])
+    assert statuses(exchange(server, REQUEST_LINE + half_lines, PAUSE, b"".join(lines[len(lines) // 2 :]))) == [431]
