@@ -196,6 +196,17 @@ NOTES: dict[str, str] = {
     "(EXTRA_ARGS): they pin gateway/protection/quota_leases.py and cost seconds each per mutant.",
 }
 
+NOTES["gateway/http/limits.py"] = (
+    "Judged by tests/gateway/http/test_limits.py (uvicorn with the limited protocol in a thread, raw sockets): each "
+    "limit at, below and above its boundary, the timeouts, the refusals' bodies. 50.0% on its first run (size and "
+    "count cases only). The linger after a refusal is judged end to end by tests/adversity/test_http_limits.py, "
+    "not in this run."
+)
+NOTES["policies/routing.py"] = (
+    "Its committed measurement predates the split of its pickers into policies/pickers.py (the survivors' reasons "
+    "moved there): dropped, to be measured again."
+)
+
 # pytest arguments a module's run adds (to leave out a slow test in a listed file)
 EXTRA_ARGS: dict[str, list[str]] = {
     # the random engine workload loads a model per example: seconds per mutant
