@@ -46,8 +46,9 @@ def test_a_given_time_is_used_instead_of_the_clock_everywhere():
         budget.record_request(now=0.5)
     assert budget.totals(now=0.5) == (10, 0)
     assert not budget.exhausted(now=0.5)
-    assert [budget.may_retry(now=0.5) for _ in range(3)] == [True, True, False]  # 2 for 10 requests
-    assert budget.exhausted(now=0.5) and budget.refused == 2  # each refusal counted
+    assert [budget.may_retry(now=0.5) for _ in range(4)] == [True, True, False, False]  # 2 for 10 requests
+    assert budget.refused == 2
+    assert budget.exhausted(now=0.5) and budget.refused == 3  # each refusal counted
     assert budget.totals() == (0, 0)  # at the clock's 1000 all of it is past
 
 
