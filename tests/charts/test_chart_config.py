@@ -23,7 +23,14 @@ from tests.charts.helm import (
     render_notes,
 )
 
-ADAPTER_OF = {"vllm": "vllm", "sglang": "sglang", "tgi": "tgi", "trtllm": "trtllm", "native": "openai"}
+ADAPTER_OF = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "tgi": "tgi",
+    "trtllm": "trtllm",
+    "llamacpp": "llamacpp",
+    "native": "openai",
+}
 
 
 # `switchyard config check` on several files in one process: the command takes
@@ -310,3 +317,30 @@ def test_native_engine_runtime_runs_read_only_with_its_cache_dir():
     env = {e["name"]: e["value"] for e in engine["env"]}
     assert "emptyDir" in mounts_by_path(pod)[env["SWITCHYARD_CACHE_DIR"]]
     assert engine["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_a_llamacpp_runtime_gets_the_flags_the_gateway_reads(tmp_path):
+    sets = {
+        "runtimes.tiny.enabled": "false",
+        "runtimes.cpu.enabled": "true",
+        "runtimes.cpu.kind": "llamacpp",
+        "runtimes.cpu.model": "/models/tiny.gguf",
+    }
+    release = render(sets=sets)
+    pod = release.one("Deployment", "sy-switchyard-rt-cpu")["spec"]["template"]
+    llama = container(pod)
+    assert llama["command"] == ["/app/llama-server"]
+    for flag in ("--model=/models/tiny.gguf", "--alias=cpu", "--port=8080", "--jinja", "--metrics", "--slots"):
+        assert flag in llama["args"]
+    assert "--parallel=4" in llama["args"] and "--ctx-size=16384" in llama["args"]
+    assert llama["readinessProbe"]["httpGet"]["path"] == "/health"
+    (backend,) = release.gateway_config()["models"]["cpu"]["backends"]
+    assert backend == {
+        "name": "cpu",
+        "adapter": "llamacpp",
+        "url": "http://sy-switchyard-rt-cpu:8080",
+        "served_model": "cpu",
+        "max_inflight": 4,
+    }
+    status, errors = config_check({"gateway": release.gateway_config_text()}, tmp_path)
+    assert status == {"gateway": 0}, errors

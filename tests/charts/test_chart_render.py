@@ -98,7 +98,7 @@ def test_long_release_names_are_cut_to_63_characters_without_collisions():
 
 def test_values_the_schema_refuses_stop_the_render():
     with pytest.raises(HelmFailed, match="runtimes.bad.kind"):
-        render(sets={"runtimes.bad.kind": "llamacpp", "runtimes.bad.model": "m"})
+        render(sets={"runtimes.bad.kind": "ollama", "runtimes.bad.model": "m"})
     with pytest.raises(HelmFailed, match="config"):  # the chart owns `listen`
         render(sets={"config.listen.port": "9000"})
     with pytest.raises(HelmFailed, match="autoscaling.metric"):

@@ -92,10 +92,10 @@ app.kubernetes.io/component: {{ .component }}
      fields fullname, servedModel, gatewayModel, adapter and url. */}}
 {{- define "switchyard.runtime" -}}
 {{- $root := .root -}}
-{{- $kind := required (printf "runtimes.%s.kind is required (vllm, sglang, tgi, trtllm or native)" .name) .spec.kind -}}
+{{- $kind := required (printf "runtimes.%s.kind is required (vllm, sglang, tgi, trtllm, llamacpp or native)" .name) .spec.kind -}}
 {{- $kindDefaults := index $root.Values.runtimeDefaults $kind | default dict -}}
 {{- if not (hasKey $root.Values.runtimeDefaults $kind) -}}
-{{- fail (printf "runtimes.%s.kind %q is not one of vllm, sglang, tgi, trtllm, native" .name $kind) -}}
+{{- fail (printf "runtimes.%s.kind %q is not one of vllm, sglang, tgi, trtllm, llamacpp, native" .name $kind) -}}
 {{- end -}}
 {{- $rt := mustMergeOverwrite (deepCopy $root.Values.runtimeCommon) (deepCopy $kindDefaults) (deepCopy .spec) -}}
 {{- $model := required (printf "runtimes.%s.model is required" .name) $rt.model -}}
