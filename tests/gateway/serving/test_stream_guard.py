@@ -227,6 +227,10 @@ async def test_a_finish_reason_outside_the_enum_never_reaches_the_client(reason)
     out = await run([TextDelta(0, "a"), Finish(0, reason), Usage(1, 1)])  # type: ignore[arg-type]
     assert out[0] == TextDelta(0, "a")
     assert isinstance(out[-1], ErrorEvent) and out[-1].error.status == 502 and repr(reason) in out[-1].error.message
+    # The contract's mid-stream failure: always upstream_error, and said to be a failure.
+    assert out[-1].error.code == "upstream_error" and out[-1].error.message.endswith(
+        "which is a failure, not an answer."
+    )
     assert not any(isinstance(e, Finish) for e in out)
 
 
