@@ -6,7 +6,7 @@ error as `context_length_exceeded`; load from `llamacpp:*` metrics and `/slots` 
 once per server for every adapter in this process (a `/metrics` scrape resets its
 throughput averages); `/props` read once as the server's conditions; `/tokenize`,
 `/detokenize` and `/apply-template` in its shape. Facts and sources: docs/adapters.md
-"llama.cpp", docs/runtimes.md §6.
+"llama.cpp", docs/runtimes.md §8.
 
 Never sent upstream (the transport writes only its own headers): a client's
 `X-Conversation-Id`, which would make llama.cpp keep generating after the client left.
