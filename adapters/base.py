@@ -312,7 +312,7 @@ class Adapter(ABC):
 
         Raises `GatewayError` for failures; a failure before the first event (raised,
         or an `ErrorEvent` as the first event) may be retried elsewhere when
-        `retryable` is set. Closing or cancelling the iterator aborts the upstream
+        it carries a `failure` kind. Closing or cancelling the iterator aborts the upstream
         work (see module docstring). Every choice should end with a `Finish` and
         `Usage` come last when the runtime knows it; the stream rules above say
         what the gateway makes of a stream that breaks them.

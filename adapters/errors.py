@@ -10,6 +10,7 @@ the low-level cause) goes to the log, with the backend's name, where it is built
 from __future__ import annotations
 
 import logging
+from enum import Enum
 
 from policies.redact import public_message, shown_name
 
@@ -19,11 +20,23 @@ log = logging.getLogger("switchyard.upstream")
 THE_BACKEND = "The backend serving this model"
 
 
+class FailureKind(Enum):
+    """What kind of backend failure an error is, when it is one (what the pool's outlier
+    detector counts, policies/ejection.py). An error with a kind fails over before the
+    first byte; one without is the request's own (a client mistake, a refusal)."""
+
+    CONNECT = "connect"  # no connection, or it broke before the first byte
+    TIMEOUT = "timeout"  # no first byte in time
+    SERVER_ERROR = "server_error"  # a 5xx other than overload
+    OVERLOAD = "overload"  # the runtime refused: 429, or 503 overloaded
+
+
 class GatewayError(Exception):
     """An error that becomes `{"error": {"message", "type", "param", "code"}}`.
 
-    `retryable` marks failures that happened before the runtime did any work the
-    client could see (connection refused, upstream 503): the gateway may fail over.
+    `failure`: the kind of backend failure it is (any 5xx is at least a SERVER_ERROR);
+    before the first byte such a failure is tried on another backend (`fails_over`),
+    whatever its status and code.
     `retry_after` (seconds) becomes the Retry-After header on 429/503.
     `cancelled_phase`: on a 499, where the client went away (the cancellation
     metric's `phase` label), when the raiser knows it.
@@ -37,7 +50,7 @@ class GatewayError(Exception):
         type: str | None = None,
         code: str | None = None,
         param: str | None = None,
-        retryable: bool = False,
+        failure: FailureKind | None = None,
         retry_after: float | None = None,
         headers: dict[str, str] | None = None,
         cancelled_phase: str | None = None,
@@ -48,10 +61,17 @@ class GatewayError(Exception):
         self.type = type or default_type(status)
         self.code = code
         self.param = param
-        self.retryable = retryable
+        self.failure = failure if failure is not None or status < 500 else FailureKind.SERVER_ERROR
         self.retry_after = retry_after
         self.headers = headers or {}
         self.cancelled_phase = cancelled_phase
+
+    @property
+    def fails_over(self) -> bool:
+        """Whether, before the first byte, another backend is tried: a backend's failure
+        (no connection, overload, a first-byte timeout, a runtime's 5xx); a client's
+        mistake (4xx) would fail the same way anywhere."""
+        return self.failure is not None
 
     def to_dict(self) -> dict:
         """The envelope a client reads: the message through the one redaction rule
@@ -60,7 +80,7 @@ class GatewayError(Exception):
             "error": {
                 "message": public_message(self.message),
                 "type": self.type,
-                "param": self.param,
+                "param": self.param if self.param is None else shown_name(self.param),
                 "code": self.code,
             }
         }
@@ -106,6 +126,29 @@ def model_not_found(model: str) -> GatewayError:
     )
 
 
+def internal_error() -> GatewayError:
+    """500: a bug of the gateway's (logged where it was caught), never the client's fault."""
+    return GatewayError(500, "The gateway hit an internal error; it has been logged.", code="internal_error")
+
+
+def no_backend(model: str | None = None) -> GatewayError:
+    """503: no backend of the model could take the request (all failed, ejected or busy)."""
+    of = f"model `{model}`" if model else "this model"
+    return GatewayError(
+        503, f"No backend of {of} could take the request.", code="no_backend_available", retry_after=1.0
+    )
+
+
+def unsupported_call(model: str, what: str, runtimes: list[str]) -> GatewayError:
+    """400: no backend of `model` serves the one-shot call `what` (its runtimes named, never a backend)."""
+    return GatewayError(
+        400,
+        f"The model `{model}` does not serve {what}: its backends ({', '.join(runtimes)}) do not offer it.",
+        param="model",
+        code="unsupported_by_runtime",
+    )
+
+
 def client_closed(phase: str | None = None) -> GatewayError:
     """499: the client went away before its answer (`phase`: where, when known)."""
     return GatewayError(499, "The client closed the request.", code="client_closed", cancelled_phase=phase)
@@ -114,7 +157,7 @@ def client_closed(phase: str | None = None) -> GatewayError:
 def upstream_unavailable(backend: str, detail: str) -> GatewayError:
     """No answer could be had from `backend` (refused, reset, closed); may fail over."""
     log.warning("backend %s unavailable: %s", backend, detail)
-    return GatewayError(503, f"{THE_BACKEND} is unavailable.", code="backend_unavailable", retryable=True)
+    return GatewayError(503, f"{THE_BACKEND} is unavailable.", code="backend_unavailable", failure=FailureKind.CONNECT)
 
 
 def upstream_busy(backend: str, detail: str, waited_s: float) -> GatewayError:
@@ -124,7 +167,7 @@ def upstream_busy(backend: str, detail: str, waited_s: float) -> GatewayError:
         503,
         f"{THE_BACKEND} has no free connection (waited {waited_s:g} s); retry later.",
         code="backend_busy",
-        retryable=True,
+        failure=FailureKind.OVERLOAD,
         retry_after=1.0,
     )
 
@@ -135,7 +178,10 @@ def upstream_timeout(backend: str, detail: str, waited_s: float, first_byte: boo
     log.warning("backend %s timed out: %s", backend, detail)
     what = "did not start answering" if first_byte else "stopped sending in the middle of its answer"
     return GatewayError(
-        504, f"{THE_BACKEND} {what} within {waited_s:g} s.", code="upstream_timeout", retryable=first_byte
+        504,
+        f"{THE_BACKEND} {what} within {waited_s:g} s.",
+        code="upstream_timeout",
+        failure=FailureKind.TIMEOUT if first_byte else None,
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from adapters.errors import THE_BACKEND, GatewayError, context_length_exceeded
+from adapters.errors import THE_BACKEND, FailureKind, GatewayError, context_length_exceeded
 
 log = logging.getLogger("switchyard.upstream")
 
@@ -42,14 +42,16 @@ class UpstreamStatus:
 
     status: int
     code: str | None
-    retryable: bool
+    failure: FailureKind | None  # None: the client's mistake, never failed over
     fault: str | None
 
 
-CLIENT_MISTAKE = UpstreamStatus(400, None, False, None)
-BACKEND_FAULT = UpstreamStatus(502, "upstream_error", False, "failed")
-_DEPLOYMENT_CREDENTIALS = UpstreamStatus(502, "upstream_error", True, "rejected the gateway's credentials")
-_UNAVAILABLE = UpstreamStatus(503, "backend_unavailable", True, "is unavailable")
+CLIENT_MISTAKE = UpstreamStatus(400, None, None, None)
+BACKEND_FAULT = UpstreamStatus(502, "upstream_error", FailureKind.SERVER_ERROR, "failed")
+_DEPLOYMENT_CREDENTIALS = UpstreamStatus(
+    502, "upstream_error", FailureKind.SERVER_ERROR, "rejected the gateway's credentials"
+)
+_UNAVAILABLE = UpstreamStatus(503, "backend_unavailable", FailureKind.CONNECT, "is unavailable")
 
 # Upstream status -> what the client gets. Statuses not listed: other 4xx are client
 # mistakes, everything else is the backend's fault.
@@ -63,9 +65,9 @@ STATUS_TABLE: dict[int, UpstreamStatus] = {
     403: _DEPLOYMENT_CREDENTIALS,
     # The gateway maps the tenant's model to the backend's served model; a 404
     # means the backend does not serve what the config says.
-    404: UpstreamStatus(502, "upstream_error", True, "does not serve the configured model"),
-    429: UpstreamStatus(429, "upstream_overloaded", True, "is overloaded"),
-    501: UpstreamStatus(400, "unsupported_by_backend", False, "does not support this request"),
+    404: UpstreamStatus(502, "upstream_error", FailureKind.SERVER_ERROR, "does not serve the configured model"),
+    429: UpstreamStatus(429, "upstream_overloaded", FailureKind.OVERLOAD, "is overloaded"),
+    501: UpstreamStatus(400, "unsupported_by_backend", None, "does not support this request"),
     408: _UNAVAILABLE,
     502: _UNAVAILABLE,
     503: _UNAVAILABLE,
@@ -168,7 +170,7 @@ def _by_status(status: int, message: str, parsed: ParsedError, backend: str, run
         rule.status,
         f"The {runtime} backend serving this model {rule.fault}: {message}",
         code=rule.code,
-        retryable=rule.retryable,
+        failure=rule.failure,
     )
 
 

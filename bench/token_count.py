@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
+from processes.install import install_hint
+
 CountKind = Literal["endpoint", "tokenizer", "estimate"]
 PROBE_TEXT = "How many tokens is this?"
 
@@ -98,9 +100,7 @@ class FileTokenizerCounter:
         try:
             from tokenizers import Tokenizer
         except ImportError:
-            raise TokenizerError(
-                "--tokenizer needs the `tokenizers` library: pip install 'switchyard[bench]'"
-            ) from None
+            raise TokenizerError("--tokenizer needs the `tokenizers` library: " + install_hint("bench")) from None
         try:
             self._tokenizer = Tokenizer.from_file(str(file))
         except Exception as exc:  # the library raises its own exception types for unreadable files

@@ -1,11 +1,9 @@
 """App assembly: the OpenAI routes, and the operational ones (gateway/observe/ops.py).
 
-Routes are plain Starlette routes on the FastAPI app (no per-request pydantic
-model or dependency injection): the request path is auth -> read and parse ->
-model check -> quota and admission -> dispatch -> encode, and each step is a
-function call. Authentication comes first, so that an anonymous caller learns
-nothing from validation; a model the caller may not use answers exactly as one
-that does not exist (404 `model_not_found`), so that models cannot be enumerated.
+Every API route is the one front door (gateway/intake.py: auth, read and parse,
+model check, deadline, admission) with its own parse and the exchange that answers
+it (gateway/serving/generation.py, oneshot.py), as plain Starlette routes on the
+FastAPI app (no per-request pydantic model or dependency injection).
 """
 
 from __future__ import annotations
@@ -18,44 +16,41 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from adapters.base import GenerationRequest
-from adapters.errors import GatewayError, client_closed, model_not_found
+from adapters.errors import GatewayError, internal_error, model_not_found
 from gateway.backends.backend_set import BackendSet
 from gateway.config.schema import GatewayConfig
-from gateway.http.deadline import request_deadline
 from gateway.http.envelope import error_response, json_response, route_error_handler
-from gateway.http.request_io import client_request_id, new_request_id, read_body
+from gateway.intake import Admitted, ApiRoute, Intake, Intent
 from gateway.lifecycle.inflight import Exchange, InFlight
 from gateway.lifecycle.process import Lifecycle, shutting_down
 from gateway.lifecycle.reload import ConfigReloader, ConfigSource, ConfigVersion
 from gateway.lifecycle.workers import WorkerSlot
 from gateway.observe.admin import AdminViews
-from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.metrics import GatewayMetrics, access_logger
 from gateway.observe.ops import OpsCollector, OpsViews
 from gateway.observe.recorder import RequestRecorder, TenantLabels
 from gateway.observe.tracing import Tracing, build_tracing
 from gateway.observe.worker_metrics import WorkerMetrics
-from gateway.openai.answer_format import AnswerFormat
 from gateway.openai.api_routes import gateway_version, mount_documented, openapi_route
 from gateway.openai.embeddings import embeddings_route
-from gateway.openai.requests import estimate_prompt_tokens, parse_chat, parse_completion, parse_json_body
+from gateway.openai.requests import parse_chat, parse_completion
 from gateway.openai.responses.routes import ResponsesRoutes
 from gateway.openai.tokenize import detokenize_route, tokenize_route
 from gateway.protection.gate import Protection
 from gateway.protection.worker_quota import WorkerShareStore
-from gateway.serving.dispatch import Dispatcher, check_choices
+from gateway.serving.dispatch import Dispatcher
+from gateway.serving.exchange import ExchangeRunner
 from gateway.serving.generation import Generation
-from gateway.serving.unary import UnaryGate
+from gateway.serving.oneshot import OneShotCall
 from policies.auth import credential_headers
 
 log = logging.getLogger("switchyard.gateway")
@@ -105,6 +100,18 @@ class Gateway:
         fan_out = functools.partial(os.kill, siblings.supervisor_pid, signal.SIGHUP) if siblings else None
         self.responses_api = ResponsesRoutes(config, self.protection)
         self.admin = AdminViews(lambda: self.config, self.reloader, worker.describe() if worker else None, fan_out)
+        self.intake = Intake(
+            lambda: self.config,
+            self.protection,
+            self.backends,
+            self.recorder,
+            self.tracing,
+            lambda: self.reloader.version.id,
+        )
+        # Every API route's handler: the front door with the route's parse and exchange.
+        self.api: dict[str, Callable[[Request], Awaitable[Response]]] = {
+            path: functools.partial(self.intake.handle, route) for path, route in self._routes().items()
+        }
 
     @property
     def ready(self) -> bool:
@@ -163,75 +170,23 @@ class Gateway:
         pool = self.backends.pools.get(model)
         return pool.capacity() if pool else None
 
-    # ---- OpenAI routes ---------------------------------------------------------------
+    # ---- OpenAI routes: each is the one front door (gateway/intake.py) with its parse and exchange ----
 
-    async def chat(self, request: Request) -> Response:
-        return await self._generate(request, True, _parse_chat)
+    def _routes(self) -> dict[str, ApiRoute]:
+        call = functools.partial(OneShotCall, self.recorder, on_failure=self.dispatcher.on_failure)
+        return {
+            "/v1/chat/completions": ApiRoute("chat", _parse_chat, self._generation),
+            "/v1/completions": ApiRoute("text_completion", _parse_completion, self._generation),
+            # The chat path, with the Responses API's parse and answer format.
+            "/v1/responses": ApiRoute("chat", self.responses_api.parse, self._generation),
+            "/v1/embeddings": embeddings_route(call),
+            "/tokenize": tokenize_route(call),
+            "/detokenize": detokenize_route(call),
+        }
 
-    async def completions(self, request: Request) -> Response:
-        return await self._generate(request, False, _parse_completion)
-
-    async def responses(self, request: Request) -> Response:
-        """`POST /v1/responses`: the chat path, with the Responses API's parse and answer."""
-        return await self._generate(request, True, self.responses_api.parse)
-
-    async def _generate(self, request: Request, chat: bool, parse: ParseBody) -> Response:
-        upstream_id = new_request_id()
-        ctx = RequestContext(
-            request_id=client_request_id(request.headers.get("x-request-id")) or upstream_id,
-            started=time.perf_counter(),
-            chat=chat,
-            upstream_id=upstream_id,
-            trace=self.tracing.request(request.scope["headers"], chat),
-            config_version=self.reloader.version.id,
-        )
-        try:
-            principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
-            ctx.tenant = principal.tenant
-            raw = await read_body(request, self.config.limits.max_body_bytes)
-            body = parse_json_body(raw, self.config.limits.max_json_depth)
-            reqs, answer = await parse(body, upstream_id, principal.tenant)
-            ctx.model = reqs[0].model
-            ctx.trace.parsed(reqs[0])
-            check_choices(reqs, self.config.limits.max_choices_per_request)
-            session_id = request.headers.get("x-session-id")
-            deadline = request_deadline(
-                request.headers, self.config.limits.max_request_timeout_s, stream=reqs[0].stream
-            )
-            for r in reqs:
-                r.deadline = deadline
-                r.tenant = principal.tenant
-                r.priority = principal.tier
-                if session_id:
-                    r.session_keys["x-session-id"] = session_id
-            pool = self.dispatcher.pool(ctx.model)
-            if pool is None or not self.protection.may_use(principal, ctx.model):
-                raise model_not_found(ctx.model)
-            for r in reqs:
-                r.unsupported_params = pool.config.unsupported_params
-            queued_at = time.perf_counter()
-            ticket = await self.protection.admit(
-                principal,
-                ctx.model,
-                reqs[0],
-                sum(estimate_prompt_tokens(r) for r in reqs),
-                request.is_disconnected,
-                choices=sum(r.sampling.n for r in reqs),
-            )
-            ctx.queue_wait = time.perf_counter() - queued_at
-        except GatewayError as err:
-            return self._fail(ctx, err)
-        except ClientDisconnect:
-            return self._fail(ctx, client_closed())
-        except Exception:
-            log.exception("unhandled error on %s", request.url.path)
-            return self._fail(ctx, internal_error())
-        # Generation is an ASGI callable that Starlette awaits exactly as it awaits a Response.
-        return cast(Response, Generation(self.dispatcher, self.recorder, ctx, ticket, reqs, answer))
-
-    def _fail(self, ctx: RequestContext, err: GatewayError) -> Response:
-        self.recorder.finish(ctx, Outcome.refused(err))
-        return error_response(err, ctx.request_id)
+    def _generation(self, admitted: Admitted) -> Generation:
+        ctx, ticket = admitted.ctx, admitted.ticket
+        return Generation(self.dispatcher, self.recorder, ctx, ticket, admitted.requests, admitted.intent.payload)
 
     async def list_models(self, request: Request) -> Response:
         try:
@@ -260,21 +215,12 @@ class Gateway:
         return {"id": name, "object": "model", "created": self.started_at, "owned_by": owned_by}
 
 
-# A generating route's body reader: (body, the gateway's request id, the tenant) -> the
-# generation requests, and the answer format (None: chat's, gateway/openai/answer_format.py).
-ParseBody = Callable[[Any, str, str], Awaitable[tuple[list[GenerationRequest], AnswerFormat | None]]]
+async def _parse_chat(body: Any, upstream_id: str, tenant: str) -> Intent:
+    return Intent([parse_chat(body, upstream_id)])
 
 
-async def _parse_chat(body: Any, upstream_id: str, tenant: str) -> tuple[list[GenerationRequest], None]:
-    return [parse_chat(body, upstream_id)], None
-
-
-async def _parse_completion(body: Any, upstream_id: str, tenant: str) -> tuple[list[GenerationRequest], None]:
-    return parse_completion(body, upstream_id), None
-
-
-def internal_error() -> GatewayError:
-    return GatewayError(500, "The gateway hit an internal error; it has been logged.", code="internal_error")
+async def _parse_completion(body: Any, upstream_id: str, tenant: str) -> Intent:
+    return Intent(parse_completion(body, upstream_id))
 
 
 class HotPath:
@@ -294,11 +240,7 @@ class HotPath:
         self.app = app
         gw: Gateway = app.state.gateway
         self.gateway = gw
-        self.routes = {
-            "/v1/chat/completions": gw.chat,
-            "/v1/completions": gw.completions,
-            "/v1/responses": gw.responses,
-        }
+        self.routes = {path: handler for path, handler in gw.api.items() if path.startswith("/v1/")}
         self.ops_app = ops_app(gw)
         self.ops_port: int | None = None
 
@@ -345,14 +287,14 @@ class HotPath:
         except Exception:
             log.exception("unhandled error on %s", scope["path"])
             response = error_response(internal_error())
-        if isinstance(response, Generation):
+        if isinstance(response, ExchangeRunner):
             exchange.on_cut = functools.partial(_cut_by_drain, response)
         await response(scope, receive, send)
 
 
-def _cut_by_drain(generation: Generation) -> None:
-    """What the access log says of a generation the drain ends."""
-    generation.status, generation.error = 503, "ended by the drain: the process was shutting down"
+def _cut_by_drain(runner: ExchangeRunner) -> None:
+    """What the access log says of an exchange the drain ends."""
+    runner.status, runner.error = 503, "ended by the drain: the process was shutting down"
 
 
 def create_app(gw: Gateway) -> FastAPI:
@@ -378,11 +320,8 @@ def create_app(gw: Gateway) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.gateway = gw
-    app.add_route("/v1/chat/completions", gw.chat, methods=["POST"])
-    app.add_route("/v1/completions", gw.completions, methods=["POST"])
-    app.add_route("/v1/responses", gw.responses, methods=["POST"])
-    # The calls that generate nothing (gateway/serving/unary.py): one upstream call, one JSON answer.
-    gate = UnaryGate(lambda: gw.config, gw.protection, gw.backends, gw.recorder, gw.dispatcher.on_failure)
+    for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
+        app.add_route(path, gw.api[path], methods=["POST"])
     stored = gw.responses_api
     # Declared to FastAPI with their shapes: GET /openapi.json documents them.
     mount_documented(
@@ -390,9 +329,9 @@ def create_app(gw: Gateway) -> FastAPI:
         {
             "list_models": gw.list_models,
             "get_model": gw.get_model,
-            "embeddings": functools.partial(embeddings_route, gate),
-            "tokenize": functools.partial(tokenize_route, gate),
-            "detokenize": functools.partial(detokenize_route, gate),
+            "embeddings": gw.api["/v1/embeddings"],
+            "tokenize": gw.api["/tokenize"],
+            "detokenize": gw.api["/detokenize"],
             "retrieve_response": stored.retrieve,
             "delete_response": stored.delete,
             "response_input_items": stored.input_items,

@@ -22,14 +22,8 @@ from enum import Enum
 
 from pydantic import Field
 
+from adapters.errors import FailureKind as FailureKind  # what dispatch reports: the kind an error carries
 from policies.settings import Settings
-
-
-class FailureKind(Enum):
-    CONNECT = "connect"  # no connection, or it broke before the first byte
-    TIMEOUT = "timeout"  # no first byte in time
-    SERVER_ERROR = "server_error"  # a 5xx other than overload
-    OVERLOAD = "overload"  # the runtime refused: 429, or 503 overloaded
 
 
 class CircuitState(Enum):

@@ -37,7 +37,8 @@ _CREDENTIAL_HEADERS = frozenset(
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
 _PAIR = re.compile(r"(?P<name>[A-Za-z0-9_.\-\[\]]+)(?P<sep>=)(?P<value>[^\s&;,'\"<>)}\]]+)")
 _HEADER_LINE = re.compile(
-    r"\b(?P<name>authorization|proxy-authorization|cookie|set-cookie|x-api-key|api-key)(?P<sep>:\s*)(?P<value>[^\r\n'\"]+)",
+    r"\b(?P<name>authorization|proxy-authorization|cookie|set-cookie|x-api-key|api-key)(?P<sep>:\s*)"
+    r"(?P<value>(?:(?:bearer|basic|digest|negotiate|token)\s+)?[^\s'\",;]+)",
     re.IGNORECASE,
 )
 _BEARER = re.compile(r"\b(?P<scheme>bearer\s+)[^\s'\",;]+|\b(?P<basic>basic\s+)[A-Za-z0-9+/=]{8,}", re.IGNORECASE)
@@ -118,6 +119,9 @@ def public_message(message: str, limit: int = MESSAGE_LIMIT) -> str:
 
 
 def shown_name(name: str, limit: int = NAME_LIMIT) -> str:
-    """A client's name (a model, an id) as an error message or a log line shows it:
-    clipped, control characters escaped."""
-    return escape_controls(clip(name, limit))
+    """A client's name (a model, an id) as an error message, a log line or a span
+    shows it: secrets masked, clipped, control characters escaped."""
+    shown = redact_text(name[: 4 * limit])[:limit]  # masked before it is cut: a cut URL hides nothing
+    if len(name) > limit:
+        shown = f"{shown}...({len(name)} characters)"
+    return escape_controls(shown)

@@ -95,7 +95,7 @@ MODULES: dict[str, list[str]] = {
         "tests/gateway/protection/test_quota_store_outage.py",
         "tests/gateway/protection/test_quota_down_window.py",
         "tests/gateway/protection/test_quota_details.py",
-        "tests/gateway/serving/test_unary.py",
+        "tests/gateway/serving/test_oneshot.py",
         "tests/gateway/serving/test_generation.py",
         "tests/adversity/test_units.py",
     ],

@@ -17,6 +17,7 @@ from gateway.backends.kv_feeds import KVFeed, build_feed
 from gateway.backends.pool import ModelPool
 from gateway.config.schema import BackendConfig, GatewayConfig
 from policies.profiles import profile_of
+from processes.install import install_hint
 
 log = logging.getLogger("switchyard.backends")
 
@@ -38,7 +39,7 @@ def build_adapter(cfg: BackendConfig, registry=None, shared: dict | None = None)
     try:
         cls = getattr(importlib.import_module(module_name), class_name)
     except ModuleNotFoundError as exc:
-        hint = " (install switchyard[engine] for the native engine)" if cfg.adapter == "native" else ""
+        hint = f" (the native engine: {install_hint('engine')})" if cfg.adapter == "native" else ""
         raise RuntimeError(f"backend {cfg.name}: adapter {cfg.adapter!r} is unavailable: {exc}{hint}") from exc
     if cfg.adapter == "native":
         key = ("native", cfg.model_path, cfg.served_model)

@@ -27,6 +27,7 @@ from gateway.config.schema import BackendConfig, KVEventsConfig
 from policies.kv_index import KVBlockIndex, match_fraction
 from policies.prefix_index import BLOCK_TOKENS
 from policies.views import uncached_tokens
+from processes.install import install_hint
 
 if TYPE_CHECKING:
     from adapters.kv_events_zmq import KVEventSubscriber
@@ -140,7 +141,7 @@ def build_feed(bcfg: BackendConfig, adapter: Adapter) -> KVFeed:
         from adapters.kv_events_zmq import KVEventSubscriber
     except ModuleNotFoundError as exc:
         raise RuntimeError(
-            f"backend {bcfg.name}: kv_events needs pyzmq and msgpack (install switchyard[kv-events]): {exc}"
+            f"backend {bcfg.name}: kv_events needs pyzmq and msgpack ({install_hint('kv-events')}): {exc}"
         ) from exc
     assert cfg.endpoint is not None  # the config requires it for vLLM and SGLang
     feed = KVFeed(index, hasher, scheme)

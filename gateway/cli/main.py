@@ -15,6 +15,8 @@ import importlib
 import sys
 from dataclasses import dataclass
 
+from processes.install import install_hint
+
 # The packages of this project: a missing module among them is a bug, not an extra.
 OWN_PACKAGES = {
     "gateway",
@@ -59,7 +61,7 @@ class MissingExtra(Exception):
     def __init__(self, command: str, extra: str, module: str) -> None:
         super().__init__(
             f"switchyard {command} needs the `{extra}` extra, which is not installed (no module {module!r}): "
-            f"pip install 'switchyard[{extra}]'"
+            f"{install_hint(extra)}"
         )
 
 

@@ -31,6 +31,7 @@ from policies.profiles import Routing
 from policies.redact import redact_text
 from policies.saturation import SaturationDetector
 from policies.session import SessionAffinity
+from processes.install import install_hint
 
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's
 REDIS_SCHEMES = ("redis", "rediss", "unix")  # what redis-py's from_url accepts
@@ -154,7 +155,7 @@ def native_problem(model_path: str) -> str | None:
     except ImportError:  # an import hook refusing it says the same
         has_torch = False
     if not has_torch:
-        return "adapter native needs the engine extra (pip install 'switchyard[engine]'): torch is not installed"
+        return f"adapter native needs the engine extra ({install_hint('engine')}): torch is not installed"
     problem = model_path_problem(model_path)
     return None if problem is None else f"model_path {problem}"
 

@@ -19,10 +19,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.config.otel_env import otel_env_problem, otlp_protocol
 from gateway.config.section import secret_field
+from processes.install import install_hint
 
 TRACES_PATH = "/v1/traces"
 DEFAULT_SERVICE_NAME = "switchyard"
-MISSING_EXTRA = "tracing needs the otel extra (pip install 'switchyard[otel]'): opentelemetry-sdk is not installed"
+MISSING_EXTRA = f"tracing needs the otel extra ({install_hint('otel')}): opentelemetry-sdk is not installed"
 
 
 class TracingConfig(BaseModel):

@@ -1,6 +1,6 @@
 """What every route does with a request before its own work: name it, read its
 body within the size limit. One copy, so the generation routes and the calls that
-generate nothing (gateway/serving/unary.py) cannot drift apart on a rule a tenant relies on."""
+generate nothing (gateway/serving/oneshot.py) cannot drift apart on a rule a tenant relies on."""
 
 from __future__ import annotations
 

@@ -14,9 +14,12 @@ check` (`ConfigSource.load`). Then:
 - otherwise applied (`Gateway.apply_config`): backends added, removed and changed
   in place, tenants, keys, limits, routing and fallbacks at once.
 
-Every attempt is counted in `switchyard_config_reloads_total{result}`. The config
-in force has a version: a counter (1 at start), the content hash of the validated
-config and the time it was loaded; the access log names it on every request.
+Every attempt is counted in `switchyard_config_reloads_total{result}` (every result
+exported from 0, so an alert on invalid, refused and failed reloads has its series
+from the start). The config in force has a version: a counter (1 at start), the
+content hash of the validated config and the time it was loaded; the access log
+names it on every request, and `switchyard_config_info{version, digest}` is 1 for it
+(one series per replica: replicas that disagree on the digest run different files).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import reduce
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.config.schema import ConfigError, GatewayConfig, load_config, with_listen
 
@@ -163,6 +166,16 @@ class ConfigReloader:
             ["result"],
             registry=registry,
         )
+        for result in ReloadResult:
+            self.reloads.labels(result.value)
+        self.info = Gauge(
+            "switchyard_config_info",
+            "1 for the config version in force in this process: version (1 at start, +1 per applied reload) "
+            "and digest (the validated config's content hash, the same on replicas serving the same file).",
+            ["version", "digest"],
+            registry=registry,
+        )
+        self._show(self.version)
 
     async def reload(self, trigger: str) -> ReloadOutcome:
         """Load the config file again and put it in force, or say why not. One at a time."""
@@ -199,7 +212,13 @@ class ConfigReloader:
                 ReloadResult.FAILED, f"{type(exc).__name__}: {exc}; version {self.version.id} stays in force"
             )
         self.active, self.version = new, version
+        self._show(version)
         return self._outcome(ReloadResult.APPLIED, f"version {version.id} in force ({summary})")
+
+    def _show(self, version: ConfigVersion) -> None:
+        """`switchyard_config_info` names `version` alone: the one in force."""
+        self.info.clear()
+        self.info.labels(str(version.counter), version.digest).set(1)
 
     def _outcome(self, result: ReloadResult, message: str) -> ReloadOutcome:
         return ReloadOutcome(result, message, self.version)

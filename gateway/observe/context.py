@@ -115,7 +115,7 @@ class RequestContext:
 
     request_id: str  # the client's x-request-id when it sent a plain one, else the gateway's
     started: float  # time.perf_counter() at arrival
-    chat: bool
+    operation: str  # what the route does, as the trace names it: chat, text_completion, embeddings, tokenize, ...
     upstream_id: str | None = None  # the gateway's own id, the one runtimes saw (their logs name it)
     config_version: str | None = None  # the config version in force when it arrived (gateway/lifecycle/reload.py)
     model: str | None = None

@@ -4,7 +4,7 @@ the JSON access log. `SafeLines` is a logging filter on each of their handlers:
 the message's secrets masked, its control characters escaped (a newline or an
 ESC a client put in a model name, a path or a header cannot forge a line or
 drive a terminal), its length bounded; a traceback keeps its lines, each
-continuation indented, so none of them reads as a line of its own."""
+indented, so none of them reads as a line of its own."""
 
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ class SafeLines(logging.Filter):
 
 
 def _lines(text: str) -> str:
-    """A multi-line text (a traceback) redacted and escaped line by line; every line
-    after the first indented."""
+    """A multi-line text (a traceback, written after the message's line) redacted and
+    escaped line by line, every line indented: none reads as a log line of its own."""
     lines = [escape_controls(redact_text(line)) for line in text.split("\n")]
-    return "\n".join(lines[:1] + [line if line.startswith(" ") else "  " + line for line in lines[1:]])
+    return "\n".join(line if line.startswith(" ") else "  " + line for line in lines)
 
 
 def guard(*loggers: str) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,6 +42,7 @@ from gateway.observe.context import (
     make_current,
 )
 from policies.redact import public_message, shown_name
+from processes.install import installed_version
 
 # gen_ai.provider.name per adapter kind: the runtime that generates, as the GenAI
 # conventions' "instrumentation's best knowledge" (well-known values where there is one).
@@ -61,10 +61,7 @@ INSTRUMENTATION = "switchyard"
 
 
 def _version() -> str:
-    try:
-        return version("switchyard")
-    except PackageNotFoundError:
-        return "unknown"
+    return installed_version()
 
 
 class OtelTracing:
@@ -92,10 +89,9 @@ class OtelTracing:
         provider.add_span_processor(BatchSpanProcessor(exporter))
         return cls(provider)
 
-    def request(self, headers: RawHeaders, chat: bool) -> RequestTrace:
+    def request(self, headers: RawHeaders, operation: str) -> RequestTrace:
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers if k in CONTEXT_HEADERS}
         parent = propagate.extract(carrier, context=Context()) if carrier else Context()
-        operation = "chat" if chat else "text_completion"
         span = self.tracer.start_span(
             operation, context=parent, kind=SpanKind.SERVER, attributes={"gen_ai.operation.name": operation}
         )

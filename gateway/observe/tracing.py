@@ -28,14 +28,14 @@ from gateway.observe.context import NO_TRACE, RawHeaders, RequestTrace, current_
 
 
 class Tracing(Protocol):
-    def request(self, headers: RawHeaders, chat: bool) -> RequestTrace: ...
+    def request(self, headers: RawHeaders, operation: str) -> RequestTrace: ...
     async def aclose(self) -> None: ...
 
 
 class NoTracing:
     """Tracing off."""
 
-    def request(self, headers: RawHeaders, chat: bool) -> RequestTrace:
+    def request(self, headers: RawHeaders, operation: str) -> RequestTrace:
         # A task that served a traced request before (an in-process client reusing
         # one task) must not lend its trace to this one.
         if current_trace() is not NO_TRACE:

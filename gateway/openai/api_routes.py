@@ -12,7 +12,6 @@ shapes being OpenAI's own (docs/openai-checklist.md).
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
@@ -22,14 +21,14 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
+from processes.install import installed_version
+
 Handler = Callable[[Request], Awaitable[Any]]
 
 
 def gateway_version() -> str:
-    try:
-        return importlib.metadata.version("switchyard")
-    except importlib.metadata.PackageNotFoundError:
-        return "0+unknown"
+    found = installed_version()
+    return "0+unknown" if found == "unknown" else found
 
 
 class ErrorDetail(BaseModel):

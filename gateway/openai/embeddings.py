@@ -22,14 +22,14 @@ import base64
 import struct
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
 
 from adapters.base import Adapter, Usage
-from adapters.errors import GatewayError, invalid_request
+from adapters.errors import invalid_request, upstream_failed
 from adapters.oneshot import EmbeddingRequest, EmbeddingResult
+from gateway.intake import Admitted, ApiRoute, Intent
 from gateway.openai.request_fields import integer, model_name
-from gateway.serving.unary import Parsed, UnaryGate, route_request
+from gateway.serving.oneshot import MakeCall, oneshot_parse, route_request
 
 MAX_INPUTS = 2048
 MAX_TOTAL_TOKENS = 300_000
@@ -38,8 +38,8 @@ TOKEN_ID_MAX = 2**31 - 1
 _FORMS = "a string, an array of strings, an array of token ids, or an array of token-id arrays"
 
 
-def parse_embeddings(body: dict[str, Any], request_id: str) -> Parsed[tuple[EmbeddingRequest, bool]]:
-    """The call (and whether base64 was asked for), or a 400 naming the field."""
+def parse_embeddings(body: dict[str, Any], request_id: str) -> Intent:
+    """The call and whether base64 was asked for (the payload), or a 400 naming the field."""
     model = model_name(body)
     if "input" not in body:
         raise invalid_request(f"'input' is required: {_FORMS}.", param="input")
@@ -65,7 +65,7 @@ def parse_embeddings(body: dict[str, Any], request_id: str) -> Parsed[tuple[Embe
     )
     first = items[0]
     routing = route_request(request_id, model, prompt=first if isinstance(first, str) else list(first))
-    return Parsed((call, fmt == "base64"), model, routing, estimate)
+    return Intent([routing], (call, fmt == "base64"), estimate)
 
 
 def _inputs(value: Any) -> list[str] | list[list[int]]:
@@ -115,23 +115,24 @@ def _base64(vector: list[float]) -> str:
     return base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
 
 
-async def embeddings_route(gate: UnaryGate, request: Request) -> Any:
-    """The route: an error Response, or the UnaryCall that answers (an ASGI app Starlette runs)."""
-    admitted = await gate.admit(request, "embeddings", "embeddings (/v1/embeddings)", parse_embeddings)
-    if isinstance(admitted, Response):
-        return admitted
-    parsed = admitted.parsed
-    call, as_base64 = parsed.call
-    call.tenant = admitted.ctx.tenant
-    call.priority = parsed.route_request.priority
+def embeddings_route(call: MakeCall) -> ApiRoute:
+    """`POST /v1/embeddings`: the front door, then the OneShotCall that answers."""
 
-    async def invoke(adapter: Adapter) -> EmbeddingResult:
-        result = await adapter.embed(call)
-        if len(result.vectors) != len(call.inputs):
-            raise GatewayError(502, "The backend serving this model answered the wrong number of embeddings.")
-        return result
+    def serve(admitted: Admitted) -> Response:
+        embed, as_base64 = admitted.intent.payload
+        routing = admitted.requests[0]
+        embed.tenant, embed.priority = routing.tenant, routing.priority
+        estimate = admitted.intent.prompt_estimate or 0
 
-    def answer(result: EmbeddingResult) -> tuple[Any, Usage]:
-        return embeddings_payload(parsed.model, result, as_base64, parsed.prompt_estimate)
+        async def invoke(adapter: Adapter) -> EmbeddingResult:
+            result = await adapter.embed(embed)
+            if len(result.vectors) != len(embed.inputs):
+                raise upstream_failed(adapter.name, "it answered the wrong number of embeddings")
+            return result
 
-    return gate.call(admitted, invoke, answer)
+        def answer(result: EmbeddingResult) -> tuple[Any, Usage]:
+            return embeddings_payload(routing.model, result, as_base64, estimate)
+
+        return call(admitted, invoke, answer)
+
+    return ApiRoute("embeddings", oneshot_parse(parse_embeddings), serve, ("embeddings", "embeddings (/v1/embeddings)"))

@@ -19,23 +19,22 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from starlette.requests import Request
 from starlette.responses import Response
 
 from adapters.base import Adapter, Usage
 from adapters.errors import invalid_request
 from adapters.oneshot import DetokenizeRequest, TokenizeRequest, TokenizeResult
+from gateway.intake import Admitted, ApiRoute, Intent
 from gateway.openai.request_fields import boolean, model_name
 from gateway.openai.requests import ROLES
-from gateway.serving.unary import Parsed, UnaryGate, route_request
+from gateway.serving.oneshot import MakeCall, oneshot_parse, route_request
 
-C = TypeVar("C")  # the parsed call
 R = TypeVar("R")  # the adapter's result
 TOKEN_ID_MAX = 2**63 - 1
 NO_TOKENS = Usage(0, 0)
 
 
-def parse_tokenize(body: dict[str, Any], request_id: str) -> Parsed[TokenizeRequest]:
+def parse_tokenize(body: dict[str, Any], request_id: str) -> Intent:
     model = model_name(body)
     if "chat_template" in body:
         raise invalid_request("A request's own 'chat_template' is not accepted.", param="chat_template")
@@ -62,12 +61,12 @@ def parse_tokenize(body: dict[str, Any], request_id: str) -> Parsed[TokenizeRequ
         if kwargs is not None and not isinstance(kwargs, dict):
             raise invalid_request("'chat_template_kwargs' must be an object.", param="chat_template_kwargs")
         call.chat_template_kwargs = kwargs or {}
-        return Parsed(call, model, route_request(request_id, model, messages=call.messages), 0)
+        return Intent([route_request(request_id, model, messages=call.messages)], call, 0)
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise invalid_request("'prompt' (a string) or 'messages' (an array) is required.", param="prompt")
     call.prompt = prompt
-    return Parsed(call, model, route_request(request_id, model, prompt=prompt), 0)
+    return Intent([route_request(request_id, model, prompt=prompt)], call, 0)
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:
@@ -95,7 +94,7 @@ def _objects(body: dict[str, Any], name: str) -> list[dict[str, Any]] | None:
     return value
 
 
-def parse_detokenize(body: dict[str, Any], request_id: str) -> Parsed[DetokenizeRequest]:
+def parse_detokenize(body: dict[str, Any], request_id: str) -> Intent:
     model = model_name(body)
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(
@@ -103,7 +102,7 @@ def parse_detokenize(body: dict[str, Any], request_id: str) -> Parsed[Detokenize
     ):
         raise invalid_request("'tokens' must be an array of non-negative token ids.", param="tokens")
     call = DetokenizeRequest(request_id=request_id, model=model, tokens=tokens)
-    return Parsed(call, model, route_request(request_id, model, prompt=tokens), 0)
+    return Intent([route_request(request_id, model, prompt=tokens)], call, 0)
 
 
 def tokenize_payload(result: TokenizeResult) -> dict[str, Any]:
@@ -115,40 +114,30 @@ def tokenize_payload(result: TokenizeResult) -> dict[str, Any]:
     }
 
 
-async def tokenize_route(gate: UnaryGate, request: Request) -> Any:
-    """The route: an error Response, or the UnaryCall that answers (an ASGI app Starlette runs)."""
-    return await _route(
-        gate, request, "tokenize (/tokenize)", parse_tokenize, lambda a, c: a.tokenize(c), tokenize_payload
-    )
+def tokenize_route(call: MakeCall) -> ApiRoute:
+    """`POST /tokenize`: the front door, then the OneShotCall that answers (no tokens charged)."""
+    return _route(call, "tokenize", parse_tokenize, lambda a, c: a.tokenize(c), tokenize_payload)
 
 
-async def detokenize_route(gate: UnaryGate, request: Request) -> Any:
-    return await _route(
-        gate,
-        request,
-        "detokenize (/detokenize)",
-        parse_detokenize,
-        lambda a, c: a.detokenize(c),
-        lambda result: {"prompt": result.prompt},
-    )
+def detokenize_route(call: MakeCall) -> ApiRoute:
+    return _route(call, "detokenize", parse_detokenize, lambda a, c: a.detokenize(c), lambda r: {"prompt": r.prompt})
 
 
-async def _route(
-    gate: UnaryGate,
-    request: Request,
-    what: str,
-    parse: Callable[[dict[str, Any], str], Parsed[C]],
-    method: Callable[[Adapter, C], Awaitable[R]],
+def _route(
+    call: MakeCall,
+    name: str,
+    parse: Callable[[dict[str, Any], str], Intent],
+    method: Callable[[Adapter, Any], Awaitable[R]],
     payload: Callable[[R], dict[str, Any]],
-) -> Any:
-    """Either call: admitted as a tokenize call (`what`, its name for users), then
-    `method` on each backend in order, answered with `payload` and no tokens."""
-    admitted = await gate.admit(request, "tokenize", what, parse)
-    if isinstance(admitted, Response):
-        return admitted
-    call = admitted.parsed.call
+) -> ApiRoute:
+    """Either call: a tokenize-capable backend's `method`, answered with `payload` and no tokens."""
 
-    async def invoke(adapter: Adapter) -> R:
-        return await method(adapter, call)
+    def serve(admitted: Admitted) -> Response:
+        request = admitted.intent.payload
 
-    return gate.call(admitted, invoke, lambda result: (payload(result), NO_TOKENS))
+        async def invoke(adapter: Adapter) -> R:
+            return await method(adapter, request)
+
+        return call(admitted, invoke, lambda result: (payload(result), NO_TOKENS))
+
+    return ApiRoute(name, oneshot_parse(parse), serve, ("tokenize", f"{name} (/{name})"))

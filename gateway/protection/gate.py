@@ -33,10 +33,10 @@ from gateway.protection.quota_leases import QuotaLeases
 from gateway.serving.phases import CancelPhase
 from policies.admission import AdmissionQueue, CapacityFn, ClientGoneWhileQueued, Slot
 from policies.auth import Authenticator, Principal, TenantRecord
-from policies.quota import UNLIMITED, Reservation, ratelimit_headers, refunded, token_budget
+from policies.quota import UNLIMITED, Reservation, TokenBudget, ratelimit_headers, refunded, token_budget
 from stores.quota_memory import MemoryQuotaStore
 
-__all__ = ["Principal", "Protection", "Ticket"]
+__all__ = ["Principal", "Protection", "Ticket", "stored_read_usage"]
 
 log = logging.getLogger("switchyard.protection")
 
@@ -45,6 +45,17 @@ log = logging.getLogger("switchyard.protection")
 DEFAULT_COMPLETION_RESERVATION = 1024
 
 ClientGone = Callable[[], Awaitable[bool]]
+
+# What a read of stored responses is ticketed under (no model: `admit_read`).
+STORED_READS = "(stored responses)"
+# The bytes of a stored-response read charged as one token: about a token's worth of
+# English text, so a read costs what generating or sending that text would have.
+STORED_BYTES_PER_TOKEN = 4
+
+
+def stored_read_usage(sent_bytes: int) -> Usage:
+    """What a read of stored responses that sent `sent_bytes` is charged."""
+    return Usage(prompt_tokens=max(1, -(-sent_bytes // STORED_BYTES_PER_TOKEN)), completion_tokens=0)
 
 
 @dataclass(eq=False)  # eq=False: tickets are told apart by identity (a WeakSet holds the live ones)
@@ -237,6 +248,23 @@ class Protection:
                 self.leases.queued.pop(reservation.lease_id, None)
         self.metrics.queue_wait.labels(model).observe(slot.waited_s)
         ticket = Ticket(self, principal, model, reservation, slot, prompt_tokens_estimate)
+        self._live.add(ticket)
+        return ticket
+
+    async def admit_read(self, principal: Principal) -> Ticket:
+        """A read of the tenant's stored responses (GET, input_items, DELETE) is a
+        request like the others for its limits: one of its requests per minute, one
+        unit of its concurrency while it runs, and its bytes as tokens
+        (`stored_read_usage`, charged at release). It uses no model's capacity, so it
+        waits in no queue; at least one token is reserved, so that a tenant past its
+        tokens per minute is refused before the read."""
+        scopes = self.leases.scopes_for(principal)
+        reservation = None
+        if scopes:
+            with current_trace().step("switchyard.quota"):
+                reservation = await self.leases.reserve(principal, scopes, TokenBudget(1, 0, 1, False), 1)
+        slot = Slot(STORED_READS, 0.0, units=0, released=True)  # no queue place to give back
+        ticket = Ticket(self, principal, STORED_READS, reservation, slot, 1)
         self._live.add(ticket)
         return ticket
 

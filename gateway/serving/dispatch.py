@@ -9,7 +9,7 @@
   backend that timed out is not tried again in a later round (each try would
   wait its whole limit again). What fails over: a runtime's 5xx and overload
   answers (429, 503), no connection, a first-byte timeout; a 4xx it answered is
-  the client's mistake and goes to the client at once (`fails_over`).
+  the client's mistake and goes to the client at once (`GatewayError.fails_over`).
 - Tells the pool's outlier detector (policies/ejection.py) the outcome of every
   attempt before its first byte, and asks it just before trying a backend, which
   hands the half-open probe to exactly one request. Every attempt after a
@@ -48,12 +48,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.base import ErrorEvent, Event, GenerationRequest
-from adapters.errors import GatewayError, upstream_failed
+from adapters.errors import FailureKind, GatewayError, model_not_found, no_backend, upstream_failed
 from gateway.backends.backend_set import Backend, BackendSet, ModelPool
 from gateway.observe.context import NO_ATTEMPT, Attempt, current_trace
 from gateway.serving.merge import Merged, Sink, SubStream
 from gateway.serving.stream_guard import StreamGuard, guarded
-from policies.ejection import FailureKind
 
 log = logging.getLogger("switchyard.dispatch")
 
@@ -86,9 +85,14 @@ class Dispatched:
     (closing the upstream work and freeing each backend's in-flight slots), whether
     or not its events were read."""
 
-    backend: str  # the backend's name; several, comma-separated, when sub-requests went apart
+    backends: tuple[str, ...]  # the serving backends' names, sorted (several when sub-requests went apart)
     events: AsyncIterator[Event]
     holds: Started | Merged
+
+    @property
+    def label(self) -> str:
+        """The backends as one metric label and log word."""
+        return ",".join(self.backends)
 
     async def aclose(self) -> None:
         await self.events.aclose()  # type: ignore[attr-defined]
@@ -140,7 +144,7 @@ class Dispatcher:
         has seen nothing then."""
         pool = self.pool(model)
         if pool is None:
-            raise GatewayError(404, f"The model `{model}` does not exist.", param="model", code="model_not_found")
+            raise model_not_found(model)  # a reload removed it since admission
         alone = len(requests) == 1
         sink: Sink | None = None if alone and requests[0].sampling.n == 1 else asyncio.Queue()
         starters = []
@@ -149,8 +153,8 @@ class Dispatcher:
             starters.append(self._start(pool, req, offset, sink, alone, on_backoff))
             offset += req.sampling.n
         starts = await _together(starters)
-        names = ",".join(sorted({s.backend.name for s in starts}))
-        guard = StreamGuard.for_requests(requests, names)
+        names = tuple(sorted({s.backend.name for s in starts}))
+        guard = StreamGuard.for_requests(requests, ",".join(names))
         if sink is None or (len(starts) == 1 and not starts[0].forwarding):
             # One stream: the guard reads the adapter's iterator itself (no layer between).
             (started,) = starts
@@ -196,7 +200,7 @@ class Dispatcher:
                         continue
                     if attempt and not budget.may_retry():
                         log.warning("model %s: retry budget spent, answering the last error", pool.name)
-                        raise last_error or why_not or _no_backend(pool)
+                        raise last_error or why_not or no_backend(pool.name)
                     # A retry is another upstream generation: it gets an id of its own.
                     attempt_req = dataclasses.replace(req, request_id=f"{req.request_id}.{attempt}") if attempt else req
                     attempt += 1
@@ -205,11 +209,11 @@ class Dispatcher:
                     except GatewayError as exc:
                         if self.on_failure is not None:
                             self.on_failure(backend.name, exc)
-                        if not fails_over(exc):
+                        if not exc.fails_over:
                             record_outcome(p, backend.name, None)  # the backend answered: the fault is the request's
                             raise
-                        record_outcome(p, backend.name, failure_kind(exc))
-                        if exc.code == "upstream_timeout":
+                        record_outcome(p, backend.name, exc.failure)
+                        if exc.failure is FailureKind.TIMEOUT:
                             timed_out.add(backend.name)
                         log.warning("backend %s failed before the first event: %s", backend.name, exc.message)
                         last_error = exc
@@ -218,7 +222,7 @@ class Dispatcher:
                         return started
                 if why_not and last_error is None:
                     last_error = why_not
-        raise last_error or _no_backend(pool)
+        raise last_error or no_backend(pool.name)
 
     def _candidates(
         self, pool: ModelPool, req: GenerationRequest
@@ -271,7 +275,7 @@ class Dispatcher:
             raise
         if isinstance(first, ErrorEvent):
             # Nothing reached the client yet: answer with the error's own status
-            # (or fail over when it is retryable) instead of a 200 stream.
+            # (or fail over when it is the backend's failure) instead of a 200 stream.
             backend.inflight -= units
             await agen.aclose()  # type: ignore[attr-defined]
             attempt.end(first.error)
@@ -292,36 +296,12 @@ async def _first_event(agen: AsyncIterator[Event], backend: Backend, prefill: in
         backend.backlog -= prefill
 
 
-def fails_over(error: GatewayError) -> bool:
-    """Whether a failure before the first byte is tried on another backend: the
-    retryable ones (no connection, overload: 429/503, a first-byte timeout) and
-    every other fault of the backend's (a runtime's 500). A client's mistake (4xx)
-    would fail the same way anywhere: never retried."""
-    return error.retryable or error.status >= 500
-
-
-def failure_kind(error: GatewayError) -> FailureKind:
-    if error.code == "upstream_timeout":
-        return FailureKind.TIMEOUT
-    if error.status == 429 or error.code in ("upstream_overloaded", "backend_busy"):
-        return FailureKind.OVERLOAD
-    if error.code == "backend_unavailable":
-        return FailureKind.CONNECT
-    return FailureKind.SERVER_ERROR
-
-
 def record_outcome(pool: ModelPool, backend: str, failure: FailureKind | None) -> None:
     """One attempt's outcome into the pool's outlier detector; a change of circuit is logged."""
     ejection = pool.ejection
     change = ejection.record_success(backend) if failure is None else ejection.record_failure(backend, failure)
     if change is not None:
         log.warning("model %s: %s", pool.name, change.describe())
-
-
-def _no_backend(pool: ModelPool) -> GatewayError:
-    return GatewayError(
-        503, f"No backend of model `{pool.name}` could take the request.", code="no_backend_available", retry_after=1.0
-    )
 
 
 async def _together(starters: list[Coroutine[Any, Any, list[Started]]]) -> list[Started]:

@@ -94,7 +94,7 @@ def test_everything_else_outside_the_table_is_the_backends_fault(status):
 @pytest.mark.parametrize("http_status", [200, 500, 502])
 def test_the_bodys_own_code_wins_under_a_status_that_hides_it(http_status):
     err = runtime_error(http_status, {"error": {"message": "full", "code": 503}}, backend="b", runtime="vLLM")
-    assert (err.status, err.code, err.retryable) == (503, "backend_unavailable", True)
+    assert (err.status, err.code, err.fails_over) == (503, "backend_unavailable", True)
 
 
 @pytest.mark.parametrize("http_status", [201, 400, 503])

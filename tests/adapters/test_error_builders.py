@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.errors import (
+    FailureKind,
     GatewayError,
     context_length_exceeded,
     default_type,
@@ -44,11 +45,18 @@ def test_each_status_has_its_openai_error_type(status, kind):
 def test_an_error_keeps_what_it_was_given_and_defaults_the_rest():
     plain = GatewayError(400, "bad")
     assert (plain.status, plain.message, plain.code, plain.param) == (400, "bad", None, None)
-    assert (plain.retryable, plain.retry_after, plain.headers, str(plain)) == (False, None, {}, "bad")
+    assert (plain.fails_over, plain.retry_after, plain.headers, str(plain)) == (False, None, {}, "bad")
     full = GatewayError(
-        429, "slow down", type="custom", code="c", param="p", retryable=True, retry_after=2.0, headers={"x": "1"}
+        429,
+        "slow down",
+        type="custom",
+        code="c",
+        param="p",
+        failure=FailureKind.CONNECT,
+        retry_after=2.0,
+        headers={"x": "1"},
     )
-    assert (full.type, full.code, full.param, full.retryable, full.retry_after, full.headers) == (
+    assert (full.type, full.code, full.param, full.fails_over, full.retry_after, full.headers) == (
         "custom",
         "c",
         "p",
@@ -78,24 +86,25 @@ def test_client_mistakes():
 
 def test_an_unavailable_backend_may_fail_over_and_is_not_named(caplog):
     err = upstream_unavailable("gpu-3", "connection refused")
-    assert (err.status, err.code, err.retryable, err.retry_after) == (503, "backend_unavailable", True, None)
+    assert (err.status, err.code, err.fails_over, err.retry_after) == (503, "backend_unavailable", True, None)
     assert err.message == "The backend serving this model is unavailable."
     assert "gpu-3" in caplog.text and "connection refused" in caplog.text
 
 
 def test_a_busy_backend_says_how_long_was_waited_and_when_to_retry(caplog):
     err = upstream_busy("gpu-3", "pool full", 2.5)
-    assert (err.status, err.code, err.retryable, err.retry_after) == (503, "backend_busy", True, 1.0)
+    assert (err.status, err.code, err.fails_over, err.retry_after) == (503, "backend_busy", True, 1.0)
     assert err.message == "The backend serving this model has no free connection (waited 2.5 s); retry later."
     assert "gpu-3" in caplog.text and "pool full" in caplog.text
 
 
 def test_a_timeout_before_the_first_byte_may_fail_over_and_one_mid_answer_may_not(caplog):
     before = upstream_timeout("gpu-3", "read timeout", 30.0, first_byte=True)
-    assert (before.status, before.code, before.retryable) == (504, "upstream_timeout", True)
+    assert (before.status, before.code, before.fails_over) == (504, "upstream_timeout", True)
     assert before.message == "The backend serving this model did not start answering within 30 s."
+    assert before.failure is FailureKind.TIMEOUT
     during = upstream_timeout("gpu-3", "read timeout", 7.5, first_byte=False)
-    assert during.retryable is False
+    assert during.failure is not FailureKind.TIMEOUT  # (after the first byte nothing fails over: dispatch.py)
     assert during.message == (
         "The backend serving this model stopped sending in the middle of its answer within 7.5 s."
     )
@@ -104,7 +113,7 @@ def test_a_timeout_before_the_first_byte_may_fail_over_and_one_mid_answer_may_no
 
 def test_a_failed_backend_tells_the_detail_and_only_logs_the_internal_part(caplog):
     err = upstream_failed("gpu-3", "bad JSON", internal="at byte 17")
-    assert (err.status, err.code, err.retryable) == (502, "upstream_error", False)
+    assert (err.status, err.code, err.failure) == (502, "upstream_error", FailureKind.SERVER_ERROR)
     assert err.message == "The backend serving this model failed: bad JSON"
     assert "at byte 17" not in err.message and "gpu-3" not in err.message
     assert "gpu-3" in caplog.text and "(at byte 17)" in caplog.text

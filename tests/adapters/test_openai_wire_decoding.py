@@ -90,11 +90,11 @@ def test_the_served_model_name_replaces_the_public_one():
     assert build_body(chat(), "served/name", stream=False)["model"] == "served/name"
 
 
-def test_a_streamed_body_always_asks_for_usage_and_a_unary_one_never_does():
+def test_a_streamed_body_always_asks_for_usage_and_a_whole_one_never_does():
     req = chat(extra={"stream_options": {"include_usage": False}, "user": "u"})
     assert build_body(req, None, stream=True)["stream_options"] == {"include_usage": True}
-    unary = build_body(req, None, stream=False)
-    assert "stream_options" not in unary and unary["stream"] is False and unary["user"] == "u"
+    whole = build_body(req, None, stream=False)
+    assert "stream_options" not in whole and whole["stream"] is False and whole["user"] == "u"
     assert build_body(req, None, stream=True)["stream"] is True
 
 

@@ -51,13 +51,13 @@ async def test_unknown_model_is_the_deployments_fault(replay) -> None:
     rec = recording("unknown_model")  # test_strict_model_validation.py::test_invalid_model_name_chat
     error = await collect_refusal(serve(replay, rec), asked(rec))
     # The gateway sent the configured served model: another backend may serve it.
-    assert (error.status, error.code, error.retryable) == (502, "upstream_error", True)
+    assert (error.status, error.code, error.fails_over) == (502, "upstream_error", True)
     assert "does not serve the configured model" in error.message and "SGLang" in error.message
     # The hostile neighbour: any other flat 400 stays the client's mistake.
     other = {**rec.response, "message": "Tool 'x' not found in tools list."}
     replay.reply(json_response(400, other))
     plain = await collect_refusal(HTTPAdapter(SGLangDialect, "sgl-r", replay.url, "m"), asked(rec))
-    assert (plain.status, plain.code, plain.retryable) == (400, None, False)
+    assert (plain.status, plain.code, plain.fails_over) == (400, None, False)
     assert plain.message == "Tool 'x' not found in tools list."
 
 

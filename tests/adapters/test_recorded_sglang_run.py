@@ -202,14 +202,14 @@ async def test_context_refusals(replay, name, fragment) -> None:
 async def test_other_400s_are_the_clients(replay, name, fragment) -> None:
     rec = recording(name)
     error = await collect_refusal(serve(replay, rec), asked(rec) if name != "bad_request" else chat(stream=False))
-    assert (error.status, error.code, error.retryable) == (400, None, False), error
+    assert (error.status, error.code, error.fails_over) == (400, None, False), error
     assert fragment in error.message
 
 
 async def test_queue_full_is_retryable(replay) -> None:
     rec = recording("queue_full")  # 503 with type "503"
     error = await collect_refusal(serve(replay, rec), asked(rec))
-    assert error.status == 503 and error.retryable, error
+    assert error.status == 503 and error.fails_over, error
 
 
 async def test_queue_full_in_a_stream(replay) -> None:
@@ -219,7 +219,7 @@ async def test_queue_full_in_a_stream(replay) -> None:
     await a.aclose()
     assert len(events) == 1 and isinstance(events[0], ErrorEvent), events
     error = events[0].error
-    assert error.status == 503 and error.retryable and "queue is full" in error.message, error
+    assert error.status == 503 and error.fails_over and "queue is full" in error.message, error
 
 
 async def test_cached_tokens_with_cache_report(replay) -> None:

@@ -36,7 +36,7 @@ async def test_context_length_in_openais_words(replay) -> None:
 async def test_other_request_errors_stay_the_clients(replay) -> None:
     rec = recording("bad_request")  # test_context_length_error.py::test_error_response_default_code_unchanged
     error = await collect_refusal(serve(replay, rec), chat(stream=False))
-    assert (error.status, error.code, error.retryable) == (400, None, False)
+    assert (error.status, error.code, error.fails_over) == (400, None, False)
     assert error.message == rec.response["message"]
 
 

@@ -92,12 +92,12 @@ def test_vllm_in_stream_error_uses_the_body_code():
 
 def test_vllm_queue_limit_503_is_retryable():
     err = VLLM.error(503, nested("The engine is currently busy", "Service Unavailable", 503))
-    assert err.status == 503 and err.retryable
+    assert err.status == 503 and err.fails_over
 
 
 def test_vllm_unknown_model_404_is_a_backend_fault():
     err = VLLM.error(404, nested("The model `x` does not exist.", "NotFoundError", 404, param="model"))
-    assert err.status == 502 and err.retryable and "vLLM" in err.message
+    assert err.status == 502 and err.fails_over and "vLLM" in err.message
 
 
 def test_vllm_bad_key_is_not_the_clients_fault():
@@ -137,7 +137,7 @@ def test_sglang_context_messages(message):
 
 def test_sglang_queue_full_non_stream_type_is_the_string_503():
     err = SGL.error(503, flat("The request queue is full.", "503", 503))
-    assert err.status == 503 and err.retryable
+    assert err.status == 503 and err.fails_over
 
 
 def test_sglang_queue_full_in_stream():
@@ -228,7 +228,7 @@ def test_tgi_context_message_in_stream():
 
 def test_tgi_overload_429_and_in_stream():
     err = TGI.error(429, b({"error": "Model is overloaded", "error_type": "overloaded"}))
-    assert err.status == 429 and err.retryable
+    assert err.status == 429 and err.fails_over
     err = TGI.error(500, b({"error": {"message": "Model is overloaded", "http_status_code": 422}}))
     assert err.status == 429
 
@@ -247,7 +247,7 @@ def test_tgi_plain_text_axum_rejection_is_400():
 
 def test_tgi_empty_401():
     err = TGI.error(401, b"")
-    assert err.status == 502 and err.retryable
+    assert err.status == 502 and err.fails_over
 
 
 # ---- the one table, the same for every adapter ---------------------------------------
@@ -257,7 +257,7 @@ OPENAI = OpenAIDialect("openai-a")
 
 @pytest.mark.parametrize("adapter", [OPENAI, VLLM, SGL, TRT, TGI], ids=lambda a: a.runtime)
 @pytest.mark.parametrize(
-    "upstream, status, code, retryable",
+    "upstream, status, code, fails",
     [
         (400, 400, None, False),
         (413, 400, None, False),
@@ -273,13 +273,13 @@ OPENAI = OpenAIDialect("openai-a")
         (502, 503, "backend_unavailable", True),
         (503, 503, "backend_unavailable", True),
         (504, 503, "backend_unavailable", True),
-        (500, 502, "upstream_error", False),
+        (500, 502, "upstream_error", True),
         (501, 400, "unsupported_by_backend", False),
     ],
 )
-def test_one_status_table_for_every_adapter(adapter, upstream, status, code, retryable):
+def test_one_status_table_for_every_adapter(adapter, upstream, status, code, fails):
     err = adapter.error(upstream, b({"error": {"message": "nope"}}))
-    assert (err.status, err.code, err.retryable) == (status, code, retryable)
+    assert (err.status, err.code, err.fails_over) == (status, code, fails)
     assert "nope" in err.message
     # A tenant reads the message: it never names the backend or its address (the log does).
     assert adapter.backend not in err.message and "127.0.0.1" not in err.message

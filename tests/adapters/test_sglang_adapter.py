@@ -185,7 +185,7 @@ async def test_queue_full_inside_a_200_stream_is_raised_before_any_event(replay)
     # Nothing reached the client yet: raised, the gateway can fail over.
     replay.reply(sse_stream(SGLANG_QUEUE_FULL, "[DONE]"))
     error = await refusal(adapter(replay), chat())
-    assert error.status == 503 and error.retryable
+    assert error.status == 503 and error.fails_over
 
 
 async def test_abort_finish_is_an_error(replay):

@@ -276,7 +276,7 @@ async def test_in_stream_overload_after_text_is_an_error_event(replay):
 async def test_overloaded_429_before_the_stream(replay):
     replay.reply(json_response(429, {"error": "Model is overloaded", "error_type": "overloaded"}))
     error = await collect_refusal(adapter(replay), chat())
-    assert error.status == 429 and error.retryable
+    assert error.status == 429 and error.fails_over
 
 
 def test_capabilities_make_the_gateway_fan_out_n():

@@ -257,11 +257,14 @@ def test_runtimes_accept_only_the_gateway_and_the_metrics_scrapers():
     assert peers[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "gateway"
     assert peers[1]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "monitoring"}
     gateway = release.one("NetworkPolicy", release.fullname)
-    callers = [
-        peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
-        for peer in gateway["spec"]["ingress"][0]["from"]
-    ]
-    assert callers == ["ingress-nginx", "gateway-system", "monitoring"]  # /metrics shares the API port
+    callers = {
+        rule["ports"][0]["port"]: [
+            peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for peer in rule["from"]
+        ]
+        for rule in gateway["spec"]["ingress"]
+    }
+    # The API port to the proxies, the ops port (/metrics) to the scrapers.
+    assert callers == {"http": ["ingress-nginx", "gateway-system"], "ops": ["monitoring"]}
     assert gateway["spec"]["policyTypes"] == ["Ingress", "Egress"]
     runtime_selector = gateway["spec"]["egress"][1]["to"][0]["podSelector"]["matchExpressions"][0]
     assert sorted(runtime_selector["values"]) == [

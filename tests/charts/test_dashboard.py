@@ -37,6 +37,8 @@ REQUIRED_ALERTS = {
     "SwitchyardAdmissionRejections",
     "SwitchyardGatewayOverheadHigh",
     "SwitchyardCancellationSpike",
+    "SwitchyardConfigReloadRejected",
+    "SwitchyardConfigDrift",
 }
 # Added by Prometheus when it scrapes a target, not by the gateway; `le` is every histogram's.
 TARGET_LABELS = {"namespace", "job", "pod", "instance", "service", "container", "endpoint", "le"}

@@ -123,7 +123,8 @@ def test_gateway_serves_with_only_the_gateway_image_packages(tmp_path):
     blocked = modules_outside(installed_closure(requirements))
     assert {"torch", "transformers"} <= blocked
     config = tmp_path / "config.yaml"
-    config.write_text(render().gateway_config_text())
+    ops_port = free_port()
+    config.write_text(render(sets={"ops.port": str(ops_port)}).gateway_config_text())
     check = subprocess.run(
         cli_without(blocked, "config", "check", str(config)),
         cwd=ROOT,
@@ -141,6 +142,7 @@ def test_gateway_serves_with_only_the_gateway_image_packages(tmp_path):
     )
     try:
         gateway.wait_ready("/healthz", timeout=30)
-        assert "switchyard_admission_queue_depth" in httpx.get(gateway.url + "/metrics", timeout=5).text
+        ops = f"http://127.0.0.1:{ops_port}/metrics"
+        assert "switchyard_admission_queue_depth" in httpx.get(ops, timeout=5).text
     finally:
         gateway.stop()

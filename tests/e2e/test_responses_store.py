@@ -45,13 +45,13 @@ def test_replicas_on_one_redis_continue_each_others_responses(tmp_path, upstream
 
 
 def test_memory_stores_are_per_replica_and_expire(tmp_path, upstream):
-    first, second = pair(tmp_path, upstream, response_store={"kind": "memory", "ttl_s": 1})
+    first, second = pair(tmp_path, upstream, response_store={"kind": "memory", "ttl_s": 10})
     try:
         made = client(first).responses.create(model="m", input="one", max_output_tokens=16)
         assert client(first).responses.retrieve(made.id).id == made.id
         with pytest.raises(openai.NotFoundError):
             client(second).responses.retrieve(made.id)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if httpx.get(f"{first.url}/v1/responses/{made.id}").status_code == 404:
                 break

@@ -124,3 +124,56 @@ async def test_a_client_leaving_while_queued_is_counted_in_the_queued_phase(sims
                 await holder
         phases = ("upstream_headers", "retry_backoff", "mid_stream", "non_streaming")
         assert all(served.metric("switchyard_client_cancellations_total", phase=p) == 0 for p in phases)
+
+
+@pytest.mark.parametrize("path", ["/v1/embeddings", "/tokenize", "/detokenize"])
+async def test_a_one_shot_call_keeps_the_deadline_its_client_set(sims, path):
+    # Queued behind a long generation on a one-at-a-time model, a call whose client gave
+    # it half a second ends at that deadline (504), not at the queue's minute.
+    body = {**ROUTES[path], "model": "m"}
+    cfg = config(sims, admission={"max_queue_wait_s": 60})
+    cfg["models"]["m"]["backends"][0]["options"] = {"embeddings": True}
+    async with serving(cfg) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            long = {**ROUTES["/v1/chat/completions"], "max_tokens": 400}
+            holder = asyncio.create_task(client.post("/v1/chat/completions", json=long))
+            await wait_until(lambda: served.metric("switchyard_inflight_requests", model="m") == 1)
+            late = await client.post(path, json=body, headers={"x-request-timeout": "0.5"})
+            assert late.status_code == 504 and late.json()["error"]["code"] == "deadline_exceeded"
+            assert not holder.done()  # ended by its own deadline, not by the holder finishing
+            holder.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await holder
+
+
+async def test_every_route_is_traced_under_its_operation_name(sims):
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from gateway.observe.otel_trace import OtelTracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    async with serving(config(sims), tracing=OtelTracing(provider)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            for path, body in ROUTES.items():
+                assert (await client.post(path, json=body)).status_code == 200, path
+    servers = [s for s in exporter.get_finished_spans() if s.kind.name == "SERVER"]
+    operations = [s.attributes["gen_ai.operation.name"] for s in servers]
+    assert operations == ["chat", "text_completion", "chat", "embeddings", "tokenize", "detokenize"]
+
+
+@pytest.mark.parametrize("path", list(ROUTES))
+async def test_an_unknown_model_answers_alike_on_every_route(sims, path):
+    async with serving(config(sims)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            answer = await client.post(path, json={**ROUTES[path], "model": "nope"})
+    assert answer.status_code == 404
+    assert answer.json()["error"] == {
+        "message": "The model `nope` does not exist or you do not have access to it.",
+        "type": "invalid_request_error",
+        "param": "model",
+        "code": "model_not_found",
+    }

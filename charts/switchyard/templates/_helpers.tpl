@@ -142,11 +142,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "switchyard.gatewayConfig" -}}
 {{- $cfg := deepCopy (.Values.config | default dict) -}}
 {{- $_ := set $cfg "listen" (dict "host" "0.0.0.0" "port" (int .Values.containerPort)) -}}
-{{- /* The ServiceMonitor scrapes /metrics on the API port, so the gateway must be told
-       to serve its operational views there; config.ops chooses otherwise. */ -}}
-{{- if not (hasKey $cfg "ops") -}}
-{{- $_ := set $cfg "ops" (dict "public" true) -}}
-{{- end -}}
+{{- /* The operational views (/metrics, /readyz's detail, /admin/*) on their own listener
+       (ops.port): probes and the ServiceMonitor use it, and neither the public Service
+       nor a route reaches it. */ -}}
+{{- $ops := deepCopy (get $cfg "ops" | default dict) -}}
+{{- $_ := set $ops "listen" (dict "host" "0.0.0.0" "port" (int .Values.ops.port)) -}}
+{{- $_ := unset $ops "public" -}}
+{{- $_ := set $cfg "ops" $ops -}}
 {{- $auth := deepCopy (get $cfg "auth" | default dict) -}}
 {{- if include "switchyard.apiKeysEnabled" . -}}
 {{- $_ := set $auth "api_keys_file" (printf "%s/%s" (include "switchyard.apiKeysDir" .) .Values.auth.apiKeys.secretKey) -}}

@@ -14,12 +14,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from adapters.base import GenerationRequest
 from adapters.errors import GatewayError
 from gateway.config.redis import RedisDeploymentConfig
 from gateway.config.response_store import ResponseStoreConfig, resolved_kind
 from gateway.config.schema import GatewayConfig, QuotaStoreConfig
 from gateway.http.envelope import error_response, json_response
+from gateway.intake import Intent
 from gateway.openai.responses import (
     MemoryResponseStore,
     RedisResponseStore,
@@ -31,7 +31,7 @@ from gateway.openai.responses import (
 )
 from gateway.openai.responses.answer import ResponsesAnswer
 from gateway.openai.responses.handlers import JSONResult
-from gateway.protection.gate import Protection
+from gateway.protection.gate import Protection, stored_read_usage
 from policies.auth import credential_headers
 
 log = logging.getLogger("switchyard.gateway")
@@ -56,11 +56,11 @@ class ResponsesRoutes:
     async def aclose(self) -> None:
         await self.store.aclose()
 
-    async def parse(self, body: Any, upstream_id: str, tenant: str) -> tuple[list[GenerationRequest], ResponsesAnswer]:
+    async def parse(self, body: Any, upstream_id: str, tenant: str) -> Intent:
         """The body of `POST /v1/responses` -> its chat generation (the previous
         response's conversation resolved, in the tenant's store) and its answer format."""
         prepared = await prepare_response(body, tenant=tenant, store=self.store, request_id=upstream_id)
-        return [prepared.generation], ResponsesAnswer(prepared, self.store)
+        return Intent([prepared.generation], ResponsesAnswer(prepared, self.store))
 
     async def retrieve(self, request: Request) -> Response:
         return await self._read(request, "get")
@@ -72,8 +72,15 @@ class ResponsesRoutes:
         return await self._read(request, "input_items")
 
     async def _read(self, request: Request, what: str) -> Response:
+        """Authenticated, then admitted as a request of the tenant (`Protection.admit_read`:
+        its requests per minute, its concurrency, the bytes sent as its tokens)."""
         try:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
+            ticket = await self.protection.admit_read(principal)
+        except GatewayError as err:
+            return error_response(err)
+        answer: Response | None = None
+        try:
             response_id = request.path_params["response_id"]
             query = request.query_params.multi_items()
             result: JSONResult
@@ -83,6 +90,9 @@ class ResponsesRoutes:
                 result = await delete_response(response_id, tenant=principal.tenant, store=self.store)
             else:
                 result = await list_input_items(response_id, tenant=principal.tenant, store=self.store, query=query)
+            answer = json_response(result.body, result.status, ticket.headers or None)
         except GatewayError as err:
-            return error_response(err)
-        return json_response(result.body, result.status)
+            answer = error_response(err)
+        finally:
+            await ticket.release(stored_read_usage(len(answer.body) if answer is not None else 0))
+        return answer

@@ -60,7 +60,7 @@ def test_config_check_names_the_engine_extra_for_a_native_backend(tmp_path):
     )
     done = switchyard_base_only("config", "check", str(config))
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "pip install 'switchyard[engine]'" in done.stderr
+    assert "pip install '.[engine]'" in done.stderr
 
 
 @pytest.mark.parametrize(
@@ -77,7 +77,7 @@ def test_a_command_without_its_extra_says_what_to_install(argv, extra):
     done = switchyard_base_only(*argv)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and f"pip install 'switchyard[{extra}]'" in lines[0], done.stderr
+    assert len(lines) == 1 and f"pip install '.[{extra}]'" in lines[0], done.stderr
     assert lines[0].startswith(f"switchyard {argv[0]} needs the `{extra}` extra")
 
 

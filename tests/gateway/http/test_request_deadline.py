@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from adapters.base import GenerationRequest, TextDelta
-from adapters.errors import GatewayError
+from adapters.errors import FailureKind, GatewayError
 from gateway.config.schema import ConfigError, parse_config
 from gateway.http.deadline import TIMEOUT_HEADERS, request_deadline
 from gateway.serving.phases import CancelPhase
@@ -231,7 +231,7 @@ async def test_at_the_deadline_a_whole_answer_is_504_and_nothing_else_is_sent():
 
 
 async def test_the_deadline_ends_a_retry_backoff_too():
-    adapter = ScriptedAdapter("b1", always(GatewayError(503, "down", retryable=True)))
+    adapter = ScriptedAdapter("b1", always(GatewayError(503, "down", failure=FailureKind.CONNECT)))
     model = {"backends": ["b1"], "max_retries": 1, "retry_backoff_s": 60}
     t0 = time.monotonic()
     run = await generate(adapter, chat_until(0.1, stream=True), model=model)

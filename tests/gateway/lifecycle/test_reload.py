@@ -169,3 +169,30 @@ def test_serve_refuses_fewer_than_one_worker(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["serve", "--workers", "0"])
     assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+def config_info(gw: Gateway) -> dict[tuple[str, str], float]:
+    return {
+        (s.labels["version"], s.labels["digest"]): s.value
+        for family in gw.metrics.registry.collect()
+        if family.name == "switchyard_config_info"
+        for s in family.samples
+    }
+
+
+async def test_the_config_in_force_is_a_metric_and_every_reload_result_is_counted_from_zero(running):
+    gw, path = running
+    first = gw.reloader.version
+    assert config_info(gw) == {("1", first.digest): 1.0}
+    assert {r: reloads(gw, r) for r in ("applied", "unchanged", "invalid", "refused", "failed")} == dict.fromkeys(
+        ("applied", "unchanged", "invalid", "refused", "failed"), 0.0
+    )
+    assert gw.metrics.registry.get_sample_value("switchyard_config_reloads_total", {"result": "failed"}) == 0.0
+    path.write_text(yaml.safe_dump(config(tenants={"a": {"requests_per_minute": 20}})))
+    assert (await gw.reloader.reload("test")).result == ReloadResult.APPLIED
+    second = gw.reloader.version
+    assert second.digest != first.digest
+    assert config_info(gw) == {("2", second.digest): 1.0}  # the old version's series is gone, not 0
+    path.write_text("models: [")
+    assert (await gw.reloader.reload("test")).result == ReloadResult.INVALID
+    assert config_info(gw) == {("2", second.digest): 1.0} and reloads(gw, "invalid") == 1

@@ -32,9 +32,9 @@ def refused(parse, body: dict) -> GatewayError:
 )
 def test_the_four_input_forms(value, items):
     parsed = parse_embeddings({"model": "m", "input": value}, "rid")
-    call, as_base64 = parsed.call
+    call, as_base64 = parsed.payload
     assert call.inputs == items and call.request_id == "rid" and not as_base64
-    assert parsed.model == "m" and parsed.route_request.sampling.max_tokens == 0
+    assert parsed.requests[0].model == "m" and parsed.requests[0].sampling.max_tokens == 0
     tokens = sum(len(i) if isinstance(i, list) else len(i) // 4 + 1 for i in items)
     assert parsed.prompt_estimate == tokens
 
@@ -62,7 +62,7 @@ def test_bad_inputs_are_400s_naming_input(value):
 
 
 def test_at_most_2048_inputs_are_accepted():
-    call, _ = parse_embeddings({"model": "m", "input": ["x"] * MAX_INPUTS}, "rid").call
+    call, _ = parse_embeddings({"model": "m", "input": ["x"] * MAX_INPUTS}, "rid").payload
     assert len(call.inputs) == MAX_INPUTS
 
 
@@ -83,7 +83,7 @@ def test_other_fields_are_checked(body, param):
 
 def test_base64_and_dimensions_are_read():
     parsed = parse_embeddings({"model": "m", "input": "x", "encoding_format": "base64", "dimensions": 64}, "rid")
-    call, as_base64 = parsed.call
+    call, as_base64 = parsed.payload
     assert as_base64 and call.dimensions == 64
 
 
@@ -109,12 +109,12 @@ def test_the_answer_is_openais_shape_with_the_runtimes_count():
 
 def test_tokenize_forms_and_defaults():
     prompt = parse_tokenize({"model": "m", "prompt": "hi there", "return_token_strs": True}, "rid")
-    assert prompt.call.prompt == "hi there" and prompt.call.return_token_strs and prompt.call.special_tokens
+    assert prompt.payload.prompt == "hi there" and prompt.payload.return_token_strs and prompt.payload.special_tokens
     assert prompt.prompt_estimate == 0  # tokenizing is not charged tokens
     chat = parse_tokenize({"model": "m", "messages": [{"role": "user", "content": "hi"}]}, "rid")
-    assert chat.call.add_generation_prompt and not chat.call.continue_final_message
-    assert not chat.call.special_tokens  # the chat template adds its own
-    assert chat.route_request.messages == [{"role": "user", "content": "hi"}]
+    assert chat.payload.add_generation_prompt and not chat.payload.continue_final_message
+    assert not chat.payload.special_tokens  # the chat template adds its own
+    assert chat.requests[0].messages == [{"role": "user", "content": "hi"}]
     cont = parse_tokenize(
         {
             "model": "m",
@@ -125,7 +125,7 @@ def test_tokenize_forms_and_defaults():
         },
         "rid",
     )
-    assert cont.call.continue_final_message and cont.call.chat_template_kwargs == {"enable_thinking": False}
+    assert cont.payload.continue_final_message and cont.payload.chat_template_kwargs == {"enable_thinking": False}
 
 
 @pytest.mark.parametrize(
@@ -157,6 +157,6 @@ def test_tokenize_mistakes_name_the_field(body, param):
 
 def test_detokenize():
     parsed = parse_detokenize({"model": "m", "tokens": [1, 2, 3]}, "rid")
-    assert parsed.call.tokens == [1, 2, 3] and parsed.prompt_estimate == 0
+    assert parsed.payload.tokens == [1, 2, 3] and parsed.prompt_estimate == 0
     for tokens in (None, [1, -1], ["1"], [True], [2**63]):
         assert refused(parse_detokenize, {"model": "m", "tokens": tokens}).param == "tokens"

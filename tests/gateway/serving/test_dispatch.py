@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from adapters.base import ErrorEvent, Event, Finish, GenerationRequest, SamplingParams, TextDelta, Usage
-from adapters.errors import GatewayError
+from adapters.errors import FailureKind, GatewayError
 from gateway.serving.dispatch import Dispatcher, check_choices
 from gateway.serving.merge import Merged, SubStream
 from tests.gateway.scripted import HANG, ScriptedAdapter, always, backend_set
@@ -35,7 +35,7 @@ def completion(prompts: list[str], n: int = 1) -> list[GenerationRequest]:
 
 
 def unavailable() -> GatewayError:
-    return GatewayError(503, "down", code="backend_unavailable", retryable=True)
+    return GatewayError(503, "down", code="backend_unavailable", failure=FailureKind.CONNECT)
 
 
 def answer(text: str = "ok", usage: Usage | None = None) -> list:
@@ -82,7 +82,7 @@ async def test_a_retryable_failure_before_the_first_event_fails_over(failure):
     b1, b2 = ScriptedAdapter("b1", always(*failure)), ScriptedAdapter("b2", lambda r: answer("from b2"))
     dispatcher = two_models(b1, b2)
     dispatched = await dispatcher.open("m", [chat()])
-    assert dispatched.backend == "b2"
+    assert dispatched.backends == ("b2",)
     assert await read(dispatched) == [TextDelta(0, "from b2"), Finish(0, "stop"), Usage(5, 1)]
     assert (b1.ended, b2.ended) == (1, 1)
     assert [b.inflight for b in dispatcher.backends.backends.values()] == [0, 0]
@@ -117,7 +117,7 @@ async def test_never_failover_after_the_first_event():
     dispatcher = two_models(b1, b2)
     dispatched = await dispatcher.open("m", [chat()])
     events = await read(dispatched)
-    assert dispatched.backend == "b1" and not b2.requests
+    assert dispatched.backends == ("b1",) and not b2.requests
     assert events[0] == TextDelta(0, "partial")
     # mid-stream, every failure is the backend's: 502 upstream_error, whatever the adapter said
     assert isinstance(events[1], ErrorEvent) and len(events) == 2
@@ -402,7 +402,7 @@ async def test_each_retry_goes_upstream_under_an_id_of_its_own():
 
 
 async def test_a_backend_that_timed_out_is_not_tried_again_in_a_later_round():
-    timeout = GatewayError(504, "slow", code="upstream_timeout", retryable=True)
+    timeout = GatewayError(504, "slow", code="upstream_timeout", failure=FailureKind.TIMEOUT)
     b1 = ScriptedAdapter("b1", always(timeout))
     failures = []
     dispatcher = Dispatcher(

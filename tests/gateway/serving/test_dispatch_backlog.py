@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, Usage
-from adapters.errors import GatewayError
+from adapters.errors import FailureKind, GatewayError
 from gateway.openai.requests import estimate_prompt_tokens
 from gateway.serving.dispatch import Dispatcher
 from tests.gateway.scripted import HANG, ScriptedAdapter, backend_set
@@ -83,7 +83,7 @@ async def test_the_prompt_is_on_the_backlog_until_the_first_event_not_until_the_
     "script",
     [
         [GatewayError(400, "bad prompt")],  # the client's mistake: answered at once
-        [GatewayError(503, "down", code="backend_unavailable", retryable=True)],  # nowhere else to go
+        [GatewayError(503, "down", code="backend_unavailable", failure=FailureKind.CONNECT)],  # nowhere else to go
         [ErrorEvent(GatewayError(500, "boom"))],  # an error as the stream's first event
         [],  # the upstream ended without a word: 502
     ],
@@ -104,7 +104,9 @@ async def test_a_request_failing_before_its_first_event_leaves_no_backlog(script
 
 async def test_a_failover_moves_the_backlog_to_the_next_backend_and_leaves_none():
     first, second = Gate(), Gate()
-    b1 = ScriptedAdapter("b1", lambda r: [first, GatewayError(503, "down", code="backend_unavailable", retryable=True)])
+    b1 = ScriptedAdapter(
+        "b1", lambda r: [first, GatewayError(503, "down", code="backend_unavailable", failure=FailureKind.CONNECT)]
+    )
     b2 = ScriptedAdapter("b2", lambda r: [second, *answer()])
     dispatcher = dispatcher_of(b1, b2, routing="round_robin")
     opening = asyncio.create_task(dispatcher.open("m", [chat()]))
@@ -117,7 +119,7 @@ async def test_a_failover_moves_the_backlog_to_the_next_backend_and_leaves_none(
     assert backlogs(dispatcher) == {"b1": 0, "b2": TOKENS}
     second.open()
     dispatched = await opening
-    assert dispatched.backend == "b2" and backlogs(dispatcher) == {"b1": 0, "b2": 0}
+    assert dispatched.backends == ("b2",) and backlogs(dispatcher) == {"b1": 0, "b2": 0}
     await dispatched.aclose()
 
 
@@ -157,7 +159,7 @@ async def test_a_prompt_the_backend_was_sent_before_adds_only_what_its_index_doe
     dispatcher = dispatcher_of(*adapters, routing={"scorers": {"prefix_approx": 3.0, "backlog": 2.0}})
     gate.open()
     dispatched = await dispatcher.open("m", [chat()])  # its blocks go into its backend's approximate index
-    home = dispatched.backend
+    home = dispatched.label
     await dispatched.aclose()
     pool = dispatcher.pool("m")
     assert pool is not None

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, Usage
-from adapters.errors import GatewayError
+from adapters.errors import FailureKind, GatewayError
 from gateway.observe.ops import OpsCollector, model_health
 from gateway.serving.dispatch import Dispatcher
 from policies.ejection import CircuitState
@@ -40,7 +40,7 @@ def runtime_500() -> GatewayError:
 
 
 def overloaded() -> GatewayError:
-    return GatewayError(429, "overloaded", code="upstream_overloaded", retryable=True)
+    return GatewayError(429, "overloaded", code="upstream_overloaded", failure=FailureKind.OVERLOAD)
 
 
 async def serve(dispatcher: Dispatcher, request_id: str = "req") -> str:
@@ -48,7 +48,7 @@ async def serve(dispatcher: Dispatcher, request_id: str = "req") -> str:
     async for _ in dispatched.events:
         pass
     await dispatched.aclose()
-    return dispatched.backend
+    return dispatched.label
 
 
 def pair(bad, model: dict | None = None) -> tuple[Dispatcher, ScriptedAdapter, ScriptedAdapter]:
@@ -138,7 +138,7 @@ async def test_while_the_probe_is_out_no_other_request_reaches_the_backend():
         async for _ in d.events:
             pass
         await d.aclose()
-    assert sorted(d.backend for d in [t.result() for t in opened]) == ["b1"] + ["b2"] * 7
+    assert sorted(d.label for d in [t.result() for t in opened]) == ["b1"] + ["b2"] * 7
     assert pool.ejection.state("b1") is CircuitState.CLOSED
 
 
@@ -162,7 +162,7 @@ async def test_attempts_are_max_retries_plus_one_and_the_backoff_doubles():
 
     def script(request):
         stamps.append(time.monotonic())
-        return [GatewayError(503, "down", code="backend_unavailable", retryable=True)]
+        return [GatewayError(503, "down", code="backend_unavailable", failure=FailureKind.CONNECT)]
 
     b1 = ScriptedAdapter("b1", script)
     model = {"backends": ["b1"], "max_retries": 3, "retry_backoff_s": 0.1, "ejection": {"consecutive_failures": 9}}
@@ -222,7 +222,7 @@ async def test_a_failure_after_the_first_byte_is_neither_failed_over_nor_counted
     model = {"backends": ["b1", "b2"], "routing": "round_robin", "ejection": {"consecutive_failures": 1}}
     dispatcher = Dispatcher(backend_set({"m": model}, {"b1": b1, "b2": b2}))
     dispatched = await dispatcher.open("m", [chat()])
-    assert dispatched.backend == "b1"
+    assert dispatched.backends == ("b1",)
     events = [e async for e in dispatched.events]
     await dispatched.aclose()
     assert events[0] == TextDelta(0, "par") and isinstance(events[-1], ErrorEvent)  # the stream ends in an error

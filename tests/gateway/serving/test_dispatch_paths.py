@@ -12,9 +12,16 @@ import time
 import pytest
 
 from adapters.base import Capabilities, Finish, GenerationRequest, SamplingParams, TextDelta, Usage
-from adapters.errors import GatewayError
-from gateway.serving.dispatch import Dispatcher, check_choices, fails_over, failure_kind
-from policies.ejection import FailureKind
+from adapters.errors import (
+    FailureKind,
+    GatewayError,
+    upstream_busy,
+    upstream_failed,
+    upstream_timeout,
+    upstream_unavailable,
+)
+from adapters.openai import OpenAIDialect
+from gateway.serving.dispatch import Dispatcher, check_choices
 from tests.gateway.scripted import ScriptedAdapter, always, backend_set
 
 TOOLS = [{"type": "function", "function": {"name": "f"}}]
@@ -32,11 +39,11 @@ def answer(text: str = "ok") -> list:
 
 
 def unavailable() -> GatewayError:
-    return GatewayError(503, "down", code="backend_unavailable", retryable=True)
+    return GatewayError(503, "down", code="backend_unavailable", failure=FailureKind.CONNECT)
 
 
 def timeout() -> GatewayError:
-    return GatewayError(504, "slow", code="upstream_timeout", retryable=True)
+    return GatewayError(504, "slow", code="upstream_timeout", failure=FailureKind.TIMEOUT)
 
 
 async def serve(dispatcher: Dispatcher, req: GenerationRequest | None = None, waits: list | None = None) -> str:
@@ -44,7 +51,7 @@ async def serve(dispatcher: Dispatcher, req: GenerationRequest | None = None, wa
     async for _ in dispatched.events:
         pass
     await dispatched.aclose()
-    return dispatched.backend
+    return dispatched.label
 
 
 def without_tools(adapter: ScriptedAdapter) -> ScriptedAdapter:
@@ -165,7 +172,9 @@ def spent_budget_model() -> dict:
 
 
 async def test_with_the_budget_spent_the_next_backend_is_not_tried_and_the_last_error_is_answered():
-    b1 = ScriptedAdapter("b1", always(GatewayError(429, "busy", code="upstream_overloaded", retryable=True)))
+    b1 = ScriptedAdapter(
+        "b1", always(GatewayError(429, "busy", code="upstream_overloaded", failure=FailureKind.OVERLOAD))
+    )
     b2 = ScriptedAdapter("b2", lambda r: answer())
     model = {"backends": ["b1", "b2"], "routing": "least_loaded", "max_retries": 0, **spent_budget_model()}
     dispatcher = Dispatcher(backend_set({"m": model}, {"b1": b1, "b2": b2}))
@@ -205,31 +214,32 @@ async def test_the_backoff_doubles_from_its_base_each_round():
 @pytest.mark.parametrize(
     "error, fails",
     [
-        (GatewayError(500, "internal", code="upstream_error"), True),  # a fault of the backend's, not retryable
+        (GatewayError(500, "internal", code="upstream_error"), True),  # a fault of the backend's, kind unsaid
         (GatewayError(502, "bad gateway", code="upstream_error"), True),
-        (GatewayError(429, "busy", code="upstream_overloaded", retryable=True), True),
+        (GatewayError(429, "busy", code="upstream_overloaded", failure=FailureKind.OVERLOAD), True),
+        (GatewayError(429, "a tenant's limit", code="rate_limit_exceeded"), False),
         (GatewayError(499, "odd"), False),
         (GatewayError(400, "bad", param="messages"), False),
     ],
 )
 def test_what_fails_over_is_a_backend_fault_or_a_retryable_failure(error, fails):
-    assert fails_over(error) is fails
+    assert error.fails_over is fails
 
 
 @pytest.mark.parametrize(
     "error, kind",
     [
-        (GatewayError(504, "slow", code="upstream_timeout"), FailureKind.TIMEOUT),
-        (GatewayError(429, "busy"), FailureKind.OVERLOAD),
-        (GatewayError(503, "busy", code="upstream_overloaded"), FailureKind.OVERLOAD),
-        (GatewayError(503, "busy", code="backend_busy"), FailureKind.OVERLOAD),
-        (GatewayError(503, "down", code="backend_unavailable"), FailureKind.CONNECT),
-        (GatewayError(502, "boom", code="upstream_error"), FailureKind.SERVER_ERROR),
+        (upstream_timeout("b", "slow", 1.0, first_byte=True), FailureKind.TIMEOUT),
+        (upstream_busy("b", "busy", 1.0), FailureKind.OVERLOAD),
+        (OpenAIDialect("b").error(429, b"{}"), FailureKind.OVERLOAD),
+        (upstream_unavailable("b", "refused"), FailureKind.CONNECT),
+        (upstream_failed("b", "boom"), FailureKind.SERVER_ERROR),
         (GatewayError(500, "boom"), FailureKind.SERVER_ERROR),
     ],
 )
-def test_each_failure_is_told_to_the_outlier_detector_by_its_kind(error, kind):
-    assert failure_kind(error) is kind
+def test_each_failure_carries_its_kind_from_where_it_is_built(error, kind):
+    # The kind the outlier detector is told is the error's own, never read from its code.
+    assert error.failure is kind
 
 
 async def test_the_outlier_detector_learns_the_kind_of_each_failure():

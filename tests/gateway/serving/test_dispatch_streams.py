@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, Usage
-from adapters.errors import GatewayError
+from adapters.errors import FailureKind, GatewayError, model_not_found
 from gateway.observe.otel_trace import OtelTracing
 from gateway.serving.dispatch import Dispatcher
 from tests.gateway.scripted import ScriptedAdapter, always, backend_set
@@ -90,14 +90,14 @@ async def test_sub_requests_served_apart_name_every_backend_in_order():
     model = {"backends": ["b1", "b2"], "routing": "round_robin"}
     dispatched = await Dispatcher(backend_set({"m": model}, {"b1": b1, "b2": b2})).open("m", completion(["x", "y"]))
     await read(dispatched)
-    assert dispatched.backend == "b1,b2" and len(b1.requests) == len(b2.requests) == 1
+    assert dispatched.backends == ("b1", "b2") and len(b1.requests) == len(b2.requests) == 1
 
 
 async def test_a_fan_out_names_its_one_backend():
     b1 = ScriptedAdapter("b1", lambda r: answer(r.request_id), n=False)
     dispatched = await one_backend(b1).open("m", [chat(n=3)])
     events = await read(dispatched)
-    assert dispatched.backend == "b1" and len([e for e in events if isinstance(e, Finish)]) == 3
+    assert dispatched.backends == ("b1",) and len([e for e in events if isinstance(e, Finish)]) == 3
 
 
 async def test_one_choice_on_a_runtime_without_n_is_one_request_under_the_requests_own_id():
@@ -111,7 +111,7 @@ async def test_an_unknown_model_is_a_404_naming_it():
         await one_backend(ScriptedAdapter("b1", lambda r: answer())).open("llama-9", [chat()])
     err = info.value
     assert (err.status, err.param, err.code) == (404, "model", "model_not_found")
-    assert err.message == "The model `llama-9` does not exist."
+    assert err.message == model_not_found("llama-9").message  # one wording, the front door's
 
 
 # ---- the backend's name: in the log, never to the client ------------------------------------------
@@ -142,9 +142,13 @@ async def test_a_traced_request_has_a_routing_step_and_a_span_per_attempt_each_e
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    OtelTracing(provider).request([], chat=True)  # this task's trace from now on
-    raised = ScriptedAdapter("b1", always(GatewayError(503, "down", code="backend_unavailable", retryable=True)))
-    said = ScriptedAdapter("b2", always(ErrorEvent(GatewayError(429, "busy", code="backend_busy", retryable=True))))
+    OtelTracing(provider).request([], "chat")  # this task's trace from now on
+    raised = ScriptedAdapter(
+        "b1", always(GatewayError(503, "down", code="backend_unavailable", failure=FailureKind.CONNECT))
+    )
+    said = ScriptedAdapter(
+        "b2", always(ErrorEvent(GatewayError(429, "busy", code="backend_busy", failure=FailureKind.OVERLOAD)))
+    )
     served = ScriptedAdapter("b3", lambda r: answer())
     model = {"backends": ["b1", "b2", "b3"], "routing": "least_loaded", "max_retries": 0}
     dispatcher = Dispatcher(backend_set({"m": model}, {"b1": raised, "b2": said, "b3": served}))

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, ToolCallDelta, Usage
-from adapters.errors import GatewayError
+from adapters.errors import FailureKind, GatewayError
 from gateway.config.schema import parse_config
 from gateway.observe.context import RequestContext
 from gateway.observe.metrics import GatewayMetrics
@@ -102,7 +102,7 @@ async def generate(
         return {"type": "http.disconnect"}
 
     recorder = RequestRecorder(run.metrics, backends.pools, None)
-    ctx = RequestContext("rid-1", time.perf_counter(), chat=request.kind == "chat", model="m")
+    ctx = RequestContext("rid-1", time.perf_counter(), operation=request.kind, model="m")
     generation = Generation(Dispatcher(backends), recorder, ctx, ticket, [request], answer)
     await generation({"type": "http"}, receive, send)
     run.inflight = backends.backends["b1"].inflight
@@ -210,7 +210,7 @@ async def test_leaving_a_whole_answer():
 
 
 async def test_leaving_during_the_retry_backoff():
-    adapter = ScriptedAdapter("b1", always(GatewayError(503, "down", retryable=True)))
+    adapter = ScriptedAdapter("b1", always(GatewayError(503, "down", failure=FailureKind.CONNECT)))
 
     async def in_the_backoff(run: Run) -> None:
         await adapter.called.wait()
@@ -264,7 +264,7 @@ async def test_overhead_leaves_out_the_retry_backoff():
     def down_once(request: GenerationRequest) -> list:
         calls.append(request)
         if len(calls) == 1:
-            return [GatewayError(503, "down", retryable=True)]
+            return [GatewayError(503, "down", failure=FailureKind.CONNECT)]
         return [TextDelta(0, "Hi"), Finish(0, "stop"), Usage(5, 1)]
 
     model = {"backends": ["b1"], "max_retries": 1, "retry_backoff_s": UPSTREAM_DELAY_S}

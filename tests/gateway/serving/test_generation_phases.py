@@ -13,10 +13,10 @@ import orjson
 import pytest
 
 from adapters.base import Event, Finish, GenerationRequest, TextDelta, Usage
-from adapters.errors import GatewayError
+from adapters.errors import FailureKind, GatewayError
 from gateway.http.deadline import deadline_exceeded
 from gateway.openai.requests import estimate_prompt_tokens
-from gateway.serving import generation as generation_module
+from gateway.serving import exchange as exchange_module
 from gateway.serving.phases import CancelPhase
 from tests.gateway.scripted import HANG, Pause, ScriptedAdapter, always
 from tests.gateway.serving.test_generation import chat, sse_data
@@ -131,7 +131,7 @@ async def test_every_retry_backoff_is_counted():
 
     def down_twice(request: GenerationRequest) -> list:
         calls.append(request)
-        return [GatewayError(503, "down", retryable=True)] if len(calls) < 3 else answered(request)
+        return [GatewayError(503, "down", failure=FailureKind.CONNECT)] if len(calls) < 3 else answered(request)
 
     model = {"backends": ["b1"], "max_retries": 2, "retry_backoff_s": 0.1}  # 0.1 s, then 0.2 s
     served = await one(ScriptedAdapter("b1", down_twice), chat(), model=model)
@@ -152,7 +152,7 @@ async def test_a_client_leaving_is_a_499_outcome_saying_so():
 async def test_a_stream_watches_for_the_client_from_its_start_not_only_after_the_timer(monkeypatch):
     # The watcher's timer never fires within the test: only the stream's start can have
     # started the watcher (a timer can lag seconds behind the close that woke the loop).
-    monkeypatch.setattr(generation_module, "WATCH_AFTER_S", 3600.0)
+    monkeypatch.setattr(exchange_module, "WATCH_AFTER_S", 3600.0)
     served = await asyncio.wait_for(
         one(ScriptedAdapter("b1", always(TextDelta(0, "Hi"), HANG)), chat(), leave_after=0.05), timeout=10
     )
@@ -162,7 +162,7 @@ async def test_a_stream_watches_for_the_client_from_its_start_not_only_after_the
 async def test_a_stream_started_after_the_timer_keeps_its_one_watcher(monkeypatch):
     # The timer fires while the upstream is still silent, then the stream starts:
     # the start must not add a second watcher (two readers of one ASGI receive).
-    monkeypatch.setattr(generation_module, "WATCH_AFTER_S", 0.0)
+    monkeypatch.setattr(exchange_module, "WATCH_AFTER_S", 0.0)
     script = always(Pause(0.05), TextDelta(0, "Hi"), HANG)
     served = await asyncio.wait_for(one(ScriptedAdapter("b1", script), chat(), leave_after=0.2), timeout=10)
     assert (served.outcome.status, served.outcome.cancelled_phase) == (499, CancelPhase.MID_STREAM)
@@ -172,11 +172,11 @@ async def test_a_stream_started_after_the_timer_keeps_its_one_watcher(monkeypatc
 async def test_a_whole_answer_watches_from_an_event_when_the_timer_lags(monkeypatch):
     # The timer is set for an hour (it never fires here); once the request is under
     # way the threshold drops, and an upstream event must start the watcher.
-    monkeypatch.setattr(generation_module, "WATCH_AFTER_S", 3600.0)
+    monkeypatch.setattr(exchange_module, "WATCH_AFTER_S", 3600.0)
     script = always(Pause(0.15), TextDelta(0, "a"), Pause(0.05), TextDelta(0, "b"), HANG)
     request = asyncio.ensure_future(one(ScriptedAdapter("b1", script), chat(stream=False), leave_after=0.3))
     await asyncio.sleep(0.05)
-    monkeypatch.setattr(generation_module, "WATCH_AFTER_S", 0.0)
+    monkeypatch.setattr(exchange_module, "WATCH_AFTER_S", 0.0)
     served = await asyncio.wait_for(request, timeout=10)
     assert (served.outcome.status, served.outcome.cancelled_phase) == (499, CancelPhase.NON_STREAMING)
     assert served.receives == 1
@@ -185,7 +185,7 @@ async def test_a_whole_answer_watches_from_an_event_when_the_timer_lags(monkeypa
 async def test_a_whole_answer_over_before_the_threshold_starts_no_watcher(monkeypatch):
     # The watcher is the only per-request task: an answer done before WATCH_AFTER_S
     # must not have started one, from its events or otherwise.
-    monkeypatch.setattr(generation_module, "WATCH_AFTER_S", 5.0)
+    monkeypatch.setattr(exchange_module, "WATCH_AFTER_S", 5.0)
     served = await one(ScriptedAdapter("b1", answered), chat(stream=False))
     assert served.outcome.status == 200 and served.receives == 0
 

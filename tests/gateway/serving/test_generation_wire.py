@@ -16,8 +16,17 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from adapters.base import ErrorEvent, Finish, GenerationRequest, ParameterSupport, SamplingParams, TextDelta, Usage
-from adapters.errors import GatewayError
+from adapters.base import (
+    ErrorEvent,
+    Finish,
+    GenerationRequest,
+    ParameterSupport,
+    SamplingParams,
+    TextDelta,
+    TokenLogprob,
+    Usage,
+)
+from adapters.errors import FailureKind, GatewayError
 from gateway.config.schema import parse_config
 from gateway.observe.context import NoTrace, Outcome, RequestContext
 from gateway.observe.metrics import GatewayMetrics
@@ -132,7 +141,7 @@ async def serve(
         return {"type": "http.disconnect"}
 
     recorder = RequestRecorder(served.metrics, backends.pools, None)
-    ctx = RequestContext("rid-7", time.perf_counter(), chat=requests[0].kind == "chat", model="m")
+    ctx = RequestContext("rid-7", time.perf_counter(), operation=requests[0].kind, model="m")
     ctx.trace = served.trace
     generation = Generation(Dispatcher(backends), recorder, ctx, ticket, requests, answer)
     await generation({"type": "http"}, receive, send)
@@ -244,14 +253,18 @@ async def test_the_dropped_parameters_of_every_serving_backend_are_named():
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "whole"])
 async def test_without_a_usage_event_the_usage_is_the_prompt_estimate_and_the_tokens_seen(stream):
+    # Tokens, not events (gateway/serving/usage.py): two deltas of 13 characters are 4
+    # tokens at four characters a token; a delta with logprobs is exactly its tokens.
     request = chat(stream=stream, include_usage=True)
-    served = await one(ScriptedAdapter("b1", always(TextDelta(0, "a"), TextDelta(0, "b"), Finish(0, "stop"))), request)
-    estimate = Usage(estimate_prompt_tokens(request), 2)
+    logprobs = [TokenLogprob("x", -0.1, [120], [])] * 3
+    script = always(TextDelta(0, "abcdefgh"), TextDelta(0, "ijklm"), TextDelta(0, "xyz", logprobs), Finish(0, "stop"))
+    served = await one(ScriptedAdapter("b1", script), request)
+    estimate = Usage(estimate_prompt_tokens(request), 4 + 3)
     assert estimate.prompt_tokens > 0
     assert served.releases == [(estimate, None)] and served.outcome.usage == estimate
     if not stream:  # (a stream's usage chunk is the runtime's own)
         usage = orjson.loads(served.body)["usage"]
-        assert (usage["prompt_tokens"], usage["completion_tokens"]) == (estimate.prompt_tokens, 2)
+        assert (usage["prompt_tokens"], usage["completion_tokens"]) == (estimate.prompt_tokens, 7)
 
 
 async def test_an_answer_with_no_content_and_no_usage_still_counts_its_prompt():
@@ -293,7 +306,7 @@ async def test_a_retry_backoff_is_counted_as_such_and_a_client_leaving_after_it_
 
     def down_once(request: GenerationRequest) -> list:
         calls.append(request)
-        return [GatewayError(503, "down", retryable=True)] if len(calls) == 1 else [HANG]
+        return [GatewayError(503, "down", failure=FailureKind.CONNECT)] if len(calls) == 1 else [HANG]
 
     model = {"backends": ["b1"], "max_retries": 1, "retry_backoff_s": 0.25}
     served = await one(ScriptedAdapter("b1", down_once), chat(), model=model, leave_after=0.4)

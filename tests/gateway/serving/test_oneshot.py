@@ -1,4 +1,4 @@
-"""The way of a call that generates nothing (gateway/serving/unary.py), in process with a real
+"""A one-shot call (gateway/serving/oneshot.py) run by the exchange runner, in process with a real
 Protection and adapters whose `embed` is scripted: only capable backends, in routing
 order; failover on a retryable failure only; the ticket released once, with the real
 usage, or for the phase the client left in; the backends' in-flight counts back to 0."""
@@ -14,16 +14,17 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from adapters.base import Adapter, Capabilities, Health, Usage
-from adapters.errors import GatewayError
+from adapters.errors import FailureKind, GatewayError
 from adapters.oneshot import EmbeddingRequest, EmbeddingResult
 from gateway.backends.backend_set import BackendSet
 from gateway.config.schema import parse_config
+from gateway.intake import Admitted, Intent, capable_order
 from gateway.observe.context import RequestContext
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.recorder import RequestRecorder
 from gateway.protection.gate import Protection
+from gateway.serving.oneshot import OneShotCall, route_request
 from gateway.serving.phases import CancelPhase
-from gateway.serving.unary import Admitted, Parsed, UnaryGate, capable_order, route_request
 from tests.gateway.scripted import backend_set, count_releases
 
 HANG = object()
@@ -79,25 +80,21 @@ async def run_call(
     protection = Protection(parse_config({}), CollectorRegistry())
     await protection.start()
     failures: list[tuple[str, str | None]] = []
-    config = parse_config({})
-    gate = UnaryGate(
-        lambda: config,
-        protection,
-        backends,
-        RequestRecorder(metrics, backends.pools, None),
-        lambda name, err: failures.append((name, err.code)),
-    )
-    parsed = Parsed(CALL, "m", route_request("rid", "m", prompt="hello"), 2)
-    ticket = await protection.admit(await protection.authenticate({}), "m", parsed.route_request, 2, _never_gone)
+    intent = Intent([route_request("rid", "m", prompt="hello")], CALL, 2)
+    ticket = await protection.admit(await protection.authenticate({}), "m", intent.requests[0], 2, _never_gone)
     releases: list[tuple[Usage | None, CancelPhase | None]] = []
     count_releases(ticket, releases)
-    order = capable_order(backends.pools["m"], "embeddings", "embeddings", parsed.route_request)
-    pool = backends.pools.pop("m") if reload_drops_model else None  # a reload between admission and the call
-    ctx = RequestContext("rid", time.perf_counter(), chat=False, model="m")
-    call = gate.call(
-        Admitted(parsed, ctx, ticket, order),
+    pool = backends.pools["m"]
+    order = capable_order(pool, "embeddings", "embeddings", intent.requests[0])
+    if reload_drops_model:
+        backends.pools.pop("m")  # a reload between admission and the call
+    ctx = RequestContext("rid", time.perf_counter(), operation="embeddings", model="m")
+    call: OneShotCall[EmbeddingResult] = OneShotCall(
+        RequestRecorder(metrics, backends.pools, None),
+        Admitted(ctx, ticket, intent, pool, order),
         lambda adapter: adapter.embed(CALL),
         lambda result: ({"n": len(result.vectors)}, Usage(result.prompt_tokens or 0, 0)),
+        lambda name, err: failures.append((name, err.code)),
     )
     sent: list[dict] = []
 
@@ -121,10 +118,7 @@ async def run_call(
         "failures": failures,
         "inflight": {name: b.inflight for name, b in backends.backends.items()},
         "ejection": {
-            name: {
-                "failures": {k.value: n for k, n in (pool or backends.pools["m"]).ejection.failures(name).items() if n}
-            }
-            for name in adapters
+            name: {"failures": {k.value: n for k, n in pool.ejection.failures(name).items() if n}} for name in adapters
         },
         "requests": metrics.registry.get_sample_value(
             "switchyard_requests_total",
@@ -139,7 +133,7 @@ async def _never_gone() -> bool:
 
 async def test_only_capable_backends_are_tried_and_a_retryable_failure_fails_over():
     down = GatewayError(
-        503, "The backend serving this model is unavailable.", code="backend_unavailable", retryable=True
+        503, "The backend serving this model is unavailable.", code="backend_unavailable", failure=FailureKind.CONNECT
     )
     adapters = {
         "chat-only": EmbedAdapter("chat-only", RESULT, embeddings=False),
@@ -225,4 +219,4 @@ async def test_a_call_whose_model_a_reload_dropped_still_fails_over_and_answers(
     adapters = {"a": EmbedAdapter("a", server_error()), "b": EmbedAdapter("b", RESULT)}
     out = await run_call(adapters, reload_drops_model=True)
     assert out["status"] == 200 and adapters["a"].calls == 1 and adapters["b"].calls == 1
-    assert out["ejection"]["a"]["failures"] == {}  # the dropped pool's detector is told nothing
+    assert out["ejection"]["a"]["failures"] == {"server_error": 1}  # the pool it was admitted to still counts

@@ -1,0 +1,162 @@
+"""One admitted exchange, run inside the ASGI response that answers it: the one
+runner under both the streamed generations (generation.py) and the one-shot calls
+(oneshot.py).
+
+Running the work inside the response (rather than before returning it) lets one
+watcher see the client leave in every phase: while waiting for the upstream, between
+stream chunks, during a whole answer. When the client leaves, the task is cancelled,
+which closes the upstream work. The runner owns what every exchange does the same
+way: that watcher, the in-flight gauge, the client's deadline, a bug answered as 500,
+and at the end one release of the ticket (with the usage and the phase the client
+left in) and one recorder call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from starlette.responses import Response
+
+from adapters.base import Usage
+from adapters.errors import GatewayError, internal_error
+from gateway.http.deadline import deadline_exceeded
+from gateway.http.envelope import error_response
+from gateway.observe.context import Outcome, RequestContext
+from gateway.observe.recorder import RequestRecorder
+from gateway.protection.gate import Ticket
+from gateway.serving.phases import CancelPhase
+
+log = logging.getLogger("switchyard.gateway")
+
+# The watcher task (the only per-request task) starts once an exchange has lasted this
+# long: most answers are over before a client could notice a delay.
+WATCH_AFTER_S = 0.02
+
+
+class ExchangeRunner(Response):
+    """An ASGI response that runs the exchange it answers. A subclass writes `_run`
+    (the work and the answer) and keeps `phase`, `usage`, `backend`, `status`,
+    `error` and `code` true as it goes. A `Response` so that FastAPI's routes pass it
+    through as any response; Response's own body and headers are not used."""
+
+    background = None  # FastAPI attaches its background tasks to a returned Response
+
+    def __init__(
+        self, recorder: RequestRecorder, ctx: RequestContext, ticket: Ticket, deadline: float | None, phase: CancelPhase
+    ) -> None:
+        self.recorder = recorder
+        self.ctx = ctx
+        self.ticket = ticket
+        self.deadline = deadline
+        self.phase = phase  # where a client leaving would find the exchange now
+        self.usage: Usage | None = None
+        self.backend: str | None = None
+        self.status = 200
+        self.error: str | None = None
+        self.code: str | None = None
+        self.started = False  # http.response.start was sent
+        self.ended = False  # the answer's last message is being sent: nothing may follow it
+        self._watch_now: Callable[[], None] = lambda: None  # set by __call__
+
+    async def __call__(self, scope, receive, send) -> None:
+        task = asyncio.current_task()
+        state = {"done": False, "gone": False}
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            if not state["done"]:
+                state["gone"] = True
+                task.cancel()  # type: ignore[union-attr]
+
+        watchers: list[asyncio.Task] = []
+
+        def start_watching() -> None:
+            if not state["done"] and not watchers:
+                timer.cancel()
+                watchers.append(asyncio.create_task(watch()))
+
+        # A stream starts watching when its answer starts, whatever the clock says: a
+        # timer can fire late on a loaded machine (docs/architecture.md, "A request's way").
+        timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watching)
+        self._watch_now = start_watching
+        gauge = self.recorder.inflight(self.ctx.model or "-")
+        gauge.inc()
+        cancelled: CancelPhase | None = None
+        clean = False
+        try:
+            await self._run_by_deadline(send)
+            clean = True
+        except asyncio.CancelledError:
+            if not state["gone"]:
+                raise  # the server is shutting down, not the client leaving
+            task.uncancel()  # type: ignore[union-attr]
+            cancelled = self.phase
+            self.status, self.error = 499, "client disconnected"
+        except Exception:
+            # A bug, not the client: the access log says 500, and so does the client
+            # when nothing was sent yet (else the connection is cut mid-answer).
+            log.exception("%s failed", self.ctx.operation)
+            err = internal_error()
+            if self.started:
+                self.status, self.error = 500, err.message
+                raise
+            await self._send_error(send, err)
+        finally:
+            state["done"] = True
+            timer.cancel()
+            for w in watchers:
+                w.cancel()
+            gauge.dec()
+            usage = self._final_usage()
+            release = self.ticket.release(usage, cancelled)
+            await (release if clean else asyncio.shield(release))
+            self.recorder.finish(self.ctx, self._outcome(usage, cancelled))
+
+    def _final_usage(self) -> Usage | None:
+        """What the ticket is released with and the metrics count."""
+        return self.usage
+
+    def _outcome(self, usage: Usage | None, cancelled: CancelPhase | None) -> Outcome:
+        return Outcome(self.status, usage, self.backend, self.error, cancelled, code=self.code)
+
+    def _extra_headers(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self.ticket.headers.items()}
+
+    async def _send_error(self, send, err: GatewayError) -> None:
+        """`err` as the whole answer (nothing was sent yet)."""
+        self.status, self.error, self.code = err.status, err.message, err.code
+        resp = error_response(err, self.ctx.request_id)
+        resp.headers.update(self._extra_headers())
+        self.started = self.ended = True
+        await send({"type": "http.response.start", "status": resp.status_code, "headers": resp.raw_headers})
+        await send({"type": "http.response.body", "body": resp.body})
+
+    async def _run_by_deadline(self, send) -> None:
+        """The exchange, cancelled at the deadline its client set (the upstream work is
+        aborted as when the client leaves): 504 before the answer started; after, the
+        subclass ends what it began (`_past_deadline`)."""
+        if self.deadline is None:
+            await self._run(send)
+            return
+        scope = asyncio.timeout_at(self.deadline)  # the event loop's clock is time.monotonic()
+        try:
+            async with scope:
+                await self._run(send)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            err = deadline_exceeded()
+            if not self.started:
+                await self._send_error(send, err)
+            elif not self.ended:
+                self.status, self.error, self.code = err.status, err.message, err.code
+                await self._past_deadline(send, err)
+
+    async def _run(self, send) -> None:
+        raise NotImplementedError
+
+    async def _past_deadline(self, send, err: GatewayError) -> None:
+        """End an answer already under way at the deadline (a stream: its error event)."""
