@@ -16,7 +16,6 @@ import pytest
 
 from adapters.http_adapter import HTTPAdapter
 from adapters.llamacpp import LlamaCppDialect
-from tests.adapters.wire_samples import WEATHER_TOOLS as TOOLS
 from tests.llamacpp_tier import SLOT_CTX, backend, start_llamacpp, tiny_model
 from tests.procs import eventually, start_gateway
 
@@ -41,6 +40,24 @@ def gateway(server, tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(gateway):
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+# The city is an enum: under the tool grammar a random-weight model would otherwise
+# write one string until max_tokens.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "enum": ["Paris", "Lyon"]}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
 
 
 def ask(text: str) -> list[dict]:
