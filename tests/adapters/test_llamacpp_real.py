@@ -215,3 +215,40 @@ def test_tokenize_and_detokenize_through_the_gateway(gateway):
     assert tokens and r.json()["max_model_len"] == SLOT_CTX
     back = httpx.post(gateway.url + "/detokenize", json={"model": "m", "tokens": tokens}, timeout=30)
     assert back.status_code == 200 and back.json()["prompt"] == "Hello world 42"
+
+
+def test_requests_beyond_the_slots_wait_in_the_gateway_never_in_llamacpp(server, tmp_path):
+    """llama.cpp defers a request beyond its slots without bound, and a deferred stream
+    gets no HTTP status at all. With `max_inflight` = slots the extra request waits in the
+    gateway's bounded queue, and one beyond that queue is answered 429 at once."""
+    config = {"admission": {"max_queue": 1, "max_queue_wait_s": 120}, "models": {"m": {"backends": [backend(server)]}}}
+    gw = start_gateway(tmp_path, config)
+    body = {"model": "m", "messages": ask("a long story"), "max_tokens": SLOT_CTX - 512, "stream": True}
+    body["ignore_eos"] = True
+
+    async def scenario() -> tuple[int, float]:
+        async with httpx.AsyncClient(base_url=gw.url, timeout=120) as http:
+            holders = [asyncio.create_task(_hold_stream(http, body)) for _ in range(3)]  # 2 slots + 1 queued
+            assert await asyncio.to_thread(
+                eventually, lambda: sum(s["is_processing"] for s in slots(server)) == 2, 60, 0.05
+            )
+            await asyncio.sleep(0.5)  # the third is in the gateway's queue by now
+            refused = await http.post("/v1/chat/completions", json={**body, "stream": False})
+            deferred = metric(server, "requests_deferred")
+            for task in holders:
+                task.cancel()
+            await asyncio.gather(*holders, return_exceptions=True)
+            return refused.status_code, deferred
+
+    try:
+        status, deferred = asyncio.run(scenario())
+    finally:
+        gw.stop()
+    assert status == 429 and deferred == 0
+    assert eventually(lambda: not any(s["is_processing"] for s in slots(server)), 30, 0.05)
+
+
+async def _hold_stream(http: httpx.AsyncClient, body: dict) -> None:
+    async with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+        async for _ in resp.aiter_bytes():
+            pass
