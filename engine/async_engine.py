@@ -4,7 +4,13 @@ Every engine call happens under one lock, so requests can be added and aborted f
 event loop while the thread steps. A plain lock is not fair: the stepping thread would
 re-take it before a waiter wakes, so callers announce themselves (`_waiters`) and the
 thread yields the lock to them between steps. Each step's outputs go back to the loop in one
-`call_soon_threadsafe` and are routed to per-request asyncio queues."""
+`call_soon_threadsafe` and are routed to per-request asyncio queues.
+
+Embeddings share the engine with generation by time (`embed`): while generation has work,
+an embedding call runs passes of a quarter of the step's token budget, and after each pass
+waits until generation has stepped for as long as that pass took. A chat beside a large
+embeddings call takes at most about twice its time alone plus one full pass (the one
+running when it arrives)."""
 
 from __future__ import annotations
 
@@ -15,7 +21,12 @@ from collections.abc import AsyncIterator
 
 from engine.llm_engine import EngineStats, LLMEngine, TokenOutput
 from engine.metrics import EngineMetrics
+from engine.pooling import next_batch
 from engine.sampling_params import SamplingParams
+
+# While generation has work, an embedding pass holds at most this share of the step's
+# token budget (a smaller pass is a shorter wait for the chats stepping beside it).
+SHARED_PASS_DIVISOR = 4
 
 
 class AsyncEngine:
@@ -28,6 +39,10 @@ class AsyncEngine:
         self._stopping = False
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._waiters = 0
+        # Seconds the stepping thread has spent in generation steps; notified after each
+        # step and when it goes idle (embedding passes wait on it, see `embed`).
+        self._step_seconds = 0.0
+        self._stepped = threading.Condition()
 
     def _call(self, fn, *args):
         """Run an engine call from outside the stepping thread."""
@@ -50,7 +65,9 @@ class AsyncEngine:
                 busy = engine.has_unfinished_requests()
                 if busy:
                     try:
+                        began = time.perf_counter()
                         outputs = engine.step()
+                        self._count_step(time.perf_counter() - began)
                         if self.metrics is not None:
                             self.metrics.observe(engine.stats())
                         self._deliver(outputs)
@@ -60,9 +77,37 @@ class AsyncEngine:
                 else:
                     self._wakeup.clear()
             if not busy:
+                self._count_step(0.0)
                 self._wakeup.wait(0.5)
             elif self._waiters:
                 time.sleep(0.0002)
+
+    def _count_step(self, seconds: float) -> None:
+        with self._stepped:
+            self._step_seconds += seconds
+            self._stepped.notify_all()
+
+    def _generation_waits(self) -> bool:
+        # Lock-free read of queue lengths (atomic under the GIL), like `stats`.
+        return self.engine.has_unfinished_requests() and not self._stopping
+
+    def _embed_pass(
+        self, prompts: list[list[int]], start: int, dimensions: int | None, owed_until: float
+    ) -> tuple[list[list[float]], int, float]:
+        """One embedding pass from `prompts[start]`, once generation has stepped until
+        `owed_until` (or has nothing to do): its vectors, where it ended, and the step
+        time generation is owed for it."""
+        with self._stepped:
+            while self._step_seconds < owed_until and self._generation_waits():
+                self._stepped.wait(0.05)
+            credit = self._step_seconds
+        budget = self.engine.config.max_num_batched_tokens
+        if self._generation_waits():
+            budget = max(1, budget // SHARED_PASS_DIVISOR)
+        end = next_batch(prompts, start, budget)
+        began = time.perf_counter()
+        vectors = self._call(self.engine.embed_batch, prompts[start:end], dimensions)
+        return vectors, end, credit + (time.perf_counter() - began)
 
     def _deliver(self, outputs: list[TokenOutput]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, TokenOutput]]] = {}
@@ -118,13 +163,15 @@ class AsyncEngine:
             self._call(close)
 
     async def embed(self, prompts: list[list[int]], dimensions: int | None = None) -> list[list[float]]:
-        """The prompts' embeddings (engine/pooling.py). Each forward pass takes the engine
-        lock like one step, so generation goes on between the passes of a large request;
-        cancelling stops it before its next pass (the one running finishes unseen)."""
+        """The prompts' embeddings (engine/pooling.py), in passes that share the engine with
+        generation by time (the module docstring); cancelling stops it before its next
+        pass (the one running finishes unseen)."""
         self.engine.check_embedding_inputs(prompts, dimensions)
         vectors: list[list[float]] = []
-        for batch in self.engine.embedding_batches(prompts):
-            vectors += await asyncio.to_thread(self._call, self.engine.embed_batch, batch, dimensions)
+        start, owed_until = 0, 0.0
+        while start < len(prompts):
+            done, start, owed_until = await asyncio.to_thread(self._embed_pass, prompts, start, dimensions, owed_until)
+            vectors += done
         return vectors
 
     def abort(self, request_id: str) -> None:

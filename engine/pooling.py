@@ -9,7 +9,9 @@ the embed task, `pooling_params.py`). This module does exactly that, in fp32.
 
 The pass is a prefill only: KV tensors of its own for the batch (the paged cache and the
 sequences in it are untouched), no sampling, nothing kept afterwards. Prompts are batched
-up to the engine's token budget per forward pass; a longer prompt runs alone.
+up to the engine's token budget per forward pass; a longer prompt runs alone. While
+generation shares the engine, engine/async_engine.py makes the passes smaller and spaces
+them out (see `AsyncEngine.embed`).
 """
 
 from __future__ import annotations
@@ -71,17 +73,22 @@ def batches(prompts: list[list[int]], token_budget: int) -> list[list[list[int]]
     """Consecutive prompts grouped so each forward pass holds at most `token_budget` tokens
     (a prompt longer than that alone), in order."""
     out: list[list[list[int]]] = []
-    batch: list[list[int]] = []
-    size = 0
-    for ids in prompts:
-        if batch and size + len(ids) > token_budget:
-            out.append(batch)
-            batch, size = [], 0
-        batch.append(ids)
-        size += len(ids)
-    if batch:
-        out.append(batch)
+    start = 0
+    while start < len(prompts):
+        end = next_batch(prompts, start, token_budget)
+        out.append(prompts[start:end])
+        start = end
     return out
+
+
+def next_batch(prompts: list[list[int]], start: int, token_budget: int) -> int:
+    """The end of the forward pass that begins at `prompts[start]`: as many prompts as fit
+    `token_budget` tokens, and at least one."""
+    end, size = start, 0
+    while end < len(prompts) and (end == start or size + len(prompts[end]) <= token_budget):
+        size += len(prompts[end])
+        end += 1
+    return end
 
 
 def pool(states: torch.Tensor, dimensions: int | None) -> list[list[float]]:

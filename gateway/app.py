@@ -102,7 +102,9 @@ class Gateway:
         self.metrics_view = self.worker_metrics.endpoint if self.worker_metrics else self.ops.metrics_endpoint
         # An admin reload one worker applied reaches the others through the supervisor.
         fan_out = functools.partial(os.kill, siblings.supervisor_pid, signal.SIGHUP) if siblings else None
-        self.responses_api = ResponsesRoutes(config, self.protection, self.metrics.registry, self.recorder)
+        self.responses_api = ResponsesRoutes(
+            config, self.protection, self.metrics.registry, self.recorder, self.tracing
+        )
         self.admin = AdminViews(lambda: self.config, self.reloader, worker.describe() if worker else None, fan_out)
         self.intake = Intake(
             lambda: self.config,

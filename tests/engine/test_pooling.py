@@ -169,3 +169,39 @@ def test_without_the_flag_dimensions_is_refused_saying_how_to_allow_it(llama_dir
     assert dims.value.param == "dimensions" and "options: {matryoshka: true}" in str(dims.value)
     with pytest.raises(ValueError, match="matryoshka"):
         LLMEngine(str(llama_dir[0]), block_size=8, matryoshka=[0])
+
+
+def test_a_chat_beside_a_large_embeddings_call_is_served_during_it(llama_dir):
+    """Finding 14: one tenant's large embeddings call and another's chats on the same
+    engine. Each pass is made slow (a sleep, so the machine's load does not change the
+    ratio of pass to step); a 16-token chat needs 17 steps. Passes taken back to back
+    with one step between them serve about one chat in the whole call; sharing the
+    engine by time serves about one chat per pass (16 passes here; 8 is the generous floor)."""
+    path, _ = llama_dir
+    engine = LLMEngine(path, block_size=8, max_num_batched_tokens=64)
+    real = engine.embed_batch
+
+    def slow_pass(prompts, dimensions=None):
+        time.sleep(0.03)
+        return real(prompts, dimensions)
+
+    engine.embed_batch = slow_pass  # type: ignore[method-assign]
+    prompts = random_prompts([16] * 64, 384, seed=3)
+    params = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
+
+    async def scenario() -> tuple[int, int]:
+        async_engine = AsyncEngine(engine)
+        call = asyncio.create_task(async_engine.embed(prompts))
+        served = 0
+        while not call.done():
+            async for _ in async_engine.generate(f"chat-{served}", [5, 6, 7, 8], params):
+                pass
+            served += 1
+        vectors = await call
+        await async_engine.shutdown()
+        return served, len(vectors)
+
+    served, embedded = asyncio.run(scenario())
+    assert embedded == len(prompts)
+    assert served >= 8
+    engine.check_integrity()

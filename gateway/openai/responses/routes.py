@@ -26,6 +26,7 @@ from gateway.http.request_io import client_request_id, new_request_id
 from gateway.intake import Intent
 from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.recorder import RequestRecorder
+from gateway.observe.tracing import NoTracing, Tracing
 from gateway.openai.responses import (
     MemoryResponseStore,
     RedisResponseStore,
@@ -67,7 +68,8 @@ def build_response_store(store: ResponseStoreConfig, quota: QuotaStoreConfig) ->
 
 class ResponsesRoutes:
     """`registry`: where the store's own counters go; `recorder`: where the reads of the
-    store are written down like every request (metrics per tenant, the access log)."""
+    store are written down like every request (metrics per tenant, the access log);
+    `tracing`: the gateway's one tracing, which traces each read like every request."""
 
     def __init__(
         self,
@@ -75,10 +77,12 @@ class ResponsesRoutes:
         protection: Protection,
         registry: CollectorRegistry | None = None,
         recorder: RequestRecorder | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = build_response_store(config.response_store, config.quota_store)
         self.protection = protection
         self.recorder = recorder
+        self.tracing = tracing or NoTracing()
         self.not_stored = Counter(
             "switchyard_responses_not_stored_total",
             "Responses answered with store: true that could not be stored (delivered all the same), by error code.",
@@ -121,13 +125,16 @@ class ResponsesRoutes:
     async def _read(self, request: Request, what: str) -> Response:
         """Authenticated, then admitted as a request of the tenant (`Protection.admit_read`:
         its requests per minute, its concurrency, the bytes sent as its tokens), and
-        recorded as one (metrics and an access-log line)."""
+        recorded and traced as one (metrics, an access-log line, a trace whose server span
+        is named `responses.{what}`; the recorder ends it)."""
         request_id = new_request_id()
+        operation = f"responses.{what}"
         ctx = RequestContext(
             request_id=client_request_id(request.headers.get("x-request-id")) or request_id,
             started=time.perf_counter(),
-            operation=f"responses.{what}",
+            operation=operation,
             upstream_id=request_id,
+            trace=self.tracing.request(request.scope["headers"], operation),
         )
         try:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
@@ -162,4 +169,6 @@ class ResponsesRoutes:
 
     def _record(self, ctx: RequestContext, outcome: Outcome) -> None:
         if self.recorder is not None:
-            self.recorder.finish(ctx, outcome)
+            self.recorder.finish(ctx, outcome)  # ends the trace too
+        else:
+            ctx.trace.finish(ctx, outcome)

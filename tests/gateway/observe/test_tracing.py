@@ -285,3 +285,38 @@ async def test_tracing_off_sends_no_trace_context_upstream(vllm):
             assert response.status_code == 200
     (headers,) = generation_headers(vllm)
     assert "traceparent" not in headers and headers["x-request-id"]
+
+
+async def test_reads_of_stored_responses_are_traced_like_requests(vllm, exporter):
+    """GET, input_items and DELETE of a stored response: each one trace through the one
+    tracing, with its tenant, status, the authentication and quota steps, and the
+    client's trace continued; a 404 read is traced as the client's error."""
+    cfg = config(
+        backend("v1", "vllm", vllm),
+        auth={"mode": "keys", "api_keys": [{"sha256": hash_key("sk-acme"), "tenant": "acme"}]},
+        tenants={"acme": {"requests_per_minute": 100}},
+    )
+    async with serving(cfg, tracing_to(exporter)) as served:
+        client = openai.AsyncOpenAI(base_url=served.url + "/v1", api_key="sk-acme", max_retries=0)
+        made = await client.responses.create(model="m", input="hi", max_output_tokens=16)
+        await request_spans(exporter)
+        exporter.clear()
+        traced = client.with_options(default_headers={"traceparent": CLIENT_TRACEPARENT})
+        await traced.responses.retrieve(made.id)
+        await client.responses.input_items.list(made.id)
+        await client.responses.delete(made.id)
+        with pytest.raises(openai.NotFoundError):
+            await client.responses.retrieve(made.id)
+        spans = await request_spans(exporter, 4)
+
+    roots = [s for s in spans if s.kind == SpanKind.SERVER]
+    assert [s.name for s in roots] == ["responses.get", "responses.input_items", "responses.delete", "responses.get"]
+    assert [s.attributes["http.response.status_code"] for s in roots] == [200, 200, 200, 404]
+    for root in roots:
+        assert root.attributes["switchyard.tenant"] == "acme"
+        assert root.attributes["gen_ai.operation.name"] == root.name
+        children = {s.name for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id}
+        assert {"switchyard.authenticate", "switchyard.quota"} <= children, (root.name, children)
+    assert roots[0].context.trace_id == CLIENT_TRACE and roots[0].parent.span_id == CLIENT_SPAN
+    assert roots[1].parent is None  # no client context: a trace of its own
+    assert roots[3].attributes["error.type"] and roots[3].status.status_code == StatusCode.UNSET
