@@ -125,8 +125,10 @@ def test_total_choices_are_counted_in_one_function():
 
 def test_stop_becomes_tool_calls_in_the_guard_only():
     def decides(node: ast.AST) -> bool:
-        if isinstance(node, ast.Assign):
-            return constant(node.value, "tool_calls")
+        if isinstance(node, ast.Assign):  # the word assigned, plainly or as a conditional's branch
+            value = node.value
+            branches = (value.body, value.orelse) if isinstance(value, ast.IfExp) else (value,)
+            return any(constant(branch, "tool_calls") for branch in branches)
         return called(node, "Finish") and any(constant(a, "tool_calls") for a in node.args)  # type: ignore[attr-defined]
 
     assert where(decides) == {"gateway/serving/stream_guard.py"}
