@@ -4,7 +4,9 @@
 #   docker build -f docker/engine.Dockerfile -t switchyard/engine:0.1.0 .
 # TORCH_INDEX_URL names the index of the CPU build of torch (the default index
 # serves the CUDA build on Linux); point it at a mirror if you use one.
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# Pinned by digest (the multi-arch index of this tag): a rebuild gets the same base;
+# raise the tag and digest together.
+ARG PYTHON_IMAGE=python:3.11.10-slim-bookworm@sha256:5148c0e4bbb64271bca1d3322360ebf4bfb7564507ae32dd639322e4952a6b16
 
 FROM ${PYTHON_IMAGE} AS build
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu

@@ -2,7 +2,9 @@
 # The gateway image: Switchyard's base dependencies only (no torch, no engine extra).
 # Build from the repository root:
 #   docker build -f docker/gateway.Dockerfile -t switchyard/gateway:0.1.0 .
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# Pinned by digest (the multi-arch index of this tag): a rebuild gets the same base;
+# raise the tag and digest together.
+ARG PYTHON_IMAGE=python:3.11.10-slim-bookworm@sha256:5148c0e4bbb64271bca1d3322360ebf4bfb7564507ae32dd639322e4952a6b16
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1

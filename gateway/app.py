@@ -32,7 +32,7 @@ from gateway.http.envelope import error_response, json_response, route_error_han
 from gateway.intake import Admitted, ApiRoute, Intake, Intent
 from gateway.lifecycle.inflight import Exchange, InFlight
 from gateway.lifecycle.process import Lifecycle, shutting_down
-from gateway.lifecycle.reload import ConfigReloader, ConfigSource, ConfigVersion
+from gateway.lifecycle.reload import ConfigNotApplied, ConfigReloader, ConfigSource, ConfigVersion, preflight_refusal
 from gateway.lifecycle.workers import WorkerSlot
 from gateway.observe.admin import AdminViews
 from gateway.observe.metrics import GatewayMetrics, access_logger
@@ -51,7 +51,7 @@ from gateway.serving.dispatch import Dispatcher
 from gateway.serving.exchange import ExchangeRunner
 from gateway.serving.generation import Generation
 from gateway.serving.oneshot import OneShotCall
-from policies.auth import credential_headers
+from policies.auth import Principal, credential_headers
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -90,7 +90,7 @@ class Gateway:
         self.inflight = InFlight()
         self.reloader = ConfigReloader(source or ConfigSource(None), config, self.apply_config, self.metrics.registry)
         self.lifecycle = Lifecycle(self, self.inflight, self.reloader, worker.supervisor_pid if worker else None)
-        self.ops = OpsViews(self.backends, self.metrics, lambda: self.ready)
+        self.ops = OpsViews(self.backends, self.metrics, lambda: self.ready, self.lifecycle.retired_backends)
         self.metrics.registry.register(OpsCollector(self.backends, lambda: self.protection.auth.keys))
         self.worker_metrics = (
             WorkerMetrics(siblings, self.ops.metrics_text, self.metrics.registry) if siblings else None
@@ -98,7 +98,7 @@ class Gateway:
         self.metrics_view = self.worker_metrics.endpoint if self.worker_metrics else self.ops.metrics_endpoint
         # An admin reload one worker applied reaches the others through the supervisor.
         fan_out = functools.partial(os.kill, siblings.supervisor_pid, signal.SIGHUP) if siblings else None
-        self.responses_api = ResponsesRoutes(config, self.protection)
+        self.responses_api = ResponsesRoutes(config, self.protection, self.metrics.registry, self.recorder)
         self.admin = AdminViews(lambda: self.config, self.reloader, worker.describe() if worker else None, fan_out)
         self.intake = Intake(
             lambda: self.config,
@@ -141,6 +141,13 @@ class Gateway:
         """Put a validated config in force (gateway/lifecycle/reload.py checked what may change).
         Nothing changes when it raises. Requests under way finish on what they hold."""
         plan = await self.backends.plan(config)
+        preflight = config.reload
+        if preflight.preflight != "off":
+            wait_s = preflight.preflight_timeout_s if preflight.preflight == "wait" else 0.0
+            down = await self.backends.preflight(plan, wait_s, preflight.preflight_interval_s)
+            if down:
+                await self.backends.discard(plan)
+                raise ConfigNotApplied(preflight_refusal(down, preflight.preflight, wait_s))
         try:
             await self.protection.reconfigure(config)
         except BaseException:
@@ -153,10 +160,6 @@ class Gateway:
         self.recorder.access_log = access_logger() if config.access_log else None
         self.lifecycle.retire(left, retired)
         built, gone = {b.name for b in plan.built}, {b.name for b in retired.backends}
-        for name in gone - set(self.backends.backends):  # no stale series for a backend that is no more
-            for gauge in (self.metrics.backend_healthy, self.metrics.backend_inflight, self.metrics.backend_backlog):
-                with contextlib.suppress(KeyError):
-                    gauge.remove(name)
         return (
             f"backends: {len(built - gone)} added, {len(gone - built)} removed, {len(built & gone)} changed, "
             f"{len(self.backends.backends) - len(built)} kept"
@@ -215,11 +218,11 @@ class Gateway:
         return {"id": name, "object": "model", "created": self.started_at, "owned_by": owned_by}
 
 
-async def _parse_chat(body: Any, upstream_id: str, tenant: str) -> Intent:
+async def _parse_chat(body: Any, upstream_id: str, principal: Principal) -> Intent:
     return Intent([parse_chat(body, upstream_id)])
 
 
-async def _parse_completion(body: Any, upstream_id: str, tenant: str) -> Intent:
+async def _parse_completion(body: Any, upstream_id: str, principal: Principal) -> Intent:
     return Intent(parse_completion(body, upstream_id))
 
 

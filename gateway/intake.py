@@ -36,7 +36,7 @@ from gateway.observe.tracing import Tracing
 from gateway.openai.requests import estimate_prompt_tokens, parse_json_body
 from gateway.protection.gate import Protection, Ticket
 from gateway.serving.dispatch import check_choices
-from policies.auth import credential_headers
+from policies.auth import Principal, credential_headers
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -53,8 +53,10 @@ class Intent:
     prompt_estimate: int | None = None
 
 
-# A route's body reader: (body, the gateway's request id, the tenant) -> its Intent.
-Parse = Callable[[Any, str, str], Awaitable[Intent]]
+# A route's body reader: (body, the gateway's request id, the caller) -> its Intent.
+# The caller, not only its tenant: a Responses continuation reads a stored response
+# only on a model the caller may use.
+Parse = Callable[[Any, str, Principal], Awaitable[Intent]]
 
 
 @dataclass
@@ -130,7 +132,7 @@ class Intake:
         limits = self.config().limits
         raw = await read_body(request, limits.max_body_bytes)
         body = parse_json_body(raw, limits.max_json_depth)
-        intent = await route.parse(body, ctx.upstream_id or "", principal.tenant)
+        intent = await route.parse(body, ctx.upstream_id or "", principal)
         reqs = intent.requests
         first = reqs[0]
         ctx.model = first.model

@@ -249,6 +249,13 @@ class Authenticator:
         if "jwt" in self.mode:
             for cfg in [auth_cfg.jwt, *auth_cfg.jwt_issuers]:
                 self.issuers[cfg.issuer] = JwtVerifier(cfg)
+            unbound = [i for i, v in self.issuers.items() if v.cfg.tenants is None]
+            if len(self.issuers) > 1 and unbound:
+                log.warning(
+                    "JWT issuers %s may assert any tenant: each trusted issuer can act as every tenant; "
+                    "list each issuer's tenants (auth.jwt.tenants) unless one party runs them all",
+                    ", ".join(unbound),
+                )
 
     async def start(self) -> None:
         self.keys.load_file()
@@ -306,6 +313,13 @@ class Authenticator:
         name = claims.get(cfg.tenant_claim)
         if not isinstance(name, str) or not name:
             raise unauthorized(f"The JWT has no {cfg.tenant_claim!r} claim naming a tenant.", code="invalid_token")
+        if cfg.tenants is not None and not model_allowed(cfg.tenants, name):
+            # The token is genuine, but its issuer does not speak for this tenant.
+            raise GatewayError(
+                403,
+                f"The JWT's issuer may not assert tenant {name[:64]!r} on this gateway.",
+                code="tenant_not_allowed_for_issuer",
+            )
         tenant = self._tenant(name)
         models = claims.get(cfg.models_claim)
         if isinstance(models, str):

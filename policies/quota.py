@@ -153,9 +153,14 @@ class QuotaStore(ABC):
         """`reserve`, for one ask: what each store implements."""
 
     @abstractmethod
-    async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:
+    async def release(
+        self, reservation: Reservation, used_tokens: int, refund_request: bool = False, *, replay: bool = False
+    ) -> None:
         """Reconcile tokens (reserved -> used), drop the lease; `refund_request`
-        also uncounts the request (it was rejected after the quota step)."""
+        also uncounts the request (it was rejected after the quota step).
+        `replay`: this release was sent before and its answer never came (the
+        store may have run it): the tokens are reconciled only in a scope that
+        still holds the lease, so a release runs once however often it is sent."""
 
     @abstractmethod
     async def heartbeat(self, reservations: list[Reservation], lease_ttl_ms: int) -> None:

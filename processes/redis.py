@@ -10,7 +10,8 @@ from processes.probes import Probe
 
 def redis_server_argv(port: int, work_dir: Path) -> list[str]:
     """redis-server on 127.0.0.1:`port`, no snapshots, no append-only file;
-    `work_dir` is its working directory."""
+    `work_dir` is its working directory. DEBUG is allowed from loopback, so chaos
+    tests can hang the server (`DEBUG SLEEP`)."""
     return [
         "redis-server",
         "--port",
@@ -23,6 +24,8 @@ def redis_server_argv(port: int, work_dir: Path) -> list[str]:
         "no",
         "--dir",
         str(work_dir),
+        "--enable-debug-command",
+        "local",
     ]
 
 

@@ -130,12 +130,17 @@ class MemoryQuotaStore(QuotaStore):
     async def reset_connections(self) -> None:
         return None
 
-    async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:
+    async def release(
+        self, reservation: Reservation, used_tokens: int, refund_request: bool = False, *, replay: bool = False
+    ) -> None:
         now = self._clock_ms()
         current = now // self.bucket_ms
         oldest = current - self.window_ms // self.bucket_ms + 1
         delta = used_tokens - reservation.tokens
         for scope in reservation.scopes:
+            leases = self._leases.get((reservation.tenant, scope.name), {})
+            if replay and reservation.lease_id not in leases:
+                continue  # released already (see QuotaStore.release)
             tpm = self._windows.setdefault((reservation.tenant, scope.name, "tpm"), {})
             if delta < 0:
                 if reservation.bucket >= oldest and reservation.bucket in tpm:
@@ -146,7 +151,6 @@ class MemoryQuotaStore(QuotaStore):
                 rpm = self._windows.get((reservation.tenant, scope.name, "rpm"), {})
                 if reservation.bucket >= oldest and rpm.get(reservation.bucket, 0) > 0:
                     rpm[reservation.bucket] -= 1
-            leases = self._leases.get((reservation.tenant, scope.name), {})
             for member in reservation.lease_members():
                 leases.pop(member, None)
 

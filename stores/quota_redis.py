@@ -10,6 +10,14 @@ Layout per tenant and scope ("t" = the tenant, "k:<id>" = an API key):
   {p:tenant}:<scope>:lease  ZSET lease member -> expiry (ms, Redis clock); a request
                             holding k units has k members (policies/quota.py `lease_members`)
 
+Out of memory (`maxmemory`): each script declares whether it may run then (the
+`#!lua` line; Redis 7.0 or later). A script that takes memory (reserve, heartbeat)
+is refused before it starts, so nothing of it is half done and the refusal takes
+the store-down path; a release, which frees leases and tokens, runs anyway
+(`allow-oom`), so a full Redis never keeps a lease. Without the declaration Redis
+checks only a script's first write, and the reserve, whose first write frees,
+went on filling a full server while every release was refused.
+
 Replication is asynchronous, so a failover can lose what the old master took in its
 last moments. The heartbeat therefore re-creates (not only refreshes) the lease
 members of the reservations the gateway still holds: a lease lost in a failover is
@@ -43,7 +51,7 @@ log = logging.getLogger("switchyard.quota")
 #          rpm_used, rpm_reset_ms, tpm_used, tpm_reset_ms, concurrent}
 # (the reset times as policies/quota.py `ScopeState` defines them).
 # retry_ms = -1 when no wait can help.
-RESERVE_LUA = LuaScript(r"""
+RESERVE_LUA = LuaScript(r"""#!lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window = tonumber(ARGV[1])
@@ -152,26 +160,32 @@ return out
 """)
 
 # KEYS: per scope, rpm, tpm, lease. ARGV: window_ms, bucket_ms, lease_id, bucket,
-# delta_tokens (used - reserved), refund_request (0/1), units.
-RELEASE_LUA = LuaScript(r"""
+# delta_tokens (used - reserved), refund_request (0/1), units, replay (0/1).
+# A replay reconciles only the scopes still holding the lease: the lease member is
+# the marker that this release has not run yet (policies/quota.py QuotaStore.release).
+RELEASE_LUA = LuaScript(r"""#!lua flags=allow-oom
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local window, bucket_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local lease_id, bucket = ARGV[3], ARGV[4]
 local delta, refund = tonumber(ARGV[5]), ARGV[6] == '1'
 local units = tonumber(ARGV[7])
+local replay = ARGV[8] == '1'
 local current = math.floor(now / bucket_ms)
 local in_window = tonumber(bucket) >= current - window / bucket_ms + 1
 for s = 1, #KEYS / 3 do
   local rk, tk, lk = KEYS[3 * s - 2], KEYS[3 * s - 1], KEYS[3 * s]
-  if delta < 0 and in_window then
+  local pending = not replay or redis.call('ZSCORE', lk, lease_id)
+  if not pending then
+    -- released already: the leases only (ZREM below finds nothing)
+  elseif delta < 0 and in_window then
     local have = tonumber(redis.call('HGET', tk, bucket) or '0')
     if have > 0 then redis.call('HINCRBY', tk, bucket, math.max(delta, -have)) end
   elseif delta > 0 then
     redis.call('HINCRBY', tk, current, delta)
     redis.call('PEXPIRE', tk, window + bucket_ms)
   end
-  if refund and in_window then
+  if pending and refund and in_window then
     local have = tonumber(redis.call('HGET', rk, bucket) or '0')
     if have > 0 then redis.call('HINCRBY', rk, bucket, -1) end
   end
@@ -185,7 +199,7 @@ return 1
 # Adds a member that is missing (lost in a failover, or expired while its request
 # still runs): the gateway's own list of what it holds is the truth. Returns how
 # many it re-created.
-HEARTBEAT_LUA = LuaScript(r"""
+HEARTBEAT_LUA = LuaScript(r"""#!lua
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[1])
@@ -198,7 +212,7 @@ return added
 """)
 
 # KEYS: one lease zset. Returns live leases.
-COUNT_LUA = LuaScript(r"""
+COUNT_LUA = LuaScript(r"""#!lua flags=allow-oom
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -291,7 +305,9 @@ class RedisQuotaStore(QuotaStore):
             raise QuotaExceeded(scope.name, limit, wait, states, requested, value)
         return Reservation(tenant, scopes, lease_id, int(bucket), tokens, states, self.kind, units)
 
-    async def release(self, reservation: Reservation, used_tokens: int, refund_request: bool = False) -> None:
+    async def release(
+        self, reservation: Reservation, used_tokens: int, refund_request: bool = False, *, replay: bool = False
+    ) -> None:
         keys: list[str] = []
         for scope in reservation.scopes:
             keys += self.keys(reservation.tenant, scope.name)
@@ -303,6 +319,7 @@ class RedisQuotaStore(QuotaStore):
             used_tokens - reservation.tokens,
             1 if refund_request else 0,
             reservation.units,
+            1 if replay else 0,
         ]
         await self._run(RELEASE_LUA, keys, args)
 

@@ -9,11 +9,15 @@ What it gives every store, in all three shapes:
 * Scripts by digest: `EVALSHA`, and `EVAL` when the server answers NOSCRIPT (a
   failover's new master, a restarted server or `SCRIPT FLUSH` lost its cache);
   `EVAL` caches it there again.
-* One exception for "the deployment cannot take this now", `RedisUnavailable`:
-  refused or hung connections, a read-only replica (a demoted master), a cluster
-  that is down or has a slot without a master, a master that refuses writes for
-  lack of replicas (`min-replicas-to-write`). Redirections (MOVED, ASK) and
-  TRYAGAIN are followed by the cluster client and never surface.
+* One exception for "the deployment cannot take this now", `RedisUnavailable`,
+  for every error a call can meet: refused or hung connections, a read-only
+  replica (a demoted master), a cluster that is down or has a slot without a
+  master, a master that refuses writes for lack of replicas
+  (`min-replicas-to-write`) or for lack of memory (`maxmemory`, OOM), a server
+  busy in a script (BUSY), redirections the cluster client gave up following
+  (MOVED storms), and any other error answer (a script meeting a key of the
+  wrong type). A store never sees a redis-py exception: each takes its one
+  failure path (the quota store's fail policy, the response store's 503).
 * A probe, `ping`, that passes only when writes would be taken: every cluster
   primary answers and says the cluster is ok, or the single server / Sentinel's
   master runs a write.
@@ -49,14 +53,11 @@ from redis.backoff import NoBackoff
 from redis.exceptions import (
     ClusterDownError,
     NoScriptError,
-    ReadOnlyError,
     RedisClusterException,
-    ResponseError,
+    RedisError,
     SlotNotCoveredError,
-    TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from policies.quota_health import stop_task
 from policies.redact import redact_url
@@ -66,20 +67,9 @@ RedisMode = Literal["single", "cluster", "sentinel"]
 MASTER_WATCH_S = 0.5
 Address = tuple[str, int]
 
-# Errors that say the deployment cannot take the call now, not that the call is wrong.
-# RedisClusterException is what the cluster client raises when no startup node answers.
-_UNAVAILABLE = (
-    RedisConnectionError,
-    RedisTimeoutError,
-    ReadOnlyError,
-    ClusterDownError,
-    TryAgainError,
-    SlotNotCoveredError,
-    RedisClusterException,
-    OSError,
-)
-# A master configured with min-replicas-to-write refuses writes while it has too few replicas.
-_NOREPLICAS = "NOREPLICAS"
+# Every error of a call (the module docstring). RedisClusterException is what the
+# cluster client raises when no startup node answers; OSError, a socket's own.
+_UNAVAILABLE = (RedisError, RedisClusterException, OSError)
 
 
 class RedisUnavailable(Exception):
@@ -128,8 +118,10 @@ class LuaScript:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())
 
 
-# Runs a write on the probe key: a replica (a demoted master) refuses it with READONLY.
-_PROBE = LuaScript("redis.call('DEL', KEYS[1]) return 1")
+# Runs a write that takes memory on the probe key: a replica (a demoted master)
+# refuses it with READONLY, a server at `maxmemory` with OOM (`#!lua`: checked
+# before it starts, stores/quota_redis.py; a DEL alone would pass).
+_PROBE = LuaScript("#!lua\nredis.call('SET', KEYS[1], '1', 'PX', 1000) redis.call('DEL', KEYS[1]) return 1")
 
 
 def hash_tag(prefix: str, tenant: str) -> str:
@@ -266,7 +258,7 @@ class RedisConnection:
     def describe(self) -> str:
         return self.target.describe()
 
-    async def script(self, script: LuaScript, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+    async def script(self, script: LuaScript, keys: Sequence[str], args: Sequence[str | bytes | int]) -> Any:
         """Run `script` on the node holding `keys` (one slot in a cluster)."""
 
         async def run() -> Any:
@@ -319,10 +311,6 @@ class RedisConnection:
                 return await call()
         except _UNAVAILABLE as exc:
             raise RedisUnavailable(str(exc) or type(exc).__name__) from exc
-        except ResponseError as exc:
-            if str(exc).startswith(_NOREPLICAS):
-                raise RedisUnavailable(str(exc)) from exc
-            raise
         except AttributeError as exc:
             if cluster is None:
                 raise

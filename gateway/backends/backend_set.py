@@ -164,6 +164,20 @@ class BackendSet:
             feeds = {b.name: plan.feeds[b.name] for b in members if b.name in plan.feeds}
             plan.pools[model_name] = ModelPool(model_name, mcfg, members, feeds)
 
+    async def preflight(self, plan: BackendPlan, timeout_s: float, interval_s: float) -> list[Backend]:
+        """The backends built for `plan` that still fail their health check after
+        `timeout_s` (0: the check `plan` made is the answer), checked again every
+        `interval_s` meanwhile. Nothing in force changes while it waits."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            down = [b for b in plan.built if not b.health.ok]
+            left = deadline - loop.time()
+            if not down or left <= 0:
+                return down
+            await asyncio.sleep(min(interval_s, left))
+            await self.check(down)
+
     async def discard(self, plan: BackendPlan) -> None:
         """A plan that will not be applied: close what was built for it."""
         feeds = {plan.feeds[b.name] for b in plan.built if b.name in plan.feeds}

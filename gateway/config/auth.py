@@ -39,6 +39,10 @@ class JwtConfig(_Strict):
     tenant_claim: str = "tenant"
     models_claim: str = "models"
     tier_claim: str = "tier"
+    # The tenants this issuer may assert (names or fnmatch patterns). None: any
+    # configured tenant, so every trusted issuer can act as every tenant; set it
+    # whenever issuers belong to different parties (docs/operations.md).
+    tenants: list[str] | None = None
     leeway_s: float = 30.0
     jwks_cache_s: float = 300.0
 

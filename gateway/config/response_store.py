@@ -10,6 +10,17 @@ continuation (`previous_response_id`).
 - `kind: redis`: the Redis deployment its own fields describe (gateway/config/redis.py:
   one server, a Cluster or Sentinel), shared by every replica and worker.
 
+Every tenant has its own share of either store, `tenant_max_entries` responses and
+`tenant_max_bytes` bytes (serialized records): a tenant's new response pushes out
+its own oldest, never another tenant's, and one larger than its byte share is
+refused with 413 `response_too_large` (before generation when the request alone is
+that large). What is stored is capped this way, not charged as tokens.
+
+Quotas and stored responses may share one Redis deployment (`kind: auto`, their
+keys apart by name) or not: `kind: redis` with its own `url` (another database of
+the same server: keys apart, memory shared) or its own deployment (a full
+response store then never touches the quotas). docs/operations.md says more.
+
 Every stored response expires `ttl_s` after it was stored. The store is built at
 start (`build_response_store`, gateway/openai/responses/routes.py): changing it takes a
 restart (gateway/lifecycle/reload.py).
@@ -31,8 +42,10 @@ class ResponseStoreConfig(RedisDeploymentConfig):
     ttl_s: float = Field(DEFAULT_TTL_S, gt=0)
     key_prefix: str | None = None  # Redis keys; None: the quota store's prefix
     timeout_s: float = Field(1.0, gt=0)  # the longest one Redis call waits (then 503)
-    max_entries: int = Field(10_000, ge=1)  # memory
-    max_bytes: int = Field(256 << 20, ge=1024)  # memory: serialized records
+    max_entries: int = Field(10_000, ge=1)  # memory: in all
+    max_bytes: int = Field(256 << 20, ge=1024)  # memory: serialized records, in all
+    tenant_max_entries: int = Field(1_000, ge=1)  # each tenant's share, memory and Redis
+    tenant_max_bytes: int = Field(16 << 20, ge=1024)
 
 
 def resolved_kind(store: ResponseStoreConfig, quota_kind: str) -> str:

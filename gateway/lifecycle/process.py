@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from adapters.errors import GatewayError
+from gateway.backends.backend import Backend
 from gateway.backends.backend_set import Retired
 from gateway.config.schema import GatewayConfig
 from gateway.lifecycle.inflight import InFlight
@@ -89,6 +90,10 @@ class Lifecycle:
     def reload_soon(self, trigger: str) -> None:
         """A reload from a signal handler (it cannot await)."""
         self._spawn(self.reloader.reload(trigger))
+
+    def retired_backends(self) -> list[Backend]:
+        """The backends reloads took out that are still open (requests hold them)."""
+        return [b for _, retired in self.retired for b in retired.backends]
 
     def retire(self, version: int, retired: Retired) -> None:
         """`retired` was last in force in `version`; closed once no request of that version or older is left."""

@@ -12,7 +12,10 @@ check` (`ConfigSource.load`). Then:
   refused as a whole, naming them, so that what runs is always one whole file;
   a restart (a rolling update) changes them;
 - otherwise applied (`Gateway.apply_config`): backends added, removed and changed
-  in place, tenants, keys, limits, routing and fallbacks at once.
+  in place, tenants, keys, limits, routing and fallbacks at once; unless a backend
+  it adds or changes fails its health check (`reload.preflight`, gateway/config/lifecycle.py):
+  then the old config keeps serving while it waits for them, and the reload fails
+  (`ConfigNotApplied`) when they do not answer in time.
 
 Every attempt is counted in `switchyard_config_reloads_total{result}` (every result
 exported from 0, so an alert on invalid, refused and failed reloads has its series
@@ -61,7 +64,7 @@ class ReloadResult(StrEnum):
     UNCHANGED = "unchanged"
     INVALID = "invalid"  # the file does not validate
     REFUSED = "refused"  # valid, but it changes a setting fixed at start
-    FAILED = "failed"  # valid, but putting it in force failed (an adapter could not be built)
+    FAILED = "failed"  # valid, but not put in force: an adapter could not be built, or a new backend is down
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +146,18 @@ class FileWatch:
         return True
 
 
+class ConfigNotApplied(Exception):
+    """The apply function declined a valid config for a reason a person can act on
+    (the message says it; no traceback is logged): nothing was changed."""
+
+
+def preflight_refusal(down: list, mode: str, waited_s: float) -> str:
+    """Why a reload's new backends kept it from being put in force (`down`: Backend-likes)."""
+    named = ", ".join(f"{b.name} ({b.health.detail or 'unhealthy'})" for b in down)
+    after = f"within {waited_s:g} s" if mode == "wait" else "at once"
+    return f"new backend(s) did not answer their health check {after} (reload.preflight: {mode}): {named}"
+
+
 # Puts a validated config in force under a version; returns what changed, in words.
 ApplyFn = Callable[[GatewayConfig, ConfigVersion], Awaitable[str]]
 
@@ -206,6 +221,8 @@ class ConfigReloader:
         version = ConfigVersion(self.version.counter + 1, digest, time.time())
         try:
             summary = await self._apply(new, version)
+        except ConfigNotApplied as exc:
+            return self._outcome(ReloadResult.FAILED, f"{exc}; version {self.version.id} stays in force")
         except Exception as exc:
             log.exception("putting config version %s in force failed", version.id)
             return self._outcome(

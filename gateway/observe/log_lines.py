@@ -21,7 +21,7 @@ class SafeLines(logging.Filter):
         if getattr(record, _DONE, False):
             return True
         message = record.getMessage()
-        record.msg = escape_controls(clip(redact_text(message), LINE_LIMIT))
+        record.msg = escape_controls(clip(redact_text(message[: 2 * LINE_LIMIT]), LINE_LIMIT))
         record.args = None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from adapters.errors import model_not_found
+from gateway.backends.backend import Backend
 from gateway.backends.backend_set import BackendSet
 from gateway.http.envelope import error_response, json_response
 from gateway.observe.metrics import GatewayMetrics
@@ -61,10 +62,18 @@ def model_health(backends: BackendSet) -> dict[str, ModelHealth]:
 class OpsViews:
     """The handlers; `ready` is the process's readiness (`Gateway.ready`)."""
 
-    def __init__(self, backends: BackendSet, metrics: GatewayMetrics, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        backends: BackendSet,
+        metrics: GatewayMetrics,
+        ready: Callable[[], bool],
+        retired: Callable[[], list[Backend]] = list,
+    ) -> None:
         self.backends = backends
         self.metrics = metrics
         self.ready = ready
+        self.retired = retired  # backends a reload took out, still open for their requests
+        self._shown: set[str] = set()  # every backend name given a series so far
 
     async def healthz(self, request: Request) -> Response:
         return json_response({"status": "ok"})
@@ -90,12 +99,21 @@ class OpsViews:
         return json_response({"status": "ready" if ready else "not_ready", "models": models}, 200 if ready else 503)
 
     def metrics_text(self) -> bytes:
-        """This process's exposition (gateway/observe/worker_metrics.py merges several workers')."""
-        for b in self.backends.backends.values():
-            self.metrics.backend_healthy.labels(b.name).set(1 if b.health.ok else 0)
-            self.metrics.backend_inflight.labels(b.name).set(b.inflight)
-            self.metrics.backend_backlog.labels(b.name).set(b.backlog)
-        return generate_latest(self.metrics.registry)
+        """This process's exposition (gateway/observe/worker_metrics.py merges several workers').
+        A backend a reload took out keeps its series: not healthy (0), its in-flight
+        requests until the last ends, then 0; a series never vanishes mid-watch."""
+        m, in_force = self.metrics, self.backends.backends
+        for b in in_force.values():
+            m.backend_healthy.labels(b.name).set(1 if b.health.ok else 0)
+            m.backend_inflight.labels(b.name).set(b.inflight)
+            m.backend_backlog.labels(b.name).set(b.backlog)
+        leaving = [b for b in self.retired() if b.name not in in_force]
+        for name in self._shown - in_force.keys():
+            m.backend_healthy.labels(name).set(0)
+            m.backend_inflight.labels(name).set(sum(b.inflight for b in leaving if b.name == name))
+            m.backend_backlog.labels(name).set(sum(b.backlog for b in leaving if b.name == name))
+        self._shown |= in_force.keys()
+        return generate_latest(m.registry)
 
     async def metrics_endpoint(self, request: Request) -> Response:
         return Response(self.metrics_text(), media_type=CONTENT_TYPE_LATEST)

@@ -23,7 +23,7 @@ from opentelemetry import propagate
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, set_span_in_context
 
@@ -58,6 +58,10 @@ PROVIDERS = {
 # The W3C trace-context headers (and baggage) a client may send.
 CONTEXT_HEADERS = (b"traceparent", b"tracestate", b"baggage")
 INSTRUMENTATION = "switchyard"
+# At shutdown, the spans left are exported for at most this long: a collector that is
+# down must not hold a stopping gateway past its grace (the chart's margin is 5 s; the
+# exporter alone retries for OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default).
+SHUTDOWN_EXPORT_S = 2.0
 
 
 def _version() -> str:
@@ -68,8 +72,9 @@ class OtelTracing:
     """Tracing on: one tracer over its own provider (never the process-global one, so
     several gateways in one process keep their exporters apart)."""
 
-    def __init__(self, provider: TracerProvider) -> None:
+    def __init__(self, provider: TracerProvider, exporter: SpanExporter | None = None) -> None:
         self.provider = provider
+        self.exporter = exporter
         self.tracer = provider.get_tracer(INSTRUMENTATION, _version())
         self._servers: dict[str, dict[str, Any]] = {}
 
@@ -87,7 +92,7 @@ class OtelTracing:
             endpoint=settings.endpoint, headers=None if settings.headers is None else dict(settings.headers)
         )
         provider.add_span_processor(BatchSpanProcessor(exporter))
-        return cls(provider)
+        return cls(provider, exporter)
 
     def request(self, headers: RawHeaders, operation: str) -> RequestTrace:
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers if k in CONTEXT_HEADERS}
@@ -116,9 +121,15 @@ class OtelTracing:
             self._servers[backend.config.name] = attrs
         return attrs
 
-    async def aclose(self) -> None:
-        """Export what is left (the exporter blocks: off the event loop)."""
-        await asyncio.to_thread(self.provider.shutdown)
+    async def aclose(self, export_s: float = SHUTDOWN_EXPORT_S) -> None:
+        """Export what is left (the exporter blocks: off the event loop), for at most
+        `export_s`; then the exporter is shut down, which ends its retries and its
+        request, and what is still unsent is dropped."""
+        closing = asyncio.ensure_future(asyncio.to_thread(self.provider.shutdown))
+        done, _ = await asyncio.wait({closing}, timeout=export_s)
+        if not done and self.exporter is not None:
+            self.exporter.shutdown()
+        await closing
 
 
 class OtelStep:

@@ -7,8 +7,9 @@ real usage. Leases are refreshed by a heartbeat while they are held, so a replic
 that dies stops refreshing and its leases expire within `quota_store.lease_ttl_s`
 instead of leaking.
 
-Redis out of reach (refusing, or hung past `quota_store.timeout_s`): the call
-that found out marks the store down (policies/quota_health.py) and the fail
+Redis out of reach or erring (refusing, hung past `quota_store.timeout_s`, full,
+read-only, any error answer: stores/redis_connect.py): the call that found out
+marks the store down (policies/quota_health.py) and the fail
 policy applies at once to every request until a background probe, on its own
 schedule, finds it answering again: `fail_open` falls back to per-replica limits
 in memory, `fail_closed` refuses with 503; both are counted, and
@@ -16,7 +17,9 @@ in memory, `fail_closed` refuses with 503; both are counted, and
 cannot reach the store wait in a bounded list and are sent when it answers
 again, and so is the lease of a reservation whose answer never came (a hung
 Redis runs the script when it wakes up): nothing stays charged longer than the
-outage, and what falls off the list expires by its TTL.
+outage, and what falls off the list expires by its TTL. They are sent as
+replays (`QuotaStore.release(replay=True)`): one whose first sending did run
+when the server woke up finds its lease gone and gives nothing back twice.
 """
 
 from __future__ import annotations
@@ -262,7 +265,7 @@ class QuotaLeases:
         while self.pending and self.health.up:
             item = self.pending.popleft()
             try:
-                await self.store.release(item.reservation, item.used_tokens, item.refund_request)
+                await self.store.release(item.reservation, item.used_tokens, item.refund_request, replay=True)
             except QuotaStoreUnavailable as exc:
                 self.pending.appendleft(item)
                 self.health.mark_down(str(exc) or type(exc).__name__)

@@ -25,6 +25,7 @@ from gateway.observe.recorder import RequestRecorder
 from gateway.serving.dispatch import FailureListener, record_outcome
 from gateway.serving.exchange import ExchangeRunner
 from gateway.serving.phases import CancelPhase
+from policies.auth import Principal
 
 log = logging.getLogger("switchyard.oneshot")
 
@@ -116,7 +117,7 @@ MakeCall = Callable[..., Response]
 def oneshot_parse(parse: Callable[[Any, str], Intent]) -> Parse:
     """A one-shot route's body reader (body, request id) as the front door's `Parse`."""
 
-    async def read(body: Any, request_id: str, tenant: str) -> Intent:
+    async def read(body: Any, request_id: str, principal: Principal) -> Intent:
         return parse(body, request_id)
 
     return read

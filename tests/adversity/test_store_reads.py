@@ -7,6 +7,7 @@ and chats go on."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from gateway.config.schema import parse_config
 from gateway.protection.gate import Protection, stored_read_usage
 from policies.auth import Principal
-from tests.procs import keys_auth_config, openai_backend_config, start_gateway
+from tests.procs import eventually, keys_auth_config, openai_backend_config, start_gateway
 
 HAMMER, CALM, BULK = "sk-sy-hammer", "sk-sy-calm", "sk-sy-bulk"
 READS_PER_MINUTE = 12
@@ -64,6 +65,14 @@ def test_a_tenant_hammering_reads_is_refused_and_another_is_not(gw):
     refused = read(gw, HAMMER, mine)
     assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
     assert "retry-after" in refused.headers
+    logged = httpx.get(
+        f"{gw.url}/v1/responses/{mine}",
+        headers={"authorization": f"Bearer {HAMMER}", "x-request-id": "hammer-refused"},
+        timeout=10,
+    )
+    assert logged.status_code == 429
+    line = eventually(lambda: next((x for x in gw.log().splitlines() if '"hammer-refused"' in x), ""), timeout_s=10)
+    assert json.loads(line)["status"] == 429 and json.loads(line)["tenant"] == "hammer"
     deleted = httpx.delete(f"{gw.url}/v1/responses/{mine}", headers={"authorization": f"Bearer {HAMMER}"}, timeout=10)
     assert deleted.status_code == 429  # a delete is a request too: refused, and the record stays
     assert read(gw, CALM, theirs).status_code == 200

@@ -12,13 +12,17 @@ def req(tenant="t", **keys) -> GenerationRequest:
     return GenerationRequest("r", "m", messages=[{"role": "user", "content": "x"}], tenant=tenant, session_keys=keys)
 
 
+def named(value: str, tenant: str = "t") -> str | None:
+    return session_key(req(tenant, user=value), ["user"])
+
+
 def test_the_first_configured_source_present_names_the_session():
     both = req(user="alice", prompt_cache_key="conv-7")
-    assert session_key(both, SESSION_SOURCES) == "t\x00conv-7"
-    assert session_key(both, ["user", "prompt_cache_key"]) == "t\x00alice"
+    assert session_key(both, SESSION_SOURCES) == named("conv-7")
+    assert session_key(both, ["user", "prompt_cache_key"]) == named("alice")
     assert session_key(req(user="alice"), ["prompt_cache_key"]) is None
     assert session_key(req(), SESSION_SOURCES) is None
-    assert session_key(req(**{"x-session-id": "s1", "user": "bob"}), SESSION_SOURCES) == "t\x00s1"
+    assert session_key(req(**{"x-session-id": "s1", "user": "bob"}), SESSION_SOURCES) == named("s1")
 
 
 def test_sessions_are_per_tenant():

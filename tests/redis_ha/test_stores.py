@@ -93,7 +93,7 @@ async def test_every_script_of_a_tenant_touches_keys_of_one_slot(cluster):
     tenant = "ac{me}:x"
     try:
         keys = store.keys(tenant, "t") + store.keys(tenant, "k:one") + store.keys(tenant, "k:two")
-        keys.append(responses.key(tenant, "resp_1"))
+        keys += responses.keys(tenant, "resp_1")
         assert len({cluster.keyslot(k) for k in keys}) == 1, keys
         # The scripts run on the cluster (a key outside the slot would be refused with CROSSSLOT).
         scopes = (ScopeLimits("t", 10, 1000, 5), ScopeLimits("k:one", 5), ScopeLimits("k:two", 5))
@@ -105,6 +105,13 @@ async def test_every_script_of_a_tenant_touches_keys_of_one_slot(cluster):
         assert await store.concurrent("other", "t") == 1
         await store.release(held, used_tokens=4)
         assert await store.concurrent(tenant, "t") == 0
+        # The response store's scripts too (a put evicts by key names it builds: same tag).
+        responses.tenant_max_entries = 1
+        for rid in ("resp_1", "resp_2"):
+            await responses.put(tenant, StoredResponse({"id": rid, "output": []}, []))
+        await responses.delete(tenant, "resp_2")
+        with pytest.raises(ResponseNotFound):
+            await responses.get(tenant, "resp_1")
         # Another tenant's keys carry their own tag (so tenants spread over the cluster).
         assert store.keys("other", "t")[0].startswith(hash_tag("sl{o}t", "other") + ":")
     finally:

@@ -21,6 +21,8 @@ Wiring (the HTTP layer's part; nothing here imports Starlette):
 
 - `tenant`: the authenticated principal's tenant (`""` when auth is off). Every
   store access is scoped by it; another tenant's id answers 404.
+- `may_read`: whether the principal may use a model (`Protection.may_use`); a
+  response made on a model it may not use answers 404 too (default: any model).
 - `store`: one `ResponseStore` for the process: `RedisResponseStore(url)` when
   replicas share Redis (a continuation may land on any replica), else
   `MemoryResponseStore()`. Close it (`aclose`) at shutdown.

@@ -24,19 +24,24 @@ its frames are bigger and its parse does more, and both are spent per request.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from adapters.base import Event, Finish, Usage
-from adapters.errors import GatewayError
 from gateway.openai.responses.encoder import ResponseAssembly, ResponseStreamEncoder
-from gateway.openai.responses.handlers import PreparedResponse
-from gateway.openai.responses.store import ResponseStore, StoredResponse
+from gateway.openai.responses.handlers import PreparedResponse, store_answer
+from gateway.openai.responses.store import ResponseStore
 
 
 class ResponsesAnswer:
-    def __init__(self, prepared: PreparedResponse, store: ResponseStore) -> None:
+    def __init__(
+        self, prepared: PreparedResponse, store: ResponseStore, not_stored: Callable[[str], None] | None = None
+    ) -> None:
+        """`not_stored`: called with the error's code when a finished answer could not
+        be stored (it is delivered all the same: handlers.py `store_answer`)."""
         self.prepared = prepared
         self.store = store
+        self.not_stored = not_stored
         self.response_id = prepared.shell.id
         self.assembly = ResponseAssembly(prepared.shell, logprobs=prepared.request.logprobs)
         self.encoder = ResponseStreamEncoder(self.assembly)
@@ -95,12 +100,7 @@ class ResponsesAnswer:
         if not self.prepared.request.store:
             return self.encoder.terminal()  # serialized from the state: no object to build
         final = self.assembly.result()
-        try:
-            await self._store(final)
-        except GatewayError as err:
-            if not self.assembly.failed:  # the client could not continue from it: say so
-                self.assembly.fail(err)
-                final = self.assembly.result()
+        await self._store(final)
         return self.encoder.terminal(final)
 
     # ---- whole ---------------------------------------------------------------------------
@@ -126,5 +126,6 @@ class ResponsesAnswer:
         return final
 
     async def _store(self, final: dict[str, Any]) -> None:
-        if self.prepared.request.store:
-            await self.store.put(self.prepared.tenant, StoredResponse(final, self.prepared.context))
+        err = await store_answer(self.store, self.prepared, final)
+        if err is not None and self.not_stored is not None:
+            self.not_stored(err.code or "error")

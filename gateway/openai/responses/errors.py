@@ -26,8 +26,27 @@ def not_found(response_id: Any, param: str) -> GatewayError:
     return GatewayError(404, f"Response with id {short(response_id)} not found.", param=param, code="not_found")
 
 
-def store_unavailable(detail: str) -> GatewayError:
-    return GatewayError(503, f"The response store is unavailable: {detail}", code="response_store_unavailable")
+def store_unavailable() -> GatewayError:
+    """The store cannot be reached. What went wrong (Redis's own text: addresses,
+    OOM messages) is the operator's, logged where it happened; a tenant gets this."""
+    return GatewayError(503, "The response store is unavailable. Retry shortly.", code="response_store_unavailable")
+
+
+def response_too_large(size: int, limit: int) -> GatewayError:
+    """A response larger than a tenant may store (`response_store.tenant_max_bytes`):
+    refused before generation when the request alone is that large."""
+    return GatewayError(
+        413,
+        f"The response would take at least {size} bytes to store, more than the {limit} this gateway stores "
+        "per tenant. Send it with store: false, or make it smaller (input, instructions, tools, text.format).",
+        param="store",
+        code="response_too_large",
+    )
+
+
+def store_full() -> GatewayError:
+    """The whole store is full and the tenant has nothing of its own to make room from."""
+    return GatewayError(503, "The response store is full. Retry later.", code="response_store_full")
 
 
 def short(value: Any) -> str:

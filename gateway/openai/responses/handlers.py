@@ -9,21 +9,36 @@ layer turns into responses: `JSONResult` (a status and a JSON body) or
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from adapters.base import Event, GenerationRequest
 from adapters.errors import GatewayError
 from gateway.openai.responses.conversation import build_generation
 from gateway.openai.responses.encoder import ResponseAssembly, ResponseStreamEncoder
-from gateway.openai.responses.errors import not_found, short, unsupported
+from gateway.openai.responses.errors import not_found, response_too_large, short, unsupported
 from gateway.openai.responses.ids import looks_like_response_id, new_response_id
 from gateway.openai.responses.listing import list_page, parse_list_query
 from gateway.openai.responses.request import ResponsesRequest, parse_request
 from gateway.openai.responses.response_object import ResponseShell, new_shell
 from gateway.openai.responses.store import ResponseNotFound, ResponseStore, StoredResponse
+
+log = logging.getLogger("switchyard.responses")
+
+# Whether the caller may use a model: a stored response made on a model the caller
+# may not use answers exactly as a missing one (404), for every read and a
+# continuation. The HTTP layer passes the principal's allow-list (`may_use`).
+ModelCheck = Callable[[str], bool]
+
+
+def any_model(model: str) -> bool:
+    return True
+
 
 # Opens a generation and returns its events. Raises GatewayError when it cannot
 # start (the client has seen nothing then); closing the events aborts the work.
@@ -65,16 +80,46 @@ class PreparedResponse:
 
 
 async def prepare_response(
-    body: Any, *, tenant: str, store: ResponseStore, request_id: str, clock: Callable[[], float] = time.time
+    body: Any,
+    *,
+    tenant: str,
+    store: ResponseStore,
+    request_id: str,
+    clock: Callable[[], float] = time.time,
+    may_read: ModelCheck = any_model,
 ) -> PreparedResponse:
     request = parse_request(body)
     history: list[dict[str, Any]] = []
     if request.previous_response_id is not None:
-        previous = await _load(store, tenant, request.previous_response_id, "previous_response_id")
+        previous = await _load(store, tenant, request.previous_response_id, "previous_response_id", may_read)
         history = previous.conversation()
     generation = build_generation(request, history, request_id=request_id, tenant=tenant or None)
     shell = new_shell(request, new_response_id(), int(clock()))
-    return PreparedResponse(request, generation, history + request.input_items, shell, tenant)
+    context = history + request.input_items
+    if request.store:
+        # The record without its output: already over the tenant's share, no output can fit.
+        least = len(shell.build_json("completed", [], None)) + len(orjson.dumps(context))
+        if least > store.max_record_bytes:
+            raise response_too_large(least, store.max_record_bytes)
+    return PreparedResponse(request, generation, context, shell, tenant)
+
+
+async def store_answer(store: ResponseStore, prepared: PreparedResponse, final: dict[str, Any]) -> GatewayError | None:
+    """Store a finished response (`store: true`); the error when it could not be.
+    A store that fails does not undo the answer: the generation was made and its
+    tokens charged, so the client gets it (completed, never `response.failed`),
+    a later GET of it answers 404, and the failure is logged here and counted by
+    the caller."""
+    if not prepared.request.store:
+        return None
+    try:
+        await store.put(prepared.tenant, StoredResponse(final, prepared.context))
+    except GatewayError as err:
+        log.warning(
+            "response %s of tenant %r answered but not stored: %s (%s)", final["id"], prepared.tenant, err.code, err
+        )
+        return err
+    return None
 
 
 async def run_response(prepared: PreparedResponse, *, run: Runner, store: ResponseStore) -> JSONResult | StreamResult:
@@ -90,8 +135,7 @@ async def run_response(prepared: PreparedResponse, *, run: Runner, store: Respon
     if assembly.error is not None:
         raise assembly.error
     final = assembly.result()
-    if prepared.request.store:
-        await store.put(prepared.tenant, StoredResponse(final, prepared.context))
+    await store_answer(store, prepared, final)
     return JSONResult(final)
 
 
@@ -104,17 +148,26 @@ async def create_response(
 
 
 async def get_response(
-    response_id: str, *, tenant: str, store: ResponseStore, query: Sequence[tuple[str, str]] = ()
+    response_id: str,
+    *,
+    tenant: str,
+    store: ResponseStore,
+    query: Sequence[tuple[str, str]] = (),
+    may_read: ModelCheck = any_model,
 ) -> JSONResult:
     for name, value in query:
         if name != "stream" or value != "false":
             raise unsupported(
                 f"The query parameter {short(name)}={short(value)} is not supported by this gateway.", name
             )
-    return JSONResult((await _load(store, tenant, response_id, "response_id")).response)
+    return JSONResult((await _load(store, tenant, response_id, "response_id", may_read)).response)
 
 
-async def delete_response(response_id: str, *, tenant: str, store: ResponseStore) -> JSONResult:
+async def delete_response(
+    response_id: str, *, tenant: str, store: ResponseStore, may_read: ModelCheck = any_model
+) -> JSONResult:
+    if may_read is not any_model:
+        await _load(store, tenant, response_id, "response_id", may_read)  # its model, before it goes
     if not looks_like_response_id(response_id):
         raise not_found(response_id, "response_id")
     try:
@@ -125,23 +178,33 @@ async def delete_response(response_id: str, *, tenant: str, store: ResponseStore
 
 
 async def list_input_items(
-    response_id: str, *, tenant: str, store: ResponseStore, query: Sequence[tuple[str, str]] = ()
+    response_id: str,
+    *,
+    tenant: str,
+    store: ResponseStore,
+    query: Sequence[tuple[str, str]] = (),
+    may_read: ModelCheck = any_model,
 ) -> JSONResult:
     list_query = parse_list_query(query)
-    record = await _load(store, tenant, response_id, "response_id")
+    record = await _load(store, tenant, response_id, "response_id", may_read)
     return JSONResult(list_page(record.context, list_query))
 
 
 # ---- internals ------------------------------------------------------------------------
 
 
-async def _load(store: ResponseStore, tenant: str, response_id: str, param: str) -> StoredResponse:
+async def _load(
+    store: ResponseStore, tenant: str, response_id: str, param: str, may_read: ModelCheck
+) -> StoredResponse:
     if not looks_like_response_id(response_id):
         raise not_found(response_id, param)
     try:
-        return await store.get(tenant, response_id)
+        record = await store.get(tenant, response_id)
     except ResponseNotFound:
         raise not_found(response_id, param) from None
+    if not may_read(str(record.response.get("model", ""))):
+        raise not_found(response_id, param)
+    return record
 
 
 async def _until_failed(events: AsyncIterator[Event], assembly: ResponseAssembly) -> AsyncIterator[Event]:
@@ -176,13 +239,7 @@ async def _stream(
         await _close(events)
     assembly.end_of_events()
     final = assembly.result()
-    if prepared.request.store:
-        try:
-            await store.put(prepared.tenant, StoredResponse(final, prepared.context))
-        except GatewayError as err:
-            if not assembly.failed:  # the client could not continue from it: say so
-                assembly.fail(err)
-                final = assembly.result()
+    await store_answer(store, prepared, final)
     yield encoder.terminal(final)
 
 

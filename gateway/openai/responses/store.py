@@ -51,10 +51,20 @@ class StoredResponse:
 
 class ResponseStore(ABC):
     """Where stored responses live. Methods raise `ResponseNotFound` for a missing
-    id and a 503 `GatewayError` when the store cannot be reached."""
+    id and a 503 `GatewayError` when the store cannot be reached.
+
+    Every tenant has its own share (entries and bytes, `response_store.tenant_max_*`):
+    what a tenant stores can only push out that tenant's own older responses."""
+
+    @property
+    @abstractmethod
+    def max_record_bytes(self) -> int:
+        """The largest record one tenant may store (its byte share)."""
 
     @abstractmethod
-    async def put(self, tenant: str, record: StoredResponse) -> None: ...
+    async def put(self, tenant: str, record: StoredResponse) -> None:
+        """Store `record`, making room from `tenant`'s own oldest records only; a
+        record over `max_record_bytes` is refused with 413 `response_too_large`."""
 
     @abstractmethod
     async def get(self, tenant: str, response_id: str) -> StoredResponse: ...

@@ -1,9 +1,16 @@
-"""The in-process response store: bounded and expiring.
+"""The in-process response store: bounded per tenant and in all, and expiring.
 
 For a single gateway replica (each replica has its own; several replicas need the
 Redis store so a continuation can land on any of them). Records are kept
 serialized, which bounds the memory honestly (`max_bytes`) and means a caller can
 never change a stored record through an object it still holds.
+
+Each tenant has a share, `tenant_max_entries` records and `tenant_max_bytes`
+bytes: a tenant's new record pushes out that tenant's own oldest, never another
+tenant's. The whole store is bounded too (`max_entries`, `max_bytes`): when it is
+full a tenant again makes room from its own records only, and a tenant that has
+none is refused (`store_full`), so no tenant can evict another's response. Size
+`max_bytes` for the tenants expected (tenants x `tenant_max_bytes`).
 """
 
 from __future__ import annotations
@@ -12,8 +19,21 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from gateway.openai.responses.errors import store_unavailable
+from gateway.openai.responses.errors import response_too_large, store_full
 from gateway.openai.responses.store import DEFAULT_TTL_S, ResponseNotFound, ResponseStore, StoredResponse
+
+TENANT_MAX_ENTRIES = 1_000
+TENANT_MAX_BYTES = 16 << 20
+
+
+class _Share:
+    """One tenant's records, oldest (first to expire: one TTL) first."""
+
+    __slots__ = ("records", "bytes")
+
+    def __init__(self) -> None:
+        self.records: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # id -> (expires at, record)
+        self.bytes = 0
 
 
 class MemoryResponseStore(ResponseStore):
@@ -25,57 +45,98 @@ class MemoryResponseStore(ResponseStore):
         ttl_s: float = DEFAULT_TTL_S,
         max_entries: int = 10_000,
         max_bytes: int = 256 << 20,
+        tenant_max_entries: int = TENANT_MAX_ENTRIES,
+        tenant_max_bytes: int = TENANT_MAX_BYTES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.tenant_max_entries = tenant_max_entries
+        self.tenant_max_bytes = tenant_max_bytes
         self.clock = clock
-        # (tenant, id) -> (expires at, record); insertion order is expiry order (one TTL).
-        self._entries: OrderedDict[tuple[str, str], tuple[float, bytes]] = OrderedDict()
+        self._shares: dict[str, _Share] = {}
+        self._count = 0
         self._bytes = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return self._count
 
     @property
     def bytes_used(self) -> int:
         return self._bytes
 
+    @property
+    def max_record_bytes(self) -> int:
+        return min(self.max_bytes, self.tenant_max_bytes)
+
+    def tenant_usage(self, tenant: str) -> tuple[int, int]:
+        """(records, bytes) `tenant` holds now."""
+        share = self._shares.get(tenant)
+        return (0, 0) if share is None else (len(share.records), share.bytes)
+
     async def put(self, tenant: str, record: StoredResponse) -> None:
         raw = record.to_bytes()
-        if len(raw) > self.max_bytes:
-            raise store_unavailable(f"the response ({len(raw)} bytes) is larger than the store ({self.max_bytes}).")
-        key = (tenant, record.id)
-        self._pop(key)
-        self._expire()
-        while self._entries and (len(self._entries) >= self.max_entries or self._bytes + len(raw) > self.max_bytes):
-            self._pop(next(iter(self._entries)))  # the oldest goes first
-        self._entries[key] = (self.clock() + self.ttl_s, raw)
+        if len(raw) > self.max_record_bytes:
+            raise response_too_large(len(raw), self.max_record_bytes)
+        share = self._shares.setdefault(tenant, _Share())
+        self._pop(tenant, share, record.id)
+        self._expire(tenant, share)
+        # The tenant's own share first, then (the store full) its own records again.
+        while share.records and (
+            len(share.records) >= self.tenant_max_entries or share.bytes + len(raw) > self.tenant_max_bytes
+        ):
+            self._pop(tenant, share, next(iter(share.records)))
+        if self._full(len(raw)):
+            self._expire_all()
+            while share.records and self._full(len(raw)):
+                self._pop(tenant, share, next(iter(share.records)))
+            if self._full(len(raw)):
+                if not share.records:
+                    self._shares.pop(tenant, None)
+                raise store_full()
+        self._shares[tenant] = share  # again: popping its last record dropped it
+        share.records[record.id] = (self.clock() + self.ttl_s, raw)
+        share.bytes += len(raw)
+        self._count += 1
         self._bytes += len(raw)
 
     async def get(self, tenant: str, response_id: str) -> StoredResponse:
-        entry = self._entries.get((tenant, response_id))
-        if entry is None or entry[0] <= self.clock():
-            self._pop((tenant, response_id))
+        share = self._shares.get(tenant)
+        entry = share.records.get(response_id) if share is not None else None
+        if share is None or entry is None or entry[0] <= self.clock():
+            if share is not None:
+                self._pop(tenant, share, response_id)
             raise ResponseNotFound(response_id)
         return StoredResponse.from_bytes(entry[1])
 
     async def delete(self, tenant: str, response_id: str) -> None:
-        entry = self._pop((tenant, response_id))
+        share = self._shares.get(tenant)
+        entry = self._pop(tenant, share, response_id) if share is not None else None
         if entry is None or entry[0] <= self.clock():
             raise ResponseNotFound(response_id)
 
-    def _pop(self, key: tuple[str, str]) -> tuple[float, bytes] | None:
-        entry = self._entries.pop(key, None)
+    def _full(self, adding: int) -> bool:
+        return self._count >= self.max_entries or self._bytes + adding > self.max_bytes
+
+    def _pop(self, tenant: str, share: _Share, response_id: str) -> tuple[float, bytes] | None:
+        entry = share.records.pop(response_id, None)
         if entry is not None:
+            share.bytes -= len(entry[1])
+            self._count -= 1
             self._bytes -= len(entry[1])
+            if not share.records:
+                self._shares.pop(tenant, None)
         return entry
 
-    def _expire(self) -> None:
+    def _expire(self, tenant: str, share: _Share) -> None:
         now = self.clock()
-        while self._entries:
-            key, (expires, _) = next(iter(self._entries.items()))
+        while share.records:
+            response_id, (expires, _) = next(iter(share.records.items()))
             if expires > now:
                 return
-            self._pop(key)
+            self._pop(tenant, share, response_id)
+
+    def _expire_all(self) -> None:
+        for tenant, share in list(self._shares.items()):
+            self._expire(tenant, share)

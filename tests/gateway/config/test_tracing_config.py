@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -15,6 +16,7 @@ from gateway.config.tracing import TracingConfig, resolve, traces_url
 from gateway.observe.context import NO_TRACE, current_trace
 from gateway.observe.otel_trace import OtelTracing
 from gateway.observe.tracing import NoTracing, build_tracing
+from processes import free_port
 from tests.procs import ROOT
 
 COLLECTOR = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
@@ -119,3 +121,18 @@ def test_the_gateway_runs_without_the_otel_extra():
     assert config_refusal.startswith("config: ") and "tracing: tracing needs the otel extra" in config_refusal
     for refusal in (config_refusal, env_refusal):
         assert "pip install '.[otel]'" in refusal, refusal
+
+
+async def test_a_dead_collector_holds_the_stop_no_longer_than_the_export_cap():
+    dead = f"http://127.0.0.1:{free_port()}"
+    tracing = build_tracing(TracingConfig(enabled=True, endpoint=dead), {})
+    assert isinstance(tracing, OtelTracing) and tracing.exporter is not None
+    trace = tracing.request([], "chat")
+    trace.span.end()  # one span waiting for export: the shutdown must try to send it
+    started = time.monotonic()
+    await tracing.aclose(export_s=0.2)
+    # The exporter was cut off: its retries (10 s by default) did not run their course.
+    # 8 s is far above the cap and still below the exporter's own 10 s, so a busy
+    # machine cannot fail this and the old uncapped close cannot pass it.
+    assert tracing.exporter._shutdown  # type: ignore[attr-defined]
+    assert time.monotonic() - started < 8

@@ -4,6 +4,7 @@ watcher tells a change (a ConfigMap's symlink swap) from a touch."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -16,6 +17,7 @@ from gateway.config.schema import parse_config
 from gateway.lifecycle.reload import ConfigSource, FileWatch, ReloadResult, restart_only_changes
 from policies.api_keys import hash_key
 from policies.quota import ScopeLimits, token_budget
+from processes import free_port
 from tests.e2e.lifecycle_kit import ConfigFile
 
 DEAD = "http://127.0.0.1:9"  # nothing listens: health checks fail fast, nothing is sent
@@ -56,7 +58,10 @@ async def test_tenants_and_routing_change_at_once_and_the_quota_store_is_kept(ru
     await store.reserve("a", scopes, 0, "before-the-reload", 30_000)
     b1 = gw.backends.backends["b1"]
 
-    changed = config(tenants={"a": {"requests_per_minute": 10}, "b": {"max_concurrent": 2}})
+    # The new backend b2 is down: put in force anyway (preflight off).
+    changed = config(
+        tenants={"a": {"requests_per_minute": 10}, "b": {"max_concurrent": 2}}, reload={"preflight": "off"}
+    )
     changed["models"]["m"]["routing"] = "least_loaded"
     changed["models"]["n"] = {"backends": [{"name": "b2", "adapter": "sglang", "url": DEAD}]}
     path.write_text(yaml.safe_dump(changed))
@@ -196,3 +201,110 @@ async def test_the_config_in_force_is_a_metric_and_every_reload_result_is_counte
     path.write_text("models: [")
     assert (await gw.reloader.reload("test")).result == ReloadResult.INVALID
     assert config_info(gw) == {("2", second.digest): 1.0} and reloads(gw, "invalid") == 1
+
+
+async def health_server(port: int) -> asyncio.Server:
+    """A runtime that answers every request 200 (its /health), on a real loopback socket."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    return await asyncio.start_server(answer, "127.0.0.1", port)
+
+
+def moved_to(url: str, **reload) -> dict:
+    changed = config(reload=reload)
+    changed["models"]["m"]["backends"][0]["url"] = url
+    return changed
+
+
+async def test_preflight_refuse_keeps_the_old_backend_when_the_new_one_is_down(running):
+    gw, path = running
+    dead = f"http://127.0.0.1:{free_port()}"
+    path.write_text(yaml.safe_dump(moved_to(dead, preflight="refuse")))
+    outcome = await gw.reloader.reload("test")
+    assert outcome.result == ReloadResult.FAILED and outcome.version.counter == 1
+    assert "b1 (" in outcome.message and "at once (reload.preflight: refuse)" in outcome.message
+    assert gw.backends.backends["b1"].config.url == DEAD and gw.config.reload.preflight == "wait"
+    assert reloads(gw, "failed") == 1
+
+
+async def test_preflight_wait_gives_up_after_its_timeout(running):
+    gw, path = running
+    path.write_text(yaml.safe_dump(moved_to(f"http://127.0.0.1:{free_port()}", preflight_timeout_s=0.3)))
+    outcome = await gw.reloader.reload("test")
+    assert outcome.result == ReloadResult.FAILED and "within 0.3 s (reload.preflight: wait)" in outcome.message
+    assert gw.backends.backends["b1"].config.url == DEAD
+
+
+async def test_preflight_wait_puts_the_config_in_force_once_the_new_backend_answers(running):
+    gw, path = running
+    port = free_port()
+    path.write_text(yaml.safe_dump(moved_to(f"http://127.0.0.1:{port}", preflight_interval_s=0.05)))
+    reload = asyncio.create_task(gw.reloader.reload("test"))
+    await asyncio.sleep(0.3)  # the reload has checked the new backend: down, so it waits
+    assert not reload.done() and gw.backends.backends["b1"].config.url == DEAD
+    server = await health_server(port)
+    try:
+        outcome = await asyncio.wait_for(reload, 30)
+    finally:
+        server.close()
+    assert outcome.result == ReloadResult.APPLIED and outcome.version.counter == 2
+    assert gw.backends.backends["b1"].config.url == f"http://127.0.0.1:{port}"
+
+
+async def test_preflight_off_puts_a_dead_backend_in_force(running):
+    gw, path = running
+    dead = f"http://127.0.0.1:{free_port()}"
+    path.write_text(yaml.safe_dump(moved_to(dead, preflight="off")))
+    assert (await gw.reloader.reload("test")).result == ReloadResult.APPLIED
+    assert gw.backends.backends["b1"].config.url == dead
+
+
+def backend_gauges(gw: Gateway, name: str) -> tuple:
+    gw.ops.metrics_text()  # what a scrape sets
+    get = gw.metrics.registry.get_sample_value
+    return tuple(
+        get(metric, {"backend": name})
+        for metric in (
+            "switchyard_backend_healthy",
+            "switchyard_backend_inflight",
+            "switchyard_backend_prefill_backlog_tokens",
+        )
+    )
+
+
+async def test_a_retired_backends_gauges_fall_to_zero_rather_than_vanish(running):
+    gw, path = running
+    old = gw.backends.backends["b1"]
+    held = gw.inflight.enter(1, None)  # a request of version 1 keeps b1 open after the reload
+    old.inflight = 2
+    assert backend_gauges(gw, "b1") == (0.0, 2.0, 0.0)  # in force (its DEAD url fails health)
+    changed = config(reload={"preflight": "off"})
+    changed["models"]["m"]["backends"] = [{"name": "b2", "adapter": "vllm", "url": DEAD}]
+    path.write_text(yaml.safe_dump(changed))
+    assert (await gw.reloader.reload("test")).result == ReloadResult.APPLIED
+    assert "b1" not in gw.backends.backends and gw.lifecycle.retired_backends() == [old]
+    assert backend_gauges(gw, "b1") == (0.0, 2.0, 0.0)  # out of service, its requests still counted
+    old.inflight = 0
+    gw.inflight.leave(held)
+    await gw.lifecycle.close_unused()
+    assert gw.lifecycle.retired_backends() == []
+    assert backend_gauges(gw, "b1") == (0.0, 0.0, 0.0)  # closed: 0, not gone
+
+
+def test_the_swap_steps_edit_a_copy_and_the_watcher_sees_only_the_move(tmp_path):
+    # docs/operations.md, "Swapping vLLM for SGLang": edit FILE.new, check it, mv it over FILE.
+    served = tmp_path / "config.yaml"
+    served.write_text(yaml.safe_dump(config()))
+    watch = FileWatch(str(served))
+    copy = tmp_path / "config.yaml.new"
+    copy.write_text(served.read_text())
+    copy.write_text(yaml.safe_dump(config(tenants={"a": {"requests_per_minute": 20}})))
+    assert not watch.changed()  # saves of the copy are not seen
+    assert main(["config", "check", str(copy)]) == 0
+    os.replace(copy, served)
+    assert watch.changed() and not watch.changed()

@@ -35,7 +35,7 @@ SCRIPTS = {
 
 class FailingStore(MemoryResponseStore):
     async def put(self, tenant, record) -> None:
-        raise GatewayError(503, "The response store is unavailable: down", code="response_store_unavailable")
+        raise GatewayError(503, "The response store is unavailable.", code="response_store_unavailable")
 
 
 async def answer(where, stream: bool, **body) -> ResponsesAnswer:
@@ -97,18 +97,23 @@ async def test_an_error_fails_both_forms():
     assert parsed.kinds[-2:] == ["error", "response.failed"] and parsed.final["status"] == "failed"
 
 
-async def test_a_failing_store_ends_the_stream_failed_and_the_whole_answer_in_an_error():
-    streamed = await answer(FailingStore(), True)
+async def test_a_failing_store_delivers_the_answer_and_counts_it():
+    """The generation was made and charged: the client gets it completed (never
+    `response.failed` after its tokens), and the failure is counted."""
+    counted: list[str] = []
+    prepared = await prepare_response(
+        {"model": "m", "input": "hi", "stream": True}, tenant="t", store=FailingStore(), request_id="r"
+    )
+    streamed = ResponsesAnswer(prepared, FailingStore(), counted.append)
     raw = streamed.stream_start() + b"".join(streamed.stream_feed(e) for e in SCRIPTS["text"])
     parsed = parse_responses_stream(raw + await streamed.stream_end(Usage(3, 3)))
-    assert parsed.kinds[-1] == "response.failed"
-    assert parsed.final["error"]["code"] == "server_error"
-    whole = await answer(FailingStore(), False)
+    assert parsed.kinds[-1] == "response.completed" and parsed.final["status"] == "completed"
+    prepared = await prepare_response({"model": "m", "input": "hi"}, tenant="t", store=FailingStore(), request_id="r")
+    whole = ResponsesAnswer(prepared, FailingStore(), counted.append)
     for event in SCRIPTS["text"]:
         whole.whole_feed(event)
-    with pytest.raises(GatewayError) as caught:
-        await whole.whole_body(Usage(1, 1))
-    assert caught.value.status == 503
+    assert (await whole.whole_body(Usage(1, 1)))["status"] == "completed"
+    assert counted == ["response_store_unavailable", "response_store_unavailable"]
 
 
 async def test_store_false_stores_nothing():

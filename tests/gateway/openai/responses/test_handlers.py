@@ -19,6 +19,7 @@ from gateway.openai.responses import (
     delete_response,
     get_response,
     list_input_items,
+    prepare_response,
 )
 from tests.gateway.openai.responses.official import sse_events, validate_response
 from tests.gateway.openai.responses.scripted import ScriptedRunner
@@ -307,14 +308,19 @@ async def test_closing_a_stream_aborts_the_generation(store):
     assert runner.closed == [True] and len(store) == 0
 
 
-async def test_store_failure_fails_the_answer():
-    dead = RedisResponseStore(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.5)
+async def test_store_failure_delivers_the_answer_without_the_store_s_details(caplog):
+    """Finding 9: the answer was generated and charged, so it is delivered (never
+    `response.failed`); what went wrong is in the log, never in what the tenant reads."""
+    port = free_port()
+    dead = RedisResponseStore(f"redis://127.0.0.1:{port}/0", timeout_s=0.5)
     try:
-        err = await refused(create(dead, ScriptedRunner([say("x")]), input="q"), 503)
-        assert err.code == "response_store_unavailable"
+        assert (await create(dead, ScriptedRunner([say("x")]), input="q")).body["status"] == "completed"
         evs = await create_stream(dead, ScriptedRunner([say("x")]), input="q")
-        assert [e["type"] for e in evs[-2:]] == ["error", "response.failed"]
-        assert evs[-2]["code"] == "response_store_unavailable"
+        assert evs[-1]["type"] == "response.completed"
+        assert str(port) in caplog.text  # the operator's detail, logged
+        err = await refused(get_response("resp_abc", tenant="t", store=dead), 503)
+        assert err.code == "response_store_unavailable" and str(port) not in err.message
+        assert "Error" not in err.message and "127.0.0.1" not in err.message
         # not storing needs no store
         assert (await create(dead, ScriptedRunner([say("x")]), input="q", store=False)).body["status"] == "completed"
         # a continuation cannot be resolved without the store
@@ -341,3 +347,26 @@ async def test_the_whole_flow_on_redis(redis_server):
         await refused(get_response(second["id"], tenant="alice", store=store), 404)
     finally:
         await store.aclose()
+
+
+async def test_a_response_on_a_model_the_caller_may_not_use_is_not_there(store):
+    """Finding 12 of issue 25: a key limited to `vl` read and continued a response its
+    tenant made on `m`. Every read and a continuation answer as for a missing id."""
+    made = await create(store, ScriptedRunner([say("secret")]), input="q")
+    only_vl = lambda model: model == "vl"  # noqa: E731
+    rid = made.body["id"]
+    for call in (
+        get_response(rid, tenant="t", store=store, may_read=only_vl),
+        list_input_items(rid, tenant="t", store=store, may_read=only_vl),
+        delete_response(rid, tenant="t", store=store, may_read=only_vl),
+        prepare_response(
+            {"model": "vl", "input": "q", "previous_response_id": rid},
+            tenant="t",
+            store=store,
+            request_id="r",
+            may_read=only_vl,
+        ),
+    ):
+        err = await refused(call, 404)
+        assert err.code == "not_found" and rid in err.message
+    assert (await get_response(rid, tenant="t", store=store)).body["id"] == rid  # not deleted

@@ -131,7 +131,7 @@ async def test_memory_is_bounded_by_bytes():
     assert len(store) == 2 and store.bytes_used <= store.max_bytes
     with pytest.raises(GatewayError) as info:
         await store.put("t", record("resp_big", "x" * 10_000))
-    assert info.value.status == 503
+    assert info.value.status == 413 and info.value.code == "response_too_large"
 
 
 async def test_memory_replacing_a_record_counts_its_bytes_once():
@@ -145,10 +145,16 @@ async def test_redis_expiry_and_key_layout(redis_server):
     store = RedisResponseStore(redis_server.url, ttl_s=0.4, key_prefix="sy")
     try:
         await store.put("te{n}ant", record("resp_1"))
-        keys = await store.redis.client.keys("*")
-        assert keys == [b"{sy:te%7Bn%7Dant}:response:resp_1"]
-        ttl = await store.redis.client.pttl(keys[0])
-        assert 0 < ttl <= 400
+        keys = sorted(await store.redis.client.keys("*"))
+        tag = b"{sy:te%7Bn%7Dant}"
+        assert keys == [
+            tag + b":response:resp_1",
+            tag + b":responses",
+            tag + b":responses:bytes",
+            tag + b":responses:size",
+        ]
+        for key in keys:
+            assert 0 < await store.redis.client.pttl(key) <= 400
         await asyncio.sleep(0.6)
         with pytest.raises(ResponseNotFound):
             await store.get("te{n}ant", "resp_1")
