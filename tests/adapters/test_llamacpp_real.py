@@ -99,6 +99,11 @@ def test_n_above_the_slot_count_is_fanned_out(client):
     assert sorted(c.index for c in resp.choices) == [0, 1, 2]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="llama.cpp 0c1e570 leaves tool_choice required unconstrained with make-tiny's template: "
+    "the random model answers text (recorded in tool_required.json); docs/runtimes.md §8.3",
+)
 def test_tool_choice_required_makes_a_call(client):
     resp = client.chat.completions.create(
         model="m", messages=ask("weather in Paris?"), tools=TOOLS, tool_choice="required", max_tokens=64
@@ -212,7 +217,18 @@ def test_tokenize_and_detokenize_through_the_gateway(gateway):
     r = httpx.post(gateway.url + "/tokenize", json={"model": "m", "prompt": "Hello world 42"}, timeout=30)
     assert r.status_code == 200, r.text
     tokens = r.json()["tokens"]
-    assert tokens and r.json()["max_model_len"] == SLOT_CTX
+    assert tokens
+    # max_model_len is the slot's context from /props, read with the first load poll.
+    assert eventually(
+        lambda: (
+            httpx.post(gateway.url + "/tokenize", json={"model": "m", "prompt": "x"}, timeout=30).json()[
+                "max_model_len"
+            ]
+            == SLOT_CTX
+        ),
+        30,
+        0.5,
+    )
     back = httpx.post(gateway.url + "/detokenize", json={"model": "m", "tokens": tokens}, timeout=30)
     assert back.status_code == 200 and back.json()["prompt"] == "Hello world 42"
 

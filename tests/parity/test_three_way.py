@@ -109,9 +109,15 @@ def greedy_tokens(gateway, model: str, prompt: str) -> tuple[list[bytes], int]:
 
 
 def agreeing(a: list[bytes], b: list[bytes]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
+    """`a`'s tokens that lie inside the bytes both answers share from the start. By bytes,
+    not token lists: llama.cpp leaves out the logprobs of a token held back (a partial
+    UTF-8 character), so its list can be shorter for the same text."""
+    x, y = b"".join(a), b"".join(b)
+    common = next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+    n = end = 0
+    for token in a:
+        end += len(token)
+        if end > common:
             break
         n += 1
     return n
@@ -124,7 +130,7 @@ def test_greedy_tokens_agree_with_the_native_engine(gateway, other):
         native, native_prompt = greedy_tokens(gateway, "native", prompt)
         theirs, their_prompt = greedy_tokens(gateway, other, prompt)
         assert their_prompt == native_prompt, (other, prompt)  # the same chat template, the same ids
-        assert len(native) == len(theirs) == MAX_TOKENS
+        assert len(native) == MAX_TOKENS
         total += len(native)
         agree += agreeing(native, theirs)
     print(f"native vs {other}: {agree}/{total} greedy tokens agree over {len(PROMPTS)} prompts")
