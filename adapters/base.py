@@ -88,6 +88,10 @@ class GenerationRequest:
     # refuse the request (400), or drop the parameter and say so.
     unsupported_params: Literal["reject", "drop"] = "reject"
     extra: dict[str, Any] = field(default_factory=dict)
+    # Top-level request fields OpenAI's API does not define (passed on in `extra` on chat
+    # and completions, ignored by the Responses API); the model's `unknown_params` policy
+    # refuses them or lets them pass (gateway/openai/request_fields.py `refuse_unknown`).
+    unknown_fields: tuple[str, ...] = ()
     # Explicit conversation keys the client sent, by source ("x-session-id",
     # "prompt_cache_key", "user"); routing's session affinity picks one per model.
     session_keys: dict[str, str] = field(default_factory=dict)

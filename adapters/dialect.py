@@ -90,6 +90,13 @@ class Dialect(Protocol):
 
     def read_embeddings(self, payload: Any, request: EmbeddingRequest) -> EmbeddingResult: ...
 
+    def render_call(self, request: TokenizeRequest) -> Call | None:
+        """A call that renders `messages` to a prompt first, for a runtime whose tokenizer
+        takes text only (None: `tokenize_call` takes the request as it is)."""
+
+    def rendered(self, request: TokenizeRequest, payload: Any) -> TokenizeRequest:
+        """The request with the rendered prompt in place of its messages."""
+
     def tokenize_call(self, request: TokenizeRequest) -> Call: ...
 
     def read_tokenize(self, payload: Any, request: TokenizeRequest) -> TokenizeResult: ...

@@ -122,6 +122,9 @@ class HTTPAdapter(Adapter):
     async def tokenize(self, request: TokenizeRequest) -> TokenizeResult:
         if not self.capabilities.tokenize:
             return await super().tokenize(request)
+        render = self.dialect.render_call(request)
+        if render is not None:
+            request = self.dialect.rendered(request, await self._call(render, request.request_id))
         payload = await self._call(self.dialect.tokenize_call(request), request.request_id)
         return self.dialect.read_tokenize(payload, request)
 

@@ -5,8 +5,8 @@ alternatives as the client wants (llama.cpp sends 20 for `logprobs: true`, none 
 error as `context_length_exceeded`; load from `llamacpp:*` metrics and `/slots` read
 once per server for every adapter in this process (a `/metrics` scrape resets its
 throughput averages); `/props` read once as the server's conditions; `/tokenize`,
-`/detokenize` and `/apply-template` in its shape. Facts and sources: docs/adapters.md
-"llama.cpp", docs/runtimes.md §6.
+`/detokenize` in its shape, messages rendered by `/apply-template` first. Facts and sources: docs/adapters.md
+"llama.cpp", docs/runtimes.md §8.
 
 Never sent upstream (the transport writes only its own headers): a client's
 `X-Conversation-Id`, which would make llama.cpp keep generating after the client left.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from adapters import llamacpp_load as load_view
@@ -126,11 +127,34 @@ class LlamaCppDialect(OpenAIDialect):
 
     # ---- one-shot calls ---------------------------------------------------------------------------
 
-    def tokenize_call(self, request: TokenizeRequest) -> Call:
+    def render_call(self, request: TokenizeRequest) -> Call | None:
+        """Messages go through `/apply-template` first: its `/tokenize` takes text only."""
         if request.return_token_strs:
             raise self.unsupported("token strings in /tokenize answers", "return_token_strs")
-        if request.messages is not None:
-            raise self.unsupported("tokenizing messages (its /tokenize takes text only)", "messages")
+        if request.messages is None:
+            return None
+        body: dict[str, Any] = {
+            "messages": request.messages,
+            "add_generation_prompt": request.add_generation_prompt and not request.continue_final_message,
+        }
+        if request.continue_final_message:
+            body["continue_final_message"] = True
+        if request.tools:
+            body["tools"] = request.tools
+        if request.chat_template_kwargs:
+            body["chat_template_kwargs"] = request.chat_template_kwargs
+        return Call("/apply-template", body)
+
+    def rendered(self, request: TokenizeRequest, payload: Any) -> TokenizeRequest:
+        prompt = payload.get("prompt") if isinstance(payload, dict) else None
+        if not isinstance(prompt, str):
+            raise upstream_failed(
+                self.backend, "its apply-template answer has the wrong shape", internal=repr(payload)[:200]
+            )
+        return replace(request, prompt=prompt, messages=None, add_special_tokens=request.special_tokens)
+
+    def tokenize_call(self, request: TokenizeRequest) -> Call:
+        # parse_special: the rendered template's markers are special tokens, as the chat route reads them.
         body = {"content": request.prompt or "", "add_special": request.special_tokens, "parse_special": True}
         return Call("/tokenize", body)
 

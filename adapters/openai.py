@@ -143,6 +143,12 @@ class OpenAIDialect:
     def read_embeddings(self, payload: Any, request: EmbeddingRequest) -> EmbeddingResult:
         return oneshot_wire.decode_embeddings(payload, len(request.inputs), self.backend)
 
+    def render_call(self, request: TokenizeRequest) -> Call | None:
+        return None
+
+    def rendered(self, request: TokenizeRequest, payload: Any) -> TokenizeRequest:
+        return request
+
     def tokenize_call(self, request: TokenizeRequest) -> Call:
         return Call("/tokenize", oneshot_wire.tokenize_body(request, self.served_model))
 

@@ -235,7 +235,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     d = diff_reports(old, new)
     print(render(d))
-    return EXIT_MUST_FAILED if d.new_must_failures else EXIT_OK
+    return EXIT_MUST_FAILED if d.new_must_failures or d.lost_must else EXIT_OK
 
 
 @_user_errors
@@ -318,7 +318,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing.add_argument("--profile", action="append", metavar="|".join(PROFILES))
     listing.set_defaults(func=cmd_list)
 
-    diff = sub.add_parser("diff", help="regressions and fixes between two reports; exits 1 on a new MUST failure")
+    diff = sub.add_parser(
+        "diff", help="lost MUST coverage, regressions and fixes between two reports; exits 1 on either blocking kind"
+    )
     diff.add_argument("old", help="the earlier report.json or matrix.json")
     diff.add_argument("new", help="the later report.json or matrix.json")
     diff.set_defaults(func=cmd_diff)

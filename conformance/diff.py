@@ -1,9 +1,13 @@
-"""Compare two reports: what regressed, what got fixed, what is new.
+"""Compare two reports: what coverage was lost, what regressed, what got fixed, what is new.
 
 Works on run reports (`report.json`) and matrix reports (`matrix.json`, whose
-cells are compared as `runtime :: check`). A "new MUST failure" is a MUST cell
-that fails (or errors) in NEW and did not fail in OLD, including a check that
-did not exist in OLD: that is what blocks an upgrade.
+cells are compared as `runtime :: check`). Two things block an upgrade:
+
+- "lost MUST coverage": a MUST cell that passed in OLD and does not pass in NEW,
+  whatever it became: fail or error, skip, n/a, or gone from NEW altogether. A
+  check that no longer runs proves no more than one that fails.
+- a "new MUST failure": a MUST cell that fails (or errors) in NEW and did not fail
+  in OLD, including a check that did not exist in OLD.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from conformance.server_info import server_info_from
 
 FAILING = ("fail", "error")
 
@@ -33,9 +39,11 @@ class Change:
 
 @dataclass(slots=True)
 class Diff:
+    lost_must: list[Change] = field(default_factory=list)  # a MUST that passed and no longer does
     regressions: list[Change] = field(default_factory=list)  # was not failing, now fails
     fixes: list[Change] = field(default_factory=list)  # was failing, now passes
     other: list[Change] = field(default_factory=list)  # any other status change (skips, added, removed)
+    servers: tuple[str, str] = ("unidentified", "unidentified")  # OLD's and NEW's server, as each reported itself
 
     @property
     def new_must_failures(self) -> list[Change]:
@@ -62,13 +70,23 @@ def diff_reports(old: dict[str, Any], new: dict[str, Any]) -> Diff:
         change = Change(key, level, before.status if before else None, after.status if after else None)
         if change.old == change.new:
             continue
+        if level == "MUST" and change.old == "pass":
+            d.lost_must.append(change)
         if change.new in FAILING and change.old not in FAILING:
             d.regressions.append(change)
         elif change.old in FAILING and change.new == "pass":
             d.fixes.append(change)
-        else:
+        elif change not in d.lost_must:
             d.other.append(change)
+    d.servers = (server_label(old), server_label(new))
     return d
+
+
+def server_label(report: dict[str, Any]) -> str:
+    """A run report's server (`server` in report.json); a matrix has one per column."""
+    if "matrix" in report:
+        return "matrix"
+    return server_info_from(report.get("server")).label()
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -88,7 +106,10 @@ def render(d: Diff) -> str:
     def fmt(c: Change) -> str:
         return f"  [{c.level}] {c.key}: {c.old or '(absent)'} -> {c.new or '(absent)'}"
 
-    lines = [f"regressions: {len(d.regressions)} ({len(d.new_must_failures)} MUST)"]
+    lines = [f"server: {d.servers[0]} -> {d.servers[1]}"] if d.servers[0] != "matrix" else []
+    lines.append(f"lost MUST coverage: {len(d.lost_must)} (passed in OLD, not in NEW)")
+    lines += [fmt(c) for c in d.lost_must]
+    lines.append(f"regressions: {len(d.regressions)} ({len(d.new_must_failures)} MUST)")
     lines += [fmt(c) for c in d.regressions]
     lines.append(f"fixes: {len(d.fixes)}")
     lines += [fmt(c) for c in d.fixes]

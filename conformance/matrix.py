@@ -211,6 +211,7 @@ class MatrixReport:
             "targets": [t.describe() | {"name": t.name} for t, _ in self.runs],
             "verdicts": {t.name: str(run.verdict) for t, run in self.runs},
             "summaries": {t.name: run.counts() for t, run in self.runs},
+            "servers": {t.name: run.server.to_dict() for t, run in self.runs},  # as each server reports itself
             "matrix": self.rows(),
         }
 

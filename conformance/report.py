@@ -86,6 +86,7 @@ def render_markdown(report: RunReport, title: str = "Conformance report") -> str
         f"# {title}",
         "",
         f"- Target: `{t.get('name')}` — base URL `{t.get('base_url')}`, model `{t.get('model')}`",
+        f"- Server: {report.server.label()} (as it reports itself)",
         f"- Declared: {declared(t)}",
         f"- Profiles: {', '.join(report.profiles) or 'all'} · started {report.started} · {report.duration_s:.1f} s",
         f"- Verdict: **{verdict}**: {VERDICT_MEANING[verdict]} ({summary_line(report)})",
@@ -210,7 +211,8 @@ def render_html(report: RunReport, title: str = "Conformance report", stylesheet
         f"<h1>{html.escape(title)}: {verdict}</h1>"
         f"<p><b>{verdict}</b>: {html.escape(VERDICT_MEANING[verdict])}.</p>"
         f"<p>Target <code>{html.escape(str(t.get('name')))}</code> — <code>{html.escape(str(t.get('base_url')))}</code>, "
-        f"model <code>{html.escape(str(t.get('model')))}</code>; declared: {html.escape(declared(t))}; "
+        f"model <code>{html.escape(str(t.get('model')))}</code>; server {html.escape(report.server.label())}; "
+        f"declared: {html.escape(declared(t))}; "
         f"profiles {html.escape(', '.join(report.profiles) or 'all')}; "
         f"started {html.escape(report.started)}; {report.duration_s:.1f} s.</p>"
         f'<table class="summary"><tr><th></th>' + "".join(f"<th>{s}</th>" for s in Status) + f"</tr>{summary}</table>"

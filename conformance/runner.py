@@ -19,6 +19,7 @@ from conformance.capabilities import lacking_reason
 from conformance.check import Check
 from conformance.context import Context
 from conformance.result import CheckFailed, CheckResult, Level, Skipped, Status, Verdict
+from conformance.server_info import UNIDENTIFIED, ServerInfo, probe, server_info_from
 from conformance.target import Target
 
 SUITE_VERSION = "1"
@@ -32,6 +33,7 @@ class RunReport:
     started: str
     duration_s: float
     results: list[CheckResult] = field(default_factory=list)
+    server: ServerInfo = UNIDENTIFIED  # the server's name and version, as it reports them
 
     def counts(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {str(lv): {str(s): 0 for s in Status} for lv in Level}
@@ -68,6 +70,7 @@ class RunReport:
             "started": self.started,
             "duration_s": round(self.duration_s, 3),
             "environment": {"python": platform.python_version()},
+            "server": self.server.to_dict(),
             "verdict": str(self.verdict),
             "summary": self.counts(),
             "results": [r.to_dict() for r in self.results],
@@ -81,6 +84,7 @@ class RunReport:
             started=d.get("started", ""),
             duration_s=float(d.get("duration_s", 0.0)),
             results=[CheckResult.from_dict(r) for r in d.get("results", [])],
+            server=server_info_from(d.get("server")),
         )
 
 
@@ -129,6 +133,7 @@ async def run_checks(target: Target, checks: list[Check], profiles: list[str], p
     t0 = time.perf_counter()
     ctx = Context(target)
     report = RunReport(target=target.describe(), profiles=profiles, started=started, duration_s=0.0)
+    report.server = await probe(target.base_url, target.api_key, target.extra_headers)
     try:
         for check in checks:
             result = await run_check(check, ctx)

@@ -36,6 +36,16 @@ class ModelConfig:
     is_matryoshka: bool = False
     matryoshka_dimensions: list[int] | None = None
 
+    def with_matryoshka(self, matryoshka: bool | list[int]) -> None:
+        """Whether embeddings may be cut to `dimensions`: true (any size up to the hidden
+        size), false, or the sizes the model was trained for."""
+        if isinstance(matryoshka, bool):
+            self.is_matryoshka, self.matryoshka_dimensions = matryoshka, None
+            return
+        if not matryoshka or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in matryoshka):
+            raise ValueError(f"matryoshka must be true, false or a list of positive sizes, not {matryoshka!r}")
+        self.is_matryoshka, self.matryoshka_dimensions = True, list(matryoshka)
+
     @classmethod
     def from_dir(cls, model_dir: str) -> ModelConfig:
         with open(os.path.join(model_dir, "config.json")) as f:

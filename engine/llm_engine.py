@@ -84,6 +84,7 @@ class LLMEngine:
         max_model_len: int | None = None,
         enable_prefix_caching: bool = True,
         seed: int = 0,
+        matryoshka: bool | list[int] | None = None,
     ) -> None:
         self.config = EngineConfig(
             model_dir=model_dir,
@@ -100,6 +101,8 @@ class LLMEngine:
         )
         self.config.validate()
         self.model_config = ModelConfig.from_dir(model_dir)
+        if matryoshka is not None:  # the operator's word over config.json (vLLM's --hf-overrides)
+            self.model_config.with_matryoshka(matryoshka)
         self.eos_token_ids: set[int] = set(self.model_config.eos_token_ids)
         self.max_model_len = min(
             max_model_len or self.model_config.max_position_embeddings,

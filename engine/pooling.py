@@ -54,7 +54,8 @@ def check_inputs(model: ModelConfig, max_model_len: int, prompts: list[list[int]
     if not model.is_matryoshka:
         raise PoolingInputError(
             "This model does not support matryoshka representation, changing output dimensions will lead to "
-            "poor results.",
+            "poor results. (A model trained for it says so in its config.json, `matryoshka_dimensions` or "
+            "`is_matryoshka`, or in its backend's `options: {matryoshka: true}`.)",
             "dimensions",
         )
     allowed = model.matryoshka_dimensions

@@ -189,7 +189,9 @@ class Gateway:
             "/v1/chat/completions": ApiRoute("chat", _parse_chat, self._generation),
             "/v1/completions": ApiRoute("text_completion", _parse_completion, self._generation),
             # The chat path, with the Responses API's parse and answer format.
-            "/v1/responses": ApiRoute("chat", self.responses_api.parse, self._generation),
+            # generate_content: the GenAI conventions' operation for the Responses API
+            # (docs/operations.md, "Spans and attributes")
+            "/v1/responses": ApiRoute("generate_content", self.responses_api.parse, self._generation),
             "/v1/embeddings": embeddings_route(call),
             "/tokenize": tokenize_route(call),
             "/detokenize": detokenize_route(call),

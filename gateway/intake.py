@@ -33,6 +33,7 @@ from gateway.http.request_io import client_request_id, new_request_id, read_body
 from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.recorder import RequestRecorder
 from gateway.observe.tracing import Tracing
+from gateway.openai.request_fields import refuse_unknown
 from gateway.openai.requests import parse_json_body
 from gateway.protection.gate import Protection, Ticket
 from gateway.serving.dispatch import check_choices
@@ -114,7 +115,7 @@ class Intake:
             started=time.perf_counter(),
             operation=route.operation,
             upstream_id=upstream_id,
-            trace=self.tracing.request(request.scope["headers"], route.operation),
+            trace=self.tracing.request(request.scope, route.operation),
             config_version=self.version(),
         )
         try:
@@ -142,6 +143,7 @@ class Intake:
         pool = self.backends.pools.get(first.model)
         if pool is None or not self.protection.may_use(principal, first.model):
             raise model_not_found(first.model)
+        refuse_unknown(first.unknown_fields, pool.config.unknown_params)
         check_choices(reqs, limits.max_choices_per_request)
         deadline = request_deadline(request.headers, limits.max_request_timeout_s, stream=first.stream)
         session_id = request.headers.get("x-session-id")

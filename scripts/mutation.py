@@ -30,7 +30,7 @@ import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mutation_table import EXTRA_ARGS, MODULES, NOTES, TIMEOUTS  # scripts/ is sys.path[0]
+from mutation_table import EXTRA_ARGS, MODULES, NOTES, OUT_OF_SCOPE, SCOPE, TIMEOUTS  # scripts/ is sys.path[0]
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "reports" / "mutation"
@@ -260,6 +260,13 @@ def _cell(text: str) -> str:
     return f"`{text}`" if text else "(removed)"
 
 
+def in_scope() -> list[str]:
+    """Every module the table is to cover (SCOPE), empty package markers left out."""
+    found = (p for package in SCOPE for p in sorted((ROOT / package).rglob("*.py")))
+    rel = (str(p.relative_to(ROOT)) for p in found if p.stat().st_size > 0 or p.name != "__init__.py")
+    return [m for m in rel if m not in OUT_OF_SCOPE and "/__pycache__/" not in m]
+
+
 def render(results: dict) -> str:
     reasons = load_reasons()
     out = [
@@ -290,7 +297,14 @@ def render(results: dict) -> str:
         )
     not_run = [m for m in MODULES if m not in results]
     if not_run:
-        out += ["", "Not run yet: " + ", ".join(f"`{m}`" for m in not_run) + "."]
+        out += ["", "In the table, not run yet: " + ", ".join(f"`{m}`" for m in not_run) + "."]
+    unlisted = [m for m in in_scope() if m not in MODULES]
+    if unlisted:
+        out += [
+            "",
+            f"Unmeasured: {len(unlisted)} modules of {', '.join(f'{p}/' for p in SCOPE)} have no test list in "
+            "scripts/mutation_table.py yet: " + ", ".join(f"`{m}`" for m in unlisted) + ".",
+        ]
     for module in [m for m in MODULES if m in results]:
         r = results[module]
         out += ["", f"## {module}", "", "Tests: " + ", ".join(f"`{t}`" for t in r["tests"]) + "."]

@@ -28,7 +28,7 @@ from processes.llamacpp import LLAMA_SERVER, llamacpp_server_argv, write_gguf  #
 
 OUT = ROOT / "tests" / "adapters" / "recordings" / "llamacpp"
 VERSION = "llama-cpp-python 0.3.36 sdist (llama.cpp 0c1e57098)"
-CONTEXT, SLOTS = 512, 2  # two slots of 256 positions
+CONTEXT, SLOTS = 2048, 2  # two slots of 1024 positions
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
 M = "tiny"
 ASK = [{"role": "user", "content": "Tell me about rivers please"}]
@@ -40,7 +40,8 @@ TOOL = {
         "description": "Current weather in a city",
         "parameters": {
             "type": "object",
-            "properties": {"city": {"type": "string"}},
+            # An enum: a random-weight model under the grammar would otherwise write a city forever.
+            "properties": {"city": {"type": "string", "enum": ["Lyon", "Paris"]}},
             "required": ["city"],
             "additionalProperties": False,
         },
@@ -54,7 +55,7 @@ SCHEMA = {
 }
 USAGE = {"stream": True, "stream_options": {"include_usage": True}}
 GREEDY = {"temperature": 0, "max_tokens": 8}
-LONG = " ".join(["river"] * 400)  # beyond one slot's 256 positions
+LONG = " ".join(["river"] * 1500)  # beyond one slot's 1024 positions
 
 # name -> (method, path, body, note); body None for a GET; a str body is sent as is.
 CASES: dict[str, tuple[str, str, Any, str]] = {

@@ -36,6 +36,8 @@ class SimRequest:
     # The (longest) prompt's token ids when the client sent ids (completions), else None.
     prompt_ids: list[int] | None = None
     reply: Any = None  # the runtime's Reply answering it, where a runtime sets it
+    # Legacy completions' `echo`: each prompt's text, put before its choices' text.
+    echo_texts: list[str] = field(default_factory=list)
 
     @property
     def prompt_tokens(self) -> int:
@@ -50,6 +52,14 @@ class SimRequest:
         if self.faults.prompt_tokens is not None:
             return self.faults.prompt_tokens
         return len(self.prompt_words)
+
+    def completion_text(self, index: int, generated: str) -> str:
+        """Choice `index`'s whole text: with `echo`, its prompt first (choices are
+        prompt-major, `n` per prompt), as the runtimes answer it."""
+        if not self.echo_texts:
+            return generated
+        per_prompt = max(1, self.n // len(self.echo_texts))
+        return self.echo_texts[min(index // per_prompt, len(self.echo_texts) - 1)] + generated
 
     def prompt_tokens_of(self, index: int) -> int:
         """The prompt tokens behind choice `index`."""
@@ -132,6 +142,7 @@ def from_openai_body(
 ) -> SimRequest:
     """A `SimRequest` from an OpenAI chat or completions body (already validated)."""
     ids: list[int] | None = None
+    echo: list[str] = []
     if kind == "chat":
         messages = body.get("messages") or []
         words = prompt_words_chat(messages)
@@ -146,6 +157,8 @@ def from_openai_body(
         if isinstance(longest, list) and longest and all(isinstance(t, int) for t in longest):
             ids = list(longest)
         text = batch[0] if len(batch) == 1 and isinstance(batch[0], str) else " ".join(words)
+        if body.get("echo") is True:
+            echo = [p if isinstance(p, str) else " ".join(w) for p, w in zip(batch, word_lists)]
     if max_tokens is None:
         max_tokens = int_or_none(body.get("max_completion_tokens"))
         if max_tokens is None:
@@ -167,6 +180,7 @@ def from_openai_body(
         faults=faults,
         prompt_counts=counts,
         prompt_ids=ids,
+        echo_texts=echo,
     )
 
 

@@ -194,7 +194,7 @@ class SglangCompletion(SglangReply):
         choices = [
             {
                 "index": i,
-                "text": outcome.text(i),
+                "text": self.sim.completion_text(i, outcome.text(i)),
                 "logprobs": self.asked.for_completion(outcome.texts[i], outcome.token_ids[i]),
                 "finish_reason": openai_finish(outcome.finish[i], False),
                 "matched_stop": matched_stop(outcome.finish[i], outcome.matched[i]),

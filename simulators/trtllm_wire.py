@@ -169,7 +169,7 @@ class TrtllmCompletion(TrtllmReply):
         choices = [
             {
                 "index": i,
-                "text": outcome.text(i),
+                "text": self.sim.completion_text(i, outcome.text(i)),
                 "token_ids": None,
                 "logprobs": self.asked.for_completion(outcome.texts[i], outcome.token_ids[i]),
                 "context_logits": None,

@@ -208,7 +208,7 @@ class VllmCompletion(VllmReply):
             choices.append(
                 {
                     "index": i,
-                    "text": outcome.text(i),
+                    "text": self.sim.completion_text(i, outcome.text(i)),
                     "logprobs": self.asked.for_completion(outcome.texts[i], outcome.token_ids[i]),
                     "finish_reason": reason,
                     "stop_reason": stop_reason,

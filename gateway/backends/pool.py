@@ -6,9 +6,12 @@ one pipeline, `policies.routing.route`."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
+
+import orjson
 
 from adapters.base import GenerationRequest
 from gateway.backends.backend import Backend
@@ -41,8 +44,17 @@ class ModelPool:
     sessions: SessionTable = field(init=False)
     ejection: OutlierDetector = field(init=False)
     retry_budget: RetryBudget = field(init=False)
+    # OpenAI's `system_fingerprint`: what the model's answers depend on (each backend's
+    # runtime, address, model and options), so a changed backend configuration shows.
+    fingerprint: str = field(init=False)
 
     def __post_init__(self) -> None:
+        served = [
+            (b.config.adapter, b.config.url, b.config.served_model, b.config.model_path, b.config.options)
+            for b in self.backends
+        ]
+        digest = hashlib.sha256(orjson.dumps(served, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()
+        self.fingerprint = "fp_" + digest[:10]
         self.profile = profile_of(self.config.routing)
         self.prefixes = {b.name: PrefixIndex(self.config.prefix_index_blocks) for b in self.backends}
         self.sessions = SessionTable(self.config.session_affinity)

@@ -172,6 +172,11 @@ class ModelConfig(_Strict):
     # parameters"): refuse the request (400), or drop it and name it in the
     # x-switchyard-dropped-params header and the access log. Its fallbacks' requests too.
     unsupported_params: Literal["reject", "drop"] = "reject"
+    # A top-level request field OpenAI's API does not define, on chat, completions and
+    # the Responses API alike: let it pass (chat and completions hand it to the runtime,
+    # e.g. vLLM's `chat_template_kwargs`; the Responses API ignores it), or refuse it
+    # (400 `unknown_parameter`). gateway/openai/request_fields.py `refuse_unknown`.
+    unknown_params: Literal["pass", "reject"] = "pass"
     # The policies' own settings (policies/saturation.py, session.py, ejection.py).
     saturation: SaturationDetector = Field(default_factory=SaturationDetector)
     session_affinity: SessionAffinity = Field(default_factory=SessionAffinity)

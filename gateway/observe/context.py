@@ -5,6 +5,7 @@ otel_trace.py make the traces."""
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 
 # ASGI headers: (lower-case name, value) byte pairs.
 RawHeaders = list[tuple[bytes, bytes]]
+# An ASGI request scope (its `headers`, `method`, `path`, `scheme`).
+Scope = MutableMapping[str, Any]
 
 
 class Step(Protocol):

@@ -37,6 +37,7 @@ from gateway.observe.context import (
     RawHeaders,
     RequestContext,
     RequestTrace,
+    Scope,
     Step,
     error_type,
     make_current,
@@ -52,8 +53,8 @@ PROVIDERS = {
     "sglang": "sglang",
     "trtllm": "tensorrt_llm",
     "tgi": "tgi",
-    "llamacpp": "llama.cpp",
     "native": "switchyard",
+    "llamacpp": "llama.cpp",
 }
 # The W3C trace-context headers (and baggage) a client may send.
 CONTEXT_HEADERS = (b"traceparent", b"tracestate", b"baggage")
@@ -62,6 +63,10 @@ INSTRUMENTATION = "switchyard"
 # down must not hold a stopping gateway past its grace (the chart's margin is 5 s; the
 # exporter alone retries for OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default).
 SHUTDOWN_EXPORT_S = 2.0
+# openai.api.type per operation: the OpenAI conventions tell their two APIs apart by it.
+API_TYPES = {"chat": "chat_completions", "generate_content": "responses"}
+# Operations that generate nothing: no sampling parameters, no output tokens.
+ONE_SHOT = frozenset({"embeddings", "tokenize", "detokenize"})
 
 
 def _version() -> str:
@@ -94,12 +99,21 @@ class OtelTracing:
         provider.add_span_processor(BatchSpanProcessor(exporter))
         return cls(provider, exporter)
 
-    def request(self, headers: RawHeaders, operation: str) -> RequestTrace:
+    def request(self, scope: Scope, operation: str) -> RequestTrace:
+        headers: RawHeaders = scope["headers"]
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in headers if k in CONTEXT_HEADERS}
         parent = propagate.extract(carrier, context=Context()) if carrier else Context()
-        span = self.tracer.start_span(
-            operation, context=parent, kind=SpanKind.SERVER, attributes={"gen_ai.operation.name": operation}
-        )
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": operation,
+            "http.request.method": scope["method"],
+            "url.path": scope["path"],
+            # every API route is a fixed path: its template is itself
+            "http.route": scope["path"],
+            "url.scheme": scope.get("scheme", "http"),
+        }
+        if operation in API_TYPES:
+            attributes["openai.api.type"] = API_TYPES[operation]
+        span = self.tracer.start_span(operation, context=parent, kind=SpanKind.SERVER, attributes=attributes)
         trace: RequestTrace
         if span.is_recording():
             trace = OtelRequestTrace(self, span, parent, operation)
@@ -151,12 +165,29 @@ class OtelStep:
 
 
 class OtelAttempt:
-    __slots__ = ("span", "headers", "ended")
+    """One upstream attempt's CLIENT span. A failed attempt ends at once; one that
+    served waits for its request's end (`OtelRequestTrace.finish`), which gives it the
+    response's attributes (usage, finish reasons, id, model), since backends that read
+    client inference spans look for them there."""
 
-    def __init__(self, span: Span, headers: tuple[tuple[str, str], ...]) -> None:
+    __slots__ = ("span", "headers", "ended", "failed", "released", "trace", "model", "provider")
+
+    def __init__(
+        self,
+        span: Span,
+        headers: tuple[tuple[str, str], ...],
+        trace: OtelRequestTrace | None = None,
+        model: str = "",
+        provider: str = "",
+    ) -> None:
         self.span = span
         self.headers = headers
         self.ended = False
+        self.failed = False
+        self.released = False  # its stream was closed before the request's end
+        self.trace = trace
+        self.model = model  # the served model (the backend's name for it)
+        self.provider = provider
 
     def stamp(self, request: GenerationRequest) -> GenerationRequest:
         return dataclasses.replace(request, trace_headers=self.headers)
@@ -166,7 +197,11 @@ class OtelAttempt:
             return
         self.ended = True
         if error is not None:
+            self.failed = True
             _failed(self.span, error)
+        elif self.trace is not None and not self.trace.done:
+            self.released = True  # the request's end ends it, with the response's attributes
+            return
         self.span.end()
 
 
@@ -191,7 +226,7 @@ class UnsampledTrace(NoTrace):
 
 
 class OtelRequestTrace:
-    __slots__ = ("tracing", "span", "context", "operation", "finish_reasons")
+    __slots__ = ("tracing", "span", "context", "operation", "finish_reasons", "attempts", "done")
 
     def __init__(self, tracing: OtelTracing, span: Span, parent: Context, operation: str) -> None:
         self.tracing = tracing
@@ -199,6 +234,8 @@ class OtelRequestTrace:
         self.span = span
         self.context = set_span_in_context(span, parent)
         self.finish_reasons: list[str] = []
+        self.attempts: list[OtelAttempt] = []
+        self.done = False
 
     def step(self, name: str) -> Step:
         return OtelStep(self.tracing.tracer.start_span(name, context=self.context, kind=SpanKind.INTERNAL))
@@ -206,9 +243,10 @@ class OtelRequestTrace:
     def attempt(self, backend: Backend, request: GenerationRequest) -> Attempt:
         cfg = backend.config
         model = cfg.served_model or request.model
+        provider = PROVIDERS.get(cfg.adapter, cfg.adapter)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": self.operation,
-            "gen_ai.provider.name": PROVIDERS.get(cfg.adapter, cfg.adapter),
+            "gen_ai.provider.name": provider,
             "gen_ai.request.model": model,
             "switchyard.backend": cfg.name,
             "switchyard.runtime": backend.adapter.runtime,
@@ -220,16 +258,25 @@ class OtelRequestTrace:
         )
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=set_span_in_context(span, self.context))
-        return OtelAttempt(span, tuple(carrier.items()))
+        attempt = OtelAttempt(span, tuple(carrier.items()), self, model, provider)
+        self.attempts.append(attempt)
+        return attempt
 
     def parsed(self, request: GenerationRequest) -> None:
+        attrs: dict[str, Any] = {"gen_ai.request.model": shown_name(request.model)}
+        if self.operation in ONE_SHOT:  # nothing is generated: no sampling to record
+            self.span.set_attributes(attrs)
+            return
         s = request.sampling
-        attrs: dict[str, Any] = {"gen_ai.request.model": shown_name(request.model), "switchyard.stream": request.stream}
+        attrs["switchyard.stream"] = request.stream
+        if request.stream:
+            attrs["gen_ai.request.stream"] = True  # the conventions: set if and only if streaming
         for key, value in (
             ("gen_ai.request.max_tokens", s.max_tokens),
             ("gen_ai.request.temperature", s.temperature),
             ("gen_ai.request.top_p", s.top_p),
-            ("gen_ai.request.top_k", s.top_k),
+            # a double in the conventions (an int on the wire)
+            ("gen_ai.request.top_k", None if s.top_k is None else float(s.top_k)),
             ("gen_ai.request.frequency_penalty", s.frequency_penalty),
             ("gen_ai.request.presence_penalty", s.presence_penalty),
             ("gen_ai.request.seed", s.seed),
@@ -261,16 +308,11 @@ class OtelRequestTrace:
         if ctx.model is not None and outcome.code != "model_not_found":
             # A model that does not exist stays out of the span name: names must stay few.
             span.update_name(f"{self.operation} {ctx.model}")
+        served = [a for a in self.attempts if not a.failed]
+        response = self._response(ctx, outcome, served)
+        attrs.update(response)
         if outcome.backend is not None:
             attrs["switchyard.backend"] = outcome.backend
-            attrs["gen_ai.response.model"] = ctx.model
-        if ctx.response_id is not None and outcome.status == 200:
-            attrs["gen_ai.response.id"] = ctx.response_id
-        if outcome.usage is not None:
-            attrs["gen_ai.usage.input_tokens"] = outcome.usage.prompt_tokens
-            attrs["gen_ai.usage.output_tokens"] = outcome.usage.completion_tokens
-        if self.finish_reasons:
-            attrs["gen_ai.response.finish_reasons"] = self.finish_reasons
         if ctx.ttft is not None:
             attrs["switchyard.time_to_first_token_s"] = ctx.ttft
         if ctx.queue_wait:
@@ -283,7 +325,35 @@ class OtelRequestTrace:
         # A server span is an error for a 5xx only: a 4xx is the client's (HTTP conventions).
         if outcome.status >= 500:
             span.set_status(Status(StatusCode.ERROR, public_message(outcome.error or str(outcome.status))))
+        self.done = True
+        # The attempts that served carry the response too (ended before their parent);
+        # usage only when one attempt made the whole answer (fanned-out sub-requests'
+        # own counts are not known).
+        for attempt in served:
+            own = response if len(served) == 1 else {k: v for k, v in response.items() if ".usage." not in k}
+            attempt.span.set_attributes({**own, "gen_ai.response.model": attempt.model})
+            if attempt.released:
+                attempt.span.end()
         span.end()
+
+    def _response(self, ctx: RequestContext, outcome: Outcome, served: list[OtelAttempt]) -> dict[str, Any]:
+        """The response's GenAI attributes, for the request span and its serving attempts."""
+        attrs: dict[str, Any] = {}
+        if served:
+            # the model that answered: the backend's name for it, as the runtime reports it
+            attrs["gen_ai.response.model"] = served[-1].model
+            attrs["gen_ai.provider.name"] = served[-1].provider
+        if ctx.response_id is not None and outcome.status == 200:
+            attrs["gen_ai.response.id"] = ctx.response_id
+        if outcome.usage is not None:
+            attrs["gen_ai.usage.input_tokens"] = outcome.usage.prompt_tokens
+            if self.operation not in ONE_SHOT:
+                attrs["gen_ai.usage.output_tokens"] = outcome.usage.completion_tokens
+            if outcome.usage.cached_tokens:
+                attrs["gen_ai.usage.cache_read.input_tokens"] = outcome.usage.cached_tokens
+        if self.finish_reasons:
+            attrs["gen_ai.response.finish_reasons"] = list(self.finish_reasons)
+        return attrs
 
 
 def _failed(span: Span, error: BaseException) -> None:

@@ -1,7 +1,9 @@
 """Request traces: the hooks the request path calls, whether tracing is on or off.
 
 One trace per request: a SERVER span named as the GenAI conventions say
-(`chat {model}`, `text_completion {model}`), with children for authentication,
+(`{operation} {model}`: `chat`, `text_completion`, `generate_content` for the Responses
+API, `embeddings`, `tokenize`, `detokenize`, each route's `ApiRoute.operation`), with
+the HTTP server attributes, and children for authentication,
 the quota reservation, the admission queue, each routing decision and each
 upstream attempt (CLIENT, whose W3C `traceparent` the runtime receives), and an
 event at the first token. docs/operations.md lists the spans and attributes.
@@ -24,18 +26,18 @@ from typing import Protocol
 
 from gateway.config.schema import ConfigError
 from gateway.config.tracing import TracingConfig, resolve
-from gateway.observe.context import NO_TRACE, RawHeaders, RequestTrace, current_trace, make_current
+from gateway.observe.context import NO_TRACE, RequestTrace, Scope, current_trace, make_current
 
 
 class Tracing(Protocol):
-    def request(self, headers: RawHeaders, operation: str) -> RequestTrace: ...
+    def request(self, scope: Scope, operation: str) -> RequestTrace: ...
     async def aclose(self) -> None: ...
 
 
 class NoTracing:
     """Tracing off."""
 
-    def request(self, headers: RawHeaders, operation: str) -> RequestTrace:
+    def request(self, scope: Scope, operation: str) -> RequestTrace:
         # A task that served a traced request before (an in-process client reusing
         # one task) must not lend its trace to this one.
         if current_trace() is not NO_TRACE:

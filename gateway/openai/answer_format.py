@@ -50,9 +50,11 @@ class ChatAnswer:
     """`chat.completion` / `text_completion` objects and their chunk streams. Only
     the encoder the request needs is built (this is on the measured hot path)."""
 
-    __slots__ = ("response_id", "created", "model", "n", "chat", "first", "_stream", "_whole")
+    __slots__ = ("response_id", "created", "model", "n", "chat", "first", "fingerprint", "_stream", "_whole")
 
-    def __init__(self, first: GenerationRequest, created: int, n: int, chat: bool) -> None:
+    def __init__(
+        self, first: GenerationRequest, created: int, n: int, chat: bool, fingerprint: str | None = None
+    ) -> None:
         prefix = "chatcmpl-" if chat else "cmpl-"
         # From the gateway's own id (32 hex characters; a batch's prompts add "-i"),
         # never the client's x-request-id, which another tenant may send too.
@@ -62,6 +64,7 @@ class ChatAnswer:
         self.n = n
         self.chat = chat
         self.first = first
+        self.fingerprint = fingerprint  # the serving pool's (gateway/backends/pool.py)
         self._stream: StreamEncoder | None = None
         self._whole: ResponseBuilder | None = None
 
@@ -74,6 +77,7 @@ class ChatAnswer:
             chat=self.chat,
             include_usage=self.first.include_usage,
             logprobs=self.first.sampling.logprobs,
+            fingerprint=self.fingerprint,
         )
         return b""
 
@@ -93,6 +97,12 @@ class ChatAnswer:
 
     def _builder(self) -> ResponseBuilder:
         self._whole = ResponseBuilder(
-            self.response_id, self.created, self.model, self.n, chat=self.chat, logprobs=self.first.sampling.logprobs
+            self.response_id,
+            self.created,
+            self.model,
+            self.n,
+            chat=self.chat,
+            logprobs=self.first.sampling.logprobs,
+            fingerprint=self.fingerprint,
         )
         return self._whole

@@ -12,7 +12,10 @@ produced the events:
   tool indices dense from 0 per choice;
 - choices introduced in index order (the official client's stream helper indexes
   its snapshot by position), so a choice that starts early waits for lower ones;
-- the usage chunk last, with `choices: []`, and only when `include_usage`;
+- the usage chunk last, with `choices: []`, and only when `include_usage`; then every
+  other chunk says `"usage": null`, as OpenAI's do;
+- `system_fingerprint` on every chunk and whole answer: the serving pool's (a string;
+  the spec does not allow null, so without one the key is left out);
 - `data: [DONE]` always, also after an error event;
 - the same `id`, `created` and `model` on every chunk.
 """
@@ -102,8 +105,11 @@ class _Choice:
 class _Base:
     """What the streaming and whole-response encoders share: choice bookkeeping."""
 
-    def __init__(self, response_id: str, created: int, model: str, n: int, chat: bool, logprobs: bool) -> None:
+    def __init__(
+        self, response_id: str, created: int, model: str, n: int, chat: bool, logprobs: bool, fingerprint: str | None
+    ) -> None:
         self.id = response_id
+        self.fingerprint = fingerprint
         self.created = created
         self.model = model
         self.n = n
@@ -141,8 +147,9 @@ class StreamEncoder(_Base):
         chat: bool = True,
         include_usage: bool = False,
         logprobs: bool = False,
+        fingerprint: str | None = None,
     ) -> None:
-        super().__init__(response_id, created, model, n, chat, logprobs)
+        super().__init__(response_id, created, model, n, chat, logprobs, fingerprint)
         self.include_usage = include_usage
         self.next_new = 0  # the lowest choice index not yet introduced
         self.pending: dict[int, list[Event]] = {}
@@ -151,7 +158,10 @@ class StreamEncoder(_Base):
             "object": "chat.completion.chunk" if chat else "text_completion",
             "created": created,
             "model": model,
+            **({"system_fingerprint": fingerprint} if fingerprint else {}),
         }
+        # OpenAI's chunks carry `usage` (null) whenever the request asked for it
+        self.tail: dict[str, Any] = {"usage": None} if include_usage else {}
         self.closed = False
 
     def feed(self, event: Event) -> bytes:
@@ -228,7 +238,7 @@ class StreamEncoder(_Base):
         return b""
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
-        return sse({**self.head, "choices": [choice]})
+        return sse({**self.head, "choices": [choice], **self.tail})
 
     def error(self, err: GatewayError) -> bytes:
         """A mid-stream failure: the error event, then [DONE]. Nothing follows."""
@@ -263,9 +273,17 @@ class ResponseBuilder(_Base):
     """Events -> one `chat.completion` or `text_completion` object."""
 
     def __init__(
-        self, response_id: str, created: int, model: str, n: int = 1, *, chat: bool = True, logprobs: bool = False
+        self,
+        response_id: str,
+        created: int,
+        model: str,
+        n: int = 1,
+        *,
+        chat: bool = True,
+        logprobs: bool = False,
+        fingerprint: str | None = None,
     ) -> None:
-        super().__init__(response_id, created, model, n, chat, logprobs)
+        super().__init__(response_id, created, model, n, chat, logprobs, fingerprint)
 
     def feed(self, event: Event) -> None:
         if isinstance(event, Usage):
@@ -317,6 +335,7 @@ class ResponseBuilder(_Base):
             "object": "chat.completion" if self.chat else "text_completion",
             "created": self.created,
             "model": self.model,
+            **({"system_fingerprint": self.fingerprint} if self.fingerprint else {}),
             "choices": choices,
             "usage": usage_dict(usage),
         }

@@ -188,3 +188,18 @@ def sampling_params(body: dict, *, max_tokens: int | None) -> SamplingParams:
 
 def extra_fields(body: dict, known: set[str]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in known}
+
+
+def unknown_parameter(name: str) -> GatewayError:
+    """A field OpenAI's API does not define, refused (OpenAI's words and code)."""
+    clipped = shown_key(name)
+    return invalid_request(f"Unknown parameter: '{clipped}'.", param=clipped, code="unknown_parameter")
+
+
+def refuse_unknown(unknown: tuple[str, ...], policy: str) -> None:
+    """The model's `unknown_params` policy, for every generating route: `pass` lets
+    fields OpenAI does not define through (chat and completions hand them to runtimes
+    that read them, such as vLLM's `chat_template_kwargs`; the Responses API ignores
+    them), `reject` answers 400 `unknown_parameter` naming the first."""
+    if unknown and policy == "reject":
+        raise unknown_parameter(unknown[0])

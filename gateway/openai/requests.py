@@ -62,6 +62,23 @@ CHAT_FIELDS = set(SAMPLING_PARAMETERS) | {
 COMPLETION_FIELDS = (
     CHAT_FIELDS - {"messages", "tools", "tool_choice", "parallel_tool_calls", "max_completion_tokens", "top_logprobs"}
 ) | {"prompt", "echo", "best_of", "suffix"}
+# OpenAI's own fields the gateway does not read: passed on in `extra` like unknown ones,
+# but never refused as unknown by a model's `unknown_params: reject`.
+OPENAI_UNREAD_FIELDS = {
+    "prompt_cache_key",
+    "safety_identifier",
+    "reasoning_effort",
+    "verbosity",
+    "modalities",
+    "audio",
+    "prediction",
+    "web_search_options",
+}
+
+
+def unknown_fields(extra: dict[str, Any]) -> tuple[str, ...]:
+    """The fields of `extra` OpenAI's API does not define."""
+    return tuple(k for k in extra if k not in OPENAI_UNREAD_FIELDS)
 
 
 def parse_json_body(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> dict[str, Any]:
@@ -245,6 +262,7 @@ def parse_chat(body: dict[str, Any], request_id: str) -> GenerationRequest:
     sampling.top_logprobs = top_logprobs or 0
     stream, include_usage = stream_options(body)
     parallel = boolean(body, "parallel_tool_calls")
+    extra = extra_fields(body, CHAT_FIELDS)
     return GenerationRequest(
         request_id=request_id,
         model=model,
@@ -257,7 +275,8 @@ def parse_chat(body: dict[str, Any], request_id: str) -> GenerationRequest:
         sampling=sampling,
         stream=stream,
         include_usage=include_usage,
-        extra=extra_fields(body, CHAT_FIELDS),
+        extra=extra,
+        unknown_fields=unknown_fields(extra),
         session_keys=session_keys(body),
     )
 
@@ -314,6 +333,7 @@ def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRe
             400, "'echo' is not supported together with 'stream'.", param="echo", code="unsupported_parameter"
         )
     extra = extra_fields(body, COMPLETION_FIELDS)
+    unknown = unknown_fields(extra)
     keys = session_keys(body)
     response_format = _response_format(body)
     requests = []
@@ -333,6 +353,7 @@ def parse_completion(body: dict[str, Any], request_id: str) -> list[GenerationRe
                 echo=echo,
                 response_format=response_format,
                 extra=dict(extra),
+                unknown_fields=unknown,
                 session_keys=dict(keys),
             )
         )

@@ -54,7 +54,10 @@ class Generation(ExchangeRunner):
         self.model = first.model
         self.n = total_choices(requests)
         self.created = int(time.time())
-        self.answer: AnswerFormat = answer or ChatAnswer(first, self.created, self.n, first.kind == "chat")
+        if answer is None:
+            pool = dispatcher.pool(self.model)  # its fingerprint: OpenAI's system_fingerprint
+            answer = ChatAnswer(first, self.created, self.n, first.kind == "chat", pool.fingerprint if pool else None)
+        self.answer: AnswerFormat = answer
         self.response_id = ctx.response_id = self.answer.response_id
         self.counted = UsageCount(requests)
         self._last_content: float | None = None

@@ -61,6 +61,7 @@ class OneShotCall(ExchangeRunner, Generic[T]):
         super().__init__(recorder, admitted.ctx, admitted.ticket, deadline, CancelPhase.NON_STREAMING)
         self.pool = admitted.pool
         self.backends = admitted.backends
+        self.route_request = admitted.requests[0]  # the stand-in an attempt's span is named after
         self.invoke = invoke
         self.answer = answer
         self.on_failure = on_failure
@@ -93,9 +94,13 @@ class OneShotCall(ExchangeRunner, Generic[T]):
                     continue
                 self.backend = backend.name  # the one a client leaving would find at work
                 backend.inflight += 1
+                attempt = self.ctx.trace.attempt(backend, self.route_request)  # its CLIENT span
                 try:
                     result = await self.invoke(backend.adapter)
-                except GatewayError as err:
+                except BaseException as err:
+                    attempt.end(err)
+                    if not isinstance(err, GatewayError):
+                        raise
                     if self.on_failure is not None:
                         self.on_failure(backend.name, err)
                     if not err.fails_over or err.failure is None:
@@ -106,6 +111,7 @@ class OneShotCall(ExchangeRunner, Generic[T]):
                     log.warning("backend %s failed a %s call: %s", backend.name, self.ctx.model, err.message)
                     last = err
                 else:
+                    attempt.end()
                     blame.answered(self.pool, backend.name)
                     return result
                 finally:

@@ -50,15 +50,20 @@ class StreamGuard:
         "ended",
         "finished",
         "first_call",
+        "named_tool",
         "single_tool",
         "usage",
         "with_calls",
     )
 
-    def __init__(self, *, choices: int, chat: bool, parallel_tool_calls: bool, backend: str) -> None:
+    def __init__(
+        self, *, choices: int, chat: bool, parallel_tool_calls: bool, backend: str, named_tool: bool = False
+    ) -> None:
         self.choices = choices
         self.chat = chat
         self.single_tool = not parallel_tool_calls
+        # tool_choice forced one named function: OpenAI finishes such a call `stop`
+        self.named_tool = named_tool
         self.backend = backend
         self.finished: set[int] = set()
         # (choice, tool index) -> whether the call's name was sent
@@ -78,6 +83,7 @@ class StreamGuard:
             chat=first.kind == "chat",
             parallel_tool_calls=first.parallel_tool_calls,
             backend=backend,
+            named_tool=isinstance(first.tool_choice, dict),
         )
 
     def feed(self, event: Event) -> Event | None:
@@ -132,11 +138,12 @@ class StreamGuard:
                 )
             )
         self.finished.add(index)
-        if reason == "stop":
-            if index in self.with_calls:
-                event.reason = "tool_calls"
-        elif reason == "tool_calls" and index not in self.with_calls:
-            event.reason = "stop"  # the runtime claimed a call but sent none (or the legacy API)
+        if reason == "stop" or reason == "tool_calls":
+            # A call made and stopped is `tool_calls`, except for a forced named function,
+            # which OpenAI finishes `stop`; a runtime that claimed a call but sent none
+            # (or the legacy API) stopped.
+            calls = index in self.with_calls and not self.named_tool
+            event.reason = "tool_calls" if calls else "stop"
         return event
 
     def end(self) -> Event | None:

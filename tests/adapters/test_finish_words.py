@@ -10,6 +10,7 @@ import pytest
 
 from adapters.base import ErrorEvent, Finish, TextDelta
 from adapters.http_adapter import HTTPAdapter
+from adapters.llamacpp import LlamaCppDialect
 from adapters.openai import OpenAIDialect
 from adapters.openai_wire import normalize_finish
 from adapters.sglang import SGLangDialect
@@ -18,7 +19,7 @@ from adapters.trtllm import TRTLLMDialect
 from adapters.vllm import VLLMDialect
 from tests.adapters.wire_samples import chat, delivered, json_response, sse, streamed
 
-DIALECTS = [OpenAIDialect, VLLMDialect, SGLangDialect, TRTLLMDialect, TGIDialect]
+DIALECTS = [OpenAIDialect, VLLMDialect, SGLangDialect, TRTLLMDialect, TGIDialect, LlamaCppDialect]
 
 
 def chunk(delta: dict, finish: str | None = None) -> dict:

@@ -99,7 +99,9 @@ async def test_read_timeout_and_cut_response():
     t = time.monotonic()
     with pytest.raises(ReadTimeout) as info:
         await pool.request("POST", "/", b"x", H, first_byte=0.2)
-    assert time.monotonic() - t < 1.5 and info.value.first_byte
+    # A ReadTimeout at all says the limit acted: without it the server's close after 2 s
+    # would be a ConnectionClosed. No ceiling on the time: a loaded machine stretches it.
+    assert time.monotonic() - t >= 0.2 and info.value.first_byte
     handle.mode = "cut"
     r = await pool.request("POST", "/", b"x", H, first_byte=0.2)
     with pytest.raises(ConnectionClosed):
@@ -139,7 +141,8 @@ async def test_a_full_pool_waits_at_most_pool_wait_for_a_connection(upstream):
     t = time.monotonic()
     with pytest.raises(PoolTimeout) as info:
         await pool.request("POST", "/v1/chat/completions", body(max_tokens=2), H)
-    assert 0.15 < time.monotonic() - t < 1 and info.value.waited_s == 0.2
+    # Without the limit it would wait for the held stream (about 1 s) and then be served.
+    assert time.monotonic() - t >= 0.2 and info.value.waited_s == 0.2
     held.close()  # its slot is free again at once
     r = await pool.request("POST", "/v1/chat/completions", body(max_tokens=2), H)
     await r.read()
@@ -164,7 +167,8 @@ async def test_a_stream_that_goes_quiet_times_out_between_chunks_not_before_the_
     t = time.monotonic()
     with pytest.raises(ReadTimeout) as info:
         await anext(chunks)
-    assert time.monotonic() - t < 1 and not info.value.first_byte and info.value.waited_s == 0.2
+    # Idle, not first-byte: the ReadTimeout says so (without it, the server's close after 5 s).
+    assert time.monotonic() - t >= 0.2 and not info.value.first_byte and info.value.waited_s == 0.2
     r.close()
     server.close()
     await server.wait_closed()

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from adapters.base import ErrorEvent, Finish, SamplingParams, TextDelta, TokenLogprob, TopLogprob
+from adapters.errors import GatewayError
 from adapters.http_adapter import HTTPAdapter
 from adapters.llamacpp import LlamaCppDialect, TopLogprobsCut
 from adapters.llamacpp_load import parse_slots
@@ -139,14 +140,34 @@ async def test_n_is_never_sent_and_parameters_llamacpp_lacks_are_refused(replay)
     assert (err.status, err.code, err.param) == (400, "unsupported_by_backend", "stop_token_ids")
 
 
-async def test_echo_and_message_tokenizing_are_refused_before_any_call(replay) -> None:
+async def test_echo_and_token_strings_are_refused_before_any_call(replay) -> None:
+    replay.script({})  # clears the records
     a = adapter(replay.url)
     err = await refusal(a, chat(stream=False, messages=None, kind="completion", prompt="a", echo=True))
     assert err.param == "echo"
-    with pytest.raises(Exception) as info:
-        await a.tokenize(TokenizeRequest("r", "m", messages=[{"role": "user", "content": "hi"}]))
-    assert getattr(info.value, "param", None) == "messages"
+    with pytest.raises(GatewayError) as info:
+        await a.tokenize(TokenizeRequest("r", "m", prompt="hi", return_token_strs=True))
+    assert info.value.param == "return_token_strs"
     await a.aclose()
+    assert replay.recorded()["requests"] == []
+
+
+async def test_messages_are_rendered_by_apply_template_then_tokenized(replay) -> None:
+    prompt = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    replay.script(
+        {
+            "POST /apply-template": [json_response(200, {"prompt": prompt})],
+            "POST /tokenize": [json_response(200, {"tokens": [1, 7, 2]})],
+        }
+    )
+    a = adapter(replay.url)
+    messages = [{"role": "user", "content": "hi"}]
+    result = await a.tokenize(TokenizeRequest("r", "m", messages=messages))
+    await a.aclose()
+    assert result.tokens == [1, 7, 2]
+    assert replay.bodies("/apply-template") == [{"messages": messages, "add_generation_prompt": True}]
+    # The template adds its own markers: no BOS on top, and its markers read as special tokens.
+    assert replay.bodies("/tokenize") == [{"content": prompt, "add_special": False, "parse_special": True}]
 
 
 def test_slots_give_busy_slots_and_the_kv_they_hold() -> None:

@@ -16,7 +16,6 @@ import pytest
 
 from adapters.http_adapter import HTTPAdapter
 from adapters.llamacpp import LlamaCppDialect
-from tests.adapters.wire_samples import WEATHER_TOOLS as TOOLS
 from tests.llamacpp_tier import SLOT_CTX, backend, start_llamacpp, tiny_model
 from tests.procs import eventually, start_gateway
 
@@ -41,6 +40,24 @@ def gateway(server, tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(gateway):
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+# The city is an enum: under the tool grammar a random-weight model would otherwise
+# write one string until max_tokens.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "enum": ["Paris", "Lyon"]}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    }
+]
 
 
 def ask(text: str) -> list[dict]:
@@ -198,3 +215,40 @@ def test_tokenize_and_detokenize_through_the_gateway(gateway):
     assert tokens and r.json()["max_model_len"] == SLOT_CTX
     back = httpx.post(gateway.url + "/detokenize", json={"model": "m", "tokens": tokens}, timeout=30)
     assert back.status_code == 200 and back.json()["prompt"] == "Hello world 42"
+
+
+def test_requests_beyond_the_slots_wait_in_the_gateway_never_in_llamacpp(server, tmp_path):
+    """llama.cpp defers a request beyond its slots without bound, and a deferred stream
+    gets no HTTP status at all. With `max_inflight` = slots the extra request waits in the
+    gateway's bounded queue, and one beyond that queue is answered 429 at once."""
+    config = {"admission": {"max_queue": 1, "max_queue_wait_s": 120}, "models": {"m": {"backends": [backend(server)]}}}
+    gw = start_gateway(tmp_path, config)
+    body = {"model": "m", "messages": ask("a long story"), "max_tokens": SLOT_CTX - 512, "stream": True}
+    body["ignore_eos"] = True
+
+    async def scenario() -> tuple[int, float]:
+        async with httpx.AsyncClient(base_url=gw.url, timeout=120) as http:
+            holders = [asyncio.create_task(_hold_stream(http, body)) for _ in range(3)]  # 2 slots + 1 queued
+            assert await asyncio.to_thread(
+                eventually, lambda: sum(s["is_processing"] for s in slots(server)) == 2, 60, 0.05
+            )
+            await asyncio.sleep(0.5)  # the third is in the gateway's queue by now
+            refused = await http.post("/v1/chat/completions", json={**body, "stream": False})
+            deferred = metric(server, "requests_deferred")
+            for task in holders:
+                task.cancel()
+            await asyncio.gather(*holders, return_exceptions=True)
+            return refused.status_code, deferred
+
+    try:
+        status, deferred = asyncio.run(scenario())
+    finally:
+        gw.stop()
+    assert status == 429 and deferred == 0
+    assert eventually(lambda: not any(s["is_processing"] for s in slots(server)), 30, 0.05)
+
+
+async def _hold_stream(http: httpx.AsyncClient, body: dict) -> None:
+    async with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+        async for _ in resp.aiter_bytes():
+            pass

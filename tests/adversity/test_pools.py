@@ -49,9 +49,8 @@ def completion(prompts: list[str], **sim) -> dict:
 
 def test_a_request_with_more_prompts_than_the_cap_is_refused_at_once(default_gateway, upstream):
     httpx.post(upstream.url + "/_sim/reset")
-    t = time.monotonic()
     r = httpx.post(default_gateway.url + "/v1/completions", json=completion(["hi"] * 300), headers=auth("attacker"))
-    assert r.status_code == 400 and time.monotonic() - t < 2
+    assert r.status_code == 400  # at once: nothing went upstream (below)
     err = r.json()["error"]
     assert err["param"] == "prompt" and err["code"] == "too_many_choices" and "128" in err["message"]
     assert httpx.get(upstream.url + "/_sim/stats").json()["total"] == 0  # nothing went upstream
@@ -73,16 +72,13 @@ async def test_batches_needing_more_connections_than_the_pool_both_finish(small_
     httpx.post(upstream.url + "/_sim/reset")
     batch = completion([f"p{i}" for i in range(POOL - 1)], ttft_ms=100)
     async with httpx.AsyncClient(base_url=small_pool.url, timeout=20) as c:
-        t = time.monotonic()
-        answers = await asyncio.gather(
+        answers = await asyncio.gather(  # deadlocked, they would end in the client's timeout
             c.post("/v1/completions", json=batch, headers=auth("attacker")),
             c.post("/v1/completions", json=batch, headers=auth("attacker")),
             c.post("/v1/completions", json=completion(["mine"], ttft_ms=100), headers=auth("victim")),
         )
-        took = time.monotonic() - t
     assert [a.status_code for a in answers] == [200, 200, 200]
     assert [len(a.json()["choices"]) for a in answers] == [POOL - 1, POOL - 1, 1]
-    assert took < 5
     stats = httpx.get(upstream.url + "/_sim/stats").json()
     assert stats["completed"] == 2 * (POOL - 1) + 1 and stats["max_inflight"] <= POOL
     assert backend_inflight(small_pool, "up-small") == 0
@@ -104,7 +100,8 @@ async def test_a_pool_held_by_hung_streams_answers_backend_busy_within_the_pool_
         finally:
             for stream in holders:
                 await stream.__aexit__(None, None, None)
-    assert r.status_code == 503 and 0.4 < waited < 3
+    # backend_busy after the pool wait; without it, an answer once the holders end (20 s).
+    assert r.status_code == 503 and waited > 0.4
     err = r.json()["error"]
     assert err["code"] == "backend_busy" and int(r.headers["retry-after"]) >= 1
     assert "up-small" not in err["message"] and upstream.url.split("//")[1] not in err["message"]

@@ -24,27 +24,30 @@ async def test_open_loop_sends_on_schedule_against_a_slow_server(slow_upstream: 
     arrivals = gamma_arrivals(30, rate=60.0, burstiness=math.inf)
     records = await run(slow_upstream, LoadPlan(synthetic(30, 8, 2), arrivals=arrivals))
     assert all(r.outcome == "ok" for r in records)
-    lags = [r.sent_s - r.scheduled_s for r in records]
-    # Far below the 1 s an answer takes (what a closed loop would wait); not tighter:
-    # a loaded 2-core machine once held a send back 0.26 s.
-    assert max(abs(x) for x in lags) < 0.4, lags
+    assert all(r.sent_s >= r.scheduled_s - 0.01 for r in records)  # never early (the clock's resolution aside)
     assert [r.scheduled_s for r in records] == arrivals
-    # Every request was out before the first answer could come back.
-    assert max(r.sent_s for r in records) < 0.9 < min(r.sent_s + r.end_s for r in records)
+    # Every request was out before the first answer came back (the server takes 1 s; a
+    # closed loop would have waited for it): the order, not the lags, which load stretches.
+    assert max(r.sent_s for r in records) < min(r.sent_s + r.end_s for r in records)
 
 
 async def test_closed_loop_waits_for_answers(slow_upstream: str) -> None:
     records = await run(slow_upstream, LoadPlan(synthetic(4, 8, 2), concurrency=2))
-    sends = sorted(r.sent_s for r in records)
-    assert sends[1] < 0.2 and sends[2] >= 0.95  # the third waited for a free worker
+    by_send = sorted(records, key=lambda r: r.sent_s)
+    first_done = min(r.sent_s + r.end_s for r in by_send[:2])
+    # Two at once, before any answer; the third only once one of them was answered.
+    assert by_send[1].sent_s < first_done <= by_send[2].sent_s + 0.01
     assert all(r.scheduled_s is None for r in records)
 
 
 async def test_concurrency_cap_on_open_loop_shows_as_send_lag(slow_upstream: str) -> None:
     arrivals = gamma_arrivals(3, rate=40.0, burstiness=math.inf)
     records = await run(slow_upstream, LoadPlan(synthetic(3, 8, 2), arrivals=arrivals, concurrency=2))
-    lags = sorted(r.sent_s - r.scheduled_s for r in records)
-    assert lags[1] < 0.4 and lags[2] > 0.9
+    by_send = sorted(records, key=lambda r: r.sent_s)
+    first_done = min(r.sent_s + r.end_s for r in by_send[:2])
+    # The cap of 2 holds the third back until an answer frees a worker: its send lags.
+    assert by_send[1].sent_s < first_done <= by_send[2].sent_s + 0.01
+    assert by_send[2].sent_s - by_send[2].scheduled_s > by_send[1].sent_s - by_send[1].scheduled_s
 
 
 async def test_closed_loop_duration_stops_starting_sessions(slow_upstream: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -71,6 +73,31 @@ def test_stream_include_usage_last(client):
     assert all(c.usage is None for c in chunks[:-1])
 
 
+def test_stream_chunks_say_usage_null_and_carry_a_system_fingerprint(client, gateway):
+    # as OpenAI's: with include_usage every chunk before the usage chunk has the key `usage`
+    # (null); every chunk and the whole answer name the same backend configuration
+    body = {"model": "m", "messages": MSG, "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
+    raw = httpx.post(gateway.url + "/v1/chat/completions", json=body, timeout=30).text
+    frames = [json.loads(line[6:]) for line in raw.split("\n") if line.startswith("data: {")]
+    assert len(frames) >= 3 and frames[-1]["choices"] == []
+    assert all("usage" in f and f["usage"] is None for f in frames[:-1])
+    fingerprints = {f["system_fingerprint"] for f in frames}
+    assert len(fingerprints) == 1 and next(iter(fingerprints)).startswith("fp_")
+    whole = client.chat.completions.create(model="m", messages=MSG, max_tokens=3)
+    assert whole.system_fingerprint == next(iter(fingerprints))
+    legacy = client.completions.create(model="m", prompt="hi", max_tokens=2)
+    assert legacy.system_fingerprint == whole.system_fingerprint
+
+
+def test_a_forced_named_function_finishes_stop_streamed_too(client):
+    # OpenAI: a named tool_choice finishes "stop" (streamed or not), "required" "tool_calls"
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for choice, word in ((named, "stop"), ("required", "tool_calls")):
+        stream = client.chat.completions.create(model="m", messages=MSG, tools=TOOLS, tool_choice=choice, stream=True)
+        reasons = [c.choices[0].finish_reason for c in stream if c.choices and c.choices[0].finish_reason]
+        assert reasons == [word], choice
+
+
 def test_stream_helper_rebuilds_tool_calls(client):
     with client.chat.completions.stream(model="m", messages=MSG, tools=TOOLS, tool_choice="required") as stream:
         final = stream.get_final_completion()
@@ -85,7 +112,7 @@ def test_tool_calls_non_streaming(strict):
         model="m", messages=MSG, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}}
     )
     msg = r.choices[0].message
-    assert r.choices[0].finish_reason == "tool_calls"
+    assert r.choices[0].finish_reason == "stop"  # OpenAI's word for a forced named function
     assert msg.tool_calls[0].function.name == "get_weather"
     assert isinstance(msg.tool_calls[0].function.arguments, str)
 

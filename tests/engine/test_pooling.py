@@ -146,6 +146,31 @@ def test_a_cancelled_embedding_runs_no_further_pass(llama_dir):
     assert len(passes) == 1
 
 
+@pytest.mark.parametrize(("flag", "ok", "refused"), [(True, 20, None), ([16, 32], 16, 20)])
+def test_the_matryoshka_option_lets_a_model_cut_its_vectors(llama_dir, flag, ok, refused):
+    # the backend's `options: {matryoshka: ...}` (vLLM's --hf-overrides) over a config.json
+    # that declares nothing: true allows any size, a list only its sizes
+    path, model = llama_dir
+    engine = LLMEngine(str(path), block_size=8, matryoshka=flag)
+    prompt = random_prompts([11], 384, seed=4)[0]
+    (vector,) = engine.embed([prompt], dimensions=ok)
+    assert len(vector) == ok
+    assert torch.allclose(torch.tensor(vector), reference(model, prompt, ok), atol=1e-4)
+    if refused is not None:
+        with pytest.raises(PoolingInputError) as unlisted:
+            engine.embed([prompt], dimensions=refused)
+        assert unlisted.value.param == "dimensions"
+
+
+def test_without_the_flag_dimensions_is_refused_saying_how_to_allow_it(llama_dir):
+    engine = LLMEngine(str(llama_dir[0]), block_size=8, matryoshka=False)
+    with pytest.raises(PoolingInputError) as dims:
+        engine.embed([[5, 6]], dimensions=16)
+    assert dims.value.param == "dimensions" and "options: {matryoshka: true}" in str(dims.value)
+    with pytest.raises(ValueError, match="matryoshka"):
+        LLMEngine(str(llama_dir[0]), block_size=8, matryoshka=[0])
+
+
 def test_a_chat_beside_a_large_embeddings_call_is_served_during_it(llama_dir):
     """Finding 14: one tenant's large embeddings call and another's chats on the same
     engine. Each pass is made slow (a sleep, so the machine's load does not change the

@@ -103,9 +103,44 @@ def test_complete_calls_finish_with_tool_calls() -> None:
     assert reason == "tool_calls" and [p.name for p in pieces if p.name] == ["get_weather", "now"]
 
 
-def test_calls_cut_by_max_tokens_finish_with_length() -> None:
+def test_a_further_call_cut_by_max_tokens_is_not_sent() -> None:
+    # After one whole call the model may stop: a second call that max_tokens cuts is held
+    # back and dropped, and the answer is the whole calls before it.
     pieces, reason = stage_run(TRICKY[:-20], "length")
-    assert reason == "length" and [p.name for p in pieces if p.name] == ["get_weather", "now"]
+    assert reason == "tool_calls" and [p.name for p in pieces if p.name] == ["get_weather"]
+    assert all(p.tool_index == 0 for p in pieces)
+
+
+def test_the_first_call_cut_by_max_tokens_says_length() -> None:
+    # nothing whole to answer with: the cut first call streams as it came, and `length` says so
+    pieces, reason = stage_run(TRICKY[:40], "length")
+    assert reason == "length" and [p.name for p in pieces if p.name] == ["get_weather"]
+
+
+FIRST_END = TRICKY.index("</tool_call>\n<tool_call>") + len("</tool_call>")
+
+
+@pytest.mark.parametrize("cut", range(FIRST_END, len(TRICKY) + 1, 3))
+def test_every_call_after_the_first_arrives_whole_wherever_max_tokens_cuts(cut: int) -> None:
+    stage = ToolCallStage(forced=True, tool_names={"get_weather", "now"}, parallel_tool_calls=True)
+    calls: dict[int, str] = {}
+    for i in range(cut):  # streamed character by character, as tokens arrive
+        step = stage.step(TRICKY[i], finishing=i == cut - 1, reason="length" if cut < len(TRICKY) else "stop")
+        for piece in step.pieces:
+            calls[piece.tool_index] = calls.get(piece.tool_index, "") + piece.arguments
+    assert step.reason == "tool_calls"  # the first call is whole: the answer is whole calls
+    assert [json.loads(arguments) for arguments in calls.values()] == [args for _, args in TRICKY_CALLS[: len(calls)]]
+
+
+def test_the_first_call_streams_as_it_comes_and_a_further_one_once_whole() -> None:
+    stage = ToolCallStage(forced=True, tool_names={"get_weather", "now"}, parallel_tool_calls=True)
+    second = TRICKY.index("</tool_call>\n<tool_call>") + len("</tool_call>\n")
+    first_pieces = stage.step(TRICKY[:60], finishing=False, reason=None).pieces
+    assert [p.tool_index for p in first_pieces] and all(p.tool_index == 0 for p in first_pieces)
+    stage.step(TRICKY[60:second], finishing=False, reason=None)
+    assert stage.step(TRICKY[second:-5], finishing=False, reason=None).pieces == []  # open: held
+    released = stage.step(TRICKY[-5:], finishing=False, reason=None).pieces
+    assert released[0].name == "now" and json.loads("".join(p.arguments for p in released)) == TRICKY_CALLS[1][1]
 
 
 def test_a_stop_inside_a_forced_call_is_an_error_not_an_answer() -> None:

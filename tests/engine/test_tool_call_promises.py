@@ -103,3 +103,16 @@ def test_stop_strings_and_stop_tokens_cannot_cut_a_forced_call(structured_adapte
     for answer in answers:
         check_tool_answer(mode, answer, MAX_TOKENS)
     assert all(a.tool_calls for a in answers)
+
+
+def test_required_calls_cut_by_max_tokens_never_send_a_broken_further_call(structured_adapter) -> None:
+    # Issue 26: with parallel calls a second call that max_tokens cuts came back with
+    # unfinished arguments. Budgets around one call's size cut many second calls.
+    mode = FORCED_MODES[0]  # "required", parallel calls allowed
+    requests = [request_for(mode, seed, max_tokens=budget) for seed in range(20) for budget in (30, 45, 60)]
+    answers = run_all(structured_adapter, requests)
+    for request, answer in zip(requests, answers):
+        check_tool_answer(mode, answer, request.sampling.max_tokens)
+        for _, arguments in answer.tool_calls[1:]:
+            json.loads(arguments)  # every call after the first is whole
+    assert any(len(a.tool_calls) > 1 for a in answers) or any(a.finish_reason == "tool_calls" for a in answers)

@@ -18,6 +18,51 @@ from gateway.serving.phases import CancelPhase
 HANG = "hang"  # in a script: wait until cancelled
 
 
+async def pause(seconds: float) -> None:
+    """How a script's Pause waits: real time, unless a ScriptClock stands in for it."""
+    await asyncio.sleep(seconds)
+
+
+class _Overriding:
+    """A module with some of its functions replaced (the rest read through)."""
+
+    def __init__(self, module: Any, **functions: Any) -> None:
+        self._module = module
+        self.__dict__.update(functions)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+class ScriptClock:
+    """Time moved by hand for in-process serving tests, so that a duration is asserted
+    exactly whatever the machine's load: the dispatcher's retry backoffs and the scripts'
+    Pauses record what they ask (`slept`), move `now` by it and return at once; the
+    generation's stopwatch (time.perf_counter) reads `now`. The event loop's own clock
+    (deadlines, the disconnect watcher's timer) stays real."""
+
+    def __init__(self, monkeypatch: Any) -> None:
+        import sys
+        import time
+
+        from gateway.serving import dispatch, generation
+
+        self.now = 1000.0
+        self.slept: list[float] = []
+        monkeypatch.setattr(dispatch, "asyncio", _Overriding(asyncio, sleep=self.sleep))
+        monkeypatch.setattr(generation, "time", _Overriding(time, perf_counter=lambda: self.now))
+        monkeypatch.setattr(sys.modules[__name__], "pause", self.sleep)
+
+    async def sleep(self, delay: float, result: Any = None) -> Any:
+        self.slept.append(delay)
+        self.now += delay
+        await _real_sleep(0)  # still a point where other tasks run
+        return result
+
+
+_real_sleep = asyncio.sleep
+
+
 @dataclass(frozen=True)
 class Pause:
     """In a script: the upstream takes this long before its next item."""
@@ -56,7 +101,7 @@ class ScriptedAdapter(Adapter):
                 if isinstance(item, GatewayError):
                     raise item
                 if isinstance(item, Pause):
-                    await asyncio.sleep(item.seconds)
+                    await pause(item.seconds)
                     continue
                 if item == HANG:
                     await asyncio.sleep(3600)

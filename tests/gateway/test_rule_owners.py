@@ -156,10 +156,13 @@ def test_the_model_is_checked_by_the_front_door():
         "gateway/observe/ops.py",
         "gateway/serving/dispatch.py",
     }
-    # Whether a principal may use a model: asked by the front door (and the model listing) only.
-    # (gateway/protection/gate.py only hands the question to the authenticator.)
+    # Whether a principal may use a model: asked by the front door (and the model listing),
+    # and by the stored-response routes for a record's model (a response made on a model
+    # the caller may not use is not there for it). gateway/protection/gate.py only hands
+    # the question to the authenticator.
     assert where(lambda n: called(n, "may_use")) == {
         "gateway/intake.py",
         "gateway/app.py",
+        "gateway/openai/responses/routes.py",
         "gateway/protection/gate.py",
     }

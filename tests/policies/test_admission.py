@@ -103,7 +103,9 @@ async def test_waiting_past_the_deadline_is_503_and_leaves_no_trace():
     with pytest.raises(GatewayError) as exc:
         await q.enter("m", "a", 1)
     assert exc.value.status == 503 and exc.value.code == "queue_timeout"
-    assert 0.09 <= time.monotonic() - t0 < 1
+    # Not before the limit; the ceiling is generous for a loaded machine (a limit read in
+    # the wrong unit would be off by a thousand times).
+    assert 0.09 <= time.monotonic() - t0 < 5
     assert q.waiting("m") == 0
     q.release(held)
     assert q.in_flight("m") == 0

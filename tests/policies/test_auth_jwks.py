@@ -158,6 +158,8 @@ async def test_a_slow_jwks_url_is_given_up_after_the_fetch_timeout(issuer, caplo
         t0 = time.monotonic()
         with caplog.at_level(logging.ERROR, "switchyard.auth"):
             await auth.start()
-        assert time.monotonic() - t0 < 2
+        # The fetch gave up: without its timeout the slow answer (3 s) would have arrived
+        # and been accepted, with nothing logged. Not before the timeout; no ceiling.
+        assert time.monotonic() - t0 >= 0.2
         assert errors(caplog)[0].startswith(f"JWKS refresh from {url}/jwks.json failed: ")
         assert not await accepted(auth, issuer.token())

@@ -37,3 +37,25 @@ def test_exhausted_counts_nothing_while_there_is_room_and_a_refusal_when_not():
     assert not budget.exhausted() and budget.totals() == (0, 0)
     assert budget.may_retry()
     assert budget.exhausted() and budget.refused == 1
+
+
+def test_a_given_time_is_used_instead_of_the_clock_everywhere():
+    # The clock reads 1000; every call here names its own time, around 0.
+    budget = RetryBudget(EjectionConfig(retry_ratio=0.2, min_retries=1, window_s=10), clock=Clock(1000.0))
+    for _ in range(10):
+        budget.record_request(now=0.5)
+    assert budget.totals(now=0.5) == (10, 0)
+    assert not budget.exhausted(now=0.5)
+    assert [budget.may_retry(now=0.5) for _ in range(4)] == [True, True, False, False]  # 2 for 10 requests
+    assert budget.refused == 2
+    assert budget.exhausted(now=0.5) and budget.refused == 3  # each refusal counted
+    assert budget.totals() == (0, 0)  # at the clock's 1000 all of it is past
+
+
+def test_a_second_leaves_the_window_exactly_window_s_later_and_seconds_stay_apart():
+    budget = RetryBudget(EjectionConfig(retry_ratio=0.2, min_retries=1, window_s=10), clock=Clock(1000.0))
+    budget.record_request(now=0.5)  # second 0
+    budget.record_request(now=9.5)  # second 9
+    assert budget.totals(now=9.99) == (2, 0)
+    assert budget.totals(now=10.0) == (1, 0)  # second 0 is out at 0 + window_s, second 9 is not
+    assert budget.totals(now=19.0) == (0, 0)

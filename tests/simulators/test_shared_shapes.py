@@ -170,3 +170,20 @@ def test_official_openai_client_reads_it(simulator, kind: str) -> None:
         if ch.choices
     ]
     assert len("".join(pieces).split()) == 4
+
+
+@pytest.mark.parametrize("kind", ["vllm", "sglang", "trtllm"])
+def test_legacy_echo_puts_each_prompt_before_its_choices(simulator, kind: str) -> None:
+    # vLLM, SGLang and TRT-LLM answer `echo: true` with the prompt before the completion
+    # (TGI has no `echo`; its adapter refuses it); choices are prompt-major, n per prompt
+    sim = client(simulator(kind))
+    body = {"model": "sim-model", "prompt": ["xylophone quartz", "yodel"], "max_tokens": 2, "n": 2, "echo": True}
+    texts = [
+        c["text"] for c in sorted(sim.post("/v1/completions", json=body).json()["choices"], key=lambda c: c["index"])
+    ]
+    assert [t[: len(p)] for t, p in zip(texts, ["xylophone quartz"] * 2 + ["yodel"] * 2)] == [
+        "xylophone quartz"
+    ] * 2 + ["yodel"] * 2
+    assert all(len(t) > len("yodel") for t in texts)
+    plain = sim.post("/v1/completions", json={**body, "echo": False}).json()["choices"]
+    assert not any(c["text"].startswith(("xylophone quartz", "yodel")) for c in plain)

@@ -104,6 +104,7 @@ def build_generation(
         stream=request.stream,
         include_usage=True,  # the response object always reports usage
         tenant=tenant,
+        unknown_fields=request.unknown_fields,
         # The same explicit conversation keys as chat's (gateway/openai/requests.py), so a
         # model's session affinity keeps a Responses conversation on its backend too.
         session_keys={name: key for name, key in _session_sources(request) if key},

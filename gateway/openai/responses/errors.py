@@ -17,10 +17,6 @@ def unsupported(message: str, param: str) -> GatewayError:
     return GatewayError(400, message, param=param, code="unsupported_parameter")
 
 
-def unknown_parameter(name: str) -> GatewayError:
-    return GatewayError(400, f"Unknown parameter: '{clip(name)}'.", param=clip(name), code="unknown_parameter")
-
-
 def not_found(response_id: Any, param: str) -> GatewayError:
     """The one answer for a response that is missing, expired, deleted or another tenant's."""
     return GatewayError(404, f"Response with id {short(response_id)} not found.", param=param, code="not_found")

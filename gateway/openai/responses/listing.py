@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.errors import invalid_request
-from gateway.openai.request_fields import query_int
-from gateway.openai.responses.errors import short, unknown_parameter, unsupported
+from gateway.openai.request_fields import query_int, unknown_parameter
+from gateway.openai.responses.errors import short, unsupported
 
 DEFAULT_LIMIT, MAX_LIMIT = 20, 100
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.errors import invalid_request
-from gateway.openai.request_fields import boolean, integer, model_name, number
-from gateway.openai.responses.errors import short, unknown_parameter, unsupported
+from gateway.openai.request_fields import boolean, integer, model_name, number, unknown_parameter
+from gateway.openai.responses.errors import short, unsupported
 from gateway.openai.responses.input_items import parse_input
 from gateway.openai.responses.request_options import (
     parse_include,
@@ -26,6 +26,7 @@ from gateway.openai.responses.request_options import (
 )
 
 MIN_OUTPUT_TOKENS = 16  # OpenAI's documented minimum for max_output_tokens
+DEFAULT_TEMPERATURE = DEFAULT_TOP_P = 1.0  # OpenAI's documented defaults
 MAX_SAFETY_IDENTIFIER = 64  # OpenAI's schema (request and response)
 
 SUPPORTED = frozenset(
@@ -85,8 +86,9 @@ class ResponsesRequest:
     text: dict[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
     max_output_tokens: int | None = None
     max_tool_calls: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
+    # OpenAI's defaults, sent to the runtime and echoed: the response reports what was used
+    temperature: float = DEFAULT_TEMPERATURE
+    top_p: float = DEFAULT_TOP_P
     top_logprobs: int | None = None
     logprobs: bool = False
     metadata: dict[str, str] = field(default_factory=dict)
@@ -96,17 +98,20 @@ class ResponsesRequest:
     store: bool = True
     previous_response_id: str | None = None
     stream: bool = False
+    unknown_fields: tuple[str, ...] = ()  # fields OpenAI does not define: the model's `unknown_params` decides
 
 
 def parse_request(body: Any) -> ResponsesRequest:
     if not isinstance(body, dict):
         raise invalid_request(f"The request body must be a JSON object, not {type(body).__name__}.")
+    unknown = []
     for name, value in body.items():
         if name in SUPPORTED:
             continue
         allowed = DEFAULT_ONLY.get(name)
         if allowed is None:
-            raise unknown_parameter(name)
+            unknown.append(name)  # the model's `unknown_params` decides (request_fields.refuse_unknown)
+            continue
         if not _is_default(value, allowed):
             raise unsupported(f"'{name}' {short(value)} is not supported by this gateway.", name)
     # The optional fields are read only when present (absent, each reader would
@@ -134,8 +139,8 @@ def parse_request(body: Any) -> ResponsesRequest:
         text=parse_text(body.get("text")),
         max_output_tokens=integer(body, "max_output_tokens", MIN_OUTPUT_TOKENS, 1 << 31),
         max_tool_calls=integer(body, "max_tool_calls", 0, 1 << 31) if "max_tool_calls" in body else None,
-        temperature=number(body, "temperature", 0, 2) if "temperature" in body else None,
-        top_p=number(body, "top_p", 0, 1) if "top_p" in body else None,
+        temperature=_or(number(body, "temperature", 0, 2), DEFAULT_TEMPERATURE),
+        top_p=_or(number(body, "top_p", 0, 1), DEFAULT_TOP_P),
         top_logprobs=top_logprobs,
         logprobs=logprobs,
         metadata=parse_metadata(body["metadata"]) if "metadata" in body else {},
@@ -147,6 +152,7 @@ def parse_request(body: Any) -> ResponsesRequest:
         store=True if store is None else store,
         previous_response_id=_optional_string(body, "previous_response_id") if "previous_response_id" in body else None,
         stream=stream,
+        unknown_fields=tuple(unknown),
     )
 
 
@@ -185,3 +191,8 @@ def _stream_options(value: Any, stream: bool) -> None:
                 "'stream_options.include_obfuscation' true is not supported by this gateway.",
                 "stream_options.include_obfuscation",
             )
+
+
+def _or(value: float | None, default: float) -> float:
+    """A sampling value as sent, or its default when absent or null."""
+    return default if value is None else value

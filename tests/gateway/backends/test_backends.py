@@ -8,8 +8,10 @@ import pytest
 
 from adapters.base import GenerationRequest, LoadSnapshot
 from adapters.errors import GatewayError
+from gateway.backends.backend import Backend
 from gateway.backends.backend_set import BackendSet
-from gateway.config.schema import parse_config
+from gateway.backends.pool import ModelPool
+from gateway.config.schema import BackendConfig, ModelConfig, parse_config
 from gateway.serving.dispatch import Dispatcher
 from policies.saturation import DEFAULT_DETECTOR, SaturationDetector
 
@@ -79,3 +81,17 @@ async def test_admission_and_routing_use_the_pools_thresholds(backends):
     s.load = LoadSnapshot(waiting=1, kv_usage=0.1)
     assert pool.capacity() == 4
     assert not pool.route(tool_request("strict")).candidates[0].saturated
+
+
+def test_a_pools_fingerprint_follows_its_backend_configuration():
+    # OpenAI's system_fingerprint: the same for the same backends, changed by a changed one
+    def pool(url: str, served: str = "x") -> ModelPool:
+        cfg = BackendConfig(name="b", adapter="vllm", url=url, served_model=served)
+        model = ModelConfig(backends=[cfg])
+        return ModelPool("m", model, [Backend(cfg, object())])  # type: ignore[arg-type]
+
+    first = pool("http://a:1").fingerprint
+    assert first.startswith("fp_") and len(first) == 13
+    assert pool("http://a:1").fingerprint == first
+    assert pool("http://a:2").fingerprint != first
+    assert pool("http://a:1", served="y").fingerprint != first

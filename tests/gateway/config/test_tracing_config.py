@@ -69,21 +69,25 @@ def test_an_otlp_protocol_other_than_http_protobuf_is_refused_by_name():
         parse_config({"tracing": {"sample_ratio": 2}})
 
 
+def scope(headers=None) -> dict:
+    return {"headers": headers or [], "method": "POST", "path": "/v1/completions", "scheme": "http"}
+
+
 def test_build_tracing_gives_the_no_op_when_off_and_an_exporter_when_on():
     off = build_tracing(TracingConfig(), {})
-    assert isinstance(off, NoTracing) and off.request([], "chat") is NO_TRACE
+    assert isinstance(off, NoTracing) and off.request(scope(), "chat") is NO_TRACE
     on = build_tracing(TracingConfig(enabled=True, endpoint="http://127.0.0.1:9", sample_ratio=0.5), {})
     try:
         assert isinstance(on, OtelTracing)
         assert on.provider.resource.attributes["service.name"] == "switchyard"
         assert "TraceIdRatioBased{0.5}" in on.provider.sampler.get_description()
-        trace = on.request([(b"traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01")], "text_completion")
+        trace = on.request(scope([(b"traceparent", b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01")]), "text_completion")
         assert current_trace() is trace
         assert trace.span.get_span_context().trace_id == int("1" * 32, 16)
     finally:
         on.provider.shutdown()
     # Tracing off again in the same task: the earlier request's trace is not lent out.
-    assert off.request([], "chat") is NO_TRACE and current_trace() is NO_TRACE
+    assert off.request(scope(), "chat") is NO_TRACE and current_trace() is NO_TRACE
 
 
 def test_the_gateway_runs_without_the_otel_extra():
@@ -103,7 +107,8 @@ def test_the_gateway_runs_without_the_otel_extra():
 
         models = {"m": {"backends": [{"name": "b", "adapter": "openai", "url": "http://127.0.0.1:9/v1"}]}}
         gateway = Gateway(parse_config({"models": models}))
-        assert gateway.tracing.request([], "chat") is NO_TRACE
+        scope = {"headers": [], "method": "POST", "path": "/v1/chat/completions"}
+        assert gateway.tracing.request(scope, "chat") is NO_TRACE
         assert "gateway.observe.otel_trace" not in sys.modules
         try:
             parse_config({"models": models, "tracing": {"enabled": True}})

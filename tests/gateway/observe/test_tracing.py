@@ -125,7 +125,7 @@ async def test_one_request_is_one_trace_with_a_span_per_phase_and_genai_attribut
     assert attrs["gen_ai.request.model"] == "m"
     assert attrs["gen_ai.request.max_tokens"] == 5
     assert attrs["gen_ai.request.temperature"] == 0.5
-    assert attrs["gen_ai.response.model"] == "m"
+    assert attrs["gen_ai.response.model"] == "sim-model"  # the served model, not the alias
     assert attrs["gen_ai.response.id"] == answer.id
     assert attrs["gen_ai.usage.input_tokens"] == answer.usage.prompt_tokens
     assert attrs["gen_ai.usage.output_tokens"] == answer.usage.completion_tokens

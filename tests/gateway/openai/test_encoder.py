@@ -130,7 +130,8 @@ def test_usage_chunk_last_with_empty_choices_only_when_asked():
         "completion_tokens": 1,
         "total_tokens": 4,
     }
-    assert all("usage" not in c for c in fs[:-2])
+    # as OpenAI's: every chunk before the usage chunk says `"usage": null`
+    assert all(c["usage"] is None for c in fs[:-2])
     fs = frames(enc(include_usage=False), events)
     assert all(c == "[DONE]" or (c["choices"] and "usage" not in c) for c in fs)
 

@@ -252,8 +252,9 @@ async def test_a_request_waits_in_the_queue_no_longer_than_its_deadline():
     late.deadline = time.monotonic() + 0.2
     started = time.monotonic()
     error = await refusal(p, who, "m", late, 1)
+    # The deadline's 504, not the queue's own limit (2 s, a 503 queue_timeout), and not before it.
     assert (error.status, error.code) == (504, "deadline_exceeded")
-    assert time.monotonic() - started < 1.0  # the queue's own limit is 2 s
+    assert time.monotonic() - started >= 0.2
     await holder.release(None)
     await p.aclose()
 

@@ -22,7 +22,7 @@ from adapters.errors import (
 )
 from adapters.openai import OpenAIDialect
 from gateway.serving.dispatch import Dispatcher, check_choices
-from tests.gateway.scripted import ScriptedAdapter, always, backend_set
+from tests.gateway.scripted import ScriptClock, ScriptedAdapter, always, backend_set
 
 TOOLS = [{"type": "function", "function": {"name": "f"}}]
 
@@ -194,18 +194,17 @@ async def test_with_the_budget_spent_no_later_round_waits_out_a_backoff():
     assert waits == []
 
 
-async def test_the_backoff_doubles_from_its_base_each_round():
+async def test_the_backoff_doubles_from_its_base_each_round(monkeypatch):
+    clock = ScriptClock(monkeypatch)
     b1 = ScriptedAdapter("b1", always(unavailable()))
     model = {"backends": ["b1"], "max_retries": 2, "retry_backoff_s": 0.2, "ejection": {"consecutive_failures": 9}}
     dispatcher = Dispatcher(backend_set({"m": model}, {"b1": b1}))
-    marks: list[float] = []
+    marks: list[bool] = []
     with pytest.raises(GatewayError):
-        await dispatcher.open("m", [chat()], lambda waiting: marks.append(time.monotonic()))
-    waited = [marks[1] - marks[0], marks[3] - marks[2]]
-    # 0.2 s then 0.4 s. A doubling that starts a round late waits 0.4 s first and a
-    # third power waits 0.6 s second: each bound sits just under the wrong figure, to
-    # leave a loaded machine's timer as much room as still tells them apart.
-    assert 0.2 <= waited[0] < 0.39 and 0.4 <= waited[1] < 0.59, waited
+        await dispatcher.open("m", [chat()], marks.append)
+    # 0.2 s then 0.4 s, each announced as a wait and its end (a doubling that starts a
+    # round late asks 0.4 s first, a third power 0.6 s second).
+    assert clock.slept == [0.2, 0.4] and marks == [True, False, True, False]
 
 
 # ---- what fails over, and what the outlier detector is told --------------------------------------

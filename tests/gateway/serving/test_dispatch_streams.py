@@ -14,10 +14,11 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import SpanKind, StatusCode
 
 from adapters.base import ErrorEvent, Finish, GenerationRequest, SamplingParams, TextDelta, Usage
 from adapters.errors import FailureKind, GatewayError, model_not_found
+from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.otel_trace import OtelTracing
 from gateway.serving.dispatch import Dispatcher
 from tests.gateway.scripted import ScriptedAdapter, always, backend_set
@@ -138,11 +139,14 @@ async def test_a_mid_stream_failure_is_logged_with_the_backends_name(caplog):
 # ---- traced: the routing step and every attempt ------------------------------------------------------
 
 
+CHAT_SCOPE = {"headers": [], "method": "POST", "path": "/v1/chat/completions", "scheme": "http"}
+
+
 async def test_a_traced_request_has_a_routing_step_and_a_span_per_attempt_each_ended():
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    OtelTracing(provider).request([], "chat")  # this task's trace from now on
+    trace = OtelTracing(provider).request(CHAT_SCOPE, "chat")  # this task's trace from now on
     raised = ScriptedAdapter(
         "b1", always(GatewayError(503, "down", code="backend_unavailable", failure=FailureKind.CONNECT))
     )
@@ -154,11 +158,18 @@ async def test_a_traced_request_has_a_routing_step_and_a_span_per_attempt_each_e
     dispatcher = Dispatcher(backend_set({"m": model}, {"b1": raised, "b2": said, "b3": served}))
     dispatched = await dispatcher.open("m", [chat(request_id="abc")])
     await read(dispatched)
+    # the attempt that served ends with its request, which gives it the response's attributes
+    assert len(exporter.get_finished_spans()) == 3  # the route step and the two failed attempts
+    trace.finish(RequestContext("r", 0.0, "chat", model="m"), Outcome(200, Usage(3, 2), "b3"))
     spans = exporter.get_finished_spans()
     (route,) = [s for s in spans if s.name == "switchyard.route"]
     assert route.attributes["switchyard.route.candidates"] == 3
-    attempts = {s.attributes["switchyard.backend"]: s for s in spans if s.name == "chat m"}
-    assert sorted(attempts) == ["b1", "b2", "b3"]  # the one that served ended too, at the close
+    attempts = {
+        s.attributes["switchyard.backend"]: s for s in spans if s.name == "chat m" and s.kind == SpanKind.CLIENT
+    }
+    assert sorted(attempts) == ["b1", "b2", "b3"]  # the one that served ended too, at the request's end
+    assert attempts["b3"].attributes["gen_ai.usage.output_tokens"] == 2
+    assert "gen_ai.usage.output_tokens" not in attempts["b1"].attributes
     assert attempts["b1"].status.status_code is StatusCode.ERROR and attempts["b1"].status.description == "down"
     assert attempts["b2"].status.status_code is StatusCode.ERROR and attempts["b2"].status.description == "busy"
     assert attempts["b3"].status.status_code is StatusCode.UNSET

@@ -18,7 +18,7 @@ from gateway.http.deadline import deadline_exceeded
 from gateway.openai.requests import estimate_prompt_tokens
 from gateway.serving import exchange as exchange_module
 from gateway.serving.phases import CancelPhase
-from tests.gateway.scripted import HANG, Pause, ScriptedAdapter, always
+from tests.gateway.scripted import HANG, Pause, ScriptClock, ScriptedAdapter, always
 from tests.gateway.serving.test_generation import chat, sse_data
 from tests.gateway.serving.test_generation_wire import Served, answered, one
 from tests.gateway.serving.test_internal_errors import Broken
@@ -126,7 +126,8 @@ async def test_a_deadline_while_an_error_response_is_written_adds_nothing_after_
 # ---- retry backoffs -------------------------------------------------------------------------------------
 
 
-async def test_every_retry_backoff_is_counted():
+async def test_every_retry_backoff_is_counted(monkeypatch):
+    clock = ScriptClock(monkeypatch)
     calls: list[GenerationRequest] = []
 
     def down_twice(request: GenerationRequest) -> list:
@@ -136,7 +137,7 @@ async def test_every_retry_backoff_is_counted():
     model = {"backends": ["b1"], "max_retries": 2, "retry_backoff_s": 0.1}  # 0.1 s, then 0.2 s
     served = await one(ScriptedAdapter("b1", down_twice), chat(), model=model)
     assert len(calls) == 3 and served.outcome.status == 200
-    assert 0.3 <= served.ctx.backoff_wait < 0.5, served.ctx.backoff_wait
+    assert clock.slept == [0.1, 0.2] and served.ctx.backoff_wait == pytest.approx(0.3)
 
 
 # ---- the client leaving ----------------------------------------------------------------------------------

@@ -34,10 +34,11 @@ from gateway.observe.recorder import RequestRecorder
 from gateway.openai.answer_format import AnswerFormat
 from gateway.openai.requests import estimate_prompt_tokens
 from gateway.protection.gate import Protection
+from gateway.serving import generation as generation_module
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.generation import Generation
 from gateway.serving.phases import CancelPhase
-from tests.gateway.scripted import HANG, Pause, ScriptedAdapter, always, backend_set, count_releases
+from tests.gateway.scripted import HANG, Pause, ScriptClock, ScriptedAdapter, always, backend_set, count_releases
 from tests.gateway.serving.test_generation import chat, sse_data
 
 LIMITED = {"tenants": {"anonymous": {"requests_per_minute": 50}}}
@@ -141,7 +142,8 @@ async def serve(
         return {"type": "http.disconnect"}
 
     recorder = RequestRecorder(served.metrics, backends.pools, None)
-    ctx = RequestContext("rid-7", time.perf_counter(), operation=requests[0].kind, model="m")
+    # Arrival on the generation's stopwatch (a ScriptClock's when a test installs one).
+    ctx = RequestContext("rid-7", generation_module.time.perf_counter(), operation=requests[0].kind, model="m")
     ctx.trace = served.trace
     generation = Generation(Dispatcher(backends), recorder, ctx, ticket, requests, answer)
     await generation({"type": "http"}, receive, send)
@@ -278,42 +280,46 @@ async def test_an_answer_with_no_content_and_no_usage_still_counts_its_prompt():
 # ---- what the recorder and the trace are told -----------------------------------------------------------
 
 
-async def test_the_first_token_and_the_gaps_between_tokens_are_measured_once_each():
+async def test_the_first_token_and_the_gaps_between_tokens_are_measured_once_each(monkeypatch):
+    clock = ScriptClock(monkeypatch)
     gap = Pause(0.05)
-    script = always(TextDelta(0, "a"), gap, TextDelta(0, "b"), gap, TextDelta(0, "c"), Finish(0, "length"), Usage(3, 3))
+    script = always(
+        Pause(0.03), TextDelta(0, "a"), gap, TextDelta(0, "b"), gap, TextDelta(0, "c"), Finish(0, "length"), Usage(3, 3)
+    )
     served = await one(ScriptedAdapter("b1", script), chat())
     assert served.count("switchyard_time_to_first_token_seconds_count", model="m", backend="b1") == 1
     assert served.count("switchyard_inter_token_latency_seconds_count", model="m") == 2
-    itl = served.count("switchyard_inter_token_latency_seconds_sum", model="m")
-    assert 0.1 <= itl < 0.5, itl
+    assert served.count("switchyard_inter_token_latency_seconds_sum", model="m") == pytest.approx(0.1)
     ctx = served.ctx
-    assert served.trace.ttfts == [ctx.ttft] and 0 < ctx.ttft < 0.5
+    assert served.trace.ttfts == [ctx.ttft] and ctx.ttft == pytest.approx(0.03)
     assert served.count("switchyard_time_to_first_token_seconds_sum", model="m", backend="b1") == pytest.approx(
         ctx.ttft
     )
     assert served.trace.reasons == ["length"]
+    assert clock.slept == [0.03, 0.05, 0.05]
 
 
-async def test_the_upstream_wait_is_the_time_spent_waiting_for_events():
+async def test_the_upstream_wait_is_the_time_spent_waiting_for_events(monkeypatch):
+    clock = ScriptClock(monkeypatch)
     slow = Pause(0.2)
     served = await one(ScriptedAdapter("b1", always(slow, TextDelta(0, "a"), slow, Finish(0, "stop"))), chat())
-    duration = time.perf_counter() - served.ctx.started
-    assert 0.4 <= served.ctx.upstream_wait <= duration, (served.ctx.upstream_wait, duration)
+    assert served.ctx.upstream_wait == pytest.approx(0.4) and clock.now - served.ctx.started == pytest.approx(0.4)
 
 
-async def test_a_retry_backoff_is_counted_as_such_and_a_client_leaving_after_it_left_waiting():
+async def test_a_retry_backoff_is_counted_as_such_and_a_client_leaving_after_it_left_waiting(monkeypatch):
     calls: list[GenerationRequest] = []
 
     def down_once(request: GenerationRequest) -> list:
         calls.append(request)
         return [GatewayError(503, "down", failure=FailureKind.CONNECT)] if len(calls) == 1 else [HANG]
 
+    clock = ScriptClock(monkeypatch)
     model = {"backends": ["b1"], "max_retries": 1, "retry_backoff_s": 0.25}
     served = await one(ScriptedAdapter("b1", down_once), chat(), model=model, leave_after=0.4)
-    assert len(calls) == 2
+    assert len(calls) == 2 and clock.slept == [0.25]
     assert served.releases == [(None, CancelPhase.UPSTREAM_HEADERS)]
-    assert 0.25 <= served.ctx.backoff_wait < 0.4, served.ctx.backoff_wait
-    assert served.ctx.upstream_wait < 0.3, served.ctx.upstream_wait  # the backoff is not upstream time
+    assert served.ctx.backoff_wait == pytest.approx(0.25)
+    assert served.ctx.upstream_wait == pytest.approx(0)  # the backoff is not upstream time
 
 
 async def test_an_error_event_mid_stream_is_the_outcome():

@@ -110,9 +110,18 @@ async def test_a_name_that_comes_late_is_sent_once():
     assert [c.name for c in tool_calls(out)] == [None, "f", None]
 
 
-async def test_named_tool_choice_finishes_with_tool_calls_like_every_runtime():
-    # vLLM says "stop" for a forced named tool, the others "tool_calls": one convention.
+@pytest.mark.parametrize("runtime_word", ["stop", "tool_calls"])
+async def test_a_forced_named_function_finishes_stop_as_openai_does(runtime_word):
+    # OpenAI answers a forced named function with finish_reason "stop" (streamed or not;
+    # "required" and "auto" calls finish "tool_calls"); vLLM says "stop", SGLang and
+    # TRT-LLM "tool_calls": the client reads OpenAI's word whatever the runtime said.
     choice = {"type": "function", "function": {"name": "f"}}
+    out = await run([ToolCallDelta(0, 0, "call_1", "f", "{}"), Finish(0, runtime_word)], req(tool_choice=choice))
+    assert out[-1] == Finish(0, "stop")
+
+
+@pytest.mark.parametrize("choice", ["required", "auto", None])
+async def test_a_call_not_forced_by_name_finishes_tool_calls(choice):
     out = await run([ToolCallDelta(0, 0, "call_1", "f", "{}"), Finish(0, "stop")], req(tool_choice=choice))
     assert out[-1] == Finish(0, "tool_calls")
 
@@ -218,6 +227,10 @@ async def test_a_finish_reason_outside_the_enum_never_reaches_the_client(reason)
     out = await run([TextDelta(0, "a"), Finish(0, reason), Usage(1, 1)])  # type: ignore[arg-type]
     assert out[0] == TextDelta(0, "a")
     assert isinstance(out[-1], ErrorEvent) and out[-1].error.status == 502 and repr(reason) in out[-1].error.message
+    # The contract's mid-stream failure: always upstream_error, and said to be a failure.
+    assert out[-1].error.code == "upstream_error" and out[-1].error.message.endswith(
+        "which is a failure, not an answer."
+    )
     assert not any(isinstance(e, Finish) for e in out)
 
 

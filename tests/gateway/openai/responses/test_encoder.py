@@ -103,9 +103,9 @@ def test_whole_response_validates_with_every_echoed_field():
     assert r.usage.output_tokens_details.reasoning_tokens == 0
 
 
-def test_unset_sampling_is_echoed_as_null_and_cached_tokens_are_reported():
+def test_unset_sampling_is_echoed_as_the_defaults_used_and_cached_tokens_are_reported():
     obj = whole([TextDelta(0, "x"), Finish(0, "stop"), Usage(10, 1, cached_tokens=8)])
-    assert obj["temperature"] is None and obj["top_p"] is None and obj["max_output_tokens"] is None
+    assert obj["temperature"] == 1.0 and obj["top_p"] == 1.0 and obj["max_output_tokens"] is None
     assert obj["usage"]["input_tokens_details"]["cached_tokens"] == 8
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.errors import GatewayError
+from gateway.openai.request_fields import refuse_unknown
 from gateway.openai.responses.conversation import build_generation
 from gateway.openai.responses.request import parse_request
 
@@ -158,6 +159,17 @@ def test_sampling_and_limits():
     gen = generation(temperature=0.5, top_p=0.9, max_output_tokens=64)
     assert gen.sampling.temperature == 0.5 and gen.sampling.top_p == 0.9 and gen.sampling.max_tokens == 64
     assert gen.sampling.logprobs is False
+
+
+@pytest.mark.parametrize("sent", [{}, {"temperature": None, "top_p": None}])
+def test_unset_temperature_and_top_p_are_the_defaults_sent_and_echoed(sent):
+    # OpenAI reports the values used (1 and 1), never null; the runtime gets the same
+    # values, so the echo is true whatever the runtime's own default
+    request = parse(**sent)
+    assert (request.temperature, request.top_p) == (1.0, 1.0)
+    gen = generation(**sent)
+    assert (gen.sampling.temperature, gen.sampling.top_p) == (1.0, 1.0)
+    assert (parse(temperature=0).temperature, parse(top_p=0.5).top_p) == (0.0, 0.5)
 
 
 def test_logprobs_through_include_and_top_logprobs():
@@ -316,8 +328,6 @@ INVALID = [
     ({"stream": True, "stream_options": []}, "stream_options"),
     ({"stream": True, "stream_options": {"include_obfuscation": "no"}}, "stream_options.include_obfuscation"),
     ({"stream": True, "stream_options": {"include_usage": True}}, "stream_options.include_usage"),
-    ({"frequency_penalty": 0.5}, "frequency_penalty"),
-    ({"messages": []}, "messages"),
 ]
 
 
@@ -325,6 +335,15 @@ INVALID = [
 def test_invalid_values_are_refused_by_name(extra, param):
     err = refused({"model": "m", "input": "hi", **extra})
     assert err.param == param
+
+
+def test_fields_openai_does_not_define_are_named_for_the_models_policy():
+    # chat's fields are unknown to the Responses API: the model's `unknown_params`
+    # (request_fields.refuse_unknown, applied after the model check) refuses or ignores them
+    request = parse(frequency_penalty=0.5, messages=[], temperature=0.5)
+    assert request.unknown_fields == ("frequency_penalty", "messages")
+    assert generation(frequency_penalty=0.5).unknown_fields == ("frequency_penalty",)
+    assert parse().unknown_fields == ()
 
 
 def test_instructions_alone_are_not_an_input():
@@ -340,8 +359,10 @@ def test_a_body_that_is_not_an_object():
 def test_error_messages_stay_short_whatever_the_client_sends():
     err = refused({"model": "m", "input": "hi", "tools": [{"type": "x" * 100_000}]})
     assert len(err.message) < 400
-    err = refused({"model": "m", "input": "hi", "y" * 100_000: 1})
-    assert len(err.message) < 400 and len(err.param or "") < 100
+    with pytest.raises(GatewayError) as info:
+        refuse_unknown(parse(**{"y" * 100_000: 1}).unknown_fields, "reject")
+    err = info.value
+    assert len(err.message) < 400 and len(err.param or "") < 100 and err.code == "unknown_parameter"
 
 
 def test_conversation_keys_reach_session_affinity_as_for_chat():

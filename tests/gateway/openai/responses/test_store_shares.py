@@ -11,12 +11,11 @@ import asyncio
 import pytest
 
 from adapters.errors import GatewayError
-from gateway.openai.responses.handlers import create_response
 from gateway.openai.responses.store import ResponseNotFound
 from gateway.openai.responses.store_memory import MemoryResponseStore
 from gateway.openai.responses.store_redis import RedisResponseStore
-from tests.gateway.openai.responses.scripted import ScriptedRunner
-from tests.gateway.openai.responses.test_handlers import say
+from tests.gateway.openai.responses.served import ScriptedModel
+from tests.gateway.openai.responses.test_handlers import create, say
 from tests.gateway.openai.responses.test_store import record
 
 SIZE = len(record("resp_0", "x" * 1000).to_bytes())
@@ -133,13 +132,13 @@ async def test_a_request_over_the_share_is_refused_before_generation():
     """Finding 2: a 3.9 MB `text.format.schema` was echoed, stored and charged 5
     tokens. It cannot be stored in a 1 MiB share: 413 before anything runs."""
     store = MemoryResponseStore(tenant_max_bytes=1 << 20)
-    runner = ScriptedRunner([say("x")])
-    schema = {"type": "object", "description": "y" * (4 << 20)}
-    body = {"model": "m", "input": "q", "text": {"format": {"type": "json_schema", "name": "s", "schema": schema}}}
+    model = ScriptedModel([say("x")])
+    schema = {"type": "object", "description": "y" * (2 << 20)}
+    body = {"input": "q", "text": {"format": {"type": "json_schema", "name": "s", "schema": schema}}}
     with pytest.raises(GatewayError) as info:
-        await create_response(body, tenant="t", store=store, run=runner, request_id="r")
+        await create(store, model, **body)
     assert info.value.status == 413 and info.value.code == "response_too_large"
-    assert runner.requests == [] and len(store) == 0
+    assert model.adapter.requests == [] and len(store) == 0
     # Not stored, nothing to refuse.
-    done = await create_response({**body, "store": False}, tenant="t", store=store, run=runner, request_id="r")
+    done = await create(store, model, store=False, **body)
     assert done.body["status"] == "completed"
