@@ -26,6 +26,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from adapters.errors import GatewayError, internal_error, model_not_found
+from adapters.native_work import TEXT_WORK
 from gateway.backends.backend_set import BackendSet
 from gateway.config.schema import GatewayConfig
 from gateway.http.envelope import error_response, json_response, route_error_handler
@@ -36,7 +37,7 @@ from gateway.lifecycle.reload import ConfigNotApplied, ConfigReloader, ConfigSou
 from gateway.lifecycle.workers import WorkerSlot
 from gateway.observe.admin import AdminViews
 from gateway.observe.metrics import GatewayMetrics, access_logger
-from gateway.observe.ops import OpsCollector, OpsViews
+from gateway.observe.ops import OpsCollector, OpsViews, TextWorkCollector
 from gateway.observe.recorder import RequestRecorder, TenantLabels
 from gateway.observe.tracing import Tracing, build_tracing
 from gateway.observe.worker_metrics import WorkerMetrics
@@ -96,6 +97,7 @@ class Gateway:
         self.lifecycle = Lifecycle(self, self.inflight, self.reloader, worker.supervisor_pid if worker else None)
         self.ops = OpsViews(self.backends, self.metrics, lambda: self.ready, self.lifecycle.retired_backends)
         self.metrics.registry.register(OpsCollector(self.backends, lambda: self.protection.auth.keys))
+        self.metrics.registry.register(TextWorkCollector(TEXT_WORK))
         self.worker_metrics = (
             WorkerMetrics(siblings, self.ops.metrics_text, self.metrics.registry) if siblings else None
         )

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from adapters.errors import model_not_found
+from adapters.native_work import TextWork
 from gateway.backends.backend import Backend
 from gateway.backends.backend_set import BackendSet
 from gateway.http.envelope import error_response, json_response
@@ -202,6 +203,38 @@ class OpsCollector:
         yield blocks
         yield batches
         yield lost
+
+    def describe(self):
+        return []
+
+
+class TextWorkCollector:
+    """Read at scrape time: the native engine's text-work pool (adapters/native_work.py,
+    one per process, shared by its native backends): pieces waiting and running, and the
+    calls it refused because a tenant's or the pool's queue was full."""
+
+    def __init__(self, work: TextWork) -> None:
+        self.work = work
+
+    def collect(self):
+        waiting = GaugeMetricFamily(
+            "switchyard_native_text_work_waiting",
+            "Chat-template, tokenize and detokenize pieces of the native engine's backends waiting for a worker.",
+        )
+        waiting.add_metric([], self.work.waiting())
+        running = GaugeMetricFamily(
+            "switchyard_native_text_work_running",
+            "Pieces of the native engine's text work running on its worker threads now.",
+        )
+        running.add_metric([], self.work.running)
+        refused = CounterMetricFamily(
+            "switchyard_native_text_work_refused",
+            "Calls refused 429 tokenizer_busy: the tenant's or the pool's queue of text work was full.",
+        )
+        refused.add_metric([], self.work.refused)
+        yield waiting
+        yield running
+        yield refused
 
     def describe(self):
         return []

@@ -230,6 +230,10 @@ def test_the_native_engine_embeds_and_tokenizes_like_transformers(stack):
     assert result.usage.prompt_tokens == len(ids)
     tokens = post(gateway, "/tokenize", {"model": "nat", "prompt": text}).json()
     assert tokens["tokens"] == ids and tokens["count"] == len(ids)
+    # The text work ran on the pool (adapters/native_work.py), which /metrics shows back at zero.
+    shown = httpx.get(gateway.url + "/metrics").text
+    assert "switchyard_native_text_work_waiting 0.0" in shown
+    assert "switchyard_native_text_work_running 0.0" in shown
 
 
 @pytest.mark.parametrize("path", ["/v1/embeddings", "/tokenize"])

@@ -13,12 +13,14 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from adapters.base import GenerationRequest, SamplingParams
 from adapters.errors import GatewayError
 from adapters.native_work import TextWork
 from adapters.oneshot import EmbeddingRequest, TokenizeRequest
 from engine.make_tiny import make_tiny
+from gateway.observe.ops import TextWorkCollector
 from tests.native_adapters import started_native
 
 MAX_MODEL_LEN = 128
@@ -132,3 +134,26 @@ def test_a_text_over_the_context_by_its_bytes_is_refused_before_tokenizing(adapt
     assert refused.value.status == 400 and refused.value.code == "context_length_exceeded"
     assert refused.value.param == {"chat": "messages", "tokenize": "prompt", "embed": "input"}[call]
     assert time.perf_counter() - started < 5  # generous: the old path took 12-15 s for this
+
+
+async def test_the_pool_shows_what_waits_and_runs_on_the_metrics():
+    """switchyard_native_text_work_{waiting,running,refused}, read at scrape time
+    (gateway/observe/ops.py `TextWorkCollector`), follow the pool and return to zero."""
+    registry = CollectorRegistry()
+    work = TextWork(workers=1, per_tenant=2, max_waiting=100)
+    registry.register(TextWorkCollector(work))
+
+    def shown() -> tuple[float | None, ...]:
+        names = ("waiting", "running", "refused_total")
+        return tuple(registry.get_sample_value(f"switchyard_native_text_work_{n}") for n in names)
+
+    assert shown() == (0, 0, 0)
+    gate = threading.Event()
+    pieces = [asyncio.ensure_future(work.run("t", lambda: gate.wait(10))) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    with pytest.raises(GatewayError):
+        await work.run("t", lambda: None)  # a third one waiting: refused
+    assert shown() == (2, 1, 1)
+    gate.set()
+    await asyncio.gather(*pieces)
+    assert shown() == (0, 0, 1)

@@ -134,7 +134,7 @@ class ResponsesRoutes:
             started=time.perf_counter(),
             operation=operation,
             upstream_id=request_id,
-            trace=self.tracing.request(request.scope["headers"], operation),
+            trace=self.tracing.request(request.scope, operation),
         )
         try:
             principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
