@@ -332,7 +332,7 @@ def test_a_llamacpp_runtime_gets_the_flags_the_gateway_reads(tmp_path):
         "runtimes.cpu.model": "/models/tiny.gguf",
     }
     release = render(sets=sets)
-    pod = release.one("Deployment", "sy-switchyard-rt-cpu")["spec"]["template"]
+    pod = release.one("StatefulSet", "sy-switchyard-rt-cpu")["spec"]["template"]
     llama = container(pod)
     assert llama["command"] == ["/app/llama-server"]
     for flag in ("--model=/models/tiny.gguf", "--alias=cpu", "--port=8080", "--jinja", "--metrics", "--slots"):
@@ -340,10 +340,10 @@ def test_a_llamacpp_runtime_gets_the_flags_the_gateway_reads(tmp_path):
     assert "--parallel=4" in llama["args"] and "--ctx-size=16384" in llama["args"]
     assert llama["readinessProbe"]["httpGet"]["path"] == "/health"
     (backend,) = release.gateway_config()["models"]["cpu"]["backends"]
-    assert backend == {
-        "name": "cpu",
+    assert backend == {  # one backend per pod of the StatefulSet, at its stable name
+        "name": "cpu-0",
         "adapter": "llamacpp",
-        "url": "http://sy-switchyard-rt-cpu:8080",
+        "url": "http://sy-switchyard-rt-cpu-0.sy-switchyard-rt-cpu:8080",
         "served_model": "cpu",
         "max_inflight": 4,
     }

@@ -132,7 +132,7 @@ async def test_a_dead_collector_holds_the_stop_no_longer_than_the_export_cap():
     dead = f"http://127.0.0.1:{free_port()}"
     tracing = build_tracing(TracingConfig(enabled=True, endpoint=dead), {})
     assert isinstance(tracing, OtelTracing) and tracing.exporter is not None
-    trace = tracing.request([], "chat")
+    trace = tracing.request({"headers": [], "method": "POST", "path": "/v1/chat/completions"}, "chat")
     trace.span.end()  # one span waiting for export: the shutdown must try to send it
     started = time.monotonic()
     await tracing.aclose(export_s=0.2)
