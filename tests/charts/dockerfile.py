@@ -13,6 +13,8 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from processes.install import DISTRIBUTION
+
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY_DOCKERFILE = ROOT / "docker" / "gateway.Dockerfile"
 ENGINE_DOCKERFILE = ROOT / "docker" / "engine.Dockerfile"
@@ -79,7 +81,7 @@ def pip_install_args(path: Path) -> list[list[str]]:
 def installed_closure(requirements: list[str]) -> set[str]:
     """Canonical names of the distributions `pip install <requirements>` brings in,
     `.` meaning this project, resolved against what this environment has installed."""
-    todo = [Requirement("switchyard" + r[1:]) if r.startswith(".") else Requirement(r) for r in requirements]
+    todo = [Requirement(DISTRIBUTION + r[1:]) if r.startswith(".") else Requirement(r) for r in requirements]
     seen: set[tuple[str, frozenset[str]]] = set()
     while todo:
         req = todo.pop()

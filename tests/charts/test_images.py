@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from processes.install import DISTRIBUTION
 from tests.blocked_imports import cli_without
 from tests.charts.dockerfile import (
     ENGINE_DOCKERFILE,
@@ -74,7 +75,7 @@ def test_gateway_image_installs_no_torch_and_only_the_light_extras():
     assert ".[kv-events,otel]" in requirements
     assert not any("torch" in r or ("[" in r and r != ".[kv-events,otel]") for r in requirements), requirements
     closure = installed_closure(requirements)
-    assert "switchyard" in closure and "fastapi" in closure
+    assert DISTRIBUTION in closure and "fastapi" in closure
     assert not closure & {"torch", "transformers", "safetensors", "llguidance"}
 
 
