@@ -156,7 +156,8 @@ def test_named_tool_choice(client):
     assert calls and calls[0].function.name == "get_weather" and calls[0].id and calls[0].type == "function"
     assert isinstance(calls[0].function.arguments, str)
     json.loads(calls[0].function.arguments)
-    assert resp.choices[0].finish_reason == "stop"  # a forced named function finishes `stop`, as OpenAI (and vLLM) answer
+    # a forced named function finishes `stop`, as OpenAI (and vLLM) answer it
+    assert resp.choices[0].finish_reason == "stop"
 
 
 def test_context_length_exceeded(client):
