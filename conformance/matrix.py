@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -345,3 +346,22 @@ async def run_matrix(
         )
         m.runs.append((target, run))
     return m
+
+
+def hide_loopback_ports(m: MatrixReport) -> None:
+    """Reports name their targets but not the temporary ports, so reruns diff cleanly."""
+    for target, run_report in m.runs:
+        for key in ("base_url", "metrics_url"):
+            run_report.target[key] = "<loopback>"
+        target.base_url = target.metrics_url = "<loopback>"
+
+
+def print_gateway_verdict(m: MatrixReport) -> None:
+    """What a real-runtime run says of its gateway column: MUST failures and INCOMPLETE
+    columns on stderr, then the verdict."""
+    for name, r in m.gateway_must_failures():
+        print(f"MUST failure through the gateway: {name}: {r.id}: {r.message[:160]}", file=sys.stderr)
+    for name, run_report in m.incomplete_gateway_columns():
+        skipped = ", ".join(r.id for r in run_report.must_skips) or "no MUST check ran"
+        print(f"INCOMPLETE through the gateway: {name}: {skipped}", file=sys.stderr)
+    print(f"verdict (gateway column): {m.verdict}")

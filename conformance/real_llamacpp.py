@@ -19,7 +19,7 @@ import yaml
 
 from conformance.check import PROFILES
 from conformance.cli import EXIT_INCOMPLETE, EXIT_MUST_FAILED, EXIT_OK
-from conformance.matrix import MatrixReport, write_matrix
+from conformance.matrix import MatrixReport, hide_loopback_ports, print_gateway_verdict, write_matrix
 from conformance.procs import ManagedProcess, free_port, start_gateway
 from conformance.real_vllm import build_model, run
 from conformance.result import Verdict
@@ -63,10 +63,7 @@ def run_real_llamacpp(out: Path, model_dir: Path | None, profiles: list[str]) ->
         for p in (gateway, server):
             if p is not None:
                 p.stop()
-    for target, run_report in matrix.runs:  # no temporary ports in the reports: reruns diff cleanly
-        for key in ("base_url", "metrics_url"):
-            run_report.target[key] = "<loopback>"
-        target.base_url = target.metrics_url = "<loopback>"
+    hide_loopback_ports(matrix)
     write_matrix(matrix, out, "Conformance: real llama.cpp llama-server (llama-cpp-python 0.3.36's sources)")
     return matrix
 
@@ -81,12 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     matrix = run_real_llamacpp(Path(args.report), Path(args.model_dir) if args.model_dir else None, profiles)
     print(f"written to {args.report} in {time.monotonic() - started:.0f} s")
-    for name, r in matrix.gateway_must_failures():
-        print(f"MUST failure through the gateway: {name}: {r.id}: {r.message[:160]}", file=sys.stderr)
-    for name, run_report in matrix.incomplete_gateway_columns():
-        skipped = ", ".join(r.id for r in run_report.must_skips) or "no MUST check ran"
-        print(f"INCOMPLETE through the gateway: {name}: {skipped}", file=sys.stderr)
-    print(f"verdict (gateway column): {matrix.verdict}")
+    print_gateway_verdict(matrix)
     return {Verdict.FAIL: EXIT_MUST_FAILED, Verdict.INCOMPLETE: EXIT_INCOMPLETE}.get(matrix.verdict, EXIT_OK)
 
 

@@ -28,7 +28,13 @@ import yaml
 from conformance.catalog import select
 from conformance.check import PROFILES
 from conformance.cli import EXIT_INCOMPLETE, EXIT_MUST_FAILED, EXIT_OK
-from conformance.matrix import MatrixReport, targets_from_config, write_matrix
+from conformance.matrix import (
+    MatrixReport,
+    hide_loopback_ports,
+    print_gateway_verdict,
+    targets_from_config,
+    write_matrix,
+)
 from conformance.procs import ROOT, SWITCHYARD, ManagedProcess, free_port, start_gateway
 from conformance.result import Verdict
 from conformance.runner import run_checks
@@ -125,11 +131,7 @@ def run_real_vllm(out: Path, model_dir: Path | None, profiles: list[str]) -> Mat
         for p in (gateway, vllm):
             if p is not None:
                 p.stop()
-    # Reports name the targets but not the temporary ports, so reruns diff cleanly.
-    for target, run_report in matrix.runs:
-        for key in ("base_url", "metrics_url"):
-            run_report.target[key] = "<loopback>"
-        target.base_url = target.metrics_url = "<loopback>"
+    hide_loopback_ports(matrix)
     write_matrix(matrix, out, "Conformance: real vLLM CPU (0.32.0), directly and through the gateway")
     return matrix
 
@@ -144,12 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     matrix = run_real_vllm(Path(args.report), Path(args.model_dir) if args.model_dir else None, profiles)
     print(f"written to {args.report} in {time.monotonic() - started:.0f} s")
-    for name, r in matrix.gateway_must_failures():
-        print(f"MUST failure through the gateway: {name}: {r.id}: {r.message[:160]}", file=sys.stderr)
-    for name, run_report in matrix.incomplete_gateway_columns():
-        skipped = ", ".join(r.id for r in run_report.must_skips) or "no MUST check ran"
-        print(f"INCOMPLETE through the gateway: {name}: {skipped}", file=sys.stderr)
-    print(f"verdict (gateway column): {matrix.verdict}")
+    print_gateway_verdict(matrix)
     return {Verdict.FAIL: EXIT_MUST_FAILED, Verdict.INCOMPLETE: EXIT_INCOMPLETE}.get(matrix.verdict, EXIT_OK)
 
 
