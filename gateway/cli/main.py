@@ -28,6 +28,7 @@ OWN_PACKAGES = {
     "conformance",
     "bench",
     "processes",
+    "bakeoff",
 }
 
 
