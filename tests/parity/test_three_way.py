@@ -129,17 +129,19 @@ def as_text(tokens: list[bytes]) -> str:
 
 
 def judged(tokens: list[bytes]) -> int:
-    """How many leading tokens end before an unfinished UTF-8 character at the answer's
-    end, which llama.cpp holds back and never sends. Its rule (`validate_utf8`, in
-    tools/server/server-common.cpp): a lead byte among the last four bytes with fewer
-    bytes after it than it announces, valid UTF-8 or not."""
+    """How many leading tokens end before the answer's unfinished ending, which the
+    runtimes hold back and never send: vLLM any text ending in a replacement character,
+    llama.cpp a lead byte among the last four with fewer bytes after it than it
+    announces, valid UTF-8 or not (`validate_utf8`, tools/server/server-common.cpp)."""
     raw = b"".join(tokens)
     complete = len(raw)
+    while complete and as_text([raw[:complete]]).endswith("\ufffd"):
+        complete -= 1
     for back in range(1, min(4, len(raw)) + 1):
         byte = raw[-back]
         announced = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte & 0xF8 == 0xF0 else 0
         if back < announced:
-            complete = len(raw) - back
+            complete = min(complete, len(raw) - back)
             break
     n = end = 0
     for token in tokens:
