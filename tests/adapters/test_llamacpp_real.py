@@ -106,7 +106,7 @@ def test_a_forced_tool_choice_makes_one_call(client, choice):
     # llama.cpp alone lets the random model write text first, to max_tokens (tool_required.json);
     # the dialect opens the call (adapters/llamacpp.py, force_tool_call).
     resp = client.chat.completions.create(
-        model="m", messages=ask("weather in Paris?"), tools=TOOLS, tool_choice=choice, max_tokens=64
+        model="m", messages=ask("weather in Paris?"), tools=TOOLS, tool_choice=choice, max_tokens=128, temperature=0
     )
     calls = resp.choices[0].message.tool_calls
     assert calls and len(calls) == 1 and calls[0].id.startswith("call_") and calls[0].type == "function"
