@@ -86,6 +86,10 @@ class Dialect(Protocol):
 
     async def load(self, http: Reader) -> LoadSnapshot: ...
 
+    async def ready(self, http: Reader) -> None:
+        """Called when a health probe finds the server ready (before its first request):
+        what the dialect's request bodies depend on is read here, once (llama.cpp's /props)."""
+
     def embed_call(self, request: EmbeddingRequest) -> Call: ...
 
     def read_embeddings(self, payload: Any, request: EmbeddingRequest) -> EmbeddingResult: ...

@@ -169,6 +169,7 @@ class HTTPAdapter(Adapter):
         except (aiohttp.ClientError, OSError) as exc:
             return Health(False, str(exc) or type(exc).__name__)
         if status == 200:
+            await dialect.ready(self.transport)
             return Health(True, "ready")
         detail = raw[:200].decode(errors="replace")
         return Health(False, f"{dialect.runtime} {path} answered HTTP {status}" + (f": {detail}" if detail else ""))

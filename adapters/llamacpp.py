@@ -5,8 +5,9 @@ alternatives as the client wants (llama.cpp sends 20 for `logprobs: true`, none 
 error as `context_length_exceeded`; load from `llamacpp:*` metrics and `/slots` read
 once per server for every adapter in this process (a `/metrics` scrape resets its
 throughput averages); `/props` read once as the server's conditions; `/tokenize`,
-`/detokenize` in its shape, messages rendered by `/apply-template` first. Facts and sources: docs/adapters.md
-"llama.cpp", docs/runtimes.md §8.
+`/detokenize` in its shape, messages rendered by `/apply-template` first; a forced tool
+call opened and ended by the dialect (`force_tool_call`). Facts and sources:
+docs/adapters.md "llama.cpp", docs/runtimes.md §8.
 
 Never sent upstream (the transport writes only its own headers): a client's
 `X-Conversation-Id`, which would make llama.cpp keep generating after the client left.
@@ -46,6 +47,10 @@ CONTEXT = re.compile(r"exceeds the available context size|is larger than the max
 COMPLETION_DEFAULT_MAX_TOKENS = 16
 # llama.cpp reports a zero probability as the lowest float; OpenAI's floor is -9999.
 LOGPROB_FLOOR = -9999.0
+# How a Hermes-style chat template (tools listed in `<tools>`, calls in `<tool_call>`
+# blocks: Qwen 2.5, Hermes, make-tiny's) opens and closes one call.
+CALL_OPENER = "<tool_call>\n"
+CALL_CLOSER = "</tool_call>"
 
 
 class LlamaCppDialect(OpenAIDialect):
@@ -99,7 +104,35 @@ class LlamaCppDialect(OpenAIDialect):
                 body["logprobs"] = wanted
         if request.kind == "completion" and s.max_tokens is None:
             body["max_tokens"] = COMPLETION_DEFAULT_MAX_TOKENS
+        if request.kind == "chat":
+            body["messages"] = [empty_arguments_as_object(m) for m in body.get("messages") or []]
+            if request.tools and request.tool_choice not in (None, "auto", "none"):
+                self.force_tool_call(body, request)
         return body
+
+    def force_tool_call(self, body: dict[str, Any], request: GenerationRequest) -> None:
+        """A forced choice as llama.cpp can follow it. It reads no named choice (a
+        warning, then `auto`): that becomes `required` over the one named tool. Under
+        `required` its grammar lets free text come first (`optional(content(until(opener)))`
+        in common/chat-auto-parser-generator.cpp), which a model may write to the end; with
+        a Hermes-style template the answer is opened with the opener as a trailing
+        assistant turn, which llama.cpp continues under the grammar, and ended after one
+        call (its grammar repeats calls without end, `parallel_tool_calls: false` alone
+        included; that and the closer as a stop end it, as measured): parallel calls come
+        under `auto`."""
+        choice = request.tool_choice
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name")
+            body["tools"] = [t for t in request.tools or [] if (t.get("function") or {}).get("name") == name]
+            body["tool_choice"] = "required"
+        if self.props is None or not self.props.hermes_calls:
+            return
+        messages = body.get("messages") or []
+        if messages and messages[-1].get("role") == "assistant":
+            return  # the client's own prefill: llama.cpp continues one trailing assistant turn
+        body["messages"] = [*messages, {"role": "assistant", "content": CALL_OPENER}]
+        body["parallel_tool_calls"] = False
+        body["stop"] = [*body.get("stop", []), CALL_CLOSER]
 
     def event_filter(self, request: GenerationRequest) -> EventFilter | None:
         return TopLogprobsCut(request.sampling.top_logprobs) if request.sampling.logprobs else None
@@ -118,11 +151,16 @@ class LlamaCppDialect(OpenAIDialect):
 
     # ---- load, conditions ---------------------------------------------------------------------
 
-    async def load(self, http: Reader) -> LoadSnapshot:
+    async def ready(self, http: Reader) -> None:
+        """`/props`, once: the slot context (`/tokenize`) and the chat template's call
+        tags (`force_tool_call`) are known before the first request."""
         if self.props is None:
             self.props = await load_view.read_props(http)
             if self.props is not None:
                 log.info("backend %s runs llama.cpp %s", self.backend, self.props.describe())
+
+    async def load(self, http: Reader) -> LoadSnapshot:
+        await self.ready(http)
         return await load_view.shared_load(http, float(self.options.get("load_min_interval_s", 0.5)))
 
     # ---- one-shot calls ---------------------------------------------------------------------------
@@ -174,6 +212,21 @@ class LlamaCppDialect(OpenAIDialect):
                 self.backend, "its detokenize answer has the wrong shape", internal=repr(payload)[:200]
             )
         return DetokenizeResult(text)
+
+
+def empty_arguments_as_object(message: dict[str, Any]) -> dict[str, Any]:
+    """An earlier call's `arguments: ""` (OpenAI accepts it) as `"{}"`: llama.cpp parses
+    every call's arguments as JSON and answers 500 for an empty string."""
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if not isinstance(calls, list) or not any(_empty_arguments(c) for c in calls):
+        return message
+    fixed = [{**c, "function": {**c["function"], "arguments": "{}"}} if _empty_arguments(c) else c for c in calls]
+    return {**message, "tool_calls": fixed}
+
+
+def _empty_arguments(call: Any) -> bool:
+    fn = call.get("function") if isinstance(call, dict) else None
+    return isinstance(fn, dict) and isinstance(fn.get("arguments"), str) and not fn["arguments"].strip()
 
 
 def legacy_logprobs(payload: dict) -> None:

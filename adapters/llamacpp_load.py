@@ -32,6 +32,7 @@ class Props:
     slots: int
     build: str
     tools: bool  # the chat template renders tools (its `chat_template_caps`)
+    hermes_calls: bool = False  # its calls are `<tool_call>` blocks (adapters/llamacpp.py)
 
     def describe(self) -> str:
         tools = "renders tools" if self.tools else "has no tools"
@@ -49,6 +50,7 @@ def parse_props(payload: Any) -> Props | None:
         slots=int(payload.get("total_slots") or 0),
         build=str(payload.get("build_info") or "unknown"),
         tools=bool(caps.get("supports_tools")) if isinstance(caps, dict) else False,
+        hermes_calls="<tool_call>" in str(payload.get("chat_template") or ""),
     )
 
 

@@ -135,6 +135,9 @@ class OpenAIDialect:
     async def load(self, http: Reader) -> LoadSnapshot:
         return LoadSnapshot()
 
+    async def ready(self, http: Reader) -> None:
+        return None
+
     # ---- one-shot calls (adapters/oneshot.py) --------------------------------------------------
 
     def embed_call(self, request: EmbeddingRequest) -> Call:

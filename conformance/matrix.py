@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -348,12 +349,18 @@ async def run_matrix(
     return m
 
 
+LOOPBACK_URL = re.compile(r"http://127\.0\.0\.1:\d+")
+
+
 def hide_loopback_ports(m: MatrixReport) -> None:
-    """Reports name their targets but not the temporary ports, so reruns diff cleanly."""
+    """Reports name their targets but not the temporary ports, so reruns diff cleanly
+    (in the checks' messages too, e.g. a skip naming the metrics URL it tried)."""
     for target, run_report in m.runs:
         for key in ("base_url", "metrics_url"):
             run_report.target[key] = "<loopback>"
         target.base_url = target.metrics_url = "<loopback>"
+        for result in run_report.results:
+            result.message = LOOPBACK_URL.sub("<loopback>", result.message)
 
 
 def print_gateway_verdict(m: MatrixReport) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from conformance.check import PROFILES
+from conformance.ci_matrix import load_expected, print_direct_deviations
 from conformance.cli import EXIT_INCOMPLETE, EXIT_MUST_FAILED, EXIT_OK
 from conformance.matrix import MatrixReport, hide_loopback_ports, print_gateway_verdict, write_matrix
 from conformance.procs import ManagedProcess, free_port, start_gateway
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     matrix = run_real_llamacpp(Path(args.report), Path(args.model_dir) if args.model_dir else None, profiles)
     print(f"written to {args.report} in {time.monotonic() - started:.0f} s")
+    print_direct_deviations(matrix, load_expected())  # llama.cpp's own, listed in expected_deviations.yaml
     print_gateway_verdict(matrix)
     return {Verdict.FAIL: EXIT_MUST_FAILED, Verdict.INCOMPLETE: EXIT_INCOMPLETE}.get(matrix.verdict, EXIT_OK)
 

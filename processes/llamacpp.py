@@ -47,15 +47,18 @@ def llamacpp_server_argv(
 ) -> list[str]:
     """`llama-server` on 127.0.0.1:`port` with what the gateway reads: `--jinja` (tool
     calls), `--metrics` (load), `--slots`, `--parallel` slots sharing `ctx` positions
-    (each slot gets ctx/parallel). KV cache in F32, as the weights are: the default F16
-    cache rounds attention inputs, and long greedy generations then drift from the
-    other implementations. No web UI; `extra` flags follow."""
+    (each slot gets ctx/parallel). Attention as the other implementations compute it:
+    KV cache in F32, as the weights are (the default F16 cache rounds attention inputs),
+    and flash attention off (its CPU kernel, on by default, moved first-token logprobs by
+    up to 2e-3 from transformers' float32; off, they agree to 1e-6: docs/runtimes.md
+    §8.9). Otherwise long greedy generations drift from the others at near ties. No web
+    UI; `extra` flags follow."""
     argv = [
         str(LLAMA_SERVER),
         *("-m", str(gguf), "--alias", alias, "--host", "127.0.0.1", "--port", str(port)),
         *("-c", str(ctx), "--parallel", str(parallel), "--threads", str(threads), "--threads-batch", str(threads)),
         *("--jinja", "--metrics", "--slots", "--no-webui"),
-        *("--cache-type-k", "f32", "--cache-type-v", "f32"),
+        *("--cache-type-k", "f32", "--cache-type-v", "f32", "--flash-attn", "off"),
     ]
     if embeddings:
         argv.append("--embeddings")

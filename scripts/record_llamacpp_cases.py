@@ -103,7 +103,7 @@ CASES: dict[str, tuple[str, str, Any, str]] = {
             "max_tokens": 48,
             "temperature": 0,
         },
-        "tool_choice required: a grammar makes the call",
+        "tool_choice required sent as is: its grammar lets text come first (the random model writes it)",
     ),
     "tool_required_stream": (
         "POST",
@@ -114,6 +114,38 @@ CASES: dict[str, tuple[str, str, Any, str]] = {
             "tools": [TOOL],
             "tool_choice": "required",
             "max_tokens": 48,
+            "temperature": 0,
+            **USAGE,
+        },
+        "the same, streamed",
+    ),
+    # What adapters/llamacpp.py sends for tool_choice required with a <tool_call> template.
+    "tool_forced": (
+        "POST",
+        CHAT,
+        {
+            "model": M,
+            "messages": [*WEATHER, {"role": "assistant", "content": "<tool_call>\n"}],
+            "tools": [TOOL],
+            "tool_choice": "required",
+            "parallel_tool_calls": False,
+            "stop": ["</tool_call>"],
+            "max_tokens": 128,  # the random model pads the call with whitespace the grammar allows
+            "temperature": 0,
+        },
+        "tool_choice required as the dialect sends it: the call opened, one call",
+    ),
+    "tool_forced_stream": (
+        "POST",
+        CHAT,
+        {
+            "model": M,
+            "messages": [*WEATHER, {"role": "assistant", "content": "<tool_call>\n"}],
+            "tools": [TOOL],
+            "tool_choice": "required",
+            "parallel_tool_calls": False,
+            "stop": ["</tool_call>"],
+            "max_tokens": 128,  # the random model pads the call with whitespace the grammar allows
             "temperature": 0,
             **USAGE,
         },

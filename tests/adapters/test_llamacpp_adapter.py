@@ -240,3 +240,85 @@ def test_a_clients_conversation_id_never_reaches_llamacpp(replay, tmp_path) -> N
     (sent,) = [q for q in replay.recorded()["requests"] if q["path"] == "/v1/chat/completions"]
     assert "x-conversation-id" not in sent["headers"] and sent["headers"]["x-request-id"]
     assert orjson.dumps(sent).find(b"keep-going") == -1
+
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+OTHER_TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+
+
+def props(template: str) -> dict:
+    return json_response(
+        200, {"default_generation_settings": {"n_ctx": 1024}, "total_slots": 2, "chat_template": template}
+    )
+
+
+async def sent_for(replay, template: str, **request) -> dict:
+    """The chat body the adapter sends, once a health probe found the server ready."""
+    replay.script(
+        {
+            "GET /health": [json_response(200, {"status": "ok"})],
+            "GET /props": [props(template)],
+            "POST /v1/chat/completions": [
+                json_response(
+                    200,
+                    {
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "x"}}
+                        ]
+                    },
+                )
+            ],
+        }
+    )
+    a = adapter(replay.url)
+    assert (await a.health()).ok
+    await collect_closed(a, chat(stream=False, **request))
+    return replay.bodies("/v1/chat/completions")[-1]
+
+
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "get_weather"}}], ids=["required", "named"]
+)
+async def test_a_forced_tool_choice_opens_the_call_and_ends_after_one(replay, choice) -> None:
+    # llama.cpp's grammar lets text come before a forced call, reads no named choice
+    # and repeats calls without end; with a <tool_call> template the dialect opens it.
+    body = await sent_for(replay, "... <tool_call> ...", tools=[TOOL, OTHER_TOOL], tool_choice=choice)
+    assert body["messages"][-1] == {"role": "assistant", "content": "<tool_call>\n"}
+    assert body["tool_choice"] == "required" and body["parallel_tool_calls"] is False
+    assert body["stop"] == ["</tool_call>"]
+    names = [t["function"]["name"] for t in body["tools"]]
+    assert names == (["get_weather"] if isinstance(choice, dict) else ["get_weather", "get_time"])
+
+
+async def test_no_opener_for_another_template_nor_over_the_clients_own_prefill(replay) -> None:
+    body = await sent_for(replay, "{{ messages }}", tools=[TOOL], tool_choice="required")
+    assert body["messages"][-1]["role"] == "user" and "stop" not in body
+    prefill = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure: "}]
+    body = await sent_for(replay, "<tool_call>", tools=[TOOL], tool_choice="required", messages=prefill)
+    assert body["messages"] == prefill  # llama.cpp continues one trailing assistant turn, never two
+
+
+@pytest.mark.parametrize("choice", [None, "auto", "none"])
+async def test_an_unforced_choice_is_sent_as_asked(replay, choice) -> None:
+    body = await sent_for(replay, "<tool_call>", tools=[TOOL], tool_choice=choice)
+    assert body["messages"] == [{"role": "user", "content": "hi"}] and "stop" not in body
+
+
+async def test_an_earlier_calls_empty_arguments_are_sent_as_an_empty_object(replay) -> None:
+    # llama.cpp parses every call's arguments as JSON: "" would be its 500.
+    turns = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
+                {"id": "c2", "type": "function", "function": {"name": "get_time", "arguments": '{"tz": "UTC"}'}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    body = await sent_for(replay, "<tool_call>", tools=[TOOL, OTHER_TOOL], messages=turns)
+    calls = body["messages"][1]["tool_calls"]
+    assert [c["function"]["arguments"] for c in calls] == ["{}", '{"tz": "UTC"}']
+    assert turns[1]["tool_calls"][0]["function"]["arguments"] == ""  # the client's request is left as it was

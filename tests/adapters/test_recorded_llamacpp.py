@@ -200,3 +200,28 @@ async def test_health_conditions_and_load_views(replay) -> None:
     assert (load.running, load.waiting) == (0, 0) and load.kv_usage == 0.0
     assert load.prefix_hit_rate is not None and 0 <= load.prefix_hit_rate <= 1
     assert a.dialect.props == conditions
+
+
+@pytest.mark.parametrize("name", ["tool_forced", "tool_forced_stream"])
+async def test_a_forced_call_as_the_dialect_sends_it_is_one_call(replay, name) -> None:
+    # The recording's request is what the dialect sends for tool_choice "required" once
+    # /props showed a <tool_call> template; llama.cpp's answer is one complete call.
+    rec = recording(name)
+    a = serve(replay, rec, recording("props"), recording("health"))
+    assert (await a.health()).ok  # the first ready probe reads /props
+    body = rec.request["body"]
+    request = chat(
+        stream=bool(body.get("stream")),
+        messages=body["messages"][:-1],
+        tools=body["tools"],
+        tool_choice="required",
+        sampling=SamplingParams(max_tokens=body["max_tokens"], temperature=0),
+    )
+    events = await delivered_closed(a, request)
+    sent = replay.bodies("/v1/chat/completions")[-1]
+    fields = ("messages", "tools", "tool_choice", "parallel_tool_calls", "stop", "max_tokens", "temperature")
+    assert {k: sent[k] for k in fields} == {k: body[k] for k in fields}
+    calls = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert {c.tool_index for c in calls} == {0} and next(c.name for c in calls if c.name) == "get_weather"
+    assert json.loads("".join(c.arguments for c in calls))["city"] in ("Lyon", "Paris")
+    assert [e.reason for e in events if isinstance(e, Finish)] == ["tool_calls"] and not text_of(events)

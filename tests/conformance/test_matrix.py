@@ -16,7 +16,7 @@ from conformance.ci_matrix import (
     load_expected,
     sort_deviations,
 )
-from conformance.matrix import MatrixReport, targets_from_config, write_matrix
+from conformance.matrix import MatrixReport, hide_loopback_ports, targets_from_config, write_matrix
 from conformance.result import CheckResult, Level, Status
 from conformance.runner import RunReport
 from conformance.target import Target
@@ -99,6 +99,20 @@ def test_matrix_rows_and_reports(tmp_path: Path) -> None:
     assert 'href="../report.css"' in (tmp_path / "gateway_llama" / "report.html").read_text()
     assert not (tmp_path / "gateway_llama" / "report.css").exists()
     assert 'href="report.css"' in paths["html"].read_text()
+
+
+def test_loopback_ports_are_hidden_in_targets_and_messages() -> None:
+    # Reports are committed: a rerun on other temporary ports must not change them.
+    skipped = result("cancel.frees_running", Status.SKIP)
+    skipped.message = "skipped: no running-requests gauge found at http://127.0.0.1:50551/metrics"
+    m = MatrixReport()
+    m.runs.append(
+        (Target("http://127.0.0.1:41234", "m", name="lc (direct llamacpp)", runtime="llamacpp"), run(skipped))
+    )
+    hide_loopback_ports(m)
+    target, report = m.runs[0]
+    assert target.base_url == "<loopback>" and report.target["base_url"] == "<loopback>"
+    assert skipped.message == "skipped: no running-requests gauge found at <loopback>/metrics"
 
 
 def test_direct_deviations_are_sorted_never_hidden() -> None:

@@ -20,7 +20,7 @@ from tests.e2e.lifecycle_kit import ADMIN, ADMIN_KEY, PROMPT, ConfigFile, admin_
 from tests.llamacpp_tier import backend, start_llamacpp, tiny_model
 from tests.procs import Process
 
-CLIENTS = 6
+CLIENTS = 10
 
 
 def config(model_backend: dict, port: int) -> dict:
