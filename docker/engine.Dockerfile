@@ -24,6 +24,7 @@ COPY simulators ./simulators
 COPY conformance ./conformance
 COPY bench ./bench
 COPY processes ./processes
+COPY bakeoff ./bakeoff
 # The engine extra pins torch==2.13.0, which the CPU build above already satisfies.
 RUN /opt/switchyard/bin/pip install --no-cache-dir ".[engine]"
 

@@ -20,6 +20,7 @@ COPY simulators ./simulators
 COPY conformance ./conformance
 COPY bench ./bench
 COPY processes ./processes
+COPY bakeoff ./bakeoff
 # `.[kv-events,otel]`: the gateway's dependencies as pyproject.toml lists them plus the
 # KV-event subscriber (pyzmq, msgpack) for precise prefix routing and the OTLP trace
 # exporter (tracing stays off unless configured); no torch, openai,
