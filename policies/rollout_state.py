@@ -147,7 +147,8 @@ def act(
     if action == "resume":
         if state.phase != "paused":
             raise TransitionRefused(f"the rollout is {state.phase}, not paused")
-        new = _to(state, now, phase=state.resume_to or "step", resume_to=None, holds=0, reason=why)
+        window = max(state.window, _in_progress(plan, now))
+        new = _to(state, now, phase=state.resume_to or "step", resume_to=None, holds=0, reason=why, window=window)
         return new, [_emit("resumed", plan, new, why)]
     if action == "promote":
         if state.phase == "pending":
@@ -215,8 +216,15 @@ def _emit(kind: str, plan: Plan, state: RolloutState, reason: str) -> Emitted:
     return Emitted(kind, state.step, current, reason)
 
 
+def _in_progress(plan: Plan, now: float) -> int:
+    """The window in progress at `now`: a step's first judged window is the next one,
+    all of it served at the step's share."""
+    return int(now // plan.gates.window_s)
+
+
 def _started(plan: Plan, state: RolloutState, now: float, why: str) -> tuple[RolloutState, list[Emitted]]:
-    new = _to(state, now, phase="step", step=0, holds=0, resume_to=None, reason=why)
+    window = max(state.window, _in_progress(plan, now))
+    new = _to(state, now, phase="step", step=0, holds=0, resume_to=None, reason=why, window=window)
     return new, [_emit("started", plan, new, why)]
 
 
@@ -227,7 +235,8 @@ def _promoted(plan: Plan, state: RolloutState, now: float, why: str) -> tuple[Ro
     if state.step + 1 >= len(plan.steps):
         new = _to(state, now, phase="promoted", resume_to=None, holds=0, reason=why)
         return new, [_emit("completed", plan, new, why)]
-    new = _to(state, now, phase="step", step=state.step + 1, resume_to=None, holds=0, reason=why)
+    window = max(state.window, _in_progress(plan, now))
+    new = _to(state, now, phase="step", step=state.step + 1, resume_to=None, holds=0, reason=why, window=window)
     return new, [_emit("promoted", plan, new, why)]
 
 

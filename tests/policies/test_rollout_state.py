@@ -74,7 +74,7 @@ def test_a_window_is_judged_once():
 
 def test_holds_in_a_row_pause_for_a_human_and_resume_where_they_were():
     state = started()
-    for window in range(3):
+    for window in range(1, 4):
         state, events = window_closed(PLAN, state, window, HOLD, 2.0)
     assert state.phase == "paused" and state.resume_to == "step" and events[0].kind == "paused"
     assert shares(PLAN, state) == TrackShares(candidate=0.1, mirror=0.2)  # traffic as it was
@@ -86,7 +86,7 @@ def test_holds_in_a_row_pause_for_a_human_and_resume_where_they_were():
 def test_a_verdict_that_flaps_pauses_before_the_hold_limit():
     plan = Plan("r1", steps=(0.1, 1.0), pause_after_holds=10, flap_windows=3)
     state = started(plan)
-    for window, v in enumerate((HOLD, HOLD_OTHER, HOLD)):
+    for window, v in enumerate((HOLD, HOLD_OTHER, HOLD), start=1):
         state, _ = window_closed(plan, state, window, v, 2.0)
     assert state.phase == "paused" and "flapped" in state.reason
 
@@ -180,3 +180,13 @@ def test_any_event_sequence_keeps_the_invariants(events):
         assert shares(PLAN, state).candidate in {0.0, 1.0, *PLAN.steps}
         if state.phase == "rolled_back":
             assert not shares(PLAN, state).active
+
+
+def test_a_steps_first_judged_window_is_the_next_whole_one():
+    plan = Plan("r1", steps=(0.1, 1.0))  # 60 s windows
+    state, _ = act(plan, RolloutState("r1"), "start", 125.0)  # window 2 in progress
+    assert state.window == 2
+    same, _ = window_closed(plan, state, 2, PASS, 130.0)
+    assert same == state  # the window the step began in is not judged
+    promoted, _ = window_closed(plan, state, 3, PASS, 181.0)
+    assert promoted.step == 1 and promoted.window == 3
