@@ -34,11 +34,14 @@ from gateway.intake import Admitted, ApiRoute, Intake, Intent
 from gateway.lifecycle.inflight import Exchange, InFlight
 from gateway.lifecycle.process import Lifecycle, shutting_down
 from gateway.lifecycle.reload import ConfigNotApplied, ConfigReloader, ConfigSource, ConfigVersion, preflight_refusal
+from gateway.lifecycle.rollout import RolloutController, plans_of, rollout_store
 from gateway.lifecycle.workers import WorkerSlot
 from gateway.observe.admin import AdminViews
+from gateway.observe.admin_rollouts import RolloutAdmin
 from gateway.observe.metrics import GatewayMetrics, access_logger
 from gateway.observe.ops import OpsCollector, OpsViews, TextWorkCollector
 from gateway.observe.recorder import RequestRecorder, TenantLabels
+from gateway.observe.rollout_metrics import RolloutMetrics
 from gateway.observe.tracing import Tracing, build_tracing
 from gateway.observe.worker_metrics import WorkerMetrics
 from gateway.openai.api_routes import gateway_version, mount_documented, openapi_route
@@ -108,6 +111,12 @@ class Gateway:
             config, self.protection, self.metrics.registry, self.recorder, self.tracing
         )
         self.admin = AdminViews(lambda: self.config, self.reloader, worker.describe() if worker else None, fan_out)
+        # Rollouts (docs/rollouts.md): the request path's sink and the task that decides.
+        self.rollout_plans = plans_of(config)
+        self.rollouts = RolloutController(
+            rollout_store(config), lambda: self.rollout_plans, RolloutMetrics(self.metrics.registry)
+        )
+        self.rollout_admin = RolloutAdmin(lambda: self.config, self.rollouts)
         self.intake = Intake(
             lambda: self.config,
             self.protection,
@@ -133,11 +142,13 @@ class Gateway:
         if self.worker_metrics is not None:
             await self.worker_metrics.start()
         self.lifecycle.start()
+        self.rollouts.start()
         self.started = True
 
     async def shutdown(self) -> None:
         self.started = False
         await self.lifecycle.aclose()
+        await self.rollouts.aclose()
         if self.worker_metrics is not None:
             await self.worker_metrics.aclose()
         await self.backends.aclose()
@@ -165,6 +176,7 @@ class Gateway:
         left = self.reloader.version.counter
         retired = self.backends.apply(plan)
         self.config = config
+        self.rollout_plans = plans_of(config)
         self.recorder.access_log = access_logger() if config.access_log else None
         self.lifecycle.retire(left, retired)
         built, gone = {b.name for b in plan.built}, {b.name for b in retired.backends}
@@ -358,6 +370,8 @@ def create_app(gw: Gateway) -> FastAPI:
         app.add_route("/metrics", gw.metrics_view, methods=["GET"])
         app.add_route("/admin/reload", gw.admin.reload, methods=["POST"])
         app.add_route("/admin/config", gw.admin.show_config, methods=["GET"])
+        for path, endpoint, methods in gw.rollout_admin.routes():
+            app.add_route(path, endpoint, methods=methods)
     app.add_exception_handler(
         StarletteHTTPException,
         route_error_handler(
@@ -382,6 +396,7 @@ def ops_app(gw: Gateway) -> Starlette:
         Route("/metrics", gw.metrics_view, methods=["GET"]),
         Route("/admin/reload", gw.admin.reload, methods=["POST"]),
         Route("/admin/config", gw.admin.show_config, methods=["GET"]),
+        *(Route(path, endpoint, methods=methods) for path, endpoint, methods in gw.rollout_admin.routes()),
     ]
     handler = route_error_handler("/healthz, /readyz, /metrics and /admin/* (the ops listener)")
     return Starlette(routes=routes, exception_handlers={StarletteHTTPException: handler})

@@ -21,6 +21,7 @@ transition, so an action and a window's decision never both land on one version.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import time
@@ -31,12 +32,15 @@ from typing import Any
 
 import orjson
 
+from gateway.config.schema import GatewayConfig
 from gateway.observe.rollout_metrics import RolloutMetrics
 from policies.quota_health import stop_task
-from policies.rollout import analyse
+from policies.rollout import Gates, analyse
 from policies.rollout_records import NO_ROLLOUT, MirrorComparison, TrackRecord, TrackShares
 from policies.rollout_state import Emitted, Plan, RolloutState, TransitionRefused, act, preflight_done, shares
 from policies.rollout_state import window_closed as judge_window
+from stores.rollout_memory import MemoryRolloutStore
+from stores.rollout_redis import RedisRolloutStore
 from stores.rollout_store import RECORDS_MAX, RolloutStore, RolloutStoreUnavailable
 
 log = logging.getLogger("switchyard.rollout")
@@ -279,3 +283,32 @@ class RolloutController:
                 }
             )
         return out
+
+
+def rollout_store(config: GatewayConfig) -> RolloutStore:
+    """The shared store: the quota store's Redis deployment when it has one (every
+    replica already reaches it), else this process's memory (one replica)."""
+    store = config.quota_store
+    if store.kind == "redis":
+        return RedisRolloutStore(store.redis_target(), key_prefix=store.key_prefix, timeout_s=store.timeout_s)
+    return MemoryRolloutStore()
+
+
+def plans_of(config: GatewayConfig) -> dict[str, Plan]:
+    """The rollout of each model whose config has a `rollout:` block. Its id is a digest of
+    the block and of the model's backends: the same block after a reload or a restart is
+    the same rollout; a changed one is a new rollout."""
+    plans: dict[str, Plan] = {}
+    for name, model in config.models.items():
+        block = getattr(model, "rollout", None)
+        if block is None:
+            continue
+        data = block.model_dump(mode="json")
+        backends = [b.model_dump(mode="json") for b in model.backends]
+        rollout_id = hashlib.sha256(orjson.dumps([data, backends], option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
+        gates = {k: v for k, v in (data.get("gates") or {}).items() if k in Gates.__dataclass_fields__}
+        options = {
+            k: data[k] for k in ("mirror", "auto_start", "preflight", "pause_after_holds", "flap_windows") if k in data
+        }
+        plans[name] = Plan(rollout_id, steps=tuple(data["steps"]), gates=Gates(**gates), **options)
+    return plans
