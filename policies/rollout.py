@@ -8,8 +8,8 @@ and the window's `decision`. The rules (docs/rollouts.md states them for operato
   their Wilson score interval (z = 1.96): a rate gate fails when the interval's lower
   bound is over the limit, so a handful of requests can fail a disastrous candidate and
   never a merely unlucky one. A latency gate counts the candidate's requests slower than
-  the stable p95 times the allowed ratio: it fails when more than 5% of them are, by the
-  same lower bound.
+  the stable p95 (or the configured percentile) times the allowed ratio: it fails when
+  more than 5% of them are (the share the percentile leaves), by the same lower bound.
 * Too few samples is `insufficient`, never `pass`: a gate passes only with at least
   `min_samples` on each side it reads and no evidence against the candidate.
 * A gate the window's traffic never exercised on either track (no request asked for tool
@@ -33,9 +33,6 @@ from policies.rollout_records import MirrorComparison, TrackRecord
 Verdict = Literal["pass", "fail", "insufficient"]
 Decision = Literal["promote", "rollback", "hold"]
 Z = 1.96  # two-sided 95%
-# A latency gate's allowance: the stable p95 is exceeded by 5% of stable requests by
-# definition, so the candidate fails only when more than this share of its own are.
-LATENCY_TAIL = 0.05
 ERROR_KINDS = frozenset({"server_error", "overload"})
 TIMEOUT_KIND = "timeout"
 _USAGE = re.compile(r"^usage: prompt_tokens (\d+) != (\d+)$")
@@ -45,8 +42,11 @@ _USAGE = re.compile(r"^usage: prompt_tokens (\d+) != (\d+)$")
 class Gates:
     """The limits a candidate is held to (the config's `rollout.gates`, same names).
 
-    Ratios compare the candidate's p95 to the stable p95 of the same window; deltas are
-    added to the stable rate; the `*_max` rates are the candidate's own (or the mirror's);
+    Ratios compare the candidate's percentile (`ttft_percentile`, `itl_percentile`: p95 by
+    default, the names keep "p95") to stable's on the same window; deltas are added to the
+    stable rate; the invalid-rate maxima too (a stable that fails a tenth of its tool calls
+    is what the candidate is held to, plus the max; without stable samples the max alone);
+    `mirror_difference_rate_max` bounds the mirror's differing pairs;
     `usage_tolerance` is relative (0.02: prompt_tokens within 2% of stable's for the same
     prompt). `window_s`: the window's length; `min_samples`: per track and per gate."""
 
@@ -61,6 +61,8 @@ class Gates:
     mirror_difference_rate_max: float = 0.1
     window_s: float = 60.0
     min_samples: int = 20
+    ttft_percentile: float = 0.95
+    itl_percentile: float = 0.95
 
 
 @dataclass(frozen=True)
@@ -191,15 +193,18 @@ def _rate_delta_gate(
     return replace(verdict, detail=f"stable rate {stable_rate:.4f}")
 
 
-def _latency_gate(gate: str, stable: list[float], candidate: list[float], ratio: float, g: Gates) -> GateVerdict:
-    """The candidate's share over the stable p95 x `ratio`, judged as a rate (above)."""
+def _latency_gate(
+    gate: str, stable: list[float], candidate: list[float], ratio: float, q: float, g: Gates
+) -> GateVerdict:
+    """The candidate's share over the stable percentile `q` x `ratio`, judged as a rate
+    against the share the percentile leaves above it (1 - q: 5% for p95)."""
     if len(stable) < g.min_samples:
         return GateVerdict(gate, "insufficient", len(candidate), limit=ratio, detail=f"stable n {len(stable)}")
-    p95 = percentile(stable, 0.95)
-    over = sum(v > p95 * ratio for v in candidate)
-    judged = rate_gate(gate, over, len(candidate), LATENCY_TAIL, g.min_samples)
-    measured = percentile(candidate, 0.95) / p95 if candidate and p95 > 0 else None
-    detail = f"stable p95 {p95:.4f}s, candidate over {ratio:g}x it: {over}/{len(candidate)}"
+    tail = percentile(stable, q)
+    over = sum(v > tail * ratio for v in candidate)
+    judged = rate_gate(gate, over, len(candidate), 1.0 - q, g.min_samples)
+    measured = percentile(candidate, q) / tail if candidate and tail > 0 else None
+    detail = f"stable p{q * 100:g} {tail:.4f}s, candidate over {ratio:g}x it: {over}/{len(candidate)}"
     return GateVerdict(
         gate, judged.verdict, len(candidate), value=measured, limit=ratio, bound=judged.bound, detail=detail
     )
@@ -220,7 +225,10 @@ def _validity_gate(
     gate: str, stable: Sequence[bool | None], candidate: Sequence[bool | None], limit: float, g: Gates
 ) -> GateVerdict:
     judged = [v for v in candidate if v is not None]
-    exercised = bool(judged) or any(v is not None for v in stable)
+    base = [v for v in stable if v is not None]
+    exercised = bool(judged) or bool(base)
+    if len(base) >= g.min_samples:  # held to stable's own invalid share plus the max
+        limit = min(1.0, sum(not v for v in base) / len(base) + limit)
     return rate_gate(gate, sum(not v for v in judged), len(judged), limit, g.min_samples, exercised)
 
 
@@ -243,8 +251,8 @@ def analyse(
     different = [m for m in mirrored if _differs(m, gates.usage_tolerance)]
     exercised = mirror_on or bool(mirrored)
     verdicts = (
-        _latency_gate("ttft_p95_ratio", *ttft, gates.ttft_p95_ratio_max, gates),
-        _latency_gate("itl_p95_ratio", *itl, gates.itl_p95_ratio_max, gates),
+        _latency_gate("ttft_p95_ratio", *ttft, gates.ttft_p95_ratio_max, gates.ttft_percentile, gates),
+        _latency_gate("itl_p95_ratio", *itl, gates.itl_p95_ratio_max, gates.itl_percentile, gates),
         _rate_delta_gate("error_rate", stable, candidate, ERROR_KINDS, gates.error_rate_max_delta, gates),
         _rate_delta_gate(
             "timeout_rate", stable, candidate, frozenset({TIMEOUT_KIND}), gates.timeout_rate_max_delta, gates

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -178,3 +179,19 @@ def test_more_failures_never_turn_a_failing_gate_into_a_passing_one(n, extra):
     more = analyse(good("stable", 200) + bad + recs("candidate", extra, failure="server_error"), [], G)
     if gate(base, "error_rate").verdict == "fail":
         assert gate(more, "error_rate").verdict == "fail"
+
+
+def test_a_stable_that_fails_tool_calls_too_holds_the_candidate_to_its_own_share():
+    stable = good("stable", 90, tool_calls_valid=True) + good("stable", 10, tool_calls_valid=False)  # 10%
+    cand = good("candidate", 36, tool_calls_valid=True) + good("candidate", 4, tool_calls_valid=False)  # 10%
+    v = analyse(stable + cand, [], G)
+    g = gate(v, "tool_call_invalid_rate")
+    assert g.verdict == "pass" and g.limit == pytest.approx(0.12)
+
+
+def test_the_latency_percentile_is_configurable():
+    stable = good("stable", 90, ttft=0.1) + good("stable", 10, ttft=1.0)  # p95 1.0, p50 0.1
+    cand = good("candidate", 40, ttft=0.3)
+    assert gate(analyse(stable + cand, [], G), "ttft_p95_ratio").verdict == "pass"
+    median = Gates(min_samples=20, ttft_percentile=0.5)
+    assert gate(analyse(stable + cand, [], median), "ttft_p95_ratio").verdict == "fail"
