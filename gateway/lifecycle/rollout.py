@@ -296,19 +296,19 @@ def rollout_store(config: GatewayConfig) -> RolloutStore:
 
 def plans_of(config: GatewayConfig) -> dict[str, Plan]:
     """The rollout of each model whose config has a `rollout:` block. Its id is a digest of
-    the block and of the model's backends: the same block after a reload or a restart is
-    the same rollout; a changed one is a new rollout."""
+    the block and of the model's candidate backends: the same after a reload or a restart
+    is the same rollout; a changed block or candidate is a new rollout (a stable backend's
+    change is not)."""
     plans: dict[str, Plan] = {}
     for name, model in config.models.items():
         block = getattr(model, "rollout", None)
         if block is None:
             continue
         data = block.model_dump(mode="json")
-        backends = [b.model_dump(mode="json") for b in model.backends]
+        backends = [b.model_dump(mode="json") for b in model.backends if getattr(b, "track", "") == "candidate"]
         rollout_id = hashlib.sha256(orjson.dumps([data, backends], option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
-        gates = {k: v for k, v in (data.get("gates") or {}).items() if k in Gates.__dataclass_fields__}
-        options = {
-            k: data[k] for k in ("mirror", "auto_start", "preflight", "pause_after_holds", "flap_windows") if k in data
-        }
-        plans[name] = Plan(rollout_id, steps=tuple(data["steps"]), gates=Gates(**gates), **options)
+        gates = {k: v for k, v in data["gates"].items() if k in Gates.__dataclass_fields__}
+        window = Gates(window_s=data["window_s"], min_samples=data["min_samples"], **gates)
+        options = {k: data[k] for k in ("auto_start", "preflight", "pause_after_holds", "flap_windows")}
+        plans[name] = Plan(rollout_id, tuple(data["steps"]), data["mirror"]["share"], window, **options)
     return plans
