@@ -51,15 +51,20 @@ from gateway.protection.worker_quota import WorkerShareStore
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.exchange import ExchangeRunner
 from gateway.serving.generation import Generation
+from gateway.serving.mirror import Mirror
 from gateway.serving.oneshot import OneShotCall
+from gateway.serving.rollout import StaticShares
 from policies.auth import Principal, credential_headers
+from policies.rollout_records import RolloutSink
 
 log = logging.getLogger("switchyard.gateway")
 
 
 class Gateway:
     """`source`: the config file a reload reads again (gateway/lifecycle/reload.py); `worker`:
-    this process's place among `serve --workers` (gateway/lifecycle/workers.py)."""
+    this process's place among `serve --workers` (gateway/lifecycle/workers.py); `rollouts`:
+    the rollout controller's sink (policies/rollout_records.py `RolloutSink`), else the
+    config's first steps (gateway/serving/rollout.py `StaticShares`)."""
 
     def __init__(
         self,
@@ -68,12 +73,19 @@ class Gateway:
         source: ConfigSource | None = None,
         worker: WorkerSlot | None = None,
         tracing: Tracing | None = None,
+        rollouts: RolloutSink | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or GatewayMetrics()
         self.tracing = tracing or build_tracing(config.tracing)
         self.backends = BackendSet(config, registry=self.metrics.registry)
-        self.dispatcher = Dispatcher(self.backends, self._count_backend_failure)
+        self.static_shares: StaticShares | None = None
+        if rollouts is None:
+            rollouts = self.static_shares = StaticShares(config)
+        self.rollouts = rollouts
+        self.dispatcher = Dispatcher(self.backends, self._count_backend_failure, self.rollouts)
+        self._draining = False
+        self.mirror = Mirror(self.backends, self.rollouts, self.metrics, lambda: self._draining)
         # One of several workers on the port (gateway/lifecycle/workers.py): quotas in memory are shared out.
         siblings = worker if worker is not None and worker.count > 1 else None
         self.protection = Protection.from_config(
@@ -85,12 +97,12 @@ class Gateway:
             access_logger() if config.access_log else None,
             TenantLabels.of(config),
             self.backends.serves_in_process,
+            self.rollouts,
         )
         self.started_at = int(time.time())
         self.started = False
         # Set by a graceful stop (gateway/lifecycle/process.py): /readyz answers 503 while the
         # process finishes what it has; then new API requests are refused too.
-        self.draining = False
         self.refusing = False
         self.inflight = InFlight()
         self.reloader = ConfigReloader(source or ConfigSource(None), config, self.apply_config, self.metrics.registry)
@@ -122,6 +134,18 @@ class Gateway:
         }
 
     @property
+    def draining(self) -> bool:
+        """Set by a graceful stop (gateway/lifecycle/process.py): /readyz answers 503 while
+        the process finishes what it has; mirror copies end at once and none starts."""
+        return self._draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self._draining = value
+        if value:
+            self.mirror.cancel_all()
+
+    @property
     def ready(self) -> bool:
         """This process can serve: started (config loaded, backends checked once) and not draining."""
         return self.started and not self.draining
@@ -138,6 +162,7 @@ class Gateway:
     async def shutdown(self) -> None:
         self.started = False
         await self.lifecycle.aclose()
+        self.mirror.cancel_all()
         if self.worker_metrics is not None:
             await self.worker_metrics.aclose()
         await self.backends.aclose()
@@ -165,6 +190,8 @@ class Gateway:
         left = self.reloader.version.counter
         retired = self.backends.apply(plan)
         self.config = config
+        if self.static_shares is not None:
+            self.static_shares.reconfigure(config)
         self.recorder.access_log = access_logger() if config.access_log else None
         self.lifecycle.retire(left, retired)
         built, gone = {b.name for b in plan.built}, {b.name for b in retired.backends}
@@ -199,7 +226,9 @@ class Gateway:
 
     def _generation(self, admitted: Admitted) -> Generation:
         ctx, ticket = admitted.ctx, admitted.ticket
-        return Generation(self.dispatcher, self.recorder, ctx, ticket, admitted.requests, admitted.intent.payload)
+        return Generation(
+            self.dispatcher, self.recorder, ctx, ticket, admitted.requests, admitted.intent.payload, self.mirror
+        )
 
     async def list_models(self, request: Request) -> Response:
         try:

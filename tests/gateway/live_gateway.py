@@ -15,6 +15,7 @@ from gateway.app import Gateway, HotPath, create_app
 from gateway.config.schema import parse_config
 from gateway.observe.tracing import Tracing
 from processes import free_port
+from tests.procs import sample_value
 
 
 @dataclass
@@ -23,8 +24,7 @@ class Served:
     gateway: Gateway
 
     def metric(self, name: str, **labels: str) -> float:
-        value = self.gateway.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        return sample_value(self.gateway.metrics.registry, name, labels)
 
 
 @contextlib.asynccontextmanager
