@@ -1,0 +1,43 @@
+"""A model's rollout block as the config reads it (gateway/config/rollout.py): its
+defaults, a valid fleet of two tracks, and the shares the request path reads without a
+controller (gateway/serving/rollout.py `StaticShares`), a reload included."""
+
+from __future__ import annotations
+
+from gateway.config.rollout import DEFAULT_STEPS, RolloutGates
+from gateway.config.schema import parse_config
+from gateway.serving.rollout import StaticShares
+from policies.rollout_records import NO_ROLLOUT, TrackShares
+
+VLLM = {"adapter": "vllm", "url": "http://127.0.0.1:8000"}
+
+
+def fleet(**rollout) -> dict:
+    backends = [{"name": "old", **VLLM}, {"name": "new", **VLLM, "track": "candidate"}]
+    return {"models": {"m": {"backends": backends, "rollout": rollout}, "plain": {"backends": [{"name": "p", **VLLM}]}}}
+
+
+def test_a_rollout_block_takes_its_defaults():
+    config = parse_config(fleet())
+    rollout = config.models["m"].rollout
+    assert rollout is not None
+    assert tuple(rollout.steps) == DEFAULT_STEPS and rollout.sticky == ["session"]
+    assert rollout.mirror.share == 0.0 and rollout.mirror.max_inflight == 8
+    assert rollout.window_s == 300.0 and rollout.min_samples == 100
+    assert rollout.gates == RolloutGates()
+    assert [b.track for b in config.models["m"].backends] == ["stable", "candidate"]
+    assert config.models["plain"].rollout is None and config.models["plain"].backends[0].track == "stable"
+
+
+def test_the_gates_are_set_field_by_field():
+    gates = parse_config(fleet(gates={"ttft_ratio_max": 2.0, "error_rate_margin": 0.0})).models["m"].rollout.gates
+    assert gates.ttft_ratio_max == 2.0 and gates.error_rate_margin == 0.0
+    assert gates.itl_ratio_max == RolloutGates().itl_ratio_max
+
+
+def test_without_a_controller_each_model_under_rollout_is_at_its_first_step():
+    shares = StaticShares(parse_config(fleet(steps=[0.1, 1.0], mirror={"share": 0.2})))
+    assert shares.shares("m") == TrackShares(0.1, 0.2)
+    assert shares.shares("plain") == NO_ROLLOUT and shares.shares("unknown") == NO_ROLLOUT
+    shares.reconfigure(parse_config(fleet(steps=[0.3])))
+    assert shares.shares("m") == TrackShares(0.3, 0.0)
