@@ -33,49 +33,55 @@ class MirrorConfig(StrictSection):
 
 
 class RolloutGates(StrictSection):
-    """What the candidate must hold against stable over a window to be promoted; any
-    broken gate rolls it back (policies/rollout.py judges them). Ratios compare the
-    candidate's percentile with stable's on the same window; rates are absolute bounds
-    on the candidate's and, with `*_rate_margin`, how far above stable's it may be."""
+    """What the candidate must hold against stable over a window to be promoted; a broken
+    gate rolls it back. The analysis (policies/rollout.py `Gates`, the same names) gives
+    them their meaning: latency as the candidate's requests past the stable p95 times the
+    ratio, rates by their Wilson lower bound (docs/rollouts.md, "Gates")."""
 
-    # Latency: candidate percentile / stable percentile at most this.
-    ttft_percentile: float = Field(0.95, gt=0, lt=1)
-    ttft_ratio_max: float = Field(1.5, ge=1)
-    itl_percentile: float = Field(0.95, gt=0, lt=1)
-    itl_ratio_max: float = Field(1.5, ge=1)
-    # Failures: the candidate's share of requests failing (5xx, mid-stream errors) and
-    # timing out, at most stable's plus the margin.
-    error_rate_margin: float = Field(0.01, ge=0, le=1)
-    timeout_rate_margin: float = Field(0.01, ge=0, le=1)
+    # Latency: the candidate's TTFT and mean inter-token gap against the stable p95.
+    ttft_p95_ratio_max: float = Field(1.5, ge=1)
+    itl_p95_ratio_max: float = Field(1.5, ge=1)
+    # Failures (5xx, overload; timeouts): the candidate's rate at most stable's plus this.
+    error_rate_max_delta: float = Field(0.01, ge=0, le=1)
+    timeout_rate_max_delta: float = Field(0.01, ge=0, le=1)
     # Finish reasons: total variation distance between the two tracks' distributions.
-    finish_reason_distance_max: float = Field(0.1, ge=0, le=1)
-    # Tool calls with a name and arguments that are JSON, and structured answers valid
-    # against the request's schema: the candidate's valid share at least stable's less this.
-    tool_call_validity_margin: float = Field(0.02, ge=0, le=1)
-    structured_validity_margin: float = Field(0.02, ge=0, le=1)
-    # Usage: the candidate's prompt tokens for the same prompt within this relative
-    # distance of stable's (mirror comparisons and the windows' per-request means).
-    usage_tolerance: float = Field(0.05, ge=0, le=1)
+    finish_reason_distance_max: float = Field(0.2, ge=0, le=1)
+    # The candidate's share of tool calls that are not a name with JSON arguments, and of
+    # structured answers not valid against the request's schema.
+    tool_call_invalid_rate_max: float = Field(0.02, ge=0, le=1)
+    structured_invalid_rate_max: float = Field(0.02, ge=0, le=1)
+    # Usage: the candidate's prompt tokens for the same (mirrored) prompt within this
+    # relative distance of stable's; and the share of mirrored pairs that may differ.
+    usage_tolerance: float = Field(0.02, ge=0, le=1)
+    mirror_difference_rate_max: float = Field(0.1, ge=0, le=1)
 
 
 class RolloutConfig(StrictSection):
     """`models.<name>.rollout`."""
 
-    # The candidate's share of assignment keys at each step, increasing, each in (0, 1].
+    # The candidate's share of assignment keys at each step, increasing, each in (0, 1];
+    # a first step of 0 is a mirror-only step (the candidate serves no client yet).
     steps: list[float] = Field(default_factory=lambda: list(DEFAULT_STEPS), min_length=1)
     mirror: MirrorConfig = Field(default_factory=MirrorConfig)
     # What keeps a client on one track: its session keys (policies/session.py's sources)
     # and/or its tenant; a request with neither is drawn on its own.
     sticky: list[StickyKey] = Field(default_factory=lambda: list(DEFAULT_STICKY))
-    window_s: float = Field(300.0, gt=0)  # the analysis window per step
-    min_samples: int = Field(100, ge=1)  # requests per track in a window before any verdict
+    window_s: float = Field(60.0, gt=0)  # the analysis window
+    min_samples: int = Field(20, ge=1)  # per track and gate in a window before any verdict
     gates: RolloutGates = Field(default_factory=RolloutGates)
+    # The controller's (docs/rollouts.md): start without an admin call; run the conformance
+    # suite against the candidate first; held windows in a row, or held windows whose
+    # verdicts flapped, after which a human decides.
+    auto_start: bool = True
+    preflight: bool = False
+    pause_after_holds: int = Field(10, ge=1)
+    flap_windows: int = Field(4, ge=2)
 
     @field_validator("steps")
     @classmethod
     def _increasing(cls, steps: list[float]) -> list[float]:
-        if any(not 0 < s <= 1 for s in steps):
-            raise ValueError(f"steps {steps}: each is a share of traffic in (0, 1]")
+        if any(not 0 < s <= 1 for s in steps[1:]) or not 0 <= steps[0] <= 1:
+            raise ValueError(f"steps {steps}: each is a share of traffic in (0, 1] (a first 0: mirror only)")
         if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
             raise ValueError(f"steps {steps} must increase")
         return steps

@@ -93,7 +93,7 @@ REFUSED = {
     "rollout step outside (0, 1]": (
         {
             "models": {
-                "m": {"backends": [VLLM, {**VLLM, "name": "c", "track": "candidate"}], "rollout": {"steps": [0, 1.5]}}
+                "m": {"backends": [VLLM, {**VLLM, "name": "c", "track": "candidate"}], "rollout": {"steps": [0.5, 1.5]}}
             }
         },
         ["models.m.rollout.steps", "in (0, 1]"],

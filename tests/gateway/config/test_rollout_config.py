@@ -23,16 +23,19 @@ def test_a_rollout_block_takes_its_defaults():
     assert rollout is not None
     assert tuple(rollout.steps) == DEFAULT_STEPS and rollout.sticky == ["session"]
     assert rollout.mirror.share == 0.0 and rollout.mirror.max_inflight == 8
-    assert rollout.window_s == 300.0 and rollout.min_samples == 100
+    assert rollout.window_s == 60.0 and rollout.min_samples == 20
+    assert rollout.auto_start and not rollout.preflight
     assert rollout.gates == RolloutGates()
     assert [b.track for b in config.models["m"].backends] == ["stable", "candidate"]
     assert config.models["plain"].rollout is None and config.models["plain"].backends[0].track == "stable"
 
 
 def test_the_gates_are_set_field_by_field():
-    gates = parse_config(fleet(gates={"ttft_ratio_max": 2.0, "error_rate_margin": 0.0})).models["m"].rollout.gates
-    assert gates.ttft_ratio_max == 2.0 and gates.error_rate_margin == 0.0
-    assert gates.itl_ratio_max == RolloutGates().itl_ratio_max
+    gates = (
+        parse_config(fleet(gates={"ttft_p95_ratio_max": 2.0, "error_rate_max_delta": 0.0})).models["m"].rollout.gates
+    )
+    assert gates.ttft_p95_ratio_max == 2.0 and gates.error_rate_max_delta == 0.0
+    assert gates.itl_p95_ratio_max == RolloutGates().itl_p95_ratio_max
 
 
 def test_without_a_controller_each_model_under_rollout_is_at_its_first_step():
@@ -41,3 +44,8 @@ def test_without_a_controller_each_model_under_rollout_is_at_its_first_step():
     assert shares.shares("plain") == NO_ROLLOUT and shares.shares("unknown") == NO_ROLLOUT
     shares.reconfigure(parse_config(fleet(steps=[0.3])))
     assert shares.shares("m") == TrackShares(0.3, 0.0)
+
+
+def test_a_first_step_of_zero_is_a_mirror_only_step():
+    shares = StaticShares(parse_config(fleet(steps=[0, 0.5], mirror={"share": 1.0})))
+    assert shares.shares("m") == TrackShares(0.0, 1.0)
