@@ -54,15 +54,19 @@ from gateway.protection.worker_quota import WorkerShareStore
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.exchange import ExchangeRunner
 from gateway.serving.generation import Generation
+from gateway.serving.mirror import Mirror
 from gateway.serving.oneshot import OneShotCall
 from policies.auth import Principal, credential_headers
+from policies.rollout_records import RolloutSink
 
 log = logging.getLogger("switchyard.gateway")
 
 
 class Gateway:
     """`source`: the config file a reload reads again (gateway/lifecycle/reload.py); `worker`:
-    this process's place among `serve --workers` (gateway/lifecycle/workers.py)."""
+    this process's place among `serve --workers` (gateway/lifecycle/workers.py); `rollouts`:
+    a rollout sink (policies/rollout_records.py `RolloutSink`) that sets the shares in
+    place of the rollout controller (gateway/lifecycle/rollout.py), which still runs."""
 
     def __init__(
         self,
@@ -71,12 +75,22 @@ class Gateway:
         source: ConfigSource | None = None,
         worker: WorkerSlot | None = None,
         tracing: Tracing | None = None,
+        rollouts: RolloutSink | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or GatewayMetrics()
         self.tracing = tracing or build_tracing(config.tracing)
         self.backends = BackendSet(config, registry=self.metrics.registry)
-        self.dispatcher = Dispatcher(self.backends, self._count_backend_failure)
+        # Rollouts (docs/rollouts.md): the controller decides and is the request path's sink
+        # (unless the caller gives one that sets the shares itself).
+        self.rollout_plans = plans_of(config)
+        self.rollout_controller = RolloutController(
+            rollout_store(config), lambda: self.rollout_plans, RolloutMetrics(self.metrics.registry)
+        )
+        self.rollouts: RolloutSink = rollouts if rollouts is not None else self.rollout_controller
+        self.dispatcher = Dispatcher(self.backends, self._count_backend_failure, self.rollouts)
+        self._draining = False
+        self.mirror = Mirror(self.backends, self.rollouts, self.metrics, lambda: self._draining)
         # One of several workers on the port (gateway/lifecycle/workers.py): quotas in memory are shared out.
         siblings = worker if worker is not None and worker.count > 1 else None
         self.protection = Protection.from_config(
@@ -88,12 +102,12 @@ class Gateway:
             access_logger() if config.access_log else None,
             TenantLabels.of(config),
             self.backends.serves_in_process,
+            self.rollouts,
         )
         self.started_at = int(time.time())
         self.started = False
         # Set by a graceful stop (gateway/lifecycle/process.py): /readyz answers 503 while the
         # process finishes what it has; then new API requests are refused too.
-        self.draining = False
         self.refusing = False
         self.inflight = InFlight()
         self.reloader = ConfigReloader(source or ConfigSource(None), config, self.apply_config, self.metrics.registry)
@@ -111,12 +125,7 @@ class Gateway:
             config, self.protection, self.metrics.registry, self.recorder, self.tracing
         )
         self.admin = AdminViews(lambda: self.config, self.reloader, worker.describe() if worker else None, fan_out)
-        # Rollouts (docs/rollouts.md): the request path's sink and the task that decides.
-        self.rollout_plans = plans_of(config)
-        self.rollouts = RolloutController(
-            rollout_store(config), lambda: self.rollout_plans, RolloutMetrics(self.metrics.registry)
-        )
-        self.rollout_admin = RolloutAdmin(lambda: self.config, self.rollouts)
+        self.rollout_admin = RolloutAdmin(lambda: self.config, self.rollout_controller)
         self.intake = Intake(
             lambda: self.config,
             self.protection,
@@ -131,6 +140,18 @@ class Gateway:
         }
 
     @property
+    def draining(self) -> bool:
+        """Set by a graceful stop (gateway/lifecycle/process.py): /readyz answers 503 while
+        the process finishes what it has; mirror copies end at once and none starts."""
+        return self._draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self._draining = value
+        if value:
+            self.mirror.cancel_all()
+
+    @property
     def ready(self) -> bool:
         """This process can serve: started (config loaded, backends checked once) and not draining."""
         return self.started and not self.draining
@@ -142,13 +163,14 @@ class Gateway:
         if self.worker_metrics is not None:
             await self.worker_metrics.start()
         self.lifecycle.start()
-        self.rollouts.start()
+        self.rollout_controller.start()
         self.started = True
 
     async def shutdown(self) -> None:
         self.started = False
         await self.lifecycle.aclose()
-        await self.rollouts.aclose()
+        self.mirror.cancel_all()
+        await self.rollout_controller.aclose()
         if self.worker_metrics is not None:
             await self.worker_metrics.aclose()
         await self.backends.aclose()
@@ -211,7 +233,9 @@ class Gateway:
 
     def _generation(self, admitted: Admitted) -> Generation:
         ctx, ticket = admitted.ctx, admitted.ticket
-        return Generation(self.dispatcher, self.recorder, ctx, ticket, admitted.requests, admitted.intent.payload)
+        return Generation(
+            self.dispatcher, self.recorder, ctx, ticket, admitted.requests, admitted.intent.payload, self.mirror
+        )
 
     async def list_models(self, request: Request) -> Response:
         try:

@@ -4,6 +4,7 @@ the store applies it by compare-and-set on `version` (stores/rollout_redis.py), 
 replicas never take different steps.
 
     pending --start--> preflight --preflight_passed--> step 0 --promote--> step 1 ... --> promoted
+                                              (a step of share 1 is the promotion itself)
                  (no preflight: straight to step 0)   \\--preflight_failed--> rolled_back
     step i --rollback (a gate failed, or abort)--> rolled_back
     step i --hold x pause_after_holds, or flapping holds--> paused (a human decides)
@@ -223,6 +224,9 @@ def _in_progress(plan: Plan, now: float) -> int:
 
 
 def _started(plan: Plan, state: RolloutState, now: float, why: str) -> tuple[RolloutState, list[Emitted]]:
+    if plan.steps[0] >= 1.0:  # one step of everything: no canary, promoted at once
+        new = _to(state, now, phase="promoted", resume_to=None, holds=0, reason=why)
+        return new, [_emit("completed", plan, new, why)]
     window = max(state.window, _in_progress(plan, now))
     new = _to(state, now, phase="step", step=0, holds=0, resume_to=None, reason=why, window=window)
     return new, [_emit("started", plan, new, why)]
@@ -232,7 +236,8 @@ def _promoted(plan: Plan, state: RolloutState, now: float, why: str) -> tuple[Ro
     start = state.phase in ("pending", "preflight") or (state.phase == "paused" and state.resume_to == "preflight")
     if start:
         return _started(plan, state, now, why)
-    if state.step + 1 >= len(plan.steps):
+    if state.step + 1 >= len(plan.steps) or plan.steps[state.step + 1] >= 1.0:
+        # the candidate serving everything is the promotion: no stable is left to judge it by
         new = _to(state, now, phase="promoted", resume_to=None, holds=0, reason=why)
         return new, [_emit("completed", plan, new, why)]
     window = max(state.window, _in_progress(plan, now))

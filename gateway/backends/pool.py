@@ -24,6 +24,7 @@ from policies.pickers import RouteState
 from policies.prefix_index import BLOCK_TOKENS, PrefixIndex, prompt_blocks
 from policies.profiles import Profile, profile_of
 from policies.retry_budget import RetryBudget
+from policies.rollout_records import Track
 from policies.routing import RouteResult, prefix_key, route
 from policies.saturation import SaturationDetector
 from policies.session import SessionTable, session_key
@@ -67,8 +68,9 @@ class ModelPool:
         """When a backend counts as saturated, for routing and admission alike."""
         return self.config.saturation
 
-    def route(self, req: GenerationRequest) -> RouteResult:
-        """The pool's backends in the order to try a generation on them. The views carry
+    def route(self, req: GenerationRequest, track: Track | None = None) -> RouteResult:
+        """The pool's backends in the order to try a generation on them (those of `track`
+        when the model is under rollout, policies/filters.py `on_track`). The views carry
         what the profile's scorers read (prefix matches, the session's backend) and the
         prompt tokens each backend would compute, which dispatch adds to its backlog
         until the first event. The choice is remembered: the prompt's blocks in its
@@ -93,7 +95,7 @@ class ModelPool:
                 uncached = uncached_tokens(tokens, approx, len(blocks), BLOCK_TOKENS)
             views.append(b.view(not self.ejection.admits(name), approx, exact, name == owner, uncached))
         key = session or prefix_key(req.messages, req.prompt)
-        result = route(profile, views, req, key, self.detector, self.state)
+        result = route(profile, views, req, key, self.detector, self.state, track=track)
         if log.isEnabledFor(logging.DEBUG):  # what each scorer saw, to check a profile against a workload
             log.debug(
                 "route %s -> %s: %s",

@@ -9,9 +9,10 @@ from prometheus_client import CollectorRegistry
 
 from gateway.observe.metrics import registered
 from policies.rollout import WindowVerdict
-from policies.rollout_state import Plan, RolloutState, shares
+from policies.rollout_state import ACTIONS, Plan, RolloutState, shares
 
 PHASES = ("pending", "preflight", "step", "paused", "promoted", "rolled_back")
+DECISIONS = ("promote", "rollback", "hold", "pause")
 VERDICT_VALUE = {"pass": 1.0, "insufficient": 0.0, "fail": -1.0}
 
 
@@ -55,8 +56,16 @@ class RolloutMetrics:
             "Rollout store calls that failed (the last known shares stay in force).",
             ["model"],
         )
+        self._known: set[str] = set()
 
     def show(self, model: str, plan: Plan, state: RolloutState) -> None:
+        if model not in self._known:  # the counters exported from 0, so rate() sees the first one
+            self._known.add(model)
+            for decision in DECISIONS:
+                self.decisions.labels(model, decision)
+            for action in ACTIONS:
+                self.actions.labels(model, action)
+            self.store_errors.labels(model)
         now = shares(plan, state)
         at_step = state.phase == "step" or (state.phase == "paused" and state.resume_to == "step")
         self.step.labels(model).set(state.step if at_step else -1)

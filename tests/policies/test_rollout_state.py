@@ -49,12 +49,23 @@ def test_start_serves_the_first_step_and_the_mirror():
 
 def test_passing_windows_promote_step_by_step_to_the_end():
     state = started()
-    for window, expected in ((5, 1), (6, 2)):
-        state, events = window_closed(PLAN, state, window, PASS, 2.0)
-        assert state.step == expected and events[0].kind == "promoted"
-    state, events = window_closed(PLAN, state, 7, PASS, 3.0)
+    state, events = window_closed(PLAN, state, 5, PASS, 2.0)
+    assert state.step == 1 and events[0].kind == "promoted"
+    # the next step serves everything: that is the promotion (no stable is left to judge by)
+    state, events = window_closed(PLAN, state, 6, PASS, 3.0)
     assert state.phase == "promoted" and events[0].kind == "completed"
     assert shares(PLAN, state) == TrackShares(candidate=1.0, mirror=0.0)
+    partial = Plan("r1", steps=(0.1, 0.5))  # a rollout may end short of everything
+    state, _ = window_closed(partial, started(partial), 5, PASS, 2.0)
+    assert state.phase == "step" and shares(partial, state).candidate == 0.5
+    state, _ = window_closed(partial, state, 6, PASS, 3.0)
+    assert state.phase == "promoted" and shares(partial, state).candidate == 1.0
+
+
+def test_a_single_step_of_everything_is_promoted_at_start():
+    plan = Plan("r1", steps=(1.0,))
+    state, events = act(plan, RolloutState("r1"), "start", 1.0)
+    assert state.phase == "promoted" and events[0].kind == "completed"
 
 
 def test_a_failing_window_rolls_back_at_once_and_names_the_gate():
@@ -183,7 +194,7 @@ def test_any_event_sequence_keeps_the_invariants(events):
 
 
 def test_a_steps_first_judged_window_is_the_next_whole_one():
-    plan = Plan("r1", steps=(0.1, 1.0))  # 60 s windows
+    plan = Plan("r1", steps=(0.1, 0.5, 1.0))  # 60 s windows
     state, _ = act(plan, RolloutState("r1"), "start", 125.0)  # window 2 in progress
     assert state.window == 2
     same, _ = window_closed(plan, state, 2, PASS, 130.0)

@@ -1,0 +1,186 @@
+"""Rollouts end to end: real simulators, a real Redis, gateway processes, the official
+client. Four bad candidates are each rolled back within one analysis window with the
+requests that reached them bounded by the step's share; a good one is promoted through
+every step with no failed request; a reload and a restart mid-rollout keep its state;
+two replicas on one Redis take the same steps. Figures are printed (`-s` shows them).
+Their own tier, `make test-rollout` (about 3 minutes; each test well under a minute)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+
+import httpx
+import pytest
+
+from tests.procs import metric_samples, start_redis, stopped_after
+from tests.rollout.rollout_e2e_kit import (
+    ADMIN,
+    TTFT_MS,
+    Traffic,
+    by_track,
+    gateway,
+    rollout_config,
+    running,
+    serves,
+    simulators,
+    status,
+    until,
+)
+
+pytestmark = pytest.mark.rollout
+
+
+@pytest.fixture
+def redis(tmp_path):
+    yield from stopped_after(start_redis(tmp_path))
+
+
+def final(s: dict) -> bool:
+    return s["state"]["phase"] in ("promoted", "rolled_back", "paused")
+
+
+BAD_CANDIDATES = {
+    # name: (the candidate simulator's flags, the rollout block's changes, traffic, the gate that must fail)
+    "five_percent_500s": ({"fault": "error_every=20"}, {}, {}, "error_rate"),
+    "doubled_ttft": ({"ttft_ms": 2 * TTFT_MS}, {"gates": {"ttft_p95_ratio_max": 1.4}}, {}, "ttft_p95_ratio"),
+    "invalid_tool_call_json": (
+        {"fault": "bad_tool_args"},
+        {},
+        {"tools": True, "stream": False},
+        "tool_call_invalid_rate",
+    ),
+    "usage_counted_differently": (
+        {"fault": "prompt_tokens_scale=1.3"},
+        {"mirror": {"share": 0.5}},
+        {},
+        "usage_consistency",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_CANDIDATES))
+async def test_a_bad_candidate_is_rolled_back_within_one_window(name, tmp_path, redis):
+    flags, block, traffic_opts, gate = BAD_CANDIDATES[name]
+    with simulators(**flags) as (stable, cand):
+        config = rollout_config(stable.url, cand.url, redis.url, **block)
+        window_s, share = config["models"]["m"]["rollout"]["window_s"], config["models"]["m"]["rollout"]["steps"][0]
+        gw = gateway(tmp_path, config)
+        try:
+            started = time.monotonic()
+            async with running(Traffic([gw.url], **traffic_opts)) as traffic:
+                end, seen = await until(gw, final, timeout_s=60)
+                took = time.monotonic() - started
+            counts = await asyncio.to_thread(by_track, gw)
+        finally:
+            gw.stop()
+    reached = counts["candidate"]
+    total = counts["candidate"] + counts["stable"]
+    print(
+        f"\n{name}: {end['state']['phase']} after {took:.1f} s ({took / window_s:.1f} windows of {window_s} s); "
+        f"client requests {traffic.sent}, failed {len(traffic.failed)}; reached the candidate {reached:.0f} "
+        f"of {total:.0f} ({reached / max(total, 1):.1%}, step share {share:.0%}); reason: {end['state']['reason']}"
+    )
+    assert end["state"]["phase"] == "rolled_back", (seen, end["evidence"][:2])
+    assert gate in end["state"]["reason"], end["state"]["reason"]
+    # The first judged window is the first whole one after the step began: at most two
+    # windows and the judging grace (0.75 s), plus the gateway's start, on a loaded machine.
+    judged = [e for e in end["evidence"] if e["decision"] != "hold"]
+    assert len(judged) == 1 and judged[0]["decision"] == "rollback"
+    assert took < 3 * window_s + 10, took
+    # Sessions are assigned at the step's share: the candidate's part of the traffic is
+    # the share, within four standard deviations of the sessions drawn.
+    sd = math.sqrt(share * (1 - share) / 400)
+    assert reached / total < share + 4 * sd + 0.05, (reached, total)
+    assert seen[-1] == ("rolled_back", 0) and all(step == 0 for _, step in seen)
+
+
+async def test_a_good_candidate_is_promoted_to_every_request_with_none_failed(tmp_path, redis):
+    with simulators() as (stable, cand):
+        config = rollout_config(stable.url, cand.url, redis.url, steps=[0.25, 0.5, 1.0])
+        gw = gateway(tmp_path, config)
+        try:
+            started = time.monotonic()
+            async with running(Traffic([gw.url])) as traffic:
+                end, seen = await until(gw, final, timeout_s=90)
+                took = time.monotonic() - started
+                await asyncio.sleep(1.0)  # served at 100% a while
+        finally:
+            gw.stop()
+    print(
+        f"\ngood candidate: {end['state']['phase']} after {took:.1f} s through {seen}; client requests "
+        f"{traffic.sent}, failed {len(traffic.failed)}, answered by the candidate {traffic.candidate_answers}"
+    )
+    assert end["state"]["phase"] == "promoted", (seen, end["evidence"][:2])
+    assert [s for _, s in seen if _ == "step"] == [0, 1]  # the last step, everything, is the promotion
+    assert traffic.failed == []
+    assert traffic.candidate_answers > 0
+
+
+async def test_a_reload_and_a_restart_mid_rollout_keep_the_state(tmp_path, redis):
+    with simulators() as (stable, cand):
+        config = rollout_config(stable.url, cand.url, redis.url, steps=[0.2, 0.5, 1.0], window_s=3.0)
+        gw = gateway(tmp_path, config)
+        try:
+            async with running(Traffic([gw.url])):
+                before, _ = await until(gw, lambda s: s["state"]["step"] >= 1 or final(s), timeout_s=60)
+                assert before["state"]["phase"] == "step" and before["state"]["step"] == 1, before["state"]
+                r = await asyncio.to_thread(httpx.post, gw.url + "/admin/reload", headers=ADMIN, timeout=30)
+                assert r.status_code == 200, r.text
+                after = await asyncio.to_thread(status, gw)
+                assert after["state"]["rollout_id"] == before["state"]["rollout_id"]
+                assert after["state"]["step"] >= 1 and after["state"]["phase"] in ("step", "promoted")
+        finally:
+            gw.stop()
+        restarted = gateway(tmp_path, config)
+        try:
+            again = await asyncio.to_thread(status, restarted)
+            assert again["state"]["rollout_id"] == before["state"]["rollout_id"]
+            assert again["state"]["step"] >= 1 and again["state"]["version"] >= before["state"]["version"]
+            async with running(Traffic([restarted.url])) as traffic:
+                end, _ = await until(restarted, final, timeout_s=60)
+        finally:
+            restarted.stop()
+    assert end["state"]["phase"] == "promoted" and traffic.failed == []
+
+
+async def test_two_replicas_on_one_redis_take_every_step_together(tmp_path, redis):
+    """Each replica serves the shares it last read; polled together, they show the same
+    phases and steps in the same order, and one replica judged each window."""
+    with simulators() as (stable, cand):
+        config = rollout_config(stable.url, cand.url, redis.url, steps=[0.2, 0.5, 1.0])
+        a, b = gateway(tmp_path, config), gateway(tmp_path, config)
+        marks: dict[str, list[tuple]] = {"a": [], "b": []}
+        try:
+            async with running(Traffic([a.url, b.url])) as traffic:
+                deadline = time.monotonic() + 90
+                while time.monotonic() < deadline:
+                    now = await asyncio.gather(asyncio.to_thread(serves, a), asyncio.to_thread(serves, b))
+                    for name, s in zip(("a", "b"), now, strict=True):
+                        mark = (s["phase"], s["step"], s["candidate_share"])
+                        if not marks[name] or marks[name][-1] != mark:
+                            marks[name].append(mark)
+                    if all(s["phase"] in ("promoted", "rolled_back", "paused") for s in now):
+                        break
+                    await asyncio.sleep(0.1)
+            texts = [
+                await asyncio.to_thread(lambda g=g: httpx.get(g.url + "/metrics", timeout=10).text) for g in (a, b)
+            ]
+        finally:
+            a.stop()
+            b.stop()
+    promotions = [
+        sum(
+            v
+            for k, v in metric_samples(t).items()
+            if k.startswith("switchyard_rollout_decisions_total{") and 'decision="promote"' in k
+        )
+        for t in texts
+    ]
+    print(f"\ntwo replicas: a {marks['a']}\n              b {marks['b']}; windows promoted by each {promotions}")
+    steps = [m for m in marks["a"] if m[0] in ("step", "promoted")]
+    assert steps == [("step", 0, 0.2), ("step", 1, 0.5), ("promoted", 1, 1.0)], marks
+    assert [m for m in marks["b"] if m[0] in ("step", "promoted")] == steps
+    assert sum(promotions) == 2  # each window judged once, by one replica or the other
+    assert traffic.failed == []
