@@ -34,7 +34,7 @@ TOOLS = [
     }
 ]
 SIM_TOOLS = {"enable_auto_tool_choice": True, "tool_call_parser": "hermes"}
-TTFT_MS = 60  # both tracks' time to first token unless a test doubles the candidate's
+TTFT_MS = 150  # both tracks' time to first token (large beside a loaded machine's noise) unless a test doubles it
 
 
 @contextlib.contextmanager
