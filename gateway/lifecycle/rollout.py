@@ -82,12 +82,17 @@ class RolloutController:
     # -- the request path's sink -------------------------------------------------------
 
     def record(self, model: str, record: TrackRecord) -> None:
-        if model in self.plans():
+        if self._judging(model):
             self._records.setdefault(model, deque(maxlen=BUFFER_MAX)).append(record)
 
     def compare(self, model: str, comparison: MirrorComparison) -> None:
-        if model in self.plans():
+        if self._judging(model):
             self._comparisons.setdefault(model, deque(maxlen=BUFFER_MAX)).append(comparison)
+
+    def _judging(self, model: str) -> bool:
+        """Records are kept only while a step runs: no window is judged otherwise."""
+        state = self._states.get(model)
+        return state is not None and state.phase == "step" and model in self.plans()
 
     def shares(self, model: str) -> TrackShares:
         plan = self.plans().get(model)

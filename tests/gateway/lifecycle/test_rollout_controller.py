@@ -205,6 +205,9 @@ async def test_records_of_models_without_a_rollout_are_dropped_and_buffers_are_b
     clock = Clock(1001.0)
     store = MemoryRolloutStore(clock)
     c = controller(store, clock)
+    c.record("m", TrackRecord("stable", 1000.5))  # before the first read: no step runs yet
+    await c.tick()
+    assert (await store.window("m", "r1", 500)).records == []
     c.record("other", TrackRecord("stable", 1000.5))
     for i in range(20000):
         c.record("m", TrackRecord("candidate", 1000.5 + i * 1e-6))
