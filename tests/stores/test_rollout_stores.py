@@ -162,3 +162,26 @@ async def test_state_survives_in_redis_for_a_new_client(redis_server):
     assert await b.load("m") == moved
     assert await b.ensure("m", "r1", 3.0) == moved
     await b.aclose()
+
+
+async def test_a_model_name_cannot_break_out_of_its_keys(store):
+    await store.ensure("a}{b", "r1", 1.0)
+    await store.push("a}{b", "r1", 1, 2.0, [TrackRecord("stable", 1.0)], [])
+    assert await store.load("a") is None and await store.load("b") is None
+    assert (await store.window("a", "r1", 1)).records == []
+    assert len((await store.window("a}{b", "r1", 1)).records) == 1
+
+
+async def test_a_full_redis_refuses_the_writes_as_unavailable(redis_server):
+    store = RedisRolloutStore(redis_server.url, key_prefix="t", timeout_s=0.5)
+    await store.ensure("m", "r1", 1.0)
+    await store.redis.command("CONFIG", "SET", "maxmemory", "1")
+    try:
+        with pytest.raises(RolloutStoreUnavailable):
+            await store.push("m", "r1", 1, 2.0, [TrackRecord("stable", 1.0)] * 50, [])
+        with pytest.raises(RolloutStoreUnavailable):
+            await store.ensure("m", "r2", 2.0)
+    finally:
+        await store.redis.command("CONFIG", "SET", "maxmemory", "0")
+    assert (await store.load("m")).rollout_id == "r1"
+    await store.aclose()
