@@ -78,9 +78,7 @@ class RolloutSink(Protocol):
     `record` each request's `TrackRecord`, `compare` each mirrored request's
     `MirrorComparison`, `shares` the shares in force now. Called on the event loop, on
     the request path: each call must return at once (no I/O awaited; buffer and flush
-    elsewhere). The controller (policies/rollout.py, stores/rollout_*.py) implements
-    it; without one the gateway's `StaticShares` (gateway/serving/rollout.py) serves the
-    config's first step and keeps nothing."""
+    elsewhere). The rollout controller (gateway/lifecycle/rollout.py) implements it."""
 
     def record(self, model: str, record: TrackRecord) -> None: ...
 

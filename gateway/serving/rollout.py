@@ -1,6 +1,5 @@
 """A rollout on the request path: which track a request was given and served by, its
-answer's tally, the `TrackRecord` made of it when it ends, and `StaticShares`, the
-shares the request path reads when no rollout controller runs.
+answer's tally, and the `TrackRecord` made of it when it ends.
 
 Dispatch decides the track (`RolloutRequest`, policies/rollout_assign.py) and routing
 keeps the request on its backends (policies/filters.py `on_track`); the generation
@@ -16,9 +15,8 @@ import time
 from dataclasses import dataclass, field
 
 from adapters.base import Usage
-from gateway.config.schema import GatewayConfig
 from gateway.serving.answer_check import AnswerCheck
-from policies.rollout_records import NO_ROLLOUT, MirrorComparison, Track, TrackRecord, TrackShares
+from policies.rollout_records import Track, TrackRecord, TrackShares
 
 # The kind of failure a rollout's analysis counts, by the status the client got; a
 # client's mistake (another 4xx) and a client that left say nothing about a track.
@@ -76,29 +74,3 @@ class RolloutRequest:
         if not self.ended.done():
             self.ended.set_result(record)
         return record
-
-
-class StaticShares:
-    """The rollout sink when no controller runs: each model under rollout at its
-    config's first step and mirror share; records and comparisons are not kept (there
-    is no analysis to read them). Reconfigured on a reload."""
-
-    def __init__(self, config: GatewayConfig) -> None:
-        self._shares: dict[str, TrackShares] = {}
-        self.reconfigure(config)
-
-    def reconfigure(self, config: GatewayConfig) -> None:
-        self._shares = {
-            name: TrackShares(model.rollout.steps[0], model.rollout.mirror.share)
-            for name, model in config.models.items()
-            if model.rollout is not None
-        }
-
-    def shares(self, model: str) -> TrackShares:
-        return self._shares.get(model, NO_ROLLOUT)
-
-    def record(self, model: str, record: TrackRecord) -> None:
-        pass
-
-    def compare(self, model: str, comparison: MirrorComparison) -> None:
-        pass

@@ -1,13 +1,10 @@
 """A model's rollout block as the config reads it (gateway/config/rollout.py): its
-defaults, a valid fleet of two tracks, and the shares the request path reads without a
-controller (gateway/serving/rollout.py `StaticShares`), a reload included."""
+defaults, a valid fleet of two tracks, the gates set field by field, a mirror-only first step."""
 
 from __future__ import annotations
 
 from gateway.config.rollout import DEFAULT_STEPS, RolloutGates
 from gateway.config.schema import parse_config
-from gateway.serving.rollout import StaticShares
-from policies.rollout_records import NO_ROLLOUT, TrackShares
 
 VLLM = {"adapter": "vllm", "url": "http://127.0.0.1:8000"}
 
@@ -38,14 +35,6 @@ def test_the_gates_are_set_field_by_field():
     assert gates.itl_p95_ratio_max == RolloutGates().itl_p95_ratio_max
 
 
-def test_without_a_controller_each_model_under_rollout_is_at_its_first_step():
-    shares = StaticShares(parse_config(fleet(steps=[0.1, 1.0], mirror={"share": 0.2})))
-    assert shares.shares("m") == TrackShares(0.1, 0.2)
-    assert shares.shares("plain") == NO_ROLLOUT and shares.shares("unknown") == NO_ROLLOUT
-    shares.reconfigure(parse_config(fleet(steps=[0.3])))
-    assert shares.shares("m") == TrackShares(0.3, 0.0)
-
-
 def test_a_first_step_of_zero_is_a_mirror_only_step():
-    shares = StaticShares(parse_config(fleet(steps=[0, 0.5], mirror={"share": 1.0})))
-    assert shares.shares("m") == TrackShares(0.0, 1.0)
+    rollout = parse_config(fleet(steps=[0, 0.5], mirror={"share": 1.0})).models["m"].rollout
+    assert rollout is not None and rollout.steps == [0, 0.5] and rollout.mirror.share == 1.0

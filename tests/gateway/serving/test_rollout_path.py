@@ -42,7 +42,7 @@ async def test_a_quarter_of_the_sessions_are_the_candidates_and_none_flips(sims)
     sessions, turns = 100, 2
     tracks: dict[str, set[int]] = defaultdict(set)
     limit = asyncio.Semaphore(8)
-    async with serving(rolled_out(stable.url, candidate.url)) as served:  # no controller: the first step, 0.25
+    async with serving(rolled_out(stable.url, candidate.url), rollouts=Controller(candidate=0.25)) as served:
         api = client(served.url)
 
         async def one(session: str, i: int) -> None:
