@@ -65,8 +65,9 @@ log = logging.getLogger("switchyard.gateway")
 class Gateway:
     """`source`: the config file a reload reads again (gateway/lifecycle/reload.py); `worker`:
     this process's place among `serve --workers` (gateway/lifecycle/workers.py); `rollouts`:
-    a rollout sink (policies/rollout_records.py `RolloutSink`) that sets the shares in
-    place of the rollout controller (gateway/lifecycle/rollout.py), which still runs."""
+    the sink the request path records to and reads its rollout shares from
+    (policies/rollout_records.py `RolloutSink`), by default the rollout controller
+    (gateway/lifecycle/rollout.py; a test passes a stand-in with fixed shares)."""
 
     def __init__(
         self,
@@ -81,16 +82,15 @@ class Gateway:
         self.metrics = metrics or GatewayMetrics()
         self.tracing = tracing or build_tracing(config.tracing)
         self.backends = BackendSet(config, registry=self.metrics.registry)
-        # Rollouts (docs/rollouts.md): the controller decides and is the request path's sink
-        # (unless the caller gives one that sets the shares itself).
+        # Rollouts (docs/rollouts.md): the request path's sink and the task that decides.
         self.rollout_plans = plans_of(config)
-        self.rollout_controller = RolloutController(
+        self.rollouts = RolloutController(
             rollout_store(config), lambda: self.rollout_plans, RolloutMetrics(self.metrics.registry)
         )
-        self.rollouts: RolloutSink = rollouts if rollouts is not None else self.rollout_controller
-        self.dispatcher = Dispatcher(self.backends, self._count_backend_failure, self.rollouts)
+        self.rollout_sink: RolloutSink = self.rollouts if rollouts is None else rollouts
+        self.dispatcher = Dispatcher(self.backends, self._count_backend_failure, self.rollout_sink)
         self._draining = False
-        self.mirror = Mirror(self.backends, self.rollouts, self.metrics, lambda: self._draining)
+        self.mirror = Mirror(self.backends, self.rollout_sink, self.metrics, lambda: self._draining)
         # One of several workers on the port (gateway/lifecycle/workers.py): quotas in memory are shared out.
         siblings = worker if worker is not None and worker.count > 1 else None
         self.protection = Protection.from_config(
@@ -102,7 +102,7 @@ class Gateway:
             access_logger() if config.access_log else None,
             TenantLabels.of(config),
             self.backends.serves_in_process,
-            self.rollouts,
+            self.rollout_sink,
         )
         self.started_at = int(time.time())
         self.started = False
@@ -125,7 +125,7 @@ class Gateway:
             config, self.protection, self.metrics.registry, self.recorder, self.tracing
         )
         self.admin = AdminViews(lambda: self.config, self.reloader, worker.describe() if worker else None, fan_out)
-        self.rollout_admin = RolloutAdmin(lambda: self.config, self.rollout_controller)
+        self.rollout_admin = RolloutAdmin(lambda: self.config, self.rollouts)
         self.intake = Intake(
             lambda: self.config,
             self.protection,
@@ -163,14 +163,14 @@ class Gateway:
         if self.worker_metrics is not None:
             await self.worker_metrics.start()
         self.lifecycle.start()
-        self.rollout_controller.start()
+        self.rollouts.start()
         self.started = True
 
     async def shutdown(self) -> None:
         self.started = False
         await self.lifecycle.aclose()
         self.mirror.cancel_all()
-        await self.rollout_controller.aclose()
+        await self.rollouts.aclose()
         if self.worker_metrics is not None:
             await self.worker_metrics.aclose()
         await self.backends.aclose()

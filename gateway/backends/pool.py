@@ -41,6 +41,9 @@ class ModelPool:
     feeds: dict[str, KVFeed] = field(default_factory=dict)  # backend name -> its KV-event feed
     profile: Profile = field(init=False)
     state: RouteState = field(init=False, default_factory=RouteState)
+    # A rollout's candidate track turns its own ring: sharing the stable one, requests of
+    # the two tracks interleaving (or the mirror's copies) would skew stable's rotation.
+    candidate_state: RouteState = field(init=False, default_factory=RouteState)
     prefixes: dict[str, PrefixIndex] = field(init=False)
     sessions: SessionTable = field(init=False)
     ejection: OutlierDetector = field(init=False)
@@ -95,7 +98,8 @@ class ModelPool:
                 uncached = uncached_tokens(tokens, approx, len(blocks), BLOCK_TOKENS)
             views.append(b.view(not self.ejection.admits(name), approx, exact, name == owner, uncached))
         key = session or prefix_key(req.messages, req.prompt)
-        result = route(profile, views, req, key, self.detector, self.state, track=track)
+        state = self.candidate_state if track == "candidate" else self.state
+        result = route(profile, views, req, key, self.detector, state, track=track)
         if log.isEnabledFor(logging.DEBUG):  # what each scorer saw, to check a profile against a workload
             log.debug(
                 "route %s -> %s: %s",
@@ -116,12 +120,14 @@ class ModelPool:
                 self.sessions.record(session, chosen, clock)
         return result
 
-    def order(self, req: GenerationRequest, among: list[Backend]) -> RouteResult:
+    def order(self, req: GenerationRequest, among: list[Backend], track: Track | None = None) -> RouteResult:
         """`among` (backends of this pool) in the order to try a one-shot call on them:
         the same pipeline on what the pool knows of each backend alone (no prompt
-        matched, no session read, nothing remembered but the pickers' turn)."""
+        matched, no session read, nothing remembered but the pickers' turn: `track`'s,
+        for the mirror's copies to the candidates)."""
         views = [b.view(not self.ejection.admits(b.name)) for b in among]
-        return route(self.profile, views, req, None, self.detector, self.state)
+        state = self.candidate_state if track == "candidate" else self.state
+        return route(self.profile, views, req, None, self.detector, state)
 
     def capacity(self) -> int | None:
         """Requests the pool can take now (None: unbounded): max_inflight per

@@ -38,9 +38,12 @@ class RolloutGates(StrictSection):
     them their meaning: latency as the candidate's requests past the stable p95 times the
     ratio, rates by their Wilson lower bound (docs/rollouts.md, "Gates")."""
 
-    # Latency: the candidate's TTFT and mean inter-token gap against the stable p95.
+    # Latency: the candidate's TTFT and mean inter-token gap against stable's percentile
+    # (`*_percentile`, p95 by default; the ratios' names keep "p95") times the ratio.
     ttft_p95_ratio_max: float = Field(1.5, ge=1)
     itl_p95_ratio_max: float = Field(1.5, ge=1)
+    ttft_percentile: float = Field(0.95, gt=0, lt=1)
+    itl_percentile: float = Field(0.95, gt=0, lt=1)
     # Failures (5xx, overload; timeouts): the candidate's rate at most stable's plus this.
     error_rate_max_delta: float = Field(0.01, ge=0, le=1)
     timeout_rate_max_delta: float = Field(0.01, ge=0, le=1)

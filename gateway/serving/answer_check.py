@@ -68,8 +68,9 @@ class AnswerCheck:
 
     @property
     def itl_s(self) -> float | None:
-        """The mean gap between output events after the first (None: fewer than two)."""
-        if not self.gaps or self.first_at is None or self.last_at is None:
+        """The mean gap between output events after the first (None: fewer than two, or a
+        whole answer, whose events all come at once)."""
+        if not self.req.stream or not self.gaps or self.first_at is None or self.last_at is None:
             return None
         return (self.last_at - self.first_at) / self.gaps
 

@@ -110,7 +110,7 @@ class Mirror:
         rollout_cfg = pool.config.rollout
         assert rollout_cfg is not None
         candidates = [b for b in pool.backends if b.config.track == "candidate"]
-        routed = pool.order(copy, candidates)
+        routed = pool.order(copy, candidates, "candidate")
         serving = [v.name for v in routed.candidates if v.healthy and not v.ejected]
         if not serving:
             self._count(pool.name, "dropped")

@@ -1,6 +1,5 @@
 """A rollout on the request path: which track a request was given and served by, its
-answer's tally, and the `TrackRecord` made of it when it ends (for the rollout
-controller, gateway/lifecycle/rollout.py, the request path's `RolloutSink`).
+answer's tally, and the `TrackRecord` made of it when it ends.
 
 Dispatch decides the track (`RolloutRequest`, policies/rollout_assign.py) and routing
 keeps the request on its backends (policies/filters.py `on_track`); the generation

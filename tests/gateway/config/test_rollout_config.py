@@ -1,6 +1,7 @@
 """A model's rollout block as the config reads it (gateway/config/rollout.py): its
-defaults, a valid fleet of two tracks, and the plans and shares the rollout controller
-makes of it (gateway/lifecycle/rollout.py), a reload included."""
+defaults, a valid fleet of two tracks, the gates set field by field, a mirror-only first step,
+and the plans and shares the rollout controller makes of it (gateway/lifecycle/rollout.py),
+a reload included."""
 
 from __future__ import annotations
 
@@ -42,6 +43,11 @@ def test_the_gates_are_set_field_by_field():
     assert gates.itl_p95_ratio_max == RolloutGates().itl_p95_ratio_max
 
 
+def test_a_first_step_of_zero_is_a_mirror_only_step():
+    rollout = parse_config(fleet(steps=[0, 0.5], mirror={"share": 1.0})).models["m"].rollout
+    assert rollout is not None and rollout.steps == [0, 0.5] and rollout.mirror.share == 1.0
+
+
 async def started(config_data: dict) -> tuple[RolloutController, dict]:
     holder = {"plans": plans_of(parse_config(config_data))}
     controller = RolloutController(MemoryRolloutStore(), lambda: holder["plans"], RolloutMetrics(CollectorRegistry()))
@@ -61,7 +67,7 @@ async def test_each_model_under_rollout_starts_at_its_first_step_and_a_changed_b
     assert controller.shares("m") == TrackShares(0.3, 0.0)
 
 
-async def test_a_first_step_of_zero_is_a_mirror_only_step():
+async def test_the_controller_serves_a_mirror_only_first_step():
     controller, _ = await started(fleet(steps=[0, 0.5], mirror={"share": 1.0}))
     assert controller.shares("m") == TrackShares(0.0, 1.0)
 

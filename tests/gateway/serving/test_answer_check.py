@@ -64,10 +64,12 @@ def test_structured_answers_are_judged_against_the_requests_schema():
     assert check(good, response_format=fmt({"type": 12})).structured_valid is True
 
 
-def test_the_inter_token_gap_needs_two_output_events():
-    assert check([TextDelta(0, "a"), Finish(0, "stop")]).itl_s is None
-    tally = check([TextDelta(0, "a"), TextDelta(0, "b"), TextDelta(0, "c"), Finish(0, "stop")])
+def test_the_inter_token_gap_needs_two_output_events_of_a_stream():
+    assert check([TextDelta(0, "a"), Finish(0, "stop")], stream=True).itl_s is None
+    three = [TextDelta(0, "a"), TextDelta(0, "b"), TextDelta(0, "c"), Finish(0, "stop")]
+    tally = check(three, stream=True)
     assert tally.itl_s is not None and tally.itl_s >= 0 and tally.gaps == 2
+    assert check(three).itl_s is None  # a whole answer's events come at once: no gap to judge
 
 
 @pytest.mark.parametrize(

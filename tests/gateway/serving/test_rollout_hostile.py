@@ -30,7 +30,7 @@ async def test_ten_thousand_session_ids_grow_nothing(sims):
     stable, _ = sims
     config = rolled_out(stable.url, stable.url)
     config["models"]["m"] |= {"routing": "blended", "session_affinity": {"max_sessions": 100}}
-    async with serving(config) as served:
+    async with serving(config, rollouts=Controller(candidate=0.25)) as served:
         gw = served.gateway
         pool = gw.backends.pools["m"]
 

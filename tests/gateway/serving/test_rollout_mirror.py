@@ -69,7 +69,7 @@ async def test_copies_reach_the_candidate_are_compared_and_charged_to_no_one(sta
                         if chunk.usage is not None:
                             seen_tokens += chunk.usage.total_tokens
             comparisons = await controller.compared(requests)
-            compared = served.metric("switchyard_rollout_mirror_copies_total", model="m", result="compared")
+        compared = served.metric("switchyard_rollout_mirror_copies_total", model="m", result="compared")
         assert candidate.stats()["requests_total"] == requests
     assert stable.stats()["requests_total"] >= requests
     assert all(c.alike for c in comparisons), [c.differences for c in comparisons]
@@ -111,7 +111,10 @@ async def test_a_hanging_candidate_slows_no_client_and_its_copies_are_bounded_th
             controller.now = type(controller.now)(0.0, 1.0)  # the mirror on: every request copied
             with_mirror = [await timed() for _ in range(requests)]
             dropped = served.metric("switchyard_rollout_mirror_copies_total", model="m", result="dropped")
-            held = hanging.stats()["in_flight"]
+            async with asyncio.timeout(30):  # the copies under way reach the candidate
+                while hanging.stats()["in_flight"] < bound:
+                    await asyncio.sleep(0.02)
+            held = hanging.stats()["max_in_flight"]  # never more than the bound at once
             served.gateway.draining = True  # a drain cancels the copies under way
             async with asyncio.timeout(30):
                 while hanging.stats()["in_flight"]:

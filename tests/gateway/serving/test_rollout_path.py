@@ -42,9 +42,7 @@ async def test_a_quarter_of_the_sessions_are_the_candidates_and_none_flips(sims)
     sessions, turns = 100, 2
     tracks: dict[str, set[int]] = defaultdict(set)
     limit = asyncio.Semaphore(8)
-    async with serving(
-        rolled_out(stable.url, candidate.url)
-    ) as served:  # the controller starts it at its first step, 0.25
+    async with serving(rolled_out(stable.url, candidate.url), rollouts=Controller(candidate=0.25)) as served:
         api = client(served.url)
 
         async def one(session: str, i: int) -> None:
@@ -55,7 +53,8 @@ async def test_a_quarter_of_the_sessions_are_the_candidates_and_none_flips(sims)
             tracks[session].add(answer.usage.completion_tokens)
 
         await asyncio.gather(*(one(f"session-{s}", i) for s in range(sessions) for i in range(turns)))
-        by_track = {t: served.metric("switchyard_requests_total", model="m", track=t) for t in ("stable", "candidate")}
+    # read once the server stopped: each request is counted by then (just after its answer)
+    by_track = {t: served.metric("switchyard_requests_total", model="m", track=t) for t in ("stable", "candidate")}
     assert all(len(seen) == 1 for seen in tracks.values()), "a session flipped between the tracks"
     on_candidate = sum(seen == {CANDIDATE_TOKENS} for seen in tracks.values())
     sd = math.sqrt(sessions * 0.25 * 0.75)
@@ -70,13 +69,14 @@ async def test_each_request_hands_the_sink_one_record_of_its_track(sims):
         api = client(served.url)
         lengths = []
         for i in range(40):  # no session, no tenant stickiness: each request drawn on its own
-            answer = await api.chat.completions.create(model="m", messages=turn(f"q{i}"), stream=i % 2 == 0)
-            if i % 2 == 0:
-                lengths.append(None)
-                async for _ in answer:
-                    pass
-            else:
+            if i % 2:
+                answer = await api.chat.completions.create(model="m", messages=turn(f"q{i}"))
                 lengths.append(answer.usage.completion_tokens)
+                continue
+            stream = await api.chat.completions.create(
+                model="m", messages=turn(f"q{i}"), stream=True, stream_options={"include_usage": True}
+            )
+            lengths += [chunk.usage.completion_tokens async for chunk in stream if chunk.usage is not None]
         await api.chat.completions.create(model="m", messages=turn("weather? [[sim:tool_call]]"), tools=TOOLS)
         schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
         await api.chat.completions.create(
@@ -84,18 +84,25 @@ async def test_each_request_hands_the_sink_one_record_of_its_track(sims):
             messages=turn("a city"),
             response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
         )
+    # (A record is written when its request ends on the gateway, which may be just after
+    # the next one began: they are compared as a whole, not in order.)
     records = [r for model, r in controller.records if model == "m"]
-    assert len(records) == 42
-    assert {r.track for r in records} == {"stable", "candidate"}
-    for length, record in zip(lengths, records, strict=False):
-        assert record.failure is None and record.ttft_s is not None and record.ttft_s > 0
-        assert record.finish_reason in ("stop", "length") and record.prompt_tokens
-        expected = CANDIDATE_TOKENS if record.track == "candidate" else STABLE_TOKENS
-        assert record.completion_tokens == expected and (length is None or length == expected)
-        assert record.tool_calls_valid is None and record.structured_valid is None
-    tool_call, structured = records[-2:]
+    assert len(records) == 42 and len(lengths) == 40
+    plain = [r for r in records if r.tool_calls_valid is None and r.structured_valid is None]
+    (tool_call,) = [r for r in records if r.tool_calls_valid is not None]
+    (structured,) = [r for r in records if r.structured_valid is not None]
     assert tool_call.tool_calls_valid is True and tool_call.finish_reason == "tool_calls"
     assert structured.structured_valid is True and structured.tool_calls_valid is None
+    assert len(plain) == 40 and {r.track for r in plain} == {"stable", "candidate"}
+    length_of = {"candidate": CANDIDATE_TOKENS, "stable": STABLE_TOKENS}
+    assert sorted(length_of[r.track] for r in plain) == sorted(lengths)  # the record names the track that answered
+    for record in records:
+        assert record.failure is None and record.ttft_s is not None and record.ttft_s > 0
+        assert record.finish_reason in ("stop", "length", "tool_calls") and record.prompt_tokens
+        assert record.itl_s is None or record.itl_s >= 0
+    streamed = [r for r in plain if r.itl_s is not None]
+    assert 0 < len(streamed) <= 20  # only streams have gaps to judge
+    assert all(r.completion_tokens == length_of[r.track] for r in plain)
 
 
 async def test_a_failing_candidate_is_recorded_as_failing_on_its_track(sims):
@@ -123,8 +130,7 @@ async def test_a_candidate_with_no_serving_backend_leaves_its_requests_to_stable
             raw = await api.chat.completions.with_raw_response.create(model="m", messages=turn(f"q{i}"))
             assert raw.headers["x-switchyard-track-fallback"] == "candidate"
             assert raw.parse().usage.completion_tokens == STABLE_TOKENS
-        fallbacks = served.metric("switchyard_rollout_fallbacks_total", model="m", track="candidate")
-    assert fallbacks == 4
+    assert served.metric("switchyard_rollout_fallbacks_total", model="m", track="candidate") == 4
     assert [r.track for _, r in controller.records] == ["stable"] * 4
 
 
@@ -135,7 +141,7 @@ async def test_a_model_without_rollout_gets_no_track_and_no_record(sims):
     async with serving(config, rollouts=controller) as served:
         raw = await client(served.url).chat.completions.with_raw_response.create(model="m", messages=turn("q"))
         assert "x-switchyard-track-fallback" not in raw.headers
-        assert served.metric("switchyard_requests_total", model="m", track="") == 1
+    assert served.metric("switchyard_requests_total", model="m", track="") == 1
     assert controller.records == [] and controller.comparisons == []
 
 
