@@ -299,6 +299,17 @@ def rollout_store(config: GatewayConfig) -> RolloutStore:
     return MemoryRolloutStore()
 
 
+def workers_warning(config: GatewayConfig) -> str | None:
+    """What `serve` says at start when several workers would each keep their own rollout."""
+    rolled = sorted(name for name, model in config.models.items() if getattr(model, "rollout", None) is not None)
+    if config.workers < 2 or config.quota_store.kind != "memory" or not rolled:
+        return None
+    return (
+        f"{config.workers} workers, and the rollout state is in memory: each worker runs its own rollout of "
+        f"{', '.join(rolled)} (its own steps and decisions); set quota_store to redis to share one"
+    )
+
+
 def plans_of(config: GatewayConfig) -> dict[str, Plan]:
     """The rollout of each model whose config has a `rollout:` block. Its id is a digest of
     the block and of the model's candidate backends: the same after a reload or a restart

@@ -82,3 +82,12 @@ def test_the_plan_carries_the_gates_window_and_options():
     assert plan.gates.window_s == 2 and plan.gates.min_samples == 7 and plan.gates.ttft_p95_ratio_max == 2.0
     other = plans_of(parse_config(fleet(steps=[0.5, 1.0], window_s=3)))["m"]
     assert other.rollout_id != plan.rollout_id
+
+
+def test_several_workers_with_the_rollout_in_memory_are_warned():
+    from gateway.lifecycle.rollout import workers_warning
+
+    assert "each worker runs its own rollout of m" in workers_warning(parse_config({**fleet(), "workers": 2}))
+    assert workers_warning(parse_config(fleet())) is None
+    shared = {**fleet(), "workers": 2, "quota_store": {"kind": "redis", "url": "redis://127.0.0.1:6379/0"}}
+    assert workers_warning(parse_config(shared)) is None
