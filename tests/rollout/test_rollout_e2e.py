@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import signal
 import subprocess
 import time
 
@@ -196,3 +198,38 @@ async def test_two_replicas_on_one_redis_take_every_step_together(tmp_path, redi
     assert [m for m in marks["b"] if m[0] in ("step", "promoted")] == steps
     assert sum(promotions) == 2  # each window judged once, by one replica or the other
     assert traffic.failed == []
+
+
+async def test_redis_hung_mid_rollout_fails_no_request_and_keeps_the_step(tmp_path, redis):
+    """Redis stopped (SIGSTOP: connections kept, nothing answered) under traffic: every
+    client request is still answered, the replica serves the step it had, and once Redis
+    answers again the rollout goes on to its promotion."""
+    with simulators() as (stable, cand):
+        config = rollout_config(stable.url, cand.url, redis.url, steps=[0.25, 0.5, 1.0], window_s=3.0)
+        config["quota_store"]["timeout_s"] = 0.3
+        gw = gateway(tmp_path, config)
+        try:
+            async with running(Traffic([gw.url])) as traffic:
+                await until(gw, lambda s: s["state"]["phase"] == "step", timeout_s=30)
+                held = await asyncio.to_thread(serves, gw)
+                os.kill(redis.child.pid, signal.SIGSTOP)
+                try:
+                    sent = traffic.sent
+                    await asyncio.sleep(8.0)  # more than two windows: none can be judged
+                    during = await asyncio.to_thread(serves, gw)
+                    served_meanwhile = traffic.sent - sent
+                finally:
+                    os.kill(redis.child.pid, signal.SIGCONT)
+                end, _ = await until(gw, final, timeout_s=60)
+            errors = await asyncio.to_thread(lambda: httpx.get(gw.url + "/metrics", timeout=10).text)
+        finally:
+            gw.stop()
+    print(f"\nredis hung 8 s: {served_meanwhile} requests served meanwhile at share {during['candidate_share']}")
+    assert (during["phase"], during["step"], during["candidate_share"]) == (
+        held["phase"],
+        held["step"],
+        held["candidate_share"],
+    )
+    assert served_meanwhile > 0 and traffic.failed == []
+    assert end["state"]["phase"] == "promoted"
+    assert "switchyard_rollout_store_errors_total" in errors
