@@ -29,8 +29,8 @@ NOT_DOCUMENTED = {
     "/admin/config",
     "/openapi.json",
     "/admin/rollouts",
-    "/admin/rollouts/{model}",
-    "/admin/rollouts/{model}/{action}",
+    "/admin/rollouts/{model:path}",
+    "/admin/rollouts/{model:path}/{action}",
 }
 
 
