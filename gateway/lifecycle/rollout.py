@@ -116,7 +116,10 @@ class RolloutController:
 
     async def _run(self) -> None:
         while True:
-            await self.tick()
+            try:
+                await self.tick()
+            except Exception:  # a bug must not stop every later decision: logged, next tick
+                log.exception("rollout tick failed")
             await asyncio.sleep(self.tick_s)
 
     async def tick(self) -> None:

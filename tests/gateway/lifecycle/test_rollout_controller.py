@@ -4,6 +4,7 @@ Redis (or the memory store where one replica is the point)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 
@@ -238,3 +239,34 @@ async def test_server_errors_on_the_candidate_roll_it_back(redis_store):
     await next_window([c], clock)
     status = await c.status("m")
     assert status["state"]["phase"] == "rolled_back" and "error_rate" in status["state"]["reason"]
+
+
+class BrokenOnce(MemoryRolloutStore):
+    """A store whose first read raises what no store should (a bug, not an outage)."""
+
+    def __init__(self, clock) -> None:
+        super().__init__(clock)
+        self.broken = True
+
+    async def ensure(self, model, rollout_id, now):
+        if self.broken:
+            self.broken = False
+            raise RuntimeError("a bug in one tick")
+        return await super().ensure(model, rollout_id, now)
+
+
+async def test_a_tick_that_raises_is_logged_and_the_task_goes_on(caplog):
+    clock = Clock(1001.0)
+    c = RolloutController(
+        BrokenOnce(clock), lambda: {"m": PLAN}, RolloutMetrics(CollectorRegistry()), clock=clock, tick_s=0.01
+    )
+    c.start()
+    try:
+        for _ in range(500):
+            if c.shares("m").candidate == 0.1:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        await c.aclose()
+    assert c.shares("m").candidate == 0.1
+    assert "rollout tick failed" in caplog.text
