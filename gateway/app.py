@@ -35,6 +35,7 @@ from gateway.lifecycle.inflight import Exchange, InFlight
 from gateway.lifecycle.process import Lifecycle, shutting_down
 from gateway.lifecycle.reload import ConfigNotApplied, ConfigReloader, ConfigSource, ConfigVersion, preflight_refusal
 from gateway.lifecycle.rollout import RolloutController, plans_of, rollout_store
+from gateway.lifecycle.rollout_preflight import ConformancePreflight
 from gateway.lifecycle.workers import WorkerSlot
 from gateway.observe.admin import AdminViews
 from gateway.observe.admin_rollouts import RolloutAdmin
@@ -85,7 +86,10 @@ class Gateway:
         # Rollouts (docs/rollouts.md): the request path's sink and the task that decides.
         self.rollout_plans = plans_of(config)
         self.rollouts = RolloutController(
-            rollout_store(config), lambda: self.rollout_plans, RolloutMetrics(self.metrics.registry)
+            rollout_store(config),
+            lambda: self.rollout_plans,
+            RolloutMetrics(self.metrics.registry),
+            preflight=ConformancePreflight(lambda: self.config),
         )
         self.rollout_sink: RolloutSink = self.rollouts if rollouts is None else rollouts
         self.dispatcher = Dispatcher(self.backends, self._count_backend_failure, self.rollout_sink)

@@ -165,7 +165,10 @@ def preflight_done(
     if state.phase != "preflight":
         raise TransitionRefused(f"the rollout is {state.phase}, not in preflight")
     if failed_checks:
-        return _rolled_back(plan, state, now, "preflight refused: MUST checks failed: " + ", ".join(failed_checks))
+        named = ", ".join(failed_checks[:10]) + (
+            f" and {len(failed_checks) - 10} more" if len(failed_checks) > 10 else ""
+        )
+        return _rolled_back(plan, state, now, "preflight refused: MUST checks failed: " + named)
     return _started(plan, state, now, "preflight passed")
 
 

@@ -139,6 +139,8 @@ def test_preflight_gates_the_first_step():
     assert state.phase == "preflight" and shares(plan, state) == NO_ROLLOUT
     refused, events = preflight_done(plan, state, ("streaming.done_marker",), 2.0)
     assert refused.phase == "rolled_back" and "streaming.done_marker" in refused.reason
+    many, _ = preflight_done(plan, state, tuple(f"check.{i}" for i in range(30)), 2.0)
+    assert "check.9 and 20 more" in many.reason and "check.10" not in many.reason
     passed, _ = preflight_done(plan, state, (), 2.0)
     assert passed.phase == "step" and shares(plan, passed).candidate == 0.1
 

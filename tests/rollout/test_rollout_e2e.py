@@ -233,3 +233,30 @@ async def test_redis_hung_mid_rollout_fails_no_request_and_keeps_the_step(tmp_pa
     assert served_meanwhile > 0 and traffic.failed == []
     assert end["state"]["phase"] == "promoted"
     assert "switchyard_rollout_store_errors_total" in errors
+
+
+@pytest.mark.parametrize("fault", [None, "status=500"])
+async def test_the_preflight_runs_the_conformance_suite_before_the_first_step(fault, tmp_path, redis):
+    """`preflight: true`: the candidate alone behind a gateway of its own, judged by the
+    conformance suite; a candidate answering 500 to everything is refused, its MUST
+    failures named, and never served; a good one starts its first step."""
+    flags = {"fault": fault} if fault else {}
+    with simulators(**flags) as (stable, cand):
+        config = rollout_config(stable.url, cand.url, redis.url, preflight=True)
+        gw = gateway(tmp_path, config)
+        try:
+            async with running(Traffic([gw.url])) as traffic:
+                end, seen = await until(gw, lambda s: s["state"]["phase"] in ("step", "rolled_back"), timeout_s=120)
+            counts = await asyncio.to_thread(by_track, gw)
+        finally:
+            gw.stop()
+    print(f"\npreflight, candidate fault {fault}: {seen}; {end['state']['reason'][:160]}")
+    assert seen[0][0] == "preflight"
+    if fault:
+        assert (
+            end["state"]["phase"] == "rolled_back"
+            and "preflight refused: MUST checks failed: " in end["state"]["reason"]
+        )
+        assert counts["candidate"] == 0 and traffic.failed == []
+    else:
+        assert end["state"]["phase"] == "step" and end["state"]["reason"] == "preflight passed"

@@ -270,3 +270,16 @@ async def test_a_tick_that_raises_is_logged_and_the_task_goes_on(caplog):
         await c.aclose()
     assert c.shares("m").candidate == 0.1
     assert "rollout tick failed" in caplog.text
+
+
+def test_a_conformance_report_that_is_not_there_says_the_suite_did_not_run(tmp_path):
+    from gateway.lifecycle.rollout_preflight import must_failures
+
+    assert must_failures(tmp_path / "report.json", "no module named openai") == (
+        "preflight: the conformance suite did not run: no module named openai",
+    )
+    (tmp_path / "report.json").write_text(
+        '{"results": [{"id": "a", "level": "MUST", "status": "fail"}, {"id": "b", "level": "SHOULD", "status": "fail"},'
+        ' {"id": "c", "level": "MUST", "status": "error"}, {"id": "d", "level": "MUST", "status": "pass"}]}'
+    )
+    assert must_failures(tmp_path / "report.json") == ("a", "c")
