@@ -233,7 +233,11 @@ class RolloutController:
         if self.preflight is None:
             failed: tuple[str, ...] = ("preflight runner: none configured for this gateway",)
         else:
-            failed = await self.preflight(model)
+            try:
+                failed = await self.preflight(model)
+            except Exception as exc:  # the runner itself broke: the rollout is refused, saying so
+                log.exception("preflight of %s failed to run", model)
+                failed = (f"preflight: could not run: {type(exc).__name__}: {exc}"[:300],)
         try:
             await self._apply(model, plan, state, *preflight_done(plan, state, failed, self.clock()))
         except (RolloutStoreUnavailable, TransitionRefused) as exc:
