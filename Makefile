@@ -64,6 +64,12 @@ test-adversity: install
 test-redis-ha: install
 	$(PY) -m pytest -q -m redis_ha tests/redis_ha $(ARGS)
 
+# Rollouts end to end (tests/rollout): four bad candidates rolled back within one window,
+# a good one promoted with no failed request, a reload and a restart mid-rollout, two
+# replicas on one Redis; each prints its figures (-s shows them).
+test-rollout: install
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -s -m rollout tests/rollout $(ARGS)
+
 # About 10 minutes of mixed, disrupted traffic, then every held-work gauge back to
 # zero and the gateway's RSS growth under 5% (bench/soak.py; ARGS="--duration 120").
 soak: install

@@ -189,3 +189,32 @@ def upstream_failed(backend: str, detail: str, status: int = 502, *, internal: s
     """`backend` failed; `detail` is told to the tenant, `internal` only logged."""
     log.warning("backend %s failed: %s%s", backend, detail, f" ({internal})" if internal else "")
     return GatewayError(status, f"{THE_BACKEND} failed: {detail}", code="upstream_error")
+
+
+# ---- the rollout admin API (gateway/observe/admin_rollouts.py) ---------------------------
+
+
+def rollout_not_found(model: str) -> GatewayError:
+    """404: no rollout is configured for `model` (or no such model)."""
+    return GatewayError(404, f"No rollout is configured for the model `{shown_name(model)}`.", code="not_found")
+
+
+def rollout_bad_action(action: str, actions: tuple[str, ...]) -> GatewayError:
+    return GatewayError(
+        400, f"Unknown rollout action `{shown_name(action)}`: one of {', '.join(actions)}.", code="invalid_action"
+    )
+
+
+def rollout_refused(reason: str) -> GatewayError:
+    """409: the action does not apply to the rollout's state (the reason says why)."""
+    return GatewayError(409, reason, code="rollout_state_conflict")
+
+
+def rollout_store_unavailable() -> GatewayError:
+    """503: the shared rollout state cannot be read or changed now (serving goes on)."""
+    return GatewayError(
+        503,
+        "The rollout state store is unavailable; traffic keeps the last known shares.",
+        code="rollout_store_unavailable",
+        retry_after=1.0,
+    )

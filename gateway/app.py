@@ -34,11 +34,15 @@ from gateway.intake import Admitted, ApiRoute, Intake, Intent
 from gateway.lifecycle.inflight import Exchange, InFlight
 from gateway.lifecycle.process import Lifecycle, shutting_down
 from gateway.lifecycle.reload import ConfigNotApplied, ConfigReloader, ConfigSource, ConfigVersion, preflight_refusal
+from gateway.lifecycle.rollout import RolloutController, plans_of, rollout_store
+from gateway.lifecycle.rollout_preflight import ConformancePreflight
 from gateway.lifecycle.workers import WorkerSlot
 from gateway.observe.admin import AdminViews
+from gateway.observe.admin_rollouts import RolloutAdmin
 from gateway.observe.metrics import GatewayMetrics, access_logger
 from gateway.observe.ops import OpsCollector, OpsViews, TextWorkCollector
 from gateway.observe.recorder import RequestRecorder, TenantLabels
+from gateway.observe.rollout_metrics import RolloutMetrics
 from gateway.observe.tracing import Tracing, build_tracing
 from gateway.observe.worker_metrics import WorkerMetrics
 from gateway.openai.api_routes import gateway_version, mount_documented, openapi_route
@@ -51,15 +55,20 @@ from gateway.protection.worker_quota import WorkerShareStore
 from gateway.serving.dispatch import Dispatcher
 from gateway.serving.exchange import ExchangeRunner
 from gateway.serving.generation import Generation
+from gateway.serving.mirror import Mirror
 from gateway.serving.oneshot import OneShotCall
 from policies.auth import Principal, credential_headers
+from policies.rollout_records import RolloutSink
 
 log = logging.getLogger("switchyard.gateway")
 
 
 class Gateway:
     """`source`: the config file a reload reads again (gateway/lifecycle/reload.py); `worker`:
-    this process's place among `serve --workers` (gateway/lifecycle/workers.py)."""
+    this process's place among `serve --workers` (gateway/lifecycle/workers.py); `rollouts`:
+    the sink the request path records to and reads its rollout shares from
+    (policies/rollout_records.py `RolloutSink`), by default the rollout controller
+    (gateway/lifecycle/rollout.py; a test passes a stand-in with fixed shares)."""
 
     def __init__(
         self,
@@ -68,12 +77,24 @@ class Gateway:
         source: ConfigSource | None = None,
         worker: WorkerSlot | None = None,
         tracing: Tracing | None = None,
+        rollouts: RolloutSink | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or GatewayMetrics()
         self.tracing = tracing or build_tracing(config.tracing)
         self.backends = BackendSet(config, registry=self.metrics.registry)
-        self.dispatcher = Dispatcher(self.backends, self._count_backend_failure)
+        # Rollouts (docs/rollouts.md): the request path's sink and the task that decides.
+        self.rollout_plans = plans_of(config)
+        self.rollouts = RolloutController(
+            rollout_store(config),
+            lambda: self.rollout_plans,
+            RolloutMetrics(self.metrics.registry),
+            preflight=ConformancePreflight(lambda: self.config),
+        )
+        self.rollout_sink: RolloutSink = self.rollouts if rollouts is None else rollouts
+        self.dispatcher = Dispatcher(self.backends, self._count_backend_failure, self.rollout_sink)
+        self._draining = False
+        self.mirror = Mirror(self.backends, self.rollout_sink, self.metrics, lambda: self._draining)
         # One of several workers on the port (gateway/lifecycle/workers.py): quotas in memory are shared out.
         siblings = worker if worker is not None and worker.count > 1 else None
         self.protection = Protection.from_config(
@@ -85,12 +106,12 @@ class Gateway:
             access_logger() if config.access_log else None,
             TenantLabels.of(config),
             self.backends.serves_in_process,
+            self.rollout_sink,
         )
         self.started_at = int(time.time())
         self.started = False
         # Set by a graceful stop (gateway/lifecycle/process.py): /readyz answers 503 while the
         # process finishes what it has; then new API requests are refused too.
-        self.draining = False
         self.refusing = False
         self.inflight = InFlight()
         self.reloader = ConfigReloader(source or ConfigSource(None), config, self.apply_config, self.metrics.registry)
@@ -108,6 +129,7 @@ class Gateway:
             config, self.protection, self.metrics.registry, self.recorder, self.tracing
         )
         self.admin = AdminViews(lambda: self.config, self.reloader, worker.describe() if worker else None, fan_out)
+        self.rollout_admin = RolloutAdmin(lambda: self.config, self.rollouts)
         self.intake = Intake(
             lambda: self.config,
             self.protection,
@@ -122,6 +144,18 @@ class Gateway:
         }
 
     @property
+    def draining(self) -> bool:
+        """Set by a graceful stop (gateway/lifecycle/process.py): /readyz answers 503 while
+        the process finishes what it has; mirror copies end at once and none starts."""
+        return self._draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self._draining = value
+        if value:
+            self.mirror.cancel_all()
+
+    @property
     def ready(self) -> bool:
         """This process can serve: started (config loaded, backends checked once) and not draining."""
         return self.started and not self.draining
@@ -133,11 +167,14 @@ class Gateway:
         if self.worker_metrics is not None:
             await self.worker_metrics.start()
         self.lifecycle.start()
+        self.rollouts.start()
         self.started = True
 
     async def shutdown(self) -> None:
         self.started = False
         await self.lifecycle.aclose()
+        self.mirror.cancel_all()
+        await self.rollouts.aclose()
         if self.worker_metrics is not None:
             await self.worker_metrics.aclose()
         await self.backends.aclose()
@@ -165,6 +202,7 @@ class Gateway:
         left = self.reloader.version.counter
         retired = self.backends.apply(plan)
         self.config = config
+        self.rollout_plans = plans_of(config)
         self.recorder.access_log = access_logger() if config.access_log else None
         self.lifecycle.retire(left, retired)
         built, gone = {b.name for b in plan.built}, {b.name for b in retired.backends}
@@ -199,7 +237,9 @@ class Gateway:
 
     def _generation(self, admitted: Admitted) -> Generation:
         ctx, ticket = admitted.ctx, admitted.ticket
-        return Generation(self.dispatcher, self.recorder, ctx, ticket, admitted.requests, admitted.intent.payload)
+        return Generation(
+            self.dispatcher, self.recorder, ctx, ticket, admitted.requests, admitted.intent.payload, self.mirror
+        )
 
     async def list_models(self, request: Request) -> Response:
         try:
@@ -358,6 +398,8 @@ def create_app(gw: Gateway) -> FastAPI:
         app.add_route("/metrics", gw.metrics_view, methods=["GET"])
         app.add_route("/admin/reload", gw.admin.reload, methods=["POST"])
         app.add_route("/admin/config", gw.admin.show_config, methods=["GET"])
+        for path, endpoint, methods in gw.rollout_admin.routes():
+            app.add_route(path, endpoint, methods=methods)
     app.add_exception_handler(
         StarletteHTTPException,
         route_error_handler(
@@ -382,6 +424,7 @@ def ops_app(gw: Gateway) -> Starlette:
         Route("/metrics", gw.metrics_view, methods=["GET"]),
         Route("/admin/reload", gw.admin.reload, methods=["POST"]),
         Route("/admin/config", gw.admin.show_config, methods=["GET"]),
+        *(Route(path, endpoint, methods=methods) for path, endpoint, methods in gw.rollout_admin.routes()),
     ]
     handler = route_error_handler("/healthz, /readyz, /metrics and /admin/* (the ops listener)")
     return Starlette(routes=routes, exception_handlers={StarletteHTTPException: handler})

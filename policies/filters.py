@@ -1,7 +1,7 @@
 """The routing pipeline's filters, the same for every profile, in this order:
 capability (a runtime lacking what the request needs is dropped, and why is kept),
-health and ejection, stale load forgotten, saturation marked; and the one
-partition after the picker, saturated last."""
+the request's track (a model under rollout only), health and ejection, stale load
+forgotten, saturation marked; and the one partition after the picker, saturated last."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from adapters.base import Capabilities, GenerationRequest
+from policies.rollout_records import Track
 from policies.saturation import SaturationDetector
 from policies.views import BackendView
 
@@ -49,6 +50,19 @@ def capability_gaps(backends: list[BackendView], req: GenerationRequest) -> list
         if lack is not None:
             gaps.append(CapabilityGap(b.name, b.adapter, lack))
     return gaps
+
+
+def on_track(backends: list[BackendView], track: Track) -> tuple[list[BackendView], bool]:
+    """The backends of `track`, and False; when none of them is serving (healthy and
+    not ejected) but one of the other track is, the other track's, and True (the
+    request falls back: a rollout must never turn a down candidate into an outage)."""
+    mine = [b for b in backends if b.track == track]
+    if any(b.healthy and not b.ejected for b in mine):
+        return mine, False
+    other = [b for b in backends if b.track != track]
+    if any(b.healthy and not b.ejected for b in other):
+        return other, True
+    return (mine or other), not mine and bool(other)
 
 
 def healthy(backends: list[BackendView]) -> list[BackendView]:

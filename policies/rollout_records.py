@@ -10,7 +10,7 @@ mirrored to it. Plain data, standard library only, so both sides test without HT
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 Track = Literal["stable", "candidate"]
 TRACKS: tuple[Track, ...] = ("stable", "candidate")
@@ -71,3 +71,17 @@ class MirrorComparison:
     @property
     def alike(self) -> bool:
         return not self.differences and self.candidate_failure == self.stable_failure
+
+
+class RolloutSink(Protocol):
+    """What the request path hands a rollout and reads of it, per model under rollout:
+    `record` each request's `TrackRecord`, `compare` each mirrored request's
+    `MirrorComparison`, `shares` the shares in force now. Called on the event loop, on
+    the request path: each call must return at once (no I/O awaited; buffer and flush
+    elsewhere). The rollout controller (gateway/lifecycle/rollout.py) implements it."""
+
+    def record(self, model: str, record: TrackRecord) -> None: ...
+
+    def compare(self, model: str, comparison: MirrorComparison) -> None: ...
+
+    def shares(self, model: str) -> TrackShares: ...

@@ -1,6 +1,6 @@
 """The one routing pipeline, every profile's (policies/profiles.py):
 
-    capability -> health and ejection -> stale load -> saturation     (policies/filters.py)
+    capability -> track -> health and ejection -> stale load -> saturation     (policies/filters.py)
     -> weighted scores (policies/scorers.py) -> picker (policies/pickers.py) -> saturated last
 
 `route` is its one entry point; `ModelPool` (gateway/backends/pool.py) builds the
@@ -22,10 +22,12 @@ from policies.filters import (
     forget_stale_load,
     healthy,
     mark_saturation,
+    on_track,
     saturated_last,
 )
 from policies.pickers import PICKERS, Decision, RouteState
 from policies.profiles import Profile
+from policies.rollout_records import Track
 from policies.saturation import DEFAULT_DETECTOR, SaturationDetector
 from policies.scorers import total_scores
 from policies.views import BackendView
@@ -47,13 +49,15 @@ class RouteTimings:
 @dataclass(frozen=True, slots=True)
 class RouteResult:
     """The candidates in the order to try them, the backends the capability filter
-    removed (with why), each candidate's total where the profile has scorers, and
-    the time each step took."""
+    removed (with why), each candidate's total where the profile has scorers, the
+    time each step took, and whether the request's track had no serving backend and
+    the other track's were taken (`fell_back`)."""
 
     candidates: list[BackendView]
     refused: list[CapabilityGap]
     scores: dict[str, float] = field(default_factory=dict)
     timings: RouteTimings = RouteTimings()
+    fell_back: bool = False
 
     @property
     def unsupported(self) -> bool:
@@ -69,15 +73,20 @@ def route(
     detector: SaturationDetector = DEFAULT_DETECTOR,
     state: RouteState | None = None,
     now: float | None = None,
+    track: Track | None = None,
 ) -> RouteResult:
     """The steps of the module docstring, in order. `key`: the tie-break and affinity
     key (default the prompt's start, `prefix_key`); `state`: the pool's (a fresh one
-    by default, so a rotating picker starts its ring); `now`: the load readings' clock."""
+    by default, so a rotating picker starts its ring); `now`: the load readings' clock;
+    `track`: the request's in a rollout (None: the model has none, no step runs)."""
     now = time.time() if now is None else now
     key = prefix_key(req.messages, req.prompt) if key is None else key
     t0 = time.perf_counter_ns()
     fit = capable(views, req)
     refused = capability_gaps(views, req) if len(fit) < len(views) else []
+    fell_back = False
+    if track is not None:
+        fit, fell_back = on_track(fit, track)
     candidates = mark_saturation(forget_stale_load(healthy(fit), detector, now), detector, now)
     t1 = time.perf_counter_ns()
     weights = profile.active
@@ -87,7 +96,7 @@ def route(
     ordered = saturated_last(picked)
     t3 = time.perf_counter_ns()
     scores = {b.name: total for b, total in zip(candidates, totals)} if weights else {}
-    return RouteResult(ordered, refused, scores, RouteTimings(t1 - t0, t2 - t1, t3 - t2))
+    return RouteResult(ordered, refused, scores, RouteTimings(t1 - t0, t2 - t1, t3 - t2), fell_back)
 
 
 def prefix_key(messages: list[dict] | None, prompt: object, chars: int = 512) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from adapters.base import Capabilities, LoadSnapshot
+from policies.rollout_records import Track
 
 
 @dataclass(slots=True)
@@ -25,6 +26,7 @@ class BackendView:
     adapter: str = "unknown"  # the runtime kind, named when it lacks a capability
     saturated: bool = False
     ejected: bool = False  # held out by the outlier detector (policies/ejection.py)
+    track: Track = "stable"  # its group in a rollout (policies/filters.py `on_track`)
     # What the scorers read about this request here: the fraction of its leading prompt
     # blocks in the approximate and the KV-event index (None: no such index), and
     # whether this backend holds its conversation.

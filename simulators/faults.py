@@ -15,6 +15,15 @@ but may drop fields it does not know:
     [[sim:ttft_ms=200,itl_ms=5]]     override timing for this request
     [[sim:finish=abort]]             end with this engine finish reason (abort, repetition)
 
+Faults that make a bad rollout candidate (vLLM simulator; usually set for every request
+with `--fault`, tests/rollout uses them):
+
+    [[sim:error_every=20]]           every 20th request this server gets answers 500 (5%, deterministic)
+    [[sim:bad_tool_args]]            a tool call's arguments are not valid JSON (the closing brace cut)
+    [[sim:prompt_tokens_scale=1.25]] usage counts the prompt 25% bigger than it is
+
+A doubled time to first token needs no fault: `--ttft-ms` twice the stable one's.
+
 Several keys can share one marker, separated by commas or spaces. The same keys
 can be sent as a JSON object in the body field `sim_fault` (every simulator,
 TRT-LLM included, accepts that one field), or set for every request with the CLI
@@ -30,9 +39,9 @@ from typing import Any
 MARKER = re.compile(r"\[\[sim:([^\]]*)\]\]")
 MAGIC_FIELD = "sim_fault"
 
-_INT_KEYS = ("error_after", "cut_after", "status", "output_tokens", "prompt_tokens")
-_FLOAT_KEYS = ("ttft_ms", "itl_ms")
-_FLAG_KEYS = ("no_done", "overloaded", "tool_call")
+_INT_KEYS = ("error_after", "cut_after", "status", "output_tokens", "prompt_tokens", "error_every")
+_FLOAT_KEYS = ("ttft_ms", "itl_ms", "prompt_tokens_scale")
+_FLAG_KEYS = ("no_done", "overloaded", "tool_call", "bad_tool_args")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,9 @@ class Faults:
     ttft_ms: float | None = None
     itl_ms: float | None = None
     finish: str | None = None
+    error_every: int | None = None
+    bad_tool_args: bool = False
+    prompt_tokens_scale: float | None = None
 
     @property
     def any_stream_fault(self) -> bool:

@@ -44,7 +44,9 @@ class SimRequest:
         """The prompt tokens usage reports: every prompt of a batch once."""
         if self.faults.prompt_tokens is not None:
             return self.faults.prompt_tokens
-        return sum(self.prompt_counts) if len(self.prompt_counts) > 1 else len(self.prompt_words)
+        counted = sum(self.prompt_counts) if len(self.prompt_counts) > 1 else len(self.prompt_words)
+        scale = self.faults.prompt_tokens_scale
+        return counted if scale is None else round(counted * scale)
 
     @property
     def context_tokens(self) -> int:

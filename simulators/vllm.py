@@ -69,6 +69,7 @@ class VllmSimulator(Simulator):
         self.prefix_cache = self.kv_cache  # type: ignore[assignment]
         modelled = opts.prefill_ms_per_token > 0 and opts.source == "synthetic"
         self.device: Device | None = Device() if modelled else None
+        self.answered = 0  # requests that reached the fault check (error_every counts them)
 
     # ---- prefix cache, KV events, modelled device (vllm_kv_*.py, vllm_device.py) ----
 
@@ -309,6 +310,9 @@ class VllmSimulator(Simulator):
                 "again later or on a different instance.",
                 "Service Unavailable",
             )
+        self.answered += 1
+        if f.error_every and self.answered % f.error_every == 0:
+            return error(500, "Simulated failure (error_every)", "InternalServerError")
         if f.status is not None and f.status >= 400:
             kind = {
                 500: "InternalServerError",
@@ -347,7 +351,8 @@ class VllmSimulator(Simulator):
             plan = plan_tool_call(body.get("tools"), body.get("tool_choice"), sim.faults.tool_call)
             named = named_choice(body.get("tool_choice")) is not None
             reply = VllmChat(self.opts, self.fingerprint, body, sim, cached, plan, named)
-            fixed = fragments(plan.arguments_json) if plan is not None else None
+            arguments = plan.arguments_json[:-1] if plan is not None and sim.faults.bad_tool_args else None
+            fixed = fragments(arguments or plan.arguments_json) if plan is not None else None
         else:
             reply = VllmCompletion(self.opts, self.fingerprint, body, sim, cached)
         sim.reply = reply  # the modelled device sets its cached tokens

@@ -83,6 +83,17 @@ def metric_samples(text: str) -> dict[str, float]:
     return samples
 
 
+def sample_value(registry, name: str, labels: dict[str, str]) -> float:
+    """The sum of `name`'s samples in a prometheus_client registry whose labels include
+    `labels` (a label the test does not name, such as a rollout's `track`, any value)."""
+    total = 0.0
+    for family in registry.collect():
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                total += sample.value
+    return total
+
+
 def scrape(gateway: Process) -> dict[str, float]:
     """The gateway's /metrics as `metric_samples`."""
     return metric_samples(httpx.get(gateway.url + "/metrics", timeout=5).text)

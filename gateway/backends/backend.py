@@ -45,6 +45,7 @@ class Backend:
             capabilities=self.adapter.capabilities,
             adapter=cfg.adapter,
             ejected=ejected,
+            track=cfg.track,
             prefix_approx=prefix_approx,
             prefix_precise=prefix_precise,
             session_owner=session_owner,

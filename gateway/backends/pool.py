@@ -24,6 +24,7 @@ from policies.pickers import RouteState
 from policies.prefix_index import BLOCK_TOKENS, PrefixIndex, prompt_blocks
 from policies.profiles import Profile, profile_of
 from policies.retry_budget import RetryBudget
+from policies.rollout_records import Track
 from policies.routing import RouteResult, prefix_key, route
 from policies.saturation import SaturationDetector
 from policies.session import SessionTable, session_key
@@ -40,6 +41,9 @@ class ModelPool:
     feeds: dict[str, KVFeed] = field(default_factory=dict)  # backend name -> its KV-event feed
     profile: Profile = field(init=False)
     state: RouteState = field(init=False, default_factory=RouteState)
+    # A rollout's candidate track turns its own ring: sharing the stable one, requests of
+    # the two tracks interleaving (or the mirror's copies) would skew stable's rotation.
+    candidate_state: RouteState = field(init=False, default_factory=RouteState)
     prefixes: dict[str, PrefixIndex] = field(init=False)
     sessions: SessionTable = field(init=False)
     ejection: OutlierDetector = field(init=False)
@@ -67,8 +71,9 @@ class ModelPool:
         """When a backend counts as saturated, for routing and admission alike."""
         return self.config.saturation
 
-    def route(self, req: GenerationRequest) -> RouteResult:
-        """The pool's backends in the order to try a generation on them. The views carry
+    def route(self, req: GenerationRequest, track: Track | None = None) -> RouteResult:
+        """The pool's backends in the order to try a generation on them (those of `track`
+        when the model is under rollout, policies/filters.py `on_track`). The views carry
         what the profile's scorers read (prefix matches, the session's backend) and the
         prompt tokens each backend would compute, which dispatch adds to its backlog
         until the first event. The choice is remembered: the prompt's blocks in its
@@ -93,7 +98,8 @@ class ModelPool:
                 uncached = uncached_tokens(tokens, approx, len(blocks), BLOCK_TOKENS)
             views.append(b.view(not self.ejection.admits(name), approx, exact, name == owner, uncached))
         key = session or prefix_key(req.messages, req.prompt)
-        result = route(profile, views, req, key, self.detector, self.state)
+        state = self.candidate_state if track == "candidate" else self.state
+        result = route(profile, views, req, key, self.detector, state, track=track)
         if log.isEnabledFor(logging.DEBUG):  # what each scorer saw, to check a profile against a workload
             log.debug(
                 "route %s -> %s: %s",
@@ -114,12 +120,14 @@ class ModelPool:
                 self.sessions.record(session, chosen, clock)
         return result
 
-    def order(self, req: GenerationRequest, among: list[Backend]) -> RouteResult:
+    def order(self, req: GenerationRequest, among: list[Backend], track: Track | None = None) -> RouteResult:
         """`among` (backends of this pool) in the order to try a one-shot call on them:
         the same pipeline on what the pool knows of each backend alone (no prompt
-        matched, no session read, nothing remembered but the pickers' turn)."""
+        matched, no session read, nothing remembered but the pickers' turn: `track`'s,
+        for the mirror's copies to the candidates)."""
         views = [b.view(not self.ejection.admits(b.name)) for b in among]
-        return route(self.profile, views, req, None, self.detector, self.state)
+        state = self.candidate_state if track == "candidate" else self.state
+        return route(self.profile, views, req, None, self.detector, state)
 
     def capacity(self) -> int | None:
         """Requests the pool can take now (None: unbounded): max_inflight per

@@ -12,6 +12,7 @@ from gateway.config.response_store import workers_warning
 from gateway.config.schema import ConfigError, GatewayConfig, parse_config, with_listen
 from gateway.config.tracing import resolve
 from gateway.lifecycle.reload import ConfigSource
+from gateway.lifecycle.rollout import workers_warning as rollout_workers_warning
 
 BUILTIN_MODEL = "tiny"
 
@@ -40,9 +41,12 @@ def serve_config(config: GatewayConfig, source: ConfigSource) -> int:
         return 0
 
     log_to_stderr(config.log_level)
-    warning = workers_warning(config.response_store, config.quota_store.kind, config.workers)
-    if warning:
-        logging.getLogger("switchyard.workers").warning(warning)
+    for warning in (
+        workers_warning(config.response_store, config.quota_store.kind, config.workers),
+        rollout_workers_warning(config),
+    ):
+        if warning:
+            logging.getLogger("switchyard.workers").warning(warning)
     ops = (config.ops.listen.host, config.ops.listen.port) if config.ops.listen else None
     try:
         supervisor = Supervisor(config.workers, run_worker, (config.listen.host, config.listen.port), ops)

@@ -49,6 +49,7 @@ COMMANDS = {
     "serve": CommandGroup(GATEWAY, "run the gateway (no --config: the native engine, built-in model)"),
     "config": CommandGroup(GATEWAY, "config tools (config check FILE)"),
     "keys": CommandGroup(("policies.cli",), "manage API keys"),
+    "rollout": CommandGroup(("gateway.cli.rollout",), "read and steer rollouts (rollout status [MODEL])"),
     "engine": CommandGroup(GATEWAY, "the native engine (make-tiny, serve)", "engine"),
     "simulate": CommandGroup(("simulators.cli",), "run a wire-faithful runtime simulator", "engine"),
     "conformance": CommandGroup(("conformance.cli",), "OpenAI-semantics conformance suite", "conformance"),

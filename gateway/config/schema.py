@@ -23,12 +23,14 @@ from gateway.config.exposure import ListenConfig, OpsConfig, open_auth_problem, 
 from gateway.config.lifecycle import AdminConfig, DrainConfig, ReloadConfig
 from gateway.config.redis import RedisDeploymentConfig
 from gateway.config.response_store import ResponseStoreConfig
+from gateway.config.rollout import RolloutConfig, rollout_problem
 from gateway.config.section import StrictSection as _Strict
 from gateway.config.tracing import TracingConfig
 from policies.ejection import EjectionConfig
 from policies.kv_index import KVIndexSettings
 from policies.profiles import Routing
 from policies.redact import redact_text
+from policies.rollout_records import Track
 from policies.saturation import SaturationDetector
 from policies.session import SessionAffinity
 from processes.install import install_hint
@@ -99,6 +101,8 @@ class BackendConfig(_Strict):
     max_connections: int = Field(256, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)  # adapter-specific knobs
     kv_events: KVEventsConfig | None = None
+    # Which group of the model's backends it serves in a rollout (gateway/config/rollout.py).
+    track: Track = "stable"
 
     @model_validator(mode="after")
     def _where(self) -> BackendConfig:
@@ -182,6 +186,8 @@ class ModelConfig(_Strict):
     session_affinity: SessionAffinity = Field(default_factory=SessionAffinity)
     prefix_index_blocks: int = Field(65536, ge=1)  # per backend: the approximate prefix index's bound
     ejection: EjectionConfig = Field(default_factory=EjectionConfig)
+    # A rollout of the backends on the candidate track (gateway/config/rollout.py).
+    rollout: RolloutConfig | None = None
 
 
 class LimitsConfig(_Strict):
@@ -244,6 +250,9 @@ class GatewayConfig(_Strict):
     def _cross_refs(self) -> GatewayConfig:
         names: dict[str, str] = {}
         for model_name, model in self.models.items():
+            problem = rollout_problem(model_name, model.rollout, [(b.name, b.track) for b in model.backends])
+            if problem is not None:
+                raise ValueError(problem)
             for fb in model.fallback:
                 if fb not in self.models:
                     raise ValueError(f"models.{model_name}.fallback names {fb!r}, which is not a configured model")

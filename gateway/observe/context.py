@@ -16,6 +16,7 @@ from gateway.serving.phases import CancelPhase
 
 if TYPE_CHECKING:
     from gateway.backends.backend_set import Backend
+    from gateway.serving.rollout import RolloutRequest
 
 # ASGI headers: (lower-case name, value) byte pairs.
 RawHeaders = list[tuple[bytes, bytes]]
@@ -145,6 +146,7 @@ class Outcome:
     dropped_params: tuple[str, ...] = ()  # parameters the backend's runtime could not apply, dropped
     code: str | None = None  # the error's code
     admitted: bool = True  # False: answered before admission (auth, validation, quota, queue)
+    rollout: RolloutRequest | None = None  # a model under rollout: its tracks and its answer's tally
 
     @classmethod
     def refused(cls, err: GatewayError) -> Outcome:

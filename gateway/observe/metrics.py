@@ -33,8 +33,11 @@ class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         counter, gauge, histogram = registered(self.registry)
+        # `track`: stable or candidate for a model under rollout (gateway/config/rollout.py), else empty.
         self.requests = counter(
-            "switchyard_requests_total", "Requests by model, backend and HTTP status.", ["model", "backend", "status"]
+            "switchyard_requests_total",
+            "Requests by model, backend, HTTP status and rollout track.",
+            ["model", "backend", "status", "track"],
         )
         self.e2e = histogram(
             "switchyard_request_duration_seconds", "End-to-end request latency.", ["model"], buckets=LATENCY_BUCKETS
@@ -42,13 +45,13 @@ class GatewayMetrics:
         self.ttft = histogram(
             "switchyard_time_to_first_token_seconds",
             "Time from request arrival to the first content-bearing event.",
-            ["model", "backend"],
+            ["model", "backend", "track"],
             buckets=LATENCY_BUCKETS,
         )
         self.itl = histogram(
             "switchyard_inter_token_latency_seconds",
             "Gaps between content events in a stream.",
-            ["model"],
+            ["model", "track"],
             buckets=ITL_BUCKETS,
         )
         self.prompt_tokens = counter("switchyard_prompt_tokens_total", "Prompt tokens.", ["model"])
@@ -102,6 +105,19 @@ class GatewayMetrics:
             "Requests refused before any work, by tenant and reason "
             "(auth, rate_limited, concurrency, quota, quota_store_unavailable, queue_full, queue_timeout).",
             ["tenant", "reason"],
+        )
+        # Rollouts' request path (gateway/serving/rollout.py, mirror.py).
+        self.rollout_fallbacks = counter(
+            "switchyard_rollout_fallbacks_total",
+            "Requests of a model under rollout served by the other track because their own had no "
+            "serving backend, by the track they were assigned.",
+            ["model", "track"],
+        )
+        self.mirror_copies = counter(
+            "switchyard_rollout_mirror_copies_total",
+            "Stable requests copied to the candidate, by result: compared, dropped (max_inflight copies "
+            "already running, or no candidate serving), cancelled (the original's client left, or a drain).",
+            ["model", "result"],
         )
         self._children: dict[tuple, object] = {}
 

@@ -1,7 +1,8 @@
 """What one request did, and the one place that writes it down: the request
-metrics (Prometheus, per model and per tenant), the request's trace, and the JSON
-access-log line (a client's names clipped and the error message redacted by
-policies/redact.py, so that a line stays short and shows no secret)."""
+metrics (Prometheus, per model and per tenant, per track for a model under rollout),
+the request's trace, the JSON access-log line (a client's names clipped and the error
+message redacted by policies/redact.py, so that a line stays short and shows no
+secret), and for a model under rollout its `TrackRecord`, handed to the rollout sink."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from gateway.config.schema import GatewayConfig
 from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.metrics import GatewayMetrics, log_access
 from policies.redact import clip, public_message
+from policies.rollout_records import RolloutSink
 
 # The tenant label of every tenant the config does not name (a JWT's tenant when no
 # tenants are configured, the anonymous tenant, a request that never authenticated).
@@ -73,24 +75,26 @@ class RequestRecorder:
         access_log: logging.Logger | None,
         tenants: TenantLabels | None = None,
         in_process: Callable[[str], bool] = lambda backend: False,
+        rollouts: RolloutSink | None = None,
     ) -> None:
         self.metrics = metrics
         self.known_models = known_models
         self.access_log = access_log
         self.tenants = tenants or TenantLabels(frozenset())
         self.in_process = in_process
+        self.rollouts = rollouts  # where a model under rollout's records go
 
     def inflight(self, model: str):
         """The in-flight gauge of `model` (inc when a generation starts, dec when it ends)."""
         return self.metrics.child(self.metrics.inflight, model)
 
-    def first_token(self, model: str, backend: str, ttft: float) -> None:
+    def first_token(self, model: str, backend: str, ttft: float, track: str = "") -> None:
         m = self.metrics
-        m.child(m.ttft, model, backend).observe(ttft)
+        m.child(m.ttft, model, backend, track).observe(ttft)
 
-    def inter_token(self, model: str, gap: float) -> None:
+    def inter_token(self, model: str, gap: float, track: str = "") -> None:
         m = self.metrics
-        m.child(m.itl, model).observe(gap)
+        m.child(m.itl, model, track).observe(gap)
 
     def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
         elapsed = time.perf_counter() - ctx.started
@@ -101,7 +105,8 @@ class RequestRecorder:
         m = self.metrics
         status = str(outcome.status)
         tenant = self.tenants.label(ctx.tenant)
-        m.child(m.requests, mlabel, backend or "-", status).inc()
+        rollout = outcome.rollout
+        m.child(m.requests, mlabel, backend or "-", status, rollout.served if rollout else "").inc()
         m.child(m.tenant_requests, tenant, mlabel, status).inc()
         if usage is not None:
             m.child(m.tenant_tokens, tenant, mlabel, "input").inc(usage.prompt_tokens)
@@ -119,6 +124,12 @@ class RequestRecorder:
                 m.child(m.completion_tokens, mlabel).inc(usage.completion_tokens)
         if phase is not None:
             m.child(m.cancelled, phase.value).inc()
+        if rollout is not None:
+            if rollout.fell_back:
+                m.child(m.rollout_fallbacks, mlabel, rollout.assigned).inc()
+            track_record = rollout.record(outcome.status, usage, ctx.ttft, left=phase is not None)
+            if track_record is not None and self.rollouts is not None:
+                self.rollouts.record(model, track_record)
         ctx.trace.finish(ctx, outcome)
         if self.access_log is None:
             return
@@ -145,4 +156,6 @@ class RequestRecorder:
             record["cancelled_phase"] = phase.value
         if outcome.dropped_params:
             record["dropped_params"] = list(outcome.dropped_params)
+        if rollout is not None:
+            record["track"] = rollout.served
         log_access(self.access_log, record)

@@ -38,6 +38,10 @@
 - Sends every attempt upstream under an id of the gateway's own: the request's
   random id, suffixed per sub-request and per retry, so that one id names one
   upstream generation (an abort by id reaches nothing else).
+- For a model under rollout, assigns the request its track once (from the rollout
+  sink's shares, policies/rollout_assign.py), routes every attempt on that track's
+  backends (policies/filters.py `on_track`: the other track's only when none of its
+  own is serving) and says which track served it (`RolloutRequest.served`).
 - Hands back the stream under its `StreamGuard`, the one owner of the stream rules.
 """
 
@@ -54,9 +58,13 @@ from adapters.base import ErrorEvent, Event, GenerationRequest, total_choices
 from adapters.errors import FailureKind, GatewayError, model_not_found, no_backend, upstream_failed
 from gateway.backends.backend_set import Backend, BackendSet, ModelPool
 from gateway.observe.context import NO_ATTEMPT, Attempt, current_trace
+from gateway.serving.answer_check import AnswerCheck
 from gateway.serving.merge import Merged, Sink, SubStream
+from gateway.serving.rollout import RolloutRequest
 from gateway.serving.stream_guard import StreamGuard, guarded
 from policies.ejection import REQUEST_CAUSABLE
+from policies.rollout_assign import assign
+from policies.rollout_records import RolloutSink, Track
 
 log = logging.getLogger("switchyard.dispatch")
 
@@ -133,31 +141,55 @@ class Started(SubStream):
 
 
 class Dispatcher:
-    def __init__(self, backends: BackendSet, on_failure: FailureListener | None = None) -> None:
+    """`rollouts`: where the shares of a model under rollout are read (None: no rollout runs)."""
+
+    def __init__(
+        self, backends: BackendSet, on_failure: FailureListener | None = None, rollouts: RolloutSink | None = None
+    ) -> None:
         self.backends = backends
         self.on_failure = on_failure
+        self.rollouts = rollouts
 
     def pool(self, model: str) -> ModelPool | None:
         return self.backends.pools.get(model)
 
+    def assign(self, model: str, requests: list[GenerationRequest]) -> RolloutRequest | None:
+        """A model under rollout: the request's track, once (every prompt and every retry
+        round on it), from the sink's shares now (None: the model has no rollout)."""
+        pool = self.pool(model)
+        rollout = pool.config.rollout if pool is not None else None
+        if pool is None or rollout is None or self.rollouts is None:
+            return None
+        shares = self.rollouts.shares(model)
+        track = assign(model, requests[0], shares, rollout.sticky, pool.config.session_affinity.sources)
+        return RolloutRequest(track, track, shares, AnswerCheck(requests[0]))
+
     async def open(
-        self, model: str, requests: list[GenerationRequest], on_backoff: BackoffListener | None = None
+        self,
+        model: str,
+        requests: list[GenerationRequest],
+        on_backoff: BackoffListener | None = None,
+        rollout: RolloutRequest | None = None,
     ) -> Dispatched:
         """Start every sub-request; returns the backend name(s) and the merged,
         guarded events. Raises GatewayError when nothing could start; the client
-        has seen nothing then."""
+        has seen nothing then. `rollout` (from `assign`): the track to route on; it
+        is told the track of the backend that started."""
         pool = self.pool(model)
         if pool is None:
             raise model_not_found(model)  # a reload removed it since admission
         alone = len(requests) == 1
         sink: Sink | None = None if alone and requests[0].sampling.n == 1 else asyncio.Queue()
+        track = rollout.assigned if rollout is not None else None
         starters = []
         offset = 0
         for req in requests:
-            starters.append(self._start(pool, req, offset, sink, alone, on_backoff))
+            starters.append(self._start(pool, req, offset, sink, alone, on_backoff, track))
             offset += req.sampling.n
         starts = await _together(starters)
         names = tuple(sorted({s.backend.name for s in starts}))
+        if rollout is not None and any(b is starts[0].backend for b in pool.backends):
+            rollout.served = starts[0].backend.config.track
         guard = StreamGuard.for_requests(requests, ",".join(names))
         if sink is None or (len(starts) == 1 and not starts[0].forwarding):
             # One stream: the guard reads the adapter's iterator itself (no layer between).
@@ -174,12 +206,13 @@ class Dispatcher:
         sink: Sink | None,
         alone: bool,
         on_backoff: BackoffListener | None,
+        track: Track | None = None,
     ) -> list[Started]:
         pools = [pool] + [self.backends.pools[f] for f in pool.config.fallback if f in self.backends.pools]
         pool.retry_budget.record_request()
         blame = Blame(req.tenant or "")
         try:
-            return await self._attempts(pool, pools, req, offset, sink, alone, on_backoff, blame)
+            return await self._attempts(pool, pools, req, offset, sink, alone, on_backoff, blame, track)
         finally:
             blame.settle()
 
@@ -193,6 +226,7 @@ class Dispatcher:
         alone: bool,
         on_backoff: BackoffListener | None,
         blame: Blame,
+        track: Track | None,
     ) -> list[Started]:
         budget = pool.retry_budget
         last_error: GatewayError | None = None
@@ -208,7 +242,9 @@ class Dispatcher:
                 if on_backoff:
                     on_backoff(False)
             for p in pools:
-                candidates, why_not = self._candidates(p, req)
+                # The track is the requested model's; a fallback model under rollout serves from its stable.
+                on = track if p is pool else ("stable" if p.config.rollout is not None else None)
+                candidates, why_not = self._candidates(p, req, on)
                 if not candidates and why_not and p is pool and len(pools) == 1:
                     raise why_not
                 for backend, held_out, prefill in candidates:
@@ -248,12 +284,12 @@ class Dispatcher:
         raise last_error or no_backend(pool.name)
 
     def _candidates(
-        self, pool: ModelPool, req: GenerationRequest
+        self, pool: ModelPool, req: GenerationRequest, track: Track | None = None
     ) -> tuple[list[tuple[Backend, bool, int]], GatewayError | None]:
-        """The backends to try in order, each with whether routing kept it although
-        ejected and the prompt tokens it would compute for the request."""
+        """The backends to try in order (of `track`, under a rollout), each with whether
+        routing kept it although ejected and the prompt tokens it would compute for the request."""
         with current_trace().step("switchyard.route") as step:
-            routed = pool.route(req)
+            routed = pool.route(req, track)
             step.set("switchyard.route.candidates", len(routed.candidates))
         if routed.unsupported:
             # What the runtimes lack, never which backends (their names stay in the config).

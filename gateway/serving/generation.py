@@ -25,10 +25,15 @@ from gateway.protection.gate import Ticket
 from gateway.serving import exchange
 from gateway.serving.dispatch import Dispatched, Dispatcher
 from gateway.serving.exchange import ExchangeRunner
+from gateway.serving.mirror import Mirror
 from gateway.serving.phases import CancelPhase
+from gateway.serving.rollout import RolloutRequest
 from gateway.serving.usage import CONTENT_EVENTS, UsageCount
 
 DROPPED_PARAMS_HEADER = "x-switchyard-dropped-params"
+# A request of a model under rollout served by the other track than the one it was
+# assigned (its own had no serving backend): the header names the assigned track.
+TRACK_FALLBACK_HEADER = "x-switchyard-track-fallback"
 
 
 class Generation(ExchangeRunner):
@@ -42,6 +47,7 @@ class Generation(ExchangeRunner):
         ticket: Ticket,
         requests: list[GenerationRequest],
         answer: AnswerFormat | None = None,
+        mirror: Mirror | None = None,
     ) -> None:
         first = requests[0]
         # Where a client leaving would find the request: before the first event.
@@ -63,11 +69,17 @@ class Generation(ExchangeRunner):
         self._last_content: float | None = None
         self._backoff_since: float | None = None
         self.dropped_params: tuple[str, ...] = ()
+        self.mirror = mirror
+        # A model under rollout: the request's track (the metrics' track label is the serving one).
+        self.rollout: RolloutRequest | None = dispatcher.assign(self.model, requests)
+        self.track = ""
 
     def _extra_headers(self) -> dict[str, str]:
         headers = super()._extra_headers()
         if self.dropped_params:
             headers[DROPPED_PARAMS_HEADER] = ",".join(self.dropped_params)
+        if self.rollout is not None and self.rollout.fell_back:
+            headers[TRACK_FALLBACK_HEADER] = self.rollout.assigned
         return headers
 
     def _answer_headers(self, content_type: bytes) -> list[tuple[bytes, bytes]]:
@@ -95,7 +107,16 @@ class Generation(ExchangeRunner):
         return self.counted.usage() if self.backend is not None else None
 
     def _outcome(self, usage: Usage | None, cancelled: CancelPhase | None) -> Outcome:
-        return Outcome(self.status, usage, self.backend, self.error, cancelled, self.dropped_params, self.code)
+        return Outcome(
+            self.status,
+            usage,
+            self.backend,
+            self.error,
+            cancelled,
+            self.dropped_params,
+            self.code,
+            rollout=self.rollout,
+        )
 
     def _on_backoff(self, waiting: bool) -> None:
         self.phase = CancelPhase.RETRY_BACKOFF if waiting else self.waiting_phase
@@ -116,7 +137,7 @@ class Generation(ExchangeRunner):
         started = time.perf_counter()
         backoff_before = self.ctx.backoff_wait
         try:
-            return await self.dispatcher.open(self.model, self.requests, self._on_backoff)
+            return await self.dispatcher.open(self.model, self.requests, self._on_backoff, self.rollout)
         finally:
             self._end_backoff()  # a backoff the client left in still counts as one
             backoff = self.ctx.backoff_wait - backoff_before
@@ -141,10 +162,10 @@ class Generation(ExchangeRunner):
             now = time.perf_counter()
             if self.ctx.ttft is None:
                 self.ctx.ttft = now - self.ctx.started
-                self.recorder.first_token(self.model, self.backend or "-", self.ctx.ttft)
+                self.recorder.first_token(self.model, self.backend or "-", self.ctx.ttft, self.track)
                 self.ctx.trace.first_token(self.ctx.ttft)
             elif self._last_content is not None:
-                self.recorder.inter_token(self.model, now - self._last_content)
+                self.recorder.inter_token(self.model, now - self._last_content, self.track)
             self._last_content = now
         elif isinstance(event, Usage):
             self.usage = event
@@ -152,6 +173,8 @@ class Generation(ExchangeRunner):
             self.ctx.trace.finish_reason(event.reason)
         elif isinstance(event, ErrorEvent):
             self.status, self.error, self.code = event.error.status, event.error.message, event.error.code
+        if self.rollout is not None:
+            self.rollout.check.saw(event)
 
     async def _past_deadline(self, send, err: GatewayError) -> None:
         # The answer format ends its stream on an error as it would on a runtime's.
@@ -166,6 +189,10 @@ class Generation(ExchangeRunner):
             return
         self.backend = dispatched.label
         self.dropped_params = self._dropped(dispatched.backends)
+        if self.rollout is not None:
+            self.track = self.rollout.served
+            if self.mirror is not None:
+                self.mirror.offer(self.requests, self.rollout)
         try:
             if self.first.stream:
                 await self._stream(dispatched.events, send)

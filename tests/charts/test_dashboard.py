@@ -39,6 +39,8 @@ REQUIRED_ALERTS = {
     "SwitchyardCancellationSpike",
     "SwitchyardConfigReloadRejected",
     "SwitchyardConfigDrift",
+    "SwitchyardRolloutRolledBack",
+    "SwitchyardRolloutPaused",
 }
 # Added by Prometheus when it scrapes a target, not by the gateway; `le` is every histogram's.
 TARGET_LABELS = {"namespace", "job", "pod", "instance", "service", "container", "endpoint", "le"}
@@ -74,6 +76,11 @@ def exported(module_tmp) -> Exported:
     config = openai_backend_config(upstream)
     # Model "q" has room for one request and no queue: a second concurrent request is turned away.
     config["models"]["q"] = openai_backend_config(upstream, "q", name="up-q", max_inflight=1)["models"]["q"]
+    # Model "m" under a rollout (a candidate on the same upstream) with a 1 s window: the
+    # switchyard_rollout_* series, and the `track` label, after its first judged window.
+    candidate = {**config["models"]["m"]["backends"][0], "name": "up-candidate", "track": "candidate"}
+    config["models"]["m"]["backends"].append(candidate)
+    config["models"]["m"]["rollout"] = {"steps": [0.5, 1.0], "window_s": 1.0}
     config.update(
         {
             "auth": keys_auth_config({"sk-dash-acme": "acme", "sk-dash-tight": "tight"}),
@@ -110,10 +117,11 @@ def drive_traffic(url: str) -> str:
             lines = r.iter_lines()
             assert next(lines).startswith("data: ")
             assert client.post("/v1/chat/completions", json={**body, "model": "q"}, headers=acme).status_code == 429
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 15
         while True:
             text = client.get("/metrics").text
-            if "switchyard_client_cancellations_total{" in text or time.monotonic() > deadline:
+            seen = ("switchyard_client_cancellations_total{", "switchyard_rollout_gate_verdict{")
+            if all(name in text for name in seen) or time.monotonic() > deadline:
                 return text
 
 
@@ -139,6 +147,8 @@ def test_the_scrape_has_samples_for_the_labelled_series(exported):
         "switchyard_backend_healthy",
         "switchyard_model_ready",
         "switchyard_quota_store_up",
+        "switchyard_rollout_state",
+        "switchyard_rollout_gate_verdict",
         *TENANT_METRICS,
     ):
         assert name in exported.labels, name

@@ -204,7 +204,7 @@ def test_a_client_leaving_mid_embedding_closes_the_upstream_call(stack):
         time.sleep(0.05)
     (abort,) = sim.stats()["aborts"]
     assert abort["how"] == "disconnect" and abort["path"] == "/v1/embeddings"
-    counted = 'switchyard_requests_total{backend="pool",model="emb",status="499"}'
+    counted = 'switchyard_requests_total{backend="pool",model="emb",status="499",track=""}'
     while counted not in httpx.get(gateway.url + "/metrics").text:
         assert time.monotonic() < deadline, "the gateway did not count the request as cancelled"
         time.sleep(0.05)

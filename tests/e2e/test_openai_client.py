@@ -246,7 +246,7 @@ def test_health_ready_metrics(gateway, client):
         "switchyard_gateway_overhead_seconds",
     ):
         assert name in text, name
-    assert 'switchyard_requests_total{backend="up",model="m",status="200"}' in text
+    assert 'switchyard_requests_total{backend="up",model="m",status="200",track=""}' in text
 
 
 def test_error_as_first_stream_event_gets_its_own_status(gateway):

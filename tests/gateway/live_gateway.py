@@ -14,7 +14,9 @@ import uvicorn
 from gateway.app import Gateway, HotPath, create_app
 from gateway.config.schema import parse_config
 from gateway.observe.tracing import Tracing
+from policies.rollout_records import RolloutSink
 from processes import free_port
+from tests.procs import sample_value
 
 
 @dataclass
@@ -23,14 +25,17 @@ class Served:
     gateway: Gateway
 
     def metric(self, name: str, **labels: str) -> float:
-        value = self.gateway.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        return sample_value(self.gateway.metrics.registry, name, labels)
 
 
 @contextlib.asynccontextmanager
-async def serving(config: dict, tracing: Tracing | None = None) -> AsyncIterator[Served]:
+async def serving(
+    config: dict, tracing: Tracing | None = None, rollouts: RolloutSink | None = None
+) -> AsyncIterator[Served]:
+    """`rollouts`: the rollout sink the gateway reads its shares from (None: the config's steps)."""
     port = free_port()
-    app = create_app(Gateway(parse_config({**config, "listen": {"host": "127.0.0.1", "port": port}}), tracing=tracing))
+    listening = parse_config({**config, "listen": {"host": "127.0.0.1", "port": port}})
+    app = create_app(Gateway(listening, tracing=tracing, rollouts=rollouts))
     server = uvicorn.Server(
         uvicorn.Config(HotPath(app), host="127.0.0.1", port=port, log_level="warning", access_log=False)
     )

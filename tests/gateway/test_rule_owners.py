@@ -78,8 +78,19 @@ def test_the_failure_kind_rides_on_the_error_and_no_one_reads_it_from_codes():
 
     serving = {m for m in where(code_compared) if m.startswith(("gateway/serving/", "gateway/intake.py"))}
     assert serving == set()
-    sets_kind = where(lambda n: isinstance(n, ast.keyword) and n.arg == "failure")
+    # A rollout's `TrackRecord.failure` is not a backend's failure kind: it is the analysis's
+    # class of the answer the client got, decided once (next test).
+    sets_kind = where(
+        lambda n: isinstance(n, ast.Call) and keyword(n, "failure") is not None and not called(n, "TrackRecord")
+    )
     assert sets_kind <= {"adapters/errors.py", "adapters/runtime_errors.py"}, sets_kind
+
+
+def test_a_rollouts_failure_class_is_decided_in_one_function():
+    assert where(lambda n: isinstance(n, ast.FunctionDef) and n.name == "failure_kind") == {
+        "gateway/serving/rollout.py"
+    }
+    assert where(lambda n: called(n, "TrackRecord")) == {"gateway/serving/rollout.py"}
 
 
 # ---- cancellation, usage, choices ------------------------------------------------------------------

@@ -257,3 +257,21 @@ def test_continuous_usage_stats_put_usage_on_every_chunk(sim) -> None:
     )
     assert all("usage" in ch for ch in chunks)
     assert [ch["usage"]["completion_tokens"] for ch in chunks[1:-1]] == [1, 2, 3]
+
+
+def test_the_bad_candidate_faults(sim) -> None:
+    """The faults tests/rollout builds bad rollout candidates from (simulators/faults.py)."""
+    c = client(sim)
+    codes = [
+        c.post("/v1/chat/completions", json=chat("[[sim:error_every=4]]", max_tokens=1)).status_code for _ in range(8)
+    ]
+    assert codes.count(500) == 2 and codes.count(200) == 6
+    body = c.post("/v1/chat/completions", json=chat("hi [[sim:bad_tool_args]]", tools=TOOLS, tool_choice="required"))
+    arguments = body.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(arguments)
+    plain = c.post("/v1/chat/completions", json=chat("one two three four", max_tokens=1)).json()["usage"]
+    scaled = c.post(
+        "/v1/chat/completions", json=chat("one two three four", max_tokens=1, sim_fault={"prompt_tokens_scale": 1.5})
+    ).json()["usage"]
+    assert scaled["prompt_tokens"] == round(plain["prompt_tokens"] * 1.5) != plain["prompt_tokens"]

@@ -66,6 +66,69 @@ REFUSED = {
         },
         ["hs256_secret_file /nonexistent/secret cannot be read"],
     ),
+    # A rollout (gateway/config/rollout.py): the tracks and the block agree, named by model.
+    "candidate backend without a rollout block": (
+        models(VLLM, {**VLLM, "name": "c", "track": "candidate"}),
+        ["models.m:", "['c'] are on the candidate track", "rollout block"],
+    ),
+    "rollout block without a candidate backend": (
+        {"models": {"m": {"backends": [VLLM], "rollout": {}}}},
+        ["models.m.rollout: no backend of the model is on the candidate track"],
+    ),
+    "rollout with no stable backend": (
+        {"models": {"m": {"backends": [{**VLLM, "track": "candidate"}], "rollout": {}}}},
+        ["models.m.rollout: every backend is a candidate", "at least one must be on the stable track"],
+    ),
+    "rollout steps that fall": (
+        {
+            "models": {
+                "m": {
+                    "backends": [VLLM, {**VLLM, "name": "c", "track": "candidate"}],
+                    "rollout": {"steps": [0.5, 0.25]},
+                }
+            }
+        },
+        ["models.m.rollout.steps", "must increase"],
+    ),
+    "rollout step outside (0, 1]": (
+        {
+            "models": {
+                "m": {"backends": [VLLM, {**VLLM, "name": "c", "track": "candidate"}], "rollout": {"steps": [0.5, 1.5]}}
+            }
+        },
+        ["models.m.rollout.steps", "in (0, 1]"],
+    ),
+    "unknown track": (models({**VLLM, "track": "canary"}), ["track", "'stable' or 'candidate'"]),
+    "mirror share above 1": (
+        {
+            "models": {
+                "m": {
+                    "backends": [VLLM, {**VLLM, "name": "c", "track": "candidate"}],
+                    "rollout": {"mirror": {"share": 2}},
+                }
+            }
+        },
+        ["models.m.rollout.mirror.share"],
+    ),
+    "unknown sticky key": (
+        {
+            "models": {
+                "m": {
+                    "backends": [VLLM, {**VLLM, "name": "c", "track": "candidate"}],
+                    "rollout": {"sticky": ["cookie"]},
+                }
+            }
+        },
+        ["models.m.rollout.sticky", "'session' or 'tenant'"],
+    ),
+    "unknown gate": (
+        {
+            "models": {
+                "m": {"backends": [VLLM, {**VLLM, "name": "c", "track": "candidate"}], "rollout": {"gates": {"p99": 2}}}
+            }
+        },
+        ["models.m.rollout.gates.p99", "Extra inputs are not permitted"],
+    ),
 }
 REFUSED["HS256 secret that cannot be read"][0]["auth"]["jwt"]["hs256_secret_file"] = "/nonexistent/secret"
 

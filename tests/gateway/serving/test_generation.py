@@ -27,6 +27,7 @@ from gateway.serving.dispatch import Dispatcher
 from gateway.serving.generation import Generation
 from gateway.serving.phases import CancelPhase
 from tests.gateway.scripted import HANG, Pause, ScriptedAdapter, always, backend_set, count_releases
+from tests.procs import sample_value
 
 
 def chat(stream: bool = True, **kw: Any) -> GenerationRequest:
@@ -67,8 +68,7 @@ class Run:
         return [m["body"] for m in self.sent if m["type"] == "http.response.body" and m.get("body")]
 
     def metric(self, name: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(name, labels)
-        return 0.0 if value is None else value
+        return sample_value(self.metrics.registry, name, labels)
 
 
 async def generate(

@@ -40,6 +40,7 @@ from gateway.serving.generation import Generation
 from gateway.serving.phases import CancelPhase
 from tests.gateway.scripted import HANG, Pause, ScriptClock, ScriptedAdapter, always, backend_set, count_releases
 from tests.gateway.serving.test_generation import chat, sse_data
+from tests.procs import sample_value
 
 LIMITED = {"tenants": {"anonymous": {"requests_per_minute": 50}}}
 
@@ -99,7 +100,7 @@ class Served:
         return ctx
 
     def count(self, name: str, **labels: str) -> float:
-        return self.metrics.registry.get_sample_value(name, labels) or 0.0
+        return sample_value(self.metrics.registry, name, labels)
 
 
 async def serve(

@@ -26,6 +26,7 @@ from gateway.protection.gate import Protection
 from gateway.serving.oneshot import OneShotCall, route_request
 from gateway.serving.phases import CancelPhase
 from tests.gateway.scripted import backend_set, count_releases
+from tests.procs import sample_value
 
 HANG = object()
 
@@ -120,7 +121,8 @@ async def run_call(
         "ejection": {
             name: {"failures": {k.value: n for k, n in pool.ejection.failures(name).items() if n}} for name in adapters
         },
-        "requests": metrics.registry.get_sample_value(
+        "requests": sample_value(
+            metrics.registry,
             "switchyard_requests_total",
             {"model": "m", "backend": call.backend or "-", "status": str(start["status"] if start else 499)},
         ),

@@ -1,0 +1,308 @@
+"""A rollout's analysis: one window of the candidate judged against the stable track.
+
+Pure, standard library only. `analyse` reads the window's `TrackRecord`s and
+`MirrorComparison`s (policies/rollout_records.py) and gives one `GateVerdict` per gate
+and the window's `decision`. The rules (docs/rollouts.md states them for operators):
+
+* A gate fails only when the evidence says so. Rates are binomial proportions judged by
+  their Wilson score interval (z = 1.96): a rate gate fails when the interval's lower
+  bound is over the limit, so a handful of requests can fail a disastrous candidate and
+  never a merely unlucky one. A latency gate counts the candidate's requests slower than
+  the stable p95 (or the configured percentile) times the allowed ratio: it fails when
+  more than 5% of them are (the share the percentile leaves), by the same lower bound.
+* Too few samples is `insufficient`, never `pass`: a gate passes only with at least
+  `min_samples` on each side it reads and no evidence against the candidate.
+* A gate the window's traffic never exercised on either track (no request asked for tool
+  calls; no mirrored request while the mirror is off) passes with n = 0: there is nothing
+  the candidate could break there. Once one track saw such a request, the rule above holds.
+* Window decision: `rollback` if any gate fails, `promote` if every gate passes, else
+  `hold`. Repeated holds turn into `pause` in the state machine (policies/rollout_state.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from policies.rollout_records import MirrorComparison, TrackRecord
+
+Verdict = Literal["pass", "fail", "insufficient"]
+Decision = Literal["promote", "rollback", "hold"]
+Z = 1.96  # two-sided 95%
+ERROR_KINDS = frozenset({"server_error", "overload"})
+TIMEOUT_KIND = "timeout"
+_USAGE = re.compile(r"^usage: prompt_tokens (\d+) != (\d+)$")
+
+
+@dataclass(frozen=True)
+class Gates:
+    """The limits a candidate is held to (the config's `rollout.gates`, same names).
+
+    Ratios compare the candidate's percentile (`ttft_percentile`, `itl_percentile`: p95 by
+    default, the names keep "p95") to stable's on the same window; deltas are added to the
+    stable rate; the invalid-rate maxima too (a stable that fails a tenth of its tool calls
+    is what the candidate is held to, plus the max; without stable samples the max alone);
+    `mirror_difference_rate_max` bounds the mirror's differing pairs;
+    `usage_tolerance` is relative (0.02: prompt_tokens within 2% of stable's for the same
+    prompt). `window_s`: the window's length; `min_samples`: per track and per gate."""
+
+    ttft_p95_ratio_max: float = 1.5
+    itl_p95_ratio_max: float = 1.5
+    error_rate_max_delta: float = 0.01
+    timeout_rate_max_delta: float = 0.01
+    finish_reason_distance_max: float = 0.2
+    tool_call_invalid_rate_max: float = 0.02
+    structured_invalid_rate_max: float = 0.02
+    usage_tolerance: float = 0.02
+    mirror_difference_rate_max: float = 0.1
+    window_s: float = 60.0
+    min_samples: int = 20
+    ttft_percentile: float = 0.95
+    itl_percentile: float = 0.95
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """One gate's verdict with the numbers it was reached on: `n` the candidate's (or the
+    mirror's) sample, `value` what was measured, `limit` what it was held to, `bound` the
+    evidence (the Wilson lower bound for rates; None where a point estimate is judged)."""
+
+    gate: str
+    verdict: Verdict
+    n: int
+    value: float | None = None
+    limit: float | None = None
+    bound: float | None = None
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if v is not None and v != ""}
+
+
+@dataclass(frozen=True)
+class WindowVerdict:
+    """The window's gates, its decision, and the requests each track served in it."""
+
+    gates: tuple[GateVerdict, ...]
+    stable_n: int
+    candidate_n: int
+    mirror_n: int
+    examples: tuple[str, ...] = field(default_factory=tuple)  # mirror differences kept, bounded
+
+    @property
+    def decision(self) -> Decision:
+        verdicts = {g.verdict for g in self.gates}
+        if "fail" in verdicts:
+            return "rollback"
+        if verdicts <= {"pass"}:
+            return "promote"
+        return "hold"
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        return tuple(g.gate for g in self.gates if g.verdict == "fail")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "decision": self.decision,
+            "stable_n": self.stable_n,
+            "candidate_n": self.candidate_n,
+            "mirror_n": self.mirror_n,
+            "gates": [g.to_dict() for g in self.gates],
+            "examples": list(self.examples),
+        }
+
+
+def wilson(successes: int, n: int, z: float = Z) -> tuple[float, float]:
+    """The Wilson score interval of a binomial proportion (0, 1 when n is 0): unlike the
+    normal approximation it stays inside [0, 1] and is honest about small samples."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    z2 = z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    # the bounds hold p itself even where rounding would put it a hair outside
+    return max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank percentile (q in (0, 1]) of a non-empty sequence."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+def total_variation(a: Iterable[str], b: Iterable[str]) -> float:
+    """Half the L1 distance of two empirical distributions (0: alike, 1: disjoint)."""
+    ca, cb = Counter(a), Counter(b)
+    na, nb = sum(ca.values()), sum(cb.values())
+    if not na or not nb:
+        return 0.0
+    return 0.5 * sum(abs(ca[k] / na - cb[k] / nb) for k in set(ca) | set(cb))
+
+
+def usage_off(difference: str, tolerance: float) -> bool:
+    """Whether a mirror difference "usage: prompt_tokens A != B" (candidate, stable) is
+    beyond the relative tolerance; any other usage difference counts as off."""
+    if not difference.startswith("usage:"):
+        return False
+    match = _USAGE.match(difference)
+    if match is None:
+        return True
+    candidate, stable = int(match.group(1)), int(match.group(2))
+    return abs(candidate - stable) > tolerance * max(stable, 1)
+
+
+def rate_gate(gate: str, bad: int, n: int, limit: float, min_samples: int, exercised: bool = True) -> GateVerdict:
+    """`bad` of `n` against `limit`: fail on the evidence (Wilson lower bound over the
+    limit), pass with enough samples, else insufficient; pass with n = 0 if not exercised."""
+    if not exercised:
+        return GateVerdict(gate, "pass", 0, limit=limit, detail="not exercised in this window")
+    low, _ = wilson(bad, n)
+    value = bad / n if n else None
+    if n and low > limit:
+        verdict: Verdict = "fail"
+    elif n >= min_samples:
+        verdict = "pass"
+    else:
+        verdict = "insufficient"
+    return GateVerdict(gate, verdict, n, value=value, limit=limit, bound=round(low, 6))
+
+
+def _rate_delta_gate(
+    gate: str,
+    stable: Sequence[TrackRecord],
+    candidate: Sequence[TrackRecord],
+    kinds: frozenset[str],
+    delta: float,
+    g: Gates,
+) -> GateVerdict:
+    """A failure rate: the candidate's held to the stable one plus `delta`."""
+    if len(stable) < g.min_samples:
+        return GateVerdict(
+            gate, "insufficient", len(candidate), detail=f"stable served {len(stable)} < {g.min_samples}"
+        )
+    stable_rate = sum(r.failure in kinds for r in stable) / len(stable)
+    bad = sum(r.failure in kinds for r in candidate)
+    verdict = rate_gate(gate, bad, len(candidate), min(1.0, stable_rate + delta), g.min_samples)
+    return replace(verdict, detail=f"stable rate {stable_rate:.4f}")
+
+
+def _latency_gate(
+    gate: str, stable: list[float], candidate: list[float], ratio: float, q: float, g: Gates
+) -> GateVerdict:
+    """The candidate's share over the stable percentile `q` x `ratio`, judged as a rate
+    against the share the percentile leaves above it (1 - q: 5% for p95)."""
+    if len(stable) < g.min_samples:
+        return GateVerdict(gate, "insufficient", len(candidate), limit=ratio, detail=f"stable n {len(stable)}")
+    tail = percentile(stable, q)
+    over = sum(v > tail * ratio for v in candidate)
+    judged = rate_gate(gate, over, len(candidate), 1.0 - q, g.min_samples)
+    measured = percentile(candidate, q) / tail if candidate and tail > 0 else None
+    detail = f"stable p{q * 100:g} {tail:.4f}s, candidate over {ratio:g}x it: {over}/{len(candidate)}"
+    return GateVerdict(
+        gate, judged.verdict, len(candidate), value=measured, limit=ratio, bound=judged.bound, detail=detail
+    )
+
+
+def _finish_gate(stable: Sequence[TrackRecord], candidate: Sequence[TrackRecord], g: Gates) -> GateVerdict:
+    s = [r.finish_reason for r in stable if r.failure is None and r.finish_reason]
+    c = [r.finish_reason for r in candidate if r.failure is None and r.finish_reason]
+    gate = "finish_reason_distance"
+    if len(s) < g.min_samples or len(c) < g.min_samples:
+        return GateVerdict(gate, "insufficient", len(c), limit=g.finish_reason_distance_max)
+    distance = total_variation(s, c)
+    verdict: Verdict = "fail" if distance > g.finish_reason_distance_max else "pass"
+    return GateVerdict(gate, verdict, len(c), value=round(distance, 6), limit=g.finish_reason_distance_max)
+
+
+def _validity_gate(
+    gate: str, stable: Sequence[bool | None], candidate: Sequence[bool | None], limit: float, g: Gates
+) -> GateVerdict:
+    judged = [v for v in candidate if v is not None]
+    base = [v for v in stable if v is not None]
+    exercised = bool(judged) or bool(base)
+    if len(base) >= g.min_samples:  # held to stable's own invalid share plus the max
+        limit = min(1.0, sum(not v for v in base) / len(base) + limit)
+    return rate_gate(gate, sum(not v for v in judged), len(judged), limit, g.min_samples, exercised)
+
+
+def analyse(
+    records: Iterable[TrackRecord],
+    comparisons: Iterable[MirrorComparison],
+    gates: Gates,
+    mirror_on: bool = False,
+    examples_max: int = 5,
+) -> WindowVerdict:
+    """Judge one window. `mirror_on`: the mirror was meant to run (then no comparison is
+    too few, not unexercised)."""
+    window = list(records)
+    stable = [r for r in window if r.track == "stable"]
+    candidate = [r for r in window if r.track == "candidate"]
+    mirrored = list(comparisons)
+    ttft = ([r.ttft_s for r in stable if r.ttft_s is not None], [r.ttft_s for r in candidate if r.ttft_s is not None])
+    itl = ([r.itl_s for r in stable if r.itl_s is not None], [r.itl_s for r in candidate if r.itl_s is not None])
+    usage_bad = sum(any(usage_off(d, gates.usage_tolerance) for d in m.differences) for m in mirrored)
+    different = [m for m in mirrored if _differs(m, gates.usage_tolerance)]
+    exercised = mirror_on or bool(mirrored)
+    verdicts = (
+        _latency_gate("ttft_p95_ratio", *ttft, gates.ttft_p95_ratio_max, gates.ttft_percentile, gates),
+        _latency_gate("itl_p95_ratio", *itl, gates.itl_p95_ratio_max, gates.itl_percentile, gates),
+        _rate_delta_gate("error_rate", stable, candidate, ERROR_KINDS, gates.error_rate_max_delta, gates),
+        _rate_delta_gate(
+            "timeout_rate", stable, candidate, frozenset({TIMEOUT_KIND}), gates.timeout_rate_max_delta, gates
+        ),
+        _finish_gate(stable, candidate, gates),
+        _validity_gate(
+            "tool_call_invalid_rate",
+            [r.tool_calls_valid for r in stable],
+            [r.tool_calls_valid for r in candidate],
+            gates.tool_call_invalid_rate_max,
+            gates,
+        ),
+        _validity_gate(
+            "structured_invalid_rate",
+            [r.structured_valid for r in stable],
+            [r.structured_valid for r in candidate],
+            gates.structured_invalid_rate_max,
+            gates,
+        ),
+        rate_gate(
+            "usage_consistency",
+            usage_bad,
+            len(mirrored),
+            gates.mirror_difference_rate_max,
+            gates.min_samples,
+            exercised,
+        ),
+        rate_gate(
+            "mirror_difference_rate",
+            len(different),
+            len(mirrored),
+            gates.mirror_difference_rate_max,
+            gates.min_samples,
+            exercised,
+        ),
+    )
+    examples = tuple("; ".join(_described(m)) for m in different[:examples_max])
+    return WindowVerdict(verdicts, len(stable), len(candidate), len(mirrored), examples)
+
+
+def _differs(m: MirrorComparison, tolerance: float) -> bool:
+    """A mirrored pair that differs beyond the usage tolerance (a usage difference within
+    it is alike), or whose failures differ."""
+    if m.candidate_failure != m.stable_failure:
+        return True
+    return any(not d.startswith("usage:") or usage_off(d, tolerance) for d in m.differences)
+
+
+def _described(m: MirrorComparison) -> list[str]:
+    parts = list(m.differences)
+    if m.candidate_failure != m.stable_failure:
+        parts.append(f"failure: {m.candidate_failure} != {m.stable_failure}")
+    return parts
