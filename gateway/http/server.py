@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -126,6 +127,9 @@ def run_server(config: GatewayConfig, source: ConfigSource | None = None, worker
             ops = uvicorn.Config(app, host=host, port=port).bind_socket()
         app.serve_ops_on(ops.getsockname()[1])
         sockets.append(ops)
+    # What was built so far (modules, config, the app) lives as long as the process: out
+    # of the collector's sight, a full collection no longer walks it on the request path.
+    gc.freeze()
     GatewayServer(uv, app.gateway.lifecycle).run(sockets=sockets)
 
 

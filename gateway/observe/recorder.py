@@ -88,9 +88,11 @@ class RequestRecorder:
         m = self.metrics
         m.child(m.ttft, model, backend).observe(ttft)
 
-    def inter_token(self, model: str, gap: float) -> None:
+    def inter_tokens(self, model: str) -> Callable[[float], None]:
+        """What observes the gaps between `model`'s tokens: looked up once per
+        generation, not at every token."""
         m = self.metrics
-        m.child(m.itl, model).observe(gap)
+        return m.child(m.itl, model).observe
 
     def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
         elapsed = time.perf_counter() - ctx.started
