@@ -196,11 +196,11 @@ class QuotaLeases:
                     store = self.local
                     reservation = await self._store_unavailable(principal, scopes, tokens, lease_id, units)
         except QuotaExceeded as exc:
-            self.metrics.decisions.labels(exc.limit).inc()
+            self.metrics.child(self.metrics.decisions, exc.limit).inc()
             raise _refusal(principal, exc, budget) from None
         finally:
-            self.metrics.check_seconds.labels(store.kind).observe(time.perf_counter() - start)
-        self.metrics.decisions.labels("admitted").inc()
+            self.metrics.child(self.metrics.check_seconds, store.kind).observe(time.perf_counter() - start)
+        self.metrics.child(self.metrics.decisions, "admitted").inc()
         return reservation
 
     async def _store_unavailable(
