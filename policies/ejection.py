@@ -90,6 +90,7 @@ class _Window:
             bucket[2] += b
         else:
             self._buckets.append([second, a, b])
+            self.totals(now)  # a new second: what left the window goes (a backend that never fails holds no more)
 
     def totals(self, now: float) -> tuple[int, int]:
         while self._buckets and self._buckets[0][0] <= now - self.seconds:
