@@ -129,6 +129,8 @@ def run_server(config: GatewayConfig, source: ConfigSource | None = None, worker
         sockets.append(ops)
     # What was built so far (modules, config, the app) lives as long as the process: out
     # of the collector's sight, a full collection no longer walks it on the request path.
+    # Startup's garbage is collected first, not frozen with it.
+    gc.collect()
     gc.freeze()
     GatewayServer(uv, app.gateway.lifecycle).run(sockets=sockets)
 
