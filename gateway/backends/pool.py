@@ -92,8 +92,7 @@ class ModelPool:
             else:
                 uncached = uncached_tokens(tokens, approx, len(blocks), BLOCK_TOKENS)
             views.append(b.view(not self.ejection.admits(name), approx, exact, name == owner, uncached))
-        # With one backend no picker has a choice its key could decide.
-        key = session or (prefix_key(req.messages, req.prompt) if choice else "")
+        key = session or prefix_key(req.messages, req.prompt)
         result = route(profile, views, req, key, self.detector, self.state)
         if log.isEnabledFor(logging.DEBUG):  # what each scorer saw, to check a profile against a workload
             log.debug(

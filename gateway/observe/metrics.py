@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import sys
 from functools import partial
-from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -20,21 +19,6 @@ from gateway.observe.log_lines import SafeLines
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
-
-
-class Children:
-    """`metric.labels(*labels)`, cached: the lookup costs more than the update on the
-    request path, and the label sets are few (models x backends x status)."""
-
-    def __init__(self) -> None:
-        self._children: dict[tuple, Any] = {}
-
-    def __call__(self, metric: Any, *labels: str) -> Any:
-        key = (id(metric), labels)
-        c = self._children.get(key)
-        if c is None:
-            c = self._children[key] = metric.labels(*labels)
-        return c
 
 
 def registered(
@@ -119,7 +103,16 @@ class GatewayMetrics:
             "(auth, rate_limited, concurrency, quota, quota_store_unavailable, queue_full, queue_timeout).",
             ["tenant", "reason"],
         )
-        self.child = Children()
+        self._children: dict[tuple, object] = {}
+
+    def child(self, metric, *labels: str):
+        """`metric.labels(*labels)`, cached: the lookup costs more than the update
+        on the request path, and the label sets are few (models x backends x status)."""
+        key = (id(metric), labels)
+        c = self._children.get(key)
+        if c is None:
+            c = self._children[key] = metric.labels(*labels)
+        return c
 
 
 def access_logger() -> logging.Logger:

@@ -88,11 +88,9 @@ class RequestRecorder:
         m = self.metrics
         m.child(m.ttft, model, backend).observe(ttft)
 
-    def inter_tokens(self, model: str) -> Callable[[float], None]:
-        """What observes the gaps between `model`'s tokens: looked up once per
-        generation, not at every token."""
+    def inter_token(self, model: str, gap: float) -> None:
         m = self.metrics
-        return m.child(m.itl, model).observe
+        m.child(m.itl, model).observe(gap)
 
     def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
         elapsed = time.perf_counter() - ctx.started

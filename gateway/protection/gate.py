@@ -243,7 +243,7 @@ class Protection:
         finally:
             if reservation is not None:
                 self.leases.queued.pop(reservation.lease_id, None)
-        self.metrics.child(self.metrics.queue_wait, model).observe(slot.waited_s)
+        self.metrics.queue_wait.labels(model).observe(slot.waited_s)
         ticket = Ticket(self, principal, model, reservation, slot, prompt_tokens_estimate)
         self._live.add(ticket)
         return ticket

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
-from gateway.observe.metrics import Children, registered
+from gateway.observe.metrics import registered
 from policies.admission import AdmissionQueue
 
 
@@ -46,7 +46,6 @@ class ProtectionMetrics:
             "switchyard_protection_leaked_tickets_total",
             "Tickets collected without release (a bug; their resources were freed then).",
         )
-        self.child = Children()
 
 
 class StateCollector:

@@ -61,7 +61,6 @@ class Generation(ExchangeRunner):
         self.response_id = ctx.response_id = self.answer.response_id
         self.counted = UsageCount(requests)
         self._last_content: float | None = None
-        self._inter_token = recorder.inter_tokens(self.model)
         self._backoff_since: float | None = None
         self.dropped_params: tuple[str, ...] = ()
 
@@ -145,7 +144,7 @@ class Generation(ExchangeRunner):
                 self.recorder.first_token(self.model, self.backend or "-", self.ctx.ttft)
                 self.ctx.trace.first_token(self.ctx.ttft)
             elif self._last_content is not None:
-                self._inter_token(now - self._last_content)
+                self.recorder.inter_token(self.model, now - self._last_content)
             self._last_content = now
         elif isinstance(event, Usage):
             self.usage = event
