@@ -166,7 +166,7 @@ class _Connection(asyncio.Protocol):
 
 
 class Response:
-    """One upstream response. Read it with `read()` or `iter_lines()`; then
+    """One upstream response. Read it with `read()`, `iter_chunks()` or `iter_lines()`; then
     `release()` (fully read: the connection is reused) or `close()`.
 
     Until its first body bytes arrive, a read waits until the request's first-byte
