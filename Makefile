@@ -98,6 +98,13 @@ bench-overhead: install
 	$(WRK)
 	$(PY) -m bench.overhead $(ARGS)
 
+# Requests/s and gateway CPU per request of this checkout against another one (a
+# worktree of another commit with its own .venv): ARGS="--other ../first [--stream]".
+.PHONY: bench-ab
+bench-ab: install
+	$(WRK)
+	$(PY) -m bench.ab_versions $(ARGS)
+
 bench-engine: install
 	$(PY) -m bench.engine_bench $(ARGS)
 

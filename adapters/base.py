@@ -129,6 +129,8 @@ def total_choices(requests: list[GenerationRequest]) -> int:
     """The upstream generations one request starts: its prompts' choices summed (a legacy
     completion with k prompts and n each makes k * n). The one count the choices cap,
     admission, the stream guard and the answer read."""
+    if len(requests) == 1:  # nearly every request: no generator to sum over
+        return requests[0].sampling.n
     return sum(r.sampling.n for r in requests)
 
 

@@ -83,7 +83,7 @@ class HTTPAdapter(Adapter):
             else:
                 # A stream that ends without finishing its choices is the stream guard's concern.
                 try:
-                    async for data in iter_sse_data(resp.iter_lines()):
+                    async for data in iter_sse_data(resp.iter_chunks()):
                         if data.startswith(b"[DONE]"):
                             for event in quirks.at_done() if quirks is not None else ():
                                 yield event

@@ -166,7 +166,7 @@ class _Connection(asyncio.Protocol):
 
 
 class Response:
-    """One upstream response. Read it with `read()` or `iter_lines()`; then
+    """One upstream response. Read it with `read()`, `iter_chunks()` or `iter_lines()`; then
     `release()` (fully read: the connection is reused) or `close()`.
 
     Until its first body bytes arrive, a read waits until the request's first-byte
@@ -179,8 +179,13 @@ class Response:
         self._idle_s = idle_s
         self._got_body = False
         self.status = conn.status
-        self.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in conn.headers}
+        self._raw_headers = conn.headers  # its own list: a reused connection starts a new one
         self._done = False
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The response's headers by lower-case name, decoded when asked (the hot path never asks)."""
+        return {k.decode("latin-1"): v.decode("latin-1") for k, v in self._raw_headers}
 
     async def _wait(self) -> None:
         if self._got_body or self._deadline is None:

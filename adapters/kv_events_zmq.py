@@ -1,28 +1,15 @@
-"""A subscriber to a runtime's KV-event publisher (vLLM's or SGLang's ZMQ PUB socket).
-
-Wire (adapters/kv_events.py has the payload): each message is three frames,
-topic, an 8-byte big-endian sequence number and the msgpack batch. The runtime's
-optional replay socket (a ROUTER, `replay_endpoint` in its `--kv-events-config`)
-answers a request frame holding a start sequence number with every batch it
-still buffers from there, each as `(topic, seq, payload)` (vLLM 0.32+, SGLang;
-older vLLM sent `(seq, payload)`), then an end marker whose sequence is -1.
-
-The subscriber hands each batch to a consumer (policies/kv_index.py's
-`KVBlockIndex`) with its number. Before a batch that follows lost ones, it asks
-the replay socket, if there is one, for the lost numbers and hands those over
-first; when the replay does not fill the gap, the consumer sees the gap and
-starts again from empty. On the first batch it also asks for everything from 0,
-which teaches the index what the runtime cached before the gateway subscribed.
-A payload that does not decode is skipped and counted; the number it leaves
-unused then shows as a gap.
-
-A connection to the publisher lost and made again (ZMQ reconnects by itself) may
-hide a restart the numbers cannot show: a new process numbers from 0 again, and
-the batches it sends before our subscription reaches it are lost, so its first
-batch heard may carry the very number the old process would have sent next. So a
-reconnect is a new start: the consumer forgets what it knew (`reconnected`), and
-the replay socket, if any, is asked for everything the runtime still buffers.
-Needs `pyzmq` and `msgpack` (the `kv-events` extra).
+"""A subscriber to a runtime's KV-event publisher (vLLM's or SGLang's ZMQ PUB socket;
+docs/architecture.md, "Routing", has the rules). Each message is three frames: topic,
+an 8-byte big-endian sequence number and the msgpack batch (adapters/kv_events.py).
+The optional replay socket (a ROUTER) answers a start number with every batch it
+still buffers, each `(topic, seq, payload)` (vLLM 0.32+, SGLang; older vLLM sent
+`(seq, payload)`), then an end marker of sequence -1. Batches go to a consumer
+(policies/kv_index.py's `KVBlockIndex`) with their numbers: lost ones are asked of
+the replay socket first, else the consumer sees the gap and starts empty; the first
+batch also asks for everything from 0. An undecodable payload is skipped and counted
+(its number then shows as a gap). A reconnect is a new start (a restarted runtime
+numbers from 0 again): the consumer forgets (`reconnected`) and the replay socket is
+asked for all it buffers. Needs `pyzmq` and `msgpack` (the `kv-events` extra).
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""The native engine's text work off the event loop: chat templates, tokenizing,
-detokenizing, in a small pool of threads bounded per tenant.
-
-Why threads and `encode_batch`: a 4 MB prompt took 12-15 s of template and tokenizer
-work on the event loop, and every other tenant's request waited for it. `tokenizers`'
-`encode` holds the interpreter lock for its whole run, so a thread alone would not
-help (measured: a 760 KB text, 3.2 s in `encode` on a thread, the loop stalled 3.15 s;
-in `encode_batch` the lock is released and the loop's worst gap was 0.17 s on a loaded
-2-core machine); `engine/text/tokenizer.py` encodes through `encode_batch`. A chat
-template is Python, which the interpreter switches away from every few milliseconds.
-
-Fair, bounded and charged to the tenant: the workers take the tenants' queues in
-turn (round robin), so one tenant's long texts wait behind everyone else's next piece
-rather than ahead of it; a tenant may have at most `per_tenant` pieces waiting and the
-pool `max_waiting` in all; past either the call is refused with 429 and Retry-After, a
-client-facing answer, never a backend fault (no failover, nothing ejected). The wait is
-the tenant's own: its request holds its concurrency lease meanwhile. Inputs are capped
-before any of this (`check_context` in adapters/native_oneshot.py: a prompt longer than
-the model's context by a byte bound alone is refused without tokenizing it).
+"""The native engine's text work (chat templates, tokenizing, detokenizing) off the
+event loop, in a small pool of threads (docs/architecture.md, "Native engine", has
+why threads help: `encode_batch` releases the interpreter lock). Fair and bounded
+per tenant: the workers take the tenants' queues in turn; past `per_tenant` pieces
+waiting for one tenant, or `max_waiting` in all, a call is refused with 429 and
+Retry-After (the client's answer, never a backend fault: no failover, nothing
+ejected). The wait holds the tenant's own concurrency lease.
 """
 
 from __future__ import annotations

@@ -30,10 +30,6 @@ class EmbeddingRequest:
     tenant: str | None = None
     priority: int = 0
 
-    @property
-    def token_inputs(self) -> bool:
-        return bool(self.inputs) and isinstance(self.inputs[0], list)
-
 
 @dataclass(slots=True)
 class EmbeddingResult:

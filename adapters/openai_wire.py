@@ -244,19 +244,30 @@ def decode_chunk(payload: dict, chat: bool, backend: str) -> list[Event]:
     return events
 
 
-async def iter_sse_data(lines: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The `data` of each server-sent event (multi-line data joined by newlines)."""
+async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The `data` of each server-sent event (multi-line data joined by newlines), from
+    the body as it arrives: split into lines here, so no generator of lines stands
+    between the socket and the events."""
     data: list[bytes] = []
-    async for raw in lines:
-        line = raw.rstrip(b"\r\n")
-        if not line:
-            if data:
-                yield b"\n".join(data)
-                data = []
-            continue
-        if line.startswith(b"data:"):
-            value = line[5:]
-            data.append(value[1:] if value.startswith(b" ") else value)
-        # comments (":") and other fields (event/id/retry) carry nothing for us
+    tail = b""
+    async for chunk in chunks:
+        buf = tail + chunk if tail else chunk
+        start = 0
+        while (nl := buf.find(b"\n", start)) >= 0:
+            line = buf[start:nl].rstrip(b"\r")
+            start = nl + 1
+            if not line:
+                if data:
+                    yield b"\n".join(data)
+                    data = []
+            elif line.startswith(b"data:"):
+                value = line[5:]
+                data.append(value[1:] if value.startswith(b" ") else value)
+            # comments (":") and other fields (event/id/retry) carry nothing for us
+        tail = buf[start:]
+    line = tail.rstrip(b"\r")
+    if line.startswith(b"data:"):
+        value = line[5:]
+        data.append(value[1:] if value.startswith(b" ") else value)
     if data:
         yield b"\n".join(data)

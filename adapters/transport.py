@@ -83,7 +83,7 @@ class Transport:
 
     async def open(self, path: str, body: bytes, headers: dict[str, str], *, stream: bool) -> Any:
         """POST and return the response once its head arrived (`status`, `read()`,
-        `iter_lines()`, then `release()` when read to its end, else `close()`). A stream's
+        `iter_chunks()`, then `release()` when read to its end, else `close()`). A stream's
         first byte and the silence between its chunks have their limits, a whole answer
         `timeout_s`; a failure to get an answer at all raises (may fail over)."""
         first_byte = self.first_byte_timeout_s if stream else self.timeout_s
@@ -174,8 +174,8 @@ class _AiohttpResponse:
     async def read(self) -> bytes:
         return await self._resp.read()
 
-    def iter_lines(self):
-        return self._resp.content.__aiter__()
+    def iter_chunks(self):
+        return self._resp.content.iter_any()
 
     def release(self) -> None:
         self._resp.release()

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 class Server:
     """A server to start: the child starts when the `with` block is entered (and
     is ready when it begins) and is stopped when the block ends. Its log is
-    `log_dir/<name>.log`."""
+    `log_dir/<name>.log`; it runs in `cwd` (another checkout's root runs that
+    checkout's code with `python -m`)."""
 
     def __init__(
         self,
@@ -25,6 +26,7 @@ class Server:
         log_dir: Path,
         env: dict[str, str] | None = None,
         ready_timeout_s: float = 60.0,
+        cwd: Path = ROOT,
     ) -> None:
         self.name = name
         self.argv = list(argv)
@@ -32,6 +34,7 @@ class Server:
         self.log_path = log_dir / f"{name}.log"
         self.env = env
         self.ready_timeout_s = ready_timeout_s
+        self.cwd = cwd
         self.child: Child | None = None
 
     @property
@@ -43,7 +46,7 @@ class Server:
     def __enter__(self) -> Server:
         """Raises `processes.ChildFailed` (with the log's tail) if the server exits
         or does not answer `ready_url` below 500 in time."""
-        self.child = Child(self.argv, self.log_path, name=self.name, cwd=ROOT, env=self.env)
+        self.child = Child(self.argv, self.log_path, name=self.name, cwd=self.cwd, env=self.env)
         self.child.wait_ready(http_probe(self.ready_url), timeout_s=self.ready_timeout_s, interval_s=0.1)
         return self
 

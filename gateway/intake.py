@@ -29,7 +29,7 @@ from gateway.backends.backend_set import Backend, BackendSet, ModelPool
 from gateway.config.schema import GatewayConfig
 from gateway.http.deadline import request_deadline
 from gateway.http.envelope import error_response
-from gateway.http.request_io import client_request_id, new_request_id, read_body
+from gateway.http.request_io import client_request_id, head_fields, new_request_id, read_body
 from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.recorder import RequestRecorder
 from gateway.observe.tracing import Tracing
@@ -110,8 +110,9 @@ class Intake:
     async def handle(self, route: ApiRoute, request: Request) -> Response:
         """The route's answer: the exchange that serves it, or the (recorded) refusal."""
         upstream_id = new_request_id()  # the gateway's own id, sent upstream (never the client's)
+        head = head_fields(request.scope["headers"])
         ctx = RequestContext(
-            request_id=client_request_id(request.headers.get("x-request-id")) or upstream_id,
+            request_id=client_request_id(head.get("x-request-id")) or upstream_id,
             started=time.perf_counter(),
             operation=route.operation,
             upstream_id=upstream_id,
@@ -119,7 +120,7 @@ class Intake:
             config_version=self.version(),
         )
         try:
-            admitted = await self._admit(route, request, ctx)
+            admitted = await self._admit(route, request, head, ctx)
         except GatewayError as err:
             return self._refuse(ctx, err)
         except ClientDisconnect:
@@ -129,11 +130,11 @@ class Intake:
             return self._refuse(ctx, internal_error())
         return route.serve(admitted)
 
-    async def _admit(self, route: ApiRoute, request: Request, ctx: RequestContext) -> Admitted:
+    async def _admit(self, route: ApiRoute, request: Request, head: dict[str, str], ctx: RequestContext) -> Admitted:
         principal = await self.protection.authenticate(credential_headers(request.scope["headers"]))
         ctx.tenant = principal.tenant
         limits = self.config().limits
-        raw = await read_body(request, limits.max_body_bytes)
+        raw = await read_body(request, head.get("content-length"), limits.max_body_bytes)
         body = parse_json_body(raw, limits.max_json_depth)
         intent = await route.parse(body, ctx.upstream_id or "", principal)
         reqs = intent.requests
@@ -145,8 +146,8 @@ class Intake:
             raise model_not_found(first.model)
         refuse_unknown(first.unknown_fields, pool.config.unknown_params)
         check_choices(reqs, limits.max_choices_per_request)
-        deadline = request_deadline(request.headers, limits.max_request_timeout_s, stream=first.stream)
-        session_id = request.headers.get("x-session-id")
+        deadline = request_deadline(head, limits.max_request_timeout_s, stream=first.stream)
+        session_id = head.get("x-session-id")
         for r in reqs:
             r.deadline = deadline
             r.tenant = principal.tenant

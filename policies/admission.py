@@ -170,7 +170,9 @@ class AdmissionQueue:
     ) -> Slot:
         """Wait for `units` of the model's capacity (the generations the request
         starts). `deadline` is a time.monotonic() value."""
-        q = self._models.setdefault(model, _ModelQueue())
+        q = self._models.get(model)
+        if q is None:  # not setdefault: that would build a queue on every call
+            q = self._models[model] = _ModelQueue()
         start = time.monotonic()
         if q.waiting == 0 and self._has_room(model, q, units):
             q.in_flight += units

@@ -1,22 +1,11 @@
 """Outlier ejection (circuit breaking) for one pool's backends, from the outcomes
-dispatch reports before each attempt's first byte: the health probe runs every
-5 s, a backend failing real requests in between is caught here.
-
-Ejected after `consecutive_failures` in a row or an `error_rate` share of at least
-`min_requests` outcomes in `window_s`; held out for a backoff doubling from
-`base_ejection_s` to `max_ejection_s`; then one real request is the half-open
-probe. At most `max_ejected_share` of the pool is held out at once (past that the
-failures may be the requests' fault, and the others would take too much).
-
-A failure a request can cause (a runtime's 5xx, no first byte in time: a poison
-prompt does both) ejects only when it is not one tenant's alone: failures from at
-least two tenants in the window, or no other tenant served by the backend in the
-window (then the failing tenant is the only witness, as with auth off). Otherwise
-one tenant sending prompts the runtime chokes on would eject a backend that serves
-everyone else. No connection and the runtime's overload are the backend's state
-whoever sent the request: they count alone. The
-retry budget's settings sit here beside it (policies/retry_budget.py keeps the
-budget). Pure state and arithmetic with an injectable clock.
+dispatch reports before each attempt's first byte (docs/architecture.md, "Routing",
+has the rules): ejected after `consecutive_failures` or an `error_rate` over
+`window_s`, held out for a doubling backoff, then one real request is the half-open
+probe; at most `max_ejected_share` of the pool out at once. A failure a request can
+cause ejects only when it is not one tenant's alone. The retry budget's settings sit
+here beside it (policies/retry_budget.py keeps the budget). Pure state and arithmetic
+with an injectable clock.
 """
 
 from __future__ import annotations
@@ -90,6 +79,7 @@ class _Window:
             bucket[2] += b
         else:
             self._buckets.append([second, a, b])
+            self.totals(now)  # a new second: what left the window goes (a backend that never fails holds no more)
 
     def totals(self, now: float) -> tuple[int, int]:
         while self._buckets and self._buckets[0][0] <= now - self.seconds:

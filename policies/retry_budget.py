@@ -32,6 +32,7 @@ class RetryBudget:
             self._buckets[-1][2] += retries
         else:
             self._buckets.append([second, requests, retries])
+            self.totals(now)  # a new second: what left the window goes (a pool that never retries holds no more)
 
     def totals(self, now: float | None = None) -> tuple[int, int]:
         """(requests, retries) over the window ending `now`."""

@@ -1,29 +1,12 @@
 """`response_store` in the config: where the Responses API keeps what it answered
-(`store: true`), for `GET /v1/responses/{id}`, its `input_items` and a
-continuation (`previous_response_id`).
-
-- `kind: auto` (the default): in Redis when the quota store is (`quota_store.kind:
-  redis`, the same deployment), else in this process's memory;
-- `kind: memory`: in this process (bounded by `max_entries` and `max_bytes`, the
-  oldest dropped first); one replica, one worker: a continuation that lands on
-  another process does not find the response (404);
-- `kind: redis`: the Redis deployment its own fields describe (gateway/config/redis.py:
-  one server, a Cluster or Sentinel), shared by every replica and worker.
-
-Every tenant has its own share of either store, `tenant_max_entries` responses and
-`tenant_max_bytes` bytes (serialized records): a tenant's new response pushes out
-its own oldest, never another tenant's, and one larger than its byte share is
-refused with 413 `response_too_large` (before generation when the request alone is
-that large). What is stored is capped this way, not charged as tokens.
-
-Quotas and stored responses may share one Redis deployment (`kind: auto`, their
-keys apart by name) or not: `kind: redis` with its own `url` (another database of
-the same server: keys apart, memory shared) or its own deployment (a full
-response store then never touches the quotas). docs/operations.md says more.
-
-Every stored response expires `ttl_s` after it was stored. The store is built at
-start (`build_response_store`, gateway/openai/responses/routes.py): changing it takes a
-restart (gateway/lifecycle/reload.py).
+(`store: true`) for `GET /v1/responses/{id}`, `input_items` and `previous_response_id`.
+`kind: auto` (the default) is Redis when the quota store is, else memory; `memory`
+is this process only (a continuation on another process answers 404); `redis` is
+the deployment its own fields describe (gateway/config/redis.py). Each tenant has a
+share (`tenant_max_entries`, `tenant_max_bytes`): its new response pushes out its own
+oldest, and one over its byte share is 413 `response_too_large`. Records expire
+`ttl_s` after they were stored; changing the store takes a restart. docs/operations.md,
+"Stored responses beside the quotas", says which separation from the quotas to choose.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
-"""A request's deadline, from the timeout its client says it will wait.
-
-`x-request-timeout` (seconds, a decimal number) is this gateway's header; the
-official OpenAI SDKs send their client timeout on every request (600 s unless the
-caller sets one): the Node SDK as `x-stainless-timeout`, the whole request; the
-Python SDK as `x-stainless-read-timeout`, its longest wait for a byte, which bounds
-the whole answer only when nothing is sent before it, that is when it is not
-streamed (a stream that keeps sending stays within it however long it runs), so it
-sets no deadline on a stream. The first one present wins. The deadline is a
-time.monotonic() value, `GenerationRequest.deadline`: the admission queue stops
-waiting at it, and a generation still running at it is cancelled upstream (504
-before the answer starts, an error event in a stream already going;
-gateway/serving/generation.py).
-
-No client may ask for more than `limits.max_request_timeout_s`: a longer timeout is
-clamped to it, since the SDKs send their default on every request and refusing it
-would refuse them all. A value that is not a positive finite number is a 400 naming
-the header.
+"""A request's deadline from the timeout its client says it will wait
+(docs/architecture.md, "A request's way through"): `x-request-timeout`, else the Node
+SDK's `x-stainless-timeout`, else, not streamed only, the Python SDK's
+`x-stainless-read-timeout` (a read timeout bounds a whole answer only when nothing is
+sent before it). Clamped to `limits.max_request_timeout_s` (the SDKs send their default
+on every request: refusing a longer one would refuse them all); a value that is not a
+positive finite number is a 400 naming the header. A time.monotonic() value.
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
-"""Limits on what a connection may make the gateway hold before a request exists:
-the size and count of a request's head (request line and headers), the time to
-send it, idle keep-alive time, and requests pipelined ahead.
-
-uvicorn's httptools protocol has none of these but the keep-alive timeout after a
-response: a head line of any length is buffered until it ends, a connection that
-sends nothing (or trickles a head) is kept forever. `limited_protocol` returns
-its subclass that enforces them on each read and when a head completes, before
-the application sees anything (before authentication, before the body is read):
-
-- head over `max_head_bytes` or more than `max_headers` headers: 431, then close.
-  The parser hands a header over only once it is complete, so the bytes and lines
-  of every read that falls inside an open head are counted too (in C, per read,
-  not per header: the common request pays nothing per header): what one
-  connection can make us hold is bounded by the limit plus about two reads.
-- head not complete within `head_timeout_s` of its first byte: 408, then close.
-- no request begun within `keepalive_timeout_s` of connecting or of the last
-  response: the connection is closed (bytes that start no request, such as blank
-  lines, do not extend that time).
-- more than `max_pipelined` complete requests queued behind the one being served:
-  the rest is not read; the connection closes after the last queued answer.
-
-When a response is still being written on the connection, a refusal closes the
+"""Limits on what a connection may make the gateway hold before a request exists
+(README.md, `limits`): a head over `max_head_bytes` or `max_headers` (431), not
+complete within `head_timeout_s` (408), no request within `keepalive_timeout_s`
+(closed), more than `max_pipelined` queued (not read). uvicorn's httptools protocol
+has none but the keep-alive timeout; `limited_protocol` returns its subclass that
+checks on each read and when a head completes, before the application sees anything.
+The parser hands a header over only once it is complete, so an open head's reads are
+counted too, in C per read (nothing per header): a connection can make us hold the
+limit plus about two reads. A refusal while a response is being written closes the
 connection rather than interleave an answer with it.
 """
 

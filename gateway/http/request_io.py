@@ -30,19 +30,28 @@ def client_request_id(value: str | None) -> str | None:
     return value if value is not None and _CLIENT_ID.fullmatch(value) else None
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+def head_fields(raw: list[tuple[bytes, bytes]]) -> dict[str, str]:
+    """The request's header fields by (ASGI's lower-case) name; of a repeated one the
+    first, as Starlette's `Headers.get` reads it. One pass, where each `Headers` lookup
+    scans the whole head again."""
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in reversed(raw)}
+
+
+async def read_body(request: Request, declared: str | None, limit: int) -> bytes:
     """The body, or 413 as soon as it is known to exceed `limit` bytes (from the
-    declared length, or while reading: a client may lie or send chunked)."""
-    too_big = GatewayError(
-        413, f"The request body is larger than this gateway accepts ({limit} bytes).", code="request_too_large"
-    )
-    declared = request.headers.get("content-length")
+    `declared` content-length, or while reading: a client may lie or send chunked)."""
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_big
+        raise _too_big(limit)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise too_big
+            raise _too_big(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _too_big(limit: int) -> GatewayError:
+    return GatewayError(
+        413, f"The request body is larger than this gateway accepts ({limit} bytes).", code="request_too_large"
+    )

@@ -1,23 +1,18 @@
 """The HTTP server: uvicorn with httptools under our head limits
 (gateway/http/limits.py), on the main listener and, when configured, the ops
-listener. Both listeners belong to one uvicorn server, so they share one event
-loop and one lifespan.
-
-The signals are the gateway's, not uvicorn's (gateway/lifecycle/process.py): SIGTERM
-drains (readiness off, a grace, requests under way finished or ended with an
-error the client can read), SIGINT drains without the grace, SIGHUP reloads the
-config. uvicorn's own handling would stop accepting and wait for connections
-with no bound, then re-raise the signal so that the process dies of it; here the
-server is told to stop once the drain is over, and the process exits 0.
-
-`serve --workers N` runs this in each worker (gateway/lifecycle/workers.py), on sockets
-of its own bound with SO_REUSEPORT.
+listener (one server: one event loop, one lifespan). The signals are the gateway's
+(gateway/lifecycle/process.py; docs/operations.md, "Drain and rolling updates"):
+SIGTERM drains, SIGINT drains without the grace, SIGHUP reloads; once the drain is
+over the server is told to stop and the process exits 0 (uvicorn's own handling
+would wait for connections without bound, then die of the signal). Under
+`serve --workers N` each worker runs this on sockets of its own (SO_REUSEPORT).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -126,6 +121,11 @@ def run_server(config: GatewayConfig, source: ConfigSource | None = None, worker
             ops = uvicorn.Config(app, host=host, port=port).bind_socket()
         app.serve_ops_on(ops.getsockname()[1])
         sockets.append(ops)
+    # What was built so far (modules, config, the app) lives as long as the process: out
+    # of the collector's sight, a full collection no longer walks it on the request path.
+    # Startup's garbage is collected first, not frozen with it.
+    gc.collect()
+    gc.freeze()
     GatewayServer(uv, app.gateway.lifecycle).run(sockets=sockets)
 
 

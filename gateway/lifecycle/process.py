@@ -1,22 +1,12 @@
-"""The process's life once it serves: config reloads, backends a reload took out
-closed once nothing uses them, and the drain that ends it.
-
-Reloads come from SIGHUP, from `POST /admin/reload` (gateway/observe/admin.py) and from
-the file watcher, a poll of the config file (gateway/lifecycle/reload.py `FileWatch`) on
-this process's event loop: no inotify, and a ConfigMap's symlink swap is seen.
-
-A backend a reload removed or changed keeps serving the requests that hold it;
-it is closed (its adapter and connections) once no request that started under
-an older config version is left (`InFlight.oldest_version`).
-
-The drain (SIGTERM, or SIGINT without the grace): `/readyz` answers 503 at once;
-new requests are still served for `drain.accept_grace_s`, so that load balancers
-notice; then refused with 503 and Retry-After; requests under way get
-`drain.timeout_s` to finish, then what is left is cut (gateway/lifecycle/inflight.py: an
-error event and [DONE] mid-stream, a 503 before the answer started); then the
-server stops, the lifespan releases every lease, and the process exits 0. More
-signals change nothing: under `serve --workers` a worker may get the same stop
-twice (from its process group and from the supervisor).
+"""The process's life once it serves (docs/operations.md, "Drain and rolling
+updates"): config reloads (SIGHUP, `POST /admin/reload`, a poll of the config file
+that sees a ConfigMap's symlink swap); backends a reload took out, closed once no
+request that started under an older config version is left
+(`InFlight.oldest_version`); and the drain (SIGTERM, or SIGINT without the grace):
+`/readyz` 503 at once, new requests served for `drain.accept_grace_s` then refused
+with 503 and Retry-After, requests under way given `drain.timeout_s` and then cut
+(gateway/lifecycle/inflight.py), then the server stops and the process exits 0.
+Further signals change nothing (a worker may get the same stop twice).
 """
 
 from __future__ import annotations

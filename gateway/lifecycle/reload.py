@@ -1,28 +1,13 @@
-"""Live reconfiguration: a new config file is loaded, checked and put in force
-while the process serves, or refused with the old one still serving.
-
-A reload (SIGHUP, the file watcher, or `POST /admin/reload`) reads the file the
-process was started with and runs the same validation as `switchyard config
-check` (`ConfigSource.load`). Then:
-
-- invalid: refused, the reason logged, nothing changes;
-- the same config as the one in force: nothing to do (`unchanged`);
-- a change to a setting fixed at start (`RESTART_ONLY`: where it listens, the
-  worker count, the quota store, the HTTP protocol's limits, the log level):
-  refused as a whole, naming them, so that what runs is always one whole file;
-  a restart (a rolling update) changes them;
-- otherwise applied (`Gateway.apply_config`): backends added, removed and changed
-  in place, tenants, keys, limits, routing and fallbacks at once; unless a backend
-  it adds or changes fails its health check (`reload.preflight`, gateway/config/lifecycle.py):
-  then the old config keeps serving while it waits for them, and the reload fails
-  (`ConfigNotApplied`) when they do not answer in time.
-
-Every attempt is counted in `switchyard_config_reloads_total{result}` (every result
-exported from 0, so an alert on invalid, refused and failed reloads has its series
-from the start). The config in force has a version: a counter (1 at start), the
-content hash of the validated config and the time it was loaded; the access log
-names it on every request, and `switchyard_config_info{version, digest}` is 1 for it
-(one series per replica: replicas that disagree on the digest run different files).
+"""Live reconfiguration (docs/operations.md, "Swap a runtime live"): SIGHUP, the
+file watcher or `POST /admin/reload` reads the file again and validates it as
+`switchyard config check` does (`ConfigSource.load`). Invalid: refused, nothing
+changes; the config in force: `unchanged`; a setting fixed at start (`RESTART_ONLY`)
+changed: refused as a whole, naming them; else applied (`Gateway.apply_config`),
+unless a backend it adds or changes fails its preflight (`ConfigNotApplied`, the old
+config serving meanwhile). Every attempt is counted in
+`switchyard_config_reloads_total{result}` (each result exported from 0); the version
+in force (counter, content digest, load time) is on every access-log line and in
+`switchyard_config_info{version, digest}`.
 """
 
 from __future__ import annotations

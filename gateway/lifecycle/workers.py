@@ -1,24 +1,11 @@
-"""`serve --workers N`: N worker processes on one port, under one supervisor.
-
-Each worker is a whole gateway (its own event loop, adapters, connections,
-admission queue) forked from the supervisor after the config was validated. Each
-listens on its own socket bound to the same address with SO_REUSEPORT, so the
-kernel spreads new connections across the workers by their addresses rather than
-by which worker wakes first. The supervisor binds the address first (without
-listening: it takes no connections) to fail early when it is taken and to hold
-a port 0 chose for the workers.
-
-Signals go to the supervisor (the container's PID 1): SIGTERM and SIGINT are
-passed to every worker, each drains (gateway/lifecycle/process.py), and the supervisor
-exits 0 when all exited 0; SIGHUP is passed on, and each worker reloads. Each
-worker also watches the config file itself, and a `POST /admin/reload` that one
-worker applied is passed on as a SIGHUP to the supervisor. A worker that dies
-after its first `RESPAWN_AFTER_S` is started again; one that dies sooner stops
-the gateway (a bad port or config would only repeat).
-
-Quotas: with Redis the workers share the counters; in memory each worker
-enforces its share (gateway/protection/worker_quota.py). Metrics: any worker's /metrics
-answers for all of them (gateway/observe/worker_metrics.py).
+"""`serve --workers N`: N worker processes on one port under one supervisor
+(docs/operations.md, "Workers"). Each worker is a whole gateway forked after the
+config was validated, on its own SO_REUSEPORT socket; the supervisor binds the
+address first (without listening) to fail early and to hold a port 0 chose. It
+passes SIGTERM, SIGINT and SIGHUP on to every worker, restarts a worker that dies
+after its first `RESPAWN_AFTER_S` and stops the gateway when one dies sooner.
+Memory quotas are shared out (gateway/protection/worker_quota.py); any worker's
+/metrics answers for all (gateway/observe/worker_metrics.py).
 """
 
 from __future__ import annotations

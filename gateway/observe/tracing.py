@@ -1,21 +1,11 @@
 """Request traces: the hooks the request path calls, whether tracing is on or off.
-
-One trace per request: a SERVER span named as the GenAI conventions say
-(`{operation} {model}`: `chat`, `text_completion`, `generate_content` for the Responses
-API, `embeddings`, `tokenize`, `detokenize`, each route's `ApiRoute.operation`), with
-the HTTP server attributes, and children for authentication,
-the quota reservation, the admission queue, each routing decision and each
-upstream attempt (CLIENT, whose W3C `traceparent` the runtime receives), and an
-event at the first token. docs/operations.md lists the spans and attributes.
-
-Tracing off (the default, and always without the `otel` extra) costs a method call
-per hook: `NoTracing.request` hands out `NO_TRACE`, whose hooks do nothing and
-allocate nothing. Tracing on, gateway/observe/otel_trace.py (the only module that imports
-OpenTelemetry) does the work.
-
-The hooks deeper in the request path (protection, dispatch) find the request's trace
-through a context variable that `request()` sets: each request runs in a task of its
-own, and the tasks a request starts (its fan-out) inherit it.
+One SERVER span per request named as the GenAI conventions say (`{operation} {model}`,
+the route's `ApiRoute.operation`), with children for authentication, quota, queue,
+each routing decision and each upstream attempt, and an event at the first token
+(docs/operations.md lists spans and attributes). Off (the default), a hook is a method
+call on `NO_TRACE` that allocates nothing; on, gateway/observe/otel_trace.py does the
+work. Deeper hooks find the request's trace through a context variable `request()`
+sets, which the tasks a request starts inherit.
 """
 
 from __future__ import annotations

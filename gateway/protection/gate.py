@@ -79,10 +79,6 @@ class Ticket:
         # instead of shrinking capacity and holding a lease forever.
         self._finalizer = weakref.finalize(self, _release_leaked, self._protection, self.slot, self.reservation)
 
-    @property
-    def queue_wait_s(self) -> float:
-        return self.slot.waited_s
-
     def tokens_to_charge(self, usage: Usage | None, phase: CancelPhase | None) -> int:
         if usage is not None:
             return usage.total_tokens

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.responses import Response
 
@@ -58,30 +58,19 @@ class ExchangeRunner(Response):
         self.code: str | None = None
         self.started = False  # http.response.start was sent
         self.ended = False  # the answer's last message is being sent: nothing may follow it
-        self._watch_now: Callable[[], None] = lambda: None  # set by __call__
+        # The disconnect watcher's state, set by __call__: the exchange is done; the client left.
+        self._done = self._gone = False
+        self._task: asyncio.Task | None = None
+        self._receive: Callable[[], Awaitable[dict]] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._watcher: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send) -> None:
-        task = asyncio.current_task()
-        state = {"done": False, "gone": False}
-
-        async def watch() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            if not state["done"]:
-                state["gone"] = True
-                task.cancel()  # type: ignore[union-attr]
-
-        watchers: list[asyncio.Task] = []
-
-        def start_watching() -> None:
-            if not state["done"] and not watchers:
-                timer.cancel()
-                watchers.append(asyncio.create_task(watch()))
-
+        self._task = task = asyncio.current_task()
+        self._receive = receive
         # A stream starts watching when its answer starts, whatever the clock says: a
         # timer can fire late on a loaded machine (docs/architecture.md, "A request's way").
-        timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, start_watching)
-        self._watch_now = start_watching
+        self._timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._watch_now)
         gauge = self.recorder.inflight(self.ctx.model or "-")
         gauge.inc()
         cancelled: CancelPhase | None = None
@@ -90,7 +79,7 @@ class ExchangeRunner(Response):
             await self._run_by_deadline(send)
             clean = True
         except asyncio.CancelledError:
-            if not state["gone"]:
+            if not self._gone:
                 raise  # the server is shutting down, not the client leaving
             task.uncancel()  # type: ignore[union-attr]
             cancelled = self.phase
@@ -105,15 +94,30 @@ class ExchangeRunner(Response):
                 raise
             await self._send_error(send, err)
         finally:
-            state["done"] = True
-            timer.cancel()
-            for w in watchers:
-                w.cancel()
+            self._done = True
+            self._timer.cancel()
+            if self._watcher is not None:
+                self._watcher.cancel()
             gauge.dec()
             usage = self._final_usage()
             release = self.ticket.release(usage, cancelled)
             await (release if clean else asyncio.shield(release))
             self.recorder.finish(self.ctx, self._outcome(usage, cancelled))
+
+    def _watch_now(self) -> None:
+        """Start the disconnect watcher (the only per-request task), once."""
+        if not self._done and self._watcher is None and self._timer is not None:
+            self._timer.cancel()
+            self._watcher = asyncio.create_task(self._watch())
+
+    async def _watch(self) -> None:
+        receive = self._receive
+        assert receive is not None and self._task is not None
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not self._done:
+            self._gone = True
+            self._task.cancel()
 
     def _final_usage(self) -> Usage | None:
         """What the ticket is released with and the metrics count."""

@@ -337,6 +337,17 @@ async def test_server_sent_events_yield_their_data_fields():
     assert got == [b'{"a":1}', b"first\n second", b"[DONE]"]
 
 
+async def test_the_events_are_the_same_however_the_body_is_cut_into_chunks():
+    """The data comes from the body's chunks as the socket gave them: a line or an
+    event split between two reads, or many events in one, reads the same."""
+    body = b': c\r\ndata: {"a":1}\r\n\r\ndata:first\ndata:  second\nid: 7\n\n\ndata: [DONE]\n\n'
+    want = [b'{"a":1}', b"first\n second", b"[DONE]"]
+    assert await _collect(body) == want
+    for cut in range(1, len(body)):
+        assert await _collect(body[:cut], body[cut:]) == want, cut
+    assert await _collect(*(body[i : i + 1] for i in range(len(body)))) == want
+
+
 async def test_an_event_without_data_yields_nothing():
     assert await _collect(b"retry: 10\n", b"\n", b"\n") == []
 

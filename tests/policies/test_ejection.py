@@ -141,3 +141,13 @@ def test_the_reason_and_the_time_left_are_described_and_ejections_counted_by_rea
     fail(d, "b0", 1)
     assert d.describe("b0") == {"circuit": "open", "reason": "probe_failed", "ejected_for_s": 10.0}
     assert d.ejections("b0") == {"consecutive_failures": 1, "probe_failed": 1} and d.ejections("b1") == {}
+
+
+def test_a_backend_that_never_fails_holds_no_more_than_its_window():
+    """Its successes count per second; a new second drops what left the window, so
+    a day without a failure holds ten seconds of counts, not a day of them."""
+    det, clock = detector(1, window_s=10)
+    for _ in range(86_400):
+        det.record_success("b0")
+        clock.now += 1
+    assert len(det._backends["b0"].window._buckets) <= 11

@@ -59,3 +59,15 @@ def test_a_second_leaves_the_window_exactly_window_s_later_and_seconds_stay_apar
     assert budget.totals(now=9.99) == (2, 0)
     assert budget.totals(now=10.0) == (1, 0)  # second 0 is out at 0 + window_s, second 9 is not
     assert budget.totals(now=19.0) == (0, 0)
+
+
+def test_a_pool_that_never_retries_holds_no_more_than_its_window():
+    """Every request adds to the current second; a new second drops what left the
+    window, so a day of traffic without one retry holds ten seconds, not a day."""
+    clock = Clock(1000.0)
+    budget = RetryBudget(EjectionConfig(window_s=10), clock=clock)
+    for _ in range(86_400):
+        budget.record_request()
+        clock.now += 1
+    assert len(budget._buckets) <= 11
+    assert budget.totals() == (9, 0)

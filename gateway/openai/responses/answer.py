@@ -1,23 +1,12 @@
 """The Responses API as an answer format of the gateway's one generation path
 (`AnswerFormat`, gateway/openai/answer_format.py): canonical events -> the `response`
 object or its event stream, and the finished response stored for `GET`,
-`input_items` and a continuation.
-
-Driven by `Generation`, so admission, dispatch, failover, cancellation, metrics
-and the access log are the chat path's own. The final
-object is stored before the terminal event is sent, so a client that continues
-from a response the moment it completes finds it; a response the client left
-before its end is never stored.
-
-A stream's frames go out one write per upstream event, as chat's do, with one
-exception: what the finish causes (a message's `output_text.done`,
-`content_part.done`, `output_item.done`) is held and sent with the terminal
-event. After the finish the canonical contract allows only the usage and the end
-of the events, which runtimes send right behind it, so the client reads the same
-bytes in the same order, the item's end at most that moment later, and the stream
-costs one write (and one wakeup of the client) less. That write is what kept the
-Responses stream's added latency above chat's (`make bench-overhead`, issue 15):
-its frames are bigger and its parse does more, and both are spent per request.
+`input_items` and a continuation. The final object is stored before the terminal
+event is sent (a continuation the moment it completes finds it); a response the
+client left before its end is never stored. A stream's frames go out one write per
+upstream event, but what the finish causes (`output_text.done`, `content_part.done`,
+`output_item.done`) goes with the terminal event: after the finish only the usage and
+the end may come, right behind it, so the client reads the same bytes for one write less.
 """
 
 from __future__ import annotations
