@@ -11,6 +11,7 @@ RESPONSES_TESTS = [
     "tests/gateway/openai/responses/test_encoder.py",
     "tests/gateway/openai/responses/test_fast_paths.py",
     "tests/gateway/openai/responses/test_request.py",
+    "tests/gateway/openai/responses/test_request_bounds.py",
     "tests/gateway/openai/responses/test_wire_golden.py",
     "tests/gateway/openai/responses/test_handlers.py",
 ]
@@ -123,6 +124,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "gateway/serving/oneshot.py": ["tests/gateway/serving/test_oneshot.py"],
     "gateway/serving/merge.py": [
+        "tests/gateway/serving/test_merge.py",
         "tests/gateway/serving/test_dispatch*.py",
         "tests/gateway/lifecycle/test_lifecycle_parts.py",
     ],
@@ -199,7 +201,7 @@ MODULES.update(
         "gateway/app.py": APP_TESTS,
         "gateway/intake.py": ["tests/gateway/test_intake.py", "tests/gateway/serving/test_oneshot.py"],
         "gateway/http/envelope.py": APP_TESTS,
-        "gateway/http/request_io.py": [*APP_TESTS, "tests/gateway/http/test_limits.py"],
+        "gateway/http/request_io.py": ["tests/gateway/http/test_request_io.py", *APP_TESTS],
         "gateway/http/server.py": ["tests/gateway/http/test_limits.py"],
         "gateway/http/deadline.py": [
             "tests/gateway/http/test_request_deadline.py",
