@@ -183,7 +183,7 @@ MODULES: dict[str, list[str]] = {
 APP_TESTS = [
     "tests/gateway/test_intake.py",
     "tests/gateway/openai/test_error_codes.py",
-    "tests/gateway/openai/test_non_generation_requests.py",
+    "tests/gateway/openai/test_non_generation_*.py",
     "tests/gateway/openai/test_unknown_params.py",
     "tests/gateway/openai/test_openapi_doc.py",
 ]
@@ -244,12 +244,12 @@ MODULES.update(
         "gateway/openai/answer_format.py": [*GENERATION_TESTS, "tests/gateway/openai/test_encoder*.py"],
         "gateway/openai/api_routes.py": APP_TESTS,
         "gateway/openai/embeddings.py": [
-            "tests/gateway/openai/test_non_generation_requests.py",
+            "tests/gateway/openai/test_non_generation_*.py",
             "tests/gateway/protection/test_embedding_units.py",
             "tests/gateway/protection/test_token_bound.py",
         ],
         "gateway/openai/request_fields.py": ["tests/gateway/openai/test_request*.py", *RESPONSES_TESTS],
-        "gateway/openai/tokenize.py": ["tests/gateway/openai/test_non_generation_requests.py"],
+        "gateway/openai/tokenize.py": ["tests/gateway/openai/test_non_generation_*.py"],
         **{
             f"gateway/openai/responses/{name}.py": RESPONSES_TESTS
             for name in ("__init__", "errors", "handlers", "ids", "listing", "response_object")
@@ -300,7 +300,7 @@ MODULES.update(
         "adapters/native.py": NATIVE_TESTS,
         "adapters/native_choice.py": NATIVE_TESTS,
         "adapters/native_oneshot.py": NATIVE_TESTS,
-        "adapters/native_work.py": NATIVE_TESTS,
+        "adapters/native_work.py": ["tests/adapters/test_native_work.py", *NATIVE_TESTS],
         "adapters/oneshot.py": ["tests/adapters/test_oneshot_adapters.py", "tests/gateway/serving/test_oneshot.py"],
         "adapters/oneshot_wire.py": ["tests/adapters/test_oneshot_adapters.py"],
         "adapters/openai.py": [
