@@ -117,7 +117,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "engine/scheduler.py": ["tests/engine/test_scheduler*.py", "tests/engine/test_block_pool*.py"],
     # Issue 26 item 21: the modules a one-line change could break unseen.
-    "gateway/http/limits.py": ["tests/gateway/http/test_limits.py"],
+    "gateway/http/limits.py": ["tests/gateway/http/test_limits*.py"],
     "gateway/serving/stream_guard.py": [
         "tests/gateway/serving/test_stream_guard.py",
         "tests/gateway/openai/test_encoder.py",
@@ -369,9 +369,9 @@ NOTES: dict[str, str] = {
 
 NOTES["gateway/http/limits.py"] = (
     "Judged by tests/gateway/http/test_limits.py (uvicorn with the limited protocol in a thread, raw sockets): each "
-    "limit at, below and above its boundary, the timeouts, the refusals' bodies. 50.0% on its first run (size and "
-    "count cases only). The linger after a refusal is judged end to end by tests/adversity/test_http_limits.py, "
-    "not in this run."
+    "limit at, below and above its boundary, the timeouts, the refusals' bodies; and test_limits_linger.py (the "
+    "linger after a refusal: its end, and the overflow past max_head_bytes that ends it first). 50.0% on its first "
+    "run (size and count cases only)."
 )
 NOTES["policies/routing.py"] = (
     "Its committed measurement predates the split of its pickers into policies/pickers.py (the survivors' reasons "
