@@ -10,6 +10,7 @@ import asyncio
 import httpx
 import orjson
 import pytest
+from starlette.requests import ClientDisconnect
 
 from simulators.testing import start_in_process
 from tests.gateway.live_gateway import Served, serving
@@ -178,3 +179,54 @@ async def test_an_unknown_model_answers_alike_on_every_route(sims, path):
         "param": "model",
         "code": "model_not_found",
     }
+
+
+async def test_a_refusal_carries_the_client_s_request_id_or_the_gateway_s_own(sims):
+    async with serving(config(sims)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            body = {**ROUTES["/v1/chat/completions"], "model": "nope"}
+            mine = await client.post("/v1/chat/completions", json=body, headers={"x-request-id": "client-id.1"})
+            bad = await client.post("/v1/chat/completions", json=body, headers={"x-request-id": "not an id"})
+    assert mine.status_code == bad.status_code == 404
+    assert mine.headers["x-request-id"] == "client-id.1"  # kept: the client's, for its own logs
+    own = bad.headers["x-request-id"]  # not of the allowed shape: the gateway's own id stands in
+    assert own != "not an id" and len(own) == 32 and int(own, 16) >= 0
+
+
+@pytest.mark.parametrize(("levels", "status"), [(7, 200), (8, 400)])
+async def test_the_configured_json_depth_is_the_one_enforced(sims, levels, status):
+    # limits.max_json_depth 8 (below the default 64): the body is a level, so a field of 7
+    # nested arrays fits and one of 8 does not
+    nested: object = 1
+    for _ in range(levels):
+        nested = [nested]
+    body = {**ROUTES["/v1/chat/completions"], "metadata_x": nested}
+    async with serving(config(sims, limits={"max_json_depth": 8})) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            answer = await client.post("/v1/chat/completions", json=body)
+    assert answer.status_code == status, answer.text
+    if status == 400:
+        assert answer.json()["error"]["param"] == "metadata_x" and "8 levels" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "code"),
+    [(RuntimeError("a bug"), 500, "internal_error"), (ClientDisconnect(), 499, "client_closed")],
+    ids=["bug", "client-left"],
+)
+async def test_what_admission_raises_is_answered_in_the_envelope_with_the_request_id(
+    sims, monkeypatch, raised, status, code
+):
+    # A bug is a logged 500 internal_error, a client that left while its body was read a
+    # 499: each an OpenAI error with the request's id, never a bare 500 from the server.
+    def failing(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr("gateway.intake.parse_json_body", failing)
+    async with serving(config(sims)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            answer = await client.post(
+                "/v1/chat/completions", json=ROUTES["/v1/chat/completions"], headers={"x-request-id": "rid-1"}
+            )
+    assert answer.status_code == status and answer.json()["error"]["code"] == code
+    assert answer.headers["x-request-id"] == "rid-1"
