@@ -230,3 +230,15 @@ async def test_what_admission_raises_is_answered_in_the_envelope_with_the_reques
             )
     assert answer.status_code == status and answer.json()["error"]["code"] == code
     assert answer.headers["x-request-id"] == "rid-1"
+
+
+async def test_a_call_no_backend_of_the_model_serves_names_the_call_and_the_runtimes(sims):
+    async with serving(config(sims)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            answer = await client.post("/v1/embeddings", json={**ROUTES["/v1/embeddings"], "model": "m"})
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert (error["code"], error["param"]) == ("unsupported_by_runtime", "model")
+    assert error["message"] == (
+        "The model `m` does not serve embeddings (/v1/embeddings): its backends (vLLM) do not offer it."
+    )
