@@ -169,6 +169,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "adapters/vllm.py": [
         "tests/adapters/test_vllm_adapter.py",
+        "tests/adapters/test_vllm_dialect.py",
         "tests/adapters/test_runtime_errors.py",
         "tests/adapters/test_parameter_table.py",
         "tests/adapters/test_finish_words.py",
