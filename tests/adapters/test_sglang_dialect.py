@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from adapters.base import GenerationRequest, SamplingParams
 from adapters.errors import GatewayError
 from adapters.oneshot import DetokenizeRequest, TokenizeRequest
 from adapters.runtime_errors import ParsedError
@@ -125,3 +126,46 @@ def test_a_loads_report_skips_ranks_it_cannot_read() -> None:
     assert (snap.running, snap.waiting, snap.kv_usage, snap.prefix_hit_rate, snap.read_at) == (2, None, 0.5, None, 7.0)
     for empty in ({}, {"loads": {}}, [], {"loads": []}):
         assert parse_loads(empty, 8.0).running is None and parse_loads(empty, 8.0).read_at == 8.0
+
+
+def test_tokenize_answers_are_read_in_sglang_s_shape(caplog) -> None:
+    d = SGLangDialect("sg-1", "served")
+    call = d.tokenize_call(TokenizeRequest("r", "m", prompt="hi"))
+    assert call.body["model"] == "served"  # the served model's name, not the client's
+    request = TokenizeRequest("r", "m", prompt="hi")
+    result = d.read_tokenize({"tokens": [1, 2], "count": 2, "max_model_len": 1 << 70}, request)
+    assert (result.tokens, result.token_strs) == ([1, 2], None) and result.max_model_len < 1 << 70
+    with pytest.raises(GatewayError) as bad:
+        d.read_tokenize({"count": 2}, request)
+    assert bad.value.status == 502 and "sg-1" in caplog.text  # the backend named in the log only
+
+
+def test_detokenize_answers_are_read_from_text(caplog) -> None:
+    d = SGLangDialect("sg-2", "served")
+    request = DetokenizeRequest("r", "m", [1, 2])
+    assert d.detokenize_call(request).body["model"] == "served"
+    assert d.read_detokenize({"text": "hi"}, request).prompt == "hi"
+    with pytest.raises(GatewayError) as bad:
+        d.read_detokenize({"prompt": "hi"}, request)  # vLLM's key, not SGLang's
+    assert bad.value.status == 502 and "sg-2" in caplog.text
+
+
+def test_refusals_say_what_sglang_cannot_do() -> None:
+    d = SGLangDialect("b", "m")
+    with pytest.raises(GatewayError) as strs:
+        d.tokenize_call(TokenizeRequest("r", "m", prompt="hi", return_token_strs=True))
+    assert (
+        strs.value.message
+        == "The backend serving this model runs SGLang, which does not support token strings in /tokenize answers."
+    )
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(GatewayError) as bare:
+        d.tokenize_call(TokenizeRequest("r", "m", messages=messages, add_generation_prompt=False))
+    assert "tokenizing messages without the generation prompt" in bare.value.message
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_body_streams_as_asked_and_names_the_rid(stream) -> None:
+    request = GenerationRequest("gw-5", "m", messages=[{"role": "user", "content": "hi"}], sampling=SamplingParams())
+    body = SGLangDialect("b", "served").body(request, stream)
+    assert (body["rid"], body["model"], body["stream"]) == ("gw-5", "served", stream)

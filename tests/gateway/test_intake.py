@@ -12,6 +12,7 @@ import orjson
 import pytest
 from starlette.requests import ClientDisconnect
 
+from policies.auth import hash_key
 from simulators.testing import start_in_process
 from tests.gateway.live_gateway import Served, serving
 from tests.procs import keys_auth_config
@@ -242,3 +243,42 @@ async def test_a_call_no_backend_of_the_model_serves_names_the_call_and_the_runt
     assert error["message"] == (
         "The model `m` does not serve embeddings (/v1/embeddings): its backends (vLLM) do not offer it."
     )
+
+
+async def test_a_key_narrowed_to_some_models_reaches_those_and_no_other(sims):
+    auth = {"mode": "keys", "api_keys": [{"sha256": hash_key("sk-narrow"), "tenant": "t", "models": ["m"]}]}
+    async with serving(config(sims, auth=auth)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            headers = {"Authorization": "Bearer sk-narrow"}
+            mine = await client.post("/v1/chat/completions", json=ROUTES["/v1/chat/completions"], headers=headers)
+            other = await client.post("/v1/embeddings", json=ROUTES["/v1/embeddings"], headers=headers)
+    assert mine.status_code == 200, mine.text
+    assert other.status_code == 404 and other.json()["error"]["code"] == "model_not_found"
+
+
+async def test_a_model_that_rejects_unknown_parameters_names_the_first(sims):
+    cfg = config(sims)
+    cfg["models"]["m"]["unknown_params"] = "reject"
+    async with serving(cfg) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            body = {**ROUTES["/v1/chat/completions"], "vendor_knob": 1}
+            refused = await client.post("/v1/chat/completions", json=body)
+            fine = await client.post("/v1/chat/completions", json=ROUTES["/v1/chat/completions"])
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "vendor_knob"
+    assert fine.status_code == 200
+
+
+@pytest.mark.parametrize(("n", "status"), [(2, 200), (3, 400)])
+async def test_a_request_holds_one_unit_of_its_tenant_s_concurrency_per_choice(sims, n, status):
+    # max_concurrent 2: two choices fit, three never can (a 400 naming n, not a retry)
+    auth = keys_auth_config({"sk-two": "two"})
+    async with serving(config(sims, auth=auth, tenants={"two": {"max_concurrent": 2}})) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            body = {**ROUTES["/v1/chat/completions"], "n": n}
+            answer = await client.post("/v1/chat/completions", json=body, headers={"Authorization": "Bearer sk-two"})
+    assert answer.status_code == status, answer.text
+    if status == 400:
+        assert (answer.json()["error"]["code"], answer.json()["error"]["param"]) == (
+            "request_exceeds_concurrency_limit",
+            "n",
+        )
