@@ -134,7 +134,7 @@ MODULES: dict[str, list[str]] = {
         "tests/gateway/protection/test_quota_store_outage.py",
     ],
     "gateway/lifecycle/reload.py": [
-        "tests/gateway/lifecycle/test_reload.py",
+        "tests/gateway/lifecycle/test_reload*.py",
         "tests/gateway/lifecycle/test_lifecycle_parts.py",
     ],
     **{
