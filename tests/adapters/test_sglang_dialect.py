@@ -161,7 +161,10 @@ def test_refusals_say_what_sglang_cannot_do() -> None:
     messages = [{"role": "user", "content": "hi"}]
     with pytest.raises(GatewayError) as bare:
         d.tokenize_call(TokenizeRequest("r", "m", messages=messages, add_generation_prompt=False))
-    assert "tokenizing messages without the generation prompt" in bare.value.message
+    assert bare.value.message == (
+        "The backend serving this model runs SGLang, which does not support tokenizing messages without the "
+        "generation prompt."
+    )
 
 
 @pytest.mark.parametrize("stream", [True, False])
