@@ -55,7 +55,16 @@ def fleet_config(upstream: Process, slow_lane: Process, redis: Process, store: d
     cfg.update(
         {
             "auth": {"mode": "keys", "api_keys": [{"sha256": hash_key(key_of(t)), "tenant": t} for t in TENANTS]},
-            "quota_store": {"kind": "redis", "url": redis.url, "lease_ttl_s": LEASE_TTL_S, **(store or {})},
+            # timeout_s: the store's calls judged by their answers, not by a loaded machine's
+            # speed (the 1 s default timed out a 300-request burst's calls at load 10+, and
+            # fail_open then admitted past the limit)
+            "quota_store": {
+                "kind": "redis",
+                "url": redis.url,
+                "lease_ttl_s": LEASE_TTL_S,
+                "timeout_s": 10.0,
+                **(store or {}),
+            },
             "tenants": TENANTS,
             "access_log": False,
         }
@@ -279,8 +288,10 @@ async def test_a_flooding_tenant_does_not_starve_a_modest_one(fleet, gw):
     30 requests queued; the modest one still gets each request served after at
     most about one greedy turn, where a FIFO would make it wait for all 30.
 
-    Counted in greedy answers served while the modest request waited, not in
-    seconds: a loaded machine stretches every answer alike, the count stays."""
+    Counted at the upstream, in greedy requests it received between the moment the
+    modest one was sent and the modest one itself, not in seconds nor in answers the
+    client has read: a loaded machine stretches every answer alike and makes the
+    client read late, the upstream's order stays."""
     answer_s = 0.3
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as c:
         stop = asyncio.Event()
@@ -300,23 +311,25 @@ async def test_a_flooding_tenant_does_not_starve_a_modest_one(fleet, gw):
         try:
             await wait_until(lambda: scrape(gw).get('switchyard_admission_queue_depth{model="q"}', 0) >= 25, timeout=10)
             overtaken = []
-            for _ in range(4):
-                before = greedy_served
-                r = await c.post(
-                    gw.url + "/v1/chat/completions",
-                    json=body(model="q", ttft_ms=answer_s * 1000),
-                    headers=auth("modest"),
-                )
-                overtaken.append(greedy_served - before)
+            for i in range(4):
+                before = upstream_stats(fleet.slow_lane)["total"]  # requests the upstream received so far
+                modest = body(model="q", ttft_ms=answer_s * 1000)
+                modest["messages"][0]["content"] = f"modest {i}"
+                r = await c.post(gw.url + "/v1/chat/completions", json=modest, headers=auth("modest"))
                 assert r.status_code == 200
+                stats = upstream_stats(fleet.slow_lane)
+                bodies = [b["messages"][0]["content"] for b in stats["bodies"]]
+                arrived = stats["total"] - len(bodies) + bodies.index(f"modest {i}") + 1  # its place, from 1
+                overtaken.append(arrived - before - 1)
+                assert bodies.count("hello") > 0 and greedy_served > 0  # the flood was on
         finally:
             stop.set()
             for t in flood:  # the greedy clients hang up; their queued requests are dropped
                 t.cancel()
             await asyncio.gather(*flood, return_exceptions=True)
-    # The greedy request in flight when it arrived, at most one greedy turn before its
-    # own, and one answer that had reached the gateway's client but not yet this counter.
-    # FIFO would be about 25 (the greedy queue depth waited for above).
+    # At most one greedy turn before its own, and one greedy request dispatched while the
+    # modest one was on its way to the gateway's queue. FIFO would be about 25 (the greedy
+    # queue depth waited for above).
     assert max(overtaken) <= 3, overtaken
     await wait_until(lambda: idle(gw), timeout=10)
     # nothing left in flight to leak into the next test's upstream counters

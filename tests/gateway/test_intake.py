@@ -10,7 +10,9 @@ import asyncio
 import httpx
 import orjson
 import pytest
+from starlette.requests import ClientDisconnect
 
+from policies.auth import hash_key
 from simulators.testing import start_in_process
 from tests.gateway.live_gateway import Served, serving
 from tests.procs import keys_auth_config
@@ -178,3 +180,105 @@ async def test_an_unknown_model_answers_alike_on_every_route(sims, path):
         "param": "model",
         "code": "model_not_found",
     }
+
+
+async def test_a_refusal_carries_the_client_s_request_id_or_the_gateway_s_own(sims):
+    async with serving(config(sims)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            body = {**ROUTES["/v1/chat/completions"], "model": "nope"}
+            mine = await client.post("/v1/chat/completions", json=body, headers={"x-request-id": "client-id.1"})
+            bad = await client.post("/v1/chat/completions", json=body, headers={"x-request-id": "not an id"})
+    assert mine.status_code == bad.status_code == 404
+    assert mine.headers["x-request-id"] == "client-id.1"  # kept: the client's, for its own logs
+    own = bad.headers["x-request-id"]  # not of the allowed shape: the gateway's own id stands in
+    assert own != "not an id" and len(own) == 32 and int(own, 16) >= 0
+
+
+@pytest.mark.parametrize(("levels", "status"), [(7, 200), (8, 400)])
+async def test_the_configured_json_depth_is_the_one_enforced(sims, levels, status):
+    # limits.max_json_depth 8 (below the default 64): the body is a level, so a field of 7
+    # nested arrays fits and one of 8 does not
+    nested: object = 1
+    for _ in range(levels):
+        nested = [nested]
+    body = {**ROUTES["/v1/chat/completions"], "metadata_x": nested}
+    async with serving(config(sims, limits={"max_json_depth": 8})) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            answer = await client.post("/v1/chat/completions", json=body)
+    assert answer.status_code == status, answer.text
+    if status == 400:
+        assert answer.json()["error"]["param"] == "metadata_x" and "8 levels" in answer.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("raised", "status", "code"),
+    [(RuntimeError("a bug"), 500, "internal_error"), (ClientDisconnect(), 499, "client_closed")],
+    ids=["bug", "client-left"],
+)
+async def test_what_admission_raises_is_answered_in_the_envelope_with_the_request_id(
+    sims, monkeypatch, raised, status, code
+):
+    # A bug is a logged 500 internal_error, a client that left while its body was read a
+    # 499: each an OpenAI error with the request's id, never a bare 500 from the server.
+    def failing(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr("gateway.intake.parse_json_body", failing)
+    async with serving(config(sims)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            answer = await client.post(
+                "/v1/chat/completions", json=ROUTES["/v1/chat/completions"], headers={"x-request-id": "rid-1"}
+            )
+    assert answer.status_code == status and answer.json()["error"]["code"] == code
+    assert answer.headers["x-request-id"] == "rid-1"
+
+
+async def test_a_call_no_backend_of_the_model_serves_names_the_call_and_the_runtimes(sims):
+    async with serving(config(sims)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            answer = await client.post("/v1/embeddings", json={**ROUTES["/v1/embeddings"], "model": "m"})
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    assert (error["code"], error["param"]) == ("unsupported_by_runtime", "model")
+    assert error["message"] == (
+        "The model `m` does not serve embeddings (/v1/embeddings): its backends (vLLM) do not offer it."
+    )
+
+
+async def test_a_key_narrowed_to_some_models_reaches_those_and_no_other(sims):
+    auth = {"mode": "keys", "api_keys": [{"sha256": hash_key("sk-narrow"), "tenant": "t", "models": ["m"]}]}
+    async with serving(config(sims, auth=auth)) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            headers = {"Authorization": "Bearer sk-narrow"}
+            mine = await client.post("/v1/chat/completions", json=ROUTES["/v1/chat/completions"], headers=headers)
+            other = await client.post("/v1/embeddings", json=ROUTES["/v1/embeddings"], headers=headers)
+    assert mine.status_code == 200, mine.text
+    assert other.status_code == 404 and other.json()["error"]["code"] == "model_not_found"
+
+
+async def test_a_model_that_rejects_unknown_parameters_names_the_first(sims):
+    cfg = config(sims)
+    cfg["models"]["m"]["unknown_params"] = "reject"
+    async with serving(cfg) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            body = {**ROUTES["/v1/chat/completions"], "vendor_knob": 1}
+            refused = await client.post("/v1/chat/completions", json=body)
+            fine = await client.post("/v1/chat/completions", json=ROUTES["/v1/chat/completions"])
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "vendor_knob"
+    assert fine.status_code == 200
+
+
+@pytest.mark.parametrize(("n", "status"), [(2, 200), (3, 400)])
+async def test_a_request_holds_one_unit_of_its_tenant_s_concurrency_per_choice(sims, n, status):
+    # max_concurrent 2: two choices fit, three never can (a 400 naming n, not a retry)
+    auth = keys_auth_config({"sk-two": "two"})
+    async with serving(config(sims, auth=auth, tenants={"two": {"max_concurrent": 2}})) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            body = {**ROUTES["/v1/chat/completions"], "n": n}
+            answer = await client.post("/v1/chat/completions", json=body, headers={"Authorization": "Bearer sk-two"})
+    assert answer.status_code == status, answer.text
+    if status == 400:
+        assert (answer.json()["error"]["code"], answer.json()["error"]["param"]) == (
+            "request_exceeds_concurrency_limit",
+            "n",
+        )

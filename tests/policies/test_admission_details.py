@@ -80,13 +80,24 @@ async def test_counts_of_a_model_never_seen_are_zero_and_models_lists_those_seen
 
 
 async def test_the_default_poll_notices_capacity_that_rises_without_a_release():
-    caps = {"m": 0}
-    q = AdmissionQueue(max_queue=10, max_wait_s=5, capacity=lambda model: caps[model])
+    caps, checks = {"m": 0}, []
+
+    def capacity(model: str) -> int:
+        checks.append(time.monotonic())
+        return caps[model]
+
+    q = AdmissionQueue(max_queue=10, max_wait_s=60, capacity=capacity)
     (task,) = await queued(q, 1)
+    deadline = time.monotonic() + 30
+    while len(checks) < 7:  # its arrival's two checks, then five polls
+        assert time.monotonic() < deadline, f"{len(checks)} capacity checks"
+        await asyncio.sleep(0.01)
+    gaps = [b - a for a, b in zip(checks[1:], checks[2:])]
+    # A tenth of a second between checks: never less (a timer's floor), and not more in
+    # the shortest of five gaps (a loaded machine would have to stretch every one of them)
+    assert min(gaps) >= 0.09 and min(gaps) < 0.5, gaps
     caps["m"] = 1
-    t0 = time.monotonic()
-    q.release(await asyncio.wait_for(task, 2))
-    assert time.monotonic() - t0 < 0.6  # a tenth of a second between checks, not more
+    q.release(await asyncio.wait_for(task, 30))  # the rise is noticed without a release
 
 
 # ---- units ---------------------------------------------------------------------------

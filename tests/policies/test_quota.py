@@ -21,11 +21,15 @@ from policies.quota import (
 from stores.quota_memory import MemoryQuotaStore
 from stores.quota_redis import RedisQuotaStore
 
-WINDOW_MS = 1000
+# A minute: the reservations of one test land in one window whatever the machine's load
+# (a 1 s window slid under a 200-reservation burst on a loaded machine and admitted more
+# than the limit, as a sliding window should). The test of the slide itself uses SLIDE_MS.
+WINDOW_MS = 60_000
+SLIDE_MS = 1000
 BUCKET_MS = 100
 TTL_MS = 10_000
 
-StoreFactory = Callable[[], object]
+StoreFactory = Callable[..., object]
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -34,12 +38,21 @@ async def make_store(request, shared_redis) -> AsyncIterator[StoreFactory]:
     replicas would be); for memory, the same instance."""
     made: list = []
     prefix = f"t{uuid.uuid4().hex[:8]}"
-    memory = MemoryQuotaStore(window_ms=WINDOW_MS, bucket_ms=BUCKET_MS)
+    memory: dict[int, MemoryQuotaStore] = {}
 
-    def factory():
+    def factory(window_ms: int = WINDOW_MS):
         if request.param == "memory":
-            return memory
-        store = RedisQuotaStore(shared_redis.url, key_prefix=prefix, window_ms=WINDOW_MS, bucket_ms=BUCKET_MS)
+            return memory.setdefault(window_ms, MemoryQuotaStore(window_ms=window_ms, bucket_ms=BUCKET_MS))
+        # Generous connection timeouts: these tests judge the limits, and a loaded machine
+        # took over a second to connect a burst's connections (the store's 1 s default).
+        store = RedisQuotaStore(
+            shared_redis.url,
+            key_prefix=f"{prefix}w{window_ms}",
+            window_ms=window_ms,
+            bucket_ms=BUCKET_MS,
+            timeout_s=30,
+            pool_wait_s=30,
+        )
         made.append(store)
         return store
 
@@ -69,9 +82,10 @@ async def test_requests_limit_rejects_the_next_and_says_when_to_retry(make_store
 
 
 async def test_window_slides_and_retry_after_is_honest(make_store):
-    store = make_store()
+    store = make_store(SLIDE_MS)
     scopes = (ScopeLimits("t", requests_per_window=3),)
     refused = await refused_after(store, scopes, 3)
+    assert 0 < refused.retry_after_s <= SLIDE_MS / 1000
     await asyncio.sleep(refused.retry_after_s + 0.02)
     await store.reserve("acme", scopes, 0, lid(), TTL_MS)
 

@@ -78,3 +78,21 @@ def test_a_table_of_one_key_and_any_positive_ttl_is_allowed():
 def test_an_empty_table_or_a_ttl_that_is_not_positive_is_refused(ttl_s, capacity, field):
     with pytest.raises(ValueError, match=f"(?s)1 validation error.*{field}"):
         SessionTable(SessionAffinity(ttl_s=ttl_s, max_sessions=capacity))
+
+
+@pytest.mark.parametrize(("room", "held"), [(-1, 9), (0, 10), (1, 10)])
+def test_the_table_may_use_exactly_max_table_bytes(room, held):
+    entry = 32 + len("b") + ENTRY_OVERHEAD_BYTES
+    table = SessionTable(SessionAffinity(max_table_bytes=entry * 10 + room))
+    for i in range(10):
+        table.record(f"{i:032x}", "b", now=i)
+    assert len(table) == held and table.bytes_used == entry * held
+    assert table.owner(f"{0:032x}", now=10) == ("b" if held == 10 else None)  # the oldest went first
+
+
+@pytest.mark.parametrize(("capacity", "held"), [(9, 9), (10, 10), (11, 10)])
+def test_the_table_may_hold_exactly_max_sessions_keys(capacity, held):
+    table = SessionTable(SessionAffinity(max_sessions=capacity))
+    for i in range(10):
+        table.record(f"{i:032x}", "b", now=i)
+    assert len(table) == held and table.owner(f"{9:032x}", now=10) == "b"
