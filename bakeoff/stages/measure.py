@@ -16,6 +16,7 @@ prefill, and loopback transfer (bench/metrics.py `DEFINITIONS`).
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,7 +83,7 @@ async def probe(
     sampler.start()
     try:
         async with Client(config) as client:
-            progress = Progress(plan.total_requests, label=label, enabled=inputs.progress)
+            progress = Progress(plan.total_requests, label=label, enabled=inputs.progress and sys.stderr.isatty())
             records = await Runner(client, plan, progress).run()
     finally:
         metrics = await sampler.stop()
