@@ -3,8 +3,8 @@ what rate, with what margin, and what separates them. Pure (report JSON in, text
 
 A candidate is *ranked* when it was measured, its conditions are complete
 (bakeoff/conditions.py `missing`), its knee exists and no comparability check failed; a
-failed comparability check (another quality level: other tokens, another template) puts
-it in a list of its own, never in the same ranking.
+comparability check that failed or warned (not comparable, or another quality level:
+other tokens, another template) puts it in a list of its own, never in the same ranking.
 """
 
 from __future__ import annotations
@@ -44,6 +44,12 @@ def failed(c: dict[str, Any], stage_name: str) -> list[dict[str, Any]]:
     return [] if s is None else [ch for ch in s["checks"] if ch["outcome"] == "fail"]
 
 
+def flagged(c: dict[str, Any], stage_name: str) -> list[dict[str, Any]]:
+    """Checks that failed or warned (in `comparable`: not comparable, or another quality level)."""
+    s = stage(c, stage_name)
+    return [] if s is None else [ch for ch in s["checks"] if ch["outcome"] in ("fail", "warn")]
+
+
 def standing(c: dict[str, Any]) -> str:
     """ranked | apart (comparability) | no_knee | eliminated | not_reported | failed_to_start | not_run"""
     if c["status"] in ("eliminated", "failed_to_start", "not_run"):
@@ -52,7 +58,7 @@ def standing(c: dict[str, Any]) -> str:
         return "not_reported"
     if knee_of(c) is None:
         return "no_knee"
-    if failed(c, "comparable"):
+    if flagged(c, "comparable"):
         return "apart"
     return "ranked"
 
@@ -95,7 +101,7 @@ def paragraph(doc: dict[str, Any]) -> str:
                     trade = f"; at its own knee its TTFT p50 is lower ({_ms(t_other)} against {_ms(t_best)})"
             out.append(f"{other['name']} meets them up to {ko:.3g} sessions/s ({margin:.2f}x less){trade}.")
     for c in apart:
-        names = ", ".join(ch["name"] for ch in failed(c, "comparable"))
+        names = ", ".join(f"{ch['name']} {ch['outcome']}" for ch in flagged(c, "comparable"))
         out.append(
             f"{c['name']} reaches {knee_of(c) or 0:.3g} sessions/s but is ranked apart: its outputs are not "
             f"comparable ({names})."
