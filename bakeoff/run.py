@@ -19,11 +19,10 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from bakeoff import conditions, launch
@@ -40,19 +39,6 @@ StageCall = Callable[[CandidateTarget, float], Awaitable[StageResult]]
 
 class Stopped(BaseException):
     """SIGTERM or SIGINT: unwind, stopping every child on the way out."""
-
-
-@contextmanager
-def _signals_unwind() -> Iterator[None]:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise Stopped(signal.Signals(signum).name)
-
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
 
 
 def _checked_stage(name: str, plan: Plan) -> StageCall | None:
@@ -118,8 +104,16 @@ async def _candidate(
         "stages": [],
     }
     with ExitStack() as stack:
+        starting = asyncio.ensure_future(
+            asyncio.to_thread(launch.start, c, plan, workload.tenants, work / c.name, stack)
+        )
         try:
-            up = await asyncio.to_thread(launch.start, c, plan, workload.tenants, work / c.name, stack)
+            up = await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            # A thread cannot be cancelled: let the start finish, so that what it started is
+            # on the stack when the stack is closed.
+            await asyncio.gather(starting, return_exceptions=True)
+            raise
         except Exception as exc:
             entry["status"], entry["error"] = "failed_to_start", f"{type(exc).__name__}: {exc}"[-2000:]
             return entry
@@ -208,6 +202,30 @@ async def run_plan(plan: Plan, plan_text: str, base_dir: Path, progress: bool = 
     }
 
 
+async def _stoppable(plan: Plan, plan_text: str, base_dir: Path, progress: bool) -> dict[str, Any]:
+    """`run_plan`, cancelled by SIGTERM or SIGINT: the cancellation unwinds every candidate's
+    `ExitStack`, stopping its runtime and gateway, and ends as `Stopped`."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    got: list[str] = []
+
+    def stop(sig: signal.Signals) -> None:
+        got.append(sig.name)
+        task.cancel()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop, sig)
+    try:
+        return await run_plan(plan, plan_text, base_dir, progress)
+    except asyncio.CancelledError:
+        if got:
+            raise Stopped(got[0]) from None
+        raise
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
 def run(plan: Plan, plan_text: str, base_dir: Path, progress: bool = True) -> dict[str, Any]:
-    with _signals_unwind():
-        return asyncio.run(run_plan(plan, plan_text, base_dir, progress))
+    return asyncio.run(_stoppable(plan, plan_text, base_dir, progress))
