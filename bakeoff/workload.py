@@ -106,9 +106,19 @@ class Workload:
     def requests(self) -> int:
         return sum(len(s.turns) for s in self.sessions)
 
-    def plan_at(self, rate: float, seed: int) -> LoadPlan:
-        """The open-loop plan of every session at `rate` sessions/s."""
-        return LoadPlan(sessions=list(self.sessions), arrivals=[t / rate for t in self.unit_arrivals], seed=seed)
+    def plan_at(self, rate: float, seed: int, min_duration_s: float = 0.0) -> LoadPlan:
+        """The open-loop plan at `rate` sessions/s: every session, then the workload again
+        from its start (the same pattern, continued) until the arrivals span at least
+        `min_duration_s`, so that a fast rate is still measured over a steady stretch."""
+        sessions = list(self.sessions)
+        unit = list(self.unit_arrivals)
+        period = unit[-1] + 1.0  # one mean gap between the end of a pass and the next start
+        passes = 1
+        while unit[-1] / rate < min_duration_s:
+            sessions += self.sessions
+            unit += [t + passes * period for t in self.unit_arrivals]
+            passes += 1
+        return LoadPlan(sessions=sessions, arrivals=[t / rate for t in unit], seed=seed)
 
     def digest_rows(self) -> list[dict[str, Any]]:
         """What fixes the workload, row by row (for tests and the report's digest)."""

@@ -45,6 +45,7 @@ class Settings(BaseModel):
     growth: float = Field(2.0, gt=1)
     tolerance: float = Field(0.15, gt=0)  # stop bisecting when highest pass / lowest non-pass is within 1 + this
     max_probes: int = Field(8, ge=1, le=40)
+    min_probe_s: float = Field(10.0, ge=0)  # a probe replays the workload until its arrivals span this long
     cold_warm: bool = True
     request_timeout_s: float = Field(60.0, gt=0)
     sample_interval_s: float = Field(0.5, gt=0)
@@ -64,10 +65,11 @@ class Inputs:
 
 
 async def probe(
-    target: CandidateTarget, inputs: Inputs, settings: Settings, rate: float, label: str
+    target: CandidateTarget, inputs: Inputs, settings: Settings, rate: float, label: str, min_duration_s: float
 ) -> tuple[dict[str, Any], list[RequestRecord], dict[str, Any]]:
-    """The workload at `rate` through the gateway: its summary, its records, the sampled metrics."""
-    plan = inputs.workload.plan_at(rate, inputs.seed)
+    """The workload at `rate` through the gateway (replayed until it lasts `min_duration_s`):
+    its summary, its records, the sampled metrics."""
+    plan = inputs.workload.plan_at(rate, inputs.seed, min_duration_s)
     config = ClientConfig(
         base_url=target.gateway_url,
         model=target.model,
@@ -108,7 +110,7 @@ def _cdfs(records: list[RequestRecord]) -> dict[str, list[float]]:
 
 
 def _expected_s(workload: Workload, rate: float, settings: Settings) -> float:
-    return workload.unit_arrivals[-1] / rate + min(settings.request_timeout_s, 10.0)
+    return max(workload.unit_arrivals[-1] / rate, settings.min_probe_s) + min(settings.request_timeout_s, 10.0)
 
 
 async def run(target: CandidateTarget, settings: Settings, budget_s: float, inputs: Inputs) -> StageResult:
@@ -128,14 +130,16 @@ async def run(target: CandidateTarget, settings: Settings, budget_s: float, inpu
             if settings.cold_warm:
                 phases = {}
                 for phase in ("cold", "warm"):
-                    summary, _, metrics = await probe(target, inputs, settings, settings.start_rate, f"{phase} ")
+                    summary, _, metrics = await probe(target, inputs, settings, settings.start_rate, f"{phase} ", 0.0)
                     phases[phase] = {"rate": settings.start_rate, "summary": summary, "runtime_metrics": metrics}
                 checks.append(_cold_warm_check(phases))
             while (rate := search.next_rate()) is not None:
                 if _expected_s(inputs.workload, rate, settings) > left():
                     search.stop("budget")
                     break
-                summary, records, metrics = await probe(target, inputs, settings, rate, f"{rate:g}/s ")
+                summary, records, metrics = await probe(
+                    target, inputs, settings, rate, f"{rate:g}/s ", settings.min_probe_s
+                )
                 verdict = judge(rate, summary, inputs.slo)
                 search.record(verdict)
                 points.append(_point(verdict, summary, metrics))

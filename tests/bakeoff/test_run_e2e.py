@@ -43,7 +43,7 @@ PLAN = {
         "generator": {"requests": 12, "mix": [{"input_tokens": 16, "output_tokens": 8}], "tenants": {"a": 1, "b": 1}}
     },  # fmt: skip
     "slo": {"ttft_ms": 2000, "tpot_ms": 500, "attainment": 0.8, "confidence": 0.8},
-    "measure": {"start_rate": 8, "max_rate": 16, "max_probes": 2, "cold_warm": True},
+    "measure": {"start_rate": 8, "max_rate": 16, "max_probes": 2, "cold_warm": True, "min_probe_s": 1},
 }
 
 

@@ -18,12 +18,15 @@ ROOT = Path(__file__).resolve().parents[2]
 PLAN = {
     "budget_s": 300,
     "candidates": [
-        {"name": "slow", "backend": {"adapter": "vllm"},
-         "launch": {"kind": "simulator", "simulator": "vllm", "options": {"ttft_ms": 200, "itl_ms": 50}}},
+        {
+            "name": "slow",
+            "backend": {"adapter": "vllm"},
+            "launch": {"kind": "simulator", "simulator": "vllm", "options": {"ttft_ms": 200, "itl_ms": 50}},
+        },
     ],  # fmt: skip
     "workload": {"generator": {"requests": 200}},
     "slo": {"ttft_ms": 1000},
-    "measure": {"start_rate": 1, "max_rate": 2},
+    "measure": {"start_rate": 1, "max_rate": 2, "min_probe_s": 0},
 }
 
 

@@ -70,3 +70,14 @@ def test_trace_paths_are_relative_to_the_plan(tmp_path: Path) -> None:
     assert w.sessions[2].extra["history"] == [{"role": "system", "content": "Be terse."}]
     with pytest.raises(ValueError, match="no such trace file"):
         build(spec, seed=0, base_dir=tmp_path)
+
+
+def test_a_fast_probe_replays_the_workload_until_it_lasts_long_enough() -> None:
+    w = build(WorkloadSpec(generator=GeneratorSpec(requests=10)), seed=1)
+    plan = w.plan_at(10.0, seed=1, min_duration_s=3.0)
+    assert plan.arrivals is not None and len(plan.sessions) == 40  # four passes of 10 sessions
+    assert plan.arrivals[-1] >= 3.0
+    assert plan.sessions[10] is w.sessions[0]
+    gaps = [b - a for a, b in zip(plan.arrivals, plan.arrivals[1:])]
+    assert min(gaps) >= 0  # the passes follow one another
+    assert len(w.plan_at(1.0, seed=1, min_duration_s=3.0).sessions) == 10  # already long enough
