@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import ScalarFormatter
 
 from bakeoff.decision import check, knee_of
 from bench.plots import cdf_lines, laid_out, save
@@ -18,8 +19,8 @@ def figures(doc: dict[str, Any]) -> dict[str, Figure]:
     subtitle = f"{doc['workload']['description']}; seed {doc['plan']['seed']}"
     figs: dict[str, Figure] = {}
 
-    fig = Figure(figsize=(8, 5.2))
-    ax = fig.subplots()
+    fig = Figure(figsize=(13, 5.2))
+    ax, gx = fig.subplots(1, 2)
     for c in doc["candidates"]:
         k = check(c, "measure", "knee")
         points = sorted(k["evidence"].get("points", []), key=lambda p: p["rate"]) if k else []
@@ -31,17 +32,27 @@ def figures(doc: dict[str, Any]) -> dict[str, Figure]:
         lo = [p["interval"][0] for p in points]
         hi = [p["interval"][1] for p in points]
         ax.fill_between(rates, lo, hi, color=line.get_color(), alpha=0.12)
+        gx.plot(rates, [p["summary"]["goodput"]["requests_per_s"] for p in points], marker="o", label=c["name"])
         knee = knee_of(c)
         if knee is not None:
             ax.axvline(knee, color=line.get_color(), linestyle=":", linewidth=1)
+            gx.axvline(knee, color=line.get_color(), linestyle=":", linewidth=1)
             ax.annotate(f"knee {knee:.3g}", (knee, slo["attainment"]), fontsize=7, rotation=90, va="top")
     ax.axhline(slo["attainment"], color="red", linestyle="--", linewidth=1, label=f"SLO target {slo['attainment']:.0%}")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("offered rate (sessions/s, open loop)")
+    top = max((p for x in (ax, gx) for p in x.get_xlim()), default=1.0)
+    gx.plot([0, top], [0, top], linestyle=":", color="grey", label="every request good")
+    for a in (ax, gx):
+        a.set_xscale("log", base=2)
+        a.xaxis.set_major_formatter(ScalarFormatter())
+        a.set_xlabel("offered rate (sessions/s, open loop)")
+        a.grid(True, alpha=0.3)
+        a.legend(fontsize=7)
     ax.set_ylabel("goodput fraction (good / judged); band: Wilson interval")
-    ax.set_title(f"SLO attainment against offered rate\n{subtitle}", fontsize=9)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.set_title(f"SLO attainment against offered rate (dotted: each knee)\n{subtitle}", fontsize=9)
+    gx.set_yscale("log", base=2)
+    gx.yaxis.set_major_formatter(ScalarFormatter())
+    gx.set_ylabel("goodput (good requests/s)")
+    gx.set_title(f"Goodput against offered rate\n{subtitle}", fontsize=9)
     figs["goodput_vs_rate.png"] = fig
 
     fig = Figure(figsize=(12, 4.2))
