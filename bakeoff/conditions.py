@@ -35,12 +35,12 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _trim(value: Any) -> Any:
+def trim_strings(value: Any) -> Any:
     """A runtime's answer with every long string replaced by its digest."""
     if isinstance(value, dict):
-        return {k: _trim(v) for k, v in value.items()}
+        return {k: trim_strings(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_trim(v) for v in value[:32]]
+        return [trim_strings(v) for v in value[:32]]
     if isinstance(value, str) and len(value) > LONG:
         return {"sha256": sha256_text(value), "chars": len(value)}
     return value
@@ -113,7 +113,7 @@ async def runtime_answers(runtime_url: str) -> dict[str, Any]:
             try:
                 r = await http.get(path)
                 if r.status_code == 200 and r.headers.get("content-type", "").startswith("application/json"):
-                    out[path] = _trim(r.json())
+                    out[path] = trim_strings(r.json())
             except (httpx.HTTPError, ValueError):
                 continue
         try:
