@@ -36,7 +36,15 @@ def knee_point(c: dict[str, Any]) -> dict[str, Any] | None:
     rate = knee_of(c)
     if k is None or rate is None:
         return None
-    return next((p for p in k["evidence"].get("points", []) if p["rate"] == rate), None)
+    return next((p for p in points(c) if p["rate"] == rate), None)
+
+
+def points(c: dict[str, Any]) -> list[dict[str, Any]]:
+    """The probes that decided the search, by rate (an undetermined probe run again longer
+    is superseded by its rerun)."""
+    k = check(c, "measure", "knee")
+    found = [] if k is None else k.get("evidence", {}).get("points", [])
+    return sorted((p for p in found if not p.get("superseded")), key=lambda p: p["rate"])
 
 
 def failed(c: dict[str, Any], stage_name: str) -> list[dict[str, Any]]:

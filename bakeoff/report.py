@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.conditions import missing
-from bakeoff.decision import check, failed, knee_of, paragraph, standing
+from bakeoff.decision import check, failed, knee_of, knee_point, paragraph, standing
 
 Block = tuple[str, Any]  # ("h1"|"h2"|"h3"|"p"|"table"|"img"|"pre", content)
 
@@ -41,10 +41,11 @@ def sweep_rows(points: list[dict[str, Any]]) -> list[list[str]]:
         "cache hit %",
     ]  # fmt: skip
     rows = [header]
-    for p in sorted(points, key=lambda p: p["rate"]):
+    for p in sorted(points, key=lambda p: p["rate"]):  # stable: a rerun stays after its first run
         s = p["summary"]
         rows.append([
-            f"{p['rate']:.3g}", p["verdict"] + (f" ({p['why']})" if p["why"] else ""), f"{p['good']}/{p['judged']}",
+            f"{p['rate']:.3g}", p["verdict"] + (f" ({p['why']})" if p["why"] else "")
+            + (" (run again longer: next row)" if p.get("superseded") else ""), f"{p['good']}/{p['judged']}",
             f"{p['interval'][0]:.2f}-{p['interval'][1]:.2f}", _f(s["goodput"]["requests_per_s"], 2),
             _f(s["throughput"]["output_tokens_per_s"], 0), _dist(s, "ttft_ms"), _dist(s, "itl_ms"),
             _dist(s, "tpot_ms"), _dist(s, "e2e_ms"), f"{s['failure_rate']:.1%}", _f(s["cache_hit_pct"], 0),
@@ -123,7 +124,7 @@ def blocks(doc: dict[str, Any], plots: list[str]) -> list[Block]:
                       for k, v in cw["evidence"].items()]  # fmt: skip
             out += [("h3", "Cold then warm caches (verdict column: the phase)"), ("table", sweep_rows(phases))]
         rate = knee_of(c)
-        point = next((p for p in knee["evidence"]["points"] if p["rate"] == rate), None) if knee else None
+        point = knee_point(c)
         if point is not None:
             out += [("h3", f"Runtime and gateway metrics at the knee ({rate:.3g}/s)"), ("table", _runtime_rows(point))]
         if c.get("conditions"):
@@ -142,9 +143,8 @@ def _summary_rows(doc: dict[str, Any]) -> list[list[str]]:
         cond = c.get("conditions") or {}
         rt = cond.get("runtime", {})
         runtime = f"{rt.get('name') or '?'} {rt.get('version') or ''}".strip() if rt else "-"
-        k = check(c, "measure", "knee")
         rate = knee_of(c)
-        p = next((p for p in k["evidence"]["points"] if p["rate"] == rate), None) if k and rate else None
+        p = knee_point(c)
         s = p["summary"] if p else None
         nfail = sum(len(failed(c, st)) for st in ("eliminate", "comparable", "measure", "production"))
         rows.append([

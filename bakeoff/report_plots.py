@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import ScalarFormatter
 
 from bakeoff.decision import check, knee_of
+from bakeoff.decision import points as decided_points
 from bench.plots import cdf_lines, laid_out, save
 
 
@@ -22,8 +23,7 @@ def figures(doc: dict[str, Any]) -> dict[str, Figure]:
     fig = Figure(figsize=(13, 5.2))
     ax, gx = fig.subplots(1, 2)
     for c in doc["candidates"]:
-        k = check(c, "measure", "knee")
-        points = sorted(k["evidence"].get("points", []), key=lambda p: p["rate"]) if k else []
+        points = decided_points(c)
         if not points:
             continue
         rates = [p["rate"] for p in points]

@@ -46,6 +46,7 @@ class Settings(BaseModel):
     tolerance: float = Field(0.15, gt=0)  # stop bisecting when highest pass / lowest non-pass is within 1 + this
     max_probes: int = Field(8, ge=1, le=40)
     min_probe_s: float = Field(10.0, ge=0)  # a probe replays the workload until its arrivals span this long
+    lengthen_undetermined: int = Field(1, ge=0, le=3)  # times an undetermined probe is run again, twice as long
     cold_warm: bool = True
     request_timeout_s: float = Field(60.0, gt=0)
     sample_interval_s: float = Field(0.5, gt=0)
@@ -137,12 +138,19 @@ async def run(target: CandidateTarget, settings: Settings, budget_s: float, inpu
                 if _expected_s(inputs.workload, rate, settings) > left():
                     search.stop("budget")
                     break
-                summary, records, metrics = await probe(
-                    target, inputs, settings, rate, f"{rate:g}/s ", settings.min_probe_s
-                )
-                verdict = judge(rate, summary, inputs.slo)
+                duration = settings.min_probe_s
+                for attempt in range(1 + settings.lengthen_undetermined):
+                    if attempt:  # too few requests to tell: the same rate, twice as long
+                        duration = 2 * max(duration, inputs.workload.unit_arrivals[-1] / rate)
+                        if duration + 10.0 > left():
+                            break
+                        points[-1]["superseded"] = True
+                    summary, records, metrics = await probe(target, inputs, settings, rate, f"{rate:g}/s ", duration)
+                    verdict = judge(rate, summary, inputs.slo)
+                    points.append(_point(verdict, summary, metrics))
+                    if verdict.verdict != "undetermined":
+                        break
                 search.record(verdict)
-                points.append(_point(verdict, summary, metrics))
                 if verdict.verdict == "pass" or cdf_source is None:
                     cdf_source = (rate, records)
     except TimeoutError:
@@ -160,6 +168,7 @@ def _point(p: Probe, summary: dict[str, Any], metrics: dict[str, Any]) -> dict[s
         "judged": p.judged,
         "interval": list(p.interval),
         "why": p.why,
+        "superseded": False,  # True: undetermined, run again longer (the next point)
         "summary": summary,
         "runtime_metrics": metrics,
     }

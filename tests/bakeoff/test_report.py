@@ -56,3 +56,16 @@ def test_numbers_without_conditions_are_withheld(tmp_path: Path) -> None:
     assert "Numbers withheld: conditions missing (gateway)" in md
     assert "Rate sweep" not in md
     assert "No candidate met the SLOs" in paragraph(doc)
+
+
+def test_an_undetermined_probe_run_again_is_superseded_by_its_rerun() -> None:
+    from bakeoff.decision import knee_point, points
+    from tests.bakeoff.report_doc import point
+
+    c = candidate("a", 8.0)
+    knee = c["stages"][2]["checks"][0]["evidence"]
+    first = {**point(8.0, "undetermined", 100.0, 38), "superseded": True}
+    knee["points"] = [knee["points"][0], first, *knee["points"][1:]]
+    assert [p["verdict"] for p in points(c)] == ["pass", "pass", "fail"]
+    decided = knee_point(c)
+    assert decided is not None and decided["verdict"] == "pass" and not decided.get("superseded")
