@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
 from bakeoff.stages import Budget, Probe, StageSettings, bounded, error_text, first_choice, usage_of, user
-from bakeoff.verdict import CandidateTarget, Check, StageResult
+from bakeoff.verdict import CandidateTarget, Check, Outcome, StageResult
 from conformance.catalog import select
 from conformance.check import PROFILES
 from conformance.context import Context
@@ -61,7 +62,7 @@ async def run(target: CandidateTarget, settings: Settings, budget_s: float) -> S
         # Features take a small share: the conformance run keeps most of the budget.
         for i, feature in enumerate(settings.features):
             share = min(budget.left() / 4, budget.share(len(settings.features) - i + 1))
-            checks.append(await bounded(f"feature:{feature}", lambda f=feature: PROBES[f](probe, settings), share))
+            checks.append(await bounded(f"feature:{feature}", partial(PROBES[feature], probe, settings), share))
     checks += await conformance(target, settings, budget)
     return StageResult("eliminate", target.name, tuple(checks), round(time.monotonic() - started, 3))
 
@@ -141,8 +142,8 @@ async def _embeddings(probe: Probe, settings: Settings) -> Check:
     if resp.status_code != 200:
         return Check("feature:embeddings", "fail", f"embeddings were refused: {error_text(resp)}")
     data = resp.json().get("data") or []
-    vectors = [d.get("embedding") for d in data if isinstance(d, dict)]
-    if len(vectors) != 2 or not all(isinstance(v, list) and v for v in vectors):
+    vectors = [v for d in data if isinstance(d, dict) and isinstance(v := d.get("embedding"), list) and v]
+    if len(vectors) != 2 or len(data) != 2:
         return Check("feature:embeddings", "fail", f"two inputs answered {len(vectors)} vectors")
     return Check("feature:embeddings", "pass", f"two vectors of {len(vectors[0])} dimensions")
 
@@ -218,7 +219,7 @@ def _named(results: list[CheckResult]) -> list[Check]:
     out = []
     for r in results:
         if r.status in (Status.FAIL, Status.ERROR):
-            outcome = "fail" if r.level is Level.MUST else "warn"
+            outcome: Outcome = "fail" if r.level is Level.MUST else "warn"
             evidence = {"level": str(r.level), "status": str(r.status), "evidence": r.evidence[:1]}
             out.append(Check(f"conformance:{r.id}", outcome, f"{r.level} {r.status}: {r.message}", evidence))
     return out
