@@ -80,7 +80,11 @@ async def run(
                 return await ask(mine, settings), None
             assert reference is not None
             async with Probe(reference) as theirs:
-                return await asyncio.gather(ask(mine, settings), ask(theirs, settings))
+                both = await asyncio.gather(ask(mine, settings), ask(theirs, settings), return_exceptions=True)
+            for answered in both:
+                if isinstance(answered, BaseException):
+                    raise answered
+            return both[0], both[1]  # type: ignore[return-value]
 
     outcome: list[tuple[Answers, Answers | None]] = []
 

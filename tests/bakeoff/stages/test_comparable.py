@@ -1,0 +1,81 @@
+"""The comparable stage on real processes, each candidate a vLLM simulator behind its own
+gateway, judged against a reference: the same runtime is comparable; one whose chat
+template adds a default system message is not (its plain prompts still tokenize the
+same); one whose greedy answers differ (another seed: another quality level) is ranked
+apart; without a reference the probes are only recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bakeoff.stages import comparable
+from bakeoff.verdict import CandidateTarget
+from tests.bakeoff.stages.candidates import candidate, outcomes
+
+BUDGET_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Iterator[CandidateTarget]:
+    with candidate(tmp_path_factory.mktemp("comparable-ref"), "reference") as target:
+        yield target
+
+
+async def test_the_same_runtime_is_comparable_on_every_check(reference: CandidateTarget, tmp_path: Path) -> None:
+    with candidate(tmp_path, "twin") as twin:
+        result = await comparable.run(twin, comparable.Settings(), BUDGET_S, reference)
+    assert outcomes(result) == {
+        "tokenization": "pass",
+        "chat_template": "pass",
+        "greedy": "pass",
+        "output_length": "pass",
+    }, result.checks
+    by_name = {c.name: c for c in result.checks}
+    assert by_name["tokenization"].evidence["by"] == "token ids (/tokenize)"
+    assert "forced" in by_name["output_length"].detail  # the vLLM double takes ignore_eos
+    assert by_name["output_length"].evidence["candidate"]["completion_tokens"] == 64
+
+
+async def test_another_chat_template_is_not_comparable(reference: CandidateTarget, tmp_path: Path) -> None:
+    with candidate(tmp_path, "qwen-like", default_system_prompt="You are a helpful assistant.") as other:
+        result = await comparable.run(other, comparable.Settings(), BUDGET_S, reference)
+    seen = outcomes(result)
+    assert seen["tokenization"] == "pass"  # the same tokenizer: only the template differs
+    assert seen["chat_template"] == "fail"
+    check = next(c for c in result.checks if c.name == "chat_template")
+    assert "another chat template" in check.detail and "reference" in check.detail
+    # The chat without a system message differs; the one with a system message does not.
+    assert check.evidence["candidate"][0] == check.evidence["reference"][0]
+    assert check.evidence["candidate"][1] > check.evidence["reference"][1]
+    assert not result.passed
+
+
+async def test_other_greedy_answers_are_another_quality_level_ranked_apart(
+    reference: CandidateTarget, tmp_path: Path
+) -> None:
+    with candidate(tmp_path, "reseeded", seed=7) as other:
+        result = await comparable.run(other, comparable.Settings(), BUDGET_S, reference)
+    seen = outcomes(result)
+    assert seen["greedy"] == "warn" and seen["tokenization"] == seen["chat_template"] == "pass"
+    check = next(c for c in result.checks if c.name == "greedy")
+    assert "different quality level, ranked apart" in check.detail
+    assert check.evidence["first"]["candidate"] != check.evidence["first"]["reference"]
+    assert result.passed  # a warning ranks apart; it does not mark the candidate failed
+
+
+async def test_without_a_reference_the_probes_are_recorded(reference: CandidateTarget) -> None:
+    result = await comparable.run(reference, comparable.Settings(prompts=["one two three"]), BUDGET_S)
+    assert outcomes(result) == {"reference": "pass", "output_length": "pass"}
+    recorded = result.checks[0].evidence
+    assert recorded["prompt_tokens"] == [3]  # the double's tokenizer: one token per word
+    assert len(recorded["chat_tokens"]) == 2
+
+
+async def test_an_unreachable_reference_fails_the_probes_and_never_hangs(reference: CandidateTarget) -> None:
+    gone = CandidateTarget(name="gone", runtime="vllm", gateway_url="http://127.0.0.1:9", model="m")
+    result = await comparable.run(reference, comparable.Settings(), BUDGET_S, gone)
+    assert outcomes(result) == {"probes": "fail"}
+    assert "did not answer" in result.checks[0].detail
