@@ -26,6 +26,7 @@ import os
 import re
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from functools import partial
 from pathlib import Path
@@ -167,6 +168,9 @@ async def _cancel(probe: Probe, settings: Settings) -> Check:
     counts = Counts(probe)
     baseline = await counts.settle(await counts.read(), settings.settle_s)
     body = {"model": probe.target.model, **_long_body(settings, stream=True)}
+    # Each stream's line iterator is kept until the cut: one dropped after `break` would
+    # be finalized and close its connection at once, before the counts are read.
+    readers: list[AsyncIterator[str]] = []
     async with AsyncExitStack() as streams:
         for _ in range(settings.cancel_streams):
             resp = await streams.enter_async_context(probe.client.stream("POST", "/v1/chat/completions", json=body))
@@ -174,9 +178,9 @@ async def _cancel(probe: Probe, settings: Settings) -> Check:
                 await resp.aread()
                 outcome: Outcome = "fail" if resp.status_code >= 500 else "skip"
                 return Check("cancel", outcome, f"could not start a stream to cut: {error_text(resp)}")
-            async for line in resp.aiter_lines():
-                if line.startswith("data:"):
-                    break  # the answer has started
+            readers.append(resp.aiter_lines())
+            while not (await anext(readers[-1])).startswith("data:"):
+                pass  # until the answer has started
         during = await counts.read()
     # Leaving the stack closed every stream's connection: the clients have left.
     after = await counts.settle(baseline, settings.settle_s)
