@@ -16,15 +16,17 @@ compared:
   where it does not, the lengths are measured and latencies normalised per output token,
   and the check says so.
 
-`run(target, settings, budget_s, reference=None)`: without a reference (or when the
-target is the reference) the probes are recorded and nothing is compared.
+`run(target, settings, budget_s, reference=None)`: the reference is the reference
+candidate's own comparable result (its recorded probes, read back from its `reference`
+check), or the reference candidate itself, asked live. Without one (or when the target
+is the reference) the probes are recorded and nothing is compared.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pydantic import Field
@@ -66,47 +68,56 @@ class Answers:
     notes: list[str] = field(default_factory=list)
 
 
-async def run(
-    target: CandidateTarget, settings: Settings, budget_s: float, reference: CandidateTarget | None = None
-) -> StageResult:
+Reference = StageResult | CandidateTarget | None
+
+
+async def run(target: CandidateTarget, settings: Settings, budget_s: float, reference: Reference = None) -> StageResult:
+    """`reference`: the reference candidate's own comparable result (its recorded probes:
+    the run stops a candidate before starting the next), or the reference itself, live;
+    None when `target` is the reference."""
     started = time.monotonic()
     budget = Budget(budget_s)
-    compared = reference is not None and reference.name != target.name
-    checks: list[Check] = []
 
-    async def gather() -> tuple[Answers, Answers | None]:
-        async with Probe(target) as mine:
-            if not compared:
-                return await ask(mine, settings), None
-            assert reference is not None
-            async with Probe(reference) as theirs:
-                both = await asyncio.gather(ask(mine, settings), ask(theirs, settings), return_exceptions=True)
-            for answered in both:
-                if isinstance(answered, BaseException):
-                    raise answered
-            return both[0], both[1]  # type: ignore[return-value]
+    def result(*checks: Check) -> StageResult:
+        return StageResult("comparable", target.name, checks, round(time.monotonic() - started, 3))
 
+    ref_name = reference.candidate if isinstance(reference, StageResult) else getattr(reference, "name", None)
+    if ref_name == target.name:
+        reference, ref_name = None, None
+    stored: Answers | None = None
+    if isinstance(reference, StageResult):
+        stored = recorded_answers(reference, settings)
+        if stored is None:
+            why = f"the reference {ref_name} has no probes recorded with these settings: nothing to compare with"
+            return result(Check("reference", "skip", why))
+    live = reference if isinstance(reference, CandidateTarget) else None
     outcome: list[tuple[Answers, Answers | None]] = []
 
     async def collect() -> Check:
-        outcome.append(await gather())
+        async with Probe(target) as mine:
+            if live is None:
+                outcome.append((await ask(mine, settings), stored))
+                return Check("probes", "pass", "asked")
+            async with Probe(live) as theirs:
+                both = await asyncio.gather(ask(mine, settings), ask(theirs, settings), return_exceptions=True)
+        for answered in both:
+            if isinstance(answered, BaseException):
+                raise answered
+        outcome.append((both[0], both[1]))  # type: ignore[arg-type]
         return Check("probes", "pass", "asked")
 
     asked = await bounded("probes", collect, budget.left())
     if not outcome:
-        return StageResult("comparable", target.name, (asked,), round(time.monotonic() - started, 3))
+        return result(asked)
     mine_answers, ref_answers = outcome[0]
-    if ref_answers is None:
-        checks = recorded(mine_answers)
-    else:
-        assert reference is not None
-        checks = [
-            tokenization(mine_answers, ref_answers, reference.name),
-            chat_template(mine_answers, ref_answers, reference.name),
-            greedy(mine_answers, ref_answers, reference.name, settings),
-            output_length(mine_answers, ref_answers),
-        ]
-    return StageResult("comparable", target.name, tuple(checks), round(time.monotonic() - started, 3))
+    if ref_answers is None or ref_name is None:
+        return result(*recorded(mine_answers, settings))
+    return result(
+        tokenization(mine_answers, ref_answers, ref_name),
+        chat_template(mine_answers, ref_answers, ref_name),
+        greedy(mine_answers, ref_answers, ref_name, settings),
+        output_length(mine_answers, ref_answers),
+    )
 
 
 # ---- asking ---------------------------------------------------------------------------
@@ -242,16 +253,29 @@ def output_length(mine: Answers, ref: Answers) -> Check:
     return Check("output_length", "pass", detail, {**evidence, "normalise": "per_output_token"})
 
 
-def recorded(mine: Answers) -> list[Check]:
-    """The reference's own probes: what the others are compared with."""
+def _probes(settings: Settings) -> dict[str, Any]:
+    return settings.model_dump(mode="json")
+
+
+def recorded(mine: Answers, settings: Settings) -> list[Check]:
+    """The reference's own probes: what the others are compared with (`answers`, read back
+    by `recorded_answers`), with the settings that asked them."""
     evidence = {
         "prompt_tokens": _as_counts(mine.prompt_tokens),
         "chat_tokens": _as_counts(mine.chat_tokens),
-        "length": mine.length,
-        "notes": mine.notes,
+        "answers": asdict(mine),
+        "probes": _probes(settings),
     }
     length = output_length(mine, mine)
     if any(t is None for t in [*mine.prompt_tokens, *mine.chat_tokens]):
         why = "its probes could not all be tokenized: " + "; ".join(mine.notes)
         return [Check("reference", "skip", why, evidence), length]
     return [Check("reference", "pass", "the reference: the others' probes are compared with these", evidence), length]
+
+
+def recorded_answers(result: StageResult, settings: Settings) -> Answers | None:
+    """The answers a reference's comparable result recorded with the same probe settings."""
+    for check in result.checks:
+        if check.name == "reference" and check.outcome == "pass" and check.evidence.get("probes") == _probes(settings):
+            return Answers(**check.evidence["answers"])
+    return None

@@ -1,18 +1,21 @@
 """The comparable stage on real processes, each candidate a vLLM simulator behind its own
-gateway, judged against a reference: the same runtime is comparable; one whose chat
+gateway, judged against a reference (live, or its recorded result read back from the
+report's JSON, as the run passes it): the same runtime is comparable; one whose chat
 template adds a default system message is not (its plain prompts still tokenize the
 same); one whose greedy answers differ (another seed: another quality level) is ranked
 apart; without a reference the probes are only recorded."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from bakeoff.stages import comparable
-from bakeoff.verdict import CandidateTarget
+from bakeoff.verdict import CandidateTarget, StageResult
 from tests.bakeoff.stages.candidates import candidate, outcomes
 
 BUDGET_S = 120.0
@@ -22,6 +25,12 @@ BUDGET_S = 120.0
 def reference(tmp_path_factory) -> Iterator[CandidateTarget]:
     with candidate(tmp_path_factory.mktemp("comparable-ref"), "reference") as target:
         yield target
+
+
+async def recorded(reference: CandidateTarget, settings: comparable.Settings) -> StageResult:
+    """The reference's own comparable result, through the report's JSON and back."""
+    own = await comparable.run(reference, settings, BUDGET_S)
+    return StageResult.from_json(json.loads(json.dumps(own.to_json())))
 
 
 async def test_the_same_runtime_is_comparable_on_every_check(reference: CandidateTarget, tmp_path: Path) -> None:
@@ -40,8 +49,9 @@ async def test_the_same_runtime_is_comparable_on_every_check(reference: Candidat
 
 
 async def test_another_chat_template_is_not_comparable(reference: CandidateTarget, tmp_path: Path) -> None:
+    stored = await recorded(reference, comparable.Settings())
     with candidate(tmp_path, "qwen-like", default_system_prompt="You are a helpful assistant.") as other:
-        result = await comparable.run(other, comparable.Settings(), BUDGET_S, reference)
+        result = await comparable.run(other, comparable.Settings(), BUDGET_S, stored)
     seen = outcomes(result)
     assert seen["tokenization"] == "pass"  # the same tokenizer: only the template differs
     assert seen["chat_template"] == "fail"
@@ -56,8 +66,9 @@ async def test_another_chat_template_is_not_comparable(reference: CandidateTarge
 async def test_other_greedy_answers_are_another_quality_level_ranked_apart(
     reference: CandidateTarget, tmp_path: Path
 ) -> None:
+    stored = await recorded(reference, comparable.Settings())
     with candidate(tmp_path, "reseeded", seed=7) as other:
-        result = await comparable.run(other, comparable.Settings(), BUDGET_S, reference)
+        result = await comparable.run(other, comparable.Settings(), BUDGET_S, stored)
     seen = outcomes(result)
     assert seen["greedy"] == "warn" and seen["tokenization"] == seen["chat_template"] == "pass"
     check = next(c for c in result.checks if c.name == "greedy")
@@ -72,6 +83,13 @@ async def test_without_a_reference_the_probes_are_recorded(reference: CandidateT
     recorded = result.checks[0].evidence
     assert recorded["prompt_tokens"] == [3]  # the double's tokenizer: one token per word
     assert len(recorded["chat_tokens"]) == 2
+
+
+async def test_a_reference_recorded_with_other_probes_is_not_compared(reference: CandidateTarget) -> None:
+    stored = await recorded(reference, comparable.Settings(prompts=["one two three"]))
+    result = await comparable.run(replace(reference, name="other"), comparable.Settings(), BUDGET_S, stored)
+    assert outcomes(result) == {"reference": "skip"}
+    assert "no probes recorded with these settings" in result.checks[0].detail
 
 
 async def test_an_unreachable_reference_fails_the_probes_and_never_hangs(reference: CandidateTarget) -> None:
