@@ -155,19 +155,21 @@ def _freed(name: str, counts: Counts, baseline: Gauges, during: Gauges | None, a
 # ---- cancel and deadline ---------------------------------------------------------------
 
 
-def _long_body(settings: Settings, stream: bool) -> dict[str, Any]:
-    return {
-        "messages": user(LONG_PROMPT),
-        "max_tokens": settings.answer_tokens,
-        "ignore_eos": True,  # keeps the answer running long enough to be cut
-        "stream": stream,
-    }
+async def _long_body(probe: Probe, settings: Settings, stream: bool) -> dict[str, Any]:
+    """A long answer to cut. `ignore_eos` keeps it running to `answer_tokens` where the
+    runtime takes it (asked first with one token); a runtime that refuses it (TGI) is
+    asked without."""
+    body = {"model": probe.target.model, "messages": user(LONG_PROMPT), "max_tokens": settings.answer_tokens}
+    taken = await probe.chat(user("Say hello."), max_tokens=1, ignore_eos=True)
+    if taken.status_code != 400:
+        body["ignore_eos"] = True
+    return {**body, "stream": stream}
 
 
 async def _cancel(probe: Probe, settings: Settings) -> Check:
     counts = Counts(probe)
     baseline = await counts.settle(await counts.read(), settings.settle_s)
-    body = {"model": probe.target.model, **_long_body(settings, stream=True)}
+    body = await _long_body(probe, settings, stream=True)
     # Each stream's line iterator is kept until the cut: one dropped after `break` would
     # be finalized and close its connection at once, before the counts are read.
     readers: list[AsyncIterator[str]] = []
@@ -192,7 +194,7 @@ async def _deadline(probe: Probe, settings: Settings) -> Check:
     counts = Counts(probe)
     baseline = await counts.settle(await counts.read(), settings.settle_s)
     headers = {"x-request-timeout": f"{settings.deadline_s:g}"}
-    body = {"model": probe.target.model, **_long_body(settings, stream=False)}
+    body = await _long_body(probe, settings, stream=False)
     resp = await probe.client.post("/v1/chat/completions", json=body, headers=headers)
     if resp.status_code == 200:
         why = f"answered within its {settings.deadline_s:g} s deadline: nothing to judge (raise answer_tokens)"

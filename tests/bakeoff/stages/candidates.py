@@ -1,4 +1,4 @@
-"""Candidates for the stages' tests, as a bake-off reaches them: a vLLM simulator (a
+"""Candidates for the stages' tests, as a bake-off reaches them: a simulator (vLLM's by default; a
 subprocess; broken ones by their flags, simulators/README.md "Broken runtimes") behind
 a gateway of its own, started on a config file that the rollback check may rewrite,
 with an admin key."""
@@ -22,8 +22,8 @@ ADMIN_KEY = "sk-sy-admin-bakeoff-stages"
 MODEL = "m"
 
 
-def gateway_config(sim_url: str, port: int) -> dict[str, Any]:
-    backend = {"name": "sim", "adapter": "vllm", "url": sim_url, "served_model": "sim-model"}
+def gateway_config(sim_url: str, port: int, kind: str = "vllm") -> dict[str, Any]:
+    backend = {"name": "sim", "adapter": kind, "url": sim_url, "served_model": "sim-model"}
     return {
         "listen": {"host": "127.0.0.1", "port": port},
         "admin": {"api_keys": [{"sha256": hash_key(ADMIN_KEY), "name": "bakeoff"}]},
@@ -32,20 +32,20 @@ def gateway_config(sim_url: str, port: int) -> dict[str, Any]:
 
 
 @contextmanager
-def candidate(tmp: Path, name: str, **sim_options: Any) -> Iterator[CandidateTarget]:
-    """A vLLM simulator started with `sim_options` (its CLI flags) behind its own gateway."""
-    sim = start_simulator("vllm", model_name="sim-model", **sim_options)
+def candidate(tmp: Path, name: str, kind: str = "vllm", **sim_options: Any) -> Iterator[CandidateTarget]:
+    """A `kind` simulator started with `sim_options` (its CLI flags) behind its own gateway."""
+    sim = start_simulator(kind, model_name="sim-model", **sim_options)
     gateway: Process | None = None
     try:
         port = free_port()
         path = tmp / f"{name}.yaml"
-        path.write_text(yaml.safe_dump(gateway_config(sim.url, port)))
+        path.write_text(yaml.safe_dump(gateway_config(sim.url, port, kind)))
         gateway = Process(
             [*SWITCHYARD, "serve", "--config", str(path)], f"http://127.0.0.1:{port}", tmp / f"{name}-gateway.log"
         ).wait_ready("/readyz")
         yield CandidateTarget(
             name=name,
-            runtime="vllm",
+            runtime=kind,
             gateway_url=gateway.url,
             model=MODEL,
             admin_key=ADMIN_KEY,

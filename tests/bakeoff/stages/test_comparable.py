@@ -97,3 +97,28 @@ async def test_an_unreachable_reference_fails_the_probes_and_never_hangs(referen
     result = await comparable.run(reference, comparable.Settings(), BUDGET_S, gone)
     assert outcomes(result) == {"probes": "fail"}
     assert "did not answer" in result.checks[0].detail
+
+
+async def test_another_tokenizer_is_not_comparable(reference: CandidateTarget, tmp_path: Path) -> None:
+    stored = await recorded(reference, comparable.Settings())
+    # The engine source: the built-in tiny model's own tokenizer and chat template.
+    with candidate(tmp_path, "engine", source="engine") as other:
+        result = await comparable.run(other, comparable.Settings(), BUDGET_S, stored)
+    seen = outcomes(result)
+    assert seen["tokenization"] == "fail" and seen["chat_template"] == "fail", result.checks
+    check = next(c for c in result.checks if c.name == "tokenization")
+    assert "another tokenizer" in check.detail and check.evidence["by"] == "token ids (/tokenize)"
+    assert not result.passed
+
+
+async def test_without_tokenize_usage_counts_compare_and_unforced_lengths_are_said(tmp_path: Path) -> None:
+    """TGI behind the gateway: no /tokenize and no ignore_eos or min_tokens."""
+    with candidate(tmp_path, "tgi-ref", kind="tgi") as ref, candidate(tmp_path, "tgi", kind="tgi") as other:
+        result = await comparable.run(other, comparable.Settings(), BUDGET_S, ref)
+    assert outcomes(result) == dict.fromkeys(("tokenization", "chat_template", "greedy", "output_length"), "pass")
+    by_name = {c.name: c for c in result.checks}
+    assert by_name["tokenization"].evidence["by"] == "prompt token counts (usage)"
+    assert by_name["chat_template"].evidence["by"] == "prompt token counts (usage)"
+    length = by_name["output_length"]
+    assert "not forced" in length.detail and "normalised per output token" in length.detail
+    assert length.evidence["candidate"]["extensions_taken"] is False

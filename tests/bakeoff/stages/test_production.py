@@ -96,3 +96,14 @@ def test_the_settings_are_strict() -> None:
         production.Settings.model_validate({"checks": ["cancel", "reboot"]})
     with pytest.raises(ValidationError):
         production.Settings.model_validate({"overload_request": 10})
+
+
+async def test_a_runtime_without_ignore_eos_is_cut_and_refuses_a_burst_with_429(tmp_path: Path) -> None:
+    """TGI behind the gateway: long answers come from its own output length; its 429s pass."""
+    with candidate(tmp_path, "tgi", kind="tgi", itl_ms=5, output_tokens=600, max_concurrent_requests=4) as target:
+        settings = SETTINGS.model_copy(update={"checks": ["cancel", "deadline", "overload"]})
+        result = await production.run(target, settings, BUDGET_S)
+    assert outcomes(result) == {"cancel": "pass", "deadline": "pass", "overload": "pass"}, result.checks
+    assert "tgi_batch_current_size" in result.checks[0].detail
+    assert result.checks[0].evidence["during"]["runtime"] == settings.cancel_streams
+    assert result.checks[2].evidence["outcomes"].get("429 with Retry-After", 0) > 0
