@@ -47,7 +47,8 @@ class Budget:
 
 async def bounded(name: str, judge: Callable[[], Awaitable[Check]], seconds: float) -> Check:
     """`judge()` within `seconds`: a `skip` naming the time when it cannot finish, a `fail`
-    when the candidate's gateway cannot be reached (it cannot serve)."""
+    when the candidate's gateway cannot be reached (it cannot serve) or answers a body
+    that is not the JSON asked for."""
     if seconds < MIN_CHECK_S:
         return Check(name, "skip", f"not run: the stage's time budget was spent ({seconds:.1f} s left)")
     try:
@@ -57,6 +58,8 @@ async def bounded(name: str, judge: Callable[[], Awaitable[Check]], seconds: flo
         return Check(name, "skip", f"could not finish within its {seconds:.1f} s of the stage's budget")
     except httpx.TransportError as exc:
         return Check(name, "fail", f"the candidate did not answer: {type(exc).__name__}: {exc}")
+    except ValueError as exc:  # json.JSONDecodeError among them
+        return Check(name, "fail", f"the candidate answered a body that is not the JSON asked for: {exc}")
 
 
 class Probe:

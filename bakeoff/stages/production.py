@@ -111,7 +111,11 @@ class Counts:
         if gateway.status_code == 200:
             out["gateway"] = gauge_sum(gateway.text, GATEWAY_GAUGES)
         if self.runtime_url is not None and self.runtime_names is not None:
-            runtime = await self.probe.client.get(self.runtime_url)
+            try:  # a client of its own: the gateway's API key is not the runtime's business
+                async with httpx.AsyncClient(timeout=self.probe.client.timeout) as client:
+                    runtime = await client.get(self.runtime_url)
+            except httpx.TransportError:
+                return out  # not judged on it: the detail says so (`watched`)
             if runtime.status_code == 200:
                 out["runtime"] = gauge_sum(runtime.text, self.runtime_names)
         return out
@@ -126,9 +130,15 @@ class Counts:
         return now
 
     def watched(self, counts: dict[str, float | None]) -> str:
+        """Which counts were read, for a check's detail."""
+        runtime = f"the runtime's {' + '.join(self.runtime_names or ())}"
+        if counts["runtime"] is not None and counts["gateway"] is not None:
+            return f"{runtime} and the gateway's in-flight gauges"
         if counts["runtime"] is not None:
-            return f"the runtime's {' + '.join(self.runtime_names or ())} and the gateway's in-flight gauges"
-        return f"the gateway's in-flight gauges only (no running gauge known for {self.probe.target.runtime})"
+            return f"{runtime} only (the gateway's /metrics is not on its API listener)"
+        if self.runtime_names is None:
+            return f"the gateway's in-flight gauges only (no running gauge known for {self.probe.target.runtime})"
+        return f"the gateway's in-flight gauges only (the runtime's {self.runtime_url} could not be read)"
 
 
 def _above(now: dict[str, float | None], baseline: dict[str, float | None]) -> list[str]:
@@ -181,13 +191,21 @@ async def _cancel(probe: Probe, settings: Settings) -> Check:
                 outcome: Outcome = "fail" if resp.status_code >= 500 else "skip"
                 return Check("cancel", outcome, f"could not start a stream to cut: {error_text(resp)}")
             readers.append(resp.aiter_lines())
-            while not (await anext(readers[-1])).startswith("data:"):
-                pass  # until the answer has started
+            if not await _started(readers[-1]):
+                return Check("cancel", "fail", "a stream ended before its first event")
         during = await counts.read()
     # Leaving the stack closed every stream's connection: the clients have left.
     after = await counts.settle(baseline, settings.settle_s)
     what = f"{settings.cancel_streams} streams were cut mid-answer"
     return _freed("cancel", counts, baseline, during, after, what)
+
+
+async def _started(lines: AsyncIterator[str]) -> bool:
+    """Read up to the stream's first event (False: it ended without one)."""
+    async for line in lines:
+        if line.startswith("data:"):
+            return True
+    return False
 
 
 async def _deadline(probe: Probe, settings: Settings) -> Check:
