@@ -2,8 +2,9 @@
 
 Two kinds of checks, both through the candidate's gateway:
 - each feature the plan requires (`features`), probed by one request that uses it
-  (`feature:<name>`: a forced tool call, a json_schema answer, logprobs, embeddings, a
-  prompt of `long_context_tokens`); a refusal or a malformed answer is a `fail`;
+  (`feature:<name>`: a stream to its `[DONE]`, a forced tool call, a json_schema answer,
+  logprobs, embeddings, a prompt of `long_context_tokens`); a refusal or a malformed
+  answer is a `fail`;
 - the conformance suite's profiles the plan requires (`profiles`), run by its own runner
   (conformance/runner.py) against the gateway, with the required features as the
   target's declared capabilities (so checks of features the plan does not need are
@@ -31,7 +32,7 @@ from conformance.result import CheckResult, Level, Status
 from conformance.runner import run_check
 from conformance.target import Target
 
-Feature = Literal["tools", "structured_output", "logprobs", "embeddings", "long_context"]
+Feature = Literal["streaming", "tools", "structured_output", "logprobs", "embeddings", "long_context"]
 # The plan's features that the conformance suite also declares (conformance/capabilities.py).
 CONFORMANCE_FEATURES = {"tools": "tools", "structured_output": "structured_output", "embeddings": "embeddings"}
 # Tokens a chat template may add around the long-context probe's words.
@@ -87,6 +88,20 @@ ANSWER_SCHEMA = {
         "additionalProperties": False,
     },
 }
+
+
+async def _streaming(probe: Probe, settings: Settings) -> Check:
+    body = {"model": probe.target.model, "messages": user("Say hello."), "max_tokens": 8, "stream": True}
+    async with probe.client.stream("POST", "/v1/chat/completions", json=body) as resp:
+        if resp.status_code != 200:
+            await resp.aread()
+            return Check("feature:streaming", "fail", f"a stream was refused: {error_text(resp)}")
+        kind = resp.headers.get("content-type", "")
+        events = [line[5:].strip() async for line in resp.aiter_lines() if line.startswith("data:")]
+    if not kind.startswith("text/event-stream") or len(events) < 2 or events[-1] != "[DONE]":
+        why = f"not an event stream ending with [DONE] ({kind or 'no content-type'}, {len(events)} events)"
+        return Check("feature:streaming", "fail", why)
+    return Check("feature:streaming", "pass", f"{len(events) - 1} chunks, then [DONE]")
 
 
 async def _tools(probe: Probe, settings: Settings) -> Check:
@@ -161,6 +176,7 @@ async def _long_context(probe: Probe, settings: Settings) -> Check:
 
 
 PROBES = {
+    "streaming": _streaming,
     "tools": _tools,
     "structured_output": _structured,
     "logprobs": _logprobs,

@@ -15,7 +15,7 @@ from bakeoff.stages import eliminate
 from bakeoff.verdict import CandidateTarget
 from tests.bakeoff.stages.candidates import candidate, outcomes
 
-FEATURES = ["tools", "structured_output", "logprobs", "long_context"]
+FEATURES = ["streaming", "tools", "structured_output", "logprobs", "long_context"]
 BUDGET_S = 300.0
 
 
