@@ -157,7 +157,7 @@ def _freed(name: str, counts: Counts, baseline: Gauges, during: Gauges | None, a
         return Check(name, "skip", why, evidence)
     held = _above(after, baseline)
     if held:
-        where = " and ".join(f"the {k} still counts {after[k]} (was {baseline[k]})" for k in held)
+        where = " and ".join(f"the {k} still counts {after[k] or 0:g} (was {baseline[k] or 0:g})" for k in held)
         return Check(name, "fail", f"not freed: {where} after {what}", evidence)
     return Check(name, "pass", f"freed after {what}: {counts.watched(baseline)} back where they were", evidence)
 
