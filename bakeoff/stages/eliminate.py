@@ -1,6 +1,8 @@
 """Stage 1, eliminate: what cannot serve the workload goes first.
 
-Two kinds of checks, both through the candidate's gateway:
+Three kinds of checks, all through the candidate's gateway:
+- `served`: `GET /v1/models` lists the plan's model (with the admin key, the backends the
+  gateway's config in force gives it are recorded beside: adapter, options);
 - each feature the plan requires (`features`), probed by one request that uses it
   (`feature:<name>`: a stream to its `[DONE]`, a forced tool call, a json_schema answer,
   logprobs, embeddings, a prompt of `long_context_tokens`); a refusal or a malformed
@@ -60,6 +62,7 @@ async def run(target: CandidateTarget, settings: Settings, budget_s: float) -> S
     budget = Budget(budget_s)
     checks: list[Check] = []
     async with Probe(target) as probe:
+        checks.append(await bounded("served", partial(_served, probe), min(budget.left() / 8, 30.0)))
         # Features take a small share: the conformance run keeps most of the budget.
         for i, feature in enumerate(settings.features):
             share = min(budget.left() / 4, budget.share(len(settings.features) - i + 1))
@@ -69,6 +72,25 @@ async def run(target: CandidateTarget, settings: Settings, budget_s: float) -> S
 
 
 # ---- the feature probes -------------------------------------------------------------
+
+
+async def _served(probe: Probe) -> Check:
+    target = probe.target
+    resp = await probe.client.get("/v1/models")
+    if resp.status_code != 200:
+        return Check("served", "fail", f"GET /v1/models answered {error_text(resp)}")
+    listed = [m.get("id") for m in resp.json().get("data") or [] if isinstance(m, dict)]
+    evidence: dict[str, Any] = {"models": listed}
+    if target.admin_key:
+        shown = await probe.client.get("/admin/config", headers=probe.admin_headers)
+        if shown.status_code == 200:
+            model = (shown.json().get("config", {}).get("models") or {}).get(target.model) or {}
+            keep = ("name", "adapter", "options", "max_inflight")
+            evidence["backends"] = [{k: b.get(k) for k in keep if k in b} for b in model.get("backends") or []]
+    if target.model not in listed:
+        return Check("served", "fail", f"the gateway does not list {target.model!r} (it lists {listed})", evidence)
+    return Check("served", "pass", f"the gateway lists {target.model!r}", evidence)
+
 
 WEATHER_TOOL = {
     "type": "function",

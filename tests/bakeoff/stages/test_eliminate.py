@@ -6,6 +6,7 @@ eliminated by the tools feature; a spent budget is a skip, never a hang."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,9 @@ async def test_a_good_candidate_keeps_every_feature_and_passes_every_must(good: 
     assert {f"feature:{f}": "pass" for f in FEATURES}.items() <= seen.items()
     assert seen["conformance"] == "pass", result.checks
     assert result.passed and result.stage == "eliminate" and result.candidate == "good"
+    served = next(c for c in result.checks if c.name == "served")
+    assert served.outcome == "pass"
+    assert [(b["name"], b["adapter"]) for b in served.evidence["backends"]] == [("sim", "vllm")]
     summary = next(c for c in result.checks if c.name == "conformance")
     assert summary.evidence["counts"]["MUST pass"] >= 30  # the core profile really ran
 
@@ -61,8 +65,16 @@ async def test_a_runtime_without_a_tool_parser_is_eliminated_when_tools_are_requ
 async def test_a_spent_budget_skips_what_it_cannot_run_and_says_so(good: CandidateTarget) -> None:
     result = await eliminate.run(good, eliminate.Settings(features=["logprobs"]), budget_s=0.0)
     seen = outcomes(result)
-    assert seen == {"feature:logprobs": "skip", "conformance": "skip"}
+    assert seen == {"served": "skip", "feature:logprobs": "skip", "conformance": "skip"}
     assert all("budget" in c.detail for c in result.checks)
+
+
+async def test_a_gateway_that_does_not_serve_the_model_is_eliminated(good: CandidateTarget) -> None:
+    elsewhere = replace(good, name="elsewhere", model="another-model")
+    result = await eliminate.run(elsewhere, eliminate.Settings(only=["models."]), BUDGET_S)
+    seen = outcomes(result)
+    assert seen["served"] == "fail" and seen["conformance"] == "fail"
+    assert "does not list 'another-model'" in next(c.detail for c in result.checks if c.name == "served")
 
 
 def test_the_settings_are_strict() -> None:
