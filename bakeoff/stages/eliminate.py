@@ -247,7 +247,11 @@ async def conformance(target: CandidateTarget, settings: Settings, budget: Budge
             if seconds < 1.0:
                 not_run.append(check.id)
                 continue
-            results.append(await run_check(check, ctx, seconds))
+            result = await run_check(check, ctx, seconds)
+            if result.status is Status.ERROR and seconds < settings.check_timeout_s and budget.left() < 1.0:
+                not_run.append(check.id)  # cut by the stage's budget, not by its own timeout: no verdict
+                continue
+            results.append(result)
     finally:
         await ctx.aclose()
     return [*_named(results), _summary(settings, results, not_run)]

@@ -69,6 +69,19 @@ async def test_a_spent_budget_skips_what_it_cannot_run_and_says_so(good: Candida
     assert all("budget" in c.detail for c in result.checks)
 
 
+async def test_a_check_cut_by_the_budget_is_not_run_rather_than_failed(tmp_path: Path) -> None:
+    """A slow runtime (20 s to a first token) and a 6 s budget: a MUST's chat is cut
+    by the budget and reaches no verdict, which is no MUST failure; the stage still ends
+    near its budget."""
+    with candidate(tmp_path, "slow", ttft_ms=20000) as target:
+        settings = eliminate.Settings(only=["chat.response.schema"])  # a MUST that waits for an answer
+        result = await eliminate.run(target, settings, budget_s=6.0)
+    summary = next(c for c in result.checks if c.name == "conformance")
+    assert summary.outcome == "skip" and summary.evidence["not_run"], result.checks
+    assert not [c for c in result.checks if c.outcome == "fail"]
+    assert result.seconds < 6.0 + 10.0  # bounded by its budget (a hang would be the 120 s check timeout)
+
+
 async def test_a_gateway_that_does_not_serve_the_model_is_eliminated(good: CandidateTarget) -> None:
     elsewhere = replace(good, name="elsewhere", model="another-model")
     result = await eliminate.run(elsewhere, eliminate.Settings(only=["models."]), BUDGET_S)
