@@ -13,7 +13,9 @@ through its gateway, judged by the runtime's own metrics and the gateway's:
 - `readiness`: `/readyz` answers 200 within `readyz_timeout_s` during the burst;
 - `rollback`: rewriting the config file (`config_path`) to `rollback_config` and
   `POST /admin/reload` puts it in force with no failed request while traffic runs; the
-  original config is written back and reloaded afterwards.
+  original config is written back and reloaded afterwards. Without `rollback_config`,
+  the candidate's model's backends are renamed (`<name>-rollback`): the same runtime,
+  but new backends built, swapped in and the old ones retired, as a rollback does.
 
 A runtime without a known running gauge (the native engine, TRT-LLM) is judged on the
 gateway's gauges, and the check says so.
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
+import yaml
 from pydantic import Field
 
 from bakeoff.stages import Budget, Probe, StageSettings, bounded, error_text, user
@@ -64,7 +67,7 @@ class Settings(StageSettings):
     overload_tokens: int = Field(64, ge=1)
     request_timeout_s: float = Field(30.0, gt=0)  # past it a request of the burst is a hang
     readyz_timeout_s: float = Field(2.0, gt=0)
-    rollback_config: str | None = None  # the config to roll back to; None: the same config, reloaded
+    rollback_config: str | None = None  # the config to roll back to; None: the backends renamed
     rollback_clients: int = Field(4, ge=1, le=64)
     rollback_hold_s: float = Field(1.0, ge=0)  # traffic kept on the rolled-back config
 
@@ -323,6 +326,20 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, real)
 
 
+def renamed_backends(config_text: str, model: str) -> str | None:
+    """The config with `model`'s backends renamed `<name>-rollback` (None: no such backends)."""
+    try:
+        config = yaml.safe_load(config_text)
+        backends = config["models"][model]["backends"]
+    except (yaml.YAMLError, KeyError, TypeError):
+        return None
+    if not isinstance(backends, list) or not all(isinstance(b, dict) and "name" in b for b in backends):
+        return None
+    for backend in backends:
+        backend["name"] = f"{backend['name']}-rollback"
+    return yaml.safe_dump(config, sort_keys=False)
+
+
 async def _traffic(probe: Probe, stop: asyncio.Event, tally: Counter[str]) -> None:
     while not stop.is_set():
         try:
@@ -348,7 +365,10 @@ async def _rollback(probe: Probe, settings: Settings) -> Check:
     assert target.config_path is not None
     path = Path(target.config_path)
     original = path.read_text(encoding="utf-8")
-    rollback = Path(settings.rollback_config).read_text(encoding="utf-8") if settings.rollback_config else original
+    if settings.rollback_config:
+        rollback = Path(settings.rollback_config).read_text(encoding="utf-8")
+    else:
+        rollback = renamed_backends(original, target.model) or original
     shown = await probe.client.get("/admin/config", headers=probe.admin_headers)
     if shown.status_code != 200:
         return Check("rollback", "fail", f"the admin API refused the admin key: {error_text(shown)}")
@@ -388,7 +408,12 @@ def _rollback_verdict(
         return Check("rollback", "fail", f"requests failed during the reload: {failed}", evidence)
     if not tally["ok"]:
         return Check("rollback", "skip", "no request completed while the reload ran", evidence)
-    what = "rolled back to rollback_config and restored" if changed else "the same config reloaded (no rollback_config)"
+    if not changed:
+        what = "the same config reloaded (no rollback_config, and no backends of the model to rename)"
+    elif settings.rollback_config:
+        what = "rolled back to rollback_config and restored"
+    else:
+        what = "its backends swapped for renamed ones (no rollback_config) and restored"
     return Check("rollback", "pass", f"{what}; {tally['ok']} requests served, none failed", evidence)
 
 

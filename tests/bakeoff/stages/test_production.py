@@ -51,6 +51,18 @@ async def test_a_good_candidate_passes_every_production_check(good: CandidateTar
     assert Path(good.config_path).read_text() == original  # and the candidate was left as it was found
 
 
+async def test_without_a_rollback_config_the_backends_are_swapped_and_restored(good: CandidateTarget) -> None:
+    assert good.config_path is not None
+    original = Path(good.config_path).read_text()
+    result = await production.run(good, SETTINGS.model_copy(update={"checks": ["rollback"]}), BUDGET_S)
+    assert outcomes(result) == {"rollback": "pass"}, result.checks
+    check = result.checks[0]
+    assert "renamed" in check.detail and check.evidence["traffic"]["ok"] > 0
+    assert [r["result"] for r in check.evidence["reloads"]] == ["applied", "applied"]
+    assert "1 added, 1 removed" in check.evidence["reloads"][0]["message"]
+    assert Path(good.config_path).read_text() == original
+
+
 async def test_a_runtime_that_never_frees_a_cancelled_request_fails_cancel_and_deadline(tmp_path: Path) -> None:
     with candidate(tmp_path, "leaky", fault="keep_cancelled", **BUSY) as target:
         settings = SETTINGS.model_copy(update={"checks": ["cancel", "deadline"], "settle_s": 2.0})
