@@ -327,13 +327,16 @@ def _write(path: Path, text: str) -> None:
 
 
 def renamed_backends(config_text: str, model: str) -> str | None:
-    """The config with `model`'s backends renamed `<name>-rollback` (None: no such backends)."""
+    """The config with `model`'s backends renamed `<name>-rollback` (None: no such backends,
+    or a native one: renaming it would load a second engine, and the model, in the gateway)."""
     try:
         config = yaml.safe_load(config_text)
         backends = config["models"][model]["backends"]
     except (yaml.YAMLError, KeyError, TypeError):
         return None
     if not isinstance(backends, list) or not all(isinstance(b, dict) and "name" in b for b in backends):
+        return None
+    if any(b.get("adapter") == "native" for b in backends):
         return None
     for backend in backends:
         backend["name"] = f"{backend['name']}-rollback"
@@ -409,7 +412,7 @@ def _rollback_verdict(
     if not tally["ok"]:
         return Check("rollback", "skip", "no request completed while the reload ran", evidence)
     if not changed:
-        what = "the same config reloaded (no rollback_config, and no backends of the model to rename)"
+        what = "the same config reloaded (no rollback_config, and no backend of the model to rename)"
     elif settings.rollback_config:
         what = "rolled back to rollback_config and restored"
     else:

@@ -119,3 +119,13 @@ async def test_a_runtime_without_ignore_eos_is_cut_and_refuses_a_burst_with_429(
     assert "tgi_batch_current_size" in result.checks[0].detail
     assert result.checks[0].evidence["during"]["runtime"] == settings.cancel_streams
     assert result.checks[2].evidence["outcomes"].get("429 with Retry-After", 0) > 0
+
+
+def test_the_default_rollback_renames_runtime_backends_and_leaves_native_ones() -> None:
+    config = {"models": {"m": {"backends": [{"name": "a", "adapter": "vllm", "url": "http://x"}]}}}
+    renamed = production.renamed_backends(yaml.safe_dump(config), "m")
+    assert renamed is not None and yaml.safe_load(renamed)["models"]["m"]["backends"][0]["name"] == "a-rollback"
+    native = {"models": {"m": {"backends": [{"name": "a", "adapter": "native", "model_path": "builtin:tiny"}]}}}
+    assert production.renamed_backends(yaml.safe_dump(native), "m") is None
+    assert production.renamed_backends(yaml.safe_dump(config), "other") is None
+    assert production.renamed_backends("models: [", "m") is None
