@@ -15,6 +15,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bakeoff.slo import SloSpec
+from bakeoff.stages import comparable as comparable_stage
+from bakeoff.stages import eliminate as eliminate_stage
+from bakeoff.stages import production as production_stage
 from bakeoff.stages.measure import Settings as MeasureSettings
 from bakeoff.workload import WorkloadSpec
 from gateway.config.schema import BackendConfig
@@ -89,13 +92,16 @@ class Candidate(_Strict):
         return data
 
 
-class Requirements(_Strict):
-    """What the workload needs: the eliminate stage refuses a candidate without it."""
+def _streaming() -> list[eliminate_stage.Feature]:
+    return ["streaming"]
 
-    features: list[Literal["streaming", "tools", "structured_output", "logprobs", "embeddings", "long_context"]] = (
-        Field(default_factory=lambda: ["streaming"])
-    )
-    conformance_profiles: list[str] = Field(default_factory=list)
+
+class Requirements(_Strict):
+    """What the workload needs: the eliminate stage refuses a candidate without it
+    (its `features`, `profiles` and `long_context_tokens`)."""
+
+    features: list[eliminate_stage.Feature] = Field(default_factory=_streaming)
+    conformance_profiles: list[str] = Field(default_factory=lambda: ["core"])
     min_context_tokens: int | None = Field(None, ge=1)
 
 
@@ -108,6 +114,10 @@ class Budgets(_Strict):
     production: float = Field(180.0, gt=0)
 
 
+# The eliminate settings the plan's `requirements` section gives.
+REQUIREMENT_FIELDS = {"features", "profiles", "long_context_tokens"}
+
+
 class Plan(_Strict):
     seed: int = 0
     budget_s: float = Field(3600.0, gt=0)  # the whole run; what is left when it runs out is reported as not run
@@ -117,10 +127,10 @@ class Plan(_Strict):
     workload: WorkloadSpec
     slo: SloSpec
     requirements: Requirements = Field(default_factory=Requirements)
-    eliminate: dict[str, Any] = Field(default_factory=dict)
-    comparable: dict[str, Any] = Field(default_factory=dict)
+    eliminate: eliminate_stage.Settings = Field(default_factory=eliminate_stage.Settings)
+    comparable: comparable_stage.Settings = Field(default_factory=comparable_stage.Settings)
     measure: MeasureSettings = Field(default_factory=MeasureSettings)
-    production: dict[str, Any] = Field(default_factory=dict)
+    production: production_stage.Settings = Field(default_factory=production_stage.Settings)
 
     @model_validator(mode="after")
     def _unique(self) -> Plan:
@@ -128,7 +138,23 @@ class Plan(_Strict):
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"candidates: names must be unique ({', '.join(dup)} repeated)")
+        given = sorted(REQUIREMENT_FIELDS & self.eliminate.model_fields_set)
+        if given:
+            raise ValueError(f"eliminate.{given[0]}: give what the workload needs under requirements")
+        try:
+            self.eliminate_settings()
+        except ValidationError as exc:
+            raise ValueError("requirements: " + "; ".join(_where(e) for e in exc.errors())) from None
         return self
+
+    def eliminate_settings(self) -> eliminate_stage.Settings:
+        """The eliminate stage's settings with the plan's requirements in them."""
+        req = self.requirements
+        data = {**self.eliminate.model_dump(exclude_unset=True), "features": req.features,
+                "profiles": req.conformance_profiles}  # fmt: skip
+        if req.min_context_tokens is not None:
+            data["long_context_tokens"] = req.min_context_tokens
+        return eliminate_stage.Settings.model_validate(data)
 
 
 class PlanError(ValueError):

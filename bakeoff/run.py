@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
 import json
 import signal
 import sys
@@ -27,7 +26,7 @@ from typing import Any
 
 from bakeoff import conditions, launch
 from bakeoff.plan import Candidate, Plan
-from bakeoff.stages import measure
+from bakeoff.stages import comparable, eliminate, measure, production
 from bakeoff.verdict import CandidateTarget, Check, StageResult
 from bakeoff.workload import Workload, build
 from bench.metrics import DEFINITIONS
@@ -41,31 +40,17 @@ class Stopped(BaseException):
     """SIGTERM or SIGINT: unwind, stopping every child on the way out."""
 
 
-def _checked_stage(name: str, plan: Plan) -> StageCall | None:
-    """The plan's section for a checking stage (eliminate, comparable, production) bound to
-    its module's `run(target, settings, budget_s)`; None while the module is absent."""
-    try:
-        module = importlib.import_module(f"bakeoff.stages.{name}")
-    except ModuleNotFoundError:
-        return None
-    settings = module.Settings.model_validate(getattr(plan, name))
-
-    async def call(target: CandidateTarget, budget_s: float) -> StageResult:
-        return await module.run(target, settings, budget_s)
-
-    return call
-
-
-def _stage_call(
-    stage: str, plan: Plan, checked: dict[str, StageCall | None], inputs: measure.Inputs
-) -> StageCall | None:
-    if stage != "measure":
-        return checked[stage]
-
-    async def measured(target: CandidateTarget, budget_s: float) -> StageResult:
-        return await measure.run(target, plan.measure, budget_s, inputs)
-
-    return measured
+def _stage_call(stage: str, plan: Plan, inputs: measure.Inputs, reference: StageResult | None) -> StageCall:
+    """The stage bound to its plan section: `comparable` against the reference's own
+    recorded result (None: this candidate is the reference)."""
+    if stage == "eliminate":
+        settings = plan.eliminate_settings()
+        return lambda target, budget_s: eliminate.run(target, settings, budget_s)
+    if stage == "comparable":
+        return lambda target, budget_s: comparable.run(target, plan.comparable, budget_s, reference)
+    if stage == "production":
+        return lambda target, budget_s: production.run(target, plan.production, budget_s)
+    return lambda target, budget_s: measure.run(target, plan.measure, budget_s, inputs)
 
 
 async def _bounded(stage: str, call: StageCall, target: CandidateTarget, budget_s: float) -> StageResult:
@@ -89,7 +74,7 @@ async def _candidate(
     c: Candidate,
     plan: Plan,
     workload: Workload,
-    checked: dict[str, StageCall | None],
+    references: dict[str, StageResult],
     work: Path,
     deadline: float,
     progress: bool,
@@ -134,15 +119,15 @@ async def _candidate(
         entry["status"] = "measured"
         for stage in STAGES:
             left = deadline - time.perf_counter()
-            call = _stage_call(stage, plan, checked, inputs)
+            call = _stage_call(stage, plan, inputs, references.get("comparable"))
             if left <= 0:
                 result = _skipped(stage, c.name, "the run's budget_s ran out before this stage")
-            elif call is None:
-                result = _skipped(stage, c.name, f"the {stage} stage is not available in this build")
             else:
                 _say(f"[{c.name}] {stage} ...", progress)
                 result = await _bounded(stage, call, target, min(getattr(plan.budgets, stage), left))
             entry["stages"].append(result.to_json())
+            if stage == "comparable" and "comparable" not in references and result.checks:
+                references["comparable"] = result  # the first candidate compared is everyone's reference
             _say(f"[{c.name}] {stage}: {_line(result)}", progress)
             if stage == "eliminate" and not result.passed:
                 entry["status"] = "eliminated"
@@ -168,11 +153,11 @@ async def run_plan(plan: Plan, plan_text: str, base_dir: Path, progress: bool = 
     started = time.perf_counter()
     deadline = started + plan.budget_s
     workload = build(plan.workload, plan.seed, base_dir)
-    checked = {name: _checked_stage(name, plan) for name in ("eliminate", "comparable", "production")}
+    references: dict[str, StageResult] = {}
     work = Path(tempfile.mkdtemp(prefix="bakeoff-"))
     candidates = []
     for c in plan.candidates:
-        candidates.append(await _candidate(c, plan, workload, checked, work, deadline, progress))
+        candidates.append(await _candidate(c, plan, workload, references, work, deadline, progress))
     rows = workload.digest_rows()
     return {
         "kind": REPORT_KIND,

@@ -14,6 +14,9 @@ but may drop fields it does not know:
     [[sim:prompt_tokens=5000]]       pretend the prompt has this many tokens
     [[sim:ttft_ms=200,itl_ms=5]]     override timing for this request
     [[sim:finish=abort]]             end with this engine finish reason (abort, repetition)
+    [[sim:usage_extra=1]]            vLLM: report 1 completion token more than generated (a miscount)
+    [[sim:overload_status=500]]      vLLM: answer this status instead of its own 503 when its queue is full
+    [[sim:keep_cancelled]]           a client that leaves is never freed: it keeps counting as running
 
 Several keys can share one marker, separated by commas or spaces. The same keys
 can be sent as a JSON object in the body field `sim_fault` (every simulator,
@@ -30,9 +33,9 @@ from typing import Any
 MARKER = re.compile(r"\[\[sim:([^\]]*)\]\]")
 MAGIC_FIELD = "sim_fault"
 
-_INT_KEYS = ("error_after", "cut_after", "status", "output_tokens", "prompt_tokens")
+_INT_KEYS = ("error_after", "cut_after", "status", "output_tokens", "prompt_tokens", "usage_extra", "overload_status")
 _FLOAT_KEYS = ("ttft_ms", "itl_ms")
-_FLAG_KEYS = ("no_done", "overloaded", "tool_call")
+_FLAG_KEYS = ("no_done", "overloaded", "tool_call", "keep_cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,10 @@ class Faults:
     ttft_ms: float | None = None
     itl_ms: float | None = None
     finish: str | None = None
+    # Broken runtimes, for the bake-off's stages to catch (simulators/README.md, "Broken runtimes").
+    usage_extra: int | None = None
+    overload_status: int | None = None
+    keep_cancelled: bool = False
 
     @property
     def any_stream_fault(self) -> bool:

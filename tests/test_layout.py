@@ -10,7 +10,18 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("gateway", "adapters", "policies", "stores", "engine", "simulators", "conformance", "bench", "processes", "bakeoff")
+PACKAGES = (
+    "gateway",
+    "adapters",
+    "policies",
+    "stores",
+    "engine",
+    "simulators",
+    "conformance",
+    "bench",
+    "processes",
+    "bakeoff",
+)
 MAX_GATEWAY_ENTRIES = 12
 MAX_LINES = 450
 

@@ -104,3 +104,15 @@ def test_the_worked_example_plan_is_valid() -> None:
     plan = load_plan(path)
     assert len(plan.candidates) >= 3
     assert yaml.safe_load(path.read_text())["seed"] == plan.seed
+
+
+def test_requirements_reach_the_eliminate_stage_and_only_through_requirements() -> None:
+    plan = parse_plan({**GOOD, "requirements": {"features": ["tools", "streaming"], "min_context_tokens": 4096}})
+    settings = plan.eliminate_settings()
+    assert settings.features == ["tools", "streaming"] and settings.long_context_tokens == 4096
+    with pytest.raises(PlanError, match="eliminate.features: give what the workload needs under requirements"):
+        parse_plan({**GOOD, "eliminate": {"features": ["tools"]}})
+    with pytest.raises(PlanError, match="requirements: profiles: .*unknown conformance profile nope"):
+        parse_plan({**GOOD, "requirements": {"conformance_profiles": ["nope"]}})
+    with pytest.raises(PlanError, match="requirements.features.0: Input should be"):
+        parse_plan({**GOOD, "requirements": {"features": ["telepathy"]}})

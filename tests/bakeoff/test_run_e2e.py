@@ -1,7 +1,8 @@
 """`switchyard bakeoff run` end to end on two simulator candidates (real processes: the
 simulators and a gateway each), with a tiny budget: all three report files are written,
-and the candidate built to fail (every stream breaks after two chunks) has no knee, named
-among the failures."""
+the good candidate goes through every stage and has a knee, and the candidate built to
+fail (it answers every generation 500) is eliminated, named among the failures, and
+never measured."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ PLAN = {
             "launch": {
                 "kind": "simulator",
                 "simulator": "sglang",
-                "options": {"ttft_ms": 5, "itl_ms": 2, "output_tokens": 8, "fault": "error_after=2"},
+                "options": {"ttft_ms": 5, "itl_ms": 2, "output_tokens": 8, "fault": "status=500"},
             },
         },
     ],  # fmt: skip
@@ -43,6 +44,8 @@ PLAN = {
         "generator": {"requests": 12, "mix": [{"input_tokens": 16, "output_tokens": 8}], "tenants": {"a": 1, "b": 1}}
     },  # fmt: skip
     "slo": {"ttft_ms": 2000, "tpot_ms": 500, "attainment": 0.8, "confidence": 0.8},
+    "requirements": {"features": ["streaming"], "conformance_profiles": []},
+    "production": {"checks": ["cancel", "overload"], "cancel_streams": 2, "overload_requests": 16, "settle_s": 5},
     "measure": {"start_rate": 8, "max_rate": 16, "max_probes": 2, "cold_warm": True, "min_probe_s": 1},
 }
 
@@ -57,16 +60,21 @@ def test_a_bakeoff_run_writes_the_three_reports_and_names_the_broken_candidate(t
     assert {p.name for p in out.iterdir()} >= {"report.json", "report.md", "report.html"}
     doc = json.loads((out / "report.json").read_text())
     by = {c["name"]: c for c in doc["candidates"]}
-    measure = {c: next(s for s in by[c]["stages"] if s["stage"] == "measure") for c in by}
-    knee = {c: next(ch for ch in measure[c]["checks"] if ch["name"] == "knee") for c in by}
-    assert knee["good"]["outcome"] == "pass" and knee["good"]["evidence"]["knee_rate"] >= 8
-    assert knee["broken"]["outcome"] == "fail" and knee["broken"]["evidence"]["stop_reason"] == "fails_at_start"
+    stages = {c: {s["stage"]: s for s in by[c]["stages"]} for c in by}
+    assert list(stages["good"]) == ["eliminate", "comparable", "measure", "production"]
+    knee = next(ch for ch in stages["good"]["measure"]["checks"] if ch["name"] == "knee")
+    assert knee["outcome"] == "pass" and knee["evidence"]["knee_rate"] >= 8
+    assert all(ch["outcome"] != "fail" for s in by["good"]["stages"] for ch in s["checks"]), by["good"]["stages"]
     assert by["good"]["conditions"]["runtime"]["name"] == "vllm"
-    assert by["broken"]["conditions"]["runtime"]["name"] == "sglang"
     # the runtime's own metrics were sampled beside the gateway's
-    series = knee["good"]["evidence"]["points"][0]["runtime_metrics"]["runtime"]["series"]
+    series = knee["evidence"]["points"][0]["runtime_metrics"]["runtime"]["series"]
     assert "vllm:num_requests_running" in series
+    assert by["broken"]["status"] == "eliminated"
+    failed = [ch["name"] for ch in stages["broken"]["eliminate"]["checks"] if ch["outcome"] == "fail"]
+    assert "feature:streaming" in failed
+    assert [ch["detail"] for ch in stages["broken"]["measure"]["checks"]] == ["eliminated"]
     md = (out / "report.md").read_text()
     failures = md[md.index("## Failures and eliminations") : md.index("## Summary")]
-    assert "| broken | measure | knee |" in failures and "good" not in failures.replace("goodput", "")
+    assert "| broken | eliminate | feature:streaming |" in failures and "| good |" not in failures
     assert md.index("**good** sustains") < md.index("## Failures")
+    assert "broken was eliminated (feature:streaming" in md
