@@ -75,10 +75,17 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f} ms"
 
 
+def _rank(c: dict[str, Any]) -> tuple[float, float]:
+    """Highest knee first; at the same knee, the lower TTFT p99 there."""
+    p = knee_point(c)
+    ttft = p["summary"]["ttft_ms"]["p99"] if p and p["summary"]["ttft_ms"]["p99"] is not None else float("inf")
+    return (-(knee_of(c) or 0.0), ttft)
+
+
 def paragraph(doc: dict[str, Any]) -> str:
     cands = doc["candidates"]
     slo = doc["plan"]["slo"]
-    ranked = sorted((c for c in cands if standing(c) == "ranked"), key=lambda c: -(knee_of(c) or 0))
+    ranked = sorted((c for c in cands if standing(c) == "ranked"), key=_rank)
     apart = [c for c in cands if standing(c) == "apart"]
     out: list[str] = []
     if not ranked:
@@ -100,14 +107,24 @@ def paragraph(doc: dict[str, Any]) -> str:
         out.append(head + ".")
         for other in ranked[1:]:
             ko = knee_of(other) or 0.0
-            margin = kb / ko if ko else float("inf")
             po = knee_point(other)
+            if ko == kb:
+                text = f"{other['name']} meets them up to the same rate"
+                if p and po:
+                    text += (
+                        f"; there its TTFT p99 is {_ms(po['summary']['ttft_ms']['p99'])} against "
+                        f"{_ms(p['summary']['ttft_ms']['p99'])} and it serves "
+                        f"{po['summary']['throughput']['output_tokens_per_s']:.0f} output tokens/s against "
+                        f"{p['summary']['throughput']['output_tokens_per_s']:.0f}"
+                    )
+                out.append(text + ".")
+                continue
             trade = ""
             if p and po:
                 t_best, t_other = p["summary"]["ttft_ms"]["p50"], po["summary"]["ttft_ms"]["p50"]
                 if t_best is not None and t_other is not None and t_other < t_best:
                     trade = f"; at its own knee its TTFT p50 is lower ({_ms(t_other)} against {_ms(t_best)})"
-            out.append(f"{other['name']} meets them up to {ko:.3g} sessions/s ({margin:.2f}x less){trade}.")
+            out.append(f"{other['name']} meets them up to {ko:.3g} sessions/s ({kb / ko:.2f}x less){trade}.")
     for c in apart:
         names = ", ".join(f"{ch['name']} {ch['outcome']}" for ch in flagged(c, "comparable"))
         out.append(

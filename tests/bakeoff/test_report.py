@@ -69,3 +69,10 @@ def test_an_undetermined_probe_run_again_is_superseded_by_its_rerun() -> None:
     assert [p["verdict"] for p in points(c)] == ["pass", "pass", "fail"]
     decided = knee_point(c)
     assert decided is not None and decided["verdict"] == "pass" and not decided.get("superseded")
+
+
+def test_at_the_same_knee_the_lower_ttft_ranks_first_and_the_tie_is_said() -> None:
+    doc = document([candidate("slower", 8.0, ttft_p99=300.0), candidate("quicker", 8.0, ttft_p99=120.0)])
+    text = paragraph(doc)
+    assert text.startswith("**quicker**")
+    assert "slower meets them up to the same rate; there its TTFT p99 is 300 ms against 120 ms" in text
