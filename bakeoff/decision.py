@@ -75,6 +75,11 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f} ms"
 
 
+def _stopped_at_max(c: dict[str, Any]) -> bool:
+    k = check(c, "measure", "knee")
+    return k is not None and k.get("evidence", {}).get("stop_reason") == "max_rate_reached"
+
+
 def _rank(c: dict[str, Any]) -> tuple[float, float]:
     """Highest knee first; at the same knee, the lower TTFT p99 there."""
     p = knee_point(c)
@@ -95,8 +100,10 @@ def paragraph(doc: dict[str, Any]) -> str:
         kb = knee_of(best) or 0.0
         p = knee_point(best)
         s = p["summary"] if p else None
+        at_most = _stopped_at_max(best)
         head = (
-            f"**{best['name']}** sustains the highest rate within the SLOs: {kb:.3g} sessions/s "
+            f"**{best['name']}** sustains the highest rate within the SLOs: {'at least ' if at_most else ''}"
+            f"{kb:.3g} sessions/s{' (the plan' + chr(39) + 's max_rate: its knee lies higher)' if at_most else ''} "
             f"({slo['attainment']:.0%} of requests good at {slo['confidence']:.0%} confidence)"
         )
         if s:

@@ -76,3 +76,12 @@ def test_at_the_same_knee_the_lower_ttft_ranks_first_and_the_tie_is_said() -> No
     text = paragraph(doc)
     assert text.startswith("**quicker**")
     assert "slower meets them up to the same rate; there its TTFT p99 is 300 ms against 120 ms" in text
+
+
+def test_a_knee_at_max_rate_is_a_lower_bound() -> None:
+    top = candidate("top", 64.0)
+    top["stages"][2]["checks"][0]["evidence"]["stop_reason"] = "max_rate_reached"
+    text = paragraph(document([top, candidate("other", 8.0)]))
+    assert text.startswith(
+        "**top** sustains the highest rate within the SLOs: at least 64 sessions/s (the plan's max_rate"
+    )
