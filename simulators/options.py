@@ -44,6 +44,7 @@ class SimOptions:
     kv_events_config: str | None = None  # vLLM's JSON KVEventsConfig
     num_gpu_blocks_override: int | None = None  # prefix-cache size in 16-token blocks (one is the null block)
     prefill_ms_per_token: float = 0.0  # the modelled device (synthetic source); 0: off
+    default_system_prompt: str | None = None  # the chat template's own system message (as Qwen2.5's adds)
     # vLLM and SGLang embedding models
     is_matryoshka: bool = False  # `dimensions` may shorten vectors (the model config's flag)
     embedding_dim: int = 64
@@ -133,6 +134,12 @@ def add_common_arguments(parser: argparse.ArgumentParser, kind: str) -> None:
             type=float,
             default=0.0,
             help="simulator only: one prefill at a time, lasting ttft + F x uncached prompt tokens (0: off)",
+        )
+        parser.add_argument(
+            "--default-system-prompt",
+            default=None,
+            help="simulator only: a chat template that renders this system message when a chat has none "
+            "(another template than the default's: chat prompts count more tokens and answer otherwise)",
         )
     elif kind == "sglang":
         parser.add_argument("--tool-call-parser", default=None)

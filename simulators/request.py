@@ -91,6 +91,16 @@ def prompt_words_chat(messages: list[dict[str, Any]]) -> list[str]:
     return words
 
 
+def with_default_system(messages: Any, system: str | None) -> Any:
+    """A chat as a template with a default system message renders it (Qwen2.5's adds
+    one when the chat has none); unchanged without `system` or with a system message."""
+    if not system or not isinstance(messages, list):
+        return messages
+    if any(isinstance(m, dict) and m.get("role") == "system" for m in messages):
+        return messages
+    return [{"role": "system", "content": system}, *messages]
+
+
 def prompt_batch(prompt: Any) -> list[Any]:
     """The prompts of a completions `prompt`: a list of strings or of token-id lists is a
     batch; anything else is one prompt."""

@@ -247,8 +247,8 @@ class Simulator:
         if sim.generation is not None:
             sim.generation.abort()
             self._forget(sim)
-        if request_id not in self.recorder.live:
-            return
+        if request_id not in self.recorder.live or sim.faults.keep_cancelled:
+            return  # keep_cancelled: a broken runtime that never frees it (still counted as running)
         delay = self.disconnect_delay_for(request_id)
         if delay <= 0:
             self.recorder.abort(request_id, "disconnect")

@@ -33,7 +33,7 @@ from aiohttp import web
 
 from simulators import vllm_tokens
 from simulators.promtext import Exposition
-from simulators.request import SimRequest, texts_of
+from simulators.request import SimRequest, texts_of, with_default_system
 from simulators.server import Simulator, json_response
 from simulators.structured_requests import ConstraintRefused, vllm_constraint
 from simulators.tokens import Generation, SyntheticGeneration
@@ -304,6 +304,8 @@ class VllmSimulator(Simulator):
         f = sim.faults
         limit = self.opts.max_num_queued_reqs
         if f.overloaded or (limit is not None and self.waiting >= limit):
+            if f.overload_status is not None:  # a broken runtime: not its own overload answer
+                return error(f.overload_status, "Simulated failure under overload", "InternalServerError")
             return error(
                 503,
                 "The engine is currently busy and cannot accept new requests. Please try "
@@ -338,6 +340,8 @@ class VllmSimulator(Simulator):
             constraint = vllm_constraint(body)
         except ConstraintRefused as exc:  # pydantic's validation of the request model
             return error(400, exc.message, "Bad Request", exc.param)
+        if kind == "chat" and self.opts.default_system_prompt:
+            body = {**body, "messages": with_default_system(body["messages"], self.opts.default_system_prompt)}
         rid = self._request_id(request, body, "chatcmpl-" if kind == "chat" else "cmpl-")
         sim = self.sim_request(body, kind, rid, self.faults(texts_of(body, kind), body))
         sim.constraint = constraint

@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from simulators.embeddings import EmbeddingDialect, checked_call, float32_base64, hashed_vector, parse_input
+from simulators.request import with_default_system
 from simulators.server import Simulator, json_response
 from simulators.vllm_wire import error
 
@@ -77,6 +78,7 @@ async def tokenize(sim: Simulator, request: web.Request) -> web.Response:
         generation_prompt = body.get("add_generation_prompt", True) is not False
         if body.get("continue_final_message") and generation_prompt:
             return error(400, "Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+        messages = with_default_system(messages, sim.opts.default_system_prompt)
         tokens = tokenizer.encode_chat(messages, generation_prompt, body.get("tools"))
     elif isinstance(body.get("prompt"), str):
         tokens = tokenizer.encode(body["prompt"], add_special_tokens=body.get("add_special_tokens", True) is not False)

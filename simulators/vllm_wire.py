@@ -62,7 +62,7 @@ class VllmReply(OpenAiReply):
         self.fingerprint = fingerprint
 
     def usage(self, completion: int, drop_none: bool) -> dict[str, Any]:
-        usage = usage_counts(self.sim.prompt_tokens, completion)
+        usage = usage_counts(self.sim.prompt_tokens, completion + (self.sim.faults.usage_extra or 0))
         details = {"cached_tokens": self.cached} if self.opts.enable_prompt_tokens_details else None
         if details is not None or not drop_none:
             usage["prompt_tokens_details"] = details

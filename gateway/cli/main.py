@@ -54,6 +54,7 @@ COMMANDS = {
     "simulate": CommandGroup(("simulators.cli",), "run a wire-faithful runtime simulator", "engine"),
     "conformance": CommandGroup(("conformance.cli",), "OpenAI-semantics conformance suite", "conformance"),
     "bench": CommandGroup(("bench.cli",), "load tests and benchmarks", "bench"),
+    "bakeoff": CommandGroup(("bakeoff.cli",), "choose a runtime by measurement (run, compare)", "bakeoff"),
 }
 
 

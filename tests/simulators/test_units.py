@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from simulators.faults import NO_FAULTS, Faults, faults_for, parse_spec
 from simulators.prefix_cache import BLOCK_TOKENS, PrefixCache
 from simulators.promtext import Exposition, Histogram
-from simulators.request import SimRequest, prompt_words_chat, prompt_words_completion
+from simulators.request import SimRequest, prompt_words_chat, prompt_words_completion, with_default_system
 from simulators.tokens import SyntheticSource
 from simulators.toolcalls import arguments_for, plan_tool_call
 from tests.simulators.conftest import TOOLS
@@ -35,6 +35,22 @@ def test_marker_parsing_and_precedence() -> None:
     faults = faults_for(default, ["hi [[sim:cut_after=2]] there"], {"sim_fault": {"status": 503}})
     assert (faults.error_after, faults.cut_after, faults.status) == (9, 2, 503)
     assert faults_for(NO_FAULTS, ["plain text"], {}) is NO_FAULTS
+
+
+def test_the_broken_runtimes_keys_parse() -> None:
+    spec = "usage_extra=2, overload_status=500, keep_cancelled"
+    assert parse_spec(spec) == {"usage_extra": 2, "overload_status": 500, "keep_cancelled": True}
+    assert faults_for(NO_FAULTS, ["[[sim:keep_cancelled]]"], {}).keep_cancelled
+
+
+def test_a_default_system_prompt_is_rendered_only_into_a_chat_without_one() -> None:
+    chat = [{"role": "user", "content": "hi there"}]
+    rendered = with_default_system(chat, "You are helpful.")
+    assert rendered == [{"role": "system", "content": "You are helpful."}, *chat]
+    assert len(prompt_words_chat(rendered)) == len(prompt_words_chat(chat)) + 1 + 3
+    own = [{"role": "system", "content": "be brief"}, *chat]
+    assert with_default_system(own, "You are helpful.") is own
+    assert with_default_system(chat, None) is chat
 
 
 def test_prompt_token_rule() -> None:

@@ -1,0 +1,423 @@
+"""Stage 4, production: what a candidate does between an experiment and production,
+through its gateway, judged by the runtime's own metrics and the gateway's:
+
+- `cancel`: clients that leave mid-stream are freed: the runtime's running count
+  (vLLM `vllm:num_requests_running`, SGLang `sglang:num_running_reqs`, TGI
+  `tgi_batch_current_size`, llama.cpp `llamacpp:requests_processing`, with their
+  waiting counts) and the gateway's in-flight gauges are back where they were within
+  `settle_s`;
+- `deadline`: a request whose `x-request-timeout` runs out is answered 504 and its
+  upstream work is aborted (the same counts back);
+- `overload`: a burst of `overload_requests` at once gets answers or 429/503 with
+  Retry-After, never a hang, a 500 or a refusal without Retry-After;
+- `readiness`: `/readyz` answers 200 within `readyz_timeout_s` during the burst;
+- `rollback`: rewriting the config file (`config_path`) to `rollback_config` and
+  `POST /admin/reload` puts it in force with no failed request while traffic runs; the
+  original config is written back and reloaded afterwards. Without `rollback_config`,
+  the candidate's model's backends are renamed (`<name>-rollback`): the same runtime,
+  but new backends built, swapped in and the old ones retired, as a rollback does.
+
+A runtime without a known running gauge (the native engine, TRT-LLM) is judged on the
+gateway's gauges, and the check says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import yaml
+from pydantic import Field
+
+from bakeoff.stages import Budget, Probe, StageSettings, bounded, error_text, user
+from bakeoff.verdict import CandidateTarget, Check, Outcome, StageResult
+
+CheckName = Literal["cancel", "deadline", "overload", "readiness", "rollback"]
+ALL_CHECKS: tuple[CheckName, ...] = ("cancel", "deadline", "overload", "readiness", "rollback")
+
+# The runtime's own gauges of requests it holds (running and waiting), by adapter kind.
+RUNTIME_GAUGES = {
+    "vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+    "sglang": ("sglang:num_running_reqs", "sglang:num_queue_reqs"),
+    "tgi": ("tgi_batch_current_size", "tgi_queue_size"),
+    "llamacpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred"),
+}
+GATEWAY_GAUGES = ("switchyard_inflight_requests", "switchyard_backend_inflight")
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([0-9.eE+-]+|NaN)$")
+POLL_S = 0.2
+LONG_PROMPT = "Write a very long story about a freight train crossing the mountains at night."
+
+
+class Settings(StageSettings):
+    checks: list[CheckName] = Field(default_factory=lambda: list(ALL_CHECKS))
+    cancel_streams: int = Field(3, ge=1, le=64)
+    answer_tokens: int = Field(512, ge=16)  # the long answers that are cut (cancel, deadline)
+    settle_s: float = Field(10.0, gt=0)  # time for the counts to come back after a cut
+    deadline_s: float = Field(0.5, gt=0)
+    overload_requests: int = Field(64, ge=2, le=4096)
+    overload_tokens: int = Field(64, ge=1)
+    request_timeout_s: float = Field(30.0, gt=0)  # past it a request of the burst is a hang
+    readyz_timeout_s: float = Field(2.0, gt=0)
+    rollback_config: str | None = None  # the config to roll back to; None: the backends renamed
+    rollback_clients: int = Field(4, ge=1, le=64)
+    rollback_hold_s: float = Field(1.0, ge=0)  # traffic kept on the rolled-back config
+
+
+async def run(target: CandidateTarget, settings: Settings, budget_s: float) -> StageResult:
+    started = time.monotonic()
+    budget = Budget(budget_s)
+    chosen = [c for c in ALL_CHECKS if c in settings.checks]
+    steps = [c for c in chosen if c != "readiness" or "overload" not in chosen]
+    checks: list[Check] = []
+    async with Probe(target, timeout_s=settings.request_timeout_s) as probe:
+        for i, name in enumerate(steps):
+            seconds = budget.share(len(steps) - i)
+            if name in ("overload", "readiness"):
+                both = await _bounded_pair(probe, settings, seconds, "overload" in chosen, "readiness" in chosen)
+                checks += both
+            else:
+                checks.append(await bounded(name, partial(JUDGES[name], probe, settings), seconds))
+    return StageResult("production", target.name, tuple(checks), round(time.monotonic() - started, 3))
+
+
+# ---- the running counts ----------------------------------------------------------------
+
+
+def gauge_sum(text: str, names: tuple[str, ...]) -> float | None:
+    """The sum of the samples of `names` in Prometheus text (None: none of them is there)."""
+    values = [float(m.group(3)) for line in text.splitlines() if (m := SAMPLE.match(line)) and m.group(1) in names]
+    return sum(values) if values else None
+
+
+class Counts:
+    """The runtime's and the gateway's counts of requests held, read from their /metrics."""
+
+    def __init__(self, probe: Probe) -> None:
+        target = probe.target
+        self.probe = probe
+        self.runtime_names = RUNTIME_GAUGES.get(target.runtime)
+        root = (target.runtime_url or "").rstrip("/").removesuffix("/v1")
+        self.runtime_url = root + "/metrics" if root and self.runtime_names else None
+
+    async def read(self) -> dict[str, float | None]:
+        out: dict[str, float | None] = {"runtime": None, "gateway": None}
+        gateway = await self.probe.client.get("/metrics")
+        if gateway.status_code == 200:
+            out["gateway"] = gauge_sum(gateway.text, GATEWAY_GAUGES)
+        if self.runtime_url is not None and self.runtime_names is not None:
+            try:  # a client of its own: the gateway's API key is not the runtime's business
+                async with httpx.AsyncClient(timeout=self.probe.client.timeout) as client:
+                    runtime = await client.get(self.runtime_url)
+            except httpx.TransportError:
+                return out  # not judged on it: the detail says so (`watched`)
+            if runtime.status_code == 200:
+                out["runtime"] = gauge_sum(runtime.text, self.runtime_names)
+        return out
+
+    async def settle(self, baseline: dict[str, float | None], seconds: float) -> dict[str, float | None]:
+        """The counts once each is back at `baseline` or `seconds` have passed."""
+        deadline = time.monotonic() + seconds
+        now = await self.read()
+        while _above(now, baseline) and time.monotonic() < deadline:
+            await asyncio.sleep(POLL_S)
+            now = await self.read()
+        return now
+
+    def watched(self, counts: dict[str, float | None]) -> str:
+        """Which counts were read, for a check's detail."""
+        runtime = f"the runtime's {' + '.join(self.runtime_names or ())}"
+        if counts["runtime"] is not None and counts["gateway"] is not None:
+            return f"{runtime} and the gateway's in-flight gauges"
+        if counts["runtime"] is not None:
+            return f"{runtime} only (the gateway's /metrics is not on its API listener)"
+        if self.runtime_names is None:
+            return f"the gateway's in-flight gauges only (no running gauge known for {self.probe.target.runtime})"
+        return f"the gateway's in-flight gauges only (the runtime's {self.runtime_url} could not be read)"
+
+
+def _above(now: dict[str, float | None], baseline: dict[str, float | None]) -> list[str]:
+    """Which counts are above their baseline (a count that cannot be read is not judged)."""
+    return [k for k, v in now.items() if v is not None and baseline.get(k) is not None and v > (baseline[k] or 0)]
+
+
+Gauges = dict[str, float | None]
+
+
+def _freed(name: str, counts: Counts, baseline: Gauges, during: Gauges | None, after: Gauges, what: str) -> Check:
+    """`during` None: the request is known to have run (it met its deadline), no rise is needed."""
+    evidence = {"before": baseline, "during": during, "after": after}
+    if during is not None and not _above(during, baseline):
+        why = f"no count rose while {what} ({counts.watched(baseline)}): their release cannot be judged"
+        return Check(name, "skip", why, evidence)
+    held = _above(after, baseline)
+    if held:
+        where = " and ".join(f"the {k} still counts {after[k] or 0:g} (was {baseline[k] or 0:g})" for k in held)
+        return Check(name, "fail", f"not freed: {where} after {what}", evidence)
+    return Check(name, "pass", f"freed after {what}: {counts.watched(baseline)} back where they were", evidence)
+
+
+# ---- cancel and deadline ---------------------------------------------------------------
+
+
+async def _long_body(probe: Probe, settings: Settings, stream: bool) -> dict[str, Any]:
+    """A long answer to cut. `ignore_eos` keeps it running to `answer_tokens` where the
+    runtime takes it (asked first with one token); a runtime that refuses it (TGI) is
+    asked without."""
+    body = {"model": probe.target.model, "messages": user(LONG_PROMPT), "max_tokens": settings.answer_tokens}
+    taken = await probe.chat(user("Say hello."), max_tokens=1, ignore_eos=True)
+    if taken.status_code != 400:
+        body["ignore_eos"] = True
+    return {**body, "stream": stream}
+
+
+async def _cancel(probe: Probe, settings: Settings) -> Check:
+    counts = Counts(probe)
+    baseline = await counts.settle(await counts.read(), settings.settle_s)
+    body = await _long_body(probe, settings, stream=True)
+    # Each stream's line iterator is kept until the cut: one dropped after `break` would
+    # be finalized and close its connection at once, before the counts are read.
+    readers: list[AsyncIterator[str]] = []
+    async with AsyncExitStack() as streams:
+        for _ in range(settings.cancel_streams):
+            resp = await streams.enter_async_context(probe.client.stream("POST", "/v1/chat/completions", json=body))
+            if resp.status_code != 200:
+                await resp.aread()
+                outcome: Outcome = "fail" if resp.status_code >= 500 else "skip"
+                return Check("cancel", outcome, f"could not start a stream to cut: {error_text(resp)}")
+            readers.append(resp.aiter_lines())
+            if not await _started(readers[-1]):
+                return Check("cancel", "fail", "a stream ended before its first event")
+        during = await counts.read()
+    # Leaving the stack closed every stream's connection: the clients have left.
+    after = await counts.settle(baseline, settings.settle_s)
+    what = f"{settings.cancel_streams} streams were cut mid-answer"
+    return _freed("cancel", counts, baseline, during, after, what)
+
+
+async def _started(lines: AsyncIterator[str]) -> bool:
+    """Read up to the stream's first event (False: it ended without one)."""
+    async for line in lines:
+        if line.startswith("data:"):
+            return True
+    return False
+
+
+async def _deadline(probe: Probe, settings: Settings) -> Check:
+    counts = Counts(probe)
+    baseline = await counts.settle(await counts.read(), settings.settle_s)
+    headers = {"x-request-timeout": f"{settings.deadline_s:g}"}
+    body = await _long_body(probe, settings, stream=False)
+    resp = await probe.client.post("/v1/chat/completions", json=body, headers=headers)
+    if resp.status_code == 200:
+        why = f"answered within its {settings.deadline_s:g} s deadline: nothing to judge (raise answer_tokens)"
+        return Check("deadline", "skip", why)
+    if resp.status_code != 504:
+        return Check("deadline", "fail", f"a deadline that ran out answered {error_text(resp)}, not 504")
+    after = await counts.settle(baseline, settings.settle_s)
+    return _freed("deadline", counts, baseline, None, after, f"a {settings.deadline_s:g} s deadline ran out (504)")
+
+
+# ---- overload and readiness ------------------------------------------------------------
+
+
+async def _one_of_burst(probe: Probe, settings: Settings) -> str:
+    asked = probe.chat(user("Describe a switchyard."), max_tokens=settings.overload_tokens)
+    try:
+        resp = await asyncio.wait_for(asked, settings.request_timeout_s)
+    except TimeoutError:
+        return "hang"
+    except httpx.TransportError as exc:
+        return f"connection: {type(exc).__name__}"
+    if resp.status_code == 200:
+        return "answered"
+    if resp.status_code in (429, 503):
+        return f"{resp.status_code} with Retry-After" if resp.headers.get("retry-after") else f"{resp.status_code}"
+    return f"{resp.status_code}"
+
+
+async def _watch_readiness(probe: Probe, settings: Settings, stop: asyncio.Event) -> list[str]:
+    seen: list[str] = []
+    while not stop.is_set():
+        try:
+            resp = await probe.client.get("/readyz", timeout=settings.readyz_timeout_s)
+            seen.append("ready" if resp.status_code == 200 else f"{resp.status_code}")
+        except httpx.TimeoutException:
+            seen.append(f"no answer within {settings.readyz_timeout_s:g} s")
+        except httpx.TransportError as exc:
+            seen.append(f"connection: {type(exc).__name__}")
+        await asyncio.sleep(POLL_S)
+    return seen
+
+
+async def _overload(probe: Probe, settings: Settings, overload: bool, readiness: bool) -> list[Check]:
+    stop = asyncio.Event()
+    watcher = asyncio.ensure_future(_watch_readiness(probe, settings, stop))
+    try:
+        outcomes = Counter(
+            await asyncio.gather(*(_one_of_burst(probe, settings) for _ in range(settings.overload_requests)))
+        )
+    finally:
+        stop.set()
+        ready = Counter(await watcher)
+    out = []
+    if overload:
+        out.append(_overload_verdict(settings, outcomes))
+    if readiness:
+        bad = {k: n for k, n in ready.items() if k != "ready"}
+        evidence = {"readyz": dict(ready)}
+        if not ready:
+            out.append(Check("readiness", "skip", "no /readyz probe completed during the burst", evidence))
+        elif bad:
+            out.append(Check("readiness", "fail", f"/readyz during the burst: {dict(bad)}", evidence))
+        else:
+            out.append(
+                Check("readiness", "pass", f"/readyz answered 200 {ready['ready']} times during the burst", evidence)
+            )
+    return out
+
+
+def _overload_verdict(settings: Settings, outcomes: Counter[str]) -> Check:
+    evidence = {"requests": settings.overload_requests, "outcomes": dict(outcomes)}
+    good = ("answered", "429 with Retry-After", "503 with Retry-After")
+    bad = {k: n for k, n in outcomes.items() if k not in good}
+    if bad:
+        return Check("overload", "fail", f"a burst of {settings.overload_requests} got {dict(bad)}", evidence)
+    if outcomes["answered"] == settings.overload_requests:
+        why = f"not overloaded: all {settings.overload_requests} answered (raise overload_requests to judge)"
+        return Check("overload", "skip", why, evidence)
+    refused = settings.overload_requests - outcomes["answered"]
+    return Check("overload", "pass", f"{refused} refused with Retry-After, the rest answered", evidence)
+
+
+async def _bounded_pair(
+    probe: Probe, settings: Settings, seconds: float, overload: bool, readiness: bool
+) -> list[Check]:
+    out: list[list[Check]] = []
+
+    async def judge() -> Check:
+        out.append(await _overload(probe, settings, overload, readiness))
+        return Check("overload", "pass", "")
+
+    single = await bounded("overload" if overload else "readiness", judge, seconds)
+    if out:
+        return out[0]
+    names = (["overload"] if overload else []) + (["readiness"] if readiness else [])
+    return [Check(n, single.outcome, single.detail) for n in names]
+
+
+# ---- rollback --------------------------------------------------------------------------
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace the file's content at once (a reader never sees half of it); a symlinked
+    file (a Kubernetes ConfigMap) keeps its links."""
+    real = path.resolve()
+    tmp = real.with_name(f".{real.name}.bakeoff-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, real)
+
+
+def renamed_backends(config_text: str, model: str) -> str | None:
+    """The config with `model`'s backends renamed `<name>-rollback` (None: no such backends,
+    or a native one: renaming it would load a second engine, and the model, in the gateway)."""
+    try:
+        config = yaml.safe_load(config_text)
+        backends = config["models"][model]["backends"]
+    except (yaml.YAMLError, KeyError, TypeError):
+        return None
+    if not isinstance(backends, list) or not all(isinstance(b, dict) and "name" in b for b in backends):
+        return None
+    if any(b.get("adapter") == "native" for b in backends):
+        return None
+    for backend in backends:
+        backend["name"] = f"{backend['name']}-rollback"
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+async def _traffic(probe: Probe, stop: asyncio.Event, tally: Counter[str]) -> None:
+    while not stop.is_set():
+        try:
+            resp = await probe.chat(user("Say hello."), max_tokens=8)
+            tally["ok" if resp.status_code == 200 else f"{resp.status_code}"] += 1
+        except httpx.HTTPError as exc:
+            tally[f"connection: {type(exc).__name__}"] += 1
+
+
+async def _reload(probe: Probe) -> tuple[int, dict[str, Any]]:
+    resp = await probe.client.post("/admin/reload", headers=probe.admin_headers)
+    try:
+        return resp.status_code, resp.json()
+    except ValueError:
+        return resp.status_code, {"body": resp.text[:200]}
+
+
+async def _rollback(probe: Probe, settings: Settings) -> Check:
+    target = probe.target
+    missing = [n for n in ("admin_key", "config_path") if not getattr(target, n)]
+    if missing:
+        return Check("rollback", "skip", f"the candidate has no {' and '.join(missing)}: no reload to judge")
+    assert target.config_path is not None
+    path = Path(target.config_path)
+    original = path.read_text(encoding="utf-8")
+    if settings.rollback_config:
+        rollback = Path(settings.rollback_config).read_text(encoding="utf-8")
+    else:
+        rollback = renamed_backends(original, target.model) or original
+    shown = await probe.client.get("/admin/config", headers=probe.admin_headers)
+    if shown.status_code != 200:
+        return Check("rollback", "fail", f"the admin API refused the admin key: {error_text(shown)}")
+    before = shown.json()["version"]["counter"]
+    tally: Counter[str] = Counter()
+    stop = asyncio.Event()
+    clients = [asyncio.ensure_future(_traffic(probe, stop, tally)) for _ in range(settings.rollback_clients)]
+    reloads: list[tuple[int, dict[str, Any]]] = []
+    try:
+        await asyncio.sleep(settings.rollback_hold_s / 2)
+        _write(path, rollback)
+        reloads.append(await _reload(probe))
+        await asyncio.sleep(settings.rollback_hold_s)
+    finally:
+        if rollback != original:
+            _write(path, original)  # the candidate is left as it was found
+            reloads.append(await _reload(probe))
+        await asyncio.sleep(settings.rollback_hold_s / 2)
+        stop.set()
+        await asyncio.gather(*clients)
+    return _rollback_verdict(settings, rollback != original, before, reloads, tally)
+
+
+def _rollback_verdict(
+    settings: Settings, changed: bool, before: int, reloads: list[tuple[int, dict[str, Any]]], tally: Counter[str]
+) -> Check:
+    evidence = {"traffic": dict(tally), "reloads": [{"status": s, **b} for s, b in reloads], "version_before": before}
+    status, body = reloads[0]
+    if status != 200 or body.get("result") not in ("applied", "unchanged"):
+        return Check("rollback", "fail", f"the reload answered {status}: {body.get('error') or body}", evidence)
+    if changed and int(body.get("version", {}).get("counter", before)) <= before:
+        return Check(
+            "rollback", "fail", "the rollback config was not put in force (the version did not move)", evidence
+        )
+    failed = {k: n for k, n in tally.items() if k != "ok"}
+    if failed:
+        return Check("rollback", "fail", f"requests failed during the reload: {failed}", evidence)
+    if not tally["ok"]:
+        return Check("rollback", "skip", "no request completed while the reload ran", evidence)
+    if not changed:
+        what = "the same config reloaded (no rollback_config, and no backend of the model to rename)"
+    elif settings.rollback_config:
+        what = "rolled back to rollback_config and restored"
+    else:
+        what = "its backends swapped for renamed ones (no rollback_config) and restored"
+    return Check("rollback", "pass", f"{what}; {tally['ok']} requests served, none failed", evidence)
+
+
+JUDGES = {"cancel": _cancel, "deadline": _deadline, "rollback": _rollback}
