@@ -123,7 +123,27 @@ async def _streaming(probe: Probe, settings: Settings) -> Check:
     if not kind.startswith("text/event-stream") or len(events) < 2 or events[-1] != "[DONE]":
         why = f"not an event stream ending with [DONE] ({kind or 'no content-type'}, {len(events)} events)"
         return Check("feature:streaming", "fail", why)
+    problem = _stream_problem(events[:-1])
+    if problem is not None:
+        return Check("feature:streaming", "fail", problem)
     return Check("feature:streaming", "pass", f"{len(events) - 1} chunks, then [DONE]")
+
+
+def _stream_problem(chunks: list[str]) -> str | None:
+    """What makes a stream that reached [DONE] still not a good answer: a chunk that is not
+    JSON, an error event on the way, or no choice ever finished."""
+    finished = False
+    for chunk in chunks:
+        try:
+            data = json.loads(chunk)
+        except ValueError:
+            return f"a chunk is not JSON: {chunk[:80]!r}"
+        if not isinstance(data, dict):
+            return f"a chunk is not a JSON object: {chunk[:80]!r}"
+        if "error" in data:
+            return f"the stream carried an error before [DONE]: {str(data['error'])[:120]}"
+        finished = finished or any(isinstance(c, dict) and c.get("finish_reason") for c in data.get("choices") or ())
+    return None if finished else "no choice finished before [DONE]"
 
 
 async def _tools(probe: Probe, settings: Settings) -> Check:

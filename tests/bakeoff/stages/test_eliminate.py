@@ -52,6 +52,15 @@ async def test_a_runtime_that_miscounts_usage_is_eliminated_by_the_must_it_break
     assert not result.passed
 
 
+async def test_a_stream_that_breaks_off_with_an_error_before_its_done_is_eliminated(tmp_path: Path) -> None:
+    with candidate(tmp_path, "error-stream", fault="error_after=2") as target:
+        settings = eliminate.Settings(features=["streaming"], only=["models."])
+        result = await eliminate.run(target, settings, BUDGET_S)
+    check = next(c for c in result.checks if c.name == "feature:streaming")
+    assert check.outcome == "fail" and "error" in check.detail, check
+    assert not result.passed
+
+
 async def test_a_runtime_without_a_tool_parser_is_eliminated_when_tools_are_required(tmp_path: Path) -> None:
     with candidate(tmp_path, "no-tools") as target:
         settings = eliminate.Settings(features=["tools", "logprobs"], only=["models."])
