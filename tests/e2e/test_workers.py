@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import threading
+from functools import partial
 
 import httpx
 import pytest
@@ -114,16 +115,20 @@ def test_reload_and_drain_reach_both_workers(tmp_path, vllm):
 
         # Streams open on both workers, then SIGTERM to the supervisor alone.
         bodies: list[str] = []
-        opened = [threading.Thread(target=stream, args=(gw.url, bodies)) for _ in range(8)]
-        for t in opened:
-            t.start()
-        # Every stream under way before the signal (the drain's grace is 0: one still
-        # connecting would be refused, which is the drain working, not this test's case).
-        wait_for(
-            lambda: set(o := open_streams_by_worker(gw)) == {"0", "1"} and sum(o.values()) == 8,
-            30,
-            "all 8 streams open, on both workers",
-        )
+        opened: list[threading.Thread] = []
+        # The kernel spreads connections over the SO_REUSEPORT sockets by a hash: streams are
+        # opened 8 at a time until both workers hold some (8 landing on one worker happens).
+        while len(opened) < 32:
+            batch = [threading.Thread(target=stream, args=(gw.url, bodies)) for _ in range(8)]
+            for t in batch:
+                t.start()
+            opened += batch
+            # Every stream under way before the signal (the drain's grace is 0: one still
+            # connecting would be refused, which is the drain working, not this test's case).
+            by_worker = wait_for(partial(all_open, gw, len(opened)), 60, f"all {len(opened)} streams open")
+            if set(by_worker) == {"0", "1"}:
+                break
+        assert set(by_worker) == {"0", "1"}, by_worker
         os.kill(gw.child.pid, signal.SIGTERM)
         for t in opened:
             t.join(60)
@@ -131,15 +136,23 @@ def test_reload_and_drain_reach_both_workers(tmp_path, vllm):
         assert gw.child.poll() == 0
     finally:
         gw.stop()
-    assert len(bodies) == 8 and all('"finish_reason":"length"' in b and b.endswith("data: [DONE]\n\n") for b in bodies)
+    assert len(bodies) == len(opened) and all(
+        '"finish_reason":"length"' in b and b.endswith("data: [DONE]\n\n") for b in bodies
+    )
     log = gw.child.log()
     assert "[worker 0]: draining" in log and "[worker 1]: draining" in log
 
 
 def stream(url: str, bodies: list[str]) -> None:
-    body = {"model": "m", "stream": True, "max_tokens": 200, "messages": [{"role": "user", "content": "long"}]}
+    body = {"model": "m", "stream": True, "max_tokens": 900, "messages": [{"role": "user", "content": "long"}]}
     with httpx.stream("POST", url + "/v1/chat/completions", json=body, timeout=60) as r:
         bodies.append(r.read().decode())
+
+
+def all_open(gw, count: int) -> dict[str, int] | None:
+    """The open streams per worker once `count` streams are open in all, else None."""
+    by_worker = open_streams_by_worker(gw)
+    return by_worker if sum(by_worker.values()) == count else None
 
 
 def open_streams_by_worker(gw) -> dict[str, int]:
