@@ -282,3 +282,14 @@ async def test_a_request_holds_one_unit_of_its_tenant_s_concurrency_per_choice(s
             "request_exceeds_concurrency_limit",
             "n",
         )
+
+
+async def test_a_batched_completion_holds_a_unit_per_prompt_and_choice(sims):
+    # two prompts, one choice each: two units against max_concurrent 1, a 400 naming the prompt
+    auth = keys_auth_config({"sk-one": "one"})
+    async with serving(config(sims, auth=auth, tenants={"one": {"max_concurrent": 1}})) as served:
+        async with httpx.AsyncClient(base_url=served.url, timeout=30) as client:
+            body = {**ROUTES["/v1/completions"], "prompt": ["a", "b"]}
+            answer = await client.post("/v1/completions", json=body, headers={"Authorization": "Bearer sk-one"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == "request_exceeds_concurrency_limit"
