@@ -59,8 +59,9 @@ def flagged(c: dict[str, Any], stage_name: str) -> list[dict[str, Any]]:
 
 
 def standing(c: dict[str, Any]) -> str:
-    """ranked | apart (comparability) | no_knee | eliminated | not_reported | failed_to_start | not_run"""
-    if c["status"] in ("eliminated", "failed_to_start", "not_run"):
+    """ranked | apart (comparability) | no_knee | eliminated | not_reported | failed_to_start |
+    skipped (its runtime is not installed here) | not_run"""
+    if c["status"] in ("eliminated", "failed_to_start", "skipped", "not_run"):
         return c["status"]
     if missing(c.get("conditions")):
         return "not_reported"
@@ -151,6 +152,8 @@ def paragraph(doc: dict[str, Any]) -> str:
             )
         elif st == "failed_to_start":
             out.append(f"{c['name']} did not start.")
+        elif st == "skipped":
+            out.append(f"{c['name']} was skipped: {c['error']}.")
         production = failed(c, "production")
         if production and st in ("ranked", "apart"):
             out.append(f"{c['name']} failed production checks: {', '.join(ch['name'] for ch in production)}.")

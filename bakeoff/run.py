@@ -99,6 +99,9 @@ async def _candidate(
             # on the stack when the stack is closed.
             await asyncio.gather(starting, return_exceptions=True)
             raise
+        except launch.NotInstalled as exc:
+            entry["status"], entry["error"] = "skipped", str(exc)
+            return entry
         except Exception as exc:
             entry["status"], entry["error"] = "failed_to_start", f"{type(exc).__name__}: {exc}"[-2000:]
             return entry

@@ -10,7 +10,10 @@ compared:
   one without (templates that add a default system message differ only there). Another
   template is a `fail`.
 - `greedy`: each probe prompt answered at temperature 0. Other tokens are a `warn`:
-  another quality level (precision, quantization, kernels), ranked apart.
+  another quality level (precision, quantization, kernels), ranked apart. Replacement
+  characters (U+FFFD) at the end of an answer are not compared: a last token cut inside
+  a UTF-8 sequence is shown as U+FFFD by some runtimes (the native engine) and held back
+  by others (vLLM's incremental detokenizer), for the same tokens.
 - `output_length`: whether the candidate produces exactly the asked output length
   (`ignore_eos` and `min_tokens`, vLLM's and llama.cpp's extensions, passed through);
   where it does not, the lengths are measured and latencies normalised per output token,
@@ -217,10 +220,16 @@ def chat_template(mine: Answers, ref: Answers, ref_name: str) -> Check:
     return Check("chat_template", "pass", f"{len(pairs)} chat probes render to the same {how} as {ref_name}", evidence)
 
 
+def same_answer(a: str, b: str) -> bool:
+    """The same greedy text, but for replacement characters at its end (a cut UTF-8 sequence)."""
+    return a.rstrip("\ufffd") == b.rstrip("\ufffd")
+
+
 def greedy(mine: Answers, ref: Answers, ref_name: str, settings: Settings) -> Check:
     if any(t is None for t in mine.greedy) or any(t is None for t in ref.greedy):
         return Check("greedy", "skip", "a greedy probe was not answered: " + "; ".join(mine.notes + ref.notes)[:300])
-    differing = [i for i, (a, b) in enumerate(zip(mine.greedy, ref.greedy)) if a != b]
+    pairs = zip(mine.greedy, ref.greedy)
+    differing = [i for i, (a, b) in enumerate(pairs) if a is None or b is None or not same_answer(a, b)]
     evidence: dict[str, Any] = {"tokens": settings.greedy_tokens, "differing": differing}
     if differing:
         i = differing[0]

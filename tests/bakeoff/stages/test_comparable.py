@@ -122,3 +122,17 @@ async def test_without_tokenize_usage_counts_compare_and_unforced_lengths_are_sa
     length = by_name["output_length"]
     assert "not forced" in length.detail and "normalised per output token" in length.detail
     assert length.evidence["candidate"]["extensions_taken"] is False
+
+
+def test_a_cut_utf8_sequence_at_the_end_is_not_another_quality_level() -> None:
+    """The native engine shows a last token cut inside a UTF-8 sequence as U+FFFD; vLLM holds
+    it back: the same tokens. Any other difference, at the end or not, still warns."""
+    settings = comparable.Settings()
+    ref = comparable.Answers(greedy=["ge\u01f9{v\ufffd\u007f\ufffd", "abc"])
+    held_back = comparable.Answers(greedy=["ge\u01f9{v\ufffd\u007f", "abc"])
+    assert comparable.greedy(held_back, ref, "native", settings).outcome == "pass"
+    other_end = comparable.Answers(greedy=["ge\u01f9{v\ufffd\u007e", "abc"])
+    other_middle = comparable.Answers(greedy=["ge\u01f9{w\ufffd\u007f\ufffd", "abc"])
+    for mine in (other_end, other_middle):
+        check = comparable.greedy(mine, ref, "native", settings)
+        assert check.outcome == "warn" and check.evidence["differing"] == [0]
