@@ -28,6 +28,8 @@ def gateway_config(sim_url: str, port: int, kind: str = "vllm") -> dict[str, Any
         "listen": {"host": "127.0.0.1", "port": port},
         "admin": {"api_keys": [{"sha256": hash_key(ADMIN_KEY), "name": "bakeoff"}]},
         "models": {MODEL: {"backends": [backend]}},
+        # the admin API is the only reload: with the file watcher on, it may put the edit in force first
+        "reload": {"watch": False},
     }
 
 

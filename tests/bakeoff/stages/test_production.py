@@ -6,6 +6,7 @@ answers 500 when its queue is full fails `overload`."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -129,3 +130,12 @@ def test_the_default_rollback_renames_runtime_backends_and_leaves_native_ones() 
     assert production.renamed_backends(yaml.safe_dump(native), "m") is None
     assert production.renamed_backends(yaml.safe_dump(config), "other") is None
     assert production.renamed_backends("models: [", "m") is None
+
+
+@pytest.mark.parametrize(("counter", "outcome"), [(4, "pass"), (3, "fail")])
+def test_a_reload_the_file_watcher_already_made_passes_only_if_the_version_moved(counter: int, outcome: str) -> None:
+    """A candidate's own gateway may watch its file: the admin reload then answers
+    `unchanged`, and only the version in force says whether the edit took."""
+    reloads = [(200, {"result": "unchanged", "version": {"counter": counter}}), (200, {"result": "applied"})]
+    check = production._rollback_verdict(SETTINGS, True, 3, reloads, Counter(ok=5))
+    assert check.outcome == outcome, check.detail
