@@ -132,7 +132,8 @@ def gateway_config(plan: Plan, backend: dict[str, Any], port: int, admin_key: st
         "admin": {"api_keys": [{"sha256": digest(admin_key), "name": "bakeoff"}]},
         "models": {plan.model: {"backends": [backend]}},
         "log_level": "warning",
-        "reload": {"watch": False},  # the production stage's admin reload is the only one, so its answer says what it did
+        # the production stage's admin reload is the only one, so its answer says what it did
+        "reload": {"watch": False},
     }
     if plan.admission is not None:
         config["admission"] = plan.admission.model_dump()
