@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 Track = Literal["stable", "candidate"]
-TRACKS: tuple[Track, ...] = ("stable", "candidate")
 
 
 @dataclass(frozen=True)
