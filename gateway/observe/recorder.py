@@ -129,7 +129,7 @@ class RequestRecorder:
         if rollout is not None:
             if rollout.fell_back:
                 m.child(m.rollout_fallbacks, mlabel, rollout.assigned).inc()
-            track_record = rollout.record(outcome.status, usage, ctx.ttft, left=phase is not None)
+            track_record = rollout.record(outcome.status, outcome.failure, usage, ctx.ttft, left=phase is not None)
             if track_record is not None and self.rollouts is not None:
                 self.rollouts.record(model, track_record)
         ctx.trace.finish(ctx, outcome)

@@ -118,6 +118,7 @@ class Generation(ExchangeRunner):
             self.dropped_params,
             self.code,
             rollout=self.rollout,
+            failure=self.failure,
         )
 
     def _on_backoff(self, waiting: bool) -> None:
@@ -176,7 +177,8 @@ class Generation(ExchangeRunner):
         elif isinstance(event, Finish):
             ctx.trace.finish_reason(event.reason)
         elif isinstance(event, ErrorEvent):
-            self.status, self.error, self.code = event.error.status, event.error.message, event.error.code
+            err = event.error
+            self.status, self.error, self.code, self.failure = err.status, err.message, err.code, err.failure
         if self.rollout is not None:
             self.rollout.check.saw(event)
         return event
