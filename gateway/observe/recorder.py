@@ -92,9 +92,11 @@ class RequestRecorder:
         m = self.metrics
         m.child(m.ttft, model, backend, track).observe(ttft)
 
-    def inter_token(self, model: str, gap: float, track: str = "") -> None:
+    def inter_token(self, model: str, track: str = ""):
+        """The inter-token histogram of `model` on `track`: a generation looks it up once
+        (at its first token) and observes each later gap on it."""
         m = self.metrics
-        m.child(m.itl, model, track).observe(gap)
+        return m.child(m.itl, model, track)
 
     def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
         elapsed = time.perf_counter() - ctx.started
