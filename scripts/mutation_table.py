@@ -142,7 +142,7 @@ MODULES: dict[str, list[str]] = {
         "tests/gateway/lifecycle/test_lifecycle_parts.py",
     ],
     **{
-        f"gateway/openai/responses/{name}.py": RESPONSES_TESTS
+        f"gateway/openai/responses/{name}.py": [*RESPONSES_TESTS, "tests/gateway/openai/responses/test_*_mutants.py"]
         for name in ("request", "request_options", "input_items", "answer", "output", "encoder", "conversation")
     },
     "adapters/http_client.py": ["tests/adapters/test_http_client.py"],
