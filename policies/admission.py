@@ -78,7 +78,6 @@ class _Waiter:
     tenant: str
     tier: int
     future: asyncio.Future[None]
-    enqueued_at: float
     units: int = 1
     dispatched: bool = False
 
@@ -189,7 +188,7 @@ class AdmissionQueue:
         client_limit = deadline is not None and deadline < limit
         if deadline is not None:
             limit = min(limit, deadline)
-        waiter = _Waiter(tenant, tier, asyncio.get_running_loop().create_future(), start, units)
+        waiter = _Waiter(tenant, tier, asyncio.get_running_loop().create_future(), units)
         self._push(q, waiter)
         try:
             while True:

@@ -28,7 +28,7 @@ from adapters.errors import GatewayError
 from gateway.backends.backend_set import Backend, BackendSet, ModelPool
 from gateway.observe.metrics import GatewayMetrics
 from gateway.serving.answer_check import AnswerCheck
-from gateway.serving.rollout import RolloutRequest, failure_kind
+from gateway.serving.rollout import RolloutRequest, failure_class
 from gateway.serving.stream_guard import StreamGuard, guarded
 from policies.rollout_assign import mirrored
 from policies.rollout_records import MirrorComparison, RolloutSink, TrackRecord
@@ -148,7 +148,7 @@ async def candidate_answer(backend: Backend, copy: GenerationRequest) -> Candida
                     answer.usage = event
                 answer.check.saw(event)
     except GatewayError as exc:
-        answer.failure = failure_kind(exc.status) or "rejected"
+        answer.failure = failure_class(exc.failure) or "rejected"
     except TimeoutError:
         answer.failure = "timeout"
     except StopAsyncIteration:
