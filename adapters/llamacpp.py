@@ -150,7 +150,7 @@ class LlamaCppDialect(OpenAIDialect):
 
     async def load(self, http: Reader) -> LoadSnapshot:
         await self.ready(http)
-        return await load_view.shared_load(http, float(self.options.get("load_min_interval_s", 0.5)))
+        return await load_view.load(http, float(self.options.get("load_min_interval_s", 0.5)))
 
     # ---- one-shot calls ---------------------------------------------------------------------------
 

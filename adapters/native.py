@@ -71,6 +71,13 @@ class SharedTokenizer:
         self.recent: OrderedDict[bytes, list[int]] = OrderedDict()
         self.reused = 0  # prompts not tokenized again (tests, and to see it work)
 
+    def remember(self, key: bytes | None, ids: list[int]) -> None:
+        """Keep a copy of `ids` for the prompt `key`, the last RECENT_PROMPTS of them."""
+        if key is not None:
+            self.recent[key] = list(ids)
+            if len(self.recent) > RECENT_PROMPTS:
+                self.recent.popitem(last=False)
+
 
 _SHARED: dict[tuple, SharedTokenizer] = {}
 _SHARED_LOCK = threading.Lock()  # engines are built in threads (asyncio.to_thread)
@@ -323,10 +330,7 @@ class NativeAdapter(NativeOneShot, Adapter):
             shared.reused += 1
             return list(ids)  # a copy: the engine's sequence is not the cache's
         ids = self._compute_prompt_ids(request, shared.tokenizer)
-        if key is not None:
-            shared.recent[key] = list(ids)
-            if len(shared.recent) > RECENT_PROMPTS:
-                shared.recent.popitem(last=False)
+        shared.remember(key, ids)
         return ids
 
     async def _tokenized_prompt(self, request: GenerationRequest, max_model_len: int) -> list[int]:
@@ -339,10 +343,7 @@ class NativeAdapter(NativeOneShot, Adapter):
             return self._prompt_ids(request)
         check_context(shared.tokenizer, max_model_len, request_text_bytes(request), prompt_param(request.kind))
         ids = await TEXT_WORK.run(request.tenant, lambda: self._compute_prompt_ids(request, shared.tokenizer))
-        if key is not None:
-            shared.recent[key] = list(ids)
-            if len(shared.recent) > RECENT_PROMPTS:
-                shared.recent.popitem(last=False)
+        shared.remember(key, ids)
         return ids
 
     def _compute_prompt_ids(self, request: GenerationRequest, tok: TextTokenizer) -> list[int]:
