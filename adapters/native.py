@@ -57,14 +57,10 @@ ROUTE_TEXT_BYTES = 8192
 
 class SharedTokenizer:
     """One model directory's tokenizer, one object for every native backend that loads
-    it, and the token ids of the prompts it rendered last.
-
-    Why: with precise routing the gateway names a prompt's blocks before it picks a
-    backend (`kv_block_hashes`: chat template, then tokenizer, about 1 ms on the event
-    loop), and the backend it picks would render and tokenize the same prompt again.
-    Ids are reused only by the very tokenizer object that computed them (so only by
-    backends of the same model files), and only for a prompt equal, byte for byte as
-    JSON, to the one they were computed for."""
+    it, and the token ids of the prompts it rendered last: precise routing names a
+    prompt's blocks (`kv_block_hashes`, about 1 ms on the event loop) before the backend
+    it picks would tokenize it again. Ids are reused only by the tokenizer object that
+    computed them, for a prompt equal, byte for byte as JSON, to theirs."""
 
     def __init__(self, tokenizer: TextTokenizer) -> None:
         self.tokenizer = tokenizer
