@@ -229,7 +229,6 @@ class Capabilities:
     logprobs: bool = True
     structured_output: bool = True
     cached_tokens: bool = False  # reports prompt_tokens_details.cached_tokens
-    usage_in_stream: bool = True  # can report usage at the end of a stream
     explicit_abort: bool = False  # has an abort call beyond closing the connection
     completions: bool = True  # legacy /v1/completions
     # The one-shot calls (adapters/oneshot.py); off unless the
@@ -306,7 +305,6 @@ class LoadSnapshot:
 class Health:
     ok: bool
     detail: str = ""
-    checked_at: float = field(default_factory=time.time)
 
 
 class Adapter(ABC):
