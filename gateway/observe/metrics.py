@@ -38,7 +38,7 @@ class Children:
 
     def child(self, metric, *labels: str):
         """`metric.labels(*labels)`, cached."""
-        key = (id(metric), labels)
+        key = (metric, labels)  # a metric hashes by identity
         c = self._children.get(key)
         if c is None:
             c = self._children[key] = metric.labels(*labels)
