@@ -26,10 +26,8 @@ from policies.settings import Settings
 
 DEVICE_MEDIA = (None, "GPU")
 # Fewer leading blocks than this match nothing: every chat shares its template's head (a block
-# or two), which says where no prompt's own prefix is, and 64 tokens (vLLM's and the native
-# engine's 16-token blocks) are no prefill worth a choice. Measured: a one-block match (1% of a
-# 100-block prompt) decided every cold placement when the backends were idle, and sent every new
-# prompt to the one backend that had served this run before (docs/bench/routing/).
+# or two), which says where no prompt's own prefix is, and 64 tokens are no prefill worth a
+# choice (a one-block match sent every new prompt to one backend: docs/bench/routing/).
 MIN_MATCH_BLOCKS = 4
 
 

@@ -2,21 +2,9 @@
 
 Pure, standard library only. `analyse` reads the window's `TrackRecord`s and
 `MirrorComparison`s (policies/rollout_records.py) and gives one `GateVerdict` per gate
-and the window's `decision`. The rules (docs/rollouts.md states them for operators):
-
-* A gate fails only when the evidence says so. Rates are binomial proportions judged by
-  their Wilson score interval (z = 1.96): a rate gate fails when the interval's lower
-  bound is over the limit, so a handful of requests can fail a disastrous candidate and
-  never a merely unlucky one. A latency gate counts the candidate's requests slower than
-  the stable p95 (or the configured percentile) times the allowed ratio: it fails when
-  more than 5% of them are (the share the percentile leaves), by the same lower bound.
-* Too few samples is `insufficient`, never `pass`: a gate passes only with at least
-  `min_samples` on each side it reads and no evidence against the candidate.
-* A gate the window's traffic never exercised on either track (no request asked for tool
-  calls; no mirrored request while the mirror is off) passes with n = 0: there is nothing
-  the candidate could break there. Once one track saw such a request, the rule above holds.
-* Window decision: `rollback` if any gate fails, `promote` if every gate passes, else
-  `hold`. Repeated holds turn into `pause` in the state machine (policies/rollout_state.py).
+and the window's `decision` (`rollback` if any gate fails, `promote` if all pass, else
+`hold`). The rules (Wilson lower bounds; `insufficient`, never `pass`, below
+`min_samples`; n = 0 passes for a gate no traffic exercised): docs/rollouts.md, "Gates".
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """A rollout's state machine: pure functions of (plan, state, event) -> state and the
 events to emit. Every replica runs the same transition on the same stored state and
 the store applies it by compare-and-set on `version` (stores/rollout_redis.py), so two
-replicas never take different steps.
-
-    pending --start--> preflight --preflight_passed--> step 0 --promote--> step 1 ... --> promoted
-                                              (a step of share 1 is the promotion itself)
-                 (no preflight: straight to step 0)   \\--preflight_failed--> rolled_back
-    step i --rollback (a gate failed, or abort)--> rolled_back
-    step i --hold x pause_after_holds, or flapping holds--> paused (a human decides)
-    step i / preflight --pause--> paused --resume--> where it was
-    any live phase --promote (manual)--> next step (promoted after the last)
-    any live phase --abort--> rolled_back
-
-`promoted` and `rolled_back` are final: a new rollout is a changed rollout block (a new
-`rollout_id`). Shares: a step's candidate share and the mirror share while a step runs
-or is paused (a human decides with the traffic as it was); the candidate all of it once
-promoted; nothing while pending, in preflight or rolled back.
+replicas never take different steps. The phases, transitions and shares of each:
+docs/rollouts.md, "The state machine".
 """
 
 from __future__ import annotations

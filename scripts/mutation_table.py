@@ -38,6 +38,8 @@ MODULES: dict[str, list[str]] = {
         "tests/policies/test_routing_pipeline.py",
         "tests/policies/test_routing_keys.py",
         "tests/policies/test_routing_scoring.py",
+        "tests/policies/test_rollout_track_filter.py",
+        "tests/policies/test_filters_mutants.py",
     ],
     "policies/prefix_index.py": ["tests/policies/test_prefix_*.py"],
     "policies/kv_index.py": ["tests/policies/test_kv_index*.py"],
@@ -51,6 +53,8 @@ MODULES: dict[str, list[str]] = {
         "tests/policies/test_routing_keys.py",
         "tests/policies/test_scoring*.py",
         "tests/policies/test_profiles.py",
+        "tests/policies/test_rollout_track_filter.py",
+        "tests/policies/test_routing_mutants.py",
     ],
     "policies/views.py": ["tests/policies/test_scoring_backlog.py"],
     "policies/admission.py": ["tests/policies/test_admission*.py"],
@@ -138,7 +142,7 @@ MODULES: dict[str, list[str]] = {
         "tests/gateway/lifecycle/test_lifecycle_parts.py",
     ],
     **{
-        f"gateway/openai/responses/{name}.py": RESPONSES_TESTS
+        f"gateway/openai/responses/{name}.py": [*RESPONSES_TESTS, "tests/gateway/openai/responses/test_*_mutants.py"]
         for name in ("request", "request_options", "input_items", "answer", "output", "encoder", "conversation")
     },
     "adapters/http_client.py": ["tests/adapters/test_http_client.py"],
@@ -268,8 +272,9 @@ MODULES.update(
         "gateway/serving/phases.py": [*GENERATION_TESTS, "tests/gateway/http/test_request_deadline.py"],
         "gateway/serving/usage.py": GENERATION_TESTS,
         "policies/cli.py": ["tests/policies/test_cli.py"],
-        "policies/redact.py": ["tests/policies/test_redact.py"],
+        "policies/redact.py": ["tests/policies/test_redact*.py"],
         "policies/token_bound.py": [
+            "tests/policies/test_token_bound_mutants.py",
             "tests/gateway/protection/test_token_bound.py",
             "tests/gateway/protection/test_embedding_units.py",
         ],

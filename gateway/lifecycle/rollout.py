@@ -1,21 +1,11 @@
 """The rollout controller: the request path's `RolloutSink` and the task that decides.
 
-The request path calls `record` and `compare` (kept in memory, bounded, and pushed to
-the shared store every tick) and reads `shares` (the last state this replica read from
-the store: when the store is down the shares stay as they were, fail static, and no
-request fails for it). The task, every `tick_s`, per model under rollout:
-
-1. pushes this replica's records of each window to the store;
-2. reads the state (a fresh `pending` one when the config's rollout id is new: a changed
-   rollout block is a new rollout, the same block after a reload or restart continues);
-3. starts an `auto_start` rollout, runs a preflight (if the plan asks and a runner exists);
-4. holding the judging lease, judges the newest closed window once (`grace_s` after its
-   end, so the other replicas' records are in) with policies/rollout.py, applies the
-   transition by compare-and-set, and emits the event: one log line
-   (`switchyard.rollout`), the `switchyard_rollout_*` metrics, the window's evidence.
-
-Operator actions (`act`) are the same compare-and-set of a policies/rollout_state.py
-transition, so an action and a window's decision never both land on one version.
+`record` and `compare` are buffered (bounded) and pushed to the shared store every tick;
+`shares` is the state this replica last read (fail static while the store is down). The
+task, every `tick_s`, per model under rollout: push the records, read the state (a new
+rollout id is a fresh `pending` rollout), start or preflight it, and, holding the judging
+lease, judge the newest closed window once (policies/rollout.py) and apply the transition
+by compare-and-set, as operator actions (`act`) are: docs/rollouts.md.
 """
 
 from __future__ import annotations

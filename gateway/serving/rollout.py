@@ -1,11 +1,7 @@
 """A rollout on the request path: which track a request was given and served by, its
-answer's tally, and the `TrackRecord` made of it when it ends.
-
-Dispatch decides the track (`RolloutRequest`, policies/rollout_assign.py) and routing
-keeps the request on its backends (policies/filters.py `on_track`); the generation
-feeds the answer's events to its `AnswerCheck`; the recorder (gateway/observe/recorder.py),
-the one place a request's end is written down, turns it into the `TrackRecord` it hands
-the rollout sink, and tells a mirror copy waiting to compare (gateway/serving/mirror.py).
+answer's tally, and the `TrackRecord` the recorder makes of it when it ends (then a
+mirror copy waiting to compare is told). docs/architecture.md, "Rollouts on the
+request path".
 """
 
 from __future__ import annotations

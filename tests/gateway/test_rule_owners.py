@@ -111,6 +111,15 @@ def test_a_status_decides_a_failures_kind_in_one_place():
     assert where(lambda n: called(n, "TrackRecord")) == {"gateway/serving/rollout.py"}
 
 
+def test_a_shared_load_read_has_one_owner():
+    # One reader per server and event loop, for every runtime whose load read is destructive:
+    # adapters/dialect.py `shared_load` keeps the registry; no dialect keeps one of its own.
+    def per_loop_key(node: ast.AST) -> bool:
+        return called(node, "id") and any(called(a, "get_running_loop") for a in node.args)  # type: ignore[attr-defined]
+
+    assert where(per_loop_key) == {"adapters/dialect.py"}
+
+
 # ---- cancellation, usage, choices ------------------------------------------------------------------
 
 

@@ -12,8 +12,6 @@ The twin of `gateway/openai/encoder.py` for `/v1/responses`, fed the same events
   item events in order, and exactly one terminal event (`response.completed`,
   `response.incomplete`, or `error` then `response.failed`). No `[DONE]`: the
   terminal event ends a Responses stream.
-The caller stores the final object (`result()`) before it sends `terminal()`,
-so a client that continues from a response the moment it completes finds it.
 """
 
 from __future__ import annotations
