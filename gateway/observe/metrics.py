@@ -38,7 +38,7 @@ class Children:
 
     def child(self, metric, *labels: str):
         """`metric.labels(*labels)`, cached."""
-        key = (metric, labels)  # a metric hashes by identity
+        key = (id(metric), labels)
         c = self._children.get(key)
         if c is None:
             c = self._children[key] = metric.labels(*labels)
