@@ -15,7 +15,7 @@ import yaml
 from bakeoff.verdict import CandidateTarget
 from policies.api_keys import hash_key
 from processes import free_port
-from simulators.testing import start_simulator
+from simulators.testing import SimulatorHandle, start_simulator
 from tests.procs import SWITCHYARD, Process
 
 ADMIN_KEY = "sk-sy-admin-bakeoff-stages"
@@ -36,6 +36,15 @@ def gateway_config(sim_url: str, port: int, kind: str = "vllm") -> dict[str, Any
 @contextmanager
 def candidate(tmp: Path, name: str, kind: str = "vllm", **sim_options: Any) -> Iterator[CandidateTarget]:
     """A `kind` simulator started with `sim_options` (its CLI flags) behind its own gateway."""
+    with simulated(tmp, name, kind, **sim_options) as (target, _):
+        yield target
+
+
+@contextmanager
+def simulated(
+    tmp: Path, name: str, kind: str = "vllm", **sim_options: Any
+) -> Iterator[tuple[CandidateTarget, SimulatorHandle]]:
+    """`candidate`, with the simulator's handle (its process, to pause it: a stalled machine)."""
     sim = start_simulator(kind, model_name="sim-model", **sim_options)
     gateway: Process | None = None
     try:
@@ -45,7 +54,7 @@ def candidate(tmp: Path, name: str, kind: str = "vllm", **sim_options: Any) -> I
         gateway = Process(
             [*SWITCHYARD, "serve", "--config", str(path)], f"http://127.0.0.1:{port}", tmp / f"{name}-gateway.log"
         ).wait_ready("/readyz")
-        yield CandidateTarget(
+        target = CandidateTarget(
             name=name,
             runtime=kind,
             gateway_url=gateway.url,
@@ -54,6 +63,7 @@ def candidate(tmp: Path, name: str, kind: str = "vllm", **sim_options: Any) -> I
             config_path=str(path),
             runtime_url=sim.url,
         )
+        yield target, sim
     finally:
         if gateway is not None:
             gateway.stop()
