@@ -64,7 +64,7 @@ class Settings(StageSettings):
     settle_s: float = Field(10.0, gt=0)  # time for the counts to come back after a cut
     deadline_s: float = Field(0.5, gt=0)
     overload_requests: int = Field(64, ge=2, le=4096)
-    overload_tokens: int = Field(64, ge=1)
+    overload_tokens: int = Field(64, ge=1)  # each answer of the burst (ignore_eos where taken)
     request_timeout_s: float = Field(30.0, gt=0)  # past it a request of the burst is a hang
     readyz_timeout_s: float = Field(2.0, gt=0)
     rollback_config: str | None = None  # the config to roll back to; None: the backends renamed
@@ -109,19 +109,24 @@ class Counts:
         self.runtime_url = root + "/metrics" if root and self.runtime_names else None
 
     async def read(self) -> dict[str, float | None]:
-        out: dict[str, float | None] = {"runtime": None, "gateway": None}
-        gateway = await self.probe.client.get("/metrics")
-        if gateway.status_code == 200:
-            out["gateway"] = gauge_sum(gateway.text, GATEWAY_GAUGES)
-        if self.runtime_url is not None and self.runtime_names is not None:
-            try:  # a client of its own: the gateway's API key is not the runtime's business
-                async with httpx.AsyncClient(timeout=self.probe.client.timeout) as client:
-                    runtime = await client.get(self.runtime_url)
-            except httpx.TransportError:
-                return out  # not judged on it: the detail says so (`watched`)
-            if runtime.status_code == 200:
-                out["runtime"] = gauge_sum(runtime.text, self.runtime_names)
-        return out
+        """Both counts, read at once (on a slow machine a short stream may end between two
+        reads made one after the other)."""
+        gateway, runtime = await asyncio.gather(self._gateway(), self._runtime())
+        return {"runtime": runtime, "gateway": gateway}
+
+    async def _gateway(self) -> float | None:
+        resp = await self.probe.client.get("/metrics")
+        return gauge_sum(resp.text, GATEWAY_GAUGES) if resp.status_code == 200 else None
+
+    async def _runtime(self) -> float | None:
+        if self.runtime_url is None or self.runtime_names is None:
+            return None
+        try:  # a client of its own: the gateway's API key is not the runtime's business
+            async with httpx.AsyncClient(timeout=self.probe.client.timeout) as client:
+                resp = await client.get(self.runtime_url)
+        except httpx.TransportError:
+            return None  # not judged on it: the detail says so (`watched`)
+        return gauge_sum(resp.text, self.runtime_names) if resp.status_code == 200 else None
 
     async def settle(self, baseline: dict[str, float | None], seconds: float) -> dict[str, float | None]:
         """The counts once each is back at `baseline` or `seconds` have passed."""
@@ -168,38 +173,50 @@ def _freed(name: str, counts: Counts, baseline: Gauges, during: Gauges | None, a
 # ---- cancel and deadline ---------------------------------------------------------------
 
 
-async def _long_body(probe: Probe, settings: Settings, stream: bool) -> dict[str, Any]:
-    """A long answer to cut. `ignore_eos` keeps it running to `answer_tokens` where the
-    runtime takes it (asked first with one token); a runtime that refuses it (TGI) is
-    asked without."""
-    body = {"model": probe.target.model, "messages": user(LONG_PROMPT), "max_tokens": settings.answer_tokens}
+async def ignore_eos_taken(probe: Probe) -> dict[str, Any]:
+    """`{"ignore_eos": True}` where the runtime takes it (asked with one token), else
+    nothing (TGI refuses it): answers then run to their `max_tokens`, however early the
+    model would stop."""
     taken = await probe.chat(user("Say hello."), max_tokens=1, ignore_eos=True)
-    if taken.status_code != 400:
-        body["ignore_eos"] = True
-    return {**body, "stream": stream}
+    return {} if taken.status_code == 400 else {"ignore_eos": True}
+
+
+async def _long_body(probe: Probe, settings: Settings, stream: bool) -> dict[str, Any]:
+    """A long answer to cut: `answer_tokens`, kept running by `ignore_eos` where taken."""
+    body = {"model": probe.target.model, "messages": user(LONG_PROMPT), "max_tokens": settings.answer_tokens}
+    return {**body, **await ignore_eos_taken(probe), "stream": stream}
+
+
+async def _open(probe: Probe, streams: AsyncExitStack, body: dict[str, Any]) -> tuple[int, str, AsyncIterator[str]]:
+    """One stream opened and read to its first event: (status, error, its line iterator)."""
+    resp = await streams.enter_async_context(probe.client.stream("POST", "/v1/chat/completions", json=body))
+    if resp.status_code != 200:
+        await resp.aread()
+        return resp.status_code, error_text(resp), resp.aiter_lines()
+    lines = resp.aiter_lines()
+    return (200, "", lines) if await _started(lines) else (200, "a stream ended before its first event", lines)
 
 
 async def _cancel(probe: Probe, settings: Settings) -> Check:
     counts = Counts(probe)
     baseline = await counts.settle(await counts.read(), settings.settle_s)
     body = await _long_body(probe, settings, stream=True)
-    # Each stream's line iterator is kept until the cut: one dropped after `break` would
-    # be finalized and close its connection at once, before the counts are read.
-    readers: list[AsyncIterator[str]] = []
+    # The streams are opened together and the counts read as soon as each has its first
+    # event, so on a slow machine the answers are still running when they are read. Each
+    # stream's line iterator is kept until the cut: one dropped after `break` would be
+    # finalized and close its connection at once, before the counts are read.
     async with AsyncExitStack() as streams:
-        for _ in range(settings.cancel_streams):
-            resp = await streams.enter_async_context(probe.client.stream("POST", "/v1/chat/completions", json=body))
-            if resp.status_code != 200:
-                await resp.aread()
-                outcome: Outcome = "fail" if resp.status_code >= 500 else "skip"
-                return Check("cancel", outcome, f"could not start a stream to cut: {error_text(resp)}")
-            readers.append(resp.aiter_lines())
-            if not await _started(readers[-1]):
-                return Check("cancel", "fail", "a stream ended before its first event")
+        opened = await asyncio.gather(*(_open(probe, streams, body) for _ in range(settings.cancel_streams)))
+        for status, error, _ in opened:
+            if status != 200:
+                outcome: Outcome = "fail" if status >= 500 else "skip"
+                return Check("cancel", outcome, f"could not start a stream to cut: {error}")
+            if error:
+                return Check("cancel", "fail", error)
         during = await counts.read()
     # Leaving the stack closed every stream's connection: the clients have left.
     after = await counts.settle(baseline, settings.settle_s)
-    what = f"{settings.cancel_streams} streams were cut mid-answer"
+    what = f"{settings.cancel_streams} streams of {settings.answer_tokens} tokens were cut mid-answer"
     return _freed("cancel", counts, baseline, during, after, what)
 
 
@@ -229,8 +246,8 @@ async def _deadline(probe: Probe, settings: Settings) -> Check:
 # ---- overload and readiness ------------------------------------------------------------
 
 
-async def _one_of_burst(probe: Probe, settings: Settings) -> str:
-    asked = probe.chat(user("Describe a switchyard."), max_tokens=settings.overload_tokens)
+async def _one_of_burst(probe: Probe, settings: Settings, extra: dict[str, Any]) -> str:
+    asked = probe.chat(user("Describe a switchyard."), max_tokens=settings.overload_tokens, **extra)
     try:
         resp = await asyncio.wait_for(asked, settings.request_timeout_s)
     except TimeoutError:
@@ -259,12 +276,14 @@ async def _watch_readiness(probe: Probe, settings: Settings, stop: asyncio.Event
 
 
 async def _overload(probe: Probe, settings: Settings, overload: bool, readiness: bool) -> list[Check]:
+    # Every answer runs to `overload_tokens` (ignore_eos where taken): the requests let in
+    # hold their places while the rest of the burst arrives, however fast the model is.
+    extra = await ignore_eos_taken(probe)
     stop = asyncio.Event()
     watcher = asyncio.ensure_future(_watch_readiness(probe, settings, stop))
     try:
-        outcomes = Counter(
-            await asyncio.gather(*(_one_of_burst(probe, settings) for _ in range(settings.overload_requests)))
-        )
+        burst = (_one_of_burst(probe, settings, extra) for _ in range(settings.overload_requests))
+        outcomes = Counter(await asyncio.gather(*burst))
     finally:
         stop.set()
         ready = Counter(await watcher)
