@@ -11,11 +11,15 @@ through its gateway, judged by the runtime's own metrics and the gateway's:
 - `overload`: a burst of `overload_requests` at once gets answers or 429/503 with
   Retry-After, never a hang, a 500 or a refusal without Retry-After;
 - `readiness`: `/readyz` answers 200 within `readyz_timeout_s` during the burst;
-- `rollback`: rewriting the config file (`config_path`) to `rollback_config` and
-  `POST /admin/reload` puts it in force with no failed request while traffic runs; the
-  original config is written back and reloaded afterwards. Without `rollback_config`,
-  the candidate's model's backends are renamed (`<name>-rollback`): the same runtime,
-  but new backends built, swapped in and the old ones retired, as a rollback does.
+- `rollback` (production_rollback.py): a config reload to `rollback_config` (or the
+  backends renamed) and back, with no failed request while traffic runs;
+- `replicas` (production_replicas.py): a pool of two instances of the runtime spreads
+  sessions, keeps a session on one, and fails over with no failed request when one stops;
+- `quota` (production_quota.py): a tenant over its quota is refused 429 with Retry-After
+  while another is served.
+
+The checks that change the config (the last three) share bakeoff/stages/reconfigure.py
+and leave the candidate's config as they found it.
 
 A runtime without a known running gauge (the native engine, TRT-LLM) is judged on the
 gateway's gauges, and the check says so.
@@ -24,25 +28,22 @@ gateway's gauges, and the check says so.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from functools import partial
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
-import yaml
-from pydantic import Field
 
-from bakeoff.stages import Budget, Probe, StageSettings, bounded, error_text, user
+from bakeoff.stages import Budget, Probe, bounded, error_text, user
+from bakeoff.stages import production_quota as quota
+from bakeoff.stages import production_replicas as replicas
+from bakeoff.stages import production_rollback as rollback
+from bakeoff.stages.production_settings import ALL_CHECKS, Settings
 from bakeoff.verdict import CandidateTarget, Check, Outcome, StageResult
-
-CheckName = Literal["cancel", "deadline", "overload", "readiness", "rollback"]
-ALL_CHECKS: tuple[CheckName, ...] = ("cancel", "deadline", "overload", "readiness", "rollback")
 
 # The runtime's own gauges of requests it holds (running and waiting), by adapter kind.
 RUNTIME_GAUGES = {
@@ -55,21 +56,6 @@ GATEWAY_GAUGES = ("switchyard_inflight_requests", "switchyard_backend_inflight")
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([0-9.eE+-]+|NaN)$")
 POLL_S = 0.2
 LONG_PROMPT = "Write a very long story about a freight train crossing the mountains at night."
-
-
-class Settings(StageSettings):
-    checks: list[CheckName] = Field(default_factory=lambda: list(ALL_CHECKS))
-    cancel_streams: int = Field(3, ge=1, le=64)
-    answer_tokens: int = Field(512, ge=16)  # the long answers that are cut (cancel, deadline)
-    settle_s: float = Field(10.0, gt=0)  # time for the counts to come back after a cut
-    deadline_s: float = Field(0.5, gt=0)
-    overload_requests: int = Field(64, ge=2, le=4096)
-    overload_tokens: int = Field(64, ge=1)  # each answer of the burst (ignore_eos where taken)
-    request_timeout_s: float = Field(30.0, gt=0)  # past it a request of the burst is a hang
-    readyz_timeout_s: float = Field(2.0, gt=0)
-    rollback_config: str | None = None  # the config to roll back to; None: the backends renamed
-    rollback_clients: int = Field(4, ge=1, le=64)
-    rollback_hold_s: float = Field(1.0, ge=0)  # traffic kept on the rolled-back config
 
 
 async def run(target: CandidateTarget, settings: Settings, budget_s: float) -> StageResult:
@@ -333,110 +319,10 @@ async def _bounded_pair(
     return [Check(n, single.outcome, single.detail) for n in names]
 
 
-# ---- rollback --------------------------------------------------------------------------
-
-
-def _write(path: Path, text: str) -> None:
-    """Replace the file's content at once (a reader never sees half of it); a symlinked
-    file (a Kubernetes ConfigMap) keeps its links."""
-    real = path.resolve()
-    tmp = real.with_name(f".{real.name}.bakeoff-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, real)
-
-
-def renamed_backends(config_text: str, model: str) -> str | None:
-    """The config with `model`'s backends renamed `<name>-rollback` (None: no such backends,
-    or a native one: renaming it would load a second engine, and the model, in the gateway)."""
-    try:
-        config = yaml.safe_load(config_text)
-        backends = config["models"][model]["backends"]
-    except (yaml.YAMLError, KeyError, TypeError):
-        return None
-    if not isinstance(backends, list) or not all(isinstance(b, dict) and "name" in b for b in backends):
-        return None
-    if any(b.get("adapter") == "native" for b in backends):
-        return None
-    for backend in backends:
-        backend["name"] = f"{backend['name']}-rollback"
-    return yaml.safe_dump(config, sort_keys=False)
-
-
-async def _traffic(probe: Probe, stop: asyncio.Event, tally: Counter[str]) -> None:
-    while not stop.is_set():
-        try:
-            resp = await probe.chat(user("Say hello."), max_tokens=8)
-            tally["ok" if resp.status_code == 200 else f"{resp.status_code}"] += 1
-        except httpx.HTTPError as exc:
-            tally[f"connection: {type(exc).__name__}"] += 1
-
-
-async def _reload(probe: Probe) -> tuple[int, dict[str, Any]]:
-    resp = await probe.client.post("/admin/reload", headers=probe.admin_headers)
-    try:
-        return resp.status_code, resp.json()
-    except ValueError:
-        return resp.status_code, {"body": resp.text[:200]}
-
-
-async def _rollback(probe: Probe, settings: Settings) -> Check:
-    target = probe.target
-    missing = [n for n in ("admin_key", "config_path") if not getattr(target, n)]
-    if missing:
-        return Check("rollback", "skip", f"the candidate has no {' and '.join(missing)}: no reload to judge")
-    assert target.config_path is not None
-    path = Path(target.config_path)
-    original = path.read_text(encoding="utf-8")
-    if settings.rollback_config:
-        rollback = Path(settings.rollback_config).read_text(encoding="utf-8")
-    else:
-        rollback = renamed_backends(original, target.model) or original
-    shown = await probe.client.get("/admin/config", headers=probe.admin_headers)
-    if shown.status_code != 200:
-        return Check("rollback", "fail", f"the admin API refused the admin key: {error_text(shown)}")
-    before = shown.json()["version"]["counter"]
-    tally: Counter[str] = Counter()
-    stop = asyncio.Event()
-    clients = [asyncio.ensure_future(_traffic(probe, stop, tally)) for _ in range(settings.rollback_clients)]
-    reloads: list[tuple[int, dict[str, Any]]] = []
-    try:
-        await asyncio.sleep(settings.rollback_hold_s / 2)
-        _write(path, rollback)
-        reloads.append(await _reload(probe))
-        await asyncio.sleep(settings.rollback_hold_s)
-    finally:
-        if rollback != original:
-            _write(path, original)  # the candidate is left as it was found
-            reloads.append(await _reload(probe))
-        await asyncio.sleep(settings.rollback_hold_s / 2)
-        stop.set()
-        await asyncio.gather(*clients)
-    return _rollback_verdict(settings, rollback != original, before, reloads, tally)
-
-
-def _rollback_verdict(
-    settings: Settings, changed: bool, before: int, reloads: list[tuple[int, dict[str, Any]]], tally: Counter[str]
-) -> Check:
-    evidence = {"traffic": dict(tally), "reloads": [{"status": s, **b} for s, b in reloads], "version_before": before}
-    status, body = reloads[0]
-    if status != 200 or body.get("result") not in ("applied", "unchanged"):
-        return Check("rollback", "fail", f"the reload answered {status}: {body.get('error') or body}", evidence)
-    if changed and int(body.get("version", {}).get("counter", before)) <= before:
-        return Check(
-            "rollback", "fail", "the rollback config was not put in force (the version did not move)", evidence
-        )
-    failed = {k: n for k, n in tally.items() if k != "ok"}
-    if failed:
-        return Check("rollback", "fail", f"requests failed during the reload: {failed}", evidence)
-    if not tally["ok"]:
-        return Check("rollback", "skip", "no request completed while the reload ran", evidence)
-    if not changed:
-        what = "the same config reloaded (no rollback_config, and no backend of the model to rename)"
-    elif settings.rollback_config:
-        what = "rolled back to rollback_config and restored"
-    else:
-        what = "its backends swapped for renamed ones (no rollback_config) and restored"
-    return Check("rollback", "pass", f"{what}; {tally['ok']} requests served, none failed", evidence)
-
-
-JUDGES = {"cancel": _cancel, "deadline": _deadline, "rollback": _rollback}
+JUDGES = {
+    "cancel": _cancel,
+    "deadline": _deadline,
+    "rollback": rollback.judge,
+    "replicas": replicas.judge,
+    "quota": quota.judge,
+}

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from bakeoff.stages import production
+from bakeoff.stages import production, production_rollback
 from bakeoff.verdict import CandidateTarget
 from simulators.testing import start_simulator
 from tests.bakeoff.stages.candidates import candidate, gateway_config, outcomes, simulated
@@ -125,12 +125,12 @@ async def test_a_runtime_without_ignore_eos_is_cut_and_refuses_a_burst_with_429(
 
 def test_the_default_rollback_renames_runtime_backends_and_leaves_native_ones() -> None:
     config = {"models": {"m": {"backends": [{"name": "a", "adapter": "vllm", "url": "http://x"}]}}}
-    renamed = production.renamed_backends(yaml.safe_dump(config), "m")
+    renamed = production_rollback.renamed_backends(yaml.safe_dump(config), "m")
     assert renamed is not None and yaml.safe_load(renamed)["models"]["m"]["backends"][0]["name"] == "a-rollback"
     native = {"models": {"m": {"backends": [{"name": "a", "adapter": "native", "model_path": "builtin:tiny"}]}}}
-    assert production.renamed_backends(yaml.safe_dump(native), "m") is None
-    assert production.renamed_backends(yaml.safe_dump(config), "other") is None
-    assert production.renamed_backends("models: [", "m") is None
+    assert production_rollback.renamed_backends(yaml.safe_dump(native), "m") is None
+    assert production_rollback.renamed_backends(yaml.safe_dump(config), "other") is None
+    assert production_rollback.renamed_backends("models: [", "m") is None
 
 
 @pytest.mark.parametrize(("counter", "outcome"), [(4, "pass"), (3, "fail")])
@@ -138,7 +138,7 @@ def test_a_reload_the_file_watcher_already_made_passes_only_if_the_version_moved
     """A candidate's own gateway may watch its file: the admin reload then answers
     `unchanged`, and only the version in force says whether the edit took."""
     reloads = [(200, {"result": "unchanged", "version": {"counter": counter}}), (200, {"result": "applied"})]
-    check = production._rollback_verdict(SETTINGS, True, 3, reloads, Counter(ok=5))
+    check = production_rollback.verdict(SETTINGS, True, 3, reloads, Counter(ok=5))
     assert check.outcome == outcome, check.detail
 
 
