@@ -45,7 +45,10 @@ class Exchange:
                 self.complete = True
         elif kind == "http.response.start":
             self.started = True
-            self.streaming = any(k == b"content-type" and v.startswith(EVENT_STREAM) for k, v in message["headers"])
+            for k, v in message["headers"]:  # a loop, not any(): no generator per answer
+                if k == b"content-type" and v.startswith(EVENT_STREAM):
+                    self.streaming = True
+                    break
         return self._send(message)
 
     async def end_cut(self, err: GatewayError) -> bool:
