@@ -10,11 +10,8 @@ tenant's name can only miss:
   {<prefix>:<tenant>}:responses:size     HASH id -> the record's bytes
   {<prefix>:<tenant>}:responses:bytes    the tenant's stored bytes in all
 
-The index is the tenant's share: a put is one script that drops the tenant's
-expired entries, then its own oldest while it holds `tenant_max_entries` records
-or the new one would take it past `tenant_max_bytes`, then stores. No tenant can
-push out another's response, and what one tenant puts in Redis is bounded by its
-share (Redis's `maxmemory` bounds the sum: docs/operations.md).
+A put is one script (`PUT_LUA`) that drops the tenant's expired entries, then its own
+oldest while it is over its share, then stores (docs/operations.md).
 """
 
 from __future__ import annotations
