@@ -256,7 +256,11 @@ MODULES.update(
             "tests/gateway/protection/test_token_bound.py",
         ],
         "gateway/openai/request_fields.py": ["tests/gateway/openai/test_request*.py", *RESPONSES_TESTS],
-        "gateway/openai/tokenize.py": ["tests/gateway/openai/test_non_generation_*.py"],
+        "gateway/openai/tokenize.py": [
+            "tests/gateway/openai/test_tokenize_parse.py",
+            "tests/gateway/openai/test_non_generation_*.py",
+            "tests/gateway/test_intake.py",
+        ],
         **{
             f"gateway/openai/responses/{name}.py": RESPONSES_TESTS
             for name in ("__init__", "errors", "handlers", "ids", "listing", "response_object")
