@@ -251,7 +251,9 @@ MODULES.update(
         "gateway/openai/answer_format.py": [*GENERATION_TESTS, "tests/gateway/openai/test_encoder*.py"],
         "gateway/openai/api_routes.py": APP_TESTS,
         "gateway/openai/embeddings.py": [
+            "tests/gateway/openai/test_embeddings_parse.py",
             "tests/gateway/openai/test_non_generation_*.py",
+            "tests/gateway/test_intake.py",
             "tests/gateway/protection/test_embedding_units.py",
             "tests/gateway/protection/test_token_bound.py",
         ],
