@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from adapters.errors import GatewayError
+from adapters.oneshot import TokenizeResult
 from gateway.openai.requests import ROLES
-from gateway.openai.tokenize import TOKEN_ID_MAX, parse_detokenize, parse_tokenize
+from gateway.openai.tokenize import TOKEN_ID_MAX, parse_detokenize, parse_tokenize, tokenize_payload
 
 
 def refused(parse, body: dict[str, Any]) -> GatewayError:
@@ -108,3 +109,14 @@ def test_detokenize_reads_its_tokens_ids_and_model() -> None:
     call, [stand_in] = intent.payload, intent.requests
     assert (call.request_id, call.model, call.tokens) == ("rid-4", "m2", [0, TOKEN_ID_MAX])
     assert (stand_in.request_id, stand_in.model, stand_in.prompt) == ("rid-4", "m2", [0, TOKEN_ID_MAX])
+
+
+def test_the_answer_is_vllm_s_shape_with_the_count() -> None:
+    result = TokenizeResult(tokens=[5, 6, 7], max_model_len=4096, token_strs=["a", "b", "c"])
+    assert tokenize_payload(result) == {
+        "count": 3,
+        "max_model_len": 4096,
+        "tokens": [5, 6, 7],
+        "token_strs": ["a", "b", "c"],
+    }
+    assert tokenize_payload(TokenizeResult(tokens=[], max_model_len=8))["token_strs"] is None
