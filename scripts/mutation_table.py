@@ -253,7 +253,6 @@ MODULES.update(
         "gateway/openai/embeddings.py": [
             "tests/gateway/openai/test_embeddings_parse.py",
             "tests/gateway/openai/test_non_generation_*.py",
-            "tests/gateway/test_intake.py",
             "tests/gateway/protection/test_embedding_units.py",
             "tests/gateway/protection/test_token_bound.py",
         ],

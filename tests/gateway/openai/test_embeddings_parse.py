@@ -4,12 +4,14 @@ down), the encoding format, and what the call and the stand-in carry."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from adapters.errors import GatewayError
-from gateway.openai.embeddings import _FORMS, MAX_INPUTS, MAX_TOTAL_TOKENS, parse_embeddings
+from adapters.oneshot import EmbeddingRequest, EmbeddingResult
+from gateway.openai.embeddings import _FORMS, MAX_INPUTS, MAX_TOTAL_TOKENS, embeddings_route, parse_embeddings
 
 
 def refused(body: dict[str, Any]) -> GatewayError:
@@ -83,3 +85,64 @@ def test_the_call_and_the_stand_in_carry_the_request() -> None:
     assert (stand_in.request_id, stand_in.model, stand_in.prompt) == ("rid-5", "m3", "first")
     tokens = parse_embeddings({"model": "m3", "input": [[5, 6], [7]]}, "rid-6")
     assert tokens.requests[0].prompt == [5, 6] and tokens.payload[0].inputs == [[5, 6], [7]]
+
+
+# ---- the route's answer (serve, with the call it makes captured) -------------------------
+
+
+class Adapter:
+    name = "secret-box-1"
+
+    def __init__(self, result: EmbeddingResult) -> None:
+        self.result = result
+        self.asked: list[EmbeddingRequest] = []
+
+    async def embed(self, request: EmbeddingRequest) -> EmbeddingResult:
+        self.asked.append(request)
+        return self.result
+
+
+def served(body: dict[str, Any], result: EmbeddingResult) -> tuple[Any, Any, Adapter]:
+    """The route's invoke and answer for `body`, as it hands them to the OneShotCall."""
+    intent = parse_embeddings({"model": "m4", **body}, "rid")
+    intent.requests[0].tenant = "t1"
+    made: list[tuple] = []
+    route = embeddings_route(lambda admitted, invoke, answer: made.append((invoke, answer)))  # type: ignore[arg-type,return-value]
+    admitted = SimpleNamespace(intent=intent, requests=intent.requests)
+    route.serve(admitted)  # type: ignore[arg-type]
+    [(invoke, answer)] = made
+    return invoke, answer, Adapter(result)
+
+
+async def test_the_answer_names_the_model_and_charges_the_runtime_s_count_else_the_bound() -> None:
+    invoke, answer, adapter = served({"input": ["a", "b"]}, EmbeddingResult([[1.0], [2.0]], prompt_tokens=3))
+    result = await invoke(adapter)
+    payload, usage = answer(result)
+    assert (
+        payload["model"] == "m4"
+        and payload["usage"] == {"prompt_tokens": 3, "total_tokens": 3}
+        and usage.prompt_tokens == 3
+    )
+    assert [d["embedding"] for d in payload["data"]] == [[1.0], [2.0]]
+    assert adapter.asked[0].tenant == "t1"
+    body = {"input": "hello world"}
+    bound = parse_embeddings({"model": "m4", **body}, "rid").prompt_estimate
+    invoke, answer, adapter = served(body, EmbeddingResult([[1.0]], prompt_tokens=None))
+    payload, usage = answer(await invoke(adapter))
+    assert bound > 1 and payload["usage"]["prompt_tokens"] == bound == usage.prompt_tokens
+
+
+async def test_base64_is_answered_when_asked() -> None:
+    invoke, answer, adapter = served({"input": "x", "encoding_format": "base64"}, EmbeddingResult([[1.0]], 1))
+    payload, _ = answer(await invoke(adapter))
+    assert payload["data"][0]["embedding"] == "AACAPw=="  # 1.0 as little-endian float32
+
+
+async def test_the_wrong_number_of_embeddings_is_the_backend_s_failure(caplog) -> None:
+    invoke, _, adapter = served({"input": ["a", "b"]}, EmbeddingResult([[1.0]], 1))
+    with pytest.raises(GatewayError) as exc:
+        await invoke(adapter)
+    e = exc.value
+    assert (e.status, e.code) == (502, "upstream_error") and e.fails_over  # another backend is tried
+    assert e.message.endswith("failed: it answered the wrong number of embeddings") and "secret-box-1" not in e.message
+    assert "backend secret-box-1 failed: it answered the wrong number of embeddings" in caplog.text
