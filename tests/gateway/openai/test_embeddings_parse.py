@@ -12,6 +12,7 @@ import pytest
 from adapters.errors import GatewayError
 from adapters.oneshot import EmbeddingRequest, EmbeddingResult
 from gateway.openai.embeddings import _FORMS, MAX_INPUTS, MAX_TOTAL_TOKENS, embeddings_route, parse_embeddings
+from policies.auth import Principal
 
 
 def refused(body: dict[str, Any]) -> GatewayError:
@@ -107,10 +108,11 @@ def served(body: dict[str, Any], result: EmbeddingResult) -> tuple[Any, Any, Ada
     intent = parse_embeddings({"model": "m4", **body}, "rid")
     intent.requests[0].tenant = "t1"
     made: list[tuple] = []
-    route = embeddings_route(lambda admitted, invoke, answer: made.append((invoke, answer)))  # type: ignore[arg-type,return-value]
+    route = embeddings_route(lambda admitted, invoke, answer: made.append((admitted, invoke, answer)))  # type: ignore[arg-type,return-value]
     admitted = SimpleNamespace(intent=intent, requests=intent.requests)
-    route.serve(admitted)  # type: ignore[arg-type]
-    [(invoke, answer)] = made
+    assert route.serve(admitted) is None  # type: ignore[arg-type]  # what the call made (here, nothing)
+    [(given, invoke, answer)] = made
+    assert given is admitted
     return invoke, answer, Adapter(result)
 
 
@@ -146,3 +148,10 @@ async def test_the_wrong_number_of_embeddings_is_the_backend_s_failure(caplog) -
     assert (e.status, e.code) == (502, "upstream_error") and e.fails_over  # another backend is tried
     assert e.message.endswith("failed: it answered the wrong number of embeddings") and "secret-box-1" not in e.message
     assert "backend secret-box-1 failed: it answered the wrong number of embeddings" in caplog.text
+
+
+async def test_the_route_is_named_needs_embeddings_and_reads_with_this_parser() -> None:
+    route = embeddings_route(lambda *args: None)  # type: ignore[arg-type,return-value]
+    assert route.operation == "embeddings" and route.capability == ("embeddings", "embeddings (/v1/embeddings)")
+    intent = await route.parse({"model": "m5", "input": "x"}, "rid-9", Principal("a", None, ["*"], 1))
+    assert intent.payload[0].model == "m5" and intent.requests[0].request_id == "rid-9"
