@@ -260,7 +260,6 @@ MODULES.update(
         "gateway/openai/tokenize.py": [
             "tests/gateway/openai/test_tokenize_parse.py",
             "tests/gateway/openai/test_non_generation_*.py",
-            "tests/gateway/test_intake.py",
         ],
         **{
             f"gateway/openai/responses/{name}.py": RESPONSES_TESTS

@@ -4,14 +4,24 @@ model, the prompt or messages, the tools the token bound counts)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from adapters.base import Usage
 from adapters.errors import GatewayError
-from adapters.oneshot import TokenizeResult
+from adapters.oneshot import DetokenizeResult, TokenizeResult
 from gateway.openai.requests import ROLES
-from gateway.openai.tokenize import TOKEN_ID_MAX, parse_detokenize, parse_tokenize, tokenize_payload
+from gateway.openai.tokenize import (
+    TOKEN_ID_MAX,
+    detokenize_route,
+    parse_detokenize,
+    parse_tokenize,
+    tokenize_payload,
+    tokenize_route,
+)
+from policies.auth import Principal
 
 
 def refused(parse, body: dict[str, Any]) -> GatewayError:
@@ -120,3 +130,59 @@ def test_the_answer_is_vllm_s_shape_with_the_count() -> None:
         "token_strs": ["a", "b", "c"],
     }
     assert tokenize_payload(TokenizeResult(tokens=[], max_model_len=8))["token_strs"] is None
+
+
+# ---- the routes' answers (serve, with the call it makes captured) --------------------------
+
+
+class Adapter:
+    name = "b1"
+
+    def __init__(self) -> None:
+        self.asked: list = []
+
+    async def tokenize(self, request):
+        self.asked.append(request)
+        return TokenizeResult(tokens=[1, 2, 3, 4], max_model_len=64)
+
+    async def detokenize(self, request):
+        self.asked.append(request)
+        return DetokenizeResult(prompt="hello")
+
+
+def served(route_of, parse, body: dict[str, Any]):
+    intent = parse({"model": "m", **body}, "rid")
+    made: list[tuple] = []
+    route = route_of(lambda admitted, invoke, answer: made.append((admitted, invoke, answer)))
+    admitted = SimpleNamespace(intent=intent, ctx=SimpleNamespace(tenant="t1"))
+    assert route.serve(admitted) is None  # what the call made (here, nothing)
+    [(given, invoke, answer)] = made
+    assert given is admitted
+    return intent, invoke, answer
+
+
+async def test_tokenize_answers_the_tokens_and_charges_their_count() -> None:
+    _, invoke, answer = served(tokenize_route, parse_tokenize, {"prompt": "hello there"})
+    adapter = Adapter()
+    body, usage = answer(await invoke(adapter))
+    assert body["count"] == 4 and usage == Usage(4, 0) and adapter.asked[0].tenant == "t1"
+
+
+async def test_detokenize_answers_the_text_and_charges_the_tokens_sent() -> None:
+    intent, invoke, answer = served(detokenize_route, parse_detokenize, {"tokens": [5, 6, 7]})
+    adapter = Adapter()
+    body, usage = answer(await invoke(adapter))
+    assert body == {"prompt": "hello"} and adapter.asked[0].tenant == "t1"
+    assert usage == Usage(intent.prompt_estimate, 0) and intent.prompt_estimate == 3
+
+
+async def test_the_routes_are_named_need_tokenize_and_read_with_their_parser() -> None:
+    who = Principal("a", None, ["*"], 1)
+    for route_of, name, body in (
+        (tokenize_route, "tokenize", {"model": "m", "prompt": "x"}),
+        (detokenize_route, "detokenize", {"model": "m", "tokens": [1]}),
+    ):
+        route = route_of(lambda *args: None)
+        assert route.operation == name and route.capability == ("tokenize", f"{name} (/{name})")
+        intent = await route.parse(body, "rid-8", who)
+        assert intent.payload.request_id == "rid-8" and intent.payload.model == "m"
