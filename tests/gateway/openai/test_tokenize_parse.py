@@ -186,3 +186,9 @@ async def test_the_routes_are_named_need_tokenize_and_read_with_their_parser() -
         assert route.operation == name and route.capability == ("tokenize", f"{name} (/{name})")
         intent = await route.parse(body, "rid-8", who)
         assert intent.payload.request_id == "rid-8" and intent.payload.model == "m"
+
+
+async def test_detokenizing_no_tokens_charges_none() -> None:
+    _, invoke, answer = served(detokenize_route, parse_detokenize, {"tokens": []})
+    _, usage = answer(await invoke(Adapter()))
+    assert usage == Usage(0, 0)
