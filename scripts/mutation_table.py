@@ -161,7 +161,7 @@ MODULES: dict[str, list[str]] = {
         "tests/engine/test_text_forced_tool_calls.py",
         "tests/engine/test_text_tool_call_properties.py",
     ],
-    "engine/text/stop.py": ["tests/engine/test_text_stop.py"],
+    "engine/text/stop.py": ["tests/engine/test_text_stop*.py"],
     "engine/text/detokenizer.py": ["tests/engine/test_text_detokenizer.py"],
     "engine/sampling_params.py": ["tests/engine/test_sampling.py"],
     "adapters/sglang.py": [
