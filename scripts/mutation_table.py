@@ -153,6 +153,7 @@ MODULES: dict[str, list[str]] = {
         "tests/engine/test_text_tool_call_properties.py",
     ],
     "engine/text/json_scan.py": [
+        "tests/engine/test_text_json_scan_mutants.py",
         "tests/engine/test_text_tool_parser.py",
         "tests/engine/test_text_forced_tool_calls.py",
         "tests/engine/test_text_tool_call_properties.py",
@@ -223,6 +224,7 @@ MODULES.update(
         "gateway/config/exposure.py": CONFIG_TESTS,
         "gateway/config/lifecycle.py": [*CONFIG_TESTS, *LIFECYCLE_TESTS],
         "gateway/config/otel_env.py": [
+            "tests/gateway/config/test_otel_env_mutants.py",
             "tests/gateway/cli/test_otel_env.py",
             "tests/gateway/config/test_tracing_config.py",
         ],
@@ -257,8 +259,9 @@ MODULES.update(
         "gateway/openai/tokenize.py": ["tests/gateway/openai/test_non_generation_*.py"],
         **{
             f"gateway/openai/responses/{name}.py": RESPONSES_TESTS
-            for name in ("__init__", "errors", "handlers", "ids", "listing", "response_object")
+            for name in ("__init__", "errors", "handlers", "listing", "response_object")
         },
+        "gateway/openai/responses/ids.py": [*RESPONSES_TESTS, "tests/gateway/openai/responses/test_*_mutants.py"],
         "gateway/openai/responses/routes.py": [*RESPONSES_TESTS, "tests/gateway/config/test_response_store_config.py"],
         "gateway/openai/responses/store.py": STORE_TESTS,
         "gateway/openai/responses/store_memory.py": STORE_TESTS,
