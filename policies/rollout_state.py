@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from policies.rollout import Decision, Gates, WindowVerdict
+from policies.rollout import Decision, GateLimits, WindowVerdict
 from policies.rollout_records import NO_ROLLOUT, TrackShares
 
 Phase = Literal["pending", "preflight", "step", "paused", "promoted", "rolled_back"]
@@ -32,7 +32,9 @@ class Plan:
     rollout_id: str
     steps: tuple[float, ...] = (0.01, 0.05, 0.25, 0.5, 1.0)
     mirror: float = 0.0
-    gates: Gates = field(default_factory=Gates)
+    gates: GateLimits = field(default_factory=GateLimits)
+    window_s: float = 60.0  # the analysis window
+    min_samples: int = 20  # per track and gate in a window before a verdict
     auto_start: bool = True
     preflight: bool = False
     pause_after_holds: int = 10
@@ -210,7 +212,7 @@ def _emit(kind: str, plan: Plan, state: RolloutState, reason: str) -> Emitted:
 def _in_progress(plan: Plan, now: float) -> int:
     """The window in progress at `now`: a step's first judged window is the next one,
     all of it served at the step's share."""
-    return int(now // plan.gates.window_s)
+    return int(now // plan.window_s)
 
 
 def _started(plan: Plan, state: RolloutState, now: float, why: str) -> tuple[RolloutState, list[Emitted]]:

@@ -133,6 +133,7 @@ MODULES: dict[str, list[str]] = {
         "tests/gateway/lifecycle/test_lifecycle_parts.py",
     ],
     "gateway/protection/quota_leases.py": [
+        "tests/gateway/protection/test_quota_leases_mutants.py",
         "tests/gateway/protection/test_protection*.py",
         "tests/gateway/protection/test_quota_details.py",
         "tests/gateway/protection/test_quota_store_outage.py",
@@ -206,10 +207,11 @@ MODULES.update(
     {
         "gateway/app.py": APP_TESTS,
         "gateway/intake.py": ["tests/gateway/test_intake.py", "tests/gateway/serving/test_oneshot.py"],
-        "gateway/http/envelope.py": APP_TESTS,
-        "gateway/http/request_io.py": ["tests/gateway/http/test_request_io.py", *APP_TESTS],
+        "gateway/http/envelope.py": ["tests/gateway/http/test_envelope.py", *APP_TESTS],
+        "gateway/http/request_io.py": ["tests/gateway/http/test_request_io*.py", *APP_TESTS],
         "gateway/http/server.py": ["tests/gateway/http/test_limits.py"],
         "gateway/http/deadline.py": [
+            "tests/gateway/http/test_deadline_values.py",
             "tests/gateway/http/test_request_deadline.py",
             "tests/gateway/serving/test_generation_phases.py",
         ],
@@ -268,12 +270,13 @@ MODULES.update(
         "gateway/openai/responses/store_redis.py": STORE_TESTS,
         "gateway/protection/metrics.py": ["tests/gateway/protection/test_protection*.py", *METRICS_TESTS],
         "gateway/protection/worker_quota.py": [
+            "tests/gateway/protection/test_worker_quota.py",
             "tests/gateway/lifecycle/test_lifecycle_parts.py",
             "tests/gateway/protection/test_protection.py",
         ],
         "gateway/serving/exchange.py": [*GENERATION_TESTS, "tests/gateway/serving/test_dispatch_streams.py"],
         "gateway/serving/phases.py": [*GENERATION_TESTS, "tests/gateway/http/test_request_deadline.py"],
-        "gateway/serving/usage.py": GENERATION_TESTS,
+        "gateway/serving/usage.py": ["tests/gateway/serving/test_usage.py", *GENERATION_TESTS],
         "policies/cli.py": ["tests/policies/test_cli.py"],
         "policies/redact.py": ["tests/policies/test_redact*.py"],
         "policies/token_bound.py": [
@@ -378,9 +381,10 @@ NOTES: dict[str, str] = {
 
 NOTES["gateway/http/limits.py"] = (
     "Judged by tests/gateway/http/test_limits.py (uvicorn with the limited protocol in a thread, raw sockets): each "
-    "limit at, below and above its boundary, the timeouts, the refusals' bodies; and test_limits_linger.py (the "
-    "linger after a refusal: its end, and the overflow past max_head_bytes that ends it first). 50.0% on its first "
-    "run (size and count cases only)."
+    "limit at, below and above its boundary, the timeouts, the refusals' bodies; test_limits_linger.py (the "
+    "linger after a refusal: its end, and the overflow past max_head_bytes that ends it first); and "
+    "test_limits_reads.py (which bytes of a read count toward an open head, the head timer on a keep-alive "
+    "connection). 50.0% on its first run (size and count cases only), 73.3% before the last two files."
 )
 NOTES["policies/routing.py"] = (
     "Its committed measurement predates the split of its pickers into policies/pickers.py (the survivors' reasons "
@@ -417,7 +421,8 @@ NOTES["adapters/http_client.py"] = (
     "the first-byte deadline of a body and the wording of its errors unpinned: those survivors are the next work."
 )
 NOTES["gateway/protection/quota_leases.py"] = (
-    "First run (2026-12-02), cut by its 1000 s budget (166 mutants not run) and not triaged: its tests wait on a "
-    "real store's reconnects and timeouts, seconds per mutant. To measure: a longer budget, or in-process tests of "
-    "the heartbeat and the pending releases on a scripted store."
+    "Judged first by tests/gateway/protection/test_quota_leases_mutants.py: the outage paths on a scripted shared "
+    "store (an in-memory store that calls itself redis and can stop answering), the refusals at each boundary of "
+    "_refusal and _cannot_fit, the scopes, the heartbeat; then the Protection and real-Redis tests. 43.8% on a first "
+    "run cut by its budget (166 mutants not run)."
 )

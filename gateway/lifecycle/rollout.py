@@ -25,7 +25,7 @@ import orjson
 from gateway.config.schema import GatewayConfig
 from gateway.observe.rollout_metrics import RolloutMetrics
 from policies.quota_health import stop_task
-from policies.rollout import Gates, analyse
+from policies.rollout import analyse
 from policies.rollout_records import NO_ROLLOUT, MirrorComparison, TrackRecord, TrackShares
 from policies.rollout_state import Emitted, Plan, RolloutState, TransitionRefused, act, preflight_done, shares
 from policies.rollout_state import window_closed as judge_window
@@ -142,11 +142,13 @@ class RolloutController:
         if state.phase != "step":
             return
         grace = max(0.5, 3 * self.tick_s)
-        window = int((now - grace) // plan.gates.window_s) - 1
+        window = int((now - grace) // plan.window_s) - 1
         if window <= state.window or not await self.store.lease(model, self.replica, 4 * self.tick_s + grace):
             return
         got = await self.store.window(model, plan.rollout_id, window)
-        verdict = analyse(got.records, got.comparisons, plan.gates, mirror_on=plan.mirror > 0)
+        verdict = analyse(
+            got.records, got.comparisons, plan.gates, mirror_on=plan.mirror > 0, min_samples=plan.min_samples
+        )
         new, events = judge_window(plan, state, window, verdict, now)
         if not await self._apply(model, plan, state, new, events):
             return
@@ -165,12 +167,12 @@ class RolloutController:
                 buffer.clear()
         windows: dict[int, tuple[list[TrackRecord], list[MirrorComparison]]] = {}
         for r in taken_r:
-            windows.setdefault(int(r.at // plan.gates.window_s), ([], []))[0].append(r)
+            windows.setdefault(int(r.at // plan.window_s), ([], []))[0].append(r)
         for c in taken_c:
-            windows.setdefault(int(c.at // plan.gates.window_s), ([], []))[1].append(c)
+            windows.setdefault(int(c.at // plan.window_s), ([], []))[1].append(c)
         try:
             for window, (rs, cs) in sorted(windows.items()):
-                await self.store.push(model, plan.rollout_id, window, plan.gates.window_s, rs, cs)
+                await self.store.push(model, plan.rollout_id, window, plan.window_s, rs, cs)
         except RolloutStoreUnavailable:
             # keep them for the next push (bounded: the oldest go first)
             self._records.setdefault(model, deque(maxlen=BUFFER_MAX)).extendleft(reversed(taken_r))
@@ -262,7 +264,7 @@ class RolloutController:
             "candidate_share": now.candidate,
             "mirror_share": now.mirror,
             "steps": list(plan.steps),
-            "window_s": plan.gates.window_s,
+            "window_s": plan.window_s,
             "evidence": await self.store.evidence(model, plan.rollout_id),
         }
 
@@ -320,8 +322,9 @@ def plans_of(config: GatewayConfig) -> dict[str, Plan]:
         data = block.model_dump(mode="json")
         backends = [b.model_dump(mode="json") for b in model.backends if getattr(b, "track", "") == "candidate"]
         rollout_id = hashlib.sha256(orjson.dumps([data, backends], option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
-        gates = {k: v for k, v in data["gates"].items() if k in Gates.__dataclass_fields__}
-        window = Gates(window_s=data["window_s"], min_samples=data["min_samples"], **gates)
-        options = {k: data[k] for k in ("auto_start", "preflight", "pause_after_holds", "flap_windows")}
-        plans[name] = Plan(rollout_id, tuple(data["steps"]), data["mirror"]["share"], window, **options)
+        options = {
+            k: data[k]
+            for k in ("window_s", "min_samples", "auto_start", "preflight", "pause_after_holds", "flap_windows")
+        }
+        plans[name] = Plan(rollout_id, tuple(data["steps"]), data["mirror"]["share"], block.gates, **options)
     return plans

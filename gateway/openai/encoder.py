@@ -295,7 +295,7 @@ class ResponseBuilder(_Base):
             return
         if isinstance(event, ErrorEvent):
             raise event.error
-        c = self.choice(event.index)
+        c = self.choices.get(event.index) or self.choice(event.index)
         if isinstance(event, Finish):
             c.finish_reason = event.reason
         elif isinstance(event, ToolCallDelta):
