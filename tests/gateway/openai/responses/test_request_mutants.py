@@ -64,3 +64,22 @@ def test_a_default_only_parameter_passes_with_its_default_and_only_its_exact_typ
     for value in (0, "false", True):
         err = refusal(base(background=value))
         assert (err.param, err.code) == ("background", "unsupported_parameter")
+
+
+def test_a_default_only_parameter_with_another_value_is_named_with_it():
+    err = refusal(base(background=True))
+    assert err.message == "'background' True is not supported by this gateway."
+
+
+def test_top_logprobs_at_below_and_above_its_bounds():
+    logprobs = ["message.output_text.logprobs"]
+    assert parse_request(base(top_logprobs=0)).top_logprobs == 0  # 0 needs no include: it asks for none
+    assert parse_request(base(top_logprobs=20, include=logprobs)).top_logprobs == 20
+    assert parse_request(base(top_logprobs=19, include=logprobs)).top_logprobs == 19
+    assert parse_request(base()).top_logprobs is None
+    assert (refusal(base(top_logprobs=-1)).param, refusal(base(top_logprobs=21, include=logprobs)).param) == (
+        "top_logprobs",
+        "top_logprobs",
+    )
+    err = refusal(base(top_logprobs=1))
+    assert err.message == "'top_logprobs' needs 'include' to contain 'message.output_text.logprobs'."
