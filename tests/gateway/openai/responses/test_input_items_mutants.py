@@ -143,6 +143,12 @@ REFUSALS = [
         None,
     ),
     (
+        [{"role": "assistant", "content": [{"type": "output_text", "text": 3}]}],
+        "'input[0].content[0].text' must be a string.",
+        "input[0].content[0].text",
+        None,
+    ),
+    (
         [{"role": "assistant", "content": [{"type": "refusal", "refusal": 3}]}],
         "'input[0].content[0].refusal' must be a string.",
         "input[0].content[0].refusal",
