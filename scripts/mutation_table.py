@@ -153,11 +153,11 @@ MODULES: dict[str, list[str]] = {
         "tests/engine/test_text_tool_parser.py",
         "tests/engine/test_text_tool_call_properties.py",
     ],
+    # the tool-call property tests are left out: hypothesis runs cost about a minute per mutant here
     "engine/text/json_scan.py": [
         "tests/engine/test_text_json_scan_mutants.py",
         "tests/engine/test_text_tool_parser.py",
         "tests/engine/test_text_forced_tool_calls.py",
-        "tests/engine/test_text_tool_call_properties.py",
     ],
     "engine/text/forced_tool_calls.py": [
         "tests/engine/test_text_forced_tool_calls.py",
@@ -165,7 +165,7 @@ MODULES: dict[str, list[str]] = {
     ],
     "engine/text/stop.py": ["tests/engine/test_text_stop*.py"],
     "engine/text/detokenizer.py": ["tests/engine/test_text_detokenizer.py"],
-    "engine/sampling_params.py": ["tests/engine/test_sampling.py"],
+    "engine/sampling_params.py": ["tests/engine/test_sampling_params_mutants.py", "tests/engine/test_sampling.py"],
     "adapters/sglang.py": [
         "tests/adapters/test_sglang*.py",
         "tests/adapters/test_recorded_sglang.py",

@@ -83,3 +83,20 @@ def test_top_logprobs_at_below_and_above_its_bounds():
     )
     err = refusal(base(top_logprobs=1))
     assert err.message == "'top_logprobs' needs 'include' to contain 'message.output_text.logprobs'."
+
+
+@pytest.mark.parametrize(
+    ("name", "lowest", "highest", "below", "above"),
+    [
+        ("max_output_tokens", 16, 1 << 31, 15, (1 << 31) + 1),
+        ("max_tool_calls", 0, 1 << 31, -1, (1 << 31) + 1),
+        ("temperature", 0, 2, -0.01, 2.01),
+        ("top_p", 0, 1, -0.01, 1.01),
+    ],
+)
+def test_each_number_at_below_and_above_its_bounds(name, lowest, highest, below, above):
+    for fine in (lowest, highest):
+        assert getattr(parse_request(base(**{name: fine})), name) == fine
+    for bad, code in ((below, "below_min_value"), (above, "above_max_value")):
+        err = refusal(base(**{name: bad}))
+        assert err.param == name and err.code is not None and err.code.endswith(code), (name, bad, err.code)
