@@ -7,6 +7,7 @@ the one-shot calls, health and models."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from typing import Any
 
@@ -50,7 +51,7 @@ class Scripted(OpenAIDialect):
         return Capabilities(embeddings=self.option("embeddings", True), tokenize=self.option("tokenize", True))
 
     def event_filter(self, request):
-        return Shout() if self.option("shout", False) else None
+        return Shout() if self.option("shout", False) and request.kind in ("chat", "completion") else None
 
     def abort_calls(self, request):
         return [Call("/abort", {"rid": request.request_id})] if self.option("abort", False) else []
@@ -65,7 +66,8 @@ class Scripted(OpenAIDialect):
         self.readied += 1
 
     async def load(self, http):
-        return LoadSnapshot(waiting=3)
+        status, raw = await http.get("/load")
+        return LoadSnapshot(waiting=int(raw) if status == 200 else None)
 
 
 def answer(status: int, body: Any, content_type: str = "application/json") -> bytes:
@@ -171,6 +173,7 @@ async def test_a_whole_answer_is_asked_for_and_read():
     assert b"\r\nContent-Type: application/json\r\n" in head and b"\r\nX-Request-Id: gw-1\r\n" in head
     assert b"\r\ntraceparent: 00-abc-def-01\r\n" in head
     assert up.bodies("/v1/chat/completions")[0]["model"] == "served"
+    assert up.bodies("/v1/chat/completions")[0]["stream"] is False
     assert up.bodies("/v1/completions")[0]["prompt"] == "hi"
     assert len(accepted) == 1  # read to its end: the connection is reused
     await done(adapter, ctx)
@@ -199,6 +202,7 @@ async def test_a_stream_ends_at_done_and_its_connection_is_reused():
         got = await events(adapter, request(True))
         assert [e for e in got if isinstance(e, TextDelta)] == [TextDelta(0, "a")]
     assert len(accepted) == 1
+    assert [b["stream"] for b in up.bodies("/v1/chat/completions")] == [True, True]
     await done(adapter, ctx)
 
 
@@ -224,35 +228,42 @@ async def test_errors_before_and_inside_a_stream():
     await done(adapter, ctx)
 
 
-async def test_a_stream_cut_short_ends_with_the_backend_s_error():
+async def test_a_stream_cut_short_ends_with_the_backend_s_error(caplog):
     up, adapter, _, ctx = await with_upstream(
         {"/v1/chat/completions": [orjson.dumps(text_chunk("a")).decode(), ("cut",)]}
     )
-    got = await events(adapter, request(True))
+    with caplog.at_level(logging.WARNING):
+        got = await events(adapter, request(True))
+    # the cause in the log
+    assert "backend b failed: it cut the stream short (the server closed the connection)" in caplog.text
     assert isinstance(got[-1], ErrorEvent)
     assert (got[-1].error.status, got[-1].error.code) == (502, "upstream_error")
     assert str(got[-1].error).endswith("it cut the stream short")
     await done(adapter, ctx)
 
 
-async def test_leaving_a_stream_closes_it_and_sends_the_abort_calls():
+async def test_leaving_a_stream_closes_it_and_sends_the_abort_calls(caplog):
     stream = [orjson.dumps(text_chunk("a")).decode(), ("sleep", 3600)]
     up, adapter, accepted, ctx = await with_upstream(
-        {"/v1/chat/completions": stream, "/abort": answer(200, {})}, abort=True
+        {"/v1/chat/completions": stream, "/abort": answer(404, {})}, abort=True
     )
     gen = adapter.generate(request(True, trace_headers=(("traceparent", "00-t-s-01"),)))
     assert isinstance(await anext(gen), TextDelta)
-    await gen.aclose()
-    await adapter.transport.aclose()  # waits for the abort task
+    with caplog.at_level(logging.WARNING):
+        await gen.aclose()
+        await adapter.transport.aclose()  # waits for the abort task
+    # refused: the operator is told what to do
+    assert "backend b answered HTTP 404 to /abort: the operator's hint" in caplog.text
     (abort_head,) = up.heads("/abort")
     assert up.bodies("/abort") == [{"rid": "gw-1"}] and b"\r\ntraceparent: 00-t-s-01\r\n" in abort_head
     assert len(accepted) >= 2  # the stream's connection was closed, not reused for the abort
     await done(adapter, ctx)
 
 
-async def test_a_refused_request_sends_no_abort_call():
+@pytest.mark.parametrize("status", [400, 503])
+async def test_a_refused_request_sends_no_abort_call(status):
     up, adapter, _, ctx = await with_upstream(
-        {"/v1/chat/completions": answer(503, {"error": {"message": "busy"}}), "/abort": answer(200, {})}, abort=True
+        {"/v1/chat/completions": answer(status, {"error": {"message": "no"}}), "/abort": answer(200, {})}, abort=True
     )
     with pytest.raises(GatewayError):
         await events(adapter, request(True))
@@ -279,11 +290,14 @@ async def test_one_shot_calls():
     tok = await adapter.tokenize(TokenizeRequest("gw-t", "m", messages=[{"role": "user", "content": "hi"}]))
     assert tok.tokens == [1, 2] and tok.max_model_len == 8
     assert up.bodies("/render") == [{"messages": [{"role": "user", "content": "hi"}]}]
+    assert b"\r\nX-Request-Id: gw-t\r\n" in up.heads("/render")[0]
+    assert b"\r\nX-Request-Id: gw-t\r\n" in up.heads("/tokenize")[0]
     assert up.bodies("/tokenize")[0]["prompt"] == "rendered"
     await adapter.tokenize(TokenizeRequest("gw-t2", "m", prompt="plain"))
     assert len(up.heads("/render")) == 1 and up.bodies("/tokenize")[1]["prompt"] == "plain"
     assert (await adapter.detokenize(DetokenizeRequest("gw-d", "m", [1, 2]))).prompt == "hi"
     assert up.bodies("/detokenize") == [{"model": "served", "tokens": [1, 2]}]
+    assert b"\r\nX-Request-Id: gw-d\r\n" in up.heads("/detokenize")[0]
     await done(adapter, ctx)
 
 
@@ -301,21 +315,24 @@ async def test_one_shot_calls_a_runtime_does_not_serve_are_refused_without_a_cal
     await done(adapter, ctx)
 
 
-async def test_one_shot_failures():
+async def test_one_shot_failures(caplog):
     too_long = {"error": {"message": "input too long", "code": 400}}
+    garbage = b"not json " * 40
     up, adapter, _, ctx = await with_upstream(
         {
             "/v1/embeddings": answer(400, too_long),
-            "/tokenize": answer(200, b"not json"),
+            "/tokenize": answer(200, garbage),
             "/detokenize": answer(500, {"error": {"message": "boom"}}),
         }
     )
     with pytest.raises(GatewayError) as emb:
         await adapter.embed(EmbeddingRequest("gw-e", "m", ["x"]))
     assert (emb.value.code, emb.value.param) == ("context_length_exceeded", "input")
-    with pytest.raises(GatewayError) as tok:
+    with caplog.at_level(logging.WARNING), pytest.raises(GatewayError) as tok:
         await adapter.tokenize(TokenizeRequest("gw-t", "m", prompt="x"))
     assert (tok.value.status, str(tok.value).endswith("its answer was not JSON")) == (502, True)
+    # its first 200 bytes in the log
+    assert f"backend b failed: its answer was not JSON ({garbage[:200]!r})" in caplog.text
     with pytest.raises(GatewayError) as detok:
         await adapter.detokenize(DetokenizeRequest("gw-d", "m", [1]))
     assert detok.value.status == 502
@@ -358,23 +375,55 @@ async def test_health_of_a_silent_or_absent_server():
     async def silent(reader, writer, n):
         await asyncio.sleep(3600)
 
+    class Patient(Scripted):
+        health_timeout_s = 30.0
+
     async with serve(silent) as (port, _):
-        adapter = HTTPAdapter(Scripted, "b", f"http://127.0.0.1:{port}", options={"health_timeout_s": 0.1})
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        health = await adapter.health()
+        adapter = HTTPAdapter(Patient, "b", f"http://127.0.0.1:{port}", options={"health_timeout_s": 0.1})
+        async with asyncio.timeout(3):  # the option's 0.1 s, not the dialect's 30 s
+            health = await adapter.health()
         assert (health.ok, health.detail) == (False, "Scripted /health did not answer in time")
-        assert loop.time() - start < Scripted.health_timeout_s + 5  # the option's 0.1 s, not a hang
         await adapter.aclose()
     health = await HTTPAdapter(Scripted, "b", f"http://127.0.0.1:{port}").health()
-    assert not health.ok and health.detail.startswith("not accepting connections (loading or down): ")
+    assert health.ok is False and health.detail.startswith("not accepting connections (loading or down): ")
 
 
 async def test_models_and_load():
     payload = {"data": [{"id": "a"}, {"name": "no id"}, "junk", {"id": "b"}]}
-    up, adapter, _, ctx = await with_upstream({"/v1/models": answer(200, payload)})
+    up, adapter, _, ctx = await with_upstream({"/v1/models": answer(200, payload), "/load": answer(200, b"3")})
     assert await adapter.models() == ["a", "b"]
     assert (await adapter.load()).waiting == 3
     up.routes["/v1/models"] = answer(200, {})
     assert await adapter.models() == []
     await done(adapter, ctx)
+
+
+async def test_a_one_shot_call_has_a_whole_answer_s_limit_not_a_stream_s():
+    async def slow(reader, writer, n):
+        while True:
+            await read_request(reader)
+            await asyncio.sleep(0.5)
+            writer.write(answer(200, {"prompt": "hi"}))
+            await writer.drain()
+
+    async with serve(slow) as (port, _):
+        limits = {"timeout_s": 5.0, "first_byte_timeout_s": 0.2, "stream_idle_timeout_s": 0.2}
+        adapter = HTTPAdapter(Scripted, "b", f"http://127.0.0.1:{port}", **limits)
+        assert (await adapter.detokenize(DetokenizeRequest("gw-d", "m", [1]))).prompt == "hi"
+        await adapter.aclose()
+
+
+async def test_a_stream_has_a_stream_s_first_byte_limit():
+    async def slow(reader, writer, n):
+        await read_request(reader)
+        await asyncio.sleep(0.5)
+        writer.write(answer(200, WHOLE))
+        await writer.drain()
+
+    async with serve(slow) as (port, _):
+        limits = {"timeout_s": 5.0, "first_byte_timeout_s": 0.2}
+        adapter = HTTPAdapter(Scripted, "b", f"http://127.0.0.1:{port}", **limits)
+        with pytest.raises(GatewayError) as info:
+            await events(adapter, request(True))
+        assert (info.value.status, info.value.code) == (504, "upstream_timeout")
+        await adapter.aclose()

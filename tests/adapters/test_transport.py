@@ -13,6 +13,7 @@ import contextlib
 import ipaddress
 import logging
 import re
+import socket
 import ssl
 
 import aiohttp
@@ -63,6 +64,56 @@ async def test_a_post_goes_under_the_url_s_path_with_its_headers_and_body():
     head, body = seen[0]
     assert head.startswith(b"POST /root/v1/x HTTP/1.1\r\n") and b"\r\nX-Request-Id: r1\r\n" in head
     assert body == b'{"q":2}'
+
+
+async def test_only_the_url_s_trailing_slashes_are_dropped():
+    seen = []
+
+    async def handle(reader, writer, n):
+        seen.append((await read_request(reader))[0].split(b"\r\n")[0])
+        writer.write(OK)
+        await writer.drain()
+
+    async with serve(handle) as (port, _):
+        t = Transport("b", f"http://127.0.0.1:{port}/apiX//")
+        assert t.base_url == f"http://127.0.0.1:{port}/apiX"
+        resp = await t.open("/v1", b"", {}, stream=False)
+        await t.read(resp)
+        resp.release()
+        await t.aclose()
+    assert seen == [b"POST /apiX/v1 HTTP/1.1"]
+
+
+async def test_a_hung_connect_is_unavailable_after_connect_timeout_s():
+    # a listener whose backlog is full and never accepted: the next connect hangs
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            s.connect(("127.0.0.1", port))
+        fillers.append(s)
+    await asyncio.sleep(0.05)
+    t = Transport("b", f"http://127.0.0.1:{port}", connect_timeout_s=0.2, first_byte_timeout_s=30.0)
+    try:
+        # 3 s: far past the 0.2 s limit, well before the pool's own 5 s default
+        async with asyncio.timeout(3):
+            with pytest.raises(GatewayError) as info:
+                await t.open("/", b"x", {}, stream=True)
+        assert (info.value.status, info.value.code, info.value.failure) == (
+            503,
+            "backend_unavailable",
+            FailureKind.CONNECT,
+        )
+    finally:
+        for s in fillers:
+            s.close()
+        listener.close()
+        await t.aclose()
 
 
 @pytest.mark.parametrize(
@@ -452,7 +503,7 @@ async def test_https_goes_through_aiohttp_with_the_same_interface(tls_server):
         (False, {"first_byte_timeout_s": 0.1, "stream_idle_timeout_s": 0.1, "timeout_s": 5.0}, False),
     ],
 )
-async def test_https_has_one_read_limit(tls_server, stream, limits, times_out):
+async def test_https_has_one_read_limit(tls_server, stream, limits, times_out, caplog):
     async def handle(reader, writer, n):
         await read_request(reader)
         await asyncio.sleep(0.5)
@@ -471,6 +522,9 @@ async def test_https_has_one_read_limit(tls_server, stream, limits, times_out):
                 FailureKind.TIMEOUT,
             )
             assert str(info.value).endswith("did not start answering within 0.2 s.")
+            # the log has aiohttp's words for it
+            (line,) = [r.getMessage() for r in caplog.records if "timed out" in r.getMessage()]
+            assert line.startswith("backend b timed out: ") and "read" in line.lower()
         else:
             resp = await t.open("/", b"x", {}, stream=stream)
             assert await t.read(resp) == b"ok"
