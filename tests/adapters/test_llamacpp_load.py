@@ -214,3 +214,85 @@ async def test_one_read_per_interval_for_every_caller():
     assert other.gets == ["/metrics", "/slots"]
     # past the interval: read again
     assert (await shared_load(reader, 0.0)) is not first and reader.gets.count("/metrics") == 2
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        # an odd entry or an idle slot first: the slots after it still count
+        (["junk", slot(True)], (1, 0.1)),
+        ([slot(False), slot(True)], (1, 0.05)),
+        # a slot without a context size adds none (used 100 of 1000, not of 1001)
+        ([slot(True, n_ctx="x"), slot(False)], (1, 0.1)),
+    ],
+)
+def test_every_slot_is_looked_at(payload, expected):
+    assert parse_slots(payload) == expected
+
+
+async def test_slots_answered_with_an_error_status_are_not_read():
+    reader = Scripted({"/metrics": metrics(1, 1), "/slots": (503, [slot(True)])})
+    assert (await shared_load(reader, 0.0)).kv_usage is None
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "rate"),
+    [
+        # (processed, cached) since the previous read
+        ((300, 100), (400, 100), 0.0),  # only processed grew
+        ((300, 100), (300, 150), 1.0),  # only cached grew
+        ((300, 100), (400, 200), 0.5),  # cached now below the previous processed count
+        ((300, 100), (300, 101), 1.0),  # one token seen: enough
+    ],
+)
+async def test_hit_rate_since_the_previous_read_at_its_boundaries(first, then, rate):
+    reader = Scripted({"/metrics": metrics(*first), "/slots": (404, b"")})
+    await shared_load(reader, 0.0)
+    reader.routes["/metrics"] = metrics(*then)
+    assert (await shared_load(reader, 0.0)).prefix_hit_rate == rate
+
+
+async def test_hit_rate_since_start_with_a_single_token():
+    reader = Scripted({"/metrics": metrics(0, 1), "/slots": (404, b"")})
+    assert (await shared_load(reader, 0.0)).prefix_hit_rate == 1.0
+
+
+class Clock:
+    """A `time` module whose time() moves on by one second per call."""
+
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def time(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@pytest.mark.parametrize("metrics_status", [200, 501])
+async def test_the_snapshot_is_dated_when_the_metrics_were_read(monkeypatch, metrics_status):
+    import adapters.prometheus_text as prom
+
+    monkeypatch.setattr(prom, "time", Clock(1000.0))
+    answer = metrics(1, 1) if metrics_status == 200 else (501, b"")
+    reader = Scripted({"/metrics": answer, "/slots": (200, [])})
+    assert (await shared_load(reader, 0.0)).read_at == 1001.0
+
+
+async def test_the_interval_at_below_and_above_its_boundary(monkeypatch):
+    import adapters.llamacpp_load as load
+
+    reader = Scripted({"/metrics": metrics(1, 1), "/slots": (200, [])})
+    first = await shared_load(reader, 0.0)
+    clock = Clock(first.read_at + 9.0)  # its next time() is read_at + 10
+    monkeypatch.setattr(load, "time", clock)
+    interval = (first.read_at + 10.0) - first.read_at
+    assert await shared_load(reader, interval + 0.5) is first  # below: the shared snapshot
+    clock.now = first.read_at + 9.0
+    assert await shared_load(reader, interval) is not first  # at it: read again
+
+
+def test_each_event_loop_has_its_own_reader():
+    reader = Scripted({"/metrics": metrics(1, 1), "/slots": (200, [])})
+    asyncio.run(shared_load(reader, 60.0))
+    asyncio.run(shared_load(reader, 60.0))  # another loop: its own lock, its own read
+    assert reader.gets.count("/metrics") == 2
