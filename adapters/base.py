@@ -1,13 +1,8 @@
-"""The canonical contract between the gateway and every runtime adapter.
-
-The gateway turns an OpenAI request into one `GenerationRequest`; an adapter turns
-it into its runtime's wire format and decodes the runtime's answer back into the
-events below. The gateway's encoder is the only code that writes OpenAI JSON.
-
-Cancellation rule: `Adapter.generate` returns an async iterator. Closing it
-(`aclose()`) or cancelling the task that iterates it must abort the work upstream
-(close the HTTP connection, call the runtime's abort endpoint where one exists,
-or abort the engine's sequence) and release everything the adapter holds.
+"""The canonical contract between the gateway and every runtime adapter: one
+`GenerationRequest` in, the events below out (the gateway's encoder is the only code
+that writes OpenAI JSON). Closing the iterator `generate` returns, or cancelling the task
+that iterates it, aborts the work upstream and releases everything the adapter holds
+(docs/architecture.md, "The contract").
 """
 
 from __future__ import annotations
@@ -229,7 +224,6 @@ class Capabilities:
     logprobs: bool = True
     structured_output: bool = True
     cached_tokens: bool = False  # reports prompt_tokens_details.cached_tokens
-    usage_in_stream: bool = True  # can report usage at the end of a stream
     explicit_abort: bool = False  # has an abort call beyond closing the connection
     completions: bool = True  # legacy /v1/completions
     # The one-shot calls (adapters/oneshot.py); off unless the
@@ -306,7 +300,6 @@ class LoadSnapshot:
 class Health:
     ok: bool
     detail: str = ""
-    checked_at: float = field(default_factory=time.time)
 
 
 class Adapter(ABC):

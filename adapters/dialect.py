@@ -10,10 +10,12 @@ Paths are relative to the backend's url.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
 
 from adapters.base import Capabilities, Event, GenerationRequest, LoadSnapshot, ParameterSupport
 from adapters.errors import GatewayError
@@ -41,6 +43,34 @@ class Reader(Protocol):
     base_url: str
 
     async def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]: ...
+
+
+@dataclass
+class SharedLoad:
+    """The one reader of one server's load in this process: the last snapshot and when
+    it was read (a runtime's own reader adds what it keeps between reads)."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last: LoadSnapshot = field(default_factory=LoadSnapshot)
+    read_at: float = 0.0
+
+
+S = TypeVar("S", bound=SharedLoad)
+# Keyed by server and event loop (an asyncio.Lock belongs to one loop).
+_SHARED: dict[tuple[str, int], Any] = {}
+
+
+async def shared_load(
+    http: Reader, min_interval_s: float, kind: type[S], read: Callable[[Reader, S], Awaitable[LoadSnapshot]]
+) -> LoadSnapshot:
+    """The server's load, read at most once per `min_interval_s` for every adapter in this
+    process, for a runtime whose read is destructive (TRT-LLM's JSON `/metrics` drains its
+    stats; llama.cpp's resets its throughput windows). `read` keeps `last` and `read_at`."""
+    reader: S = _SHARED.setdefault((http.base_url, id(asyncio.get_running_loop())), kind())
+    async with reader.lock:
+        if time.time() - reader.read_at < min_interval_s:
+            return reader.last
+        return await read(http, reader)
 
 
 class EventFilter(ABC):

@@ -31,12 +31,17 @@ class FailureKind(Enum):
     OVERLOAD = "overload"  # the runtime refused: 429, or 503 overloaded
 
 
+# The kind of a 5xx built without one: the one place a status decides a failure's kind.
+FAILURE_BY_STATUS = {503: FailureKind.OVERLOAD, 504: FailureKind.TIMEOUT}
+
+
 class GatewayError(Exception):
     """An error that becomes `{"error": {"message", "type", "param", "code"}}`.
 
-    `failure`: the kind of backend failure it is (any 5xx is at least a SERVER_ERROR);
-    before the first byte such a failure is tried on another backend (`fails_over`),
-    whatever its status and code.
+    `failure`: the kind of backend failure it is; a 5xx whose builder names none is
+    one by its status (`FAILURE_BY_STATUS`). Before the first byte such a failure is
+    tried on another backend (`fails_over`), whatever its status and code; a rollout's
+    analysis classes the answer by it (gateway/serving/rollout.py).
     `retry_after` (seconds) becomes the Retry-After header on 429/503.
     `cancelled_phase`: on a 499, where the client went away (the cancellation
     metric's `phase` label), when the raiser knows it.
@@ -61,7 +66,9 @@ class GatewayError(Exception):
         self.type = type or default_type(status)
         self.code = code
         self.param = param
-        self.failure = failure if failure is not None or status < 500 else FailureKind.SERVER_ERROR
+        if failure is None and status >= 500:
+            failure = FAILURE_BY_STATUS.get(status, FailureKind.SERVER_ERROR)
+        self.failure = failure
         self.retry_after = retry_after
         self.headers = headers or {}
         self.cancelled_phase = cancelled_phase
@@ -181,7 +188,7 @@ def upstream_timeout(backend: str, detail: str, waited_s: float, first_byte: boo
         504,
         f"{THE_BACKEND} {what} within {waited_s:g} s.",
         code="upstream_timeout",
-        failure=FailureKind.TIMEOUT if first_byte else None,
+        failure=FailureKind.TIMEOUT,
     )
 
 

@@ -29,7 +29,7 @@ from adapters.oneshot import (
     TokenizeRequest,
     TokenizeResult,
 )
-from adapters.openai_wire import iter_sse_data
+from adapters.openai_wire import SSEData
 from adapters.transport import READ_ERRORS, Transport
 
 # A dialect class, called with the backend's name, served model and options.
@@ -82,18 +82,28 @@ class HTTPAdapter(Adapter):
                     yield event
             else:
                 # A stream that ends without finishing its choices is the stream guard's concern.
+                sse = SSEData()
+                chunks = resp.iter_chunks().__aiter__()
+                ended = done = False
                 try:
-                    async for data in iter_sse_data(resp.iter_chunks()):
-                        if data.startswith(b"[DONE]"):
-                            for event in quirks.at_done() if quirks is not None else ():
-                                yield event
-                            break
-                        for event in dialect.decode_data(data, chat):
-                            if quirks is None:
-                                yield event
-                            else:
-                                for out in quirks.feed(event):
-                                    yield out
+                    while not (ended or done):
+                        try:
+                            datas = sse.feed(await chunks.__anext__())
+                        except StopAsyncIteration:
+                            datas, ended = sse.end(), True
+                        for data in datas:
+                            if data.startswith(b"[DONE]"):
+                                done = True
+                                break
+                            for event in dialect.decode_data(data, chat):
+                                if quirks is None:
+                                    yield event
+                                else:
+                                    for out in quirks.feed(event):
+                                        yield out
+                    if done and quirks is not None:
+                        for event in quirks.at_done():
+                            yield event
                 except GatewayError as exc:
                     yield ErrorEvent(exc)
                 except READ_ERRORS as exc:

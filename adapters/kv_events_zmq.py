@@ -1,15 +1,10 @@
-"""A subscriber to a runtime's KV-event publisher (vLLM's or SGLang's ZMQ PUB socket;
-docs/architecture.md, "Routing", has the rules). Each message is three frames: topic,
-an 8-byte big-endian sequence number and the msgpack batch (adapters/kv_events.py).
-The optional replay socket (a ROUTER) answers a start number with every batch it
-still buffers, each `(topic, seq, payload)` (vLLM 0.32+, SGLang; older vLLM sent
-`(seq, payload)`), then an end marker of sequence -1. Batches go to a consumer
-(policies/kv_index.py's `KVBlockIndex`) with their numbers: lost ones are asked of
-the replay socket first, else the consumer sees the gap and starts empty; the first
-batch also asks for everything from 0. An undecodable payload is skipped and counted
-(its number then shows as a gap). A reconnect is a new start (a restarted runtime
-numbers from 0 again): the consumer forgets (`reconnected`) and the replay socket is
-asked for all it buffers. Needs `pyzmq` and `msgpack` (the `kv-events` extra).
+"""A subscriber to a runtime's KV-event publisher (vLLM's or SGLang's ZMQ PUB socket):
+frames topic, 8-byte big-endian sequence number, msgpack batch (adapters/kv_events.py).
+The optional replay socket (a ROUTER) answers a start number with every batch it still
+buffers, each `(topic, seq, payload)` (older vLLM: `(seq, payload)`), then sequence -1.
+Lost batches are asked of it first, else the consumer (policies/kv_index.py) sees the
+gap; a reconnect is a new start (`reconnected`). docs/architecture.md, "Routing", has the
+rules. Needs `pyzmq` and `msgpack` (the `kv-events` extra).
 """
 
 from __future__ import annotations

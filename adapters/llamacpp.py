@@ -1,16 +1,10 @@
-"""The llama.cpp dialect (`llama-server`): one choice per request (the gateway fans n > 1
-out), `repetition_penalty` sent as `repeat_penalty`, logprobs asked for as many
-alternatives as the client wants (llama.cpp sends 20 for `logprobs: true`, none for
-`top_logprobs: 0`), completion logprobs read from its chat shape, its context-overflow
-error as `context_length_exceeded`; load from `llamacpp:*` metrics and `/slots` read
-once per server for every adapter in this process (a `/metrics` scrape resets its
-throughput averages); `/props` read once as the server's conditions; `/tokenize`,
-`/detokenize` in its shape, messages rendered by `/apply-template` first; a forced tool
-call opened and ended by the dialect (`force_tool_call`). Facts and sources:
-docs/adapters.md "llama.cpp", docs/runtimes.md §8.
-
-Never sent upstream (the transport writes only its own headers): a client's
-`X-Conversation-Id`, which would make llama.cpp keep generating after the client left.
+"""The llama.cpp dialect (`llama-server`): one choice per request, `repeat_penalty`,
+logprob alternatives asked and cut to `top_logprobs`, its context-overflow error, load
+from `llamacpp:*` metrics and `/slots` shared per server (adapters/llamacpp_load.py),
+`/props` read once, `/tokenize` and `/detokenize` in its shape, a forced tool call
+opened and ended here (`force_tool_call`); never a client's `X-Conversation-Id` (it would
+keep llama.cpp generating after the client left). Facts and sources: docs/adapters.md
+"llama.cpp", docs/runtimes.md §8.
 """
 
 from __future__ import annotations
@@ -111,15 +105,10 @@ class LlamaCppDialect(OpenAIDialect):
         return body
 
     def force_tool_call(self, body: dict[str, Any], request: GenerationRequest) -> None:
-        """A forced choice as llama.cpp can follow it. It reads no named choice (a
-        warning, then `auto`): that becomes `required` over the one named tool. Under
-        `required` its grammar lets free text come first (`optional(content(until(opener)))`
-        in common/chat-auto-parser-generator.cpp), which a model may write to the end; with
-        a Hermes-style template the answer is opened with the opener as a trailing
-        assistant turn, which llama.cpp continues under the grammar, and ended after one
-        call (its grammar repeats calls without end, `parallel_tool_calls: false` alone
-        included; that and the closer as a stop end it, as measured): parallel calls come
-        under `auto`."""
+        """A forced choice as llama.cpp can follow it: a named choice (it reads none) becomes
+        `required` over that tool; with a Hermes-style template the answer is opened with
+        the opener as a trailing assistant turn and ended after one call, since its grammar
+        lets free text come first and repeats calls without end (docs/adapters.md, "llama.cpp")."""
         choice = request.tool_choice
         if isinstance(choice, dict):
             name = (choice.get("function") or {}).get("name")
@@ -161,7 +150,7 @@ class LlamaCppDialect(OpenAIDialect):
 
     async def load(self, http: Reader) -> LoadSnapshot:
         await self.ready(http)
-        return await load_view.shared_load(http, float(self.options.get("load_min_interval_s", 0.5)))
+        return await load_view.load(http, float(self.options.get("load_min_interval_s", 0.5)))
 
     # ---- one-shot calls ---------------------------------------------------------------------------
 

@@ -9,9 +9,8 @@ in this process and shares the snapshot; the operator's Prometheus keeps its win
 
 from __future__ import annotations
 
-import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -19,7 +18,7 @@ import orjson
 
 from adapters import prometheus_text as prom
 from adapters.base import LoadSnapshot
-from adapters.dialect import Reader
+from adapters.dialect import Reader, SharedLoad, shared_load
 
 _ERRORS = (TimeoutError, aiohttp.ClientError, OSError)
 
@@ -86,31 +85,22 @@ def parse_slots(payload: Any) -> tuple[int | None, float | None]:
 
 
 @dataclass
-class _Reader:
-    """The one reader of one server's load in this process."""
-
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    last: LoadSnapshot = field(default_factory=LoadSnapshot)
-    read_at: float = 0.0
+class _Reader(SharedLoad):
     counters: tuple[float, float] | None = None  # (cached, processed) prompt tokens at the last read
 
 
-# Keyed by server and event loop (an asyncio.Lock belongs to one loop).
-_READERS: dict[tuple[str, int], _Reader] = {}
-
-
-async def shared_load(http: Reader, min_interval_s: float) -> LoadSnapshot:
-    """The server's load, read at most once per `min_interval_s` for every caller."""
-    reader = _READERS.setdefault((http.base_url, id(asyncio.get_running_loop())), _Reader())
-    async with reader.lock:
-        if time.time() - reader.read_at < min_interval_s:
-            return reader.last
-        reader.last = await _read(http, reader)
-        reader.read_at = reader.last.read_at
-        return reader.last
+async def load(http: Reader, min_interval_s: float) -> LoadSnapshot:
+    """The server's load, read once per `min_interval_s` for every adapter (`shared_load`)."""
+    return await shared_load(http, min_interval_s, _Reader, _read)
 
 
 async def _read(http: Reader, reader: _Reader) -> LoadSnapshot:
+    reader.last = await _snapshot(http, reader)
+    reader.read_at = reader.last.read_at
+    return reader.last
+
+
+async def _snapshot(http: Reader, reader: _Reader) -> LoadSnapshot:
     samples, read_at = await prom.scrape(http, "/metrics")
     try:
         status, raw = await http.get("/slots")

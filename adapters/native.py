@@ -57,19 +57,22 @@ ROUTE_TEXT_BYTES = 8192
 
 class SharedTokenizer:
     """One model directory's tokenizer, one object for every native backend that loads
-    it, and the token ids of the prompts it rendered last.
-
-    Why: with precise routing the gateway names a prompt's blocks before it picks a
-    backend (`kv_block_hashes`: chat template, then tokenizer, about 1 ms on the event
-    loop), and the backend it picks would render and tokenize the same prompt again.
-    Ids are reused only by the very tokenizer object that computed them (so only by
-    backends of the same model files), and only for a prompt equal, byte for byte as
-    JSON, to the one they were computed for."""
+    it, and the token ids of the prompts it rendered last: precise routing names a
+    prompt's blocks (`kv_block_hashes`, about 1 ms on the event loop) before the backend
+    it picks would tokenize it again. Ids are reused only by the tokenizer object that
+    computed them, for a prompt equal, byte for byte as JSON, to theirs."""
 
     def __init__(self, tokenizer: TextTokenizer) -> None:
         self.tokenizer = tokenizer
         self.recent: OrderedDict[bytes, list[int]] = OrderedDict()
         self.reused = 0  # prompts not tokenized again (tests, and to see it work)
+
+    def remember(self, key: bytes | None, ids: list[int]) -> None:
+        """Keep a copy of `ids` for the prompt `key`, the last RECENT_PROMPTS of them."""
+        if key is not None:
+            self.recent[key] = list(ids)
+            if len(self.recent) > RECENT_PROMPTS:
+                self.recent.popitem(last=False)
 
 
 _SHARED: dict[tuple, SharedTokenizer] = {}
@@ -323,10 +326,7 @@ class NativeAdapter(NativeOneShot, Adapter):
             shared.reused += 1
             return list(ids)  # a copy: the engine's sequence is not the cache's
         ids = self._compute_prompt_ids(request, shared.tokenizer)
-        if key is not None:
-            shared.recent[key] = list(ids)
-            if len(shared.recent) > RECENT_PROMPTS:
-                shared.recent.popitem(last=False)
+        shared.remember(key, ids)
         return ids
 
     async def _tokenized_prompt(self, request: GenerationRequest, max_model_len: int) -> list[int]:
@@ -339,10 +339,7 @@ class NativeAdapter(NativeOneShot, Adapter):
             return self._prompt_ids(request)
         check_context(shared.tokenizer, max_model_len, request_text_bytes(request), prompt_param(request.kind))
         ids = await TEXT_WORK.run(request.tenant, lambda: self._compute_prompt_ids(request, shared.tokenizer))
-        if key is not None:
-            shared.recent[key] = list(ids)
-            if len(shared.recent) > RECENT_PROMPTS:
-                shared.recent.popitem(last=False)
+        shared.remember(key, ids)
         return ids
 
     def _compute_prompt_ids(self, request: GenerationRequest, tok: TextTokenizer) -> list[int]:

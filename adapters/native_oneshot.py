@@ -1,17 +1,8 @@
-"""The native engine's one-shot calls: embeddings, tokenize, detokenize.
-
-`NativeOneShot` gives the native adapter (adapters/native.py) its `embed`,
-`tokenize` and `detokenize`: the text side of them, on the adapter's engine
-(`engine.async_engine.AsyncEngine`) and tokenizer (`engine.text.tokenizer.TextTokenizer`),
-which it only uses (only adapters/native.py imports the engine).
-Texts are tokenized as vLLM does for each call: embedding inputs with special tokens,
-`/tokenize` prompts with them unless told otherwise, chat messages through the model's
-chat template without them (the template writes its own).
-
-Every text is capped by the model's context before any work (`check_context`: bytes
-over the longest token's bytes is the fewest tokens a text can be), and the work runs
-on the tenant's share of the worker threads (adapters/native_work.py), never on the
-event loop.
+"""The native engine's one-shot calls: embeddings, tokenize, detokenize, on the native
+adapter's engine and tokenizer (only adapters/native.py imports the engine). Texts are
+tokenized as vLLM does for each call; every text is capped by the model's context
+before any work (`check_context`), and the work runs on the tenant's share of the
+worker threads (adapters/native_work.py), never on the event loop.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The contract of the one-shot calls (they generate nothing): embeddings, tokenize, detokenize.
-
-One request in, one typed result out (no event stream). A runtime declares them in its
-`Capabilities` (`embeddings`, `tokenize`, which covers detokenize too); the gateway
-routes a call only to backends that declare it. Cancelling the coroutine aborts the
-upstream work as for a generation: HTTP adapters close the connection, the native
-adapter runs no further forward pass.
-
-Token ids and vectors travel as plain lists. Vectors come back as floats whatever the
-client asked: the gateway writes the response (`float` or `base64`) itself.
+"""The contract of the one-shot calls (they generate nothing): embeddings, tokenize,
+detokenize. One request in, one typed result out; a runtime declares them in its
+`Capabilities` (`embeddings`, `tokenize`, which covers detokenize too), and cancelling
+the coroutine aborts the upstream work as for a generation. Vectors come back as floats
+whatever the client asked: the gateway writes `float` or `base64` itself.
 """
 
 from __future__ import annotations

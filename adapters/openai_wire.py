@@ -11,7 +11,7 @@ refuse; the rules about the whole stream belong to the guard (adapters/base.py,
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -222,52 +222,85 @@ def decode_response(payload: dict, chat: bool, backend: str) -> list[Event]:
 
 
 def decode_chunk(payload: dict, chat: bool, backend: str) -> list[Event]:
-    """One streamed chunk as events (role-only and empty deltas give none)."""
+    """One streamed chunk as events (role-only and empty deltas give none). Once per
+    streamed token: absent fields are skipped before any decoder is called."""
     events: list[Event] = []
-    for index, choice in indexed_choices(payload):
+    for pos, choice in enumerate(payload.get("choices") or ()):
+        index = int(choice.get("index", pos))
+        lp = choice.get("logprobs")
         if chat:
             delta = choice.get("delta") or {}
             content = delta.get("content")
-            logprobs = decode_chat_logprobs(choice.get("logprobs"))
+            logprobs = decode_chat_logprobs(lp) if lp else None
             if content or logprobs:
                 events.append(TextDelta(index, content or "", logprobs))
-            events.extend(decode_tool_calls(index, delta.get("tool_calls"), whole=False))
+            calls = delta.get("tool_calls")
+            if calls:
+                events.extend(decode_tool_calls(index, calls, whole=False))
         else:
             text = choice.get("text")
-            logprobs = decode_completion_logprobs(choice.get("logprobs"))
+            logprobs = decode_completion_logprobs(lp) if lp else None
             if text or logprobs:
                 events.append(TextDelta(index, text or "", logprobs))
         reason = choice.get("finish_reason")
         if reason is not None:
             events.append(Finish(index, normalize_finish(reason, backend)))  # type: ignore[arg-type]
-    events.extend(trailing_usage(payload))
+    if payload.get("usage") is not None:
+        events.extend(trailing_usage(payload))
     return events
 
 
-async def iter_sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """The `data` of each server-sent event (multi-line data joined by newlines), from
-    the body as it arrives: split into lines here, so no generator of lines stands
-    between the socket and the events."""
-    data: list[bytes] = []
-    tail = b""
-    async for chunk in chunks:
-        buf = tail + chunk if tail else chunk
-        start = 0
-        while (nl := buf.find(b"\n", start)) >= 0:
-            line = buf[start:nl].rstrip(b"\r")
-            start = nl + 1
-            if not line:
-                if data:
-                    yield b"\n".join(data)
-                    data = []
-            elif line.startswith(b"data:"):
-                value = line[5:]
-                data.append(value[1:] if value.startswith(b" ") else value)
-            # comments (":") and other fields (event/id/retry) carry nothing for us
-        tail = buf[start:]
-    line = tail.rstrip(b"\r")
-    if line.startswith(b"data:"):
-        value = line[5:]
-        data.append(value[1:] if value.startswith(b" ") else value)
-    if data:
-        yield b"\n".join(data)
+class SSEData:
+    """The `data` of each server-sent event (multi-line data joined by newlines), fed
+    the body's chunks as they arrive: a plain splitter, so no generator stands between
+    the socket and the events. Without a carriage return in sight the body is cut at
+    its blank lines and an event of one `data: ` line (how the runtimes write them) is
+    taken whole; anything else is read line by line."""
+
+    __slots__ = ("data", "tail")
+
+    def __init__(self) -> None:
+        self.data: list[bytes] = []  # the data lines of an event not ended yet
+        self.tail = b""  # what follows the last blank line (or, line by line, the last newline)
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buf = self.tail + chunk if self.tail else chunk
+        out: list[bytes] = []
+        if self.data or b"\r" in buf:
+            start = 0
+            while (nl := buf.find(b"\n", start)) >= 0:
+                self._line(buf[start:nl].rstrip(b"\r"), out)
+                start = nl + 1
+            self.tail = buf[start:]
+            return out
+        *events, self.tail = buf.split(b"\n\n")
+        for event in events:
+            if event.startswith(b"data: ") and b"\n" not in event:
+                out.append(event[6:])
+            else:
+                for line in event.split(b"\n"):
+                    self._line(line, out)
+                self._line(b"", out)
+        return out
+
+    def _line(self, line: bytes, out: list[bytes]) -> None:
+        """One line, its ending cut: a blank one ends the event."""
+        if not line:
+            if self.data:
+                out.append(b"\n".join(self.data))
+                self.data.clear()
+        elif line.startswith(b"data:"):
+            value = line[5:]
+            self.data.append(value[1:] if value.startswith(b" ") else value)
+        # comments (":") and other fields (event/id/retry) carry nothing for us
+
+    def end(self) -> list[bytes]:
+        """At the body's end: the last event, which needs no blank line."""
+        out: list[bytes] = []
+        for line in self.tail.split(b"\n"):
+            self._line(line.rstrip(b"\r"), out)
+        self.tail = b""
+        if self.data:
+            out.append(b"\n".join(self.data))
+            self.data.clear()
+        return out

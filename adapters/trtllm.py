@@ -7,11 +7,10 @@ server in this process) or `/prometheus/metrics`. Facts and sources: docs/adapte
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -19,7 +18,7 @@ import orjson
 
 from adapters import prometheus_text as prom
 from adapters.base import SAMPLING_PARAMETERS, Capabilities, GenerationRequest, LoadSnapshot
-from adapters.dialect import Reader
+from adapters.dialect import Reader, SharedLoad, shared_load
 from adapters.openai import OpenAIDialect
 from adapters.runtime_errors import ParsedError
 
@@ -49,18 +48,10 @@ _BACKEND_FAULT = re.compile(r"Generation failed|internal error|CUDA|out of memor
 
 
 @dataclass
-class _JsonMetricsReader:
-    """The one reader of one server's destructive JSON `/metrics`."""
+class _JsonMetricsReader(SharedLoad):
+    """The one reader of one server's destructive JSON `/metrics` (`shared_load`)."""
 
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    last: LoadSnapshot = field(default_factory=LoadSnapshot)
-    read_at: float = 0.0
     seen_stats: bool = False
-
-
-# Shared by every adapter instance pointing at the same server in this process
-# (keyed by event loop as well: an asyncio.Lock belongs to one loop).
-_JSON_READERS: dict[tuple[str, int], _JsonMetricsReader] = {}
 
 
 class TRTLLMDialect(OpenAIDialect):
@@ -99,40 +90,39 @@ class TRTLLMDialect(OpenAIDialect):
                 "trtllm_kv_cache_utilization",
                 "trtllm_kv_cache_hit_rate",
             )
-        key = (http.base_url, id(asyncio.get_running_loop()))
-        reader = _JSON_READERS.setdefault(key, _JsonMetricsReader())
-        async with reader.lock:
-            if time.time() - reader.read_at < self._min_interval_s:
-                return reader.last
-            try:
-                status, raw = await http.get("/metrics")
-            except (TimeoutError, aiohttp.ClientError, OSError):
-                return LoadSnapshot()
-            reader.read_at = time.time()
-            if status != 200:
-                return LoadSnapshot(read_at=reader.read_at)
-            try:
-                stats = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                return LoadSnapshot(read_at=reader.read_at)
-            snapshot = parse_iteration_stats(stats, reader.read_at)
-            if snapshot is None and reader.seen_stats:
-                # No engine iteration since the last read: nothing ran or waited
-                # (a queued request makes the engine iterate within milliseconds).
-                snapshot = LoadSnapshot(
-                    waiting=0,
-                    running=0,
-                    kv_usage=reader.last.kv_usage,
-                    prefix_hit_rate=reader.last.prefix_hit_rate,
-                    read_at=reader.read_at,
-                )
-            elif snapshot is None:
-                # Never any stats: iteration stats are off (`enable_iter_perf_stats`).
-                snapshot = LoadSnapshot(read_at=reader.read_at)
-            else:
-                reader.seen_stats = True
-            reader.last = snapshot
-            return snapshot
+        return await shared_load(http, self._min_interval_s, _JsonMetricsReader, _read_json_metrics)
+
+
+async def _read_json_metrics(http: Reader, reader: _JsonMetricsReader) -> LoadSnapshot:
+    try:
+        status, raw = await http.get("/metrics")
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return LoadSnapshot()
+    reader.read_at = time.time()
+    if status != 200:
+        return LoadSnapshot(read_at=reader.read_at)
+    try:
+        stats = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return LoadSnapshot(read_at=reader.read_at)
+    snapshot = parse_iteration_stats(stats, reader.read_at)
+    if snapshot is None and reader.seen_stats:
+        # No engine iteration since the last read: nothing ran or waited
+        # (a queued request makes the engine iterate within milliseconds).
+        snapshot = LoadSnapshot(
+            waiting=0,
+            running=0,
+            kv_usage=reader.last.kv_usage,
+            prefix_hit_rate=reader.last.prefix_hit_rate,
+            read_at=reader.read_at,
+        )
+    elif snapshot is None:
+        # Never any stats: iteration stats are off (`enable_iter_perf_stats`).
+        snapshot = LoadSnapshot(read_at=reader.read_at)
+    else:
+        reader.seen_stats = True
+    reader.last = snapshot
+    return snapshot
 
 
 def parse_iteration_stats(stats: Any, read_at: float) -> LoadSnapshot | None:

@@ -1,28 +1,9 @@
-"""Backpressure: a bounded queue per model, with priority bands and fairness
-between tenants inside a band, dispatching only while the model's backends
-have capacity.
-
-* Bands: a higher `tier` is served first (strict priority between bands).
-* Fairness: inside a band, tenants take turns (round robin over tenants that
-  have someone waiting), so a tenant flooding the queue gets one dispatch per
-  turn like everyone else instead of the whole backend.
-* Capacity: `capacity(model)` returns how many generations the model's backends
-  can hold (the sum of their max in-flight, except that a backend whose runtime
-  reports saturation by policies/saturation.py's definition holds only what it
-  has), or None for unbounded. A request holds one unit per generation it starts
-  (`units`: its prompts x n), and is dispatched when its units fit beside those
-  in flight from this gateway; one larger than the whole capacity waits until
-  nothing else is in flight and then runs alone. Requests leave the queue in
-  turn: a large one at the head is not overtaken by smaller ones behind it.
-* A full queue answers 429 or 503 with Retry-After estimated from the recent
-  drain rate, except that a tenant with few places pushes out the newest
-  request of the tenant holding the most (longest-queue drop), so fairness
-  covers the queue's space and not only its order.
-* A request that waited past the queue's own limit (`max_wait_s`) gets 503 with
-  Retry-After (the gateway is busy); one that waited past the deadline its client
-  set (`deadline`, shorter than that limit) gets 504 `deadline_exceeded`, the code
-  a generation running past it gets too (gateway/serving/generation.py). A request whose
-  client left is removed at once (its slot goes to the next one).
+"""Backpressure: a bounded queue per model, with priority bands and fairness between
+tenants inside a band, dispatching only while the model's backends have capacity
+(`capacity(model)`, in generations). A full queue answers 429 or 503 with Retry-After,
+pushing out the newest request of the tenant holding the most; a wait past
+`max_wait_s` is 503, past the client's deadline 504. docs/architecture.md, "Tenancy",
+has the rules.
 """
 
 from __future__ import annotations
@@ -78,7 +59,6 @@ class _Waiter:
     tenant: str
     tier: int
     future: asyncio.Future[None]
-    enqueued_at: float
     units: int = 1
     dispatched: bool = False
 
@@ -189,7 +169,7 @@ class AdmissionQueue:
         client_limit = deadline is not None and deadline < limit
         if deadline is not None:
             limit = min(limit, deadline)
-        waiter = _Waiter(tenant, tier, asyncio.get_running_loop().create_future(), start, units)
+        waiter = _Waiter(tenant, tier, asyncio.get_running_loop().create_future(), units)
         self._push(q, waiter)
         try:
             while True:

@@ -272,7 +272,9 @@ class Authenticator:
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
         if self.mode == "none":
-            tenant = self.tenants.get(ANONYMOUS_TENANT, TenantRecord(models=["*"], tier=1))
+            tenant = self.tenants.get(ANONYMOUS_TENANT)  # no default record built per request
+            if tenant is None:
+                return Principal(ANONYMOUS_TENANT, None, ["*"], 1)
             return Principal(ANONYMOUS_TENANT, None, list(tenant.models), tenant.tier)
         credential = _credential(headers)
         if credential is None:

@@ -1,11 +1,9 @@
 """Outlier ejection (circuit breaking) for one pool's backends, from the outcomes
-dispatch reports before each attempt's first byte (docs/architecture.md, "Routing",
-has the rules): ejected after `consecutive_failures` or an `error_rate` over
-`window_s`, held out for a doubling backoff, then one real request is the half-open
-probe; at most `max_ejected_share` of the pool out at once. A failure a request can
-cause ejects only when it is not one tenant's alone. The retry budget's settings sit
-here beside it (policies/retry_budget.py keeps the budget). Pure state and arithmetic
-with an injectable clock.
+dispatch reports before each attempt's first byte: ejected after `consecutive_failures`
+or an `error_rate` over `window_s`, held out for a doubling backoff, then one real
+request is the half-open probe; at most `max_ejected_share` of the pool out at once. A
+failure a request can cause ejects only when it is not one tenant's alone. Pure state
+and arithmetic with an injectable clock (docs/architecture.md, "Routing").
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""One backend's prefix cache as its runtime's own KV-cache events describe it: a set
-of block hashes with when each was last stored (`BlockStored` adds, `BlockRemoved`
-takes away, `AllBlocksCleared` empties); a request's leading blocks match as far as
-the first one missing. Only blocks on the device count (medium GPU or none given).
-
-Lost events must not make it lie for long: a gap in the sequence numbers is first
-replayed (`missing`), else the index starts over, as on a restart (a number not
-above the last); an entry not announced for `max_age_s` stops matching; memory is
-bounded, least recently stored first. A routed request's blocks are `expect`ed at
-once (the runtime announces them only after its prefill, and the next request of
-the prefix should follow the first), until confirmed, removed, or `expect_ttl_s`.
+"""One backend's prefix cache as its runtime's own KV-cache events describe it: block
+hashes with when each was last stored; a request's leading blocks match as far as the
+first one missing (device blocks only). Lost events must not make it lie for long: a
+gap is replayed (`missing`) else the index starts over, an entry unannounced for
+`max_age_s` stops matching, memory is bounded, and a routed request's blocks are
+`expect`ed at once until confirmed (docs/architecture.md, "Routing").
 """
 
 from __future__ import annotations
@@ -26,10 +21,8 @@ from policies.settings import Settings
 
 DEVICE_MEDIA = (None, "GPU")
 # Fewer leading blocks than this match nothing: every chat shares its template's head (a block
-# or two), which says where no prompt's own prefix is, and 64 tokens (vLLM's and the native
-# engine's 16-token blocks) are no prefill worth a choice. Measured: a one-block match (1% of a
-# 100-block prompt) decided every cold placement when the backends were idle, and sent every new
-# prompt to the one backend that had served this run before (docs/bench/routing/).
+# or two), which says where no prompt's own prefix is, and 64 tokens are no prefill worth a
+# choice (a one-block match sent every new prompt to one backend: docs/bench/routing/).
 MIN_MATCH_BLOCKS = 4
 
 

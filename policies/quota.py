@@ -1,29 +1,10 @@
-"""Quota decisions shared by both stores: requests per minute, tokens per minute
-and concurrent requests, per tenant and per API key.
-
-Semantics (identical in `quota_memory` and `quota_redis`, tested against both):
-
-* Rates use a sliding window of `window_ms` cut into buckets of `bucket_ms`
-  (60 one-second buckets by default). The used amount is the sum of the buckets
-  still inside the window, so at any moment the admitted requests (and reserved
-  tokens) of the last minute never exceed the limit: no fixed-window burst at the
-  boundary, and no token-bucket refill that lets 2x through in one minute.
-* Tokens are *reserved* at admission (prompt estimate + max_tokens or a cap) in
-  the same atomic step as every check, then reconciled with the real usage on
-  release: the unused part is given back to the bucket it was taken from (while
-  that bucket is still in the window); usage beyond the reservation is charged
-  to the current bucket. This closes the check-then-charge race (LiteLLM #18730).
-  What that charge puts past the limit is carried into the next windows
-  (`carry_overrun`), so an underestimated request cannot buy more than the limit:
-  the debt keeps the tenant out until it is paid, a window's worth at a time.
-* Concurrency is a set of leases with an expiry. The holder refreshes its leases
-  (heartbeat); a crashed replica stops refreshing, so its leases expire within
-  the TTL instead of leaking slots for good (LiteLLM #27955). A request holds one
-  lease per upstream generation it starts (`units`: its prompts x n, members
-  `lease_id`, `lease_id#1`, ...), so `max_concurrent` bounds generations; one
-  that needs more units than the limit is refused for good (no Retry-After).
-* Every check reads the store's clock (Redis `TIME` for the Redis store), so
-  replicas with skewed clocks still agree.
+"""Quota decisions shared by both stores: requests per minute, tokens per minute and
+concurrent requests, per tenant and per API key, identical in `quota_memory` and
+`quota_redis` (tested against both). Rates are a sliding window of buckets; tokens are
+reserved at admission in the same atomic step as every check and reconciled at release,
+an overrun carried into the next windows; concurrency is leases with an expiry, one per
+generation; every check reads the store's clock. docs/architecture.md, "Tenancy", has
+the semantics and why.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """The one rule for what the gateway may show of a secret or of a client's text,
-wherever it shows it: `/admin/config`, the logs (the access log and the text log),
-error messages, traces, `/readyz`, `config check` and the startup lines.
-
-- a URL's userinfo: the password masked (`redis://user:***@host`), a lone user too
-  (`https://***@host`: tokens travel there);
-- a query parameter or a `name=value` pair whose name says password, secret, token,
-  key, auth, credential or signature: its value masked, in URLs and free text;
-- headers that carry credentials (`authorization`, `proxy-authorization`, `cookie`,
-  `set-cookie`, `x-api-key`, `api-key`, and any whose name says so): the value masked;
-  `Bearer <token>` in free text too;
-- control characters (C0, DEL, C1, the Unicode line and paragraph separators)
-  escaped as `\\uXXXX`, so that no value a client sent can start a log line of its own
-  or drive a terminal;
-- client names (a model, an id) clipped to a bound, saying how long they were.
-
-Standard library only, so that every package may use it: the gateway, the stores
-(`RedisTarget.describe`), the adapters (`GatewayError` messages).
+wherever it shows it (`/admin/config`, the logs, error messages, traces, `/readyz`,
+`config check`, the startup lines): URL userinfo, secret-named query parameters and
+`name=value` pairs, credential headers and `Bearer` tokens masked; control characters
+escaped as `\\uXXXX` (no client value starts a log line or drives a terminal); client
+names clipped, saying how long they were. docs/operations.md, "What the gateway never
+shows", lists what is masked. Standard library only, so every package may use it.
 """
 
 from __future__ import annotations

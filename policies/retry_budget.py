@@ -1,11 +1,8 @@
-"""The retry budget of one model pool: how many failovers it may still make.
-
-Failover before the first byte turns one failing request into several attempts;
-when a whole pool fails, that multiplies the load on backends already in trouble.
-So retries stay under `retry_ratio` of the requests of the last `window_s`, with
-`min_retries` always allowed (a quiet pool must still fail over its one request);
-past that the request's error goes to the client as it is. Its settings are the
-pool's `EjectionConfig`. One per pool, shared by the requests that fall back to it.
+"""The retry budget of one model pool: how many failovers it may still make. When a
+whole pool fails, failover multiplies the load on backends already in trouble, so
+retries stay under `retry_ratio` of the last `window_s`'s requests, `min_retries`
+always allowed (docs/architecture.md, "Routing"). One per pool, shared by the requests
+that fall back to it; its settings are the pool's `EjectionConfig`.
 """
 
 from __future__ import annotations

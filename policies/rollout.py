@@ -1,22 +1,10 @@
 """A rollout's analysis: one window of the candidate judged against the stable track.
 
-Pure, standard library only. `analyse` reads the window's `TrackRecord`s and
+Pure. `analyse` reads the window's `TrackRecord`s and
 `MirrorComparison`s (policies/rollout_records.py) and gives one `GateVerdict` per gate
-and the window's `decision`. The rules (docs/rollouts.md states them for operators):
-
-* A gate fails only when the evidence says so. Rates are binomial proportions judged by
-  their Wilson score interval (z = 1.96): a rate gate fails when the interval's lower
-  bound is over the limit, so a handful of requests can fail a disastrous candidate and
-  never a merely unlucky one. A latency gate counts the candidate's requests slower than
-  the stable p95 (or the configured percentile) times the allowed ratio: it fails when
-  more than 5% of them are (the share the percentile leaves), by the same lower bound.
-* Too few samples is `insufficient`, never `pass`: a gate passes only with at least
-  `min_samples` on each side it reads and no evidence against the candidate.
-* A gate the window's traffic never exercised on either track (no request asked for tool
-  calls; no mirrored request while the mirror is off) passes with n = 0: there is nothing
-  the candidate could break there. Once one track saw such a request, the rule above holds.
-* Window decision: `rollback` if any gate fails, `promote` if every gate passes, else
-  `hold`. Repeated holds turn into `pause` in the state machine (policies/rollout_state.py).
+and the window's `decision` (`rollback` if any gate fails, `promote` if all pass, else
+`hold`). The rules (Wilson lower bounds; `insufficient`, never `pass`, below
+`min_samples`; n = 0 passes for a gate no traffic exercised): docs/rollouts.md, "Gates".
 """
 
 from __future__ import annotations
@@ -28,7 +16,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from pydantic import Field
+
 from policies.rollout_records import MirrorComparison, TrackRecord
+from policies.settings import Settings
 
 Verdict = Literal["pass", "fail", "insufficient"]
 Decision = Literal["promote", "rollback", "hold"]
@@ -38,31 +29,29 @@ TIMEOUT_KIND = "timeout"
 _USAGE = re.compile(r"^usage: prompt_tokens (\d+) != (\d+)$")
 
 
-@dataclass(frozen=True)
-class Gates:
-    """The limits a candidate is held to (the config's `rollout.gates`, same names).
+class GateLimits(Settings):
+    """`models.<name>.rollout.gates`: what the candidate must hold against stable over a
+    window to be promoted; a broken gate rolls it back (docs/rollouts.md, "Gates")."""
 
-    Ratios compare the candidate's percentile (`ttft_percentile`, `itl_percentile`: p95 by
-    default, the names keep "p95") to stable's on the same window; deltas are added to the
-    stable rate; the invalid-rate maxima too (a stable that fails a tenth of its tool calls
-    is what the candidate is held to, plus the max; without stable samples the max alone);
-    `mirror_difference_rate_max` bounds the mirror's differing pairs;
-    `usage_tolerance` is relative (0.02: prompt_tokens within 2% of stable's for the same
-    prompt). `window_s`: the window's length; `min_samples`: per track and per gate."""
-
-    ttft_p95_ratio_max: float = 1.5
-    itl_p95_ratio_max: float = 1.5
-    error_rate_max_delta: float = 0.01
-    timeout_rate_max_delta: float = 0.01
-    finish_reason_distance_max: float = 0.2
-    tool_call_invalid_rate_max: float = 0.02
-    structured_invalid_rate_max: float = 0.02
-    usage_tolerance: float = 0.02
-    mirror_difference_rate_max: float = 0.1
-    window_s: float = 60.0
-    min_samples: int = 20
-    ttft_percentile: float = 0.95
-    itl_percentile: float = 0.95
+    # Latency: the candidate's TTFT and mean inter-token gap against stable's percentile
+    # (`*_percentile`, p95 by default; the ratios' names keep "p95") times the ratio.
+    ttft_p95_ratio_max: float = Field(1.5, ge=1)
+    itl_p95_ratio_max: float = Field(1.5, ge=1)
+    ttft_percentile: float = Field(0.95, gt=0, lt=1)
+    itl_percentile: float = Field(0.95, gt=0, lt=1)
+    # Failures (5xx, overload; timeouts): the candidate's rate at most stable's plus this.
+    error_rate_max_delta: float = Field(0.01, ge=0, le=1)
+    timeout_rate_max_delta: float = Field(0.01, ge=0, le=1)
+    # Finish reasons: total variation distance between the two tracks' distributions.
+    finish_reason_distance_max: float = Field(0.2, ge=0, le=1)
+    # The candidate's share of invalid tool calls and structured answers, over stable's
+    # share plus this (the max alone without stable samples).
+    tool_call_invalid_rate_max: float = Field(0.02, ge=0, le=1)
+    structured_invalid_rate_max: float = Field(0.02, ge=0, le=1)
+    # Usage: the candidate's prompt tokens for the same (mirrored) prompt within this
+    # relative distance of stable's; and the share of mirrored pairs that may differ.
+    usage_tolerance: float = Field(0.02, ge=0, le=1)
+    mirror_difference_rate_max: float = Field(0.1, ge=0, le=1)
 
 
 @dataclass(frozen=True)
@@ -180,29 +169,27 @@ def _rate_delta_gate(
     candidate: Sequence[TrackRecord],
     kinds: frozenset[str],
     delta: float,
-    g: Gates,
+    min_samples: int,
 ) -> GateVerdict:
     """A failure rate: the candidate's held to the stable one plus `delta`."""
-    if len(stable) < g.min_samples:
-        return GateVerdict(
-            gate, "insufficient", len(candidate), detail=f"stable served {len(stable)} < {g.min_samples}"
-        )
+    if len(stable) < min_samples:
+        return GateVerdict(gate, "insufficient", len(candidate), detail=f"stable served {len(stable)} < {min_samples}")
     stable_rate = sum(r.failure in kinds for r in stable) / len(stable)
     bad = sum(r.failure in kinds for r in candidate)
-    verdict = rate_gate(gate, bad, len(candidate), min(1.0, stable_rate + delta), g.min_samples)
+    verdict = rate_gate(gate, bad, len(candidate), min(1.0, stable_rate + delta), min_samples)
     return replace(verdict, detail=f"stable rate {stable_rate:.4f}")
 
 
 def _latency_gate(
-    gate: str, stable: list[float], candidate: list[float], ratio: float, q: float, g: Gates
+    gate: str, stable: list[float], candidate: list[float], ratio: float, q: float, min_samples: int
 ) -> GateVerdict:
     """The candidate's share over the stable percentile `q` x `ratio`, judged as a rate
     against the share the percentile leaves above it (1 - q: 5% for p95)."""
-    if len(stable) < g.min_samples:
+    if len(stable) < min_samples:
         return GateVerdict(gate, "insufficient", len(candidate), limit=ratio, detail=f"stable n {len(stable)}")
     tail = percentile(stable, q)
     over = sum(v > tail * ratio for v in candidate)
-    judged = rate_gate(gate, over, len(candidate), 1.0 - q, g.min_samples)
+    judged = rate_gate(gate, over, len(candidate), 1.0 - q, min_samples)
     measured = percentile(candidate, q) / tail if candidate and tail > 0 else None
     detail = f"stable p{q * 100:g} {tail:.4f}s, candidate over {ratio:g}x it: {over}/{len(candidate)}"
     return GateVerdict(
@@ -210,37 +197,40 @@ def _latency_gate(
     )
 
 
-def _finish_gate(stable: Sequence[TrackRecord], candidate: Sequence[TrackRecord], g: Gates) -> GateVerdict:
+def _finish_gate(
+    stable: Sequence[TrackRecord], candidate: Sequence[TrackRecord], limit: float, min_samples: int
+) -> GateVerdict:
     s = [r.finish_reason for r in stable if r.failure is None and r.finish_reason]
     c = [r.finish_reason for r in candidate if r.failure is None and r.finish_reason]
     gate = "finish_reason_distance"
-    if len(s) < g.min_samples or len(c) < g.min_samples:
-        return GateVerdict(gate, "insufficient", len(c), limit=g.finish_reason_distance_max)
+    if len(s) < min_samples or len(c) < min_samples:
+        return GateVerdict(gate, "insufficient", len(c), limit=limit)
     distance = total_variation(s, c)
-    verdict: Verdict = "fail" if distance > g.finish_reason_distance_max else "pass"
-    return GateVerdict(gate, verdict, len(c), value=round(distance, 6), limit=g.finish_reason_distance_max)
+    verdict: Verdict = "fail" if distance > limit else "pass"
+    return GateVerdict(gate, verdict, len(c), value=round(distance, 6), limit=limit)
 
 
 def _validity_gate(
-    gate: str, stable: Sequence[bool | None], candidate: Sequence[bool | None], limit: float, g: Gates
+    gate: str, stable: Sequence[bool | None], candidate: Sequence[bool | None], limit: float, min_samples: int
 ) -> GateVerdict:
     judged = [v for v in candidate if v is not None]
     base = [v for v in stable if v is not None]
     exercised = bool(judged) or bool(base)
-    if len(base) >= g.min_samples:  # held to stable's own invalid share plus the max
+    if len(base) >= min_samples:  # held to stable's own invalid share plus the max
         limit = min(1.0, sum(not v for v in base) / len(base) + limit)
-    return rate_gate(gate, sum(not v for v in judged), len(judged), limit, g.min_samples, exercised)
+    return rate_gate(gate, sum(not v for v in judged), len(judged), limit, min_samples, exercised)
 
 
 def analyse(
     records: Iterable[TrackRecord],
     comparisons: Iterable[MirrorComparison],
-    gates: Gates,
+    gates: GateLimits,
     mirror_on: bool = False,
     examples_max: int = 5,
+    min_samples: int = 20,
 ) -> WindowVerdict:
     """Judge one window. `mirror_on`: the mirror was meant to run (then no comparison is
-    too few, not unexercised)."""
+    too few, not unexercised); `min_samples`: per track and gate before a verdict."""
     window = list(records)
     stable = [r for r in window if r.track == "stable"]
     candidate = [r for r in window if r.track == "candidate"]
@@ -251,33 +241,33 @@ def analyse(
     different = [m for m in mirrored if _differs(m, gates.usage_tolerance)]
     exercised = mirror_on or bool(mirrored)
     verdicts = (
-        _latency_gate("ttft_p95_ratio", *ttft, gates.ttft_p95_ratio_max, gates.ttft_percentile, gates),
-        _latency_gate("itl_p95_ratio", *itl, gates.itl_p95_ratio_max, gates.itl_percentile, gates),
-        _rate_delta_gate("error_rate", stable, candidate, ERROR_KINDS, gates.error_rate_max_delta, gates),
+        _latency_gate("ttft_p95_ratio", *ttft, gates.ttft_p95_ratio_max, gates.ttft_percentile, min_samples),
+        _latency_gate("itl_p95_ratio", *itl, gates.itl_p95_ratio_max, gates.itl_percentile, min_samples),
+        _rate_delta_gate("error_rate", stable, candidate, ERROR_KINDS, gates.error_rate_max_delta, min_samples),
         _rate_delta_gate(
-            "timeout_rate", stable, candidate, frozenset({TIMEOUT_KIND}), gates.timeout_rate_max_delta, gates
+            "timeout_rate", stable, candidate, frozenset({TIMEOUT_KIND}), gates.timeout_rate_max_delta, min_samples
         ),
-        _finish_gate(stable, candidate, gates),
+        _finish_gate(stable, candidate, gates.finish_reason_distance_max, min_samples),
         _validity_gate(
             "tool_call_invalid_rate",
             [r.tool_calls_valid for r in stable],
             [r.tool_calls_valid for r in candidate],
             gates.tool_call_invalid_rate_max,
-            gates,
+            min_samples,
         ),
         _validity_gate(
             "structured_invalid_rate",
             [r.structured_valid for r in stable],
             [r.structured_valid for r in candidate],
             gates.structured_invalid_rate_max,
-            gates,
+            min_samples,
         ),
         rate_gate(
             "usage_consistency",
             usage_bad,
             len(mirrored),
             gates.mirror_difference_rate_max,
-            gates.min_samples,
+            min_samples,
             exercised,
         ),
         rate_gate(
@@ -285,7 +275,7 @@ def analyse(
             len(different),
             len(mirrored),
             gates.mirror_difference_rate_max,
-            gates.min_samples,
+            min_samples,
             exercised,
         ),
     )

@@ -1,14 +1,10 @@
 """Which track of a rollout serves a request, and whether a stable one is mirrored.
 
-A request's assignment key is its session (the digest policies/session.py makes of the
-tenant and the session name), else its tenant when the rollout sticks by tenant, else
-the request itself. The key is hashed with the model's name to a point in [0, 1)
-(`key_point`): the candidate serves the keys whose point is below its share. So a
-key's track depends on the share alone, and raising the share only moves keys from
-stable to candidate: a conversation never flips back and forth while the shares grow.
-Nothing is kept of a key; only its point is computed, so a client's choice of keys
-grows nothing. The model's name seeds the hash so that the same sessions are not the
-candidate's on every model rolled out at once.
+The assignment key (the session's digest, else the tenant when the rollout sticks by
+tenant, else the request) is hashed with the model's name to a point in [0, 1)
+(`key_point`); the candidate serves the keys below its share, so raising the share only
+moves keys from stable to candidate. Nothing is kept of a key (docs/architecture.md,
+"Rollouts on the request path": "Assignment").
 """
 
 from __future__ import annotations

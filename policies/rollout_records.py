@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 Track = Literal["stable", "candidate"]
-TRACKS: tuple[Track, ...] = ("stable", "candidate")
 
 
 @dataclass(frozen=True)
@@ -37,10 +36,10 @@ NO_ROLLOUT = TrackShares()
 class TrackRecord:
     """One client request served by one track, as the gateway saw it.
 
-    `failure` is None for a good answer, else the failure kind: "timeout" (deadline or
-    upstream timeout), "server_error" (5xx or a mid-stream error), "overload" (the
-    backend's 429/503). Client mistakes (4xx but those) and clients that left are not
-    recorded: they say nothing about the track. `tool_calls_valid` / `structured_valid`
+    `failure` is None for a good answer, else the class of its error's kind: "timeout"
+    (deadline or upstream timeout), "server_error" (5xx or a mid-stream error),
+    "overload" (the backend's 429/503, or no connection). Client mistakes and clients
+    that left are not recorded: they say nothing about the track. `tool_calls_valid` / `structured_valid`
     are None when the request asked for neither (then they are not judged)."""
 
     track: Track

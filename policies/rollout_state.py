@@ -1,21 +1,8 @@
 """A rollout's state machine: pure functions of (plan, state, event) -> state and the
 events to emit. Every replica runs the same transition on the same stored state and
 the store applies it by compare-and-set on `version` (stores/rollout_redis.py), so two
-replicas never take different steps.
-
-    pending --start--> preflight --preflight_passed--> step 0 --promote--> step 1 ... --> promoted
-                                              (a step of share 1 is the promotion itself)
-                 (no preflight: straight to step 0)   \\--preflight_failed--> rolled_back
-    step i --rollback (a gate failed, or abort)--> rolled_back
-    step i --hold x pause_after_holds, or flapping holds--> paused (a human decides)
-    step i / preflight --pause--> paused --resume--> where it was
-    any live phase --promote (manual)--> next step (promoted after the last)
-    any live phase --abort--> rolled_back
-
-`promoted` and `rolled_back` are final: a new rollout is a changed rollout block (a new
-`rollout_id`). Shares: a step's candidate share and the mirror share while a step runs
-or is paused (a human decides with the traffic as it was); the candidate all of it once
-promoted; nothing while pending, in preflight or rolled back.
+replicas never take different steps. The phases, transitions and shares of each:
+docs/rollouts.md, "The state machine".
 """
 
 from __future__ import annotations
@@ -23,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from policies.rollout import Decision, Gates, WindowVerdict
+from policies.rollout import Decision, GateLimits, WindowVerdict
 from policies.rollout_records import NO_ROLLOUT, TrackShares
 
 Phase = Literal["pending", "preflight", "step", "paused", "promoted", "rolled_back"]
@@ -45,7 +32,9 @@ class Plan:
     rollout_id: str
     steps: tuple[float, ...] = (0.01, 0.05, 0.25, 0.5, 1.0)
     mirror: float = 0.0
-    gates: Gates = field(default_factory=Gates)
+    gates: GateLimits = field(default_factory=GateLimits)
+    window_s: float = 60.0  # the analysis window
+    min_samples: int = 20  # per track and gate in a window before a verdict
     auto_start: bool = True
     preflight: bool = False
     pause_after_holds: int = 10
@@ -223,7 +212,7 @@ def _emit(kind: str, plan: Plan, state: RolloutState, reason: str) -> Emitted:
 def _in_progress(plan: Plan, now: float) -> int:
     """The window in progress at `now`: a step's first judged window is the next one,
     all of it served at the step's share."""
-    return int(now // plan.gates.window_s)
+    return int(now // plan.window_s)
 
 
 def _started(plan: Plan, state: RolloutState, now: float, why: str) -> tuple[RolloutState, list[Emitted]]:

@@ -6,7 +6,7 @@
 `route` is its one entry point; `ModelPool` (gateway/backends/pool.py) builds the
 views and calls it for generations and one-shot calls alike. The result is every
 candidate in the order to try them: the first is the choice, the rest the failover
-order. Each step is timed with the nanosecond clock (well under a microsecond).
+order.
 """
 
 from __future__ import annotations
@@ -34,29 +34,14 @@ from policies.views import BackendView
 
 
 @dataclass(frozen=True, slots=True)
-class RouteTimings:
-    """How long each step of one routing decision took, in nanoseconds."""
-
-    filter_ns: int = 0
-    score_ns: int = 0
-    pick_ns: int = 0
-
-    @property
-    def total_ns(self) -> int:
-        return self.filter_ns + self.score_ns + self.pick_ns
-
-
-@dataclass(frozen=True, slots=True)
 class RouteResult:
     """The candidates in the order to try them, the backends the capability filter
-    removed (with why), each candidate's total where the profile has scorers, the
-    time each step took, and whether the request's track had no serving backend and
+    removed (with why), each candidate's total where the profile has scorers, and whether the request's track had no serving backend and
     the other track's were taken (`fell_back`)."""
 
     candidates: list[BackendView]
     refused: list[CapabilityGap]
     scores: dict[str, float] = field(default_factory=dict)
-    timings: RouteTimings = RouteTimings()
     fell_back: bool = False
 
     @property
@@ -81,22 +66,18 @@ def route(
     `track`: the request's in a rollout (None: the model has none, no step runs)."""
     now = time.time() if now is None else now
     key = prefix_key(req.messages, req.prompt) if key is None else key
-    t0 = time.perf_counter_ns()
     fit = capable(views, req)
     refused = capability_gaps(views, req) if len(fit) < len(views) else []
     fell_back = False
     if track is not None:
         fit, fell_back = on_track(fit, track)
     candidates = mark_saturation(forget_stale_load(healthy(fit), detector, now), detector, now)
-    t1 = time.perf_counter_ns()
     weights = profile.active
     totals = total_scores(weights, candidates, detector)
-    t2 = time.perf_counter_ns()
     picked = PICKERS[profile.picker](candidates, totals, Decision(key, profile, state or RouteState()))
     ordered = saturated_last(picked)
-    t3 = time.perf_counter_ns()
     scores = {b.name: total for b, total in zip(candidates, totals)} if weights else {}
-    return RouteResult(ordered, refused, scores, RouteTimings(t1 - t0, t2 - t1, t3 - t2), fell_back)
+    return RouteResult(ordered, refused, scores, fell_back)
 
 
 def prefix_key(messages: list[dict] | None, prompt: object, chars: int = 512) -> str:

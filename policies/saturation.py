@@ -1,13 +1,9 @@
-"""The one definition of a saturated backend, asked by admission (how much a model
-can hold, policies/admission.py) and by routing (which backends go last), so the
-backend admission holds work back from is the one routing avoids.
-
-Saturated: the runtime reports `queue_depth` or more waiting, or its KV cache at
-`kv_cache_utilization` or more (past these a batching runtime queues or preempts;
-they are the Gateway API Inference Extension's defaults, so its operators know
-them), or the gateway has `max_inflight` open to it. A load reading older than
-`max_load_age_s` is ignored, not counted as saturated: here stale most likely
-means a slow metrics endpoint, which must not stop a model's admission.
+"""The one definition of a saturated backend, asked by admission (how much a model can
+hold) and by routing (which backends go last), so the backend admission holds work back
+from is the one routing avoids: `queue_depth` or more waiting, or the KV cache at
+`kv_cache_utilization` or more (the Inference Extension's defaults), or `max_inflight`
+open to it. A load reading older than `max_load_age_s` is ignored, not counted as
+saturated (docs/architecture.md, "Routing", says why).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""Session affinity: a conversation the client names stays on one backend.
-
-The name is an explicit key (the `x-session-id` header, the body's
-`prompt_cache_key` or `user`, in `GenerationRequest.session_keys`), per tenant;
-`sources` says which count, first present wins. The client chooses the name and
-its length, so the table keeps a fixed-size digest of it (`session_key`), never
-the name itself. The table remembers each key's last backend for `ttl_s`, for at
-most `max_sessions` keys and `max_table_bytes` of its own accounting (`bytes_used`:
-each entry's key, backend name and a fixed overhead); the least recently recorded
-go first. The `session` scorer prefers that backend; whether it may keep the
-conversation (healthy, not ejected, not saturated) is the pipeline's call.
+"""Session affinity: a conversation the client names (`GenerationRequest.session_keys`,
+per tenant, `sources` in order) stays on one backend. The table keeps a fixed-size
+digest of the name (`session_key`), never the name, for `ttl_s`, bounded by keys and
+bytes; the `session` scorer prefers that backend, the pipeline decides whether it may
+keep the conversation (docs/architecture.md, "Routing").
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """What a request's prompt may cost in tokens, bounded from above: what admission
-reserves against the tenant's tokens per minute (the runtime's count is charged at
-the end, policies/quota.py).
-
-Why a bound and not an estimate: a reservation below the real count lets a tenant
-spend more than its limit before the count arrives (1,000 emoji reserved about 270
-tokens at four characters a token and cost about 4,000). Every tokenizer the
-runtimes ship (byte-level BPE, SentencePiece with byte fallback) writes at least one
-byte of text per token, so a text's UTF-8 bytes bound its tokens; the chat template
-adds a few tokens per message and the special tokens a few per prompt. What a
-template adds beyond that is charged at the end and, past the limit, carried into
-the next windows (`carry_overrun` in policies/quota.py).
+reserves against the tenant's tokens per minute (the runtime's count is charged at the
+end, policies/quota.py). A bound, not an estimate: a reservation below the real count
+lets a tenant spend past its limit before the count arrives. Every tokenizer the
+runtimes ship writes at least one byte of text per token, so a text's UTF-8 bytes bound
+its tokens, plus a few per message and per prompt for the template and special tokens
+(docs/architecture.md, "Tenancy").
 """
 
 from __future__ import annotations

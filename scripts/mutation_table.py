@@ -38,6 +38,8 @@ MODULES: dict[str, list[str]] = {
         "tests/policies/test_routing_pipeline.py",
         "tests/policies/test_routing_keys.py",
         "tests/policies/test_routing_scoring.py",
+        "tests/policies/test_rollout_track_filter.py",
+        "tests/policies/test_filters_mutants.py",
     ],
     "policies/prefix_index.py": ["tests/policies/test_prefix_*.py"],
     "policies/kv_index.py": ["tests/policies/test_kv_index*.py"],
@@ -51,6 +53,8 @@ MODULES: dict[str, list[str]] = {
         "tests/policies/test_routing_keys.py",
         "tests/policies/test_scoring*.py",
         "tests/policies/test_profiles.py",
+        "tests/policies/test_rollout_track_filter.py",
+        "tests/policies/test_routing_mutants.py",
     ],
     "policies/views.py": ["tests/policies/test_scoring_backlog.py"],
     "policies/admission.py": ["tests/policies/test_admission*.py"],
@@ -129,6 +133,7 @@ MODULES: dict[str, list[str]] = {
         "tests/gateway/lifecycle/test_lifecycle_parts.py",
     ],
     "gateway/protection/quota_leases.py": [
+        "tests/gateway/protection/test_quota_leases_mutants.py",
         "tests/gateway/protection/test_protection*.py",
         "tests/gateway/protection/test_quota_details.py",
         "tests/gateway/protection/test_quota_store_outage.py",
@@ -138,7 +143,7 @@ MODULES: dict[str, list[str]] = {
         "tests/gateway/lifecycle/test_lifecycle_parts.py",
     ],
     **{
-        f"gateway/openai/responses/{name}.py": RESPONSES_TESTS
+        f"gateway/openai/responses/{name}.py": [*RESPONSES_TESTS, "tests/gateway/openai/responses/test_*_mutants.py"]
         for name in ("request", "request_options", "input_items", "answer", "output", "encoder", "conversation")
     },
     "adapters/http_client.py": ["tests/adapters/test_http_client.py", "tests/adapters/test_http_client_mutants.py"],
@@ -201,10 +206,11 @@ MODULES.update(
     {
         "gateway/app.py": APP_TESTS,
         "gateway/intake.py": ["tests/gateway/test_intake.py", "tests/gateway/serving/test_oneshot.py"],
-        "gateway/http/envelope.py": APP_TESTS,
-        "gateway/http/request_io.py": ["tests/gateway/http/test_request_io.py", *APP_TESTS],
+        "gateway/http/envelope.py": ["tests/gateway/http/test_envelope.py", *APP_TESTS],
+        "gateway/http/request_io.py": ["tests/gateway/http/test_request_io*.py", *APP_TESTS],
         "gateway/http/server.py": ["tests/gateway/http/test_limits.py"],
         "gateway/http/deadline.py": [
+            "tests/gateway/http/test_deadline_values.py",
             "tests/gateway/http/test_request_deadline.py",
             "tests/gateway/serving/test_generation_phases.py",
         ],
@@ -261,15 +267,17 @@ MODULES.update(
         "gateway/openai/responses/store_redis.py": STORE_TESTS,
         "gateway/protection/metrics.py": ["tests/gateway/protection/test_protection*.py", *METRICS_TESTS],
         "gateway/protection/worker_quota.py": [
+            "tests/gateway/protection/test_worker_quota.py",
             "tests/gateway/lifecycle/test_lifecycle_parts.py",
             "tests/gateway/protection/test_protection.py",
         ],
         "gateway/serving/exchange.py": [*GENERATION_TESTS, "tests/gateway/serving/test_dispatch_streams.py"],
         "gateway/serving/phases.py": [*GENERATION_TESTS, "tests/gateway/http/test_request_deadline.py"],
-        "gateway/serving/usage.py": GENERATION_TESTS,
+        "gateway/serving/usage.py": ["tests/gateway/serving/test_usage.py", *GENERATION_TESTS],
         "policies/cli.py": ["tests/policies/test_cli.py"],
-        "policies/redact.py": ["tests/policies/test_redact.py"],
+        "policies/redact.py": ["tests/policies/test_redact*.py"],
         "policies/token_bound.py": [
+            "tests/policies/test_token_bound_mutants.py",
             "tests/gateway/protection/test_token_bound.py",
             "tests/gateway/protection/test_embedding_units.py",
         ],
@@ -377,9 +385,10 @@ NOTES: dict[str, str] = {
 
 NOTES["gateway/http/limits.py"] = (
     "Judged by tests/gateway/http/test_limits.py (uvicorn with the limited protocol in a thread, raw sockets): each "
-    "limit at, below and above its boundary, the timeouts, the refusals' bodies; and test_limits_linger.py (the "
-    "linger after a refusal: its end, and the overflow past max_head_bytes that ends it first). 50.0% on its first "
-    "run (size and count cases only)."
+    "limit at, below and above its boundary, the timeouts, the refusals' bodies; test_limits_linger.py (the "
+    "linger after a refusal: its end, and the overflow past max_head_bytes that ends it first); and "
+    "test_limits_reads.py (which bytes of a read count toward an open head, the head timer on a keep-alive "
+    "connection). 50.0% on its first run (size and count cases only), 73.3% before the last two files."
 )
 NOTES["policies/routing.py"] = (
     "Its committed measurement predates the split of its pickers into policies/pickers.py (the survivors' reasons "
@@ -420,7 +429,8 @@ NOTES["adapters/http_client.py"] = (
     "per-mutant timeout (TIMEOUTS)."
 )
 NOTES["gateway/protection/quota_leases.py"] = (
-    "First run (2026-12-02), cut by its 1000 s budget (166 mutants not run) and not triaged: its tests wait on a "
-    "real store's reconnects and timeouts, seconds per mutant. To measure: a longer budget, or in-process tests of "
-    "the heartbeat and the pending releases on a scripted store."
+    "Judged first by tests/gateway/protection/test_quota_leases_mutants.py: the outage paths on a scripted shared "
+    "store (an in-memory store that calls itself redis and can stop answering), the refusals at each boundary of "
+    "_refusal and _cannot_fit, the scopes, the heartbeat; then the Protection and real-Redis tests. 43.8% on a first "
+    "run cut by its budget (166 mutants not run)."
 )

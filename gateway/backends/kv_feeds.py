@@ -1,16 +1,10 @@
 """Precise prefix matching for one backend: the index its runtime's KV-cache events
 fill (policies/kv_index.py), what fills it, and how the runtime names a request's
-prompt blocks (adapters/kv_events.py).
-
-* vLLM, SGLang: a ZMQ subscriber to the endpoint in the backend's `kv_events`.
-  Their hashes are over token ids, so only a prompt sent as token ids can be
-  named; for text the runtime's tokenizer would be needed, and the approximate
-  index stands in (`match` says None).
-* Native: the engine's events in process (the adapter calls `sink` from the
-  engine's thread; the queue is applied on the event loop, before each match
-  and at each load refresh), and the engine's own tokenizer and chain hash.
-  Backends sharing one native engine share its feed; engines of one model path
-  and block size name blocks alike, so one decision names a prompt's blocks once.
+prompt blocks (adapters/kv_events.py). vLLM and SGLang: a ZMQ subscriber (their hashes
+are over token ids, so a text prompt is left to the approximate index: `match` says
+None). Native: the engine's events in process (`sink`, called from the engine's thread,
+queued and applied on the event loop); backends sharing one engine share its feed.
+docs/architecture.md, "Routing".
 """
 
 from __future__ import annotations

@@ -97,7 +97,8 @@ class ModelPool:
             else:
                 uncached = uncached_tokens(tokens, approx, len(blocks), BLOCK_TOKENS)
             views.append(b.view(not self.ejection.admits(name), approx, exact, name == owner, uncached))
-        key = session or prefix_key(req.messages, req.prompt)
+        # The key only orders backends against each other: one backend needs none.
+        key = session or (prefix_key(req.messages, req.prompt) if choice else "")
         state = self.candidate_state if track == "candidate" else self.state
         result = route(profile, views, req, key, self.detector, state, track=track)
         if log.isEnabledFor(logging.DEBUG):  # what each scorer saw, to check a profile against a workload

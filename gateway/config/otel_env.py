@@ -1,11 +1,7 @@
-"""The OpenTelemetry environment (OTEL_* variables) checked as strictly as the
-config file: a value the gateway would fail on, or that the SDK would quietly
-replace by a default, is a config error that `serve` and `config check` both report
-(exit 2, one line), never a traceback at start. gateway/config/tracing.py `resolve`
-calls `otel_env_problem`; gateway/cli/commands.py `servable_config` refuses what it finds.
-
-Only the variables that apply are checked: with tracing off nothing is read but the
-switches that turn it on.
+"""The OpenTelemetry environment (OTEL_* variables) checked as strictly as the config
+file: a value the gateway would fail on, or the SDK would quietly replace by a default,
+is a config error `serve` and `config check` both report (exit 2, one line), never a
+traceback at start. Only the variables that apply are read (docs/operations.md, "Turning tracing on").
 """
 
 from __future__ import annotations

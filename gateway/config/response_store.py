@@ -1,12 +1,8 @@
 """`response_store` in the config: where the Responses API keeps what it answered
-(`store: true`) for `GET /v1/responses/{id}`, `input_items` and `previous_response_id`.
-`kind: auto` (the default) is Redis when the quota store is, else memory; `memory`
-is this process only (a continuation on another process answers 404); `redis` is
-the deployment its own fields describe (gateway/config/redis.py). Each tenant has a
-share (`tenant_max_entries`, `tenant_max_bytes`): its new response pushes out its own
-oldest, and one over its byte share is 413 `response_too_large`. Records expire
-`ttl_s` after they were stored; changing the store takes a restart. docs/operations.md,
-"Stored responses beside the quotas", says which separation from the quotas to choose.
+(`store: true`). `kind: auto` (the default) is Redis when the quota store is, else memory
+(this process only); each tenant's share is bounded (`tenant_max_entries`,
+`tenant_max_bytes`; one record over it is 413); records expire after `ttl_s`. docs/operations.md,
+"Stored responses beside the quotas".
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """A model's rollout: its backends split into a `stable` and a `candidate` track
-(`BackendConfig.track`), and `models.<name>.rollout`, the steps of traffic share the
-candidate climbs, the mirror, how assignment sticks, the analysis window and the gates.
-
-The request path reads the steps, the mirror and `sticky` (gateway/serving/rollout.py,
-policies/rollout_assign.py); the analysis (policies/rollout.py) reads `window_s`,
-`min_samples` and `gates`. `rollout_problem` is the check that a model's tracks and its
-rollout block agree, called by the config's validation with the model's name.
+(`BackendConfig.track`), and `models.<name>.rollout`: the steps of traffic share the
+candidate climbs, the mirror, how assignment sticks, the analysis window and the gates
+(the policy's own `GateLimits`). `rollout_problem` checks that a model's tracks and its
+rollout block agree.
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from gateway.config.section import StrictSection
+from policies.rollout import GateLimits
 from policies.rollout_records import Track
 
 StickyKey = Literal["session", "tenant"]
@@ -32,33 +30,6 @@ class MirrorConfig(StrictSection):
     max_inflight: int = Field(8, ge=1)
 
 
-class RolloutGates(StrictSection):
-    """What the candidate must hold against stable over a window to be promoted; a broken
-    gate rolls it back. The analysis (policies/rollout.py `Gates`, the same names) gives
-    them their meaning: latency as the candidate's requests past the stable p95 times the
-    ratio, rates by their Wilson lower bound (docs/rollouts.md, "Gates")."""
-
-    # Latency: the candidate's TTFT and mean inter-token gap against stable's percentile
-    # (`*_percentile`, p95 by default; the ratios' names keep "p95") times the ratio.
-    ttft_p95_ratio_max: float = Field(1.5, ge=1)
-    itl_p95_ratio_max: float = Field(1.5, ge=1)
-    ttft_percentile: float = Field(0.95, gt=0, lt=1)
-    itl_percentile: float = Field(0.95, gt=0, lt=1)
-    # Failures (5xx, overload; timeouts): the candidate's rate at most stable's plus this.
-    error_rate_max_delta: float = Field(0.01, ge=0, le=1)
-    timeout_rate_max_delta: float = Field(0.01, ge=0, le=1)
-    # Finish reasons: total variation distance between the two tracks' distributions.
-    finish_reason_distance_max: float = Field(0.2, ge=0, le=1)
-    # The candidate's share of tool calls that are not a name with JSON arguments, and of
-    # structured answers not valid against the request's schema.
-    tool_call_invalid_rate_max: float = Field(0.02, ge=0, le=1)
-    structured_invalid_rate_max: float = Field(0.02, ge=0, le=1)
-    # Usage: the candidate's prompt tokens for the same (mirrored) prompt within this
-    # relative distance of stable's; and the share of mirrored pairs that may differ.
-    usage_tolerance: float = Field(0.02, ge=0, le=1)
-    mirror_difference_rate_max: float = Field(0.1, ge=0, le=1)
-
-
 class RolloutConfig(StrictSection):
     """`models.<name>.rollout`."""
 
@@ -71,7 +42,7 @@ class RolloutConfig(StrictSection):
     sticky: list[StickyKey] = Field(default_factory=lambda: list(DEFAULT_STICKY))
     window_s: float = Field(60.0, gt=0)  # the analysis window
     min_samples: int = Field(20, ge=1)  # per track and gate in a window before any verdict
-    gates: RolloutGates = Field(default_factory=RolloutGates)
+    gates: GateLimits = Field(default_factory=GateLimits)  # the policy's own type
     # The controller's (docs/rollouts.md): start without an admin call; run the conformance
     # suite against the candidate first; held windows in a row, or held windows whose
     # verdicts flapped, after which a human decides.

@@ -1,12 +1,8 @@
-"""The process's life once it serves (docs/operations.md, "Drain and rolling
-updates"): config reloads (SIGHUP, `POST /admin/reload`, a poll of the config file
-that sees a ConfigMap's symlink swap); backends a reload took out, closed once no
-request that started under an older config version is left
-(`InFlight.oldest_version`); and the drain (SIGTERM, or SIGINT without the grace):
-`/readyz` 503 at once, new requests served for `drain.accept_grace_s` then refused
-with 503 and Retry-After, requests under way given `drain.timeout_s` and then cut
-(gateway/lifecycle/inflight.py), then the server stops and the process exits 0.
-Further signals change nothing (a worker may get the same stop twice).
+"""The process's life once it serves: config reloads (SIGHUP, `POST /admin/reload`, the
+file watcher), backends a reload took out closed once no request of an older config
+version is left (`InFlight.oldest_version`), and the drain: `/readyz` 503, new requests
+refused after `drain.accept_grace_s`, those under way cut after `drain.timeout_s`
+(gateway/lifecycle/inflight.py), exit 0. docs/architecture.md, "Lifecycle".
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""Live reconfiguration (docs/operations.md, "Swap a runtime live"): SIGHUP, the
-file watcher or `POST /admin/reload` reads the file again and validates it as
-`switchyard config check` does (`ConfigSource.load`). Invalid: refused, nothing
-changes; the config in force: `unchanged`; a setting fixed at start (`RESTART_ONLY`)
-changed: refused as a whole, naming them; else applied (`Gateway.apply_config`),
-unless a backend it adds or changes fails its preflight (`ConfigNotApplied`, the old
-config serving meanwhile). Every attempt is counted in
-`switchyard_config_reloads_total{result}` (each result exported from 0); the version
-in force (counter, content digest, load time) is on every access-log line and in
-`switchyard_config_info{version, digest}`.
+"""Live reconfiguration: SIGHUP, the file watcher or `POST /admin/reload` reads the file
+again and validates it as `switchyard config check` does (`ConfigSource.load`). Invalid,
+unchanged, or changing a setting fixed at start (`RESTART_ONLY`): refused as a whole;
+else applied (`Gateway.apply_config`) unless a backend it adds fails its preflight
+(`ConfigNotApplied`). Every attempt counts in `switchyard_config_reloads_total{result}`;
+the version in force is on every access-log line and in `switchyard_config_info`.
+docs/architecture.md, "Lifecycle".
 """
 
 from __future__ import annotations

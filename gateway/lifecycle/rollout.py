@@ -1,21 +1,11 @@
 """The rollout controller: the request path's `RolloutSink` and the task that decides.
 
-The request path calls `record` and `compare` (kept in memory, bounded, and pushed to
-the shared store every tick) and reads `shares` (the last state this replica read from
-the store: when the store is down the shares stay as they were, fail static, and no
-request fails for it). The task, every `tick_s`, per model under rollout:
-
-1. pushes this replica's records of each window to the store;
-2. reads the state (a fresh `pending` one when the config's rollout id is new: a changed
-   rollout block is a new rollout, the same block after a reload or restart continues);
-3. starts an `auto_start` rollout, runs a preflight (if the plan asks and a runner exists);
-4. holding the judging lease, judges the newest closed window once (`grace_s` after its
-   end, so the other replicas' records are in) with policies/rollout.py, applies the
-   transition by compare-and-set, and emits the event: one log line
-   (`switchyard.rollout`), the `switchyard_rollout_*` metrics, the window's evidence.
-
-Operator actions (`act`) are the same compare-and-set of a policies/rollout_state.py
-transition, so an action and a window's decision never both land on one version.
+`record` and `compare` are buffered (bounded) and pushed to the shared store every tick;
+`shares` is the state this replica last read (fail static while the store is down). The
+task, every `tick_s`, per model under rollout: push the records, read the state (a new
+rollout id is a fresh `pending` rollout), start or preflight it, and, holding the judging
+lease, judge the newest closed window once (policies/rollout.py) and apply the transition
+by compare-and-set, as operator actions (`act`) are: docs/rollouts.md.
 """
 
 from __future__ import annotations
@@ -35,7 +25,7 @@ import orjson
 from gateway.config.schema import GatewayConfig
 from gateway.observe.rollout_metrics import RolloutMetrics
 from policies.quota_health import stop_task
-from policies.rollout import Gates, analyse
+from policies.rollout import analyse
 from policies.rollout_records import NO_ROLLOUT, MirrorComparison, TrackRecord, TrackShares
 from policies.rollout_state import Emitted, Plan, RolloutState, TransitionRefused, act, preflight_done, shares
 from policies.rollout_state import window_closed as judge_window
@@ -152,11 +142,13 @@ class RolloutController:
         if state.phase != "step":
             return
         grace = max(0.5, 3 * self.tick_s)
-        window = int((now - grace) // plan.gates.window_s) - 1
+        window = int((now - grace) // plan.window_s) - 1
         if window <= state.window or not await self.store.lease(model, self.replica, 4 * self.tick_s + grace):
             return
         got = await self.store.window(model, plan.rollout_id, window)
-        verdict = analyse(got.records, got.comparisons, plan.gates, mirror_on=plan.mirror > 0)
+        verdict = analyse(
+            got.records, got.comparisons, plan.gates, mirror_on=plan.mirror > 0, min_samples=plan.min_samples
+        )
         new, events = judge_window(plan, state, window, verdict, now)
         if not await self._apply(model, plan, state, new, events):
             return
@@ -175,12 +167,12 @@ class RolloutController:
                 buffer.clear()
         windows: dict[int, tuple[list[TrackRecord], list[MirrorComparison]]] = {}
         for r in taken_r:
-            windows.setdefault(int(r.at // plan.gates.window_s), ([], []))[0].append(r)
+            windows.setdefault(int(r.at // plan.window_s), ([], []))[0].append(r)
         for c in taken_c:
-            windows.setdefault(int(c.at // plan.gates.window_s), ([], []))[1].append(c)
+            windows.setdefault(int(c.at // plan.window_s), ([], []))[1].append(c)
         try:
             for window, (rs, cs) in sorted(windows.items()):
-                await self.store.push(model, plan.rollout_id, window, plan.gates.window_s, rs, cs)
+                await self.store.push(model, plan.rollout_id, window, plan.window_s, rs, cs)
         except RolloutStoreUnavailable:
             # keep them for the next push (bounded: the oldest go first)
             self._records.setdefault(model, deque(maxlen=BUFFER_MAX)).extendleft(reversed(taken_r))
@@ -272,7 +264,7 @@ class RolloutController:
             "candidate_share": now.candidate,
             "mirror_share": now.mirror,
             "steps": list(plan.steps),
-            "window_s": plan.gates.window_s,
+            "window_s": plan.window_s,
             "evidence": await self.store.evidence(model, plan.rollout_id),
         }
 
@@ -330,8 +322,9 @@ def plans_of(config: GatewayConfig) -> dict[str, Plan]:
         data = block.model_dump(mode="json")
         backends = [b.model_dump(mode="json") for b in model.backends if getattr(b, "track", "") == "candidate"]
         rollout_id = hashlib.sha256(orjson.dumps([data, backends], option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
-        gates = {k: v for k, v in data["gates"].items() if k in Gates.__dataclass_fields__}
-        window = Gates(window_s=data["window_s"], min_samples=data["min_samples"], **gates)
-        options = {k: data[k] for k in ("auto_start", "preflight", "pause_after_holds", "flap_windows")}
-        plans[name] = Plan(rollout_id, tuple(data["steps"]), data["mirror"]["share"], window, **options)
+        options = {
+            k: data[k]
+            for k in ("window_s", "min_samples", "auto_start", "preflight", "pause_after_holds", "flap_windows")
+        }
+        plans[name] = Plan(rollout_id, tuple(data["steps"]), data["mirror"]["share"], block.gates, **options)
     return plans

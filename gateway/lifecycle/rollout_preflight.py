@@ -1,13 +1,7 @@
-"""A rollout's pre-flight (`rollout.preflight: true`): the conformance suite against the
-candidate before its first step, through a gateway of its own.
-
-The candidate backends alone are served as the model by a throwaway gateway process on
-a loopback port (`switchyard serve`, the same code as this one, so what the suite judges
-is what clients would get from the candidate: every runtime quirk the gateway fixes is
-fixed there too), and `switchyard conformance run` (the `core` profile, a child process:
-the conformance extra need not be importable here) judges it. The MUST checks that failed
-refuse the rollout, named; a suite that could not run refuses it too, saying why. Both
-run in child processes, so the event loop never waits on them.
+"""A rollout's pre-flight (`rollout.preflight: true`): the conformance suite (`core`)
+against the candidate backends alone, served as the model by a throwaway gateway
+process on loopback, both in child processes; a MUST failure, or a suite that could
+not run, refuses the rollout (docs/rollouts.md, "The state machine").
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""`serve --workers N`: N worker processes on one port under one supervisor
-(docs/operations.md, "Workers"). Each worker is a whole gateway forked after the
-config was validated, on its own SO_REUSEPORT socket; the supervisor binds the
-address first (without listening) to fail early and to hold a port 0 chose. It
-passes SIGTERM, SIGINT and SIGHUP on to every worker, restarts a worker that dies
-after its first `RESPAWN_AFTER_S` and stops the gateway when one dies sooner.
-Memory quotas are shared out (gateway/protection/worker_quota.py); any worker's
-/metrics answers for all (gateway/observe/worker_metrics.py).
+"""`serve --workers N`: N worker processes on one port under one supervisor, each a whole
+gateway forked after the config was validated, on its own SO_REUSEPORT socket. The
+supervisor binds the address first (to fail early, and to hold a port 0 chose), passes
+SIGTERM, SIGINT and SIGHUP on, restarts a worker that dies after `RESPAWN_AFTER_S` and
+stops the gateway when one dies sooner (docs/operations.md, "Workers").
 """
 
 from __future__ import annotations

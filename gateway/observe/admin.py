@@ -1,17 +1,8 @@
-"""The admin endpoints: `POST /admin/reload` and `GET /admin/config`.
-
-Served on the ops listener when there is one, else on the main listener; always
-behind an admin key (`admin.api_keys`, SHA-256 digests like tenants' keys, but
-a set of their own: no tenant key is an admin key). Without admin keys the
-endpoints answer 404, as if they did not exist.
-
-`GET /admin/config` shows the config in force and its version, with secrets
-left out by the one redaction rule (policies/redact.py, applied to the config by
-gateway/config/section.py `redacted_dump`): fields marked secret (`tracing.headers`),
-URLs' userinfo and secret query parameters (the stores', a backend's, the tracing
-endpoint), the values of options and headers whose name says key, secret, token,
-password or auth. Key digests are shortened to the 12-character id the logs use.
-File paths (a JWKS file, an HS256 secret's file) are shown: they are no secret.
+"""The admin endpoints: `POST /admin/reload` and `GET /admin/config`, behind an admin
+key of their own (`admin.api_keys`; none configured: 404), on the ops listener when
+there is one. `/admin/config` shows the config in force through the one redaction rule
+(policies/redact.py, by gateway/config/section.py `redacted_dump`); docs/operations.md
+says what is masked.
 """
 
 from __future__ import annotations

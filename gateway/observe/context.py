@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from adapters.base import GenerationRequest, Usage
-from adapters.errors import GatewayError
+from adapters.errors import FailureKind, GatewayError
 from gateway.serving.phases import CancelPhase
 
 if TYPE_CHECKING:
@@ -147,6 +147,7 @@ class Outcome:
     code: str | None = None  # the error's code
     admitted: bool = True  # False: answered before admission (auth, validation, quota, queue)
     rollout: RolloutRequest | None = None  # a model under rollout: its tracks and its answer's tally
+    failure: FailureKind | None = None  # the error's kind (GatewayError.failure): a rollout classes it by that
 
     @classmethod
     def refused(cls, err: GatewayError) -> Outcome:

@@ -29,8 +29,25 @@ def registered(
     return partial(Counter, registry=registry), partial(Gauge, registry=registry), partial(Histogram, registry=registry)
 
 
-class GatewayMetrics:
+class Children:
+    """Labelled children looked up once: `metric.labels()` costs more than the update on
+    the request path, and the label sets are few (models x backends x status)."""
+
+    def __init__(self) -> None:
+        self._children: dict[tuple, object] = {}
+
+    def child(self, metric, *labels: str):
+        """`metric.labels(*labels)`, cached."""
+        key = (id(metric), labels)
+        c = self._children.get(key)
+        if c is None:
+            c = self._children[key] = metric.labels(*labels)
+        return c
+
+
+class GatewayMetrics(Children):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        super().__init__()
         self.registry = registry or CollectorRegistry()
         counter, gauge, histogram = registered(self.registry)
         # `track`: stable or candidate for a model under rollout (gateway/config/rollout.py), else empty.
@@ -119,16 +136,6 @@ class GatewayMetrics:
             "already running, or no candidate serving), cancelled (the original's client left, or a drain).",
             ["model", "result"],
         )
-        self._children: dict[tuple, object] = {}
-
-    def child(self, metric, *labels: str):
-        """`metric.labels(*labels)`, cached: the lookup costs more than the update
-        on the request path, and the label sets are few (models x backends x status)."""
-        key = (id(metric), labels)
-        c = self._children.get(key)
-        if c is None:
-            c = self._children[key] = metric.labels(*labels)
-        return c
 
 
 def access_logger() -> logging.Logger:

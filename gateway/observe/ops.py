@@ -1,18 +1,10 @@
 """The operational endpoints: liveness, readiness and metrics.
 
-Readiness is this process's: started, its config loaded, not draining. It is not
-gated on backend health: every replica shares the same backends, so a model
-without a healthy backend would take every replica out of its Service at once,
-the models that still work included. Per-model health is reported instead: in
-the body of `/readyz`, as `GET /readyz?model=M` (503 for a model none of whose
-backends is healthy, for a probe that should follow one model), and as
-`switchyard_model_ready{model}`. Each backend's entry says its circuit (closed,
-open or half_open: policies/ejection.py) and, while held out, why and for how long.
-
-Where the views are served (gateway/config/exposure.py `ops_exposure_refusal` decides what
-a config may do): without an ops listener, `/metrics` and the detailed `/readyz`
-are on the main listener; with one, they are there, and the main listener keeps
-only `/healthz` and `/readyz` with the process's readiness and nothing else.
+Readiness is this process's (started, config loaded, not draining), never its backends'
+health: every replica shares them, so gating on them would take every replica out at
+once. Each model's health is reported beside it (the `/readyz` body, `/readyz?model=M`,
+`switchyard_model_ready`). Where each view is served: docs/architecture.md, "Readiness
+and the operational views".
 """
 
 from __future__ import annotations

@@ -5,11 +5,8 @@ ambient context), so a request's spans stay together across the tasks its fan-ou
 runs in and nothing is attached or detached on the hot path. The client's W3C trace
 context is continued; each upstream attempt's is sent to the runtime.
 
-Attribute names follow the OpenTelemetry GenAI semantic conventions (gen_ai.*: the
-operation, provider, request parameters, response model and id, finish reasons and
-token usage), the general ones (server.address, server.port, error.type,
-http.response.status_code), and switchyard.* for what only the gateway knows
-(tenant, backend, routing, queueing). docs/operations.md lists them all.
+Attributes follow the OpenTelemetry GenAI conventions (gen_ai.*), the general ones,
+and switchyard.* for what only the gateway knows; docs/operations.md lists them all.
 """
 
 from __future__ import annotations

@@ -92,9 +92,11 @@ class RequestRecorder:
         m = self.metrics
         m.child(m.ttft, model, backend, track).observe(ttft)
 
-    def inter_token(self, model: str, gap: float, track: str = "") -> None:
+    def inter_token(self, model: str, track: str = ""):
+        """The inter-token histogram of `model` on `track`: a generation looks it up once
+        (at its first token) and observes each later gap on it."""
         m = self.metrics
-        m.child(m.itl, model, track).observe(gap)
+        return m.child(m.itl, model, track)
 
     def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
         elapsed = time.perf_counter() - ctx.started
@@ -127,7 +129,7 @@ class RequestRecorder:
         if rollout is not None:
             if rollout.fell_back:
                 m.child(m.rollout_fallbacks, mlabel, rollout.assigned).inc()
-            track_record = rollout.record(outcome.status, usage, ctx.ttft, left=phase is not None)
+            track_record = rollout.record(outcome.status, outcome.failure, usage, ctx.ttft, left=phase is not None)
             if track_record is not None and self.rollouts is not None:
                 self.rollouts.record(model, track_record)
         ctx.trace.finish(ctx, outcome)

@@ -1,15 +1,9 @@
 """/metrics when one port is served by several workers (`serve --workers N`).
 
-A scrape reaches one worker, chosen by the kernel; each worker's counters,
-histograms and scrape-time gauges are its own. prometheus_client's multiprocess
-mode would sum the plain metrics through files but not the gauges the gateway
-computes at scrape time (readiness, queue and quota state), so instead the
-worker that is scraped asks its siblings for their exposition over a Unix socket
-each (in the supervisor's private directory) and answers with every worker's
-series, each labelled `worker="<index>"`: counters and histograms add up with
-`sum without (worker)`. A sibling that does not answer within `SIBLING_TIMEOUT_S`
-(being started again) is left out of that scrape, and counted in
-`switchyard_worker_scrape_failures_total`.
+The scraped worker asks its siblings for their exposition over a Unix socket each and
+answers with every worker's series, labelled `worker="<index>"`; prometheus_client's
+multiprocess mode cannot carry the gauges computed at scrape time. A sibling silent for
+`SIBLING_TIMEOUT_S` is left out and counted (docs/operations.md, "Workers").
 """
 
 from __future__ import annotations

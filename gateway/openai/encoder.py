@@ -160,8 +160,11 @@ class StreamEncoder(_Base):
             "model": model,
             **({"system_fingerprint": fingerprint} if fingerprint else {}),
         }
-        # OpenAI's chunks carry `usage` (null) whenever the request asked for it
-        self.tail: dict[str, Any] = {"usage": None} if include_usage else {}
+        # OpenAI's chunks carry `usage` (null) whenever the request asked for it. A chunk's
+        # bytes are the head's, its one choice, then the tail's: the same bytes as one
+        # dict dumped, without building that dict per chunk.
+        self._open = b"data: " + orjson.dumps(self.head)[:-1] + b',"choices":['
+        self._close = b"]" + (b',"usage":null' if include_usage else b"") + b"}\n\n"
         self.closed = False
 
     def feed(self, event: Event) -> bytes:
@@ -172,7 +175,7 @@ class StreamEncoder(_Base):
         if isinstance(event, ErrorEvent):
             return self.error(event.error)
         index = event.index
-        c = self.choice(index)
+        c = self.choices.get(index) or self.choice(index)
         if not c.introduced and index != self.next_new:
             self.pending.setdefault(index, []).append(event)
             return b""
@@ -197,9 +200,30 @@ class StreamEncoder(_Base):
         return out
 
     def _frame(self, index: int, c: _Choice, event: Event) -> bytes:
+        # The most frequent event first: a token.
+        if isinstance(event, (TextDelta, LogprobsDelta)):
+            text = event.text if isinstance(event, TextDelta) else ""
+            lps = event.logprobs if self.want_logprobs else None
+            if not text and not lps:
+                return b""
+            if self.chat:
+                delta: dict[str, Any] = {"content": text}
+                if not c.introduced:
+                    delta = {"role": "assistant", "content": text}
+                choice: dict[str, Any] = {"index": index, "delta": delta}
+                if lps:
+                    choice["logprobs"] = {"content": chat_logprobs(lps), "refusal": None}
+                choice["finish_reason"] = None
+                return self._chunk(choice)
+            lp = None
+            if lps:
+                lp, c.text_offset = completion_logprobs(lps, c.text_offset)
+            else:
+                c.text_offset += len(text)
+            return self._chunk({"index": index, "text": text, "logprobs": lp, "finish_reason": None})
         if isinstance(event, Finish):
             if self.chat:
-                delta: dict[str, Any] = {} if c.introduced else {"role": "assistant", "content": ""}
+                delta = {} if c.introduced else {"role": "assistant", "content": ""}
                 return self._chunk({"index": index, "delta": delta, "finish_reason": event.reason})
             return self._chunk({"index": index, "text": "", "logprobs": None, "finish_reason": event.reason})
         if isinstance(event, ToolCallDelta):
@@ -215,30 +239,10 @@ class StreamEncoder(_Base):
             if not c.introduced:
                 delta = {"role": "assistant", "content": None, **delta}
             return self._chunk({"index": index, "delta": delta, "finish_reason": None})
-        if isinstance(event, (TextDelta, LogprobsDelta)):
-            text = event.text if isinstance(event, TextDelta) else ""
-            lps = event.logprobs if self.want_logprobs else None
-            if not text and not lps:
-                return b""
-            if self.chat:
-                delta = {"content": text}
-                if not c.introduced:
-                    delta = {"role": "assistant", "content": text}
-                choice: dict[str, Any] = {"index": index, "delta": delta}
-                if lps:
-                    choice["logprobs"] = {"content": chat_logprobs(lps), "refusal": None}
-                choice["finish_reason"] = None
-                return self._chunk(choice)
-            lp = None
-            if lps:
-                lp, c.text_offset = completion_logprobs(lps, c.text_offset)
-            else:
-                c.text_offset += len(text)
-            return self._chunk({"index": index, "text": text, "logprobs": lp, "finish_reason": None})
         return b""
 
     def _chunk(self, choice: dict[str, Any]) -> bytes:
-        return sse({**self.head, "choices": [choice], **self.tail})
+        return self._open + orjson.dumps(choice) + self._close
 
     def error(self, err: GatewayError) -> bytes:
         """A mid-stream failure: the error event, then [DONE]. Nothing follows."""
@@ -291,7 +295,7 @@ class ResponseBuilder(_Base):
             return
         if isinstance(event, ErrorEvent):
             raise event.error
-        c = self.choice(event.index)
+        c = self.choices.get(event.index) or self.choice(event.index)
         if isinstance(event, Finish):
             c.finish_reason = event.reason
         elif isinstance(event, ToolCallDelta):

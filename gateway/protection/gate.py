@@ -234,7 +234,8 @@ class Protection:
             await self._unwind(reservation)
             raise
         except GatewayError as err:
-            self.metrics.queue_rejected.labels(model, err.code or str(err.status)).inc()
+            m = self.metrics
+            m.child(m.queue_rejected, model, err.code or str(err.status)).inc()
             if reservation is not None:
                 # Turned away before any work: neither the request nor its tokens count.
                 await self.leases.release(reservation, 0, refund_request=True)
@@ -243,7 +244,8 @@ class Protection:
         finally:
             if reservation is not None:
                 self.leases.queued.pop(reservation.lease_id, None)
-        self.metrics.queue_wait.labels(model).observe(slot.waited_s)
+        m = self.metrics
+        m.child(m.queue_wait, model).observe(slot.waited_s)
         ticket = Ticket(self, principal, model, reservation, slot, prompt_tokens_estimate)
         self._live.add(ticket)
         return ticket

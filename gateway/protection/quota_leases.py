@@ -174,6 +174,7 @@ class QuotaLeases:
         """`units`: the concurrency leases to take, one per generation the request starts."""
         lease_id = uuid.uuid4().hex
         tokens = budget.total
+        m = self.metrics
         start = time.perf_counter()
         store = self.store
         try:
@@ -196,11 +197,11 @@ class QuotaLeases:
                     store = self.local
                     reservation = await self._store_unavailable(principal, scopes, tokens, lease_id, units)
         except QuotaExceeded as exc:
-            self.metrics.decisions.labels(exc.limit).inc()
+            m.child(m.decisions, exc.limit).inc()
             raise _refusal(principal, exc, budget) from None
         finally:
-            self.metrics.check_seconds.labels(store.kind).observe(time.perf_counter() - start)
-        self.metrics.decisions.labels("admitted").inc()
+            m.child(m.check_seconds, store.kind).observe(time.perf_counter() - start)
+        m.child(m.decisions, "admitted").inc()
         return reservation
 
     async def _store_unavailable(

@@ -1,10 +1,7 @@
-"""What one answer of a model under rollout said, as the rollout judges it: the finish
-reasons, the tool calls (a name, and arguments that are JSON), the text where the
-request asked for structured output (valid against its schema), and the time between
-output events. Fed the events the client gets (after the stream guard: tool calls
-named once, finish reasons decided), by the generation for a served request and by
-the mirror for a candidate's copy; kept only for models under rollout, so no other
-request pays for it.
+"""What one answer of a model under rollout said, as the rollout judges it: finish
+reasons, tool calls' validity, structured output's validity, the time between output
+events. Fed the events the client gets (after the stream guard), only for models
+under rollout (docs/architecture.md, "Rollouts on the request path": "Records").
 """
 
 from __future__ import annotations

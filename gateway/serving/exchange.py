@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from starlette.responses import Response
 
 from adapters.base import Usage
-from adapters.errors import GatewayError, internal_error
+from adapters.errors import FailureKind, GatewayError, internal_error
 from gateway.http.deadline import deadline_exceeded
 from gateway.http.envelope import error_response
 from gateway.observe.context import Outcome, RequestContext
@@ -56,6 +56,7 @@ class ExchangeRunner(Response):
         self.status = 200
         self.error: str | None = None
         self.code: str | None = None
+        self.failure: FailureKind | None = None  # the error's own kind (GatewayError.failure)
         self.started = False  # http.response.start was sent
         self.ended = False  # the answer's last message is being sent: nothing may follow it
         # The disconnect watcher's state, set by __call__: the exchange is done; the client left.
@@ -90,7 +91,7 @@ class ExchangeRunner(Response):
             log.exception("%s failed", self.ctx.operation)
             err = internal_error()
             if self.started:
-                self.status, self.error = 500, err.message
+                self.status, self.error, self.failure = 500, err.message, err.failure
                 raise
             await self._send_error(send, err)
         finally:
@@ -124,14 +125,14 @@ class ExchangeRunner(Response):
         return self.usage
 
     def _outcome(self, usage: Usage | None, cancelled: CancelPhase | None) -> Outcome:
-        return Outcome(self.status, usage, self.backend, self.error, cancelled, code=self.code)
+        return Outcome(self.status, usage, self.backend, self.error, cancelled, code=self.code, failure=self.failure)
 
     def _extra_headers(self) -> dict[str, str]:
         return {k: str(v) for k, v in self.ticket.headers.items()}
 
     async def _send_error(self, send, err: GatewayError) -> None:
         """`err` as the whole answer (nothing was sent yet)."""
-        self.status, self.error, self.code = err.status, err.message, err.code
+        self.status, self.error, self.code, self.failure = err.status, err.message, err.code, err.failure
         resp = error_response(err, self.ctx.request_id)
         resp.headers.update(self._extra_headers())
         self.started = self.ended = True
@@ -156,7 +157,7 @@ class ExchangeRunner(Response):
             if not self.started:
                 await self._send_error(send, err)
             elif not self.ended:
-                self.status, self.error, self.code = err.status, err.message, err.code
+                self.status, self.error, self.code, self.failure = err.status, err.message, err.code, err.failure
                 await self._past_deadline(send, err)
 
     async def _run(self, send) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 
@@ -67,6 +68,7 @@ class Generation(ExchangeRunner):
         self.response_id = ctx.response_id = self.answer.response_id
         self.counted = UsageCount(requests)
         self._last_content: float | None = None
+        self._itl: Any = None  # the inter-token histogram, looked up at the first token
         self._backoff_since: float | None = None
         self.dropped_params: tuple[str, ...] = ()
         self.mirror = mirror
@@ -116,6 +118,7 @@ class Generation(ExchangeRunner):
             self.dropped_params,
             self.code,
             rollout=self.rollout,
+            failure=self.failure,
         )
 
     def _on_backoff(self, waiting: bool) -> None:
@@ -145,36 +148,40 @@ class Generation(ExchangeRunner):
 
     async def _next(self, events: AsyncIterator[Event]) -> Event | None:
         """The upstream's next event (None at its end), timed as upstream wait and
-        counted (tokens, usage, status) before the answer format gets it."""
-        t = time.perf_counter()
+        counted (tokens, usage, status) before the answer format gets it; a content
+        event's time (first token, inter-token gap) is when the wait for it ended."""
+        ctx = self.ctx
+        clock = time.perf_counter
+        t = clock()
         try:
             event = await events.__anext__()
         except StopAsyncIteration:
             return None
         finally:
-            self.ctx.upstream_wait += time.perf_counter() - t
-        self._saw(event)
-        return event
-
-    def _saw(self, event: Event) -> None:
+            now = clock()
+            ctx.upstream_wait += now - t
         if isinstance(event, CONTENT_EVENTS):
             self.counted.saw(event)
-            now = time.perf_counter()
-            if self.ctx.ttft is None:
-                self.ctx.ttft = now - self.ctx.started
-                self.recorder.first_token(self.model, self.backend or "-", self.ctx.ttft, self.track)
-                self.ctx.trace.first_token(self.ctx.ttft)
-            elif self._last_content is not None:
-                self.recorder.inter_token(self.model, now - self._last_content, self.track)
+            last = self._last_content
+            if last is not None:
+                self._itl.observe(now - last)
+            else:
+                if ctx.ttft is None:
+                    ctx.ttft = now - ctx.started
+                    self.recorder.first_token(self.model, self.backend or "-", ctx.ttft, self.track)
+                    ctx.trace.first_token(ctx.ttft)
+                self._itl = self.recorder.inter_token(self.model, self.track)
             self._last_content = now
         elif isinstance(event, Usage):
             self.usage = event
         elif isinstance(event, Finish):
-            self.ctx.trace.finish_reason(event.reason)
+            ctx.trace.finish_reason(event.reason)
         elif isinstance(event, ErrorEvent):
-            self.status, self.error, self.code = event.error.status, event.error.message, event.error.code
+            err = event.error
+            self.status, self.error, self.code, self.failure = err.status, err.message, err.code, err.failure
         if self.rollout is not None:
             self.rollout.check.saw(event)
+        return event
 
     async def _past_deadline(self, send, err: GatewayError) -> None:
         # The answer format ends its stream on an error as it would on a runtime's.

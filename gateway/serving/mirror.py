@@ -1,18 +1,7 @@
 """The mirror of a rollout: copies of stable requests sent to the candidate, answered
 to no one, compared with the stable answer (`MirrorComparison`, to the rollout sink).
-
-A copy is decided after the stable request has started (its first event came; it was
-admitted long before), for the rollout's `mirror` share of the stable requests
-(policies/rollout_assign.py `mirrored`), and runs on its own task: the client's stream
-never waits for it, and nothing it does (hanging, failing) reaches the client. It is
-never charged to the tenant (no ticket: it passes no admission) and is bounded per
-model by `mirror.max_inflight` copies at once; one past the bound is dropped and
-counted, never queued. The copy is a whole (non-streamed) answer even for a streamed
-original: the comparison reads the finish reason, the tool calls, the structured text
-and the usage, none of which needs the stream. It goes to the candidate backend that
-routing puts first among the candidates alone (`ModelPool.order`: nothing is remembered
-of it, no session is moved); with none serving, the copy is dropped. A copy still
-running when the original's client left, or when the gateway drains, is cancelled.
+A copy runs on its own task, is never charged, never delays or fails the client, and
+is bounded per model; its rules: docs/architecture.md, "Rollouts on the request path".
 """
 
 from __future__ import annotations
@@ -28,7 +17,7 @@ from adapters.errors import GatewayError
 from gateway.backends.backend_set import Backend, BackendSet, ModelPool
 from gateway.observe.metrics import GatewayMetrics
 from gateway.serving.answer_check import AnswerCheck
-from gateway.serving.rollout import RolloutRequest, failure_kind
+from gateway.serving.rollout import RolloutRequest, failure_class
 from gateway.serving.stream_guard import StreamGuard, guarded
 from policies.rollout_assign import mirrored
 from policies.rollout_records import MirrorComparison, RolloutSink, TrackRecord
@@ -148,7 +137,7 @@ async def candidate_answer(backend: Backend, copy: GenerationRequest) -> Candida
                     answer.usage = event
                 answer.check.saw(event)
     except GatewayError as exc:
-        answer.failure = failure_kind(exc.status) or "rejected"
+        answer.failure = failure_class(exc.failure) or "rejected"
     except TimeoutError:
         answer.failure = "timeout"
     except StopAsyncIteration:

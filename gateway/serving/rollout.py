@@ -1,11 +1,7 @@
 """A rollout on the request path: which track a request was given and served by, its
-answer's tally, and the `TrackRecord` made of it when it ends.
-
-Dispatch decides the track (`RolloutRequest`, policies/rollout_assign.py) and routing
-keeps the request on its backends (policies/filters.py `on_track`); the generation
-feeds the answer's events to its `AnswerCheck`; the recorder (gateway/observe/recorder.py),
-the one place a request's end is written down, turns it into the `TrackRecord` it hands
-the rollout sink, and tells a mirror copy waiting to compare (gateway/serving/mirror.py).
+answer's tally, and the `TrackRecord` the recorder makes of it when it ends (then a
+mirror copy waiting to compare is told). docs/architecture.md, "Rollouts on the
+request path".
 """
 
 from __future__ import annotations
@@ -15,21 +11,25 @@ import time
 from dataclasses import dataclass, field
 
 from adapters.base import Usage
+from adapters.errors import FailureKind
 from gateway.serving.answer_check import AnswerCheck
 from policies.rollout_records import Track, TrackRecord, TrackShares
 
-# The kind of failure a rollout's analysis counts, by the status the client got; a
-# client's mistake (another 4xx) and a client that left say nothing about a track.
-FAILURE_BY_STATUS = {408: "timeout", 504: "timeout", 429: "overload", 503: "overload"}
+# The class a rollout's analysis counts, by the kind the error carries (`GatewayError.failure`,
+# its one owner): a backend that could not take the request at all is overload's.
+FAILURE_CLASS = {
+    FailureKind.TIMEOUT: "timeout",
+    FailureKind.OVERLOAD: "overload",
+    FailureKind.CONNECT: "overload",
+    FailureKind.SERVER_ERROR: "server_error",
+}
 
 
-def failure_kind(status: int) -> str | None:
-    """None for an answer; "timeout", "overload", "server_error"; "" when not recorded."""
-    if status < 400:
-        return None
-    if status in FAILURE_BY_STATUS:
-        return FAILURE_BY_STATUS[status]
-    return "server_error" if status >= 500 else ""
+def failure_class(failure: FailureKind | None) -> str:
+    """The analysis' class of an error of kind `failure`: "timeout", "overload",
+    "server_error"; "" for no backend's failure (a client's mistake): it says nothing
+    about a track."""
+    return "" if failure is None else FAILURE_CLASS[failure]
 
 
 @dataclass
@@ -52,17 +52,19 @@ class RolloutRequest:
     def fell_back(self) -> bool:
         return self.assigned != self.served
 
-    def record(self, status: int, usage: Usage | None, ttft_s: float | None, left: bool) -> TrackRecord | None:
+    def record(
+        self, status: int, failure: FailureKind | None, usage: Usage | None, ttft_s: float | None, left: bool
+    ) -> TrackRecord | None:
         """The request's `TrackRecord` (None: a client's mistake, or it left), once;
-        a mirror copy waiting for it is told."""
-        failure = "" if left else failure_kind(status)
+        a mirror copy waiting for it is told. `failure`: the kind its error carried."""
+        kind: str | None = "" if left else failure_class(failure) if status >= 400 else None
         record = None
-        if failure != "":
+        if kind != "":
             check = self.check
             record = TrackRecord(
                 track=self.served,
                 at=time.time(),
-                failure=failure,
+                failure=kind,
                 ttft_s=ttft_s,
                 itl_s=check.itl_s,
                 finish_reason=check.finish_reason,

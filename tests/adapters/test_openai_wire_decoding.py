@@ -19,6 +19,7 @@ from adapters.base import (
 )
 from adapters.errors import GatewayError
 from adapters.openai_wire import (
+    SSEData,
     build_body,
     decode_chat_logprobs,
     decode_chunk,
@@ -26,7 +27,6 @@ from adapters.openai_wire import (
     decode_response,
     decode_tool_calls,
     decode_usage,
-    iter_sse_data,
     normalize_finish,
 )
 
@@ -312,13 +312,9 @@ def test_completion_chunks_and_their_finish():
     ]
 
 
-async def _lines(*raw: bytes):
-    for line in raw:
-        yield line
-
-
 async def _collect(*raw: bytes) -> list[bytes]:
-    return [d async for d in iter_sse_data(_lines(*raw))]
+    sse = SSEData()
+    return [d for chunk in raw for d in sse.feed(chunk)] + sse.end()
 
 
 async def test_server_sent_events_yield_their_data_fields():
@@ -346,6 +342,21 @@ async def test_the_events_are_the_same_however_the_body_is_cut_into_chunks():
     for cut in range(1, len(body)):
         assert await _collect(body[:cut], body[cut:]) == want, cut
     assert await _collect(*(body[i : i + 1] for i in range(len(body)))) == want
+
+
+async def test_events_of_one_data_line_read_as_they_would_line_by_line():
+    """Runtimes write one `data: ` line per event, and no carriage return: such a body
+    is cut at its blank lines, and must read exactly as line by line (an empty data,
+    two events in a chunk, an event of two lines, blank lines between events, a last
+    event without its blank line), however the chunks cut it."""
+    body = b"data: {}\n\ndata: \n\ndata:  y \n\n\n\ndata: a\n\ndata: b\n: c\nid: 1\ndata:d\n\n\ndata: e"
+    want = [b"{}", b"", b" y ", b"a", b"b\nd", b"e"]
+    assert await _collect(body) == want
+    for cut in range(1, len(body)):
+        assert await _collect(body[:cut], body[cut:]) == want, cut
+    assert await _collect(*(body[i : i + 1] for i in range(len(body)))) == want
+    # a carriage return anywhere: line by line, its line ending cut
+    assert await _collect(b"data: x\r\n\n", b"data: z\n\n") == [b"x", b"z"]
 
 
 async def test_an_event_without_data_yields_nothing():

@@ -78,19 +78,46 @@ def test_the_failure_kind_rides_on_the_error_and_no_one_reads_it_from_codes():
 
     serving = {m for m in where(code_compared) if m.startswith(("gateway/serving/", "gateway/intake.py"))}
     assert serving == set()
-    # A rollout's `TrackRecord.failure` is not a backend's failure kind: it is the analysis's
-    # class of the answer the client got, decided once (next test).
+    # Set where an error is built; an `Outcome` or a `TrackRecord` carries it, never decides it.
     sets_kind = where(
-        lambda n: isinstance(n, ast.Call) and keyword(n, "failure") is not None and not called(n, "TrackRecord")
+        lambda n: (
+            isinstance(n, ast.Call)
+            and keyword(n, "failure") is not None
+            and not called(n, "TrackRecord")
+            and not called(n, "Outcome")
+        )
     )
     assert sets_kind <= {"adapters/errors.py", "adapters/runtime_errors.py"}, sets_kind
 
 
-def test_a_rollouts_failure_class_is_decided_in_one_function():
-    assert where(lambda n: isinstance(n, ast.FunctionDef) and n.name == "failure_kind") == {
+def test_a_status_decides_a_failures_kind_in_one_place():
+    # adapters/errors.py `FAILURE_BY_STATUS`; a rollout classes the kind the error carries
+    # (gateway/serving/rollout.py `failure_class`), never the status again.
+    kinds = {"timeout", "overload", "server_error", "connect"}
+
+    def status_to_kind(node: ast.AST) -> bool:
+        if not isinstance(node, ast.Dict):
+            return False
+        statuses = [k for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, int)]
+        named = [
+            v for v in node.values if constant(v, *kinds) or (isinstance(v, ast.Attribute) and v.attr.lower() in kinds)
+        ]
+        return bool(statuses) and bool(named)
+
+    assert where(status_to_kind) == {"adapters/errors.py"}
+    assert where(lambda n: isinstance(n, ast.FunctionDef) and n.name == "failure_class") == {
         "gateway/serving/rollout.py"
     }
     assert where(lambda n: called(n, "TrackRecord")) == {"gateway/serving/rollout.py"}
+
+
+def test_a_shared_load_read_has_one_owner():
+    # One reader per server and event loop, for every runtime whose load read is destructive:
+    # adapters/dialect.py `shared_load` keeps the registry; no dialect keeps one of its own.
+    def per_loop_key(node: ast.AST) -> bool:
+        return called(node, "id") and any(called(a, "get_running_loop") for a in node.args)  # type: ignore[attr-defined]
+
+    assert where(per_loop_key) == {"adapters/dialect.py"}
 
 
 # ---- cancellation, usage, choices ------------------------------------------------------------------

@@ -6,10 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policies.rollout import Gates, analyse, percentile, total_variation, usage_off, wilson
+from policies.rollout import GateLimits, analyse, percentile, total_variation, usage_off, wilson
 from policies.rollout_records import MirrorComparison, TrackRecord
 
-G = Gates(min_samples=20)
+G = GateLimits()
+MIN_SAMPLES = 20  # analyse's default
 
 
 def recs(track, n, **kw):
@@ -43,7 +44,7 @@ def test_an_empty_window_holds():
 
 def test_five_percent_server_errors_fail_the_error_gate_within_one_window():
     cand = good("candidate", 19) + recs("candidate", 1, failure="server_error")
-    v = analyse(good("stable", 400) + cand, [], Gates(min_samples=20, error_rate_max_delta=0.005))
+    v = analyse(good("stable", 400) + cand, [], GateLimits(error_rate_max_delta=0.005))
     assert gate(v, "error_rate").verdict == "fail"
     assert v.decision == "rollback" and v.failed == ("error_rate",)
 
@@ -163,10 +164,10 @@ def test_the_wilson_interval_holds_the_proportion_inside_zero_and_one(k, n):
 def test_a_clean_candidate_never_fails_a_rate_gate_at_any_sample_size(n):
     v = analyse(good("stable", 100) + good("candidate", n), [], G)
     assert "fail" not in {g.verdict for g in v.gates}
-    assert v.decision == ("promote" if n >= G.min_samples else "hold")
+    assert v.decision == ("promote" if n >= MIN_SAMPLES else "hold")
 
 
-@given(st.integers(min_value=0, max_value=G.min_samples - 1), st.integers(min_value=0, max_value=400))
+@given(st.integers(min_value=0, max_value=MIN_SAMPLES - 1), st.integers(min_value=0, max_value=400))
 def test_fewer_than_min_samples_never_promotes(n_cand, n_stable):
     v = analyse(good("stable", n_stable) + good("candidate", n_cand), [], G)
     assert v.decision != "promote"
@@ -193,5 +194,5 @@ def test_the_latency_percentile_is_configurable():
     stable = good("stable", 90, ttft=0.1) + good("stable", 10, ttft=1.0)  # p95 1.0, p50 0.1
     cand = good("candidate", 40, ttft=0.3)
     assert gate(analyse(stable + cand, [], G), "ttft_p95_ratio").verdict == "pass"
-    median = Gates(min_samples=20, ttft_percentile=0.5)
+    median = GateLimits(ttft_percentile=0.5)
     assert gate(analyse(stable + cand, [], median), "ttft_p95_ratio").verdict == "fail"

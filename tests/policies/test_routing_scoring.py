@@ -1,5 +1,5 @@
 """Routing by a weighted scoring profile (the max_score picker), end to end on hand-built views: the shared
-filters, the weighted scores, ties by consistent hashing, bounded load, timings."""
+filters, the weighted scores, ties by consistent hashing, bounded load."""
 
 from __future__ import annotations
 
@@ -170,10 +170,7 @@ def test_pick_orders_by_total_then_bound():
     assert [b.name for b in pick(bs, [3.0, 2.0, 1.0], "k", 1.25)] == ["b", "c", "a"]
 
 
-def test_each_step_is_timed():
+def test_each_candidate_has_its_total():
     bs = [BackendView(f"b{i}", inflight=i, prefix_approx=i / 8) for i in range(8)]
     result = route(BLENDED, bs, chat(), "k")
-    t = result.timings
-    assert t is not None and t.filter_ns > 0 and t.score_ns > 0 and t.pick_ns > 0
-    assert t.total_ns == t.filter_ns + t.score_ns + t.pick_ns
     assert len(result.scores) == 8

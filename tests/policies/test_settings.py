@@ -1,4 +1,4 @@
-"""A routing, ejection, saturation, session or KV-index setting is written once: the
+"""A routing, ejection, saturation, session, KV-index or rollout-gate setting is written once: the
 gateway's config embeds the policy's own pydantic type, never a copy of its fields,
 and a bad value is refused by that type with the config path that holds it."""
 
@@ -12,9 +12,11 @@ from pydantic import BaseModel
 
 import gateway.config
 from gateway.backends.backend_set import BackendSet
+from gateway.config.rollout import RolloutConfig
 from gateway.config.schema import BackendConfig, ConfigError, KVEventsConfig, ModelConfig, parse_config
 from policies.ejection import EjectionConfig
 from policies.kv_index import KVIndexSettings
+from policies.rollout import GateLimits
 from policies.saturation import SaturationDetector
 from policies.session import SessionAffinity
 from policies.settings import Settings
@@ -40,6 +42,7 @@ def test_the_config_embeds_the_policies_own_types():
     assert fields["ejection"].annotation is EjectionConfig
     assert issubclass(KVEventsConfig, KVIndexSettings)
     assert BackendConfig.model_fields["kv_events"].annotation == KVEventsConfig | None
+    assert RolloutConfig.model_fields["gates"].annotation is GateLimits
 
 
 async def test_a_pool_reads_its_settings_as_configured_not_copied():
@@ -58,7 +61,7 @@ def test_no_config_section_mirrors_a_policys_settings():
         importlib.import_module(f"gateway.config.{info.name}")
     sections = {c for c in _subclasses(BaseModel) if c.__module__.startswith("gateway.config.")}
     policy_types = {c for c in _subclasses(Settings) if c.__module__.startswith("policies.")}
-    assert {SaturationDetector, SessionAffinity, EjectionConfig, KVIndexSettings} <= policy_types
+    assert {SaturationDetector, SessionAffinity, EjectionConfig, KVIndexSettings, GateLimits} <= policy_types
     for section in sections:
         for policy in policy_types:
             if issubclass(section, policy):

@@ -13,14 +13,8 @@ Responses API from it, so the API behaves the same on every runtime. Modules:
   answer.py          the answer format `Generation` runs with on the chat path (gateway/app.py routes it)
   handlers.py        the body read (`prepare_response`, the route's parse) and the three store operations
 
-Wiring (gateway/openai/responses/routes.py; nothing here imports Starlette): `POST
-/v1/responses` is the chat route's front door (gateway/intake.py) with
-`prepare_response` as its parse and `ResponsesAnswer` as its answer format; `GET`,
-`DELETE` and `input_items` authenticate, then call `get_response`, `delete_response`
-and `list_input_items` with the caller's tenant, which scopes every store access
-(another tenant's id answers 404), and `may_read` (the caller's model allow-list): a
-response made on a model the caller may not use answers 404 too. One `ResponseStore` serves the process: Redis when
-replicas share it (a continuation may land on any replica), else memory.
+Wiring: gateway/openai/responses/routes.py (nothing here imports Starlette), and
+docs/architecture.md, "The Responses API".
 """
 
 from gateway.openai.responses.handlers import (

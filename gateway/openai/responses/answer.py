@@ -1,12 +1,8 @@
 """The Responses API as an answer format of the gateway's one generation path
 (`AnswerFormat`, gateway/openai/answer_format.py): canonical events -> the `response`
-object or its event stream, and the finished response stored for `GET`,
-`input_items` and a continuation. The final object is stored before the terminal
-event is sent (a continuation the moment it completes finds it); a response the
-client left before its end is never stored. A stream's frames go out one write per
-upstream event, but what the finish causes (`output_text.done`, `content_part.done`,
-`output_item.done`) goes with the terminal event: after the finish only the usage and
-the end may come, right behind it, so the client reads the same bytes for one write less.
+object or its event stream, the finished response stored before its terminal event is
+sent (never one the client left). What the finish causes goes out with the terminal
+event, one write fewer (docs/architecture.md, "The Responses API").
 """
 
 from __future__ import annotations

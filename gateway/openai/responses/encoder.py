@@ -12,8 +12,6 @@ The twin of `gateway/openai/encoder.py` for `/v1/responses`, fed the same events
   item events in order, and exactly one terminal event (`response.completed`,
   `response.incomplete`, or `error` then `response.failed`). No `[DONE]`: the
   terminal event ends a Responses stream.
-The caller stores the final object (`result()`) before it sends `terminal()`,
-so a client that continues from a response the moment it completes finds it.
 """
 
 from __future__ import annotations
@@ -116,13 +114,9 @@ class ResponseStreamEncoder:
 
     def text_delta(self, output_index: int, text: str) -> bytes:
         """`response.output_text.delta` for text the assembly already took
-        (`OutputState.more_text`), for the message at `output_index`.
-
-        The stream's most frequent event, on a measured path: everything before the
-        delta is the same for every delta of one item, so it is built once per item
-        and only the delta and the sequence number are serialized per event. The
-        bytes are exactly what `_frame` writes for the same payload (pinned by
-        tests/gateway/openai/responses/test_wire_golden.py)."""
+        (`OutputState.more_text`), for the message at `output_index`: the frame before
+        the delta is built once per item, only the delta and the sequence number per
+        event; the bytes are `_frame`'s (pinned by tests/gateway/openai/responses/test_wire_golden.py)."""
         if output_index != self._delta_index:
             item_id = self.assembly.state.items[output_index].id
             self._delta_head = (

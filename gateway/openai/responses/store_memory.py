@@ -1,16 +1,9 @@
-"""The in-process response store: bounded per tenant and in all, and expiring.
-
-For a single gateway replica (each replica has its own; several replicas need the
-Redis store so a continuation can land on any of them). Records are kept
-serialized, which bounds the memory honestly (`max_bytes`) and means a caller can
-never change a stored record through an object it still holds.
-
-Each tenant has a share, `tenant_max_entries` records and `tenant_max_bytes`
-bytes: a tenant's new record pushes out that tenant's own oldest, never another
-tenant's. The whole store is bounded too (`max_entries`, `max_bytes`): when it is
-full a tenant again makes room from its own records only, and a tenant that has
-none is refused (`store_full`), so no tenant can evict another's response. Size
-`max_bytes` for the tenants expected (tenants x `tenant_max_bytes`).
+"""The in-process response store, for a single replica (several need the Redis store, so
+a continuation can land on any of them): bounded per tenant and in all, and expiring.
+Records are kept serialized, which bounds the memory honestly (`max_bytes`) and means a
+caller can never change a stored record through an object it still holds. A tenant makes
+room from its own records only, in its share and in a full store (none: `store_full`);
+the shares' rules are docs/architecture.md's ("Tenancy").
 """
 
 from __future__ import annotations

@@ -10,11 +10,8 @@ tenant's name can only miss:
   {<prefix>:<tenant>}:responses:size     HASH id -> the record's bytes
   {<prefix>:<tenant>}:responses:bytes    the tenant's stored bytes in all
 
-The index is the tenant's share: a put is one script that drops the tenant's
-expired entries, then its own oldest while it holds `tenant_max_entries` records
-or the new one would take it past `tenant_max_bytes`, then stores. No tenant can
-push out another's response, and what one tenant puts in Redis is bounded by its
-share (Redis's `maxmemory` bounds the sum: docs/operations.md).
+A put is one script (`PUT_LUA`) that drops the tenant's expired entries, then its own
+oldest while it is over its share, then stores (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -53,8 +50,12 @@ while count > 0 and (count >= max_entries or used + #raw > max_bytes) do
   drop(redis.call('ZRANGE', index, 0, 0)[1])
   count, evicted = count - 1, evicted + 1
 end
+-- put order, even within one millisecond (equal scores would evict by id instead)
+local top = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')[2]
+local score = now
+if top and tonumber(top) >= now then score = tonumber(top) + 0.001 end
 redis.call('SET', KEYS[1], raw, 'PX', ttl)
-redis.call('ZADD', index, now, id)
+redis.call('ZADD', index, score, id)
 redis.call('HSET', sizes, id, #raw)
 redis.call('SET', total, used + #raw, 'PX', ttl)
 redis.call('PEXPIRE', index, ttl)

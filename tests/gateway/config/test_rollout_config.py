@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from gateway.config.rollout import DEFAULT_STEPS, RolloutGates
+from gateway.config.rollout import DEFAULT_STEPS
 from gateway.config.schema import parse_config
 from gateway.lifecycle.rollout import RolloutController, plans_of
 from gateway.observe.rollout_metrics import RolloutMetrics
+from policies.rollout import GateLimits
 from policies.rollout_records import NO_ROLLOUT, TrackShares
 from stores.rollout_memory import MemoryRolloutStore
 
@@ -30,7 +31,7 @@ def test_a_rollout_block_takes_its_defaults():
     assert rollout.mirror.share == 0.0 and rollout.mirror.max_inflight == 8
     assert rollout.window_s == 60.0 and rollout.min_samples == 20
     assert rollout.auto_start and not rollout.preflight
-    assert rollout.gates == RolloutGates()
+    assert rollout.gates == GateLimits()
     assert [b.track for b in config.models["m"].backends] == ["stable", "candidate"]
     assert config.models["plain"].rollout is None and config.models["plain"].backends[0].track == "stable"
 
@@ -40,7 +41,7 @@ def test_the_gates_are_set_field_by_field():
         parse_config(fleet(gates={"ttft_p95_ratio_max": 2.0, "error_rate_max_delta": 0.0})).models["m"].rollout.gates
     )
     assert gates.ttft_p95_ratio_max == 2.0 and gates.error_rate_max_delta == 0.0
-    assert gates.itl_p95_ratio_max == RolloutGates().itl_p95_ratio_max
+    assert gates.itl_p95_ratio_max == GateLimits().itl_p95_ratio_max
 
 
 def test_a_first_step_of_zero_is_a_mirror_only_step():
@@ -79,7 +80,7 @@ def test_the_plan_carries_the_gates_window_and_options():
         )
     )["m"]
     assert plan.steps == (0.5, 1.0) and not plan.auto_start
-    assert plan.gates.window_s == 2 and plan.gates.min_samples == 7 and plan.gates.ttft_p95_ratio_max == 2.0
+    assert plan.window_s == 2 and plan.min_samples == 7 and plan.gates.ttft_p95_ratio_max == 2.0
     other = plans_of(parse_config(fleet(steps=[0.5, 1.0], window_s=3)))["m"]
     assert other.rollout_id != plan.rollout_id
 

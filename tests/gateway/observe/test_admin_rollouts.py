@@ -14,13 +14,12 @@ from gateway.lifecycle.rollout import RolloutController
 from gateway.observe.admin_rollouts import RolloutAdmin
 from gateway.observe.rollout_metrics import RolloutMetrics
 from policies.api_keys import hash_key
-from policies.rollout import Gates
 from policies.rollout_state import Plan
 from stores.rollout_memory import MemoryRolloutStore
 from tests.manual_clock import Clock
 
 ADMIN = {"Authorization": "Bearer admin-key"}
-PLANS = {"org/m": Plan("r1", steps=(0.1, 1.0), auto_start=False, gates=Gates(window_s=2.0))}
+PLANS = {"org/m": Plan("r1", steps=(0.1, 1.0), auto_start=False, window_s=2.0)}
 
 
 def app_of(config_data):

@@ -289,3 +289,26 @@ def test_each_pending_choice_written_at_the_end_gets_its_own_role():
         (1, {"role": "assistant", "content": "b"}),
         (2, {"role": "assistant", "content": "c"}),
     ]
+
+
+def test_a_chunk_is_the_head_its_one_choice_and_the_tail_dumped_as_one_object():
+    """A chunk's bytes are built from the head's and the tail's, dumped once: they must
+    be exactly the whole object's (keys in OpenAI's order, compact, usage last)."""
+    for chat in (True, False):
+        for include_usage in (True, False):
+            for fingerprint in (None, "fp_1"):
+                e = StreamEncoder("id-1", 7, "m", chat=chat, include_usage=include_usage, fingerprint=fingerprint)
+                raw = e.feed(TextDelta(0, 'h\u00e9 "q"\n')) + e.feed(Finish(0, "stop"))
+                blocks = [b for b in raw.split(b"\n\n") if b]
+                assert len(blocks) == 2
+                for block in blocks:
+                    whole = {
+                        "id": "id-1",
+                        "object": "chat.completion.chunk" if chat else "text_completion",
+                        "created": 7,
+                        "model": "m",
+                        **({"system_fingerprint": fingerprint} if fingerprint else {}),
+                        "choices": orjson.loads(block[6:])["choices"],
+                        **({"usage": None} if include_usage else {}),
+                    }
+                    assert block == b"data: " + orjson.dumps(whole)

@@ -1,16 +1,13 @@
 """What a rollout reads of one answer (gateway/serving/answer_check.py) and how the
 mirror compares two (gateway/serving/mirror.py `compare`), on hand-made events: tool
 calls named with JSON-object arguments, structured text valid against the request's
-schema, the failure class of a status, and each kind of difference named."""
+schema, and each kind of difference named."""
 
 from __future__ import annotations
-
-import pytest
 
 from adapters.base import Finish, GenerationRequest, TextDelta, ToolCallDelta, Usage
 from gateway.serving.answer_check import AnswerCheck
 from gateway.serving.mirror import CandidateAnswer, compare
-from gateway.serving.rollout import failure_kind
 from policies.rollout_records import TrackRecord
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather"}}]
@@ -70,24 +67,6 @@ def test_the_inter_token_gap_needs_two_output_events_of_a_stream():
     tally = check(three, stream=True)
     assert tally.itl_s is not None and tally.itl_s >= 0 and tally.gaps == 2
     assert check(three).itl_s is None  # a whole answer's events come at once: no gap to judge
-
-
-@pytest.mark.parametrize(
-    ("status", "kind"),
-    [
-        (200, None),
-        (502, "server_error"),
-        (500, "server_error"),
-        (504, "timeout"),
-        (408, "timeout"),
-        (429, "overload"),
-        (503, "overload"),
-        (400, ""),
-        (404, ""),
-    ],
-)
-def test_the_failure_class_of_what_the_client_got(status, kind):
-    assert failure_kind(status) == kind
 
 
 def stable_record(failure=None, prompt_tokens=40) -> TrackRecord:
