@@ -287,8 +287,8 @@ MODULES.update(
             "tests/adapters/test_runtime_errors.py",
             *DIALECT_TESTS,
         ],
-        # an interface (Call, Reader, EventFilter, Dialect): exercised by the HTTP adapter's tests
-        "adapters/dialect.py": ["tests/adapters/test_http_adapter.py"],
+        # the dialect interface (exercised by the HTTP adapter's tests) and the shared load reader
+        "adapters/dialect.py": ["tests/adapters/test_http_adapter.py", "tests/adapters/test_llamacpp_load.py"],
         # its own in-process tests (a scripted dialect, a loopback server); DIALECT_TESTS and
         # test_oneshot_adapters.py reach it through servers in subprocesses, seconds a mutant
         "adapters/http_adapter.py": ["tests/adapters/test_http_adapter.py"],

@@ -1,4 +1,5 @@
-"""adapters/llamacpp_load.py without a network: `/props`, `/slots` and `/metrics` as a
+"""adapters/llamacpp_load.py (and the shared reader it uses, adapters/dialect.py
+`shared_load`) without a network: `/props`, `/slots` and `/metrics` as a
 llama.cpp server answers them, through a scripted reader (the `Reader` protocol)."""
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import aiohttp
 import orjson
 import pytest
 
-from adapters.llamacpp_load import Props, parse_props, parse_slots, read_props, shared_load
+from adapters.llamacpp_load import Props, parse_props, parse_slots, read_props
+from adapters.llamacpp_load import load as shared_load
 
 _urls = itertools.count()
 
@@ -279,12 +281,12 @@ async def test_the_snapshot_is_dated_when_the_metrics_were_read(monkeypatch, met
 
 
 async def test_the_interval_at_below_and_above_its_boundary(monkeypatch):
-    import adapters.llamacpp_load as load
+    import adapters.dialect as dialect  # the shared reader (dialect.shared_load) keeps the interval
 
     reader = Scripted({"/metrics": metrics(1, 1), "/slots": (200, [])})
     first = await shared_load(reader, 0.0)
     clock = Clock(first.read_at + 9.0)  # its next time() is read_at + 10
-    monkeypatch.setattr(load, "time", clock)
+    monkeypatch.setattr(dialect, "time", clock)
     interval = (first.read_at + 10.0) - first.read_at
     assert await shared_load(reader, interval + 0.5) is first  # below: the shared snapshot
     clock.now = first.read_at + 9.0
@@ -293,6 +295,11 @@ async def test_the_interval_at_below_and_above_its_boundary(monkeypatch):
 
 def test_each_event_loop_has_its_own_reader():
     reader = Scripted({"/metrics": metrics(1, 1), "/slots": (200, [])})
-    asyncio.run(shared_load(reader, 60.0))
-    asyncio.run(shared_load(reader, 60.0))  # another loop: its own lock, its own read
+    loops = [asyncio.new_event_loop() for _ in range(2)]  # both alive: two distinct loops
+    try:
+        for loop in loops:  # the second: its own lock, its own read
+            loop.run_until_complete(shared_load(reader, 60.0))
+    finally:
+        for loop in loops:
+            loop.close()
     assert reader.gets.count("/metrics") == 2
