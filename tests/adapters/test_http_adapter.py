@@ -64,6 +64,7 @@ class Scripted(OpenAIDialect):
 
     async def ready(self, http):
         self.readied += 1
+        self.ready_with = http
 
     async def load(self, http):
         status, raw = await http.get("/load")
@@ -196,11 +197,20 @@ async def test_the_event_filter_sees_every_event_and_the_end():
 
 
 async def test_a_stream_ends_at_done_and_its_connection_is_reused():
-    stream = [orjson.dumps(text_chunk("a")).decode(), "[DONE]", orjson.dumps(text_chunk("after")).decode()]
+    stream = [
+        orjson.dumps(text_chunk("a")).decode(),
+        "[DONE]",
+        ("sleep", 0.05),
+        orjson.dumps(text_chunk("after")).decode(),
+    ]
     up, adapter, accepted, ctx = await with_upstream({"/v1/chat/completions": stream})
     for _ in range(2):
         got = await events(adapter, request(True))
         assert [e for e in got if isinstance(e, TextDelta)] == [TextDelta(0, "a")]
+        for _ in range(200):  # what follows `[DONE]` is drained, then the connection is idle
+            if adapter.transport._pool._idle:
+                break
+            await asyncio.sleep(0.01)
     assert len(accepted) == 1
     assert [b["stream"] for b in up.bodies("/v1/chat/completions")] == [True, True]
     await done(adapter, ctx)
@@ -368,6 +378,8 @@ async def test_health_by_status(route, ok, detail):
     health = await adapter.health()
     assert (health.ok, health.detail) == (ok, detail)
     assert adapter.dialect.readied == (1 if ok else 0)  # what the dialect reads once ready
+    if ok:
+        assert adapter.dialect.ready_with is adapter.transport
     await done(adapter, ctx)
 
 
@@ -427,3 +439,33 @@ async def test_a_stream_has_a_stream_s_first_byte_limit():
             await events(adapter, request(True))
         assert (info.value.status, info.value.code) == (504, "upstream_timeout")
         await adapter.aclose()
+
+
+async def test_a_stream_that_ends_without_done_gives_what_it_sent_and_no_end_events():
+    stream = [orjson.dumps(completion_chunk("ab")).decode(), orjson.dumps(completion_chunk("c", "stop")).decode()]
+    up, adapter, _, ctx = await with_upstream({"/v1/completions": stream}, shout=True)
+    async with asyncio.timeout(5):
+        got = await events(adapter, request(True, kind="completion"))
+    # the filter saw every event but not a `[DONE]`: nothing of its own at the end
+    assert [e for e in got if isinstance(e, TextDelta)] == [TextDelta(0, "AB"), TextDelta(0, "C")]
+    assert not [e for e in got if isinstance(e, ErrorEvent)]
+    await done(adapter, ctx)
+
+
+async def test_health_of_a_server_that_answers_nonsense():
+    async def hang_up(reader, writer, n):
+        await read_request(reader)  # then closes without a word
+
+    async with serve(hang_up) as (port, _):
+        adapter = HTTPAdapter(Scripted, "b", f"http://127.0.0.1:{port}")
+        health = await adapter.health()
+        await adapter.aclose()
+    assert health.ok is False and health.detail == "Server disconnected"
+
+
+async def test_health_detail_is_the_first_200_characters_of_the_answer():
+    body = b"\xff" + b"x" * 300
+    up, adapter, _, ctx = await with_upstream({"/health": answer(503, body, "text/plain")})
+    health = await adapter.health()
+    assert health.detail == "Scripted /health answered HTTP 503: \ufffd" + "x" * 199
+    await done(adapter, ctx)

@@ -300,3 +300,64 @@ def test_context_overflow_is_context_length_exceeded():
     for message in ("the request exceeds the available context size", "prompt is larger than the max context size"):
         err = dialect().error(400, {"error": {"message": message.upper(), "code": 400}})
         assert err.code == "context_length_exceeded"
+
+
+def test_a_failed_finish_is_logged_with_the_backend(caplog):
+    chunk = {"choices": [{"index": 0, "delta": {}, "finish_reason": "error"}]}
+    whole = {"choices": [{"index": 0, "message": {"content": ""}, "finish_reason": "error"}]}
+    with caplog.at_level(logging.WARNING, logger="switchyard.upstream"):
+        for decode, payload in ((dialect().decode_chunk, chunk), (dialect().decode_response, whole)):
+            with pytest.raises(GatewayError):
+                decode(payload, chat=True)
+    assert caplog.text.count("backend lc ended a generation with finish_reason 'error'") == 2
+
+
+def test_a_whole_chat_answer_is_read_as_chat():
+    whole = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
+    assert [e for e in dialect().decode_response(whole, chat=True) if isinstance(e, TextDelta)] == [TextDelta(0, "hi")]
+
+
+def test_every_choice_s_logprobs_are_converted_and_an_unnamed_alternative_is_the_empty_token():
+    lp = {"content": [{"token": "a", "logprob": -0.5, "top_logprobs": [{"logprob": -2.0}]}]}
+    payload = {"choices": [{"logprobs": {"tokens": ["x"]}}, {"logprobs": lp}]}
+    legacy_logprobs(payload)
+    assert payload["choices"][1]["logprobs"]["top_logprobs"] == [{"": -2.0}]
+
+
+async def test_the_load_interval_option_and_its_default(monkeypatch):
+    import adapters.dialect as shared
+
+    http = Props200()
+    http.base_url = "http://lc-interval-0"
+    every_time = dialect(load_min_interval_s=0)
+    await every_time.load(http)
+    await every_time.load(http)
+    assert http.gets.count("/metrics") == 2  # the option, not the default
+    default = Props200()
+    default.base_url = "http://lc-interval-default"
+    d = dialect()
+    first = await d.load(default)
+    clock = type("Clock", (), {"time": staticmethod(lambda: first.read_at + 1.0)})
+    monkeypatch.setattr(shared, "time", clock)
+    await d.load(default)
+    assert default.gets.count("/metrics") == 2  # 1 s later: past the 0.5 s default
+
+
+def test_the_refusal_of_token_strings_says_what():
+    with pytest.raises(GatewayError) as info:
+        dialect().render_call(TokenizeRequest("r", "m", prompt="x", return_token_strs=True))
+    assert "which does not support token strings in /tokenize answers" in str(info.value)
+
+
+def test_wrong_shapes_are_logged_with_the_backend_and_the_answer_s_start(caplog):
+    long = {"x": "y" * 300}
+    with caplog.at_level(logging.WARNING, logger="switchyard.upstream"):
+        with pytest.raises(GatewayError):
+            dialect().rendered(TokenizeRequest("r", "m", messages=[]), long)
+        with pytest.raises(GatewayError):
+            dialect().read_tokenize(long, TokenizeRequest("r", "m", prompt="x"))
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        f"backend lc failed: its apply-template answer has the wrong shape ({repr(long)[:200]})",
+        f"backend lc failed: its tokenize answer has the wrong shape ({repr(long)[:200]})",
+    ]
