@@ -469,3 +469,10 @@ async def test_health_detail_is_the_first_200_characters_of_the_answer():
     health = await adapter.health()
     assert health.detail == "Scripted /health answered HTTP 503: \ufffd" + "x" * 199
     await done(adapter, ctx)
+
+
+def test_the_adapter_shows_its_dialect_s_runtime_parameters_and_capabilities():
+    adapter = HTTPAdapter(Scripted, "b", "http://127.0.0.1:9", "served", options={"tokenize": False})
+    assert (adapter.name, adapter.dialect.backend, adapter.dialect.served_model) == ("b", "b", "served")
+    assert adapter.runtime == "Scripted" and adapter.parameters is Scripted.parameters
+    assert adapter.capabilities.tokenize is False and adapter.capabilities is adapter.dialect.capabilities
