@@ -104,6 +104,7 @@ def summary(records: list[RequestRecord]) -> dict[str, Any]:
         "cached_share": round(cached / prompt, 4) if prompt else None,
         "ttft_p50_ms": ttft["p50"],
         "ttft_p90_ms": ttft["p90"],
+        "errors": sorted({f"{r.status} {r.error}"[:160] for r in records if r.outcome != "ok"}),
     }
 
 
@@ -126,6 +127,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     logs = Path(tempfile.mkdtemp(prefix="llamacpp-prefix-"))
     gguf = write_gguf(make_tiny(logs / "tiny", seed=0), logs / "tiny.gguf")
     shape = {"conversations": args.conversations, "turns": args.turns, "system_words": args.words}
+    shape["concurrency"] = args.concurrency
     result: dict[str, Any] = {"settings": {**shape, "slots": SLOTS, "max_tokens": args.max_tokens}, "runs": []}
     with llama_server(gguf, "llama0", logs) as a, llama_server(gguf, "llama1", logs) as b:
         port = free_port()
@@ -136,7 +138,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for policy in POLICIES if rep % 2 == 0 else POLICIES[::-1]:
                     reqs = turns(f"{policy}#{rep}", args.conversations, args.turns, args.words)
                     async with Client(ClientConfig(gw.base_url, policy)) as client:
-                        recs = await drive(client, reqs, 2 * SLOTS, args.max_tokens, None)
+                        recs = await drive(client, reqs, args.concurrency, args.max_tokens, None)
                     result["runs"].append({"where": "across servers", "how": policy, "rep": rep, **summary(recs)})
         for rep in range(args.repeats):
             for pinned in (True, False) if rep % 2 == 0 else (False, True):
@@ -144,7 +146,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 reqs = turns(f"{how}#{rep}", args.conversations, args.turns, args.words)
                 slots = {c: c % SLOTS for c in range(args.conversations)} if pinned else None
                 async with Client(ClientConfig(a.base_url, "tiny")) as client:
-                    recs = await drive(client, reqs, SLOTS, args.max_tokens, slots)
+                    recs = await drive(client, reqs, args.concurrency, args.max_tokens, slots)
                 result["runs"].append({"where": "within a server", "how": how, "rep": rep, **summary(recs)})
     return result
 
@@ -153,18 +155,29 @@ def table(result: dict[str, Any]) -> str:
     head = "| where | how | rep | requests | failed | cached share | TTFT p50 ms | TTFT p90 ms |\n|---|---|---|---|---|---|---|---|"
     rows = [
         f"| {r['where']} | {r['how']} | {r['rep']} | {r['requests']} | {r['failed']} | {r['cached_share']} "
-        f"| {r['ttft_p50_ms']} | {r['ttft_p90_ms']} |"
+        f"| {r['ttft_p50_ms']:.1f} | {r['ttft_p90_ms']:.1f} |"
         for r in result["runs"]
     ]
     return "\n".join([head, *rows])
 
 
+def report(result: dict[str, Any]) -> str:
+    errors = sorted({e for r in result["runs"] for e in r["errors"]})
+    return (
+        "# Prefix reuse on llama.cpp's server\n\n`make bench-llamacpp-prefix` "
+        f"({json.dumps(result['settings'])}); bench/llamacpp_prefix.py says what each run is, "
+        "docs/runtimes.md §8.7 what it shows.\n\n"
+        f"{table(result)}\n\nFailures seen: {errors or 'none'}\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--conversations", type=int, default=5, help="odd, so round robin does not keep them by accident")
-    p.add_argument("--turns", type=int, default=4)
+    p.add_argument("--turns", type=int, default=6)
     p.add_argument("--words", type=int, default=300, help="system prompt words (about 1.3 tokens each)")
     p.add_argument("--max-tokens", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=SLOTS, help="requests in flight (a server has 2 slots)")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--out", type=Path, default=Path("docs/bench/llamacpp-prefix"))
     args = p.parse_args(argv)
@@ -175,10 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "result.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / "README.md").write_text(
-        "# Prefix reuse on llama.cpp's server\n\n`python -m bench.llamacpp_prefix` "
-        f"({json.dumps(result['settings'])}); bench/llamacpp_prefix.py says what each run is.\n\n{text}\n"
-    )
+    (args.out / "README.md").write_text(report(result))
     return 0
 
 
