@@ -1,12 +1,8 @@
-"""KV-cache events: what a runtime says about the prompt blocks it holds.
-
-Three events, the same in every runtime that publishes them: `BlockStored` (full blocks
-entered the prefix cache, each named by a hash chained over the blocks before it),
-`BlockRemoved` and `AllBlocksCleared`. policies/kv_index.py keeps one index per backend
-from them, and the router names a request's blocks with the runtime's own hashes
-(below) to ask which of them a backend holds. They come from vLLM's and SGLang's ZMQ
-publishers (adapters/kv_events_zmq.py; the payloads decoded here) or, in process, from
-the native engine. Wire and hashes: docs/runtimes.md §1.12 (vLLM) and §2.11 (SGLang).
+"""KV-cache events: what a runtime says about the prompt blocks it holds (`BlockStored`,
+`BlockRemoved`, `AllBlocksCleared`, the same in every runtime that publishes them), the
+payloads decoded here, and a request's blocks named with the runtime's own hashes.
+policies/kv_index.py keeps one index per backend from them. Wire and hashes:
+docs/runtimes.md §1.12 (vLLM) and §2.11 (SGLang); docs/architecture.md, "Routing".
 """
 
 from __future__ import annotations

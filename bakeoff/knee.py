@@ -14,6 +14,12 @@ The search starts at `start_rate` and multiplies by `growth` while probes pass (
 until their ratio is within `1 + tolerance` or `max_probes` ran. An undetermined probe
 bounds the search from above like a fail (the knee is the highest rate *shown* to meet
 the SLO) and is reported as such.
+
+A non-pass is believed only once it is confirmed (`rerun`): an undetermined probe is run
+again twice as long (more requests, a narrower interval), a failed one again at the same
+length; a rate passes if one of its runs passes. Why: what else runs on the machine only
+ever slows a candidate (noise on one side), so a failure that the same rate does not
+repeat was the machine's, and a knee bounded by it would move from run to run.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from statistics import NormalDist
 from typing import Any, Literal
 
 Verdict = Literal["pass", "fail", "undetermined"]
+Rerun = Literal["longer", "confirm"]
 StopReason = Literal["converged", "max_rate_reached", "max_probes", "fails_at_start", "budget"]
 
 
@@ -59,6 +66,20 @@ class Probe:
     judged: int = 0
     interval: tuple[float, float] = (0.0, 1.0)
     why: str = ""  # what decided a non-pass besides attainment (error rate, ITL bound)
+
+
+def rerun(verdicts: list[Verdict], lengthen: int, confirm: int) -> Rerun | None:
+    """After the runs so far at one rate (`verdicts`, in order), what to run next there:
+    `longer` (twice as long) for an undetermined run while `lengthen` lengthened reruns are
+    left, `confirm` (same length) while the non-pass runs are at most `confirm`, else None
+    (a pass, or a non-pass confirmed: believed)."""
+    if not verdicts or verdicts[-1] == "pass":
+        return None
+    if verdicts[-1] == "undetermined" and sum(1 for v in verdicts if v == "undetermined") <= lengthen:
+        return "longer"
+    if len(verdicts) <= confirm:
+        return "confirm"
+    return None
 
 
 @dataclass

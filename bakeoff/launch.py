@@ -15,8 +15,10 @@ import os
 import secrets
 import subprocess
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -75,24 +77,48 @@ def model_dir(model: str) -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+@dataclass
+class _Running:
+    """A started runtime instance (bakeoff/verdict.py `Instance`)."""
+
+    url: str
+    stop_fn: Callable[[], object]
+    stopped: bool = False
+
+    def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.stop_fn()
+
+
 def _runtime(c: Candidate, plan: Plan, work: Path, stack: ExitStack) -> tuple[str | None, Path | None]:
     """Start the candidate's runtime; its url (None for native) and weights directory."""
     launch = c.launch
     if launch is None:
         return None, None
-    opts = dict(launch.options)
     if launch.kind == "native":
         return None, model_dir(launch.model)
+    instance, weights = start_instance(c, plan, work, "runtime")
+    stack.callback(instance.stop)
+    return instance.url, weights
+
+
+def start_instance(c: Candidate, plan: Plan, work: Path, label: str, wait: bool = True) -> tuple[_Running, Path | None]:
+    """One instance of the candidate's launched runtime on a port of its own, ready (the
+    first), or only started (`wait` False: the production stage's second one,
+    `CandidateTarget.replica`, whose check waits for its /health and can stop it early)."""
+    launch = c.launch
+    assert launch is not None and launch.kind != "native"
+    opts = dict(launch.options)
     if launch.kind == "simulator":
         assert launch.simulator is not None
         opts.setdefault("model_name", c.backend.get("served_model") or plan.model)
         try:
-            sim = start_simulator(launch.simulator, timeout=launch.ready_timeout_s, **opts)
+            sim = start_simulator(launch.simulator, wait=wait, timeout=launch.ready_timeout_s, **opts)
         except Exception as exc:
             raise LaunchError(f"{c.name}: the {launch.simulator} simulator did not start: {exc}") from exc
-        stack.callback(sim.stop)
         weights = Path(opts["model_dir"]) if opts.get("model_dir") else None
-        return sim.url, weights
+        return _Running(sim.url, sim.stop), weights
     weights = model_dir(launch.model)
     port = free_port()
     served = c.backend.get("served_model") or plan.model
@@ -108,7 +134,9 @@ def _runtime(c: Candidate, plan: Plan, work: Path, stack: ExitStack) -> tuple[st
             raise NotInstalled(
                 f"{c.name}: llama.cpp's server is not built ({LLAMA_SERVER}; scripts/install-llamacpp.sh)"
             )
-        gguf = write_gguf(weights, work / f"{c.name}.gguf")
+        gguf = work / f"{c.name}.gguf"
+        if not gguf.exists():
+            write_gguf(weights, gguf)
         argv = llamacpp_server_argv(
             gguf,
             port,
@@ -119,10 +147,22 @@ def _runtime(c: Candidate, plan: Plan, work: Path, stack: ExitStack) -> tuple[st
         )
         env = {}
         ready = f"http://127.0.0.1:{port}/health"
-    child = Child(argv, work / f"{c.name}-runtime.log", name=f"{c.name} runtime", cwd=ROOT, env=env)
-    stack.callback(child.stop)
-    child.wait_ready(http_probe(ready), timeout_s=launch.ready_timeout_s, interval_s=0.2)
-    return f"http://127.0.0.1:{port}", weights
+    child = Child(argv, work / f"{c.name}-{label}.log", name=f"{c.name} {label}", cwd=ROOT, env=env)
+    try:
+        if wait:
+            child.wait_ready(http_probe(ready), timeout_s=launch.ready_timeout_s, interval_s=0.2)
+    except BaseException:
+        child.stop()
+        raise
+    return _Running(f"http://127.0.0.1:{port}", child.stop), weights
+
+
+def _replica(c: Candidate, plan: Plan, work: Path, stack: ExitStack) -> _Running:
+    """A second instance for the production stage, started (its check waits for it) and
+    stopped with the candidate at the latest."""
+    instance, _ = start_instance(c, plan, work, "replica", wait=False)
+    stack.callback(instance.stop)
+    return instance
 
 
 def gateway_config(plan: Plan, backend: dict[str, Any], port: int, admin_key: str, keys: dict[str, str]) -> dict:
@@ -172,5 +212,6 @@ def start(c: Candidate, plan: Plan, tenants: list[str], work: Path, stack: ExitS
         admin_key=admin_key,
         config_path=str(config_path),
         runtime_url=runtime_url,
+        replica=None if c.launch is None or c.launch.kind == "native" else partial(_replica, c, plan, work, stack),
     )
     return Launched(target, backend, weights, keys)

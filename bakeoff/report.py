@@ -34,6 +34,10 @@ def _dist(s: dict[str, Any], key: str) -> str:
     return "/".join(_f(d.get(p), 0) for p in ("p50", "p95", "p99"))
 
 
+# what a rerun of a rate was for (bakeoff/knee.py `rerun`)
+RERUN_NOTE = {"longer": " (rerun twice as long)", "confirm": " (rerun to confirm a failure)"}
+
+
 def sweep_rows(points: list[dict[str, Any]]) -> list[list[str]]:
     header = [
         "offered/s", "verdict", "good/judged", "Wilson interval", "goodput req/s", "output tok/s",
@@ -45,7 +49,8 @@ def sweep_rows(points: list[dict[str, Any]]) -> list[list[str]]:
         s = p["summary"]
         rows.append([
             f"{p['rate']:.3g}", p["verdict"] + (f" ({p['why']})" if p["why"] else "")
-            + (" (run again longer: next row)" if p.get("superseded") else ""), f"{p['good']}/{p['judged']}",
+            + RERUN_NOTE.get(p.get("rerun") or "", "") + (" (run again: next row)" if p.get("superseded") else ""),
+            f"{p['good']}/{p['judged']}",
             f"{p['interval'][0]:.2f}-{p['interval'][1]:.2f}", _f(s["goodput"]["requests_per_s"], 2),
             _f(s["throughput"]["output_tokens_per_s"], 0), _dist(s, "ttft_ms"), _dist(s, "itl_ms"),
             _dist(s, "tpot_ms"), _dist(s, "e2e_ms"), f"{s['failure_rate']:.1%}", _f(s["cache_hit_pct"], 0),

@@ -8,8 +8,9 @@ the JSON report.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 Stage = Literal["eliminate", "comparable", "measure", "production"]
 Outcome = Literal["pass", "fail", "warn", "skip"]
@@ -51,6 +52,14 @@ class StageResult:
         return cls(stage=data["stage"], candidate=data["candidate"], checks=checks, seconds=data.get("seconds", 0.0))
 
 
+class Instance(Protocol):
+    """A runtime instance started for a check: its URL, and how to stop it (idempotent)."""
+
+    url: str
+
+    def stop(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class CandidateTarget:
     """A candidate as the stages reach it: its own gateway (`gateway_url`, serving
@@ -67,3 +76,7 @@ class CandidateTarget:
     admin_key: str | None = None
     config_path: str | None = None
     runtime_url: str | None = None
+    # Starts another instance of the candidate's runtime (the same recipe, its own port),
+    # for the production stage's `replicas` check; None: none can be started (the native
+    # engine runs in the gateway; a runtime reached at its URL has no recipe).
+    replica: Callable[[], Instance] | None = field(default=None, compare=False, repr=False)

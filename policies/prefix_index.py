@@ -1,12 +1,8 @@
 """Approximate prefix matching: what each backend probably holds in its prefix cache,
-guessed from the prompts recently routed there, without a tokenizer.
-
-The rendered prompt is cut into `BLOCK_CHARS`-character blocks (about the 16 tokens
-of vLLM's and the native engine's blocks; characters, not bytes, because slicing a
-str is free) or, for token ids, 16-token blocks; at most `MAX_BLOCKS` are named, each
-by a hash chained over the blocks before it (Python's own: the index never leaves
-its process). Each backend keeps an LRU set of names, touched tail to head, so every
-held chain is prefix-closed and a match is a binary search.
+guessed from the prompts recently routed there, without a tokenizer. Prompts are cut
+into `BLOCK_CHARS`-character blocks (token ids: 16-token blocks), at most `MAX_BLOCKS`
+named by a hash chained over the blocks before; each backend keeps an LRU set of names
+touched tail to head, so a match is a binary search (docs/architecture.md, "Routing").
 """
 
 from __future__ import annotations

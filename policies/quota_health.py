@@ -1,12 +1,8 @@
-"""Whether the shared quota store answers, and when to ask it again.
-
-The request path never waits on a store it knows is down, and its traffic never
-decides when the store is tried again: a failed call marks the store down (one
-transition, reported once), and from then on a single background probe asks the
-store on a schedule of its own, first after `first_delay_s`, then doubling up to
-`max_delay_s`. The first answer marks it up again, so a store that answers is
-used again at most `max_delay_s` (plus one probe) later, however busy or quiet
-the gateway is meanwhile.
+"""Whether the shared quota store answers, and when to ask it again. The request path
+never waits on a store it knows is down, and its traffic never decides when the store
+is tried again: a failed call marks it down (reported once), then one background probe
+asks on its own schedule (`first_delay_s`, doubling to `max_delay_s`); its first answer
+marks the store up again.
 """
 
 from __future__ import annotations

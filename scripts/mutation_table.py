@@ -126,7 +126,7 @@ MODULES: dict[str, list[str]] = {
         "tests/gateway/serving/test_stream_guard.py",
         "tests/gateway/openai/test_encoder.py",
     ],
-    "gateway/serving/oneshot.py": ["tests/gateway/serving/test_oneshot.py"],
+    "gateway/serving/oneshot.py": ["tests/gateway/serving/test_oneshot*.py"],
     "gateway/serving/merge.py": [
         "tests/gateway/serving/test_merge.py",
         "tests/gateway/serving/test_dispatch*.py",

@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from bakeoff.knee import KneeSearch, Probe
+from bakeoff.knee import KneeSearch, Probe, Rerun, Verdict, rerun
 from bakeoff.sampler import Sampler
 from bakeoff.slo import SloSpec, judge
 from bakeoff.verdict import CandidateTarget, Check, StageResult
@@ -32,7 +34,9 @@ from bench.client import Client, ClientConfig
 from bench.metrics import request_metrics, summarize_run
 from bench.progress import Progress
 from bench.records import RequestRecord
-from bench.runner import Runner
+from bench.runner import LoadPlan, Runner
+from bench.sizing import PromptSizer
+from bench.workloads import Session, Turn
 
 CDF_POINTS = 400  # latency values kept per distribution for the report's CDF plots
 
@@ -47,7 +51,10 @@ class Settings(BaseModel):
     max_probes: int = Field(8, ge=1, le=40)
     min_probe_s: float = Field(10.0, ge=0)  # a probe replays the workload until its arrivals span this long
     lengthen_undetermined: int = Field(1, ge=0, le=3)  # times an undetermined probe is run again, twice as long
+    confirm_failures: int = Field(1, ge=0, le=3)  # a non-pass is believed after this many more non-pass runs
     cold_warm: bool = True
+    warmup_requests: int = Field(15, ge=0, le=1000)  # sent before anything is measured, none shared with the workload
+    warmup_concurrency: int = Field(8, ge=1, le=256)  # the last wave's width (waves of 1, 2, 4, ...)
     request_timeout_s: float = Field(60.0, gt=0)
     sample_interval_s: float = Field(0.5, gt=0)
 
@@ -128,6 +135,8 @@ async def run(target: CandidateTarget, settings: Settings, budget_s: float, inpu
 
     try:
         async with asyncio.timeout(budget_s):
+            if settings.warmup_requests:
+                checks.append(await _warm_up(target, inputs, settings))
             if settings.cold_warm:
                 phases = {}
                 for phase in ("cold", "warm"):
@@ -138,18 +147,7 @@ async def run(target: CandidateTarget, settings: Settings, budget_s: float, inpu
                 if _expected_s(inputs.workload, rate, settings) > left():
                     search.stop("budget")
                     break
-                duration = settings.min_probe_s
-                for attempt in range(1 + settings.lengthen_undetermined):
-                    if attempt:  # too few requests to tell: the same rate, twice as long
-                        duration = 2 * max(duration, inputs.workload.unit_arrivals[-1] / rate)
-                        if duration + 10.0 > left():
-                            break
-                        points[-1]["superseded"] = True
-                    summary, records, metrics = await probe(target, inputs, settings, rate, f"{rate:g}/s ", duration)
-                    verdict = judge(rate, summary, inputs.slo)
-                    points.append(_point(verdict, summary, metrics))
-                    if verdict.verdict != "undetermined":
-                        break
+                verdict, records = await _runs_at(rate, target, inputs, settings, points, left)
                 search.record(verdict)
                 if verdict.verdict == "pass" or cdf_source is None:
                     cdf_source = (rate, records)
@@ -160,6 +158,88 @@ async def run(target: CandidateTarget, settings: Settings, budget_s: float, inpu
     return StageResult("measure", target.name, tuple(checks), seconds=time.perf_counter() - started)
 
 
+async def _runs_at(
+    rate: float,
+    target: CandidateTarget,
+    inputs: Inputs,
+    settings: Settings,
+    points: list[dict[str, Any]],
+    left: Callable[[], float],
+) -> tuple[Probe, list[RequestRecord]]:
+    """One rate of the sweep: probed, and run again while bakeoff/knee.py `rerun` says a
+    non-pass is not yet confirmed (and the budget holds the rerun); every run is a point,
+    those run again marked superseded. The last run's verdict is the rate's."""
+    duration = settings.min_probe_s
+    verdicts: list[Verdict] = []
+    again: Rerun | None = None
+    while True:
+        summary, records, metrics = await probe(target, inputs, settings, rate, f"{rate:g}/s ", duration)
+        verdict = judge(rate, summary, inputs.slo)
+        points.append({**_point(verdict, summary, metrics), "rerun": again})
+        verdicts.append(verdict.verdict)
+        again = rerun(verdicts, settings.lengthen_undetermined, settings.confirm_failures)
+        if again is None:
+            return verdict, records
+        if again == "longer":  # too few requests to tell: the same rate, twice as long
+            duration = 2 * max(duration, inputs.workload.unit_arrivals[-1] / rate)
+        if max(duration, inputs.workload.unit_arrivals[-1] / rate) + 10.0 > left():
+            return verdict, records
+        points[-1]["superseded"] = True
+
+
+def warmup_sessions(workload: Workload, seed: int, count: int) -> list[Session]:
+    """`count` sessions of the workload's lengths and tenants (cycled) in words of their own
+    and without its system prompts, so the warm-up fills no prefix cache the cold phase
+    would find."""
+    rng = np.random.default_rng([seed, 0x57A2])
+    sizer = PromptSizer()
+    out = []
+    for i in range(count):
+        model = workload.sessions[i % len(workload.sessions)]
+        turn = model.turns[0]
+        text = sizer.text(rng, f"warm-up {i}:", max(1, turn.words)).text
+        out.append(Session([Turn(text, turn.max_tokens, turn.words)], tenant=model.tenant))
+    return out
+
+
+async def _warm_up(target: CandidateTarget, inputs: Inputs, settings: Settings) -> Check:
+    """Requests in waves of 1, 2, 4, ... at once (up to `warmup_concurrency`) before the first
+    measured phase: a runtime that compiles or allocates on its first batches of each size
+    (vLLM's CPU build) does so here, not in the cold phase or the first probe."""
+    sessions = warmup_sessions(inputs.workload, inputs.seed, settings.warmup_requests)
+    config = ClientConfig(
+        base_url=target.gateway_url,
+        model=target.model,
+        timeout_s=settings.request_timeout_s,
+        api_keys=inputs.api_keys,
+        ignore_eos=inputs.ignore_eos,
+        extra_body={"temperature": inputs.temperature},
+    )
+    started = time.perf_counter()
+    waves: list[dict[str, Any]] = []
+    width, sent = 1, 0
+    async with Client(config) as client:
+        while sent < len(sessions):
+            wave = sessions[sent : sent + width]
+            records = await Runner(client, LoadPlan(sessions=wave, concurrency=len(wave), seed=inputs.seed)).run()
+            summary = summarize_run(records, inputs.slo.per_request)
+            waves.append({"at_once": len(wave), "failed": summary["requests"]["failed"], "ttft_ms": summary["ttft_ms"]})
+            sent += len(wave)
+            width = min(2 * width, settings.warmup_concurrency)
+    failed = sum(w["failed"] for w in waves)
+    first, last = waves[0]["ttft_ms"].get("max"), waves[-1]["ttft_ms"].get("p50")
+    detail = (
+        f"{sent} requests in waves of {', '.join(str(w['at_once']) for w in waves)} at once in "
+        f"{time.perf_counter() - started:.1f} s (none measured); TTFT of the first "
+        f"{'-' if first is None else f'{first:.0f} ms'}, p50 of the last wave "
+        f"{'-' if last is None else f'{last:.0f} ms'}"
+    )
+    evidence = {"waves": waves}
+    if failed:
+        return Check("warmup", "warn", f"{detail}; {failed} failed", evidence)
+    return Check("warmup", "pass", detail, evidence)
+
+
 def _point(p: Probe, summary: dict[str, Any], metrics: dict[str, Any]) -> dict[str, Any]:
     return {
         "rate": p.rate,
@@ -168,7 +248,7 @@ def _point(p: Probe, summary: dict[str, Any], metrics: dict[str, Any]) -> dict[s
         "judged": p.judged,
         "interval": list(p.interval),
         "why": p.why,
-        "superseded": False,  # True: undetermined, run again longer (the next point)
+        "superseded": False,  # True: not believed, run again at the same rate (the next point)
         "summary": summary,
         "runtime_metrics": metrics,
     }

@@ -11,11 +11,15 @@ through its gateway, judged by the runtime's own metrics and the gateway's:
 - `overload`: a burst of `overload_requests` at once gets answers or 429/503 with
   Retry-After, never a hang, a 500 or a refusal without Retry-After;
 - `readiness`: `/readyz` answers 200 within `readyz_timeout_s` during the burst;
-- `rollback`: rewriting the config file (`config_path`) to `rollback_config` and
-  `POST /admin/reload` puts it in force with no failed request while traffic runs; the
-  original config is written back and reloaded afterwards. Without `rollback_config`,
-  the candidate's model's backends are renamed (`<name>-rollback`): the same runtime,
-  but new backends built, swapped in and the old ones retired, as a rollback does.
+- `rollback` (production_rollback.py): a config reload to `rollback_config` (or the
+  backends renamed) and back, with no failed request while traffic runs;
+- `replicas` (production_replicas.py): a pool of two instances of the runtime spreads
+  sessions, keeps a session on one, and fails over with no failed request when one stops;
+- `quota` (production_quota.py): a tenant over its quota is refused 429 with Retry-After
+  while another is served.
+
+The checks that change the config (the last three) share bakeoff/stages/reconfigure.py
+and leave the candidate's config as they found it.
 
 A runtime without a known running gauge (the native engine, TRT-LLM) is judged on the
 gateway's gauges, and the check says so.
@@ -24,25 +28,22 @@ gateway's gauges, and the check says so.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from functools import partial
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
-import yaml
-from pydantic import Field
 
-from bakeoff.stages import Budget, Probe, StageSettings, bounded, error_text, user
+from bakeoff.stages import Budget, Probe, bounded, error_text, user
+from bakeoff.stages import production_quota as quota
+from bakeoff.stages import production_replicas as replicas
+from bakeoff.stages import production_rollback as rollback
+from bakeoff.stages.production_settings import ALL_CHECKS, Settings
 from bakeoff.verdict import CandidateTarget, Check, Outcome, StageResult
-
-CheckName = Literal["cancel", "deadline", "overload", "readiness", "rollback"]
-ALL_CHECKS: tuple[CheckName, ...] = ("cancel", "deadline", "overload", "readiness", "rollback")
 
 # The runtime's own gauges of requests it holds (running and waiting), by adapter kind.
 RUNTIME_GAUGES = {
@@ -55,21 +56,6 @@ GATEWAY_GAUGES = ("switchyard_inflight_requests", "switchyard_backend_inflight")
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([0-9.eE+-]+|NaN)$")
 POLL_S = 0.2
 LONG_PROMPT = "Write a very long story about a freight train crossing the mountains at night."
-
-
-class Settings(StageSettings):
-    checks: list[CheckName] = Field(default_factory=lambda: list(ALL_CHECKS))
-    cancel_streams: int = Field(3, ge=1, le=64)
-    answer_tokens: int = Field(512, ge=16)  # the long answers that are cut (cancel, deadline)
-    settle_s: float = Field(10.0, gt=0)  # time for the counts to come back after a cut
-    deadline_s: float = Field(0.5, gt=0)
-    overload_requests: int = Field(64, ge=2, le=4096)
-    overload_tokens: int = Field(64, ge=1)
-    request_timeout_s: float = Field(30.0, gt=0)  # past it a request of the burst is a hang
-    readyz_timeout_s: float = Field(2.0, gt=0)
-    rollback_config: str | None = None  # the config to roll back to; None: the backends renamed
-    rollback_clients: int = Field(4, ge=1, le=64)
-    rollback_hold_s: float = Field(1.0, ge=0)  # traffic kept on the rolled-back config
 
 
 async def run(target: CandidateTarget, settings: Settings, budget_s: float) -> StageResult:
@@ -109,19 +95,24 @@ class Counts:
         self.runtime_url = root + "/metrics" if root and self.runtime_names else None
 
     async def read(self) -> dict[str, float | None]:
-        out: dict[str, float | None] = {"runtime": None, "gateway": None}
-        gateway = await self.probe.client.get("/metrics")
-        if gateway.status_code == 200:
-            out["gateway"] = gauge_sum(gateway.text, GATEWAY_GAUGES)
-        if self.runtime_url is not None and self.runtime_names is not None:
-            try:  # a client of its own: the gateway's API key is not the runtime's business
-                async with httpx.AsyncClient(timeout=self.probe.client.timeout) as client:
-                    runtime = await client.get(self.runtime_url)
-            except httpx.TransportError:
-                return out  # not judged on it: the detail says so (`watched`)
-            if runtime.status_code == 200:
-                out["runtime"] = gauge_sum(runtime.text, self.runtime_names)
-        return out
+        """Both counts, read at once (on a slow machine a short stream may end between two
+        reads made one after the other)."""
+        gateway, runtime = await asyncio.gather(self._gateway(), self._runtime())
+        return {"runtime": runtime, "gateway": gateway}
+
+    async def _gateway(self) -> float | None:
+        resp = await self.probe.client.get("/metrics")
+        return gauge_sum(resp.text, GATEWAY_GAUGES) if resp.status_code == 200 else None
+
+    async def _runtime(self) -> float | None:
+        if self.runtime_url is None or self.runtime_names is None:
+            return None
+        try:  # a client of its own: the gateway's API key is not the runtime's business
+            async with httpx.AsyncClient(timeout=self.probe.client.timeout) as client:
+                resp = await client.get(self.runtime_url)
+        except httpx.TransportError:
+            return None  # not judged on it: the detail says so (`watched`)
+        return gauge_sum(resp.text, self.runtime_names) if resp.status_code == 200 else None
 
     async def settle(self, baseline: dict[str, float | None], seconds: float) -> dict[str, float | None]:
         """The counts once each is back at `baseline` or `seconds` have passed."""
@@ -168,38 +159,50 @@ def _freed(name: str, counts: Counts, baseline: Gauges, during: Gauges | None, a
 # ---- cancel and deadline ---------------------------------------------------------------
 
 
-async def _long_body(probe: Probe, settings: Settings, stream: bool) -> dict[str, Any]:
-    """A long answer to cut. `ignore_eos` keeps it running to `answer_tokens` where the
-    runtime takes it (asked first with one token); a runtime that refuses it (TGI) is
-    asked without."""
-    body = {"model": probe.target.model, "messages": user(LONG_PROMPT), "max_tokens": settings.answer_tokens}
+async def ignore_eos_taken(probe: Probe) -> dict[str, Any]:
+    """`{"ignore_eos": True}` where the runtime takes it (asked with one token), else
+    nothing (TGI refuses it): answers then run to their `max_tokens`, however early the
+    model would stop."""
     taken = await probe.chat(user("Say hello."), max_tokens=1, ignore_eos=True)
-    if taken.status_code != 400:
-        body["ignore_eos"] = True
-    return {**body, "stream": stream}
+    return {} if taken.status_code == 400 else {"ignore_eos": True}
+
+
+async def _long_body(probe: Probe, settings: Settings, stream: bool) -> dict[str, Any]:
+    """A long answer to cut: `answer_tokens`, kept running by `ignore_eos` where taken."""
+    body = {"model": probe.target.model, "messages": user(LONG_PROMPT), "max_tokens": settings.answer_tokens}
+    return {**body, **await ignore_eos_taken(probe), "stream": stream}
+
+
+async def _open(probe: Probe, streams: AsyncExitStack, body: dict[str, Any]) -> tuple[int, str, AsyncIterator[str]]:
+    """One stream opened and read to its first event: (status, error, its line iterator)."""
+    resp = await streams.enter_async_context(probe.client.stream("POST", "/v1/chat/completions", json=body))
+    if resp.status_code != 200:
+        await resp.aread()
+        return resp.status_code, error_text(resp), resp.aiter_lines()
+    lines = resp.aiter_lines()
+    return (200, "", lines) if await _started(lines) else (200, "a stream ended before its first event", lines)
 
 
 async def _cancel(probe: Probe, settings: Settings) -> Check:
     counts = Counts(probe)
     baseline = await counts.settle(await counts.read(), settings.settle_s)
     body = await _long_body(probe, settings, stream=True)
-    # Each stream's line iterator is kept until the cut: one dropped after `break` would
-    # be finalized and close its connection at once, before the counts are read.
-    readers: list[AsyncIterator[str]] = []
+    # The streams are opened together and the counts read as soon as each has its first
+    # event, so on a slow machine the answers are still running when they are read. Each
+    # stream's line iterator is kept until the cut: one dropped after `break` would be
+    # finalized and close its connection at once, before the counts are read.
     async with AsyncExitStack() as streams:
-        for _ in range(settings.cancel_streams):
-            resp = await streams.enter_async_context(probe.client.stream("POST", "/v1/chat/completions", json=body))
-            if resp.status_code != 200:
-                await resp.aread()
-                outcome: Outcome = "fail" if resp.status_code >= 500 else "skip"
-                return Check("cancel", outcome, f"could not start a stream to cut: {error_text(resp)}")
-            readers.append(resp.aiter_lines())
-            if not await _started(readers[-1]):
-                return Check("cancel", "fail", "a stream ended before its first event")
+        opened = await asyncio.gather(*(_open(probe, streams, body) for _ in range(settings.cancel_streams)))
+        for status, error, _ in opened:
+            if status != 200:
+                outcome: Outcome = "fail" if status >= 500 else "skip"
+                return Check("cancel", outcome, f"could not start a stream to cut: {error}")
+            if error:
+                return Check("cancel", "fail", error)
         during = await counts.read()
     # Leaving the stack closed every stream's connection: the clients have left.
     after = await counts.settle(baseline, settings.settle_s)
-    what = f"{settings.cancel_streams} streams were cut mid-answer"
+    what = f"{settings.cancel_streams} streams of {settings.answer_tokens} tokens were cut mid-answer"
     return _freed("cancel", counts, baseline, during, after, what)
 
 
@@ -229,8 +232,8 @@ async def _deadline(probe: Probe, settings: Settings) -> Check:
 # ---- overload and readiness ------------------------------------------------------------
 
 
-async def _one_of_burst(probe: Probe, settings: Settings) -> str:
-    asked = probe.chat(user("Describe a switchyard."), max_tokens=settings.overload_tokens)
+async def _one_of_burst(probe: Probe, settings: Settings, extra: dict[str, Any]) -> str:
+    asked = probe.chat(user("Describe a switchyard."), max_tokens=settings.overload_tokens, **extra)
     try:
         resp = await asyncio.wait_for(asked, settings.request_timeout_s)
     except TimeoutError:
@@ -259,12 +262,14 @@ async def _watch_readiness(probe: Probe, settings: Settings, stop: asyncio.Event
 
 
 async def _overload(probe: Probe, settings: Settings, overload: bool, readiness: bool) -> list[Check]:
+    # Every answer runs to `overload_tokens` (ignore_eos where taken): the requests let in
+    # hold their places while the rest of the burst arrives, however fast the model is.
+    extra = await ignore_eos_taken(probe)
     stop = asyncio.Event()
     watcher = asyncio.ensure_future(_watch_readiness(probe, settings, stop))
     try:
-        outcomes = Counter(
-            await asyncio.gather(*(_one_of_burst(probe, settings) for _ in range(settings.overload_requests)))
-        )
+        burst = (_one_of_burst(probe, settings, extra) for _ in range(settings.overload_requests))
+        outcomes = Counter(await asyncio.gather(*burst))
     finally:
         stop.set()
         ready = Counter(await watcher)
@@ -314,110 +319,10 @@ async def _bounded_pair(
     return [Check(n, single.outcome, single.detail) for n in names]
 
 
-# ---- rollback --------------------------------------------------------------------------
-
-
-def _write(path: Path, text: str) -> None:
-    """Replace the file's content at once (a reader never sees half of it); a symlinked
-    file (a Kubernetes ConfigMap) keeps its links."""
-    real = path.resolve()
-    tmp = real.with_name(f".{real.name}.bakeoff-{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, real)
-
-
-def renamed_backends(config_text: str, model: str) -> str | None:
-    """The config with `model`'s backends renamed `<name>-rollback` (None: no such backends,
-    or a native one: renaming it would load a second engine, and the model, in the gateway)."""
-    try:
-        config = yaml.safe_load(config_text)
-        backends = config["models"][model]["backends"]
-    except (yaml.YAMLError, KeyError, TypeError):
-        return None
-    if not isinstance(backends, list) or not all(isinstance(b, dict) and "name" in b for b in backends):
-        return None
-    if any(b.get("adapter") == "native" for b in backends):
-        return None
-    for backend in backends:
-        backend["name"] = f"{backend['name']}-rollback"
-    return yaml.safe_dump(config, sort_keys=False)
-
-
-async def _traffic(probe: Probe, stop: asyncio.Event, tally: Counter[str]) -> None:
-    while not stop.is_set():
-        try:
-            resp = await probe.chat(user("Say hello."), max_tokens=8)
-            tally["ok" if resp.status_code == 200 else f"{resp.status_code}"] += 1
-        except httpx.HTTPError as exc:
-            tally[f"connection: {type(exc).__name__}"] += 1
-
-
-async def _reload(probe: Probe) -> tuple[int, dict[str, Any]]:
-    resp = await probe.client.post("/admin/reload", headers=probe.admin_headers)
-    try:
-        return resp.status_code, resp.json()
-    except ValueError:
-        return resp.status_code, {"body": resp.text[:200]}
-
-
-async def _rollback(probe: Probe, settings: Settings) -> Check:
-    target = probe.target
-    missing = [n for n in ("admin_key", "config_path") if not getattr(target, n)]
-    if missing:
-        return Check("rollback", "skip", f"the candidate has no {' and '.join(missing)}: no reload to judge")
-    assert target.config_path is not None
-    path = Path(target.config_path)
-    original = path.read_text(encoding="utf-8")
-    if settings.rollback_config:
-        rollback = Path(settings.rollback_config).read_text(encoding="utf-8")
-    else:
-        rollback = renamed_backends(original, target.model) or original
-    shown = await probe.client.get("/admin/config", headers=probe.admin_headers)
-    if shown.status_code != 200:
-        return Check("rollback", "fail", f"the admin API refused the admin key: {error_text(shown)}")
-    before = shown.json()["version"]["counter"]
-    tally: Counter[str] = Counter()
-    stop = asyncio.Event()
-    clients = [asyncio.ensure_future(_traffic(probe, stop, tally)) for _ in range(settings.rollback_clients)]
-    reloads: list[tuple[int, dict[str, Any]]] = []
-    try:
-        await asyncio.sleep(settings.rollback_hold_s / 2)
-        _write(path, rollback)
-        reloads.append(await _reload(probe))
-        await asyncio.sleep(settings.rollback_hold_s)
-    finally:
-        if rollback != original:
-            _write(path, original)  # the candidate is left as it was found
-            reloads.append(await _reload(probe))
-        await asyncio.sleep(settings.rollback_hold_s / 2)
-        stop.set()
-        await asyncio.gather(*clients)
-    return _rollback_verdict(settings, rollback != original, before, reloads, tally)
-
-
-def _rollback_verdict(
-    settings: Settings, changed: bool, before: int, reloads: list[tuple[int, dict[str, Any]]], tally: Counter[str]
-) -> Check:
-    evidence = {"traffic": dict(tally), "reloads": [{"status": s, **b} for s, b in reloads], "version_before": before}
-    status, body = reloads[0]
-    if status != 200 or body.get("result") not in ("applied", "unchanged"):
-        return Check("rollback", "fail", f"the reload answered {status}: {body.get('error') or body}", evidence)
-    if changed and int(body.get("version", {}).get("counter", before)) <= before:
-        return Check(
-            "rollback", "fail", "the rollback config was not put in force (the version did not move)", evidence
-        )
-    failed = {k: n for k, n in tally.items() if k != "ok"}
-    if failed:
-        return Check("rollback", "fail", f"requests failed during the reload: {failed}", evidence)
-    if not tally["ok"]:
-        return Check("rollback", "skip", "no request completed while the reload ran", evidence)
-    if not changed:
-        what = "the same config reloaded (no rollback_config, and no backend of the model to rename)"
-    elif settings.rollback_config:
-        what = "rolled back to rollback_config and restored"
-    else:
-        what = "its backends swapped for renamed ones (no rollback_config) and restored"
-    return Check("rollback", "pass", f"{what}; {tally['ok']} requests served, none failed", evidence)
-
-
-JUDGES = {"cancel": _cancel, "deadline": _deadline, "rollback": _rollback}
+JUDGES = {
+    "cancel": _cancel,
+    "deadline": _deadline,
+    "rollback": rollback.judge,
+    "replicas": replicas.judge,
+    "quota": quota.judge,
+}

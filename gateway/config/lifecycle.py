@@ -49,16 +49,10 @@ class DrainConfig(_Strict):
 
 
 class ReloadConfig(_Strict):
-    """The config file is checked every `poll_interval_s` (its inode, size and time,
-    then its content's hash: a Kubernetes ConfigMap's symlink swap is a change, a
-    touch is not) and reloaded when it changed.
-
-    `preflight`: what a valid reload does when a backend it adds or changes fails its
-    health check. `wait` (the default): the config in force keeps serving while the
-    new backends are checked again every `preflight_interval_s`; the reload is put in
-    force once they all answer, or fails after `preflight_timeout_s`. `refuse`: it
-    fails at once. `off`: it is put in force anyway (requests to a dead backend fail
-    over or get 503). The new file's own setting applies."""
+    """The config file is checked every `poll_interval_s` and reloaded when its content
+    changed. `preflight`: what a valid reload does when a backend it adds or changes
+    fails its health check: `wait` (re-checked every `preflight_interval_s`, failed after
+    `preflight_timeout_s`), `refuse`, or `off` (docs/operations.md, "Swap a runtime live")."""
 
     watch: bool = True
     poll_interval_s: float = Field(1.0, gt=0)

@@ -1,11 +1,8 @@
 """A model's rollout: its backends split into a `stable` and a `candidate` track
-(`BackendConfig.track`), and `models.<name>.rollout`, the steps of traffic share the
-candidate climbs, the mirror, how assignment sticks, the analysis window and the gates.
-
-The request path reads the steps, the mirror and `sticky` (gateway/serving/rollout.py,
-policies/rollout_assign.py); the analysis (policies/rollout.py) reads `window_s`,
-`min_samples` and `gates`. `rollout_problem` is the check that a model's tracks and its
-rollout block agree, called by the config's validation with the model's name.
+(`BackendConfig.track`), and `models.<name>.rollout`: the steps of traffic share the
+candidate climbs, the mirror, how assignment sticks, the analysis window and the gates
+(the policy's own `GateLimits`). `rollout_problem` checks that a model's tracks and its
+rollout block agree.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""The requests under way on the API routes, each with the config version it
-started under: what a drain waits for, what it ends cleanly when its time is up,
-and what says when a backend taken out by a reload is no longer used.
-
-Ending a request ("cutting" it) cancels the task that serves it; the generation
-then closes its upstream and releases its ticket as for any cancellation, and
-the cut is answered here, never as a silent close: a stream that started gets an
-OpenAI error event and `data: [DONE]`, a request not answered yet a 503 JSON
-error with Retry-After.
+"""The requests under way on the API routes, each with the config version it started
+under: what a drain waits for and ends when its time is up, and what says when a backend
+a reload took out is no longer used. Ending ("cutting") a request cancels its task, so
+it closes its upstream and releases its ticket as any cancellation; the client reads an
+error event and `[DONE]`, or a 503 before the answer (docs/architecture.md, "Lifecycle").
 """
 
 from __future__ import annotations

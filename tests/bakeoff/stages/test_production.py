@@ -6,6 +6,7 @@ answers 500 when its queue is full fails `overload`."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +16,10 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from bakeoff.stages import production
+from bakeoff.stages import production, production_rollback
 from bakeoff.verdict import CandidateTarget
 from simulators.testing import start_simulator
-from tests.bakeoff.stages.candidates import candidate, gateway_config, outcomes
+from tests.bakeoff.stages.candidates import candidate, gateway_config, outcomes, simulated
 
 BUDGET_S = 300.0
 # Long enough answers to be cut (512 tokens x 5 ms), a batch of 4 and a queue of 4 to overflow.
@@ -124,12 +125,12 @@ async def test_a_runtime_without_ignore_eos_is_cut_and_refuses_a_burst_with_429(
 
 def test_the_default_rollback_renames_runtime_backends_and_leaves_native_ones() -> None:
     config = {"models": {"m": {"backends": [{"name": "a", "adapter": "vllm", "url": "http://x"}]}}}
-    renamed = production.renamed_backends(yaml.safe_dump(config), "m")
+    renamed = production_rollback.renamed_backends(yaml.safe_dump(config), "m")
     assert renamed is not None and yaml.safe_load(renamed)["models"]["m"]["backends"][0]["name"] == "a-rollback"
     native = {"models": {"m": {"backends": [{"name": "a", "adapter": "native", "model_path": "builtin:tiny"}]}}}
-    assert production.renamed_backends(yaml.safe_dump(native), "m") is None
-    assert production.renamed_backends(yaml.safe_dump(config), "other") is None
-    assert production.renamed_backends("models: [", "m") is None
+    assert production_rollback.renamed_backends(yaml.safe_dump(native), "m") is None
+    assert production_rollback.renamed_backends(yaml.safe_dump(config), "other") is None
+    assert production_rollback.renamed_backends("models: [", "m") is None
 
 
 @pytest.mark.parametrize(("counter", "outcome"), [(4, "pass"), (3, "fail")])
@@ -137,5 +138,17 @@ def test_a_reload_the_file_watcher_already_made_passes_only_if_the_version_moved
     """A candidate's own gateway may watch its file: the admin reload then answers
     `unchanged`, and only the version in force says whether the edit took."""
     reloads = [(200, {"result": "unchanged", "version": {"counter": counter}}), (200, {"result": "applied"})]
-    check = production._rollback_verdict(SETTINGS, True, 3, reloads, Counter(ok=5))
+    check = production_rollback.verdict(SETTINGS, True, 3, reloads, Counter(ok=5))
     assert check.outcome == outcome, check.detail
+
+
+async def test_a_burst_holds_its_places_on_a_runtime_whose_answers_end_early(tmp_path: Path) -> None:
+    """Answers that stop by themselves after two tokens would free their places at once (a
+    fast runtime, or a slow client whose burst trickles in, is then never overloaded): the
+    burst's requests ask for `overload_tokens` with ignore_eos, so the places stay held."""
+    with simulated(tmp_path, "short", output_tokens=2, **BUSY) as (target, sim):
+        settings = SETTINGS.model_copy(update={"checks": ["overload"], "overload_tokens": 100})
+        result = await production.run(target, settings, BUDGET_S)
+        bodies = [r["body"] for r in sim.stats()["last_requests"] if "switchyard" in json.dumps(r["body"])]
+    assert outcomes(result) == {"overload": "pass"}, result.checks
+    assert bodies and all(b.get("ignore_eos") is True and b.get("max_tokens") == 100 for b in bodies)

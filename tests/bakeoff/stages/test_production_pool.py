@@ -1,0 +1,71 @@
+"""The production stage's `replicas` and `quota` checks on vLLM simulators behind their own
+gateways (real processes): a good candidate spreads sessions over a pool of two
+instances, keeps a session on one, fails over with no failed request when an instance
+stops, and refuses a tenant over its quota with 429 + Retry-After while serving another;
+a gateway routing by turns (round robin) fails `replicas`, and one whose quota store fails closed
+(its Redis unreachable: 503 without Retry-After, from the first request) fails `quota`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bakeoff.stages import production
+from bakeoff.verdict import CandidateTarget
+from processes import free_port
+from tests.bakeoff.stages.candidates import candidate, outcomes
+
+BUDGET_S = 120.0
+SETTINGS = production.Settings(checks=["replicas", "quota"], failover_hold_s=2.0)
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> Iterator[CandidateTarget]:
+    with candidate(tmp_path_factory.mktemp("pool-good"), "good", itl_ms=1) as target:
+        yield target
+
+
+async def test_a_good_candidate_passes_replicas_and_quota(good: CandidateTarget) -> None:
+    assert good.config_path is not None
+    original = Path(good.config_path).read_text()
+    result = await production.run(good, SETTINGS, BUDGET_S)
+    assert outcomes(result) == {"replicas": "pass", "quota": "pass"}, result.checks
+    replicas, quota = result.checks
+    assert replicas.evidence["routing"] == "blended"  # the model named none: one that keeps sessions
+    spread = replicas.evidence["spread"]["by_backend"]
+    assert set(spread) == {"sim", "sim-replica"} and all(spread.values())
+    assert list(replicas.evidence["session"]["by_backend"].values()).count(0) <= 1
+    stopped = replicas.evidence["failover"]
+    assert stopped["traffic"]["ok"] > 0 and set(stopped["traffic"]) == {"ok"}
+    assert quota.evidence["limited"] == {"answered": 3, "429 with Retry-After": 3}
+    assert quota.evidence["other"] == {"answered": 6}
+    assert Path(good.config_path).read_text() == original  # the candidate was left as it was found
+
+
+async def test_a_gateway_routing_round_robin_does_not_keep_a_session_on_its_instance(tmp_path: Path) -> None:
+    config = {"model": {"routing": "round_robin"}}  # the model's own routing is kept: by turns
+    with candidate(tmp_path, "forgetful", config=config, itl_ms=1) as target:
+        result = await production.run(target, SETTINGS.model_copy(update={"checks": ["replicas"]}), BUDGET_S)
+    assert outcomes(result) == {"replicas": "fail"}, result.checks
+    assert "did not keep one instance (routing round_robin)" in result.checks[0].detail
+
+
+async def test_a_quota_store_that_fails_closed_answers_503_not_429_with_retry_after(tmp_path: Path) -> None:
+    # a Redis nobody listens on, and the policy to refuse when it cannot be reached
+    store = {"kind": "redis", "url": f"redis://127.0.0.1:{free_port()}/0", "on_unavailable": "fail_closed"}
+    with candidate(tmp_path, "closed", config={"quota_store": store}, itl_ms=1) as target:
+        result = await production.run(target, SETTINGS.model_copy(update={"checks": ["quota"]}), BUDGET_S)
+    assert outcomes(result) == {"quota": "fail"}, result.checks
+    # every request of the limited tenant is refused as the store's outage, not as its quota
+    assert "the tenant over its quota got {'503': 6}" in result.checks[0].detail
+
+
+async def test_replicas_and_quota_need_the_admin_key_and_a_second_instance(good: CandidateTarget) -> None:
+    anonymous = CandidateTarget(name="anon", runtime="vllm", gateway_url=good.gateway_url, model=good.model)
+    result = await production.run(anonymous, SETTINGS, BUDGET_S)
+    assert outcomes(result) == {"replicas": "skip", "quota": "skip"}
+    alone = CandidateTarget(**{**good.__dict__, "replica": None})
+    result = await production.run(alone, SETTINGS.model_copy(update={"checks": ["replicas"]}), BUDGET_S)
+    assert outcomes(result) == {"replicas": "skip"} and "no second instance" in result.checks[0].detail
