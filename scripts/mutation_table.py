@@ -153,18 +153,19 @@ MODULES: dict[str, list[str]] = {
         "tests/engine/test_text_tool_parser.py",
         "tests/engine/test_text_tool_call_properties.py",
     ],
+    # the tool-call property tests are left out: hypothesis runs cost about a minute per mutant here
     "engine/text/json_scan.py": [
+        "tests/engine/test_text_json_scan_mutants.py",
         "tests/engine/test_text_tool_parser.py",
         "tests/engine/test_text_forced_tool_calls.py",
-        "tests/engine/test_text_tool_call_properties.py",
     ],
     "engine/text/forced_tool_calls.py": [
         "tests/engine/test_text_forced_tool_calls.py",
         "tests/engine/test_text_tool_call_properties.py",
     ],
-    "engine/text/stop.py": ["tests/engine/test_text_stop.py"],
+    "engine/text/stop.py": ["tests/engine/test_text_stop*.py"],
     "engine/text/detokenizer.py": ["tests/engine/test_text_detokenizer.py"],
-    "engine/sampling_params.py": ["tests/engine/test_sampling.py"],
+    "engine/sampling_params.py": ["tests/engine/test_sampling_params_mutants.py", "tests/engine/test_sampling.py"],
     "adapters/sglang.py": [
         "tests/adapters/test_sglang*.py",
         "tests/adapters/test_recorded_sglang.py",
@@ -225,6 +226,7 @@ MODULES.update(
         "gateway/config/exposure.py": CONFIG_TESTS,
         "gateway/config/lifecycle.py": [*CONFIG_TESTS, *LIFECYCLE_TESTS],
         "gateway/config/otel_env.py": [
+            "tests/gateway/config/test_otel_env_mutants.py",
             "tests/gateway/cli/test_otel_env.py",
             "tests/gateway/config/test_tracing_config.py",
         ],
@@ -259,8 +261,9 @@ MODULES.update(
         "gateway/openai/tokenize.py": ["tests/gateway/openai/test_non_generation_*.py"],
         **{
             f"gateway/openai/responses/{name}.py": RESPONSES_TESTS
-            for name in ("__init__", "errors", "handlers", "ids", "listing", "response_object")
+            for name in ("__init__", "errors", "handlers", "listing", "response_object")
         },
+        "gateway/openai/responses/ids.py": [*RESPONSES_TESTS, "tests/gateway/openai/responses/test_*_mutants.py"],
         "gateway/openai/responses/routes.py": [*RESPONSES_TESTS, "tests/gateway/config/test_response_store_config.py"],
         "gateway/openai/responses/store.py": STORE_TESTS,
         "gateway/openai/responses/store_memory.py": STORE_TESTS,
