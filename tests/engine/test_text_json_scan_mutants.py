@@ -73,3 +73,22 @@ def test_a_scalar_ends_before_the_first_character_that_cannot_continue_it():
 def test_a_scalar_stopped_by_whitespace_reads_no_more():
     (a, b), scanner = steps(" 7\n", "8")
     assert (a, b) == (ScanStep("7", 2), ScanStep("", 0)) and scanner.done
+
+
+def test_the_scanner_delimits_without_validating():
+    # json.loads judges the value; the scanner only finds where it ends
+    for text, value in (("Xa,", "Xa"), ("nullX,", "nullX"), ("1e5x}", "1e5x"), ("{X} t", "{X}"), ("[X] t", "[X]")):
+        (step,), scanner = steps(text)
+        assert step == ScanStep(value, len(value)) and scanner.done, text
+
+
+def test_a_top_level_string_holding_spaces_and_commas_is_one_value():
+    (step,), scanner = steps('"a b, c" d')
+    assert step == ScanStep('"a b, c"', 8) and scanner.done
+
+
+def test_an_empty_string_ends_at_its_second_quote():
+    (step,), scanner = steps('"" x')
+    assert step == ScanStep('""', 2) and scanner.done
+    (step,), scanner = steps('{"": ""} x')
+    assert step == ScanStep('{"": ""}', 8) and scanner.done
