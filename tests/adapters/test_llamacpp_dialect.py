@@ -58,6 +58,7 @@ def test_the_body_in_llamacpp_s_words():
     assert "max_tokens" not in body and "top_logprobs" not in body and "logprobs" not in body or body["logprobs"]
     plain = dialect().body(chat(), True)
     assert "repeat_penalty" not in plain
+    assert (body["model"], body["stream"], plain["stream"]) == ("served", False, True)
 
 
 def test_legacy_completions_stop_at_16_tokens_unless_told():
@@ -67,7 +68,7 @@ def test_legacy_completions_stop_at_16_tokens_unless_told():
 
 
 @pytest.mark.parametrize(("asked", "sent"), [(0, 1), (1, 1), (5, 5)])
-def test_logprobs_ask_at_least_one_alternative(asked, sent):
+def test_logprobs_ask_for_at_least_one_top_token(asked, sent):
     s = SamplingParams(logprobs=True, top_logprobs=asked)
     assert dialect().body(chat(sampling=s), False)["top_logprobs"] == sent
     assert dialect().body(completion(sampling=s), False)["logprobs"] == sent
@@ -80,7 +81,7 @@ def test_echo_on_completions_is_refused():
     with pytest.raises(GatewayError) as info:
         dialect().body(completion(echo=True), False)
     assert (info.value.status, info.value.param, info.value.code) == (400, "echo", "unsupported_by_backend")
-    assert "echo on /v1/completions" in str(info.value)
+    assert str(info.value).endswith("which does not support echo on /v1/completions.")
 
 
 def test_earlier_empty_arguments_are_sent_as_an_empty_object():
@@ -317,7 +318,7 @@ def test_a_whole_chat_answer_is_read_as_chat():
     assert [e for e in dialect().decode_response(whole, chat=True) if isinstance(e, TextDelta)] == [TextDelta(0, "hi")]
 
 
-def test_every_choice_s_logprobs_are_converted_and_an_unnamed_alternative_is_the_empty_token():
+def test_every_choice_s_logprobs_are_converted_and_an_unnamed_top_token_is_the_empty_token():
     lp = {"content": [{"token": "a", "logprob": -0.5, "top_logprobs": [{"logprob": -2.0}]}]}
     payload = {"choices": [{"logprobs": {"tokens": ["x"]}}, {"logprobs": lp}]}
     legacy_logprobs(payload)
@@ -360,4 +361,23 @@ def test_wrong_shapes_are_logged_with_the_backend_and_the_answer_s_start(caplog)
     assert lines == [
         f"backend lc failed: its apply-template answer has the wrong shape ({repr(long)[:200]})",
         f"backend lc failed: its tokenize answer has the wrong shape ({repr(long)[:200]})",
+    ]
+
+
+def test_a_forced_call_without_stops_of_its_own_stops_at_the_closer():
+    d = dialect()
+    d.props = HERMES
+    assert d.body(chat(tools=TOOLS, tool_choice="required"), False)["stop"] == [CALL_CLOSER]
+
+
+def test_a_message_that_is_not_an_object_is_left_as_it_is():
+    assert empty_arguments_as_object("junk") == "junk"  # type: ignore[arg-type]
+
+
+def test_a_wrong_detokenize_answer_is_logged_with_the_backend(caplog):
+    long = {"x": "y" * 300}
+    with caplog.at_level(logging.WARNING, logger="switchyard.upstream"), pytest.raises(GatewayError):
+        dialect().read_detokenize(long, DetokenizeRequest("r", "m", [1]))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"backend lc failed: its detokenize answer has the wrong shape ({repr(long)[:200]})"
     ]

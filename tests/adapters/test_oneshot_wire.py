@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import struct
 import sys
 
@@ -195,3 +196,37 @@ def test_detokenize_answers():
         with pytest.raises(GatewayError) as info:
             decode_detokenize(payload, "b", "prompt")
         assert str(info.value).endswith("its detokenize answer has the wrong shape")
+
+
+def test_base64_with_stray_characters_is_refused_not_skipped():
+    with pytest.raises(GatewayError):
+        decode_embeddings({"data": [{"index": 0, "embedding": b64(1.0) + "!"}]}, 1, "b")
+
+
+def test_each_refusal_is_logged_with_the_backend_and_the_answer_s_start(caplog):
+    long = "y" * 300
+    cases = [
+        (lambda: decode_embeddings({"data": []}, 1, "bk"), "backend bk failed: it answered 0 embeddings for 1 inputs"),
+        (
+            lambda: decode_embeddings({"data": [{"index": 0, "embedding": long}]}, 1, "bk"),
+            f"backend bk failed: it answered an embedding list of the wrong shape ({repr({'index': 0, 'embedding': long})[:200]})",
+        ),
+        (
+            lambda: decode_tokenize({"tokens": long}, "bk", False),
+            f"backend bk failed: its tokenize answer has the wrong shape ({repr({'tokens': long})[:200]})",
+        ),
+        (
+            lambda: decode_tokenize({"tokens": [1], "max_model_len": 8, "token_strs": long}, "bk", True),
+            "backend bk failed: its tokenize answer lacks the token strings "
+            f"({repr({'tokens': [1], 'max_model_len': 8, 'token_strs': long})[:200]})",
+        ),
+        (
+            lambda: decode_detokenize({"prompt": long}, "bk", "text"),
+            f"backend bk failed: its detokenize answer has the wrong shape ({repr({'prompt': long})[:200]})",
+        ),
+    ]
+    for call, line in cases:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING), pytest.raises(GatewayError):
+            call()
+        assert [r.getMessage() for r in caplog.records] == [line]

@@ -117,3 +117,33 @@ def test_gauge_snapshot_keeps_the_read_time_or_stamps_now():
     assert (snap.running, snap.waiting, snap.kv_usage, snap.read_at) == (1, 2, 0.1, 123.0)
     before = time.time()
     assert prom.gauge_snapshot(samples, None, "run", "wait", None, None).read_at >= before
+
+
+def test_label_set_edges():
+    assert prom.parse("m{} 1") == [prom.Sample("m", {}, 1.0)]  # an empty label set
+    assert prom.parse('m{a="b"}12') == [prom.Sample("m", {"a": "b"}, 12.0)]  # no space before the value
+    assert prom.parse("m{5 6\nok 1") == [prom.Sample("ok", {}, 1.0)]  # never closed: skipped
+
+
+def test_a_nan_series_does_not_stop_the_sum():
+    assert prom.total(prom.parse("m NaN\nm 2\n"), "m") == 2.0
+
+
+class Clock:
+    """A `time` module whose time() moves on by one second per call."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def time(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+async def test_gauge_load_asks_its_path_and_dates_the_snapshot_when_read(monkeypatch):
+    monkeypatch.setattr(prom, "time", Clock())
+    http = Scripted((200, GAUGES))
+    load = await prom.gauge_load(http, "/m", "run", "wait", "kv", "hit")
+    assert http.gets == ["/m"] and load.read_at == 1001.0  # the scrape's time, not a later one
+    refused = await prom.gauge_load(Scripted((404, b"")), "/m", "run", "wait", "kv", "hit")
+    assert refused.read_at == 1002.0
