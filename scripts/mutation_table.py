@@ -146,7 +146,7 @@ MODULES: dict[str, list[str]] = {
         f"gateway/openai/responses/{name}.py": [*RESPONSES_TESTS, "tests/gateway/openai/responses/test_*_mutants.py"]
         for name in ("request", "request_options", "input_items", "answer", "output", "encoder", "conversation")
     },
-    "adapters/http_client.py": ["tests/adapters/test_http_client.py", "tests/adapters/test_http_client_mutants.py"],
+    "adapters/http_client.py": ["tests/adapters/test_http_client*.py"],
     "policies/retry_budget.py": ["tests/policies/test_retry_budget.py"],
     "policies/settings.py": ["tests/policies/test_settings.py"],
     "engine/text/tool_parser.py": [
@@ -296,13 +296,13 @@ MODULES.update(
             *DIALECT_TESTS,
         ],
         # the dialect interface (exercised by the HTTP adapter's tests) and the shared load reader
-        "adapters/dialect.py": ["tests/adapters/test_http_adapter.py", "tests/adapters/test_llamacpp_load.py"],
+        "adapters/dialect.py": ["tests/adapters/test_http_adapter*.py", "tests/adapters/test_llamacpp_load.py"],
         # its own in-process tests (a scripted dialect, a loopback server); DIALECT_TESTS and
         # test_oneshot_adapters.py reach it through servers in subprocesses, seconds a mutant
-        "adapters/http_adapter.py": ["tests/adapters/test_http_adapter.py"],
+        "adapters/http_adapter.py": ["tests/adapters/test_http_adapter*.py"],
         # its own in-process tests: the adapters' (DIALECT_TESTS) reach it too, through replay
         # servers in subprocesses, about 12 s a mutant
-        "adapters/transport.py": ["tests/adapters/test_transport.py"],
+        "adapters/transport.py": ["tests/adapters/test_transport*.py"],
         "adapters/kv_events.py": [
             "tests/adapters/test_kv_events_zmq.py",
             "tests/policies/test_kv_index*.py",
