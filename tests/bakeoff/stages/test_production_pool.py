@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bakeoff.stages import production, production_quota
+from bakeoff.stages import production, production_quota, production_replicas
 from bakeoff.verdict import CandidateTarget
 from gateway.config.schema import GatewayConfig
 from processes import free_port
@@ -84,3 +84,25 @@ def test_the_quota_tenants_join_a_config_whose_keys_name_tenants_without_a_tenan
     assert checked.tenants["acme"].requests_per_minute is None
     assert checked.tenants["bakeoff-quota-limited"].requests_per_minute == 3
     assert [k.tenant for k in checked.auth.api_keys] == ["acme", "bakeoff-quota-limited", "bakeoff-quota-other"]
+
+
+@pytest.mark.parametrize(
+    ("stopped", "outcome"),
+    [
+        ({"ejected": 1.0, "healthy": 1.0, "late_attempts": 3.0}, "pass"),  # ejected
+        ({"ejected": 0.0, "healthy": 0.0, "late_attempts": 3.0}, "pass"),  # its health check failed
+        ({"ejected": 0.0, "healthy": 1.0, "late_attempts": 0.0}, "pass"),  # steered around: no longer tried
+        ({"ejected": 0.0, "healthy": 1.0, "late_attempts": 2.0}, "fail"),  # still tried, and failing over
+    ],
+)
+def test_a_stopped_instance_must_leave_rotation(stopped: dict[str, float], outcome: str) -> None:
+    evidence = {
+        "routing": "blended",
+        "spread": {"answers": {"ok": 16}, "by_backend": {"a": 8.0, "b": 8.0}},
+        "session": {"answers": {"ok": 6}, "by_backend": {"a": 6.0, "b": 0.0}},
+        "failover": {"traffic": {"ok": 100}, "stopped": stopped},
+    }
+    check = production_replicas.verdict(SETTINGS, "a", "b", evidence)
+    assert check.outcome == outcome, check.detail
+    if outcome == "fail":
+        assert "still tried 2 times" in check.detail
