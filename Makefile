@@ -127,6 +127,12 @@ bench-quota: install
 bench-routing: install
 	$(PY) -m bench.routing_bench $(ARGS)
 
+# Prefix reuse on llama.cpp's server: round robin against prefix affinity across two servers, id_slot pinned or
+# not within one (report in docs/bench/llamacpp-prefix/).
+bench-llamacpp-prefix: install
+	bash scripts/install-llamacpp.sh
+	$(PY) -m bench.llamacpp_prefix $(ARGS)
+
 # The bake-off's worked example (examples/bakeoff/plan.yaml; docs/bakeoff.md): the native engine and, when installed
 # (scripts/install-vllm.sh, scripts/install-llamacpp.sh; else skipped, nothing installed here), vLLM's CPU build and
 # llama.cpp's server on the same tiny weights, plus the vLLM and SGLang simulators with modelled devices, each through

@@ -50,8 +50,12 @@ while count > 0 and (count >= max_entries or used + #raw > max_bytes) do
   drop(redis.call('ZRANGE', index, 0, 0)[1])
   count, evicted = count - 1, evicted + 1
 end
+-- put order, even within one millisecond (equal scores would evict by id instead)
+local top = redis.call('ZRANGE', index, -1, -1, 'WITHSCORES')[2]
+local score = now
+if top and tonumber(top) >= now then score = tonumber(top) + 0.001 end
 redis.call('SET', KEYS[1], raw, 'PX', ttl)
-redis.call('ZADD', index, now, id)
+redis.call('ZADD', index, score, id)
 redis.call('HSET', sizes, id, #raw)
 redis.call('SET', total, used + #raw, 'PX', ttl)
 redis.call('PEXPIRE', index, ttl)

@@ -10,6 +10,7 @@ needs never fires on the connection later."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import threading
 import time
@@ -34,10 +35,11 @@ async def app(scope, receive, send) -> None:
     await send({"type": "http.response.body", "body": b"ok"})
 
 
-def serving(limits: HeadLimits) -> Iterator[tuple[str, int]]:
+def serving(limits: HeadLimits, **logging_options) -> Iterator[tuple[str, int]]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(app, http=limited_protocol(limits), ws="none", lifespan="off", log_level="critical")
+    options = logging_options or {"log_level": "critical"}
+    config = uvicorn.Config(app, http=limited_protocol(limits), ws="none", lifespan="off", **options)
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -141,3 +143,24 @@ def test_a_head_begun_in_the_read_that_ended_the_one_before_is_counted(server) -
     # so the connection is closed rather than answered twice (module docstring).
     start = REQUEST_LINE + b"host: gw\r\nx-pad: " + b"a" * MAX_HEAD_BYTES
     assert exchange(server, REQUEST_LINE + b"host: gw\r\n", PAUSE, b"\r\n" + start) == b""
+
+
+def test_a_request_after_blank_lines_within_the_idle_time_is_served(quick) -> None:
+    # Blank lines between requests start none (nor extend the idle time: test_limits.py);
+    # the request that follows them in time is served.
+    answer, _ = read_until_closed(
+        quick, KEEP, 0.1, b"\r\n", 0.1, b"\r\n", 0.1, REQUEST_LINE + b"connection: close\r\n\r\n"
+    )
+    assert statuses(answer) == [200, 200]
+
+
+@pytest.fixture(scope="module")
+def logging_server() -> Iterator[tuple[str, int]]:
+    # uvicorn's own logging left unconfigured: its loggers propagate to pytest's capture.
+    yield from serving(LIMITS, log_config=None)
+
+
+def test_a_malformed_request_is_logged_as_uvicorn_logs_it(logging_server, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="uvicorn.error"):
+        assert statuses(exchange(logging_server, b"NOT HTTP AT ALL\r\n\r\n")) == [400]
+    assert ("uvicorn.error", logging.WARNING, "Invalid HTTP request received.") in caplog.record_tuples

@@ -83,3 +83,18 @@ async def test_the_live_state_is_read_at_each_scrape() -> None:
     assert value("switchyard_admission_queue_depth", {"model": "m"}) == 1
     assert value("switchyard_admission_inflight", {"model": "m"}) == 2
     waiter.cancel()
+
+
+def test_the_live_state_gauges_say_what_they_count() -> None:
+    # Their help lines are written at each scrape (a collector, not registered metrics).
+    registry = CollectorRegistry()
+    registry.register(StateCollector(AdmissionQueue(max_queue=1, max_wait_s=1.0), lambda: 0, lambda: 0, lambda: 0))
+    assert {f.name: f.documentation for f in registry.collect()} == {
+        "switchyard_admission_queue_depth": "Requests waiting per model.",
+        "switchyard_admission_inflight": "Generations of dispatched, unreleased requests per model.",
+        "switchyard_live_tickets": "Admitted requests not yet released.",
+        "switchyard_quota_leases_held": (
+            "Quota reservations (each with its concurrency lease) this replica holds, queued or dispatched."
+        ),
+        "switchyard_quota_pending_releases": "Releases kept for the quota store until it answers again.",
+    }

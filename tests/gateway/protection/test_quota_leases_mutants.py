@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from adapters.errors import GatewayError
 from gateway.config.schema import parse_config
 from gateway.protection.metrics import ProtectionMetrics
-from gateway.protection.quota_leases import PendingRelease, QuotaLeases
+from gateway.protection.quota_leases import MAX_PENDING_RELEASES, PendingRelease, QuotaLeases
 from policies.auth import Principal
 from policies.quota import UNLIMITED, QuotaAsk, QuotaStoreUnavailable, Reservation, ScopeLimits, TokenBudget
 from stores.quota_memory import MemoryQuotaStore
@@ -201,6 +201,7 @@ async def test_a_shared_store_that_answers_takes_every_unit() -> None:
     assert r.store == "redis" and await store.concurrent("a", "t") == 3 and r.units == 3
     assert store.named("take")[0][1].lease_ttl_ms == int(TTL_S * 1000)
     assert metric(registry, "switchyard_quota_check_seconds_count", store="redis") == 1
+    assert 0 < metric(registry, "switchyard_quota_check_seconds_sum", store="redis") < 5  # its time, not the clock's
     await leases.aclose()
 
 
@@ -505,6 +506,24 @@ def test_no_limit_no_scope_and_a_key_s_limits_are_a_scope_after_the_tenant_s() -
         ScopeLimits("t", 1000, UNLIMITED, UNLIMITED),
         ScopeLimits("k:k2", 4, UNLIMITED, 0),
     )
+    concurrency_only = Principal("zz", "k4", ["*"], 1, key_max_concurrent=2)
+    assert leases.scopes_for(concurrency_only) == (ScopeLimits("k:k4", UNLIMITED, UNLIMITED, 2),)
     unlimited_key = Principal("zz", "k3", ["*"], 1)
     assert leases.scopes_for(unlimited_key) == ()
     assert leases.scopes_for(Principal("zz", None, ["*"], 1, key_requests_per_minute=5)) == ()
+
+
+# ---- the bound on kept releases ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kept", [MAX_PENDING_RELEASES - 1, MAX_PENDING_RELEASES, MAX_PENDING_RELEASES + 1])
+async def test_at_most_max_pending_releases_are_kept_the_oldest_dropped(kept) -> None:
+    leases, store, _, _ = leases_for()
+    r = await reserve(leases)
+    store.down = True
+    for used in range(kept):
+        await leases.release(r, used)
+    assert len(leases.pending) == min(kept, MAX_PENDING_RELEASES)
+    assert leases.pending[0].used_tokens == max(0, kept - MAX_PENDING_RELEASES)  # the oldest kept
+    assert leases.pending[-1].used_tokens == kept - 1
+    await leases.aclose()

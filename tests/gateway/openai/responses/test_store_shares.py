@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis.asyncio as aioredis
 
 from adapters.errors import GatewayError
 from gateway.openai.responses.store import ResponseNotFound
@@ -142,3 +143,23 @@ async def test_a_request_over_the_share_is_refused_before_generation():
     # Not stored, nothing to refuse.
     done = await create(store, model, store=False, **body)
     assert done.body["status"] == "completed"
+
+
+async def test_the_redis_store_evicts_in_put_order_even_when_the_clock_says_otherwise(redis_server):
+    """Puts in one millisecond share Redis's time, and a clock can step back: the
+    index orders them by put anyway, so the oldest put is the one evicted."""
+    store = RedisResponseStore(redis_server.url, tenant_max_entries=2)
+    raw = aioredis.from_url(redis_server.url)
+    try:
+        await store.put("a", record("resp_z", "first"))
+        index = store.keys("a", "resp_z")[1]
+        # as if resp_z had been put an hour from now: what follows still sorts after it
+        await raw.zadd(index, {"resp_z": (await raw.time())[0] * 1000 + 3_600_000})
+        await store.put("a", record("resp_a", "second"))
+        await store.put("a", record("resp_m", "third"))  # the share is 2: the first put goes
+        with pytest.raises(ResponseNotFound):
+            await store.get("a", "resp_z")
+        assert [(await store.get("a", i)).id for i in ("resp_a", "resp_m")] == ["resp_a", "resp_m"]
+    finally:
+        await raw.aclose()
+        await close(store)
