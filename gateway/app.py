@@ -213,7 +213,7 @@ class Gateway:
 
     def _count_backend_failure(self, backend: str, err: GatewayError) -> None:
         m = self.metrics
-        m.child(m.backend_failures, backend, err.code or str(err.status)).inc()
+        m.backend_failures.labels(backend, err.code or str(err.status)).inc()
 
     def _capacity(self, model: str) -> int | None:
         pool = self.backends.pools.get(model)

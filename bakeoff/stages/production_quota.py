@@ -44,6 +44,11 @@ def with_tenants(config_text: str, keys: dict[str, str], rpm: int) -> str | None
     auth["mode"] = MODES[mode]
     entries = [{"sha256": hashlib.sha256(k.encode()).hexdigest(), "tenant": t} for t, k in keys.items()]
     auth["api_keys"] = [*(auth.get("api_keys") or []), *entries]
+    # Once a config has a tenants section, every key's tenant must be in it: the tenants
+    # its keys name already are added without limits, as they were without the section.
+    for entry in auth["api_keys"]:
+        if isinstance(entry, dict) and entry.get("tenant"):
+            tenants.setdefault(entry["tenant"], {})
     tenants[LIMITED] = {"requests_per_minute": rpm}
     tenants[OTHER] = {}
     config["auth"], config["tenants"] = auth, tenants

@@ -9,8 +9,10 @@ session affinity kept), put in force by `POST /admin/reload`. Then:
   session key the gateway reads), reach both instances;
 - affinity: `session_requests` requests of one session all reach one instance;
 - failover: while clients send traffic, the second instance is stopped; no request may
-  fail (the gateway fails over before the first byte) and the stopped instance must end
-  ejected or unhealthy in the gateway's gauges within `failover_hold_s`.
+  fail (the gateway fails over before the first byte) and the stopped instance must be
+  out of rotation by the end of `failover_hold_s`: ejected or unhealthy in the gateway's
+  gauges, or no longer tried (no failed attempt on it in the hold's second half: a
+  router whose scores steer around a backend after a failure or two need not eject it).
 
 Which instance served what is read from the gateway's `switchyard_requests_total` by
 backend. The original config is written back and reloaded afterwards.
@@ -78,10 +80,19 @@ async def _spread(probe: Probe, n: int) -> tuple[Counter[str], Counter[str]]:
     return answers, (await _served(probe)) - before
 
 
-async def _out_of_rotation(probe: Probe, backend: str) -> dict[str, float]:
+async def _attempts(probe: Probe, backend: str) -> float:
+    """The gateway's count of failed attempts on `backend` (each a request failed over)."""
+    failures = await by_label(probe, "switchyard_backend_failures_total", "backend")  # labels: backend, code
+    return failures.get(backend, 0.0)
+
+
+async def _out_of_rotation(probe: Probe, backend: str, failed_at_half: float) -> dict[str, float]:
+    """The stopped instance's state at the end of the hold: ejected, healthy, and the
+    attempts on it in the hold's second half (none: the router no longer tries it)."""
     ejected = await by_label(probe, "switchyard_backend_ejected", "backend", model=probe.target.model)
-    healthy = await by_label(probe, "switchyard_backend_healthy", "backend", model=probe.target.model)
-    return {"ejected": ejected.get(backend, 0.0), "healthy": healthy.get(backend, 1.0)}
+    healthy = await by_label(probe, "switchyard_backend_healthy", "backend")  # labelled by backend only
+    late = await _attempts(probe, backend) - failed_at_half
+    return {"ejected": ejected.get(backend, 0.0), "healthy": healthy.get(backend, 1.0), "late_attempts": late}
 
 
 async def _ready(url: str) -> None:
@@ -132,11 +143,14 @@ async def judge(probe: Probe, settings: Settings) -> Check:
         try:
             await asyncio.sleep(0.5)
             await asyncio.to_thread(instance.stop)
-            await asyncio.sleep(settings.failover_hold_s)
+            await asyncio.sleep(settings.failover_hold_s / 2)
+            half = await _attempts(probe, second)
+            await asyncio.sleep(settings.failover_hold_s / 2)
+            stopped = await _out_of_rotation(probe, second, half)
         finally:
             stop.set()
             await asyncio.gather(*clients)
-        evidence["failover"] = {"traffic": dict(tally), "stopped": await _out_of_rotation(probe, second)}
+        evidence["failover"] = {"traffic": dict(tally), "stopped": stopped}
         return verdict(settings, first, second, evidence)
     finally:
         await asyncio.to_thread(instance.stop)
@@ -163,8 +177,11 @@ def verdict(settings: Settings, first: str, second: str, evidence: dict[str, Any
     if not failover["traffic"].get("ok"):
         return Check("replicas", "fail", "no request was served after an instance stopped", evidence)
     stopped = failover["stopped"]
-    if not stopped["ejected"] and stopped["healthy"]:
-        why = f"the stopped instance ({second}) was still in rotation after {settings.failover_hold_s:g} s"
+    if not stopped["ejected"] and stopped["healthy"] and stopped["late_attempts"]:
+        why = (
+            f"the stopped instance ({second}) was still tried {stopped['late_attempts']:g} times in the last "
+            f"{settings.failover_hold_s / 2:g} s (neither ejected nor unhealthy)"
+        )
         return Check("replicas", "fail", why, evidence)
     detail = (
         f"routing {evidence['routing']}: {settings.replica_requests} sessions spread {dict(spread['by_backend'])}; "

@@ -22,13 +22,11 @@ class IncrementalDetokenizer:
         self._tokenizer = tokenizer
         self._skip = tokenizer.special_ids if skip_special_tokens else frozenset()
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self.num_tokens = 0
 
     def add(self, token_ids: Iterable[int]) -> str:
         """The text that `token_ids` complete (possibly "" while a character is split)."""
         data = bytearray()
         for token_id in token_ids:
-            self.num_tokens += 1
             if token_id not in self._skip:
                 data += self._tokenizer.token_bytes(token_id)
         return self._decoder.decode(bytes(data)) if data else ""

@@ -2,7 +2,8 @@
 
 The gateway keeps its own registry (not the process-global one) so that several
 apps in one test process do not collide, and so that the native engine's metrics
-can be registered beside the gateway's.
+can be registered beside the gateway's. The metrics are defined here; their values
+are held by gateway/observe/lean_metrics.py (event-loop writers only, as that module says).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import sys
 from functools import partial
 
 import orjson
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
+from gateway.observe.lean_metrics import LeanCounter, LeanGauge, LeanHistogram
 from gateway.observe.log_lines import SafeLines
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -23,31 +25,19 @@ OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 
 
 def registered(
     registry: CollectorRegistry,
-) -> tuple[partial[Counter], partial[Gauge], partial[Histogram]]:
+) -> tuple[partial[LeanCounter], partial[LeanGauge], partial[LeanHistogram]]:
     """Counter, Gauge and Histogram bound to `registry`: each of the gateway's metrics
-    is registered there, never in the process-global registry."""
-    return partial(Counter, registry=registry), partial(Gauge, registry=registry), partial(Histogram, registry=registry)
+    is registered there, never in the process-global registry. `metric.labels(...)` is
+    one dict lookup once its label set was seen, so the request path calls it per update."""
+    return (
+        partial(LeanCounter, registry=registry),
+        partial(LeanGauge, registry=registry),
+        partial(LeanHistogram, registry=registry),
+    )
 
 
-class Children:
-    """Labelled children looked up once: `metric.labels()` costs more than the update on
-    the request path, and the label sets are few (models x backends x status)."""
-
-    def __init__(self) -> None:
-        self._children: dict[tuple, object] = {}
-
-    def child(self, metric, *labels: str):
-        """`metric.labels(*labels)`, cached."""
-        key = (id(metric), labels)
-        c = self._children.get(key)
-        if c is None:
-            c = self._children[key] = metric.labels(*labels)
-        return c
-
-
-class GatewayMetrics(Children):
+class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        super().__init__()
         self.registry = registry or CollectorRegistry()
         counter, gauge, histogram = registered(self.registry)
         # `track`: stable or candidate for a model under rollout (gateway/config/rollout.py), else empty.

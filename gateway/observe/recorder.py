@@ -86,17 +86,17 @@ class RequestRecorder:
 
     def inflight(self, model: str):
         """The in-flight gauge of `model` (inc when a generation starts, dec when it ends)."""
-        return self.metrics.child(self.metrics.inflight, model)
+        return self.metrics.inflight.labels(model)
 
     def first_token(self, model: str, backend: str, ttft: float, track: str = "") -> None:
         m = self.metrics
-        m.child(m.ttft, model, backend, track).observe(ttft)
+        m.ttft.labels(model, backend, track).observe(ttft)
 
     def inter_token(self, model: str, track: str = ""):
         """The inter-token histogram of `model` on `track`: a generation looks it up once
         (at its first token) and observes each later gap on it."""
         m = self.metrics
-        return m.child(m.itl, model, track)
+        return m.itl.labels(model, track)
 
     def finish(self, ctx: RequestContext, outcome: Outcome) -> None:
         elapsed = time.perf_counter() - ctx.started
@@ -108,27 +108,27 @@ class RequestRecorder:
         status = str(outcome.status)
         tenant = self.tenants.label(ctx.tenant)
         rollout = outcome.rollout
-        m.child(m.requests, mlabel, backend or "-", status, rollout.served if rollout else "").inc()
-        m.child(m.tenant_requests, tenant, mlabel, status).inc()
+        m.requests.labels(mlabel, backend or "-", status, rollout.served if rollout else "").inc()
+        m.tenant_requests.labels(tenant, mlabel, status).inc()
         if usage is not None:
-            m.child(m.tenant_tokens, tenant, mlabel, "input").inc(usage.prompt_tokens)
-            m.child(m.tenant_tokens, tenant, mlabel, "output").inc(usage.completion_tokens)
+            m.tenant_tokens.labels(tenant, mlabel, "input").inc(usage.prompt_tokens)
+            m.tenant_tokens.labels(tenant, mlabel, "output").inc(usage.completion_tokens)
         reason = rejection_reason(outcome)
         if reason is not None:
-            m.child(m.tenant_rejections, tenant, reason).inc()
+            m.tenant_rejections.labels(tenant, reason).inc()
         if known_model:
-            m.child(m.e2e, mlabel).observe(elapsed)
+            m.e2e.labels(mlabel).observe(elapsed)
             if (ctx.upstream_wait or backend) and not (backend and self.in_process(backend)):
                 waited = ctx.upstream_wait + ctx.queue_wait + ctx.backoff_wait
-                m.child(m.overhead, mlabel).observe(max(0.0, elapsed - waited))
+                m.overhead.labels(mlabel).observe(max(0.0, elapsed - waited))
             if usage is not None:
-                m.child(m.prompt_tokens, mlabel).inc(usage.prompt_tokens)
-                m.child(m.completion_tokens, mlabel).inc(usage.completion_tokens)
+                m.prompt_tokens.labels(mlabel).inc(usage.prompt_tokens)
+                m.completion_tokens.labels(mlabel).inc(usage.completion_tokens)
         if phase is not None:
-            m.child(m.cancelled, phase.value).inc()
+            m.cancelled.labels(phase.value).inc()
         if rollout is not None:
             if rollout.fell_back:
-                m.child(m.rollout_fallbacks, mlabel, rollout.assigned).inc()
+                m.rollout_fallbacks.labels(mlabel, rollout.assigned).inc()
             track_record = rollout.record(outcome.status, outcome.failure, usage, ctx.ttft, left=phase is not None)
             if track_record is not None and self.rollouts is not None:
                 self.rollouts.record(model, track_record)

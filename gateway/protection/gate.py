@@ -235,7 +235,7 @@ class Protection:
             raise
         except GatewayError as err:
             m = self.metrics
-            m.child(m.queue_rejected, model, err.code or str(err.status)).inc()
+            m.queue_rejected.labels(model, err.code or str(err.status)).inc()
             if reservation is not None:
                 # Turned away before any work: neither the request nor its tokens count.
                 await self.leases.release(reservation, 0, refund_request=True)
@@ -245,7 +245,7 @@ class Protection:
             if reservation is not None:
                 self.leases.queued.pop(reservation.lease_id, None)
         m = self.metrics
-        m.child(m.queue_wait, model).observe(slot.waited_s)
+        m.queue_wait.labels(model).observe(slot.waited_s)
         ticket = Ticket(self, principal, model, reservation, slot, prompt_tokens_estimate)
         self._live.add(ticket)
         return ticket

@@ -8,13 +8,12 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
-from gateway.observe.metrics import Children, registered
+from gateway.observe.metrics import registered
 from policies.admission import AdmissionQueue
 
 
-class ProtectionMetrics(Children):
+class ProtectionMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
-        super().__init__()
         counter, gauge, histogram = registered(registry)
         self.decisions = counter(
             "switchyard_quota_decisions_total", "Quota decisions: admitted, or the limit that refused.", ["result"]

@@ -197,11 +197,11 @@ class QuotaLeases:
                     store = self.local
                     reservation = await self._store_unavailable(principal, scopes, tokens, lease_id, units)
         except QuotaExceeded as exc:
-            m.child(m.decisions, exc.limit).inc()
+            m.decisions.labels(exc.limit).inc()
             raise _refusal(principal, exc, budget) from None
         finally:
-            m.child(m.check_seconds, store.kind).observe(time.perf_counter() - start)
-        m.child(m.decisions, "admitted").inc()
+            m.check_seconds.labels(store.kind).observe(time.perf_counter() - start)
+        m.decisions.labels("admitted").inc()
         return reservation
 
     async def _store_unavailable(

@@ -115,7 +115,7 @@ class Mirror:
 
     def _count(self, model: str, result: str) -> None:
         m = self.metrics
-        m.child(m.mirror_copies, model, result).inc()
+        m.mirror_copies.labels(model, result).inc()
 
 
 async def candidate_answer(backend: Backend, copy: GenerationRequest) -> CandidateAnswer:

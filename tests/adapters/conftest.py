@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,3 +46,17 @@ def replay(tmp_path_factory) -> ReplayServer:
     p.wait_ready("/_replay/requests", timeout=20)
     yield ReplayServer(p)
     p.stop()
+
+
+@pytest.fixture
+async def loop_errors():
+    """A test using it fails if the event loop reported an error from a callback (a
+    timer or protocol method of the client that raised)."""
+    loop = asyncio.get_running_loop()
+    errors: list[dict] = []
+    old = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    yield errors
+    await asyncio.sleep(0)
+    loop.set_exception_handler(old)
+    assert errors == []

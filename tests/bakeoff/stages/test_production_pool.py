@@ -11,9 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from bakeoff.stages import production
+from bakeoff.stages import production, production_quota, production_replicas
 from bakeoff.verdict import CandidateTarget
+from gateway.config.schema import GatewayConfig
 from processes import free_port
 from tests.bakeoff.stages.candidates import candidate, outcomes
 
@@ -69,3 +71,38 @@ async def test_replicas_and_quota_need_the_admin_key_and_a_second_instance(good:
     alone = CandidateTarget(**{**good.__dict__, "replica": None})
     result = await production.run(alone, SETTINGS.model_copy(update={"checks": ["replicas"]}), BUDGET_S)
     assert outcomes(result) == {"replicas": "skip"} and "no second instance" in result.checks[0].detail
+
+
+def test_the_quota_tenants_join_a_config_whose_keys_name_tenants_without_a_tenants_section() -> None:
+    """A launched gateway's config: keys of the workload's tenants, no tenants section (the
+    gateway refuses a tenants section that leaves out a key's tenant)."""
+    keys = [{"sha256": "0" * 64, "tenant": "acme"}]
+    config = {"auth": {"mode": "keys", "api_keys": keys}, "models": {"m": {"backends": [{"name": "b", "adapter": "vllm", "url": "http://127.0.0.1:9"}]}}}  # fmt: skip
+    text = production_quota.with_tenants(yaml.safe_dump(config), {"bakeoff-quota-limited": "k1", "bakeoff-quota-other": "k2"}, 3)  # fmt: skip
+    assert text is not None
+    checked = GatewayConfig.model_validate(yaml.safe_load(text))
+    assert checked.tenants["acme"].requests_per_minute is None
+    assert checked.tenants["bakeoff-quota-limited"].requests_per_minute == 3
+    assert [k.tenant for k in checked.auth.api_keys] == ["acme", "bakeoff-quota-limited", "bakeoff-quota-other"]
+
+
+@pytest.mark.parametrize(
+    ("stopped", "outcome"),
+    [
+        ({"ejected": 1.0, "healthy": 1.0, "late_attempts": 3.0}, "pass"),  # ejected
+        ({"ejected": 0.0, "healthy": 0.0, "late_attempts": 3.0}, "pass"),  # its health check failed
+        ({"ejected": 0.0, "healthy": 1.0, "late_attempts": 0.0}, "pass"),  # steered around: no longer tried
+        ({"ejected": 0.0, "healthy": 1.0, "late_attempts": 2.0}, "fail"),  # still tried, and failing over
+    ],
+)
+def test_a_stopped_instance_must_leave_rotation(stopped: dict[str, float], outcome: str) -> None:
+    evidence = {
+        "routing": "blended",
+        "spread": {"answers": {"ok": 16}, "by_backend": {"a": 8.0, "b": 8.0}},
+        "session": {"answers": {"ok": 6}, "by_backend": {"a": 6.0, "b": 0.0}},
+        "failover": {"traffic": {"ok": 100}, "stopped": stopped},
+    }
+    check = production_replicas.verdict(SETTINGS, "a", "b", evidence)
+    assert check.outcome == outcome, check.detail
+    if outcome == "fail":
+        assert "still tried 2 times" in check.detail

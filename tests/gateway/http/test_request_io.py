@@ -6,7 +6,7 @@ kept, anything else is not."""
 from __future__ import annotations
 
 import pytest
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from adapters.errors import GatewayError
 from gateway.http.request_io import client_request_id, new_request_id, read_body
@@ -74,3 +74,19 @@ def test_a_client_request_id_is_kept_only_with_1_to_128_allowed_characters(value
 def test_the_gateway_s_own_ids_are_128_random_bits() -> None:
     ids = {new_request_id() for _ in range(100)}
     assert len(ids) == 100 and all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+async def test_a_client_leaving_while_its_body_comes_is_client_disconnect() -> None:
+    messages = [{"type": "http.request", "body": b"{", "more_body": True}, {"type": "http.disconnect"}]
+
+    async def receive() -> dict:
+        return messages.pop(0)
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
+    with pytest.raises(ClientDisconnect):
+        await read(Request(scope, receive))
+
+
+async def test_a_body_in_one_message_is_that_message_s_bytes() -> None:
+    assert await read(request([b'{"a": 1}'], 8)) == b'{"a": 1}'
+    assert await read(request([b""], None)) == b""

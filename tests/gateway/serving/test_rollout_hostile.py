@@ -67,9 +67,10 @@ async def test_ten_thousand_session_ids_grow_nothing(sims):
                 r = await client.post("/v1/chat/completions", json=body, headers={"x-session-id": f"hostile-{i}"})
                 assert r.status_code == 200
         tracks = {
-            key[1][-1]
-            for key in gw.metrics._children
-            if key[0] == id(gw.metrics.requests)  # the requests counter's label sets
+            sample.labels["track"]
+            for family in gw.metrics.registry.collect()
+            if family.name == "switchyard_requests"
+            for sample in family.samples  # the requests counter's label sets
         }
         assert tracks == {"stable", "candidate"}
 

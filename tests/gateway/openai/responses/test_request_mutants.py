@@ -64,3 +64,39 @@ def test_a_default_only_parameter_passes_with_its_default_and_only_its_exact_typ
     for value in (0, "false", True):
         err = refusal(base(background=value))
         assert (err.param, err.code) == ("background", "unsupported_parameter")
+
+
+def test_a_default_only_parameter_with_another_value_is_named_with_it():
+    err = refusal(base(background=True))
+    assert err.message == "'background' True is not supported by this gateway."
+
+
+def test_top_logprobs_at_below_and_above_its_bounds():
+    logprobs = ["message.output_text.logprobs"]
+    assert parse_request(base(top_logprobs=0)).top_logprobs == 0  # 0 needs no include: it asks for none
+    assert parse_request(base(top_logprobs=20, include=logprobs)).top_logprobs == 20
+    assert parse_request(base(top_logprobs=19, include=logprobs)).top_logprobs == 19
+    assert parse_request(base()).top_logprobs is None
+    assert (refusal(base(top_logprobs=-1)).param, refusal(base(top_logprobs=21, include=logprobs)).param) == (
+        "top_logprobs",
+        "top_logprobs",
+    )
+    err = refusal(base(top_logprobs=1))
+    assert err.message == "'top_logprobs' needs 'include' to contain 'message.output_text.logprobs'."
+
+
+@pytest.mark.parametrize(
+    ("name", "lowest", "highest", "below", "above"),
+    [
+        ("max_output_tokens", 16, 1 << 31, 15, (1 << 31) + 1),
+        ("max_tool_calls", 0, 1 << 31, -1, (1 << 31) + 1),
+        ("temperature", 0, 2, -0.01, 2.01),
+        ("top_p", 0, 1, -0.01, 1.01),
+    ],
+)
+def test_each_number_at_below_and_above_its_bounds(name, lowest, highest, below, above):
+    for fine in (lowest, highest):
+        assert getattr(parse_request(base(**{name: fine})), name) == fine
+    for bad, code in ((below, "below_min_value"), (above, "above_max_value")):
+        err = refusal(base(**{name: bad}))
+        assert err.param == name and err.code is not None and err.code.endswith(code), (name, bad, err.code)

@@ -29,7 +29,8 @@ def make_store(request):
     def make(**share):
         if request.param == "memory":
             return MemoryResponseStore(**share)
-        return RedisResponseStore(request.getfixturevalue("redis_server").url, **share)
+        # a generous timeout: these tests are about shares, and a loaded machine is slow
+        return RedisResponseStore(request.getfixturevalue("redis_server").url, timeout_s=5.0, **share)
 
     return make
 
@@ -148,7 +149,7 @@ async def test_a_request_over_the_share_is_refused_before_generation():
 async def test_the_redis_store_evicts_in_put_order_even_when_the_clock_says_otherwise(redis_server):
     """Puts in one millisecond share Redis's time, and a clock can step back: the
     index orders them by put anyway, so the oldest put is the one evicted."""
-    store = RedisResponseStore(redis_server.url, tenant_max_entries=2)
+    store = RedisResponseStore(redis_server.url, tenant_max_entries=2, timeout_s=5.0)
     raw = aioredis.from_url(redis_server.url)
     try:
         await store.put("a", record("resp_z", "first"))
