@@ -256,12 +256,16 @@ MODULES.update(
         "gateway/openai/answer_format.py": [*GENERATION_TESTS, "tests/gateway/openai/test_encoder*.py"],
         "gateway/openai/api_routes.py": APP_TESTS,
         "gateway/openai/embeddings.py": [
+            "tests/gateway/openai/test_embeddings_parse.py",
             "tests/gateway/openai/test_non_generation_*.py",
             "tests/gateway/protection/test_embedding_units.py",
             "tests/gateway/protection/test_token_bound.py",
         ],
         "gateway/openai/request_fields.py": ["tests/gateway/openai/test_request*.py", *RESPONSES_TESTS],
-        "gateway/openai/tokenize.py": ["tests/gateway/openai/test_non_generation_*.py"],
+        "gateway/openai/tokenize.py": [
+            "tests/gateway/openai/test_tokenize_parse.py",
+            "tests/gateway/openai/test_non_generation_*.py",
+        ],
         **{
             f"gateway/openai/responses/{name}.py": RESPONSES_TESTS
             for name in ("__init__", "errors", "handlers", "listing", "response_object")
