@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-RESPONSE_ID = re.compile(r"^resp_[A-Za-z0-9_-]{1,128}$")
+RESPONSE_ID = re.compile(r"resp_[A-Za-z0-9_-]{1,128}")
 
 
 def new_response_id() -> str:
@@ -32,4 +32,4 @@ def new_function_call_output_id() -> str:
 
 def looks_like_response_id(value: object) -> bool:
     """Whether `value` could name a stored response (anything else is never found)."""
-    return isinstance(value, str) and RESPONSE_ID.match(value) is not None
+    return isinstance(value, str) and RESPONSE_ID.fullmatch(value) is not None

@@ -33,3 +33,9 @@ def test_what_could_name_a_stored_response():
     assert looks_like_response_id("resp_a-_Z9")
     for value in ("resp_" + "a" * 129, "resp_", "msg_abc", "resp_a b", None, 3, b"resp_abc", ["resp_a"]):
         assert not looks_like_response_id(value), value
+
+
+def test_a_response_id_with_a_trailing_newline_is_not_one():
+    """`$` would match before a final newline; the whole string must be the id."""
+    assert not looks_like_response_id("resp_a\n")
+    assert looks_like_response_id("resp_a")
