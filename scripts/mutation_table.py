@@ -133,7 +133,7 @@ MODULES: dict[str, list[str]] = {
         "tests/gateway/lifecycle/test_lifecycle_parts.py",
     ],
     "gateway/protection/quota_leases.py": [
-        "tests/gateway/protection/test_quota_leases_mutants.py",
+        "tests/gateway/protection/test_quota_leases_*.py",
         "tests/gateway/protection/test_protection*.py",
         "tests/gateway/protection/test_quota_details.py",
         "tests/gateway/protection/test_quota_store_outage.py",
