@@ -28,6 +28,8 @@ def config(model_backend: dict, port: int) -> dict:
         "listen": {"host": "127.0.0.1", "port": port},
         "admin": {"api_keys": [{"sha256": hash_key(ADMIN_KEY), "name": "test-admin"}]},
         "models": {"m": {"backends": [model_backend]}},
+        # POST /admin/reload is the swap under test: the file watcher would race it to the edit
+        "reload": {"watch": False},
     }
 
 
