@@ -78,14 +78,7 @@ async def probe(
     """The workload at `rate` through the gateway (replayed until it lasts `min_duration_s`):
     its summary, its records, the sampled metrics."""
     plan = inputs.workload.plan_at(rate, inputs.seed, min_duration_s)
-    config = ClientConfig(
-        base_url=target.gateway_url,
-        model=target.model,
-        timeout_s=settings.request_timeout_s,
-        api_keys=inputs.api_keys,
-        ignore_eos=inputs.ignore_eos,
-        extra_body={"temperature": inputs.temperature},
-    )
+    config = client_config(target, inputs, settings)
     urls = {"gateway": target.gateway_url.rstrip("/") + "/metrics"}
     if target.runtime_url:
         urls["runtime"] = target.runtime_url.rstrip("/") + "/metrics"
@@ -202,12 +195,10 @@ def warmup_sessions(workload: Workload, seed: int, count: int) -> list[Session]:
     return out
 
 
-async def _warm_up(target: CandidateTarget, inputs: Inputs, settings: Settings) -> Check:
-    """Requests in waves of 1, 2, 4, ... at once (up to `warmup_concurrency`) before the first
-    measured phase: a runtime that compiles or allocates on its first batches of each size
-    (vLLM's CPU build) does so here, not in the cold phase or the first probe."""
-    sessions = warmup_sessions(inputs.workload, inputs.seed, settings.warmup_requests)
-    config = ClientConfig(
+def client_config(target: CandidateTarget, inputs: Inputs, settings: Settings) -> ClientConfig:
+    """How every measured or warm-up request of a candidate is sent: through its gateway,
+    the plan's keys, sampling and length rule."""
+    return ClientConfig(
         base_url=target.gateway_url,
         model=target.model,
         timeout_s=settings.request_timeout_s,
@@ -215,6 +206,14 @@ async def _warm_up(target: CandidateTarget, inputs: Inputs, settings: Settings) 
         ignore_eos=inputs.ignore_eos,
         extra_body={"temperature": inputs.temperature},
     )
+
+
+async def _warm_up(target: CandidateTarget, inputs: Inputs, settings: Settings) -> Check:
+    """Requests in waves of 1, 2, 4, ... at once (up to `warmup_concurrency`) before the first
+    measured phase: a runtime that compiles or allocates on its first batches of each size
+    (vLLM's CPU build) does so here, not in the cold phase or the first probe."""
+    sessions = warmup_sessions(inputs.workload, inputs.seed, settings.warmup_requests)
+    config = client_config(target, inputs, settings)
     started = time.perf_counter()
     waves: list[dict[str, Any]] = []
     width, sent = 1, 0
