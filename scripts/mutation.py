@@ -5,10 +5,11 @@ Each module is mutated by mutmut in a private copy of the repository
 mutant is judged by the tests meant to pin that module, not by the whole suite, so a
 run stays affordable on a small machine and a score says what those tests catch.
 
-Results accumulate in docs/mutation/results.json (one entry per module, replaced when
-the module is run again) and docs/mutation/report.md is rendered from it, with every
-survivor's file:line, its mutation, and the reason recorded for it in
-docs/mutation/survivors.toml (equivalent, or not worth a test, and why).
+Results accumulate in docs/mutation/results/<module>.json (one file per module, replaced
+when the module is run again, so runs side by side never overwrite each other) and
+docs/mutation/report.md is rendered from them, with every survivor's file:line, its
+mutation, and the reason recorded for it in docs/mutation/survivors.toml or
+docs/mutation/survivors/*.toml (equivalent, or not worth a test, and why).
 
     python scripts/mutation.py                    # every module, one at a time
     python scripts/mutation.py policies/quota.py  # one module
@@ -35,8 +36,8 @@ from mutation_table import EXTRA_ARGS, MODULES, NOTES, OUT_OF_SCOPE, SCOPE, TIME
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "reports" / "mutation"
 DOCS = ROOT / "docs" / "mutation"
-RESULTS = DOCS / "results.json"
-REASONS = DOCS / "survivors.toml"
+RESULTS = DOCS / "results"
+REASONS = [DOCS / "survivors.toml", DOCS / "survivors"]
 REPORT = DOCS / "report.md"
 GOAL = 0.85
 
@@ -231,10 +232,22 @@ def _mutant_order(name: str) -> tuple[str, int]:
     return base, int(n) if n.isdigit() else 0
 
 
+def load_results() -> dict[str, dict]:
+    """module -> its last run, from one file per module."""
+    found = sorted(RESULTS.glob("*.json")) if RESULTS.is_dir() else []
+    return {r["module"]: r for r in (json.loads(p.read_text()) for p in found)}
+
+
+def save_result(module: str, r: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{slug(module)}.json").write_text(
+        json.dumps({"module": module} | r, indent=1, ensure_ascii=False) + "\n"
+    )
+
+
 def load_reasons() -> list[dict]:
-    if not REASONS.exists():
-        return []
-    return tomllib.loads(REASONS.read_text()).get("survivor", [])
+    files = [f for path in REASONS for f in ([path] if path.is_file() else sorted(path.glob("*.toml")))]
+    return [entry for f in files for entry in tomllib.loads(f.read_text()).get("survivor", [])]
 
 
 def reason_for(module: str, s: dict, reasons: list[dict]) -> str:
@@ -325,12 +338,12 @@ def render(results: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("modules", nargs="*", help="modules to run (default: all in MODULES)")
-    ap.add_argument("--report", action="store_true", help="only re-render report.md from results.json")
+    ap.add_argument("--report", action="store_true", help="only re-render report.md from the results")
     ap.add_argument("--max-children", type=int, default=1, help="mutants run in parallel (default 1)")
     ap.add_argument("--budget", type=float, default=1800, help="seconds allowed per module (default 1800)")
     args = ap.parse_args()
     DOCS.mkdir(parents=True, exist_ok=True)
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results = load_results()
     if not args.report:
         unknown = [m for m in args.modules if m not in MODULES]
         if unknown:
@@ -346,11 +359,10 @@ def main() -> int:
         for module in modules:
             print(f"mutating {module} against {' '.join(MODULES[module])}", flush=True)
             r = run_module(module, args.max_children, args.budget)
-            # read again: a run of another module, side by side, may have written meanwhile
-            results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-            results[module] = r
+            save_result(module, r)
             print(f"  {r['counts']['killed']}/{r['total']} killed ({r['score']:.1%}) in {r['seconds']} s", flush=True)
-            RESULTS.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+            # read again: a run of another module, side by side, may have written meanwhile
+            results = load_results()
             REPORT.write_text(render(results))
     REPORT.write_text(render(results))
     unexplained = sum(

@@ -28,3 +28,19 @@ def test_the_modules_in_the_table_are_in_scope_and_the_rest_are_reported_unmeasu
     report = mutation.render({})
     unlisted = [m for m in scope if m not in MODULES]
     assert f"Unmeasured: {len(unlisted)} modules" in report and all(f"`{m}`" in report for m in unlisted)
+
+
+def test_results_are_one_file_per_module_and_reasons_come_from_every_survivors_file(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(mutation, "RESULTS", tmp_path / "results")
+    (tmp_path / "survivors").mkdir()
+    (tmp_path / "survivors.toml").write_text('[[survivor]]\nfile = "a.py"\nfunction = "f"\nreason = "one"\n')
+    (tmp_path / "survivors" / "b.toml").write_text('[[survivor]]\nfile = "b.py"\nfunction = "g"\nreason = "two"\n')
+    monkeypatch.setattr(mutation, "REASONS", [tmp_path / "survivors.toml", tmp_path / "survivors"])
+    mutation.save_result("pkg/a.py", {"score": 1.0})
+    mutation.save_result("pkg/b.py", {"score": 0.5})
+    mutation.save_result("pkg/a.py", {"score": 0.9})  # a rerun replaces the module's file only
+    assert mutation.load_results() == {
+        "pkg/a.py": {"module": "pkg/a.py", "score": 0.9},
+        "pkg/b.py": {"module": "pkg/b.py", "score": 0.5},
+    }
+    assert [r["reason"] for r in mutation.load_reasons()] == ["one", "two"]
