@@ -136,7 +136,7 @@ bench-llamacpp-prefix: install
 # The bake-off's worked example (examples/bakeoff/plan.yaml; docs/bakeoff.md): the native engine and, when installed
 # (scripts/install-vllm.sh, scripts/install-llamacpp.sh; else skipped, nothing installed here), vLLM's CPU build and
 # llama.cpp's server on the same tiny weights, plus the vLLM and SGLang simulators with modelled devices, each through
-# a gateway of its own. Bounded by the plan's budget_s (900 s); report in reports/bakeoff-example.
+# a gateway of its own. Bounded by the plan's budget_s (its one home: the plan file); report in reports/bakeoff-example.
 bakeoff-example: install
 	$(PY) -m gateway.cli bakeoff run examples/bakeoff/plan.yaml --report $(or $(REPORT),reports/bakeoff-example) $(ARGS)
 
