@@ -156,6 +156,16 @@ def unsupported_call(model: str, what: str, runtimes: list[str]) -> GatewayError
     )
 
 
+def deadline_exceeded(queued_s: float | None = None, model: str | None = None) -> GatewayError:
+    """504: the deadline the client set passed, in the admission queue (`queued_s` there,
+    for `model`) or while the answer was made. Not 503 + Retry-After, the queue's own
+    limit, which says the gateway is busy: the time the client gave ran out."""
+    where = "" if queued_s is None else f": it waited {queued_s:.1f} s in the queue for model `{model}`"
+    return GatewayError(
+        504, f"The request did not complete within the timeout the client set{where}.", code="deadline_exceeded"
+    )
+
+
 def client_closed(phase: str | None = None) -> GatewayError:
     """499: the client went away before its answer (`phase`: where, when known)."""
     return GatewayError(499, "The client closed the request.", code="client_closed", cancelled_phase=phase)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from adapters.base import LoadSnapshot
-from adapters.errors import GatewayError
+from adapters.errors import GatewayError, deadline_exceeded
 from policies.saturation import DEFAULT_DETECTOR, SaturationDetector
 
 CapacityFn = Callable[[str], "int | None"]
@@ -183,12 +183,7 @@ class AdmissionQueue:
                     raise pushed_out
                 if remaining <= 0:
                     if client_limit:
-                        raise GatewayError(
-                            504,
-                            f"The request waited {time.monotonic() - start:.1f}s in the queue for model "
-                            f"`{model}` and passed the timeout the client set.",
-                            code="deadline_exceeded",
-                        )
+                        raise deadline_exceeded(time.monotonic() - start, model)
                     raise GatewayError(
                         503,
                         f"The request waited {time.monotonic() - start:.1f}s in the queue for "

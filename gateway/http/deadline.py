@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Mapping
 
-from adapters.errors import GatewayError, invalid_request
+from adapters.errors import invalid_request
 
 TIMEOUT_HEADERS = ("x-request-timeout", "x-stainless-timeout", "x-stainless-read-timeout")
 READ_TIMEOUT_HEADER = "x-stainless-read-timeout"
@@ -50,13 +50,3 @@ def request_deadline(
     if found is None:
         return None
     return (time.monotonic() if now is None else now) + min(found[1], cap_s)
-
-
-def deadline_exceeded(timeout_s: float | None = None) -> GatewayError:
-    """The answer to a request whose own deadline passed: 504, the client asked for
-    no more time than that (not 503 + Retry-After, the queue's own limit, which says
-    the gateway is busy)."""
-    within = "" if timeout_s is None else f" ({timeout_s:g}s)"
-    return GatewayError(
-        504, f"The request did not complete within the timeout the client set{within}.", code="deadline_exceeded"
-    )

@@ -20,8 +20,7 @@ from collections.abc import Awaitable, Callable
 from starlette.responses import Response
 
 from adapters.base import Usage
-from adapters.errors import FailureKind, GatewayError, internal_error
-from gateway.http.deadline import deadline_exceeded
+from adapters.errors import FailureKind, GatewayError, deadline_exceeded, internal_error
 from gateway.http.envelope import error_response
 from gateway.observe.context import Outcome, RequestContext
 from gateway.observe.recorder import RequestRecorder

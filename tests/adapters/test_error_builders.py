@@ -11,6 +11,7 @@ from adapters.errors import (
     FailureKind,
     GatewayError,
     context_length_exceeded,
+    deadline_exceeded,
     default_type,
     invalid_request,
     model_not_found,
@@ -122,3 +123,15 @@ def test_a_failed_backend_tells_the_detail_and_only_logs_the_internal_part(caplo
     caplog.clear()
     upstream_failed("gpu-4", "y")
     assert "gpu-4" in caplog.text and "(" not in caplog.messages[-1]
+
+
+def test_a_passed_client_deadline_is_a_504_saying_so_and_where():
+    # One builder for the exchange's 504 and the admission queue's (with its wait there).
+    e = deadline_exceeded()
+    assert (e.status, e.code, e.retry_after, e.failure) == (504, "deadline_exceeded", None, FailureKind.TIMEOUT)
+    assert e.message == "The request did not complete within the timeout the client set."
+    queued = deadline_exceeded(2.04, "m")
+    assert (queued.status, queued.code) == (504, "deadline_exceeded")
+    assert queued.message == (
+        "The request did not complete within the timeout the client set: it waited 2.0 s in the queue for model `m`."
+    )

@@ -50,11 +50,12 @@ def constant(node: ast.AST | None, *values: object) -> bool:
 # ---- errors --------------------------------------------------------------------------------------
 
 
-BUILT_ONCE = ("client_closed", "no_backend_available", "internal_error", "model_not_found")
+BUILT_ONCE = ("client_closed", "no_backend_available", "internal_error", "model_not_found", "deadline_exceeded")
 
 
 def test_the_gateways_own_errors_are_built_in_one_module():
-    # 499, 404 model, no backend and internal error: adapters/errors.py's builders only.
+    # 499, 404 model, no backend, internal error and a passed client deadline (the queue's
+    # 504 and the exchange's alike): adapters/errors.py's builders only.
     def builds(node: ast.AST) -> bool:
         if not called(node, "GatewayError"):
             return False

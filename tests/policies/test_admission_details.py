@@ -310,7 +310,8 @@ async def test_a_client_deadline_says_how_long_the_request_waited():
     with pytest.raises(GatewayError) as exc:
         await q.enter("m", "a", 1, deadline=time.monotonic() + 0.1)
     m = re.fullmatch(
-        r"The request waited (\d+\.\d)s in the queue for model `m` and passed the timeout the client set\.",
+        r"The request did not complete within the timeout the client set: it waited (\d+\.\d) s in the queue "
+        r"for model `m`\.",
         exc.value.message,
     )
     assert m and 0.1 <= float(m.group(1)) < 5, exc.value.message

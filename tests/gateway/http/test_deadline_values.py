@@ -1,12 +1,12 @@
 """gateway/http/deadline.py's answers: a bad timeout header's 400 shows the value it
-got, cut to 32 characters (29 and "...") past that, and the 504 of a passed deadline."""
+got, cut to 32 characters (29 and "...") past that."""
 
 from __future__ import annotations
 
 import pytest
 
 from adapters.errors import GatewayError
-from gateway.http.deadline import client_timeout_s, deadline_exceeded
+from gateway.http.deadline import client_timeout_s
 
 
 @pytest.mark.parametrize(
@@ -28,10 +28,3 @@ def test_the_header_found_is_named_with_its_seconds() -> None:
 
 def test_the_smallest_positive_timeout_is_taken() -> None:
     assert client_timeout_s({"x-request-timeout": "0.001"}) == ("x-request-timeout", 0.001)
-
-
-def test_a_passed_deadline_is_a_504_saying_so() -> None:
-    e = deadline_exceeded()
-    assert (e.status, e.code) == (504, "deadline_exceeded")
-    assert e.message == "The request did not complete within the timeout the client set."
-    assert deadline_exceeded(2.5).message == "The request did not complete within the timeout the client set (2.5s)."

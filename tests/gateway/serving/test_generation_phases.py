@@ -13,8 +13,7 @@ import orjson
 import pytest
 
 from adapters.base import Event, Finish, GenerationRequest, TextDelta, Usage
-from adapters.errors import FailureKind, GatewayError
-from gateway.http.deadline import deadline_exceeded
+from adapters.errors import FailureKind, GatewayError, deadline_exceeded
 from gateway.openai.requests import estimate_prompt_tokens
 from gateway.serving import exchange as exchange_module
 from gateway.serving.phases import CancelPhase

@@ -15,6 +15,7 @@ from adapters.base import ErrorEvent, GenerationRequest, TextDelta
 from adapters.errors import (
     FailureKind,
     GatewayError,
+    deadline_exceeded,
     internal_error,
     model_not_found,
     no_backend,
@@ -26,7 +27,6 @@ from adapters.errors import (
 from adapters.runtime_errors import mid_stream_failure
 from gateway.backends.backend_set import BackendSet
 from gateway.config.schema import parse_config
-from gateway.http.deadline import deadline_exceeded
 from gateway.observe.context import RequestContext
 from gateway.observe.metrics import GatewayMetrics
 from gateway.observe.recorder import RequestRecorder
