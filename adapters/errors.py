@@ -189,14 +189,15 @@ def upstream_busy(backend: str, detail: str, waited_s: float) -> GatewayError:
     )
 
 
-def upstream_timeout(backend: str, detail: str, waited_s: float, first_byte: bool) -> GatewayError:
+def upstream_timeout(backend: str, detail: str, limit_s: float, first_byte: bool) -> GatewayError:
     """`backend` sent nothing for too long: before answering (may fail over to another
-    backend) or in the middle of its answer (ends the stream)."""
+    backend) or in the middle of its answer (ends the stream). `limit_s`: the limit that
+    ran out, as configured (the message states it)."""
     log.warning("backend %s timed out: %s", backend, detail)
     what = "did not start answering" if first_byte else "stopped sending in the middle of its answer"
     return GatewayError(
         504,
-        f"{THE_BACKEND} {what} within {waited_s:g} s.",
+        f"{THE_BACKEND} {what} within {limit_s:g} s.",
         code="upstream_timeout",
         failure=FailureKind.TIMEOUT,
     )

@@ -40,11 +40,12 @@ class PoolTimeout(HTTPError):
 
 class ReadTimeout(HTTPError):
     """The server sent nothing for longer than allowed: before the first byte of
-    the response (`first_byte` True) or between two chunks of its body."""
+    the response (`first_byte` True) or between two chunks of its body. `limit_s`: the
+    limit that ran out, as the request set it (not what was left of it when a wait began)."""
 
-    def __init__(self, message: str, waited_s: float, first_byte: bool) -> None:
+    def __init__(self, message: str, limit_s: float, first_byte: bool) -> None:
         super().__init__(message)
-        self.waited_s = waited_s
+        self.limit_s = limit_s
         self.first_byte = first_byte
 
 
@@ -132,12 +133,17 @@ class _Connection(asyncio.Protocol):
         if w is not None and not w.done():
             w.set_result(None)
 
-    async def wait(self, timeout: float | None, first_byte: bool) -> None:
+    async def wait(self, timeout: float | None, first_byte: bool, limit: float | None = None) -> None:
         """Wait until something new happened (bytes, completion, close, error), at
-        most `timeout` seconds (None: no limit); `first_byte` says which limit ran out."""
+        most `timeout` seconds (None: no limit); `first_byte` says which limit ran out,
+        `limit` its size as set (default `timeout`), for the error."""
         loop = asyncio.get_running_loop()
         self.waiter = loop.create_future()
-        timer = loop.call_later(max(timeout, 0.0), self._timeout, timeout, first_byte) if timeout is not None else None
+        timer = (
+            loop.call_later(max(timeout, 0.0), self._timeout, timeout if limit is None else limit, first_byte)
+            if timeout is not None
+            else None
+        )
         try:
             await self.waiter
         finally:
@@ -147,11 +153,11 @@ class _Connection(asyncio.Protocol):
         if self.error is not None and not self.chunks:
             raise self.error
 
-    def _timeout(self, waited: float, first_byte: bool) -> None:
+    def _timeout(self, limit: float, first_byte: bool) -> None:
         if self.error is None:
             what = "before the first byte" if first_byte else "between two chunks"
             self.error = ReadTimeout(
-                f"{self.pool.host}:{self.pool.port} sent nothing for {waited:g} s {what}", waited, first_byte
+                f"{self.pool.host}:{self.pool.port} sent nothing {what} within the {limit:g} s limit", limit, first_byte
             )
         self._wake()
 
@@ -172,10 +178,18 @@ class Response:
     Until its first body bytes arrive, a read waits until the request's first-byte
     deadline; after them, at most the idle limit between two chunks."""
 
-    def __init__(self, conn: _Connection, pool: ConnectionPool, deadline: float | None, idle_s: float | None) -> None:
+    def __init__(
+        self,
+        conn: _Connection,
+        pool: ConnectionPool,
+        deadline: float | None,
+        idle_s: float | None,
+        first_byte_s: float | None = None,
+    ) -> None:
         self._conn = conn
         self._pool = pool
         self._deadline = deadline  # loop time by which the first body bytes must arrive
+        self._first_byte_s = first_byte_s  # the limit that deadline comes from
         self._idle_s = idle_s
         self._got_body = False
         self.status = conn.status
@@ -191,7 +205,9 @@ class Response:
         if self._got_body or self._deadline is None:
             await self._conn.wait(self._idle_s, first_byte=False)
         else:
-            await self._conn.wait(self._deadline - asyncio.get_running_loop().time(), first_byte=True)
+            await self._conn.wait(
+                self._deadline - asyncio.get_running_loop().time(), first_byte=True, limit=self._first_byte_s
+            )
 
     def _take(self) -> bytes:
         self._got_body = True
@@ -312,7 +328,9 @@ class ConnectionPool:
                 while not conn.headers_done:
                     if conn.error is not None:
                         raise conn.error
-                    await conn.wait(None if deadline is None else deadline - loop.time(), first_byte=True)
+                    await conn.wait(
+                        None if deadline is None else deadline - loop.time(), first_byte=True, limit=first_byte
+                    )
             except ConnectionClosed:
                 self._discard(conn)
                 # A reused keep-alive connection the server had already closed:
@@ -323,7 +341,7 @@ class ConnectionPool:
             except BaseException:
                 self._discard(conn)
                 raise
-            return Response(conn, self, deadline, idle)
+            return Response(conn, self, deadline, idle, first_byte)
         raise ConnectionClosed("unreachable")  # the loop always returns or raises
 
     async def _acquire(self) -> _Connection:

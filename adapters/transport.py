@@ -101,7 +101,7 @@ class Transport:
         except PoolTimeout as exc:
             raise upstream_busy(self.backend, str(exc), exc.waited_s) from None
         except ReadTimeout as exc:
-            raise upstream_timeout(self.backend, str(exc), exc.waited_s, first_byte=True) from None
+            raise upstream_timeout(self.backend, str(exc), exc.limit_s, first_byte=True) from None
         except TimeoutError as exc:
             raise upstream_timeout(self.backend, str(exc) or "timeout", first_byte, first_byte=True) from None
         except (HTTPError, aiohttp.ClientConnectionError, OSError) as exc:
@@ -116,7 +116,7 @@ class Transport:
     def failure(self, exc: BaseException, *, stream: bool) -> GatewayError:
         """A read that broke off (one of READ_ERRORS) as the gateway's error."""
         if isinstance(exc, ReadTimeout):
-            return upstream_timeout(self.backend, str(exc), exc.waited_s, exc.first_byte)
+            return upstream_timeout(self.backend, str(exc), exc.limit_s, exc.first_byte)
         if isinstance(exc, TimeoutError):  # aiohttp (https): its one read limit ran out
             limit = max(self.first_byte_timeout_s, self.stream_idle_timeout_s) if stream else self.timeout_s
             return upstream_timeout(self.backend, str(exc) or "timeout", limit, first_byte=False)
