@@ -102,6 +102,10 @@ class Transport:
             raise upstream_busy(self.backend, str(exc), exc.waited_s) from None
         except ReadTimeout as exc:
             raise upstream_timeout(self.backend, str(exc), exc.limit_s, first_byte=True) from None
+        except aiohttp.ConnectionTimeoutError as exc:
+            # https: no connection within its limit is unavailable, as on http (the fast
+            # client's ConnectError below), not a timeout of an answer (a TimeoutError too).
+            raise upstream_unavailable(self.backend, str(exc) or "connect timed out") from None
         except TimeoutError as exc:
             raise upstream_timeout(self.backend, str(exc) or "timeout", first_byte, first_byte=True) from None
         except (HTTPError, aiohttp.ClientConnectionError, OSError) as exc:
