@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -56,8 +57,10 @@ class SharedLoad:
 
 
 S = TypeVar("S", bound=SharedLoad)
-# Keyed by server and event loop (an asyncio.Lock belongs to one loop).
-_SHARED: dict[tuple[str, int], Any] = {}
+# Per event loop (an asyncio.Lock belongs to one loop), then server. Held by the loop
+# itself, weakly, not by its id: a closed loop's readers go with it, and a later loop
+# given the same id cannot find them.
+_SHARED: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
 async def shared_load(
@@ -66,7 +69,8 @@ async def shared_load(
     """The server's load, read at most once per `min_interval_s` for every adapter in this
     process, for a runtime whose read is destructive (TRT-LLM's JSON `/metrics` drains its
     stats; llama.cpp's resets its throughput windows). `read` keeps `last` and `read_at`."""
-    reader: S = _SHARED.setdefault((http.base_url, id(asyncio.get_running_loop())), kind())
+    readers = _SHARED.setdefault(asyncio.get_running_loop(), {})
+    reader: S = readers.setdefault(http.base_url, kind())
     async with reader.lock:
         if time.time() - reader.read_at < min_interval_s:
             return reader.last

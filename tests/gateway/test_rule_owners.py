@@ -115,8 +115,12 @@ def test_a_status_decides_a_failures_kind_in_one_place():
 def test_a_shared_load_read_has_one_owner():
     # One reader per server and event loop, for every runtime whose load read is destructive:
     # adapters/dialect.py `shared_load` keeps the registry; no dialect keeps one of its own.
+    # (A registry looked up by the running loop, or by its id as it once was.)
     def per_loop_key(node: ast.AST) -> bool:
-        return called(node, "id") and any(called(a, "get_running_loop") for a in node.args)  # type: ignore[attr-defined]
+        if not any(called(node, f) for f in ("id", "get", "setdefault")):
+            return False
+        assert isinstance(node, ast.Call)
+        return any(called(a, "get_running_loop") for a in node.args)
 
     assert where(per_loop_key) == {"adapters/dialect.py"}
 
