@@ -44,6 +44,9 @@ GOAL = 0.85
 
 # mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code)
 KILLED = {1, 3, -11, -9, 36, 24, -24, 152, 255, 37}  # failed, crashed, timed out, caught by types
+# of which timed out: a mutant that loops, or one starved of CPU by other work on the machine (a wall-clock limit),
+# so a module's timeouts are counted apart and can be judged against the load of its run
+TIMED_OUT = {36, 24, -24, 152, 255}
 SURVIVED = {0}
 NO_TESTS = {5, 33}  # no test reaches the mutated function
 SKIPPED = {34}
@@ -203,9 +206,11 @@ def run_module(module: str, max_children: int, budget: float) -> dict:
     source = (ROOT / module).read_text()
     counts = {"killed": 0, "survived": 0, "no_tests": 0, "not_run": 0, "skipped": 0}
     survivors = []
+    timed_out = 0
     for name, code in sorted(codes.items(), key=lambda kv: _mutant_order(kv[0])):
         if code in KILLED:
             counts["killed"] += 1
+            timed_out += code in TIMED_OUT
         elif code in SKIPPED:
             counts["skipped"] += 1
         else:
@@ -221,6 +226,8 @@ def run_module(module: str, max_children: int, budget: float) -> dict:
         "counts": counts,
         "total": total,
         "score": round(counts["killed"] / total, 4) if total else 1.0,
+        "timed_out": timed_out,
+        "load": round(os.getloadavg()[0], 1),
         "seconds": round(seconds),
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "survivors": survivors,
@@ -289,8 +296,8 @@ def render(results: dict) -> str:
         "Each module is mutated by mutmut and judged by the tests listed for it only.",
         f"Goal: at least {GOAL:.0%} of each module's mutants killed; every survivor has a reason.",
         "",
-        "| module | killed / total | score | survived | no tests | not run | run (s) | date |",
-        "|---|---|---|---|---|---|---|---|",
+        "| module | killed / total | score | of them timed out | survived | no tests | not run | run (s) | date |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     ran = [m for m in MODULES if m in results]
     met = [m for m in ran if results[m]["score"] >= GOAL]
@@ -305,7 +312,8 @@ def render(results: dict) -> str:
         c = r["counts"]
         flag = "" if r["score"] >= GOAL else " (below goal)"
         out.append(
-            f"| {module} | {c['killed']} / {r['total']} | {r['score']:.1%}{flag} | {c['survived']} | "
+            f"| {module} | {c['killed']} / {r['total']} | {r['score']:.1%}{flag} | {r.get('timed_out', '-')} | "
+            f"{c['survived']} | "
             f"{c['no_tests']} | {c['not_run']} | {r['seconds']} | {r['date']} |"
         )
     not_run = [m for m in MODULES if m not in results]
