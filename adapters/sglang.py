@@ -7,6 +7,7 @@ in SGLang's shape. Facts and sources: docs/adapters.md "SGLang", docs/runtimes.m
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Mapping
@@ -22,6 +23,8 @@ from adapters.dialect import Call, Reader
 from adapters.oneshot import DetokenizeRequest, DetokenizeResult, TokenizeRequest, TokenizeResult
 from adapters.openai import OpenAIDialect
 from adapters.runtime_errors import ParsedError
+
+log = logging.getLogger("switchyard.upstream")
 
 # srt/managers/tokenizer_manager.py (~l.1337-1376).
 CONTEXT = re.compile(
@@ -111,7 +114,10 @@ class SGLangDialect(OpenAIDialect):
             return LoadSnapshot()
         read_at = time.time()
         if status == 404:
-            self._load_source = "metrics"  # an SGLang without /v1/loads
+            # An SGLang without /v1/loads: Prometheus from now on (said once, as it is
+            # decided once), so an operator knows why the load has no DP-rank view.
+            self._load_source = "metrics"
+            log.warning("backend %s has no GET /v1/loads (HTTP 404): its load is read from /metrics", self.backend)
             return None
         try:
             data = orjson.loads(raw)

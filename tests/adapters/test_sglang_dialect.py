@@ -5,6 +5,8 @@ says, with every way /v1/loads can fail."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from adapters.base import GenerationRequest, SamplingParams
@@ -92,12 +94,24 @@ async def test_auto_reads_v1_loads_first() -> None:
     assert http.asked == ["/v1/loads?include=core"]
 
 
-async def test_auto_falls_back_to_metrics_for_good_once_v1_loads_is_missing() -> None:
-    d, http = SGLangDialect("b"), Endpoints(metrics=(200, METRICS.encode()))
-    for _ in range(2):
-        snap = await d.load(http)
-        assert (snap.running, snap.waiting, snap.kv_usage, snap.prefix_hit_rate) == (6, 2, 0.5, 0.25)
-    assert http.asked == ["/v1/loads?include=core", "/metrics", "/metrics"]  # not asked again
+async def test_auto_falls_back_to_metrics_for_good_once_v1_loads_is_missing(caplog) -> None:
+    d, http = SGLangDialect("gpu-1"), Endpoints(metrics=(200, METRICS.encode()))
+    with caplog.at_level(logging.WARNING, logger="switchyard.upstream"):
+        for _ in range(3):
+            snap = await d.load(http)
+            assert (snap.running, snap.waiting, snap.kv_usage, snap.prefix_hit_rate) == (6, 2, 0.5, 0.25)
+    assert http.asked == ["/v1/loads?include=core", "/metrics", "/metrics", "/metrics"]  # not asked again
+    # said once, naming the backend (the log, never a tenant, sees backend names)
+    assert [r.getMessage() for r in caplog.records] == [
+        "backend gpu-1 has no GET /v1/loads (HTTP 404): its load is read from /metrics"
+    ]
+
+
+async def test_a_v1_loads_that_answers_is_no_fallback_and_says_nothing(caplog) -> None:
+    http = Endpoints(loads=(200, LOADS), metrics=(200, METRICS.encode()))
+    with caplog.at_level(logging.WARNING, logger="switchyard.upstream"):
+        await SGLangDialect("gpu-1").load(http)
+    assert caplog.records == []
 
 
 async def test_load_source_metrics_never_asks_v1_loads() -> None:
