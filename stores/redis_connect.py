@@ -30,8 +30,8 @@ What it gives every store, in all three shapes:
 * Bounded waits: each call waits at most `timeout_s` per attempt and is retried
   once on a connection error (on a fresh connection: after a restart or a
   failover every pooled one is dead), never on a timeout (a hung server would
-  double the wait); a burst waits up to `pool_wait_s` for a connection instead
-  of failing (which would look like an outage).
+  double the wait); a burst waits up to `pool_wait_s` (by default `timeout_s`) for a
+  connection instead of failing (which would look like an outage).
 """
 
 from __future__ import annotations
@@ -192,13 +192,15 @@ class RedisConnection:
         *,
         timeout_s: float = 1.0,
         max_connections: int = 64,
-        pool_wait_s: float = 2.0,
+        pool_wait_s: float | None = None,
         on_master_change: Callable[[], None] | None = None,
     ) -> None:
-        """`on_master_change`: called when Sentinel names a new master, so a store
+        """`pool_wait_s`: how long a call waits for a free connection, by default
+        `timeout_s`: the store's one limit then bounds that wait as it bounds the call.
+        `on_master_change`: called when Sentinel names a new master, so a store
         can restore what a failover may have lost without waiting for an outage."""
         self.target = target
-        self.pool_wait_s = pool_wait_s
+        self.pool_wait_s = pool_wait_s = timeout_s if pool_wait_s is None else pool_wait_s
         retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
         common: dict[str, Any] = {
             "socket_timeout": timeout_s,

@@ -48,7 +48,7 @@ class QuotaStoreConfig(RedisDeploymentConfig):
     on_unavailable: Literal["fail_open", "fail_closed"] = "fail_open"
     key_prefix: str = "switchyard"
     lease_ttl_s: float = Field(30.0, gt=0)
-    timeout_s: float = Field(1.0, gt=0)  # the longest one call waits before the fail policy applies
+    timeout_s: float = Field(1.0, gt=0)  # each wait of a call (a connection, the answer) before the fail policy
 
     @model_validator(mode="after")
     def _redis_url(self) -> QuotaStoreConfig:
