@@ -5,6 +5,13 @@ one-line change that reads on its own."""
 
 from __future__ import annotations
 
+from mutation_table_gateway import (  # scripts/ is sys.path[0]
+    GATEWAY_EXTRA_ARGS,
+    GATEWAY_MODULES,
+    GATEWAY_NOTES,
+    GATEWAY_TIMEOUTS,
+)
+
 # The Responses API's in-process tests (the official client's and the hostile bodies' runs are left out: processes).
 RESPONSES_TESTS = [
     "tests/gateway/openai/responses/test_answer*.py",
@@ -192,37 +199,24 @@ APP_TESTS = [
     "tests/gateway/openai/test_unknown_params.py",
     "tests/gateway/openai/test_openapi_doc.py",
 ]
-CONFIG_TESTS = ["tests/gateway/config/test_config*.py"]
 BACKENDS_TESTS = ["tests/gateway/backends/test_*.py"]
 GENERATION_TESTS = ["tests/gateway/serving/test_generation*.py", "tests/gateway/serving/test_oneshot.py"]
 METRICS_TESTS = ["tests/gateway/observe/test_*metrics.py", *GENERATION_TESTS]
-TRACING_TESTS = ["tests/gateway/observe/test_tracing*.py", "tests/gateway/config/test_tracing_config.py"]
-LIFECYCLE_TESTS = ["tests/gateway/lifecycle/test_lifecycle_parts.py", "tests/gateway/lifecycle/test_reload.py"]
 STORE_TESTS = ["tests/gateway/openai/responses/test_store*.py"]
 DIALECT_TESTS = ["tests/adapters/test_*_adapter.py", "tests/adapters/test_finish_words.py"]
 NATIVE_TESTS = ["tests/engine/test_native_*.py"]
 MODULES.update(
     {
-        "gateway/app.py": APP_TESTS,
         "gateway/intake.py": ["tests/gateway/test_intake.py", "tests/gateway/serving/test_oneshot.py"],
         "gateway/http/envelope.py": ["tests/gateway/http/test_envelope.py", *APP_TESTS],
         "gateway/http/request_io.py": ["tests/gateway/http/test_request_io*.py", *APP_TESTS],
-        "gateway/http/server.py": ["tests/gateway/http/test_limits.py"],
         "gateway/http/deadline.py": [
             "tests/gateway/http/test_deadline_values.py",
             "tests/gateway/http/test_request_deadline.py",
             "tests/gateway/serving/test_generation_phases.py",
         ],
         "gateway/backends/backend.py": BACKENDS_TESTS,
-        "gateway/backends/backend_set.py": BACKENDS_TESTS,
-        "gateway/backends/kv_feeds.py": BACKENDS_TESTS,
-        "gateway/backends/pool.py": BACKENDS_TESTS,
         "gateway/cli/__main__.py": ["tests/gateway/cli/test_cli.py"],
-        "gateway/cli/commands.py": ["tests/gateway/cli/test_cli.py", *CONFIG_TESTS],
-        "gateway/cli/main.py": ["tests/gateway/cli/test_cli.py", *CONFIG_TESTS],
-        "gateway/config/auth.py": [*CONFIG_TESTS, "tests/policies/test_auth*.py", "tests/policies/test_api_keys.py"],
-        "gateway/config/exposure.py": CONFIG_TESTS,
-        "gateway/config/lifecycle.py": [*CONFIG_TESTS, *LIFECYCLE_TESTS],
         "gateway/config/otel_env.py": [
             "tests/gateway/config/test_otel_env_mutants.py",
             "tests/gateway/cli/test_otel_env.py",
@@ -234,25 +228,6 @@ MODULES.update(
             "tests/redis_ha/test_config.py",
             "tests/gateway/config/test_config_refusals.py",
         ],
-        "gateway/config/response_store.py": ["tests/gateway/config/test_response_store_config.py", *CONFIG_TESTS],
-        "gateway/config/schema.py": CONFIG_TESTS,
-        "gateway/config/section.py": CONFIG_TESTS,
-        "gateway/config/tracing.py": ["tests/gateway/config/test_tracing_config.py"],
-        "gateway/lifecycle/inflight.py": LIFECYCLE_TESTS,
-        "gateway/lifecycle/process.py": LIFECYCLE_TESTS,
-        "gateway/lifecycle/workers.py": LIFECYCLE_TESTS,
-        "gateway/observe/admin.py": LIFECYCLE_TESTS,
-        "gateway/observe/context.py": METRICS_TESTS,
-        "gateway/observe/log_lines.py": [
-            "tests/policies/test_redact.py",
-            "tests/gateway/observe/test_overhead_metric.py",
-        ],
-        "gateway/observe/metrics.py": METRICS_TESTS,
-        "gateway/observe/ops.py": ["tests/gateway/serving/test_dispatch_ejection.py"],
-        "gateway/observe/otel_trace.py": TRACING_TESTS,
-        "gateway/observe/recorder.py": METRICS_TESTS,
-        "gateway/observe/tracing.py": TRACING_TESTS,
-        "gateway/observe/worker_metrics.py": ["tests/gateway/lifecycle/test_lifecycle_parts.py"],
         "gateway/openai/answer_format.py": [*GENERATION_TESTS, "tests/gateway/openai/test_encoder*.py"],
         "gateway/openai/api_routes.py": APP_TESTS,
         "gateway/openai/embeddings.py": [
@@ -281,8 +256,6 @@ MODULES.update(
             "tests/gateway/lifecycle/test_lifecycle_parts.py",
             "tests/gateway/protection/test_protection.py",
         ],
-        "gateway/serving/exchange.py": [*GENERATION_TESTS, "tests/gateway/serving/test_dispatch_streams.py"],
-        "gateway/serving/phases.py": [*GENERATION_TESTS, "tests/gateway/http/test_request_deadline.py"],
         "gateway/serving/usage.py": ["tests/gateway/serving/test_usage.py", *GENERATION_TESTS],
         "policies/cli.py": ["tests/policies/test_cli.py"],
         "policies/redact.py": ["tests/policies/test_redact*.py"],
@@ -448,3 +421,10 @@ NOTES["gateway/protection/quota_leases.py"] = (
     "_refusal and _cannot_fit, the scopes, the heartbeat; then the Protection and real-Redis tests. 43.8% on a first "
     "run cut by its budget (166 mutants not run)."
 )
+
+# gateway/'s serving, backends, config, observe, lifecycle, http server, app and command
+# line: their own table (scripts/mutation_table_gateway.py), merged in here
+MODULES.update(GATEWAY_MODULES)
+NOTES.update(GATEWAY_NOTES)
+EXTRA_ARGS.update(GATEWAY_EXTRA_ARGS)
+TIMEOUTS.update(GATEWAY_TIMEOUTS)

@@ -1,0 +1,79 @@
+"""The mutation table's part for gateway/'s serving, backends, config, observe, lifecycle,
+http server, app and command line (merged into scripts/mutation_table.py's MODULES, NOTES,
+EXTRA_ARGS and TIMEOUTS): each module and the fast in-process tests that judge it."""
+
+from __future__ import annotations
+
+APP_TESTS = [
+    "tests/gateway/test_intake.py",
+    "tests/gateway/openai/test_error_codes.py",
+    "tests/gateway/openai/test_non_generation_*.py",
+    "tests/gateway/openai/test_unknown_params.py",
+    "tests/gateway/openai/test_openapi_doc.py",
+]
+# The config's in-process tests. test_config.py is not one of them: it reads README.md and
+# docs/*.md when it is imported, and a module's mutation copy has neither (mutmut copies the
+# packages and tests/ only), so it cannot even be collected there and no mutant could run.
+CONFIG_TESTS = [
+    "tests/gateway/config/test_config_refusals.py",
+    "tests/gateway/config/test_rollout_config.py",
+    "tests/gateway/config/test_response_store_config.py",
+]
+BACKENDS_TESTS = ["tests/gateway/backends/test_*.py"]
+GENERATION_TESTS = ["tests/gateway/serving/test_generation*.py", "tests/gateway/serving/test_oneshot.py"]
+METRICS_TESTS = ["tests/gateway/observe/test_*metrics.py", *GENERATION_TESTS]
+TRACING_TESTS = ["tests/gateway/observe/test_tracing*.py", "tests/gateway/config/test_tracing_config.py"]
+LIFECYCLE_TESTS = ["tests/gateway/lifecycle/test_lifecycle_parts.py", "tests/gateway/lifecycle/test_reload.py"]
+# a rollout's request path in process (the test_rollout_{path,mirror,hostile}.py runs serve simulators in processes)
+ROLLOUT_TESTS = ["tests/gateway/serving/test_answer_check*.py", "tests/gateway/serving/test_rollout_failure_class.py"]
+
+GATEWAY_MODULES: dict[str, list[str]] = {
+    "gateway/app.py": APP_TESTS,
+    "gateway/http/server.py": ["tests/gateway/http/test_limits.py"],
+    # a reload's plan and apply: the lifecycle's in-process reload tests
+    "gateway/backends/backend_set.py": [
+        *BACKENDS_TESTS,
+        "tests/gateway/lifecycle/test_reload_parts.py",
+        "tests/gateway/lifecycle/test_reload.py",
+    ],
+    "gateway/backends/kv_feeds.py": BACKENDS_TESTS,
+    "gateway/backends/pool.py": BACKENDS_TESTS,
+    "gateway/cli/commands.py": ["tests/gateway/cli/test_cli.py", *CONFIG_TESTS],
+    "gateway/cli/main.py": ["tests/gateway/cli/test_cli.py", *CONFIG_TESTS],
+    "gateway/config/auth.py": [*CONFIG_TESTS, "tests/policies/test_auth*.py", "tests/policies/test_api_keys.py"],
+    "gateway/config/exposure.py": CONFIG_TESTS,
+    "gateway/config/lifecycle.py": [*CONFIG_TESTS, *LIFECYCLE_TESTS],
+    "gateway/config/response_store.py": ["tests/gateway/config/test_response_store_config.py", *CONFIG_TESTS],
+    "gateway/config/schema.py": CONFIG_TESTS,
+    "gateway/config/section.py": CONFIG_TESTS,
+    "gateway/config/tracing.py": ["tests/gateway/config/test_tracing_config.py"],
+    "gateway/lifecycle/inflight.py": LIFECYCLE_TESTS,
+    "gateway/lifecycle/process.py": LIFECYCLE_TESTS,
+    "gateway/lifecycle/workers.py": LIFECYCLE_TESTS,
+    "gateway/observe/admin.py": LIFECYCLE_TESTS,
+    "gateway/observe/context.py": METRICS_TESTS,
+    "gateway/observe/log_lines.py": ["tests/policies/test_redact.py", "tests/gateway/observe/test_overhead_metric.py"],
+    "gateway/observe/metrics.py": METRICS_TESTS,
+    "gateway/observe/ops.py": ["tests/gateway/serving/test_dispatch_ejection.py"],
+    "gateway/observe/otel_trace.py": TRACING_TESTS,
+    "gateway/observe/recorder.py": METRICS_TESTS,
+    "gateway/observe/tracing.py": TRACING_TESTS,
+    "gateway/observe/worker_metrics.py": ["tests/gateway/lifecycle/test_lifecycle_parts.py"],
+    "gateway/serving/exchange.py": [
+        "tests/gateway/serving/test_exchange_runner.py",
+        *GENERATION_TESTS,
+        "tests/gateway/serving/test_dispatch_streams.py",
+    ],
+    "gateway/serving/phases.py": [*GENERATION_TESTS, "tests/gateway/http/test_request_deadline.py"],
+    "gateway/serving/answer_check.py": ROLLOUT_TESTS,
+    "gateway/serving/rollout.py": [*ROLLOUT_TESTS, "tests/gateway/serving/test_rollout_request.py"],
+    "gateway/serving/mirror.py": [*ROLLOUT_TESTS, "tests/gateway/serving/test_mirror_copies.py"],
+}
+
+GATEWAY_NOTES: dict[str, str] = {}
+GATEWAY_EXTRA_ARGS: dict[str, list[str]] = {}
+GATEWAY_TIMEOUTS: dict[str, tuple[float, float]] = {
+    # every test reaches the runner's watcher (~10 s): a mutant that never sees the client leave or never
+    # ends the exchange hangs till its timeout, 10x that by default
+    "gateway/serving/exchange.py": (3.0, 5.0),
+}
