@@ -63,7 +63,6 @@ class Ticket:
     """What one admitted request holds. `release` is idempotent."""
 
     _protection: Protection = field(repr=False)
-    principal: Principal
     model: str
     reservation: Reservation | None
     slot: Slot
@@ -246,7 +245,7 @@ class Protection:
                 self.leases.queued.pop(reservation.lease_id, None)
         m = self.metrics
         m.queue_wait.labels(model).observe(slot.waited_s)
-        ticket = Ticket(self, principal, model, reservation, slot, prompt_tokens_estimate)
+        ticket = Ticket(self, model, reservation, slot, prompt_tokens_estimate)
         self._live.add(ticket)
         return ticket
 
@@ -263,7 +262,7 @@ class Protection:
             with current_trace().step("switchyard.quota"):
                 reservation = await self.leases.reserve(principal, scopes, TokenBudget(1, 0, 1, False), 1)
         slot = Slot(STORED_READS, 0.0, units=0, released=True)  # no queue place to give back
-        ticket = Ticket(self, principal, STORED_READS, reservation, slot, 1)
+        ticket = Ticket(self, STORED_READS, reservation, slot, 1)
         self._live.add(ticket)
         return ticket
 

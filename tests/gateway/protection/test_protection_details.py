@@ -104,12 +104,13 @@ async def test_a_request_refused_by_the_full_queue_is_counted_by_model_and_code_
     await p.aclose()
 
 
-async def test_the_queue_wait_is_observed_per_model_and_the_ticket_says_whose_it_is():
+async def test_the_queue_wait_is_observed_per_model_and_the_ticket_holds_the_tenants_reservation():
     p = await make(config(max_concurrent=5))
     who = await principal(p)
     t = await p.admit(who, "m", request(), 1, never_gone)
     assert sample(p, "switchyard_admission_wait_seconds_count", {"model": "m"}) == 1
-    assert (t.principal, t.model, t.prompt_estimate) == (who, "m", 1)
+    # whose it is: the reservation its release gives back and charges is the tenant's
+    assert (t.reservation.tenant, t.model, t.prompt_estimate) == (who.tenant, "m", 1)
     await t.release(None)
     await p.aclose()
 
