@@ -63,11 +63,6 @@ class MemoryResponseStore(ResponseStore):
     def max_record_bytes(self) -> int:
         return min(self.max_bytes, self.tenant_max_bytes)
 
-    def tenant_usage(self, tenant: str) -> tuple[int, int]:
-        """(records, bytes) `tenant` holds now."""
-        share = self._shares.get(tenant)
-        return (0, 0) if share is None else (len(share.records), share.bytes)
-
     async def put(self, tenant: str, record: StoredResponse) -> None:
         raw = record.to_bytes()
         if len(raw) > self.max_record_bytes:

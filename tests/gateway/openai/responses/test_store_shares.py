@@ -125,9 +125,12 @@ async def test_memory_full_refuses_a_tenant_with_nothing_to_give_up():
         await store.put("c", record("resp_c1"))
     assert info.value.status == 503 and info.value.code == "response_store_full"
     await store.put("a", record("resp_a3"))  # a gives up its own oldest
-    assert [store.tenant_usage(t)[0] for t in "abc"] == [2, 2, 0]
+    assert len(store) == 4
     for tenant, rid in (("a", "resp_a2"), ("a", "resp_a3"), ("b", "resp_b1"), ("b", "resp_b2")):
         assert (await store.get(tenant, rid)).id == rid
+    for tenant, rid in (("a", "resp_a1"), ("c", "resp_c1")):
+        with pytest.raises(ResponseNotFound):
+            await store.get(tenant, rid)
 
 
 async def test_a_request_over_the_share_is_refused_before_generation():
