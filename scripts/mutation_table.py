@@ -257,7 +257,16 @@ MODULES.update(
             "tests/gateway/protection/test_protection.py",
         ],
         "gateway/serving/usage.py": ["tests/gateway/serving/test_usage.py", *GENERATION_TESTS],
-        "policies/cli.py": ["tests/policies/test_cli.py"],
+        "policies/cli.py": ["tests/policies/test_cli*.py"],
+        # the rollout's analysis and state: plain data, judged by their own in-process tests
+        "policies/rollout.py": ["tests/policies/test_rollout.py", "tests/policies/test_rollout_state.py"],
+        "policies/rollout_assign.py": ["tests/policies/test_rollout_assign.py"],
+        "policies/rollout_records.py": [
+            "tests/policies/test_rollout.py",
+            "tests/policies/test_rollout_assign.py",
+            "tests/policies/test_rollout_state.py",
+        ],
+        "policies/rollout_state.py": ["tests/policies/test_rollout_state.py"],
         "policies/redact.py": ["tests/policies/test_redact*.py"],
         "policies/token_bound.py": [
             "tests/policies/test_token_bound_mutants.py",
@@ -392,6 +401,8 @@ EXTRA_ARGS: dict[str, list[str]] = {
     "adapters/sglang.py": ["-k", "not docs_table and not readme and not native"],
     "adapters/vllm.py": ["-k", "not docs_table and not readme and not native"],
     "adapters/llamacpp.py": ["-k", "not docs_table and not readme and not native"],
+    # the command line in a subprocess (a process start per mutant): its text form is run in process
+    "policies/cli.py": ["-k", "not prints_a_key_and_its_digest"],
     # the store's reconnect timings: seconds each in real time per mutant
     "gateway/protection/quota_leases.py": ["-k", "not hung_redis_longer"],
 }
