@@ -24,7 +24,7 @@ async def test_a_call_waits_for_a_connection_as_long_as_the_call_timeout(redis_s
         with pytest.raises(RedisUnavailable):
             await conn.command("PING")
         waited = time.monotonic() - t
-        assert waits_s - 0.05 <= waited < waits_s + 0.6, waited  # the old fixed wait was 2 s
+        assert waits_s - 0.05 <= waited < 1.5, waited  # the old fixed wait was 2 s, whatever timeout_s said
         await conn._pool.release(held)
         assert await conn.command("PING")
     finally:
