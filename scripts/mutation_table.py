@@ -242,7 +242,10 @@ MODULES.update(
             "tests/gateway/openai/test_non_generation_*.py",
         ],
         **{
-            f"gateway/openai/responses/{name}.py": RESPONSES_TESTS
+            f"gateway/openai/responses/{name}.py": [
+                *RESPONSES_TESTS,
+                "tests/gateway/openai/responses/test_*_mutants.py",
+            ]
             for name in ("__init__", "errors", "handlers", "listing", "response_object")
         },
         "gateway/openai/responses/ids.py": [*RESPONSES_TESTS, "tests/gateway/openai/responses/test_*_mutants.py"],
