@@ -58,7 +58,7 @@ def stored_read_usage(sent_bytes: int) -> Usage:
     return Usage(prompt_tokens=max(1, -(-sent_bytes // STORED_BYTES_PER_TOKEN)), completion_tokens=0)
 
 
-@dataclass(eq=False)  # eq=False: tickets are told apart by identity (a WeakSet holds the live ones)
+@dataclass(eq=False)  # eq=False: tickets are told apart by identity
 class Ticket:
     """What one admitted request holds. `release` is idempotent."""
 
@@ -73,10 +73,15 @@ class Ticket:
 
     def __post_init__(self) -> None:
         self.headers = ratelimit_headers(self.reservation.states) if self.reservation else {}
-        # A safety net, not the protocol: a ticket dropped without release (a
-        # handler bug) still frees its queue slot and reservation when collected,
-        # instead of shrinking capacity and holding a lease forever.
-        self._finalizer = weakref.finalize(self, _release_leaked, self._protection, self.slot, self.reservation)
+
+    def __del__(self) -> None:
+        # A safety net, not the protocol: a ticket dropped without release (a handler
+        # bug) still frees its queue slot and reservation when collected, instead of
+        # shrinking capacity and holding a lease forever. (`__del__` rather than
+        # `weakref.finalize`: nothing to build or detach per ticket.)
+        if not self.released:
+            self._protection._live.pop(id(self), None)
+            _release_leaked(self._protection, self.slot, self.reservation)
 
     def tokens_to_charge(self, usage: Usage | None, phase: CancelPhase | None) -> int:
         if usage is not None:
@@ -96,11 +101,10 @@ class Ticket:
         if self.released:
             return
         self.released = True
-        self._finalizer.detach()
         p = self._protection
         # Local bookkeeping first and without awaiting: even if this task is
         # cancelled during the store call below, the slot and counters are free.
-        p._live.discard(self)
+        p._live.pop(id(self), None)
         p.queue.release(self.slot)
         self.charged_tokens = self.tokens_to_charge(usage, phase)
         if self.reservation is not None:
@@ -119,7 +123,9 @@ class Protection:
         self.queue = AdmissionQueue(
             max_queue=adm.max_queue, max_wait_s=adm.max_queue_wait_s, full_status=adm.full_status
         )
-        self._live: weakref.WeakSet[Ticket] = weakref.WeakSet()
+        # The tickets not yet released, by id: weak references, so a leaked one is still
+        # collected (`Ticket.__del__` takes it out); plain dict operations, no Python code.
+        self._live: dict[int, weakref.ReferenceType[Ticket]] = {}
         registry.register(
             StateCollector(
                 self.queue,
@@ -157,12 +163,15 @@ class Protection:
         await self.leases.start(self._held_reservations)
 
     def _held_reservations(self) -> list[Reservation]:
-        return [t.reservation for t in list(self._live) if t.reservation is not None]
+        return [t.reservation for t in self._live_tickets() if t.reservation is not None]
+
+    def _live_tickets(self) -> list[Ticket]:
+        return [t for ref in list(self._live.values()) if (t := ref()) is not None]
 
     async def aclose(self) -> None:
         await self.leases.stop_heartbeat()
         # A graceful stop gives its leases back now rather than after the TTL.
-        for ticket in list(self._live):
+        for ticket in self._live_tickets():
             await ticket.release(None, None)
         await self.leases.aclose()
 
@@ -246,7 +255,7 @@ class Protection:
         m = self.metrics
         m.queue_wait.labels(model).observe(slot.waited_s)
         ticket = Ticket(self, model, reservation, slot, prompt_tokens_estimate)
-        self._live.add(ticket)
+        self._live[id(ticket)] = weakref.ref(ticket)
         return ticket
 
     async def admit_read(self, principal: Principal) -> Ticket:
@@ -263,7 +272,7 @@ class Protection:
                 reservation = await self.leases.reserve(principal, scopes, TokenBudget(1, 0, 1, False), 1)
         slot = Slot(STORED_READS, 0.0, units=0, released=True)  # no queue place to give back
         ticket = Ticket(self, STORED_READS, reservation, slot, 1)
-        self._live.add(ticket)
+        self._live[id(ticket)] = weakref.ref(ticket)
         return ticket
 
     async def _unwind(self, reservation: Reservation | None) -> None:
