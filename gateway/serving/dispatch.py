@@ -50,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,7 +156,7 @@ class Dispatcher:
     def assign(self, model: str, requests: list[GenerationRequest]) -> RolloutRequest | None:
         """A model under rollout: the request's track, once (every prompt and every retry
         round on it), from the sink's shares now (None: the model has no rollout)."""
-        pool = self.pool(model)
+        pool = self.backends.pools.get(model)
         rollout = pool.config.rollout if pool is not None else None
         if pool is None or rollout is None or self.rollouts is None:
             return None
@@ -175,7 +175,7 @@ class Dispatcher:
         guarded events. Raises GatewayError when nothing could start; the client
         has seen nothing then. `rollout` (from `assign`): the track to route on; it
         is told the track of the backend that started."""
-        pool = self.pool(model)
+        pool = self.backends.pools.get(model)
         if pool is None:
             raise model_not_found(model)  # a reload removed it since admission
         alone = len(requests) == 1
@@ -186,7 +186,7 @@ class Dispatcher:
         for req in requests:
             starters.append(self._start(pool, req, offset, sink, alone, on_backoff, track))
             offset += req.sampling.n
-        starts = await _together(starters)
+        starts = await (starters[0] if len(starters) == 1 else _together(starters))
         names = tuple(sorted({s.backend.name for s in starts}))
         if rollout is not None and any(b is starts[0].backend for b in pool.backends):
             rollout.served = starts[0].backend.config.track
@@ -208,80 +208,71 @@ class Dispatcher:
         on_backoff: BackoffListener | None,
         track: Track | None = None,
     ) -> list[Started]:
+        """One sub-request started on the first backend that answers, through the
+        model's retry rounds and fallback models; whose fault each failure was is
+        settled at the end (`Blame`)."""
         pools = [pool] + [self.backends.pools[f] for f in pool.config.fallback if f in self.backends.pools]
-        pool.retry_budget.record_request()
+        budget = pool.retry_budget
+        budget.record_request()
         blame = Blame(req.tenant or "")
         try:
-            return await self._attempts(pool, pools, req, offset, sink, alone, on_backoff, blame, track)
+            last_error: GatewayError | None = None
+            timed_out: set[str] = set()
+            attempt = 0
+            for round_ in range(pool.config.max_retries + 1):
+                if round_:
+                    if last_error is not None and budget.exhausted():
+                        raise last_error  # the pool is failing: no backoff, no more rounds
+                    if on_backoff:
+                        on_backoff(True)
+                    await asyncio.sleep(pool.config.retry_backoff_s * (2 ** (round_ - 1)))
+                    if on_backoff:
+                        on_backoff(False)
+                for p in pools:
+                    # The track is the requested model's; a fallback model under rollout serves from its stable.
+                    on = track if p is pool else ("stable" if p.config.rollout is not None else None)
+                    candidates, why_not = self._candidates(p, req, on)
+                    if not candidates and why_not and p is pool and len(pools) == 1:
+                        raise why_not
+                    for backend, held_out, prefill in candidates:
+                        if backend.name in timed_out:
+                            continue
+                        # Routing saw the circuit as it stood; asking now takes the half-open
+                        # probe for this request, or learns another request took it. A backend
+                        # routing kept although ejected (nothing else left) is tried anyway.
+                        if not held_out and p.ejection.is_ejected(backend.name):
+                            continue
+                        if attempt and not budget.may_retry():
+                            log.warning("model %s: retry budget spent, answering the last error", pool.name)
+                            raise last_error or why_not or no_backend(pool.name)
+                        # A retry is another upstream generation: it gets an id of its own.
+                        attempt_req = (
+                            dataclasses.replace(req, request_id=f"{req.request_id}.{attempt}") if attempt else req
+                        )
+                        attempt += 1
+                        try:
+                            started = await self._start_on(backend, attempt_req, offset, sink, alone, prefill)
+                        except GatewayError as exc:
+                            if self.on_failure is not None:
+                                self.on_failure(backend.name, exc)
+                            if not exc.fails_over or exc.failure is None:
+                                blame.answered(p, backend.name)  # the backend answered: the fault is the request's
+                                raise
+                            if blame.failed(p, backend.name, exc.failure):
+                                budget.give_back()
+                                raise  # it followed the request: no backend is to blame, none is tried further
+                            if exc.failure is FailureKind.TIMEOUT:
+                                timed_out.add(backend.name)
+                            log.warning("backend %s failed before the first event: %s", backend.name, exc.message)
+                            last_error = exc
+                        else:
+                            blame.answered(p, backend.name)
+                            return started
+                    if why_not and last_error is None:
+                        last_error = why_not
+            raise last_error or no_backend(pool.name)
         finally:
             blame.settle()
-
-    async def _attempts(
-        self,
-        pool: ModelPool,
-        pools: list[ModelPool],
-        req: GenerationRequest,
-        offset: int,
-        sink: Sink | None,
-        alone: bool,
-        on_backoff: BackoffListener | None,
-        blame: Blame,
-        track: Track | None,
-    ) -> list[Started]:
-        budget = pool.retry_budget
-        last_error: GatewayError | None = None
-        timed_out: set[str] = set()
-        attempt = 0
-        for round_ in range(pool.config.max_retries + 1):
-            if round_:
-                if last_error is not None and budget.exhausted():
-                    raise last_error  # the pool is failing: no backoff, no more rounds
-                if on_backoff:
-                    on_backoff(True)
-                await asyncio.sleep(pool.config.retry_backoff_s * (2 ** (round_ - 1)))
-                if on_backoff:
-                    on_backoff(False)
-            for p in pools:
-                # The track is the requested model's; a fallback model under rollout serves from its stable.
-                on = track if p is pool else ("stable" if p.config.rollout is not None else None)
-                candidates, why_not = self._candidates(p, req, on)
-                if not candidates and why_not and p is pool and len(pools) == 1:
-                    raise why_not
-                for backend, held_out, prefill in candidates:
-                    if backend.name in timed_out:
-                        continue
-                    # Routing saw the circuit as it stood; asking now takes the half-open
-                    # probe for this request, or learns another request took it. A backend
-                    # routing kept although ejected (nothing else left) is tried anyway.
-                    if not held_out and p.ejection.is_ejected(backend.name):
-                        continue
-                    if attempt and not budget.may_retry():
-                        log.warning("model %s: retry budget spent, answering the last error", pool.name)
-                        raise last_error or why_not or no_backend(pool.name)
-                    # A retry is another upstream generation: it gets an id of its own.
-                    attempt_req = dataclasses.replace(req, request_id=f"{req.request_id}.{attempt}") if attempt else req
-                    attempt += 1
-                    try:
-                        started = await self._start_on(backend, attempt_req, offset, sink, alone, prefill)
-                    except GatewayError as exc:
-                        if self.on_failure is not None:
-                            self.on_failure(backend.name, exc)
-                        if not exc.fails_over or exc.failure is None:
-                            blame.answered(p, backend.name)  # the backend answered: the fault is the request's
-                            raise
-                        if blame.failed(p, backend.name, exc.failure):
-                            budget.give_back()
-                            raise  # it followed the request: no backend is to blame, none is tried further
-                        if exc.failure is FailureKind.TIMEOUT:
-                            timed_out.add(backend.name)
-                        log.warning("backend %s failed before the first event: %s", backend.name, exc.message)
-                        last_error = exc
-                    else:
-                        blame.answered(p, backend.name)
-                        return started
-                if why_not and last_error is None:
-                    last_error = why_not
-        raise last_error or no_backend(pool.name)
 
     def _candidates(
         self, pool: ModelPool, req: GenerationRequest, track: Track | None = None
@@ -300,9 +291,11 @@ class Dispatcher:
         by_name = {b.name: b for b in pool.backends}
         return [(by_name[v.name], v.ejected, v.prefill_tokens or 0) for v in routed.candidates], None
 
-    async def _start_on(
+    def _start_on(
         self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, alone: bool, prefill: int
-    ) -> list[Started]:
+    ) -> Awaitable[list[Started]]:
+        """The start on `backend`, to be awaited (a plain function: one coroutine frame
+        fewer on the way to the first event)."""
         n = req.sampling.n
         if n > 1 and not backend.adapter.capabilities.n:
             # Fan out: n single requests, all at once; seeds stay reproducible and differ per choice.
@@ -313,8 +306,8 @@ class Dispatcher:
                 )
                 sub = dataclasses.replace(req, sampling=s, request_id=f"{req.request_id}-{i}")
                 subs.append(self._start_one(backend, sub, offset + i, sink, prefill))
-            return await _together(subs)
-        return await self._start_one(backend, req, offset, None if alone else sink, prefill)
+            return _together(subs)
+        return self._start_one(backend, req, offset, None if alone else sink, prefill)
 
     async def _start_one(
         self, backend: Backend, req: GenerationRequest, offset: int, sink: Sink | None, prefill: int
@@ -323,8 +316,14 @@ class Dispatcher:
         backend.inflight += units
         attempt = current_trace().attempt(backend, req)
         agen = backend.adapter.generate(attempt.stamp(req))
+        # The prompt is on the backend's backlog while the first event is awaited:
+        # however the wait ends (the event, an error, a cancellation), it comes off.
+        backend.backlog += prefill
         try:
-            first = await _first_event(agen, backend, prefill)
+            try:
+                first = await agen.__anext__()
+            finally:
+                backend.backlog -= prefill
         except StopAsyncIteration:
             first = ErrorEvent(upstream_failed(backend.name, "it ended its answer before sending anything"))
         except BaseException as exc:
@@ -343,16 +342,6 @@ class Dispatcher:
         if sink is not None:
             started.forward(sink)
         return [started]
-
-
-async def _first_event(agen: AsyncIterator[Event], backend: Backend, prefill: int) -> Event:
-    """The stream's first event, `prefill` on the backend's backlog while it is
-    awaited: however the wait ends (the event, an error, a cancellation), it comes off."""
-    backend.backlog += prefill
-    try:
-        return await agen.__anext__()
-    finally:
-        backend.backlog -= prefill
 
 
 def record_outcome(pool: ModelPool, backend: str, failure: FailureKind | None, tenant: str = "") -> None:

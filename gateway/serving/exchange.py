@@ -76,7 +76,10 @@ class ExchangeRunner(Response):
         cancelled: CancelPhase | None = None
         clean = False
         try:
-            await self._run_by_deadline(send)
+            if self.deadline is None:
+                await self._run(send)
+            else:
+                await self._run_by_deadline(send)
             clean = True
         except asyncio.CancelledError:
             if not self._gone:
@@ -142,9 +145,7 @@ class ExchangeRunner(Response):
         """The exchange, cancelled at the deadline its client set (the upstream work is
         aborted as when the client leaves): 504 before the answer started; after, the
         subclass ends what it began (`_past_deadline`)."""
-        if self.deadline is None:
-            await self._run(send)
-            return
+        assert self.deadline is not None
         scope = asyncio.timeout_at(self.deadline)  # the event loop's clock is time.monotonic()
         try:
             async with scope:

@@ -24,7 +24,7 @@ from gateway.observe.recorder import RequestRecorder
 from gateway.openai.answer_format import AnswerFormat, ChatAnswer
 from gateway.protection.gate import Ticket
 from gateway.serving import exchange
-from gateway.serving.dispatch import Dispatched, Dispatcher
+from gateway.serving.dispatch import Dispatcher
 from gateway.serving.exchange import ExchangeRunner
 from gateway.serving.mirror import Mirror
 from gateway.serving.phases import CancelPhase
@@ -62,7 +62,7 @@ class Generation(ExchangeRunner):
         self.n = total_choices(requests)
         self.created = int(time.time())
         if answer is None:
-            pool = dispatcher.pool(self.model)  # its fingerprint: OpenAI's system_fingerprint
+            pool = dispatcher.backends.pools.get(self.model)  # its fingerprint: OpenAI's system_fingerprint
             answer = ChatAnswer(first, self.created, self.n, first.kind == "chat", pool.fingerprint if pool else None)
         self.answer: AnswerFormat = answer
         self.response_id = ctx.response_id = self.answer.response_id
@@ -133,19 +133,6 @@ class Generation(ExchangeRunner):
             self.ctx.backoff_wait += time.perf_counter() - self._backoff_since
             self._backoff_since = None
 
-    async def _open(self) -> Dispatched:
-        """The dispatcher's start, timed: it awaits each tried backend's first event
-        (upstream time, like every later event) and any retry backoff (neither is
-        the gateway's own cost)."""
-        started = time.perf_counter()
-        backoff_before = self.ctx.backoff_wait
-        try:
-            return await self.dispatcher.open(self.model, self.requests, self._on_backoff, self.rollout)
-        finally:
-            self._end_backoff()  # a backoff the client left in still counts as one
-            backoff = self.ctx.backoff_wait - backoff_before
-            self.ctx.upstream_wait += time.perf_counter() - started - backoff
-
     async def _next(self, events: AsyncIterator[Event]) -> Event | None:
         """The upstream's next event (None at its end), timed as upstream wait and
         counted (tokens, usage, status) before the answer format gets it; a content
@@ -189,8 +176,19 @@ class Generation(ExchangeRunner):
         await send({"type": "http.response.body", "body": frames, "more_body": False})
 
     async def _run(self, send) -> None:
+        # The dispatcher's start, timed: it awaits each tried backend's first event
+        # (upstream time, like every later event) and any retry backoff (neither is
+        # the gateway's own cost).
+        ctx = self.ctx
+        started = time.perf_counter()
+        backoff_before = ctx.backoff_wait
         try:
-            dispatched = await self._open()
+            try:
+                dispatched = await self.dispatcher.open(self.model, self.requests, self._on_backoff, self.rollout)
+            finally:
+                self._end_backoff()  # a backoff the client left in still counts as one
+                backoff = ctx.backoff_wait - backoff_before
+                ctx.upstream_wait += time.perf_counter() - started - backoff
         except GatewayError as err:
             await self._send_error(send, err)
             return
