@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from adapters.http_slots import Slots
+
 # Stop reading from the socket when this much body is buffered unread.
 HIGH_WATER = 1 << 20
 # How long a stream read to its last event may wait for its message end before its
@@ -105,7 +107,7 @@ class _Connection(asyncio.Protocol):
     # ---- httptools callbacks -------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.lower(), value))
+        self.headers.append((name, value))  # lower-cased when read (the hot path never reads them)
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
@@ -199,7 +201,7 @@ class Response:
     @property
     def headers(self) -> dict[str, str]:
         """The response's headers by lower-case name, decoded when asked (the hot path never asks)."""
-        return {k.decode("latin-1"): v.decode("latin-1") for k, v in self._raw_headers}
+        return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self._raw_headers}
 
     async def _wait(self) -> None:
         if self._got_body or self._deadline is None:
@@ -292,7 +294,7 @@ class ConnectionPool:
         self.connect_timeout = connect_timeout
         self._idle: list[_Connection] = []
         self._finishing: set[_Connection] = set()
-        self._slots: asyncio.Semaphore | None = None
+        self._slots = Slots(limit)  # the `limit` connections' slots
 
     async def request(
         self,
@@ -347,24 +349,19 @@ class ConnectionPool:
     async def _acquire(self) -> _Connection:
         """A connection for one request; it holds one of the `limit` slots until
         it is put back (idle connections hold none) or discarded."""
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.limit)
-        if self._slots.locked() and self.pool_wait is not None:
+        slots = self._slots
+        if slots.free > 0 and not slots.waiters:
+            slots.free -= 1
+        else:
             # Every connection is in use: wait for one, but not for ever (a wedged
             # backend must become an error, not a request that never answers).
-            # asyncio.timeout cancels this very task, so a slot granted at the last
-            # moment is given back by the semaphore rather than lost (wait_for's
-            # inner task can swallow it).
             try:
-                async with asyncio.timeout(self.pool_wait):
-                    await self._slots.acquire()
+                await slots.wait(self.pool_wait)
             except TimeoutError:
                 raise PoolTimeout(
                     f"all {self.limit} connections to {self.host}:{self.port} stayed in use for {self.pool_wait:g} s",
-                    self.pool_wait,
+                    self.pool_wait or 0.0,
                 ) from None
-        else:
-            await self._slots.acquire()
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed:
@@ -396,7 +393,11 @@ class ConnectionPool:
     def _deactivate(self, conn: _Connection) -> None:
         if conn.active:
             conn.active = False
-            self._slots.release()  # type: ignore[union-attr]
+            slots = self._slots
+            if slots.waiters:
+                slots.release()
+            else:
+                slots.free += 1
 
     def _put_back(self, conn: _Connection) -> None:
         if conn.closed or not conn.keep_alive or not conn.message_done:
