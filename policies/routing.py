@@ -6,7 +6,8 @@
 `route` is its one entry point; `ModelPool` (gateway/backends/pool.py) builds the
 views and calls it for generations and one-shot calls alike. The result is every
 candidate in the order to try them: the first is the choice, the rest the failover
-order.
+order. With fewer than two candidates after the health filter there is nothing to
+choose: the steps after it (load, saturation, scores, picker) do not run.
 """
 
 from __future__ import annotations
@@ -64,14 +65,19 @@ def route(
     key (default the prompt's start, `prefix_key`); `state`: the pool's (a fresh one
     by default, so a rotating picker starts its ring); `now`: the load readings' clock;
     `track`: the request's in a rollout (None: the model has none, no step runs)."""
-    now = time.time() if now is None else now
-    key = prefix_key(req.messages, req.prompt) if key is None else key
     fit = capable(views, req)
     refused = capability_gaps(views, req) if len(fit) < len(views) else []
     fell_back = False
     if track is not None:
         fit, fell_back = on_track(fit, track)
-    candidates = mark_saturation(forget_stale_load(healthy(fit), detector, now), detector, now)
+    candidates = healthy(fit)
+    if len(candidates) < 2:
+        # Nothing to choose between: no load to read, no score, no pick (a rotating
+        # picker's turn is for choices; the candidate's saturation orders nothing).
+        return RouteResult(candidates, refused, {}, fell_back)
+    now = time.time() if now is None else now
+    key = prefix_key(req.messages, req.prompt) if key is None else key
+    candidates = mark_saturation(forget_stale_load(candidates, detector, now), detector, now)
     weights = profile.active
     totals = total_scores(weights, candidates, detector)
     picked = PICKERS[profile.picker](candidates, totals, Decision(key, profile, state or RouteState()))

@@ -141,11 +141,12 @@ def test_capability_filter_runs_before_the_picker(recording):
     bs = [
         BackendView("t", adapter="tgi", capabilities=Capabilities(completions=False)),
         BackendView("v", adapter="vllm"),
+        BackendView("w", adapter="vllm"),
     ]
     req = GenerationRequest("r", "m", kind="completion", prompt="x")
     result = route(ROUND_ROBIN, bs, req)
-    assert [b.name for b in recording.given] == ["v"]
-    assert names(result) == ["v"] and not result.unsupported
+    assert [b.name for b in recording.given] == ["v", "w"]
+    assert names(result) == ["v", "w"] and not result.unsupported
     assert result.refused == [CapabilityGap("t", "tgi", "legacy completions (/v1/completions)")]
 
 
@@ -172,3 +173,13 @@ def test_an_unhealthy_capable_backend_is_still_a_candidate_when_it_is_the_only_o
     req.sampling.logprobs = True
     result = route(ROUND_ROBIN, bs, req)
     assert names(result) == ["v"] and not result.unsupported
+
+
+def test_with_one_candidate_nothing_is_picked_or_scored():
+    # Nothing to choose between: the rotating picker is not asked, so its ring does not turn.
+    bs = [BackendView("a"), BackendView("b", healthy=False)]
+    state = RouteState()
+    result = route(PROFILES["blended"], bs, chat("x"), state=state)
+    assert names(result) == ["a"] and result.scores == {}
+    route(ROUND_ROBIN, bs, chat("x"), state=state)
+    assert state.turn == 0

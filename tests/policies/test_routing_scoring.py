@@ -55,12 +55,13 @@ def test_the_shared_filters_run_before_the_scores():
         BackendView("sick", healthy=False, prefix_approx=1.0),
         BackendView("ejected", ejected=True, prefix_approx=1.0),
         BackendView("ok"),
+        BackendView("ok2"),
     ]
     req = GenerationRequest("r", "m", messages=[{"role": "user", "content": "x"}], tools=[{"type": "function"}])
     result = route(BLENDED, bs, req, "k")
-    assert names(result) == ["ok"]
+    assert sorted(names(result)) == ["ok", "ok2"]
     assert [str(g) for g in result.refused] == ["tgi (tgi) does not support tool calls"]
-    assert set(result.scores) == {"ok"}
+    assert set(result.scores) == {"ok", "ok2"}
 
 
 def test_when_every_capable_backend_is_ejected_they_still_serve():

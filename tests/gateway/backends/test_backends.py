@@ -36,7 +36,7 @@ async def backends():
                 },
                 "strict": {
                     "saturation": {"queue_depth": 2, "kv_cache_utilization": 0.5, "max_load_age_s": 1.5},
-                    "backends": [backend("s", "vllm", max_inflight=4)],
+                    "backends": [backend("s", "vllm", max_inflight=4), backend("s2", "vllm", max_inflight=4)],
                 },
             }
         }
@@ -73,14 +73,15 @@ async def test_saturation_thresholds_come_from_the_models_config(backends):
 
 async def test_admission_and_routing_use_the_pools_thresholds(backends):
     pool = backends.pools["strict"]
-    (s,) = pool.backends
+    s, _ = pool.backends
     s.inflight = 1
     s.load = LoadSnapshot(waiting=2, kv_usage=0.1)  # saturated at queue depth 2, not at the default 5
-    assert pool.capacity() == 1
-    assert pool.route(tool_request("strict")).candidates[0].saturated
+    assert pool.capacity() == 1 + 4  # it holds what it has; the other its max_inflight
+    routed = pool.route(tool_request("strict")).candidates
+    assert [v.name for v in routed] == ["s2", "s"] and routed[-1].saturated  # saturated last
     s.load = LoadSnapshot(waiting=1, kv_usage=0.1)
-    assert pool.capacity() == 4
-    assert not pool.route(tool_request("strict")).candidates[0].saturated
+    assert pool.capacity() == 4 + 4
+    assert not any(v.saturated for v in pool.route(tool_request("strict")).candidates)
 
 
 def test_a_pools_fingerprint_follows_its_backend_configuration():
