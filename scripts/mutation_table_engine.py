@@ -1,0 +1,22 @@
+"""The mutation table's part for the engine's core modules judged by unit tests of their own
+(merged into scripts/mutation_table.py's MODULES and NOTES): each module and the fast
+in-process tests that judge it, without a model load per mutant where the module needs none."""
+
+from __future__ import annotations
+
+ENGINE_MODULES: dict[str, list[str]] = {
+    # its own tests on hand-made logits; test_sampling.py shows the same through a model, seconds a mutant
+    "engine/sampler.py": ["tests/engine/test_sampler_mutants.py"],
+    "engine/sequence.py": ["tests/engine/test_sequence.py", "tests/engine/test_scheduler*.py"],
+    # a scripted grammar engine (error_of); the plan's tests reach them through llguidance
+    "engine/structured/errors.py": ["tests/engine/test_structured_locate.py"],
+    "engine/structured/locate.py": ["tests/engine/test_structured_locate.py"],
+    "engine/structured/schemas.py": ["tests/engine/test_structured_schemas.py"],
+    "engine/structured/vocab.py": ["tests/engine/test_structured_vocab.py"],
+}
+
+ENGINE_NOTES: dict[str, str] = {
+    "engine/sampler.py": "Judged by tests/engine/test_sampler_mutants.py (hand-made logits, no model; 2026-12-02). "
+    "Below the goal only through equivalent mutants (docs/mutation/survivors/m1.toml): on CPU a dropped or None "
+    "device, a dtype torch infers the same, dim +1 on 2-D tensors and float('-INF') change nothing.",
+}
