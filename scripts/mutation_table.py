@@ -338,7 +338,7 @@ MODULES.update(
         "engine/weights.py": ["tests/engine/test_engine_greedy.py", "tests/engine/test_gguf_export.py"],
         **{
             f"engine/structured/{name}.py": ["tests/engine/test_structured_*.py"]
-            for name in ("__init__", "grammars", "mask_provider", "plan")
+            for name in ("__init__", "mask_provider")
         },
         "engine/text/__init__.py": ["tests/engine/test_text_tokenizer.py"],
         "engine/text/chat_template.py": ["tests/engine/test_text_tokenizer.py"],

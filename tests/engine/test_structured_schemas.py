@@ -116,3 +116,10 @@ def test_refusals_name_the_field():
 
 def test_no_parameters_is_a_closed_empty_object():
     assert NO_PARAMETERS == {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def test_nested_objects_of_the_given_schema_are_left_untouched():
+    given = {"type": "array", "items": {"properties": {"a": {"type": "string"}}}}
+    prepared = _prep(given)
+    assert prepared["items"]["additionalProperties"] is False
+    assert given == {"type": "array", "items": {"properties": {"a": {"type": "string"}}}}

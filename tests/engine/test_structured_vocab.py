@@ -82,3 +82,9 @@ def test_the_stop_ids_are_the_grammars_end(tok, monkeypatch):
     eos = sorted(tok.eos_token_ids)
     lltok = grammar_tokenizer(tok, tok.vocab_size, set(eos))
     assert lltok.eos_token == eos[0]
+
+
+def test_the_engines_stop_ids_not_the_tokenizers_end_the_grammar(tok, monkeypatch):
+    monkeypatch.setattr(vocab, "_cache", {})
+    assert 5 not in tok.eos_token_ids
+    assert grammar_tokenizer(tok, tok.vocab_size, {5, 9}).eos_token == 5
