@@ -12,6 +12,7 @@ from collections.abc import Callable, Container
 
 from gateway.config.schema import GatewayConfig
 from gateway.observe.context import Outcome, RequestContext
+from gateway.observe.lean_metrics import HistogramChild
 from gateway.observe.metrics import GatewayMetrics, log_access
 from policies.redact import clip, public_message
 from policies.rollout_records import RolloutSink
@@ -60,6 +61,29 @@ class TenantLabels:
         return tenant if tenant is not None and tenant in self.configured else OTHER_TENANT
 
 
+class _Series:
+    """The metric children one kind of finished request writes (`RequestRecorder.finish`),
+    looked up together once per label set instead of one by one per request. The
+    overhead histogram's is looked up at its first observation: a child asked for is
+    exposed, and a model whose requests never went upstream shows no overhead series."""
+
+    __slots__ = ("completion", "e2e", "overhead", "prompt", "requests", "tenant_requests", "tokens_in", "tokens_out")
+
+    def __init__(self, m: GatewayMetrics, key: tuple) -> None:
+        mlabel, known_model, backend, status, served, tenant, usage = key
+        self.requests = m.requests.labels(mlabel, backend, str(status), served)
+        self.tenant_requests = m.tenant_requests.labels(tenant, mlabel, str(status))
+        if usage:
+            self.tokens_in = m.tenant_tokens.labels(tenant, mlabel, "input")
+            self.tokens_out = m.tenant_tokens.labels(tenant, mlabel, "output")
+        if known_model:
+            self.e2e = m.e2e.labels(mlabel)
+            if usage:
+                self.prompt = m.prompt_tokens.labels(mlabel)
+                self.completion = m.completion_tokens.labels(mlabel)
+        self.overhead: HistogramChild | None = None
+
+
 class RequestRecorder:
     """Request metrics, traces and the access log. `known_models` keeps the model
     label's values to the configured models (a tenant's typo is counted as "-"),
@@ -83,6 +107,7 @@ class RequestRecorder:
         self.tenants = tenants or TenantLabels(frozenset())
         self.in_process = in_process
         self.rollouts = rollouts  # where a model under rollout's records go
+        self._series: dict[tuple, _Series] = {}
 
     def inflight(self, model: str):
         """The in-flight gauge of `model` (inc when a generation starts, dec when it ends)."""
@@ -105,25 +130,39 @@ class RequestRecorder:
         mlabel = model if known_model else "-"
         usage, backend, phase = outcome.usage, outcome.backend, outcome.cancelled_phase
         m = self.metrics
-        status = str(outcome.status)
         tenant = self.tenants.label(ctx.tenant)
         rollout = outcome.rollout
-        m.requests.labels(mlabel, backend or "-", status, rollout.served if rollout else "").inc()
-        m.tenant_requests.labels(tenant, mlabel, status).inc()
+        key = (
+            mlabel,
+            known_model,
+            backend or "-",
+            outcome.status,
+            rollout.served if rollout else "",
+            tenant,
+            usage is not None,
+        )
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = _Series(m, key)
+        series.requests.inc()
+        series.tenant_requests.inc()
         if usage is not None:
-            m.tenant_tokens.labels(tenant, mlabel, "input").inc(usage.prompt_tokens)
-            m.tenant_tokens.labels(tenant, mlabel, "output").inc(usage.completion_tokens)
-        reason = rejection_reason(outcome)
-        if reason is not None:
-            m.tenant_rejections.labels(tenant, reason).inc()
+            series.tokens_in.inc(usage.prompt_tokens)
+            series.tokens_out.inc(usage.completion_tokens)
+        if not outcome.admitted:
+            reason = rejection_reason(outcome)
+            if reason is not None:
+                m.tenant_rejections.labels(tenant, reason).inc()
         if known_model:
-            m.e2e.labels(mlabel).observe(elapsed)
+            series.e2e.observe(elapsed)
             if (ctx.upstream_wait or backend) and not (backend and self.in_process(backend)):
                 waited = ctx.upstream_wait + ctx.queue_wait + ctx.backoff_wait
-                m.overhead.labels(mlabel).observe(max(0.0, elapsed - waited))
+                if series.overhead is None:
+                    series.overhead = m.overhead.labels(mlabel)
+                series.overhead.observe(max(0.0, elapsed - waited))
             if usage is not None:
-                m.prompt_tokens.labels(mlabel).inc(usage.prompt_tokens)
-                m.completion_tokens.labels(mlabel).inc(usage.completion_tokens)
+                series.prompt.inc(usage.prompt_tokens)
+                series.completion.inc(usage.completion_tokens)
         if phase is not None:
             m.cancelled.labels(phase.value).inc()
         if rollout is not None:
