@@ -141,12 +141,12 @@ class Generation(ExchangeRunner):
         clock = time.perf_counter
         t = clock()
         try:
-            event = await events.__anext__()
-        except StopAsyncIteration:
-            return None
+            event = await anext(events, None)
         finally:
             now = clock()
             ctx.upstream_wait += now - t
+        if event is None:
+            return None
         if isinstance(event, CONTENT_EVENTS):
             self.counted.saw(event)
             last = self._last_content
