@@ -42,6 +42,24 @@ class ExchangeRunner(Response):
 
     background = None  # FastAPI attaches its background tasks to a returned Response
 
+    # What has not happened yet, as class defaults: an exchange writes its own as it goes
+    # (nothing to write per request for a state it starts in).
+    usage: Usage | None = None
+    backend: str | None = None
+    status = 200
+    error: str | None = None
+    code: str | None = None
+    failure: FailureKind | None = None  # the error's own kind (GatewayError.failure)
+    started = False  # http.response.start was sent
+    ended = False  # the answer's last message is being sent: nothing may follow it
+    # The disconnect watcher's state, set by __call__: the exchange is done; the client left.
+    _done = False
+    _gone = False
+    _task: asyncio.Task | None = None
+    _receive: Callable[[], Awaitable[dict]] | None = None
+    _timer: asyncio.TimerHandle | None = None
+    _watcher: asyncio.Task | None = None
+
     def __init__(
         self, recorder: RequestRecorder, ctx: RequestContext, ticket: Ticket, deadline: float | None, phase: CancelPhase
     ) -> None:
@@ -50,20 +68,6 @@ class ExchangeRunner(Response):
         self.ticket = ticket
         self.deadline = deadline
         self.phase = phase  # where a client leaving would find the exchange now
-        self.usage: Usage | None = None
-        self.backend: str | None = None
-        self.status = 200
-        self.error: str | None = None
-        self.code: str | None = None
-        self.failure: FailureKind | None = None  # the error's own kind (GatewayError.failure)
-        self.started = False  # http.response.start was sent
-        self.ended = False  # the answer's last message is being sent: nothing may follow it
-        # The disconnect watcher's state, set by __call__: the exchange is done; the client left.
-        self._done = self._gone = False
-        self._task: asyncio.Task | None = None
-        self._receive: Callable[[], Awaitable[dict]] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._watcher: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send) -> None:
         self._task = task = asyncio.current_task()

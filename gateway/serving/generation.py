@@ -40,6 +40,13 @@ TRACK_FALLBACK_HEADER = "x-switchyard-track-fallback"
 class Generation(ExchangeRunner):
     """An ASGI response that runs the generation it answers."""
 
+    # Until set (class defaults, as ExchangeRunner's):
+    _last_content: float | None = None
+    _itl: Any = None  # the inter-token histogram, looked up at the first token
+    _backoff_since: float | None = None
+    dropped_params: tuple[str, ...] = ()
+    track = ""  # the serving track of a model under rollout
+
     def __init__(
         self,
         dispatcher: Dispatcher,
@@ -67,14 +74,9 @@ class Generation(ExchangeRunner):
         self.answer: AnswerFormat = answer
         self.response_id = ctx.response_id = self.answer.response_id
         self.counted = UsageCount(requests)
-        self._last_content: float | None = None
-        self._itl: Any = None  # the inter-token histogram, looked up at the first token
-        self._backoff_since: float | None = None
-        self.dropped_params: tuple[str, ...] = ()
         self.mirror = mirror
         # A model under rollout: the request's track (the metrics' track label is the serving one).
         self.rollout: RolloutRequest | None = dispatcher.assign(self.model, requests)
-        self.track = ""
 
     def _extra_headers(self) -> dict[str, str]:
         headers = super()._extra_headers()
