@@ -309,17 +309,11 @@ class ConnectionPool:
         """Send a request and return once the response's headers arrived. The headers
         and the first body bytes must arrive within `first_byte` seconds of sending,
         later body chunks at most `idle` seconds apart (None: no limit)."""
-        head = [
-            f"{method} {path} HTTP/1.1\r\nHost: ".encode(),
-            self.host_header,
-            b"\r\nContent-Length: ",
-            str(len(body)).encode(),
-            b"\r\n",
-        ]
+        fields = f"\r\nContent-Length: {len(body)}\r\n"
         for k, v in (headers or {}).items():
-            head.append(f"{k}: {v}\r\n".encode("latin-1"))
-        head.append(b"\r\n")
-        payload = b"".join(head) + body
+            fields += f"{k}: {v}\r\n"
+        line = f"{method} {path} HTTP/1.1\r\nHost: ".encode()
+        payload = b"".join((line, self.host_header, (fields + "\r\n").encode("latin-1"), body))
         loop = asyncio.get_running_loop()
         for attempt in range(2):
             conn = await self._acquire()
