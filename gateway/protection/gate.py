@@ -208,21 +208,25 @@ class Protection:
         concurrency when it is more than its generations (a 2,048-input embeddings
         call is 32 units of 64 inputs), held up to the tenant's own limit, never refused
         for it (the model's queue still counts `choices`)."""
-        tenant_cfg: TenantConfig | None = self.config.tenants.get(principal.tenant)
-        cap = tenant_cfg.max_tokens_cap if tenant_cfg and tenant_cfg.max_tokens_cap else DEFAULT_COMPLETION_RESERVATION
         units = max(1, choices if choices is not None else request.sampling.n)
-        budget = token_budget(prompt_tokens_estimate, request.sampling.max_tokens, units, cap)
         scopes = self.leases.scopes_for(principal)
         reservation = None
-        if scopes:
+        if scopes:  # no limits, nothing to reserve (and no budget to size)
+            tenant_cfg: TenantConfig | None = self.config.tenants.get(principal.tenant)
+            cap = (
+                tenant_cfg.max_tokens_cap
+                if tenant_cfg and tenant_cfg.max_tokens_cap
+                else DEFAULT_COMPLETION_RESERVATION
+            )
+            budget = token_budget(prompt_tokens_estimate, request.sampling.max_tokens, units, cap)
             with current_trace().step("switchyard.quota"):
                 leases = max(units, min([size_units] + [s.max_concurrent for s in scopes if s.max_concurrent > 0]))
                 reservation = await self.leases.reserve(principal, scopes, budget, leases)
-        if budget.from_cap and any(s.tokens_per_window != UNLIMITED for s in scopes):
-            # Generate no more than was reserved: without max_tokens a runtime may
-            # write up to its context length, and a few such requests would spend
-            # many times the tenant's tokens per minute before reconciliation.
-            request.sampling.max_tokens = budget.per_choice
+            if budget.from_cap and any(s.tokens_per_window != UNLIMITED for s in scopes):
+                # Generate no more than was reserved: without max_tokens a runtime may
+                # write up to its context length, and a few such requests would spend
+                # many times the tenant's tokens per minute before reconciliation.
+                request.sampling.max_tokens = budget.per_choice
         if reservation is not None:
             self.leases.queued[reservation.lease_id] = reservation
         try:
