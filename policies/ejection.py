@@ -71,8 +71,8 @@ class _Window:
 
     def add(self, now: float, a: int = 0, b: int = 0) -> None:
         second = int(now)
-        if self._buckets and self._buckets[-1][0] == second:
-            bucket = self._buckets[-1]
+        buckets = self._buckets
+        if buckets and (bucket := buckets[-1])[0] == second:
             bucket[1] += a
             bucket[2] += b
         else:

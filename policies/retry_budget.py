@@ -24,11 +24,12 @@ class RetryBudget:
 
     def _add(self, now: float, requests: int, retries: int) -> None:
         second = int(now)
-        if self._buckets and self._buckets[-1][0] == second:
-            self._buckets[-1][1] += requests
-            self._buckets[-1][2] += retries
+        buckets = self._buckets
+        if buckets and (last := buckets[-1])[0] == second:
+            last[1] += requests
+            last[2] += retries
         else:
-            self._buckets.append([second, requests, retries])
+            buckets.append([second, requests, retries])
             self.totals(now)  # a new second: what left the window goes (a pool that never retries holds no more)
 
     def totals(self, now: float | None = None) -> tuple[int, int]:

@@ -211,7 +211,9 @@ class Dispatcher:
         """One sub-request started on the first backend that answers, through the
         model's retry rounds and fallback models; whose fault each failure was is
         settled at the end (`Blame`)."""
-        pools = [pool] + [self.backends.pools[f] for f in pool.config.fallback if f in self.backends.pools]
+        pools = [pool]
+        if pool.config.fallback:
+            pools += [self.backends.pools[f] for f in pool.config.fallback if f in self.backends.pools]
         budget = pool.retry_budget
         budget.record_request()
         blame = Blame(req.tenant or "")
