@@ -22,7 +22,6 @@ produced the events:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -91,15 +90,20 @@ def completion_logprobs(items: list[TokenLogprob], offset: int) -> tuple[dict[st
     )
 
 
-@dataclass
 class _Choice:
-    introduced: bool = False
-    text: list[str] = field(default_factory=list)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    # adapter tool index -> [dense index, id, name, argument pieces]
-    tools: dict[int, list[Any]] = field(default_factory=dict)
-    text_offset: int = 0
-    finish_reason: str | None = None
+    """One choice's state (a plain class: a dataclass's generated __init__ checks each
+    default factory, per choice of every request)."""
+
+    __slots__ = ("finish_reason", "introduced", "logprobs", "text", "text_offset", "tools")
+
+    def __init__(self) -> None:
+        self.introduced = False
+        self.text: list[str] = []
+        self.logprobs: list[TokenLogprob] = []
+        # adapter tool index -> [dense index, id, name, argument pieces]
+        self.tools: dict[int, list[Any]] = {}
+        self.text_offset = 0
+        self.finish_reason: str | None = None
 
 
 class _Base:
