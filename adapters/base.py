@@ -98,26 +98,9 @@ class GenerationRequest:
 
 # ---- events an adapter yields ------------------------------------------------
 #
-# The stream rules. The events the encoder gets satisfy every rule below, whatever
-# runtime produced them. An adapter decodes its runtime faithfully (its vocabulary
-# mapped into these types, its known omissions filled in, e.g. TGI's missing finish
-# after a streamed tool call) and need not enforce them: gateway/serving/stream_guard.py
-# does, once for every adapter, on the stream the dispatcher returns (after n > 1
-# fan-out and the prompts of a batched completion are merged).
-#
-# 1. Tool calls (chat only): each call has one id, the gateway's own
-#    `call_<24 hex>`, on its first piece; later pieces carry none. Its `name` comes
-#    once. With `parallel_tool_calls: false` only a choice's first call is kept.
-# 2. Finish: exactly one per choice that started, and nothing of that choice after
-#    it. Its reason is in the OpenAI enum (`FINISH_REASONS`); anything else (an
-#    engine's `abort` or `error`) is a failure, never a `stop`. A chat choice that
-#    made tool calls and stopped finishes `tool_calls`; one that made none never does.
-# 3. A clean end means every choice 0..n-1 finished; otherwise the stream ends with
-#    an `ErrorEvent` (502) naming the unfinished choices.
-# 4. `Usage`: at most one, after everything else, and only in a stream that ended
-#    cleanly.
-# 5. Failures are `ErrorEvent`s (a `GatewayError` raised mid-stream becomes one), and
-#    an `ErrorEvent` is the last event.
+# An adapter decodes its runtime faithfully and need not enforce the stream rules
+# (docs/architecture.md, "Stream rules and their one owner"): gateway/serving/stream_guard.py
+# makes them true once for every adapter, on the stream the dispatcher returns.
 
 
 def total_choices(requests: list[GenerationRequest]) -> int:
@@ -171,7 +154,7 @@ class ToolCallDelta:
     """A piece of tool call `tool_index` of choice `index`.
 
     Adapters pass on what the runtime sent (a repeated or placeholder `id`/`name`
-    included); the stream guard makes rule 1 true. `arguments` is always a JSON
+    included); the stream guard gives each call one id and its name once. `arguments` is always a JSON
     text fragment.
     """
 
@@ -320,8 +303,7 @@ class Adapter(ABC):
         or an `ErrorEvent` as the first event) may be retried elsewhere when
         it carries a `failure` kind. Closing or cancelling the iterator aborts the upstream
         work (see module docstring). Every choice should end with a `Finish` and
-        `Usage` come last when the runtime knows it; the stream rules above say
-        what the gateway makes of a stream that breaks them.
+        `Usage` come last when the runtime knows it.
         """
 
     @abstractmethod

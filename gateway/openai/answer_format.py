@@ -1,18 +1,9 @@
-"""How a generation's canonical events are spoken to the client: the encoder
-strategy `Generation` (gateway/serving/generation.py) runs with.
-
-One `Generation` path serves every generating API (authentication, admission,
-dispatch, failover, cancellation, metrics and the access log are the same); what
-differs is only the answer's shape. An `AnswerFormat` turns events into it, for a
-stream (server-sent-event bytes) and for a whole answer (one JSON object):
-
-- `ChatAnswer` (here): chat completions and legacy completions (gateway/openai/encoder.py);
-- `ResponsesAnswer` (gateway/openai/responses/answer.py): the Responses API, which
-  also stores what it answered.
-
-A whole answer that fails raises `GatewayError` (from `whole_feed` or `whole_body`):
-nothing was sent yet, so the client gets the error envelope. A stream reports a
-failure in its own frames.
+"""How a generation's canonical events are spoken to the client: the strategy
+`Generation` (gateway/serving/generation.py) runs with, for a stream (server-sent-event
+bytes) and for a whole answer (one JSON object). `ChatAnswer` (here) serves chat and
+legacy completions; `ResponsesAnswer` (gateway/openai/responses/answer.py) the Responses
+API. A whole answer that fails raises `GatewayError` (nothing was sent yet: the client
+gets the error envelope); a stream reports a failure in its own frames.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""Stored responses: what `GET /v1/responses/{id}`, `input_items` and a
-continuation (`previous_response_id`) read back.
-
-A record holds the response object as it was answered and the context it was
-generated from (every item before its output: the previous response's context
-and output, then this request's input items). A continuation's conversation is
-`context + output`, so no chain of records has to be walked, and deleting or
-losing an older response never breaks a newer one.
-
-Every operation names a tenant, and implementations keep tenants apart by key:
-another tenant's id is simply not there (`ResponseNotFound`, answered as 404,
-never 403, so ids cannot be probed across tenants).
+"""Stored responses: what `GET /v1/responses/{id}`, `input_items` and a continuation
+(`previous_response_id`) read back. A record holds the response as answered and the
+context it was generated from, so a continuation is `context + output` and never walks
+a chain. Every operation names a tenant: another tenant's id is simply absent
+(`ResponseNotFound`, 404, never 403, so ids cannot be probed across tenants).
 """
 
 from __future__ import annotations
