@@ -21,6 +21,8 @@ READ_TIMEOUT_HEADER = "x-stainless-read-timeout"
 
 def client_timeout_s(headers: Mapping[str, str], *, stream: bool = False) -> tuple[str, float] | None:
     """The first timeout header that applies and its value in seconds, or None."""
+    if headers.keys().isdisjoint(TIMEOUT_HEADERS):
+        return None  # none sent (most requests): no header to look up one by one
     for name in TIMEOUT_HEADERS:
         raw = headers.get(name)
         if name == READ_TIMEOUT_HEADER and stream:
