@@ -243,25 +243,46 @@ def _response_format(body: dict) -> dict[str, Any] | None:
     return rf
 
 
+# The chat options `parse_chat` reads besides the sampling fields. A body sending none
+# of them gets what each reader answers for a field not sent (a test holds both to it).
+CHAT_OPTIONS = frozenset(
+    {
+        "tools",
+        "tool_choice",
+        "max_completion_tokens",
+        "logprobs",
+        "top_logprobs",
+        "parallel_tool_calls",
+        "response_format",
+    }
+)
+
+
 def parse_chat(body: dict[str, Any], request_id: str) -> GenerationRequest:
     model = model_name(body)
     messages = _messages(body)
-    tools = _tools(body)
-    tool_choice = _tool_choice(body, tools)
-    max_tokens = integer(body, "max_completion_tokens", 1, 1 << 31)
-    if max_tokens is None:
-        max_tokens = integer(body, "max_tokens", 1, 1 << 31)
+    if CHAT_OPTIONS.isdisjoint(body):  # most requests: no tools, no logprobs
+        sampling = sampling_params(body, max_tokens=integer(body, "max_tokens", 1, 1 << 31))
+        stream, include_usage = stream_options(body)
+        tools = tool_choice = response_format = parallel = None
     else:
-        integer(body, "max_tokens", 1, 1 << 31)  # still validated
-    sampling = sampling_params(body, max_tokens=max_tokens)
-    logprobs = bool(boolean(body, "logprobs"))
-    top_logprobs = integer(body, "top_logprobs", 0, 20)
-    if top_logprobs is not None and not logprobs:
-        raise invalid_request("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
-    sampling.logprobs = logprobs
-    sampling.top_logprobs = top_logprobs or 0
-    stream, include_usage = stream_options(body)
-    parallel = boolean(body, "parallel_tool_calls")
+        tools = _tools(body)
+        tool_choice = _tool_choice(body, tools)
+        max_tokens = integer(body, "max_completion_tokens", 1, 1 << 31)
+        if max_tokens is None:
+            max_tokens = integer(body, "max_tokens", 1, 1 << 31)
+        else:
+            integer(body, "max_tokens", 1, 1 << 31)  # still validated
+        sampling = sampling_params(body, max_tokens=max_tokens)
+        logprobs = bool(boolean(body, "logprobs"))
+        top_logprobs = integer(body, "top_logprobs", 0, 20)
+        if top_logprobs is not None and not logprobs:
+            raise invalid_request("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
+        sampling.logprobs = logprobs
+        sampling.top_logprobs = top_logprobs or 0
+        stream, include_usage = stream_options(body)
+        parallel = boolean(body, "parallel_tool_calls")
+        response_format = _response_format(body)
     extra = extra_fields(body, CHAT_FIELDS)
     return GenerationRequest(
         request_id=request_id,
@@ -271,7 +292,7 @@ def parse_chat(body: dict[str, Any], request_id: str) -> GenerationRequest:
         tools=tools,
         tool_choice=tool_choice,
         parallel_tool_calls=True if parallel is None else parallel,
-        response_format=_response_format(body),
+        response_format=response_format,
         sampling=sampling,
         stream=stream,
         include_usage=include_usage,
