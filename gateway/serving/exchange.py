@@ -134,7 +134,8 @@ class ExchangeRunner(Response):
         return Outcome(self.status, usage, self.backend, self.error, cancelled, code=self.code, failure=self.failure)
 
     def _extra_headers(self) -> dict[str, str]:
-        return {k: str(v) for k, v in self.ticket.headers.items()}
+        held = self.ticket.headers  # the quota's rate-limit headers (none without a quota)
+        return {k: str(v) for k, v in held.items()} if held else {}
 
     async def _send_error(self, send, err: GatewayError) -> None:
         """`err` as the whole answer (nothing was sent yet)."""

@@ -88,8 +88,9 @@ class Generation(ExchangeRunner):
 
     def _answer_headers(self, content_type: bytes) -> list[tuple[bytes, bytes]]:
         headers = [(b"content-type", content_type), (b"x-request-id", self.ctx.request_id.encode())]
-        for k, v in self._extra_headers().items():
-            headers.append((k.encode(), v.encode()))
+        extra = self._extra_headers()
+        if extra:
+            headers += [(k.encode(), v.encode()) for k, v in extra.items()]
         return headers
 
     def _dropped(self, backends: tuple[str, ...]) -> tuple[str, ...]:
