@@ -278,7 +278,7 @@ class NativeAdapter(NativeOneShot, Adapter):
             cached_tokens=cached_tokens,
         )
 
-    # ---- structured output (helper "structured"; the logic lives in engine/structured/) ----
+    # ---- structured output (the logic lives in engine/structured/) ----
 
     async def _grammar_mask(self, request: GenerationRequest, engine: Any) -> Any:
         """The grammar mask for response_format / forced tool calls, or None for free text.
@@ -312,8 +312,6 @@ class NativeAdapter(NativeOneShot, Adapter):
         except SchemaError as exc:
             raise GatewayError(400, exc.message, param=exc.param, code="invalid_schema") from exc
         return None if structured is None else GrammarMask(structured.matcher, vocab, engine.eos_token_ids)
-
-    # ---- end of structured output ----
 
     def _prompt_ids(self, request: GenerationRequest) -> list[int]:
         """The prompt's token ids: reused where this tokenizer computed them for the same

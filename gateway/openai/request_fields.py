@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters.base import SamplingParams
+from adapters.base import SAMPLING_PARAMETERS, SamplingParams
 from adapters.errors import GatewayError, invalid_request
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -166,27 +166,10 @@ def stream_options(body: dict) -> tuple[bool, bool]:
     return stream, include_usage
 
 
-# The fields `sampling_params` reads. A body sending none of them gets what each
-# reader answers for a field not sent, which is SamplingParams' own default (a test
-# holds both to it): most requests send few, and fourteen reads cost more than the check.
-SAMPLING_FIELDS = frozenset(
-    {
-        "temperature",
-        "top_p",
-        "top_k",
-        "min_p",
-        "presence_penalty",
-        "frequency_penalty",
-        "repetition_penalty",
-        "logit_bias",
-        "seed",
-        "n",
-        "stop",
-        "stop_token_ids",
-        "min_tokens",
-        "ignore_eos",
-    }
-)
+# The fields `sampling_params` reads (max_tokens and logprobs are read by the caller). A
+# body sending none of them gets SamplingParams' own defaults (a test holds both to it):
+# most requests send few, and fourteen reads cost more than the check.
+SAMPLING_FIELDS = frozenset(SAMPLING_PARAMETERS) - {"max_tokens", "logprobs"}
 
 
 def sampling_params(body: dict, *, max_tokens: int | None) -> SamplingParams:
