@@ -124,14 +124,16 @@ class RequestContext:
     config_version: str | None = None  # the config version in force when it arrived (gateway/lifecycle/reload.py)
     model: str | None = None
     tenant: str | None = None
-    stream: bool = False
-    # Time the gateway spent waiting, not working: none of it is gateway overhead.
-    queue_wait: float = 0.0  # in the admission queue
-    upstream_wait: float = 0.0  # for the backend's events, the first one included
-    backoff_wait: float = 0.0  # between retry rounds
-    ttft: float | None = None
-    response_id: str | None = None  # the answer's id (chatcmpl-..., cmpl-...)
     trace: RequestTrace = field(default=NO_TRACE, repr=False)
+    # Filled in along the way, never at construction: class defaults until then
+    # (init=False: the generated __init__ writes none of them per request).
+    stream: bool = field(default=False, init=False)
+    # Time the gateway spent waiting, not working: none of it is gateway overhead.
+    queue_wait: float = field(default=0.0, init=False)  # in the admission queue
+    upstream_wait: float = field(default=0.0, init=False)  # for the backend's events, the first one included
+    backoff_wait: float = field(default=0.0, init=False)  # between retry rounds
+    ttft: float | None = field(default=None, init=False)
+    response_id: str | None = field(default=None, init=False)  # the answer's id (chatcmpl-..., cmpl-...)
 
 
 @dataclass
