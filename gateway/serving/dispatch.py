@@ -187,7 +187,7 @@ class Dispatcher:
             starters.append(self._start(pool, req, offset, sink, alone, on_backoff, track))
             offset += req.sampling.n
         starts = await (starters[0] if len(starters) == 1 else _together(starters))
-        names = tuple(sorted({s.backend.name for s in starts}))
+        names = (starts[0].backend.name,) if len(starts) == 1 else tuple(sorted({s.backend.name for s in starts}))
         if rollout is not None and any(b is starts[0].backend for b in pool.backends):
             rollout.served = starts[0].backend.config.track
         guard = StreamGuard.for_requests(requests, ",".join(names))
