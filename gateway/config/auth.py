@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from gateway.config.lifecycle import sha256_digest
+from gateway.config.lifecycle import KeyDigest
 from gateway.config.section import StrictSection as _Strict
 
 
 class ApiKeyEntry(_Strict):
-    sha256: str
+    sha256: KeyDigest
     tenant: str
     name: str | None = None
     models: list[str] | None = None  # narrows the tenant's models for this key
@@ -22,11 +22,6 @@ class ApiKeyEntry(_Strict):
     requests_per_minute: int | None = Field(None, ge=0)
     tokens_per_minute: int | None = Field(None, ge=0)
     max_concurrent: int | None = Field(None, ge=0)
-
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, v: str) -> str:
-        return sha256_digest(v)
 
 
 class JwtConfig(_Strict):

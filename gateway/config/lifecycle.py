@@ -4,9 +4,9 @@ how a stop drains, how the config file is watched. Part of `GatewayConfig`
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from gateway.config.section import StrictSection as _Strict
 
@@ -19,14 +19,12 @@ def sha256_digest(value: str) -> str:
     return value
 
 
-class AdminKeyEntry(_Strict):
-    sha256: str
-    name: str | None = None  # who holds it, for the log of admin calls
+KeyDigest = Annotated[str, AfterValidator(sha256_digest)]
 
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, v: str) -> str:
-        return sha256_digest(v)
+
+class AdminKeyEntry(_Strict):
+    sha256: KeyDigest
+    name: str | None = None  # who holds it, for the log of admin calls
 
 
 class AdminConfig(_Strict):
