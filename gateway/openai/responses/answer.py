@@ -33,10 +33,8 @@ class ResponsesAnswer:
         self.held = b""  # frames caused once the generation finished: sent with the terminal ones
         self.opening: bytes | None = None
         if prepared.request.stream:
-            # The opening frames (the response object twice) depend only on the request:
-            # built at the event loop's next turn, which comes while the request waits
-            # on its upstream (the gateway idle), not after the first event arrived,
-            # where they delayed the first byte. stream_start builds them if no turn came.
+            # The opening frames depend only on the request: built while it waits on its
+            # upstream, not before the first byte (stream_start builds them if no turn came).
             try:
                 asyncio.get_running_loop().call_soon(self._build_opening)
             except RuntimeError:  # no running loop (a synchronous caller)
