@@ -250,7 +250,11 @@ MODULES.update(
             for name in ("__init__", "errors", "handlers", "listing", "response_object")
         },
         "gateway/openai/responses/ids.py": [*RESPONSES_TESTS, "tests/gateway/openai/responses/test_*_mutants.py"],
-        "gateway/openai/responses/routes.py": [*RESPONSES_TESTS, "tests/gateway/config/test_response_store_config.py"],
+        "gateway/openai/responses/routes.py": [
+            *RESPONSES_TESTS,
+            "tests/gateway/config/test_response_store_config.py",
+            "tests/gateway/openai/responses/test_routes_*.py",
+        ],
         "gateway/openai/responses/store.py": STORE_TESTS,
         "gateway/openai/responses/store_memory.py": STORE_TESTS,
         "gateway/openai/responses/store_redis.py": STORE_TESTS,
@@ -265,11 +269,7 @@ MODULES.update(
         # the rollout's analysis and state: plain data, judged by their own in-process tests
         "policies/rollout.py": ["tests/policies/test_rollout.py", "tests/policies/test_rollout_state.py"],
         "policies/rollout_assign.py": ["tests/policies/test_rollout_assign.py"],
-        "policies/rollout_records.py": [
-            "tests/policies/test_rollout.py",
-            "tests/policies/test_rollout_assign.py",
-            "tests/policies/test_rollout_state.py",
-        ],
+        "policies/rollout_records.py": ["tests/policies/test_rollout*.py"],
         "policies/rollout_state.py": ["tests/policies/test_rollout_state.py"],
         "policies/redact.py": ["tests/policies/test_redact*.py"],
         "policies/token_bound.py": [
