@@ -11,9 +11,10 @@ from adapters.base import Finish, TextDelta, Usage
 from adapters.errors import GatewayError
 from gateway.config.schema import parse_config
 from gateway.observe.tracing import NoTracing
-from gateway.openai.responses import MemoryResponseStore, RedisResponseStore
+from gateway.openai.responses import MemoryResponseStore, RedisResponseStore, StoredResponse
 from gateway.openai.responses.routes import ResponsesRoutes, build_response_store
-from tests.gateway.openai.responses.served import ScriptedModel, http_client, responses_gateway
+from policies.auth import hash_key
+from tests.gateway.openai.responses.served import TENANTS, ScriptedModel, http_client, responses_gateway
 
 SAY = [TextDelta(0, "hello"), Finish(0, "stop"), Usage(3, 1)]
 
@@ -103,3 +104,32 @@ async def test_the_not_stored_counter_is_the_gateway_s_own_metric():
         assert gw.responses_api.recorder is gw.recorder and gw.responses_api.tracing is gw.tracing
     assert registry.get_sample_value("switchyard_responses_not_stored_total", {"reason": "response_store_full"}) == 1
     assert isinstance(routes.tracing, NoTracing) and routes.recorder is None
+
+
+async def test_a_key_narrowed_to_some_models_reads_nothing_made_on_another():
+    keys = [{"sha256": hash_key(t), "tenant": t} for t in TENANTS]
+    keys.append({"sha256": hash_key("narrow"), "tenant": "t", "models": ["m"]})
+    auth = {"mode": "keys", "api_keys": keys}
+    async with responses_gateway(ScriptedModel([SAY]), auth=auth) as gw:
+        other = {"id": "resp_other", "object": "response", "model": "other", "output": []}
+        await gw.responses_api.store.put("t", StoredResponse(other, []))
+        async with http_client(gw, "narrow") as narrow:
+            mine = (await narrow.post("/v1/responses", json={"model": "m", "input": "hi"})).json()["id"]
+            assert (await narrow.get(f"/v1/responses/{mine}")).status_code == 200
+            for answer in (
+                await narrow.get("/v1/responses/resp_other"),
+                await narrow.get("/v1/responses/resp_other/input_items"),
+                await narrow.delete("/v1/responses/resp_other"),
+            ):
+                assert answer.status_code == 404
+        async with http_client(gw, "t") as everything:
+            assert (await everything.get("/v1/responses/resp_other")).status_code == 200
+
+
+async def test_the_input_items_query_is_read():
+    async with responses_gateway(ScriptedModel([SAY])) as gw:
+        async with http_client(gw) as client:
+            two = [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]
+            rid = (await client.post("/v1/responses", json={"model": "m", "input": two})).json()["id"]
+            page = (await client.get(f"/v1/responses/{rid}/input_items", params={"order": "asc", "limit": "1"})).json()
+    assert [i["content"][0]["text"] for i in page["data"]] == ["one"] and page["has_more"] is True
