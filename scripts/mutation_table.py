@@ -5,7 +5,7 @@ one-line change that reads on its own."""
 
 from __future__ import annotations
 
-from mutation_table_engine import ENGINE_MODULES, ENGINE_NOTES  # scripts/ is sys.path[0]
+from mutation_table_engine import ENGINE_MODULES, ENGINE_NOTES, ENGINE_TIMEOUTS  # scripts/ is sys.path[0]
 from mutation_table_gateway import (
     GATEWAY_EXTRA_ARGS,
     GATEWAY_MODULES,
@@ -157,10 +157,6 @@ MODULES: dict[str, list[str]] = {
     "adapters/http_client.py": ["tests/adapters/test_http_client*.py"],
     "policies/retry_budget.py": ["tests/policies/test_retry_budget.py"],
     "policies/settings.py": ["tests/policies/test_settings.py"],
-    "engine/text/tool_parser.py": [
-        "tests/engine/test_text_tool_parser.py",
-        "tests/engine/test_text_tool_call_properties.py",
-    ],
     # the tool-call property tests are left out: hypothesis runs cost about a minute per mutant here
     "engine/text/json_scan.py": [
         "tests/engine/test_text_json_scan_mutants.py",
@@ -342,16 +338,8 @@ MODULES.update(
         },
         "engine/text/__init__.py": ["tests/engine/test_text_tokenizer.py"],
         "engine/text/chat_template.py": ["tests/engine/test_text_tokenizer.py"],
-        "engine/text/hermes_format.py": [
-            "tests/engine/test_text_forced_tool_calls.py",
-            "tests/engine/test_text_tool_*.py",
-        ],
         "engine/text/tokenizer.py": ["tests/engine/test_text_tokenizer*.py", "tests/engine/test_text_detokenizer.py"],
         "engine/text/tokenizer_class.py": ["tests/engine/test_text_tokenizer_classes.py"],
-        "engine/text/tool_call_stage.py": [
-            "tests/engine/test_text_forced_tool_calls.py",
-            "tests/engine/test_tool_call_promises.py",
-        ],
     }
 )
 
@@ -444,3 +432,4 @@ TIMEOUTS.update(GATEWAY_TIMEOUTS)
 # the engine's core and the native adapters measured on their own unit tests (scripts/mutation_table_engine.py)
 MODULES.update(ENGINE_MODULES)
 NOTES.update(ENGINE_NOTES)
+TIMEOUTS.update(ENGINE_TIMEOUTS)

@@ -17,10 +17,23 @@ ENGINE_MODULES: dict[str, list[str]] = {
     # adapter's structured tests load a model and generate, seconds a mutant
     "engine/structured/plan.py": ["tests/engine/test_structured_plan*.py"],
     "engine/structured/grammars.py": ["tests/engine/test_structured_plan*.py"],
+    # the tool-call property tests and the promises' engine runs are left out: a minute or more per mutant here
+    "engine/text/tool_parser.py": ["tests/engine/test_text_tool_parser.py"],
+    "engine/text/hermes_format.py": ["tests/engine/test_text_forced_tool_calls.py"],
+    "engine/text/tool_call_stage.py": [
+        "tests/engine/test_text_tool_call_stage.py",
+        "tests/engine/test_text_forced_tool_calls.py",
+    ],
 }
 
 ENGINE_NOTES: dict[str, str] = {
     "engine/sampler.py": "Judged by tests/engine/test_sampler_mutants.py (hand-made logits, no model; 2026-12-02). "
     "Below the goal only through equivalent mutants (docs/mutation/survivors/m1.toml): on CPU a dropped or None "
     "device, a dtype torch infers the same, dim +1 on 2-D tensors and float('-INF') change nothing.",
+}
+
+# (multiplier, constant) of the per-mutant timeout: a mutant handing llguidance a None schema hangs in it
+ENGINE_TIMEOUTS: dict[str, tuple[float, float]] = {
+    "engine/structured/plan.py": (3.0, 3.0),
+    "engine/structured/grammars.py": (3.0, 3.0),
 }
