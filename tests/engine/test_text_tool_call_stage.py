@@ -109,3 +109,19 @@ def test_forced_parallel_calls_hold_a_second_call_until_it_closes():
     assert [n for i, n, _ in _calls(rest.pieces) if n] == ["now"]
     assert {i for i, _, _ in _calls(rest.pieces)} == {1}
     assert rest.reason == "tool_calls"
+
+
+def test_a_call_closing_as_the_next_opens_releases_only_the_closed_one():
+    call_c = '<tool_call>\n{"name": "now", "arguments": {"x": 1}}\n</tool_call>'
+    text = CALL_A + "\n" + CALL_B + "\n" + call_c
+    one = len(CALL_A) + 1 + 30
+    two = len(CALL_A) + 1 + len(CALL_B) + 1 + 30
+    stage = _stage(forced=True)
+    steps = [
+        stage.step(text[:one], finishing=False, reason=None),
+        stage.step(text[one:two], finishing=False, reason=None),
+        stage.step(text[two:], finishing=True, reason="stop"),
+    ]
+    assert [sorted({i for i, _, _ in _calls(s.pieces)}) for s in steps] == [[0], [1], [2]]
+    third = _calls(steps[2].pieces)
+    assert third[0][1] == "now" and "".join(a for _, _, a in third) == '{"x": 1}'
