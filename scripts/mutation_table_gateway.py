@@ -15,6 +15,7 @@ APP_TESTS = [
 # docs/*.md when it is imported, and a module's mutation copy has neither (mutmut copies the
 # packages and tests/ only), so it cannot even be collected there and no mutant could run.
 CONFIG_TESTS = [
+    "tests/gateway/config/test_config_sections_mutants.py",
     "tests/gateway/config/test_config_refusals.py",
     "tests/gateway/config/test_rollout_config.py",
     "tests/gateway/config/test_response_store_config.py",
@@ -45,6 +46,7 @@ GATEWAY_MODULES: dict[str, list[str]] = {
     "gateway/config/lifecycle.py": [*CONFIG_TESTS, *LIFECYCLE_TESTS],
     "gateway/config/response_store.py": ["tests/gateway/config/test_response_store_config.py", *CONFIG_TESTS],
     "gateway/config/schema.py": CONFIG_TESTS,
+    "gateway/config/rollout.py": CONFIG_TESTS,
     "gateway/config/section.py": CONFIG_TESTS,
     "gateway/config/tracing.py": ["tests/gateway/config/test_tracing_config.py"],
     "gateway/lifecycle/inflight.py": LIFECYCLE_TESTS,
@@ -65,6 +67,20 @@ GATEWAY_MODULES: dict[str, list[str]] = {
         "tests/gateway/serving/test_dispatch_streams.py",
     ],
     "gateway/serving/phases.py": [*GENERATION_TESTS, "tests/gateway/http/test_request_deadline.py"],
+    "gateway/observe/lean_metrics.py": ["tests/gateway/observe/test_lean_metrics.py", *METRICS_TESTS],
+    "gateway/observe/rollout_metrics.py": [
+        "tests/gateway/observe/test_lean_metrics.py",
+        "tests/gateway/observe/test_admin_rollouts.py",
+        "tests/gateway/lifecycle/test_rollout_controller.py",
+    ],
+    "gateway/observe/admin_rollouts.py": ["tests/gateway/observe/test_admin_rollouts.py"],
+    "gateway/lifecycle/rollout.py": [
+        "tests/gateway/lifecycle/test_rollout_controller.py",
+        "tests/gateway/observe/test_admin_rollouts.py",
+        "tests/gateway/config/test_rollout_config.py",
+    ],
+    "gateway/lifecycle/rollout_preflight.py": ["tests/gateway/lifecycle/test_rollout_controller.py"],
+    "gateway/cli/rollout.py": ["tests/gateway/cli/test_rollout_cli.py"],
     "gateway/serving/answer_check.py": ROLLOUT_TESTS,
     "gateway/serving/rollout.py": [*ROLLOUT_TESTS, "tests/gateway/serving/test_rollout_request.py"],
     "gateway/serving/mirror.py": [*ROLLOUT_TESTS, "tests/gateway/serving/test_mirror_copies.py"],

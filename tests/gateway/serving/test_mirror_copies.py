@@ -7,6 +7,8 @@ comparison at its boundary. Scripted adapters, no process."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import time
 
 import pytest
@@ -19,6 +21,7 @@ from gateway.observe.metrics import GatewayMetrics
 from gateway.serving.answer_check import AnswerCheck
 from gateway.serving.mirror import CandidateAnswer, Mirror, candidate_answer, compare
 from gateway.serving.rollout import RolloutRequest
+from policies.rollout_assign import mirrored
 from policies.rollout_records import TrackRecord, TrackShares
 from tests.gateway.scripted import HANG, ScriptedAdapter, always
 from tests.gateway.serving.rollout_kit import Controller
@@ -242,3 +245,68 @@ def test_a_structured_answer_the_candidate_got_wrong_is_named_and_the_failures_c
     assert failed.differences == () and (failed.stable_failure, failed.candidate_failure) == ("timeout", "overload")
     before = time.time()
     assert before - 1 <= comparison.at <= time.time()
+
+
+async def test_the_mirror_draws_each_request_by_its_model_and_id():
+    candidate = ScriptedAdapter("c", always(*ANSWER))
+    mirror, _, _ = mirror_of(candidate, max_inflight=30)
+    half = TrackShares(0.5, 0.5)
+    ids = [f"r{i}" for i in range(24)]
+    for rid in ids:
+        mirror.offer([chat(rid)], rollout_of(chat(rid), shares=half))
+    drawn = [rid for rid in ids if mirrored("m", chat(rid), half)]
+    assert 0 < len(drawn) < len(ids)
+    await asyncio.sleep(0.02)
+    assert sorted(r.request_id for r in candidate.requests) == sorted(f"{rid}.mirror" for rid in drawn)
+    mirror.cancel_all()
+    await settle(mirror)
+
+
+async def test_a_copy_asks_one_choice_and_turns_the_candidates_ring_not_stables():
+    candidate = ScriptedAdapter("c", always(*ANSWER))
+    mirror, controller, _ = mirror_of(candidate)
+    req = chat()
+    req.sampling = dataclasses.replace(req.sampling, n=3)
+    rollout = rollout_of(req)
+    mirror.offer([req], rollout)
+    await candidate.called.wait()
+    assert candidate.requests[0].sampling.n == 1 and req.sampling.n == 3
+    pool = mirror.backends.pools["m"]
+    assert pool.candidate_state.turn == 1 and pool.state.turn == 0
+    rollout.record(200, None, None, None, left=False)
+    await settle(mirror)
+    assert len(controller.comparisons) == 1
+
+
+async def test_a_copy_holds_one_more_slot_of_the_candidate_while_it_runs():
+    seen: list[int] = []
+    holder: list = []
+
+    async def look() -> None:
+        seen.append(holder[0].inflight)
+
+    set_ = backends(ScriptedAdapter("c", always(TextDelta(0, "a"), look, Finish(0, "stop"))))
+    backend = set_.backends["c"]
+    holder.append(backend)
+    backend.inflight = 2  # client requests of its own under way
+    await candidate_answer(backend, chat())
+    assert seen == [3] and backend.inflight == 2
+
+
+async def test_the_candidates_first_event_counts_in_its_answer():
+    fmt = {"type": "json_object"}
+    req = GenerationRequest("r", "m", messages=[], response_format=fmt)
+    req.deadline = time.monotonic() + 30
+    set_ = backends(ScriptedAdapter("c", always(TextDelta(0, '{"a": '), TextDelta(0, "1}"), Finish(0, "stop"))))
+    answer = await candidate_answer(set_.backends["c"], req)
+    assert answer.failure is None and answer.check.structured_valid is True
+
+
+async def test_a_bug_in_a_copy_is_logged_with_the_candidates_name(caplog):
+    async def bug() -> None:
+        raise RuntimeError("a bug")
+
+    with caplog.at_level(logging.ERROR, logger="switchyard.mirror"):
+        answer = await answer_of(bug)
+    assert answer.failure == "server_error"
+    assert [r.getMessage() for r in caplog.records] == ["a mirror copy to c failed"]
