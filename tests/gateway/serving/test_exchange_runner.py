@@ -7,6 +7,7 @@ shuts down, and when the disconnect watcher starts."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import orjson
@@ -109,6 +110,16 @@ async def test_a_clean_exchange_hands_the_recorder_every_field_it_kept_and_relea
     assert runner.recorder.gauges["m"].value == 0  # type: ignore[attr-defined]
 
 
+async def test_an_exchange_that_sets_nothing_is_recorded_as_a_plain_200():
+    async def work(r: Runner, send) -> None:
+        pass
+
+    runner = Runner(work)
+    await play(runner)
+    assert outcome(runner) == Outcome(200)
+    assert (outcome(runner).backend, outcome(runner).error, outcome(runner).failure) == (None, None, None)
+
+
 async def test_the_gauge_counts_the_exchange_while_it_runs_under_its_model_or_a_dash():
     seen: list[int] = []
 
@@ -122,12 +133,14 @@ async def test_the_gauge_counts_the_exchange_while_it_runs_under_its_model_or_a_
     assert seen == [1, 1]
 
 
-async def test_a_bug_before_the_answer_is_a_500_with_the_tickets_headers():
+async def test_a_bug_before_the_answer_is_a_500_with_the_tickets_headers(caplog):
     async def work(r: Runner, send) -> None:
         raise RuntimeError("a bug")
 
     runner = Runner(work)
-    sent = await play(runner)
+    with caplog.at_level(logging.ERROR, logger="switchyard.gateway"):
+        sent = await play(runner)
+    assert [r.getMessage() for r in caplog.records] == ["chat failed"]  # the operation, with the traceback
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
     assert sent[0]["status"] == 500
     headers = dict(sent[0]["headers"])
@@ -263,3 +276,32 @@ async def test_the_watcher_starts_only_once_an_exchange_has_lasted_and_never_aft
     await asyncio.sleep(0)
     assert runner._watcher.cancelled()  # it ends with the exchange
     assert exchange.WATCH_AFTER_S == 0.02
+
+
+async def test_the_release_after_a_client_left_finishes_even_if_the_task_is_cancelled_again(monkeypatch):
+    monkeypatch.setattr(exchange, "WATCH_AFTER_S", 0.0)
+    go_on, released = asyncio.Event(), []
+
+    class SlowTicket(Ticket):
+        async def release(self, usage, phase=None) -> None:
+            await go_on.wait()
+            released.append(phase)
+
+    async def receive() -> dict:
+        return {"type": "http.disconnect"}
+
+    async def work(r: Runner, send) -> None:
+        await asyncio.sleep(3600)
+
+    runner = Runner(work)
+    runner.ticket = SlowTicket()  # type: ignore[assignment]
+    task = asyncio.create_task(play(runner, receive))
+    while not task.done() and runner.status != 499:
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.01)  # the release is under way, waiting
+    task.cancel()  # the server shuts down meanwhile
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    go_on.set()
+    await asyncio.sleep(0.01)
+    assert released == [CancelPhase.UPSTREAM_HEADERS]  # shielded: the slot is given back all the same
