@@ -30,16 +30,21 @@ ANSWER = (TextDelta(0, "hi"), Finish(0, "stop"), Usage(40, 2))
 ALL = TrackShares(0.5, 1.0)  # every stable request is copied
 
 
-def backends(candidate: ScriptedAdapter, max_inflight: int = 2, rollout: bool = True) -> BackendSet:
+def backends(candidate: ScriptedAdapter, max_inflight: int = 2, rollout: bool = True, more: int = 0) -> BackendSet:
+    """Model `m`: stable `s` and candidate `c` (served by `candidate`), and `more` candidates beside it."""
     stable = {"name": "s", "adapter": "openai", "url": "http://127.0.0.1:9/v1", "track": "stable"}
     model: dict = {"backends": [stable], "max_retries": 0}
     if rollout:
-        model["backends"].append({**stable, "name": "c", "track": "candidate"})
+        model["backends"] += [
+            {**stable, "name": n, "track": "candidate"} for n in ["c", *(f"c{i}" for i in range(more))]
+        ]
         model["rollout"] = {"steps": [0.5, 1.0], "mirror": {"share": 1.0, "max_inflight": max_inflight}}
     models = {"m": model, "plain": {"backends": [{**stable, "name": "p", "track": "stable"}]}}
     backend_set = BackendSet(parse_config({"models": models}))
     if rollout:
-        backend_set.backends["c"].adapter = candidate
+        for name in backend_set.backends:
+            if name.startswith("c"):
+                backend_set.backends[name].adapter = candidate
     return backend_set
 
 
@@ -264,7 +269,7 @@ async def test_the_mirror_draws_each_request_by_its_model_and_id():
 
 async def test_a_copy_asks_one_choice_and_turns_the_candidates_ring_not_stables():
     candidate = ScriptedAdapter("c", always(*ANSWER))
-    mirror, controller, _ = mirror_of(candidate)
+    mirror, controller, _ = mirror_of(candidate, more=1)  # two candidates: a ring to turn
     req = chat()
     req.sampling = dataclasses.replace(req.sampling, n=3)
     rollout = rollout_of(req)
