@@ -16,8 +16,11 @@ from adapters.http_adapter import HTTPAdapter
 from adapters.vllm import VLLMDialect
 from gateway.backends import backend_set as module
 from gateway.backends.backend_set import ADAPTER_CLASSES, BackendSet, Retired, build_adapter
+from gateway.backends.kv_feeds import KVFeed
 from gateway.config.schema import BackendConfig, parse_config
-from tests.gateway.scripted import ScriptedAdapter, always
+from policies.kv_index import KVBlockIndex
+from processes.install import install_hint
+from tests.gateway.scripted import ScriptedAdapter, _Overriding, always
 
 
 def openai(name: str, url: str = "http://127.0.0.1:9/v1", **kw) -> dict:
@@ -113,8 +116,10 @@ def test_an_adapter_whose_module_is_missing_says_so_and_what_to_install(monkeypa
         build_adapter(vllm)
     assert str(caught.value) == "backend b: adapter 'vllm' is unavailable: No module named 'adapters.vllm'"
     native = BackendConfig.model_validate({"name": "n", "adapter": "native", "model_path": "builtin:tiny"})
-    with pytest.raises(RuntimeError, match=r"^backend n: adapter 'native' is unavailable: .* \(the native engine: "):
+    with pytest.raises(RuntimeError) as caught:
         build_adapter(native)
+    assert str(caught.value).endswith(f" (the native engine: {install_hint('engine')})")
+    assert str(caught.value).startswith("backend n: adapter 'native' is unavailable: No module named")
 
 
 def test_native_backends_of_one_model_share_one_engine(monkeypatch):
@@ -138,6 +143,10 @@ def test_native_backends_of_one_model_share_one_engine(monkeypatch):
         )
         return cfg.model_copy(update={"model_path": path})  # another model, without one on disk
 
+    kept = object()  # an engine a kept backend runs: a new backend of its model gets it
+    assert build_adapter(native("k"), "reg", {("native", "builtin:tiny", "kept"): kept}) is not kept
+    assert build_adapter(native("k", served="kept"), "reg", {("native", "builtin:tiny", "kept"): kept}) is kept
+    made.clear()
     shared: dict = {}
     first = build_adapter(native("a"), "reg", shared)
     assert build_adapter(native("b"), "reg", shared) is first
@@ -235,8 +244,10 @@ async def test_health_and_load_probes_note_failures_and_their_loops_carry_on(scr
     before = scripted["b"].probes
     await asyncio.sleep(0.06)
     assert scripted["b"].probes > before  # the health loop runs on its interval
+    tasks = list(backends._tasks)
     await backends.aclose()
     assert backends._tasks == [] and scripted["a"].closed == scripted["b"].closed == 1
+    assert all(t.done() for t in tasks)  # the loops are ended, not only told to
 
 
 async def test_a_model_is_ready_while_one_of_its_backends_is_healthy(scripted):
@@ -253,3 +264,79 @@ async def test_a_retired_adapter_that_fails_to_close_leaves_the_others_closed(ca
         await Retired([], [first, second], []).aclose()
     assert first.closed == second.closed == 1
     assert "closing a retired backend's adapter failed" in caplog.text
+
+
+async def test_only_a_native_backend_in_force_serves_in_process(scripted):
+    native = {"name": "n", "adapter": "native", "model_path": "builtin:tiny"}
+    backends = BackendSet(config(m=[openai("a"), native]))
+    assert backends.serves_in_process("n") and not backends.serves_in_process("a")
+
+
+class Subscriber:
+    def __init__(self) -> None:
+        self.closed = 0
+
+    async def aclose(self) -> None:
+        self.closed += 1
+
+
+async def test_a_retired_feeds_subscriber_is_closed_and_a_failed_close_logged_as_such(caplog):
+    with_one, without = (
+        KVFeed(KVBlockIndex(), lambda r, s: None, ("s",)),
+        KVFeed(KVBlockIndex(), lambda r, s: None, ("s",)),
+    )
+    with_one.subscriber = Subscriber()  # type: ignore[assignment]
+    failing = Closing("a", fail_close=True)
+    with caplog.at_level(logging.ERROR, logger="switchyard.backends"):
+        await Retired([], [failing], [with_one, without]).aclose()
+    assert with_one.subscriber.closed == 1  # type: ignore[union-attr]
+    assert [r.getMessage() for r in caplog.records] == ["closing a retired backend's adapter failed"]
+
+
+class FrozenLoop:
+    """A loop whose clock stands still: a preflight with no time left must not wait."""
+
+    def time(self) -> float:
+        return 100.0
+
+
+async def test_a_preflight_with_no_time_left_answers_at_once(scripted, monkeypatch):
+    backends = BackendSet(config(m=[openai("a")]))
+    plan = await backends.plan(config(m=[openai("a"), openai("b", options={"healthy": False})]))
+    monkeypatch.setattr(module, "asyncio", _Overriding(asyncio, get_running_loop=FrozenLoop))
+    async with asyncio.timeout(2):
+        assert [x.name for x in await backends.preflight(plan, 0, 0.01)] == ["b"]
+    assert scripted["b"].probes == 1
+
+
+async def test_the_load_loop_refreshes_each_backends_load_within_five_seconds_a_probe(scripted, monkeypatch, caplog):
+    waits = []
+    real_wait_for = asyncio.wait_for
+
+    async def wait_for(aw, timeout):
+        waits.append(timeout)
+        return await real_wait_for(aw, timeout)
+
+    monkeypatch.setattr(module, "asyncio", _Overriding(asyncio, wait_for=wait_for))
+    backends = BackendSet(config(m=[openai("a")]), health_interval_s=60, load_interval_s=0.01)
+    await backends.start()
+    scripted["a"].loaded = "fresh"
+    await asyncio.sleep(0.08)
+    await backends.aclose()
+    assert backends.backends["a"].load == "fresh" and set(waits) >= {5, 10}  # load 5 s, health 10 s
+
+    async def flaky() -> None:
+        raise RuntimeError("refresh broke")
+
+    with caplog.at_level(logging.ERROR, logger="switchyard.backends"):
+        task = asyncio.create_task(backends._loop(flaky, 0.01))
+        await asyncio.sleep(0.03)
+        task.cancel()
+    assert {r.getMessage() for r in caplog.records} == {"backend refresh failed"}
+
+
+async def test_an_adapter_two_backends_share_is_closed_once(scripted):
+    backends = BackendSet(config(m=[openai("a"), openai("b")]))
+    backends.backends["b"].adapter = backends.backends["a"].adapter  # as native backends of one model share
+    await backends.aclose()
+    assert scripted["a"].closed == 1 and scripted["b"].closed == 0
