@@ -82,7 +82,7 @@ def test_each_http_runtime_gets_its_dialect_and_every_transport_setting():
             "connect_timeout_s": 2,
             "first_byte_timeout_s": 3,
             "stream_idle_timeout_s": 4,
-            "pool_wait_s": 5,
+            "pool_wait_s": 7,
             "max_connections": 6,
         }
     )
@@ -97,7 +97,7 @@ def test_each_http_runtime_gets_its_dialect_and_every_transport_setting():
         3,
         4,
     )
-    assert t._connect == (5 + 2, 2) and t._max_connections == 6
+    assert t._connect == (7 + 2, 2) and t._max_connections == 6
     for kind, (module_name, class_name) in ADAPTER_CLASSES.items():
         assert hasattr(importlib.import_module(module_name), class_name), kind
 
@@ -154,6 +154,7 @@ def test_native_backends_of_one_model_share_one_engine(monkeypatch):
     assert build_adapter(native("d", path="builtin:other"), "reg", shared) is not first
     assert build_adapter(native("e"), "reg", None) is not first  # nothing shared where no table is kept
     assert made[0] == ("a", "builtin:tiny", None, {"a": 1}, "reg") and len(made) == 4
+    assert made[1][2] == "other"  # the served name goes to the engine
 
 
 async def test_a_reload_keeps_what_is_unchanged_rebuilds_what_changed_and_retires_the_rest(scripted):
@@ -340,3 +341,17 @@ async def test_an_adapter_two_backends_share_is_closed_once(scripted):
     backends.backends["b"].adapter = backends.backends["a"].adapter  # as native backends of one model share
     await backends.aclose()
     assert scripted["a"].closed == 1 and scripted["b"].closed == 0
+
+
+async def test_a_reload_gives_a_new_native_backend_the_engine_a_kept_one_runs(monkeypatch):
+    class Engine(Closing):
+        def __init__(self, name, model_path, *, served_name, engine_options, registry):
+            super().__init__(name)
+
+    monkeypatch.setattr(module.importlib, "import_module", lambda name: type("M", (), {"NativeAdapter": Engine}))
+    native = {"adapter": "native", "model_path": "builtin:tiny"}
+    backends = BackendSet(config(m=[{"name": "a", **native}]), registry="reg")
+    assert backends.registry == "reg"
+    assert (backends.health_interval_s, backends.load_interval_s) == (5.0, 2.0)  # the defaults
+    plan = await backends.plan(config(m=[{"name": "a", **native}, {"name": "b", **native}]))
+    assert plan.backends["b"].adapter is backends.backends["a"].adapter and [b.name for b in plan.built] == ["b"]
