@@ -13,6 +13,7 @@ import pytest
 
 from adapters.base import Health
 from adapters.http_adapter import HTTPAdapter
+from adapters.kv_events_zmq import KVEventSubscriber
 from adapters.vllm import VLLMDialect
 from gateway.backends import backend_set as module
 from gateway.backends.backend_set import ADAPTER_CLASSES, BackendSet, Retired, build_adapter
@@ -50,6 +51,12 @@ class Closing(ScriptedAdapter):
         if self.healthy is None:
             raise RuntimeError("probe broke")
         return Health(self.healthy, "scripted")
+
+    def subscribe_kv_events(self, sink) -> None:  # as the native engine does, for its in-process feed
+        self.sinks = [*getattr(self, "sinks", []), sink]
+
+    def kv_block_hashes(self, request) -> list[int]:
+        return []
 
     async def load(self):
         if isinstance(self.loaded, Exception):
@@ -355,3 +362,40 @@ async def test_a_reload_gives_a_new_native_backend_the_engine_a_kept_one_runs(mo
     assert (backends.health_interval_s, backends.load_interval_s) == (5.0, 2.0)  # the defaults
     plan = await backends.plan(config(m=[{"name": "a", **native}, {"name": "b", **native}]))
     assert plan.backends["b"].adapter is backends.backends["a"].adapter and [b.name for b in plan.built] == ["b"]
+
+
+def vllm(name: str, port: int) -> dict:
+    return {
+        "name": name,
+        "adapter": "vllm",
+        "url": "http://127.0.0.1:9",
+        "kv_events": {"endpoint": f"tcp://127.0.0.1:{port}"},
+    }
+
+
+async def test_a_reload_keeps_the_feeds_of_kept_backends_and_starts_and_retires_the_others(scripted, monkeypatch):
+    started: list[str] = []
+    monkeypatch.setattr(KVEventSubscriber, "start", lambda self: started.append(self.name))
+    backends = BackendSet(config(m=[vllm("a", 1), vllm("b", 2)]))
+    old_a, old_b = backends.feeds["a"], backends.feeds["b"]
+    assert backends.pools["m"].feeds == {"a": old_a, "b": old_b}
+    backends._tasks.append(asyncio.create_task(asyncio.sleep(0)))  # started: new feeds start when applied
+    plan = await backends.plan(config(m=[vllm("a", 1), vllm("b", 3)]))
+    assert plan.feeds["a"] is old_a and plan.feeds["b"] is not old_b
+    assert plan.pools["m"].name == "m" and plan.pools["m"].feeds == {"a": old_a, "b": plan.feeds["b"]}
+    retired = backends.apply(plan)
+    assert started == ["b"] and retired.feeds == [old_b] and backends.feeds == plan.feeds
+    await asyncio.gather(*backends._tasks)
+    backends._tasks.clear()
+
+
+async def test_native_backends_get_an_in_process_feed_where_the_routing_is_precise_and_share_one_engines(scripted):
+    native = {"adapter": "native", "model_path": "builtin:tiny"}
+    plain = BackendSet(config(m=[{"name": "n", **native}]))
+    assert plain.feeds == {}
+    models = {"m": {"backends": [{"name": "n", **native}, {"name": "o", **native}], "routing": "precise"}}
+    precise = BackendSet(parse_config({"models": models}))
+    assert set(precise.feeds) == {"n", "o"} and precise.feeds["n"].names_own_blocks
+    precise.backends["o"].adapter = precise.backends["n"].adapter  # one engine, as build_adapter shares it
+    plan = await precise.plan(parse_config({"models": {**models, "x": {"backends": [{"name": "n", **native}]}}}))
+    assert plan.feeds["n"] is precise.feeds["n"] and plan.built == []
