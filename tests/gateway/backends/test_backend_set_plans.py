@@ -360,11 +360,12 @@ async def test_a_reload_gives_a_new_native_backend_the_engine_a_kept_one_runs(mo
     class Engine(Closing):
         def __init__(self, name, model_path, *, served_name, engine_options, registry):
             super().__init__(name)
+            self.registry = registry
 
     monkeypatch.setattr(module.importlib, "import_module", lambda name: type("M", (), {"NativeAdapter": Engine}))
     native = {"adapter": "native", "model_path": "builtin:tiny"}
     backends = BackendSet(config(m=[{"name": "a", **native}]), registry="reg")
-    assert backends.registry == "reg"
+    assert backends.registry == "reg" and backends.backends["a"].adapter.registry == "reg"  # type: ignore[attr-defined]
     assert (backends.health_interval_s, backends.load_interval_s) == (5.0, 2.0)  # the defaults
     plan = await backends.plan(config(m=[{"name": "a", **native}, {"name": "b", **native}]))
     assert plan.backends["b"].adapter is backends.backends["a"].adapter and [b.name for b in plan.built] == ["b"]
@@ -405,3 +406,4 @@ async def test_native_backends_get_an_in_process_feed_where_the_routing_is_preci
     precise.backends["o"].adapter = precise.backends["n"].adapter  # one engine, as build_adapter shares it
     plan = await precise.plan(parse_config({"models": {**models, "x": {"backends": [{"name": "n", **native}]}}}))
     assert plan.feeds["n"] is precise.feeds["n"] and plan.built == []
+    assert plan.pools["m"] is precise.pools["m"] and plan.pools["x"].backends == [precise.backends["n"]]
