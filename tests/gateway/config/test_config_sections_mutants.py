@@ -59,13 +59,25 @@ def test_an_unset_secret_shows_as_none_and_a_field_left_out_of_the_dump_is_left_
     assert redacted_dump(Outer())["headers"] is None and redacted_dump(Outer())["password"] is None
 
     class Partial(BaseModel):
+        hidden: str = "b"  # first: the fields after one left out are still shown
         shown: str = "a"
-        hidden: str = "b"
 
         def model_dump(self, **kw):  # type: ignore[override]
             return {"shown": self.shown}
 
     assert redacted_dump(Partial()) == {"shown": "a"}
+
+
+def test_a_secret_field_keeps_its_default_and_options_and_is_masked():
+    class Section(StrictSection):  # built here, so that secret_field runs within the test
+        token: str = secret_field("t0", description="a token", min_length=2)
+
+    field = Section.model_fields["token"]
+    assert field.default == "t0" and field.description == "a token"
+    assert field.json_schema_extra == {"secret": True}
+    with pytest.raises(ValidationError):
+        Section(token="x")  # the keyword arguments reach the field
+    assert redacted_dump(Section()) == {"token": "***"}
 
 
 def test_a_section_refuses_a_key_it_does_not_know():
