@@ -77,7 +77,12 @@ def scripted(monkeypatch):
     built: dict[str, Closing] = {}
 
     def build(cfg, registry=None, shared=None):
+        key = ("native", cfg.model_path, cfg.served_model)  # native backends of one model share an engine
+        if cfg.adapter == "native" and shared is not None and key in shared:
+            return shared[key]
         built[cfg.name] = Closing(cfg.name, healthy=cfg.options.get("healthy", True))
+        if cfg.adapter == "native" and shared is not None:
+            shared[key] = built[cfg.name]
         return built[cfg.name]
 
     monkeypatch.setattr(module, "build_adapter", build)
@@ -407,3 +412,28 @@ async def test_native_backends_get_an_in_process_feed_where_the_routing_is_preci
     plan = await precise.plan(parse_config({"models": {**models, "x": {"backends": [{"name": "n", **native}]}}}))
     assert plan.feeds["n"] is precise.feeds["n"] and plan.built == []
     assert plan.pools["m"] is precise.pools["m"] and plan.pools["x"].backends == [precise.backends["n"]]
+
+
+async def test_backends_of_one_engine_share_its_feed_and_its_adapter_is_retired_only_with_the_last(scripted):
+    native = {"adapter": "native", "model_path": "builtin:tiny"}
+
+    def precise(*names: str):
+        return parse_config(
+            {"models": {"m": {"backends": [{"name": n, **native} for n in names], "routing": "precise"}}}
+        )
+
+    backends = BackendSet(precise("n", "o"))
+    assert backends.backends["o"].adapter is backends.backends["n"].adapter
+    assert backends.feeds["o"] is backends.feeds["n"]  # one engine, one feed
+    plan = await backends.plan(precise("n", "o", "p"))  # a new backend on the kept engine
+    assert plan.backends["p"].adapter is backends.backends["n"].adapter and plan.feeds["p"] is backends.feeds["n"]
+    retired = backends.apply(plan)
+    assert retired.adapters == [] and retired.feeds == []
+    retired = backends.apply(await backends.plan(precise("n")))  # o and p go; n still runs the engine
+    assert [b.name for b in retired.backends] == ["o", "p"] and retired.adapters == [] and retired.feeds == []
+
+
+async def test_each_adapter_a_reload_leaves_unused_is_retired(scripted):
+    backends = BackendSet(config(m=[openai("a"), openai("b"), openai("c")]))
+    retired = backends.apply(await backends.plan(config(m=[openai("a")])))
+    assert retired.adapters == [scripted["b"], scripted["c"]]
