@@ -154,8 +154,8 @@ class ToolCallDelta:
     """A piece of tool call `tool_index` of choice `index`.
 
     Adapters pass on what the runtime sent (a repeated or placeholder `id`/`name`
-    included); the stream guard gives each call one id and its name once. `arguments` is always a JSON
-    text fragment.
+    included); the stream guard gives each call one id and its name once. `arguments`
+    is always a JSON text fragment.
     """
 
     index: int

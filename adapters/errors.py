@@ -101,8 +101,6 @@ def default_type(status: int) -> str:
         return "authentication_error"
     if status == 403:
         return "permission_error"
-    if status == 404:
-        return "invalid_request_error"
     if status == 429:
         return "rate_limit_error"
     if status >= 500:
