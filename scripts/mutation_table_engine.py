@@ -16,7 +16,10 @@ ENGINE_MODULES: dict[str, list[str]] = {
     # the plan's tests compile through llguidance on a tiny tokenizer (no model); the engine's and the
     # adapter's structured tests load a model and generate, seconds a mutant
     "engine/structured/plan.py": ["tests/engine/test_structured_plan*.py"],
-    "engine/structured/grammars.py": ["tests/engine/test_structured_plan*.py"],
+    "engine/structured/grammars.py": [
+        "tests/engine/test_structured_grammars.py",
+        "tests/engine/test_structured_plan*.py",
+    ],
     # the tool-call property tests and the promises' engine runs are left out: a minute or more per mutant here
     "engine/text/tool_parser.py": ["tests/engine/test_text_tool_parser.py"],
     "engine/text/hermes_format.py": ["tests/engine/test_text_forced_tool_calls.py"],
