@@ -57,3 +57,20 @@ def test_keys_needs_a_subcommand():
     register(parser.add_subparsers(dest="command", required=True))
     with pytest.raises(SystemExit):
         parser.parse_args(["keys"])
+
+
+def test_the_help_says_what_each_command_and_option_does(capsys):
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="command", required=True))
+    for argv in (["--help"], ["keys", "--help"], ["keys", "create", "--help"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for text in (
+        "manage API keys",
+        "print a new API key and its SHA-256 digest",
+        "also print a config entry for this tenant",
+        "a name for the key (shown in logs and metrics)",
+        "print one JSON object",
+    ):
+        assert text in shown
