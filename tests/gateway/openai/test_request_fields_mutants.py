@@ -10,7 +10,9 @@ from adapters.errors import GatewayError
 from gateway.openai.request_fields import (
     invalid_type,
     logit_bias,
+    out_of_range,
     sampling_params,
+    shown,
     shown_key,
     stop_sequences,
     stream_options,
@@ -115,3 +117,49 @@ def test_each_sampling_field_at_inside_and_past_its_range(name, inside, edges, p
 
 def test_sampling_carries_max_tokens():
     assert sampling_params({}, max_tokens=7).max_tokens == 7
+
+
+def test_n_and_min_tokens_default_and_their_ranges():
+    assert (sampling_params({}, max_tokens=None).n, sampling_params({}, max_tokens=None).min_tokens) == (1, 0)
+    assert sampling_params({"min_tokens": 1 << 31}, max_tokens=None).min_tokens == 1 << 31
+    assert refusal(sampling_params, {"min_tokens": (1 << 31) + 1}, max_tokens=None).param == "min_tokens"
+
+
+@pytest.mark.parametrize(
+    ("kind", "lo", "hi", "value", "message", "code"),
+    [
+        ("integer", 1, 128, 0, "integer below minimum value. Expected a value >= 1, but got 0 instead.", "below_min"),
+        (
+            "integer",
+            1,
+            128,
+            129,
+            "integer above maximum value. Expected a value <= 128, but got 129 instead.",
+            "above_max",
+        ),
+        (
+            "decimal",
+            0,
+            2.5,
+            -0.5,
+            "decimal below minimum value. Expected a value >= 0, but got -0.5 instead.",
+            "below_min",
+        ),
+        ("decimal", 0, 2.5, 3, "decimal above maximum value. Expected a value <= 2.5, but got 3 instead.", "above_max"),
+    ],
+)
+def test_out_of_range_names_the_bound_crossed(kind, lo, hi, value, message, code):
+    err = out_of_range("f", kind, lo, hi, value)
+    assert (err.param, err.code, err.message) == ("f", f"{kind}_{code}_value", f"Invalid 'f': {message}")
+
+
+def test_a_value_at_the_lower_bound_is_not_below_it():
+    assert out_of_range("f", "integer", 1, 128, 1).code == "integer_above_max_value"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [({"a": 1}, "dict"), ([1], "list"), ("v" * 62, repr("v" * 62)), ("v" * 63, repr("v" * 63)[:61] + "...")],
+)
+def test_a_shown_value_is_its_repr_or_its_container_type_clipped_at_64(value, text):
+    assert shown(value) == text
