@@ -8,9 +8,15 @@ import pytest
 
 from adapters.errors import GatewayError
 from gateway.openai.request_fields import (
+    boolean,
+    integer,
     invalid_type,
     logit_bias,
+    model_name,
+    number,
     out_of_range,
+    query_int,
+    refuse_unknown,
     sampling_params,
     shown,
     shown_key,
@@ -163,3 +169,37 @@ def test_a_value_at_the_lower_bound_is_not_below_it():
 )
 def test_a_shown_value_is_its_repr_or_its_container_type_clipped_at_64(value, text):
     assert shown(value) == text
+
+
+def test_number_integer_and_query_int_refusals_say_what_was_expected_and_got():
+    body = {"t": "hot", "i": 1.5, "q": 3.0}
+    assert (
+        refusal(number, body, "t", 0, 2).message
+        == "Invalid type for 't': expected a decimal, but got a string instead."
+    )
+    assert refusal(number, {"t": 3}, "t", 0, 2).code == "decimal_above_max_value"
+    assert refusal(integer, body, "i", 0, 9).message == (
+        "Invalid type for 'i': expected an integer, but got a decimal instead."
+    )
+    assert integer(body, "q", 0, 9) == 3
+    assert refusal(query_int, "x1", "limit", 1, 100).message == (
+        "Invalid type for 'limit': expected an integer, but got a string instead."
+    )
+    assert refusal(query_int, "0", "limit", 1, 100).code == "integer_below_min_value"
+    long = refusal(query_int, "00000100", "limit", 1, 100)  # more digits than the limit has: past it
+    assert long.message == (
+        "Invalid 'limit': integer above maximum value. Expected a value <= 100, but got 101 instead."
+    )
+
+
+def test_boolean_and_model_refusals():
+    err = refusal(boolean, {"stream": "yes"}, "stream")
+    assert (err.param, err.message) == ("stream", "'stream' must be a boolean, not str.")
+    err = refusal(model_name, {"model": ""})
+    assert (err.param, err.message) == ("model", "'model' is required and must be a non-empty string.")
+
+
+def test_unknown_fields_are_refused_only_under_reject():
+    refuse_unknown((), "reject")
+    refuse_unknown(("x",), "pass")
+    assert refusal(refuse_unknown, ("x", "y"), "reject").param == "x"
