@@ -123,10 +123,12 @@ def test_each_sampling_field_at_inside_and_past_its_range(name, inside, edges, p
 
 def test_sampling_carries_max_tokens():
     assert sampling_params({}, max_tokens=7).max_tokens == 7
+    assert sampling_params({"temperature": 1}, max_tokens=7).max_tokens == 7  # past the fast path too
 
 
 def test_n_and_min_tokens_default_and_their_ranges():
-    assert (sampling_params({}, max_tokens=None).n, sampling_params({}, max_tokens=None).min_tokens) == (1, 0)
+    for body in ({}, {"temperature": 1}):  # the fast path for a body without sampling fields, and the reader
+        assert (sampling_params(body, max_tokens=None).n, sampling_params(body, max_tokens=None).min_tokens) == (1, 0)
     assert sampling_params({"min_tokens": 1 << 31}, max_tokens=None).min_tokens == 1 << 31
     assert refusal(sampling_params, {"min_tokens": (1 << 31) + 1}, max_tokens=None).param == "min_tokens"
 
@@ -156,6 +158,9 @@ def test_n_and_min_tokens_default_and_their_ranges():
 )
 def test_out_of_range_names_the_bound_crossed(kind, lo, hi, value, message, code):
     err = out_of_range("f", kind, lo, hi, value)
+    assert out_of_range("f", "integer", 0, 1 << 31, 1 << 32).message.endswith(
+        "<= 2147483648, but got 4294967296 instead."
+    )
     assert (err.param, err.code, err.message) == ("f", f"{kind}_{code}_value", f"Invalid 'f': {message}")
 
 
