@@ -264,7 +264,7 @@ MODULES.update(
         "policies/cli.py": ["tests/policies/test_cli*.py"],
         # the rollout's analysis and state: plain data, judged by their own in-process tests
         "policies/rollout.py": ["tests/policies/test_rollout.py", "tests/policies/test_rollout_state.py"],
-        "policies/rollout_assign.py": ["tests/policies/test_rollout_assign.py"],
+        "policies/rollout_assign.py": ["tests/policies/test_rollout_assign*.py"],
         "policies/rollout_records.py": ["tests/policies/test_rollout*.py"],
         "policies/rollout_state.py": ["tests/policies/test_rollout_state.py"],
         "policies/redact.py": ["tests/policies/test_redact*.py"],
