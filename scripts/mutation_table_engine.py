@@ -33,6 +33,8 @@ ENGINE_NOTES: dict[str, str] = {
     "engine/sampler.py": "Judged by tests/engine/test_sampler_mutants.py (hand-made logits, no model; 2026-12-02). "
     "Below the goal only through equivalent mutants (docs/mutation/survivors/m1.toml): on CPU a dropped or None "
     "device, a dtype torch infers the same, dim +1 on 2-D tensors and float('-INF') change nothing.",
+    "engine/text/hermes_format.py": "No mutants: the module is the format's literals and dataclasses, none of which "
+    "mutmut mutates; the 100% says nothing was measured (the forced reader's tests pin the literals).",
 }
 
 # (multiplier, constant) of the per-mutant timeout: a mutant handing llguidance a None schema hangs in it
