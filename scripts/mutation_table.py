@@ -327,7 +327,6 @@ MODULES.update(
         "engine/config.py": ["tests/engine/test_config.py"],
         "engine/gguf_export.py": ["tests/engine/test_gguf_export.py"],
         "engine/llm_engine.py": ["tests/engine/test_engine_greedy.py", "tests/engine/test_async_engine.py"],
-        "engine/metrics.py": ["tests/engine/test_metrics.py"],
         "engine/model.py": ["tests/engine/test_engine_greedy.py"],
         "engine/model_runner.py": ["tests/engine/test_engine_greedy.py"],
         "engine/pooling.py": ["tests/engine/test_pooling.py"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 ENGINE_MODULES: dict[str, list[str]] = {
     # its own tests on hand-made logits; test_sampling.py shows the same through a model, seconds a mutant
     "engine/sampler.py": ["tests/engine/test_sampler_mutants.py"],
+    "engine/metrics.py": ["tests/engine/test_metrics*.py"],
     "engine/sequence.py": ["tests/engine/test_sequence.py", "tests/engine/test_scheduler*.py"],
     # a scripted grammar engine (error_of); the plan's tests reach them through llguidance
     "engine/structured/errors.py": ["tests/engine/test_structured_locate.py"],
