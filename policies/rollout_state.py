@@ -7,11 +7,14 @@ docs/rollouts.md, "The state machine".
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
+
+from pydantic import Field, field_validator
 
 from policies.rollout import Decision, GateLimits, WindowVerdict
 from policies.rollout_records import NO_ROLLOUT, TrackShares
+from policies.settings import Settings
 
 Phase = Literal["pending", "preflight", "step", "paused", "promoted", "rolled_back"]
 FINAL: frozenset[str] = frozenset({"promoted", "rolled_back"})
@@ -19,34 +22,55 @@ ACTIONS = ("start", "pause", "resume", "promote", "abort")
 HISTORY_MAX = 20  # window decisions kept in the state (what the flap rule and the admin API read)
 
 
-@dataclass(frozen=True)
-class Plan:
-    """A rollout as configured: `steps` are candidate shares in (0, 1] in rising order
-    (0 allowed first: a mirror-only step); `mirror` the share of stable requests copied
-    to the candidate while a step runs; `auto_start`: start without an admin call;
-    `preflight`: run the conformance suite against the candidate first;
+DEFAULT_STEPS = (0.01, 0.05, 0.25, 0.5, 1.0)
+
+
+class MirrorSettings(Settings):
+    """Copies of stable requests sent to the candidate, compared and discarded: `share` of
+    the stable requests while a step runs, at most `max_inflight` copies at once in one
+    process (gateway/serving/mirror.py: a copy past it is dropped and counted, never queued)."""
+
+    share: float = Field(0.0, ge=0, le=1)
+    max_inflight: int = Field(8, ge=1)
+
+
+class PlanSettings(Settings):
+    """A rollout's settings, the one owner of their defaults and bounds: the config's
+    `models.<name>.rollout` is this type (gateway/config/rollout.py adds `sticky`).
+    `steps`: the candidate's share at each step; `auto_start`: start without an admin
+    call; `preflight`: run the conformance suite against the candidate first;
     `pause_after_holds`: held windows in a row (too few samples) after which a human
     decides; `flap_windows`: held windows in a row whose verdicts flipped every window
     (`flapped`) after which a human decides."""
 
-    rollout_id: str
-    steps: tuple[float, ...] = (0.01, 0.05, 0.25, 0.5, 1.0)
-    mirror: float = 0.0
-    gates: GateLimits = field(default_factory=GateLimits)
-    window_s: float = 60.0  # the analysis window
-    min_samples: int = 20  # per track and gate in a window before a verdict
+    steps: tuple[float, ...] = Field(DEFAULT_STEPS, min_length=1)
+    mirror: MirrorSettings = Field(default_factory=MirrorSettings)
+    gates: GateLimits = Field(default_factory=GateLimits)
+    window_s: float = Field(60.0, gt=0)  # the analysis window
+    min_samples: int = Field(20, ge=1)  # per track and gate in a window before a verdict
     auto_start: bool = True
     preflight: bool = False
-    pause_after_holds: int = 10
-    flap_windows: int = 4
+    pause_after_holds: int = Field(10, ge=1)
+    flap_windows: int = Field(4, ge=2)
 
-    def __post_init__(self) -> None:
-        if not self.steps:
-            raise ValueError("a rollout needs at least one step")
-        if any(not 0.0 <= s <= 1.0 for s in self.steps) or list(self.steps) != sorted(self.steps):
-            raise ValueError("steps are shares in [0, 1] in rising order")
-        if not 0.0 <= self.mirror <= 1.0:
-            raise ValueError("mirror is a share in [0, 1]")
+    @field_validator("steps")
+    @classmethod
+    def _increasing(cls, steps: tuple[float, ...]) -> tuple[float, ...]:
+        """The steps rule: each a share in (0, 1], a first 0 allowed (a mirror-only step:
+        the candidate serves no client yet), strictly increasing."""
+        shown = list(steps)
+        if any(not 0 < s <= 1 for s in steps[1:]) or not 0 <= steps[0] <= 1:
+            raise ValueError(f"steps {shown}: each is a share of traffic in (0, 1] (a first 0: mirror only)")
+        if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+            raise ValueError(f"steps {shown} must increase")
+        return steps
+
+
+class Plan(PlanSettings):
+    """A rollout as configured, named by `rollout_id` (gateway/lifecycle/rollout.py
+    `plans_of`: a digest of the config block)."""
+
+    rollout_id: str
 
 
 @dataclass(frozen=True)
@@ -107,7 +131,7 @@ def shares(plan: Plan, state: RolloutState | None) -> TrackShares:
     live = state.phase == "step" or (state.phase == "paused" and state.resume_to == "step")
     if not live:
         return NO_ROLLOUT
-    return TrackShares(candidate=plan.steps[state.step], mirror=plan.mirror)
+    return TrackShares(candidate=plan.steps[state.step], mirror=plan.mirror.share)
 
 
 def share(plan: Plan, state: RolloutState) -> float:

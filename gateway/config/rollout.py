@@ -1,7 +1,7 @@
 """A model's rollout: its backends split into a `stable` and a `candidate` track
-(`BackendConfig.track`), and `models.<name>.rollout`: the steps of traffic share the
-candidate climbs, the mirror, how assignment sticks, the analysis window and the gates
-(the policy's own `GateLimits`). `rollout_problem` checks that a model's tracks and its
+(`BackendConfig.track`), and `models.<name>.rollout`: the policy's plan settings
+(policies/rollout_state.py `PlanSettings`: steps, mirror, window, gates, the controller's
+options) and how assignment sticks. `rollout_problem` checks that a model's tracks and its
 rollout block agree.
 """
 
@@ -12,53 +12,20 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from gateway.config.section import StrictSection
-from policies.rollout import GateLimits
 from policies.rollout_records import Track
+from policies.rollout_state import PlanSettings
 
 StickyKey = Literal["session", "tenant"]
-DEFAULT_STEPS = (0.01, 0.05, 0.25, 0.5, 1.0)
 DEFAULT_STICKY: tuple[StickyKey, ...] = ("session",)
 
 
-class MirrorConfig(StrictSection):
-    """Copies of stable requests sent to the candidate, compared and discarded:
-    `share` of the stable requests, at most `max_inflight` copies at once (a copy past
-    it is dropped and counted, never queued)."""
+class RolloutConfig(PlanSettings):
+    """`models.<name>.rollout`: the policy's own `PlanSettings` (the steps rule, the other
+    fields' defaults and bounds are its) and what keeps a client on one track."""
 
-    share: float = Field(0.0, ge=0, le=1)
-    max_inflight: int = Field(8, ge=1)
-
-
-class RolloutConfig(StrictSection):
-    """`models.<name>.rollout`."""
-
-    # The candidate's share of assignment keys at each step, increasing, each in (0, 1];
-    # a first step of 0 is a mirror-only step (the candidate serves no client yet).
-    steps: list[float] = Field(default_factory=lambda: list(DEFAULT_STEPS), min_length=1)
-    mirror: MirrorConfig = Field(default_factory=MirrorConfig)
-    # What keeps a client on one track: its session keys (policies/session.py's sources)
-    # and/or its tenant; a request with neither is drawn on its own.
+    # Its session keys (policies/session.py's sources) and/or its tenant; a request with
+    # neither is drawn on its own.
     sticky: list[StickyKey] = Field(default_factory=lambda: list(DEFAULT_STICKY))
-    window_s: float = Field(60.0, gt=0)  # the analysis window
-    min_samples: int = Field(20, ge=1)  # per track and gate in a window before any verdict
-    gates: GateLimits = Field(default_factory=GateLimits)  # the policy's own type
-    # The controller's (docs/rollouts.md): start without an admin call; run the conformance
-    # suite against the candidate first; held windows in a row, or held windows whose
-    # verdicts flapped, after which a human decides.
-    auto_start: bool = True
-    preflight: bool = False
-    pause_after_holds: int = Field(10, ge=1)
-    flap_windows: int = Field(4, ge=2)
-
-    @field_validator("steps")
-    @classmethod
-    def _increasing(cls, steps: list[float]) -> list[float]:
-        if any(not 0 < s <= 1 for s in steps[1:]) or not 0 <= steps[0] <= 1:
-            raise ValueError(f"steps {steps}: each is a share of traffic in (0, 1] (a first 0: mirror only)")
-        if any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
-            raise ValueError(f"steps {steps} must increase")
-        return steps
 
     @field_validator("sticky")
     @classmethod

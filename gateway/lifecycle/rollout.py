@@ -27,7 +27,16 @@ from gateway.observe.rollout_metrics import RolloutMetrics
 from policies.quota_health import stop_task
 from policies.rollout import analyse
 from policies.rollout_records import NO_ROLLOUT, MirrorComparison, TrackRecord, TrackShares
-from policies.rollout_state import Emitted, Plan, RolloutState, TransitionRefused, act, preflight_done, shares
+from policies.rollout_state import (
+    Emitted,
+    Plan,
+    PlanSettings,
+    RolloutState,
+    TransitionRefused,
+    act,
+    preflight_done,
+    shares,
+)
 from policies.rollout_state import window_closed as judge_window
 from stores.rollout_memory import MemoryRolloutStore
 from stores.rollout_redis import RedisRolloutStore
@@ -147,7 +156,7 @@ class RolloutController:
             return
         got = await self.store.window(model, plan.rollout_id, window)
         verdict = analyse(
-            got.records, got.comparisons, plan.gates, mirror_on=plan.mirror > 0, min_samples=plan.min_samples
+            got.records, got.comparisons, plan.gates, mirror_on=plan.mirror.share > 0, min_samples=plan.min_samples
         )
         new, events = judge_window(plan, state, window, verdict, now)
         if not await self._apply(model, plan, state, new, events):
@@ -322,9 +331,5 @@ def plans_of(config: GatewayConfig) -> dict[str, Plan]:
         data = block.model_dump(mode="json")
         backends = [b.model_dump(mode="json") for b in model.backends if getattr(b, "track", "") == "candidate"]
         rollout_id = hashlib.sha256(orjson.dumps([data, backends], option=orjson.OPT_SORT_KEYS)).hexdigest()[:12]
-        options = {
-            k: data[k]
-            for k in ("window_s", "min_samples", "auto_start", "preflight", "pause_after_holds", "flap_windows")
-        }
-        plans[name] = Plan(rollout_id, tuple(data["steps"]), data["mirror"]["share"], block.gates, **options)
+        plans[name] = Plan(rollout_id=rollout_id, **{k: getattr(block, k) for k in PlanSettings.model_fields})
     return plans

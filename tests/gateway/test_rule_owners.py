@@ -209,3 +209,33 @@ def test_the_model_is_checked_by_the_front_door():
         "gateway/openai/responses/routes.py",
         "gateway/protection/gate.py",
     }
+
+
+# ---- rollouts ------------------------------------------------------------------------------------
+
+
+def mentions(node: ast.AST, name: str) -> bool:
+    return any(
+        (isinstance(n, ast.Name) and n.id == name) or (isinstance(n, ast.Attribute) and n.attr == name)
+        for n in ast.walk(node)
+    )
+
+
+def test_the_rollout_steps_rule_has_one_owner():
+    # policies/rollout_state.py `PlanSettings`: a rollout's steps are declared, bounded and
+    # ordered there only; the config's block is that type, the controller reads its steps.
+    def decides_steps(node: ast.AST) -> bool:
+        if isinstance(node, ast.AnnAssign):  # a second `steps` field
+            return isinstance(node.target, ast.Name) and node.target.id == "steps"
+        if any(called(node, v) for v in ("field_validator", "validator", "model_validator")):
+            assert isinstance(node, ast.Call)  # a validator of `steps`
+            return any(constant(a, "steps") for a in node.args)
+        if called(node, "sorted"):  # their order
+            assert isinstance(node, ast.Call)
+            return any(mentions(a, "steps") for a in node.args)
+        if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):  # each one judged
+            over_steps = any(mentions(g.iter, "steps") for g in node.generators)
+            return over_steps and any(isinstance(n, ast.Compare) for n in ast.walk(node.elt))
+        return False
+
+    assert where(decides_steps) == {"policies/rollout_state.py"}

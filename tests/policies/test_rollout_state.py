@@ -20,7 +20,7 @@ from policies.rollout_state import (
     window_closed,
 )
 
-PLAN = Plan("r1", steps=(0.1, 0.5, 1.0), mirror=0.2, pause_after_holds=3, flap_windows=3)
+PLAN = Plan(rollout_id="r1", steps=(0.1, 0.5, 1.0), mirror={"share": 0.2}, pause_after_holds=3, flap_windows=3)
 
 
 def verdict(*pairs: tuple[str, str]) -> WindowVerdict:
@@ -55,7 +55,7 @@ def test_passing_windows_promote_step_by_step_to_the_end():
     state, events = window_closed(PLAN, state, 6, PASS, 3.0)
     assert state.phase == "promoted" and events[0].kind == "completed"
     assert shares(PLAN, state) == TrackShares(candidate=1.0, mirror=0.0)
-    partial = Plan("r1", steps=(0.1, 0.5))  # a rollout may end short of everything
+    partial = Plan(rollout_id="r1", steps=(0.1, 0.5))  # a rollout may end short of everything
     state, _ = window_closed(partial, started(partial), 5, PASS, 2.0)
     assert state.phase == "step" and shares(partial, state).candidate == 0.5
     state, _ = window_closed(partial, state, 6, PASS, 3.0)
@@ -63,7 +63,7 @@ def test_passing_windows_promote_step_by_step_to_the_end():
 
 
 def test_a_single_step_of_everything_is_promoted_at_start():
-    plan = Plan("r1", steps=(1.0,))
+    plan = Plan(rollout_id="r1", steps=(1.0,))
     state, events = act(plan, RolloutState("r1"), "start", 1.0)
     assert state.phase == "promoted" and events[0].kind == "completed"
 
@@ -95,7 +95,7 @@ def test_holds_in_a_row_pause_for_a_human_and_resume_where_they_were():
 
 
 def test_a_verdict_that_flaps_pauses_before_the_hold_limit():
-    plan = Plan("r1", steps=(0.1, 1.0), pause_after_holds=10, flap_windows=3)
+    plan = Plan(rollout_id="r1", steps=(0.1, 1.0), pause_after_holds=10, flap_windows=3)
     state = started(plan)
     for window, v in enumerate((HOLD, HOLD_OTHER, HOLD), start=1):
         state, _ = window_closed(plan, state, window, v, 2.0)
@@ -134,7 +134,7 @@ def test_refusals_name_what_is_wrong():
 
 
 def test_preflight_gates_the_first_step():
-    plan = Plan("r1", steps=(0.1, 1.0), preflight=True)
+    plan = Plan(rollout_id="r1", steps=(0.1, 1.0), preflight=True)
     state, _ = act(plan, RolloutState("r1"), "start", 1.0)
     assert state.phase == "preflight" and shares(plan, state) == NO_ROLLOUT
     refused, events = preflight_done(plan, state, ("streaming.done_marker",), 2.0)
@@ -156,11 +156,15 @@ def test_state_round_trips_through_a_dict():
 
 def test_plans_refuse_nonsense():
     with pytest.raises(ValueError):
-        Plan("r", steps=())
+        Plan(rollout_id="r", steps=())
     with pytest.raises(ValueError):
-        Plan("r", steps=(0.5, 0.1))
+        Plan(rollout_id="r", steps=(0.5, 0.1))
     with pytest.raises(ValueError):
-        Plan("r", mirror=1.5)
+        Plan(rollout_id="r", mirror={"share": 1.5})
+    # The steps rule is the config's (one owner): equal steps and a later 0 are refused too.
+    for steps in ((0.5, 0.5), (0.5, 0.0), (1.5,)):
+        with pytest.raises(ValueError, match=r"steps \["):
+            Plan(rollout_id="r", steps=steps)
 
 
 EVENTS = st.one_of(
@@ -196,7 +200,7 @@ def test_any_event_sequence_keeps_the_invariants(events):
 
 
 def test_a_steps_first_judged_window_is_the_next_whole_one():
-    plan = Plan("r1", steps=(0.1, 0.5, 1.0))  # 60 s windows
+    plan = Plan(rollout_id="r1", steps=(0.1, 0.5, 1.0))  # 60 s windows
     state, _ = act(plan, RolloutState("r1"), "start", 125.0)  # window 2 in progress
     assert state.window == 2
     same, _ = window_closed(plan, state, 2, PASS, 130.0)

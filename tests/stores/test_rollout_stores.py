@@ -46,7 +46,7 @@ async def test_ensure_creates_a_pending_state_once(store):
 
 
 async def test_a_new_rollout_id_replaces_the_state_with_a_later_version(store):
-    plan = Plan("r1")
+    plan = Plan(rollout_id="r1")
     state = await store.ensure("m", "r1", 1.0)
     moved, _ = act(plan, state, "start", 2.0)
     assert await store.swap("m", state.version, moved)
@@ -59,7 +59,7 @@ async def test_a_new_rollout_id_replaces_the_state_with_a_later_version(store):
 
 
 async def test_two_replicas_racing_apply_one_transition(store):
-    plan = Plan("r1")
+    plan = Plan(rollout_id="r1")
     state = await store.ensure("m", "r1", 1.0)
     a, _ = act(plan, state, "start", 2.0)
     b, _ = act(plan, state, "abort", 2.0)
@@ -151,7 +151,7 @@ async def test_a_stopped_redis_is_unavailable(redis_server):
 
 
 async def test_state_survives_in_redis_for_a_new_client(redis_server):
-    plan = Plan("r1")
+    plan = Plan(rollout_id="r1")
     a = RedisRolloutStore(redis_server.url, key_prefix="t")
     state = await a.ensure("m", "r1", 1.0)
     moved, _ = act(plan, state, "start", 2.0)

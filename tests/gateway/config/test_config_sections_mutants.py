@@ -186,8 +186,8 @@ def test_the_response_stores_kind_follows_the_quota_store_and_several_workers_ar
 
 
 def test_a_rollouts_steps_are_shares_that_increase_with_a_first_zero_allowed():
-    assert RolloutConfig(steps=[0, 0.5, 1]).steps == [0, 0.5, 1]
-    assert RolloutConfig(steps=[1]).steps == [1]
+    assert RolloutConfig(steps=[0, 0.5, 1]).steps == (0, 0.5, 1)
+    assert RolloutConfig(steps=[1]).steps == (1,)
     for steps in ([0.5, 0], [0, 1.5], [-0.1, 1], [1.01], [0.5, 0.5], [0.6, 0.5]):
         with pytest.raises(ValidationError, match=r"steps \["):
             RolloutConfig(steps=steps)

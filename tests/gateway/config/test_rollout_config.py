@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from gateway.config.rollout import DEFAULT_STEPS
 from gateway.config.schema import parse_config
 from gateway.lifecycle.rollout import RolloutController, plans_of
 from gateway.observe.rollout_metrics import RolloutMetrics
 from policies.rollout import GateLimits
 from policies.rollout_records import NO_ROLLOUT, TrackShares
+from policies.rollout_state import DEFAULT_STEPS
 from stores.rollout_memory import MemoryRolloutStore
 
 VLLM = {"adapter": "vllm", "url": "http://127.0.0.1:8000"}
@@ -27,7 +27,7 @@ def test_a_rollout_block_takes_its_defaults():
     config = parse_config(fleet())
     rollout = config.models["m"].rollout
     assert rollout is not None
-    assert tuple(rollout.steps) == DEFAULT_STEPS and rollout.sticky == ["session"]
+    assert rollout.steps == DEFAULT_STEPS and rollout.sticky == ["session"]
     assert rollout.mirror.share == 0.0 and rollout.mirror.max_inflight == 8
     assert rollout.window_s == 60.0 and rollout.min_samples == 20
     assert rollout.auto_start and not rollout.preflight
@@ -46,7 +46,7 @@ def test_the_gates_are_set_field_by_field():
 
 def test_a_first_step_of_zero_is_a_mirror_only_step():
     rollout = parse_config(fleet(steps=[0, 0.5], mirror={"share": 1.0})).models["m"].rollout
-    assert rollout is not None and rollout.steps == [0, 0.5] and rollout.mirror.share == 1.0
+    assert rollout is not None and rollout.steps == (0, 0.5) and rollout.mirror.share == 1.0
 
 
 async def started(config_data: dict) -> tuple[RolloutController, dict]:

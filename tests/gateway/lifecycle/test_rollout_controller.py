@@ -21,7 +21,7 @@ from stores.rollout_store import RolloutStoreUnavailable
 from tests.manual_clock import Clock
 
 W = 2.0
-PLAN = Plan("r1", steps=(0.1, 0.5, 1.0), mirror=0.1, window_s=W, min_samples=10)
+PLAN = Plan(rollout_id="r1", steps=(0.1, 0.5, 1.0), mirror={"share": 0.1}, window_s=W, min_samples=10)
 
 
 def controller(store, clock, plans=None, replica=None):
@@ -114,7 +114,7 @@ async def test_a_failing_candidate_is_rolled_back_in_its_first_window_with_the_e
 
 
 async def test_too_few_candidate_requests_hold_then_pause_for_a_human(redis_store):
-    plan = Plan("r1", steps=(0.1, 1.0), window_s=W, min_samples=10, pause_after_holds=2)
+    plan = Plan(rollout_id="r1", steps=(0.1, 1.0), window_s=W, min_samples=10, pause_after_holds=2)
     clock = Clock(1001.0)
     c = controller(redis_store(), clock, {"m": plan})
     await c.tick()
@@ -160,7 +160,7 @@ async def test_a_restarted_replica_and_a_reload_keep_the_rollout_and_a_changed_b
     await restarted.tick()
     assert restarted.shares("m").candidate == 0.5
     plans["m"] = Plan(
-        "r2", steps=(0.2, 1.0), window_s=PLAN.window_s, min_samples=PLAN.min_samples
+        rollout_id="r2", steps=(0.2, 1.0), window_s=PLAN.window_s, min_samples=PLAN.min_samples
     )  # a changed rollout block
     await restarted.tick()
     status = await restarted.status("m")
@@ -221,7 +221,7 @@ async def test_records_of_models_without_a_rollout_are_dropped_and_buffers_are_b
 
 async def test_a_preflight_without_a_runner_refuses_the_rollout_by_name():
     clock = Clock(1001.0)
-    plan = Plan("r1", steps=(0.1, 1.0), preflight=True, window_s=W)
+    plan = Plan(rollout_id="r1", steps=(0.1, 1.0), preflight=True, window_s=W)
     c = controller(MemoryRolloutStore(clock), clock, {"m": plan})
     await c.tick()
     await c.tick()

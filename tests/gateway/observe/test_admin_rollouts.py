@@ -19,7 +19,7 @@ from stores.rollout_memory import MemoryRolloutStore
 from tests.manual_clock import Clock
 
 ADMIN = {"Authorization": "Bearer admin-key"}
-PLANS = {"org/m": Plan("r1", steps=(0.1, 1.0), auto_start=False, window_s=2.0)}
+PLANS = {"org/m": Plan(rollout_id="r1", steps=(0.1, 1.0), auto_start=False, window_s=2.0)}
 
 
 def app_of(config_data):
