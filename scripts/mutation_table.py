@@ -155,6 +155,7 @@ MODULES: dict[str, list[str]] = {
         for name in ("request", "request_options", "input_items", "answer", "output", "encoder", "conversation")
     },
     "adapters/http_client.py": ["tests/adapters/test_http_client*.py"],
+    "adapters/http_slots.py": ["tests/adapters/test_http_client_slots.py"],
     "policies/retry_budget.py": ["tests/policies/test_retry_budget.py"],
     "policies/settings.py": ["tests/policies/test_settings.py"],
     # the tool-call property tests are left out: hypothesis runs cost about a minute per mutant here

@@ -66,3 +66,21 @@ async def test_a_full_pools_wait_past_pool_wait_is_a_pool_timeout_and_holds_noth
     assert info.value.waited_s == 0.01 and not pool._slots.waiters
     pool._slots.release()
     assert pool._slots.free == 1
+
+
+async def test_every_release_nobody_waits_for_adds_one_free_slot() -> None:
+    slots = Slots(2)
+    slots.release()
+    slots.release()
+    assert slots.free == 4
+
+
+async def test_a_waiter_cancelled_and_skipped_by_a_release_before_it_runs_only_leaves() -> None:
+    slots = Slots(0)
+    task = asyncio.create_task(slots.wait(1.0))
+    await asyncio.sleep(0)
+    task.cancel()  # its slot future is cancelled now...
+    slots.release()  # ...so this release skips it (and takes it off the queue) before the waiter runs again
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert slots.free == 1 and not slots.waiters
