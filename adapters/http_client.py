@@ -39,6 +39,11 @@ class PoolTimeout(HTTPError):
         super().__init__(message)
         self.waited_s = waited_s
 
+    @classmethod
+    def full(cls, limit: int, where: str, waited_s: float) -> PoolTimeout:
+        """The pool of `limit` connections to `where` (host:port) stayed full (http and https)."""
+        return cls(f"all {limit} connections to {where} stayed in use for {waited_s:g} s", waited_s)
+
 
 class ReadTimeout(HTTPError):
     """The server sent nothing for longer than allowed: before the first byte of
@@ -352,10 +357,7 @@ class ConnectionPool:
             try:
                 await slots.wait(self.pool_wait)
             except TimeoutError:
-                raise PoolTimeout(
-                    f"all {self.limit} connections to {self.host}:{self.port} stayed in use for {self.pool_wait:g} s",
-                    self.pool_wait or 0.0,
-                ) from None
+                raise PoolTimeout.full(self.limit, f"{self.host}:{self.port}", self.pool_wait or 0.0) from None
         while self._idle:
             conn = self._idle.pop()
             if not conn.closed:

@@ -1,4 +1,5 @@
-"""The connection slots of one pool of the fast client (adapters/http_client.py):
+"""The connection slots of one pool of the fast client (adapters/http_client.py), and of
+an https transport's POSTs (adapters/transport.py):
 how many are free and the requests waiting for one, first come first served. A
 semaphore's rules without its per-call checks: the pool takes a free slot itself
 (`free > 0 and not waiters`, one comparison) and waits here only when there is none."""
@@ -16,6 +17,13 @@ class Slots:
     def __init__(self, limit: int) -> None:
         self.free = limit
         self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def take(self, timeout: float | None) -> None:
+        """One slot: a free one at once, else a wait of at most `timeout` (TimeoutError)."""
+        if self.free > 0 and not self.waiters:
+            self.free -= 1
+        else:
+            await self.wait(timeout)
 
     async def wait(self, timeout: float | None) -> None:
         """Wait for a released slot, at most `timeout` seconds (None: no limit;

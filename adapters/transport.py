@@ -23,6 +23,7 @@ import orjson
 from adapters.dialect import Call
 from adapters.errors import GatewayError, upstream_busy, upstream_failed, upstream_timeout, upstream_unavailable
 from adapters.http_client import ConnectionPool, HTTPError, PoolTimeout, ReadTimeout
+from adapters.http_slots import Slots
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,11 @@ class Transport:
         self._max_connections = max_connections
         parts = urlsplit(self.base_url)
         self._root = parts.path.rstrip("/")
+        # https POSTs hold one of these from the request until release/close, as the fast
+        # client's pool does for http: a full pool is the same `backend_busy` either way.
+        self._slots = Slots(max_connections)
+        self._pool_wait_s = pool_wait_s
+        self._where = parts.netloc
         self._pool = (
             ConnectionPool(
                 self.base_url, limit=max_connections, pool_wait=pool_wait_s, connect_timeout=connect_timeout_s
@@ -93,18 +99,26 @@ class Transport:
                 return await self._pool.request(
                     "POST", self._root + path, body, headers, first_byte=first_byte, idle=idle
                 )
-            # aiohttp has one read limit per request: a stream's first-byte limit.
-            resp = await self.session.post(
-                self.base_url + path, data=body, headers=headers, timeout=self._timeout(max(first_byte, idle))
-            )
-            return _AiohttpResponse(resp)
+            try:
+                await self._slots.take(self._pool_wait_s)
+            except TimeoutError:
+                raise PoolTimeout.full(self._max_connections, self._where, self._pool_wait_s) from None
+            try:
+                # aiohttp has one read limit per request: a stream's first-byte limit.
+                resp = await self.session.post(
+                    self.base_url + path, data=body, headers=headers, timeout=self._timeout(max(first_byte, idle))
+                )
+            except BaseException:
+                self._slots.release()
+                raise
+            return _AiohttpResponse(resp, self._slots)
         except PoolTimeout as exc:
             raise upstream_busy(self.backend, str(exc), exc.waited_s) from None
         except ReadTimeout as exc:
             raise upstream_timeout(self.backend, str(exc), exc.limit_s, first_byte=True) from None
         except aiohttp.ConnectionTimeoutError as exc:
-            # https: no connection within its limit is unavailable, as on http (the fast
-            # client's ConnectError below), not a timeout of an answer (a TimeoutError too).
+            # https: no connection within connect_timeout_s is unavailable, as on http (the
+            # fast client's ConnectError below), not a timeout of an answer (a TimeoutError too).
             raise upstream_unavailable(self.backend, str(exc) or "connect timed out") from None
         except TimeoutError as exc:
             raise upstream_timeout(self.backend, str(exc) or "timeout", first_byte, first_byte=True) from None
@@ -169,11 +183,13 @@ class Transport:
 
 
 class _AiohttpResponse:
-    """An aiohttp response behind the fast client's Response interface (https)."""
+    """An aiohttp response behind the fast client's Response interface (https); it holds
+    one of its transport's slots until released or closed."""
 
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
+    def __init__(self, resp: aiohttp.ClientResponse, slots: Slots) -> None:
         self._resp = resp
         self.status = resp.status
+        self._slots: Slots | None = slots
 
     async def read(self) -> bytes:
         return await self._resp.read()
@@ -183,6 +199,13 @@ class _AiohttpResponse:
 
     def release(self) -> None:
         self._resp.release()
+        self._free()
 
     def close(self) -> None:
         self._resp.close()
+        self._free()
+
+    def _free(self) -> None:
+        if self._slots is not None:
+            self._slots.release()
+            self._slots = None

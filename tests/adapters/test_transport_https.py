@@ -159,3 +159,36 @@ async def test_https_refused_is_unavailable(tls_server):
         await t.open("/", b"x", {}, stream=True)
     assert (info.value.status, info.value.code, info.value.failure) == (503, "backend_unavailable", FailureKind.CONNECT)
     await t.aclose()
+
+
+async def test_https_full_pool_is_busy_as_on_http(tls_server, caplog):
+    # The same event as tests/adapters/test_transport.py's http full pool, the same answer:
+    # 503 backend_busy, an overload, Retry-After, after pool_wait_s; the slot comes back on close.
+    async def handle(reader, writer, n):
+        while True:
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.5)
+            writer.write(b"ok")
+            await writer.drain()
+
+    async with tls_server(handle) as port:
+        t = Transport("b", f"https://127.0.0.1:{port}", max_connections=1, pool_wait_s=0.1)
+        held = await t.open("/", b"x", {}, stream=True)
+        with pytest.raises(GatewayError) as info:
+            await t.open("/", b"x", {}, stream=True)
+        err = info.value
+        assert (err.status, err.code, err.failure, err.retry_after) == (503, "backend_busy", FailureKind.OVERLOAD, 1.0)
+        assert "(waited 0.1 s)" in str(err)
+        assert f"backend b busy: all 1 connections to 127.0.0.1:{port} stayed in use for 0.1 s" in caplog.text
+        held.close()
+        held.close()  # a second close frees nothing more
+        resp = await t.open("/", b"x", {}, stream=False)
+        assert await t.read(resp) == b"ok"
+        resp.release()
+        again = await t.open("/", b"x", {}, stream=False)
+        with pytest.raises(GatewayError, match="no free connection"):
+            await t.open("/", b"x", {}, stream=False)  # one slot: a double free would let it in
+        again.close()
+        await t.aclose()
