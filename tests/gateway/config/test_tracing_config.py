@@ -90,6 +90,16 @@ def test_build_tracing_gives_the_no_op_when_off_and_an_exporter_when_on():
     assert off.request(scope(), "chat") is NO_TRACE and current_trace() is NO_TRACE
 
 
+def test_build_tracing_reads_the_process_environment_when_given_none(monkeypatch):
+    # The SDK's off switch in the gateway's own environment wins over a config turning tracing on.
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    assert isinstance(build_tracing(TracingConfig(enabled=True)), NoTracing)
+    monkeypatch.delenv("OTEL_SDK_DISABLED")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    with pytest.raises(ConfigError, match="'grpc'"):
+        build_tracing(TracingConfig(enabled=True))
+
+
 def test_the_gateway_runs_without_the_otel_extra():
     """The extra's packages (the SDK, the exporter) made unimportable: a config without
     tracing builds and serves a request's hooks; one that turns tracing on is refused,
