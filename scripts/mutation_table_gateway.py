@@ -54,7 +54,11 @@ GATEWAY_MODULES: dict[str, list[str]] = {
     "gateway/lifecycle/workers.py": LIFECYCLE_TESTS,
     "gateway/observe/admin.py": LIFECYCLE_TESTS,
     "gateway/observe/context.py": METRICS_TESTS,
-    "gateway/observe/log_lines.py": ["tests/policies/test_redact.py", "tests/gateway/observe/test_overhead_metric.py"],
+    "gateway/observe/log_lines.py": [
+        "tests/gateway/observe/test_log_lines.py",
+        "tests/policies/test_redact.py",
+        "tests/gateway/observe/test_overhead_metric.py",
+    ],
     "gateway/observe/metrics.py": METRICS_TESTS,
     "gateway/observe/ops.py": ["tests/gateway/serving/test_dispatch_ejection.py"],
     "gateway/observe/otel_trace.py": TRACING_TESTS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from policies.redact import clip, escape_controls, redact_text
+from policies.redact import escape_controls, public_message, redact_text
 
 LINE_LIMIT = 16_384  # one log message, in characters (a traceback comes on top)
 _DONE = "_switchyard_safe"
@@ -21,7 +21,8 @@ class SafeLines(logging.Filter):
         if getattr(record, _DONE, False):
             return True
         message = record.getMessage()
-        record.msg = escape_controls(clip(redact_text(message[: 2 * LINE_LIMIT]), LINE_LIMIT))
+        # masked, then cut to the limit, saying the message's whole length
+        record.msg = escape_controls(public_message(message, LINE_LIMIT))
         record.args = None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
