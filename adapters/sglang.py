@@ -48,6 +48,7 @@ class SGLangDialect(OpenAIDialect):
     def __init__(self, backend: str, served_model: str | None = None, options: Mapping[str, Any] | None = None):
         super().__init__(backend, served_model, options)
         self._load_source = str(self.options.get("load_source", "auto"))  # auto | loads | metrics
+        self._loads_missing_logged = False
 
     def declare_capabilities(self) -> Capabilities:
         return Capabilities(
@@ -95,8 +96,8 @@ class SGLangDialect(OpenAIDialect):
     async def load(self, http: Reader) -> LoadSnapshot:
         if self._load_source in ("auto", "loads"):
             snapshot = await self._load_from_loads(http)
-            if snapshot is not None or self._load_source == "loads":
-                return snapshot or LoadSnapshot()
+            if snapshot is not None:  # None: auto found no /v1/loads
+                return snapshot
         return await prom.gauge_load(
             http,
             "/metrics",
@@ -113,12 +114,23 @@ class SGLangDialect(OpenAIDialect):
         except (TimeoutError, aiohttp.ClientError, OSError):
             return LoadSnapshot()
         read_at = time.time()
-        if status == 404:
+        if status == 404 and self._load_source == "auto":
             # An SGLang without /v1/loads: Prometheus from now on (said once, as it is
             # decided once), so an operator knows why the load has no DP-rank view.
             self._load_source = "metrics"
             log.warning("backend %s has no GET /v1/loads (HTTP 404): its load is read from /metrics", self.backend)
             return None
+        if status == 404:
+            # `loads` named: the operator wants that endpoint, so no switch; the load is
+            # unknown, said once per backend.
+            if not self._loads_missing_logged:
+                self._loads_missing_logged = True
+                log.warning(
+                    "backend %s has no GET /v1/loads (HTTP 404) and its load_source is loads: its load is unknown "
+                    "(load_source: metrics or auto reads /metrics)",
+                    self.backend,
+                )
+            return LoadSnapshot(read_at=read_at)
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError:

@@ -6,6 +6,7 @@ says, with every way /v1/loads can fail."""
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
@@ -128,10 +129,21 @@ async def test_load_source_loads_reads_nothing_rather_than_metrics_when_v1_loads
     assert http.asked == ["/v1/loads?include=core"]
 
 
-async def test_even_load_source_loads_reads_metrics_from_an_sglang_without_v1_loads() -> None:
-    http = Endpoints(metrics=(200, METRICS.encode()))
-    snap = await SGLangDialect("b", options={"load_source": "loads"}).load(http)
-    assert snap.running == 6 and http.asked == ["/v1/loads?include=core", "/metrics"]
+async def test_load_source_loads_never_switches_to_metrics_on_a_404(caplog) -> None:
+    # An explicit `loads` is the operator's choice of endpoint: a 404 is the load unknown
+    # (read now), said once per backend, and /v1/loads is asked again on the next read.
+    d, http = SGLangDialect("gpu-1", options={"load_source": "loads"}), Endpoints(metrics=(200, METRICS.encode()))
+    with caplog.at_level(logging.WARNING, logger="switchyard.upstream"):
+        for _ in range(2):
+            before = time.time()
+            snap = await d.load(http)
+            assert (snap.running, snap.waiting, snap.kv_usage, snap.prefix_hit_rate) == (None, None, None, None)
+            assert snap.read_at >= before
+    assert http.asked == ["/v1/loads?include=core", "/v1/loads?include=core"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "backend gpu-1 has no GET /v1/loads (HTTP 404) and its load_source is loads: its load is unknown "
+        "(load_source: metrics or auto reads /metrics)"
+    ]
 
 
 def test_a_loads_report_skips_ranks_it_cannot_read() -> None:
