@@ -20,7 +20,7 @@ class ResponseStoreConfig(RedisDeploymentConfig):
     kind: Literal["auto", "memory", "redis"] = "auto"
     ttl_s: float = Field(DEFAULT_TTL_S, gt=0)
     key_prefix: str | None = None  # Redis keys; None: the quota store's prefix
-    timeout_s: float = Field(1.0, gt=0)  # a Redis call's longest wait, for a connection and then its answer (then 503)
+    timeout_s: float = Field(1.0, gt=0)  # each wait of a Redis call (a connection, then its answer) before 503
     max_entries: int = Field(10_000, ge=1)  # memory: in all
     max_bytes: int = Field(256 << 20, ge=1024)  # memory: serialized records, in all
     tenant_max_entries: int = Field(1_000, ge=1)  # each tenant's share, memory and Redis
