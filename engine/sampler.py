@@ -13,6 +13,7 @@ nucleus still get finite values)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -32,7 +33,6 @@ class Sampler:
     def __init__(self, vocab_size: int, eos_token_ids: set[int], device: torch.device, seed: int = 0) -> None:
         self.vocab_size = vocab_size
         self.eos_token_ids = eos_token_ids
-        self.device = device
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed)
 
@@ -53,9 +53,7 @@ class Sampler:
             logprobs = self._logprobs(logits, tokens, params) if want_logprobs else None
             return SampleResult(tokens.tolist(), logprobs)
 
-        temps = torch.tensor(
-            [p.temperature if p.temperature > 0 else 1.0 for p in params], dtype=logits.dtype, device=logits.device
-        )
+        temps = logits.new_tensor([p.temperature if p.temperature > 0 else 1.0 for p in params])
         scaled = logits / temps[:, None]
         logprobs_src = scaled
         truncated = self._truncate(scaled, params)
@@ -67,8 +65,7 @@ class Sampler:
         tokens = (probs / noise).argmax(dim=-1)
         greedy_rows = [i for i, p in enumerate(params) if p.temperature == 0.0]
         if greedy_rows:
-            idx = torch.tensor(greedy_rows, device=logits.device)
-            tokens[idx] = logits[idx].argmax(dim=-1)
+            tokens[greedy_rows] = logits[greedy_rows].argmax(dim=-1)
         logprobs = self._logprobs(logprobs_src, tokens, params) if want_logprobs else None
         return SampleResult(tokens.tolist(), logprobs)
 
@@ -77,28 +74,26 @@ class Sampler:
         output = seq.output_token_ids
         if p.needs_penalties:
             if p.repetition_penalty != 1.0:
-                seen = torch.tensor(sorted(set(seq.token_ids)), dtype=torch.long, device=row.device)
+                seen = sorted(set(seq.token_ids))
                 vals = row[seen]
                 row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
             if output and (p.frequency_penalty or p.presence_penalty):
-                counts = torch.bincount(
-                    torch.tensor(output, dtype=torch.long, device=row.device), minlength=self.vocab_size
-                )[: self.vocab_size].to(row.dtype)
+                counts = torch.bincount(row.new_tensor(output, dtype=torch.long), minlength=self.vocab_size)
+                counts = counts[: self.vocab_size].to(row.dtype)
                 row -= counts * p.frequency_penalty + (counts > 0).to(row.dtype) * p.presence_penalty
         if p.logit_bias:
-            ids = torch.tensor(list(p.logit_bias.keys()), dtype=torch.long, device=row.device)
-            row[ids] += torch.tensor(list(p.logit_bias.values()), dtype=row.dtype, device=row.device)
+            row[list(p.logit_bias.keys())] += row.new_tensor(list(p.logit_bias.values()))
         if p.allowed_tokens_fn is not None:
             allowed = p.allowed_tokens_fn(output)
             if allowed is not None:
-                row.masked_fill_(~allowed.to(device=row.device, dtype=torch.bool)[: self.vocab_size], float("-inf"))
+                row.masked_fill_(~allowed.to(device=row.device, dtype=torch.bool)[: self.vocab_size], -math.inf)
         if p.min_tokens and seq.num_output_tokens < p.min_tokens:
             banned = set(p.stop_token_ids)
             if not p.ignore_eos:
                 banned |= self.eos_token_ids
             banned = [t for t in banned if 0 <= t < self.vocab_size]
             if banned:
-                row[torch.tensor(banned, dtype=torch.long, device=row.device)] = float("-inf")
+                row[banned] = -math.inf
 
     @staticmethod
     def _truncate(scaled: torch.Tensor, params) -> torch.Tensor:
@@ -113,20 +108,20 @@ class Sampler:
             sorted_vals, sorted_idx = out.sort(dim=-1, descending=True)
             keep = torch.ones_like(sorted_vals, dtype=torch.bool)
             if use_top_k:
-                ks = torch.tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params], device=out.device)
+                ks = sorted_idx.new_tensor([p.top_k if 0 < p.top_k < vocab else vocab for p in params])
                 keep &= torch.arange(vocab, device=out.device)[None, :] < ks[:, None]
             if use_top_p:
-                top_ps = torch.tensor([p.top_p for p in params], dtype=out.dtype, device=out.device)
-                probs = sorted_vals.masked_fill(~keep, float("-inf")).softmax(dim=-1)
+                top_ps = out.new_tensor([p.top_p for p in params])
+                probs = sorted_vals.masked_fill(~keep, -math.inf).softmax(dim=-1)
                 before = probs.cumsum(dim=-1) - probs  # mass of strictly more likely tokens
                 keep &= before < top_ps[:, None]
             keep[:, 0] = True
-            out.scatter_(1, sorted_idx, sorted_vals.masked_fill(~keep, float("-inf")))
+            out.scatter_(1, sorted_idx, sorted_vals.masked_fill(~keep, -math.inf))
         if use_min_p:
-            min_ps = torch.tensor([p.min_p for p in params], dtype=out.dtype, device=out.device)
+            min_ps = out.new_tensor([p.min_p for p in params])
             probs = out.softmax(dim=-1)
             threshold = probs.max(dim=-1, keepdim=True).values * min_ps[:, None]
-            out = out.masked_fill(probs < threshold, float("-inf"))
+            out = out.masked_fill(probs < threshold, -math.inf)
         return out
 
     @staticmethod

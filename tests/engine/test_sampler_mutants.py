@@ -362,3 +362,39 @@ def test_the_default_seed_is_zero():
     flat = torch.zeros(4, 64)
     seqs = [_seq() for _ in range(4)]
     assert Sampler(64, {EOS}, CPU)(flat, seqs).token_ids == _sampler(seed=0, vocab=64)(flat, seqs).token_ids
+
+
+# ---- what the second run left open -----------------------------------------------------
+
+
+def test_an_all_greedy_batch_draws_no_noise():
+    sampler = _sampler(seed=2)
+    before = sampler.generator.get_state()
+    logits = torch.tensor([[0.0, 2.0, 1.0, 0, 0, 0, 0, 0]] * 2)
+    assert sampler(logits, [_seq(temperature=0.0), _seq(temperature=0.0, logprobs=1)]).token_ids == [1, 1]
+    assert torch.equal(sampler.generator.get_state(), before)
+
+
+def test_penalties_are_computed_in_the_rows_precision():
+    # 0.1 is not a float32: a penalty computed in float32 and subtracted from a float64 row shows
+    row = torch.zeros(V, dtype=torch.float64)
+    out = _process(row, _seq(output=(4, 4, 3), frequency_penalty=0.1, presence_penalty=0.1))
+    assert out[4] == -(2 * 0.1 + 0.1)
+    assert out[3] == -(0.1 + 0.1)
+    row = torch.zeros(V, dtype=torch.float64)
+    assert _process(row, _seq(output=(4,), presence_penalty=0.1))[4] == -0.1
+
+
+def test_a_grammar_mask_of_ones_and_zeros_reads_as_allowed_and_not():
+    mask = torch.tensor([0, 1, 0, 1, 0, 0, 0, 0])
+    row = torch.zeros(V, dtype=torch.float64)
+    out = _process(row, _seq(allowed_tokens_fn=lambda output: mask))
+    assert [math.isfinite(v) for v in out] == [False, True, False, True, False, False, False, False]
+
+
+def test_top_k_holds_under_a_top_p_just_below_one():
+    # the two kept tokens' float32 mass sums to 0.99999988, under a top_p of 0.99999994: the
+    # third token, dropped by top-k, has that mass before it and must stay dropped
+    row = torch.tensor([27 / 64, 1 / 64, 1 / 64 - 0.01], dtype=torch.float32)
+    assert _kept(row, top_k=2, top_p=0.99999994) == [0, 1]
+    assert _kept(row, top_p=0.99999994) == [0, 1, 2]
