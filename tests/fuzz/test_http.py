@@ -9,6 +9,7 @@ test-slow` many more, and the wrong-type sweep over HTTP."""
 from __future__ import annotations
 
 import json
+import time
 
 import httpx
 import pytest
@@ -20,6 +21,7 @@ from tests.procs import Process
 ROUTES = {"CreateChatCompletionRequest": "/v1/chat/completions", "CreateCompletionRequest": "/v1/completions"}
 FAST, SLOW = 150, 1500
 TIMEOUT_S = 30  # a hang fails the request, and so the test
+LOG_WAIT_S = 10  # for the access log's last lines, written after their answers
 
 
 class Judge:
@@ -43,12 +45,24 @@ class Judge:
             assert isinstance(r.json(), dict), how
         self.sent[r.headers["x-request-id"]] = r.status_code
 
-    def check_access_log(self) -> None:
+    def logged(self) -> dict[str, int]:
+        """Request id -> the status its access log line records."""
         logged = {}
         for line in self.gateway.child.log().splitlines():
             if line.startswith('{"ts"'):
                 record = json.loads(line)
                 logged[record["request_id"]] = record["status"]
+        return logged
+
+    def check_access_log(self) -> None:
+        # A request's line is written once its answer has gone out, so the last one can
+        # trail the client's read by a scheduling slice on a busy machine: wait for each
+        # id to be logged (bounded), then compare every status.
+        deadline = time.monotonic() + LOG_WAIT_S
+        logged = self.logged()
+        while not set(self.sent) <= set(logged) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            logged = self.logged()
         differ = {rid: (status, logged.get(rid)) for rid, status in self.sent.items() if logged.get(rid) != status}
         assert not differ, f"sent vs logged status: {differ}"
 
