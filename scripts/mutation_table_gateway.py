@@ -75,6 +75,7 @@ GATEWAY_MODULES: dict[str, list[str]] = {
     "gateway/serving/phases.py": [*GENERATION_TESTS, "tests/gateway/http/test_request_deadline.py"],
     "gateway/observe/lean_metrics.py": ["tests/gateway/observe/test_lean_metrics.py", *METRICS_TESTS],
     "gateway/observe/rollout_metrics.py": [
+        "tests/gateway/observe/test_rollout_metrics.py",
         "tests/gateway/observe/test_lean_metrics.py",
         "tests/gateway/observe/test_admin_rollouts.py",
         "tests/gateway/lifecycle/test_rollout_controller.py",

@@ -16,17 +16,29 @@ from gateway.observe.rollout_metrics import RolloutMetrics
 from policies.api_keys import hash_key
 from policies.rollout_state import Plan
 from stores.rollout_memory import MemoryRolloutStore
+from stores.rollout_store import RolloutStoreUnavailable
 from tests.manual_clock import Clock
 
 ADMIN = {"Authorization": "Bearer admin-key"}
 PLANS = {"org/m": Plan(rollout_id="r1", steps=(0.1, 1.0), auto_start=False, window_s=2.0)}
 
 
-def app_of(config_data):
+class DownStore(MemoryRolloutStore):
+    """The shared store while `down` is set: every read fails as an outage does."""
+
+    down = False
+
+    async def ensure(self, model, rollout_id, now):
+        if self.down:
+            raise RolloutStoreUnavailable("connection refused")
+        return await super().ensure(model, rollout_id, now)
+
+
+def app_of(config_data, store=None):
     config = parse_config(config_data)
     clock = Clock(1001.0)
     controller = RolloutController(
-        MemoryRolloutStore(clock), lambda: PLANS, RolloutMetrics(CollectorRegistry()), clock=clock
+        store or MemoryRolloutStore(clock), lambda: PLANS, RolloutMetrics(CollectorRegistry()), clock=clock
     )
     admin = RolloutAdmin(lambda: config, controller)
     routes = [Route(path, endpoint, methods=methods) for path, endpoint, methods in admin.routes()]
@@ -56,7 +68,9 @@ async def test_no_admin_key_is_401_and_no_admin_api_is_404(client):
 
 
 async def test_list_show_and_the_actions(client):
-    listed = (await client.get("/admin/rollouts", headers=ADMIN)).json()["data"]
+    index = (await client.get("/admin/rollouts", headers=ADMIN)).json()
+    assert index["object"] == "list" and set(index) == {"object", "data"}
+    listed = index["data"]
     assert listed == [
         {
             "model": "org/m",
@@ -77,6 +91,7 @@ async def test_list_show_and_the_actions(client):
     assert paused["state"]["phase"] == "paused" and paused["candidate_share"] == 0.1
     again = await client.post("/admin/rollouts/org/m/pause", headers=ADMIN)
     assert again.status_code == 409 and again.json()["error"]["code"] == "rollout_state_conflict"
+    assert again.json()["error"]["message"] == "the rollout is paused: nothing to pause"
     aborted = (await client.post("/admin/rollouts/org/m/abort", headers=ADMIN)).json()
     assert aborted["state"]["phase"] == "rolled_back" and aborted["candidate_share"] == 0.0
     listed = (await client.get("/admin/rollouts", headers=ADMIN)).json()["data"]
@@ -93,3 +108,19 @@ async def test_unknown_model_is_404_and_a_bad_action_400(client):
     huge = "x" * 5000
     r = await client.post(f"/admin/rollouts/org/m/{huge}", headers=ADMIN)
     assert r.status_code == 400 and len(r.text) < 1000
+
+
+async def test_the_store_down_is_503_and_says_traffic_keeps_its_shares():
+    store = DownStore(Clock(1001.0))
+    app = app_of({"admin": {"api_keys": [{"sha256": hash_key("admin-key"), "name": "ops"}]}}, store)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as c:
+        store.down = True
+        for r in (
+            await c.get("/admin/rollouts/org/m", headers=ADMIN),
+            await c.post("/admin/rollouts/org/m/start", headers=ADMIN),
+        ):
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
+            error = r.json()["error"]
+            assert error["code"] == "rollout_store_unavailable" and "keeps the last known shares" in error["message"]
+        store.down = False
+        assert (await c.post("/admin/rollouts/org/m/start", headers=ADMIN)).status_code == 200
