@@ -1,4 +1,5 @@
-"""Read a Hugging Face checkpoint's safetensors files into one name -> tensor dict."""
+"""Read a Hugging Face checkpoint's safetensors files into one name -> tensor dict, on the CPU
+(safetensors' default device; the model runner moves them)."""
 
 from __future__ import annotations
 
@@ -15,5 +16,5 @@ def load_state_dict(model_dir: str) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
     state: dict[str, torch.Tensor] = {}
     for path in files:
-        state.update(load_file(path, device="cpu"))
+        state.update(load_file(path))
     return state

@@ -24,6 +24,20 @@ ENGINE_MODULES: dict[str, list[str]] = {
     # the tool-call property tests and the promises' engine runs are left out: a minute or more per mutant here
     "engine/text/tool_parser.py": ["tests/engine/test_text_tool_parser.py"],
     "engine/text/hermes_format.py": ["tests/engine/test_text_forced_tool_calls.py"],
+    "engine/weights.py": ["tests/engine/test_weights.py"],
+    # test_text_tokenizer.py renders through a checkpoint's tokenizer and compares with transformers
+    "engine/text/chat_template.py": ["tests/engine/test_text_chat_template.py"],
+    # test_pooling.py loads a model and compares with transformers, seconds a mutant
+    "engine/pooling.py": ["tests/engine/test_pooling_mutants.py"],
+    # test_text_tokenizer_classes.py compares with transformers' tokenizers, seconds a case
+    "engine/text/tokenizer_class.py": ["tests/engine/test_text_tokenizer_class_mutants.py"],
+    "engine/config.py": ["tests/engine/test_config.py"],
+    # a stand-in builder; test_make_tiny.py builds the real model, seconds a run
+    "engine/builtin.py": ["tests/engine/test_builtin.py"],
+    # tokenizers built by hand; test_text_tokenizer.py compares with transformers on the tiny model
+    "engine/text/tokenizer.py": ["tests/engine/test_text_tokenizer_mutants.py"],
+    # the tiny model's tokenizer, no model run; the engine's structured tests generate, seconds a mutant
+    "engine/structured/mask_provider.py": ["tests/engine/test_structured_mask_provider.py"],
     "engine/text/tool_call_stage.py": [
         "tests/engine/test_text_tool_call_stage.py",
         "tests/engine/test_text_forced_tool_calls.py",
