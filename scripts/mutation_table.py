@@ -12,6 +12,7 @@ from mutation_table_gateway import (
     GATEWAY_NOTES,
     GATEWAY_TIMEOUTS,
 )
+from mutation_table_stores import STORES_EXTRA_ARGS, STORES_MODULES, STORES_NOTES, STORES_TIMEOUTS
 
 # The Responses API's in-process tests (the official client's and the hostile bodies' runs are left out: processes).
 RESPONSES_TESTS = [
@@ -433,3 +434,8 @@ TIMEOUTS.update(GATEWAY_TIMEOUTS)
 MODULES.update(ENGINE_MODULES)
 NOTES.update(ENGINE_NOTES)
 TIMEOUTS.update(ENGINE_TIMEOUTS)
+# stores/ (the quota, rollout and Redis connection stores) on their own tests (scripts/mutation_table_stores.py)
+MODULES.update(STORES_MODULES)
+NOTES.update(STORES_NOTES)
+EXTRA_ARGS.update(STORES_EXTRA_ARGS)
+TIMEOUTS.update(STORES_TIMEOUTS)

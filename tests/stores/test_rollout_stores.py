@@ -18,25 +18,6 @@ from stores.rollout_redis import RedisRolloutStore
 from stores.rollout_store import COMPARISONS_MAX, EVIDENCE_MAX, RECORDS_MAX, RolloutStoreUnavailable
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(params=["memory", "redis"])
-async def store(request):
-    if request.param == "memory":
-        yield MemoryRolloutStore()
-        return
-    redis = request.getfixturevalue("redis_server")
-    s = RedisRolloutStore(redis.url, key_prefix="t")
-    yield s
-    await s.aclose()
-
-
 async def test_ensure_creates_a_pending_state_once(store):
     first = await store.ensure("m", "r1", 1.0)
     assert first.phase == "pending" and first.rollout_id == "r1"
@@ -111,8 +92,7 @@ async def test_evidence_is_kept_newest_first_and_capped(store):
     assert await store.evidence("m", "r2") == []
 
 
-async def test_memory_windows_expire():
-    clock = Clock()
+async def test_memory_windows_expire(clock):
     store = MemoryRolloutStore(clock)
     await store.push("m", "r1", 1, 2.0, [TrackRecord("stable", 1.0)], [])
     clock.now += 2.0 * 4 + 61

@@ -1,0 +1,23 @@
+"""The mutation table's part for stores/ (merged into scripts/mutation_table.py's MODULES,
+NOTES, EXTRA_ARGS and TIMEOUTS): each store module and the fast in-process tests that judge
+it. The Redis stores' tests run against a real redis-server each test starts (never a mock);
+the Cluster and Sentinel runs of tests/redis_ha/ start several servers per test and are left out."""
+
+from __future__ import annotations
+
+# the rollout stores' shared semantics (one test body, both stores) and the controller over the memory store
+ROLLOUT_STORE_TESTS = [
+    "tests/stores/test_rollout_stores*.py",
+    "tests/gateway/lifecycle/test_rollout_controller.py",
+    "tests/gateway/observe/test_admin_rollouts.py",
+]
+
+STORES_MODULES: dict[str, list[str]] = {
+    "stores/rollout_memory.py": ROLLOUT_STORE_TESTS,
+    "stores/rollout_store.py": ROLLOUT_STORE_TESTS,
+    "stores/rollout_redis.py": ["tests/stores/test_rollout_stores*.py"],
+}
+
+STORES_NOTES: dict[str, str] = {}
+STORES_EXTRA_ARGS: dict[str, list[str]] = {}
+STORES_TIMEOUTS: dict[str, tuple[float, float]] = {}
