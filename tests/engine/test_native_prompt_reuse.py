@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -53,13 +54,16 @@ def test_routing_ids_are_the_engines_own_and_serve_every_backend_of_the_model(ti
     assert a.tokenizer is b.tokenizer  # one model directory, one tokenizer object
     shared = a._shared
     assert shared is not None
-    req = chat(request_id="reuse-1")
+    # a prompt no earlier test of this process rendered (the shared tokenizer outlives a test, and a
+    # mutation run's tests run in another order): routing tokenizes it, the backend reuses it
+    messages = [MESSAGES[0], {"role": "user", "content": f"which engine holds my prefix? {uuid.uuid4().hex}"}]
+    req = chat(messages, request_id="reuse-1")
     before = shared.reused
     hashes = a.kv_block_hashes(req)  # routing names the blocks on one backend's tokenizer...
     assert hashes
     ids = b._prompt_ids(req)  # ...and the backend it picked does not tokenize again
     assert shared.reused == before + 1
-    assert ids == own_ids(resolve_model_path("builtin:tiny"))
+    assert ids == own_ids(resolve_model_path("builtin:tiny"), messages)
     assert b.async_engine.engine.kv.block_hashes(ids) == hashes
 
     async def generate() -> str:
