@@ -54,8 +54,8 @@ def test_routing_ids_are_the_engines_own_and_serve_every_backend_of_the_model(ti
     assert a.tokenizer is b.tokenizer  # one model directory, one tokenizer object
     shared = a._shared
     assert shared is not None
-    # a prompt no earlier test of this process rendered (the shared tokenizer outlives a test, and a
-    # mutation run's tests run in another order): routing tokenizes it, the backend reuses it
+    # prompts no earlier test of this process rendered (the shared tokenizer outlives a test, and a
+    # mutation run runs the tests twice in one process and in another order)
     messages = [MESSAGES[0], {"role": "user", "content": f"which engine holds my prefix? {uuid.uuid4().hex}"}]
     req = chat(messages, request_id="reuse-1")
     before = shared.reused
@@ -74,10 +74,10 @@ def test_routing_ids_are_the_engines_own_and_serve_every_backend_of_the_model(ti
 
 def test_a_changed_prompt_is_tokenized_again(tiny_pair):
     a, b = tiny_pair
-    messages = [dict(m) for m in MESSAGES]
+    messages = [MESSAGES[0], {"role": "user", "content": f"which engine holds my prefix? {uuid.uuid4().hex}"}]
     req = chat(messages, request_id="reuse-2")
     a.kv_block_hashes(req)
-    messages[1]["content"] = "a different question entirely"  # changed in place after routing
+    messages[1]["content"] = f"a different question entirely {uuid.uuid4().hex}"  # changed in place after routing
     before = a._shared.reused
     assert b._prompt_ids(req) == own_ids(resolve_model_path("builtin:tiny"), messages)
     assert a._shared.reused == before
