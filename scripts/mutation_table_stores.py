@@ -16,6 +16,25 @@ STORES_MODULES: dict[str, list[str]] = {
     "stores/rollout_memory.py": ROLLOUT_STORE_TESTS,
     "stores/rollout_store.py": ROLLOUT_STORE_TESTS,
     "stores/rollout_redis.py": ["tests/stores/test_rollout_stores*.py"],
+    # the quota stores' shared semantics (test_quota_carry.py waits out windows in real time, 4 s a test)
+    "stores/quota_redis.py": [
+        "tests/policies/test_quota.py",
+        "tests/policies/test_quota_carry.py",
+        "tests/chaos/test_redis_errors.py",
+        "tests/adversity/test_units.py",
+        "tests/redis_ha/test_single_server.py",
+    ],
+    # one server's shape: the stores over it (quota, response, rollout), its errors, its pool wait;
+    # the Cluster and Sentinel shapes are judged by tests/redis_ha/ (make test-redis-ha), not run here
+    "stores/redis_connect.py": [
+        "tests/stores/test_redis_*.py",
+        "tests/stores/test_rollout_stores.py",
+        "tests/redis_ha/test_single_server.py",
+        "tests/chaos/test_redis_errors.py",
+        "tests/policies/test_quota.py",
+        "tests/gateway/config/test_redis_mutants.py",
+        "tests/gateway/openai/responses/test_store*.py",
+    ],
 }
 
 STORES_NOTES: dict[str, str] = {}
