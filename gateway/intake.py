@@ -14,6 +14,7 @@ recorded once (`Outcome.refused`), so every route's refusals reach the same metr
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -38,7 +39,7 @@ from gateway.openai.requests import parse_json_body
 from gateway.protection.gate import Protection, Ticket
 from gateway.serving.dispatch import check_choices
 from policies.auth import Principal, credential_headers
-from policies.token_bound import prompt_token_bound
+from policies.token_bound import requests_token_bound
 
 log = logging.getLogger("switchyard.gateway")
 
@@ -156,9 +157,10 @@ class Intake:
             if session_id:
                 r.session_keys["x-session-id"] = session_id
         backends = capable_order(pool, *route.capability, first) if route.capability else []
-        estimate = intent.prompt_estimate
-        if estimate is None:
-            estimate = sum(prompt_token_bound(r) for r in reqs)
+        # The requests' bound is sized only when a quota asks for it (Protection.admit).
+        estimate = (
+            functools.partial(requests_token_bound, reqs) if intent.prompt_estimate is None else intent.prompt_estimate
+        )
         queued_at = time.perf_counter()
         ticket = await self.protection.admit(
             principal,

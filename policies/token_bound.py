@@ -46,6 +46,11 @@ def prompt_token_bound(req: GenerationRequest) -> int:
     return text_token_bound(req.prompt or "") + SPECIAL_TOKENS_PER_PROMPT
 
 
+def requests_token_bound(reqs: list[GenerationRequest]) -> int:
+    """The prompts of one request (a batched legacy completion's several) together."""
+    return sum(prompt_token_bound(r) for r in reqs)
+
+
 def inputs_token_bound(items: list[str] | list[list[int]] | list[Any]) -> int:
     """Embedding (or tokenize) inputs: token ids counted exactly, texts by their bound."""
     return sum(len(i) if isinstance(i, list) else text_token_bound(i) + SPECIAL_TOKENS_PER_PROMPT for i in items)

@@ -192,7 +192,7 @@ class Protection:
         principal: Principal,
         model: str,
         request: GenerationRequest,
-        prompt_tokens_estimate: int,
+        prompt_tokens_estimate: int | Callable[[], int],
         client_gone: ClientGone,
         *,
         choices: int | None = None,
@@ -207,18 +207,22 @@ class Protection:
         reserved as its max_tokens. `size_units`: a call's size in the tenant's
         concurrency when it is more than its generations (a 2,048-input embeddings
         call is 32 units of 64 inputs), held up to the tenant's own limit, never refused
-        for it (the model's queue still counts `choices`)."""
+        for it (the model's queue still counts `choices`). `prompt_tokens_estimate` may be
+        a function, called only when a limit needs the estimate (0 without one)."""
         units = max(1, choices if choices is not None else request.sampling.n)
         scopes = self.leases.scopes_for(principal)
         reservation = None
+        estimate = prompt_tokens_estimate if isinstance(prompt_tokens_estimate, int) else 0
         if scopes:  # no limits, nothing to reserve (and no budget to size)
+            if not isinstance(prompt_tokens_estimate, int):
+                estimate = prompt_tokens_estimate()
             tenant_cfg: TenantConfig | None = self.config.tenants.get(principal.tenant)
             cap = (
                 tenant_cfg.max_tokens_cap
                 if tenant_cfg and tenant_cfg.max_tokens_cap
                 else DEFAULT_COMPLETION_RESERVATION
             )
-            budget = token_budget(prompt_tokens_estimate, request.sampling.max_tokens, units, cap)
+            budget = token_budget(estimate, request.sampling.max_tokens, units, cap)
             with current_trace().step("switchyard.quota"):
                 leases = max(units, min([size_units] + [s.max_concurrent for s in scopes if s.max_concurrent > 0]))
                 reservation = await self.leases.reserve(principal, scopes, budget, leases)
@@ -258,7 +262,7 @@ class Protection:
                 self.leases.queued.pop(reservation.lease_id, None)
         m = self.metrics
         m.queue_wait.labels(model).observe(slot.waited_s)
-        ticket = Ticket(self, model, reservation, slot, prompt_tokens_estimate)
+        ticket = Ticket(self, model, reservation, slot, estimate)
         self._live[id(ticket)] = weakref.ref(ticket)
         return ticket
 
