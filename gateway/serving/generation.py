@@ -136,20 +136,11 @@ class Generation(ExchangeRunner):
             self.ctx.backoff_wait += time.perf_counter() - self._backoff_since
             self._backoff_since = None
 
-    async def _next(self, events: AsyncIterator[Event]) -> Event | None:
-        """The upstream's next event (None at its end), timed as upstream wait and
-        counted (tokens, usage, status) before the answer format gets it; a content
-        event's time (first token, inter-token gap) is when the wait for it ended."""
+    def _saw(self, event: Event, now: float) -> None:
+        """An upstream event, counted (tokens, usage, status) before the answer format
+        gets it; a content event's time (first token, inter-token gap) is `now`, when
+        the wait for it ended."""
         ctx = self.ctx
-        clock = time.perf_counter
-        t = clock()
-        try:
-            event = await anext(events, None)
-        finally:
-            now = clock()
-            ctx.upstream_wait += now - t
-        if event is None:
-            return None
         if isinstance(event, CONTENT_EVENTS):
             self.counted.saw(event)
             last = self._last_content
@@ -171,7 +162,6 @@ class Generation(ExchangeRunner):
             self.status, self.error, self.code, self.failure = err.status, err.message, err.code, err.failure
         if self.rollout is not None:
             self.rollout.check.saw(event)
-        return event
 
     async def _past_deadline(self, send, err: GatewayError) -> None:
         # The answer format ends its stream on an error as it would on a runtime's.
@@ -225,13 +215,26 @@ class Generation(ExchangeRunner):
             }
         )
         body = {"type": "http.response.body", "body": b"", "more_body": True}
-        while (event := await self._next(events)) is not None:
-            frames = answer.stream_feed(event)
-            if opening:
-                frames, opening = opening + frames, b""
-            if frames:
-                body["body"] = frames
-                await send(body)
+        # Each wait for the upstream's next event is its time, not the gateway's (timed
+        # in the loop, not by a coroutine per event; `since` is 0.0 while not waiting).
+        ctx, clock = self.ctx, time.perf_counter
+        since = clock()
+        try:
+            async for event in events:
+                now = clock()
+                ctx.upstream_wait += now - since
+                since = 0.0
+                self._saw(event, now)
+                frames = answer.stream_feed(event)
+                if opening:
+                    frames, opening = opening + frames, b""
+                if frames:
+                    body["body"] = frames
+                    await send(body)
+                since = clock()
+        finally:
+            if since:
+                ctx.upstream_wait += clock() - since
         ending = await answer.stream_end(self._final_usage())
         self.ended = True
         await send({"type": "http.response.body", "body": opening + ending, "more_body": False})
@@ -242,14 +245,25 @@ class Generation(ExchangeRunner):
         # machine whose wakeups lag (exchange.py), while the upstream's events keep
         # the loop awake: a whole answer also starts watching at its first event
         # after WATCH_AFTER_S, so a long one notices its client leaving in time.
-        watch_at = self.ctx.started + exchange.WATCH_AFTER_S
+        ctx, clock = self.ctx, time.perf_counter
+        watch_at = ctx.started + exchange.WATCH_AFTER_S
         watching = False
+        since = clock()  # as in _stream
         try:
-            while (event := await self._next(events)) is not None:
-                answer.whole_feed(event)
-                if not watching and time.perf_counter() >= watch_at:
-                    watching = True
-                    self._watch_now()
+            try:
+                async for event in events:
+                    now = clock()
+                    ctx.upstream_wait += now - since
+                    since = 0.0
+                    self._saw(event, now)
+                    answer.whole_feed(event)
+                    if not watching and now >= watch_at:
+                        watching = True
+                        self._watch_now()
+                    since = clock()
+            finally:
+                if since:
+                    ctx.upstream_wait += clock() - since
             payload = orjson.dumps(await answer.whole_body(self._final_usage() or Usage(0, 0)))
         except GatewayError as err:
             await self._send_error(send, err)
