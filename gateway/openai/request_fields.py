@@ -195,6 +195,8 @@ def sampling_params(body: dict, *, max_tokens: int | None) -> SamplingParams:
 
 
 def extra_fields(body: dict, known: set[str]) -> dict[str, Any]:
+    if body.keys() <= known:  # most bodies: every field read, nothing to pass on
+        return {}
     return {k: v for k, v in body.items() if k not in known}
 
 

@@ -78,6 +78,8 @@ OPENAI_UNREAD_FIELDS = {
 
 def unknown_fields(extra: dict[str, Any]) -> tuple[str, ...]:
     """The fields of `extra` OpenAI's API does not define."""
+    if not extra:
+        return ()
     return tuple(k for k in extra if k not in OPENAI_UNREAD_FIELDS)
 
 
@@ -108,6 +110,8 @@ def parse_json_body(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> dict[str, An
 
 def session_keys(body: dict[str, Any]) -> dict[str, str]:
     """The body's explicit conversation keys, for routing's session affinity."""
+    if "prompt_cache_key" not in body and "user" not in body:  # most bodies
+        return {}
     return {name: v for name in ("prompt_cache_key", "user") if isinstance(v := body.get(name), str) and v}
 
 
