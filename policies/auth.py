@@ -242,6 +242,14 @@ class Authenticator:
         self.mode: str = auth_cfg.mode
         self.tenants = dict(tenants)
         known = set(self.tenants) if self.tenants else None
+        # With auth off every request is this one principal (nothing writes to a
+        # principal): built once, with the tenants, not per request.
+        anonymous = self.tenants.get(ANONYMOUS_TENANT)
+        self._anonymous = (
+            Principal(ANONYMOUS_TENANT, None, ["*"], 1)
+            if anonymous is None
+            else Principal(ANONYMOUS_TENANT, None, list(anonymous.models), anonymous.tier)
+        )
         self.keys = ApiKeyTable([key_record(e) for e in auth_cfg.api_keys], auth_cfg.api_keys_file, known)
         # One verifier per trusted issuer: each has its own algorithms and keys,
         # so one issuer's allow-list never lets another's tokens through.
@@ -272,10 +280,7 @@ class Authenticator:
 
     async def authenticate(self, headers: Mapping[str, str]) -> Principal:
         if self.mode == "none":
-            tenant = self.tenants.get(ANONYMOUS_TENANT)  # no default record built per request
-            if tenant is None:
-                return Principal(ANONYMOUS_TENANT, None, ["*"], 1)
-            return Principal(ANONYMOUS_TENANT, None, list(tenant.models), tenant.tier)
+            return self._anonymous
         credential = _credential(headers)
         if credential is None:
             raise unauthorized(
