@@ -181,12 +181,15 @@ class Dispatcher:
         alone = len(requests) == 1
         sink: Sink | None = None if alone and requests[0].sampling.n == 1 else asyncio.Queue()
         track = rollout.assigned if rollout is not None else None
-        starters = []
-        offset = 0
-        for req in requests:
-            starters.append(self._start(pool, req, offset, sink, alone, on_backoff, track))
-            offset += req.sampling.n
-        starts = await (starters[0] if len(starters) == 1 else _together(starters))
+        if alone:
+            starts = await self._start(pool, requests[0], 0, sink, alone, on_backoff, track)
+        else:
+            starters = []
+            offset = 0
+            for req in requests:
+                starters.append(self._start(pool, req, offset, sink, alone, on_backoff, track))
+                offset += req.sampling.n
+            starts = await _together(starters)
         names = (starts[0].backend.name,) if len(starts) == 1 else tuple(sorted({s.backend.name for s in starts}))
         if rollout is not None and any(b is starts[0].backend for b in pool.backends):
             rollout.served = starts[0].backend.config.track
