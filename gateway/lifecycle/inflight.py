@@ -42,8 +42,8 @@ class Exchange:
         elif kind == "http.response.start":
             self.started = True
             for k, v in message["headers"]:  # a loop, not any(): no generator per answer
-                if k == b"content-type" and v.startswith(EVENT_STREAM):
-                    self.streaming = True
+                if k == b"content-type":
+                    self.streaming = v.startswith(EVENT_STREAM)
                     break
         return self._send(message)
 
