@@ -294,23 +294,23 @@ class ResponseBuilder(_Base):
         super().__init__(response_id, created, model, n, chat, logprobs, fingerprint)
 
     def feed(self, event: Event) -> None:
-        if isinstance(event, Usage):
-            self.usage = event
-            return
-        if isinstance(event, ErrorEvent):
-            raise event.error
-        c = self.choices.get(event.index) or self.choice(event.index)
-        if isinstance(event, Finish):
-            c.finish_reason = event.reason
-        elif isinstance(event, ToolCallDelta):
-            slot, _ = self.tool_slot(c, event)
-            slot[3].append(event.arguments)
-        elif isinstance(event, TextDelta):
+        # The most frequent first: an answer is texts, a finish per choice, one usage.
+        if isinstance(event, TextDelta):
+            c = self.choices.get(event.index) or self.choice(event.index)
             c.text.append(event.text)
             if event.logprobs:
                 c.logprobs.extend(event.logprobs)
+        elif isinstance(event, Finish):
+            (self.choices.get(event.index) or self.choice(event.index)).finish_reason = event.reason
+        elif isinstance(event, Usage):
+            self.usage = event
+        elif isinstance(event, ErrorEvent):
+            raise event.error
+        elif isinstance(event, ToolCallDelta):
+            slot, _ = self.tool_slot(self.choices.get(event.index) or self.choice(event.index), event)
+            slot[3].append(event.arguments)
         elif isinstance(event, LogprobsDelta):
-            c.logprobs.extend(event.logprobs)
+            (self.choices.get(event.index) or self.choice(event.index)).logprobs.extend(event.logprobs)
 
     def build(self, usage: Usage) -> dict[str, Any]:
         choices = []
