@@ -19,10 +19,12 @@ class Backend:
     backlog: int = 0
     health: Health = field(default_factory=lambda: Health(True, "not checked yet"))
     load: LoadSnapshot | None = None
+    # The config's name, an attribute (read several times per request); a backend's
+    # config is never replaced (a reload builds a new backend for a changed one).
+    name: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def name(self) -> str:
-        return self.config.name
+    def __post_init__(self) -> None:
+        self.name = self.config.name
 
     def view(
         self,

@@ -51,8 +51,11 @@ class ModelPool:
     # OpenAI's `system_fingerprint`: what the model's answers depend on (each backend's
     # runtime, address, model and options), so a changed backend configuration shows.
     fingerprint: str = field(init=False)
+    # Its backends by name: a pool's backends never change (a reload builds a new pool).
+    by_name: dict[str, Backend] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        self.by_name = {b.name: b for b in self.backends}
         served = [
             (b.config.adapter, b.config.url, b.config.served_model, b.config.model_path, b.config.options)
             for b in self.backends

@@ -293,7 +293,7 @@ class Dispatcher:
             return [], GatewayError(
                 400, f"This request cannot be served: {'; '.join(gaps)}.", code="unsupported_by_runtime"
             )
-        by_name = {b.name: b for b in pool.backends}
+        by_name = pool.by_name
         return [(by_name[v.name], v.ejected, v.prefill_tokens or 0) for v in routed.candidates], None
 
     def _start_on(
