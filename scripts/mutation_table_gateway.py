@@ -30,7 +30,7 @@ ROLLOUT_TESTS = ["tests/gateway/serving/test_answer_check*.py", "tests/gateway/s
 
 GATEWAY_MODULES: dict[str, list[str]] = {
     "gateway/app.py": APP_TESTS,
-    "gateway/http/server.py": ["tests/gateway/http/test_limits.py"],
+    "gateway/http/server.py": ["tests/gateway/http/test_server.py", "tests/gateway/http/test_limits.py"],
     # a reload's plan and apply: the lifecycle's in-process reload tests
     "gateway/backends/backend_set.py": [
         *BACKENDS_TESTS,
@@ -52,19 +52,22 @@ GATEWAY_MODULES: dict[str, list[str]] = {
     "gateway/lifecycle/inflight.py": LIFECYCLE_TESTS,
     "gateway/lifecycle/process.py": LIFECYCLE_TESTS,
     "gateway/lifecycle/workers.py": LIFECYCLE_TESTS,
-    "gateway/observe/admin.py": LIFECYCLE_TESTS,
-    "gateway/observe/context.py": METRICS_TESTS,
+    "gateway/observe/admin.py": ["tests/gateway/observe/test_admin.py", *LIFECYCLE_TESTS],
+    "gateway/observe/context.py": ["tests/gateway/observe/test_context.py", *METRICS_TESTS],
     "gateway/observe/log_lines.py": [
         "tests/gateway/observe/test_log_lines.py",
         "tests/policies/test_redact.py",
         "tests/gateway/observe/test_overhead_metric.py",
     ],
     "gateway/observe/metrics.py": METRICS_TESTS,
-    "gateway/observe/ops.py": ["tests/gateway/serving/test_dispatch_ejection.py"],
+    "gateway/observe/ops.py": ["tests/gateway/observe/test_ops.py", "tests/gateway/serving/test_dispatch_ejection.py"],
     "gateway/observe/otel_trace.py": TRACING_TESTS,
     "gateway/observe/recorder.py": METRICS_TESTS,
     "gateway/observe/tracing.py": TRACING_TESTS,
-    "gateway/observe/worker_metrics.py": ["tests/gateway/lifecycle/test_lifecycle_parts.py"],
+    "gateway/observe/worker_metrics.py": [
+        "tests/gateway/observe/test_worker_metrics.py",
+        "tests/gateway/lifecycle/test_lifecycle_parts.py",
+    ],
     # its own runner tests, and the phases and one-shot calls over it: the streamed generations' wire tests
     # reach it too, but every test reaching its watcher makes each mutant that hangs cost 3x their run
     "gateway/serving/exchange.py": [
