@@ -171,20 +171,20 @@ def test_the_collector_reads_each_models_readiness_circuits_budget_and_key_reloa
         ),
     }
     values = {
-        (name, tuple(s.labels.values())): s.value
+        (name, tuple(s.labels.items())): s.value
         for name, f in got.items()
         for s in f.samples
         if not s.name.endswith("_created")
     }
     assert values == {
-        ("switchyard_model_ready", ("m",)): 1,
-        ("switchyard_model_ready", ("n",)): 0,
-        ("switchyard_backend_ejected", ("m", "b1")): 1,
-        ("switchyard_backend_ejected", ("m", "b2")): 0,
-        ("switchyard_backend_ejected", ("n", "b3")): 0,
-        ("switchyard_backend_ejections", ("m", "b1", "consecutive_failures")): 1,
-        ("switchyard_retry_budget_exhausted", ("m",)): 4,
-        ("switchyard_retry_budget_exhausted", ("n",)): 0,
+        ("switchyard_model_ready", (("model", "m"),)): 1,
+        ("switchyard_model_ready", (("model", "n"),)): 0,
+        ("switchyard_backend_ejected", (("model", "m"), ("backend", "b1"))): 1,
+        ("switchyard_backend_ejected", (("model", "m"), ("backend", "b2"))): 0,
+        ("switchyard_backend_ejected", (("model", "n"), ("backend", "b3"))): 0,
+        ("switchyard_backend_ejections", (("model", "m"), ("backend", "b1"), ("reason", "consecutive_failures"))): 1,
+        ("switchyard_retry_budget_exhausted", (("model", "m"),)): 4,
+        ("switchyard_retry_budget_exhausted", (("model", "n"),)): 0,
         ("switchyard_auth_keys_reload_errors", ()): 2,
     }
 
@@ -229,17 +229,17 @@ def test_the_collector_reads_each_kv_event_feed_and_its_subscribers_counts():
     got = families(OpsCollector(bs, lambda: SimpleNamespace(reload_errors=0)))
 
     def samples(name):
-        return [(tuple(s.labels.values()), s.value) for s in got[name].samples if not s.name.endswith("_created")]
+        return [(tuple(s.labels.items()), s.value) for s in got[name].samples if not s.name.endswith("_created")]
 
-    assert samples("switchyard_kv_index_blocks") == [(("b1",), 5), (("b2",), 7)]
-    assert samples("switchyard_kv_events_batches") == [(("b2",), 5)]
+    assert samples("switchyard_kv_index_blocks") == [((("backend", "b1"),), 5), ((("backend", "b2"),), 7)]
+    assert samples("switchyard_kv_events_batches") == [((("backend", "b2"),), 5)]
     assert samples("switchyard_kv_events_lost") == [
-        (("b1", "gap"), 0),
-        (("b1", "restart"), 0),
-        (("b1", "reconnect"), 1),
-        (("b2", "gap"), 1),
-        (("b2", "restart"), 2),
-        (("b2", "reconnect"), 3),
-        (("b2", "undecodable"), 1),
-        (("b2", "replay_failed"), 4),
+        ((("backend", "b1"), ("kind", "gap")), 0),
+        ((("backend", "b1"), ("kind", "restart")), 0),
+        ((("backend", "b1"), ("kind", "reconnect")), 1),
+        ((("backend", "b2"), ("kind", "gap")), 1),
+        ((("backend", "b2"), ("kind", "restart")), 2),
+        ((("backend", "b2"), ("kind", "reconnect")), 3),
+        ((("backend", "b2"), ("kind", "undecodable")), 1),
+        ((("backend", "b2"), ("kind", "replay_failed")), 4),
     ]
