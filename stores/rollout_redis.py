@@ -141,7 +141,9 @@ class RedisRolloutStore(RolloutStore):
     ) -> None:
         ttl_ms = int((window_s * WINDOWS_KEPT + 60) * 1000)
         lists: dict[str, tuple[int, list[bytes]]] = {}
-        for r in records[-RECORDS_MAX * 2 :]:
+        # each track capped on its own (below), as the memory store's: a cut across tracks
+        # would drop a small candidate track's records from a push flooded by stable ones
+        for r in records:
             lists.setdefault(r.track, (RECORDS_MAX, []))[1].append(encode_record(r))
         if comparisons:
             lists["mirror"] = (COMPARISONS_MAX, [encode_comparison(m) for m in comparisons[-COMPARISONS_MAX:]])

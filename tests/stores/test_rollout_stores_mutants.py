@@ -2,7 +2,7 @@
 (both stores); every field of a record and of a mirror comparison through a store, the
 texts clipped at TEXT_MAX (at, below, above); and the memory store's clock boundaries: a
 window's records live exactly `window_s * WINDOWS_KEPT + 60` seconds after its last push,
-a lease exactly `ttl_s`."""
+a lease exactly `ttl_s`; the Redis store's keys, TTLs, options and outage message."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import pytest
 
 from policies.rollout_records import MirrorComparison, TrackRecord
 from policies.rollout_state import Plan, act
+from stores.redis_connect import hash_tag
 from stores.rollout_memory import MemoryRolloutStore
-from stores.rollout_store import TEXT_MAX, WINDOWS_KEPT
+from stores.rollout_redis import RedisRolloutStore
+from stores.rollout_store import RECORDS_MAX, TEXT_MAX, WINDOWS_KEPT, RolloutStoreUnavailable
 
 
 async def test_a_fresh_state_starts_at_version_0_stamped_now_and_a_new_rollout_adds_one(store):
@@ -73,3 +75,56 @@ async def test_a_failure_or_finish_text_is_clipped_at_text_max(store, length):
     assert (got.records[0].failure, got.records[0].finish_reason) == (kept, kept)
     m = got.comparisons[0]
     assert (m.differences, m.stable_failure, m.candidate_failure) == ((kept,), kept, kept)
+
+
+async def test_one_push_keeps_each_tracks_newest_cap_however_the_tracks_interleave(store):
+    # a replica's buffer holds up to 4 * RECORDS_MAX records: the few candidate records of
+    # a push flooded by stable ones are kept, as the stable track's newest RECORDS_MAX are
+    few = [TrackRecord("candidate", float(i)) for i in range(10)]
+    flood = [TrackRecord("stable", 100.0 + i) for i in range(2 * RECORDS_MAX + 5)]
+    await store.push("m", "r1", 1, 2.0, few + flood, [])
+    got = (await store.window("m", "r1", 1)).records
+    assert [r.at for r in got if r.track == "candidate"] == [r.at for r in few]
+    assert [r.at for r in got if r.track == "stable"] == [r.at for r in flood[-RECORDS_MAX:]]
+
+
+async def test_the_redis_keys_are_the_documented_layout_under_the_default_prefix(redis_server):
+    store = RedisRolloutStore(redis_server.url)
+    try:
+        await store.ensure("m", "r1", 1.0)
+        await store.push("m", "r1", 3, 2.0, [TrackRecord("stable", 1.0)], [MirrorComparison(1.0)])
+        await store.lease("m", "a", 5.0)
+        await store.put_evidence("m", "r1", {"window": 3})
+        keys = sorted(k.decode() for k in await store.redis.command("KEYS", "*"))
+        tag = "{switchyard:rollout:m}"
+        assert keys == sorted(f"{tag}:{k}" for k in ("state", "lease", "r1:w:3:stable", "r1:w:3:mirror", "r1:evidence"))
+    finally:
+        await store.aclose()
+
+
+async def test_the_window_lists_live_their_span_and_the_lease_its_ttl_in_redis(redis_server):
+    store = RedisRolloutStore(redis_server.url, key_prefix="t")
+    try:
+        span_ms = (2.0 * WINDOWS_KEPT + 60) * 1000
+        await store.push("m", "r1", 1, 2.0, [TrackRecord("stable", 1.0)], [])
+        assert span_ms - 2000 < await store.redis.command("PTTL", store._list("m", "r1", 1, "stable")) <= span_ms
+        await store.lease("m", "a", 100.0)
+        assert 98_000 < await store.redis.command("PTTL", hash_tag("t:rollout", "m") + ":lease") <= 100_000
+    finally:
+        await store.aclose()
+
+
+def test_the_connection_options_reach_the_connection():
+    assert RedisRolloutStore("redis://127.0.0.1:9", timeout_s=7.5).redis.pool_wait_s == 7.5
+
+
+async def test_unavailable_says_what_redis_answered(redis_server):
+    store = RedisRolloutStore(redis_server.url, key_prefix="t", timeout_s=0.3)
+    redis_server.stop()
+    try:
+        for call in (store.ensure("m", "r1", 1.0), store.load("m")):
+            with pytest.raises(RolloutStoreUnavailable) as info:
+                await call
+            assert str(info.value) == str(info.value.__cause__) and str(info.value) not in ("", "None")
+    finally:
+        await store.aclose()
