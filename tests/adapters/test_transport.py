@@ -82,7 +82,7 @@ async def test_only_the_url_s_trailing_slashes_are_dropped():
 
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
-async def test_a_hung_connect_is_unavailable_after_connect_timeout_s(scheme):
+async def test_a_hung_connect_is_unavailable_after_connect_timeout_s(scheme, caplog):
     # a listener whose backlog is full and never accepted: the next connect hangs; one
     # answer whatever the scheme (https goes through aiohttp, http through the fast client)
     listener = socket.socket()
@@ -108,6 +108,9 @@ async def test_a_hung_connect_is_unavailable_after_connect_timeout_s(scheme):
             "backend_unavailable",
             FailureKind.CONNECT,
         )
+        # the log names the backend and the client's own words, which name the address
+        [line] = [r.getMessage() for r in caplog.records if "unavailable" in r.getMessage()]
+        assert line.startswith("backend b unavailable: ") and f"127.0.0.1:{port}" in line
     finally:
         for s in fillers:
             s.close()
@@ -269,8 +272,11 @@ def test_a_broken_read_becomes_the_gateway_s_error(caplog):
     mid = t.failure(ReadTimeout("quiet", 0.25, False), stream=False)
     assert (mid.status, mid.failure) == (504, FailureKind.TIMEOUT)
     assert str(mid).endswith("stopped sending in the middle of its answer within 0.25 s.")
-    # aiohttp's one read limit (https): a stream's is the larger of its two limits
-    assert str(t.failure(TimeoutError(), stream=True)).endswith("within 7 s.")
+    # aiohttp's one read limit (https): a stream's is the larger of its two limits, and it
+    # ran out in the middle of the answer (the head had come)
+    assert str(t.failure(TimeoutError(), stream=True)).endswith(
+        "stopped sending in the middle of its answer within 7 s."
+    )
     t.first_byte_timeout_s, t.stream_idle_timeout_s = 3.0, 7.0
     assert str(t.failure(TimeoutError(), stream=True)).endswith("within 7 s.")
     timed_out = t.failure(TimeoutError(), stream=False)
