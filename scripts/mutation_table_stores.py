@@ -24,16 +24,15 @@ STORES_MODULES: dict[str, list[str]] = {
         "tests/adversity/test_units.py",
         "tests/redis_ha/test_single_server.py",
     ],
-    # one server's shape: the stores over it (quota, response, rollout), its errors, its pool wait;
-    # the Cluster and Sentinel shapes are judged by tests/redis_ha/ (make test-redis-ha), not run here
+    # one server's shape: its errors (each Redis answer made real), its pool wait, a store over it;
+    # the Cluster and Sentinel shapes are judged by tests/redis_ha/ (make test-redis-ha), not run here,
+    # and the other stores' tests (test_quota.py, the response store's) add only time per mutant
     "stores/redis_connect.py": [
         "tests/stores/test_redis_*.py",
         "tests/stores/test_rollout_stores.py",
         "tests/redis_ha/test_single_server.py",
         "tests/chaos/test_redis_errors.py",
-        "tests/policies/test_quota.py",
         "tests/gateway/config/test_redis_mutants.py",
-        "tests/gateway/openai/responses/test_store*.py",
     ],
 }
 
