@@ -276,6 +276,7 @@ MODULES.update(
             "tests/gateway/protection/test_embedding_units.py",
         ],
         "adapters/base.py": [
+            "tests/adapters/test_base_contract.py",
             "tests/adapters/test_parameter_table.py",
             "tests/adapters/test_mid_stream_errors.py",
             "tests/adapters/test_runtime_errors.py",
@@ -307,7 +308,6 @@ MODULES.update(
         "adapters/native.py": NATIVE_TESTS,
         "adapters/native_choice.py": NATIVE_TESTS,
         "adapters/native_oneshot.py": NATIVE_TESTS,
-        "adapters/native_work.py": ["tests/adapters/test_native_work.py", *NATIVE_TESTS],
         "adapters/oneshot.py": [
             "tests/adapters/test_oneshot_wire.py",
             "tests/adapters/test_oneshot_adapters.py",
@@ -316,6 +316,7 @@ MODULES.update(
         # in-process; test_oneshot_adapters.py reaches it through runtimes' simulators in subprocesses
         "adapters/oneshot_wire.py": ["tests/adapters/test_oneshot_wire.py"],
         "adapters/openai.py": [
+            "tests/adapters/test_openai_dialect.py",
             "tests/adapters/test_openai_wire*.py",
             "tests/adapters/test_oneshot_adapters.py",
             "tests/adapters/test_finish_words.py",
