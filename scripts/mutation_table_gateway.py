@@ -76,7 +76,11 @@ GATEWAY_MODULES: dict[str, list[str]] = {
         "tests/gateway/serving/test_oneshot.py",
     ],
     "gateway/serving/phases.py": [*GENERATION_TESTS, "tests/gateway/http/test_request_deadline.py"],
-    "gateway/observe/lean_metrics.py": ["tests/gateway/observe/test_lean_metrics.py", *METRICS_TESTS],
+    "gateway/observe/lean_metrics.py": [
+        "tests/gateway/observe/test_lean_metrics.py",
+        "tests/gateway/observe/test_lean_metrics_refusals.py",
+        *METRICS_TESTS,
+    ],
     "gateway/observe/rollout_metrics.py": [
         "tests/gateway/observe/test_rollout_metrics.py",
         "tests/gateway/observe/test_lean_metrics.py",
