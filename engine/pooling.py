@@ -92,7 +92,8 @@ def next_batch(prompts: list[list[int]], start: int, token_budget: int) -> int:
 
 
 def pool(states: torch.Tensor, dimensions: int | None) -> list[list[float]]:
-    """Last-token states [B, hidden] -> the embeddings: Matryoshka cut, then L2 norm."""
+    """Last-token states [B, hidden] -> the embeddings: Matryoshka cut, then L2 norm
+    (F.normalize's defaults: p=2 over dim 1, each row)."""
     if dimensions is not None:
         states = states[:, :dimensions]
-    return F.normalize(states.float(), p=2, dim=-1).tolist()
+    return F.normalize(states.float()).tolist()
