@@ -124,7 +124,7 @@ def _as_qwen2(tok: Tokenizer, config: dict[str, Any]) -> None:
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated"),  # not inverted
             pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=False),
         ]
     )
@@ -139,8 +139,8 @@ def _as_llama(tok: Tokenizer, config: dict[str, Any]) -> None:
     else:
         prepend = "always" if config.get("legacy") else "first"
     tok.normalizer = None
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=prepend, split=False)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme=prepend, split=False)  # replacement "\u2581"
     steps = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
     if add_prefix_space:
-        steps.append(decoders.Strip(content=" ", left=1))
+        steps.append(decoders.Strip(left=1))  # one leading space
     tok.decoder = decoders.Sequence(steps)
