@@ -22,7 +22,7 @@ ENGINE_MODULES: dict[str, list[str]] = {
         "tests/engine/test_structured_plan*.py",
     ],
     # the tool-call property tests and the promises' engine runs are left out: a minute or more per mutant here
-    "engine/text/tool_parser.py": ["tests/engine/test_text_tool_parser.py"],
+    "engine/text/tool_parser.py": ["tests/engine/test_text_tool_parser*.py"],
     "engine/text/hermes_format.py": ["tests/engine/test_text_forced_tool_calls.py"],
     "engine/weights.py": ["tests/engine/test_weights.py"],
     # test_text_tokenizer.py renders through a checkpoint's tokenizer and compares with transformers
