@@ -228,7 +228,11 @@ MODULES.update(
             "tests/gateway/config/test_config_refusals.py",
         ],
         "gateway/openai/answer_format.py": [*GENERATION_TESTS, "tests/gateway/openai/test_encoder*.py"],
-        "gateway/openai/api_routes.py": APP_TESTS,
+        # the document built in process, and served (every app test builds it: each mutant would run them all)
+        "gateway/openai/api_routes.py": [
+            "tests/gateway/openai/test_api_routes.py",
+            "tests/gateway/openai/test_openapi_doc.py",
+        ],
         "gateway/openai/embeddings.py": [
             "tests/gateway/openai/test_embeddings_parse.py",
             "tests/gateway/openai/test_non_generation_*.py",

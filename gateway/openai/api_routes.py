@@ -13,6 +13,7 @@ shapes being OpenAI's own (docs/openai-checklist.md).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, Literal
 
 from fastapi import FastAPI
@@ -162,7 +163,8 @@ def _wrap(handler: Handler) -> Callable[[Request], Awaitable[Any]]:
     async def endpoint(request: Request) -> Any:
         return await handler(request)
 
-    endpoint.__doc__ = handler.__doc__
+    # A partial's own __doc__ is functools.partial's, which the document must not show.
+    endpoint.__doc__ = None if isinstance(handler, partial) else handler.__doc__
     return endpoint
 
 
