@@ -208,13 +208,15 @@ def decode_response(payload: dict, chat: bool, backend: str) -> list[Event]:
     """A non-streamed response as the events a stream of it would have given."""
     events: list[Event] = []
     for index, choice in indexed_choices(payload):
-        if chat:
+        if chat:  # absent fields skipped before any decoder is called, as decode_chunk does
             msg = choice.get("message") or {}
-            calls = decode_tool_calls(index, msg.get("tool_calls"), whole=True)
             content = msg.get("content")
             if content:
-                events.append(TextDelta(index, content, decode_chat_logprobs(choice.get("logprobs"))))
-            events.extend(calls)
+                lp = choice.get("logprobs")
+                events.append(TextDelta(index, content, decode_chat_logprobs(lp) if lp else None))
+            calls = msg.get("tool_calls")
+            if calls:
+                events.extend(decode_tool_calls(index, calls, whole=True))
         else:
             text = choice.get("text") or ""
             if text:
