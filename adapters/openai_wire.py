@@ -60,11 +60,12 @@ def normalize_finish(reason: Any, backend: str) -> str:
 def build_body(req: GenerationRequest, served_model: str | None, *, stream: bool) -> dict[str, Any]:
     """The OpenAI request body for `req` (extras passed through, unset fields omitted)."""
     s = req.sampling
-    body: dict[str, Any] = dict(req.extra)
-    # Request ids are the gateway's: a client's `request_id` or `rid` would name its
-    # generation upstream, and another tenant's with the same id (vLLM, SGLang).
-    body.pop("request_id", None)
-    body.pop("rid", None)
+    body: dict[str, Any] = dict(req.extra) if req.extra else {}
+    if body:
+        # Request ids are the gateway's: a client's `request_id` or `rid` would name its
+        # generation upstream, and another tenant's with the same id (vLLM, SGLang).
+        body.pop("request_id", None)
+        body.pop("rid", None)
     body["model"] = served_model or req.model
     if req.kind == "chat":
         body["messages"] = req.messages
@@ -120,8 +121,8 @@ def build_body(req: GenerationRequest, served_model: str | None, *, stream: bool
         # Always ask for usage: the gateway reconciles quotas with it and strips
         # it from the client's stream unless the client asked.
         body["stream_options"] = {"include_usage": True}
-    else:
-        body.pop("stream_options", None)
+    elif req.extra:
+        body.pop("stream_options", None)  # an extra's: a whole answer sends no stream options
     return body
 
 
@@ -154,7 +155,7 @@ def decode_completion_logprobs(lp: Any) -> list[TokenLogprob] | None:
 def decode_usage(u: Any) -> Usage | None:
     if not isinstance(u, dict):
         return None
-    details = u.get("prompt_tokens_details") or {}
+    details = u.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     try:
         return Usage(
