@@ -295,6 +295,7 @@ MODULES.update(
         # servers in subprocesses, about 12 s a mutant
         "adapters/transport.py": ["tests/adapters/test_transport*.py"],
         "adapters/kv_events.py": [
+            "tests/adapters/test_kv_events_decode.py",
             "tests/adapters/test_kv_events_zmq.py",
             "tests/policies/test_kv_index*.py",
             "tests/engine/test_kv_events.py",
@@ -397,6 +398,7 @@ EXTRA_ARGS: dict[str, list[str]] = {
     "adapters/sglang.py": ["-k", "not docs_table and not readme and not native"],
     "adapters/vllm.py": ["-k", "not docs_table and not readme and not native"],
     "adapters/llamacpp.py": ["-k", "not docs_table and not readme and not native"],
+    "adapters/base.py": ["-k", "not docs_table and not readme and not native"],
     # the command line in a subprocess (a process start per mutant): its text form is run in process
     "policies/cli.py": ["-k", "not prints_a_key_and_its_digest"],
     # the store's reconnect timings: seconds each in real time per mutant

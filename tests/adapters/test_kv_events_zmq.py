@@ -59,11 +59,15 @@ class Runtime:
         if not lose:
             await self.pub.send_multipart([b"kv", seq.to_bytes(8, "big"), payload])
 
-    async def serve_one_replay(self) -> int:
-        ident, _, start = await asyncio.wait_for(self.router.recv_multipart(), 10)
+    async def serve_one_replay(self, *, with_topic: bool = True) -> int:
+        """Answer one replay request as vLLM does: `(topic, seq, payload)` per batch (older
+        vLLM: `(seq, payload)`), then sequence -1."""
+        ident, delimiter, start = await asyncio.wait_for(self.router.recv_multipart(), 10)
+        assert delimiter == b"" and len(start) == 8  # the request as vLLM reads it
         first = int.from_bytes(start, "big")
+        topic = [b"kv"] if with_topic else []
         for seq in sorted(s for s in self.buffer if s >= first):
-            await self.router.send_multipart([ident, b"", b"kv", seq.to_bytes(8, "big"), self.buffer[seq]])
+            await self.router.send_multipart([ident, b"", *topic, seq.to_bytes(8, "big"), self.buffer[seq]])
         await self.router.send_multipart([ident, b"", b"", END, b""])
         return first
 
@@ -164,3 +168,18 @@ async def test_an_undecodable_batch_is_skipped_and_counted(runtime):
         await runtime.publish(1, stored([7]))
         await until(lambda: index.last_seq == 1)
         assert sub.stats.undecodable == 2 and index.match([7]) == 1
+
+
+@pytest.mark.parametrize("with_topic", [True, False])
+async def test_every_gap_asks_for_a_replay_and_both_replay_shapes_are_read(runtime, with_topic):
+    index = KVBlockIndex()
+    async with subscriber(runtime, index, replay=True) as sub:
+        await runtime.publish(0, stored([1, 2]))
+        await until(lambda: index.last_seq == 0)
+        for lost, heard in ((1, 2), (3, 4)):
+            await runtime.publish(lost, stored([10 + lost]), lose=True)
+            await runtime.publish(heard, stored([10 + heard]))
+            assert await runtime.serve_one_replay(with_topic=with_topic) == lost
+            await until(lambda heard=heard: index.last_seq == heard)
+        assert index.match([11]) == 1 and index.match([13]) == 1 and index.gaps == 0
+        assert (sub.stats.replays, sub.stats.replayed_batches, sub.stats.replay_failures) == (2, 2, 0)
