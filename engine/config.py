@@ -85,7 +85,7 @@ class ModelConfig:
             rope_theta=theta,
             rope_scaling=scaling,
             max_position_embeddings=raw.get("max_position_embeddings", 2048),
-            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings")),
             hidden_act=raw.get("hidden_act", "silu"),
             eos_token_ids=eos,
             bos_token_id=raw.get("bos_token_id"),

@@ -97,6 +97,7 @@ def test_every_field_as_given(tmp_path):
 def test_null_kv_heads_and_head_dim_fall_back(tmp_path):
     cfg = _write(tmp_path, dict(BASE, num_key_value_heads=None, head_dim=None, hidden_size=96, num_attention_heads=3))
     assert (cfg.num_key_value_heads, cfg.head_dim) == (3, 32)
+    assert isinstance(cfg.head_dim, int)  # a tensor dimension
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen2", "mistral"])
