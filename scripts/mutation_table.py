@@ -331,22 +331,12 @@ MODULES.update(
         "adapters/prometheus_text.py": ["tests/adapters/test_prometheus_text*.py"],
         "adapters/tgi_quirks.py": ["tests/adapters/test_tgi*.py", "tests/adapters/test_recorded_tgi*.py"],
         "engine/async_engine.py": ["tests/engine/test_async_engine.py", "tests/engine/test_pooling.py"],
-        "engine/builtin.py": ["tests/engine/test_make_tiny.py", "tests/engine/test_native_prompt_reuse.py"],
-        "engine/config.py": ["tests/engine/test_config.py"],
         "engine/gguf_export.py": ["tests/engine/test_gguf_export.py"],
         "engine/llm_engine.py": ["tests/engine/test_engine_greedy.py", "tests/engine/test_async_engine.py"],
         "engine/model.py": ["tests/engine/test_engine_greedy.py"],
         "engine/model_runner.py": ["tests/engine/test_engine_greedy.py"],
-        "engine/pooling.py": ["tests/engine/test_pooling.py"],
-        "engine/weights.py": ["tests/engine/test_engine_greedy.py", "tests/engine/test_gguf_export.py"],
-        **{
-            f"engine/structured/{name}.py": ["tests/engine/test_structured_*.py"]
-            for name in ("__init__", "mask_provider")
-        },
+        "engine/structured/__init__.py": ["tests/engine/test_structured_*.py"],
         "engine/text/__init__.py": ["tests/engine/test_text_tokenizer.py"],
-        "engine/text/chat_template.py": ["tests/engine/test_text_tokenizer.py"],
-        "engine/text/tokenizer.py": ["tests/engine/test_text_tokenizer*.py", "tests/engine/test_text_detokenizer.py"],
-        "engine/text/tokenizer_class.py": ["tests/engine/test_text_tokenizer_classes.py"],
     }
 )
 

@@ -88,6 +88,54 @@ def test_a_stale_cache_is_replaced(tmp_path, builds, stamp):
     assert sorted(p.name for p in target.parent.iterdir()) == ["tiny"]
 
 
+def test_a_stale_cache_moves_into_a_hidden_sibling_before_it_is_deleted(tmp_path, builds, monkeypatch):
+    target = _models(tmp_path) / "tiny"
+    target.mkdir(parents=True)
+    moves = []
+    replace = os.replace
+
+    def spy(src, dst):
+        moves.append((Path(src), Path(dst)))
+        replace(src, dst)
+
+    monkeypatch.setattr(builtin.os, "replace", spy)
+    builtin_model_dir("tiny")
+    [(src, dst)] = moves
+    assert src == target and dst.name == "tiny"
+    assert dst.parent.parent == target.parent and dst.parent.name.startswith(".tiny-stale-")
+
+
+def test_a_stale_cache_that_cannot_be_deleted_does_not_fail_the_build(tmp_path, builds, monkeypatch):
+    target = _models(tmp_path) / "tiny"
+    target.mkdir(parents=True)
+    rmtree = shutil.rmtree
+
+    def stubborn(path, ignore_errors=False, **kwargs):  # what rmtree does when a file will not go
+        if not ignore_errors:
+            raise OSError("device busy")
+        rmtree(path, ignore_errors=True, **kwargs)
+
+    monkeypatch.setattr(builtin.shutil, "rmtree", stubborn)
+    assert (builtin_model_dir("tiny") / ".switchyard-builtin").read_text() == "1\n"
+
+
+def test_a_build_another_process_finished_meanwhile_is_kept(tmp_path, monkeypatch):
+    """Another process may already serve from it: it is not swapped for ours."""
+    monkeypatch.setenv("SWITCHYARD_CACHE_DIR", str(tmp_path))
+    target = tmp_path / "models" / "tiny"
+
+    def racing(path: Path) -> None:
+        (path / "ours").write_text("")
+        target.mkdir()
+        (target / "theirs").write_text("")
+        (target / ".switchyard-builtin").write_text("1\n")
+
+    monkeypatch.setattr(engine.make_tiny, "make_tiny", racing)
+    assert builtin_model_dir("tiny") == target
+    assert sorted(p.name for p in target.iterdir()) == [".switchyard-builtin", "theirs"]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["tiny"]
+
+
 def test_a_stale_cache_moved_away_by_another_process_meanwhile(tmp_path, builds, monkeypatch):
     target = _models(tmp_path) / "tiny"
     target.mkdir(parents=True)
@@ -145,6 +193,14 @@ def test_an_unknown_built_in_model_is_refused_listing_the_known(builds):
         builtin_model_dir("huge")
     assert str(err.value) == "unknown built-in model 'huge' (available: tiny)"
     assert builds == []
+
+
+def test_the_known_models_are_listed_comma_separated(builds, monkeypatch):
+    monkeypatch.setattr(builtin, "BUILTIN_MODELS", ("tiny", "small"))
+    with pytest.raises(ValueError) as err:
+        builtin_model_dir("huge")
+    assert str(err.value) == "unknown built-in model 'huge' (available: tiny, small)"
+    assert model_path_problem("builtin:huge") == "unknown built-in model 'huge' (available: tiny, small)"
 
 
 # ---- model paths -----------------------------------------------------------------------------
