@@ -66,9 +66,9 @@ def ctx(model="m", tenant="acme", **kw) -> RequestContext:
 def test_a_served_request_counts_its_request_and_tokens_per_model_and_tenant(access, monkeypatch):
     log, lines = access
     rec, m = recorder(log)
-    monkeypatch.setattr("time.perf_counter", lambda: 2.5)
+    monkeypatch.setattr("time.perf_counter", lambda: 2.2345678)
     monkeypatch.setattr("time.time", lambda: 1700000000.12345)
-    rec.finish(ctx(stream=True, ttft=0.1234567), Outcome(200, usage=Usage(7, 3), backend="b1"))
+    rec.finish(ctx(stream=True, ttft=0.1234567, started=1.0), Outcome(200, usage=Usage(7, 3), backend="b1"))
     labels = {"model": "m", "backend": "b1", "status": "200", "track": ""}
     assert value(m, "switchyard_requests_total", **labels) == 1
     assert value(m, "switchyard_tenant_requests_total", tenant="acme", model="m", status="200") == 1
@@ -76,7 +76,7 @@ def test_a_served_request_counts_its_request_and_tokens_per_model_and_tenant(acc
     assert value(m, "switchyard_tenant_tokens_total", tenant="acme", model="m", direction="output") == 3
     assert value(m, "switchyard_prompt_tokens_total", model="m") == 7
     assert value(m, "switchyard_completion_tokens_total", model="m") == 3
-    assert value(m, "switchyard_request_duration_seconds_sum", model="m") == 2.5
+    assert value(m, "switchyard_request_duration_seconds_sum", model="m") == pytest.approx(1.2345678)
     assert lines == [
         {
             "ts": 1700000000.123,
@@ -86,7 +86,7 @@ def test_a_served_request_counts_its_request_and_tokens_per_model_and_tenant(acc
             "model": "m",
             "backend": "b1",
             "status": 200,
-            "latency_ms": 2500.0,
+            "latency_ms": 1234.568,
             "stream": True,
             "config_version": "1-abc",
             "prompt_tokens": 7,
