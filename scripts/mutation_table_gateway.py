@@ -61,7 +61,7 @@ GATEWAY_MODULES: dict[str, list[str]] = {
     ],
     "gateway/observe/metrics.py": METRICS_TESTS,
     "gateway/observe/ops.py": ["tests/gateway/observe/test_ops.py", "tests/gateway/serving/test_dispatch_ejection.py"],
-    "gateway/observe/otel_trace.py": TRACING_TESTS,
+    "gateway/observe/otel_trace.py": ["tests/gateway/observe/test_otel_trace_parts.py", *TRACING_TESTS],
     # its own tests and the per-tenant ones (the generation tests reach it too, at 900 s for half its mutants)
     "gateway/observe/recorder.py": [
         "tests/gateway/observe/test_recorder.py",
