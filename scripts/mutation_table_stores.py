@@ -18,6 +18,7 @@ STORES_MODULES: dict[str, list[str]] = {
     "stores/rollout_redis.py": ["tests/stores/test_rollout_stores*.py"],
     # the quota stores' shared semantics (test_quota_carry.py waits out windows in real time, 4 s a test)
     "stores/quota_redis.py": [
+        "tests/stores/test_quota_redis*.py",
         "tests/policies/test_quota.py",
         "tests/policies/test_quota_carry.py",
         "tests/chaos/test_redis_errors.py",
