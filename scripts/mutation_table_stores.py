@@ -37,6 +37,10 @@ STORES_MODULES: dict[str, list[str]] = {
     ],
 }
 
-STORES_NOTES: dict[str, str] = {}
+STORES_NOTES: dict[str, str] = {
+    "stores/quota_redis.py": "Its Lua scripts are module constants, which mutmut does not mutate: their arithmetic is "
+    "judged through the shared semantics of tests/policies/test_quota*.py (both stores). 180/223 on a first run, "
+    "before tests/stores/test_quota_redis_mutants.py; the survivors left are explained (survivors/mE.toml).",
+}
 STORES_EXTRA_ARGS: dict[str, list[str]] = {}
 STORES_TIMEOUTS: dict[str, tuple[float, float]] = {}

@@ -105,8 +105,12 @@ async def test_the_heartbeat_recreates_lost_leases_counts_and_logs_them_once(sto
         await store.heartbeat(held, TTL_MS)
     assert store.leases_recreated == 3
     assert [await store.concurrent(t, "t") for t in ("acme", "beta")] == [2, 1]
+    await store.redis.command("DEL", store.keys("beta", "t")[2])
+    with caplog.at_level(logging.WARNING):
+        await store.heartbeat(held, TTL_MS)
+    assert store.leases_recreated == 4  # a running count
     lines = [r.getMessage() for r in caplog.records if "re-created" in r.getMessage()]
-    assert lines == [f"re-created 3 lease(s) that {store.describe()} had lost (a failover?)"]
+    assert lines == [f"re-created {n} lease(s) that {store.describe()} had lost (a failover?)" for n in (3, 1)]
 
 
 def test_keys_carry_the_tenants_tag_under_the_switchyard_prefix_by_default():
