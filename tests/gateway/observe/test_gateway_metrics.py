@@ -135,6 +135,9 @@ def fresh_access_logger():
 
 
 def test_the_access_log_is_one_json_line_per_record_on_stdout(fresh_access_logger, capsys):
+    # pytest's capture handlers can sit on this logger too (after a served app's run): none for this test
+    for handler in list(fresh_access_logger.handlers):
+        fresh_access_logger.removeHandler(handler)
     log = access_logger()
     assert log is fresh_access_logger and access_logger() is log
     (handler,) = log.handlers
