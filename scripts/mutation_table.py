@@ -436,3 +436,7 @@ MODULES.update(STORES_MODULES)
 NOTES.update(STORES_NOTES)
 EXTRA_ARGS.update(STORES_EXTRA_ARGS)
 TIMEOUTS.update(STORES_TIMEOUTS)
+NOTES["adapters/kv_events_zmq.py"] = (
+    "Its ZMQ tests wait in real time (~10 s a mutant): a first run cut by its budget, its survivors and the 57 not "
+    "run then run by name (2026-12-03). Below the goal: 4 survivors are killed by tests added after that run, the rest explained (survivors/mC.toml)."
+)

@@ -183,3 +183,46 @@ async def test_every_gap_asks_for_a_replay_and_both_replay_shapes_are_read(runti
             await until(lambda heard=heard: index.last_seq == heard)
         assert index.match([11]) == 1 and index.match([13]) == 1 and index.gaps == 0
         assert (sub.stats.replays, sub.stats.replayed_batches, sub.stats.replay_failures) == (2, 2, 0)
+
+
+async def test_without_a_topic_every_topic_is_heard(runtime):
+    index = KVBlockIndex()
+    sub = KVEventSubscriber("v", f"tcp://127.0.0.1:{runtime.pub_port}", index)
+    sub.start()
+    try:
+        assert await asyncio.wait_for(runtime.pub.recv(), 10) == b"\x01"  # subscribed to everything
+        await runtime.publish(0, stored([3]))
+        await until(lambda: index.last_seq == 0)
+    finally:
+        await sub.aclose()
+
+
+async def test_a_closed_subscriber_stops_and_may_be_started_again(runtime):
+    index = KVBlockIndex()
+    async with subscriber(runtime, index) as sub:
+        await runtime.publish(0, stored([1]))
+        await until(lambda: index.last_seq == 0)
+        task = sub._task
+    assert task is not None and task.done() and sub._task is None  # cancelled and awaited
+    sub.start()  # a reload starts it again
+    try:
+        for _ in range(200):  # until the new subscription reaches the publisher (XPUB tells a topic once)
+            await runtime.publish(1, stored([2]))
+            await asyncio.sleep(0.05)
+            if index.last_seq == 1:
+                break
+        assert index.last_seq == 1
+    finally:
+        await sub.aclose()
+
+
+async def test_every_failed_replay_is_counted(runtime):
+    index = KVBlockIndex()
+    async with subscriber(runtime, index, replay=True, replay_timeout_s=0.2) as sub:
+        await runtime.publish(0, stored([1]))
+        await until(lambda: index.last_seq == 0)
+        for lost in (1, 3):  # nobody answers either replay request
+            await runtime.publish(lost, stored([9]), lose=True)
+            await runtime.publish(lost + 1, stored([5]))
+            await until(lambda lost=lost: index.last_seq == lost + 1)
+        assert (sub.stats.replays, sub.stats.replay_failures, sub.stats.replayed_batches) == (2, 2, 0)
