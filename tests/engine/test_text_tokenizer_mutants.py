@@ -12,7 +12,7 @@ import pytest
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from engine.text.chat_template import ChatTemplateError
-from engine.text.tokenizer import TextTokenizer, _bytes_to_unicode
+from engine.text.tokenizer import TextTokenizer, _bytes_to_unicode, _decoder_kinds
 
 # byte-level pieces: "Ġ" is the space, "Ã" and "©" the two bytes of "é" (C3 A9)
 BYTE_VOCAB = {"a": 0, "b": 1, "Ġ": 2, "Ġa": 3, "Ã": 4, "©": 5, "Ã©": 6, "ab": 7}
@@ -196,7 +196,7 @@ def test_a_byte_level_piece_outside_the_byte_map_is_its_utf8(tmp_path):
     assert TextTokenizer(_dir(tmp_path, tok)).token_bytes(1) == "\u4e2d".encode()
 
 
-LLAMA_VOCAB = {"<unk>": 0, "<0x41>": 1, "<0x0a>": 2, "\u2581a": 3, "a": 4, "<0x4G>": 5, "x<0x41>": 6}
+LLAMA_VOCAB = {"<unk>": 0, "<0x41>": 1, "<0x0a>": 2, "\u2581a": 3, "a": 4, "<0x4G>": 5, "x<0x41>": 6, "<0xC3>": 7}
 
 
 def _llama(decoder) -> Tokenizer:
@@ -206,8 +206,14 @@ def _llama(decoder) -> Tokenizer:
 
 
 def test_byte_fallback_tokens_are_their_byte_and_metaspace_a_space(tmp_path):
+    # decoded alone, "<0xC3>" would be U+FFFD and Strip would eat "▁a"'s space: the table reads the piece
     decoder = decoders.Sequence(
-        [decoders.Sequence([decoders.Replace("\u2581", " ")]), decoders.ByteFallback(), decoders.Fuse()]
+        [
+            decoders.Sequence([decoders.Replace("\u2581", " ")]),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(content=" ", left=1),
+        ]
     )
     tok = TextTokenizer(_dir(tmp_path, _llama(decoder)))
     assert [tok.token_bytes(i) for i in range(len(LLAMA_VOCAB))] == [
@@ -218,7 +224,32 @@ def test_byte_fallback_tokens_are_their_byte_and_metaspace_a_space(tmp_path):
         b"a",
         b"<0x4G>",
         b"x<0x41>",
+        b"\xc3",
     ]
+
+
+def test_a_byte_level_decoder_inside_a_sequence_is_found(tmp_path):
+    tok = _byte_level()
+    tok.decoder = decoders.Sequence([decoders.ByteLevel(), decoders.Strip(content=" ", left=1)])
+    text = TextTokenizer(_dir(tmp_path, tok))
+    assert [text.token_bytes(i) for i in (2, 4)] == [b" ", b"\xc3"]
+
+
+@pytest.mark.parametrize(
+    ("decoder", "kinds"),
+    [
+        (None, set()),
+        ({}, set()),
+        ({"type": "Sequence"}, set()),
+        (
+            {"type": "Sequence", "decoders": [{"type": "Fuse"}, {"type": "Sequence", "decoders": [{"type": "Strip"}]}]},
+            {"Fuse", "Strip"},
+        ),
+        ({"decoders": []}, {""}),
+    ],
+)
+def test_the_decoder_kinds_of_a_spec(decoder, kinds):
+    assert _decoder_kinds(decoder) == kinds
 
 
 @pytest.mark.parametrize(
