@@ -158,3 +158,17 @@ def test_a_released_partial_tag_joined_by_its_rest_after_a_stray_tag_is_markup()
 def test_text_of_only_whitespace_is_content():
     assert parse(["  "]) == [ContentPiece("  ")]
     assert parse([" \n", f"<tool_call>{NOW}</tool_call>"]) == [ContentPiece(" \n"), *call(0, "now")]
+
+
+def test_once_content_follows_a_call_its_whitespace_is_content_however_cut():
+    chunks = [f"<tool_call>{NOW}</tool_call>", "x", " ", f"<tool_call>{NOW}</tool_call>"]
+    assert parse(chunks) == [*call(0, "now"), ContentPiece("x"), ContentPiece(" "), *call(1, "now")]
+
+
+def test_content_read_again_at_the_end_joins_the_held_tail():
+    text = '<tool_call>{"name": "now", </tool_call></tool_call>after <tool'
+    assert parse([text]) == [
+        DroppedCallPiece('<tool_call>{"name": "now", </tool_call>', "its JSON never ended"),
+        STRAY,
+        ContentPiece("after <tool"),
+    ]
