@@ -5,6 +5,8 @@ sampler)."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import torch
 
@@ -93,7 +95,7 @@ def test_a_grammar_error_is_recorded_and_leaves_only_the_stop_ids(tok, lltok, ba
     mask = GrammarMask(_matcher(lltok), vocab, stops)
     got = mask(_ids(tok, "{"))
     assert set(torch.nonzero(got).flatten().tolist()) == {0, 5, vocab - 1}
-    assert got.shape == (vocab,)
+    assert got.shape == (vocab,) and got.dtype == torch.bool
     assert len(mask.errors) == 1 and mask.errors[0]
 
 
@@ -208,3 +210,55 @@ def test_the_overlap_switch(monkeypatch, value, overlap):
     assert first.overlap is overlap
     assert mask_provider._step_batcher() is first
     assert OVERLAP_ENV == "SWITCHYARD_GRAMMAR_OVERLAP"
+
+
+def test_with_overlap_one_job_per_step_runs_on_the_grammar_mask_thread(tok, lltok, monkeypatch):
+    batcher = _StepBatcher(overlap=True)
+    monkeypatch.setattr(mask_provider, "_batcher", batcher)
+    submitted, threads = [], []
+    busy = threading.Event()
+    batcher._worker.submit(busy.wait, 10)  # the worker is busy: the step's job waits in the queue
+    submit = batcher._worker.submit
+    monkeypatch.setattr(batcher._worker, "submit", lambda fn: submitted.append(fn) or submit(fn))
+    real = mask_provider.compute_masks
+
+    def recording(*args):
+        threads.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(mask_provider, "compute_masks", recording)
+    masks = [GrammarMask(_matcher(lltok), tok.vocab_size, set(tok.eos_token_ids)) for _ in range(3)]
+    for m in masks:
+        m.prefetch([])
+    for _ in masks:
+        batcher.start()  # every request's starter is called; the step's job is queued once
+    busy.set()
+    for m in masks:
+        m._tracks[0].pending.result(timeout=10)
+    assert len(submitted) == 1
+    assert len(threads) == 1 and threads[0].startswith("grammar-mask")
+
+
+def test_a_row_moving_on_waits_for_the_worker_still_computing_its_mask(tok, lltok, monkeypatch):
+    batcher = _StepBatcher(overlap=True)
+    monkeypatch.setattr(mask_provider, "_batcher", batcher)
+    entered, release = threading.Event(), threading.Event()
+    real = mask_provider.compute_masks
+
+    def slow(*args):
+        if threading.current_thread().name.startswith("grammar-mask"):
+            entered.set()
+            release.wait(10)
+        return real(*args)
+
+    monkeypatch.setattr(mask_provider, "compute_masks", slow)
+    mask = GrammarMask(_matcher(lltok), tok.vocab_size, set(tok.eos_token_ids))
+    mask.prefetch([])
+    batcher.start()
+    assert entered.wait(10)
+    timer = threading.Timer(0.3, release.set)
+    timer.start()
+    after = mask(_ids(tok, "tr"))
+    assert release.is_set()  # it waited for the worker before touching the matcher
+    timer.join()
+    assert after.any() and mask.errors == []
