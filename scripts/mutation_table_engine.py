@@ -48,6 +48,10 @@ ENGINE_MODULES: dict[str, list[str]] = {
 }
 
 ENGINE_NOTES: dict[str, str] = {
+    "adapters/native_work.py": "A first run (2026-12-03) 69/93; its survivors then run by name against the tests added "
+    "(tests/adapters/test_native_work.py: refusals' words and count, cancellation before a start, a piece passed over "
+    "as a worker frees up, the workers' bound, a failing piece). 28 of the kills are timeouts (load ~3 to 11): a mutant "
+    "that loses a worker's finish leaves a piece waiting.",
     "engine/sampler.py": "Judged by tests/engine/test_sampler_mutants.py (hand-made logits, no model). 80.3% on "
     "2026-12-02 with 75 survivors; the tensors built from Python values now take the row's dtype and device from it "
     "(new_tensor, list indices), so the device and dtype arguments that changed nothing on CPU are gone. The "
