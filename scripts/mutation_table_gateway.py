@@ -97,7 +97,10 @@ GATEWAY_MODULES: dict[str, list[str]] = {
         "tests/gateway/observe/test_admin_rollouts.py",
         "tests/gateway/config/test_rollout_config.py",
     ],
-    "gateway/lifecycle/rollout_preflight.py": ["tests/gateway/lifecycle/test_rollout_controller.py"],
+    "gateway/lifecycle/rollout_preflight.py": [
+        "tests/gateway/lifecycle/test_rollout_controller.py",
+        "tests/gateway/lifecycle/test_rollout_preflight.py",
+    ],
     "gateway/cli/rollout.py": ["tests/gateway/cli/test_rollout_cli.py"],
     "gateway/serving/answer_check.py": ROLLOUT_TESTS,
     "gateway/serving/rollout.py": [*ROLLOUT_TESTS, "tests/gateway/serving/test_rollout_request.py"],
