@@ -17,7 +17,7 @@ COLLECTOR = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
 
 
 def test_the_off_switches_are_read_without_case_or_spaces():
-    assert not resolve(TracingConfig(enabled=True), {"OTEL_SDK_DISABLED": " True "}).enabled
+    assert resolve(TracingConfig(enabled=True), {"OTEL_SDK_DISABLED": " True "}).enabled is False
     assert resolve(TracingConfig(enabled=True), {"OTEL_SDK_DISABLED": "false"}).enabled
     assert not resolve(TracingConfig(), {**COLLECTOR, "OTEL_TRACES_EXPORTER": " NONE "}).enabled
     assert resolve(TracingConfig(), {**COLLECTOR, "OTEL_TRACES_EXPORTER": "otlp"}).enabled
@@ -98,5 +98,6 @@ def test_the_service_names_fallbacks():
 def test_the_traces_url_strips_every_trailing_slash_once():
     assert traces_url("http://otel:4318//") == "http://otel:4318/v1/traces"
     assert traces_url("http://otel:4318/v1/traces/") == "http://otel:4318/v1/traces"
+    assert traces_url("http://otel:4318/X/") == "http://otel:4318/X/v1/traces"  # only slashes go
     assert traces_url("http://otel:4318/v1/tracesx") == "http://otel:4318/v1/tracesx/v1/traces"
     assert resolve(TracingConfig(endpoint="http://otel:4318/"), {}).endpoint == "http://otel:4318/v1/traces"
