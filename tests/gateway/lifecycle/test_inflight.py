@@ -132,6 +132,20 @@ async def test_waiting_for_no_request_left():
     assert await inflight.wait_empty(0.05) is False
     asyncio.get_running_loop().call_later(0.05, inflight.leave, ex)
     assert await inflight.wait_empty(5) is True and len(inflight) == 0
+    # one of two leaving is not empty (each request is its own task)
+    gates = [asyncio.Event(), asyncio.Event()]
+
+    async def request(gate: asyncio.Event) -> None:
+        ex = inflight.enter(1, Sent())
+        await gate.wait()
+        inflight.leave(ex)
+
+    tasks = [asyncio.create_task(request(g)) for g in gates]
+    await asyncio.sleep(0)
+    asyncio.get_running_loop().call_later(0.02, gates[0].set)
+    assert await inflight.wait_empty(0.2) is False and len(inflight) == 1
+    gates[1].set()
+    await asyncio.gather(*tasks)
     # the wait starts anew each time: an earlier emptying does not answer a later wait
     ex = inflight.enter(1, Sent())
     assert await inflight.wait_empty(0.05) is False
