@@ -60,7 +60,7 @@ def test_a_process_shutting_down_answers_503_with_its_retry_after():
     assert err.message == "This gateway process is shutting down; retry the request."
 
 
-async def test_what_a_reload_retired_is_kept_until_no_request_of_its_version_is_left():
+async def test_what_a_reload_retired_is_kept_until_no_request_of_its_version_is_left(caplog):
     inflight = InFlight()
     life = Lifecycle(Served(), inflight, Reloader())  # type: ignore[arg-type]
     closed: list[str] = []
@@ -82,7 +82,10 @@ async def test_what_a_reload_retired_is_kept_until_no_request_of_its_version_is_
 
     held = asyncio.create_task(request(2))
     await asyncio.sleep(0)
-    await life.close_unused()  # the oldest request is of version 2: version 1's go, version 2's stay
+    life.retired[0][1].backends.append(Closing("v1b", closed))  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, "switchyard.lifecycle"):
+        await life.close_unused()  # the oldest request is of version 2: version 1's go, version 2's stay
+    assert caplog.messages == ["closing backends no longer in use: v1, v1b"]
     assert closed == ["v1-adapter"] and [v for v, _ in life.retired] == [2]
     gate.set()
     await held
@@ -120,7 +123,7 @@ async def test_the_ticker_reloads_a_changed_file_at_its_poll_interval_and_outliv
         await life.aclose()
     # one look every 0.05 s at most (not one per 0.01 s tick), the second of them failing
     assert 4 <= reloader.looks <= took / 0.05 + 1 and reloader.reloads == ["file changed"] * (reloader.looks - 1)
-    assert "lifecycle tick failed" in caplog.text and "the file went away" in caplog.text
+    assert caplog.messages == ["lifecycle tick failed"] and "the file went away" in caplog.text
 
 
 async def test_the_ticker_looks_at_once_and_not_at_all_when_the_watch_is_off(monkeypatch):
@@ -141,6 +144,7 @@ async def test_the_ticker_closes_what_no_request_holds_and_aclose_the_rest(monke
     life.retire(1, retired("v1", closed))
     monkeypatch.setattr(process, "TICK_S", 0.01)
     life.start()
+    assert life._ticker is not None and life._ticker.get_name() == "lifecycle"
     await asyncio.sleep(0.1)
     assert closed == ["v1-adapter"] and life.retired == []
     held = inflight.enter(2, None)
@@ -163,7 +167,7 @@ async def test_a_worker_drains_at_once_when_its_supervisor_is_gone(monkeypatch, 
         orphan.start()
         await asyncio.wait_for(orphan.drained.wait(), 5)  # no accept grace: not a graceful stop
     assert served.draining and served.refusing
-    assert "the supervisor process is gone; draining" in caplog.text
+    assert caplog.messages == ["the supervisor process is gone; draining"]
     await orphan.aclose()
 
 
@@ -206,14 +210,18 @@ async def test_a_drain_whose_time_is_up_cuts_what_is_left(caplog):
         life.stop(grace=False)  # no accept grace
         await asyncio.wait_for(life.drained.wait(), 3)
     assert cut == [True] and task.cancelled() and served.refusing
-    assert "drain time is up: 1 request(s) ended with an error" in caplog.text and "drained; stopping" in caplog.text
-    assert "new requests are served for 0 s more, then refused; the 1 under way get 0.05 s to finish" in caplog.text
+    assert caplog.messages[1:] == ["drain time is up: 1 request(s) ended with an error", "drained; stopping"]
+    assert caplog.messages[0] == (
+        "draining: /readyz answers 503; new requests are served for 0 s more, then refused; "
+        "the 1 under way get 0.05 s to finish"
+    )
 
 
 @pytest.mark.parametrize("grace", [True, False])
 async def test_a_stopped_lifecycle_with_nothing_under_way_ends_at_once(grace):
     life = Lifecycle(Served(drain={"timeout_s": 30}), InFlight(), Reloader())  # type: ignore[arg-type]
-    life.on_drained = lambda: None
-    life.stop(grace=grace)
+    life.stop(grace=grace)  # no on_drained set: its default does nothing
     await asyncio.wait_for(life.drained.wait(), 3)
+    assert life._drain is not None
+    await life._drain  # ended without an error
     await life.aclose()
