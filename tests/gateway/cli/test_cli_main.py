@@ -34,7 +34,10 @@ def test_only_the_chosen_group_is_registered_and_the_others_by_name():
     text = " ".join(build_parser([]).format_help().split())
     for name, group in COMMANDS.items():
         assert f"{name} {' '.join(group.help.split())}" in text
-    assert text.startswith("usage: switchyard ") and "An OpenAI-compatible LLM gateway." in text
+    assert (
+        text.startswith("usage: switchyard ")
+        and "\nAn OpenAI-compatible LLM gateway.\n" in build_parser([]).format_help()
+    )
     with pytest.raises(SystemExit):
         build_parser([]).parse_args([])  # a command is required
 
@@ -121,3 +124,9 @@ def test_main_reads_the_processs_own_arguments_by_default(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["switchyard", "fake"])
     assert main() == 7
     assert cli.OWN_PACKAGES >= {"gateway", "engine", "processes", "bench", "conformance"}
+
+
+def test_an_unknown_command_is_argparses_usage_error_in_process(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["serv", "--config", "x.yaml"])
+    assert exc.value.code == 2 and "invalid choice: 'serv'" in capsys.readouterr().err
