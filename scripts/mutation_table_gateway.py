@@ -39,7 +39,11 @@ GATEWAY_MODULES: dict[str, list[str]] = {
     ],
     "gateway/backends/kv_feeds.py": BACKENDS_TESTS,
     "gateway/backends/pool.py": BACKENDS_TESTS,
-    "gateway/cli/commands.py": ["tests/gateway/cli/test_cli.py", *CONFIG_TESTS],
+    "gateway/cli/commands.py": [
+        "tests/gateway/cli/test_cli.py",
+        "tests/gateway/cli/test_cli_commands.py",
+        *CONFIG_TESTS,
+    ],
     "gateway/cli/main.py": ["tests/gateway/cli/test_cli.py", "tests/gateway/cli/test_cli_main.py", *CONFIG_TESTS],
     "gateway/config/auth.py": [*CONFIG_TESTS, "tests/policies/test_auth*.py", "tests/policies/test_api_keys.py"],
     "gateway/config/exposure.py": CONFIG_TESTS,
