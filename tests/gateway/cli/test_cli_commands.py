@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import types
 
 import pytest
 import yaml
@@ -168,3 +169,90 @@ def test_the_workers_count_is_at_least_one():
     assert (engine.name, engine.host, engine.port, engine.func) == (None, None, None, commands.cmd_engine_serve)
     with pytest.raises(SystemExit):
         parser.parse_args(["engine", "serve"])  # --model is required
+
+
+def test_each_commands_help_to_the_word():
+    def text(parser) -> str:
+        return " ".join(parser.format_help().split())
+
+    def sub(parser, name: str):
+        return parser._subparsers._group_actions[0].choices[name]
+
+    top = build_parser(["serve"])
+    assert (
+        "serve run the gateway (no --config: the native engine on the built-in tiny model) config config tools keys"
+        in text(top)
+    )
+    assert text(sub(top, "serve")).endswith(
+        "--config CONFIG YAML config file --host HOST listen address (default 127.0.0.1 or the config's)"
+        " --port PORT listen port (default 8080 or the config's)"
+        " --workers WORKERS worker processes on the one port (default 1 or the config's `workers`)"
+    )
+    assert "{check} check validate a config file and say what is wrong options:" in text(sub(top, "config"))
+    assert "the OpenAI API options:" in text(sub(top, "engine"))
+    assert "serve serve one model directory behind the OpenAI API options:" in text(sub(top, "engine"))
+    assert text(sub(sub(top, "engine"), "serve")).endswith(
+        "--model MODEL a Hugging Face model directory, or builtin:tiny"
+        " --name NAME served model name (default: the directory's name) --host HOST --port PORT"
+    )
+    engine = top.parse_args(["engine", "serve", "--model", "m", "--port", "9003"])
+    assert engine.port == 9003 and isinstance(engine.port, int)
+    with pytest.raises(SystemExit):
+        top.parse_args(["config"])  # check is required
+
+
+def test_the_engine_group_is_made_here_when_the_engine_made_none(monkeypatch):
+    import engine.cli
+
+    monkeypatch.setattr(engine.cli, "ENGINE_SUBPARSERS", None)
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    group = commands._group(sub, "engine", "ENGINE_SUBPARSERS", "engine.cli", "the native engine")
+    assert "engine" in sub.choices and "the native engine" in parser.format_help()
+    group.add_parser("x")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["engine"])  # a subcommand is required
+    assert parser.parse_args(["engine", "x"]).engine_command == "x"
+    missing = commands._group(sub, "other", "X", "no_such_module_of_a_test", "another group")
+    assert missing is not group and "other" in sub.choices
+
+
+def test_a_refused_engine_config_and_the_workers_warnings(tmp_path, capsys, monkeypatch, caplog):
+    assert main(["engine", "serve", "--model", str(tmp_path / "nothing")]) == 2
+    assert capsys.readouterr().err.startswith("the engine's config is not valid")
+    assert servable_config(None, host="127.0.0.2").listen.host == "127.0.0.2"
+    import gateway.http.server as server
+    import gateway.lifecycle.workers as workers
+
+    monkeypatch.setattr(server, "log_to_stderr", lambda level: None)
+
+    class Supervisor:
+        def __init__(self, *args) -> None:
+            pass
+
+        def run(self) -> int:
+            return 0
+
+    monkeypatch.setattr(workers, "Supervisor", Supervisor)
+    many = parse_config({"models": {"m": {"backends": [{"name": "a", **VLLM}]}}, "workers": 2})
+    with caplog.at_level(logging.WARNING, "switchyard.workers"):
+        commands.serve_config(many, ConfigSource(None))
+    assert caplog.messages and caplog.messages[0].startswith("2 workers, and the Responses API's store is in memory")
+
+
+def test_no_store_warning_when_the_quota_store_is_shared(monkeypatch, caplog):
+    import gateway.http.server as server
+    import gateway.lifecycle.workers as workers
+
+    monkeypatch.setattr(server, "log_to_stderr", lambda level: None)
+    monkeypatch.setattr(workers, "Supervisor", lambda *args: types.SimpleNamespace(run=lambda: 0))
+    shared = parse_config(
+        {
+            "models": {"m": {"backends": [{"name": "a", **VLLM}]}},
+            "workers": 2,
+            "quota_store": {"kind": "redis", "url": "redis://127.0.0.1:6379"},
+        }
+    )
+    with caplog.at_level(logging.WARNING, "switchyard.workers"):
+        assert commands.serve_config(shared, ConfigSource(None)) == 0
+    assert not any("Responses API's store" in m for m in caplog.messages)
