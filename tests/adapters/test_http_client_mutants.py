@@ -74,6 +74,26 @@ async def test_a_pool_timeout_names_the_limit_the_server_and_the_wait():
         pool.close()
 
 
+async def test_every_slot_given_back_is_usable_again():
+    async def handle(reader, writer, n):
+        while True:
+            await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(1)
+            writer.write(OK)
+            await writer.drain()
+
+    async with serve(handle) as (port, _):
+        pool = ConnectionPool(f"http://127.0.0.1:{port}", limit=3, pool_wait=0.1)
+        for _ in range(2):  # the second round needs the three slots the first gave back
+            held = [await pool.request("POST", "/", b"x") for _ in range(3)]
+            with pytest.raises(PoolTimeout):
+                await pool.request("POST", "/", b"x")
+            for r in held:
+                assert await r.read() == b"ok"
+                r.release()
+        pool.close()
+
+
 async def test_a_refused_connect_names_the_server_and_the_reason():
     async with serve(forever) as (port, _):
         pass  # the port is free again: nothing listens on it
