@@ -254,8 +254,8 @@ class ParameterSupport:
 
     def unsupported(self, sampling: SamplingParams) -> list[str]:
         """The rejected parameters `sampling` asks something of, in table order.
-        Their neutral values ask nothing: 0, false, empty, and a top_k of 0 or
-        less (no top-k cut)."""
+        Their neutral values ask nothing: 0, false, empty, a top_k of 0 or less
+        (no top-k cut) and an n of 1."""
         if not self.rejected:
             return []  # most runtimes: nothing to look at, on every request
         return [name for name in SAMPLING_PARAMETERS if name in self.rejected and _asks(sampling, name)]
@@ -265,6 +265,8 @@ def _asks(sampling: SamplingParams, name: str) -> bool:
     value = getattr(sampling, name)
     if name == "top_k":
         return value is not None and value > 0
+    if name == "n":
+        return value > 1  # one choice is what every runtime gives
     return bool(value)
 
 

@@ -41,7 +41,9 @@ def test_a_parameter_is_rejected_emulated_or_passed_as_the_table_says() -> None:
     assert both.support("seed") == "reject"  # a rejection wins over an emulation
 
 
-REJECT_ALL = ParameterSupport(rejected={"min_p": "-", "top_k": "-", "logit_bias": "-", "seed": "-", "ignore_eos": "-"})
+REJECT_ALL = ParameterSupport(
+    rejected={"min_p": "-", "top_k": "-", "logit_bias": "-", "seed": "-", "n": "-", "ignore_eos": "-"}
+)
 
 
 @pytest.mark.parametrize(
@@ -52,6 +54,8 @@ REJECT_ALL = ParameterSupport(rejected={"min_p": "-", "top_k": "-", "logit_bias"
         (SamplingParams(top_k=-1), []),  # no top-k cut
         (SamplingParams(top_k=1), ["top_k"]),  # the smallest cut
         (SamplingParams(top_k=None, min_p=0.1), ["min_p"]),
+        (SamplingParams(n=1), []),  # one choice asks nothing of a runtime without n
+        (SamplingParams(n=2), ["n"]),
         # table order (docs/adapters.md), not the order the runtime's table names them
         (
             SamplingParams(ignore_eos=True, seed=3, logit_bias={1: 1.0}, top_k=5),
