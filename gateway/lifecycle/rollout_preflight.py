@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from gateway.config.schema import GatewayConfig
-from processes import Child, NotReady, free_port, http_probe
+from processes import Child, ChildFailed, free_port, http_probe
 
 log = logging.getLogger("switchyard.rollout")
 SWITCHYARD = [sys.executable, "-m", "gateway.cli"]
@@ -65,7 +65,7 @@ class ConformancePreflight:
         ) as gw:
             try:
                 gw.wait_ready(http_probe(url + "/healthz"), timeout_s=60)
-            except NotReady as exc:
+            except ChildFailed as exc:  # not ready in time, or exited first
                 return (f"preflight: the candidate's gateway did not start: {str(exc)[:300]}",)
             report_dir = tmp / "report"
             argv = [

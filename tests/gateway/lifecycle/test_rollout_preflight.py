@@ -35,6 +35,9 @@ if args[0] == "serve":
     if mode == "gateway-down":
         print("still loading " * 100, flush=True)
         time.sleep(60)
+    if mode == "gateway-exits":
+        print("config refused: port in use", flush=True)
+        sys.exit(2)
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             self.send_response(200 if self.path == "/healthz" else 503)
@@ -166,6 +169,14 @@ def test_a_gateway_that_never_answers_refuses_the_rollout(fake, monkeypatch):
     (failed,) = ConformancePreflight(config_of).run("m")
     assert failed.startswith("preflight: the candidate's gateway did not start: preflight-gateway not ready after")
     assert len(failed) == len("preflight: the candidate's gateway did not start: ") + 300  # the reason cut at 300
+    assert not (fake / "conformance.json").exists()
+
+
+def test_a_gateway_that_exits_before_it_is_ready_refuses_the_rollout_saying_so(fake, monkeypatch):
+    monkeypatch.setenv("FAKE_MODE", "gateway-exits")
+    (failed,) = ConformancePreflight(config_of).run("m")
+    assert failed.startswith("preflight: the candidate's gateway did not start: "), failed
+    assert "config refused: port in use" in failed  # its log's tail, for the reason
     assert not (fake / "conformance.json").exists()
 
 
