@@ -251,7 +251,11 @@ MODULES.update(
             ]
             for name in ("__init__", "errors", "handlers", "listing", "response_object")
         },
-        "gateway/openai/responses/ids.py": [*RESPONSES_TESTS, "tests/gateway/openai/responses/test_*_mutants.py"],
+        # its own unit tests: the Responses tests reach every id maker too, 15 s a mutant for no more kills
+        "gateway/openai/responses/ids.py": [
+            "tests/gateway/openai/responses/test_ids_mutants.py",
+            "tests/gateway/openai/responses/test_handlers_mutants.py",
+        ],
         "gateway/openai/responses/routes.py": [
             *RESPONSES_TESTS,
             "tests/gateway/config/test_response_store_config.py",
