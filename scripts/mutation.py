@@ -31,6 +31,7 @@ import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
+from mutation_fresh import code_digest, stale
 from mutation_table import EXTRA_ARGS, MODULES, NOTES, OUT_OF_SCOPE, SCOPE, TIMEOUTS  # scripts/ is sys.path[0]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -226,6 +227,7 @@ def run_module(module: str, max_children: int, budget: float) -> dict:
         "counts": counts,
         "total": total,
         "score": round(counts["killed"] / total, 4) if total else 1.0,
+        "code": code_digest(source),
         "timed_out": timed_out,
         "load": round(os.getloadavg()[0], 1),
         "seconds": round(seconds),
@@ -301,21 +303,28 @@ def render(results: dict) -> str:
     ]
     ran = [m for m in MODULES if m in results]
     met = [m for m in ran if results[m]["score"] >= GOAL]
+    old = [m for m in ran if stale(ROOT, m, results[m], RESULTS / f"{slug(m)}.json")]
     unexplained = [s for m in ran for s in results[m]["survivors"] if reason_for(m, s, reasons) == "**unexplained**"]
     summary = (
         f"Modules run: {len(ran)} of {len(MODULES)}; at or above the goal: {len(met)}; "
-        f"survivors without a recorded reason: {len(unexplained)}."
+        f"stale (code changed since the run): {len(old)}; survivors without a recorded reason: {len(unexplained)}."
     )
     out[5:5] = ["", summary]
     for module in ran + sorted(set(results) - set(MODULES)):
         r = results[module]
         c = r["counts"]
-        flag = "" if r["score"] >= GOAL else " (below goal)"
+        flag = ("" if r["score"] >= GOAL else " (below goal)") + (" (stale)" if module in old else "")
         out.append(
             f"| {module} | {c['killed']} / {r['total']} | {r['score']:.1%}{flag} | {r.get('timed_out', '-')} | "
             f"{c['survived']} | "
             f"{c['no_tests']} | {c['not_run']} | {r['seconds']} | {r['date']} |"
         )
+    if old:
+        out += [
+            "",
+            "Stale: the code of these modules (docstrings aside) changed after their run, so their score is about "
+            "older code; run them again: " + ", ".join(f"`{m}`" for m in old) + ".",
+        ]
     not_run = [m for m in MODULES if m not in results]
     if not_run:
         out += ["", "In the table, not run yet: " + ", ".join(f"`{m}`" for m in not_run) + "."]
