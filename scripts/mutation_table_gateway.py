@@ -122,6 +122,11 @@ GATEWAY_NOTES: dict[str, str] = {
     "gateway/config/auth.py": "No mutants: the module is pydantic sections whose only code is their validators, "
     "decorated methods mutmut does not mutate; the 100% says nothing was measured (test_config_sections_mutants.py "
     "pins the validators' refusals all the same).",
+    "gateway/cli/__main__.py": "No mutants: the module is two top-level statements (the console script's call "
+    "of main), and mutmut mutates only functions and methods; the 100% says nothing was measured (every test that starts a gateway "
+    "process runs `python -m gateway.cli`, tests/procs.py).",
+    "gateway/openai/responses/__init__.py": "No mutants: the module only re-exports names (imports and __all__), "
+    "and mutmut mutates only functions and methods; the 100% says nothing was measured.",
     "gateway/serving/exchange.py": "Judged by its own runner tests (test_exchange_runner.py) and the phases and "
     "one-shot calls over it; the streamed generations' wire tests reach it too but each mutant that hangs its "
     "watcher costs 3x their run (TIMEOUTS).",
