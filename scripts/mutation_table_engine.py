@@ -60,6 +60,9 @@ ENGINE_NOTES: dict[str, str] = {
     "engine/gguf_export.py": "Not measured yet. A trial run (2026-12-03) killed 61 of 270: export() is reached only by "
     "test_gguf_export.py's llama.cpp-tier test, which needs that tier's gguf package (absent from the dev venv), so "
     "its mutants have no in-process test; gguf_name, permute_rows and read_vocab are pinned.",
+    "engine/structured/__init__.py": "No mutants: the package's imports and __all__, none of which mutmut mutates; "
+    "the 100% says nothing was measured.",
+    "engine/text/__init__.py": "No mutants: a docstring only (the package imports nothing on purpose).",
     "engine/text/hermes_format.py": "No mutants: the module is the format's literals and dataclasses, none of which "
     "mutmut mutates; the 100% says nothing was measured (the forced reader's tests pin the literals).",
 }
