@@ -1,48 +1,13 @@
-"""From validated requests to one stream of canonical events.
-
-- Picks backends through the model's routing policy, skipping backends whose
-  runtime lacks a capability the request needs (400 naming the runtime if none
-  can serve it).
-- Fails over, and falls back to the model's `fallback` models, only while
-  nothing has reached the client: a backend counts as started once its first
-  event arrived (a stream that ends before any event never started: 502). A
-  backend that timed out is not tried again in a later round (each try would
-  wait its whole limit again). What fails over: a runtime's 5xx and overload
-  answers (429, 503), no connection, a first-byte timeout; a 4xx it answered is
-  the client's mistake and goes to the client at once (`GatewayError.fails_over`).
-- Tells the pool's outlier detector (policies/ejection.py) the outcome of every
-  attempt before its first byte, and asks it just before trying a backend, which
-  hands the half-open probe to exactly one request. Every attempt after a
-  request's first spends the pool's retry budget (policies/retry_budget.py); when
-  it is spent the last error goes to the client. A failure a request can cause (a
-  5xx, a first-byte timeout) that follows it to a second backend is the request's
-  (`Blame`): neither backend is charged with it, the retry is given back, and the
-  request is not tried further.
-- Emulates n > 1 for runtimes without it by fanning out n single requests, and
-  merges the prompts of a batched legacy completion into one stream with dense
-  choice indices and one usage. The sub-requests of one request (its prompts,
-  its fan-out) start together, and each is read ahead from the moment it started
-  (gateway/serving/merge.py), so none holds an upstream connection waiting for another.
-- Holds each backend's in-flight count, one unit per generation (choice), from
-  the start until the request is closed (`Dispatched.aclose`), whether its events
-  were read or not.
-- Holds each backend's prefill backlog (what the `backlog` scorer reads,
-  policies/scorers.py): an attempt adds the prompt tokens routing estimated it
-  would have that backend compute, and takes them off when its first event
-  arrives, and on every other way its wait ends (an error, a failover, the
-  client leaving, the upstream ending without a word): one try/finally around
-  the wait for the first event, so no exit can leak tokens that would skew
-  routing for good. A fan-out adds them once per sub-request, each being a
-  prefill of its own upstream; a non-streamed answer holds them until it has
-  come (its first event), longer than its prefill.
-- Sends every attempt upstream under an id of the gateway's own: the request's
-  random id, suffixed per sub-request and per retry, so that one id names one
-  upstream generation (an abort by id reaches nothing else).
-- For a model under rollout, assigns the request its track once (from the rollout
-  sink's shares, policies/rollout_assign.py), routes every attempt on that track's
-  backends (policies/filters.py `on_track`: the other track's only when none of its
-  own is serving) and says which track served it (`RolloutRequest.served`).
-- Hands back the stream under its `StreamGuard`, the one owner of the stream rules.
+"""From validated requests to one stream of canonical events: the model's routing
+order (capability filter first), failover and fallback only before the first byte
+(a backend that timed out is not tried again in a later round), the outlier
+detector's outcomes and `Blame`, the retry budget, n > 1 fan-out and batched
+prompts started together, each backend's in-flight count (one unit per generation,
+held until `Dispatched.aclose`) and prefill backlog (released on every way the
+wait for the first event ends), an upstream id of the gateway's own per attempt,
+and a model's rollout track. The stream goes out under its `StreamGuard`.
+docs/architecture.md ("A request's way through", "Routing", "Rollouts on the
+request path") states each rule and why.
 """
 
 from __future__ import annotations
