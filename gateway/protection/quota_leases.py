@@ -1,25 +1,12 @@
 """Quota reservations and their leases in the quota store, and what happens when
-the store is out of reach.
-
-A reservation charges a request's estimated tokens and takes its concurrency
-leases in one atomic step (policies/quota.py); `release` reconciles it with the
-real usage. Leases are refreshed by a heartbeat while they are held, so a replica
-that dies stops refreshing and its leases expire within `quota_store.lease_ttl_s`
-instead of leaking.
-
-Redis out of reach or erring (refusing, hung past `quota_store.timeout_s`, full,
-read-only, any error answer: stores/redis_connect.py): the call that found out
-marks the store down (policies/quota_health.py) and the fail
-policy applies at once to every request until a background probe, on its own
-schedule, finds it answering again: `fail_open` falls back to per-replica limits
-in memory, `fail_closed` refuses with 503; both are counted, and
-`switchyard_quota_store_up` says which state the replica is in. Releases that
-cannot reach the store wait in a bounded list and are sent when it answers
-again, and so is the lease of a reservation whose answer never came (a hung
-Redis runs the script when it wakes up): nothing stays charged longer than the
-outage, and what falls off the list expires by its TTL. They are sent as
-replays (`QuotaStore.release(replay=True)`): one whose first sending did run
-when the server woke up finds its lease gone and gives nothing back twice.
+the store is out of reach: a reservation charges the estimated tokens and takes the
+leases in one atomic step (policies/quota.py), a heartbeat refreshes held leases (a
+dead replica's expire within `lease_ttl_s`), and any store error marks the store down
+(policies/quota_health.py) so the fail policy applies until a probe finds it again.
+Releases that cannot be sent wait in a bounded list and go as replays when it
+answers, so nothing is charged twice or longer than the outage. docs/architecture.md
+("Tenancy") and docs/operations.md ("Every Redis error takes the same path") state
+the rules.
 """
 
 from __future__ import annotations
