@@ -206,7 +206,7 @@ DIALECT_TESTS = ["tests/adapters/test_*_adapter.py", "tests/adapters/test_finish
 NATIVE_TESTS = ["tests/engine/test_native_*.py"]
 MODULES.update(
     {
-        "gateway/intake.py": ["tests/gateway/test_intake.py", "tests/gateway/serving/test_oneshot.py"],
+        "gateway/intake.py": ["tests/gateway/test_intake_mutants.py", "tests/gateway/serving/test_oneshot.py"],
         "gateway/http/envelope.py": ["tests/gateway/http/test_envelope.py", *APP_TESTS],
         "gateway/http/request_io.py": ["tests/gateway/http/test_request_io*.py", *APP_TESTS],
         "gateway/http/deadline.py": [

@@ -127,6 +127,11 @@ GATEWAY_NOTES: dict[str, str] = {
     "process runs `python -m gateway.cli`, tests/procs.py).",
     "gateway/openai/responses/__init__.py": "No mutants: the module only re-exports names (imports and __all__), "
     "and mutmut mutates only functions and methods; the 100% says nothing was measured.",
+    "gateway/intake.py": "Judged in process by tests/gateway/test_intake_mutants.py (Intake.handle with a scripted "
+    "route, a real Protection and backend set: each step's limit at and above its boundary, what the admitted "
+    "request and admission are given, each refusal recorded once) and the one-shot calls; 86.0% before it. "
+    "tests/gateway/test_intake.py (HTTP to simulators, about 16 s a run, so 20 minutes a run of the module) is left "
+    "out: it pins the same steps end to end.",
     "gateway/serving/exchange.py": "Judged by its own runner tests (test_exchange_runner.py) and the phases and "
     "one-shot calls over it; the streamed generations' wire tests reach it too but each mutant that hangs its "
     "watcher costs 3x their run (TIMEOUTS).",
