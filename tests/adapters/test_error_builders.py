@@ -10,16 +10,32 @@ import pytest
 from adapters.errors import (
     FailureKind,
     GatewayError,
+    client_closed,
     context_length_exceeded,
     deadline_exceeded,
     default_type,
+    internal_error,
     invalid_request,
     model_not_found,
+    no_backend,
+    prompt_param,
+    rollout_bad_action,
+    rollout_not_found,
+    rollout_refused,
+    rollout_store_unavailable,
+    unsupported_call,
     upstream_busy,
     upstream_failed,
     upstream_timeout,
     upstream_unavailable,
 )
+from policies.redact import shown_name
+
+
+def fields(err: GatewayError) -> tuple:
+    """Everything a builder decides: status, message, type, code, param, failure kind,
+    Retry-After and the cancellation's phase."""
+    return (err.status, err.message, err.type, err.code, err.param, err.failure, err.retry_after, err.cancelled_phase)
 
 
 @pytest.mark.parametrize(
@@ -135,3 +151,89 @@ def test_a_passed_client_deadline_is_a_504_saying_so_and_where():
     assert queued.message == (
         "The request did not complete within the timeout the client set: it waited 2.0 s in the queue for model `m`."
     )
+
+
+@pytest.mark.parametrize(
+    "status, failure",
+    [(499, None), (500, FailureKind.SERVER_ERROR), (501, FailureKind.SERVER_ERROR), (502, FailureKind.SERVER_ERROR),
+     (503, FailureKind.OVERLOAD), (504, FailureKind.TIMEOUT)],
+)  # fmt: skip
+def test_a_5xx_is_a_backend_failure_by_its_status_from_500_on(status, failure):
+    assert GatewayError(status, "m").failure is failure
+    assert GatewayError(status, "m", failure=FailureKind.CONNECT).failure is FailureKind.CONNECT
+
+
+def test_the_envelope_shows_a_param_as_a_client_name_is_shown():
+    err = GatewayError(400, "bad", param="tools[0]\nfunction")
+    assert err.to_dict()["error"]["param"] == shown_name("tools[0]\nfunction") == "tools[0]\\u000afunction"
+    assert GatewayError(400, "bad").to_dict()["error"]["param"] is None
+
+
+def test_the_prompt_s_field_is_prompt_on_legacy_completions_only():
+    assert [prompt_param(kind) for kind in ("completion", "chat", "responses")] == ["prompt", "messages", "messages"]
+    assert context_length_exceeded("too long", "completion").param == "prompt"
+    assert context_length_exceeded("too long", "chat").param == "messages"
+
+
+def test_an_internal_error_blames_the_gateway_and_is_no_backend_failure():
+    assert fields(internal_error()) == (
+        500, "The gateway hit an internal error; it has been logged.", "server_error", "internal_error", None,
+        FailureKind.SERVER_ERROR, None, None,
+    )  # fmt: skip
+
+
+def test_no_backend_names_the_model_when_known_and_asks_for_a_retry():
+    assert fields(no_backend("m1")) == (
+        503, "No backend of model `m1` could take the request.", "service_unavailable_error", "no_backend_available",
+        None, FailureKind.OVERLOAD, 1.0, None,
+    )  # fmt: skip
+    assert no_backend().message == no_backend("").message == "No backend of this model could take the request."
+
+
+def test_an_unsupported_call_names_the_model_and_its_runtimes():
+    assert fields(unsupported_call("m1", "embeddings", ["vLLM", "TGI"])) == (
+        400, "The model `m1` does not serve embeddings: its backends (vLLM, TGI) do not offer it.",
+        "invalid_request_error", "unsupported_by_runtime", "model", None, None, None,
+    )  # fmt: skip
+
+
+def test_a_client_that_left_is_a_499_with_its_phase():
+    assert fields(client_closed("queued")) == (
+        499, "The client closed the request.", "invalid_request_error", "client_closed", None, None, None, "queued",
+    )  # fmt: skip
+    assert client_closed().cancelled_phase is None
+    assert GatewayError(499, "m", cancelled_phase="streaming").cancelled_phase == "streaming"
+
+
+def test_each_upstream_failure_s_kind_and_its_log_line(caplog):
+    caplog.set_level("WARNING", logger="switchyard.upstream")
+    assert upstream_unavailable("gpu-3", "refused").failure is FailureKind.CONNECT  # not the 503's overload
+    assert upstream_busy("gpu-3", "pool full", 2.5).failure is FailureKind.OVERLOAD
+    assert upstream_timeout("gpu-3", "read", 1.0, first_byte=True).failure is FailureKind.TIMEOUT
+    upstream_failed("gpu-3", "bad JSON", internal="at byte 17")
+    upstream_failed("gpu-4", "y")
+    assert caplog.messages == [
+        "backend gpu-3 unavailable: refused",
+        "backend gpu-3 busy: pool full",
+        "backend gpu-3 timed out: read",
+        "backend gpu-3 failed: bad JSON (at byte 17)",
+        "backend gpu-4 failed: y",
+    ]
+
+
+def test_the_rollout_admin_api_s_errors():
+    assert fields(rollout_not_found("m\n1")) == (
+        404, "No rollout is configured for the model `m\\u000a1`.", "invalid_request_error", "not_found", None, None,
+        None, None,
+    )  # fmt: skip
+    assert fields(rollout_bad_action("go\n", ("start", "promote"))) == (
+        400, "Unknown rollout action `go\\u000a`: one of start, promote.", "invalid_request_error", "invalid_action",
+        None, None, None, None,
+    )  # fmt: skip
+    assert fields(rollout_refused("Nothing to promote.")) == (
+        409, "Nothing to promote.", "invalid_request_error", "rollout_state_conflict", None, None, None, None,
+    )  # fmt: skip
+    assert fields(rollout_store_unavailable()) == (
+        503, "The rollout state store is unavailable; traffic keeps the last known shares.",
+        "service_unavailable_error", "rollout_store_unavailable", None, FailureKind.OVERLOAD, 1.0, None,
+    )  # fmt: skip
