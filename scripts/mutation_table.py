@@ -335,7 +335,7 @@ MODULES.update(
         "adapters/prometheus_text.py": ["tests/adapters/test_prometheus_text*.py"],
         "adapters/tgi_quirks.py": ["tests/adapters/test_tgi*.py", "tests/adapters/test_recorded_tgi*.py"],
         "engine/async_engine.py": ["tests/engine/test_async_engine.py", "tests/engine/test_pooling.py"],
-        "engine/gguf_export.py": ["tests/engine/test_gguf_export.py"],
+        "engine/gguf_export.py": ["tests/engine/test_gguf_export*.py"],
         "engine/llm_engine.py": ["tests/engine/test_engine_greedy.py", "tests/engine/test_async_engine.py"],
         "engine/model.py": ["tests/engine/test_engine_greedy.py"],
         "engine/model_runner.py": ["tests/engine/test_engine_greedy.py"],

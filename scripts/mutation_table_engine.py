@@ -57,9 +57,10 @@ ENGINE_NOTES: dict[str, str] = {
     "(new_tensor, list indices), so the device and dtype arguments that changed nothing on CPU are gone. The "
     "survivors left (docs/mutation/survivors/m1.toml) are dim +1 on 2-D tensors and the generator's, the positions' "
     "and the grammar mask's device, which only a GPU run tells apart.",
-    "engine/gguf_export.py": "Not measured yet. A trial run (2026-12-03) killed 61 of 270: export() is reached only by "
-    "test_gguf_export.py's llama.cpp-tier test, which needs that tier's gguf package (absent from the dev venv), so "
-    "its mutants have no in-process test; gguf_name, permute_rows and read_vocab are pinned.",
+    "engine/gguf_export.py": "61/270 on a trial run (2026-12-03): export() was reached only by a llama.cpp-tier "
+    "test (the gguf package is absent from the dev venv). tests/engine/test_gguf_export_mutants.py runs export() and "
+    "main() against a recording stand-in for gguf's writer: every metadata value and its type, the defaults, each "
+    "tensor's name, order, dtype, shape and permuted rows, the refusals' words.",
     "engine/structured/__init__.py": "No mutants: the package's imports and __all__, none of which mutmut mutates; "
     "the 100% says nothing was measured.",
     "engine/text/__init__.py": "No mutants: a docstring only (the package imports nothing on purpose).",
