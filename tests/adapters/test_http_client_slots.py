@@ -84,3 +84,20 @@ async def test_a_waiter_cancelled_and_skipped_by_a_release_before_it_runs_only_l
     with pytest.raises(asyncio.CancelledError):
         await task
     assert slots.free == 1 and not slots.waiters
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+async def test_take_has_a_free_slot_at_once_when_nobody_waits(limit) -> None:
+    slots = Slots(limit)
+    await slots.take(0.05)  # no wait: a timeout this short is never reached
+    assert slots.free == limit - 1 and not slots.waiters
+
+
+async def test_take_without_a_free_slot_waits_its_timeout_in_the_queue() -> None:
+    slots = Slots(0)
+    task = asyncio.create_task(slots.take(0.01))
+    await asyncio.sleep(0)
+    assert len(slots.waiters) == 1 and slots.free == 0  # queued, not taken
+    done, _ = await asyncio.wait({task}, timeout=5.0)  # the take's own timeout ends it, not this one
+    assert task in done and isinstance(task.exception(), TimeoutError)
+    assert slots.free == 0 and not slots.waiters
