@@ -326,7 +326,9 @@ def load_config(path: str | os.PathLike[str] | None, env: dict[str, str] | None 
             data = yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ConfigError(f"{p} is not valid YAML: {exc}") from None
-    data = apply_env_overrides(data if isinstance(data, dict) else data, env)
+    # An empty file (or one of comments only) is YAML's null: the empty config, which the
+    # environment's overrides apply to as to no file at all.
+    data = apply_env_overrides({} if data is None else data, env)
     return parse_config(data, str(path) if path else "config")
 
 
