@@ -312,3 +312,16 @@ def test_a_chunk_is_the_head_its_one_choice_and_the_tail_dumped_as_one_object():
                         **({"usage": None} if include_usage else {}),
                     }
                     assert block == b"data: " + orjson.dumps(whole)
+
+
+def test_a_whole_response_keeps_a_finish_or_logprobs_that_come_before_any_text():
+    """A choice's first event may be its finish (an empty answer cut by length) or a
+    logprobs-only piece: either makes the choice, and is kept in it."""
+    b = ResponseBuilder("id", 1, "m", n=2, logprobs=True)
+    b.feed(Finish(0, "length"))
+    b.feed(LogprobsDelta(1, [TokenLogprob("x", -0.5)]))
+    b.feed(Finish(1, "content_filter"))
+    choices = b.build(Usage(1, 1))["choices"]
+    assert [c["finish_reason"] for c in choices] == ["length", "content_filter"]
+    assert [(t["token"], t["logprob"]) for t in choices[1]["logprobs"]["content"]] == [("x", -0.5)]
+    assert choices[0]["logprobs"] == {"content": [], "refusal": None}
