@@ -52,6 +52,12 @@ ENGINE_NOTES: dict[str, str] = {
     "(tests/adapters/test_native_work.py: refusals' words and count, cancellation before a start, a piece passed over "
     "as a worker frees up, the workers' bound, a failing piece). 28 of the kills are timeouts (load ~3 to 11): a mutant "
     "that loses a worker's finish leaves a piece waiting.",
+    "adapters/native_choice.py": "Judged by the native tests (tests/engine/test_native_*.py: module-scoped engines on "
+    "the tiny model, about 1 s a mutant at load 9); test_native_choice_mutants.py feeds scripted engine outputs through the real "
+    "tokenizer (the final stop token, what a finish releases, logprobs with and without text, the tool stage a request "
+    "gets, an unknown finish reason). 70.8% on a first run (2026-12-03) before it. tests/native_adapters.py gives a "
+    "forked test process a fresh text-work pool: mutmut forks each mutant's run, and a pool made before the fork has no "
+    "threads after it (every mutant reaching it hung to its timeout, about 30 s).",
     "engine/sampler.py": "Judged by tests/engine/test_sampler_mutants.py (hand-made logits, no model). 80.3% on "
     "2026-12-02 with 75 survivors; the tensors built from Python values now take the row's dtype and device from it "
     "(new_tensor, list indices), so the device and dtype arguments that changed nothing on CPU are gone. The "
