@@ -101,6 +101,8 @@ GATEWAY_MODULES: dict[str, list[str]] = {
     "gateway/observe/admin_rollouts.py": ["tests/gateway/observe/test_admin_rollouts.py"],
     "gateway/lifecycle/rollout.py": [
         "tests/gateway/lifecycle/test_rollout_controller.py",
+        "tests/gateway/lifecycle/test_rollout_controller_mutants.py",
+        "tests/gateway/lifecycle/test_rollout_plans.py",
         "tests/gateway/observe/test_admin_rollouts.py",
         "tests/gateway/config/test_rollout_config.py",
     ],
