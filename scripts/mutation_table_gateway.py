@@ -49,7 +49,7 @@ GATEWAY_MODULES: dict[str, list[str]] = {
     "gateway/config/exposure.py": CONFIG_TESTS,
     "gateway/config/lifecycle.py": [*CONFIG_TESTS, *LIFECYCLE_TESTS],
     "gateway/config/response_store.py": ["tests/gateway/config/test_response_store_config.py", *CONFIG_TESTS],
-    "gateway/config/schema.py": CONFIG_TESTS,
+    "gateway/config/schema.py": [*CONFIG_TESTS, "tests/gateway/config/test_schema_mutants.py"],
     "gateway/config/rollout.py": CONFIG_TESTS,
     "gateway/config/section.py": CONFIG_TESTS,
     "gateway/config/tracing.py": [
