@@ -5,6 +5,7 @@ these tests kept their assertions where the rule stayed the same."""
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -259,3 +260,36 @@ def test_the_wire_decoder_never_maps_a_failure_to_stop(word):
     with pytest.raises(GatewayError) as info:
         normalize_finish(word, "b1")
     assert info.value.status == 502 and word in info.value.message
+
+
+async def test_parallel_tool_calls_false_keeps_each_choices_own_first_call():
+    events = [
+        ToolCallDelta(0, 0, None, "f", "{}"),
+        ToolCallDelta(1, 1, None, "g", "{}"),
+        ToolCallDelta(1, 0, None, "h"),
+    ]
+    out = await run([*events, Finish(0, "tool_calls"), Finish(1, "tool_calls")], req(n=2, parallel_tool_calls=False))
+    assert [(e.index, e.tool_index) for e in tool_calls(out)] == [(0, 0), (1, 1)]
+
+
+async def test_an_event_already_read_goes_first_and_an_empty_stream_is_unfinished():
+    guard = StreamGuard.for_requests([req()], "b1")
+    out = [e async for e in guarded(Source([Finish(0, "stop")]).events(), guard, TextDelta(0, "a"))]
+    assert out == [TextDelta(0, "a"), Finish(0, "stop")]
+    (out,) = await run([])
+    assert isinstance(out, ErrorEvent) and out.error.message.endswith("without finishing choice(s) [0].")
+
+
+async def test_each_failure_the_guard_sees_names_the_backend_in_the_log_only(caplog):
+    caplog.set_level(logging.WARNING)
+    await run([TextDelta(0, "a"), ErrorEvent(GatewayError(400, "bad token"))])
+    await run([], source=Source([TextDelta(0, "a"), GatewayError(422, "bad input")]))
+    (weird,) = await run([Finish(0, "weird")])
+    *_, missing = await run([TextDelta(1, "b"), Finish(1, "stop")], req(n=3))
+    assert [r.getMessage() for r in caplog.records] == [
+        "backend b1 failed mid-stream: bad token",
+        "backend b1 failed mid-stream: bad input",
+        "backend b1 ended choice 0 with finish_reason 'weird'",
+        "backend b1 ended the stream without finishing choice(s) [0, 2]",
+    ]
+    assert "b1" not in weird.error.message and "b1" not in missing.error.message
