@@ -229,8 +229,8 @@ def _to(state: RolloutState, now: float, **changes: object) -> RolloutState:
 
 
 def _emit(kind: str, plan: Plan, state: RolloutState, reason: str) -> Emitted:
-    current = plan.steps[state.step] if state.phase in ("step", "paused") else share(plan, state)
-    return Emitted(kind, state.step, current, reason)
+    """The event, with the candidate's share as served in `state` (a pause in preflight serves none)."""
+    return Emitted(kind, state.step, share(plan, state), reason)
 
 
 def _in_progress(plan: Plan, now: float) -> int:

@@ -10,6 +10,7 @@ from policies.rollout import GateVerdict, WindowVerdict
 from policies.rollout_records import NO_ROLLOUT, TrackShares
 from policies.rollout_state import (
     ACTIONS,
+    Emitted,
     Plan,
     RolloutState,
     TransitionRefused,
@@ -207,3 +208,14 @@ def test_a_steps_first_judged_window_is_the_next_whole_one():
     assert same == state  # the window the step began in is not judged
     promoted, _ = window_closed(plan, state, 3, PASS, 181.0)
     assert promoted.step == 1 and promoted.window == 3
+
+
+def test_an_event_states_the_share_served_after_it_also_for_a_pause_in_preflight():
+    """A rollout paused in preflight serves nothing (shares), so its event's share is 0.0,
+    not the first step's share it has not started serving."""
+    plan = Plan(rollout_id="r1", steps=(0.1, 1.0), preflight=True)
+    state, events = act(plan, RolloutState("r1", phase="preflight"), "pause", 2.0)
+    assert shares(plan, state) == NO_ROLLOUT
+    assert events == [Emitted("paused", 0, 0.0, "pause by an operator")]
+    resumed, events = act(plan, state, "resume", 3.0)
+    assert resumed.phase == "preflight" and events == [Emitted("resumed", 0, 0.0, "resume by an operator")]
