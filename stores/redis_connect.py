@@ -229,9 +229,13 @@ class RedisConnection:
                 **common,
             )
         elif target.mode == "sentinel":
+            # the sentinels' own clients too retry once, at once: redis-py's default (three
+            # retries with backoff) made each call wait about 7 s while no sentinel answered;
+            # a Retry of their own (one shared with the master's pool starved it of connections)
             sentinel_kwargs: dict[str, Any] = {
                 "socket_timeout": timeout_s,
                 "socket_connect_timeout": timeout_s,
+                "retry": Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
                 **_credentials(target.sentinel_username, target.sentinel_password),
             }
             if target.tls:
