@@ -276,7 +276,7 @@ MODULES.update(
         "policies/rollout.py": ["tests/policies/test_rollout.py", "tests/policies/test_rollout_state.py"],
         "policies/rollout_assign.py": ["tests/policies/test_rollout_assign*.py"],
         "policies/rollout_records.py": ["tests/policies/test_rollout*.py"],
-        "policies/rollout_state.py": ["tests/policies/test_rollout_state.py"],
+        "policies/rollout_state.py": ["tests/policies/test_rollout_state*.py"],
         "policies/redact.py": ["tests/policies/test_redact*.py"],
         "policies/token_bound.py": [
             "tests/policies/test_token_bound_mutants.py",
