@@ -71,9 +71,9 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
 def rope_tables(
     cfg: ModelConfig, max_len: int, dtype: torch.dtype, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    inv_freq = rope_inv_freq(cfg)
     """cos and a sign-folded sin: rotate_half(x) * sin == roll(x, half) * cat(-sin, sin),
     which saves the negation kernel per call (negation is exact, so numerics are unchanged)."""
+    inv_freq = rope_inv_freq(cfg)
     freqs = torch.arange(max_len, dtype=torch.float32)[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     sin = emb.sin()
@@ -121,7 +121,6 @@ class LlamaModel:
     ) -> None:
         if cfg.hidden_act not in ("silu", "swish"):
             raise ValueError(f"unsupported hidden_act {cfg.hidden_act!r}")
-        self.cfg = cfg
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
