@@ -337,8 +337,8 @@ MODULES.update(
         "engine/async_engine.py": ["tests/engine/test_async_engine.py", "tests/engine/test_pooling.py"],
         "engine/gguf_export.py": ["tests/engine/test_gguf_export*.py"],
         "engine/llm_engine.py": ["tests/engine/test_engine_greedy.py", "tests/engine/test_async_engine.py"],
-        "engine/model.py": ["tests/engine/test_engine_greedy.py"],
-        "engine/model_runner.py": ["tests/engine/test_engine_greedy.py"],
+        "engine/model.py": ["tests/engine/test_model_mutants.py"],
+        "engine/model_runner.py": ["tests/engine/test_model_runner_mutants.py", "tests/engine/test_model_mutants.py"],
         # nothing to mutate (imports and __all__; a docstring): a fast test that imports each is enough
         "engine/structured/__init__.py": ["tests/engine/test_structured_vocab.py"],
         "engine/text/__init__.py": ["tests/engine/test_text_stop.py"],

@@ -67,6 +67,10 @@ ENGINE_NOTES: dict[str, str] = {
     "test (the gguf package is absent from the dev venv). tests/engine/test_gguf_export_mutants.py runs export() and "
     "main() against a recording stand-in for gguf's writer: every metadata value and its type, the defaults, each "
     "tensor's name, order, dtype, shape and permuted rows, the refusals' words.",
+    "engine/model.py": "Judged by tests/engine/test_model_mutants.py (tiny models built once per module; every logits "
+    "row the engine samples from compared with transformers' at that position, through several decode and prefill "
+    "groups, chunks, biases, a large norm epsilon, scaled rope at its boundaries); test_engine_greedy.py compares "
+    "greedy tokens, which hide a logit off by less than the top two's gap, and costs seconds a mutant.",
     "engine/structured/__init__.py": "No mutants: the package's imports and __all__, none of which mutmut mutates; "
     "the 100% says nothing was measured.",
     "engine/text/__init__.py": "No mutants: a docstring only (the package imports nothing on purpose).",
