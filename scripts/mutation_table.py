@@ -273,7 +273,7 @@ MODULES.update(
         "gateway/serving/usage.py": ["tests/gateway/serving/test_usage.py", *GENERATION_TESTS],
         "policies/cli.py": ["tests/policies/test_cli*.py"],
         # the rollout's analysis and state: plain data, judged by their own in-process tests
-        "policies/rollout.py": ["tests/policies/test_rollout.py", "tests/policies/test_rollout_state.py"],
+        "policies/rollout.py": ["tests/policies/test_rollout*.py"],
         "policies/rollout_assign.py": ["tests/policies/test_rollout_assign*.py"],
         "policies/rollout_records.py": ["tests/policies/test_rollout*.py"],
         "policies/rollout_state.py": ["tests/policies/test_rollout_state*.py"],
