@@ -58,7 +58,11 @@ GATEWAY_MODULES: dict[str, list[str]] = {
     ],
     "gateway/lifecycle/inflight.py": [*LIFECYCLE_TESTS, "tests/gateway/lifecycle/test_inflight.py"],
     "gateway/lifecycle/process.py": [*LIFECYCLE_TESTS, "tests/gateway/lifecycle/test_process.py"],
-    "gateway/lifecycle/workers.py": LIFECYCLE_TESTS,
+    # the supervisor over forks of the test running a small function (test_workers.py)
+    "gateway/lifecycle/workers.py": [
+        "tests/gateway/lifecycle/test_workers.py",
+        "tests/gateway/observe/test_worker_metrics.py",
+    ],
     "gateway/observe/admin.py": ["tests/gateway/observe/test_admin.py", *LIFECYCLE_TESTS],
     "gateway/observe/context.py": ["tests/gateway/observe/test_context.py", *METRICS_TESTS],
     "gateway/observe/log_lines.py": [
