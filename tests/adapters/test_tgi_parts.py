@@ -99,6 +99,8 @@ def test_any_object_goes_as_a_regex_tgi_compiles():
     assert grammar({"type": "json_schema"}) == any_object
     bare = {"type": "object", "title": "Anything", "description": "any object"}
     assert grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": bare}}) == any_object
+    every_word = {**bare, "$schema": "https://json-schema.org/draft/2020-12/schema"}  # each key that says nothing
+    assert grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": every_word}}) == any_object
 
 
 @pytest.mark.parametrize(
@@ -134,7 +136,16 @@ def test_a_schema_without_root_properties_is_refused_naming_the_field(schema):
         grammar({"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
     e = exc.value
     assert (e.status, e.param, e.code) == (400, "response_format", "unsupported_by_backend")
-    assert "TGI" in e.message and "`properties`" in e.message
+    assert e.message == (
+        "The backend serving this model runs TGI, which does not support a json_schema whose root has no "
+        "`properties` (TGI constrains only objects with declared properties)."
+    )
+
+
+def test_the_capabilities_tools_on_unless_turned_off_and_never_parallel_calls_or_n():
+    caps = TGIDialect("tgi-q").capabilities
+    assert (caps.tools, caps.parallel_tool_calls, caps.n) == (True, False, False)
+    assert TGIDialect("tgi-q", None, {"tools": False}).capabilities.tools is False
 
 
 # ---- gauges ---------------------------------------------------------------------------
