@@ -58,6 +58,11 @@ ENGINE_NOTES: dict[str, str] = {
     "gets, an unknown finish reason). 70.8% on a first run (2026-12-03) before it. tests/native_adapters.py gives a "
     "forked test process a fresh text-work pool: mutmut forks each mutant's run, and a pool made before the fork has no "
     "threads after it (every mutant reaching it hung to its timeout, about 30 s).",
+    "adapters/native_oneshot.py": "Judged by the native tests; test_native_oneshot_mutants.py pins the context cap by "
+    "bytes at, below and above its boundary (ASCII, UTF-8, lone surrogates, text parts), /tokenize's template arguments, "
+    "special tokens and continue_final_message (a second tokenizer of the same vocabulary adds a BOS and shows its "
+    "template's arguments), /detokenize's vocabulary bounds and each call's tenant share of the text work. 94.2% on a "
+    "first run (2026-12-03) before its last tests.",
     "engine/sampler.py": "Judged by tests/engine/test_sampler_mutants.py (hand-made logits, no model). 80.3% on "
     "2026-12-02 with 75 survivors; the tensors built from Python values now take the row's dtype and device from it "
     "(new_tensor, list indices), so the device and dtype arguments that changed nothing on CPU are gone. The "

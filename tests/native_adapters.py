@@ -4,7 +4,9 @@ handed to the tests, then closed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,3 +39,19 @@ def started_native(
     finally:
         asyncio.run(adapter.aclose())
         torch.set_num_threads(threads)
+
+
+def with_bos(model_dir: Path, out: Path) -> Path:
+    """A copy of `model_dir` whose tokenizer adds a BOS token (<|endoftext|>, id 0) to every
+    encode that asks for special tokens, as Llama's do: the tiny model's adds none, so
+    there whether special tokens were asked for cannot be seen."""
+    shutil.copytree(model_dir, out, dirs_exist_ok=True)
+    spec = json.loads((out / "tokenizer.json").read_text())
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [0], "tokens": ["<|endoftext|>"]}},
+    }
+    (out / "tokenizer.json").write_text(json.dumps(spec))
+    return out

@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
 from adapters.errors import GatewayError
-from adapters.native_oneshot import _content_bytes, check_context, detokenize, request_text_bytes, tokenize
+from adapters.native_oneshot import (
+    _content_bytes,
+    check_context,
+    detokenize,
+    encode_inputs,
+    request_text_bytes,
+    tokenize,
+)
+from adapters.native_work import TextWork
 from adapters.oneshot import DetokenizeRequest, EmbeddingRequest, TokenizeRequest
 from engine.make_tiny import make_tiny
 from engine.text.tokenizer import TextTokenizer
-from tests.native_adapters import started_native
+from tests.native_adapters import started_native, with_bos
 
 MAX_MODEL_LEN = 64
 MAX_TOKEN_BYTES = 16  # the tiny tokenizer's longest token, in bytes
@@ -50,17 +58,7 @@ def adapter(model_dir: Path):
 def bos_tok(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> TextTokenizer:
     """The tiny tokenizer with a BOS token (<|endoftext|>, id 0) added to every encode
     that asks for special tokens, and TEMPLATE as its chat template."""
-    out = tmp_path_factory.mktemp("bos-tokenizer")
-    for name in ("tokenizer.json", "tokenizer_config.json", "config.json"):
-        shutil.copy(model_dir / name, out / name)
-    spec = json.loads((out / "tokenizer.json").read_text())
-    spec["post_processor"] = {
-        "type": "TemplateProcessing",
-        "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
-        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
-        "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [0], "tokens": ["<|endoftext|>"]}},
-    }
-    (out / "tokenizer.json").write_text(json.dumps(spec))
+    out = with_bos(model_dir, tmp_path_factory.mktemp("bos-tokenizer"))
     config = json.loads((out / "tokenizer_config.json").read_text())
     config["chat_template"] = TEMPLATE
     (out / "tokenizer_config.json").write_text(json.dumps(config))
@@ -264,3 +262,34 @@ def test_an_input_the_engine_cannot_embed_is_its_400_as_the_engine_words_it(adap
         run(adapter.embed(EmbeddingRequest("r", "m", inputs=["ok", []])))
     error = info.value
     assert (error.status, error.message, error.param, error.code) == (400, "input 1 is empty", "input", None)
+
+
+def test_embedding_texts_are_encoded_with_special_tokens_and_ids_kept(bos_tok) -> None:
+    ids = [5, 6]
+    prompts = encode_inputs(bos_tok, EmbeddingRequest("r", "m", inputs=["hi", ids]))
+    assert prompts == [[0, *bos_tok.encode("hi")], [5, 6]] and prompts[1] is not ids
+
+
+@pytest.mark.parametrize("call", ["embed", "tokenize", "detokenize"])
+def test_each_call_waits_on_its_tenants_share_of_the_text_work(adapter, monkeypatch, call) -> None:
+    work = TextWork(workers=1, per_tenant=1, max_waiting=10)
+    monkeypatch.setattr("adapters.native_oneshot.TEXT_WORK", work)
+    requests = {
+        "embed": lambda: adapter.embed(EmbeddingRequest("r", "m", inputs=["hi"], tenant="acme")),
+        "tokenize": lambda: adapter.tokenize(TokenizeRequest("r", "m", prompt="hi", tenant="acme")),
+        "detokenize": lambda: adapter.detokenize(DetokenizeRequest("r", "m", tokens=[74], tenant="acme")),
+    }
+
+    async def go() -> None:
+        gate = threading.Event()
+        holder = asyncio.ensure_future(work.run("other", lambda: gate.wait(10)))
+        while work.running == 0:
+            await asyncio.sleep(0.001)
+        queued = asyncio.ensure_future(requests[call]())
+        while work.waiting() == 0:
+            await asyncio.sleep(0.001)
+        assert work.waiting("acme") == 1  # queued as the tenant's
+        gate.set()
+        await asyncio.gather(holder, queued)
+
+    run(go())
