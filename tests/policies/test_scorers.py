@@ -93,3 +93,13 @@ def test_blended_session_outweighs_every_other_scorer_together():
     load = BLENDED["queue"] + BLENDED["kv"] + BLENDED["inflight"]
     assert load > BLENDED["prefix"]
     assert set(BLENDED) <= set(scorers.SCORERS)
+
+
+def test_a_total_is_the_weighted_sum_of_the_scores_from_zero():
+    """RouteResult.scores reports these totals as they are, not only their order."""
+    bs = [
+        BackendView("idle", load=LoadSnapshot(waiting=0, kv_usage=0.4)),
+        BackendView("some", load=LoadSnapshot(waiting=2)),
+    ]
+    totals = scorers.total_scores([("queue", 2.0), ("kv", 0.5)], bs, DETECTOR)
+    assert totals == [pytest.approx(2.0 + 0.25), pytest.approx(1.2 + 0.25)]  # an unread kv takes the known mean
