@@ -4,6 +4,7 @@ classification, and the fields a request may carry to each endpoint."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -114,3 +115,46 @@ async def test_json_metrics_failures_and_idle_reads(replay):
     for snap in (failed, garbled):
         assert (snap.running, snap.waiting, snap.kv_usage) == (None, None, None)
         assert snap.read_at >= idle.read_at >= first.read_at > 0
+
+
+def test_the_dialect_keeps_its_backend_and_declares_tools_unless_turned_off():
+    d = TRTLLMDialect("trt-p", "llama")
+    assert (d.backend, d.served_model, d.capabilities.tools, d.capabilities.cached_tokens) == (
+        "trt-p",
+        "llama",
+        True,
+        True,
+    )
+    assert TRTLLMDialect("trt-p", "llama", {"tools": False}).capabilities.tools is False
+
+
+class CountingReader:
+    """The transport as load reading sees it, in process: the JSON `/metrics` bodies given, in turn."""
+
+    def __init__(self, url: str, *bodies: bytes) -> None:
+        self.base_url, self.bodies, self.gets = url, list(bodies), 0
+
+    async def get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
+        assert path == "/metrics"
+        self.gets += 1
+        return 200, self.bodies.pop(0)
+
+
+async def test_json_metrics_are_read_at_most_every_half_second_by_default(monkeypatch):
+    now = [1000.0]
+    clock = SimpleNamespace(time=lambda: now[0])
+    monkeypatch.setattr("adapters.dialect.time", clock)
+    monkeypatch.setattr("adapters.trtllm.time", clock)
+    stats = json.dumps([entry(1, usedNumBlocks=1, maxNumBlocks=4)]).encode()
+    http = CountingReader("http://trt-half-second", b"[]", stats, b"[]")
+    d = TRTLLMDialect("trt-p", "llama")
+    never = await d.load(http)  # no stats ever: unknown, but read now
+    assert (never.running, never.kv_usage, never.read_at, http.gets) == (None, None, 1000.0, 1)
+    now[0] = 1000.4
+    assert await d.load(http) is never and http.gets == 1  # within the half second: the last read
+    now[0] = 1000.6
+    fresh = await d.load(http)
+    assert (fresh.running, fresh.kv_usage, fresh.read_at, http.gets) == (2, 0.25, 1000.6, 2)
+    now[0] = 1001.2
+    idle = await d.load(http)  # no iteration since: nothing runs, the last KV kept, read now
+    assert (idle.running, idle.waiting, idle.kv_usage, idle.read_at, http.gets) == (0, 0, 0.25, 1001.2, 3)
