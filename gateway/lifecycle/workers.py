@@ -128,10 +128,16 @@ class Supervisor:
         )
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            os._exit(self._child(slot))
-        self.children[pid] = (index, time.monotonic())
+        # A signal between the fork and the pid's noting would be passed on to every worker but
+        # this one, and in the fork it would run the supervisor's handler: held until both are set.
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                os._exit(self._child(slot))
+            self.children[pid] = (index, time.monotonic())
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
 
     def _child(self, slot: WorkerSlot) -> int:
         code = 1
@@ -141,6 +147,7 @@ class Supervisor:
             # Until its server handles signals itself, a stop ends the worker before it serves.
             signal.signal(signal.SIGTERM, _exit_now)
             signal.signal(signal.SIGINT, _exit_now)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)  # blocked by _spawn around the fork
             for sock in self.held:
                 sock.close()
             code = self.run_worker(slot)

@@ -130,6 +130,7 @@ def test_each_worker_gets_its_slot_in_a_fork_with_the_supervisors_sockets_closed
             and signal.getsignal(signal.SIGTERM) is workers._exit_now
             and signal.getsignal(signal.SIGINT) is workers._exit_now
             and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+            and not signal.pthread_sigmask(signal.SIG_BLOCK, []) & set(FORWARDED)  # none held back
         )
         (tmp_path / f"w{slot.index}").write_text("ok" if fine else "wrong")
         (tmp_path / "said" / str(slot.index)).touch()
@@ -287,3 +288,24 @@ def test_a_worker_started_again_keeps_its_index_and_a_run_dir_gone_is_no_error(m
     sup = supervised(2, worker)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0-0", "1-0", "1-1"]
     assert sorted(sup.exit_codes) == [0, 7]
+
+
+def test_a_stop_that_comes_as_a_worker_is_forked_reaches_it(monkeypatch):
+    """A stop between the fork and the supervisor's noting the new worker's pid: held until the
+    worker is known (and, in the fork, until the worker's own handlers are set), then passed on."""
+    real_fork = os.fork
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            os.kill(os.getpid(), signal.SIGTERM)  # the stop comes now
+        return pid
+
+    monkeypatch.setattr(workers.os, "fork", fork)
+
+    def worker(slot, sup):
+        signal.alarm(5)  # a stop that never reaches it: SIGALRM ends it after 5 s
+        signal.pause()
+        return 9
+
+    assert supervised(1, worker).exit_codes == [0]
