@@ -142,7 +142,10 @@ class KVEventSubscriber:
         try:
             await dealer.send_multipart([b"", lost.start.to_bytes(8, "big")])
             while True:
-                frames = await asyncio.wait_for(dealer.recv_multipart(), self.replay_timeout_s)
+                # not asyncio.wait_for: on Python 3.11 it drops a cancel that lands as the answer
+                # arrives, and a closing subscriber would wait forever on its connection watcher
+                async with asyncio.timeout(self.replay_timeout_s):
+                    frames = await dealer.recv_multipart()
                 seq_frame, payload = frames[-2], frames[-1]  # after the empty delimiter (and the topic)
                 seq = int.from_bytes(seq_frame, "big", signed=True)
                 if seq == END_SEQ:

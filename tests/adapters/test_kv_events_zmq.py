@@ -12,6 +12,7 @@ import json
 import logging
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgpack
 import pytest
@@ -270,3 +271,29 @@ async def test_its_tasks_are_named_after_the_backend(runtime):
     async with subscriber(runtime, KVBlockIndex()):
         names = {task.get_name() for task in asyncio.all_tasks()}
     assert {"kv-events-v", "kv-events-v-connection"} <= names
+
+
+async def test_a_replay_cancelled_as_its_answer_arrives_is_cancelled():
+    # Closing the subscriber (a reload, a shutdown) cancels a replay in progress; a cancel that
+    # lands as the replay's answer arrives must not be lost, or the subscriber never closes.
+    answer = asyncio.get_running_loop().create_future()
+
+    class Dealer:  # the replay socket, answering when the test says
+        def connect(self, endpoint: str) -> None: ...
+
+        async def send_multipart(self, frames: list[bytes]) -> None: ...
+
+        def recv_multipart(self) -> asyncio.Future:
+            return answer
+
+        def close(self, linger: int | None = None) -> None: ...
+
+    sub = KVEventSubscriber("v", "tcp://127.0.0.1:9", KVBlockIndex(), replay_endpoint="tcp://127.0.0.1:9")
+    sub._ctx = SimpleNamespace(socket=lambda kind: Dealer())
+    replay = asyncio.create_task(sub._replay(range(0, 5)))
+    for _ in range(3):
+        await asyncio.sleep(0)  # the replay waits for its answer
+    answer.set_result([b"", b"kv", END, b""])
+    replay.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await replay
