@@ -80,3 +80,28 @@ def test_a_hash_tag_is_prefix_and_tenant_in_braces_each_escaped():
     assert hash_tag("switchyard", "acme") == "{switchyard:acme}"
     # braces would end the tag early; % is escaped too, so that the escape is unambiguous
     assert hash_tag("p%7B", "a}{b%") == "{p%257B:a%7D%7Bb%25}"
+
+
+async def test_a_loaded_script_runs_by_its_digest_not_its_source(redis_server):
+    script = LuaScript("return 7")
+    conn = connect(redis_server.url)
+    try:
+        assert [await conn.script(script, [], []) for _ in range(3)] == [7, 7, 7]
+        stats = await conn.command("INFO", "commandstats")
+        assert stats["cmdstat_eval"]["calls"] == 1  # the first, after NOSCRIPT
+        assert stats["cmdstat_evalsha"]["calls"] == 3
+    finally:
+        await conn.aclose()
+
+
+async def test_closing_a_connection_closes_its_pooled_connections(redis_server):
+    conn, watcher = connect(redis_server.url), connect(redis_server.url)
+    try:
+        own = await watcher.command("CLIENT", "ID")
+        assert await conn.command("PING")
+        assert list(_clients(await watcher.command("CLIENT", "LIST"), own).values()) == ["ping"]
+        await conn.aclose()
+        await asyncio.sleep(0.2)
+        assert _clients(await watcher.command("CLIENT", "LIST"), own) == {}
+    finally:
+        await watcher.aclose()
