@@ -96,7 +96,9 @@ def supervised(count, worker, ops=None, stop=None):
     condition): the signal is sent to the supervisor once its workers are all known and the condition holds
     (sent from a thread of the test, which a signal at any time cannot be: one that comes between a fork and
     the supervisor's noting its pid is not passed to that worker)."""
-    sup = Supervisor(count, lambda slot: worker(slot, sup), LOCAL, ops)
+    # A worker run in the supervisor's own process (the fork's two sides swapped) ends it with 1: the test
+    # process itself then exits as a failed run would (it is the fork that carries on).
+    sup = Supervisor(count, lambda slot: 1 if os.getpid() == slot.supervisor_pid else worker(slot, sup), LOCAL, ops)
     run_dir = sup.run_dir
     assert os.path.isdir(run_dir) and os.path.basename(run_dir).startswith("switchyard-workers-")
     if stop is not None:
