@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -64,9 +65,13 @@ def events_of(adapter: NativeAdapter, request: GenerationRequest) -> list:
 def test_concurrent_first_calls_build_one_engine_and_its_metrics_carry_the_name(model_dir: Path) -> None:
     registry = CollectorRegistry()
     adapter = NativeAdapter("nat-a", str(model_dir), engine_options={"num_blocks": 8}, registry=registry)
+    seen: list = []
+    adapter.subscribe_kv_events(seen.append)  # before the engine exists: attached when it starts
 
     async def go() -> None:
         await asyncio.gather(adapter.start(), adapter.start(), adapter.start())
+        assert [e async for e in adapter.generate(chat("a prompt of more than one block of tokens"))]
+        assert any(isinstance(e, BlockStored) for e in seen)
         engine = adapter.async_engine
         await adapter.start()
         assert adapter.async_engine is engine
@@ -79,16 +84,17 @@ def test_concurrent_first_calls_build_one_engine_and_its_metrics_carry_the_name(
     asyncio.run(go())
 
 
-def test_a_model_that_cannot_load_is_a_503_and_its_reason_goes_to_readiness(model_dir: Path) -> None:
+def test_a_model_that_cannot_load_is_a_503_and_its_reason_goes_to_readiness(model_dir: Path, caplog) -> None:
     bad = NativeAdapter("nat-b", str(model_dir), engine_options={"no_such_option": 1})
 
     async def go() -> None:
-        with pytest.raises(GatewayError) as info:
+        with caplog.at_level("WARNING", logger="switchyard.upstream"), pytest.raises(GatewayError) as info:
             await bad.start()
+        assert f"backend nat-b failed: the model could not be loaded ({model_dir}: bad engine_options" in caplog.text
         assert (info.value.status, info.value.code) == (503, "upstream_error")
         assert info.value.message.endswith("failed: the model could not be loaded")
         health = await bad.health()
-        assert not health.ok
+        assert health.ok is False
         assert health.detail.startswith(f"cannot load {model_dir}: bad engine_options ['no_such_option']: ")
         load = await bad.load()  # nothing known about a model not loaded
         assert bad.async_engine is None
@@ -180,6 +186,19 @@ def test_a_changed_tokenizer_file_loads_the_tokenizer_again(model_dir: Path, tmp
     assert shared_tokenizer(copy) is not first
 
 
+def test_a_tokenizer_is_one_directorys_even_beside_an_identical_copy(model_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json", "config.json"):
+        shutil.copy2(model_dir / f, copy / f)  # same names, same times
+    config = copy / "tokenizer_config.json"
+    stat = config.stat()
+    config.write_text(config.read_text().replace("You are a helpful assistant.", "You are a copy."))
+    os.utime(config, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    original, copied = shared_tokenizer(model_dir), shared_tokenizer(copy)
+    assert copied is not original and "You are a copy." in copied.tokenizer.chat_template
+
+
 def test_a_prompts_key_holds_its_kind_messages_tools_and_prompt() -> None:
     base = GenerationRequest("r", "m", messages=[{"role": "user", "content": "hi"}])
     key = _prompt_key(base)
@@ -207,6 +226,15 @@ def test_ids_reused_are_a_copy_and_the_cache_keeps_the_newest_use(adapter: Nativ
     assert adapter._prompt_ids(first) == ids
 
 
+def test_a_generations_prompt_ids_are_kept_for_routing(adapter: NativeAdapter) -> None:
+    request = chat("a prompt first seen by a generation")
+    events_of(adapter, request)
+    assert _prompt_key(request) in adapter._shared.recent
+    before = adapter._shared.reused
+    assert adapter.kv_block_hashes(request)
+    assert adapter._shared.reused == before + 1
+
+
 def test_routing_names_blocks_of_a_text_up_to_route_text_bytes(adapter: NativeAdapter) -> None:
     engine = adapter.async_engine.engine
     template = len("<|im_start|>user\n")  # the chat template adds no bytes the count sees
@@ -219,6 +247,9 @@ def test_routing_names_blocks_of_a_text_up_to_route_text_bytes(adapter: NativeAd
     adapter._prompt_ids(over)  # once its ids are known, routing reuses them whatever its length
     assert adapter.kv_block_hashes(over) == engine.kv.block_hashes(adapter._prompt_ids(over))
     assert adapter.kv_block_hashes(GenerationRequest("r", "m", kind="completion", prompt="")) is None  # bad: none
+    ids = list(range(5, 5 + 3 * BLOCK))
+    by_ids = GenerationRequest("r", "m", kind="completion", prompt=ids)  # no key, no text: named at once
+    assert adapter.kv_block_hashes(by_ids) == engine.kv.block_hashes(ids) and len(engine.kv.block_hashes(ids)) == 3
 
 
 def test_no_block_names_before_the_engine_is_loaded(model_dir: Path) -> None:
@@ -235,6 +266,14 @@ def test_echo_gives_each_choice_the_prompt_first(adapter: NativeAdapter) -> None
     request.echo = True
     events = events_of(adapter, request)
     assert [(e.index, e.text) for e in events[:2]] == [(0, "Once upon"), (1, "Once upon")]
+    text = ["".join(e.text for e in events if isinstance(e, TextDelta) and e.index == i) for i in (0, 1)]
+    request.echo = False
+    plain = events_of(adapter, request)
+    assert ["".join(e.text for e in plain if isinstance(e, TextDelta) and e.index == i) for i in (0, 1)] == [
+        t[len("Once upon") :] for t in text
+    ]
+    request.echo, request.prompt = True, "<|im_start|>Once"
+    assert events_of(adapter, request)[0].text == "<|im_start|>Once"  # special tokens shown
     request.kind = "chat"
     request.messages, request.prompt = [{"role": "user", "content": "Once upon"}], None
     assert not any(isinstance(e, TextDelta) and e.text == "Once upon" for e in events_of(adapter, request))
@@ -254,10 +293,60 @@ def test_a_choice_ended_early_gets_no_more_events_and_usage_counts_each(adapter:
 
 
 def test_cached_tokens_are_the_most_any_step_reported(adapter: NativeAdapter) -> None:
-    request = chat("a cached prompt with more than one block of tokens in it, " * 2, n=2, temperature=1.0, seed=1)
-    events_of(adapter, request)
+    prompt = "a completion prompt no other test sends, more than one block of tokens long"
+    request = GenerationRequest(
+        "r", "m", kind="completion", prompt=prompt, sampling=SamplingParams(max_tokens=2, n=2, temperature=1.0, seed=1)
+    )
+    assert events_of(adapter, request)[-1].cached_tokens == 0  # not seen before
     usage = events_of(adapter, request)[-1]
     assert usage.cached_tokens >= BLOCK and usage.cached_tokens % BLOCK == 0
+
+
+def test_waiting_requests_run_by_their_priority_each_under_its_own_engine_id(model_dir: Path) -> None:
+    one = NativeAdapter("nat-p", str(model_dir), engine_options={"max_num_seqs": 1, "max_model_len": 512})
+    done: list[str] = []
+
+    async def run(name: str, priority: int, max_tokens: int) -> None:
+        request = chat(f"request {name}", max_tokens=max_tokens, ignore_eos=True)
+        request.request_id, request.priority = "same-id", priority
+        async for event in one.generate(request):
+            if isinstance(event, Usage):
+                done.append(name)
+
+    async def go() -> None:
+        await one.start()
+        first = asyncio.ensure_future(run("first", 0, 450))
+        while not one.async_engine.engine.requests:
+            await asyncio.sleep(0.001)
+        later = asyncio.ensure_future(run("later", 1, 2))  # arrives first, less urgent
+        while len(one.async_engine.engine.requests) < 2:
+            await asyncio.sleep(0.001)
+        urgent = asyncio.ensure_future(run("urgent", 0, 2))
+        while len(one.async_engine.engine.requests) < 3:
+            await asyncio.sleep(0.001)
+        assert not first.done()  # both waited behind it
+        await asyncio.gather(first, later, urgent)
+        await one.aclose()
+
+    asyncio.run(go())
+    assert done == ["first", "urgent", "later"]
+
+
+def test_an_engine_side_abort_is_logged_as_this_backends_failure(adapter: NativeAdapter, caplog) -> None:
+    async def go() -> None:
+        stream = adapter.generate(chat(max_tokens=100, ignore_eos=True))
+        await stream.__anext__()
+        (engine_id,) = adapter.async_engine.engine.requests
+        assert engine_id.startswith("r-") and len(engine_id) == len("r-") + 8
+        adapter.async_engine.abort(engine_id)
+        with pytest.raises(GatewayError) as info:
+            while True:
+                await stream.__anext__()
+        assert info.value.status == 503
+
+    with caplog.at_level("WARNING", logger="switchyard.upstream"):
+        asyncio.run(go())
+    assert "backend local failed: the engine aborted the request (shutting down?)" in caplog.text
 
 
 # ---- the engine's exceptions ----------------------------------------------------------------
@@ -283,8 +372,9 @@ def collected(stream, kind: str = "chat") -> list:
 def test_the_engines_outputs_pass_and_its_exceptions_become_gateway_errors(caplog) -> None:
     ok = TokenOutput("r", 0, [5], None, True, "stop", 3, 0)
     assert collected(outputs_then(None, ok)) == [ok]
-    with pytest.raises(GatewayError) as aborted:
+    with caplog.at_level("WARNING", logger="switchyard.upstream"), pytest.raises(GatewayError) as aborted:
         collected(outputs_then(None, TokenOutput("r", 0, [], None, True, "abort", 3, 0)))
+    assert "backend nat failed: the engine aborted the request (shutting down?)" in caplog.text
     assert (aborted.value.status, aborted.value.code) == (503, "upstream_error")
     assert aborted.value.message.endswith("failed: the engine aborted the request (shutting down?)")
     for kind, param in (("chat", "messages"), ("completion", "prompt")):

@@ -6,21 +6,29 @@ vocabulary bounds of token ids, logit_bias and stop_token_ids, and the prompt's 
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import pytest
 
 from adapters.base import GenerationRequest, SamplingParams, Usage
 from adapters.errors import GatewayError
+from adapters.native import NativeAdapter
+from adapters.native_work import TextWork
 from engine.make_tiny import make_tiny
-from tests.native_adapters import started_native
+from engine.text.tokenizer import TextTokenizer
+from tests.native_adapters import started_native, with_bos
 
 MAX_MODEL_LEN = 64
 
 
 @pytest.fixture(scope="module")
-def adapter(tmp_path_factory: pytest.TempPathFactory):
-    model_dir: Path = make_tiny(tmp_path_factory.mktemp("params") / "tiny")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny(tmp_path_factory.mktemp("params") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def adapter(model_dir: Path):
     yield from started_native(model_dir, one_thread=True, num_blocks=16, block_size=16, max_model_len=MAX_MODEL_LEN)
 
 
@@ -200,3 +208,53 @@ def test_messages_the_template_cannot_take_are_refused_on_messages(adapter) -> N
     request = GenerationRequest("r", "m", messages=[{"role": "user", "content": [{"type": "image_url"}]}])
     error = refused(adapter, request)
     assert error.param == "messages" and "'image_url' is not supported by a text model" in error.message
+
+
+def test_a_text_prompt_gets_the_tokenizers_special_tokens_and_a_rendered_chat_none(model_dir, tmp_path) -> None:
+    """As vLLM: a completion's text is encoded with special tokens (a Llama's BOS), a chat's
+    rendered template without (the template wrote its own)."""
+    bos_dir = with_bos(model_dir, tmp_path / "bos")
+    adapter = NativeAdapter("bos", str(bos_dir), engine_options={"num_blocks": 8, "max_model_len": MAX_MODEL_LEN})
+    try:
+        tok = TextTokenizer(bos_dir)
+        usage = usage_of(adapter, completion("hi"))
+        assert usage.prompt_tokens == len(tok.encode("hi")) + 1
+        assert adapter._prompt_ids(completion("hi")) == [0, *tok.encode("hi")]
+        rendered = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+        assert rendered.endswith("<|im_start|>assistant\n")
+        assert adapter._prompt_ids(chat()) == tok.encode(rendered)
+        assert usage_of(adapter, chat(max_tokens=1)).prompt_tokens == len(tok.encode(rendered))
+    finally:
+        asyncio.run(adapter.aclose())
+
+
+def test_a_completion_over_the_context_by_its_bytes_is_refused_on_prompt(adapter) -> None:
+    error = refused(adapter, completion("x" * (MAX_MODEL_LEN * 16 + 16)))
+    assert (error.code, error.param) == ("context_length_exceeded", "prompt")
+    assert f"holds {MAX_MODEL_LEN * 16 + 16} bytes of text" in error.message
+
+
+def test_a_prompt_is_tokenized_on_its_tenants_share_of_the_text_work(adapter, monkeypatch) -> None:
+    work = TextWork(workers=1, per_tenant=1, max_waiting=10)
+    monkeypatch.setattr("adapters.native.TEXT_WORK", work)
+    request = chat(max_tokens=1)
+    request.messages, request.tenant = [{"role": "user", "content": "a tenant's own prompt"}], "acme"
+
+    async def go() -> None:
+        gate = threading.Event()
+        holder = asyncio.ensure_future(work.run("other", lambda: gate.wait(10)))
+        while work.running == 0:
+            await asyncio.sleep(0.001)
+        generation = asyncio.ensure_future(usage_of_async(adapter, request))
+        while work.waiting() == 0:
+            await asyncio.sleep(0.001)
+        assert work.waiting("acme") == 1
+        gate.set()
+        await asyncio.gather(holder, generation)
+
+    asyncio.run(go())
+
+
+async def usage_of_async(adapter, request: GenerationRequest) -> Usage:
+    events = [e async for e in adapter.generate(request)]
+    return events[-1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -99,3 +100,46 @@ def test_auto_tool_choice_keeps_stop_strings(adapter) -> None:
     stop = base[2:4]
     events = events_of(adapter, request(tools=[TOOL], tool_choice="auto", sampling={"max_tokens": 8, "stop": [stop]}))
     assert text_of(events) == base[: base.index(stop)]
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"tools": [TOOL], "tool_choice": "required"}, "tool_choice"),
+    ],
+)
+def test_without_the_grammar_library_structured_output_is_a_400_naming_its_field(adapter, monkeypatch, fields, param):
+    monkeypatch.setitem(sys.modules, "engine.structured", None)  # as if llguidance were not installed
+    with pytest.raises(GatewayError) as info:
+        events_of(adapter, request(**fields))
+    assert (info.value.status, info.value.param) == (400, param)
+    assert info.value.message.startswith("structured output needs the grammar library: ")
+    assert "engine.structured" in info.value.message
+
+
+def test_a_response_format_without_a_type_leaves_the_model_free(adapter) -> None:
+    events = events_of(adapter, request(response_format={}, sampling=forcing(adapter)))
+    assert text_of(events) == "weather" * 3
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_forced_calls_are_one_unless_parallel_calls_are_allowed(adapter, parallel) -> None:
+    # the model kept from ending wherever the grammar lets another call follow
+    sampling = {"logit_bias": {i: -100.0 for i in adapter.async_engine.engine.eos_token_ids}, "max_tokens": 60}
+    req = request(tools=[TOOL], tool_choice="required", parallel_tool_calls=parallel, sampling=sampling)
+    events = events_of(adapter, req)
+    calls = {e.tool_index for e in events if isinstance(e, ToolCallDelta)}
+    assert len(calls) > 1 if parallel else calls == {0}
+    # cut by max_tokens after whole calls: the grammar's reader answers with those, as if the model had stopped
+    assert [e.reason for e in events if isinstance(e, Finish)] == ["tool_calls"]
+
+
+def test_a_dropped_call_is_logged_with_the_generations_request_id(adapter, caplog) -> None:
+    sampling = {"logit_bias": {adapter.tokenizer.token_to_id("</tool_call>"): 100.0}, "max_tokens": 1}
+    req = request(tools=[TOOL], tool_choice="auto", sampling=sampling)
+    req.request_id = "rid-9"
+    with caplog.at_level("WARNING", logger="adapters.native_choice"):
+        events = events_of(adapter, req)
+    assert not any(isinstance(e, (TextDelta, ToolCallDelta)) for e in events)
+    assert "request rid-9: dropped a malformed tool call (a closing tag outside a call)" in caplog.text
