@@ -55,7 +55,7 @@ ENGINE_NOTES: dict[str, str] = {
     "adapters/native_choice.py": "Judged by the native tests (tests/engine/test_native_*.py: module-scoped engines on "
     "the tiny model, about 1 s a mutant at load 9); test_native_choice_mutants.py feeds scripted engine outputs through the real "
     "tokenizer (the final stop token, what a finish releases, logprobs with and without text, the tool stage a request "
-    "gets, an unknown finish reason). 70.8% on a first run (2026-12-03) before it. tests/native_adapters.py gives a "
+    "gets, an unknown finish reason). 70.8% on a first run (2026-12-03) before it. tests/conftest.py gives a "
     "forked test process a fresh text-work pool: mutmut forks each mutant's run, and a pool made before the fork has no "
     "threads after it (every mutant reaching it hung to its timeout, about 30 s).",
     "adapters/native_oneshot.py": "Judged by the native tests; test_native_oneshot_mutants.py pins the context cap by "

@@ -7,7 +7,15 @@ import os
 import pytest
 from hypothesis import settings
 
+from adapters.native_work import TEXT_WORK
 from tests.procs import openai_backend_config, start_gateway, start_redis, start_upstream, stopped_after
+
+# mutmut runs each mutant's tests in a process forked from one that already ran them: a
+# thread pool made before a fork has no threads after it (ThreadPoolExecutor is not
+# fork-safe), so the native backends' shared text-work pool would queue every piece forever
+# there. A forked test process makes its own pool (the gateway's workers fork before any
+# text work). Here, not beside the native fixtures: any in-process native backend uses it.
+os.register_at_fork(after_in_child=lambda: setattr(TEXT_WORK, "_pool", None))
 
 # Property tests: "ci" (the default) draws the same examples on every run, so a run
 # fails for a defect and never by chance; a case found by "explore" (random draws,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,13 +13,6 @@ from typing import Any
 import torch
 
 from adapters.native import NativeAdapter
-from adapters.native_work import TEXT_WORK
-
-# mutmut runs each mutant's tests in a process forked from one that already ran them: a
-# thread pool made before a fork has no threads after it (ThreadPoolExecutor is not
-# fork-safe), so the shared text-work pool would queue every piece forever there. A forked
-# test process makes its own pool (the gateway's workers fork before any text work).
-os.register_at_fork(after_in_child=lambda: setattr(TEXT_WORK, "_pool", None))
 
 
 def started_native(
