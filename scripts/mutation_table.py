@@ -445,8 +445,6 @@ NOTES.update(STORES_NOTES)
 EXTRA_ARGS.update(STORES_EXTRA_ARGS)
 TIMEOUTS.update(STORES_TIMEOUTS)
 NOTES["adapters/kv_events_zmq.py"] = (
-    "Rerun (2026-12-03) after its tests were made to fail fast (3 s waits that stop when the subscriber's task "
-    "ends, a subscription awaited instead of a publish loop): 268 s for 185 mutants, was ~10 s a mutant; 78.7% "
-    "before. New tests pin each warning line, the task names and both undecodable counters; the survivors left "
-    "are explained (survivors/mC.toml)."
+    "Rerun (2026-12-03) with tests that fail fast (3 s waits, stopped when the subscriber's task ends): 268 s for "
+    "185 mutants, was ~10 s a mutant; 78.7% before. The survivors left are explained (survivors/mC.toml)."
 )
