@@ -59,10 +59,9 @@ class _SamplingRows:
 
 
 class _Request:
-    __slots__ = ("request_id", "params", "seqs", "forked", "num_unfinished")
+    __slots__ = ("params", "seqs", "forked", "num_unfinished")
 
-    def __init__(self, request_id: str, params: SamplingParams, first: Sequence) -> None:
-        self.request_id = request_id
+    def __init__(self, params: SamplingParams, first: Sequence) -> None:
         self.params = params
         self.seqs: list[Sequence] = [first]
         self.forked = params.n == 1
@@ -146,7 +145,7 @@ class LLMEngine:
                 f"{self.pool.num_blocks * self.config.block_size}"
             )
         seq = Sequence(request_id, 0, prompt_token_ids, params, priority, self._generator(params, 0))
-        self.requests[request_id] = _Request(request_id, params, seq)
+        self.requests[request_id] = _Request(params, seq)
         self.scheduler.add(seq)
 
     def _generator(self, params: SamplingParams, index: int) -> torch.Generator | None:
