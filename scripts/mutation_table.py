@@ -336,9 +336,9 @@ MODULES.update(
         # in-process; test_runtime_health_load.py reads it from simulators in subprocesses
         "adapters/prometheus_text.py": ["tests/adapters/test_prometheus_text*.py"],
         "adapters/tgi_quirks.py": ["tests/adapters/test_tgi*.py", "tests/adapters/test_recorded_tgi*.py"],
-        "engine/async_engine.py": ["tests/engine/test_async_engine.py", "tests/engine/test_pooling.py"],
+        "engine/async_engine.py": ["tests/engine/test_async_engine_mutants.py"],
         "engine/gguf_export.py": ["tests/engine/test_gguf_export*.py"],
-        "engine/llm_engine.py": ["tests/engine/test_engine_greedy.py", "tests/engine/test_async_engine.py"],
+        "engine/llm_engine.py": ["tests/engine/test_llm_engine_mutants.py"],
         "engine/model.py": ["tests/engine/test_model_mutants.py"],
         "engine/model_runner.py": ["tests/engine/test_model_runner_mutants.py", "tests/engine/test_model_mutants.py"],
         # nothing to mutate (imports and __all__; a docstring): a fast test that imports each is enough

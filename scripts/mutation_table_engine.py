@@ -83,6 +83,18 @@ ENGINE_NOTES: dict[str, str] = {
     "row the engine samples from compared with transformers' at that position, through several decode and prefill "
     "groups, chunks, biases, a large norm epsilon, scaled rope at its boundaries); test_engine_greedy.py compares "
     "greedy tokens, which hide a logit off by less than the top two's gap, and costs seconds a mutant.",
+    "engine/model_runner.py": "Judged by tests/engine/test_model_runner_mutants.py (dtype names, pool sizing at, "
+    "below and above a block and the default's cap, a block copy, an empty step, bf16, the grouping's boundaries "
+    "and costs) and test_model_mutants.py (the logits the batches give, against transformers).",
+    "engine/llm_engine.py": "Judged by tests/engine/test_llm_engine_mutants.py (a tiny model made once per module; "
+    "tokens forced by logit_bias): the context length, each refusal's words at, below and above its bound, a "
+    "step's outputs and counts, the grammar prefetch, forks with and without a block to copy into, when a choice "
+    "stops, embeddings, stats and the integrity check. test_engine_greedy.py and test_async_engine.py reach it "
+    "through larger models, seconds a mutant.",
+    "engine/async_engine.py": "Judged by tests/engine/test_async_engine_mutants.py (a tiny model made once per "
+    "module): streams, a stream id in use, an abort before the fork, an engine failure, shutdown, the metrics, the "
+    "embedding passes' budget and their wait for owed step time. test_async_engine.py and test_pooling.py reach "
+    "it through larger models and transformers, seconds a mutant.",
     "engine/structured/__init__.py": "No mutants: the package's imports and __all__, none of which mutmut mutates; "
     "the 100% says nothing was measured.",
     "engine/text/__init__.py": "No mutants: a docstring only (the package imports nothing on purpose).",
@@ -96,4 +108,6 @@ ENGINE_TIMEOUTS: dict[str, tuple[float, float]] = {
     "engine/structured/grammars.py": (3.0, 3.0),
     # a mutant that loses a worker's finish leaves its piece waiting: 10x the run is minutes each
     "adapters/native_work.py": (3.0, 5.0),
+    # a mutant that stops the stepping thread or loses a delivery leaves a stream waiting
+    "engine/async_engine.py": (3.0, 5.0),
 }

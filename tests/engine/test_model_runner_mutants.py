@@ -109,6 +109,8 @@ def test_half_precision_runs_end_to_end(llama):
 def test_chunks_of_one_token_after_a_prompt_in_one_pass(llama):
     """Mixed in one pass: single-token prompts (decode-shaped) beside a long prefill, in two groups."""
     run_and_compare(*llama, random_prompts([1, 1, 25], VOCAB, seed=3), block_size=4)
+    # prompts of two tokens: a prefill group whose longest query is 2
+    run_and_compare(*llama, random_prompts([2, 2], VOCAB, seed=4), block_size=4)
 
 
 def _decodes(blocks: list[int]) -> list:
@@ -145,6 +147,10 @@ def test_split_padded_weighs_padding_against_the_cost_of_a_group():
     assert split_padded(three[::-1], size, 5) == [[1, 1, 1], [10, 10, 10], [100, 100, 100]]
     # a cut after six: 60 + 300 + 45 = 405 beats three groups (333 + 90 = 423)
     assert split_padded(three, size, 45) == [[1, 1, 1, 10, 10, 10], [100, 100, 100]]
+    # three groups cost 333 + 2 x cost, the cut 360 + cost: three below a cost of 27, a tie at 27 keeps the cut
+    by_three = [[1, 1, 1], [10, 10, 10], [100, 100, 100]]
+    assert split_padded(three, size, 20) == split_padded(three, size, 26) == by_three
+    assert split_padded(three, size, 27) == split_padded(three, size, 28) == [[1, 1, 1, 10, 10, 10], [100, 100, 100]]
     four = [1, 1, 10, 10, 100, 100, 1000, 1000]
     # four equal groups: 2222 + 3 beats three (3232) and the best cut (2601)
     assert split_padded(four[::-1], size, 1) == [[1, 1], [10, 10], [100, 100], [1000, 1000]]
