@@ -375,11 +375,6 @@ NOTES["gateway/http/limits.py"] = (
     "test_limits_reads.py (which bytes of a read count toward an open head, the head timer on a keep-alive "
     "connection). 50.0% on its first run (size and count cases only), 73.3% before the last two files."
 )
-NOTES["policies/routing.py"] = (
-    "Its committed measurement predates the split of its pickers into policies/pickers.py (the survivors' reasons "
-    "moved there): dropped, to be measured again."
-)
-
 # pytest arguments a module's run adds (to leave out a slow test in a listed file)
 EXTRA_ARGS: dict[str, list[str]] = {
     # the random engine workload loads a model per example: seconds per mutant
