@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.base import GenerationRequest
-from policies.session import SESSION_SOURCES, SessionAffinity, SessionTable, session_key
+from policies.session import ENTRY_OVERHEAD_BYTES, SESSION_SOURCES, SessionAffinity, SessionTable, session_key
 
 
 def req(tenant="t", **keys) -> GenerationRequest:
@@ -14,6 +14,17 @@ def req(tenant="t", **keys) -> GenerationRequest:
 
 def named(value: str, tenant: str = "t") -> str | None:
     return session_key(req(tenant, user=value), ["user"])
+
+
+def test_a_session_idle_past_the_ttl_is_dropped_with_its_bytes():
+    """First in this file on purpose: a mutant of the drop that keeps an entry fails here at
+    once, where the eviction tests would loop until their timeout."""
+    table = SessionTable(SessionAffinity(ttl_s=10))
+    table.record("k", "b1", now=0)
+    table.record("k2", "b2", now=5)
+    assert table.owner("k", now=10.5) is None
+    assert len(table) == 1 and table.bytes_used == len("k2") + len("b2") + ENTRY_OVERHEAD_BYTES
+    assert table.owner("k", now=10.5) is None and table.owner("k2", now=10.5) == "b2"
 
 
 def test_the_first_configured_source_present_names_the_session():
