@@ -67,9 +67,8 @@ ENGINE_NOTES: dict[str, str] = {
     "load, the prefix-cache events, the prompts' ids kept and reused, ROUTE_TEXT_BYTES at, below and above, echo, "
     "priority and engine ids, the engine's exceptions), test_native_params_mutants.py (each sampling parameter as the "
     "engine gets it, the context and vocabulary bounds with their messages, special tokens on a BOS tokenizer) and "
-    "test_native_structured_mutants.py (response_format, forced calls, the grammar library missing). A first run "
-    "(2026-12-03, 1047 s at load 9 to 11) 539/603 before the last of them; its 64 survivors then run by name in the "
-    "module's copy against the tests as they are now.",
+    "test_native_structured_mutants.py (response_format, forced calls, the grammar library missing). 539/603 on a first "
+    "run (2026-12-03, 1047 s at load 9 to 11) before the last of them; run again whole with them.",
     "engine/sampler.py": "Judged by tests/engine/test_sampler_mutants.py (hand-made logits, no model). 80.3% on "
     "2026-12-02 with 75 survivors; the tensors built from Python values now take the row's dtype and device from it "
     "(new_tensor, list indices), so the device and dtype arguments that changed nothing on CPU are gone. The "
