@@ -31,6 +31,15 @@ def test_only_the_part_past_the_limit_moves_a_window_at_a_time():
     assert len(far) == MAX_CARRY_WINDOWS and sum(a for _, a in far) == 10**9 - LIMIT
 
 
+def test_a_carry_at_its_smallest_amounts_and_none_without_a_limit():
+    assert carry_overrun(window_used=LIMIT + 1, overrun=1, limit=LIMIT, current=7, buckets=60) == [(67, 1)]
+    assert carry_overrun(window_used=3, overrun=2, limit=1, current=0, buckets=60) == [(60, 1), (120, 1)]
+    assert carry_overrun(window_used=LIMIT + 5, overrun=0, limit=LIMIT, current=0, buckets=60) == []
+    assert (
+        carry_overrun(window_used=500, overrun=500, limit=0, current=0, buckets=60) == []
+    )  # 0: no limit to carry past
+
+
 async def test_an_underestimating_tenant_sustains_no_more_than_its_limit():
     """Each request reserves 100 tokens and the runtime counts 8,000. Before the carry,
     every window admitted one (8,000 a minute against 6,000); now the debt holds the
