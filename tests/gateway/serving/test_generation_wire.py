@@ -196,6 +196,16 @@ async def test_a_whole_answer_has_its_length_and_the_same_headers():
     assert served.ctx.stream is False
 
 
+async def test_every_answer_carries_its_models_fingerprint():
+    adapter = ScriptedAdapter("b1", answered)
+    fingerprint = backend_set({"m": {"backends": ["b1"]}}, {"b1": adapter}).pools["m"].fingerprint
+    assert fingerprint.startswith("fp_")
+    whole = orjson.loads((await one(adapter, chat(stream=False))).body)
+    assert (whole["object"], whole["system_fingerprint"]) == ("chat.completion", fingerprint)
+    frames = sse_data((await one(adapter, chat())).body)[:-1]
+    assert {(f["object"], f["system_fingerprint"]) for f in frames} == {("chat.completion.chunk", fingerprint)}
+
+
 async def test_an_error_response_carries_the_request_id_and_the_ticket_headers():
     adapter = ScriptedAdapter("b1", always(GatewayError(400, "bad", param="messages", code="bad_messages")))
     served = await one(adapter, chat(), config=LIMITED)
@@ -300,11 +310,13 @@ async def test_the_first_token_and_the_gaps_between_tokens_are_measured_once_eac
     assert clock.slept == [0.03, 0.05, 0.05]
 
 
-async def test_the_upstream_wait_is_the_time_spent_waiting_for_events(monkeypatch):
+@pytest.mark.parametrize("stream", [True, False])
+async def test_the_upstream_wait_is_the_time_spent_waiting_for_events(monkeypatch, stream):
     clock = ScriptClock(monkeypatch)
     slow = Pause(0.2)
-    served = await one(ScriptedAdapter("b1", always(slow, TextDelta(0, "a"), slow, Finish(0, "stop"))), chat())
-    assert served.ctx.upstream_wait == pytest.approx(0.4) and clock.now - served.ctx.started == pytest.approx(0.4)
+    script = always(slow, TextDelta(0, "a"), slow, Finish(0, "stop"), Pause(0.1))  # and for the stream's end
+    served = await one(ScriptedAdapter("b1", script), chat(stream=stream))
+    assert served.ctx.upstream_wait == pytest.approx(0.5) and clock.now - served.ctx.started == pytest.approx(0.5)
 
 
 async def test_a_retry_backoff_is_counted_as_such_and_a_client_leaving_after_it_left_waiting(monkeypatch):
