@@ -71,3 +71,17 @@ def test_a_pool_that_never_retries_holds_no_more_than_its_window():
         clock.now += 1
     assert len(budget._buckets) <= 11
     assert budget.totals() == (9, 0)
+
+
+def test_a_retry_given_back_is_uncounted_once_from_the_newest_second_that_spent_one():
+    clock = Clock(1000.0)
+    budget = RetryBudget(EjectionConfig(retry_ratio=0.0, min_retries=3, window_s=10), clock=clock)
+    assert budget.may_retry() and budget.may_retry()  # two retries in second 1000
+    clock.now = 1003.0
+    budget.record_request()  # second 1003 spent none
+    budget.give_back()
+    assert budget.totals() == (1, 1)
+    budget.give_back()
+    budget.give_back()  # nothing left to give back: never below none
+    assert budget.totals() == (1, 0)
+    assert [budget.may_retry() for _ in range(4)] == [True, True, True, False]
