@@ -12,6 +12,7 @@ from policies.token_bound import (
     TEMPLATE_TOKENS_PER_MESSAGE,
     inputs_token_bound,
     prompt_token_bound,
+    requests_token_bound,
     text_token_bound,
 )
 
@@ -82,3 +83,9 @@ def test_a_token_id_prompt_costs_its_length_exactly():
 def test_inputs_count_ids_exactly_and_texts_by_their_bound():
     assert inputs_token_bound([[1, 2], "é", ""]) == 2 + (2 + SPECIAL) + SPECIAL
     assert inputs_token_bound([]) == 0
+
+
+def test_a_batch_of_prompts_is_bound_by_the_sum_of_each_bound():
+    reqs = [GenerationRequest("r", "m", prompt="hello"), GenerationRequest("r", "m", prompt=[1, 2, 3])]
+    assert requests_token_bound(reqs) == prompt_token_bound(reqs[0]) + 3 == len("hello") + SPECIAL + 3
+    assert requests_token_bound([]) == 0
