@@ -36,8 +36,20 @@ async def serving(
     port = free_port()
     listening = parse_config({**config, "listen": {"host": "127.0.0.1", "port": port}})
     app = create_app(Gateway(listening, tracing=tracing, rollouts=rollouts))
+    hot = HotPath(app)
+    # The app handed over as a factory and declared ASGI 3: uvicorn then neither calls it with no
+    # arguments to guess whether it is a factory nor inspects __call__ to guess its interface.
+    # Both guesses go wrong when __call__ is wrapped (mutmut's trampoline takes any arguments).
     server = uvicorn.Server(
-        uvicorn.Config(HotPath(app), host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        uvicorn.Config(
+            lambda: hot,
+            factory=True,
+            interface="asgi3",
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            access_log=False,
+        )
     )
     task = asyncio.create_task(server.serve())
     try:
