@@ -54,7 +54,11 @@ MODULES: dict[str, list[str]] = {
     "policies/kv_index.py": ["tests/policies/test_kv_index*.py"],
     "policies/quota_health.py": ["tests/policies/test_quota_health*.py"],
     "policies/quota.py": ["tests/policies/test_quota*.py"],
-    "stores/quota_memory.py": ["tests/policies/test_quota.py", "tests/stores/test_quota_memory*.py"],
+    "stores/quota_memory.py": [
+        "tests/policies/test_quota.py",
+        "tests/policies/test_quota_carry.py",
+        "tests/stores/test_quota_memory*.py",
+    ],
     "policies/ejection.py": ["tests/policies/test_ejection*.py"],
     "policies/routing.py": [
         "tests/policies/test_routing_pipeline.py",
