@@ -60,3 +60,37 @@ async def test_issuers_without_lists_may_assert_any_tenant_and_the_gateway_says_
     await auth.start()
     principal = await auth.authenticate({"authorization": f"Bearer {second.token(iss=OTHER, tenant='acme')}"})
     assert principal.tenant == "acme"
+
+
+async def test_the_refusal_names_the_tenant_cut_at_64_characters(issuers):
+    first, second = issuers
+    auth = two_issuers(first, second, first_tenants=["acme"], second_tenants=["acme"])
+    await auth.start()
+    long_name = "t" * 64 + "UNSEEN"
+    for name, shown in (("globex", "'globex'"), (long_name, repr("t" * 64))):
+        with pytest.raises(GatewayError) as exc:
+            await auth.authenticate({"authorization": f"Bearer {first.token(tenant=name)}"})
+        assert exc.value.message == f"The JWT's issuer may not assert tenant {shown} on this gateway."
+
+
+def test_the_warning_names_every_unbound_issuer_and_says_what_to_do(issuers, caplog):
+    first, second = issuers
+    with caplog.at_level(logging.WARNING, logger="switchyard.auth"):
+        two_issuers(first, second)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"JWT issuers {ISS}, {OTHER} may assert any tenant: each trusted issuer can act as every tenant; "
+        "list each issuer's tenants (auth.jwt.tenants) unless one party runs them all"
+    ]
+
+
+def test_one_issuer_alone_or_issuers_all_bound_draw_no_warning(issuers, caplog):
+    first, second = issuers
+    with caplog.at_level(logging.WARNING, logger="switchyard.auth"):
+        Authenticator(
+            AuthConfig.model_validate(
+                {"mode": "jwt", "jwt": {"issuer": ISS, "audience": AUD, "jwks_file": str(first.jwks_path)}}
+            ),
+            TENANTS,
+        )
+        two_issuers(first, second, first_tenants=["acme"], second_tenants=["globex"])
+    assert caplog.records == []
