@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from engine.async_engine import SHARED_PASS_DIVISOR, AsyncEngine
 from engine.llm_engine import LLMEngine
+from engine.pooling import PoolingInputError
 from engine.sampling_params import SamplingParams
 from tests.engine.conftest import build_tiny_model, random_prompts
 from tests.engine.test_model_mutants import SMALL, VOCAB
@@ -89,7 +90,12 @@ async def test_an_abort_ends_every_choice_forked_or_not(engine):
     assert len(engine.engine.requests["n"].seqs) == 1
     engine.abort("n")
     outs = [await first] + [o async for o in gen]
-    assert sorted((o.index, o.finish_reason, o.token_ids) for o in outs) == [(i, "abort", []) for i in range(3)]
+    fields = sorted(
+        (o.index, o.request_id, o.token_ids, o.logprobs, o.finished, o.finish_reason, o.num_prompt_tokens)
+        + (o.num_cached_tokens,)
+        for o in outs
+    )
+    assert fields == [(i, "n", [], None, True, "abort", 0, 0) for i in range(3)]
     assert not engine.engine.has_unfinished_requests() and engine._streams == {}
 
 
@@ -154,3 +160,28 @@ def test_an_embedding_pass_waits_for_the_step_time_it_owes(tiny):
     served.engine.abort_request("busy")
     # nothing waits to be generated: no wait, whatever is owed
     assert served._embed_pass([[5, 6]], 0, None, 1e9)[1] == 1
+
+
+async def test_a_request_keeps_its_priority_and_the_stepping_thread_is_a_named_daemon(engine):
+    idle = threading.Thread(target=lambda: None)  # nothing steps: the request stays as added
+    idle.start()
+    idle.join()
+    engine._thread = idle
+    plain, urgent = engine.generate("plain", [5], _forced(9, 4)), engine.generate("urgent", [5], _forced(9, 4), 3)
+    firsts = [asyncio.ensure_future(plain.__anext__()), asyncio.ensure_future(urgent.__anext__())]
+    await asyncio.sleep(0)
+    assert [engine.engine.requests[r].seqs[0].priority for r in ("plain", "urgent")] == [0, 3]
+    engine.abort("plain")
+    engine.abort("urgent")
+    await asyncio.gather(*firsts)
+    await plain.aclose()
+    await urgent.aclose()
+    engine._thread = None
+    await _collect(engine, "stepped", [5], _forced(9, 1))
+    assert engine._thread.name == "switchyard-engine" and engine._thread.daemon is True
+
+
+async def test_embeddings_refuse_dimensions_the_model_cannot_give(engine):
+    with pytest.raises(PoolingInputError) as caught:
+        await engine.embed([[5, 6]], dimensions=4)
+    assert "matryoshka" in str(caught.value)
