@@ -185,3 +185,20 @@ async def test_embeddings_refuse_dimensions_the_model_cannot_give(engine):
     with pytest.raises(PoolingInputError) as caught:
         await engine.embed([[5, 6]], dimensions=4)
     assert "matryoshka" in str(caught.value)
+
+
+async def test_embeddings_over_several_passes_keep_every_passs_vectors(engine):
+    prompts = random_prompts([5, 5, 5, 5], VOCAB, seed=2)  # 20 tokens: two passes of the 12-token budget at least
+    got = await engine.embed(prompts)
+    want = engine.engine.embed(prompts)
+    assert len(got) == 4 and torch.allclose(torch.tensor(got), torch.tensor(want), atol=1e-6)
+
+
+async def test_the_metrics_carry_the_engines_name(tiny):
+    registry = CollectorRegistry()
+    served = AsyncEngine(LLMEngine(tiny, block_size=4), registry=registry, name="native-a")
+    try:
+        await _collect(served, "m", [5, 6], _forced(9, 1))
+    finally:
+        await served.shutdown()
+    assert registry.get_sample_value("switchyard_engine_prefix_cache_queries_tokens_total", {"engine": "native-a"}) == 2
