@@ -90,12 +90,11 @@ ENGINE_NOTES: dict[str, str] = {
     "step's outputs and counts, the grammar prefetch, forks with and without a block to copy into, when a choice "
     "stops, embeddings, stats and the integrity check. test_engine_greedy.py and test_async_engine.py reach it "
     "through larger models, seconds a mutant.",
-    "engine/async_engine.py": "Not measured yet. Its list is tests/engine/test_async_engine_mutants.py (a tiny model "
-    "made once per module: streams, a stream id in use, an abort before the fork, an engine failure, shutdown, the "
-    "metrics, the embedding passes' budget and owed wait). A scripted run (2026-12-03) ended after 26 s with all 219 "
-    "mutants not run (cause not found); mutmut run by hand in its copy then reached 73 of 219 in 300 s at load ~9 "
-    "(44 killed, 17 by timeout: a mutant that stops the stepping thread leaves a stream waiting), so a whole run "
-    "needs about 15 minutes and its survivors a triage.",
+    "engine/async_engine.py": "Judged by tests/engine/test_async_engine_mutants.py (a tiny model made once per "
+    "module): streams and their ends, an abort's closing outputs, priorities, the thread, an engine failure, "
+    "shutdown, the metrics and their name, the embedding passes. 45 of its kills are timeouts at load under 2: a "
+    "mutant that stops the stepping thread leaves a stream waiting. Two scripted runs ended at once with every "
+    "mutant 'not run' (cause not found); the committed result is mutmut run by hand in the module's copy.",
     "engine/structured/__init__.py": "No mutants: the package's imports and __all__, none of which mutmut mutates; "
     "the 100% says nothing was measured.",
     "engine/text/__init__.py": "No mutants: a docstring only (the package imports nothing on purpose).",
