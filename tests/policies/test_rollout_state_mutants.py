@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from policies.rollout import GateVerdict, WindowVerdict
 from policies.rollout_records import NO_ROLLOUT, TrackShares
 from policies.rollout_state import (
     Emitted,
@@ -20,13 +19,9 @@ from policies.rollout_state import (
     shares,
     window_closed,
 )
+from tests.policies.test_rollout_state import PLAN, verdict
 
-PLAN = Plan(rollout_id="r1", steps=(0.1, 0.5, 1.0), mirror={"share": 0.2}, pause_after_holds=3, flap_windows=3)
 PREFLIGHT = Plan(rollout_id="r1", steps=(0.1, 0.5, 1.0), preflight=True)
-
-
-def verdict(*pairs: tuple[str, str]) -> WindowVerdict:
-    return WindowVerdict(tuple(GateVerdict(name, v, 20) for name, v in pairs), 100, 20, 0)  # type: ignore[arg-type]
 
 
 def running(step: int = 0, **kw: object) -> RolloutState:
