@@ -80,6 +80,7 @@ class Supervisor:
         self.ports = [s.getsockname()[1] for s in self.held]
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (index, started at)
         self.stopping = False
+        self.passed_on: list[signal.Signals] = []  # every signal passed on to the workers
         self.exit_codes: list[int] = []
 
     def run(self) -> int:
@@ -116,6 +117,7 @@ class Supervisor:
     def _signal_all(self, sig: signal.Signals) -> None:
         if sig != signal.SIGHUP:
             self.stopping = True
+        self.passed_on.append(sig)
         for pid in list(self.children):
             try:
                 os.kill(pid, sig)
@@ -132,10 +134,15 @@ class Supervisor:
         # this one, and in the fork it would run the supervisor's handler: held until both are set.
         signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         try:
+            seen = len(self.passed_on)
             pid = os.fork()
             if pid == 0:
                 os._exit(self._child(slot))
             self.children[pid] = (index, time.monotonic())
+            # The mask holds this thread's signals only: one another thread took ran the handler
+            # before the pid was noted, so it is passed on to this worker now.
+            for sig in self.passed_on[seen:]:
+                os.kill(pid, sig)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
 

@@ -311,3 +311,43 @@ def test_a_stop_that_comes_as_a_worker_is_forked_reaches_it(monkeypatch):
         return 9
 
     assert supervised(1, worker).exit_codes == [0]
+
+
+def test_a_stop_another_thread_takes_as_a_worker_is_forked_reaches_it(monkeypatch):
+    """The fork's mask holds the forking thread's signals only: with another thread running, the
+    stop is taken there and its handler runs before the new pid is noted; it is passed on after."""
+    real_fork = os.fork
+    ran_early: list[bool] = []
+
+    def fork():
+        pid = real_fork()
+        if pid:
+            os.kill(os.getpid(), signal.SIGTERM)  # the other thread, which blocks nothing, takes it
+            time.sleep(0.05)  # the handler runs (in this thread, at its next check) before the pid is noted
+            ran_early.append(sup_ref[0].stopping)
+        return pid
+
+    monkeypatch.setattr(workers.os, "fork", fork)
+    sup_ref: list = []
+    original_init = workers.Supervisor.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        sup_ref.append(self)
+
+    monkeypatch.setattr(workers.Supervisor, "__init__", init)
+    idle = threading.Event()
+    other = threading.Thread(target=idle.wait)
+    other.start()
+
+    def worker(slot, sup):
+        signal.alarm(5)  # a stop that never reaches it: SIGALRM ends it after 5 s
+        signal.pause()
+        return 9
+
+    try:
+        assert supervised(1, worker).exit_codes == [0]
+    finally:
+        idle.set()
+        other.join()
+    assert ran_early == [True]
