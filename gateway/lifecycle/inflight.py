@@ -93,7 +93,10 @@ class InFlight:
             return True
         self._emptied.clear()
         try:
-            await asyncio.wait_for(self._emptied.wait(), timeout_s)
+            # not asyncio.wait_for: on 3.11 it drops a cancel that lands as the last request
+            # leaves, and a drain cancelled then would carry on as drained
+            async with asyncio.timeout(timeout_s):
+                await self._emptied.wait()
         except TimeoutError:
             return not self._live
         return True

@@ -166,6 +166,20 @@ async def test_a_wait_that_times_out_as_the_last_request_leaves_says_so():
     assert await inflight.wait_empty(0.01) is True
 
 
+async def test_a_wait_cancelled_as_the_last_request_leaves_is_cancelled():
+    # The drain waits here; closing the process cancels it. A cancel that lands as the last
+    # request leaves must hold, not come back as "none left" (the drain would go on as drained).
+    inflight = InFlight()
+    ex = inflight.enter(1, Sent())
+    waiting = asyncio.create_task(inflight.wait_empty(60))
+    for _ in range(3):
+        await asyncio.sleep(0)  # the wait is on the event
+    inflight.leave(ex)  # the event is set and the cancel lands in the same loop iteration
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+
+
 async def stubborn(inflight: InFlight, gate: asyncio.Event) -> None:
     """A request that does not let go when cancelled (until `gate`)."""
     ex = inflight.enter(2, Sent())
