@@ -281,7 +281,10 @@ class QuotaLeases:
         interval = max(0.05, self.lease_ttl_ms / 3000)
         while True:
             try:
-                await asyncio.wait_for(self._master_changed.wait(), interval)
+                # not asyncio.wait_for: on 3.11 it drops a cancel that lands as the event is set
+                # (a new master as the heartbeat stops), and the loop would run on
+                async with asyncio.timeout(interval):
+                    await self._master_changed.wait()
             except TimeoutError:
                 pass
             self._master_changed.clear()

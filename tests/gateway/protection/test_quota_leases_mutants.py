@@ -291,6 +291,22 @@ async def test_the_heartbeat_refreshes_shared_leases_every_third_of_the_ttl() ->
     await leases.aclose()
 
 
+async def test_a_heartbeat_cancelled_as_a_new_master_wakes_it_stops() -> None:
+    # Closing cancels the heartbeat; a cancel that lands as Sentinel names a new master (the
+    # event set in the same loop iteration) must stop it, not be lost to another round.
+    leases, *_ = leases_for()
+    await leases.start(tuple)
+    task = leases._heartbeat_task
+    for _ in range(3):
+        await asyncio.sleep(0)  # the heartbeat waits on the event
+    leases._master_changed.set()
+    task.cancel()
+    for _ in range(3):
+        await asyncio.sleep(0)  # a cancel that holds ends it in one
+    assert task.cancelled()
+    await leases.aclose()
+
+
 async def test_fallback_leases_are_refreshed_in_the_local_store_and_shared_ones_are_not() -> None:
     leases, store, clock, _ = leases_for()
     shared = await reserve(leases)
