@@ -24,7 +24,7 @@ from adapters.http_client import (
     PoolTimeout,
     ReadTimeout,
 )
-from tests.adapters.loopback import CHUNKED, OK, chunk, forever, serve
+from tests.adapters.loopback import CHUNKED, OK, chunk, forever, read_request, serve
 
 pytestmark = pytest.mark.usefixtures("loop_errors")  # tests/adapters/conftest.py
 
@@ -135,6 +135,32 @@ async def test_a_connect_that_hangs_is_given_up_after_connect_timeout():
         for s in fillers:
             s.close()
         listener.close()
+
+
+async def test_a_request_cancelled_as_its_connection_opens_is_cancelled(monkeypatch):
+    # A request is cancelled when its client leaves or a drain cuts it; a cancel that lands as
+    # its connection opens must hold, not let the request go out and be answered all the same.
+    async def answer(reader, writer, n):
+        await read_request(reader)
+        writer.write(OK)
+        await forever()
+
+    loop = asyncio.get_running_loop()
+    connect = loop.create_connection
+
+    async def connect_then_cancel(*args, **kwargs):
+        opened = await connect(*args, **kwargs)
+        request.cancel()  # in the loop iteration the connection opens in
+        return opened
+
+    async with serve(answer) as (port, _):
+        pool = ConnectionPool(f"http://127.0.0.1:{port}")
+        monkeypatch.setattr(loop, "create_connection", connect_then_cancel)
+        request = asyncio.create_task(pool.request("POST", "/", b"x"))
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        assert pool._slots.free == pool.limit  # its slot is free again
+        pool.close()
 
 
 async def test_a_server_closing_before_the_answer_is_one_error_not_a_retry():
