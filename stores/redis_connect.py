@@ -82,9 +82,11 @@ class RedisTarget:
     from `quota_store`. `url` serves `single` (credentials and TLS may be in it:
     redis://user:pass@host:6379/0, rediss://...); `startup_nodes` seed `cluster`
     (any one that answers finds the rest); `sentinels` and `service_name` find the
-    master for `sentinel`. `username`/`password` and `tls`/`tls_ca_file` apply to
-    the data nodes in every mode; `sentinel_username`/`sentinel_password` to the
-    sentinels (which usually have their own)."""
+    master for `sentinel`. `username`/`password` apply to the data nodes in every
+    mode; `sentinel_username`/`sentinel_password` to the sentinels (which usually
+    have their own). `tls` is for cluster and sentinel (nodes and sentinels); one
+    server takes TLS from its url only (rediss://, `tls_ca_file` beside it), and a
+    target that says otherwise is refused (`tls_problem`)."""
 
     mode: RedisMode = "single"
     url: str = "redis://127.0.0.1:6379/0"
@@ -98,6 +100,11 @@ class RedisTarget:
     tls: bool = False
     tls_ca_file: str | None = None
 
+    def __post_init__(self) -> None:
+        problem = tls_problem(self.mode, self.url, self.tls, self.tls_ca_file)
+        if problem is not None:
+            raise ValueError(problem)
+
     def describe(self) -> str:
         """For logs: where, never a password."""
         if self.mode == "cluster":
@@ -105,6 +112,16 @@ class RedisTarget:
         if self.mode == "sentinel":
             return f"redis sentinel master {self.service_name!r} via " + ",".join(f"{h}:{p}" for h, p in self.sentinels)
         return redact_url(self.url)
+
+
+def tls_problem(mode: RedisMode, url: str, tls: bool, tls_ca_file: str | None) -> str | None:
+    """Why TLS settings contradict a target (None: they do not). One server's
+    connection is made from its url alone, so `tls` there would be ignored on a
+    redis:// url (plain text where TLS was asked for) and a CA file needs rediss://
+    to be used. `RedisTarget` and the config (gateway/config/redis.py) both ask here."""
+    if mode == "single" and (tls or (tls_ca_file and urlsplit(url).scheme != "rediss")):
+        return "mode single takes TLS from its url: rediss://host:port/0"
+    return None
 
 
 @dataclass(frozen=True, slots=True)

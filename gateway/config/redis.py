@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from stores.redis_connect import RedisTarget, parse_address
+from stores.redis_connect import RedisTarget, parse_address, tls_problem
 
 REDIS_PORT = 6379
 SENTINEL_PORT = 26379
@@ -56,8 +56,9 @@ class RedisDeploymentConfig(BaseModel):
                 return "mode sentinel needs sentinels (host:port of each) and service_name (the master's name)"
             if "url" in self.model_fields_set:
                 return "url names one server; mode sentinel asks the sentinels for the master"
-        elif self.tls or (self.tls_ca_file and urlsplit(self.url).scheme != "rediss"):
-            return "mode single takes TLS from its url: rediss://host:port/0"
+        tls = tls_problem(self.mode, self.url, self.tls, self.tls_ca_file)  # the target's own rule
+        if tls is not None:
+            return tls
         for name, mode in (("startup_nodes", "cluster"), ("sentinels", "sentinel"), ("service_name", "sentinel")):
             if getattr(self, name) and self.mode != mode:
                 return f"{name} is for mode {mode}, not {self.mode}"

@@ -239,3 +239,15 @@ def test_the_rollout_steps_rule_has_one_owner():
         return False
 
     assert where(decides_steps) == {"policies/rollout_state.py"}
+
+
+# ---- shared state --------------------------------------------------------------------------------
+
+
+def test_one_redis_servers_tls_rule_has_one_owner():
+    # stores/redis_connect.py `tls_problem` (RedisTarget's own check): no module of gateway/,
+    # adapters/ or policies/ judges a url's scheme against rediss:// (the config asks it).
+    def judges_rediss(node: ast.AST) -> bool:
+        return isinstance(node, ast.Compare) and any(constant(n, "rediss") for n in ast.walk(node))
+
+    assert where(judges_rediss) == set()

@@ -94,6 +94,24 @@ def test_a_sentinel_without_its_own_login_or_tls_sends_none():
     assert conn.client.connection_pool.max_connections == 64 and conn.client.connection_pool.timeout == 1.0
 
 
+@pytest.mark.parametrize(
+    ("url", "tls", "ca"),
+    [
+        ("redis://127.0.0.1:1/0", True, None),  # was built and connected in plain text
+        ("rediss://127.0.0.1:1/0", True, None),  # TLS said twice: the url is the one place
+        ("redis://127.0.0.1:1/0", False, "/ca"),  # a CA for a connection that is not TLS
+        ("unix:///tmp/redis.sock", False, "/ca"),
+    ],
+)
+def test_one_server_built_in_code_takes_tls_from_its_url_only(url, tls, ca):
+    with pytest.raises(ValueError) as info:
+        RedisTarget(url=url, tls=tls, tls_ca_file=ca)
+    assert str(info.value) == "mode single takes TLS from its url: rediss://host:port/0"
+    assert RedisTarget(url="rediss://127.0.0.1:1/0", tls_ca_file="/ca").tls_ca_file == "/ca"
+    assert RedisTarget(mode="cluster", startup_nodes=NODES, tls=True).tls  # the url is not theirs
+    assert RedisTarget(mode="sentinel", sentinels=SENTINELS, service_name="m", tls_ca_file="/ca").tls_ca_file
+
+
 async def test_one_servers_pool_waits_as_long_as_a_call_and_retries_a_connection_error_once():
     target = RedisTarget(url="rediss://127.0.0.1:1/0", username="u", password="p", tls_ca_file="/ca")
     conn = RedisConnection(target, timeout_s=0.7)
