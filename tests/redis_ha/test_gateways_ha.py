@@ -3,10 +3,12 @@ exact across them, and stay so through a failover under traffic, outside the
 window docs/operations.md ("Redis in production") states: a manual cluster
 failover loses nothing; a master killed with SIGKILL loses at most what it took
 in its last moments; a Sentinel failover loses what the old master took until
-the gateways see the failover in progress (they ask every MASTER_WATCH_S), and
-from then until they see the new master they apply the fail policy. The gateways find the new
-master by themselves, no request fails with a 5xx other than the fail policy's
-503, and every lease lost comes back.
+the gateways see the failover in progress (they ask every MASTER_WATCH_S: the
+window ends when each gateway has counted the store down, as seen on its metrics,
+not at a guess of how late a loaded machine looks), and from then until they see
+the new master they apply the fail policy. The gateways find the new master by
+themselves, no request fails with a 5xx other than the fail policy's 503, and
+every lease lost comes back.
 
 Bounds are generous on purpose (a loaded 2-core machine runs every process
 here) and explained where they are defined."""
@@ -23,7 +25,6 @@ import httpx
 import openai
 import pytest
 
-from stores.redis_connect import MASTER_WATCH_S
 from tests.chaos.fleet import scrape
 from tests.redis_ha.deployments import ClusterDeployment, SentinelDeployment
 from tests.redis_ha.fleet import TENANTS, Fleet, Traffic, key_of
@@ -32,12 +33,15 @@ pytestmark = pytest.mark.redis_ha
 
 STEADY_RPM = TENANTS["steady"]["requests_per_minute"]
 STEADY_CONCURRENT = TENANTS["steady"]["max_concurrent"]
-# A request is charged in Redis a few milliseconds after it is sent; on a loaded
-# machine, allow this much: a request sent this long before a loss window's start
-# may still be charged inside it.
-SEND_TO_CHARGE_S = 0.5
+# A request is charged in Redis between being sent and answered (Traffic.open_during);
+# a charge this long before a loss window's start counts as in it too (a write the
+# master may not have passed on to its replica yet).
+BEFORE_WINDOW_S = 0.5
 # How long the traffic may run to reach the tenant's rate limit after a failover.
 TRAFFIC_BOUND_S = 30.0
+# How long the gateways may take to meet a Sentinel failover (they ask every 0.5 s).
+SEEN_BOUND_S = 30.0
+STORE_DOWN = 'switchyard_quota_store_transitions_total{to="down"}'
 
 
 @pytest.fixture(scope="module", params=["cluster", "sentinel"])
@@ -146,7 +150,7 @@ def check(run: Run, *, lost_allowed: bool) -> None:
     admitted = codes[(200, None)]
     # A reservation whose answer was lost is charged but refused (503): the lower bound.
     assert admitted >= STEADY_RPM - codes[(503, "quota_store_unavailable")], codes
-    in_window = sum(a.status == 200 for a in traffic.sent_between(window[0] - SEND_TO_CHARGE_S, window[1]))
+    in_window = sum(a.status == 200 for a in traffic.open_during(window[0] - BEFORE_WINDOW_S, window[1]))
     assert admitted <= STEADY_RPM + (in_window if lost_allowed else 0), (codes, in_window)
     # Nothing latched: the end of the run is judged by the shared limits again.
     last = traffic.answers[-15:]
@@ -193,15 +197,28 @@ async def test_a_killed_cluster_master_is_replaced_and_limits_stay_exact(cluster
     assert run.until_window_end["max_inflight"] <= STEADY_CONCURRENT, run.until_window_end
 
 
-async def test_a_sentinel_failover_is_seen_within_the_watch_interval(sentinel_fleet):
+async def store_down_counts(client: httpx.AsyncClient, fleet: Fleet) -> list[float]:
+    return [(await scrape(client, gw)).get(STORE_DOWN, 0.0) for gw in fleet.gateways]
+
+
+async def test_a_sentinel_failover_loses_only_what_came_before_the_gateways_saw_it(sentinel_fleet):
     async def failover(fleet: Fleet) -> tuple[float, float]:
         deployment = fleet.deployment
         assert isinstance(deployment, SentinelDeployment)
-        start = time.monotonic()
-        await asyncio.to_thread(deployment.failover)
-        # The old master takes writes until the gateways next ask the sentinels (one
-        # look, and one more for a loaded machine); from then on they fail closed.
-        return start, start + 2 * MASTER_WATCH_S
+        async with httpx.AsyncClient(timeout=10) as client:
+            before = await store_down_counts(client, fleet)
+            start = time.monotonic()
+            await asyncio.to_thread(deployment.failover)
+            # The old master takes writes until a gateway next asks the sentinels; from
+            # then on its calls fail closed, the first of them counting the store down.
+            # The window ends once every gateway has: seen, not guessed from the load.
+            while True:
+                counts = await store_down_counts(client, fleet)
+                if all(now > then for now, then in zip(counts, before, strict=True)):
+                    break
+                assert time.monotonic() - start < SEEN_BOUND_S, ("a gateway never met the failover", counts)
+                await asyncio.sleep(0.02)
+        return start, time.monotonic()
 
     run = await run_through(sentinel_fleet, failover)
     check(run, lost_allowed=True)

@@ -22,6 +22,10 @@ from tests.redis_ha.deployments import ClusterDeployment, SentinelDeployment, cl
 pytestmark = pytest.mark.redis_ha
 
 TTL_MS = 30_000
+# Each call's limit (a store's default is 1 s): nothing here meets an outage, and on a
+# loaded 2-core machine 200 calls at once wait longer than that for a connection (behind
+# Sentinel each new one first asks a sentinel where the master is).
+CALL_TIMEOUT_S = 10.0
 
 
 @pytest.fixture(params=["cluster", "sentinel"])
@@ -45,7 +49,7 @@ def master_for(deployment: ClusterDeployment | SentinelDeployment, key: str) -> 
 async def stores(deployment):
     """Two quota stores sharing one prefix: two gateway replicas."""
     prefix = f"p{uuid.uuid4().hex[:8]}"
-    made = [RedisQuotaStore(target_of(deployment), key_prefix=prefix) for _ in range(2)]
+    made = [RedisQuotaStore(target_of(deployment), key_prefix=prefix, timeout_s=CALL_TIMEOUT_S) for _ in range(2)]
     yield made
     for store in made:
         await store.aclose()
@@ -88,8 +92,8 @@ async def test_concurrency_is_never_exceeded_from_two_replicas(stores):
 
 
 async def test_every_script_of_a_tenant_touches_keys_of_one_slot(cluster):
-    store = RedisQuotaStore(cluster_target(cluster), key_prefix="sl{o}t")
-    responses = RedisResponseStore(cluster_target(cluster), key_prefix="sl{o}t")
+    store = RedisQuotaStore(cluster_target(cluster), key_prefix="sl{o}t", timeout_s=CALL_TIMEOUT_S)
+    responses = RedisResponseStore(cluster_target(cluster), key_prefix="sl{o}t", timeout_s=CALL_TIMEOUT_S)
     tenant = "ac{me}:x"
     try:
         keys = store.keys(tenant, "t") + store.keys(tenant, "k:one") + store.keys(tenant, "k:two")
@@ -147,7 +151,7 @@ async def test_the_heartbeat_recreates_a_lease_the_store_lost(deployment, stores
 
 
 async def test_the_response_store_round_trip(deployment):
-    store = RedisResponseStore(target_of(deployment), key_prefix=f"r{uuid.uuid4().hex[:6]}")
+    store = RedisResponseStore(target_of(deployment), key_prefix=f"r{uuid.uuid4().hex[:6]}", timeout_s=CALL_TIMEOUT_S)
     record = StoredResponse({"id": "resp_1", "output": []}, [{"role": "user", "content": "hi"}])
     try:
         await store.put("acme", record)
