@@ -306,9 +306,15 @@ class SentinelDeployment(_Deployment):
     def failover(self) -> int:
         """`SENTINEL FAILOVER`: the replica is promoted and the old master demoted; the new master's port."""
         old = self.master()
-        cli(self.sentinel_ports[0], "SENTINEL", "FAILOVER", SERVICE)
+        # Refused (NOGOODSLAVE) while the sentinel has not yet judged the replica fit to
+        # promote (a loaded machine's late INFO): asked again until it takes it.
+        wait_until(lambda: self._start_failover() in ("OK", "INPROG"), "a sentinel to start the failover")
         wait_until(lambda: self._promoted_from(old), "the sentinels to fail over")
         return self.master()
+
+    def _start_failover(self) -> str:
+        """SENTINEL FAILOVER's answer: OK, or the error's code (INPROG: one is under way)."""
+        return cli(self.sentinel_ports[0], "SENTINEL", "FAILOVER", SERVICE).split(" ", 1)[0]
 
     def kill_master(self) -> int:
         """SIGKILL the master; returns its port (the sentinels fail over after NODE_TIMEOUT_MS)."""
