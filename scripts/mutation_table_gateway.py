@@ -24,7 +24,11 @@ ROLLOUT_TESTS = ["tests/gateway/serving/test_answer_check*.py", "tests/gateway/s
 GATEWAY_MODULES: dict[str, list[str]] = {
     # test_app_parts.py drives HotPath in process (no server) and the document's test serves one gateway; the
     # front door's tests serve a gateway per test (seconds a mutant), too slow for its 682 mutants in 900 s
-    "gateway/app.py": ["tests/gateway/test_app_parts.py", "tests/gateway/openai/test_openapi_doc.py"],
+    "gateway/app.py": [
+        "tests/gateway/test_app_parts.py",
+        "tests/gateway/test_app_wiring.py",
+        "tests/gateway/openai/test_openapi_doc.py",
+    ],
     "gateway/http/server.py": ["tests/gateway/http/test_server.py", "tests/gateway/http/test_limits.py"],
     # a reload's plan and apply: the lifecycle's in-process reload tests
     "gateway/backends/backend_set.py": [
