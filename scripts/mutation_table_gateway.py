@@ -133,11 +133,11 @@ GATEWAY_NOTES: dict[str, str] = {
     "2026-12-03). tests/gateway/live_gateway.py now hands uvicorn a factory declared ASGI 3 (the product's own "
     "serve is unchanged: the real __call__ refuses a call without arguments); test_app_parts.py drives HotPath "
     "in process; the tests that serve a gateway per test (test_intake.py, test_unknown_params.py) are left out "
-    "of its list: at seconds a mutant, a 900 s run with them reached 148 of its 682 mutants. Below the goal "
-    "(78.7%, 2026-12-03): its 95 unexplained survivors are the composition root's wiring (Gateway.__init__ "
-    "handing each part its collaborators, 75; the routes' operation names and parses in _routes, 17) that only "
-    "served requests of every kind reach; pinning them wants in-process requests of each route and kind "
-    "through test_app_parts.py's HotPath client (a runtime simulator on a thread, as its chat test does).",
+    "of its list: at seconds a mutant, a 900 s run with them reached 148 of its 682 mutants. The composition "
+    "root's wiring (Gateway.__init__ handing each part its collaborators, _routes' operation names and one-shot "
+    "call) is pinned by test_app_wiring.py from what a client, an operator or the metrics see (78.7% before it, "
+    "2026-12-03); what only an in-process engine shows is in test_app_native.py, off the list for the engine's "
+    "build time (docs/mutation/survivors/app.toml).",
     "gateway/config/auth.py": "No mutants: the module is pydantic sections whose only code is their validators, "
     "decorated methods mutmut does not mutate; the 100% says nothing was measured (test_config_sections_mutants.py "
     "pins the validators' refusals all the same).",
