@@ -351,3 +351,26 @@ def test_a_stop_another_thread_takes_as_a_worker_is_forked_reaches_it(monkeypatc
         idle.set()
         other.join()
     assert ran_early == [True]
+
+
+def test_a_worker_started_again_is_not_sent_the_signals_passed_on_before_it(monkeypatch, tmp_path):
+    """A reload passed on to the first worker is not passed again to the one that replaces it
+    (one with SIGHUP's default action would die of it)."""
+    monkeypatch.setattr(workers, "time", clock_at(100.0, 200.0))  # the first lived long: started again
+
+    def worker(slot, sup):
+        runs = len(list(tmp_path.glob("run-*")))
+        (tmp_path / f"run-{runs}").touch()
+        if runs == 0:
+            got: list[int] = []
+            signal.signal(signal.SIGHUP, lambda *_: got.append(1))
+            (tmp_path / "ready").touch()
+            while not got:
+                pause()
+            return 5  # dies after the reload
+        time.sleep(0.5)  # the replacement: time for a stale signal to land, then a clean exit
+        return 0
+
+    sup = supervised(1, worker, stop=(signal.SIGHUP, (tmp_path / "ready").exists))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ready", "run-0", "run-1"]
+    assert sup.exit_codes == [0]

@@ -113,9 +113,11 @@ async def serve(
     served: Served | None = None,
     answer: AnswerFormat | None = None,
     last_send_s: float = 0.0,
+    send_fails: bool = False,
 ) -> Served:
     """Admit `requests` (one request's sub-requests) and run their Generation to its end.
-    `last_send_s`: how long the client takes to read the answer's last message."""
+    `last_send_s`: how long the client takes to read the answer's last message; `send_fails`:
+    the connection breaks at the first body that is not the last."""
     served = served or Served()
     backends = backend_set({"m": model or {"backends": list(adapters)}}, adapters)
     protection = Protection(parse_config(config or {}), CollectorRegistry())
@@ -132,6 +134,8 @@ async def serve(
     async def send(message: dict) -> None:
         served.sent.append(dict(message))  # the stream reuses its body message
         served.inflight.append(served.count("switchyard_inflight_requests", model="m"))
+        if send_fails and message.get("more_body") and message["body"]:
+            raise OSError("the connection broke")
         if message["type"] == "http.response.body" and not message.get("more_body"):
             await asyncio.sleep(last_send_s)
 
@@ -317,6 +321,25 @@ async def test_the_upstream_wait_is_the_time_spent_waiting_for_events(monkeypatc
     script = always(slow, TextDelta(0, "a"), slow, Finish(0, "stop"), Pause(0.1))  # and for the stream's end
     served = await one(ScriptedAdapter("b1", script), chat(stream=stream))
     assert served.ctx.upstream_wait == pytest.approx(0.5) and clock.now - served.ctx.started == pytest.approx(0.5)
+
+
+async def test_a_wait_cut_short_by_a_failing_send_or_an_upstream_error_counts_only_its_own_time(monkeypatch):
+    clock = ScriptClock(monkeypatch)
+    slow = Pause(0.2)
+    broken = Served()
+    with pytest.raises(OSError):
+        await one(
+            ScriptedAdapter("b1", always(slow, TextDelta(0, "a"), Finish(0, "stop"))),
+            chat(),
+            served=broken,
+            send_fails=True,
+        )
+    error = GatewayError(502, "cut", code="upstream_cut")
+    failed = await one(ScriptedAdapter("b1", always(slow, TextDelta(0, "a"), ErrorEvent(error))), chat(stream=False))
+    assert failed.outcome.status == 502 and failed.ctx.upstream_wait == pytest.approx(0.2)
+    assert clock.slept == [0.2, 0.2]
+    [(ctx, _)] = broken.trace.outcomes
+    assert ctx.upstream_wait == pytest.approx(0.2)
 
 
 async def test_a_retry_backoff_is_counted_as_such_and_a_client_leaving_after_it_left_waiting(monkeypatch):

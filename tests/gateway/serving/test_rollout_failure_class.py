@@ -11,7 +11,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry
 
-from adapters.base import ErrorEvent, GenerationRequest, TextDelta
+from adapters.base import ErrorEvent, Finish, GenerationRequest, TextDelta
 from adapters.errors import (
     FailureKind,
     GatewayError,
@@ -37,6 +37,7 @@ from gateway.serving.mirror import candidate_answer
 from gateway.serving.rollout import failure_class
 from tests.gateway.scripted import ScriptedAdapter, always
 from tests.gateway.serving.rollout_kit import Controller
+from tests.procs import sample_value
 
 # What the analysis counted by status before the kind decided it; each builder's kind agrees.
 BUILT = [
@@ -123,3 +124,23 @@ async def test_a_mirror_copys_failure_is_classed_by_its_kind_not_its_status():
     refused = ScriptedAdapter("s", always(GatewayError(429, "yours")))
     backends, _ = rolled_out(refused, Controller())
     assert (await candidate_answer(backends.backends["s"], chat())).failure == "rejected"
+
+
+async def test_the_latency_histograms_carry_the_track_that_answered():
+    controller = Controller(candidate=0.0)  # every request is stable's
+    script = always(TextDelta(0, "a"), TextDelta(0, "b"), TextDelta(0, "c"), Finish(0, "stop"))
+    backends, dispatcher = rolled_out(ScriptedAdapter("s", script), controller)
+    protection = Protection(parse_config({}), CollectorRegistry())
+    await protection.start()
+    metrics = GatewayMetrics()
+    try:
+        ticket = await protection.admit(await protection.authenticate({}), "m", chat(), 10, never_gone)
+        recorder = RequestRecorder(metrics, backends.pools, None, rollouts=controller)
+        ctx = RequestContext("rid-1", time.perf_counter(), operation="chat", model="m")
+        await Generation(dispatcher, recorder, ctx, ticket, [chat()])({"type": "http"}, stay, discard)
+    finally:
+        await protection.aclose()
+    ttft = {"model": "m", "backend": "s", "track": "stable"}
+    assert sample_value(metrics.registry, "switchyard_time_to_first_token_seconds_count", ttft) == 1
+    itl = {"model": "m", "track": "stable"}
+    assert sample_value(metrics.registry, "switchyard_inter_token_latency_seconds_count", itl) == 2
