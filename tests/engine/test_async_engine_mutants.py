@@ -202,3 +202,31 @@ async def test_the_metrics_carry_the_engines_name(tiny):
     finally:
         await served.shutdown()
     assert registry.get_sample_value("switchyard_engine_prefix_cache_queries_tokens_total", {"engine": "native-a"}) == 2
+
+
+async def test_a_matryoshka_models_embeddings_are_cut_to_the_dimensions_asked(tiny):
+    served = AsyncEngine(LLMEngine(tiny, block_size=4, matryoshka=True))
+    try:
+        got = await served.embed([[5, 6], [7]], dimensions=4)
+    finally:
+        await served.shutdown()
+    want = served.engine.embed([[5, 6], [7]], 4)
+    assert [len(v) for v in got] == [4, 4] and torch.allclose(torch.tensor(got), torch.tensor(want), atol=1e-6)
+
+
+async def test_the_step_time_counted_is_the_time_spent_and_a_first_pass_waits_for_none(tiny):
+    served = AsyncEngine(LLMEngine(tiny, block_size=4))
+    try:
+        began = time.perf_counter()
+        await _collect(served, "g", [5, 6], _forced(9, 2))
+        assert 0 < served._step_seconds <= time.perf_counter() - began  # from 0, each step's own time
+        before, began = served._step_seconds, time.perf_counter()
+        _, _, owed = served._embed_pass([[5, 6]], 0, None, 0.0)
+        assert before <= owed <= before + (time.perf_counter() - began)
+    finally:
+        await served.shutdown()
+    waiting = AsyncEngine(LLMEngine(tiny, block_size=4))
+    waiting.engine.add_request("busy", [5], _forced(9, 1))  # generation waits; nothing steps it
+    async with asyncio.timeout(30):  # the first pass owes nothing: it runs at once
+        assert len(await waiting.embed([[5, 6]])) == 1
+    waiting.engine.abort_request("busy")
