@@ -172,6 +172,15 @@ def test_up_to_max_pipelined_requests_queue_behind_the_one_served(server, queued
     assert statuses(answer) == [200] * answered
 
 
+def test_past_max_pipelined_the_last_answer_queued_says_close_and_the_connection_ends(server) -> None:
+    # Every request keeps the connection: the one served, max_pipelined queued, and more past them.
+    keep = REQUEST_LINE + headers(1, close=False) + b"\r\n"
+    answer = exchange(server, keep * (MAX_PIPELINED + 3))
+    heads = [part.partition(b"\r\n\r\n")[0] for part in answer.split(b"HTTP/1.1 ")[1:]]
+    assert statuses(answer) == [200] * (MAX_PIPELINED + 1)
+    assert [b"connection: close" in head for head in heads] == [False] * MAX_PIPELINED + [True]
+
+
 def test_a_head_too_large_is_refused_with_its_code_and_limit(server) -> None:
     answer = exchange(server, head_of_parsed_size(MAX_HEAD_BYTES + 1))
     head, _, body = answer.partition(b"\r\n\r\n")
