@@ -17,6 +17,15 @@ from tests.procs import openai_backend_config, start_gateway, start_redis, start
 # text work). Here, not beside the native fixtures: any in-process native backend uses it.
 os.register_at_fork(after_in_child=lambda: setattr(TEXT_WORK, "_pool", None))
 
+
+def pytest_configure(config) -> None:
+    """A mutant's run (mutmut forks one per mutant) leads a process group of its own: a mutant
+    that signals its group (a kill of pid 0, from a mutated fork result) ends that run only, not
+    mutmut and the module's whole run with it."""
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
+        os.setpgid(0, 0)
+
+
 # Property tests: "ci" (the default) draws the same examples on every run, so a run
 # fails for a defect and never by chance; a case found by "explore" (random draws,
 # HYPOTHESIS_PROFILE=explore) is kept as an @example beside its test.
