@@ -14,6 +14,7 @@ docs/mutation/survivors/*.toml (equivalent, or not worth a test, and why).
     python scripts/mutation.py                    # every module, one at a time
     python scripts/mutation.py policies/quota.py  # one module
     python scripts/mutation.py --report           # re-render report.md only
+    python scripts/mutation.py --collect MODULE   # score a finished copy again, without a run
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -67,9 +69,13 @@ def tracked_files() -> list[str]:
     return [p for p in out.decode().split("\0") if p]
 
 
+def tests_of(patterns: list[str]) -> list[str]:
+    return sorted({str(p.relative_to(ROOT)) for pattern in patterns for p in ROOT.glob(pattern)})
+
+
 def prepare(module: str, patterns: list[str]) -> tuple[Path, list[str]]:
     """A private copy of the repository with a [tool.mutmut] section for this module."""
-    tests = sorted({str(p.relative_to(ROOT)) for pattern in patterns for p in ROOT.glob(pattern)})
+    tests = tests_of(patterns)
     if not tests:
         raise SystemExit(f"{module}: no test file matches {patterns}")
     work = WORK / slug(module)
@@ -101,11 +107,36 @@ def prepare(module: str, patterns: list[str]) -> tuple[Path, list[str]]:
 
 
 def mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """mutmut in a session of its own, its output in a file: a mutant's test may leave a process
+    behind (a forked worker paused for a signal that never comes) that would hold a pipe open and
+    the run with it; whatever is left in the session is ended with the run."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(work))
     exe = Path(sys.executable).with_name("mutmut")
-    return subprocess.run(
-        [str(exe), *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    log = work / f"mutmut-{args[0]}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(exe), *args], cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            proc.wait(timeout=timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            end_session(proc.pid)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, log.read_text(errors="replace"), "")
+
+
+def end_session(sid: int) -> None:
+    """SIGKILL every process left in session `sid` (the mutants' orphans)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(entry.name)) == sid:
+                os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:
+            pass  # gone meanwhile
 
 
 def function_span(source: str, mutant: str) -> tuple[str, int, int]:
@@ -199,7 +230,11 @@ def run_module(module: str, max_children: int, budget: float) -> dict:
         tail = (proc.stdout + proc.stderr)[-2000:]
     except subprocess.TimeoutExpired:
         tail = f"stopped after the {budget:.0f} s budget"
-    seconds = time.monotonic() - started
+    return collect(module, work, tests, time.monotonic() - started, tail)
+
+
+def collect(module: str, work: Path, tests: list[str], seconds: float, tail: str = "") -> dict:
+    """The score of the run in `work` (mutmut's results file there), against `module` as it is now."""
     meta_path = work / "mutants" / (module + ".meta")
     if not meta_path.exists():
         raise SystemExit(f"{module}: mutmut produced no results\n{tail}")
@@ -358,6 +393,7 @@ def main() -> int:
     ap.add_argument("--report", action="store_true", help="only re-render report.md from the results")
     ap.add_argument("--max-children", type=int, default=1, help="mutants run in parallel (default 1)")
     ap.add_argument("--budget", type=float, default=1800, help="seconds allowed per module (default 1800)")
+    ap.add_argument("--collect", action="store_true", help="score the modules' finished copies again, without a run")
     args = ap.parse_args()
     DOCS.mkdir(parents=True, exist_ok=True)
     results = load_results()
@@ -366,14 +402,23 @@ def main() -> int:
         if unknown:
             ap.error(f"not in MODULES: {unknown}")
         modules = args.modules or list(MODULES)
-        if len(modules) > 1:
+        if args.collect:
+            for module in modules:
+                work = WORK / slug(module)
+                # the run's time: from the copy's making to mutmut's last write of its results
+                seconds = (work / "mutants" / (module + ".meta")).stat().st_mtime - (
+                    work / "pyproject.toml"
+                ).stat().st_mtime
+                save_result(module, collect(module, work, tests_of(MODULES[module]), seconds))
+            results = load_results()
+        elif len(modules) > 1:
             # one process per module, so that the table and the tests are read afresh
             # for each (a long run picks up a test added meanwhile)
             for module in modules:
                 options = ["--max-children", str(args.max_children), "--budget", str(args.budget)]
                 subprocess.run([sys.executable, __file__, module, *options], check=False)
             return 0
-        for module in modules:
+        for module in [] if args.collect else modules:
             print(f"mutating {module} against {' '.join(MODULES[module])}", flush=True)
             r = run_module(module, args.max_children, args.budget)
             save_result(module, r)

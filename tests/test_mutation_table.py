@@ -4,7 +4,11 @@ its scope is what docs/mutation/report.md counts as unmeasured."""
 
 from __future__ import annotations
 
+import os
+import select
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,3 +51,31 @@ def test_results_are_one_file_per_module_and_reasons_come_from_every_survivors_f
         "pkg/b.py": {"module": "pkg/b.py", "score": 0.5},
     }
     assert [r["reason"] for r in mutation.load_reasons()] == ["one", "two"]
+
+
+def test_what_a_mutants_test_leaves_running_in_the_runs_session_is_ended(tmp_path) -> None:
+    """A process left behind (here a grandchild that outlives its parent, as a mutant's forked
+    worker paused for a signal can) holding the output would keep the run from ever ending."""
+    left = tmp_path / "left"
+    code = f"import os, time\nif os.fork() == 0:\n    open({str(left)!r}, 'w').write(str(os.getpid()))\n    time.sleep(600)\n"
+    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE)
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while not (left.exists() and left.read_text()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    orphan = int(left.read_text())
+    assert os.getsid(orphan) == proc.pid
+    mutation.end_session(proc.pid)
+    assert proc.stdout is not None
+    readable, _, _ = select.select([proc.stdout], [], [], 10)
+    assert readable and proc.stdout.read() == b""  # EOF: nothing holds the pipe any more
+    assert not _alive(orphan)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie left for init to reap counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
