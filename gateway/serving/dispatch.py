@@ -363,11 +363,10 @@ class Blame:
 
 
 async def _together(starters: list[Coroutine[Any, Any, list[Started]]]) -> list[Started]:
-    """Run the starters at once; every sub-request they started, in their order.
-    When one fails, or this is cancelled (the client left), the others are
-    cancelled and whatever did start is closed before the error is raised."""
-    if len(starters) == 1:
-        return await starters[0]
+    """Run the starters (two or more: several prompts, or n fanned out) at once; every
+    sub-request they started, in their order. When one fails, or this is cancelled (the
+    client left), the others are cancelled and whatever did start is closed before the
+    error is raised."""
     tasks = [asyncio.ensure_future(s) for s in starters]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
