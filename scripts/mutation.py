@@ -233,6 +233,14 @@ def run_module(module: str, max_children: int, budget: float) -> dict:
     return collect(module, work, tests, time.monotonic() - started, tail)
 
 
+def recollect(module: str) -> dict:
+    """The score of `module`'s finished copy, without a run; its time is the copy's making
+    to mutmut's last write of its results."""
+    work = WORK / slug(module)
+    made, ended = (work / "pyproject.toml").stat().st_mtime, (work / "mutants" / (module + ".meta")).stat().st_mtime
+    return collect(module, work, tests_of(MODULES[module]), ended - made)
+
+
 def collect(module: str, work: Path, tests: list[str], seconds: float, tail: str = "") -> dict:
     """The score of the run in `work` (mutmut's results file there), against `module` as it is now."""
     meta_path = work / "mutants" / (module + ".meta")
@@ -401,26 +409,22 @@ def main() -> int:
         unknown = [m for m in args.modules if m not in MODULES]
         if unknown:
             ap.error(f"not in MODULES: {unknown}")
+        if args.collect and not args.modules:
+            ap.error("--collect scores the modules named (each one's copy from its last run)")
         modules = args.modules or list(MODULES)
-        if args.collect:
-            for module in modules:
-                work = WORK / slug(module)
-                # the run's time: from the copy's making to mutmut's last write of its results
-                seconds = (work / "mutants" / (module + ".meta")).stat().st_mtime - (
-                    work / "pyproject.toml"
-                ).stat().st_mtime
-                save_result(module, collect(module, work, tests_of(MODULES[module]), seconds))
-            results = load_results()
-        elif len(modules) > 1:
+        if len(modules) > 1 and not args.collect:
             # one process per module, so that the table and the tests are read afresh
             # for each (a long run picks up a test added meanwhile)
             for module in modules:
                 options = ["--max-children", str(args.max_children), "--budget", str(args.budget)]
                 subprocess.run([sys.executable, __file__, module, *options], check=False)
             return 0
-        for module in [] if args.collect else modules:
-            print(f"mutating {module} against {' '.join(MODULES[module])}", flush=True)
-            r = run_module(module, args.max_children, args.budget)
+        for module in modules:
+            if args.collect:
+                r = recollect(module)
+            else:
+                print(f"mutating {module} against {' '.join(MODULES[module])}", flush=True)
+                r = run_module(module, args.max_children, args.budget)
             save_result(module, r)
             print(f"  {r['counts']['killed']}/{r['total']} killed ({r['score']:.1%}) in {r['seconds']} s", flush=True)
             # read again: a run of another module, side by side, may have written meanwhile
