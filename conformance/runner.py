@@ -97,7 +97,8 @@ async def run_check(check: Check, ctx: Context, timeout_s: float = CHECK_TIMEOUT
         return CheckResult(check.id, check.area, check.level, check.description, Status.NA, message, [], 0.0)
     status, message, evidence = Status.PASS, "", []
     try:
-        await asyncio.wait_for(check.fn(ctx), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            await check.fn(ctx)
     except CheckFailed as exc:
         status, message, evidence = Status.FAIL, exc.message, [e.to_dict() for e in exc.evidence]
     except Skipped as exc:

@@ -384,7 +384,8 @@ async def _watch_disconnect(receive, gone: asyncio.Event) -> None:
 async def _sleep_or_gone(seconds: float, gone: asyncio.Event) -> bool:
     """Sleep, but return True at once if the client went away."""
     try:
-        await asyncio.wait_for(gone.wait(), timeout=seconds)
+        async with asyncio.timeout(seconds):
+            await gone.wait()
         return True
     except TimeoutError:
         return False

@@ -235,7 +235,8 @@ async def _deadline(probe: Probe, settings: Settings) -> Check:
 async def _one_of_burst(probe: Probe, settings: Settings, extra: dict[str, Any]) -> str:
     asked = probe.chat(user("Describe a switchyard."), max_tokens=settings.overload_tokens, **extra)
     try:
-        resp = await asyncio.wait_for(asked, settings.request_timeout_s)
+        async with asyncio.timeout(settings.request_timeout_s):
+            resp = await asked
     except TimeoutError:
         return "hang"
     except httpx.TransportError as exc:

@@ -245,7 +245,8 @@ class BackendSet:
     async def refresh_load(self) -> None:
         async def probe(b: Backend) -> None:
             try:
-                b.load = await asyncio.wait_for(b.adapter.load(), timeout=5)
+                async with asyncio.timeout(5):
+                    b.load = await b.adapter.load()
             except Exception:
                 b.load = None
 
@@ -268,7 +269,8 @@ class BackendSet:
 
 async def _probe_health(b: Backend) -> None:
     try:
-        b.health = await asyncio.wait_for(b.adapter.health(), timeout=10)
+        async with asyncio.timeout(10):
+            b.health = await b.adapter.health()
     except Exception as exc:
         b.health = Health(False, f"health check failed: {exc!r}")
 

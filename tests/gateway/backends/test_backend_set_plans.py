@@ -330,13 +330,12 @@ async def test_a_preflight_with_no_time_left_answers_at_once(scripted, monkeypat
 
 async def test_the_load_loop_refreshes_each_backends_load_within_five_seconds_a_probe(scripted, monkeypatch, caplog):
     waits = []
-    real_wait_for = asyncio.wait_for
 
-    async def wait_for(aw, timeout):
-        waits.append(timeout)
-        return await real_wait_for(aw, timeout)
+    def timeout(delay):
+        waits.append(delay)
+        return asyncio.timeout(delay)
 
-    monkeypatch.setattr(module, "asyncio", _Overriding(asyncio, wait_for=wait_for))
+    monkeypatch.setattr(module, "asyncio", _Overriding(asyncio, timeout=timeout))
     backends = BackendSet(config(m=[openai("a")]), health_interval_s=60, load_interval_s=0.01)
     await backends.start()
     scripted["a"].loaded = "fresh"
