@@ -82,8 +82,15 @@ class Supervisor:
         self.stopping = False
         self.passed_on: list[signal.Signals] = []  # every signal passed on to the workers
         self.exit_codes: list[int] = []
+        self.wake = (-1, -1)  # the wakeup pipe's (read, write) ends while running
 
     def run(self) -> int:
+        # A handler runs in the main thread, but a signal another thread takes does not interrupt the
+        # main thread's wait: the wait reads a pipe every signal (a worker's exit too) writes a byte to.
+        self.wake = os.pipe()
+        os.set_blocking(self.wake[1], False)
+        signal.set_wakeup_fd(self.wake[1])
+        signal.signal(signal.SIGCHLD, _ignore)
         for sig in FORWARDED:
             signal.signal(sig, self._on_signal)
         try:
@@ -91,25 +98,35 @@ class Supervisor:
                 self._spawn(index)
             log.info("serving on port %d with %d workers", self.ports[0], self.count)
             while self.children:
-                pid, status = os.wait()
-                index, started = self.children.pop(pid)
-                code = os.waitstatus_to_exitcode(status)
-                self.exit_codes.append(code)
-                if self.stopping:
-                    continue
-                lived = time.monotonic() - started
-                if lived < RESPAWN_AFTER_S:
-                    log.error("worker %d exited with %d %.1f s after its start; stopping", index, code, lived)
-                    self._signal_all(signal.SIGTERM)
-                    continue
-                log.error("worker %d (pid %d) exited with %d; starting it again", index, pid, code)
-                self.exit_codes.pop()
-                self._spawn(index)
+                os.read(self.wake[0], 512)
+                for pid in list(self.children):
+                    exited, status = os.waitpid(pid, os.WNOHANG)
+                    if exited:
+                        self._reap(pid, status)
         finally:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for fd in self.wake:
+                os.close(fd)
             for sock in self.held:
                 sock.close()
             shutil.rmtree(self.run_dir, ignore_errors=True)
         return 0 if all(code == 0 for code in self.exit_codes) else 1
+
+    def _reap(self, pid: int, status: int) -> None:
+        index, started = self.children.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        self.exit_codes.append(code)
+        if self.stopping:
+            return
+        lived = time.monotonic() - started
+        if lived < RESPAWN_AFTER_S:
+            log.error("worker %d exited with %d %.1f s after its start; stopping", index, code, lived)
+            self._signal_all(signal.SIGTERM)
+            return
+        log.error("worker %d (pid %d) exited with %d; starting it again", index, pid, code)
+        self.exit_codes.pop()
+        self._spawn(index)
 
     def _on_signal(self, sig: int, frame) -> None:
         self._signal_all(signal.Signals(sig))
@@ -149,7 +166,10 @@ class Supervisor:
     def _child(self, slot: WorkerSlot) -> int:
         code = 1
         try:
-            for sig in FORWARDED:
+            signal.set_wakeup_fd(-1)
+            for fd in self.wake:
+                os.close(fd)
+            for sig in (*FORWARDED, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
             # Until its server handles signals itself, a stop ends the worker before it serves.
             signal.signal(signal.SIGTERM, _exit_now)
@@ -166,6 +186,10 @@ class Supervisor:
             sys.stdout.flush()
             sys.stderr.flush()
         return code
+
+
+def _ignore(sig: int, frame) -> None:
+    """SIGCHLD's handler: its byte on the wakeup pipe is what wakes the wait."""
 
 
 def _exit_now(sig: int, frame) -> None:

@@ -230,7 +230,8 @@ def test_the_childs_part_in_this_process(capfd):
     def worker(got):
         seen["slot"] = got
         seen["closed"] = [s.fileno() for s in sup.held]
-        seen["signals"] = [signal.getsignal(sig) for sig in FORWARDED]
+        seen["signals"] = [signal.getsignal(sig) for sig in (*FORWARDED, signal.SIGCHLD)]
+        seen["wakeup"] = signal.set_wakeup_fd(-1)
         print("said", end="")
         return 3
 
@@ -243,16 +244,29 @@ def test_the_childs_part_in_this_process(capfd):
             (lambda _: workers._exit_now(signal.SIGTERM, None), 0),
         ]:
             sup.run_worker = run
+            sup.wake = os.pipe()
+            os.set_blocking(sup.wake[1], False)
+            signal.set_wakeup_fd(sup.wake[1])
             assert sup._child(slot) == code
+            assert not any(is_open(fd) for fd in sup.wake)  # the supervisor's wakeup pipe is not the fork's
         assert seen == {
             "slot": slot,
             "closed": [-1, -1],
-            "signals": [workers._exit_now, workers._exit_now, signal.SIG_DFL],
+            "signals": [workers._exit_now, workers._exit_now, signal.SIG_DFL, signal.SIG_DFL],
+            "wakeup": -1,
         }
         said = capfd.readouterr()
         assert said.out == "said" and "ZeroDivisionError: division by zero" in said.err
     finally:
         shutil.rmtree(sup.run_dir)
+
+
+def is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def started(folder: Path, slot: WorkerSlot) -> int:
@@ -374,3 +388,34 @@ def test_a_worker_started_again_is_not_sent_the_signals_passed_on_before_it(monk
     sup = supervised(1, worker, stop=(signal.SIGHUP, (tmp_path / "ready").exists))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ready", "run-0", "run-1"]
     assert sup.exit_codes == [0]
+
+
+def test_a_stop_another_thread_takes_while_the_supervisor_waits_reaches_the_workers(tmp_path):
+    """A signal a thread of the supervisor's process other than the main one takes (any thread a library
+    started) runs its handler in the main thread only when that thread wakes: the wait for the workers
+    must wake for it, not only when a worker exits."""
+    idle = threading.Event()
+    other = threading.Thread(target=idle.wait)
+    other.start()
+
+    def worker(slot, sup):
+        (tmp_path / "ready").touch()
+        signal.alarm(5)  # a stop that never reaches it: SIGALRM ends it after 5 s
+        signal.pause()
+        return 9
+
+    def send_to_other() -> None:
+        wait_for(tmp_path, 1)
+        time.sleep(0.2)  # the supervisor is in its wait by now
+        signal.pthread_kill(other.ident, signal.SIGTERM)
+
+    sender = threading.Thread(target=send_to_other, daemon=True)
+    sender.start()
+    started = time.monotonic()
+    try:
+        assert supervised(1, worker).exit_codes == [0]
+    finally:
+        idle.set()
+        other.join()
+        sender.join()
+    assert time.monotonic() - started < 4
