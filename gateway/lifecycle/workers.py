@@ -82,7 +82,7 @@ class Supervisor:
         self.stopping = False
         self.passed_on: list[signal.Signals] = []  # every signal passed on to the workers
         self.exit_codes: list[int] = []
-        self.wake = (-1, -1)  # the wakeup pipe's (read, write) ends while running
+        self.wake: tuple[int, int]  # the wakeup pipe's (read, write) ends, set by run()
 
     def run(self) -> int:
         # A handler runs in the main thread, but a signal another thread takes does not interrupt the
