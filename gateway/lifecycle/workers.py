@@ -89,8 +89,8 @@ class Supervisor:
         # main thread's wait: the wait reads a pipe every signal (a worker's exit too) writes a byte to.
         self.wake = os.pipe()
         os.set_blocking(self.wake[1], False)
-        signal.set_wakeup_fd(self.wake[1])
-        signal.signal(signal.SIGCHLD, _ignore)
+        woke_before = signal.set_wakeup_fd(self.wake[1])
+        chld_before = signal.signal(signal.SIGCHLD, _ignore)
         for sig in FORWARDED:
             signal.signal(sig, self._on_signal)
         try:
@@ -104,8 +104,8 @@ class Supervisor:
                     if exited:
                         self._reap(pid, status)
         finally:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.set_wakeup_fd(woke_before)
+            signal.signal(signal.SIGCHLD, chld_before)
             for fd in self.wake:
                 os.close(fd)
             for sock in self.held:
@@ -139,7 +139,7 @@ class Supervisor:
             try:
                 os.kill(pid, sig)
             except ProcessLookupError:
-                pass  # it exited; os.wait collects it
+                pass  # it exited; the wait collects it
 
     def _spawn(self, index: int) -> None:
         slot = WorkerSlot(

@@ -411,11 +411,20 @@ def test_a_stop_another_thread_takes_while_the_supervisor_waits_reaches_the_work
 
     sender = threading.Thread(target=send_to_other, daemon=True)
     sender.start()
+    ours = os.pipe()  # a wakeup fd and a SIGCHLD handler the supervisor's process had before: given back
+    os.set_blocking(ours[1], False)
+    before = signal.set_wakeup_fd(ours[1])
+    signal.signal(signal.SIGCHLD, handler := lambda *_: None)
     started = time.monotonic()
     try:
         assert supervised(1, worker).exit_codes == [0]
+        assert time.monotonic() - started < 4
+        assert signal.set_wakeup_fd(before) == ours[1] and signal.getsignal(signal.SIGCHLD) is handler
     finally:
+        signal.set_wakeup_fd(before)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in ours:
+            os.close(fd)
         idle.set()
         other.join()
         sender.join()
-    assert time.monotonic() - started < 4
